@@ -1,0 +1,2 @@
+//! sc_console: the operator's shell.
+fn main() {}

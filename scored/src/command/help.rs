@@ -1,0 +1,2 @@
+//! Help texts of console commands.
+#![forbid(unsafe_code)]

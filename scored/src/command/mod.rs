@@ -1,0 +1,191 @@
+//! The console command language (sc_console, scored.rc): typed commands,
+//! the line parser, the help table, and the reply model with its text and
+//! JSON renderings.
+//!
+//! **API boundary.** Command names and `key=value` settings are fixed by
+//! SPEC §6; scripts and `scored.rc` files rely on them.
+//!
+//! Pure: parsing and rendering never touch the system. Executing a command
+//! is the scheduling core's job (`core::Core::command`).
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+pub mod help;
+pub mod parse;
+pub mod reply;
+
+pub use parse::{parse_line, ParseError};
+
+/// A setting that may be given a value or cleared with `none`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Setting<T> {
+    /// Set to this value.
+    Set(T),
+    /// `none`: remove the setting.
+    Clear,
+}
+
+/// A cluster named by index (`0`) or by name (`x86`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterRef {
+    /// The cluster's index.
+    Index(u32),
+    /// The cluster's name.
+    Name(String),
+}
+
+/// A Unix group by name or number, as `queue Q set group=` takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupRef {
+    /// A group name, resolved to a number by the daemon's shell before execution.
+    Name(String),
+    /// A group id.
+    Gid(u32),
+}
+
+/// The scheduling mode of a queue (SPEC §2.9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueMode {
+    /// Jobs time-share by gang scheduling.
+    Gang,
+    /// A started job keeps running until it ends, unless a higher queue needs its hosts.
+    Exclusive,
+}
+
+impl QueueMode {
+    /// The word used in the console language.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueMode::Gang => "gang",
+            QueueMode::Exclusive => "exclusive",
+        }
+    }
+}
+
+/// `queue Q enable|disable|activate|deactivate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueAction {
+    /// Accept submissions.
+    Enable,
+    /// Reject submissions.
+    Disable,
+    /// Schedule the queue's jobs (implies enable).
+    Activate,
+    /// Keep the queue's jobs stopped or unstarted.
+    Deactivate,
+}
+
+/// Cluster limits changed by `cluster C limit ...`; `None` leaves a limit as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterLimits {
+    /// `memory=SIZE|none`: memory per host in bytes.
+    pub memory: Option<Setting<u64>>,
+    /// `disk=SIZE|none`: disk for the cluster in bytes.
+    pub disk: Option<Setting<u64>>,
+    /// `jobs=N|none`: admitted jobs.
+    pub jobs: Option<Setting<u64>>,
+}
+
+/// Queue attributes changed by `queue Q set ...`; `None` leaves one as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueSettings {
+    /// `mode=gang|exclusive`.
+    pub mode: Option<QueueMode>,
+    /// `cputime=DUR|none`: CPU time limit inherited by jobs at submission.
+    pub cputime: Option<Setting<Duration>>,
+    /// `residency=DUR|none`: CPU time after which a job sinks to the next queue.
+    pub residency: Option<Setting<Duration>>,
+    /// `memory=PCT%|none`: share of the cluster memory limit.
+    pub memory: Option<Setting<f64>>,
+    /// `disk=PCT%|none`: share of the cluster disk limit.
+    pub disk: Option<Setting<f64>>,
+    /// `group=NAME|GID|none`: only members may submit.
+    pub group: Option<Setting<GroupRef>>,
+}
+
+/// One console command (SPEC §6).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// `help [COMMAND]`.
+    Help(Option<String>),
+    /// `status`.
+    Status,
+    /// `hosts`.
+    Hosts,
+    /// `clusters`.
+    Clusters,
+    /// `cluster C limit ...`.
+    ClusterLimit {
+        /// Which cluster.
+        cluster: ClusterRef,
+        /// What to change.
+        limits: ClusterLimits,
+    },
+    /// `queues`.
+    Queues,
+    /// `queue Q enable|disable|activate|deactivate`.
+    QueueState {
+        /// Queue number.
+        queue: u32,
+        /// What to do.
+        action: QueueAction,
+    },
+    /// `queue Q set ...`.
+    QueueSet {
+        /// Queue number.
+        queue: u32,
+        /// What to change.
+        settings: QueueSettings,
+    },
+    /// `jobs [all]`.
+    Jobs {
+        /// Also list recently finished jobs.
+        all: bool,
+    },
+    /// `job ID`.
+    Job(u64),
+    /// `kill ID [SIGNAL]`.
+    Kill {
+        /// The job.
+        job: u64,
+        /// A signal number; `None` means SIGTERM, then SIGKILL after a grace.
+        signal: Option<i32>,
+    },
+    /// `suspend ID`: operator or owner hold.
+    Suspend(u64),
+    /// `resume ID`: release a hold.
+    Resume(u64),
+    /// `move ID Q`.
+    Move {
+        /// The job.
+        job: u64,
+        /// The queue to move it to.
+        queue: u32,
+    },
+    /// `timeslice [DUR]`.
+    Timeslice(Option<Duration>),
+    /// `shutdown [now]`.
+    Shutdown {
+        /// Kill jobs instead of letting them finish.
+        now: bool,
+    },
+}
+
+impl Command {
+    /// Whether the command changes state, and so needs the operator's rights.
+    /// `kill`, `suspend` and `resume` are also open to a job's owner.
+    pub fn is_changing(&self) -> bool {
+        !matches!(
+            self,
+            Command::Help(_)
+                | Command::Status
+                | Command::Hosts
+                | Command::Clusters
+                | Command::Queues
+                | Command::Jobs { .. }
+                | Command::Job(_)
+                | Command::Timeslice(None)
+        )
+    }
+}

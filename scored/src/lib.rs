@@ -1,0 +1,15 @@
+//! scored: SCore-D, the gang-scheduling cluster operating daemon, on one machine.
+//!
+//! This library holds the daemon and what its clients share with it: the
+//! wire protocol ([`proto`]), the console language ([`command`]) and the
+//! value syntax ([`units`]). See ARCHITECTURE.md for the module map.
+#![deny(missing_docs)]
+
+pub mod cluster;
+pub mod command;
+pub mod exitcode;
+pub mod hosts;
+pub mod ids;
+pub mod paths;
+pub mod proto;
+pub mod units;

@@ -1,0 +1,2 @@
+//! The scored daemon's entry point.
+fn main() {}

@@ -1,0 +1,2 @@
+//! scrun: launch a parallel job under scored.
+fn main() {}
