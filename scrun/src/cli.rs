@@ -1,0 +1,716 @@
+//! scrun's command line: SCore option words, `SCORE_OPTIONS`, and the
+//! program stages joined by `::` or `==`.
+//!
+//! Parsing happens in layers, as ripgrep does with its low and high flags.
+//! [`parse`] first splits the words into option words and stage words, then
+//! lexes every option word into settings (`key` or `key=value`), then
+//! resolves the settings of both sources into typed [`Options`], and last
+//! cuts the stage words into stages. The module is pure: it never reads the
+//! environment (the caller passes `SCORE_OPTIONS` in), never touches a file
+//! or the daemon, and never panics on any input. Every error names the
+//! offending text, shortened with [`quote`] so that hostile input cannot
+//! flood the terminal.
+#![forbid(unsafe_code)]
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use scored::proto::{JobOptions, Joiner, ProcRequest};
+use scored::units::{parse_size, quote};
+
+/// The short usage text: the synopsis and one line per option. `--help`
+/// prints it, and `main` prints it after a usage error.
+pub const USAGE: &str = "\
+usage: scrun [-OPTIONS ...] PROGRAM [ARGS ...] [:: PROGRAM [ARGS ...] ...]
+       scrun [-OPTIONS ...] PROGRAM [ARGS ...] == PROGRAM [ARGS ...] [== ...]
+
+'::' runs the stages one after another; '==' runs them together, rank i's
+stdout feeding rank i's stdin in the next stage. An option word is a
+comma-separated list such as -nodes=4,wait; the leftmost of duplicates wins,
+and SCORE_OPTIONS supplies defaults that the command line overrides.
+
+options:
+  -nodes=N         run N processes, packed `cores` to a host (default 1)
+  -nodes=NxM       run M processes on each of N hosts
+  -hosts=H         run on H hosts, `cores` processes on each
+  -priority=Q      submit to queue Q, 0 being the most favoured (0-255)
+  -wait            wait for admission instead of being rejected
+  -memory=SIZE     memory limit per host, such as 512M or 2G
+  -disk=SIZE       disk limit of the job, such as 4G
+  -stat            print the job's accounting to stderr at exit
+  -scored=PATH     the daemon's socket (default: SCORED_SOCKET, then the standard path)
+  -help, -h        print this text
+  -version         print the version
+  --               end the options; the next word is the program
+";
+
+/// The most processes one job may ask for, in total.
+pub const MAX_PROCS: u64 = 1_000_000;
+/// The most hosts one job may ask for with `hosts=H`.
+pub const MAX_HOSTS: u64 = 1_000_000;
+/// The highest queue number `priority=Q` accepts.
+pub const MAX_PRIORITY: u64 = 255;
+
+/// The keys an option word may hold, listed in the hint of an unknown-option error.
+const VALID_KEYS: &str = "nodes, hosts, priority, wait, stat, memory, disk, scored";
+
+/// What the command line asks scrun to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    /// Run a job.
+    Run(Invocation),
+    /// Print [`USAGE`] and exit successfully (`-help`, `--help`, `-h`).
+    Help,
+    /// Print the version and exit successfully (`-version`, `--version`).
+    Version,
+}
+
+/// A job to run: its options and its programs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// The resolved options, command line first, then `SCORE_OPTIONS`.
+    pub options: Options,
+    /// One argument vector per stage, program first; never empty, and no
+    /// stage is empty or has an empty program name.
+    pub stages: Vec<Vec<OsString>>,
+    /// How the stages follow each other; [`Joiner::Sequence`] for a single stage.
+    pub joiner: Joiner,
+}
+
+/// scrun's options after resolving duplicates and both sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Processes and their placement (`nodes=` or `hosts=`); default `nodes=1`.
+    pub procs: ProcRequest,
+    /// The queue asked for (`priority=`); `None` leaves the choice to the daemon.
+    pub priority: Option<u32>,
+    /// Wait for admission instead of being rejected (`wait`).
+    pub wait: bool,
+    /// The user's memory limit per host in bytes (`memory=`).
+    pub memory: Option<u64>,
+    /// The user's disk limit in bytes (`disk=`).
+    pub disk: Option<u64>,
+    /// Print the job's accounting at exit (`stat`).
+    pub stat: bool,
+    /// The daemon's socket (`scored=`); `None` leaves the choice to the caller.
+    pub scored: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            procs: ProcRequest::Nodes(1),
+            priority: None,
+            wait: false,
+            memory: None,
+            disk: None,
+            stat: false,
+            scored: None,
+        }
+    }
+}
+
+impl Options {
+    /// The part of the options the daemon needs, as the protocol carries it.
+    pub fn job_options(&self) -> JobOptions {
+        JobOptions {
+            procs: self.procs,
+            priority: self.priority,
+            wait: self.wait,
+            memory: self.memory,
+            disk: self.disk,
+        }
+    }
+}
+
+/// A wrong command line or `SCORE_OPTIONS`. Its `Display` is the whole
+/// message (lowercase, no trailing period, naming the offending text); it
+/// has no source chain, so printing it once is enough.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError {
+    kind: ErrorKind,
+}
+
+/// Where a setting came from; errors say so, because a bad `SCORE_OPTIONS`
+/// is invisible on the command line the user is looking at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    CommandLine,
+    Environment,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::CommandLine => f.write_str("on the command line"),
+            Origin::Environment => f.write_str("in SCORE_OPTIONS"),
+        }
+    }
+}
+
+/// The private detail of a [`UsageError`]. User text is stored already
+/// quoted, so that an error never holds on to a megabyte of hostile input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ErrorKind {
+    NotUtf8 {
+        word: String,
+        origin: Origin,
+    },
+    MissingName {
+        word: String,
+        origin: Origin,
+    },
+    Unknown {
+        key: String,
+        origin: Origin,
+    },
+    TakesNoValue {
+        key: String,
+        value: String,
+    },
+    MissingValue {
+        key: &'static str,
+        example: &'static str,
+        origin: Origin,
+    },
+    InvalidValue {
+        key: &'static str,
+        origin: Origin,
+        reason: String,
+    },
+    PlacementConflict {
+        origin: Origin,
+    },
+    NoProgram,
+    MixedSeparators {
+        first: &'static str,
+        second: &'static str,
+        stage: usize,
+    },
+    EmptyStage {
+        stage: usize,
+        separator: &'static str,
+    },
+    EmptyProgram {
+        stage: usize,
+    },
+}
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ErrorKind::NotUtf8 { word, origin } => {
+                write!(f, "option word {word} {origin} is not valid UTF-8")
+            }
+            ErrorKind::MissingName { word, origin } => {
+                write!(f, "missing option name in {word} {origin}")
+            }
+            ErrorKind::Unknown { key, origin } => write!(
+                f,
+                "unknown option {key} {origin}; valid options are {VALID_KEYS}"
+            ),
+            ErrorKind::TakesNoValue { key, value } => {
+                write!(f, "option {key} takes no value, got {value}")
+            }
+            ErrorKind::MissingValue {
+                key,
+                example,
+                origin,
+            } => write!(
+                f,
+                "option '{key}' {origin} needs a value, such as -{key}={example}"
+            ),
+            ErrorKind::InvalidValue {
+                key,
+                origin,
+                reason,
+            } => write!(f, "option '{key}' {origin}: {reason}"),
+            ErrorKind::PlacementConflict { origin } => write!(
+                f,
+                "options 'nodes' and 'hosts' both given {origin}; give only one placement"
+            ),
+            ErrorKind::NoProgram => f.write_str("no program given"),
+            ErrorKind::MixedSeparators {
+                first,
+                second,
+                stage,
+            } => write!(
+                f,
+                "cannot mix '{first}' and '{second}' in one command ('{second}' after stage {stage})"
+            ),
+            ErrorKind::EmptyStage { stage, separator } => write!(
+                f,
+                "stage {stage} is empty: '{separator}' must stand between two programs"
+            ),
+            ErrorKind::EmptyProgram { stage } => {
+                write!(f, "stage {stage} has an empty program name")
+            }
+        }
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+impl From<ErrorKind> for UsageError {
+    fn from(kind: ErrorKind) -> UsageError {
+        UsageError { kind }
+    }
+}
+
+/// Parses scrun's arguments (without argv\[0\]) and the value of the
+/// `SCORE_OPTIONS` environment variable, which the caller reads.
+///
+/// Options on the command line win over those in `SCORE_OPTIONS`, and
+/// within one source the leftmost of duplicates wins. `-help` or
+/// `-version` among the option words wins over every error, so a user who
+/// asks for help gets it even with a broken `SCORE_OPTIONS`.
+pub fn parse(
+    args: impl IntoIterator<Item = OsString>,
+    score_options: Option<&OsStr>,
+) -> Result<Parsed, UsageError> {
+    let words = split_words(args);
+    if let Some(info) = requested_info(&words.options) {
+        return Ok(info);
+    }
+    let mut settings = Vec::new();
+    for word in &words.options {
+        lex_word(word, Origin::CommandLine, &mut settings)?;
+    }
+    for word in score_options.into_iter().flat_map(environment_words) {
+        lex_word(word, Origin::Environment, &mut settings)?;
+    }
+    let options = resolve(&settings)?;
+    let (stages, joiner) = split_stages(words.stages)?;
+    Ok(Parsed::Run(Invocation {
+        options,
+        stages,
+        joiner,
+    }))
+}
+
+/// The command line cut in two: option words, and everything from the
+/// program on.
+struct Words {
+    options: Vec<OsString>,
+    stages: Vec<OsString>,
+}
+
+/// Takes option words (those starting with `-`) up to the first word that
+/// does not, or up to a bare `--`, which is dropped.
+fn split_words(args: impl IntoIterator<Item = OsString>) -> Words {
+    let mut args = args.into_iter();
+    let mut options = Vec::new();
+    let mut stages = Vec::new();
+    for word in args.by_ref() {
+        if word.as_bytes() == b"--" {
+            break;
+        }
+        if word.as_bytes().starts_with(b"-") {
+            options.push(word);
+        } else {
+            stages.push(word);
+            break;
+        }
+    }
+    stages.extend(args);
+    Words { options, stages }
+}
+
+/// Splits `SCORE_OPTIONS` on ASCII whitespace. The split works on bytes so
+/// that one non-UTF-8 word is reported by itself.
+fn environment_words(value: &OsStr) -> impl Iterator<Item = &OsStr> {
+    value
+        .as_bytes()
+        .split(u8::is_ascii_whitespace)
+        .filter(|word| !word.is_empty())
+        .map(OsStr::from_bytes)
+}
+
+/// Removes the `--` or `-` in front of an option list.
+fn strip_dashes(word: &str) -> &str {
+    word.strip_prefix("--")
+        .or_else(|| word.strip_prefix('-'))
+        .unwrap_or(word)
+}
+
+/// Finds the leftmost bare `help`, `h` or `version` among the command-line
+/// option words. Words that are not UTF-8 are skipped here and reported by
+/// the lexer.
+fn requested_info(option_words: &[OsString]) -> Option<Parsed> {
+    option_words
+        .iter()
+        .filter_map(|word| word.to_str())
+        .flat_map(|word| strip_dashes(word).split(','))
+        .find_map(|item| match item {
+            "help" | "h" => Some(Parsed::Help),
+            "version" => Some(Parsed::Version),
+            _ => None,
+        })
+}
+
+/// One `key` or `key=value` item of an option word.
+struct Setting {
+    key: String,
+    /// `None` for a bare key, `Some("")` for `key=`.
+    value: Option<String>,
+    origin: Origin,
+}
+
+/// Lexes one option word into settings: strips the dashes, splits on
+/// commas, and splits each item at its first `=`.
+fn lex_word(word: &OsStr, origin: Origin, out: &mut Vec<Setting>) -> Result<(), UsageError> {
+    let Some(text) = word.to_str() else {
+        return Err(ErrorKind::NotUtf8 {
+            word: quote(&word.to_string_lossy()),
+            origin,
+        }
+        .into());
+    };
+    for item in strip_dashes(text).split(',') {
+        let (key, value) = match item.split_once('=') {
+            Some((key, value)) => (key, Some(value)),
+            None => (item, None),
+        };
+        if key.is_empty() {
+            return Err(ErrorKind::MissingName {
+                word: quote(text),
+                origin,
+            }
+            .into());
+        }
+        out.push(Setting {
+            key: key.to_string(),
+            value: value.map(str::to_string),
+            origin,
+        });
+    }
+    Ok(())
+}
+
+/// Resolves settings, command line first, into options. Every setting is
+/// validated, even a duplicate that will be ignored, because a bad value is
+/// a mistake wherever it stands.
+fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
+    let mut procs = None;
+    let mut priority = None;
+    let mut wait = None;
+    let mut stat = None;
+    let mut memory = None;
+    let mut disk = None;
+    let mut scored = None;
+    // The placement key each source named first, to refuse `nodes` and
+    // `hosts` together in one source; across sources the leftmost wins.
+    let mut placement_keys: [Option<&'static str>; 2] = [None, None];
+    for setting in settings {
+        match setting.key.as_str() {
+            "nodes" => {
+                let request = parse_nodes(setting)?;
+                note_placement(&mut placement_keys, "nodes", setting.origin)?;
+                procs.get_or_insert(request);
+            }
+            "hosts" => {
+                let request = parse_hosts(setting)?;
+                note_placement(&mut placement_keys, "hosts", setting.origin)?;
+                procs.get_or_insert(request);
+            }
+            "priority" => {
+                let value = parse_priority(setting)?;
+                priority.get_or_insert(value);
+            }
+            "wait" => {
+                let value = parse_flag("wait", setting)?;
+                wait.get_or_insert(value);
+            }
+            "stat" => {
+                let value = parse_flag("stat", setting)?;
+                stat.get_or_insert(value);
+            }
+            "memory" => {
+                let value = parse_limit("memory", "512M", setting)?;
+                memory.get_or_insert(value);
+            }
+            "disk" => {
+                let value = parse_limit("disk", "4G", setting)?;
+                disk.get_or_insert(value);
+            }
+            "scored" => {
+                let value = required("scored", "/run/scored.sock", setting)?;
+                scored.get_or_insert_with(|| PathBuf::from(value));
+            }
+            // A bare help or version word never gets here: `parse` answers
+            // it first. With a value, it is a mistake worth naming.
+            "help" | "h" | "version" if setting.origin == Origin::CommandLine => {
+                return Err(ErrorKind::TakesNoValue {
+                    key: quote(&setting.key),
+                    value: quote(setting.value.as_deref().unwrap_or_default()),
+                }
+                .into());
+            }
+            other => {
+                return Err(ErrorKind::Unknown {
+                    key: quote(other),
+                    origin: setting.origin,
+                }
+                .into())
+            }
+        }
+    }
+    Ok(Options {
+        procs: procs.unwrap_or(ProcRequest::Nodes(1)),
+        priority,
+        wait: wait.unwrap_or(false),
+        memory,
+        disk,
+        stat: stat.unwrap_or(false),
+        scored,
+    })
+}
+
+/// Records that `origin` named the placement `key`, refusing a second,
+/// different placement key from the same origin.
+fn note_placement(
+    placement_keys: &mut [Option<&'static str>; 2],
+    key: &'static str,
+    origin: Origin,
+) -> Result<(), UsageError> {
+    let seen = &mut placement_keys[origin as usize];
+    match *seen {
+        Some(other) if other != key => Err(ErrorKind::PlacementConflict { origin }.into()),
+        _ => {
+            *seen = Some(key);
+            Ok(())
+        }
+    }
+}
+
+/// The value of a key that needs one; `key=` counts as missing.
+fn required<'a>(
+    key: &'static str,
+    example: &'static str,
+    setting: &'a Setting,
+) -> Result<&'a str, UsageError> {
+    match setting.value.as_deref() {
+        Some(value) if !value.is_empty() => Ok(value),
+        _ => Err(ErrorKind::MissingValue {
+            key,
+            example,
+            origin: setting.origin,
+        }
+        .into()),
+    }
+}
+
+/// An invalid-value error for `key`; `reason` names the value.
+fn invalid(key: &'static str, setting: &Setting, reason: String) -> UsageError {
+    ErrorKind::InvalidValue {
+        key,
+        origin: setting.origin,
+        reason,
+    }
+    .into()
+}
+
+/// A decimal count: digits only (no sign, no space). Counts too large for
+/// a `u64` come back as `u64::MAX`, which every caller refuses as too large.
+fn parse_count(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    // Only overflow can fail once every byte is a digit.
+    Some(text.parse().unwrap_or(u64::MAX))
+}
+
+/// `nodes=N` or `nodes=NxM` (also `NXM`).
+fn parse_nodes(setting: &Setting) -> Result<ProcRequest, UsageError> {
+    let value = required("nodes", "4", setting)?;
+    let fail = |reason: &str| invalid("nodes", setting, format!("{} {reason}", quote(value)));
+    let malformed = "is not a process count: expected N or NxM, such as 4 or 2x3";
+    let too_large = format!("asks for too many processes: at most {MAX_PROCS} are allowed");
+    if let Some((hosts_text, per_host_text)) = value.split_once(['x', 'X']) {
+        let (Some(hosts), Some(per_host)) = (parse_count(hosts_text), parse_count(per_host_text))
+        else {
+            return Err(fail(malformed));
+        };
+        if hosts == 0 || per_host == 0 {
+            return Err(fail(
+                "asks for no processes: hosts and processes per host must be at least 1",
+            ));
+        }
+        match hosts.checked_mul(per_host) {
+            Some(total) if total <= MAX_PROCS => {}
+            _ => return Err(fail(&too_large)),
+        }
+        // Both factors are at most their product, which fits in a u32.
+        let narrow = |count: u64| u32::try_from(count).map_err(|_| fail(&too_large));
+        Ok(ProcRequest::Grid {
+            hosts: narrow(hosts)?,
+            per_host: narrow(per_host)?,
+        })
+    } else {
+        let Some(count) = parse_count(value) else {
+            return Err(fail(malformed));
+        };
+        if count == 0 {
+            return Err(fail("asks for no processes: the count must be at least 1"));
+        }
+        if count > MAX_PROCS {
+            return Err(fail(&too_large));
+        }
+        let count = u32::try_from(count).map_err(|_| fail(&too_large))?;
+        Ok(ProcRequest::Nodes(count))
+    }
+}
+
+/// `hosts=H`.
+fn parse_hosts(setting: &Setting) -> Result<ProcRequest, UsageError> {
+    let value = required("hosts", "2", setting)?;
+    let fail = |reason: String| invalid("hosts", setting, format!("{} {reason}", quote(value)));
+    let too_large = || {
+        fail(format!(
+            "asks for too many hosts: at most {MAX_HOSTS} are allowed"
+        ))
+    };
+    let Some(count) = parse_count(value) else {
+        return Err(fail(
+            "is not a host count: expected a number such as 2".into(),
+        ));
+    };
+    if count == 0 {
+        return Err(fail(
+            "asks for no hosts: the count must be at least 1".into(),
+        ));
+    }
+    if count > MAX_HOSTS {
+        return Err(too_large());
+    }
+    let count = u32::try_from(count).map_err(|_| too_large())?;
+    Ok(ProcRequest::Hosts(count))
+}
+
+/// `priority=Q`, a queue number.
+fn parse_priority(setting: &Setting) -> Result<u32, UsageError> {
+    let value = required("priority", "0", setting)?;
+    let out_of_range = || {
+        invalid(
+            "priority",
+            setting,
+            format!(
+                "{} is not a queue number: expected 0 to {MAX_PRIORITY}",
+                quote(value)
+            ),
+        )
+    };
+    match parse_count(value) {
+        Some(queue) if queue <= MAX_PRIORITY => u32::try_from(queue).map_err(|_| out_of_range()),
+        _ => Err(out_of_range()),
+    }
+}
+
+/// A flag: bare, or `yes`, `no`, `true`, `false`, `1`, `0` in any case.
+fn parse_flag(key: &'static str, setting: &Setting) -> Result<bool, UsageError> {
+    let Some(value) = setting.value.as_deref() else {
+        return Ok(true);
+    };
+    match value.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" => Ok(true),
+        "no" | "false" | "0" => Ok(false),
+        _ => Err(invalid(
+            key,
+            setting,
+            format!(
+                "{} is not a yes or no: expected yes, no, true, false, 1 or 0, or no value",
+                quote(value)
+            ),
+        )),
+    }
+}
+
+/// `memory=SIZE` or `disk=SIZE`: a limit of at least one byte, since a
+/// limit of nothing could only kill the job at once.
+fn parse_limit(
+    key: &'static str,
+    example: &'static str,
+    setting: &Setting,
+) -> Result<u64, UsageError> {
+    let value = required(key, example, setting)?;
+    match parse_size(value) {
+        Ok(0) => Err(invalid(
+            key,
+            setting,
+            format!("limit {} must be at least 1 byte", quote(value)),
+        )),
+        Ok(bytes) => Ok(bytes),
+        Err(error) => Err(invalid(key, setting, error.to_string())),
+    }
+}
+
+/// The spelling of a joiner's separator word.
+fn separator(joiner: Joiner) -> &'static str {
+    match joiner {
+        Joiner::Sequence => "::",
+        Joiner::Pipe => "==",
+    }
+}
+
+/// Cuts the words from the program on into stages at standalone `::` or
+/// `==` words. There is no escape for a literal `::` argument; a program
+/// that needs one can be wrapped in `sh -c`.
+fn split_stages(words: Vec<OsString>) -> Result<(Vec<Vec<OsString>>, Joiner), UsageError> {
+    if words.is_empty() {
+        return Err(ErrorKind::NoProgram.into());
+    }
+    let mut joiner = None;
+    let mut stages = Vec::new();
+    let mut current = Vec::new();
+    for word in words {
+        let this_joiner = match word.as_bytes() {
+            b"::" => Joiner::Sequence,
+            b"==" => Joiner::Pipe,
+            _ => {
+                current.push(word);
+                continue;
+            }
+        };
+        let stage = stages.len() + 1;
+        match joiner {
+            Some(first) if first != this_joiner => {
+                return Err(ErrorKind::MixedSeparators {
+                    first: separator(first),
+                    second: separator(this_joiner),
+                    stage,
+                }
+                .into())
+            }
+            _ => joiner = Some(this_joiner),
+        }
+        if current.is_empty() {
+            return Err(ErrorKind::EmptyStage {
+                stage,
+                separator: separator(this_joiner),
+            }
+            .into());
+        }
+        stages.push(std::mem::take(&mut current));
+    }
+    let joiner = joiner.unwrap_or(Joiner::Sequence);
+    if current.is_empty() {
+        return Err(ErrorKind::EmptyStage {
+            stage: stages.len() + 1,
+            separator: separator(joiner),
+        }
+        .into());
+    }
+    stages.push(current);
+    if let Some(stage_idx) = stages
+        .iter()
+        .position(|stage| stage.first().is_none_or(|program| program.is_empty()))
+    {
+        return Err(ErrorKind::EmptyProgram {
+            stage: stage_idx + 1,
+        }
+        .into());
+    }
+    Ok((stages, joiner))
+}
