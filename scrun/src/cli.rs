@@ -20,6 +20,12 @@ use std::path::PathBuf;
 use scored::proto::{JobOptions, Joiner, ProcRequest};
 use scored::units::{parse_size, quote};
 
+// The tests are one `check(...)` call per line, a table to read down;
+// rustfmt would fold the long ones and not the short ones.
+#[cfg(test)]
+#[rustfmt::skip]
+mod tests;
+
 /// The short usage text: the synopsis and one line per option. `--help`
 /// prints it, and `main` prints it after a usage error.
 pub const USAGE: &str = "\
