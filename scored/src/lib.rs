@@ -5,11 +5,16 @@
 //! value syntax ([`units`]). See ARCHITECTURE.md for the module map.
 #![deny(missing_docs)]
 
+pub mod admission;
 pub mod cluster;
 pub mod command;
+pub mod core;
 pub mod exitcode;
 pub mod hosts;
 pub mod ids;
+pub mod job;
 pub mod paths;
 pub mod proto;
+pub mod queue;
+pub mod sched;
 pub mod units;

@@ -1,0 +1,1742 @@
+//! The scheduling core: the daemon's whole state and the only place it changes.
+//!
+//! Every input (a submission, a process exit, a stop confirmation, a clock
+//! tick, a console command) goes through [`Core::handle`] or
+//! [`Core::command`], together with the current [`Tick`]. The core answers
+//! with [`Action`]s for the actuator (spawn, stop, continue, signal, sample)
+//! and for clients (notifications), and with the next deadline it needs.
+//!
+//! A switch is two-phase: leaving jobs get `Stop`; a job enters (`Continue`
+//! or `Spawn`) only once no job that is running or still stopping holds any
+//! of its hosts, i.e. after the actuator has confirmed the stops. So two
+//! jobs that share a host never run at once.
+//!
+//! Architecture invariant: no system calls, no clock reads, no I/O. Time
+//! comes in as a `Tick`; names of users and groups come in through
+//! [`Directory`].
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+use crate::admission::{self, Ask, ClusterLimits, Decision, Ledger, Placement};
+use crate::cluster::Topology;
+use crate::command::reply::{Reply, Table, Value};
+use crate::command::{self, Command, GroupRef, QueueAction, QueueMode, Setting};
+use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
+use crate::job::{
+    EndCause, ExitStatus, Job, JobLimits, JobRequest, JobState, Joiner, LaunchPlan, Phase, ProcPlan, Usage,
+};
+use crate::queue::Queue;
+use crate::sched::{self, Scratch};
+use crate::units::{format_duration, format_size};
+
+/// SIGTERM, SIGKILL: the two signals the core itself decides to send.
+pub const SIGTERM: i32 = 15;
+/// See [`SIGTERM`].
+pub const SIGKILL: i32 = 9;
+
+/// How many finished jobs `jobs all` and `job ID` remember.
+pub const HISTORY: usize = 1000;
+/// How many recent switch latencies the median is taken over.
+const LATENCY_WINDOW: usize = 1024;
+
+/// Settings of the core fixed at start-up (the time slice can change later).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoreConfig {
+    /// Gang time slice.
+    pub timeslice: Duration,
+    /// Users with operator rights besides root and the daemon's own user.
+    pub operators: Vec<u32>,
+    /// The daemon's own uid.
+    pub daemon_uid: u32,
+    /// Time between SIGTERM and SIGKILL when a job is killed gracefully.
+    pub kill_grace: Duration,
+    /// Disk limit of each cluster at start (free space of its filesystems).
+    pub disk: Vec<Option<u64>>,
+}
+
+impl Default for CoreConfig {
+    fn default() -> CoreConfig {
+        CoreConfig {
+            timeslice: Duration::from_millis(500),
+            operators: Vec::new(),
+            daemon_uid: 0,
+            kill_grace: Duration::from_secs(5),
+            disk: Vec::new(),
+        }
+    }
+}
+
+/// Names of users and groups, looked up by the shell (NSS is I/O).
+pub trait Directory {
+    /// Resolves a group named in `queue Q set group=`: its id and name.
+    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), String>;
+}
+
+/// A directory that knows no names: groups must be given by number.
+pub struct NoDirectory;
+
+impl Directory for NoDirectory {
+    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), String> {
+        match group {
+            GroupRef::Gid(gid) => Ok((*gid, None)),
+            GroupRef::Name(name) => Err(format!("unknown group '{name}'")),
+        }
+    }
+}
+
+/// Why a submission was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// The request is malformed.
+    Invalid,
+    /// No cluster can ever hold it.
+    TooBig,
+    /// The queue is disabled.
+    QueueDisabled,
+    /// The user may not use the queue.
+    Permission,
+    /// Resources are short now.
+    Resources,
+    /// The daemon is shutting down.
+    ShuttingDown,
+}
+
+/// How a job ended, for its client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndKind {
+    /// Its processes ended by themselves.
+    Exited,
+    /// A limit killed it.
+    Limit,
+    /// A kill command or interrupt killed it.
+    Killed,
+    /// The daemon's shutdown killed it.
+    Shutdown,
+    /// A process could not be started.
+    LaunchFailed,
+}
+
+/// The accounting summary of a finished job.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Accounting {
+    /// Queues visited.
+    pub queues: Vec<u32>,
+    /// From submission to first run.
+    pub wait: Duration,
+    /// From first run to end.
+    pub wall: Duration,
+    /// CPU time.
+    pub cpu: Duration,
+    /// Time stopped or held after the first run.
+    pub stopped: Duration,
+    /// Times switched out.
+    pub switches: u64,
+    /// Peak memory per host (host name, bytes).
+    pub peak_memory: Vec<(String, u64)>,
+    /// Peak disk use.
+    pub peak_disk: u64,
+}
+
+/// The end of a job, as told to its client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ending {
+    /// The job.
+    pub job: JobId,
+    /// How it ended.
+    pub kind: EndKind,
+    /// The status scrun exits with.
+    pub status: i32,
+    /// A sentence for the user.
+    pub reason: String,
+    /// Its accounting.
+    pub accounting: Accounting,
+}
+
+/// Something a client is told.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientEvent {
+    /// The job waits for resources.
+    Waiting(String),
+    /// The job was admitted.
+    Admitted {
+        /// Its id.
+        job: JobId,
+        /// Its queue.
+        queue: u32,
+        /// Its cluster's name.
+        cluster: String,
+        /// Its hosts' names.
+        hosts: Vec<String>,
+    },
+    /// The submission was refused.
+    Rejected {
+        /// Why.
+        kind: Rejection,
+        /// What was asked and what exists.
+        reason: String,
+    },
+    /// The job's processes were created.
+    Started(JobId),
+    /// The job is held.
+    Held(JobId),
+    /// The job ended.
+    Ended(Box<Ending>),
+}
+
+/// What the core asks the shell to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Create processes.
+    Spawn(Box<LaunchPlan>),
+    /// SIGSTOP every process of the job and report `Input::Stopped` once all are stopped.
+    Stop(JobId),
+    /// SIGCONT every process of the job.
+    Continue(JobId),
+    /// Send a signal to every process of the job.
+    Signal {
+        /// The job.
+        job: JobId,
+        /// The signal number.
+        signal: i32,
+    },
+    /// Measure the job's usage and report `Input::Usage`.
+    Sample(JobId),
+    /// The job is finished: remove what is left of it (scratch directory, cgroup).
+    Release(JobId),
+    /// A switch starts: note the time before the first signal of it.
+    SwitchBegin(u64),
+    /// The switch is complete: report `Input::SwitchMeasured` with the time since `SwitchBegin`.
+    SwitchEnd(u64),
+    /// Tell a client something.
+    Notify {
+        /// The client.
+        client: ClientToken,
+        /// What to tell.
+        event: ClientEvent,
+    },
+    /// Every job is gone after a shutdown: the daemon may exit.
+    Exit,
+}
+
+/// An input to the core.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A job submission.
+    Submit {
+        /// The submitting connection.
+        client: ClientToken,
+        /// Its credentials.
+        cred: Cred,
+        /// The submitting user's name.
+        user: String,
+        /// The job.
+        request: JobRequest,
+    },
+    /// A connection closed.
+    ClientGone(ClientToken),
+    /// scrun was suspended: hold its job.
+    Hold(ClientToken),
+    /// scrun was continued: release its job.
+    Release(ClientToken),
+    /// scrun was interrupted: kill its job.
+    Interrupt(ClientToken),
+    /// Every process of a job is stopped.
+    Stopped(JobId),
+    /// A rank exited.
+    RankExited {
+        /// The job.
+        job: JobId,
+        /// The stage.
+        stage: usize,
+        /// The rank within the stage.
+        rank: u32,
+        /// How it ended.
+        status: ExitStatus,
+    },
+    /// Creating the job's processes failed; the actuator killed the ones it made.
+    SpawnFailed {
+        /// The job.
+        job: JobId,
+        /// What failed.
+        message: String,
+        /// 126 (cannot execute) or 127 (not found).
+        status: i32,
+    },
+    /// The job has no process left (ranks and their descendants).
+    ProcessesGone(JobId),
+    /// A usage measurement.
+    Usage {
+        /// The job.
+        job: JobId,
+        /// What was measured.
+        usage: Usage,
+    },
+    /// A switch's latency, measured by the shell.
+    SwitchMeasured {
+        /// The switch.
+        id: u64,
+        /// From its first SIGSTOP to its last SIGCONT.
+        latency: Duration,
+    },
+    /// A deadline passed.
+    Tick,
+    /// A signal asked the daemon to stop.
+    Shutdown {
+        /// Kill jobs rather than let them finish.
+        now: bool,
+    },
+}
+
+/// A client waiting for admission (the `wait` option).
+#[derive(Debug, Clone)]
+struct Waiter {
+    client: ClientToken,
+    cred: Cred,
+    user: String,
+    request: JobRequest,
+    submitted_at: Tick,
+}
+
+/// A finished job, remembered for `jobs all` and `job ID`.
+#[derive(Debug, Clone)]
+struct Finished {
+    job: Job,
+    user: String,
+    state: JobState,
+    ended_at: Tick,
+    ending: Ending,
+}
+
+/// Switch counting and latency statistics.
+#[derive(Debug, Default)]
+struct Switches {
+    next_id: u64,
+    open: Option<u64>,
+    count: u64,
+    recent: VecDeque<Duration>,
+    max: Duration,
+}
+
+/// The daemon's state.
+pub struct Core {
+    config: CoreConfig,
+    topology: Topology,
+    limits: Vec<ClusterLimits>,
+    ledger: Ledger,
+    queues: Vec<Queue>,
+    jobs: BTreeMap<JobId, Job>,
+    users: HashMap<JobId, String>,
+    by_client: HashMap<ClientToken, JobId>,
+    waiting: VecDeque<Waiter>,
+    finished: VecDeque<Finished>,
+    /// Jobs whose processes may be running: phase Running or Stopping.
+    live: BTreeSet<JobId>,
+    next_job: u64,
+    slice_anchor: Tick,
+    next_slice: Tick,
+    switches: Switches,
+    shutting_down: bool,
+    scratch: Scratch,
+    active: Vec<JobId>,
+}
+
+impl Core {
+    /// A core with the default queues.
+    pub fn new(config: CoreConfig, topology: Topology, memory_limits: Vec<Option<u64>>) -> Core {
+        let limits = topology
+            .clusters
+            .iter()
+            .map(|cluster| ClusterLimits {
+                memory: memory_limits.get(cluster.id.idx()).copied().flatten(),
+                disk: config.disk.get(cluster.id.idx()).copied().flatten(),
+                jobs: None,
+            })
+            .collect();
+        let ledger = Ledger::new(&topology);
+        Core {
+            next_slice: Tick::default().after(config.timeslice),
+            config,
+            topology,
+            limits,
+            ledger,
+            queues: Queue::defaults(),
+            jobs: BTreeMap::new(),
+            users: HashMap::new(),
+            by_client: HashMap::new(),
+            waiting: VecDeque::new(),
+            finished: VecDeque::new(),
+            live: BTreeSet::new(),
+            next_job: 1,
+            slice_anchor: Tick::default(),
+            switches: Switches::default(),
+            shutting_down: false,
+            scratch: Scratch::default(),
+            active: Vec::new(),
+        }
+    }
+
+    /// The topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// The queues.
+    pub fn queues(&self) -> &[Queue] {
+        &self.queues
+    }
+
+    /// An admitted, unfinished job.
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    /// Admitted, unfinished jobs.
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    /// Number of admitted, unfinished jobs.
+    pub fn n_jobs(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Whether a shutdown is under way.
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down
+    }
+
+    /// The current time slice.
+    pub fn timeslice(&self) -> Duration {
+        self.config.timeslice
+    }
+
+    /// The next time the core needs a `Tick`, if any.
+    pub fn next_deadline(&self) -> Option<Tick> {
+        let kill = self.jobs.values().filter_map(|job| job.kill_deadline).min();
+        let slice = if self.jobs.is_empty() { None } else { Some(self.next_slice) };
+        match (kill, slice) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Feeds one input; returns the actions to carry out, in order.
+    pub fn handle(&mut self, input: Input, now: Tick) -> Vec<Action> {
+        let mut out = Vec::new();
+        match input {
+            Input::Submit { client, cred, user, request } => self.submit(client, cred, user, request, now, &mut out),
+            Input::ClientGone(client) => self.client_gone(client, now, &mut out),
+            Input::Hold(client) => {
+                if let Some(&job) = self.by_client.get(&client) {
+                    if let Some(record) = self.jobs.get_mut(&job) {
+                        if record.ending.is_none() {
+                            record.owner_hold = true;
+                        }
+                    }
+                    out.push(Action::Notify { client, event: ClientEvent::Held(job) });
+                }
+            }
+            Input::Release(client) => {
+                if let Some(record) = self.by_client.get(&client).and_then(|job| self.jobs.get_mut(job)) {
+                    record.owner_hold = false;
+                }
+            }
+            Input::Interrupt(client) => {
+                if let Some(&job) = self.by_client.get(&client) {
+                    self.begin_kill(job, EndCause::Killed("interrupted".into()), true, now, &mut out);
+                } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
+                    self.waiting.remove(idx);
+                    out.push(Action::Notify {
+                        client,
+                        event: ClientEvent::Rejected {
+                            kind: Rejection::Resources,
+                            reason: "interrupted while waiting for admission".into(),
+                        },
+                    });
+                }
+            }
+            Input::Stopped(job) => {
+                if let Some(record) = self.jobs.get_mut(&job) {
+                    if record.phase == Phase::Stopping {
+                        record.phase = Phase::Stopped;
+                        self.live.remove(&job);
+                    }
+                }
+            }
+            Input::RankExited { job, stage, rank, status } => self.rank_exited(job, stage, rank, status, &mut out),
+            Input::SpawnFailed { job, message, status } => {
+                if let Some(record) = self.jobs.get_mut(&job) {
+                    if record.ending.is_none() {
+                        record.ending = Some(EndCause::LaunchFailed { message, status });
+                    }
+                }
+            }
+            Input::ProcessesGone(job) => self.processes_gone(job, now, &mut out),
+            Input::Usage { job, usage } => self.usage(job, usage, now, &mut out),
+            Input::SwitchMeasured { latency, .. } => {
+                let switches = &mut self.switches;
+                if switches.recent.len() == LATENCY_WINDOW {
+                    switches.recent.pop_front();
+                }
+                switches.recent.push_back(latency);
+                switches.max = switches.max.max(latency);
+            }
+            Input::Tick => self.tick(now, &mut out),
+            Input::Shutdown { now: kill } => self.shutdown(kill, now, &mut out),
+        }
+        self.reschedule(now, &mut out);
+        out
+    }
+
+    /// Runs a console command for `cred`; returns the reply and the actions.
+    pub fn command(&mut self, cred: &Cred, command: Command, now: Tick, dir: &dyn Directory) -> (Reply, Vec<Action>) {
+        let mut out = Vec::new();
+        let reply = self.run_command(cred, command, now, dir, &mut out);
+        if !reply.is_error() {
+            self.reschedule(now, &mut out);
+        }
+        (reply, out)
+    }
+
+    fn is_operator(&self, cred: &Cred) -> bool {
+        cred.uid == 0 || cred.uid == self.config.daemon_uid || self.config.operators.contains(&cred.uid)
+    }
+
+    fn default_queue(&self) -> u32 {
+        if self.queues.len() > 1 {
+            1
+        } else {
+            self.queues.len().saturating_sub(1) as u32
+        }
+    }
+
+    // ----- submission and admission -----
+
+    fn submit(&mut self, client: ClientToken, cred: Cred, user: String, request: JobRequest, now: Tick, out: &mut Vec<Action>) {
+        let reject = |kind, reason: String, out: &mut Vec<Action>| {
+            out.push(Action::Notify { client, event: ClientEvent::Rejected { kind, reason } });
+        };
+        if self.shutting_down {
+            return reject(Rejection::ShuttingDown, "scored is shutting down".into(), out);
+        }
+        if self.by_client.contains_key(&client) || self.waiting.iter().any(|w| w.client == client) {
+            return reject(Rejection::Invalid, "this connection already submitted a job".into(), out);
+        }
+        if request.stages.is_empty() || request.stages.iter().any(|argv| argv.is_empty() || argv[0].is_empty()) {
+            return reject(Rejection::Invalid, "the job has an empty program".into(), out);
+        }
+        let waiter = Waiter { client, cred, user, request, submitted_at: now };
+        if let Err((kind, reason)) = self.check_queue(&waiter) {
+            return reject(kind, reason, out);
+        }
+        if !self.waiting.is_empty() {
+            let reason = format!(
+                "{} job{} already wait{} for resources ahead of this one",
+                self.waiting.len(),
+                if self.waiting.len() == 1 { "" } else { "s" },
+                if self.waiting.len() == 1 { "s" } else { "" }
+            );
+            return self.short(waiter, reason, out);
+        }
+        match self.decide(&waiter) {
+            Decision::Admit(placement) => self.admit(waiter, placement, now, out),
+            Decision::TooBig(reason) => reject(Rejection::TooBig, reason, out),
+            Decision::Short(reason) => self.short(waiter, reason, out),
+        }
+    }
+
+    fn short(&mut self, waiter: Waiter, reason: String, out: &mut Vec<Action>) {
+        let client = waiter.client;
+        if waiter.request.wait {
+            self.waiting.push_back(waiter);
+            out.push(Action::Notify { client, event: ClientEvent::Waiting(reason) });
+        } else {
+            out.push(Action::Notify {
+                client,
+                event: ClientEvent::Rejected { kind: Rejection::Resources, reason },
+            });
+        }
+    }
+
+    fn queue_of(&self, request: &JobRequest) -> u32 {
+        request.priority.unwrap_or_else(|| self.default_queue())
+    }
+
+    fn check_queue(&self, waiter: &Waiter) -> Result<(), (Rejection, String)> {
+        let number = self.queue_of(&waiter.request);
+        let Some(queue) = self.queues.get(number as usize) else {
+            return Err((
+                Rejection::Invalid,
+                format!("no queue {number}: queues are 0 to {}", self.queues.len().saturating_sub(1)),
+            ));
+        };
+        if !queue.enabled {
+            return Err((Rejection::QueueDisabled, format!("queue {number} is disabled")));
+        }
+        if let Some(gid) = queue.group {
+            if waiter.cred.uid != 0 && !waiter.cred.in_group(gid) {
+                return Err((
+                    Rejection::Permission,
+                    format!(
+                        "queue {number} is restricted to group {}; user {} (uid {}) is not a member",
+                        queue_group_name(queue),
+                        waiter.user,
+                        waiter.cred.uid
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn decide(&self, waiter: &Waiter) -> Decision {
+        let queue = &self.queues[self.queue_of(&waiter.request) as usize];
+        let ask = Ask { procs: waiter.request.procs, memory: waiter.request.memory, disk: waiter.request.disk };
+        admission::decide(ask, queue, &self.topology, &self.limits, &self.ledger)
+    }
+
+    fn admit(&mut self, waiter: Waiter, placement: Placement, now: Tick, out: &mut Vec<Action>) {
+        let id = JobId(self.next_job);
+        self.next_job += 1;
+        let queue = self.queue_of(&waiter.request);
+        self.ledger.reserve(&placement);
+        let n_slots = placement.hosts.len();
+        let job = Job {
+            id,
+            owner: waiter.cred,
+            client: Some(waiter.client),
+            queue,
+            queues_visited: vec![queue],
+            cluster: placement.cluster,
+            hosts: placement.hosts,
+            layout: placement.layout,
+            limits: placement.limits,
+            phase: Phase::Idle,
+            operator_hold: false,
+            owner_hold: false,
+            stage: 0,
+            ranks_left: 0,
+            started: false,
+            ending: None,
+            graceful_kill: false,
+            kill_deadline: None,
+            failure: None,
+            submitted_at: waiter.submitted_at,
+            admitted_at: now,
+            first_run_at: None,
+            running_since: None,
+            run_time: Duration::ZERO,
+            switches: 0,
+            ran_this_slice: false,
+            usage: Usage::default(),
+            peak_memory: vec![0; n_slots],
+            peak_disk: 0,
+            residency_base: Duration::ZERO,
+            request: waiter.request,
+        };
+        let hosts = job.hosts.iter().map(|host| self.topology.host(*host).name.clone()).collect();
+        let cluster = self.topology.cluster(job.cluster).name.clone();
+        out.push(Action::Notify {
+            client: waiter.client,
+            event: ClientEvent::Admitted { job: id, queue, cluster, hosts },
+        });
+        if self.jobs.is_empty() {
+            // Restart the slice cadence when the daemon leaves idleness, so
+            // that the first job gets a whole slice.
+            self.slice_anchor = now;
+            self.next_slice = now.after(self.config.timeslice);
+        }
+        self.queues[queue as usize].push(id, false);
+        self.by_client.insert(waiter.client, id);
+        self.users.insert(id, waiter.user);
+        self.jobs.insert(id, job);
+    }
+
+    fn admit_waiters(&mut self, now: Tick, out: &mut Vec<Action>) {
+        while let Some(front) = self.waiting.front() {
+            if let Err((kind, reason)) = self.check_queue(front) {
+                let client = front.client;
+                self.waiting.pop_front();
+                out.push(Action::Notify { client, event: ClientEvent::Rejected { kind, reason } });
+                continue;
+            }
+            match self.decide(front) {
+                Decision::Admit(placement) => {
+                    let waiter = self.waiting.pop_front().expect("front exists");
+                    self.admit(waiter, placement, now, out);
+                }
+                Decision::TooBig(reason) => {
+                    let client = front.client;
+                    self.waiting.pop_front();
+                    out.push(Action::Notify {
+                        client,
+                        event: ClientEvent::Rejected { kind: Rejection::TooBig, reason },
+                    });
+                }
+                Decision::Short(_) => break,
+            }
+        }
+    }
+
+    // ----- process events -----
+
+    fn rank_exited(&mut self, job: JobId, stage: usize, rank: u32, status: ExitStatus, out: &mut Vec<Action>) {
+        let Some(record) = self.jobs.get_mut(&job) else { return };
+        record.ranks_left = record.ranks_left.saturating_sub(1);
+        if !status.success() && record.failure.is_none() {
+            record.failure = Some(status);
+        }
+        // A rank killed by a signal is an abnormal end of the parallel
+        // program: the others would wait for it forever, so the job ends.
+        if let ExitStatus::Signal(signal) = status {
+            if record.ending.is_none() {
+                record.ending = Some(EndCause::RankSignalled);
+                tracing::debug!(job = %job, stage, rank, signal, "rank killed by a signal; killing the job");
+                if record.ranks_left > 0 {
+                    out.push(Action::Signal { job, signal: SIGKILL });
+                }
+            }
+        }
+    }
+
+    fn processes_gone(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
+        let Some(record) = self.jobs.get_mut(&job) else { return };
+        if let Some(since) = record.running_since.take() {
+            record.run_time += now.since(since);
+        }
+        record.phase = Phase::Idle;
+        record.ranks_left = 0;
+        self.live.remove(&job);
+        let more_stages = record.request.joiner == Joiner::Sequence && record.stage + 1 < record.request.stages.len();
+        if record.ending.is_none() && record.failure.is_none() && more_stages {
+            record.stage += 1;
+            return;
+        }
+        self.finish(job, now, out);
+    }
+
+    fn usage(&mut self, job: JobId, usage: Usage, now: Tick, out: &mut Vec<Action>) {
+        let Some(record) = self.jobs.get_mut(&job) else { return };
+        for (peak, current) in record.peak_memory.iter_mut().zip(&usage.memory) {
+            *peak = (*peak).max(*current);
+        }
+        record.peak_disk = record.peak_disk.max(usage.disk);
+        // CPU time never goes back, even if a sample missed a process.
+        let cpu = usage.cpu.max(record.usage.cpu);
+        record.usage = Usage { cpu, ..usage };
+        if record.ending.is_some() {
+            return;
+        }
+        let mut violation = None;
+        if let Some(limit) = record.limits.cputime {
+            if cpu > limit {
+                violation = Some(format!(
+                    "CPU time {} over the limit of {}",
+                    format_duration(cpu),
+                    format_duration(limit)
+                ));
+            }
+        }
+        if let Some(limit) = record.limits.memory {
+            for (slot, used) in record.usage.memory.iter().enumerate() {
+                if *used > limit && violation.is_none() {
+                    let host = record.hosts.get(slot).map(|h| self.topology.host(*h).name.as_str()).unwrap_or("?");
+                    violation = Some(format!(
+                        "memory {} over the limit of {} on {host}",
+                        format_size(*used),
+                        format_size(limit)
+                    ));
+                }
+            }
+        }
+        if let Some(limit) = record.limits.disk {
+            if record.usage.disk > limit && violation.is_none() {
+                violation = Some(format!(
+                    "disk {} over the limit of {}",
+                    format_size(record.usage.disk),
+                    format_size(limit)
+                ));
+            }
+        }
+        if let Some(why) = violation {
+            tracing::info!(job = %job, reason = %why, "limit exceeded; killing the job");
+            self.begin_kill(job, EndCause::Limit(why), false, now, out);
+            return;
+        }
+        // Residency: a job whose CPU time in its queue exceeds the queue's
+        // residency time sinks to the next lower queue, and the clock restarts.
+        let queue = record.queue;
+        if let Some(residency) = self.queues.get(queue as usize).and_then(|q| q.residency) {
+            if cpu.saturating_sub(record.residency_base) > residency && (queue as usize) + 1 < self.queues.len() {
+                tracing::info!(job = %job, from = queue, to = queue + 1, "residency exceeded; moving down");
+                self.move_job(job, queue + 1);
+            }
+        }
+    }
+
+    fn move_job(&mut self, job: JobId, to: u32) {
+        let Some(record) = self.jobs.get_mut(&job) else { return };
+        let from = record.queue;
+        record.queue = to;
+        record.queues_visited.push(to);
+        record.residency_base = record.usage.cpu;
+        let started = record.started;
+        self.queues[from as usize].remove(job);
+        self.queues[to as usize].push(job, started);
+    }
+
+    fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
+        // Escalate graceful kills whose grace is over.
+        let overdue: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|job| job.kill_deadline.is_some_and(|deadline| deadline <= now))
+            .map(|job| job.id)
+            .collect();
+        for job in overdue {
+            if let Some(record) = self.jobs.get_mut(&job) {
+                record.kill_deadline = None;
+                record.graceful_kill = false;
+                out.push(Action::Signal { job, signal: SIGKILL });
+            }
+        }
+        if now < self.next_slice {
+            return;
+        }
+        // Slice boundaries keep a fixed cadence from the anchor, however
+        // late this tick is and however long the last switch took.
+        let slice = self.config.timeslice.as_micros().max(1) as u64;
+        let elapsed = now.0.saturating_sub(self.slice_anchor.0);
+        self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
+        let jobs = &self.jobs;
+        for queue in &mut self.queues {
+            queue.rotate(|job| jobs.get(&job).is_some_and(|record| record.ran_this_slice));
+        }
+        for record in self.jobs.values_mut() {
+            record.ran_this_slice = record.phase == Phase::Running;
+        }
+        for &job in &self.live {
+            out.push(Action::Sample(job));
+        }
+    }
+
+    // ----- killing and finishing -----
+
+    /// Starts killing a job. A graceful kill sends SIGTERM and lets the job
+    /// run (ahead of every queue) to handle it, then SIGKILL after the grace.
+    fn begin_kill(&mut self, job: JobId, cause: EndCause, graceful: bool, now: Tick, out: &mut Vec<Action>) {
+        let grace = self.config.kill_grace;
+        let Some(record) = self.jobs.get_mut(&job) else { return };
+        if record.ending.is_some() && !matches!(record.ending, Some(EndCause::RankSignalled)) {
+            // Already being killed; a harder kill may still escalate it.
+            if !graceful && record.graceful_kill {
+                record.graceful_kill = false;
+                record.kill_deadline = None;
+                out.push(Action::Signal { job, signal: SIGKILL });
+            }
+            return;
+        }
+        record.ending = Some(cause);
+        if record.phase == Phase::Idle {
+            // No process exists: nothing to signal.
+            self.finish(job, now, out);
+            return;
+        }
+        if graceful {
+            record.graceful_kill = true;
+            record.kill_deadline = Some(now.after(grace));
+            out.push(Action::Signal { job, signal: SIGTERM });
+        } else {
+            out.push(Action::Signal { job, signal: SIGKILL });
+        }
+    }
+
+    fn finish(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
+        let Some(mut record) = self.jobs.remove(&job) else { return };
+        if let Some(since) = record.running_since.take() {
+            record.run_time += now.since(since);
+        }
+        self.live.remove(&job);
+        self.queues[record.queue as usize].remove(job);
+        self.ledger.release(&Placement {
+            cluster: record.cluster,
+            hosts: record.hosts.clone(),
+            layout: record.layout.clone(),
+            limits: record.limits,
+        });
+        if let Some(client) = record.client {
+            self.by_client.remove(&client);
+        }
+        let first_failure = record.failure.map(ExitStatus::as_shell);
+        let (kind, status, reason, state) = match &record.ending {
+            None => {
+                let status = first_failure.unwrap_or(0);
+                (EndKind::Exited, status, describe_exit(record.failure), JobState::Done)
+            }
+            Some(EndCause::RankSignalled) => (
+                EndKind::Exited,
+                first_failure.unwrap_or(crate::exitcode::from_signal(SIGKILL)),
+                format!("{}; the other processes were killed", describe_exit(record.failure)),
+                JobState::Done,
+            ),
+            Some(EndCause::Limit(why)) => {
+                (EndKind::Limit, crate::exitcode::LIMIT, format!("killed: {why}"), JobState::Killed)
+            }
+            Some(EndCause::Killed(by)) => (
+                EndKind::Killed,
+                first_failure.unwrap_or(crate::exitcode::from_signal(SIGTERM)),
+                format!("killed: {by}"),
+                JobState::Killed,
+            ),
+            Some(EndCause::ClientGone) => (
+                EndKind::Killed,
+                first_failure.unwrap_or(crate::exitcode::from_signal(SIGKILL)),
+                "killed: its scrun went away".to_string(),
+                JobState::Killed,
+            ),
+            Some(EndCause::Shutdown) => (
+                EndKind::Shutdown,
+                first_failure.unwrap_or(crate::exitcode::from_signal(SIGTERM)),
+                "killed: scored is shutting down".to_string(),
+                JobState::Killed,
+            ),
+            Some(EndCause::LaunchFailed { message, status }) => {
+                (EndKind::LaunchFailed, *status, format!("launch failed: {message}"), JobState::Done)
+            }
+        };
+        let accounting = self.accounting(&record, now);
+        let ending = Ending { job, kind, status, reason, accounting };
+        tracing::info!(job = %job, status, reason = %ending.reason, "job ended");
+        if let Some(client) = record.client {
+            out.push(Action::Notify { client, event: ClientEvent::Ended(Box::new(ending.clone())) });
+        }
+        if record.started {
+            out.push(Action::Release(job));
+        }
+        // Keep the record small: the environment is not needed any more.
+        record.request.env = Vec::new();
+        let user = self.users.remove(&job).unwrap_or_default();
+        if self.finished.len() == HISTORY {
+            self.finished.pop_front();
+        }
+        self.finished.push_back(Finished { job: record, user, state, ended_at: now, ending });
+        self.admit_waiters(now, out);
+    }
+
+    fn accounting(&self, job: &Job, now: Tick) -> Accounting {
+        let wait = job.first_run_at.unwrap_or(now).since(job.submitted_at);
+        let wall = job.first_run_at.map_or(Duration::ZERO, |first| now.since(first));
+        Accounting {
+            queues: job.queues_visited.clone(),
+            wait,
+            wall,
+            cpu: job.usage.cpu,
+            stopped: job.stopped_time(now),
+            switches: job.switches,
+            peak_memory: job
+                .hosts
+                .iter()
+                .zip(&job.peak_memory)
+                .map(|(host, peak)| (self.topology.host(*host).name.clone(), *peak))
+                .collect(),
+            peak_disk: job.peak_disk,
+        }
+    }
+
+    fn client_gone(&mut self, client: ClientToken, now: Tick, out: &mut Vec<Action>) {
+        self.waiting.retain(|waiter| waiter.client != client);
+        if let Some(job) = self.by_client.remove(&client) {
+            if let Some(record) = self.jobs.get_mut(&job) {
+                record.client = None;
+            }
+            self.begin_kill(job, EndCause::ClientGone, false, now, out);
+        }
+    }
+
+    fn shutdown(&mut self, now_kill: bool, now: Tick, out: &mut Vec<Action>) {
+        if !self.shutting_down {
+            tracing::info!(kill = now_kill, jobs = self.jobs.len(), "shutting down");
+        }
+        self.shutting_down = true;
+        for waiter in std::mem::take(&mut self.waiting) {
+            out.push(Action::Notify {
+                client: waiter.client,
+                event: ClientEvent::Rejected {
+                    kind: Rejection::ShuttingDown,
+                    reason: "scored is shutting down".into(),
+                },
+            });
+        }
+        // Jobs that cannot progress (held, or in a deactivated queue) would
+        // keep a graceful shutdown waiting forever: they are killed too.
+        let victims: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|job| now_kill || job.held() || !self.queues[job.queue as usize].activated)
+            .map(|job| job.id)
+            .collect();
+        for job in victims {
+            self.begin_kill(job, EndCause::Shutdown, true, now, out);
+        }
+    }
+
+    // ----- the switch -----
+
+    /// Recomputes the active set and moves the jobs towards it.
+    fn reschedule(&mut self, now: Tick, out: &mut Vec<Action>) {
+        let mut active = std::mem::take(&mut self.active);
+        {
+            let jobs = &self.jobs;
+            let queues = &self.queues;
+            // Jobs being killed take their hosts first: a graceful kill must
+            // let the job run to handle SIGTERM, and a job whose processes
+            // may still run must keep its hosts until they are gone.
+            let first = jobs
+                .values()
+                .filter(|job| {
+                    job.ending.is_some()
+                        && (job.graceful_kill || matches!(job.phase, Phase::Running | Phase::Stopping))
+                })
+                .map(|job| job.id);
+            sched::active_set(
+                queues,
+                self.topology.hosts.len(),
+                first,
+                |job| jobs.get(&job).map_or(&[][..], |record| record.hosts.as_slice()),
+                |job| jobs.get(&job).is_some_and(|record| record.ending.is_none() && !record.held()),
+                &mut self.scratch,
+                &mut active,
+            );
+        }
+        let chosen: BTreeSet<JobId> = active.iter().copied().collect();
+
+        // Phase one: stop every running job that left the active set.
+        let leaving: Vec<JobId> = self
+            .live
+            .iter()
+            .copied()
+            .filter(|job| !chosen.contains(job) && self.jobs[job].phase == Phase::Running)
+            .collect();
+        for &job in &leaving {
+            if self.switches.open.is_none() {
+                let id = self.switches.next_id;
+                self.switches.next_id += 1;
+                self.switches.open = Some(id);
+                self.switches.count += 1;
+                out.push(Action::SwitchBegin(id));
+            }
+            let record = self.jobs.get_mut(&job).expect("live jobs exist");
+            record.phase = Phase::Stopping;
+            record.switches += 1;
+            if let Some(since) = record.running_since.take() {
+                record.run_time += now.since(since);
+            }
+            out.push(Action::Stop(job));
+        }
+
+        // Phase two: start or continue chosen jobs whose hosts are free of
+        // every job that is running or still stopping.
+        let mut busy = vec![false; self.topology.hosts.len()];
+        for job in &self.live {
+            for host in &self.jobs[job].hosts {
+                busy[host.idx()] = true;
+            }
+        }
+        let mut blocked = false;
+        for &job in &active {
+            let record = &self.jobs[&job];
+            if matches!(record.phase, Phase::Running | Phase::Stopping) {
+                continue;
+            }
+            if record.hosts.iter().any(|host| busy[host.idx()]) {
+                blocked = true;
+                continue;
+            }
+            for host in &record.hosts {
+                busy[host.idx()] = true;
+            }
+            self.enter(job, now, out);
+        }
+        self.active = active;
+
+        if let Some(id) = self.switches.open {
+            let stopping = self.live.iter().any(|job| self.jobs[job].phase == Phase::Stopping);
+            if !stopping && !blocked {
+                self.switches.open = None;
+                out.push(Action::SwitchEnd(id));
+            }
+        }
+        if self.shutting_down && self.jobs.is_empty() {
+            out.push(Action::Exit);
+        }
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+    }
+
+    /// Continues a stopped job or creates the processes of an idle one.
+    fn enter(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
+        let record = self.jobs.get_mut(&job).expect("chosen jobs exist");
+        let phase = record.phase;
+        record.phase = Phase::Running;
+        record.running_since = Some(now);
+        record.ran_this_slice = true;
+        self.live.insert(job);
+        match phase {
+            Phase::Stopped => out.push(Action::Continue(job)),
+            Phase::Idle => {
+                let first_time = !record.started;
+                record.started = true;
+                if record.first_run_at.is_none() {
+                    record.first_run_at = Some(now);
+                }
+                let plan = launch_plan(record);
+                record.ranks_left = plan.procs.len() as u32;
+                let client = record.client;
+                let queue = record.queue;
+                out.push(Action::Spawn(Box::new(plan)));
+                if first_time {
+                    self.queues[queue as usize].mark_started(job);
+                    if let Some(client) = client {
+                        out.push(Action::Notify { client, event: ClientEvent::Started(job) });
+                    }
+                }
+            }
+            Phase::Running | Phase::Stopping => {}
+        }
+    }
+
+    /// Checks the core's invariants; tests call it after every step.
+    pub fn check_invariants(&self) {
+        let mut owner: HashMap<HostId, JobId> = HashMap::new();
+        for job in self.jobs.values() {
+            let live = matches!(job.phase, Phase::Running | Phase::Stopping);
+            assert_eq!(live, self.live.contains(&job.id), "live set out of date for job {}", job.id);
+            if live {
+                for host in &job.hosts {
+                    if let Some(other) = owner.insert(*host, job.id) {
+                        panic!("jobs {other} and {} both hold host {host}", job.id);
+                    }
+                }
+            }
+            let in_queue = self.queues[job.queue as usize].order().filter(|&queued| queued == job.id).count();
+            assert_eq!(in_queue, 1, "job {} must be in queue {} once", job.id, job.queue);
+        }
+        let queued: usize = self.queues.iter().map(Queue::len).sum();
+        assert_eq!(queued, self.jobs.len(), "queues hold exactly the unfinished jobs");
+        let mut ledger = Ledger::new(&self.topology);
+        for job in self.jobs.values() {
+            ledger.reserve(&Placement {
+                cluster: job.cluster,
+                hosts: job.hosts.clone(),
+                layout: job.layout.clone(),
+                limits: job.limits,
+            });
+        }
+        assert_eq!(ledger, self.ledger, "the ledger matches the admitted jobs");
+    }
+
+    // ----- console commands -----
+
+    fn run_command(&mut self, cred: &Cred, command: Command, now: Tick, dir: &dyn Directory, out: &mut Vec<Action>) -> Reply {
+        let operator = self.is_operator(cred);
+        let needs_operator = command.is_changing()
+            && !matches!(command, Command::Kill { .. } | Command::Suspend(_) | Command::Resume(_));
+        if needs_operator && !operator {
+            return Reply::error(format!(
+                "permission denied: '{}' changes the daemon and needs root or the operator",
+                command::parse::render(&command)
+            ));
+        }
+        if self.shutting_down
+            && command.is_changing()
+            && !matches!(command, Command::Kill { .. } | Command::Shutdown { .. })
+        {
+            return Reply::error("scored is shutting down: only kill and shutdown are accepted");
+        }
+        match command {
+            Command::Help(topic) => match command::help::help(topic.as_deref()) {
+                Ok(text) => Reply::Text(text),
+                Err(message) => Reply::Error(message),
+            },
+            Command::Status => self.status(now),
+            Command::Hosts => self.hosts_table(),
+            Command::Clusters => self.clusters_table(),
+            Command::Queues => self.queues_table(),
+            Command::Jobs { all } => self.jobs_table(all, now),
+            Command::Job(id) => self.job_record(JobId(id), now),
+            Command::ClusterLimit { cluster, limits } => {
+                let Some(id) = self.topology.find_cluster(&cluster) else {
+                    return Reply::error(format!("no cluster {}", describe_cluster_ref(&cluster)));
+                };
+                let current = &mut self.limits[id.idx()];
+                apply(&mut current.memory, limits.memory);
+                apply(&mut current.disk, limits.disk);
+                apply(&mut current.jobs, limits.jobs);
+                let summary = describe_limits(current);
+                let name = self.topology.cluster(id).name.clone();
+                self.admit_waiters(now, out);
+                Reply::Done(format!("cluster {name}: {summary}"))
+            }
+            Command::QueueState { queue, action } => {
+                let Some(record) = self.queues.get_mut(queue as usize) else {
+                    return self.no_queue(queue);
+                };
+                match action {
+                    QueueAction::Enable => record.enabled = true,
+                    QueueAction::Disable => record.enabled = false,
+                    QueueAction::Activate => {
+                        record.enabled = true;
+                        record.activated = true;
+                    }
+                    QueueAction::Deactivate => record.activated = false,
+                }
+                let state = record.state_word();
+                let scheduling = if record.activated { "scheduled" } else { "not scheduled" };
+                self.admit_waiters(now, out);
+                Reply::Done(format!("queue {queue}: {state} (jobs {scheduling})"))
+            }
+            Command::QueueSet { queue, settings } => self.queue_set(queue, settings, now, dir, out),
+            Command::Kill { job, signal } => {
+                let id = JobId(job);
+                if let Err(reply) = self.may_touch(cred, id) {
+                    return reply;
+                }
+                let by = if operator && self.jobs[&id].owner.uid != cred.uid {
+                    "by an operator".to_string()
+                } else {
+                    "by its owner".to_string()
+                };
+                match signal {
+                    None | Some(SIGTERM) => {
+                        self.begin_kill(id, EndCause::Killed(by), true, now, out);
+                        Reply::Done(format!("job {job}: killing (SIGTERM, then SIGKILL after {})", format_duration(self.config.kill_grace)))
+                    }
+                    Some(SIGKILL) => {
+                        self.begin_kill(id, EndCause::Killed(by), false, now, out);
+                        Reply::Done(format!("job {job}: killed"))
+                    }
+                    Some(signal) => {
+                        if self.jobs[&id].phase == Phase::Idle {
+                            return Reply::error(format!("job {job} has no process to signal yet"));
+                        }
+                        out.push(Action::Signal { job: id, signal });
+                        Reply::Done(format!("job {job}: sent signal {signal}"))
+                    }
+                }
+            }
+            Command::Suspend(job) => {
+                let id = JobId(job);
+                if let Err(reply) = self.may_touch(cred, id) {
+                    return reply;
+                }
+                let record = self.jobs.get_mut(&id).expect("checked");
+                if record.ending.is_some() {
+                    return Reply::error(format!("job {job} is ending"));
+                }
+                if operator {
+                    record.operator_hold = true;
+                } else {
+                    record.owner_hold = true;
+                }
+                Reply::Done(format!("job {job}: held"))
+            }
+            Command::Resume(job) => {
+                let id = JobId(job);
+                if let Err(reply) = self.may_touch(cred, id) {
+                    return reply;
+                }
+                let record = self.jobs.get_mut(&id).expect("checked");
+                if !record.held() {
+                    return Reply::error(format!("job {job} is not held"));
+                }
+                if operator {
+                    record.operator_hold = false;
+                    record.owner_hold = false;
+                } else {
+                    if record.operator_hold {
+                        return Reply::error(format!(
+                            "job {job} is held by an operator; only an operator can resume it"
+                        ));
+                    }
+                    record.owner_hold = false;
+                }
+                Reply::Done(format!("job {job}: released"))
+            }
+            Command::Move { job, queue } => {
+                let id = JobId(job);
+                if !self.jobs.contains_key(&id) {
+                    return self.no_job(id);
+                }
+                if queue as usize >= self.queues.len() {
+                    return self.no_queue(queue);
+                }
+                if self.jobs[&id].queue == queue {
+                    return Reply::error(format!("job {job} is already in queue {queue}"));
+                }
+                self.move_job(id, queue);
+                Reply::Done(format!("job {job}: moved to queue {queue}"))
+            }
+            Command::Timeslice(None) => Reply::Record(vec![(
+                "timeslice".into(),
+                Value::Duration(self.config.timeslice),
+            )]),
+            Command::Timeslice(Some(slice)) => {
+                if slice < Duration::from_millis(1) {
+                    return Reply::error("the time slice must be at least 1ms");
+                }
+                self.config.timeslice = slice;
+                self.slice_anchor = now;
+                self.next_slice = now.after(slice);
+                Reply::Done(format!("timeslice: {}", format_duration(slice)))
+            }
+            Command::Shutdown { now: kill } => {
+                self.shutdown(kill, now, out);
+                let n = self.jobs.len();
+                Reply::Done(if kill {
+                    format!("shutting down now: killing {n} job{}", if n == 1 { "" } else { "s" })
+                } else {
+                    format!("shutting down: waiting for {n} job{} to finish", if n == 1 { "" } else { "s" })
+                })
+            }
+        }
+    }
+
+    fn no_job(&self, id: JobId) -> Reply {
+        if self.finished.iter().any(|done| done.job.id == id) {
+            Reply::error(format!("job {id} has already ended"))
+        } else {
+            Reply::error(format!("no job {id}"))
+        }
+    }
+
+    fn no_queue(&self, queue: u32) -> Reply {
+        Reply::error(format!("no queue {queue}: queues are 0 to {}", self.queues.len().saturating_sub(1)))
+    }
+
+    /// Whether `cred` may kill, hold or release job `id`: the operator or the owner.
+    fn may_touch(&self, cred: &Cred, id: JobId) -> Result<(), Reply> {
+        let Some(job) = self.jobs.get(&id) else {
+            return Err(self.no_job(id));
+        };
+        if self.is_operator(cred) || job.owner.uid == cred.uid {
+            Ok(())
+        } else {
+            Err(Reply::error(format!("permission denied: job {id} belongs to another user")))
+        }
+    }
+
+    fn queue_set(&mut self, queue: u32, settings: command::QueueSettings, now: Tick, dir: &dyn Directory, out: &mut Vec<Action>) -> Reply {
+        if queue as usize >= self.queues.len() {
+            return self.no_queue(queue);
+        }
+        // Resolve everything first, so that an error changes nothing.
+        let group = match &settings.group {
+            Some(Setting::Set(group)) => match dir.group(group) {
+                Ok(resolved) => Some(Some(resolved)),
+                Err(message) => return Reply::error(message),
+            },
+            Some(Setting::Clear) => Some(None),
+            None => None,
+        };
+        let started_in_order: Vec<JobId> = {
+            let mut started: Vec<&Job> =
+                self.jobs.values().filter(|job| job.queue == queue && job.started).collect();
+            started.sort_by_key(|job| job.first_run_at);
+            started.into_iter().map(|job| job.id).collect()
+        };
+        let record = &mut self.queues[queue as usize];
+        if let Some(mode) = settings.mode {
+            record.set_mode(mode);
+            if mode == QueueMode::Exclusive {
+                for job in &started_in_order {
+                    record.mark_started(*job);
+                }
+            }
+        }
+        apply(&mut record.cputime, settings.cputime);
+        apply(&mut record.residency, settings.residency);
+        apply(&mut record.memory_pct, settings.memory);
+        apply(&mut record.disk_pct, settings.disk);
+        if let Some(group) = group {
+            record.group = group.as_ref().map(|(gid, _)| *gid);
+            self.group_names_set(queue, group.and_then(|(_, name)| name));
+        }
+        self.admit_waiters(now, out);
+        let record = &self.queues[queue as usize];
+        Reply::Done(format!("queue {queue}: {}", describe_queue(record)))
+    }
+
+    fn group_names_set(&mut self, queue: u32, name: Option<String>) {
+        self.queues[queue as usize].group_name = name;
+    }
+
+    // ----- listings -----
+
+    fn status(&self, now: Tick) -> Reply {
+        let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for job in self.jobs.values() {
+            *counts.entry(job.state().as_str()).or_default() += 1;
+        }
+        let jobs_value = Value::Map(
+            ["running", "stopped", "queued", "held", "ending"]
+                .iter()
+                .map(|state| (state.to_string(), Value::Uint(counts.get(state).copied().unwrap_or(0))))
+                .collect(),
+        );
+        let mut recent: Vec<Duration> = self.switches.recent.iter().copied().collect();
+        recent.sort_unstable();
+        let median = recent.get(recent.len() / 2).copied();
+        let reserved_memory: u64 = self.ledger.host_memory.iter().sum();
+        let reserved_disk: u64 = self.ledger.cluster_disk.iter().sum();
+        Reply::Record(vec![
+            ("uptime".into(), Value::Duration(now.since(Tick::default()))),
+            ("state".into(), Value::text(if self.shutting_down { "shutting down" } else { "accepting jobs" })),
+            ("timeslice".into(), Value::Duration(self.config.timeslice)),
+            (
+                "clusters".into(),
+                Value::Map(vec![
+                    ("count".into(), Value::Uint(self.topology.clusters.len() as u64)),
+                    ("hosts".into(), Value::Uint(self.topology.hosts.len() as u64)),
+                ]),
+            ),
+            (
+                "queues".into(),
+                Value::List(
+                    self.queues
+                        .iter()
+                        .map(|queue| Value::text(format!("{}:{}", queue.number, queue.state_word())))
+                        .collect(),
+                ),
+            ),
+            ("jobs".into(), jobs_value),
+            ("waiting".into(), Value::Uint(self.waiting.len() as u64)),
+            ("finished".into(), Value::Uint(self.finished.len() as u64)),
+            (
+                "reserved".into(),
+                Value::Map(vec![
+                    ("memory".into(), Value::Size(reserved_memory)),
+                    ("disk".into(), Value::Size(reserved_disk)),
+                ]),
+            ),
+            ("switches".into(), Value::Uint(self.switches.count)),
+            (
+                "switch latency".into(),
+                Value::Map(vec![
+                    ("median".into(), Value::opt(median.map(Value::Duration))),
+                    ("max".into(), Value::opt((!recent.is_empty()).then_some(Value::Duration(self.switches.max)))),
+                ]),
+            ),
+        ])
+    }
+
+    fn hosts_table(&self) -> Reply {
+        let mut table = Table::new(&["host", "name", "cluster", "cpus", "cores", "speed", "memory", "jobs", "running", "state"]);
+        let mut admitted = vec![0u64; self.topology.hosts.len()];
+        for job in self.jobs.values() {
+            for host in &job.hosts {
+                admitted[host.idx()] += 1;
+            }
+        }
+        let mut running: Vec<Option<JobId>> = vec![None; self.topology.hosts.len()];
+        for job in &self.live {
+            for host in &self.jobs[job].hosts {
+                running[host.idx()] = Some(*job);
+            }
+        }
+        for host in &self.topology.hosts {
+            let busy = running[host.id.idx()];
+            table.push(vec![
+                Value::Uint(u64::from(host.id.0)),
+                Value::text(&host.name),
+                Value::text(&self.topology.cluster(host.cluster).name),
+                Value::text(host.cpus.to_string()),
+                Value::Uint(u64::from(host.cores)),
+                Value::Float(host.speed),
+                Value::Size(host.memory),
+                Value::Uint(admitted[host.id.idx()]),
+                Value::opt(busy.map(|job| Value::Uint(job.0))),
+                Value::text(if busy.is_some() { "busy" } else { "idle" }),
+            ]);
+        }
+        Reply::Table(table)
+    }
+
+    fn clusters_table(&self) -> Reply {
+        let mut table = Table::new(&[
+            "cluster", "name", "hosts", "cores", "speed", "memory", "memory reserved", "disk", "disk reserved", "jobs",
+            "jobs limit",
+        ]);
+        for cluster in &self.topology.clusters {
+            let limits = self.limits[cluster.id.idx()];
+            let reserved_memory = cluster.hosts.iter().map(|host| self.ledger.host_memory[host.idx()]).max().unwrap_or(0);
+            table.push(vec![
+                Value::Uint(u64::from(cluster.id.0)),
+                Value::text(&cluster.name),
+                Value::Uint(cluster.hosts.len() as u64),
+                Value::Uint(u64::from(cluster.cores)),
+                Value::Float(cluster.speed),
+                Value::opt(limits.memory.map(Value::Size)),
+                Value::Size(reserved_memory),
+                Value::opt(limits.disk.map(Value::Size)),
+                Value::Size(self.ledger.cluster_disk[cluster.id.idx()]),
+                Value::Uint(self.ledger.cluster_jobs[cluster.id.idx()]),
+                Value::opt(limits.jobs.map(Value::Uint)),
+            ]);
+        }
+        Reply::Table(table)
+    }
+
+    fn queues_table(&self) -> Reply {
+        let mut table = Table::new(&[
+            "queue", "state", "scheduled", "mode", "cputime", "residency", "memory", "disk", "group", "queued",
+            "running", "stopped", "held",
+        ]);
+        for queue in &self.queues {
+            let mut counts = [0u64; 4];
+            for job in queue.order().filter_map(|id| self.jobs.get(&id)) {
+                match job.state() {
+                    JobState::Queued => counts[0] += 1,
+                    JobState::Running | JobState::Ending => counts[1] += 1,
+                    JobState::Stopped => counts[2] += 1,
+                    JobState::Held => counts[3] += 1,
+                    JobState::Done | JobState::Killed => {}
+                }
+            }
+            table.push(vec![
+                Value::Uint(u64::from(queue.number)),
+                Value::text(queue.state_word()),
+                Value::Bool(queue.activated),
+                Value::text(queue.mode.as_str()),
+                Value::opt(queue.cputime.map(Value::Duration)),
+                Value::opt(queue.residency.map(Value::Duration)),
+                Value::opt(queue.memory_pct.map(Value::Percent)),
+                Value::opt(queue.disk_pct.map(Value::Percent)),
+                Value::opt(queue.group.map(|_| Value::text(queue_group_name(queue)))),
+                Value::Uint(counts[0]),
+                Value::Uint(counts[1]),
+                Value::Uint(counts[2]),
+                Value::Uint(counts[3]),
+            ]);
+        }
+        Reply::Table(table)
+    }
+
+    fn jobs_table(&self, all: bool, now: Tick) -> Reply {
+        let mut table = Table::new(&["id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "command"]);
+        if all {
+            for done in &self.finished {
+                let job = &done.job;
+                table.push(vec![
+                    Value::Uint(job.id.0),
+                    Value::text(&done.user),
+                    Value::Uint(u64::from(job.queue)),
+                    Value::text(done.state.as_str()),
+                    Value::Uint(u64::from(job.nprocs())),
+                    Value::text(self.host_names(job).join(",")),
+                    Value::Duration(job.usage.cpu),
+                    Value::Duration(done.ending.accounting.wall),
+                    Value::Int(i64::from(done.ending.status)),
+                    Value::text(command_line(job)),
+                ]);
+            }
+        }
+        for job in self.jobs.values() {
+            table.push(vec![
+                Value::Uint(job.id.0),
+                Value::text(self.users.get(&job.id).cloned().unwrap_or_default()),
+                Value::Uint(u64::from(job.queue)),
+                Value::text(job.state().as_str()),
+                Value::Uint(u64::from(job.nprocs())),
+                Value::text(self.host_names(job).join(",")),
+                Value::Duration(job.usage.cpu),
+                Value::Duration(job.first_run_at.map_or(Duration::ZERO, |first| now.since(first))),
+                Value::None,
+                Value::text(command_line(job)),
+            ]);
+        }
+        Reply::Table(table)
+    }
+
+    fn host_names(&self, job: &Job) -> Vec<String> {
+        job.hosts.iter().map(|host| self.topology.host(*host).name.clone()).collect()
+    }
+
+    fn job_record(&self, id: JobId, now: Tick) -> Reply {
+        let (job, user, state, ending, end_time) = match self.jobs.get(&id) {
+            Some(job) => (job, self.users.get(&id).cloned().unwrap_or_default(), job.state(), None, now),
+            None => match self.finished.iter().find(|done| done.job.id == id) {
+                Some(done) => (&done.job, done.user.clone(), done.state, Some(&done.ending), done.ended_at),
+                None => return Reply::error(format!("no job {id}")),
+            },
+        };
+        let wall = job.first_run_at.map_or(Duration::ZERO, |first| end_time.since(first));
+        let host_names = self.host_names(job);
+        let mut fields = vec![
+            ("id".to_string(), Value::Uint(id.0)),
+            ("user".into(), Value::text(user)),
+            ("uid".into(), Value::Uint(u64::from(job.owner.uid))),
+            ("state".into(), Value::text(state.as_str())),
+            ("queue".into(), Value::Uint(u64::from(job.queue))),
+            ("queues".into(), Value::List(job.queues_visited.iter().map(|q| Value::Uint(u64::from(*q))).collect())),
+            ("cluster".into(), Value::text(&self.topology.cluster(job.cluster).name)),
+            ("hosts".into(), Value::List(host_names.iter().map(Value::text).collect())),
+            ("procs".into(), Value::Uint(u64::from(job.nprocs()))),
+            ("command".into(), Value::text(command_line(job))),
+            ("held".into(), Value::text(match (job.operator_hold, job.owner_hold) {
+                (true, _) => "by an operator",
+                (false, true) => "by its owner",
+                (false, false) => "no",
+            })),
+            ("cpu".into(), Value::Duration(job.usage.cpu)),
+            ("wall".into(), Value::Duration(wall)),
+            ("run".into(), Value::Duration(job.run_time_at(end_time))),
+            ("stopped".into(), Value::Duration(job.stopped_time(end_time))),
+            ("wait".into(), Value::Duration(job.first_run_at.unwrap_or(end_time).since(job.submitted_at))),
+            ("switches".into(), Value::Uint(job.switches)),
+            (
+                "memory".into(),
+                Value::Map(
+                    host_names
+                        .iter()
+                        .zip(job.usage.memory.iter().chain(std::iter::repeat(&0)))
+                        .map(|(host, used)| (host.clone(), Value::Size(*used)))
+                        .collect(),
+                ),
+            ),
+            (
+                "peak memory".into(),
+                Value::Map(
+                    host_names.iter().zip(&job.peak_memory).map(|(host, peak)| (host.clone(), Value::Size(*peak))).collect(),
+                ),
+            ),
+            ("disk".into(), Value::Size(job.usage.disk)),
+            ("peak disk".into(), Value::Size(job.peak_disk)),
+            ("cputime limit".into(), Value::opt(job.limits.cputime.map(Value::Duration))),
+            ("memory limit".into(), Value::opt(job.limits.memory.map(Value::Size))),
+            ("disk limit".into(), Value::opt(job.limits.disk.map(Value::Size))),
+            ("residency".into(), Value::Duration(job.usage.cpu.saturating_sub(job.residency_base))),
+        ];
+        if let Some(ending) = ending {
+            fields.push(("exit".into(), Value::Int(i64::from(ending.status))));
+            fields.push(("reason".into(), Value::text(&ending.reason)));
+        }
+        Reply::Record(fields)
+    }
+}
+
+fn apply<T>(slot: &mut Option<T>, setting: Option<Setting<T>>) {
+    match setting {
+        Some(Setting::Set(value)) => *slot = Some(value),
+        Some(Setting::Clear) => *slot = None,
+        None => {}
+    }
+}
+
+fn describe_cluster_ref(cluster: &command::ClusterRef) -> String {
+    match cluster {
+        command::ClusterRef::Index(idx) => idx.to_string(),
+        command::ClusterRef::Name(name) => format!("'{name}'"),
+    }
+}
+
+fn describe_limits(limits: &ClusterLimits) -> String {
+    format!(
+        "memory {} per host, disk {}, jobs {}",
+        limits.memory.map_or("unlimited".into(), format_size),
+        limits.disk.map_or("unlimited".into(), format_size),
+        limits.jobs.map_or("unlimited".into(), |n| n.to_string()),
+    )
+}
+
+fn queue_group_name(queue: &Queue) -> String {
+    match (&queue.group_name, queue.group) {
+        (Some(name), Some(gid)) => format!("{name}({gid})"),
+        (_, Some(gid)) => gid.to_string(),
+        _ => "-".to_string(),
+    }
+}
+
+fn describe_queue(queue: &Queue) -> String {
+    let opt_duration = |value: Option<Duration>| value.map_or("none".to_string(), format_duration);
+    let opt_pct = |value: Option<f64>| value.map_or("none".to_string(), |pct| format!("{pct}%"));
+    format!(
+        "mode={} cputime={} residency={} memory={} disk={} group={}",
+        queue.mode.as_str(),
+        opt_duration(queue.cputime),
+        opt_duration(queue.residency),
+        opt_pct(queue.memory_pct),
+        opt_pct(queue.disk_pct),
+        if queue.group.is_some() { queue_group_name(queue) } else { "none".to_string() },
+    )
+}
+
+fn describe_exit(failure: Option<ExitStatus>) -> String {
+    match failure {
+        None => "all processes exited with status 0".to_string(),
+        Some(ExitStatus::Code(code)) => format!("a process exited with status {code}"),
+        Some(ExitStatus::Signal(signal)) => format!("a process was killed by signal {signal}"),
+    }
+}
+
+fn command_line(job: &Job) -> String {
+    let sep = match job.request.joiner {
+        Joiner::Sequence => " :: ",
+        Joiner::Pipe => " == ",
+    };
+    let text = job
+        .request
+        .stages
+        .iter()
+        .map(|argv| argv.iter().map(|arg| arg.to_string_lossy()).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join(sep);
+    const MAX: usize = 60;
+    if text.chars().count() > MAX {
+        let mut short: String = text.chars().take(MAX - 3).collect();
+        short.push_str("...");
+        short
+    } else {
+        text
+    }
+}
+
+/// The processes to create for the job's current stage (or all stages of a pipe).
+fn launch_plan(job: &Job) -> LaunchPlan {
+    let stages: Vec<usize> = match job.request.joiner {
+        Joiner::Sequence => vec![job.stage],
+        Joiner::Pipe => (0..job.request.stages.len()).collect(),
+    };
+    let mut procs = Vec::new();
+    for &stage in &stages {
+        let mut rank = 0u32;
+        for (slot, (host, count)) in job.hosts.iter().zip(&job.layout).enumerate() {
+            for _ in 0..*count {
+                procs.push(ProcPlan { stage, rank, host: *host, host_slot: slot });
+                rank += 1;
+            }
+        }
+    }
+    LaunchPlan {
+        job: job.id,
+        client: job.client.unwrap_or(ClientToken(0)),
+        user: job.owner.clone(),
+        argv: stages.iter().map(|&stage| job.request.stages[stage].clone()).collect(),
+        first_stage: stages[0],
+        pipe: job.request.joiner == Joiner::Pipe,
+        nprocs: job.nprocs(),
+        procs,
+        hosts: job.hosts.clone(),
+        env: job.request.env.clone(),
+        cwd: job.request.cwd.clone(),
+    }
+}
+
+/// The limits a job would carry, for tests and listings.
+pub fn limits_of(job: &Job) -> JobLimits {
+    job.limits
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,686 @@
+//! Scenario and property tests of the scheduling core.
+//!
+//! A small simulator plays the actuator: it confirms stops, kills processes
+//! on SIGKILL (and on SIGTERM once they run), and reports exits. Scenarios
+//! assert on the rendered timeline of actions; property tests drive random
+//! event sequences and check the invariants after every step.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::cluster::{Cluster, Host};
+use crate::command::parse_line;
+use crate::ids::ClusterId;
+use crate::job::ProcRequest;
+use crate::units::CpuSet;
+
+fn topology(n_hosts: u32) -> Topology {
+    let mut topo = Topology::default();
+    let mut cluster = Cluster {
+        id: ClusterId(0),
+        name: "c".into(),
+        cpugen: "c".into(),
+        speed: 1.0,
+        cores: 1,
+        hosts: Vec::new(),
+    };
+    for idx in 0..n_hosts {
+        topo.hosts.push(Host {
+            id: HostId(idx),
+            name: format!("h{idx}"),
+            cluster: ClusterId(0),
+            cpus: CpuSet::from_cpus([idx % 2]),
+            cores: 1,
+            speed: 1.0,
+            cpugen: "c".into(),
+            memory: 1 << 30,
+            watchfs: Vec::new(),
+            groups: Vec::new(),
+        });
+        cluster.hosts.push(HostId(idx));
+    }
+    topo.clusters.push(cluster);
+    topo
+}
+
+fn root() -> Cred {
+    Cred { pid: 1, uid: 0, gid: 0, groups: vec![] }
+}
+
+fn user(uid: u32) -> Cred {
+    Cred { pid: 1, uid, gid: uid, groups: vec![] }
+}
+
+/// What the simulated processes of a job are doing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Procs {
+    Running,
+    Stopped,
+    /// Stopped with a SIGTERM pending: it dies as soon as it is continued.
+    StoppedDoomed,
+}
+
+struct Sim {
+    core: Core,
+    now: Tick,
+    log: Vec<String>,
+    procs: BTreeMap<JobId, (Procs, u32)>,
+    /// Stop confirmations held back (to test switches in flight).
+    hold_confirmations: bool,
+    unconfirmed: Vec<JobId>,
+    /// Jobs that ignore SIGTERM.
+    stubborn: Vec<JobId>,
+    clients: BTreeMap<u64, Vec<String>>,
+    next_client: u64,
+}
+
+impl Sim {
+    fn new(n_hosts: u32, slice_ms: u64) -> Sim {
+        let config = CoreConfig {
+            timeslice: Duration::from_millis(slice_ms),
+            kill_grace: Duration::from_millis(1000),
+            daemon_uid: 0,
+            ..CoreConfig::default()
+        };
+        Sim {
+            core: Core::new(config, topology(n_hosts), vec![Some(1 << 30)]),
+            now: Tick(0),
+            log: Vec::new(),
+            procs: BTreeMap::new(),
+            hold_confirmations: false,
+            unconfirmed: Vec::new(),
+            stubborn: Vec::new(),
+            clients: BTreeMap::new(),
+            next_client: 1,
+        }
+    }
+
+    fn input(&mut self, input: Input) {
+        let mut inputs = VecDeque::from([input]);
+        while let Some(input) = inputs.pop_front() {
+            let actions = self.core.handle(input, self.now);
+            self.core.check_invariants();
+            self.apply(actions, &mut inputs);
+        }
+    }
+
+    fn apply(&mut self, actions: Vec<Action>, inputs: &mut VecDeque<Input>) {
+        for action in actions {
+            match action {
+                Action::Spawn(plan) => {
+                    self.log.push(format!("spawn {} stage {} x{}", plan.job, plan.first_stage, plan.procs.len()));
+                    self.procs.insert(plan.job, (Procs::Running, plan.procs.len() as u32));
+                }
+                Action::Stop(job) => {
+                    self.log.push(format!("stop {job}"));
+                    let entry = self.procs.get_mut(&job).expect("stopping a job with processes");
+                    assert_eq!(entry.0, Procs::Running, "job {job} stopped twice");
+                    entry.0 = Procs::Stopped;
+                    if self.hold_confirmations {
+                        self.unconfirmed.push(job);
+                    } else {
+                        inputs.push_back(Input::Stopped(job));
+                    }
+                }
+                Action::Continue(job) => {
+                    self.log.push(format!("cont {job}"));
+                    let entry = self.procs.get_mut(&job).expect("continuing a job with processes");
+                    match entry.0 {
+                        Procs::Stopped => entry.0 = Procs::Running,
+                        Procs::StoppedDoomed => self.kill_all(job, 15, inputs),
+                        Procs::Running => panic!("job {job} continued while running"),
+                    }
+                }
+                Action::Signal { job, signal } => {
+                    self.log.push(format!("signal {job} {signal}"));
+                    let Some(entry) = self.procs.get_mut(&job) else { continue };
+                    match (signal, entry.0) {
+                        (9, _) => self.kill_all(job, 9, inputs),
+                        (15, _) if self.stubborn.contains(&job) => {}
+                        (15, Procs::Running) => self.kill_all(job, 15, inputs),
+                        (15, _) => entry.0 = Procs::StoppedDoomed,
+                        _ => {}
+                    }
+                }
+                Action::Sample(_) => {}
+                Action::Release(job) => self.log.push(format!("release {job}")),
+                Action::SwitchBegin(_) | Action::SwitchEnd(_) => {}
+                Action::Notify { client, event } => {
+                    let text = match &event {
+                        ClientEvent::Waiting(_) => "waiting".to_string(),
+                        ClientEvent::Admitted { job, .. } => format!("admitted {job}"),
+                        ClientEvent::Rejected { kind, .. } => format!("rejected {kind:?}"),
+                        ClientEvent::Started(job) => format!("started {job}"),
+                        ClientEvent::Held(job) => format!("held {job}"),
+                        ClientEvent::Ended(ending) => format!("ended {} {:?} {}", ending.job, ending.kind, ending.status),
+                    };
+                    self.clients.entry(client.0).or_default().push(text);
+                }
+                Action::Exit => self.log.push("exit".into()),
+            }
+        }
+    }
+
+    fn kill_all(&mut self, job: JobId, signal: i32, inputs: &mut VecDeque<Input>) {
+        if let Some((_, n)) = self.procs.remove(&job) {
+            for rank in 0..n {
+                inputs.push_back(Input::RankExited { job, stage: 0, rank, status: ExitStatus::Signal(signal) });
+            }
+            inputs.push_back(Input::ProcessesGone(job));
+        }
+    }
+
+    fn confirm_stops(&mut self) {
+        for job in std::mem::take(&mut self.unconfirmed) {
+            self.input(Input::Stopped(job));
+        }
+    }
+
+    fn submit_with(&mut self, cred: Cred, procs: ProcRequest, queue: Option<u32>, wait: bool) -> u64 {
+        let client = self.next_client;
+        self.next_client += 1;
+        let request = JobRequest {
+            stages: vec![vec![OsString::from("prog")]],
+            joiner: Joiner::Sequence,
+            procs,
+            priority: queue,
+            wait,
+            memory: None,
+            disk: None,
+            env: vec![],
+            cwd: OsString::from("/"),
+        };
+        self.input(Input::Submit { client: ClientToken(client), cred, user: "u".into(), request });
+        client
+    }
+
+    fn submit(&mut self, nodes: u32, queue: Option<u32>) -> u64 {
+        self.submit_with(root(), ProcRequest::Nodes(nodes), queue, false)
+    }
+
+    /// Every rank of the job exits with `code`.
+    fn exit(&mut self, job: u64, code: i32) {
+        let job = JobId(job);
+        let (state, n) = self.procs.remove(&job).expect("job has processes");
+        assert_eq!(state, Procs::Running, "a stopped job cannot exit");
+        for rank in 0..n {
+            self.input(Input::RankExited { job, stage: 0, rank, status: ExitStatus::Code(code) });
+        }
+        self.input(Input::ProcessesGone(job));
+    }
+
+    fn advance(&mut self, ms: u64) {
+        let end = Tick(self.now.0 + ms * 1000);
+        while let Some(deadline) = self.core.next_deadline() {
+            if deadline > end {
+                break;
+            }
+            self.now = deadline.max(self.now);
+            self.input(Input::Tick);
+        }
+        self.now = end;
+    }
+
+    fn cmd(&mut self, cred: &Cred, line: &str) -> String {
+        let command = parse_line(line).expect("valid command").expect("a command");
+        let (reply, actions) = self.core.command(cred, command, self.now, &NoDirectory);
+        self.core.check_invariants();
+        let mut inputs = VecDeque::new();
+        self.apply(actions, &mut inputs);
+        while let Some(input) = inputs.pop_front() {
+            self.input(input);
+        }
+        reply.to_text()
+    }
+
+    fn take_log(&mut self) -> String {
+        std::mem::take(&mut self.log).join(", ")
+    }
+
+    fn running(&self) -> Vec<u64> {
+        self.procs.iter().filter(|(_, (state, _))| *state == Procs::Running).map(|(job, _)| job.0).collect()
+    }
+
+    fn client(&self, client: u64) -> String {
+        self.clients.get(&client).map(|events| events.join(", ")).unwrap_or_default()
+    }
+}
+
+fn check(actual: &str, expected: &str) {
+    assert_eq!(actual, expected, "\n--- expected ---\n{expected}\n--- actual ---\n{actual}\n");
+}
+
+#[test]
+fn two_full_width_gang_jobs_alternate_each_slice() {
+    let mut sim = Sim::new(2, 100);
+    sim.submit(2, Some(1));
+    sim.submit(2, Some(1));
+    check(&sim.take_log(), "spawn 1 stage 0 x2");
+    sim.advance(100);
+    check(&sim.take_log(), "stop 1, spawn 2 stage 0 x2");
+    sim.advance(100);
+    check(&sim.take_log(), "stop 2, cont 1");
+    sim.advance(100);
+    check(&sim.take_log(), "stop 1, cont 2");
+}
+
+#[test]
+fn entering_job_waits_for_the_stop_confirmation() {
+    let mut sim = Sim::new(1, 100);
+    sim.submit(1, Some(1));
+    sim.submit(1, Some(1));
+    sim.take_log();
+    sim.hold_confirmations = true;
+    sim.advance(100);
+    check(&sim.take_log(), "stop 1");
+    sim.confirm_stops();
+    check(&sim.take_log(), "spawn 2 stage 0 x1");
+}
+
+#[test]
+fn space_partitioning_and_time_sharing_together() {
+    let mut sim = Sim::new(2, 100);
+    sim.submit(1, Some(1));
+    sim.submit(1, Some(1));
+    check(&sim.take_log(), "spawn 1 stage 0 x1, spawn 2 stage 0 x1");
+    sim.submit(1, Some(1));
+    check(&sim.take_log(), "");
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        sim.advance(100);
+        assert_eq!(sim.running().len(), 2, "both hosts stay busy");
+        seen.extend(sim.running());
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![1, 2, 3]);
+}
+
+#[test]
+fn higher_queue_preempts_at_once_and_lower_continues_after() {
+    let mut sim = Sim::new(1, 500);
+    sim.submit(1, Some(2));
+    check(&sim.take_log(), "spawn 1 stage 0 x1");
+    sim.advance(10);
+    sim.submit(1, Some(0));
+    check(&sim.take_log(), "stop 1, spawn 2 stage 0 x1");
+    sim.advance(5000);
+    check(&sim.take_log(), "");
+    sim.exit(2, 0);
+    check(&sim.take_log(), "release 2, cont 1");
+}
+
+#[test]
+fn exclusive_job_is_not_stopped_by_same_or_lower_priority() {
+    let mut sim = Sim::new(1, 100);
+    sim.submit(1, Some(0));
+    sim.submit(1, Some(0));
+    sim.submit(1, Some(1));
+    check(&sim.take_log(), "spawn 1 stage 0 x1");
+    sim.advance(1000);
+    check(&sim.take_log(), "");
+    sim.exit(1, 0);
+    check(&sim.take_log(), "release 1, spawn 2 stage 0 x1");
+}
+
+#[test]
+fn deactivated_queue_creates_no_process_until_activated() {
+    let mut sim = Sim::new(1, 100);
+    check(&sim.cmd(&root(), "queue 1 deactivate"), "queue 1: deactivated (jobs not scheduled)\n");
+    let client = sim.submit(1, Some(1));
+    sim.advance(1000);
+    check(&sim.take_log(), "");
+    check(&sim.client(client), "admitted 1");
+    sim.cmd(&root(), "queue 1 activate");
+    check(&sim.take_log(), "spawn 1 stage 0 x1");
+    sim.cmd(&root(), "queue 1 deactivate");
+    check(&sim.take_log(), "stop 1");
+}
+
+#[test]
+fn disabled_queue_rejects_and_keeps_running_its_jobs() {
+    let mut sim = Sim::new(1, 100);
+    sim.submit(1, Some(1));
+    sim.cmd(&root(), "queue 1 disable");
+    let client = sim.submit(1, Some(1));
+    check(&sim.client(client), "rejected QueueDisabled");
+    check(&sim.take_log(), "spawn 1 stage 0 x1");
+}
+
+#[test]
+fn held_job_stays_stopped_through_slices_and_queue_changes() {
+    let mut sim = Sim::new(1, 100);
+    sim.submit(1, Some(1));
+    sim.submit(1, Some(1));
+    sim.take_log();
+    check(&sim.cmd(&root(), "suspend 1"), "job 1: held\n");
+    check(&sim.take_log(), "stop 1, spawn 2 stage 0 x1");
+    sim.cmd(&root(), "queue 1 deactivate");
+    sim.cmd(&root(), "queue 1 activate");
+    sim.cmd(&root(), "move 1 2");
+    sim.advance(2000);
+    assert_eq!(sim.running(), vec![2]);
+    sim.exit(2, 0);
+    sim.advance(1000);
+    assert_eq!(sim.running(), Vec::<u64>::new(), "a held job is never resumed by the scheduler");
+    check(&sim.cmd(&root(), "resume 1"), "job 1: released\n");
+    assert_eq!(sim.running(), vec![1]);
+}
+
+#[test]
+fn owner_cannot_release_an_operator_hold_nor_touch_other_jobs() {
+    let mut sim = Sim::new(1, 100);
+    sim.submit_with(user(1000), ProcRequest::Nodes(1), None, false);
+    check(&sim.cmd(&user(1001), "kill 1"), "error: permission denied: job 1 belongs to another user\n");
+    check(&sim.cmd(&user(1001), "queue 1 deactivate"), "error: permission denied: 'queue 1 deactivate' changes the daemon and needs root or the operator\n");
+    sim.cmd(&root(), "suspend 1");
+    check(&sim.cmd(&user(1000), "resume 1"), "error: job 1 is held by an operator; only an operator can resume it\n");
+    check(&sim.cmd(&user(1000), "suspend 1"), "job 1: held\n");
+}
+
+#[test]
+fn kill_is_graceful_then_forced() {
+    let mut sim = Sim::new(1, 100);
+    let client = sim.submit(1, Some(1));
+    sim.stubborn.push(JobId(1));
+    sim.take_log();
+    sim.cmd(&root(), "kill 1");
+    check(&sim.take_log(), "signal 1 15");
+    sim.advance(999);
+    check(&sim.take_log(), "");
+    sim.advance(1);
+    check(&sim.take_log(), "signal 1 9, release 1");
+    check(&sim.client(client), "admitted 1, started 1, ended 1 Killed 137");
+}
+
+#[test]
+fn killed_stopped_job_runs_to_handle_sigterm_before_others() {
+    let mut sim = Sim::new(1, 100);
+    sim.submit(1, Some(1));
+    sim.submit(1, Some(1));
+    sim.advance(100);
+    assert_eq!(sim.running(), vec![2]);
+    sim.take_log();
+    sim.cmd(&root(), "kill 1");
+    check(&sim.take_log(), "signal 1 15, stop 2, cont 1, release 1, cont 2");
+}
+
+#[test]
+fn client_gone_kills_its_job_at_once() {
+    let mut sim = Sim::new(1, 100);
+    let client = sim.submit(1, Some(1));
+    sim.take_log();
+    sim.input(Input::ClientGone(ClientToken(client)));
+    check(&sim.take_log(), "signal 1 9, release 1");
+    assert_eq!(sim.core.n_jobs(), 0);
+}
+
+#[test]
+fn rank_killed_by_signal_ends_the_job_with_128_plus_n() {
+    let mut sim = Sim::new(2, 100);
+    let client = sim.submit(2, Some(1));
+    sim.input(Input::RankExited { job: JobId(1), stage: 0, rank: 1, status: ExitStatus::Signal(11) });
+    check(&sim.take_log(), "spawn 1 stage 0 x2, signal 1 9, release 1");
+    check(&sim.client(client), "admitted 1, started 1, ended 1 Exited 139");
+}
+
+#[test]
+fn first_failing_rank_gives_the_status() {
+    let mut sim = Sim::new(2, 100);
+    let client = sim.submit(2, Some(1));
+    let job = JobId(1);
+    sim.procs.remove(&job);
+    sim.input(Input::RankExited { job, stage: 0, rank: 1, status: ExitStatus::Code(3) });
+    sim.input(Input::RankExited { job, stage: 0, rank: 0, status: ExitStatus::Code(4) });
+    sim.input(Input::ProcessesGone(job));
+    check(&sim.client(client), "admitted 1, started 1, ended 1 Exited 3");
+}
+
+#[test]
+fn sequence_stages_run_one_after_another_and_stop_at_a_failure() {
+    let mut sim = Sim::new(1, 100);
+    let client = sim.next_client;
+    sim.next_client += 1;
+    let mut request = JobRequest {
+        stages: vec![vec!["a".into()], vec!["b".into()], vec!["c".into()]],
+        joiner: Joiner::Sequence,
+        procs: ProcRequest::Nodes(1),
+        priority: None,
+        wait: false,
+        memory: None,
+        disk: None,
+        env: vec![],
+        cwd: "/".into(),
+    };
+    sim.input(Input::Submit { client: ClientToken(client), cred: root(), user: "u".into(), request: request.clone() });
+    sim.exit(1, 0);
+    sim.exit(1, 2);
+    check(&sim.take_log(), "spawn 1 stage 0 x1, spawn 1 stage 1 x1, release 1");
+    check(&sim.client(client), "admitted 1, started 1, ended 1 Exited 2");
+    request.joiner = Joiner::Pipe;
+    sim.input(Input::Submit { client: ClientToken(99), cred: root(), user: "u".into(), request });
+    check(&sim.take_log(), "spawn 2 stage 0 x3");
+}
+
+#[test]
+fn too_big_is_rejected_and_wait_waits_for_resources() {
+    let mut sim = Sim::new(2, 100);
+    let client = sim.submit(3, None);
+    check(&sim.client(client), "rejected TooBig");
+    sim.cmd(&root(), "cluster 0 limit jobs=1");
+    let first = sim.submit(1, None);
+    let second = sim.submit_with(root(), ProcRequest::Nodes(1), None, true);
+    let third = sim.submit(1, None);
+    check(&sim.client(first), "admitted 1, started 1");
+    check(&sim.client(second), "waiting");
+    check(&sim.client(third), "rejected Resources");
+    sim.exit(1, 0);
+    check(&sim.client(second), "waiting, admitted 2, started 2");
+}
+
+#[test]
+fn memory_share_admits_two_and_rejects_a_third() {
+    let mut sim = Sim::new(1, 100);
+    sim.cmd(&root(), "queue 1 set memory=50%");
+    let clients: Vec<u64> = (0..3).map(|_| sim.submit(1, Some(1))).collect();
+    check(&sim.client(clients[0]), "admitted 1, started 1");
+    check(&sim.client(clients[1]), "admitted 2");
+    check(&sim.client(clients[2]), "rejected Resources");
+}
+
+#[test]
+fn limits_kill_and_residency_demotes() {
+    let mut sim = Sim::new(1, 100);
+    sim.cmd(&root(), "queue 1 set cputime=2s residency=1s");
+    let client = sim.submit(1, Some(1));
+    let usage = |cpu_ms| Usage { cpu: Duration::from_millis(cpu_ms), memory: vec![1 << 20], disk: 0 };
+    sim.input(Input::Usage { job: JobId(1), usage: usage(1500) });
+    assert_eq!(sim.core.job(JobId(1)).map(|job| job.queue), Some(2));
+    sim.input(Input::Usage { job: JobId(1), usage: usage(2100) });
+    check(&sim.client(client), "admitted 1, started 1, ended 1 Limit 76");
+    assert!(sim.cmd(&root(), "job 1").contains("reason: killed: CPU time 2.10s over the limit of 2.00s\n"));
+    assert!(sim.cmd(&root(), "job 1").contains("queues: 1,2\n"));
+}
+
+#[test]
+fn memory_over_the_limit_is_killed_with_the_reason() {
+    let mut sim = Sim::new(1, 100);
+    sim.cmd(&root(), "cluster 0 limit memory=64M");
+    sim.cmd(&root(), "queue 1 set memory=100%");
+    let client = sim.submit(1, Some(1));
+    sim.input(Input::Usage { job: JobId(1), usage: Usage { cpu: Duration::ZERO, memory: vec![80 << 20], disk: 0 } });
+    check(&sim.client(client), "admitted 1, started 1, ended 1 Limit 76");
+    assert!(sim.cmd(&root(), "job 1").contains("reason: killed: memory 80M over the limit of 64M on h0\n"));
+}
+
+#[test]
+fn shutdown_waits_for_running_jobs_and_kills_held_ones() {
+    let mut sim = Sim::new(2, 100);
+    sim.submit(1, Some(1));
+    sim.submit(1, Some(1));
+    sim.cmd(&root(), "suspend 2");
+    sim.take_log();
+    check(&sim.cmd(&root(), "shutdown"), "shutting down: waiting for 1 job to finish\n");
+    let late = sim.submit(1, Some(1));
+    check(&sim.client(late), "rejected ShuttingDown");
+    sim.exit(1, 0);
+    check(&sim.take_log(), "stop 2, signal 2 15, cont 2, release 2, release 1, exit");
+}
+
+#[test]
+fn sample_is_asked_each_slice_for_running_jobs() {
+    let mut sim = Sim::new(1, 100);
+    sim.submit(1, Some(1));
+    let actions = sim.core.handle(Input::Tick, Tick(100_000));
+    assert!(actions.contains(&Action::Sample(JobId(1))), "{actions:?}");
+}
+
+#[test]
+fn slices_keep_a_fixed_cadence() {
+    let mut sim = Sim::new(1, 100);
+    sim.submit(1, Some(1));
+    assert_eq!(sim.core.next_deadline(), Some(Tick(100_000)));
+    sim.now = Tick(130_000);
+    sim.input(Input::Tick);
+    assert_eq!(sim.core.next_deadline(), Some(Tick(200_000)));
+    sim.now = Tick(450_000);
+    sim.input(Input::Tick);
+    assert_eq!(sim.core.next_deadline(), Some(Tick(500_000)));
+}
+
+#[test]
+fn status_reports_switches_and_latency() {
+    let mut sim = Sim::new(1, 100);
+    sim.submit(1, Some(1));
+    sim.submit(1, Some(1));
+    let actions = sim.core.handle(Input::Tick, Tick(100_000));
+    let id = actions
+        .iter()
+        .find_map(|action| if let Action::SwitchBegin(id) = action { Some(*id) } else { None })
+        .expect("a switch begins");
+    sim.input(Input::SwitchMeasured { id, latency: Duration::from_micros(420) });
+    let status = sim.cmd(&root(), "status");
+    assert!(status.contains("switches: 1\n"), "{status}");
+    assert!(status.contains("switch latency: median 0.42ms, max 0.42ms\n"), "{status}");
+}
+
+// ----- properties -----
+
+#[derive(Debug, Clone)]
+enum Op {
+    Submit { nodes: u32, queue: u32 },
+    Exit { pick: usize },
+    Advance { ms: u64 },
+    Hold { pick: usize },
+    Release { pick: usize },
+    Toggle { queue: u32 },
+    Kill { pick: usize },
+    Confirm,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1u32..=4, 0u32..3).prop_map(|(nodes, queue)| Op::Submit { nodes, queue }),
+        2 => any::<usize>().prop_map(|pick| Op::Exit { pick }),
+        4 => (1u64..400).prop_map(|ms| Op::Advance { ms }),
+        1 => any::<usize>().prop_map(|pick| Op::Hold { pick }),
+        1 => any::<usize>().prop_map(|pick| Op::Release { pick }),
+        1 => (0u32..3).prop_map(|queue| Op::Toggle { queue }),
+        1 => any::<usize>().prop_map(|pick| Op::Kill { pick }),
+        2 => Just(Op::Confirm),
+    ]
+}
+
+fn pick(sim: &Sim, idx: usize) -> Option<JobId> {
+    let jobs: Vec<JobId> = sim.core.jobs().map(|job| job.id).collect();
+    (!jobs.is_empty()).then(|| jobs[idx % jobs.len()])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Never two jobs on one host (checked by `check_invariants` after every
+    /// input), stopped jobs are only continued, and everything ends.
+    #[test]
+    fn random_events_keep_the_invariants(ops in proptest::collection::vec(op(), 1..80), delayed in any::<bool>()) {
+        let mut sim = Sim::new(4, 100);
+        sim.hold_confirmations = delayed;
+        for op in ops {
+            match op {
+                Op::Submit { nodes, queue } => { sim.submit(nodes, Some(queue)); }
+                Op::Exit { pick: idx } => {
+                    if let Some(job) = pick(&sim, idx) {
+                        if sim.procs.get(&job).is_some_and(|(state, _)| *state == Procs::Running) {
+                            sim.exit(job.0, 0);
+                        }
+                    }
+                }
+                Op::Advance { ms } => sim.advance(ms),
+                Op::Hold { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("suspend {job}")); },
+                Op::Release { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("resume {job}")); },
+                Op::Toggle { queue } => {
+                    let active = sim.core.queues()[queue as usize].activated;
+                    sim.cmd(&root(), &format!("queue {queue} {}", if active { "deactivate" } else { "activate" }));
+                }
+                Op::Kill { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("kill {job}")); },
+                Op::Confirm => sim.confirm_stops(),
+            }
+        }
+        // Drain: confirm, release every hold, activate every queue, and let
+        // every job run to its end; nothing may be left stopped forever.
+        sim.hold_confirmations = false;
+        sim.confirm_stops();
+        for queue in 0..3 { sim.cmd(&root(), &format!("queue {queue} activate")); }
+        let held: Vec<JobId> = sim.core.jobs().filter(|job| job.held()).map(|job| job.id).collect();
+        for job in held { sim.cmd(&root(), &format!("resume {job}")); }
+        for _ in 0..10_000 {
+            if sim.core.n_jobs() == 0 { break; }
+            if let Some(job) = sim.running().first().copied() {
+                sim.exit(job, 0);
+            } else {
+                sim.advance(100);
+            }
+        }
+        prop_assert_eq!(sim.core.n_jobs(), 0, "every job ends");
+        prop_assert!(sim.procs.is_empty(), "no process is left: {:?}", sim.procs);
+    }
+
+    /// In gang queues with no holds, every job runs within (number of jobs) slices.
+    #[test]
+    fn every_gang_job_runs_within_n_slices(sizes in proptest::collection::vec(1u32..=4, 1..12)) {
+        let mut sim = Sim::new(4, 100);
+        for nodes in &sizes { sim.submit(*nodes, Some(1)); }
+        let n = sizes.len() as u64;
+        let mut last_ran: BTreeMap<u64, u64> = BTreeMap::new();
+        for slice in 0..(4 * n) {
+            for job in sim.running() { last_ran.insert(job, slice); }
+            for job in sim.core.jobs() {
+                let since = slice - last_ran.get(&job.id.0).copied().map_or(0, |s| s.min(slice));
+                prop_assert!(last_ran.contains_key(&job.id.0) || slice < n, "job {} never ran in {} slices", job.id, slice);
+                prop_assert!(since <= n, "job {} waited {} slices with {} jobs", job.id, since, n);
+            }
+            sim.advance(100);
+        }
+    }
+
+    /// A higher queue's job is never stopped while a lower one runs on its hosts.
+    #[test]
+    fn priorities_are_respected(jobs in proptest::collection::vec((1u32..=2, 0u32..3), 1..10)) {
+        let mut sim = Sim::new(2, 100);
+        for (nodes, queue) in &jobs { sim.submit(*nodes, Some(*queue)); }
+        for _ in 0..20 {
+            sim.advance(100);
+            let running: Vec<&Job> = sim.core.jobs().filter(|job| job.phase == Phase::Running).collect();
+            for waiting in sim.core.jobs().filter(|job| job.phase != Phase::Running) {
+                for runner in &running {
+                    let shares = runner.hosts.iter().any(|host| waiting.hosts.contains(host));
+                    prop_assert!(!(shares && waiting.queue < runner.queue),
+                        "job {} (queue {}) waits while job {} (queue {}) runs on its host",
+                        waiting.id, waiting.queue, runner.id, runner.queue);
+                }
+            }
+        }
+    }
+}

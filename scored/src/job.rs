@@ -1,0 +1,369 @@
+//! Jobs as the scheduling core knows them: the request, the record of an
+//! admitted job, its state, and what the actuator reports about it.
+//!
+//! Pure data: no process ids, no descriptors. The actuator maps a job to its
+//! processes; the core only knows ranks, hosts and states.
+#![forbid(unsafe_code)]
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
+
+/// How many processes a job asks for, and how they map onto hosts (scrun's
+/// `nodes=`/`hosts=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcRequest {
+    /// N processes packed `cores` to a host.
+    Nodes(u32),
+    /// N hosts with M processes each.
+    Grid {
+        /// Number of hosts.
+        hosts: u32,
+        /// Processes per host.
+        per_host: u32,
+    },
+    /// H hosts with `cores` processes each.
+    Hosts(u32),
+}
+
+impl ProcRequest {
+    /// Processes on each host for a cluster whose hosts take `cores`
+    /// processes, or `None` when the request cannot be laid out there.
+    pub fn layout(self, cores: u32) -> Option<Vec<u32>> {
+        let cores = cores.max(1);
+        match self {
+            ProcRequest::Nodes(0) | ProcRequest::Hosts(0) => None,
+            ProcRequest::Grid { hosts, per_host } if hosts == 0 || per_host == 0 => None,
+            ProcRequest::Nodes(n) => {
+                let full = n / cores;
+                let rest = n % cores;
+                let mut layout = vec![cores; full as usize];
+                if rest > 0 {
+                    layout.push(rest);
+                }
+                Some(layout)
+            }
+            ProcRequest::Grid { hosts, per_host } => Some(vec![per_host; hosts as usize]),
+            ProcRequest::Hosts(hosts) => Some(vec![cores; hosts as usize]),
+        }
+    }
+
+    /// The request as scrun spells it, for messages.
+    pub fn describe(self) -> String {
+        match self {
+            ProcRequest::Nodes(n) => format!("nodes={n}"),
+            ProcRequest::Grid { hosts, per_host } => format!("nodes={hosts}x{per_host}"),
+            ProcRequest::Hosts(h) => format!("hosts={h}"),
+        }
+    }
+}
+
+/// How the stages of a job follow each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Joiner {
+    /// `::`: one after another; a failing stage ends the job.
+    Sequence,
+    /// `==`: all together, rank i of a stage feeding rank i of the next.
+    Pipe,
+}
+
+/// A submission, validated and converted from the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRequest {
+    /// One argument vector per stage.
+    pub stages: Vec<Vec<OsString>>,
+    /// How stages follow each other.
+    pub joiner: Joiner,
+    /// Processes and placement.
+    pub procs: ProcRequest,
+    /// The queue asked for.
+    pub priority: Option<u32>,
+    /// Wait for admission rather than be rejected.
+    pub wait: bool,
+    /// The user's memory limit per host.
+    pub memory: Option<u64>,
+    /// The user's disk limit.
+    pub disk: Option<u64>,
+    /// The caller's environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// The caller's working directory.
+    pub cwd: OsString,
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// It exited with this code.
+    Code(i32),
+    /// It was killed by this signal.
+    Signal(i32),
+}
+
+impl ExitStatus {
+    /// The shell's view: the code, or 128 + the signal.
+    pub fn as_shell(self) -> i32 {
+        match self {
+            ExitStatus::Code(code) => code,
+            ExitStatus::Signal(signal) => crate::exitcode::from_signal(signal),
+        }
+    }
+
+    /// Whether the process succeeded.
+    pub fn success(self) -> bool {
+        self == ExitStatus::Code(0)
+    }
+}
+
+/// What the actuator measured about a job's processes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Usage {
+    /// CPU time (user + system) of all processes, finished descendants included.
+    pub cpu: Duration,
+    /// Resident memory per host of the job, in the order of [`Job::hosts`].
+    pub memory: Vec<u64>,
+    /// Disk use: executable sizes plus the job's scratch directory.
+    pub disk: u64,
+}
+
+/// Why a job ended early, if it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndCause {
+    /// A limit was exceeded; the text names it (`memory 80M over the limit of 64M on host0`).
+    Limit(String),
+    /// Killed by a console command or by its scrun's interrupt.
+    Killed(String),
+    /// Killed because its scrun went away.
+    ClientGone,
+    /// Killed by the daemon's shutdown.
+    Shutdown,
+    /// A process could not be started; the status is 126 or 127.
+    LaunchFailed {
+        /// What failed.
+        message: String,
+        /// The shell-like status.
+        status: i32,
+    },
+    /// A rank was killed by a signal, so the rest of the job was killed too.
+    RankSignalled,
+}
+
+/// Where a job's processes are, as the core tracks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// No process exists for the current stage (never run, or between `::` stages).
+    Idle,
+    /// Processes are running (continued or just spawned).
+    Running,
+    /// SIGSTOP sent; waiting for the actuator to confirm every process stopped.
+    Stopping,
+    /// Every process is stopped.
+    Stopped,
+}
+
+/// The state a job shows in listings (SPEC §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// Admitted, never run.
+    Queued,
+    /// Running now.
+    Running,
+    /// Switched out by the scheduler.
+    Stopped,
+    /// Held by its owner or an operator.
+    Held,
+    /// Being killed; waiting for its processes to go.
+    Ending,
+    /// Ended by itself.
+    Done,
+    /// Ended by a kill, a limit, or the loss of its client.
+    Killed,
+}
+
+impl JobState {
+    /// The word shown in listings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Stopped => "stopped",
+            JobState::Held => "held",
+            JobState::Ending => "ending",
+            JobState::Done => "done",
+            JobState::Killed => "killed",
+        }
+    }
+}
+
+/// One process of a job as the actuator must create it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcPlan {
+    /// The stage it belongs to.
+    pub stage: usize,
+    /// Its rank within the stage (0-based); `SCORE_RANK`.
+    pub rank: u32,
+    /// Its host.
+    pub host: HostId,
+    /// Index of the host among the job's hosts; the process group key.
+    pub host_slot: usize,
+}
+
+/// Everything the actuator needs to create processes of a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchPlan {
+    /// The job.
+    pub job: JobId,
+    /// The client whose descriptors the job uses as stdin, stdout and stderr.
+    pub client: ClientToken,
+    /// The user the processes run as.
+    pub user: Cred,
+    /// The argument vectors of the stages being started (one for `::`, all for `==`).
+    pub argv: Vec<Vec<OsString>>,
+    /// Index of the first stage in `argv` (for `SCORE_*` and accounting).
+    pub first_stage: usize,
+    /// Whether the stages are joined with pipes.
+    pub pipe: bool,
+    /// Processes per stage (`SCORE_NPROCS`).
+    pub nprocs: u32,
+    /// The processes to create, stage by stage, rank by rank.
+    pub procs: Vec<ProcPlan>,
+    /// The job's hosts, in slot order.
+    pub hosts: Vec<HostId>,
+    /// The caller's environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// The caller's working directory.
+    pub cwd: OsString,
+}
+
+/// Limits a job carries, fixed at admission (SPEC §2.10, §2.12).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct JobLimits {
+    /// CPU time limit inherited from the queue at submission.
+    pub cputime: Option<Duration>,
+    /// Memory limit per host; also what the job reserves on each host.
+    pub memory: Option<u64>,
+    /// Disk limit; also what the job reserves from the cluster's pool.
+    pub disk: Option<u64>,
+}
+
+/// An admitted job.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// Its id.
+    pub id: JobId,
+    /// Its owner, from the submitting connection's credentials.
+    pub owner: Cred,
+    /// The scrun connection that submitted it.
+    pub client: Option<ClientToken>,
+    /// What was asked.
+    pub request: JobRequest,
+    /// Its current queue.
+    pub queue: u32,
+    /// Queues it has been in, in order.
+    pub queues_visited: Vec<u32>,
+    /// Its cluster.
+    pub cluster: ClusterId,
+    /// Its hosts, in slot order.
+    pub hosts: Vec<HostId>,
+    /// Processes per host slot.
+    pub layout: Vec<u32>,
+    /// Limits fixed at admission.
+    pub limits: JobLimits,
+    /// Where its processes are.
+    pub phase: Phase,
+    /// Held by an operator.
+    pub operator_hold: bool,
+    /// Held by its owner (scrun suspended, or `suspend` by the owner).
+    pub owner_hold: bool,
+    /// Current stage (for `::`).
+    pub stage: usize,
+    /// Ranks of the running stage(s) that have not exited yet.
+    pub ranks_left: u32,
+    /// Whether processes were ever created.
+    pub started: bool,
+    /// Set once the job is being killed, with why.
+    pub ending: Option<EndCause>,
+    /// Whether the kill is graceful (SIGTERM first): the job is then let run to handle it.
+    pub graceful_kill: bool,
+    /// When to escalate a graceful kill to SIGKILL.
+    pub kill_deadline: Option<Tick>,
+    /// The first failing rank's status.
+    pub failure: Option<ExitStatus>,
+    /// When it was submitted.
+    pub submitted_at: Tick,
+    /// When it was admitted.
+    pub admitted_at: Tick,
+    /// When its processes were first created.
+    pub first_run_at: Option<Tick>,
+    /// When it last entered `Running` (None when not running).
+    pub running_since: Option<Tick>,
+    /// Time spent running.
+    pub run_time: Duration,
+    /// Times switched out.
+    pub switches: u64,
+    /// Whether it ran during the current slice (gang rotation).
+    pub ran_this_slice: bool,
+    /// Last measured usage.
+    pub usage: Usage,
+    /// Peak memory per host slot.
+    pub peak_memory: Vec<u64>,
+    /// Peak disk use.
+    pub peak_disk: u64,
+    /// CPU time at which the job entered its current queue (residency clock).
+    pub residency_base: Duration,
+}
+
+impl Job {
+    /// Whether an operator or the owner holds the job.
+    pub fn held(&self) -> bool {
+        self.operator_hold || self.owner_hold
+    }
+
+    /// The state shown in listings.
+    pub fn state(&self) -> JobState {
+        if self.ending.is_some() {
+            return JobState::Ending;
+        }
+        if self.held() && self.phase != Phase::Running {
+            return JobState::Held;
+        }
+        match self.phase {
+            Phase::Running => JobState::Running,
+            Phase::Stopping | Phase::Stopped => JobState::Stopped,
+            Phase::Idle if self.started => JobState::Running,
+            Phase::Idle => JobState::Queued,
+        }
+    }
+
+    /// Number of processes per stage.
+    pub fn nprocs(&self) -> u32 {
+        self.layout.iter().sum()
+    }
+
+    /// Time spent stopped or held since the first run.
+    pub fn stopped_time(&self, now: Tick) -> Duration {
+        match self.first_run_at {
+            Some(first) => now.since(first).saturating_sub(self.run_time_at(now)),
+            None => Duration::ZERO,
+        }
+    }
+
+    /// Running time including the current stretch.
+    pub fn run_time_at(&self, now: Tick) -> Duration {
+        self.run_time + self.running_since.map_or(Duration::ZERO, |since| now.since(since))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_pack_cores_per_host() {
+        assert_eq!(ProcRequest::Nodes(5).layout(2), Some(vec![2, 2, 1]));
+        assert_eq!(ProcRequest::Nodes(2).layout(1), Some(vec![1, 1]));
+        assert_eq!(ProcRequest::Grid { hosts: 2, per_host: 3 }.layout(1), Some(vec![3, 3]));
+        assert_eq!(ProcRequest::Hosts(3).layout(4), Some(vec![4, 4, 4]));
+        assert_eq!(ProcRequest::Nodes(0).layout(4), None);
+    }
+}

@@ -1,0 +1,212 @@
+//! Priority queues (SPEC §2.5-2.11): their states, attributes and the
+//! rotation order of their jobs.
+//!
+//! A queue accepts submissions while *enabled* and has its jobs scheduled
+//! while *activated*; the two switches are independent, as in LSF
+//! (open/close × active/inactive) and CUPS, and `activate` implies `enable`.
+//! So SCore-D's three states are: disabled, enabled but deactivated, and
+//! activated; a disabled queue that is still activated keeps running the
+//! jobs it already has (it drains).
+//!
+//! Pure: no clock, no system calls.
+#![forbid(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::command::QueueMode;
+use crate::ids::JobId;
+
+/// The number of queues scored has, as SCore-D boots.
+pub const DEFAULT_QUEUES: u32 = 3;
+
+/// One priority queue. Queue 0 is the most favoured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Queue {
+    /// Its number.
+    pub number: u32,
+    /// Accepts submissions.
+    pub enabled: bool,
+    /// Its jobs are scheduled.
+    pub activated: bool,
+    /// Gang (time-shared) or exclusive.
+    pub mode: QueueMode,
+    /// CPU time limit given to jobs at submission.
+    pub cputime: Option<Duration>,
+    /// CPU time after which a job moves to the next queue.
+    pub residency: Option<Duration>,
+    /// Share of the cluster memory limit a job gets (percent).
+    pub memory_pct: Option<f64>,
+    /// Share of the cluster disk limit a job gets (percent).
+    pub disk_pct: Option<f64>,
+    /// Only members of this group may submit.
+    pub group: Option<u32>,
+    /// The group's name, when it was given by name.
+    pub group_name: Option<String>,
+    /// Its unfinished jobs in scheduling order. In a gang queue the jobs that
+    /// ran in a slice move to the back at its end; in an exclusive queue the
+    /// started jobs stay in front, in the order they started.
+    order: VecDeque<JobId>,
+    /// How many jobs at the front of `order` have started (exclusive queues only).
+    started_prefix: usize,
+}
+
+impl Queue {
+    /// A queue as SCore-D boots it: enabled, activated, no limits.
+    pub fn new(number: u32, mode: QueueMode) -> Queue {
+        Queue {
+            number,
+            enabled: true,
+            activated: true,
+            mode,
+            cputime: None,
+            residency: None,
+            memory_pct: None,
+            disk_pct: None,
+            group: None,
+            group_name: None,
+            order: VecDeque::new(),
+            started_prefix: 0,
+        }
+    }
+
+    /// The default queues: 0 exclusive, the others gang.
+    pub fn defaults() -> Vec<Queue> {
+        (0..DEFAULT_QUEUES)
+            .map(|number| Queue::new(number, if number == 0 { QueueMode::Exclusive } else { QueueMode::Gang }))
+            .collect()
+    }
+
+    /// The state word of SPEC §2.6.
+    pub fn state_word(&self) -> &'static str {
+        match (self.enabled, self.activated) {
+            (true, true) => "activated",
+            (true, false) => "deactivated",
+            // A disabled queue may still run the jobs it has (it drains);
+            // listings show that in a column of its own.
+            (false, _) => "disabled",
+        }
+    }
+
+    /// The jobs in scheduling order.
+    pub fn order(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.order.iter().copied()
+    }
+
+    /// How many unfinished jobs the queue holds.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether the queue holds no job.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Adds a job at the back; `started` says whether it already ran (a job
+    /// moved in from another queue).
+    pub fn push(&mut self, job: JobId, started: bool) {
+        if self.mode == QueueMode::Exclusive && started {
+            self.order.insert(self.started_prefix, job);
+            self.started_prefix += 1;
+        } else {
+            self.order.push_back(job);
+        }
+    }
+
+    /// Removes a job; returns whether it was there.
+    pub fn remove(&mut self, job: JobId) -> bool {
+        match self.order.iter().position(|&queued| queued == job) {
+            Some(idx) => {
+                self.order.remove(idx);
+                if idx < self.started_prefix {
+                    self.started_prefix -= 1;
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Records that a job started: in an exclusive queue it joins the
+    /// started jobs in front, after those that started earlier.
+    pub fn mark_started(&mut self, job: JobId) {
+        if self.mode != QueueMode::Exclusive {
+            return;
+        }
+        if let Some(idx) = self.order.iter().position(|&queued| queued == job) {
+            if idx >= self.started_prefix {
+                self.order.remove(idx);
+                self.order.insert(self.started_prefix, job);
+                self.started_prefix += 1;
+            }
+        }
+    }
+
+    /// End of a slice in a gang queue: the jobs for which `ran` is true move
+    /// to the back, keeping their relative order; the others move up.
+    pub fn rotate(&mut self, ran: impl Fn(JobId) -> bool) {
+        if self.mode != QueueMode::Gang {
+            return;
+        }
+        let (stay, back): (Vec<JobId>, Vec<JobId>) = self.order.iter().partition(|&&job| !ran(job));
+        if back.is_empty() {
+            return;
+        }
+        self.order.clear();
+        self.order.extend(stay);
+        self.order.extend(back);
+    }
+
+    /// Changes the mode; the order is kept, and an exclusive queue's started
+    /// jobs are recomputed by the caller through `mark_started`.
+    pub fn set_mode(&mut self, mode: QueueMode) {
+        self.mode = mode;
+        self.started_prefix = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(queue: &Queue) -> Vec<u64> {
+        queue.order().map(|job| job.0).collect()
+    }
+
+    #[test]
+    fn gang_rotation_moves_jobs_that_ran_to_the_back() {
+        let mut queue = Queue::new(1, QueueMode::Gang);
+        for id in 1..=4 {
+            queue.push(JobId(id), false);
+        }
+        queue.rotate(|job| job.0 == 1 || job.0 == 3);
+        assert_eq!(ids(&queue), vec![2, 4, 1, 3]);
+    }
+
+    #[test]
+    fn exclusive_started_jobs_stay_in_front() {
+        let mut queue = Queue::new(0, QueueMode::Exclusive);
+        for id in 1..=3 {
+            queue.push(JobId(id), false);
+        }
+        queue.mark_started(JobId(3));
+        queue.rotate(|_| true);
+        assert_eq!(ids(&queue), vec![3, 1, 2]);
+        queue.mark_started(JobId(2));
+        assert_eq!(ids(&queue), vec![3, 2, 1]);
+        queue.remove(JobId(3));
+        queue.push(JobId(9), true);
+        assert_eq!(ids(&queue), vec![2, 9, 1]);
+    }
+
+    #[test]
+    fn state_words() {
+        let mut queue = Queue::new(1, QueueMode::Gang);
+        assert_eq!(queue.state_word(), "activated");
+        queue.activated = false;
+        assert_eq!(queue.state_word(), "deactivated");
+        queue.enabled = false;
+        assert_eq!(queue.state_word(), "disabled");
+    }
+}
