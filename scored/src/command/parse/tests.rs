@@ -2,6 +2,10 @@
 //! (or the error kind and message) out, plus property tests for the
 //! round trip and for hostile input.
 
+use std::time::Duration;
+
+use proptest::prelude::*;
+
 use super::*;
 use crate::command::help;
 
@@ -448,5 +452,281 @@ fn render_of_values_the_parser_cannot_produce_is_refused() {
     for command in cases {
         let text = render(&command);
         assert!(parse_line(&text).is_err(), "{text}");
+    }
+}
+
+// Property tests.
+
+/// Durations `parse_duration` can give, above zero: any microsecond count
+/// up to a century, and round values in each unit.
+fn positive_duration() -> impl Strategy<Value = Duration> {
+    const CENTURY_MICROS: u64 = 100 * 365 * 86_400 * 1_000_000;
+    prop_oneof![
+        (1u64..=CENTURY_MICROS).prop_map(Duration::from_micros),
+        (
+            1u64..=1_000,
+            prop::sample::select(vec![1u64, 1_000, 60_000, 3_600_000, 86_400_000])
+        )
+            .prop_map(|(count, unit_ms)| Duration::from_millis(count * unit_ms)),
+    ]
+}
+
+/// Percentages as `parse_percent` computes them from up to nine decimals.
+fn percent() -> impl Strategy<Value = f64> {
+    (0u64..=100, 0u64..1_000_000_000, 0usize..=9).prop_map(|(whole, frac, digits)| {
+        let text = if digits == 0 || whole == 100 {
+            format!("{whole}%")
+        } else {
+            let frac = frac % 10u64.pow(digits as u32);
+            format!("{whole}.{frac:0digits$}%")
+        };
+        parse_percent(&text).expect("generated percentages are valid")
+    })
+}
+
+fn size() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        any::<u64>(),
+        (0u64..1 << 24, 0u32..=40).prop_map(|(count, shift)| count << shift),
+    ]
+}
+
+fn setting<T: std::fmt::Debug + Clone + 'static>(
+    value: impl Strategy<Value = T> + 'static,
+) -> impl Strategy<Value = Option<Setting<T>>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(Setting::Clear)),
+        value.prop_map(|value| Some(Setting::Set(value))),
+    ]
+}
+
+fn cluster_ref() -> impl Strategy<Value = ClusterRef> {
+    prop_oneof![
+        any::<u32>().prop_map(ClusterRef::Index),
+        "[A-Za-z_][A-Za-z0-9_.+-]{0,15}".prop_map(ClusterRef::Name),
+    ]
+}
+
+fn group_ref() -> impl Strategy<Value = GroupRef> {
+    prop_oneof![
+        any::<u32>().prop_map(GroupRef::Gid),
+        "[A-Za-z_][A-Za-z0-9_.-]{0,31}".prop_map(GroupRef::Name),
+    ]
+}
+
+fn cluster_limits() -> impl Strategy<Value = ClusterLimits> {
+    (setting(size()), setting(size()), setting(any::<u64>()))
+        .prop_map(|(memory, disk, jobs)| ClusterLimits { memory, disk, jobs })
+        .prop_filter("at least one limit", |limits| {
+            *limits != ClusterLimits::default()
+        })
+}
+
+fn queue_settings() -> impl Strategy<Value = QueueSettings> {
+    (
+        prop::option::of(prop_oneof![
+            Just(QueueMode::Gang),
+            Just(QueueMode::Exclusive)
+        ]),
+        setting(positive_duration()),
+        setting(positive_duration()),
+        setting(percent()),
+        setting(percent()),
+        setting(group_ref()),
+    )
+        .prop_map(
+            |(mode, cputime, residency, memory, disk, group)| QueueSettings {
+                mode,
+                cputime,
+                residency,
+                memory,
+                disk,
+                group,
+            },
+        )
+        .prop_filter("at least one setting", |settings| {
+            *settings != QueueSettings::default()
+        })
+}
+
+fn job_id() -> impl Strategy<Value = u64> {
+    prop_oneof![1u64..=1_000, 1u64..=u64::MAX]
+}
+
+fn queue_number() -> impl Strategy<Value = u32> {
+    0u32..=MAX_QUEUE
+}
+
+/// Every command `parse_line` can produce.
+fn command() -> impl Strategy<Value = Command> {
+    let names: Vec<String> = help::command_names().map(String::from).collect();
+    let simple = prop_oneof![
+        prop::option::of(prop::sample::select(names)).prop_map(Command::Help),
+        Just(Command::Status),
+        Just(Command::Hosts),
+        Just(Command::Clusters),
+        Just(Command::Queues),
+        any::<bool>().prop_map(|all| Command::Jobs { all }),
+        job_id().prop_map(Command::Job),
+        any::<bool>().prop_map(|now| Command::Shutdown { now }),
+        prop::option::of((1_000u64..=3_600_000_000).prop_map(Duration::from_micros))
+            .prop_map(Command::Timeslice),
+    ];
+    let jobs = prop_oneof![
+        (job_id(), prop::option::of(1i32..=MAX_SIGNAL))
+            .prop_map(|(job, signal)| Command::Kill { job, signal }),
+        job_id().prop_map(Command::Suspend),
+        job_id().prop_map(Command::Resume),
+        (job_id(), queue_number()).prop_map(|(job, queue)| Command::Move { job, queue }),
+    ];
+    let changes = prop_oneof![
+        (cluster_ref(), cluster_limits())
+            .prop_map(|(cluster, limits)| Command::ClusterLimit { cluster, limits }),
+        (
+            queue_number(),
+            prop::sample::select(vec![
+                QueueAction::Enable,
+                QueueAction::Disable,
+                QueueAction::Activate,
+                QueueAction::Deactivate,
+            ])
+        )
+            .prop_map(|(queue, action)| Command::QueueState { queue, action }),
+        (queue_number(), queue_settings())
+            .prop_map(|(queue, settings)| Command::QueueSet { queue, settings }),
+    ];
+    prop_oneof![simple, jobs, changes]
+}
+
+/// Lines built from the language's own words, values, blanks and a few
+/// hostile characters, so that random input often gets deep into a command.
+fn wordy_line() -> impl Strategy<Value = String> {
+    let word = prop_oneof![
+        prop::sample::select(vec![
+            "help",
+            "status",
+            "hosts",
+            "clusters",
+            "cluster",
+            "limit",
+            "queues",
+            "queue",
+            "enable",
+            "disable",
+            "activate",
+            "deactivate",
+            "set",
+            "jobs",
+            "all",
+            "job",
+            "kill",
+            "suspend",
+            "resume",
+            "move",
+            "timeslice",
+            "shutdown",
+            "now",
+            "none",
+            "memory=",
+            "disk=",
+            "jobs=",
+            "mode=",
+            "cputime=",
+            "residency=",
+            "group=",
+            "=",
+            "#",
+            "0",
+            "1",
+            "255",
+            "256",
+            "-1",
+            "18446744073709551616",
+            "4G",
+            "1.5G",
+            "50%",
+            "100%",
+            "12.5",
+            "500ms",
+            "0",
+            "1h",
+            "gang",
+            "exclusive",
+            "TERM",
+            "SIGKILL",
+            "wheel",
+            "x86",
+            "\t",
+            "\0",
+            "\r",
+            "\n",
+            "\u{1b}",
+            "é",
+            "%",
+            "..",
+            "ms",
+        ])
+        .prop_map(String::from),
+        "[ -~]{0,12}",
+        any::<String>(),
+    ];
+    prop::collection::vec(word, 0..12).prop_map(|words| {
+        // Joining settings keys to the next word builds `key=value`.
+        let mut line = String::new();
+        for word in words {
+            if !line.ends_with('=') && !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(&word);
+        }
+        line
+    })
+}
+
+proptest! {
+    #[test]
+    fn render_then_parse_gives_the_same_command(command in command()) {
+        let text = render(&command);
+        prop_assert_eq!(parse_line(&text), Ok(Some(command)), "{}", text);
+    }
+
+    #[test]
+    fn parse_then_render_then_parse_is_stable(line in wordy_line()) {
+        if let Ok(Some(command)) = parse_line(&line) {
+            let text = render(&command);
+            prop_assert_eq!(parse_line(&text), Ok(Some(command)), "{} -> {}", line, text);
+        }
+    }
+
+    #[test]
+    fn random_strings_never_panic(line in any::<String>()) {
+        let _ = parse_line(&line);
+    }
+
+    #[test]
+    fn random_bytes_as_text_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        let _ = parse_line(&String::from_utf8_lossy(&bytes));
+    }
+
+    #[test]
+    fn huge_random_lines_never_panic(
+        unit in "[ -~\t\0\u{1b}é]{1,8}",
+        count in 0usize..20_000,
+    ) {
+        let line = unit.repeat(count);
+        if let Err(error) = parse_line(&line) {
+            prop_assert!(error.message.len() < 400, "{}", error.message);
+            prop_assert!(!error.message.is_empty());
+        }
+    }
+
+    #[test]
+    fn errors_name_the_line_and_are_lowercase(line in wordy_line()) {
+        if let Err(error) = parse_line(&line) {
+            let first = error.message.chars().next().unwrap_or('x');
+            prop_assert!(!first.is_uppercase(), "{}", error.message);
+            prop_assert!(!error.message.ends_with('.'), "{}", error.message);
+        }
     }
 }
