@@ -25,7 +25,8 @@ use crate::command::reply::{Reply, Table, Value};
 use crate::command::{self, Command, GroupRef, QueueAction, QueueMode, Setting};
 use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
 use crate::job::{
-    EndCause, ExitStatus, Job, JobLimits, JobRequest, JobState, Joiner, LaunchPlan, Phase, ProcPlan, Usage,
+    EndCause, ExitStatus, Job, JobLimits, JobRequest, JobState, Joiner, LaunchPlan, Phase,
+    ProcPlan, Usage,
 };
 use crate::queue::Queue;
 use crate::sched::{self, Scratch};
@@ -415,7 +416,11 @@ impl Core {
     /// The next time the core needs a `Tick`, if any.
     pub fn next_deadline(&self) -> Option<Tick> {
         let kill = self.jobs.values().filter_map(|job| job.kill_deadline).min();
-        let slice = if self.jobs.is_empty() { None } else { Some(self.next_slice) };
+        let slice = if self.jobs.is_empty() {
+            None
+        } else {
+            Some(self.next_slice)
+        };
         match (kill, slice) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -426,7 +431,12 @@ impl Core {
     pub fn handle(&mut self, input: Input, now: Tick) -> Vec<Action> {
         let mut out = Vec::new();
         match input {
-            Input::Submit { client, cred, user, request } => self.submit(client, cred, user, request, now, &mut out),
+            Input::Submit {
+                client,
+                cred,
+                user,
+                request,
+            } => self.submit(client, cred, user, request, now, &mut out),
             Input::ClientGone(client) => self.client_gone(client, now, &mut out),
             Input::Hold(client) => {
                 if let Some(&job) = self.by_client.get(&client) {
@@ -435,17 +445,30 @@ impl Core {
                             record.owner_hold = true;
                         }
                     }
-                    out.push(Action::Notify { client, event: ClientEvent::Held(job) });
+                    out.push(Action::Notify {
+                        client,
+                        event: ClientEvent::Held(job),
+                    });
                 }
             }
             Input::Release(client) => {
-                if let Some(record) = self.by_client.get(&client).and_then(|job| self.jobs.get_mut(job)) {
+                if let Some(record) = self
+                    .by_client
+                    .get(&client)
+                    .and_then(|job| self.jobs.get_mut(job))
+                {
                     record.owner_hold = false;
                 }
             }
             Input::Interrupt(client) => {
                 if let Some(&job) = self.by_client.get(&client) {
-                    self.begin_kill(job, EndCause::Killed("interrupted".into()), true, now, &mut out);
+                    self.begin_kill(
+                        job,
+                        EndCause::Killed("interrupted".into()),
+                        true,
+                        now,
+                        &mut out,
+                    );
                 } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
                     self.waiting.remove(idx);
                     out.push(Action::Notify {
@@ -465,8 +488,17 @@ impl Core {
                     }
                 }
             }
-            Input::RankExited { job, stage, rank, status } => self.rank_exited(job, stage, rank, status, &mut out),
-            Input::SpawnFailed { job, message, status } => {
+            Input::RankExited {
+                job,
+                stage,
+                rank,
+                status,
+            } => self.rank_exited(job, stage, rank, status, &mut out),
+            Input::SpawnFailed {
+                job,
+                message,
+                status,
+            } => {
                 if let Some(record) = self.jobs.get_mut(&job) {
                     if record.ending.is_none() {
                         record.ending = Some(EndCause::LaunchFailed { message, status });
@@ -484,14 +516,22 @@ impl Core {
                 switches.max = switches.max.max(latency);
             }
             Input::Tick => self.tick(now, &mut out),
-            Input::Shutdown { now: kill } => self.shutdown(kill, now, &mut out),
+            Input::Shutdown { now: kill } => {
+                self.shutdown(kill, now, &mut out);
+            }
         }
         self.reschedule(now, &mut out);
         out
     }
 
     /// Runs a console command for `cred`; returns the reply and the actions.
-    pub fn command(&mut self, cred: &Cred, command: Command, now: Tick, dir: &dyn Directory) -> (Reply, Vec<Action>) {
+    pub fn command(
+        &mut self,
+        cred: &Cred,
+        command: Command,
+        now: Tick,
+        dir: &dyn Directory,
+    ) -> (Reply, Vec<Action>) {
         let mut out = Vec::new();
         let reply = self.run_command(cred, command, now, dir, &mut out);
         if !reply.is_error() {
@@ -501,7 +541,9 @@ impl Core {
     }
 
     fn is_operator(&self, cred: &Cred) -> bool {
-        cred.uid == 0 || cred.uid == self.config.daemon_uid || self.config.operators.contains(&cred.uid)
+        cred.uid == 0
+            || cred.uid == self.config.daemon_uid
+            || self.config.operators.contains(&cred.uid)
     }
 
     fn default_queue(&self) -> u32 {
@@ -514,20 +556,54 @@ impl Core {
 
     // ----- submission and admission -----
 
-    fn submit(&mut self, client: ClientToken, cred: Cred, user: String, request: JobRequest, now: Tick, out: &mut Vec<Action>) {
+    fn submit(
+        &mut self,
+        client: ClientToken,
+        cred: Cred,
+        user: String,
+        request: JobRequest,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) {
         let reject = |kind, reason: String, out: &mut Vec<Action>| {
-            out.push(Action::Notify { client, event: ClientEvent::Rejected { kind, reason } });
+            out.push(Action::Notify {
+                client,
+                event: ClientEvent::Rejected { kind, reason },
+            });
         };
         if self.shutting_down {
-            return reject(Rejection::ShuttingDown, "scored is shutting down".into(), out);
+            return reject(
+                Rejection::ShuttingDown,
+                "scored is shutting down".into(),
+                out,
+            );
         }
         if self.by_client.contains_key(&client) || self.waiting.iter().any(|w| w.client == client) {
-            return reject(Rejection::Invalid, "this connection already submitted a job".into(), out);
+            return reject(
+                Rejection::Invalid,
+                "this connection already submitted a job".into(),
+                out,
+            );
         }
-        if request.stages.is_empty() || request.stages.iter().any(|argv| argv.is_empty() || argv[0].is_empty()) {
-            return reject(Rejection::Invalid, "the job has an empty program".into(), out);
+        if request.stages.is_empty()
+            || request
+                .stages
+                .iter()
+                .any(|argv| argv.is_empty() || argv[0].is_empty())
+        {
+            return reject(
+                Rejection::Invalid,
+                "the job has an empty program".into(),
+                out,
+            );
         }
-        let waiter = Waiter { client, cred, user, request, submitted_at: now };
+        let waiter = Waiter {
+            client,
+            cred,
+            user,
+            request,
+            submitted_at: now,
+        };
         if let Err((kind, reason)) = self.check_queue(&waiter) {
             return reject(kind, reason, out);
         }
@@ -551,11 +627,17 @@ impl Core {
         let client = waiter.client;
         if waiter.request.wait {
             self.waiting.push_back(waiter);
-            out.push(Action::Notify { client, event: ClientEvent::Waiting(reason) });
+            out.push(Action::Notify {
+                client,
+                event: ClientEvent::Waiting(reason),
+            });
         } else {
             out.push(Action::Notify {
                 client,
-                event: ClientEvent::Rejected { kind: Rejection::Resources, reason },
+                event: ClientEvent::Rejected {
+                    kind: Rejection::Resources,
+                    reason,
+                },
             });
         }
     }
@@ -569,11 +651,17 @@ impl Core {
         let Some(queue) = self.queues.get(number as usize) else {
             return Err((
                 Rejection::Invalid,
-                format!("no queue {number}: queues are 0 to {}", self.queues.len().saturating_sub(1)),
+                format!(
+                    "no queue {number}: queues are 0 to {}",
+                    self.queues.len().saturating_sub(1)
+                ),
             ));
         };
         if !queue.enabled {
-            return Err((Rejection::QueueDisabled, format!("queue {number} is disabled")));
+            return Err((
+                Rejection::QueueDisabled,
+                format!("queue {number} is disabled"),
+            ));
         }
         if let Some(gid) = queue.group {
             if waiter.cred.uid != 0 && !waiter.cred.in_group(gid) {
@@ -593,7 +681,11 @@ impl Core {
 
     fn decide(&self, waiter: &Waiter) -> Decision {
         let queue = &self.queues[self.queue_of(&waiter.request) as usize];
-        let ask = Ask { procs: waiter.request.procs, memory: waiter.request.memory, disk: waiter.request.disk };
+        let ask = Ask {
+            procs: waiter.request.procs,
+            memory: waiter.request.memory,
+            disk: waiter.request.disk,
+        };
         admission::decide(ask, queue, &self.topology, &self.limits, &self.ledger)
     }
 
@@ -636,11 +728,20 @@ impl Core {
             residency_base: Duration::ZERO,
             request: waiter.request,
         };
-        let hosts = job.hosts.iter().map(|host| self.topology.host(*host).name.clone()).collect();
+        let hosts = job
+            .hosts
+            .iter()
+            .map(|host| self.topology.host(*host).name.clone())
+            .collect();
         let cluster = self.topology.cluster(job.cluster).name.clone();
         out.push(Action::Notify {
             client: waiter.client,
-            event: ClientEvent::Admitted { job: id, queue, cluster, hosts },
+            event: ClientEvent::Admitted {
+                job: id,
+                queue,
+                cluster,
+                hosts,
+            },
         });
         if self.jobs.is_empty() {
             // Restart the slice cadence when the daemon leaves idleness, so
@@ -659,7 +760,10 @@ impl Core {
             if let Err((kind, reason)) = self.check_queue(front) {
                 let client = front.client;
                 self.waiting.pop_front();
-                out.push(Action::Notify { client, event: ClientEvent::Rejected { kind, reason } });
+                out.push(Action::Notify {
+                    client,
+                    event: ClientEvent::Rejected { kind, reason },
+                });
                 continue;
             }
             match self.decide(front) {
@@ -672,7 +776,10 @@ impl Core {
                     self.waiting.pop_front();
                     out.push(Action::Notify {
                         client,
-                        event: ClientEvent::Rejected { kind: Rejection::TooBig, reason },
+                        event: ClientEvent::Rejected {
+                            kind: Rejection::TooBig,
+                            reason,
+                        },
                     });
                 }
                 Decision::Short(_) => break,
@@ -682,8 +789,17 @@ impl Core {
 
     // ----- process events -----
 
-    fn rank_exited(&mut self, job: JobId, stage: usize, rank: u32, status: ExitStatus, out: &mut Vec<Action>) {
-        let Some(record) = self.jobs.get_mut(&job) else { return };
+    fn rank_exited(
+        &mut self,
+        job: JobId,
+        stage: usize,
+        rank: u32,
+        status: ExitStatus,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
         record.ranks_left = record.ranks_left.saturating_sub(1);
         if !status.success() && record.failure.is_none() {
             record.failure = Some(status);
@@ -695,21 +811,27 @@ impl Core {
                 record.ending = Some(EndCause::RankSignalled);
                 tracing::debug!(job = %job, stage, rank, signal, "rank killed by a signal; killing the job");
                 if record.ranks_left > 0 {
-                    out.push(Action::Signal { job, signal: SIGKILL });
+                    out.push(Action::Signal {
+                        job,
+                        signal: SIGKILL,
+                    });
                 }
             }
         }
     }
 
     fn processes_gone(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
-        let Some(record) = self.jobs.get_mut(&job) else { return };
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
         if let Some(since) = record.running_since.take() {
             record.run_time += now.since(since);
         }
         record.phase = Phase::Idle;
         record.ranks_left = 0;
         self.live.remove(&job);
-        let more_stages = record.request.joiner == Joiner::Sequence && record.stage + 1 < record.request.stages.len();
+        let more_stages = record.request.joiner == Joiner::Sequence
+            && record.stage + 1 < record.request.stages.len();
         if record.ending.is_none() && record.failure.is_none() && more_stages {
             record.stage += 1;
             return;
@@ -718,7 +840,9 @@ impl Core {
     }
 
     fn usage(&mut self, job: JobId, usage: Usage, now: Tick, out: &mut Vec<Action>) {
-        let Some(record) = self.jobs.get_mut(&job) else { return };
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
         for (peak, current) in record.peak_memory.iter_mut().zip(&usage.memory) {
             *peak = (*peak).max(*current);
         }
@@ -742,7 +866,11 @@ impl Core {
         if let Some(limit) = record.limits.memory {
             for (slot, used) in record.usage.memory.iter().enumerate() {
                 if *used > limit && violation.is_none() {
-                    let host = record.hosts.get(slot).map(|h| self.topology.host(*h).name.as_str()).unwrap_or("?");
+                    let host = record
+                        .hosts
+                        .get(slot)
+                        .map(|h| self.topology.host(*h).name.as_str())
+                        .unwrap_or("?");
                     violation = Some(format!(
                         "memory {} over the limit of {} on {host}",
                         format_size(*used),
@@ -769,7 +897,9 @@ impl Core {
         // residency time sinks to the next lower queue, and the clock restarts.
         let queue = record.queue;
         if let Some(residency) = self.queues.get(queue as usize).and_then(|q| q.residency) {
-            if cpu.saturating_sub(record.residency_base) > residency && (queue as usize) + 1 < self.queues.len() {
+            if cpu.saturating_sub(record.residency_base) > residency
+                && (queue as usize) + 1 < self.queues.len()
+            {
                 tracing::info!(job = %job, from = queue, to = queue + 1, "residency exceeded; moving down");
                 self.move_job(job, queue + 1);
             }
@@ -777,7 +907,9 @@ impl Core {
     }
 
     fn move_job(&mut self, job: JobId, to: u32) {
-        let Some(record) = self.jobs.get_mut(&job) else { return };
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
         let from = record.queue;
         record.queue = to;
         record.queues_visited.push(to);
@@ -799,7 +931,10 @@ impl Core {
             if let Some(record) = self.jobs.get_mut(&job) {
                 record.kill_deadline = None;
                 record.graceful_kill = false;
-                out.push(Action::Signal { job, signal: SIGKILL });
+                out.push(Action::Signal {
+                    job,
+                    signal: SIGKILL,
+                });
             }
         }
         if now < self.next_slice {
@@ -814,8 +949,10 @@ impl Core {
         for queue in &mut self.queues {
             queue.rotate(|job| jobs.get(&job).is_some_and(|record| record.ran_this_slice));
         }
+        // The flags restart with the new slice; `reschedule`, which always
+        // follows, sets them again for every job that runs in it.
         for record in self.jobs.values_mut() {
-            record.ran_this_slice = record.phase == Phase::Running;
+            record.ran_this_slice = false;
         }
         for &job in &self.live {
             out.push(Action::Sample(job));
@@ -826,15 +963,27 @@ impl Core {
 
     /// Starts killing a job. A graceful kill sends SIGTERM and lets the job
     /// run (ahead of every queue) to handle it, then SIGKILL after the grace.
-    fn begin_kill(&mut self, job: JobId, cause: EndCause, graceful: bool, now: Tick, out: &mut Vec<Action>) {
+    fn begin_kill(
+        &mut self,
+        job: JobId,
+        cause: EndCause,
+        graceful: bool,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) {
         let grace = self.config.kill_grace;
-        let Some(record) = self.jobs.get_mut(&job) else { return };
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
         if record.ending.is_some() && !matches!(record.ending, Some(EndCause::RankSignalled)) {
             // Already being killed; a harder kill may still escalate it.
             if !graceful && record.graceful_kill {
                 record.graceful_kill = false;
                 record.kill_deadline = None;
-                out.push(Action::Signal { job, signal: SIGKILL });
+                out.push(Action::Signal {
+                    job,
+                    signal: SIGKILL,
+                });
             }
             return;
         }
@@ -847,14 +996,22 @@ impl Core {
         if graceful {
             record.graceful_kill = true;
             record.kill_deadline = Some(now.after(grace));
-            out.push(Action::Signal { job, signal: SIGTERM });
+            out.push(Action::Signal {
+                job,
+                signal: SIGTERM,
+            });
         } else {
-            out.push(Action::Signal { job, signal: SIGKILL });
+            out.push(Action::Signal {
+                job,
+                signal: SIGKILL,
+            });
         }
     }
 
     fn finish(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
-        let Some(mut record) = self.jobs.remove(&job) else { return };
+        let Some(mut record) = self.jobs.remove(&job) else {
+            return;
+        };
         if let Some(since) = record.running_since.take() {
             record.run_time += now.since(since);
         }
@@ -873,17 +1030,28 @@ impl Core {
         let (kind, status, reason, state) = match &record.ending {
             None => {
                 let status = first_failure.unwrap_or(0);
-                (EndKind::Exited, status, describe_exit(record.failure), JobState::Done)
+                (
+                    EndKind::Exited,
+                    status,
+                    describe_exit(record.failure),
+                    JobState::Done,
+                )
             }
             Some(EndCause::RankSignalled) => (
                 EndKind::Exited,
                 first_failure.unwrap_or(crate::exitcode::from_signal(SIGKILL)),
-                format!("{}; the other processes were killed", describe_exit(record.failure)),
+                format!(
+                    "{}; the other processes were killed",
+                    describe_exit(record.failure)
+                ),
                 JobState::Done,
             ),
-            Some(EndCause::Limit(why)) => {
-                (EndKind::Limit, crate::exitcode::LIMIT, format!("killed: {why}"), JobState::Killed)
-            }
+            Some(EndCause::Limit(why)) => (
+                EndKind::Limit,
+                crate::exitcode::LIMIT,
+                format!("killed: {why}"),
+                JobState::Killed,
+            ),
             Some(EndCause::Killed(by)) => (
                 EndKind::Killed,
                 first_failure.unwrap_or(crate::exitcode::from_signal(SIGTERM)),
@@ -902,15 +1070,27 @@ impl Core {
                 "killed: scored is shutting down".to_string(),
                 JobState::Killed,
             ),
-            Some(EndCause::LaunchFailed { message, status }) => {
-                (EndKind::LaunchFailed, *status, format!("launch failed: {message}"), JobState::Done)
-            }
+            Some(EndCause::LaunchFailed { message, status }) => (
+                EndKind::LaunchFailed,
+                *status,
+                format!("launch failed: {message}"),
+                JobState::Done,
+            ),
         };
         let accounting = self.accounting(&record, now);
-        let ending = Ending { job, kind, status, reason, accounting };
+        let ending = Ending {
+            job,
+            kind,
+            status,
+            reason,
+            accounting,
+        };
         tracing::info!(job = %job, status, reason = %ending.reason, "job ended");
         if let Some(client) = record.client {
-            out.push(Action::Notify { client, event: ClientEvent::Ended(Box::new(ending.clone())) });
+            out.push(Action::Notify {
+                client,
+                event: ClientEvent::Ended(Box::new(ending.clone())),
+            });
         }
         if record.started {
             out.push(Action::Release(job));
@@ -921,13 +1101,21 @@ impl Core {
         if self.finished.len() == HISTORY {
             self.finished.pop_front();
         }
-        self.finished.push_back(Finished { job: record, user, state, ended_at: now, ending });
+        self.finished.push_back(Finished {
+            job: record,
+            user,
+            state,
+            ended_at: now,
+            ending,
+        });
         self.admit_waiters(now, out);
     }
 
     fn accounting(&self, job: &Job, now: Tick) -> Accounting {
         let wait = job.first_run_at.unwrap_or(now).since(job.submitted_at);
-        let wall = job.first_run_at.map_or(Duration::ZERO, |first| now.since(first));
+        let wall = job
+            .first_run_at
+            .map_or(Duration::ZERO, |first| now.since(first));
         Accounting {
             queues: job.queues_visited.clone(),
             wait,
@@ -955,7 +1143,8 @@ impl Core {
         }
     }
 
-    fn shutdown(&mut self, now_kill: bool, now: Tick, out: &mut Vec<Action>) {
+    /// Starts a shutdown; returns how many jobs are being killed.
+    fn shutdown(&mut self, now_kill: bool, now: Tick, out: &mut Vec<Action>) -> usize {
         if !self.shutting_down {
             tracing::info!(kill = now_kill, jobs = self.jobs.len(), "shutting down");
         }
@@ -977,9 +1166,11 @@ impl Core {
             .filter(|job| now_kill || job.held() || !self.queues[job.queue as usize].activated)
             .map(|job| job.id)
             .collect();
+        let n_victims = victims.len();
         for job in victims {
             self.begin_kill(job, EndCause::Shutdown, true, now, out);
         }
+        n_victims
     }
 
     // ----- the switch -----
@@ -997,15 +1188,22 @@ impl Core {
                 .values()
                 .filter(|job| {
                     job.ending.is_some()
-                        && (job.graceful_kill || matches!(job.phase, Phase::Running | Phase::Stopping))
+                        && (job.graceful_kill
+                            || matches!(job.phase, Phase::Running | Phase::Stopping))
                 })
                 .map(|job| job.id);
             sched::active_set(
                 queues,
                 self.topology.hosts.len(),
                 first,
-                |job| jobs.get(&job).map_or(&[][..], |record| record.hosts.as_slice()),
-                |job| jobs.get(&job).is_some_and(|record| record.ending.is_none() && !record.held()),
+                |job| {
+                    jobs.get(&job)
+                        .map_or(&[][..], |record| record.hosts.as_slice())
+                },
+                |job| {
+                    jobs.get(&job)
+                        .is_some_and(|record| record.ending.is_none() && !record.held())
+                },
                 &mut self.scratch,
                 &mut active,
             );
@@ -1060,9 +1258,18 @@ impl Core {
             self.enter(job, now, out);
         }
         self.active = active;
+        for job in &self.live {
+            let record = self.jobs.get_mut(job).expect("live jobs exist");
+            if record.phase == Phase::Running {
+                record.ran_this_slice = true;
+            }
+        }
 
         if let Some(id) = self.switches.open {
-            let stopping = self.live.iter().any(|job| self.jobs[job].phase == Phase::Stopping);
+            let stopping = self
+                .live
+                .iter()
+                .any(|job| self.jobs[job].phase == Phase::Stopping);
             if !stopping && !blocked {
                 self.switches.open = None;
                 out.push(Action::SwitchEnd(id));
@@ -1099,7 +1306,10 @@ impl Core {
                 if first_time {
                     self.queues[queue as usize].mark_started(job);
                     if let Some(client) = client {
-                        out.push(Action::Notify { client, event: ClientEvent::Started(job) });
+                        out.push(Action::Notify {
+                            client,
+                            event: ClientEvent::Started(job),
+                        });
                     }
                 }
             }
@@ -1112,7 +1322,12 @@ impl Core {
         let mut owner: HashMap<HostId, JobId> = HashMap::new();
         for job in self.jobs.values() {
             let live = matches!(job.phase, Phase::Running | Phase::Stopping);
-            assert_eq!(live, self.live.contains(&job.id), "live set out of date for job {}", job.id);
+            assert_eq!(
+                live,
+                self.live.contains(&job.id),
+                "live set out of date for job {}",
+                job.id
+            );
             if live {
                 for host in &job.hosts {
                     if let Some(other) = owner.insert(*host, job.id) {
@@ -1120,11 +1335,22 @@ impl Core {
                     }
                 }
             }
-            let in_queue = self.queues[job.queue as usize].order().filter(|&queued| queued == job.id).count();
-            assert_eq!(in_queue, 1, "job {} must be in queue {} once", job.id, job.queue);
+            let in_queue = self.queues[job.queue as usize]
+                .order()
+                .filter(|&queued| queued == job.id)
+                .count();
+            assert_eq!(
+                in_queue, 1,
+                "job {} must be in queue {} once",
+                job.id, job.queue
+            );
         }
         let queued: usize = self.queues.iter().map(Queue::len).sum();
-        assert_eq!(queued, self.jobs.len(), "queues hold exactly the unfinished jobs");
+        assert_eq!(
+            queued,
+            self.jobs.len(),
+            "queues hold exactly the unfinished jobs"
+        );
         let mut ledger = Ledger::new(&self.topology);
         for job in self.jobs.values() {
             ledger.reserve(&Placement {
@@ -1139,10 +1365,20 @@ impl Core {
 
     // ----- console commands -----
 
-    fn run_command(&mut self, cred: &Cred, command: Command, now: Tick, dir: &dyn Directory, out: &mut Vec<Action>) -> Reply {
+    fn run_command(
+        &mut self,
+        cred: &Cred,
+        command: Command,
+        now: Tick,
+        dir: &dyn Directory,
+        out: &mut Vec<Action>,
+    ) -> Reply {
         let operator = self.is_operator(cred);
         let needs_operator = command.is_changing()
-            && !matches!(command, Command::Kill { .. } | Command::Suspend(_) | Command::Resume(_));
+            && !matches!(
+                command,
+                Command::Kill { .. } | Command::Suspend(_) | Command::Resume(_)
+            );
         if needs_operator && !operator {
             return Reply::error(format!(
                 "permission denied: '{}' changes the daemon and needs root or the operator",
@@ -1193,7 +1429,11 @@ impl Core {
                     QueueAction::Deactivate => record.activated = false,
                 }
                 let state = record.state_word();
-                let scheduling = if record.activated { "scheduled" } else { "not scheduled" };
+                let scheduling = if record.activated {
+                    "scheduled"
+                } else {
+                    "not scheduled"
+                };
                 self.admit_waiters(now, out);
                 Reply::Done(format!("queue {queue}: {state} (jobs {scheduling})"))
             }
@@ -1211,7 +1451,10 @@ impl Core {
                 match signal {
                     None | Some(SIGTERM) => {
                         self.begin_kill(id, EndCause::Killed(by), true, now, out);
-                        Reply::Done(format!("job {job}: killing (SIGTERM, then SIGKILL after {})", format_duration(self.config.kill_grace)))
+                        Reply::Done(format!(
+                            "job {job}: killing (SIGTERM, then SIGKILL after {})",
+                            format_duration(self.config.kill_grace)
+                        ))
                     }
                     Some(SIGKILL) => {
                         self.begin_kill(id, EndCause::Killed(by), false, now, out);
@@ -1292,12 +1535,26 @@ impl Core {
                 Reply::Done(format!("timeslice: {}", format_duration(slice)))
             }
             Command::Shutdown { now: kill } => {
-                self.shutdown(kill, now, out);
-                let n = self.jobs.len();
+                let plural = |n: usize| if n == 1 { "" } else { "s" };
+                let before = self.jobs.len();
+                let killing = self.shutdown(kill, now, out);
+                let finishing = before - killing;
                 Reply::Done(if kill {
-                    format!("shutting down now: killing {n} job{}", if n == 1 { "" } else { "s" })
+                    format!(
+                        "shutting down now: killing {killing} job{}",
+                        plural(killing)
+                    )
+                } else if killing == 0 {
+                    format!(
+                        "shutting down: waiting for {finishing} job{} to finish",
+                        plural(finishing)
+                    )
                 } else {
-                    format!("shutting down: waiting for {n} job{} to finish", if n == 1 { "" } else { "s" })
+                    format!(
+                        "shutting down: waiting for {finishing} job{} to finish, killing {killing} held or unscheduled job{}",
+                        plural(finishing),
+                        plural(killing)
+                    )
                 })
             }
         }
@@ -1312,7 +1569,10 @@ impl Core {
     }
 
     fn no_queue(&self, queue: u32) -> Reply {
-        Reply::error(format!("no queue {queue}: queues are 0 to {}", self.queues.len().saturating_sub(1)))
+        Reply::error(format!(
+            "no queue {queue}: queues are 0 to {}",
+            self.queues.len().saturating_sub(1)
+        ))
     }
 
     /// Whether `cred` may kill, hold or release job `id`: the operator or the owner.
@@ -1323,11 +1583,20 @@ impl Core {
         if self.is_operator(cred) || job.owner.uid == cred.uid {
             Ok(())
         } else {
-            Err(Reply::error(format!("permission denied: job {id} belongs to another user")))
+            Err(Reply::error(format!(
+                "permission denied: job {id} belongs to another user"
+            )))
         }
     }
 
-    fn queue_set(&mut self, queue: u32, settings: command::QueueSettings, now: Tick, dir: &dyn Directory, out: &mut Vec<Action>) -> Reply {
+    fn queue_set(
+        &mut self,
+        queue: u32,
+        settings: command::QueueSettings,
+        now: Tick,
+        dir: &dyn Directory,
+        out: &mut Vec<Action>,
+    ) -> Reply {
         if queue as usize >= self.queues.len() {
             return self.no_queue(queue);
         }
@@ -1341,8 +1610,11 @@ impl Core {
             None => None,
         };
         let started_in_order: Vec<JobId> = {
-            let mut started: Vec<&Job> =
-                self.jobs.values().filter(|job| job.queue == queue && job.started).collect();
+            let mut started: Vec<&Job> = self
+                .jobs
+                .values()
+                .filter(|job| job.queue == queue && job.started)
+                .collect();
             started.sort_by_key(|job| job.first_run_at);
             started.into_iter().map(|job| job.id).collect()
         };
@@ -1382,7 +1654,12 @@ impl Core {
         let jobs_value = Value::Map(
             ["running", "stopped", "queued", "held", "ending"]
                 .iter()
-                .map(|state| (state.to_string(), Value::Uint(counts.get(state).copied().unwrap_or(0))))
+                .map(|state| {
+                    (
+                        state.to_string(),
+                        Value::Uint(counts.get(state).copied().unwrap_or(0)),
+                    )
+                })
                 .collect(),
         );
         let mut recent: Vec<Duration> = self.switches.recent.iter().copied().collect();
@@ -1392,13 +1669,26 @@ impl Core {
         let reserved_disk: u64 = self.ledger.cluster_disk.iter().sum();
         Reply::Record(vec![
             ("uptime".into(), Value::Duration(now.since(Tick::default()))),
-            ("state".into(), Value::text(if self.shutting_down { "shutting down" } else { "accepting jobs" })),
+            (
+                "state".into(),
+                Value::text(if self.shutting_down {
+                    "shutting down"
+                } else {
+                    "accepting jobs"
+                }),
+            ),
             ("timeslice".into(), Value::Duration(self.config.timeslice)),
             (
                 "clusters".into(),
                 Value::Map(vec![
-                    ("count".into(), Value::Uint(self.topology.clusters.len() as u64)),
-                    ("hosts".into(), Value::Uint(self.topology.hosts.len() as u64)),
+                    (
+                        "count".into(),
+                        Value::Uint(self.topology.clusters.len() as u64),
+                    ),
+                    (
+                        "hosts".into(),
+                        Value::Uint(self.topology.hosts.len() as u64),
+                    ),
                 ]),
             ),
             (
@@ -1406,7 +1696,9 @@ impl Core {
                 Value::List(
                     self.queues
                         .iter()
-                        .map(|queue| Value::text(format!("{}:{}", queue.number, queue.state_word())))
+                        .map(|queue| {
+                            Value::text(format!("{}:{}", queue.number, queue.state_word()))
+                        })
                         .collect(),
                 ),
             ),
@@ -1425,14 +1717,22 @@ impl Core {
                 "switch latency".into(),
                 Value::Map(vec![
                     ("median".into(), Value::opt(median.map(Value::Duration))),
-                    ("max".into(), Value::opt((!recent.is_empty()).then_some(Value::Duration(self.switches.max)))),
+                    (
+                        "max".into(),
+                        Value::opt(
+                            (!recent.is_empty()).then_some(Value::Duration(self.switches.max)),
+                        ),
+                    ),
                 ]),
             ),
         ])
     }
 
     fn hosts_table(&self) -> Reply {
-        let mut table = Table::new(&["host", "name", "cluster", "cpus", "cores", "speed", "memory", "jobs", "running", "state"]);
+        let mut table = Table::new(&[
+            "host", "name", "cluster", "cpus", "cores", "speed", "memory", "jobs", "running",
+            "state",
+        ]);
         let mut admitted = vec![0u64; self.topology.hosts.len()];
         for job in self.jobs.values() {
             for host in &job.hosts {
@@ -1465,12 +1765,26 @@ impl Core {
 
     fn clusters_table(&self) -> Reply {
         let mut table = Table::new(&[
-            "cluster", "name", "hosts", "cores", "speed", "memory", "memory reserved", "disk", "disk reserved", "jobs",
+            "cluster",
+            "name",
+            "hosts",
+            "cores",
+            "speed",
+            "memory",
+            "memory reserved",
+            "disk",
+            "disk reserved",
+            "jobs",
             "jobs limit",
         ]);
         for cluster in &self.topology.clusters {
             let limits = self.limits[cluster.id.idx()];
-            let reserved_memory = cluster.hosts.iter().map(|host| self.ledger.host_memory[host.idx()]).max().unwrap_or(0);
+            let reserved_memory = cluster
+                .hosts
+                .iter()
+                .map(|host| self.ledger.host_memory[host.idx()])
+                .max()
+                .unwrap_or(0);
             table.push(vec![
                 Value::Uint(u64::from(cluster.id.0)),
                 Value::text(&cluster.name),
@@ -1490,8 +1804,19 @@ impl Core {
 
     fn queues_table(&self) -> Reply {
         let mut table = Table::new(&[
-            "queue", "state", "scheduled", "mode", "cputime", "residency", "memory", "disk", "group", "queued",
-            "running", "stopped", "held",
+            "queue",
+            "state",
+            "scheduled",
+            "mode",
+            "cputime",
+            "residency",
+            "memory",
+            "disk",
+            "group",
+            "queued",
+            "running",
+            "stopped",
+            "held",
         ]);
         for queue in &self.queues {
             let mut counts = [0u64; 4];
@@ -1524,7 +1849,9 @@ impl Core {
     }
 
     fn jobs_table(&self, all: bool, now: Tick) -> Reply {
-        let mut table = Table::new(&["id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "command"]);
+        let mut table = Table::new(&[
+            "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "command",
+        ]);
         if all {
             for done in &self.finished {
                 let job = &done.job;
@@ -1551,7 +1878,10 @@ impl Core {
                 Value::Uint(u64::from(job.nprocs())),
                 Value::text(self.host_names(job).join(",")),
                 Value::Duration(job.usage.cpu),
-                Value::Duration(job.first_run_at.map_or(Duration::ZERO, |first| now.since(first))),
+                Value::Duration(
+                    job.first_run_at
+                        .map_or(Duration::ZERO, |first| now.since(first)),
+                ),
                 Value::None,
                 Value::text(command_line(job)),
             ]);
@@ -1560,18 +1890,35 @@ impl Core {
     }
 
     fn host_names(&self, job: &Job) -> Vec<String> {
-        job.hosts.iter().map(|host| self.topology.host(*host).name.clone()).collect()
+        job.hosts
+            .iter()
+            .map(|host| self.topology.host(*host).name.clone())
+            .collect()
     }
 
     fn job_record(&self, id: JobId, now: Tick) -> Reply {
         let (job, user, state, ending, end_time) = match self.jobs.get(&id) {
-            Some(job) => (job, self.users.get(&id).cloned().unwrap_or_default(), job.state(), None, now),
+            Some(job) => (
+                job,
+                self.users.get(&id).cloned().unwrap_or_default(),
+                job.state(),
+                None,
+                now,
+            ),
             None => match self.finished.iter().find(|done| done.job.id == id) {
-                Some(done) => (&done.job, done.user.clone(), done.state, Some(&done.ending), done.ended_at),
+                Some(done) => (
+                    &done.job,
+                    done.user.clone(),
+                    done.state,
+                    Some(&done.ending),
+                    done.ended_at,
+                ),
                 None => return Reply::error(format!("no job {id}")),
             },
         };
-        let wall = job.first_run_at.map_or(Duration::ZERO, |first| end_time.since(first));
+        let wall = job
+            .first_run_at
+            .map_or(Duration::ZERO, |first| end_time.since(first));
         let host_names = self.host_names(job);
         let mut fields = vec![
             ("id".to_string(), Value::Uint(id.0)),
@@ -1579,21 +1926,44 @@ impl Core {
             ("uid".into(), Value::Uint(u64::from(job.owner.uid))),
             ("state".into(), Value::text(state.as_str())),
             ("queue".into(), Value::Uint(u64::from(job.queue))),
-            ("queues".into(), Value::List(job.queues_visited.iter().map(|q| Value::Uint(u64::from(*q))).collect())),
-            ("cluster".into(), Value::text(&self.topology.cluster(job.cluster).name)),
-            ("hosts".into(), Value::List(host_names.iter().map(Value::text).collect())),
+            (
+                "queues".into(),
+                Value::List(
+                    job.queues_visited
+                        .iter()
+                        .map(|q| Value::Uint(u64::from(*q)))
+                        .collect(),
+                ),
+            ),
+            (
+                "cluster".into(),
+                Value::text(&self.topology.cluster(job.cluster).name),
+            ),
+            (
+                "hosts".into(),
+                Value::List(host_names.iter().map(Value::text).collect()),
+            ),
             ("procs".into(), Value::Uint(u64::from(job.nprocs()))),
             ("command".into(), Value::text(command_line(job))),
-            ("held".into(), Value::text(match (job.operator_hold, job.owner_hold) {
-                (true, _) => "by an operator",
-                (false, true) => "by its owner",
-                (false, false) => "no",
-            })),
+            (
+                "held".into(),
+                Value::text(match (job.operator_hold, job.owner_hold) {
+                    (true, _) => "by an operator",
+                    (false, true) => "by its owner",
+                    (false, false) => "no",
+                }),
+            ),
             ("cpu".into(), Value::Duration(job.usage.cpu)),
             ("wall".into(), Value::Duration(wall)),
             ("run".into(), Value::Duration(job.run_time_at(end_time))),
-            ("stopped".into(), Value::Duration(job.stopped_time(end_time))),
-            ("wait".into(), Value::Duration(job.first_run_at.unwrap_or(end_time).since(job.submitted_at))),
+            (
+                "stopped".into(),
+                Value::Duration(job.stopped_time(end_time)),
+            ),
+            (
+                "wait".into(),
+                Value::Duration(job.first_run_at.unwrap_or(end_time).since(job.submitted_at)),
+            ),
             ("switches".into(), Value::Uint(job.switches)),
             (
                 "memory".into(),
@@ -1608,15 +1978,31 @@ impl Core {
             (
                 "peak memory".into(),
                 Value::Map(
-                    host_names.iter().zip(&job.peak_memory).map(|(host, peak)| (host.clone(), Value::Size(*peak))).collect(),
+                    host_names
+                        .iter()
+                        .zip(&job.peak_memory)
+                        .map(|(host, peak)| (host.clone(), Value::Size(*peak)))
+                        .collect(),
                 ),
             ),
             ("disk".into(), Value::Size(job.usage.disk)),
             ("peak disk".into(), Value::Size(job.peak_disk)),
-            ("cputime limit".into(), Value::opt(job.limits.cputime.map(Value::Duration))),
-            ("memory limit".into(), Value::opt(job.limits.memory.map(Value::Size))),
-            ("disk limit".into(), Value::opt(job.limits.disk.map(Value::Size))),
-            ("residency".into(), Value::Duration(job.usage.cpu.saturating_sub(job.residency_base))),
+            (
+                "cputime limit".into(),
+                Value::opt(job.limits.cputime.map(Value::Duration)),
+            ),
+            (
+                "memory limit".into(),
+                Value::opt(job.limits.memory.map(Value::Size)),
+            ),
+            (
+                "disk limit".into(),
+                Value::opt(job.limits.disk.map(Value::Size)),
+            ),
+            (
+                "residency".into(),
+                Value::Duration(job.usage.cpu.saturating_sub(job.residency_base)),
+            ),
         ];
         if let Some(ending) = ending {
             fields.push(("exit".into(), Value::Int(i64::from(ending.status))));
@@ -1668,7 +2054,11 @@ fn describe_queue(queue: &Queue) -> String {
         opt_duration(queue.residency),
         opt_pct(queue.memory_pct),
         opt_pct(queue.disk_pct),
-        if queue.group.is_some() { queue_group_name(queue) } else { "none".to_string() },
+        if queue.group.is_some() {
+            queue_group_name(queue)
+        } else {
+            "none".to_string()
+        },
     )
 }
 
@@ -1689,7 +2079,12 @@ fn command_line(job: &Job) -> String {
         .request
         .stages
         .iter()
-        .map(|argv| argv.iter().map(|arg| arg.to_string_lossy()).collect::<Vec<_>>().join(" "))
+        .map(|argv| {
+            argv.iter()
+                .map(|arg| arg.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .collect::<Vec<_>>()
         .join(sep);
     const MAX: usize = 60;
@@ -1713,7 +2108,12 @@ fn launch_plan(job: &Job) -> LaunchPlan {
         let mut rank = 0u32;
         for (slot, (host, count)) in job.hosts.iter().zip(&job.layout).enumerate() {
             for _ in 0..*count {
-                procs.push(ProcPlan { stage, rank, host: *host, host_slot: slot });
+                procs.push(ProcPlan {
+                    stage,
+                    rank,
+                    host: *host,
+                    host_slot: slot,
+                });
                 rank += 1;
             }
         }
@@ -1722,7 +2122,10 @@ fn launch_plan(job: &Job) -> LaunchPlan {
         job: job.id,
         client: job.client.unwrap_or(ClientToken(0)),
         user: job.owner.clone(),
-        argv: stages.iter().map(|&stage| job.request.stages[stage].clone()).collect(),
+        argv: stages
+            .iter()
+            .map(|&stage| job.request.stages[stage].clone())
+            .collect(),
         first_stage: stages[0],
         pipe: job.request.joiner == Joiner::Pipe,
         nprocs: job.nprocs(),
