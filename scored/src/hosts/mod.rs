@@ -46,6 +46,8 @@
 mod lex;
 mod parse;
 mod resolve;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::io::{self, Read};
