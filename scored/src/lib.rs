@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 pub mod admission;
+pub mod client;
 pub mod cluster;
 pub mod command;
 pub mod core;

@@ -1,0 +1,180 @@
+//! The client side of the protocol, shared by scrun and sc_console: finding
+//! the daemon's socket, connecting, and exchanging frames (with descriptors
+//! for a submission).
+//!
+//! Blocking I/O on purpose: each client talks to one daemon and has nothing
+//! else to do while it waits, except scrun, which polls the descriptor
+//! returned by [`Connection::as_fd`] together with its signals.
+#![forbid(unsafe_code)]
+
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+
+use crate::proto::{self, FrameError, Reply, Request};
+
+/// Where a socket path came from, which decides what a failure to connect means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketSource {
+    /// An explicit flag or option (`--socket`, `scored=`).
+    Explicit,
+    /// The `SCORED_SOCKET` environment variable.
+    Environment,
+    /// The default location (SPEC §7).
+    Default,
+}
+
+/// Picks the socket: the explicit path, else `SCORED_SOCKET`, else the default.
+pub fn socket_path(explicit: Option<PathBuf>) -> (PathBuf, SocketSource) {
+    if let Some(path) = explicit {
+        return (path, SocketSource::Explicit);
+    }
+    if let Some(path) = std::env::var_os("SCORED_SOCKET").filter(|value| !value.is_empty()) {
+        return (PathBuf::from(path), SocketSource::Environment);
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    let runtime = std::env::var("XDG_RUNTIME_DIR").ok();
+    (
+        crate::paths::default_socket(uid, runtime.as_deref()),
+        SocketSource::Default,
+    )
+}
+
+/// A connection to the daemon.
+pub struct Connection {
+    stream: UnixStream,
+    buffer: Vec<u8>,
+}
+
+impl Connection {
+    /// Connects to the daemon's socket.
+    pub fn connect(path: &Path) -> io::Result<Connection> {
+        let stream = UnixStream::connect(path)?;
+        Ok(Connection {
+            stream,
+            buffer: Vec::new(),
+        })
+    }
+
+    /// Sends a request.
+    pub fn send(&mut self, request: &Request) -> io::Result<()> {
+        self.stream.write_all(&proto::encode(request))
+    }
+
+    /// Sends a request with descriptors attached (SCM_RIGHTS).
+    pub fn send_with_fds(&mut self, request: &Request, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        let frame = proto::encode(request);
+        let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+        let control = [ControlMessage::ScmRights(&raw)];
+        // The descriptors travel with the first chunk; the rest of the frame
+        // follows as plain bytes.
+        let sent = sendmsg::<()>(
+            self.stream.as_raw_fd(),
+            &[IoSlice::new(&frame)],
+            &control,
+            MsgFlags::empty(),
+            None,
+        )
+        .map_err(io::Error::from)?;
+        self.stream.write_all(&frame[sent..])
+    }
+
+    /// Waits for the next reply; the end of the connection is an
+    /// `UnexpectedEof` error.
+    pub fn recv(&mut self) -> io::Result<Reply> {
+        loop {
+            if let Some(reply) = self.try_decode()? {
+                return Ok(reply);
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            let len = match self.stream.read(&mut chunk) {
+                Ok(len) => len,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error),
+            };
+            if len == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "scored closed the connection",
+                ));
+            }
+            self.buffer.extend_from_slice(&chunk[..len]);
+        }
+    }
+
+    /// Reads what is available without blocking (call when the descriptor
+    /// is readable) and returns a complete reply if one arrived. `Ok(None)`
+    /// means more bytes are needed; the end of the connection is an error.
+    pub fn read_available(&mut self) -> io::Result<Option<Reply>> {
+        if let Some(reply) = self.try_decode()? {
+            return Ok(Some(reply));
+        }
+        let mut chunk = [0u8; 64 * 1024];
+        self.stream.set_nonblocking(true)?;
+        let result = self.stream.read(&mut chunk);
+        self.stream.set_nonblocking(false)?;
+        match result {
+            Ok(0) => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "scored closed the connection",
+            )),
+            Ok(len) => {
+                self.buffer.extend_from_slice(&chunk[..len]);
+                self.try_decode()
+            }
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A reply already buffered, if any.
+    pub fn try_decode(&mut self) -> io::Result<Option<Reply>> {
+        proto::decode(&mut self.buffer, proto::MAX_REPLY).map_err(|error: FrameError| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad reply from scored: {error}"),
+            )
+        })
+    }
+
+    /// Runs one console line; returns whether it succeeded, its text and its JSON.
+    pub fn console(
+        &mut self,
+        line: &str,
+        json: bool,
+    ) -> io::Result<(bool, String, Option<serde_json::Value>)> {
+        self.send(&Request::Console {
+            version: proto::VERSION,
+            line: line.to_string(),
+            json,
+        })?;
+        match self.recv()? {
+            Reply::Console { ok, text, json } => Ok((ok, text, json)),
+            Reply::Error { message } => Err(io::Error::new(io::ErrorKind::InvalidData, message)),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "scored answered a console line with a job message",
+            )),
+        }
+    }
+
+    /// The socket, for polling.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+
+    /// Closes the writing half (the daemon then sees the client leave).
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
