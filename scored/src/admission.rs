@@ -67,16 +67,29 @@ impl Ledger {
 
     fn apply(&mut self, placement: &Placement, add: bool) {
         let change = |slot: &mut u64, amount: u64| {
-            *slot = if add { slot.saturating_add(amount) } else { slot.saturating_sub(amount) };
+            *slot = if add {
+                slot.saturating_add(amount)
+            } else {
+                slot.saturating_sub(amount)
+            };
         };
         for (host, procs) in placement.hosts.iter().zip(&placement.layout) {
             change(&mut self.host_procs[host.idx()], u64::from(*procs));
-            change(&mut self.host_memory[host.idx()], placement.limits.memory.unwrap_or(0));
+            change(
+                &mut self.host_memory[host.idx()],
+                placement.limits.memory.unwrap_or(0),
+            );
         }
         let cluster = placement.cluster.idx();
-        change(&mut self.cluster_disk[cluster], placement.limits.disk.unwrap_or(0));
+        change(
+            &mut self.cluster_disk[cluster],
+            placement.limits.disk.unwrap_or(0),
+        );
         change(&mut self.cluster_jobs[cluster], 1);
-        change(&mut self.cluster_procs[cluster], placement.layout.iter().map(|&n| u64::from(n)).sum());
+        change(
+            &mut self.cluster_procs[cluster],
+            placement.layout.iter().map(|&n| u64::from(n)).sum(),
+        );
     }
 }
 
@@ -117,7 +130,13 @@ pub struct Ask {
 
 /// Decides where a job goes. `queue` supplies the percentages and the CPU
 /// time limit the job inherits.
-pub fn decide(ask: Ask, queue: &Queue, topology: &Topology, limits: &[ClusterLimits], ledger: &Ledger) -> Decision {
+pub fn decide(
+    ask: Ask,
+    queue: &Queue,
+    topology: &Topology,
+    limits: &[ClusterLimits],
+    ledger: &Ledger,
+) -> Decision {
     let mut fits_in_principle = Vec::new();
     let mut too_big = Vec::new();
     for cluster in &topology.clusters {
@@ -134,7 +153,14 @@ pub fn decide(ask: Ask, queue: &Queue, topology: &Topology, limits: &[ClusterLim
     let mut shortages = Vec::new();
     for (cluster_id, job_limits) in fits_in_principle {
         let cluster_limits = limits.get(cluster_id.idx()).copied().unwrap_or_default();
-        match place_now(ask, topology, cluster_id, cluster_limits, ledger, job_limits) {
+        match place_now(
+            ask,
+            topology,
+            cluster_id,
+            cluster_limits,
+            ledger,
+            job_limits,
+        ) {
             Ok(placement) => {
                 let cluster = topology.cluster(cluster_id);
                 let slots = cluster.hosts.len() as f64 * f64::from(cluster.cores.max(1));
@@ -193,7 +219,10 @@ fn ideal_fit(
         disk: share(cluster_limits.disk, queue.disk_pct, ask.disk),
     };
     if cluster_limits.jobs == Some(0) {
-        return Err(format!("cluster {} admits no job (jobs limit 0)", cluster.name));
+        return Err(format!(
+            "cluster {} admits no job (jobs limit 0)",
+            cluster.name
+        ));
     }
     if let (Some(need), Some(limit)) = (job_limits.memory, cluster_limits.memory) {
         if need > limit {
@@ -267,7 +296,9 @@ fn place_now(
         .iter()
         .copied()
         .filter(|host| match (job_limits.memory, cluster_limits.memory) {
-            (Some(need), Some(limit)) => ledger.host_memory[host.idx()].saturating_add(need) <= limit,
+            (Some(need), Some(limit)) => {
+                ledger.host_memory[host.idx()].saturating_add(need) <= limit
+            }
             _ => true,
         })
         .collect();
@@ -289,7 +320,12 @@ fn place_now(
     // index, so that independent jobs land on disjoint hosts when they can.
     candidates.sort_by_key(|host| (ledger.host_procs[host.idx()], host.0));
     candidates.truncate(layout.len());
-    Ok(Placement { cluster: cluster_id, hosts: candidates, layout, limits: job_limits })
+    Ok(Placement {
+        cluster: cluster_id,
+        hosts: candidates,
+        layout,
+        limits: job_limits,
+    })
 }
 
 fn plural(count: u64) -> &'static str {
@@ -340,7 +376,11 @@ mod tests {
     }
 
     fn ask(nodes: u32) -> Ask {
-        Ask { procs: ProcRequest::Nodes(nodes), memory: None, disk: None }
+        Ask {
+            procs: ProcRequest::Nodes(nodes),
+            memory: None,
+            disk: None,
+        }
     }
 
     fn hosts(decision: &Decision) -> Vec<u32> {
@@ -361,7 +401,10 @@ mod tests {
         if let Decision::Admit(p) = &first {
             ledger.reserve(p);
         }
-        assert_eq!(hosts(&decide(ask(2), &queue, &topo, &limits, &ledger)), vec![1, 2]);
+        assert_eq!(
+            hosts(&decide(ask(2), &queue, &topo, &limits, &ledger)),
+            vec![1, 2]
+        );
     }
 
     #[test]
@@ -380,10 +423,19 @@ mod tests {
     fn too_big_names_what_was_asked_and_what_exists() {
         let topo = topology(&[("a", 1.0, 2)]);
         let queue = Queue::new(1, QueueMode::Gang);
-        let decision = decide(ask(3), &queue, &topo, &[ClusterLimits::default()], &Ledger::new(&topo));
+        let decision = decide(
+            ask(3),
+            &queue,
+            &topo,
+            &[ClusterLimits::default()],
+            &Ledger::new(&topo),
+        );
         assert_eq!(
             decision,
-            Decision::TooBig("nodes=3 needs 3 hosts with 1 process each, but cluster a has 2 hosts with 1 core".into())
+            Decision::TooBig(
+                "nodes=3 needs 3 hosts with 1 process each, but cluster a has 2 hosts with 1 core"
+                    .into()
+            )
         );
     }
 
@@ -392,7 +444,10 @@ mod tests {
         let topo = topology(&[("a", 1.0, 1)]);
         let mut queue = Queue::new(1, QueueMode::Gang);
         queue.memory_pct = Some(50.0);
-        let limits = vec![ClusterLimits { memory: Some(1 << 30), ..Default::default() }];
+        let limits = vec![ClusterLimits {
+            memory: Some(1 << 30),
+            ..Default::default()
+        }];
         let mut ledger = Ledger::new(&topo);
         for _ in 0..2 {
             match decide(ask(1), &queue, &topo, &limits, &ledger) {

@@ -274,6 +274,17 @@ pub enum Input {
         /// What was measured.
         usage: Usage,
     },
+    /// The kernel's final word on a job's processes once they are all
+    /// reaped: their CPU time and, per host, the sum of their peak memory.
+    /// It only completes the accounting; no limit is checked against it.
+    FinalUsage {
+        /// The job.
+        job: JobId,
+        /// CPU time of every reaped process.
+        cpu: Duration,
+        /// Peak memory per host slot.
+        peak_memory: Vec<u64>,
+    },
     /// A switch's latency, measured by the shell.
     SwitchMeasured {
         /// The switch.
@@ -507,6 +518,18 @@ impl Core {
             }
             Input::ProcessesGone(job) => self.processes_gone(job, now, &mut out),
             Input::Usage { job, usage } => self.usage(job, usage, now, &mut out),
+            Input::FinalUsage {
+                job,
+                cpu,
+                peak_memory,
+            } => {
+                if let Some(record) = self.jobs.get_mut(&job) {
+                    record.usage.cpu = record.usage.cpu.max(cpu);
+                    for (peak, last) in record.peak_memory.iter_mut().zip(peak_memory) {
+                        *peak = (*peak).max(last);
+                    }
+                }
+            }
             Input::SwitchMeasured { latency, .. } => {
                 let switches = &mut self.switches;
                 if switches.recent.len() == LATENCY_WINDOW {

@@ -350,7 +350,10 @@ impl Job {
 
     /// Running time including the current stretch.
     pub fn run_time_at(&self, now: Tick) -> Duration {
-        self.run_time + self.running_since.map_or(Duration::ZERO, |since| now.since(since))
+        self.run_time
+            + self
+                .running_since
+                .map_or(Duration::ZERO, |since| now.since(since))
     }
 }
 
@@ -362,7 +365,14 @@ mod tests {
     fn layouts_pack_cores_per_host() {
         assert_eq!(ProcRequest::Nodes(5).layout(2), Some(vec![2, 2, 1]));
         assert_eq!(ProcRequest::Nodes(2).layout(1), Some(vec![1, 1]));
-        assert_eq!(ProcRequest::Grid { hosts: 2, per_host: 3 }.layout(1), Some(vec![3, 3]));
+        assert_eq!(
+            ProcRequest::Grid {
+                hosts: 2,
+                per_host: 3
+            }
+            .layout(1),
+            Some(vec![3, 3])
+        );
         assert_eq!(ProcRequest::Hosts(3).layout(4), Some(vec![4, 4, 4]));
         assert_eq!(ProcRequest::Nodes(0).layout(4), None);
     }

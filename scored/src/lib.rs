@@ -5,11 +5,14 @@
 //! value syntax ([`units`]). See ARCHITECTURE.md for the module map.
 #![deny(missing_docs)]
 
+pub mod actuator;
 pub mod admission;
 pub mod client;
 pub mod cluster;
 pub mod command;
+pub mod config;
 pub mod core;
+pub mod evloop;
 pub mod exitcode;
 pub mod hosts;
 pub mod ids;

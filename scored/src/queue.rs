@@ -73,7 +73,16 @@ impl Queue {
     /// The default queues: 0 exclusive, the others gang.
     pub fn defaults() -> Vec<Queue> {
         (0..DEFAULT_QUEUES)
-            .map(|number| Queue::new(number, if number == 0 { QueueMode::Exclusive } else { QueueMode::Gang }))
+            .map(|number| {
+                Queue::new(
+                    number,
+                    if number == 0 {
+                        QueueMode::Exclusive
+                    } else {
+                        QueueMode::Gang
+                    },
+                )
+            })
             .collect()
     }
 

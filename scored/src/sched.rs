@@ -41,7 +41,10 @@ pub fn active_set<'a>(
     let mut free_hosts = n_hosts;
     let mut try_take = |job: JobId, taken: &mut Vec<bool>, out: &mut Vec<JobId>| -> bool {
         let hosts = hosts_of(job);
-        if hosts.iter().any(|host| taken.get(host.idx()).copied().unwrap_or(true)) {
+        if hosts
+            .iter()
+            .any(|host| taken.get(host.idx()).copied().unwrap_or(true))
+        {
             return false;
         }
         for host in hosts {

@@ -1,0 +1,952 @@
+//! The actuator: the only module that creates processes, sends signals,
+//! waits for children and changes credentials.
+//!
+//! It carries out the core's actions on real processes and turns what the
+//! kernel reports into core inputs:
+//! - `Spawn`: one process per rank, each rank's host a process group of its
+//!   own (job, host), pinned to the host's CPUs, run as the submitting user
+//!   with its groups, at normal scheduling priority, in the job's cgroup
+//!   when there is one.
+//! - `Stop`: SIGSTOP to every process group (and to processes that left
+//!   them), then [`Input::Stopped`] once every known process is confirmed
+//!   stopped: direct children through `wait4(WUNTRACED)`, other
+//!   descendants through /proc.
+//! - Exits: [`Input::RankExited`] per rank; when the last rank of a job is
+//!   reaped, every process left in its groups or cgroup is killed, and
+//!   [`Input::ProcessesGone`] follows once they are all gone.
+//!
+//! Architecture invariant: a process group is signalled only while one of
+//! our direct children is in it, so its id cannot have been reused; any
+//! other process is signalled only through a pidfd.
+
+pub mod cgroup;
+pub mod procfs;
+pub mod sys;
+
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::{CString, OsStr};
+use std::fs;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+
+use crate::cluster::Topology;
+use crate::core::Input;
+use crate::ids::JobId;
+use crate::job::{ExitStatus, LaunchPlan, Usage};
+
+use self::cgroup::Cgroups;
+use self::procfs::Stat;
+
+/// How long a stop may go unconfirmed by `wait4` before /proc is consulted.
+const CONFIRM_FALLBACK: Duration = Duration::from_millis(20);
+/// How often unconfirmed stops and draining jobs are polled.
+const POLL_INTERVAL: Duration = Duration::from_millis(1);
+/// How long the processes left behind by a job may take to die.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The three descriptors of a job's client: its stdin, stdout and stderr.
+#[derive(Debug)]
+pub struct JobStdio {
+    /// The client's standard input (rank 0 reads it).
+    pub stdin: OwnedFd,
+    /// The client's standard output.
+    pub stdout: OwnedFd,
+    /// The client's standard error.
+    pub stderr: OwnedFd,
+}
+
+/// What the actuator needs to know at start-up.
+#[derive(Debug, Clone)]
+pub struct ActuatorConfig {
+    /// Where jobs' scratch directories go (`STATE_DIR/jobs/ID`).
+    pub state_dir: PathBuf,
+    /// Use a cgroup per job when the machine offers a writable hierarchy.
+    pub use_cgroups: bool,
+}
+
+/// The seam between the event loop and the operating system, so that the
+/// loop's glue can be tested with a recording fake.
+pub trait Actuator {
+    /// Creates the processes of a plan; events (failure, exits) go to `out`.
+    fn spawn(&mut self, plan: &LaunchPlan, stdio: Option<&JobStdio>, out: &mut Vec<Input>);
+    /// SIGSTOPs the job; `Input::Stopped` follows once confirmed.
+    fn stop(&mut self, job: JobId, out: &mut Vec<Input>);
+    /// SIGCONTs the job.
+    fn cont(&mut self, job: JobId);
+    /// Sends a signal to every process of the job.
+    fn signal(&mut self, job: JobId, signal: i32);
+    /// Measures the job's usage.
+    fn sample(&mut self, job: JobId) -> Option<Usage>;
+    /// Removes what is left of a finished job.
+    fn release(&mut self, job: JobId);
+    /// Collects child state changes (after SIGCHLD).
+    fn reap(&mut self, out: &mut Vec<Input>);
+    /// Polls what needs polling (unconfirmed stops, draining jobs).
+    fn poll(&mut self, now: Instant, out: &mut Vec<Input>);
+    /// When `poll` next needs to run.
+    fn next_deadline(&self) -> Option<Instant>;
+    /// Kills every process of every job and reaps them (daemon exit).
+    fn kill_everything(&mut self);
+}
+
+/// A direct child: one rank.
+#[derive(Debug, Clone, Copy)]
+struct Child {
+    job: JobId,
+    stage: usize,
+    rank: u32,
+    slot: usize,
+    stopped: bool,
+}
+
+/// A descendant that is not a direct child, held through a pidfd.
+#[derive(Debug)]
+struct Extra {
+    pidfd: OwnedFd,
+    start: u64,
+    slot: usize,
+    /// It left the job's process groups, so group signals miss it.
+    escaped: bool,
+}
+
+#[derive(Debug)]
+struct StopWait {
+    children: BTreeSet<i32>,
+    extras: BTreeSet<i32>,
+    since: Instant,
+}
+
+#[derive(Debug)]
+struct Drain {
+    pids: Vec<(i32, u64)>,
+    since: Instant,
+}
+
+/// Everything the actuator tracks about one job.
+#[derive(Debug)]
+struct JobProcs {
+    /// Process group per host slot, while a direct child is in it.
+    pgids: Vec<Option<i32>>,
+    /// Live direct children per slot.
+    per_slot: Vec<u32>,
+    children: BTreeSet<i32>,
+    extras: HashMap<i32, Extra>,
+    stop_wait: Option<StopWait>,
+    drain: Option<Drain>,
+    /// CPU time of reaped processes (with their waited-for descendants).
+    reaped_cpu: Duration,
+    /// Per host slot, the sum of the peak memory of its reaped ranks.
+    reaped_peak: Vec<u64>,
+    /// Size of the executables of the job's programs.
+    exe_bytes: u64,
+    scratch: PathBuf,
+    cgroup_procs: Option<CString>,
+}
+
+/// The real actuator.
+pub struct OsActuator {
+    config: ActuatorConfig,
+    hosts: Vec<(String, nix::sched::CpuSet)>,
+    jobs: HashMap<JobId, JobProcs>,
+    children: HashMap<i32, Child>,
+    cgroups: Option<Cgroups>,
+    daemon_pid: i32,
+    daemon_uid: u32,
+    clock_ticks: u64,
+    page_size: u64,
+}
+
+impl OsActuator {
+    /// Prepares the actuator: the scratch root, the cgroup hierarchy, and the
+    /// CPU masks of the hosts.
+    pub fn new(config: ActuatorConfig, topology: &Topology) -> io::Result<OsActuator> {
+        let jobs_dir = config.state_dir.join("jobs");
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&jobs_dir)
+            .map_err(|error| {
+                io::Error::new(
+                    error.kind(),
+                    format!("cannot create {}: {error}", jobs_dir.display()),
+                )
+            })?;
+        let mut hosts = Vec::new();
+        for host in &topology.hosts {
+            let mut mask = nix::sched::CpuSet::new();
+            for &cpu in host.cpus.cpus() {
+                // CPU numbers are bounded by units::MAX_CPU, below CpuSet::count().
+                let _ = mask.set(cpu as usize);
+            }
+            hosts.push((host.name.clone(), mask));
+        }
+        let daemon_uid = nix::unistd::geteuid().as_raw();
+        let cgroups = if config.use_cgroups && daemon_uid == 0 {
+            Cgroups::create(std::process::id())
+        } else {
+            None
+        };
+        match &cgroups {
+            Some(cgroups) => {
+                tracing::info!(path = %cgroups.base().display(), "jobs are held in cgroups")
+            }
+            None => {
+                tracing::info!("no cgroup hierarchy in use; descendants are found through /proc")
+            }
+        }
+        Ok(OsActuator {
+            config,
+            hosts,
+            jobs: HashMap::new(),
+            children: HashMap::new(),
+            cgroups,
+            daemon_pid: std::process::id() as i32,
+            daemon_uid,
+            clock_ticks: sys::clock_ticks(),
+            page_size: sys::page_size(),
+        })
+    }
+
+    /// Whether jobs live in cgroups.
+    pub fn has_cgroups(&self) -> bool {
+        self.cgroups.is_some()
+    }
+
+    /// Number of live direct children (for tests and status).
+    pub fn n_children(&self) -> usize {
+        self.children.len()
+    }
+
+    fn prepare_job(&mut self, plan: &LaunchPlan) -> io::Result<()> {
+        if self.jobs.contains_key(&plan.job) {
+            return Ok(());
+        }
+        let scratch = self
+            .config
+            .state_dir
+            .join("jobs")
+            .join(plan.job.to_string());
+        match fs::create_dir(&scratch) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                // A leftover from an earlier daemon: start clean.
+                fs::remove_dir_all(&scratch)?;
+                fs::create_dir(&scratch)?;
+            }
+            Err(error) => return Err(error),
+        }
+        fs::set_permissions(&scratch, fs::Permissions::from_mode(0o700))?;
+        if self.daemon_uid == 0 {
+            std::os::unix::fs::chown(&scratch, Some(plan.user.uid), Some(plan.user.gid))?;
+        }
+        let cgroup_procs = match &self.cgroups {
+            Some(cgroups) => match cgroups.add_job(plan.job) {
+                Ok(path) => Some(path),
+                Err(error) => {
+                    tracing::warn!(job = %plan.job, %error, "cannot create the job's cgroup; going without");
+                    None
+                }
+            },
+            None => None,
+        };
+        self.jobs.insert(
+            plan.job,
+            JobProcs {
+                pgids: vec![None; plan.hosts.len()],
+                per_slot: vec![0; plan.hosts.len()],
+                children: BTreeSet::new(),
+                extras: HashMap::new(),
+                stop_wait: None,
+                drain: None,
+                reaped_cpu: Duration::ZERO,
+                reaped_peak: vec![0; plan.hosts.len()],
+                exe_bytes: 0,
+                scratch,
+                cgroup_procs,
+            },
+        );
+        Ok(())
+    }
+
+    fn spawn_all(
+        &mut self,
+        plan: &LaunchPlan,
+        stdio: Option<&JobStdio>,
+    ) -> Result<(), (String, i32)> {
+        self.prepare_job(plan)
+            .map_err(|error| (format!("cannot prepare job {}: {error}", plan.job), 126))?;
+        let cwd = CString::new(plan.cwd.as_bytes())
+            .map_err(|_| ("the working directory contains a NUL byte".to_string(), 126))?;
+        let last_stage = plan.first_stage + plan.argv.len() - 1;
+        // Pipes between stages, rank by rank: pipes[s][r] joins stage s's
+        // rank r (writer) to stage s+1's rank r (reader).
+        let mut pipes: Vec<Vec<(Option<OwnedFd>, Option<OwnedFd>)>> = Vec::new();
+        if plan.pipe {
+            for _ in plan.first_stage..last_stage {
+                let mut stage_pipes = Vec::new();
+                for _ in 0..plan.nprocs {
+                    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                        .map_err(|error| (format!("cannot create a pipe: {error}"), 126))?;
+                    stage_pipes.push((Some(read), Some(write)));
+                }
+                pipes.push(stage_pipes);
+            }
+        }
+        let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
+        // A new stage: new process groups, and (for `::`) a new peak, since
+        // each stage is limited on its own.
+        procs_state.pgids.iter_mut().for_each(|pgid| *pgid = None);
+        procs_state
+            .reaped_peak
+            .iter_mut()
+            .for_each(|peak| *peak = 0);
+        let cgroup_procs = procs_state.cgroup_procs.clone();
+        let become_user = self.daemon_uid == 0 && plan.user.uid != 0;
+        let groups: Vec<libc::gid_t> = plan.user.groups.clone();
+        let mut seen_exes: BTreeSet<PathBuf> = BTreeSet::new();
+        for proc_plan in &plan.procs {
+            let argv = &plan.argv[proc_plan.stage - plan.first_stage];
+            let host = &self.hosts[proc_plan.host.idx()];
+            let mut command = Command::new(&argv[0]);
+            command.args(&argv[1..]).env_clear();
+            for (key, value) in &plan.env {
+                if !key.is_empty() && !key.as_bytes().contains(&b'=') {
+                    command.env(key, value);
+                }
+            }
+            command
+                .env("SCORE_JOBID", plan.job.to_string())
+                .env("SCORE_RANK", proc_plan.rank.to_string())
+                .env("SCORE_NPROCS", plan.nprocs.to_string())
+                .env("SCORE_HOST", &host.0)
+                .env("SCORE_HOSTID", proc_plan.host.0.to_string())
+                .env("SCORE_TMPDIR", &self.jobs[&plan.job].scratch);
+            if plan.pipe {
+                command.env("SCORE_STAGE", proc_plan.stage.to_string());
+            }
+            let rank = proc_plan.rank as usize;
+            let stage_idx = proc_plan.stage - plan.first_stage;
+            let stdin = if plan.pipe && stage_idx > 0 {
+                pipes[stage_idx - 1][rank].0.take().map(Stdio::from)
+            } else if proc_plan.rank == 0 {
+                stdio
+                    .and_then(|io| io.stdin.try_clone().ok())
+                    .map(Stdio::from)
+            } else {
+                None
+            };
+            let stdout = if plan.pipe && proc_plan.stage < last_stage {
+                pipes[stage_idx][rank].1.take().map(Stdio::from)
+            } else {
+                stdio
+                    .and_then(|io| io.stdout.try_clone().ok())
+                    .map(Stdio::from)
+            };
+            let stderr = stdio
+                .and_then(|io| io.stderr.try_clone().ok())
+                .map(Stdio::from);
+            command.stdin(stdin.unwrap_or_else(Stdio::null));
+            command.stdout(stdout.unwrap_or_else(Stdio::null));
+            command.stderr(stderr.unwrap_or_else(Stdio::null));
+            let slot = proc_plan.host_slot;
+            let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
+            command.process_group(procs_state.pgids[slot].unwrap_or(0));
+            let mask = host.1;
+            let cgroup_path = cgroup_procs.clone();
+            let child_cwd = cwd.clone();
+            let groups = groups.clone();
+            let (uid, gid) = (plan.user.uid, plan.user.gid);
+            let daemon_pid = self.daemon_pid;
+            // SAFETY: the closure runs in the child between fork and exec. It
+            // only makes system calls (sched_setscheduler, setpriority,
+            // sched_setaffinity, open/write/close, setgroups/setgid/setuid,
+            // chdir, prctl, getppid) on data prepared before the fork; it
+            // allocates nothing, takes no lock and does not log. The daemon
+            // is single-threaded, so no other thread's lock can be held.
+            unsafe {
+                command.pre_exec(move || {
+                    // Never let the daemon's real-time priority leak into a job.
+                    sys::set_scheduler(None, false)?;
+                    sys::set_nice(0)?;
+                    nix::sched::sched_setaffinity(Pid::from_raw(0), &mask)?;
+                    if let Some(path) = &cgroup_path {
+                        sys::write_file(path, b"0")?;
+                    }
+                    if become_user {
+                        sys::become_user(uid, gid, &groups)?;
+                    }
+                    sys::chdir(&child_cwd)?;
+                    // After setuid, which clears it: a job dies with the daemon.
+                    sys::set_parent_death_signal(libc::SIGKILL)?;
+                    if sys::parent_pid() != daemon_pid {
+                        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                    }
+                    Ok(())
+                });
+            }
+            match command.spawn() {
+                Ok(child) => {
+                    let pid = child.id() as i32;
+                    // The Child handle is dropped without waiting: the reaping
+                    // loop owns every child.
+                    drop(child);
+                    let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
+                    procs_state.pgids[slot].get_or_insert(pid);
+                    procs_state.per_slot[slot] += 1;
+                    procs_state.children.insert(pid);
+                    self.children.insert(
+                        pid,
+                        Child {
+                            job: plan.job,
+                            stage: proc_plan.stage,
+                            rank: proc_plan.rank,
+                            slot,
+                            stopped: false,
+                        },
+                    );
+                    if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
+                        if seen_exes.insert(exe.clone()) {
+                            let size = fs::metadata(&exe).map(|meta| meta.len()).unwrap_or(0);
+                            let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
+                            procs_state.exe_bytes += size;
+                        }
+                    }
+                    tracing::debug!(job = %plan.job, pid, rank = proc_plan.rank, stage = proc_plan.stage, host = %host.0, "spawned");
+                }
+                Err(error) => {
+                    let program = Path::new(&argv[0]).display().to_string();
+                    let status = match error.kind() {
+                        io::ErrorKind::NotFound => crate::exitcode::NOT_FOUND,
+                        _ => crate::exitcode::NOT_EXECUTABLE,
+                    };
+                    let cwd_text = Path::new(OsStr::from_bytes(cwd.as_bytes()))
+                        .display()
+                        .to_string();
+                    return Err((
+                        format!("cannot run '{program}' in {cwd_text}: {error}"),
+                        status,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Signals every process group of the job that still has a direct
+    /// child, and every escaped descendant through its pidfd.
+    fn send(&self, job: JobId, signal: Signal) {
+        let Some(procs) = self.jobs.get(&job) else {
+            return;
+        };
+        for (slot, pgid) in procs.pgids.iter().enumerate() {
+            if let Some(pgid) = pgid {
+                if procs.per_slot[slot] > 0 {
+                    if let Err(error) = killpg(Pid::from_raw(*pgid), signal) {
+                        tracing::debug!(job = %job, pgid, %error, "killpg failed");
+                    }
+                }
+            }
+        }
+        for extra in procs.extras.values() {
+            if extra.escaped || procs.per_slot.get(extra.slot).copied().unwrap_or(0) == 0 {
+                let _ = sys::pidfd_send_signal(&extra.pidfd, signal as i32);
+            }
+        }
+    }
+
+    /// Finds the job's processes other than its direct children: from its
+    /// cgroup, or by walking /proc from its children and process groups.
+    fn discover(&mut self, job: JobId) -> Vec<Stat> {
+        let Some(procs) = self.jobs.get(&job) else {
+            return Vec::new();
+        };
+        let pgid_slot: HashMap<i32, usize> = procs
+            .pgids
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, pgid)| pgid.map(|pgid| (pgid, slot)))
+            .collect();
+        let members: Vec<Stat> = match (&self.cgroups, &procs.cgroup_procs) {
+            (Some(cgroups), Some(_)) => cgroups
+                .pids(job)
+                .into_iter()
+                .filter_map(procfs::read_stat)
+                .collect(),
+            _ => {
+                let all = procfs::all_processes();
+                let mut known: BTreeSet<i32> = procs.children.iter().copied().collect();
+                known.extend(procs.extras.keys().copied());
+                // Walk down from known members, level by level.
+                let mut members: Vec<Stat> = Vec::new();
+                let mut changed = true;
+                let mut taken: BTreeSet<i32> = BTreeSet::new();
+                while changed {
+                    changed = false;
+                    for stat in &all {
+                        if taken.contains(&stat.pid) {
+                            continue;
+                        }
+                        if known.contains(&stat.pid)
+                            || known.contains(&stat.ppid)
+                            || pgid_slot.contains_key(&stat.pgrp)
+                        {
+                            known.insert(stat.pid);
+                            taken.insert(stat.pid);
+                            members.push(*stat);
+                            changed = true;
+                        }
+                    }
+                }
+                members
+            }
+        };
+        let procs = self.jobs.get_mut(&job).expect("checked above");
+        let present: BTreeSet<i32> = members.iter().map(|stat| stat.pid).collect();
+        procs.extras.retain(|pid, _| present.contains(pid));
+        let by_pid: HashMap<i32, Stat> = members.iter().map(|stat| (stat.pid, *stat)).collect();
+        for stat in &members {
+            if procs.children.contains(&stat.pid)
+                || procs.extras.contains_key(&stat.pid)
+                || stat.is_dead()
+            {
+                continue;
+            }
+            // The host slot: that of its process group, else of its nearest
+            // known ancestor.
+            let slot = pgid_slot.get(&stat.pgrp).copied().or_else(|| {
+                let mut cursor = stat.ppid;
+                for _ in 0..64 {
+                    if let Some(child) = self.children.get(&cursor) {
+                        return Some(child.slot);
+                    }
+                    match by_pid.get(&cursor) {
+                        Some(parent) => cursor = parent.ppid,
+                        None => break,
+                    }
+                }
+                None
+            });
+            let Ok(pidfd) = sys::pidfd_open(stat.pid) else {
+                continue;
+            };
+            // The pid could have been reused between the read and the open:
+            // only keep the handle if it is the process we read.
+            if procfs::read_stat(stat.pid).map(|again| again.start) != Some(stat.start) {
+                continue;
+            }
+            procs.extras.insert(
+                stat.pid,
+                Extra {
+                    pidfd,
+                    start: stat.start,
+                    slot: slot.unwrap_or(0),
+                    escaped: !pgid_slot.contains_key(&stat.pgrp),
+                },
+            );
+            tracing::debug!(job = %job, pid = stat.pid, escaped = !pgid_slot.contains_key(&stat.pgrp), "found a descendant");
+        }
+        members
+    }
+
+    fn check_stop(&mut self, job: JobId, out: &mut Vec<Input>) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let done = procs
+            .stop_wait
+            .as_ref()
+            .is_some_and(|wait| wait.children.is_empty() && wait.extras.is_empty());
+        if done {
+            procs.stop_wait = None;
+            out.push(Input::Stopped(job));
+        }
+    }
+
+    /// The last rank of the job is gone: kill whatever is left, then wait
+    /// for it before reporting the job's processes gone.
+    fn last_child_gone(&mut self, job: JobId, out: &mut Vec<Input>) {
+        let leftovers: Vec<Stat> = self.discover(job);
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        procs.stop_wait = None;
+        for extra in procs.extras.values() {
+            let _ = sys::pidfd_send_signal(&extra.pidfd, libc::SIGKILL);
+        }
+        let pids: Vec<(i32, u64)> = leftovers
+            .iter()
+            .filter(|stat| !stat.is_dead())
+            .map(|stat| (stat.pid, stat.start))
+            .collect();
+        if !pids.is_empty() {
+            tracing::debug!(job = %job, n = pids.len(), "killing processes left behind by the job");
+            procs.drain = Some(Drain {
+                pids,
+                since: Instant::now(),
+            });
+        } else {
+            procs.extras.clear();
+            Self::gone(job, procs, out);
+        }
+    }
+
+    /// Reports the job's final accounting, then that its processes are gone.
+    fn gone(job: JobId, procs: &mut JobProcs, out: &mut Vec<Input>) {
+        out.push(Input::FinalUsage {
+            job,
+            cpu: procs.reaped_cpu,
+            peak_memory: procs.reaped_peak.clone(),
+        });
+        out.push(Input::ProcessesGone(job));
+    }
+}
+
+fn signal_from(signal: i32) -> Option<Signal> {
+    Signal::try_from(signal).ok()
+}
+
+impl Actuator for OsActuator {
+    fn spawn(&mut self, plan: &LaunchPlan, stdio: Option<&JobStdio>, out: &mut Vec<Input>) {
+        if let Err((message, status)) = self.spawn_all(plan, stdio) {
+            tracing::info!(job = %plan.job, %message, "launch failed");
+            out.push(Input::SpawnFailed {
+                job: plan.job,
+                message,
+                status,
+            });
+            let alive = self
+                .jobs
+                .get(&plan.job)
+                .is_some_and(|procs| !procs.children.is_empty());
+            if alive {
+                self.send(plan.job, Signal::SIGKILL);
+            } else {
+                out.push(Input::ProcessesGone(plan.job));
+            }
+        }
+    }
+
+    fn stop(&mut self, job: JobId, out: &mut Vec<Input>) {
+        self.send(job, Signal::SIGSTOP);
+        let children = &self.children;
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            out.push(Input::Stopped(job));
+            return;
+        };
+        let pending_children: BTreeSet<i32> = procs
+            .children
+            .iter()
+            .copied()
+            .filter(|pid| children.get(pid).is_some_and(|child| !child.stopped))
+            .collect();
+        // Descendants in the job's groups got the group signal, escaped ones
+        // theirs through their pidfd; all are confirmed through /proc.
+        let pending_extras: BTreeSet<i32> = procs.extras.keys().copied().collect();
+        procs.stop_wait = Some(StopWait {
+            children: pending_children,
+            extras: pending_extras,
+            since: Instant::now(),
+        });
+        // Descendants are confirmed through /proc right away when they
+        // already stopped; the rest at the next poll.
+        self.poll_job(job, Instant::now(), false, out);
+    }
+
+    fn cont(&mut self, job: JobId) {
+        if let Some(procs) = self.jobs.get_mut(&job) {
+            procs.stop_wait = None;
+            for pid in &procs.children {
+                if let Some(child) = self.children.get_mut(pid) {
+                    child.stopped = false;
+                }
+            }
+        }
+        self.send(job, Signal::SIGCONT);
+    }
+
+    fn signal(&mut self, job: JobId, signal: i32) {
+        match signal_from(signal) {
+            Some(signal) => self.send(job, signal),
+            None => tracing::warn!(job = %job, signal, "not a signal; nothing sent"),
+        }
+    }
+
+    fn sample(&mut self, job: JobId) -> Option<Usage> {
+        self.jobs.get(&job)?;
+        let members = self.discover(job);
+        let procs = self.jobs.get(&job)?;
+        let mut ticks = 0u64;
+        let mut memory = vec![0u64; procs.pgids.len()];
+        let pgid_slot: HashMap<i32, usize> = procs
+            .pgids
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, pgid)| pgid.map(|pgid| (pgid, slot)))
+            .collect();
+        for stat in &members {
+            ticks += stat.own_ticks + stat.children_ticks;
+            let slot = self
+                .children
+                .get(&stat.pid)
+                .map(|child| child.slot)
+                .or_else(|| procs.extras.get(&stat.pid).map(|extra| extra.slot))
+                .or_else(|| pgid_slot.get(&stat.pgrp).copied())
+                .unwrap_or(0);
+            if let Some(total) = memory.get_mut(slot) {
+                *total += stat.rss_pages * self.page_size;
+            }
+        }
+        // Children that are not in the member list (no cgroup, and /proc
+        // raced with us) still count through their own stat.
+        for pid in &procs.children {
+            if !members.iter().any(|stat| stat.pid == *pid) {
+                if let Some(stat) = procfs::read_stat(*pid) {
+                    ticks += stat.own_ticks + stat.children_ticks;
+                }
+            }
+        }
+        let live_cpu =
+            Duration::from_micros(ticks.saturating_mul(1_000_000) / self.clock_ticks.max(1));
+        let disk = procs.exe_bytes + dir_size(&procs.scratch, 0);
+        Some(Usage {
+            cpu: procs.reaped_cpu + live_cpu,
+            memory,
+            disk,
+        })
+    }
+
+    fn release(&mut self, job: JobId) {
+        let Some(procs) = self.jobs.remove(&job) else {
+            return;
+        };
+        if !procs.children.is_empty() {
+            tracing::error!(job = %job, n = procs.children.len(), "releasing a job whose processes are alive; killing them");
+            for pid in &procs.children {
+                let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+            }
+        }
+        if let Err(error) = fs::remove_dir_all(&procs.scratch) {
+            if error.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(job = %job, path = %procs.scratch.display(), %error, "cannot remove the job's scratch directory");
+            }
+        }
+        if let Some(cgroups) = &self.cgroups {
+            cgroups.remove_job(job);
+        }
+    }
+
+    fn reap(&mut self, out: &mut Vec<Input>) {
+        loop {
+            let waited = match sys::wait_any() {
+                Ok(Some(waited)) => waited,
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::error!(%error, "wait4 failed");
+                    break;
+                }
+            };
+            let pid = waited.pid;
+            match (self.children.get(&pid).copied(), waited.event) {
+                (Some(child), sys::WaitEvent::Stopped) => {
+                    if let Some(entry) = self.children.get_mut(&pid) {
+                        entry.stopped = true;
+                    }
+                    if let Some(wait) = self
+                        .jobs
+                        .get_mut(&child.job)
+                        .and_then(|procs| procs.stop_wait.as_mut())
+                    {
+                        wait.children.remove(&pid);
+                    }
+                    self.check_stop(child.job, out);
+                }
+                (Some(_), sys::WaitEvent::Continued) => {}
+                (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)) => {
+                    self.children.remove(&pid);
+                    let status = match waited.event {
+                        sys::WaitEvent::Exited(code) => ExitStatus::Code(code),
+                        sys::WaitEvent::Signaled(signal) => ExitStatus::Signal(signal),
+                        _ => unreachable!("matched above"),
+                    };
+                    tracing::debug!(job = %child.job, pid, rank = child.rank, ?status, "rank exited");
+                    out.push(Input::RankExited {
+                        job: child.job,
+                        stage: child.stage,
+                        rank: child.rank,
+                        status,
+                    });
+                    let Some(procs) = self.jobs.get_mut(&child.job) else {
+                        continue;
+                    };
+                    procs.children.remove(&pid);
+                    procs.reaped_cpu += waited.cpu;
+                    procs.reaped_peak[child.slot] += waited.max_rss;
+                    procs.per_slot[child.slot] = procs.per_slot[child.slot].saturating_sub(1);
+                    if let Some(wait) = procs.stop_wait.as_mut() {
+                        wait.children.remove(&pid);
+                    }
+                    if procs.children.is_empty() {
+                        self.last_child_gone(child.job, out);
+                    } else {
+                        self.check_stop(child.job, out);
+                    }
+                }
+                (None, event) => {
+                    // A descendant that was orphaned and came to us (we are
+                    // the child subreaper): account its CPU to its job.
+                    if matches!(
+                        event,
+                        sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)
+                    ) {
+                        for procs in self.jobs.values_mut() {
+                            if procs.extras.remove(&pid).is_some() {
+                                procs.reaped_cpu += waited.cpu;
+                                if let Some(wait) = procs.stop_wait.as_mut() {
+                                    wait.extras.remove(&pid);
+                                }
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.poll(Instant::now(), out);
+    }
+
+    fn poll(&mut self, now: Instant, out: &mut Vec<Input>) {
+        let jobs: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, procs)| procs.stop_wait.is_some() || procs.drain.is_some())
+            .map(|(job, _)| *job)
+            .collect();
+        for job in jobs {
+            self.poll_job(job, now, true, out);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let busy = self.jobs.values().any(|procs| {
+            procs.drain.is_some()
+                || procs
+                    .stop_wait
+                    .as_ref()
+                    .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
+        });
+        busy.then(|| Instant::now() + POLL_INTERVAL)
+    }
+
+    fn kill_everything(&mut self) {
+        let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
+        for job in &jobs {
+            self.send(*job, Signal::SIGKILL);
+            if let Some(procs) = self.jobs.get(job) {
+                for extra in procs.extras.values() {
+                    let _ = sys::pidfd_send_signal(&extra.pidfd, libc::SIGKILL);
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut events = Vec::new();
+        while !self.children.is_empty() && Instant::now() < deadline {
+            self.reap(&mut events);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for job in jobs {
+            self.release(job);
+        }
+    }
+}
+
+impl OsActuator {
+    fn poll_job(&mut self, job: JobId, now: Instant, fallback: bool, out: &mut Vec<Input>) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if let Some(wait) = procs.stop_wait.as_mut() {
+            let extras = &procs.extras;
+            wait.extras
+                .retain(|pid| match (extras.get(pid), procfs::read_stat(*pid)) {
+                    (Some(extra), Some(stat)) => stat.start == extra.start && !stat.is_stopped(),
+                    _ => false,
+                });
+            if fallback && now.duration_since(wait.since) >= CONFIRM_FALLBACK {
+                // wait4 should have reported these; trust /proc if it says stopped.
+                wait.children
+                    .retain(|pid| procfs::read_stat(*pid).is_none_or(|stat| !stat.is_stopped()));
+            }
+        }
+        if let Some(drain) = procs.drain.as_mut() {
+            drain.pids.retain(|(pid, start)| {
+                procfs::read_stat(*pid).is_some_and(|stat| stat.start == *start && !stat.is_dead())
+            });
+            let timed_out = now.duration_since(drain.since) >= DRAIN_TIMEOUT;
+            if drain.pids.is_empty() || timed_out {
+                if timed_out {
+                    tracing::warn!(job = %job, left = drain.pids.len(), "processes of a finished job would not die");
+                }
+                procs.drain = None;
+                procs.extras.clear();
+                Self::gone(job, procs, out);
+                return;
+            }
+        }
+        self.check_stop(job, out);
+    }
+}
+
+/// The apparent size of a directory tree, not following symbolic links.
+fn dir_size(path: &Path, depth: u32) -> u64 {
+    if depth > 64 {
+        return 0;
+    }
+    let Ok(entries) = fs::read_dir(path) else {
+        return 0;
+    };
+    let mut total = 0;
+    for entry in entries.flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_dir() {
+            total += dir_size(&entry.path(), depth + 1);
+        } else if meta.is_file() {
+            total += meta.len();
+        }
+    }
+    total
+}
+
+/// Raises the daemon's scheduling priority so that the jobs it stops cannot
+/// delay it: SCHED_FIFO at a modest priority, else nice -20, else nothing.
+/// Children start at normal priority either way (SCHED_RESET_ON_FORK, and
+/// an explicit reset before exec). Returns what was achieved, for the log.
+pub fn elevate_priority() -> String {
+    const RT_PRIORITY: i32 = 10;
+    match sys::set_scheduler(Some(RT_PRIORITY), true) {
+        Ok(()) => format!("SCHED_FIFO priority {RT_PRIORITY}"),
+        Err(rt_error) => {
+            let _ = sys::set_scheduler(None, true);
+            match sys::set_nice(-20) {
+                Ok(()) => format!("nice -20 (real-time refused: {rt_error})"),
+                Err(nice_error) => format!(
+                    "normal priority (real-time refused: {rt_error}; nice refused: {nice_error})"
+                ),
+            }
+        }
+    }
+}
+
+/// Makes the daemon the reaper of its jobs' orphaned descendants, so that
+/// a process whose parent died is still ours to account for and reap.
+pub fn become_subreaper() -> io::Result<()> {
+    sys::set_child_subreaper()
+}

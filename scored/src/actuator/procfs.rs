@@ -1,0 +1,122 @@
+//! Reading processes from /proc: state, parentage, CPU times and memory.
+//!
+//! The parser is pure and tested on text; the readers are thin.
+#![forbid(unsafe_code)]
+
+use std::fs;
+use std::io::Read;
+
+/// The fields of `/proc/PID/stat` the actuator uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// Process id.
+    pub pid: i32,
+    /// One-letter state: R, S, D, T, t, Z, X, ...
+    pub state: u8,
+    /// Parent process id.
+    pub ppid: i32,
+    /// Process group id.
+    pub pgrp: i32,
+    /// User + system time of the process, in clock ticks.
+    pub own_ticks: u64,
+    /// User + system time of its waited-for children, in clock ticks.
+    pub children_ticks: u64,
+    /// Start time after boot, in clock ticks (identifies a process across pid reuse).
+    pub start: u64,
+    /// Resident set size in pages.
+    pub rss_pages: u64,
+}
+
+impl Stat {
+    /// Whether the process cannot run user code: stopped, traced, dead or a zombie.
+    pub fn is_stopped(&self) -> bool {
+        matches!(self.state, b'T' | b't' | b'Z' | b'X' | b'x')
+    }
+
+    /// Whether the process is a zombie or dead.
+    pub fn is_dead(&self) -> bool {
+        matches!(self.state, b'Z' | b'X' | b'x')
+    }
+}
+
+/// Parses the text of `/proc/PID/stat`. The command name may contain
+/// spaces and parentheses, so fields are counted from the last `)`.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let pid: i32 = text[..open].trim().parse().ok()?;
+    let fields: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    // fields[0] is field 3 (state) of proc(5).
+    let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
+    let signed = |n: usize| -> Option<i32> { fields.get(n - 3)?.parse().ok() };
+    Some(Stat {
+        pid,
+        state: *fields.first()?.as_bytes().first()?,
+        ppid: signed(4)?,
+        pgrp: signed(5)?,
+        own_ticks: field(14)? + field(15)?,
+        children_ticks: field(16)? + field(17)?,
+        start: field(22)?,
+        rss_pages: field(24)?,
+    })
+}
+
+/// Reads `/proc/PID/stat`, or `None` if the process is gone.
+pub fn read_stat(pid: i32) -> Option<Stat> {
+    let mut buffer = [0u8; 1024];
+    let mut file = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let len = file.read(&mut buffer).ok()?;
+    parse_stat(std::str::from_utf8(&buffer[..len]).ok()?)
+}
+
+/// Every process on the machine, for attribution when no cgroup is available.
+pub fn all_processes() -> Vec<Stat> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(read_stat)
+        .collect()
+}
+
+/// Parses a cgroup `cgroup.procs` file: one pid per line.
+pub fn parse_pids(text: &str) -> Vec<i32> {
+    text.lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_with_spaces_and_parentheses() {
+        let text = "4242 (my (odd) prog) T 1 4242 4242 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 1 0 123456 1000000 250 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        let stat = parse_stat(text).expect("parses");
+        assert_eq!(stat.pid, 4242);
+        assert_eq!(stat.state, b'T');
+        assert_eq!(stat.ppid, 1);
+        assert_eq!(stat.pgrp, 4242);
+        assert_eq!(stat.own_ticks, 10);
+        assert_eq!(stat.children_ticks, 3);
+        assert_eq!(stat.start, 123456);
+        assert_eq!(stat.rss_pages, 250);
+        assert!(stat.is_stopped());
+    }
+
+    #[test]
+    fn garbage_is_none() {
+        for text in ["", "1", "1 (x", "x (y) R", "1 (y) R 2 3"] {
+            assert_eq!(parse_stat(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn reads_itself() {
+        let me = read_stat(std::process::id() as i32).expect("own stat");
+        assert_eq!(me.pid, std::process::id() as i32);
+        assert!(!me.is_stopped());
+    }
+}

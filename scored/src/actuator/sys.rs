@@ -1,0 +1,228 @@
+//! System calls that `nix` does not wrap, each wrapped once so that call
+//! sites stay safe: `wait4` (with resource usage), pidfds, scheduling
+//! policy, the child-subreaper flag and the parent-death signal.
+//!
+//! Everything here may be called between `fork` and `exec` unless its doc
+//! says otherwise: no allocation, no locks, only the system call.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+/// Turns a `-1` return into the thread's `errno`.
+fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// How a waited-for child changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitEvent {
+    /// It exited with a code.
+    Exited(i32),
+    /// It was killed by a signal.
+    Signaled(i32),
+    /// It stopped.
+    Stopped,
+    /// It continued.
+    Continued,
+}
+
+/// One result of [`wait_any`].
+#[derive(Debug, Clone, Copy)]
+pub struct Waited {
+    /// The child.
+    pub pid: i32,
+    /// What happened.
+    pub event: WaitEvent,
+    /// CPU time (user + system) of the child and its waited-for descendants,
+    /// meaningful when it exited or was killed.
+    pub cpu: Duration,
+    /// Peak resident memory of the child in bytes (the largest of it and its
+    /// waited-for descendants), meaningful when it exited or was killed.
+    pub max_rss: u64,
+}
+
+/// `wait4(-1, WNOHANG | WUNTRACED | WCONTINUED)`: the next change of any
+/// child, or `None` when no child has anything to report.
+///
+/// Not for use between fork and exec.
+pub fn wait_any() -> io::Result<Option<Waited>> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `status` and `usage` are valid, writable and live across the
+    // call; wait4 writes only into them.
+    let pid = unsafe {
+        libc::wait4(
+            -1,
+            &mut status,
+            libc::WNOHANG | libc::WUNTRACED | libc::WCONTINUED,
+            &mut usage,
+        )
+    };
+    if pid == -1 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::ECHILD) => Ok(None),
+            _ => Err(error),
+        };
+    }
+    if pid == 0 {
+        return Ok(None);
+    }
+    let event = if libc::WIFEXITED(status) {
+        WaitEvent::Exited(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        WaitEvent::Signaled(libc::WTERMSIG(status))
+    } else if libc::WIFSTOPPED(status) {
+        WaitEvent::Stopped
+    } else {
+        WaitEvent::Continued
+    };
+    let time = |tv: libc::timeval| {
+        Duration::new(tv.tv_sec.max(0) as u64, (tv.tv_usec.max(0) as u32) * 1000)
+    };
+    let max_rss = (usage.ru_maxrss.max(0) as u64).saturating_mul(1024);
+    Ok(Some(Waited {
+        pid,
+        event,
+        cpu: time(usage.ru_utime) + time(usage.ru_stime),
+        max_rss,
+    }))
+}
+
+/// `pidfd_open(pid, 0)`: a handle on a process that stays valid (and
+/// refers to that process only) even after its pid is reused.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // or -1; no memory is passed.
+    let fd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: the kernel just returned this descriptor to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `pidfd_send_signal(pidfd, signal, NULL, 0)`.
+pub fn pidfd_send_signal(pidfd: &OwnedFd, signal: i32) -> io::Result<()> {
+    // SAFETY: the descriptor is open (borrowed from an OwnedFd) and a null
+    // siginfo pointer is allowed by the call.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    })?;
+    Ok(())
+}
+
+/// Sets the calling thread's policy: `SCHED_FIFO` at `priority`, or
+/// `SCHED_OTHER` when `priority` is `None`; with `reset_on_fork`, children
+/// start at normal policy and non-negative nice.
+pub fn set_scheduler(priority: Option<i32>, reset_on_fork: bool) -> io::Result<()> {
+    let mut policy = if priority.is_some() {
+        libc::SCHED_FIFO
+    } else {
+        libc::SCHED_OTHER
+    };
+    if reset_on_fork {
+        policy |= libc::SCHED_RESET_ON_FORK;
+    }
+    let param = libc::sched_param {
+        sched_priority: priority.unwrap_or(0),
+    };
+    // SAFETY: `param` is a valid sched_param that lives across the call.
+    cvt(unsafe { libc::sched_setscheduler(0, policy, &param) } as libc::c_long)?;
+    Ok(())
+}
+
+/// Sets the nice value of the calling process.
+pub fn set_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority takes plain integers.
+    cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } as libc::c_long)?;
+    Ok(())
+}
+
+/// Makes the calling process the reaper of its orphaned descendants.
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag.
+    cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } as libc::c_long)?;
+    Ok(())
+}
+
+/// Asks the kernel to send `signal` to the calling process when its parent dies.
+pub fn set_parent_death_signal(signal: i32) -> io::Result<()> {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes an integer signal number.
+    cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) } as libc::c_long)?;
+    Ok(())
+}
+
+/// `setgroups`, `setgid`, `setuid`, in that order, each checked: the only
+/// correct order when dropping root for a user (sudo-rs `set_target_user`).
+pub fn become_user(uid: u32, gid: u32, groups: &[libc::gid_t]) -> io::Result<()> {
+    // SAFETY: `groups` is a valid slice for the length passed.
+    cvt(unsafe { libc::setgroups(groups.len(), groups.as_ptr()) } as libc::c_long)?;
+    // SAFETY: setgid and setuid take plain integers.
+    cvt(unsafe { libc::setgid(gid) } as libc::c_long)?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::setuid(uid) } as libc::c_long)?;
+    Ok(())
+}
+
+/// `chdir` to a NUL-terminated path prepared before fork.
+pub fn chdir(path: &std::ffi::CStr) -> io::Result<()> {
+    // SAFETY: `path` is a valid NUL-terminated string.
+    cvt(unsafe { libc::chdir(path.as_ptr()) } as libc::c_long)?;
+    Ok(())
+}
+
+/// Writes `bytes` to `path` in one `open`+`write`+`close`, for joining a
+/// cgroup between fork and exec.
+pub fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated; the flags are plain integers.
+    let fd = cvt(
+        unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) } as libc::c_long,
+    )? as i32;
+    // SAFETY: `bytes` is valid for its length and `fd` is open.
+    let written = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    let error = io::Error::last_os_error();
+    // SAFETY: `fd` was opened above and is closed once.
+    unsafe { libc::close(fd) };
+    if written < 0 {
+        return Err(error);
+    }
+    Ok(())
+}
+
+/// The parent process id of the caller.
+pub fn parent_pid() -> i32 {
+    // SAFETY: getppid cannot fail.
+    unsafe { libc::getppid() }
+}
+
+/// Clock ticks per second, the unit of CPU times in /proc.
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf takes an integer name.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as u64
+    } else {
+        100
+    }
+}
+
+/// The size of a memory page.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf takes an integer name.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as u64
+    } else {
+        4096
+    }
+}

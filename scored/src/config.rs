@@ -1,0 +1,209 @@
+//! scored's settings: command-line flags (SPEC §7) over an optional TOML
+//! file (`--config`), resolved into one [`Settings`] value.
+//!
+//! Pure apart from reading the TOML file's text, which the caller passes in.
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use serde::Deserialize;
+
+use crate::units::{parse_duration, quote};
+
+/// The default gang time slice (SPEC §7).
+pub const DEFAULT_TIMESLICE: Duration = Duration::from_millis(500);
+/// The default time between SIGTERM and SIGKILL when a job is killed.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// Command-line flags of scored.
+#[derive(Debug, Clone, Default, Parser)]
+#[command(
+    name = "scored",
+    version,
+    about = "SCore-D: the gang-scheduling cluster operating daemon"
+)]
+pub struct Flags {
+    /// Hosts database (scorehosts.db); without it, one host per online CPU.
+    #[arg(long, value_name = "FILE")]
+    pub hosts: Option<PathBuf>,
+    /// Use only the hosts of this group.
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+    /// Console commands to run at start-up (default: ./scored.rc, then the installation directory).
+    #[arg(long, value_name = "FILE")]
+    pub rc: Option<PathBuf>,
+    /// Gang time slice, e.g. 500ms (default 500ms).
+    #[arg(long, value_name = "DUR")]
+    pub timeslice: Option<String>,
+    /// The socket to listen on.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// The state directory (job scratch directories; its filesystem is the default disk pool).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// A user with operator rights besides root.
+    #[arg(long, value_name = "USER")]
+    pub operator: Option<String>,
+    /// A TOML file with any of these settings; flags win over it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Time between SIGTERM and SIGKILL when a job is killed (default 5s).
+    #[arg(long, value_name = "DUR")]
+    pub kill_grace: Option<String>,
+    /// Run for one user and one job, then exit (scrun's private daemon).
+    #[arg(long)]
+    pub single_user: bool,
+    /// Do not put jobs in cgroups even where the machine offers them.
+    #[arg(long)]
+    pub no_cgroups: bool,
+    /// More logging (-v debug, -vv trace).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// The TOML file: the same settings as the flags, with `_` in names.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    hosts: Option<PathBuf>,
+    group: Option<String>,
+    rc: Option<PathBuf>,
+    timeslice: Option<String>,
+    socket: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    operator: Option<String>,
+    kill_grace: Option<String>,
+    cgroups: Option<bool>,
+    verbose: Option<u8>,
+}
+
+/// The resolved settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Hosts database, if any.
+    pub hosts: Option<PathBuf>,
+    /// Host group to use.
+    pub group: Option<String>,
+    /// Explicit rc file.
+    pub rc: Option<PathBuf>,
+    /// Time slice.
+    pub timeslice: Duration,
+    /// Socket path, if not the default.
+    pub socket: Option<PathBuf>,
+    /// State directory, if not the default.
+    pub state_dir: Option<PathBuf>,
+    /// Operator user name or uid.
+    pub operator: Option<String>,
+    /// Kill grace.
+    pub kill_grace: Duration,
+    /// Single-user mode.
+    pub single_user: bool,
+    /// Use cgroups where possible.
+    pub cgroups: bool,
+    /// Verbosity.
+    pub verbose: u8,
+}
+
+/// Parses the TOML file's text; errors name the file and the line.
+pub fn parse_file(path: &Path, text: &str) -> Result<FileSettings, String> {
+    toml::from_str(text).map_err(|error| {
+        let location = error
+            .span()
+            .map(|span| {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!("{}:{line}", path.display())
+            })
+            .unwrap_or_else(|| path.display().to_string());
+        format!("{location}: {}", error.message())
+    })
+}
+
+/// Merges flags over the file's settings and checks the values.
+pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
+    let duration =
+        |flag: Option<String>, from_file: Option<String>, name: &str, default: Duration| match flag
+            .or(from_file)
+        {
+            Some(text) => parse_duration(&text).map_err(|error| format!("--{name}: {error}")),
+            None => Ok(default),
+        };
+    let timeslice = duration(
+        flags.timeslice,
+        file.timeslice,
+        "timeslice",
+        DEFAULT_TIMESLICE,
+    )?;
+    if timeslice < Duration::from_millis(1) || timeslice > Duration::from_secs(3600) {
+        return Err(format!(
+            "--timeslice: {} is out of range: it must be between 1ms and 1h",
+            quote(&crate::units::format_duration_exact(timeslice))
+        ));
+    }
+    let kill_grace = duration(
+        flags.kill_grace,
+        file.kill_grace,
+        "kill-grace",
+        DEFAULT_KILL_GRACE,
+    )?;
+    Ok(Settings {
+        hosts: flags.hosts.or(file.hosts),
+        group: flags.group.or(file.group),
+        rc: flags.rc.or(file.rc),
+        timeslice,
+        socket: flags.socket.or(file.socket),
+        state_dir: flags.state_dir.or(file.state_dir),
+        operator: flags.operator.or(file.operator),
+        kill_grace,
+        single_user: flags.single_user,
+        cgroups: !flags.no_cgroups && file.cgroups.unwrap_or(true),
+        verbose: flags.verbose.max(file.verbose.unwrap_or(0)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(args: &[&str], file: &str) -> Result<Settings, String> {
+        let flags = Flags::try_parse_from(std::iter::once("scored").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        let file = parse_file(Path::new("scored.toml"), file)?;
+        resolve(flags, file)
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let resolved = settings(
+            &["--timeslice", "100ms"],
+            "timeslice = \"2s\"\ngroup = \"pcc\"\n",
+        )
+        .unwrap();
+        assert_eq!(resolved.timeslice, Duration::from_millis(100));
+        assert_eq!(resolved.group.as_deref(), Some("pcc"));
+        assert_eq!(settings(&[], "").unwrap().timeslice, DEFAULT_TIMESLICE);
+    }
+
+    #[test]
+    fn file_errors_name_file_and_line() {
+        assert_eq!(
+            settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `verbose`"
+        );
+        assert!(settings(&[], "timeslice = 5")
+            .unwrap_err()
+            .starts_with("scored.toml:1:"));
+    }
+
+    #[test]
+    fn bad_durations_are_named() {
+        assert_eq!(
+            settings(&["--timeslice", "fast"], "").unwrap_err(),
+            "--timeslice: invalid duration 'fast': expected a number with an optional ms, s, m, h or d suffix (e.g. 500ms)"
+        );
+        assert!(settings(&["--timeslice", "0ms"], "")
+            .unwrap_err()
+            .contains("out of range"));
+    }
+}

@@ -1,0 +1,1051 @@
+//! The event loop: the only module that owns the `mio::Poll`, the Unix
+//! listener, client connections and signal delivery.
+//!
+//! Every input is reduced to an [`Event`]; [`Daemon::handle_event`] turns it
+//! into core inputs, feeds the core, and carries out the actions the core
+//! returns (through the actuator, or as messages to clients) until nothing
+//! more follows. Nothing here blocks: sockets are non-blocking with a buffer
+//! each way, and the poll timeout is the nearest deadline of the core and
+//! the actuator.
+//!
+//! One bad client never takes the daemon down: a malformed or oversized
+//! frame gets an error reply and closes that connection only.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSliceMut, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use mio::net::{UnixListener, UnixStream};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+
+use crate::actuator::{Actuator, JobStdio};
+use crate::command::{self, GroupRef};
+use crate::core::{Action, ClientEvent, Core, Directory, EndKind, Input, Rejection};
+use crate::ids::{ClientToken, Cred, Tick};
+use crate::job::{JobRequest, Joiner, ProcRequest};
+use crate::proto::{self, Reply, Request};
+
+const LISTENER: Token = Token(0);
+const SIGNALS: Token = Token(1);
+const FIRST_CLIENT: usize = 2;
+
+/// Connections served at once; one more is told so and closed.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// Replies queued for a client that does not read; beyond this it is dropped.
+const MAX_OUTPUT: usize = 2 * proto::MAX_REPLY;
+/// Descriptors a client may have sent and not yet used.
+const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS;
+
+/// Everything the loop reacts to.
+#[derive(Debug)]
+pub enum Event {
+    /// The listener is readable.
+    Accept,
+    /// A client is readable or writable.
+    Client(Token),
+    /// A signal arrived.
+    Signal(i32),
+    /// A deadline passed.
+    Deadline,
+}
+
+/// How the loop was set up.
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    /// The socket path (removed at exit).
+    pub socket: PathBuf,
+    /// Exit once the first job has ended and no client is left.
+    pub single_user: bool,
+    /// The daemon's uid: a non-root daemon runs only its own user's jobs.
+    pub daemon_uid: u32,
+}
+
+/// Names from the system's user and group databases.
+pub struct SystemDirectory;
+
+impl Directory for SystemDirectory {
+    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), String> {
+        match group {
+            GroupRef::Gid(gid) => {
+                let name = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(*gid))
+                    .ok()
+                    .flatten()
+                    .map(|g| g.name);
+                Ok((*gid, name))
+            }
+            GroupRef::Name(name) => match nix::unistd::Group::from_name(name) {
+                Ok(Some(group)) => Ok((group.gid.as_raw(), Some(group.name))),
+                Ok(None) => Err(format!("no group named '{name}'")),
+                Err(error) => Err(format!("cannot look up group '{name}': {error}")),
+            },
+        }
+    }
+}
+
+/// The name of a user, or its number.
+pub fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |user| user.name)
+}
+
+struct Connection {
+    stream: UnixStream,
+    cred: Cred,
+    user: String,
+    input: Vec<u8>,
+    output: VecDeque<u8>,
+    fds: Vec<OwnedFd>,
+    stdio: Option<JobStdio>,
+    submitted: bool,
+    /// Close once the output is flushed.
+    closing: bool,
+    /// Writable interest is registered.
+    writing: bool,
+}
+
+/// The daemon: its core, its actuator and its clients.
+pub struct Daemon<A: Actuator> {
+    core: Core,
+    actuator: A,
+    config: LoopConfig,
+    poll: Poll,
+    listener: UnixListener,
+    signals: SignalFd,
+    connections: HashMap<Token, Connection>,
+    next_token: usize,
+    start: Instant,
+    switch_starts: HashMap<u64, Instant>,
+    exiting: bool,
+    terminations: u32,
+    served_a_job: bool,
+    idle_since: Instant,
+}
+
+/// Blocks the signals the loop reads through its signalfd. Must run before
+/// any thread exists, so that no thread receives them the default way.
+pub fn block_signals() -> nix::Result<SigSet> {
+    let mut set = SigSet::empty();
+    for signal in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+    ] {
+        set.add(signal);
+    }
+    set.thread_block()?;
+    Ok(set)
+}
+
+impl<A: Actuator> Daemon<A> {
+    /// Wires a core, an actuator and a bound listener into a loop.
+    pub fn new(
+        core: Core,
+        actuator: A,
+        listener: std::os::unix::net::UnixListener,
+        config: LoopConfig,
+        signals: SigSet,
+    ) -> io::Result<Daemon<A>> {
+        let poll = Poll::new()?;
+        listener.set_nonblocking(true)?;
+        let mut listener = UnixListener::from_std(listener);
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let signals =
+            SignalFd::with_flags(&signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        poll.registry().register(
+            &mut SourceFd(&signals.as_fd().as_raw_fd()),
+            SIGNALS,
+            Interest::READABLE,
+        )?;
+        Ok(Daemon {
+            core,
+            actuator,
+            config,
+            poll,
+            listener,
+            signals,
+            connections: HashMap::new(),
+            next_token: FIRST_CLIENT,
+            start: Instant::now(),
+            switch_starts: HashMap::new(),
+            exiting: false,
+            terminations: 0,
+            served_a_job: false,
+            idle_since: Instant::now(),
+        })
+    }
+
+    fn tick(&self) -> Tick {
+        Tick(self.start.elapsed().as_micros() as u64)
+    }
+
+    fn instant(&self, tick: Tick) -> Instant {
+        self.start + Duration::from_micros(tick.0)
+    }
+
+    /// Runs until the daemon is asked to exit and every job is gone.
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(256);
+        while !self.exiting {
+            let now = Instant::now();
+            let mut deadline = self.core.next_deadline().map(|tick| self.instant(tick));
+            if let Some(actuator) = self.actuator.next_deadline() {
+                deadline = Some(deadline.map_or(actuator, |core| core.min(actuator)));
+            }
+            if self.config.single_user {
+                let idle = self.idle_since + Duration::from_secs(30);
+                deadline = Some(deadline.map_or(idle, |other| other.min(idle)));
+            }
+            let timeout = deadline.map(|deadline| deadline.saturating_duration_since(now));
+            match self.poll.poll(&mut events, timeout) {
+                Ok(()) => {}
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error),
+            }
+            let ready: Vec<Event> = events
+                .iter()
+                .map(|event| match event.token() {
+                    LISTENER => Event::Accept,
+                    SIGNALS => Event::Signal(0),
+                    token => Event::Client(token),
+                })
+                .collect();
+            for event in ready {
+                self.handle_event(event);
+            }
+            self.handle_event(Event::Deadline);
+            self.check_single_user();
+        }
+        self.finish();
+        Ok(())
+    }
+
+    /// The one place where the daemon's state changes.
+    pub fn handle_event(&mut self, event: Event) {
+        let _span = tracing::trace_span!("event", ?event).entered();
+        let mut inputs = Vec::new();
+        match event {
+            Event::Accept => self.accept(),
+            Event::Client(token) => self.client_ready(token, &mut inputs),
+            Event::Signal(_) => self.read_signals(&mut inputs),
+            Event::Deadline => {
+                let now = Instant::now();
+                self.actuator.poll(now, &mut inputs);
+                if self
+                    .core
+                    .next_deadline()
+                    .is_some_and(|tick| self.instant(tick) <= now)
+                {
+                    inputs.push(Input::Tick);
+                }
+            }
+        }
+        self.feed(inputs);
+    }
+
+    /// Feeds inputs to the core and carries out its actions, until quiet.
+    fn feed(&mut self, inputs: Vec<Input>) {
+        let mut queue: VecDeque<Input> = inputs.into();
+        while let Some(input) = queue.pop_front() {
+            let actions = self.core.handle(input, self.tick());
+            let mut more = Vec::new();
+            self.carry_out(actions, &mut more);
+            queue.extend(more);
+        }
+        self.flush_all();
+    }
+
+    fn carry_out(&mut self, actions: Vec<Action>, inputs: &mut Vec<Input>) {
+        for action in actions {
+            match action {
+                Action::Spawn(plan) => {
+                    let stdio = self
+                        .connections
+                        .get(&Token(plan.client.0 as usize))
+                        .and_then(|conn| conn.stdio.as_ref());
+                    self.actuator.spawn(&plan, stdio, inputs);
+                }
+                Action::Stop(job) => self.actuator.stop(job, inputs),
+                Action::Continue(job) => self.actuator.cont(job),
+                Action::Signal { job, signal } => self.actuator.signal(job, signal),
+                Action::Sample(job) => {
+                    if let Some(usage) = self.actuator.sample(job) {
+                        inputs.push(Input::Usage { job, usage });
+                    }
+                }
+                Action::Release(job) => self.actuator.release(job),
+                Action::SwitchBegin(id) => {
+                    self.switch_starts.insert(id, Instant::now());
+                }
+                Action::SwitchEnd(id) => {
+                    if let Some(start) = self.switch_starts.remove(&id) {
+                        inputs.push(Input::SwitchMeasured {
+                            id,
+                            latency: start.elapsed(),
+                        });
+                    }
+                }
+                Action::Notify { client, event } => self.notify(client, event),
+                Action::Exit => self.exiting = true,
+            }
+        }
+    }
+
+    fn notify(&mut self, client: ClientToken, event: ClientEvent) {
+        let token = Token(client.0 as usize);
+        let Some(conn) = self.connections.get_mut(&token) else {
+            return;
+        };
+        let (reply, last) = match event {
+            ClientEvent::Waiting(reason) => (Reply::Waiting { reason }, false),
+            ClientEvent::Admitted {
+                job,
+                queue,
+                cluster,
+                hosts,
+            } => {
+                self.served_a_job = true;
+                (
+                    Reply::Admitted {
+                        job: job.0,
+                        queue,
+                        cluster,
+                        hosts,
+                    },
+                    false,
+                )
+            }
+            ClientEvent::Rejected { kind, reason } => (
+                Reply::Rejected {
+                    reason,
+                    kind: reject_kind(kind),
+                },
+                true,
+            ),
+            ClientEvent::Started(job) => (Reply::Started { job: job.0 }, false),
+            ClientEvent::Held(job) => (Reply::Held { job: job.0 }, false),
+            ClientEvent::Ended(ending) => {
+                let accounting = proto::Accounting {
+                    queues: ending.accounting.queues.clone(),
+                    wait_secs: ending.accounting.wait.as_secs_f64(),
+                    wall_secs: ending.accounting.wall.as_secs_f64(),
+                    cpu_secs: ending.accounting.cpu.as_secs_f64(),
+                    stopped_secs: ending.accounting.stopped.as_secs_f64(),
+                    switches: ending.accounting.switches,
+                    peak_memory: ending.accounting.peak_memory.clone(),
+                    peak_disk: ending.accounting.peak_disk,
+                };
+                let kind = match ending.kind {
+                    EndKind::Exited => proto::EndKind::Exited,
+                    EndKind::Limit => proto::EndKind::Limit,
+                    EndKind::Killed => proto::EndKind::Killed,
+                    EndKind::Shutdown => proto::EndKind::Shutdown,
+                    EndKind::LaunchFailed => proto::EndKind::LaunchFailed,
+                };
+                (
+                    Reply::Ended {
+                        job: ending.job.0,
+                        kind,
+                        status: ending.status,
+                        reason: ending.reason.clone(),
+                        accounting,
+                    },
+                    true,
+                )
+            }
+        };
+        queue_reply(conn, &reply);
+        if last {
+            // The job's story is told; the descriptors are not needed any more.
+            conn.stdio = None;
+        }
+    }
+
+    // ----- connections -----
+
+    fn accept(&mut self) {
+        loop {
+            let (mut stream, _) = match self.listener.accept() {
+                Ok(pair) => pair,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    return;
+                }
+            };
+            if self.connections.len() >= MAX_CONNECTIONS {
+                let frame = proto::encode(&Reply::Error {
+                    message: format!("scored serves at most {MAX_CONNECTIONS} connections at once; try again later"),
+                });
+                let _ = stream.write(&frame);
+                tracing::warn!(
+                    limit = MAX_CONNECTIONS,
+                    "connection refused: too many connections"
+                );
+                continue;
+            }
+            let cred = match peer_cred(&stream) {
+                Ok(cred) => cred,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read a client's credentials; closing it");
+                    continue;
+                }
+            };
+            let token = Token(self.next_token);
+            self.next_token += 1;
+            if let Err(error) =
+                self.poll
+                    .registry()
+                    .register(&mut stream, token, Interest::READABLE)
+            {
+                tracing::warn!(%error, "cannot watch a client");
+                continue;
+            }
+            let user = user_name(cred.uid);
+            tracing::debug!(
+                client = token.0,
+                uid = cred.uid,
+                pid = cred.pid,
+                "client connected"
+            );
+            self.connections.insert(
+                token,
+                Connection {
+                    stream,
+                    cred,
+                    user,
+                    input: Vec::new(),
+                    output: VecDeque::new(),
+                    fds: Vec::new(),
+                    stdio: None,
+                    submitted: false,
+                    closing: false,
+                    writing: false,
+                },
+            );
+        }
+    }
+
+    fn client_ready(&mut self, token: Token, inputs: &mut Vec<Input>) {
+        let Some(conn) = self.connections.get_mut(&token) else {
+            return;
+        };
+        let mut gone = false;
+        if !conn.closing {
+            match read_available(conn) {
+                Ok(open) => gone = !open,
+                Err(error) => {
+                    let message = error.to_string();
+                    tracing::info!(client = token.0, %message, "dropping a client");
+                    queue_reply(conn, &Reply::Error { message });
+                    conn.closing = true;
+                }
+            }
+        }
+        if !conn.closing {
+            self.process_requests(token, inputs);
+        }
+        let Some(conn) = self.connections.get_mut(&token) else {
+            return;
+        };
+        if gone {
+            self.close(token, inputs);
+            return;
+        }
+        if flush(conn).is_err() || (conn.closing && conn.output.is_empty()) {
+            self.close(token, inputs);
+        }
+    }
+
+    fn process_requests(&mut self, token: Token, inputs: &mut Vec<Input>) {
+        loop {
+            let Some(conn) = self.connections.get_mut(&token) else {
+                return;
+            };
+            if conn.closing {
+                return;
+            }
+            let request: Request = match proto::decode(&mut conn.input, proto::MAX_REQUEST) {
+                Ok(Some(request)) => request,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::info!(client = token.0, %error, "malformed request; closing the connection");
+                    queue_reply(
+                        conn,
+                        &Reply::Error {
+                            message: error.to_string(),
+                        },
+                    );
+                    conn.closing = true;
+                    return;
+                }
+            };
+            self.request(token, request, inputs);
+        }
+    }
+
+    fn request(&mut self, token: Token, request: Request, inputs: &mut Vec<Input>) {
+        let client = ClientToken(token.0 as u64);
+        let conn = self.connections.get_mut(&token).expect("caller checked");
+        match request {
+            Request::Submit { version, submit } => {
+                if version != proto::VERSION {
+                    return refuse(
+                        conn,
+                        format!(
+                            "protocol version {version} is not {}; use matching scrun and scored",
+                            proto::VERSION
+                        ),
+                    );
+                }
+                if conn.submitted {
+                    return refuse(conn, "a connection may submit one job only".into());
+                }
+                if conn.fds.len() != proto::SUBMIT_FDS {
+                    return refuse(conn, format!(
+                        "a submission must carry {} descriptors (stdin, stdout, stderr), this one carried {}",
+                        proto::SUBMIT_FDS,
+                        conn.fds.len()
+                    ));
+                }
+                if self.config.daemon_uid != 0 && conn.cred.uid != self.config.daemon_uid {
+                    let reason = format!(
+                        "this scored runs as {} and can only run that user's jobs",
+                        user_name(self.config.daemon_uid)
+                    );
+                    queue_reply(
+                        conn,
+                        &Reply::Rejected {
+                            reason,
+                            kind: proto::RejectKind::Permission,
+                        },
+                    );
+                    conn.closing = true;
+                    return;
+                }
+                let request = match job_request(submit) {
+                    Ok(request) => request,
+                    Err(reason) => {
+                        queue_reply(
+                            conn,
+                            &Reply::Rejected {
+                                reason,
+                                kind: proto::RejectKind::Invalid,
+                            },
+                        );
+                        conn.closing = true;
+                        return;
+                    }
+                };
+                let mut fds = std::mem::take(&mut conn.fds).into_iter();
+                let (Some(stdin), Some(stdout), Some(stderr)) =
+                    (fds.next(), fds.next(), fds.next())
+                else {
+                    return refuse(conn, "descriptors went missing".into());
+                };
+                conn.stdio = Some(JobStdio {
+                    stdin,
+                    stdout,
+                    stderr,
+                });
+                conn.submitted = true;
+                self.idle_since = Instant::now();
+                inputs.push(Input::Submit {
+                    client,
+                    cred: conn.cred.clone(),
+                    user: conn.user.clone(),
+                    request,
+                });
+            }
+            Request::Console {
+                version,
+                line,
+                json,
+            } => {
+                if version != proto::VERSION {
+                    return refuse(conn, format!("protocol version {version} is not {}; use matching sc_console and scored", proto::VERSION));
+                }
+                let reply = match command::parse_line(&line) {
+                    Ok(None) => command::reply::Reply::Done(String::new()),
+                    Ok(Some(command)) => {
+                        let cred = conn.cred.clone();
+                        let now = self.tick();
+                        let (reply, actions) =
+                            self.core.command(&cred, command, now, &SystemDirectory);
+                        let mut more = Vec::new();
+                        self.carry_out(actions, &mut more);
+                        inputs.extend(more);
+                        reply
+                    }
+                    Err(error) => command::reply::Reply::error(error.to_string()),
+                };
+                let Some(conn) = self.connections.get_mut(&token) else {
+                    return;
+                };
+                queue_reply(
+                    conn,
+                    &Reply::Console {
+                        ok: !reply.is_error(),
+                        text: reply.to_text(),
+                        json: json.then(|| reply.to_json()),
+                    },
+                );
+            }
+            Request::Hold => inputs.push(Input::Hold(client)),
+            Request::Release => inputs.push(Input::Release(client)),
+            Request::Kill => inputs.push(Input::Interrupt(client)),
+        }
+    }
+
+    fn close(&mut self, token: Token, inputs: &mut Vec<Input>) {
+        if let Some(mut conn) = self.connections.remove(&token) {
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            tracing::debug!(client = token.0, "client gone");
+            inputs.push(Input::ClientGone(ClientToken(token.0 as u64)));
+        }
+    }
+
+    fn flush_all(&mut self) {
+        let tokens: Vec<Token> = self.connections.keys().copied().collect();
+        let mut inputs = Vec::new();
+        for token in tokens {
+            let Some(conn) = self.connections.get_mut(&token) else {
+                continue;
+            };
+            let failed = flush(conn).is_err();
+            if failed || (conn.closing && conn.output.is_empty()) || conn.output.len() > MAX_OUTPUT
+            {
+                self.close(token, &mut inputs);
+                continue;
+            }
+            let want_write = !conn.output.is_empty();
+            if want_write != conn.writing {
+                let interest = if want_write {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                if self
+                    .poll
+                    .registry()
+                    .reregister(&mut conn.stream, token, interest)
+                    .is_ok()
+                {
+                    conn.writing = want_write;
+                }
+            }
+        }
+        if !inputs.is_empty() {
+            self.feed(inputs);
+        }
+    }
+
+    // ----- signals -----
+
+    fn read_signals(&mut self, inputs: &mut Vec<Input>) {
+        loop {
+            match self.signals.read_signal() {
+                Ok(Some(info)) => {
+                    let signal = info.ssi_signo as i32;
+                    match Signal::try_from(signal) {
+                        Ok(Signal::SIGCHLD) => self.actuator.reap(inputs),
+                        Ok(Signal::SIGTERM | Signal::SIGINT) => {
+                            self.terminations += 1;
+                            if self.terminations == 1 {
+                                tracing::info!(signal, "asked to stop: killing jobs, then exiting");
+                                inputs.push(Input::Shutdown { now: true });
+                            } else {
+                                tracing::warn!(signal, "asked again: killing everything now");
+                                self.actuator.kill_everything();
+                                self.exiting = true;
+                            }
+                        }
+                        Ok(Signal::SIGHUP) => {
+                            tracing::info!("SIGHUP ignored: scored has no configuration to reload")
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(None) => return,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(error) => {
+                    tracing::error!(%error, "reading the signalfd failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn check_single_user(&mut self) {
+        if !self.config.single_user || self.exiting {
+            return;
+        }
+        let clients = self.connections.values().any(|conn| conn.submitted);
+        let done = self.served_a_job && self.core.n_jobs() == 0 && !clients;
+        let idle = !self.served_a_job
+            && self.connections.is_empty()
+            && self.idle_since.elapsed() >= Duration::from_secs(30);
+        if done || idle {
+            tracing::info!("single-user mode: the job has ended; exiting");
+            self.exiting = true;
+        }
+        if !self.connections.is_empty() {
+            self.idle_since = Instant::now();
+        }
+    }
+
+    fn finish(&mut self) {
+        // Give clients a moment to receive their last messages.
+        let deadline = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < deadline
+            && self
+                .connections
+                .values()
+                .any(|conn| !conn.output.is_empty())
+        {
+            for conn in self.connections.values_mut() {
+                let _ = flush(conn);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.actuator.kill_everything();
+        if let Err(error) = std::fs::remove_file(&self.config.socket) {
+            if error.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(path = %self.config.socket.display(), %error, "cannot remove the socket");
+            }
+        }
+        tracing::info!("scored exits");
+    }
+
+    /// The core, for tests.
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+}
+
+fn refuse(conn: &mut Connection, message: String) {
+    tracing::info!(uid = conn.cred.uid, %message, "refusing a request");
+    queue_reply(conn, &Reply::Error { message });
+    conn.closing = true;
+}
+
+fn queue_reply(conn: &mut Connection, reply: &Reply) {
+    let frame = proto::encode(reply);
+    conn.output.extend(frame);
+}
+
+/// Writes what the socket takes; `Err` means the client is gone.
+fn flush(conn: &mut Connection) -> io::Result<()> {
+    while !conn.output.is_empty() {
+        let (head, _) = conn.output.as_slices();
+        match conn.stream.write(head) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => {
+                conn.output.drain(..written);
+            }
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// Reads until the socket would block, collecting bytes and descriptors.
+/// Returns `Ok(false)` when the client closed its end.
+fn read_available(conn: &mut Connection) -> io::Result<bool> {
+    loop {
+        let mut chunk = [0u8; 64 * 1024];
+        let mut control = nix::cmsg_space!([RawFd; 8]);
+        let (len, fds, truncated) = {
+            let mut iov = [IoSliceMut::new(&mut chunk)];
+            let message = match recvmsg::<()>(
+                conn.stream.as_raw_fd(),
+                &mut iov,
+                Some(&mut control),
+                MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+            ) {
+                Ok(message) => message,
+                Err(nix::errno::Errno::EAGAIN) => return Ok(true),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::ECONNRESET) => return Ok(false),
+                Err(error) => return Err(io::Error::from(error)),
+            };
+            let mut fds = Vec::new();
+            if let Ok(cmsgs) = message.cmsgs() {
+                for cmsg in cmsgs {
+                    if let ControlMessageOwned::ScmRights(raw) = cmsg {
+                        for fd in raw {
+                            // SAFETY: the kernel just installed this descriptor in our
+                            // table for this message (SCM_RIGHTS); nothing else owns it.
+                            fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                        }
+                    }
+                }
+            }
+            (
+                message.bytes,
+                fds,
+                message.flags.contains(MsgFlags::MSG_CTRUNC),
+            )
+        };
+        if truncated {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "too many descriptors in one message",
+            ));
+        }
+        conn.fds.extend(fds);
+        if conn.fds.len() > MAX_PENDING_FDS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "too many descriptors sent",
+            ));
+        }
+        if len == 0 {
+            return Ok(false);
+        }
+        conn.input.extend_from_slice(&chunk[..len]);
+        // Refuse an oversized frame as soon as its length is known, before
+        // buffering it.
+        if let Err(error) = proto::frame_len(&conn.input, proto::MAX_REQUEST) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                error.to_string(),
+            ));
+        }
+        if conn.input.len() > proto::MAX_REQUEST + 4 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "request too large",
+            ));
+        }
+    }
+}
+
+/// The peer's credentials (SO_PEERCRED) and supplementary groups (SO_PEERGROUPS).
+fn peer_cred(stream: &UnixStream) -> io::Result<Cred> {
+    let creds = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)?;
+    Ok(Cred {
+        pid: creds.pid(),
+        uid: creds.uid(),
+        gid: creds.gid(),
+        groups: peer_groups(stream.as_raw_fd()),
+    })
+}
+
+/// SO_PEERGROUPS: the supplementary groups the peer had when it connected.
+fn peer_groups(fd: RawFd) -> Vec<u32> {
+    let mut groups = vec![0 as libc::gid_t; 256];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is a writable buffer of `len` bytes that lives
+        // across the call; getsockopt writes at most `len` bytes into it and
+        // stores the size it needs in `len`.
+        let ret = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let count = len as usize / std::mem::size_of::<libc::gid_t>();
+        if ret == 0 {
+            groups.truncate(count);
+            return groups;
+        }
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() == Some(libc::ERANGE) && count > groups.len() && count <= 65_536 {
+            groups.resize(count, 0);
+            continue;
+        }
+        tracing::debug!(%error, "SO_PEERGROUPS failed; supplementary groups unknown");
+        return Vec::new();
+    }
+}
+
+fn reject_kind(kind: Rejection) -> proto::RejectKind {
+    match kind {
+        Rejection::Invalid => proto::RejectKind::Invalid,
+        Rejection::TooBig => proto::RejectKind::TooBig,
+        Rejection::QueueDisabled => proto::RejectKind::QueueDisabled,
+        Rejection::Permission => proto::RejectKind::Permission,
+        Rejection::Resources => proto::RejectKind::Resources,
+        Rejection::ShuttingDown => proto::RejectKind::ShuttingDown,
+    }
+}
+
+/// Converts and checks a submission from the wire.
+pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
+    const MAX_STAGES: usize = 64;
+    const MAX_PROCS: u64 = 65_536;
+    if submit.stages.is_empty() {
+        return Err("the job has no program".into());
+    }
+    if submit.stages.len() > MAX_STAGES {
+        return Err(format!(
+            "the job has {} stages; at most {MAX_STAGES} are allowed",
+            submit.stages.len()
+        ));
+    }
+    for (idx, argv) in submit.stages.iter().enumerate() {
+        match argv.first() {
+            None => return Err(format!("stage {} has no program", idx + 1)),
+            Some(program) if program.as_bytes().is_empty() => {
+                return Err(format!("stage {} has an empty program name", idx + 1))
+            }
+            _ => {}
+        }
+        if argv.iter().any(|arg| arg.as_bytes().contains(&0)) {
+            return Err(format!(
+                "an argument of stage {} contains a NUL byte",
+                idx + 1
+            ));
+        }
+    }
+    let procs = match submit.options.procs {
+        proto::ProcRequest::Nodes(n) => ProcRequest::Nodes(n),
+        proto::ProcRequest::Grid { hosts, per_host } => ProcRequest::Grid { hosts, per_host },
+        proto::ProcRequest::Hosts(h) => ProcRequest::Hosts(h),
+    };
+    let total = match procs {
+        ProcRequest::Nodes(n) | ProcRequest::Hosts(n) => u64::from(n),
+        ProcRequest::Grid { hosts, per_host } => u64::from(hosts) * u64::from(per_host),
+    };
+    if total == 0 {
+        return Err(format!("{} asks for no process", procs.describe()));
+    }
+    if total > MAX_PROCS {
+        return Err(format!(
+            "{} asks for {total} processes; at most {MAX_PROCS} are allowed",
+            procs.describe()
+        ));
+    }
+    if submit.cwd.as_bytes().first() != Some(&b'/') || submit.cwd.as_bytes().contains(&0) {
+        return Err("the working directory must be an absolute path".into());
+    }
+    let env = submit
+        .env
+        .iter()
+        .filter(|(key, value)| !key.as_bytes().contains(&0) && !value.as_bytes().contains(&0))
+        .map(|(key, value)| (key.to_os(), value.to_os()))
+        .collect();
+    Ok(JobRequest {
+        stages: submit
+            .stages
+            .iter()
+            .map(|argv| argv.iter().map(proto::WireBytes::to_os).collect())
+            .collect(),
+        joiner: match submit.joiner {
+            proto::Joiner::Sequence => Joiner::Sequence,
+            proto::Joiner::Pipe => Joiner::Pipe,
+        },
+        procs,
+        priority: submit.options.priority,
+        wait: submit.options.wait,
+        memory: submit.options.memory,
+        disk: submit.options.disk,
+        env,
+        cwd: submit.cwd.to_os(),
+    })
+}
+
+/// Shorthand used by the rc-file runner and tests: the core answer to a
+/// console line from `cred`.
+pub fn run_line(
+    core: &mut Core,
+    cred: &Cred,
+    line: &str,
+    now: Tick,
+) -> Result<Option<command::reply::Reply>, String> {
+    match command::parse_line(line) {
+        Ok(None) => Ok(None),
+        Ok(Some(command)) => {
+            let (reply, _actions) = core.command(cred, command, now, &SystemDirectory);
+            if reply.is_error() {
+                Err(reply
+                    .to_text()
+                    .trim_end()
+                    .trim_start_matches("error: ")
+                    .to_string())
+            } else {
+                Ok(Some(reply))
+            }
+        }
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Binds the daemon's socket safely: the directory is created if missing
+/// and must not be writable by other users (unless sticky); an existing
+/// path must be a socket of ours that nobody answers on (a stale socket is
+/// replaced, a live daemon is refused).
+pub fn bind(path: &std::path::Path, uid: u32) -> Result<std::os::unix::net::UnixListener, String> {
+    use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+    let show = path.display();
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.exists() {
+        let mode = if uid == 0 { 0o755 } else { 0o700 };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(&parent)
+            .map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
+    }
+    let dir = std::fs::metadata(&parent)
+        .map_err(|error| format!("cannot inspect {}: {error}", parent.display()))?;
+    let mode = dir.permissions().mode();
+    if dir.uid() != uid && dir.uid() != 0 {
+        return Err(format!(
+            "refusing {show}: its directory belongs to uid {}",
+            dir.uid()
+        ));
+    }
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(format!(
+            "refusing {show}: its directory {} is writable by other users",
+            parent.display()
+        ));
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => {
+            if !meta.file_type().is_socket() {
+                return Err(format!("refusing {show}: it exists and is not a socket"));
+            }
+            if meta.uid() != uid {
+                return Err(format!("refusing {show}: it belongs to uid {}", meta.uid()));
+            }
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(format!("another scored is already listening on {show}"));
+            }
+            std::fs::remove_file(path)
+                .map_err(|error| format!("cannot remove the stale socket {show}: {error}"))?;
+            tracing::info!(path = %show, "replaced a stale socket");
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => return Err(format!("cannot inspect {show}: {error}")),
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path)
+        .map_err(|error| format!("cannot listen on {show}: {error}"))?;
+    // Every local user may connect (read-only commands are open to all and
+    // identity comes from the kernel); a user's own daemon stays private.
+    let mode = if uid == 0 { 0o666 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|error| format!("cannot set the permissions of {show}: {error}"))?;
+    Ok(listener)
+}
