@@ -1,1 +1,503 @@
-//! Shared harness of the end-to-end tests.
+//! The end-to-end harness: a real scored on a temporary socket, driven by
+//! the real scrun and sc_console binaries, with what the kernel says about
+//! the job processes (`/proc/PID/stat`) as the witness.
+//!
+//! Each test gets a sandbox directory (hosts file, rc file, state directory,
+//! socket, daemon log) named after a counter; its daemon is stopped when the
+//! [`Daemon`] is dropped, and its log is printed if the test failed. Job
+//! processes are found by a tag the harness puts in scrun's environment, so
+//! parallel tests never mistake each other's processes.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The binaries of the workspace, built once per test run.
+pub fn bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        // The test executable lives in target/<profile>/deps.
+        let exe = std::env::current_exe().expect("test executable path");
+        let dir = exe.parent().and_then(Path::parent).expect("target directory").to_path_buf();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let mut command = Command::new(cargo);
+        command.args(["build", "--quiet", "--bins", "--workspace"]);
+        if dir.file_name().is_some_and(|name| name == "release") {
+            command.arg("--release");
+        }
+        let status = command.status().expect("run cargo build");
+        assert!(status.success(), "building the binaries failed");
+        dir
+    });
+    dir.join(name)
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh directory for one test, removed when dropped (kept if the test failed).
+pub struct Sandbox {
+    /// Its path.
+    pub path: PathBuf,
+}
+
+impl Sandbox {
+    /// Creates `/tmp/scored-e2e-PID-N` (short, so socket paths stay under 108 bytes).
+    pub fn new() -> Sandbox {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!("scored-e2e-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create sandbox");
+        // Job processes of other users must be able to enter it.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod sandbox");
+        Sandbox { path }
+    }
+
+    /// Writes a file in the sandbox and returns its path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path.join(name);
+        std::fs::write(&path, text).expect("write sandbox file");
+        path
+    }
+}
+
+impl Default for Sandbox {
+    fn default() -> Sandbox {
+        Sandbox::new()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// How to start a daemon.
+#[derive(Default, Clone)]
+pub struct DaemonBuilder {
+    hosts: Option<String>,
+    rc: Option<String>,
+    timeslice: Option<String>,
+    args: Vec<String>,
+}
+
+impl DaemonBuilder {
+    /// Uses this hosts database text.
+    pub fn hosts(mut self, text: &str) -> Self {
+        self.hosts = Some(text.to_string());
+        self
+    }
+
+    /// Uses this rc file text.
+    pub fn rc(mut self, text: &str) -> Self {
+        self.rc = Some(text.to_string());
+        self
+    }
+
+    /// Sets the time slice.
+    pub fn timeslice(mut self, slice: &str) -> Self {
+        self.timeslice = Some(slice.to_string());
+        self
+    }
+
+    /// Adds a flag.
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_string());
+        self
+    }
+
+    /// The command that would start the daemon in `sandbox`.
+    pub fn command(&self, sandbox: &Sandbox) -> Command {
+        let mut command = Command::new(bin("scored"));
+        command
+            .arg("--socket")
+            .arg(sandbox.path.join("s.sock"))
+            .arg("--state-dir")
+            .arg(sandbox.path.join("state"))
+            .current_dir(&sandbox.path)
+            .env_remove("SCORED_SOCKET")
+            .env("SCORED_LOG", "scored=debug");
+        if let Some(text) = &self.hosts {
+            command.arg("--hosts").arg(sandbox.write("scorehosts.db", text));
+        }
+        if let Some(text) = &self.rc {
+            command.arg("--rc").arg(sandbox.write("scored.rc", text));
+        }
+        if let Some(slice) = &self.timeslice {
+            command.arg("--timeslice").arg(slice);
+        }
+        command.args(&self.args);
+        command
+    }
+
+    /// Starts the daemon and waits until it answers.
+    pub fn start(self) -> Daemon {
+        let sandbox = Sandbox::new();
+        let log = sandbox.path.join("scored.log");
+        let log_file = std::fs::File::create(&log).expect("create log");
+        let child = self
+            .command(&sandbox)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log"))
+            .stderr(log_file)
+            .spawn()
+            .expect("start scored");
+        let tag = sandbox.path.file_name().expect("name").to_string_lossy().into_owned();
+        let mut daemon = Daemon { child: Some(child), socket: sandbox.path.join("s.sock"), log, tag, sandbox };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if std::os::unix::net::UnixStream::connect(&daemon.socket).is_ok() {
+                return daemon;
+            }
+            if let Some(status) = daemon.child.as_mut().and_then(|child| child.try_wait().ok().flatten()) {
+                panic!("scored exited at start ({status}):\n{}", daemon.log());
+            }
+            assert!(Instant::now() < deadline, "scored did not start listening:\n{}", daemon.log());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// A running scored.
+pub struct Daemon {
+    child: Option<Child>,
+    /// Its socket.
+    pub socket: PathBuf,
+    log: PathBuf,
+    /// The value of `SCORED_TEST_TAG` in its jobs' environment.
+    pub tag: String,
+    /// Its sandbox.
+    pub sandbox: Sandbox,
+}
+
+impl Daemon {
+    /// A daemon with the embedded default configuration.
+    pub fn start() -> Daemon {
+        DaemonBuilder::default().start()
+    }
+
+    /// A builder.
+    pub fn builder() -> DaemonBuilder {
+        DaemonBuilder::default()
+    }
+
+    /// The daemon's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A scrun command aimed at this daemon, tagged, in the sandbox.
+    pub fn scrun(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(bin("scrun"));
+        command
+            .args(args)
+            .env("SCORED_SOCKET", &self.socket)
+            .env("SCORED_TEST_TAG", &self.tag)
+            .env_remove("SCORE_OPTIONS")
+            .current_dir(&self.sandbox.path)
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs scrun to its end.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.scrun(args).output().expect("run scrun")
+    }
+
+    /// Starts scrun in the background with its output piped.
+    pub fn spawn(&self, args: &[&str]) -> Job {
+        let child = self.scrun(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn scrun");
+        Job { child: Some(child), lines: Vec::new(), reader: None }
+    }
+
+    /// Runs a console line through sc_console.
+    pub fn console(&self, line: &str) -> Output {
+        Command::new(bin("sc_console"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("-c")
+            .arg(line)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run sc_console")
+    }
+
+    /// Runs a console line that must succeed; returns its output.
+    pub fn ok(&self, line: &str) -> String {
+        let output = self.console(line);
+        assert!(
+            output.status.success(),
+            "sc_console -c '{line}' failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// The JSON form of a console line's reply.
+    pub fn json(&self, line: &str) -> serde_json::Value {
+        let output = Command::new(bin("sc_console"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("--json")
+            .arg("-c")
+            .arg(line)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run sc_console");
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+            panic!("sc_console --json -c '{line}' printed no JSON ({error}): {}", String::from_utf8_lossy(&output.stdout))
+        })
+    }
+
+    /// A field of `job ID` in JSON.
+    pub fn job_field(&self, job: u64, field: &str) -> serde_json::Value {
+        self.json(&format!("job {job}"))[field].clone()
+    }
+
+    /// Processes of this daemon's job `job`, found by their environment.
+    pub fn job_pids(&self, job: u64) -> Vec<i32> {
+        tagged_processes(&self.tag, Some(job))
+    }
+
+    /// Every job process of this daemon.
+    pub fn all_job_pids(&self) -> Vec<i32> {
+        tagged_processes(&self.tag, None)
+    }
+
+    /// Waits until `job` has `n` processes; returns them.
+    pub fn wait_job_pids(&self, job: u64, n: usize) -> Vec<i32> {
+        let mut pids = Vec::new();
+        let found = wait_until(Duration::from_secs(20), || {
+            pids = self.job_pids(job);
+            pids.len() >= n
+        });
+        assert!(found, "job {job} never had {n} processes (has {pids:?})\n{}", self.log());
+        pids
+    }
+
+    /// Sends SIGTERM and waits for the daemon to exit; returns its status.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return child.wait().ok();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for the daemon to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+        if std::thread::panicking() {
+            eprintln!("----- scored log ({}) -----\n{}", self.log.display(), self.log());
+        }
+        // Whatever happened, leave no job process behind.
+        for pid in self.all_job_pids() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// A scrun running in the background.
+pub struct Job {
+    child: Option<Child>,
+    lines: Vec<String>,
+    reader: Option<std::sync::mpsc::Receiver<String>>,
+}
+
+impl Job {
+    /// scrun's pid.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |child| child.id() as i32)
+    }
+
+    fn pump(&mut self) {
+        if self.reader.is_none() {
+            if let Some(stdout) = self.child.as_mut().and_then(|child| child.stdout.take()) {
+                let (sender, receiver) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                        if sender.send(line).is_err() {
+                            break;
+                        }
+                    }
+                });
+                self.reader = Some(receiver);
+            }
+        }
+        if let Some(reader) = &self.reader {
+            while let Ok(line) = reader.try_recv() {
+                self.lines.push(line);
+            }
+        }
+    }
+
+    /// Waits until the job printed `n` lines starting with `prefix`; returns the rest of those lines.
+    pub fn wait_lines(&mut self, prefix: &str, n: usize) -> Vec<String> {
+        let mut found = Vec::new();
+        let ok = wait_until(Duration::from_secs(20), || {
+            self.pump();
+            found = self.lines.iter().filter_map(|line| line.strip_prefix(prefix)).map(str::to_string).collect();
+            found.len() >= n
+        });
+        assert!(ok, "the job never printed {n} lines starting with {prefix:?}; it printed {:?}", self.lines);
+        found
+    }
+
+    /// The pids the job's processes printed (`pid N` lines).
+    pub fn wait_pids(&mut self, n: usize) -> Vec<i32> {
+        self.wait_lines("pid ", n).iter().filter_map(|text| text.trim().parse().ok()).collect()
+    }
+
+    /// Sends a signal to scrun.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), signal);
+    }
+
+    /// Waits for scrun to exit; returns its status and stderr.
+    pub fn wait(&mut self, timeout: Duration) -> (std::process::ExitStatus, String) {
+        let mut child = self.child.take().expect("job still running");
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("scrun did not exit within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let mut stderr = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        (status, stderr)
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Polls `condition` every few milliseconds until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The fields of `/proc/PID/stat` the tests look at.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcStat {
+    /// One-letter state.
+    pub state: char,
+    /// Process group.
+    pub pgrp: i32,
+    /// Session.
+    pub session: i32,
+    /// utime + stime in clock ticks.
+    pub cpu_ticks: u64,
+}
+
+/// Reads `/proc/PID/stat`, or `None` if the process is gone.
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = text[text.rfind(')')? + 2..].split_whitespace().collect();
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
+        cpu_ticks: fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?,
+    })
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|stat| stat.state != 'Z' && stat.state != 'X')
+}
+
+/// Processes whose environment carries `SCORED_TEST_TAG=tag` (and `SCORE_JOBID=job`).
+pub fn tagged_processes(tag: &str, job: Option<u64>) -> Vec<i32> {
+    let tag_entry = format!("SCORED_TEST_TAG={tag}");
+    let job_entry = job.map(|job| format!("SCORE_JOBID={job}"));
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut pids: Vec<i32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { return false };
+            let vars: Vec<&[u8]> = environ.split(|&b| b == 0).collect();
+            vars.contains(&tag_entry.as_bytes())
+                && job_entry.as_ref().is_none_or(|entry| vars.contains(&entry.as_bytes()))
+                && alive(*pid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// stdout of an output as text.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// stderr of an output as text.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The exit code of an output (`None` if killed by a signal).
+pub fn code(output: &Output) -> Option<i32> {
+    output.status.code()
+}
+
+/// The test program.
+pub fn testprog() -> String {
+    bin("scored-testprog").display().to_string()
+}

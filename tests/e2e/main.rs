@@ -1,1 +1,7 @@
-//! End-to-end tests.
+//! End-to-end tests: a real scored on a temporary socket, the real scrun
+//! and sc_console, and /proc as the witness. One test binary, as ripgrep
+//! and cargo do, sharing the harness in `scored_tests`.
+
+mod gang;
+mod launch;
+mod startup;

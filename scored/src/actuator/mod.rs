@@ -557,6 +557,29 @@ impl OsActuator {
         members
     }
 
+    /// With a cgroup, picks up processes that joined the job since the last
+    /// sample (one read of `cgroup.procs`), so that a descendant that just
+    /// left its process group is stopped with the rest.
+    fn adopt_new_members(&mut self, job: JobId) {
+        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else { return };
+        if procs.cgroup_procs.is_none() {
+            return;
+        }
+        let pgids: Vec<i32> = procs.pgids.iter().flatten().copied().collect();
+        for pid in cgroups.pids(job) {
+            if procs.children.contains(&pid) || procs.extras.contains_key(&pid) {
+                continue;
+            }
+            let Some(stat) = procfs::read_stat(pid) else { continue };
+            let Ok(pidfd) = sys::pidfd_open(pid) else { continue };
+            if stat.is_dead() || procfs::read_stat(pid).map(|again| again.start) != Some(stat.start) {
+                continue;
+            }
+            let slot = procs.pgids.iter().position(|pgid| *pgid == Some(stat.pgrp)).unwrap_or(0);
+            procs.extras.insert(pid, Extra { pidfd, start: stat.start, slot, escaped: !pgids.contains(&stat.pgrp) });
+        }
+    }
+
     fn check_stop(&mut self, job: JobId, out: &mut Vec<Input>) {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
@@ -636,6 +659,7 @@ impl Actuator for OsActuator {
     }
 
     fn stop(&mut self, job: JobId, out: &mut Vec<Input>) {
+        self.adopt_new_members(job);
         self.send(job, Signal::SIGSTOP);
         let children = &self.children;
         let Some(procs) = self.jobs.get_mut(&job) else {

@@ -1,0 +1,119 @@
+//! scored-testprog: small, predictable job programs for the end-to-end tests.
+//!
+//! ```text
+//! scored-testprog spin SECS            burn CPU for SECS seconds of CPU time (0: forever)
+//! scored-testprog alloc SIZE SECS      touch SIZE bytes of memory, then sleep SECS
+//! scored-testprog write PATH SIZE SECS write SIZE bytes to PATH in 1M steps, then sleep SECS
+//! scored-testprog ignore-term SECS     ignore SIGTERM and sleep SECS
+//! scored-testprog escape SECS          fork a child that calls setsid() and spins; print its pid
+//! scored-testprog forks SECS           fork short-lived children as fast as possible for SECS
+//! scored-testprog env                  print the SCORE_* environment
+//! ```
+//!
+//! It prints `pid PID` on stdout first (except `env`), so tests can find it.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |idx: usize| args.get(idx).cloned().unwrap_or_default();
+    let secs = |idx: usize| arg(idx).parse::<f64>().unwrap_or(0.0);
+    let mode = arg(0);
+    if mode != "env" {
+        println!("pid {}", std::process::id());
+        let _ = std::io::stdout().flush();
+    }
+    match mode.as_str() {
+        "spin" => spin_cpu(secs(1)),
+        "alloc" => {
+            let size = scored::units::parse_size(&arg(1)).expect("size");
+            let mut memory = vec![0u8; size as usize];
+            for idx in (0..memory.len()).step_by(4096) {
+                memory[idx] = 1;
+            }
+            std::hint::black_box(&memory);
+            sleep(secs(2));
+        }
+        "write" => {
+            let size = scored::units::parse_size(&arg(2)).expect("size");
+            let mut file = std::fs::File::create(arg(1)).expect("create");
+            let chunk = vec![7u8; 1 << 20];
+            let mut written = 0u64;
+            while written < size {
+                let len = chunk.len().min((size - written) as usize);
+                file.write_all(&chunk[..len]).expect("write");
+                written += len as u64;
+            }
+            file.sync_all().ok();
+            sleep(secs(3));
+        }
+        "ignore-term" => {
+            // SAFETY: installing SIG_IGN for SIGTERM has no preconditions.
+            unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+            sleep(secs(1));
+        }
+        "escape" => {
+            // SAFETY: the program is single-threaded here; the child only
+            // calls setsid and spins.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: setsid has no preconditions.
+                unsafe { libc::setsid() };
+                spin_cpu(0.0);
+                std::process::exit(0);
+            }
+            println!("child {pid}");
+            let _ = std::io::stdout().flush();
+            sleep(secs(1));
+        }
+        "forks" => {
+            let end = Instant::now() + Duration::from_secs_f64(secs(1));
+            let mut count = 0u64;
+            while Instant::now() < end {
+                if let Ok(mut child) = std::process::Command::new("true").spawn() {
+                    let _ = child.wait();
+                    count += 1;
+                }
+            }
+            println!("forked {count}");
+        }
+        "env" => {
+            let mut vars: Vec<(String, String)> = std::env::vars().filter(|(key, _)| key.starts_with("SCORE_")).collect();
+            vars.sort();
+            for (key, value) in vars {
+                println!("{key}={value}");
+            }
+        }
+        other => {
+            eprintln!("scored-testprog: unknown mode '{other}'");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn spin_cpu(seconds: f64) {
+    let mut x = 0u64;
+    loop {
+        for _ in 0..1_000_000 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        if seconds > 0.0 && cpu_time() >= seconds {
+            return;
+        }
+    }
+}
+
+fn cpu_time() -> f64 {
+    // SAFETY: an all-zero timespec is valid and clock_gettime writes into it.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is valid and writable.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+fn sleep(seconds: f64) {
+    if seconds > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(seconds));
+    }
+}

@@ -1,0 +1,250 @@
+//! Issue 3: gang scheduling on real CPU-bound processes, witnessed through
+//! /proc: alternation, space partitioning, exclusive mode, preemption,
+//! queue states, holds, and jobs that leave their session.
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use scored_tests::*;
+
+use crate::launch::TWO_HOSTS;
+
+fn running(pids: &[i32]) -> usize {
+    pids.iter().filter(|pid| proc_stat(**pid).is_some_and(|stat| stat.state == 'R')).count()
+}
+
+fn cpu(pids: &[i32]) -> u64 {
+    pids.iter().filter_map(|pid| proc_stat(*pid)).map(|stat| stat.cpu_ticks).sum()
+}
+
+fn stopped(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|stat| stat.state == 'T')
+}
+
+/// Samples for `duration`; returns how often processes of both sets were
+/// seen running at once, and how many samples were taken.
+fn overlap(a: &[i32], b: &[i32], duration: Duration) -> (u64, u64) {
+    let end = Instant::now() + duration;
+    let (mut both, mut samples) = (0, 0);
+    while Instant::now() < end {
+        if running(a) > 0 && running(b) > 0 {
+            both += 1;
+        }
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    (both, samples)
+}
+
+#[test]
+fn two_full_width_gang_jobs_alternate_and_share_the_cpu() {
+    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("100ms").start();
+    let mut first = daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]);
+    let a = first.wait_pids(2);
+    let mut second = daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]);
+    let b = second.wait_pids(2);
+    let (cpu_a, cpu_b) = (cpu(&a), cpu(&b));
+    let (both, samples) = overlap(&a, &b, Duration::from_secs(10));
+    assert_eq!(both, 0, "processes of both jobs were running at once in {both} of {samples} samples");
+    let (used_a, used_b) = ((cpu(&a) - cpu_a) as f64, (cpu(&b) - cpu_b) as f64);
+    let share = used_a / (used_a + used_b);
+    assert!((0.35..=0.65).contains(&share), "job 1 got {:.0}% of the CPU", share * 100.0);
+    let switches = daemon.json("status")["switches"].as_u64().unwrap_or(0);
+    assert!(switches >= 20, "only {switches} switches in 10 s of 100 ms slices");
+    for job in [&first, &second] {
+        job.signal(Signal::SIGINT);
+    }
+    first.wait(Duration::from_secs(30));
+    second.wait(Duration::from_secs(30));
+}
+
+#[test]
+fn one_host_jobs_share_the_hosts_space_and_time() {
+    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("100ms").start();
+    let mut jobs: Vec<Job> = Vec::new();
+    let mut pids: Vec<i32> = Vec::new();
+    for _ in 0..2 {
+        let mut job = daemon.spawn(&["-nodes=1,priority=1", &testprog(), "spin", "0"]);
+        pids.push(job.wait_pids(1)[0]);
+        jobs.push(job);
+    }
+    // Two one-host jobs on two hosts run together and are never stopped.
+    let end = Instant::now() + Duration::from_secs(2);
+    let mut together = false;
+    while Instant::now() < end {
+        assert!(!stopped(pids[0]) && !stopped(pids[1]), "a job was stopped though each has a host of its own");
+        together |= running(&pids) == 2;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(together, "the two jobs never ran at the same time");
+    // A third one time-shares with one of them; all three make progress
+    // and at most two run at any moment.
+    let mut third = daemon.spawn(&["-nodes=1,priority=1", &testprog(), "spin", "0"]);
+    pids.push(third.wait_pids(1)[0]);
+    jobs.push(third);
+    let before: Vec<u64> = pids.iter().map(|pid| cpu(&[*pid])).collect();
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end {
+        assert!(running(&pids) <= 2, "three one-host jobs ran on two hosts at once");
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    for (pid, start) in pids.iter().zip(before) {
+        assert!(cpu(&[*pid]) > start + 10, "job process {pid} made no progress in 3 s");
+    }
+    for job in &jobs {
+        job.signal(Signal::SIGINT);
+    }
+    for job in &mut jobs {
+        job.wait(Duration::from_secs(30));
+    }
+}
+
+#[test]
+fn an_exclusive_job_is_never_stopped_by_equal_or_lower_priority() {
+    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("50ms").start();
+    let mut first = daemon.spawn(&["-nodes=2,priority=0", &testprog(), "spin", "0"]);
+    let a = first.wait_pids(2);
+    let mut same = daemon.spawn(&["-nodes=2,priority=0", &testprog(), "spin", "0"]);
+    let mut lower = daemon.spawn(&["-nodes=1,priority=1", &testprog(), "spin", "0"]);
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        assert!(a.iter().all(|pid| !stopped(*pid)), "the exclusive job was stopped");
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    assert!(daemon.all_job_pids().iter().all(|pid| a.contains(pid)), "no other job may have started");
+    for job in [&first, &same, &lower] {
+        job.signal(Signal::SIGINT);
+    }
+    for job in [&mut first, &mut same, &mut lower] {
+        job.wait(Duration::from_secs(30));
+    }
+}
+
+#[test]
+fn a_higher_queue_preempts_at_once_and_the_lower_job_continues_after() {
+    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("10s").start();
+    let mut low = daemon.spawn(&["-nodes=2,priority=2", &testprog(), "spin", "0"]);
+    let a = low.wait_pids(2);
+    let submitted = Instant::now();
+    let mut high = daemon.spawn(&["-nodes=2,priority=0", &testprog(), "spin", "1"]);
+    let b = high.wait_pids(2);
+    assert!(
+        wait_until(Duration::from_secs(5), || a.iter().all(|pid| stopped(*pid))),
+        "the lower job was not stopped"
+    );
+    // "At once": well before the 10 s slice would end.
+    assert!(submitted.elapsed() < Duration::from_secs(5));
+    let (both, _) = overlap(&a, &b, Duration::from_millis(300));
+    assert_eq!(both, 0);
+    let (status, _) = high.wait(Duration::from_secs(30));
+    assert!(status.success());
+    assert!(
+        wait_until(Duration::from_secs(5), || a.iter().all(|pid| !stopped(*pid))),
+        "the lower job did not continue after the higher one ended"
+    );
+    low.signal(Signal::SIGINT);
+    low.wait(Duration::from_secs(30));
+}
+
+#[test]
+fn a_deactivated_queue_creates_no_process_until_activated() {
+    let daemon = Daemon::builder().hosts(TWO_HOSTS).rc("queue 2 deactivate\n").start();
+    let mut job = daemon.spawn(&["-priority=2", &testprog(), "spin", "0"]);
+    assert!(wait_until(Duration::from_secs(10), || daemon.json("jobs")
+        .as_array()
+        .is_some_and(|jobs| !jobs.is_empty())));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(daemon.all_job_pids().is_empty(), "a job of a deactivated queue has processes");
+    assert_eq!(daemon.job_field(1, "state"), "queued");
+    daemon.ok("queue 2 activate");
+    let pids = job.wait_pids(1);
+    assert!(alive(pids[0]));
+    daemon.ok("queue 2 deactivate");
+    assert!(wait_until(Duration::from_secs(5), || stopped(pids[0])), "deactivating did not stop the job");
+    job.signal(Signal::SIGINT);
+    job.wait(Duration::from_secs(30));
+}
+
+#[test]
+fn a_disabled_queue_rejects_submissions() {
+    let daemon = Daemon::builder().hosts(TWO_HOSTS).start();
+    daemon.ok("queue 1 disable");
+    let output = daemon.run(&["-priority=1", "true"]);
+    assert_eq!(code(&output), Some(scored::exitcode::REJECTED));
+    assert!(stderr(&output).contains("disabled"), "{}", stderr(&output));
+    assert_eq!(code(&daemon.run(&["-priority=2", "true"])), Some(0));
+    daemon.ok("queue 1 enable");
+    assert_eq!(code(&daemon.run(&["-priority=1", "true"])), Some(0));
+}
+
+#[test]
+fn a_held_job_stays_stopped_until_resumed() {
+    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("50ms").start();
+    let mut held = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    let a = held.wait_pids(2);
+    let mut other = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    other.wait_pids(2);
+    daemon.ok("suspend 1");
+    assert!(wait_until(Duration::from_secs(5), || a.iter().all(|pid| stopped(*pid))));
+    for line in ["queue 1 deactivate", "queue 1 activate", "move 1 2", "timeslice 20ms"] {
+        daemon.ok(line);
+        let end = Instant::now() + Duration::from_millis(400);
+        while Instant::now() < end {
+            assert!(a.iter().all(|pid| stopped(*pid)), "the held job ran after '{line}'");
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    }
+    assert_eq!(daemon.job_field(1, "state"), "held");
+    daemon.ok("resume 1");
+    let mut ran = false;
+    assert!(wait_until(Duration::from_secs(5), || {
+        ran |= a.iter().all(|pid| !stopped(*pid));
+        ran
+    }));
+    for job in [&held, &other] {
+        job.signal(Signal::SIGINT);
+    }
+    held.wait(Duration::from_secs(30));
+    other.wait(Duration::from_secs(30));
+}
+
+#[test]
+fn ctrl_z_on_scrun_holds_the_job_and_fg_resumes_it() {
+    let daemon = Daemon::builder().hosts(TWO_HOSTS).start();
+    let mut job = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    let pids = job.wait_pids(2);
+    job.signal(Signal::SIGTSTP);
+    assert!(wait_until(Duration::from_secs(5), || pids.iter().all(|pid| stopped(*pid))), "the job kept running");
+    assert!(wait_until(Duration::from_secs(5), || stopped(job.pid())), "scrun did not stop itself");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(pids.iter().all(|pid| stopped(*pid)), "the scheduler resumed a held job");
+    job.signal(Signal::SIGCONT);
+    assert!(wait_until(Duration::from_secs(5), || pids.iter().all(|pid| !stopped(*pid))), "fg did not resume the job");
+    job.signal(Signal::SIGINT);
+    job.wait(Duration::from_secs(30));
+}
+
+#[test]
+fn a_job_in_a_new_session_is_still_stopped() {
+    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("100ms").start();
+    // `setsid -w` forks the spinner into a session of its own and waits for it.
+    let mut escaper = daemon.spawn(&["-nodes=2", "setsid", "-w", &testprog(), "spin", "0"]);
+    let a = escaper.wait_pids(2);
+    for pid in &a {
+        let stat = proc_stat(*pid).expect("spinner");
+        assert_eq!(stat.session, *pid, "the spinner leads a session of its own");
+    }
+    let mut other = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    let b = other.wait_pids(2);
+    // Let discovery see the escaped processes, then watch.
+    std::thread::sleep(Duration::from_millis(500));
+    let (both, samples) = overlap(&a, &b, Duration::from_secs(3));
+    assert_eq!(both, 0, "the escaped job ran together with the other in {both} of {samples} samples");
+    assert!(a.iter().all(|pid| cpu(&[*pid]) > 0));
+    for job in [&escaper, &other] {
+        job.signal(Signal::SIGINT);
+    }
+    escaper.wait(Duration::from_secs(30));
+    other.wait(Duration::from_secs(30));
+    assert!(wait_until(Duration::from_secs(10), || a.iter().all(|pid| !alive(*pid))), "escaped processes survived");
+}
