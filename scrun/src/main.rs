@@ -1,7 +1,12 @@
 //! scrun: launch a parallel job under scored.
+#![forbid(unsafe_code)]
 
-// The command line parser is complete before the launcher that uses it.
+// The launcher that uses these modules comes in a later commit.
 #[allow(dead_code)]
 mod cli;
+#[allow(dead_code)]
+mod error;
+#[allow(dead_code)]
+mod report;
 
 fn main() {}
