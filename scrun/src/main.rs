@@ -8,5 +8,9 @@ mod cli;
 mod error;
 #[allow(dead_code)]
 mod report;
+#[allow(dead_code)]
+mod signals;
+#[allow(dead_code)]
+mod session;
 
 fn main() {}
