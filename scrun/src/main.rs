@@ -12,5 +12,7 @@ mod report;
 mod signals;
 #[allow(dead_code)]
 mod session;
+#[allow(dead_code)]
+mod single;
 
 fn main() {}
