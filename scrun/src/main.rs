@@ -1,7 +1,46 @@
-//! scrun: launch a parallel job under scored.
+//! scrun: launch a parallel job under scored and stay its front-end until it ends.
+//!
+//! `main` only parses the command line and turns the outcome into an exit
+//! status; [`launch::run`] does the rest. See scrun(1) for the statuses:
+//! the job's own, or 64 (usage), 69 (no daemon), 70 (internal), 75
+//! (rejected), 76 (killed by a limit), 128+N (scrun left on signal N).
+#![forbid(unsafe_code)]
 
-// The command line parser is complete before the launcher that uses it.
-#[allow(dead_code)]
 mod cli;
+mod error;
+mod launch;
+mod report;
+mod session;
+mod signals;
+mod single;
+mod submit;
 
-fn main() {}
+use std::io::Write;
+
+use scored::exitcode;
+
+fn main() {
+    let code = match cli::parse(
+        std::env::args_os().skip(1),
+        std::env::var_os("SCORE_OPTIONS").as_deref(),
+    ) {
+        Ok(cli::Parsed::Help) => print_stdout(cli::USAGE),
+        Ok(cli::Parsed::Version) => print_stdout(&format!("scrun {}\n", env!("CARGO_PKG_VERSION"))),
+        Ok(cli::Parsed::Run(invocation)) => launch::run(&invocation),
+        Err(error) => {
+            session::say(&error.to_string());
+            session::say("try 'scrun -help' for usage");
+            exitcode::USAGE
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Prints help or version text. A closed or broken stdout is not an error
+/// worth reporting, as with ripgrep's quiet broken pipe.
+fn print_stdout(text: &str) -> i32 {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes());
+    let _ = stdout.flush();
+    exitcode::OK
+}

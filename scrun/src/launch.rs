@@ -1,0 +1,123 @@
+//! One run of scrun, from a parsed command line to an exit status:
+//! build the request, block signals, reach scored (or start a private
+//! one), submit with the standard descriptors, follow the session, and
+//! clean up.
+//!
+//! This is the only module that decides the order of those steps; the
+//! steps themselves live in [`crate::submit`], [`crate::signals`],
+//! [`crate::single`] and [`crate::session`].
+#![forbid(unsafe_code)]
+
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use scored::client::{self, Connection, SocketSource};
+use scored::exitcode;
+use scored::proto::Request;
+
+use crate::cli::Invocation;
+use crate::error::{chain, Fatal};
+use crate::report::Final;
+use crate::session;
+use crate::signals::Signals;
+use crate::single::{self, PrivateDaemon};
+
+/// Runs the job and returns scrun's exit status. Everything scrun has to
+/// say is already on stderr when this returns.
+pub fn run(invocation: &Invocation) -> i32 {
+    // The request is built first, so that a job too large to send never
+    // starts a private daemon.
+    let request = match crate::submit::build(invocation) {
+        Ok(request) => request,
+        Err(fatal) => return report_fatal(&fatal),
+    };
+    // Blocked before connecting, so that an early Ctrl-C is read from the
+    // signalfd rather than killing scrun between submission and the loop.
+    let signals = match Signals::block() {
+        Ok(signals) => signals,
+        Err(errno) => {
+            return report_fatal(&Fatal::with_source(
+                exitcode::INTERNAL,
+                "cannot block signals",
+                io::Error::from(errno),
+            ))
+        }
+    };
+    let (path, source) = client::socket_path(invocation.options.scored.clone());
+    let (mut connection, private) = match connect(&path, source, &signals) {
+        Ok(connected) => connected,
+        Err(fatal) => return report_fatal(&fatal),
+    };
+    let end = match submit(&mut connection, &request, &path) {
+        Ok(()) => session::run(&mut connection, &signals, invocation.options.stat),
+        Err(fatal) => Final {
+            stderr: format!("scrun: {}\n", chain(&fatal)),
+            code: fatal.code(),
+        },
+    };
+    let _ = io::stderr().lock().write_all(end.stderr.as_bytes());
+    // Closing the connection is what tells scored we are gone: a job still
+    // running (after a second interrupt) is killed, and a private daemon
+    // may exit.
+    connection.shutdown();
+    drop(connection);
+    if let Some(private) = private {
+        private.finish(&signals);
+    }
+    end.code
+}
+
+/// Connects to scored, or starts a private one when none runs at the
+/// default socket.
+fn connect(
+    path: &Path,
+    source: SocketSource,
+    signals: &Signals,
+) -> Result<(Connection, Option<PrivateDaemon>), Fatal> {
+    match Connection::connect(path) {
+        Ok(connection) => Ok((connection, None)),
+        Err(error) if source == SocketSource::Default && single::means_no_daemon(&error) => {
+            let (daemon, connection) = PrivateDaemon::start(path, signals)?;
+            Ok((connection, Some(daemon)))
+        }
+        Err(error) => Err(Fatal::with_source(
+            exitcode::UNREACHABLE,
+            format!("cannot reach scored at {}", path.display()),
+            error,
+        )),
+    }
+}
+
+/// Sends the submission with stdin, stdout and stderr attached.
+fn submit(connection: &mut Connection, request: &Request, path: &Path) -> Result<(), Fatal> {
+    let stdin = io::stdin();
+    let stdout = io::stdout();
+    let stderr = io::stderr();
+    let fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
+    match connection.send_with_fds(request, &fds) {
+        Ok(()) => Ok(()),
+        // scored hung up while we were sending, which it does after an
+        // `Error` reply; the session reads that reply, or reports the
+        // lost connection.
+        Err(error)
+            if matches!(
+                error.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            Ok(())
+        }
+        Err(error) => Err(Fatal::with_source(
+            exitcode::INTERNAL,
+            format!("cannot send the job to scored at {}", path.display()),
+            error,
+        )),
+    }
+}
+
+/// Prints a failure of scrun itself and returns its status.
+pub fn report_fatal(fatal: &Fatal) -> i32 {
+    session::say(&chain(fatal));
+    fatal.code()
+}

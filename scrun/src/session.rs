@@ -1,0 +1,322 @@
+//! scrun's conversation with scored once the job is submitted: replies and
+//! signals in, requests and messages out, until the job ends.
+//!
+//! [`Session`] is the pure core. It turns each [`Event`] into a list of
+//! [`Action`]s and never touches a descriptor, the clock or a signal; the
+//! time comes in as an argument, and the one deadline it keeps (the wait
+//! for `Held` after Ctrl-Z) goes out through [`Session::deadline`].
+//! [`run`] is the imperative shell: it polls the connection and the
+//! signalfd, feeds what it reads to the core, and carries out the actions.
+//! It never sleeps; `poll` waits for data, a signal or the core's deadline.
+#![forbid(unsafe_code)]
+
+use std::io;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{raise, Signal};
+use scored::client::Connection;
+use scored::exitcode;
+use scored::proto::{Reply, Request};
+
+use crate::error::describe_io;
+use crate::report::{final_report, lost_connection, Final};
+use crate::signals::{exit_status, is_terminating, Signals};
+
+/// How long scrun waits for scored to confirm a hold before it stops anyway.
+pub const HOLD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Something that happened to the session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A reply from scored.
+    Reply(Reply),
+    /// A signal to scrun.
+    Signal(Signal),
+    /// scored closed the connection (or it broke).
+    Lost,
+    /// scored sent bytes that are not a reply; the text says what was wrong.
+    Garbled(String),
+    /// Time passed; the core checks its deadline.
+    Tick,
+}
+
+/// Something the shell must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Send a request to scored. A failure is ignored: the connection's
+    /// end shows up as [`Event::Lost`], and scored may still have sent the
+    /// job's end first.
+    Send(Request),
+    /// Print one line on stderr (without the `scrun: ` prefix).
+    Say(String),
+    /// Stop scrun itself with SIGSTOP, returning when it is continued.
+    StopSelf,
+    /// The session is over.
+    Finish(Final),
+}
+
+/// Where scrun stands with a Ctrl-Z.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// No suspension in progress.
+    Idle,
+    /// `Hold` was sent; scrun stops itself on `Held` or at the deadline.
+    Awaiting { deadline: Instant },
+}
+
+/// The state of one submission, from `Submit` sent to the job's end.
+#[derive(Debug)]
+pub struct Session {
+    stat: bool,
+    job: Option<u64>,
+    told_waiting: bool,
+    interrupted: bool,
+    hold: Hold,
+}
+
+impl Session {
+    /// A session whose job is submitted; `stat` asks for the accounting block.
+    pub fn new(stat: bool) -> Session {
+        Session {
+            stat,
+            job: None,
+            told_waiting: false,
+            interrupted: false,
+            hold: Hold::Idle,
+        }
+    }
+
+    /// When the shell must deliver [`Event::Tick`] at the latest.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.hold {
+            Hold::Idle => None,
+            Hold::Awaiting { deadline } => Some(deadline),
+        }
+    }
+
+    /// Handles one event at time `now`.
+    pub fn handle(&mut self, event: Event, now: Instant) -> Vec<Action> {
+        match event {
+            Event::Reply(reply) => self.on_reply(reply),
+            Event::Signal(signal) => self.on_signal(signal, now),
+            Event::Lost => vec![Action::Finish(lost_connection(self.job))],
+            Event::Garbled(why) => vec![Action::Finish(Final::line(exitcode::INTERNAL, why))],
+            Event::Tick => self.on_tick(now),
+        }
+    }
+
+    fn on_reply(&mut self, reply: Reply) -> Vec<Action> {
+        if let Some(end) = final_report(&reply, self.stat) {
+            return vec![Action::Finish(end)];
+        }
+        match reply {
+            Reply::Waiting { reason } if !self.told_waiting => {
+                self.told_waiting = true;
+                vec![Action::Say(format!("waiting for resources: {reason}"))]
+            }
+            Reply::Admitted { job, .. } | Reply::Started { job } => {
+                self.job.get_or_insert(job);
+                Vec::new()
+            }
+            // A `Held` that comes after the deadline (or unasked) changes
+            // nothing: scrun has already stopped, or was never stopping.
+            Reply::Held { .. } if matches!(self.hold, Hold::Awaiting { .. }) => {
+                self.hold = Hold::Idle;
+                vec![Action::StopSelf]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_signal(&mut self, signal: Signal, now: Instant) -> Vec<Action> {
+        if is_terminating(signal) {
+            return self.on_interrupt(signal);
+        }
+        match signal {
+            Signal::SIGTSTP => self.on_suspend(now),
+            // Sent for every continue, including ones not preceded by our
+            // own stop; releasing a job that is not held is a no-op in scored.
+            Signal::SIGCONT => vec![Action::Send(Request::Release)],
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_interrupt(&mut self, signal: Signal) -> Vec<Action> {
+        let leave = |message: &str| Action::Finish(Final::line(exit_status(signal), message));
+        if self.interrupted {
+            return vec![leave("interrupted again; leaving")];
+        }
+        self.interrupted = true;
+        match self.job {
+            Some(job) => vec![
+                Action::Send(Request::Kill),
+                Action::Say(format!("interrupted; killing job {job}")),
+            ],
+            // Before admission there is no job to wait for: leaving closes
+            // the connection, which withdraws the submission (or kills the
+            // job if its admission is already on the way).
+            None => vec![
+                Action::Send(Request::Kill),
+                leave("interrupted before the job was admitted; leaving"),
+            ],
+        }
+    }
+
+    fn on_suspend(&mut self, now: Instant) -> Vec<Action> {
+        if matches!(self.hold, Hold::Awaiting { .. }) {
+            return Vec::new();
+        }
+        if self.job.is_none() {
+            // Nothing runs yet, so there is nothing to confirm; the hold
+            // still goes out so that the job does not start behind our back.
+            return vec![Action::Send(Request::Hold), Action::StopSelf];
+        }
+        self.hold = Hold::Awaiting {
+            deadline: now + HOLD_TIMEOUT,
+        };
+        vec![Action::Send(Request::Hold)]
+    }
+
+    fn on_tick(&mut self, now: Instant) -> Vec<Action> {
+        match self.hold {
+            Hold::Awaiting { deadline } if now >= deadline => {
+                self.hold = Hold::Idle;
+                let job = self.job.map(|job| format!(" {job}")).unwrap_or_default();
+                vec![
+                    Action::Say(format!(
+                        "scored did not confirm the hold of job{job} within {}s; stopping anyway",
+                        HOLD_TIMEOUT.as_secs()
+                    )),
+                    Action::StopSelf,
+                ]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Talks to scored until the job ends, and returns how scrun ends. The
+/// `Submit` must already have been sent on `connection`.
+pub fn run(connection: &mut Connection, signals: &Signals, stat: bool) -> Final {
+    let mut session = Session::new(stat);
+    loop {
+        let events = match wait(connection, signals, session.deadline()) {
+            Ok(events) => events,
+            Err(end) => return end,
+        };
+        for event in events {
+            for action in session.handle(event, Instant::now()) {
+                match action {
+                    Action::Send(request) => {
+                        // See `Action::Send`: the reply stream tells the end.
+                        let _ = connection.send(&request);
+                    }
+                    Action::Say(line) => say(&line),
+                    Action::StopSelf => {
+                        // SIGSTOP cannot be blocked or caught; raise returns
+                        // once scrun is continued, and the SIGCONT that did it
+                        // is then waiting on the signalfd.
+                        if let Err(errno) = raise(Signal::SIGSTOP) {
+                            say(&format!("cannot stop scrun: {}", errno.desc()));
+                        }
+                    }
+                    Action::Finish(end) => return end,
+                }
+            }
+        }
+    }
+}
+
+/// Waits for the connection, a signal or the deadline, and returns what
+/// happened: replies first (so that a job's end that raced a signal wins),
+/// then signals, then a tick.
+fn wait(
+    connection: &mut Connection,
+    signals: &Signals,
+    deadline: Option<Instant>,
+) -> Result<Vec<Event>, Final> {
+    let timeout = match deadline {
+        None => PollTimeout::NONE,
+        Some(deadline) => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            // Round up, so that the tick after the wait finds the deadline passed.
+            let millis = left.as_millis() + u128::from(left.subsec_nanos() % 1_000_000 != 0);
+            PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
+        }
+    };
+    let (connection_ready, signals_ready) = {
+        let mut fds = [
+            PollFd::new(connection.as_fd(), PollFlags::POLLIN),
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => return Ok(vec![Event::Tick]),
+            Err(errno) => {
+                return Err(Final::line(
+                    exitcode::INTERNAL,
+                    format!("cannot wait for scored: {}", errno.desc()),
+                ))
+            }
+        }
+        let ready = |fd: &PollFd| fd.revents().is_some_and(|revents| !revents.is_empty());
+        (ready(&fds[0]), ready(&fds[1]))
+    };
+    let mut events = Vec::new();
+    if connection_ready {
+        read_replies(connection, &mut events);
+    }
+    if signals_ready {
+        match signals.drain() {
+            Ok(received) => events.extend(received.into_iter().map(Event::Signal)),
+            Err(errno) => {
+                return Err(Final::line(
+                    exitcode::INTERNAL,
+                    format!("cannot read signals: {}", errno.desc()),
+                ))
+            }
+        }
+    }
+    events.push(Event::Tick);
+    Ok(events)
+}
+
+/// Reads every complete reply that has arrived, then the connection's end if it came.
+fn read_replies(connection: &mut Connection, events: &mut Vec<Event>) {
+    loop {
+        match connection.read_available() {
+            Ok(Some(reply)) => events.push(Event::Reply(reply)),
+            Ok(None) => return,
+            Err(error) if error.kind() == io::ErrorKind::InvalidData => {
+                events.push(Event::Garbled(error.to_string()));
+                return;
+            }
+            Err(error) => {
+                if error.kind() != io::ErrorKind::UnexpectedEof {
+                    note_broken(&error);
+                }
+                events.push(Event::Lost);
+                return;
+            }
+        }
+    }
+}
+
+/// A broken connection (reset, say) ends like a closed one; its cause is
+/// worth one line, since a reset usually means scored died.
+fn note_broken(error: &io::Error) {
+    say(&format!("connection to scored: {}", describe_io(error)));
+}
+
+/// Prints one `scrun:` line on stderr. A closed stderr is no reason to
+/// fail: the exit status still tells the story.
+pub fn say(line: &str) {
+    let _ = writeln!(io::stderr().lock(), "scrun: {line}");
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,300 @@
+//! Tests of the session core: a transcript of events in, the same
+//! transcript with each event's actions indented under it out.
+//!
+//! An event line is `waiting REASON`, `admitted N`, `started N`, `held N`,
+//! `rejected REASON`, `ended KIND STATUS REASON`, `error MESSAGE`, `lost`,
+//! `garbled MESSAGE`, a signal name such as `SIGINT`, or `+MS` (the clock
+//! moves on by MS milliseconds and the shell ticks).
+
+use std::time::{Duration, Instant};
+
+use scored::proto::{Accounting, EndKind, RejectKind, Reply, Request};
+
+use super::*;
+
+fn event(line: &str) -> (Duration, Event) {
+    let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+    let number = || rest.parse::<u64>().expect("a number in the test");
+    let reply = match word {
+        "waiting" => Reply::Waiting {
+            reason: rest.into(),
+        },
+        "admitted" => Reply::Admitted {
+            job: number(),
+            queue: 1,
+            cluster: "c0".into(),
+            hosts: vec!["host0".into()],
+        },
+        "started" => Reply::Started { job: number() },
+        "held" => Reply::Held { job: number() },
+        "rejected" => Reply::Rejected {
+            reason: rest.into(),
+            kind: RejectKind::Resources,
+        },
+        "ended" => {
+            let mut parts = rest.splitn(3, ' ');
+            let kind = match parts.next() {
+                Some("exited") => EndKind::Exited,
+                Some("limit") => EndKind::Limit,
+                Some("killed") => EndKind::Killed,
+                Some("shutdown") => EndKind::Shutdown,
+                other => panic!("unknown end kind {other:?}"),
+            };
+            Reply::Ended {
+                job: 7,
+                kind,
+                status: parts.next().and_then(|s| s.parse().ok()).expect("status"),
+                reason: parts.next().unwrap_or_default().into(),
+                accounting: Accounting::default(),
+            }
+        }
+        "error" => Reply::Error {
+            message: rest.into(),
+        },
+        "lost" => return (Duration::ZERO, Event::Lost),
+        "garbled" => return (Duration::ZERO, Event::Garbled(rest.into())),
+        _ if word.starts_with("SIG") => {
+            let signal: Signal = word.parse().expect("a signal name");
+            return (Duration::ZERO, Event::Signal(signal));
+        }
+        _ if word.starts_with('+') => {
+            let millis = word[1..].parse().expect("milliseconds");
+            return (Duration::from_millis(millis), Event::Tick);
+        }
+        _ => panic!("unknown event {line:?}"),
+    };
+    (Duration::ZERO, Event::Reply(reply))
+}
+
+fn render(action: &Action) -> String {
+    match action {
+        Action::Send(Request::Kill) => "send kill".into(),
+        Action::Send(Request::Hold) => "send hold".into(),
+        Action::Send(Request::Release) => "send release".into(),
+        Action::Send(other) => format!("send {other:?}"),
+        Action::Say(line) => format!("say {line}"),
+        Action::StopSelf => "stop".into(),
+        Action::Finish(end) => format!("finish {}: {}", end.code, end.stderr.trim_end()),
+    }
+}
+
+fn run_transcript(input: &str) -> String {
+    let mut session = Session::new(false);
+    let mut now = Instant::now();
+    let mut out = String::new();
+    for line in input.lines().map(str::trim).filter(|line| !line.is_empty()) {
+        let (advance, event) = event(line);
+        now += advance;
+        out.push_str(line);
+        out.push('\n');
+        for action in session.handle(event, now) {
+            out.push_str("  ");
+            out.push_str(&render(&action));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn check(input: &str, expected: &str) {
+    let actual = run_transcript(input);
+    let expected = expected
+        .lines()
+        .map(|line| line.strip_prefix("        ").unwrap_or(line))
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| format!("{line}\n"))
+        .collect::<String>();
+    assert!(
+        actual == expected,
+        "\n--- expected ---\n{expected}--- actual ---\n{actual}"
+    );
+}
+
+#[test]
+fn a_job_that_exits_ends_silently_with_its_status() {
+    check(
+        "admitted 7
+        started 7
+        ended exited 3 exited with status 3",
+        "admitted 7
+        started 7
+        ended exited 3 exited with status 3
+          finish 3: ",
+    );
+}
+
+#[test]
+fn waiting_is_said_once() {
+    check(
+        "waiting memory: 2G asked, 1G free
+        waiting memory: 2G asked, 512M free
+        admitted 7",
+        "waiting memory: 2G asked, 1G free
+          say waiting for resources: memory: 2G asked, 1G free
+        waiting memory: 2G asked, 512M free
+        admitted 7",
+    );
+}
+
+#[test]
+fn rejection_error_and_lost_connection_end_the_session() {
+    check(
+        "rejected queue 0 is disabled",
+        "rejected queue 0 is disabled
+          finish 75: scrun: job rejected: queue 0 is disabled",
+    );
+    check(
+        "error unknown request",
+        "error unknown request
+          finish 70: scrun: scored: unknown request",
+    );
+    check(
+        "admitted 7
+        lost",
+        "admitted 7
+        lost
+          finish 70: scrun: lost the connection to scored before job 7 ended",
+    );
+    check(
+        "garbled bad reply from scored: malformed message",
+        "garbled bad reply from scored: malformed message
+          finish 70: scrun: bad reply from scored: malformed message",
+    );
+}
+
+#[test]
+fn first_interrupt_kills_the_job_and_waits_for_its_end() {
+    check(
+        "admitted 7
+        SIGINT
+        ended killed 130 killed by its owner",
+        "admitted 7
+        SIGINT
+          send kill
+          say interrupted; killing job 7
+        ended killed 130 killed by its owner
+          finish 130: scrun: job 7 killed by its owner",
+    );
+}
+
+#[test]
+fn second_interrupt_leaves_with_that_signal_status() {
+    check(
+        "started 7
+        SIGTERM
+        SIGHUP",
+        "started 7
+        SIGTERM
+          send kill
+          say interrupted; killing job 7
+        SIGHUP
+          finish 129: scrun: interrupted again; leaving",
+    );
+}
+
+#[test]
+fn interrupt_before_admission_leaves_at_once() {
+    check(
+        "waiting hosts busy
+        SIGQUIT",
+        "waiting hosts busy
+          say waiting for resources: hosts busy
+        SIGQUIT
+          send kill
+          finish 131: scrun: interrupted before the job was admitted; leaving",
+    );
+}
+
+#[test]
+fn suspend_waits_for_held_then_stops_and_continue_releases() {
+    check(
+        "admitted 7
+        SIGTSTP
+        SIGTSTP
+        +500
+        held 7
+        SIGCONT
+        ended exited 0 exited",
+        "admitted 7
+        SIGTSTP
+          send hold
+        SIGTSTP
+        +500
+        held 7
+          stop
+        SIGCONT
+          send release
+        ended exited 0 exited
+          finish 0: ",
+    );
+}
+
+#[test]
+fn suspend_stops_anyway_when_held_does_not_come() {
+    check(
+        "admitted 7
+        SIGTSTP
+        +1999
+        +1
+        held 7",
+        "admitted 7
+        SIGTSTP
+          send hold
+        +1999
+        +1
+          say scored did not confirm the hold of job 7 within 2s; stopping anyway
+          stop
+        held 7",
+    );
+}
+
+#[test]
+fn suspend_before_admission_stops_at_once() {
+    check(
+        "SIGTSTP
+        SIGCONT",
+        "SIGTSTP
+          send hold
+          stop
+        SIGCONT
+          send release",
+    );
+}
+
+#[test]
+fn the_job_may_end_while_a_hold_is_pending() {
+    check(
+        "admitted 7
+        SIGTSTP
+        ended limit 76 killed: cpu time 1s over the limit of 1s",
+        "admitted 7
+        SIGTSTP
+          send hold
+        ended limit 76 killed: cpu time 1s over the limit of 1s
+          finish 76: scrun: job 7 killed: cpu time 1s over the limit of 1s",
+    );
+}
+
+#[test]
+fn stray_signals_and_held_change_nothing() {
+    check(
+        "SIGCHLD
+        held 3
+        +10000",
+        "SIGCHLD
+        held 3
+        +10000",
+    );
+}
+
+#[test]
+fn deadline_follows_the_hold() {
+    let mut session = Session::new(false);
+    let now = Instant::now();
+    assert_eq!(session.deadline(), None);
+    session.handle(Event::Reply(Reply::Started { job: 1 }), now);
+    session.handle(Event::Signal(Signal::SIGTSTP), now);
+    assert_eq!(session.deadline(), Some(now + HOLD_TIMEOUT));
+    session.handle(Event::Reply(Reply::Held { job: 1 }), now);
+    assert_eq!(session.deadline(), None);
+}

@@ -1,0 +1,80 @@
+//! The signals scrun handles, delivered through a signalfd instead of handlers.
+//!
+//! [`Signals::block`] blocks them for the (only) thread and opens a
+//! non-blocking signalfd, so that they arrive as readable data in the same
+//! `poll` as the daemon's replies and no code ever runs inside a signal
+//! handler. Blocking must happen before anything else can raise them; the
+//! private scored and the job do not inherit the mask, because
+//! `std::process::Command` resets it in the child.
+#![forbid(unsafe_code)]
+
+use std::os::fd::{AsFd, BorrowedFd};
+
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+/// The signals scrun reads: the terminating ones, job control, and SIGCHLD
+/// to learn without polling when a private scored has exited.
+const HANDLED: [Signal; 7] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGTSTP,
+    Signal::SIGCONT,
+    Signal::SIGCHLD,
+];
+
+/// The blocked signals and the descriptor that reads them.
+pub struct Signals {
+    fd: SignalFd,
+}
+
+impl Signals {
+    /// Blocks the handled signals and opens the signalfd.
+    pub fn block() -> nix::Result<Signals> {
+        let mut mask = SigSet::empty();
+        for signal in HANDLED {
+            mask.add(signal);
+        }
+        mask.thread_block()?;
+        let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        Ok(Signals { fd })
+    }
+
+    /// Takes every pending signal off the descriptor, in arrival order.
+    pub fn drain(&self) -> nix::Result<Vec<Signal>> {
+        let mut signals = Vec::new();
+        while let Some(info) = self.fd.read_signal()? {
+            // The mask holds only known signals, so a number that does not
+            // convert cannot come; skipping it is the safe answer anyway.
+            if let Ok(signal) = i32::try_from(info.ssi_signo)
+                .map_err(|_| nix::errno::Errno::EINVAL)
+                .and_then(Signal::try_from)
+            {
+                signals.push(signal);
+            }
+        }
+        Ok(signals)
+    }
+}
+
+impl AsFd for Signals {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Whether `signal` asks scrun to kill its job (and, a second time, to leave).
+pub fn is_terminating(signal: Signal) -> bool {
+    matches!(
+        signal,
+        Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP | Signal::SIGQUIT
+    )
+}
+
+/// The status of a process killed by `signal`, which scrun exits with when
+/// a signal makes it leave.
+pub fn exit_status(signal: Signal) -> i32 {
+    scored::exitcode::from_signal(signal as i32)
+}

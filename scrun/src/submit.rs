@@ -1,0 +1,147 @@
+//! The `Submit` request: the parsed command line plus the caller's
+//! environment and working directory, checked against the protocol's size
+//! limit before anything is sent.
+//!
+//! [`submit_request`] and [`check_size`] are pure; only [`build`] reads the
+//! process's environment and working directory.
+#![forbid(unsafe_code)]
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use scored::exitcode;
+use scored::proto::{self, Request, Submit, WireBytes};
+
+use crate::cli::Invocation;
+use crate::error::Fatal;
+
+/// The request for `invocation`, with this process's environment (in
+/// order) and working directory.
+pub fn build(invocation: &Invocation) -> Result<Request, Fatal> {
+    let cwd = std::env::current_dir().map_err(|error| {
+        Fatal::with_source(
+            exitcode::INTERNAL,
+            "cannot read the working directory",
+            error,
+        )
+    })?;
+    let request = submit_request(invocation, std::env::vars_os(), &cwd);
+    check_size(&request)?;
+    Ok(request)
+}
+
+/// Assembles the request from its parts.
+pub fn submit_request(
+    invocation: &Invocation,
+    env: impl IntoIterator<Item = (OsString, OsString)>,
+    cwd: &Path,
+) -> Request {
+    let stages = invocation
+        .stages
+        .iter()
+        .map(|stage| stage.iter().map(|word| WireBytes::from_os(word)).collect())
+        .collect();
+    let env = env
+        .into_iter()
+        .map(|(key, value)| (WireBytes::from_os(&key), WireBytes::from_os(&value)))
+        .collect();
+    Request::Submit {
+        version: proto::VERSION,
+        submit: Submit {
+            stages,
+            joiner: invocation.joiner,
+            options: invocation.options.job_options(),
+            env,
+            cwd: WireBytes::from_os(cwd.as_os_str()),
+        },
+    }
+}
+
+/// Refuses a request that scored would refuse for its size, with a
+/// message that says what to shrink.
+pub fn check_size(request: &Request) -> Result<(), Fatal> {
+    // The frame is the payload plus its 4-byte length; the limit counts the payload.
+    let len = proto::encode(request).len().saturating_sub(4);
+    if len > proto::MAX_REQUEST {
+        return Err(Fatal::new(
+            exitcode::USAGE,
+            format!(
+                "the job's arguments and environment take {len} bytes, over the limit of {}",
+                proto::MAX_REQUEST
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::ffi::OsStringExt;
+
+    use super::*;
+    use crate::cli::{parse, Parsed};
+
+    fn invocation(args: &[&str]) -> Invocation {
+        match parse(args.iter().map(OsString::from), None) {
+            Ok(Parsed::Run(invocation)) => invocation,
+            other => panic!("not a run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn request_carries_stages_options_environment_and_cwd() {
+        let env = vec![
+            (OsString::from("B"), OsString::from("2")),
+            (OsString::from("A"), OsString::from_vec(vec![0xff])),
+        ];
+        let request = submit_request(
+            &invocation(&["-nodes=2,wait", "echo", "hi", "==", "cat"]),
+            env,
+            Path::new("/work"),
+        );
+        let Request::Submit { version, submit } = request else {
+            panic!("not a submit");
+        };
+        assert_eq!(version, proto::VERSION);
+        assert_eq!(
+            submit.stages,
+            vec![
+                vec!["echo".into(), "hi".into()],
+                vec![WireBytes::from("cat")]
+            ]
+        );
+        assert_eq!(submit.joiner, proto::Joiner::Pipe);
+        assert_eq!(submit.options.procs, proto::ProcRequest::Nodes(2));
+        assert!(submit.options.wait);
+        assert_eq!(
+            submit.env,
+            vec![
+                ("B".into(), "2".into()),
+                ("A".into(), WireBytes::Raw(vec![0xff]))
+            ]
+        );
+        assert_eq!(submit.cwd, WireBytes::from("/work"));
+    }
+
+    #[test]
+    fn oversized_request_is_refused_before_sending() {
+        let small = submit_request(&invocation(&["true"]), Vec::new(), Path::new("/"));
+        assert!(check_size(&small).is_ok());
+        let huge = vec![(
+            OsString::from("BIG"),
+            OsString::from("x".repeat(proto::MAX_REQUEST)),
+        )];
+        let request = submit_request(&invocation(&["true"]), huge, Path::new("/"));
+        let error = check_size(&request).unwrap_err();
+        assert_eq!(error.code(), exitcode::USAGE);
+        let message = error.to_string();
+        assert!(
+            message.starts_with("the job's arguments and environment take 10"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with(", over the limit of 1048576"),
+            "{message}"
+        );
+    }
+}

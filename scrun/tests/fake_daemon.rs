@@ -1,0 +1,382 @@
+//! The real scrun binary against a fake scored: a Unix listener in the
+//! test that reads scrun's submission (checking that stdin, stdout and
+//! stderr arrive as descriptors) and answers with scripted replies.
+//!
+//! These tests pin what scrun does with each reply and signal without
+//! needing a daemon; the end-to-end suite in `tests/` runs it against the
+//! real one. Waits are bounded by deadlines, never fixed sleeps.
+
+use std::io::{IoSliceMut, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+use nix::unistd::Pid;
+use scored::proto::{self, Accounting, EndKind, RejectKind, Reply, Request};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A listening fake daemon in a directory of its own.
+struct FakeDaemon {
+    dir: PathBuf,
+    socket: PathBuf,
+    listener: UnixListener,
+}
+
+impl FakeDaemon {
+    fn new() -> FakeDaemon {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        // Sockets live under the temp dir: a socket path must fit in 108 bytes.
+        let dir = std::env::temp_dir().join(format!(
+            "scrun-fake-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("scored.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        FakeDaemon {
+            dir,
+            socket,
+            listener,
+        }
+    }
+
+    /// Starts scrun on this daemon's socket with `args` before the program `true`.
+    fn scrun(&self, args: &[&str]) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_scrun"))
+            .arg(format!("-scored={}", self.socket.display()))
+            .args(args)
+            .arg("true")
+            .env_remove("SCORE_OPTIONS")
+            .env_remove("SCORED_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Accepts scrun's connection and reads its submission, checking that
+    /// its three standard descriptors came with it.
+    fn accept(&self, scrun: &Child) -> (Client, Request) {
+        let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+        let ready = poll(&mut fds, PollTimeout::try_from(TIMEOUT).unwrap()).unwrap();
+        assert_eq!(ready, 1, "scrun did not connect");
+        let (stream, _) = self.listener.accept().unwrap();
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let mut buffer = vec![0u8; 64 * 1024];
+        let mut cmsg = nix::cmsg_space!([RawFd; 3]);
+        let (len, received) = {
+            let mut iov = [IoSliceMut::new(&mut buffer)];
+            let msg = recvmsg::<()>(
+                stream.as_raw_fd(),
+                &mut iov,
+                Some(&mut cmsg),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            )
+            .unwrap();
+            let mut received = Vec::new();
+            for control in msg.cmsgs().unwrap() {
+                if let ControlMessageOwned::ScmRights(fds) = control {
+                    received.extend(fds);
+                }
+            }
+            (msg.bytes, received)
+        };
+        assert_eq!(
+            received.len(),
+            3,
+            "scrun must pass stdin, stdout and stderr"
+        );
+        // Each received descriptor is the same open file as scrun's own.
+        for (idx, fd) in received.iter().enumerate() {
+            let ours = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
+            let theirs = std::fs::read_link(format!("/proc/{}/fd/{idx}", scrun.id())).unwrap();
+            assert_eq!(ours, theirs, "descriptor {idx}");
+            // Closing them matters: a copy of scrun's stderr pipe held here
+            // would keep the test from ever seeing its end.
+            nix::unistd::close(*fd).unwrap();
+        }
+        let mut client = Client {
+            stream,
+            buffer: buffer[..len].to_vec(),
+        };
+        let request = client.request();
+        (client, request)
+    }
+}
+
+impl Drop for FakeDaemon {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The fake daemon's side of one scrun connection.
+struct Client {
+    stream: UnixStream,
+    buffer: Vec<u8>,
+}
+
+impl Client {
+    fn request(&mut self) -> Request {
+        loop {
+            if let Some(request) = proto::decode(&mut self.buffer, proto::MAX_REQUEST).unwrap() {
+                return request;
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            let len = self.stream.read(&mut chunk).unwrap();
+            assert!(len > 0, "scrun closed the connection");
+            self.buffer.extend_from_slice(&chunk[..len]);
+        }
+    }
+
+    fn send(&mut self, reply: Reply) {
+        self.stream.write_all(&proto::encode(&reply)).unwrap();
+    }
+
+    fn admit(&mut self, job: u64) {
+        self.send(Reply::Admitted {
+            job,
+            queue: 1,
+            cluster: "c0".into(),
+            hosts: vec!["host0".into()],
+        });
+        self.send(Reply::Started { job });
+    }
+}
+
+fn ended(job: u64, kind: EndKind, status: i32, reason: &str) -> Reply {
+    Reply::Ended {
+        job,
+        kind,
+        status,
+        reason: reason.into(),
+        accounting: Accounting {
+            queues: vec![1],
+            wall_secs: 0.5,
+            cpu_secs: 0.25,
+            peak_memory: vec![("host0".into(), 3 << 20)],
+            ..Accounting::default()
+        },
+    }
+}
+
+/// Waits for scrun to exit and returns its status and stderr.
+fn finish(scrun: Child) -> (i32, String) {
+    let Output { status, stderr, .. } = scrun.wait_with_output().unwrap();
+    let code = status.code().expect("scrun exits, it is not killed");
+    (code, String::from_utf8(stderr).unwrap())
+}
+
+/// Waits until `pid` is in process state `state` (a letter of /proc/PID/stat).
+fn wait_for_state(pid: u32, state: char) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        // The state follows the command name, which is in parentheses.
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        if after_name.starts_with(state) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pid {pid} never reached state {state}: {stat}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn signal(scrun: &Child, signal: Signal) {
+    kill(Pid::from_raw(scrun.id() as i32), signal).unwrap();
+}
+
+#[test]
+fn submission_carries_the_job_and_the_status_passes_through() {
+    let daemon = FakeDaemon::new();
+    let scrun = daemon.scrun(&["-nodes=2x3"]);
+    let (mut client, request) = daemon.accept(&scrun);
+    let Request::Submit { version, submit } = request else {
+        panic!("expected a submission, got {request:?}");
+    };
+    assert_eq!(version, proto::VERSION);
+    assert_eq!(submit.stages, vec![vec![proto::WireBytes::from("true")]]);
+    assert_eq!(
+        submit.options.procs,
+        proto::ProcRequest::Grid {
+            hosts: 2,
+            per_host: 3
+        }
+    );
+    let cwd = std::env::current_dir().unwrap();
+    assert_eq!(submit.cwd.to_os(), cwd.as_os_str());
+    assert!(submit.env.iter().any(|(key, _)| key.lossy() == "PATH"));
+    client.admit(7);
+    client.send(ended(7, EndKind::Exited, 3, "exited with status 3"));
+    assert_eq!(finish(scrun), (3, String::new()));
+}
+
+#[test]
+fn stat_prints_the_accounting_and_a_limit_kill_exits_76() {
+    let daemon = FakeDaemon::new();
+    let scrun = daemon.scrun(&["-stat"]);
+    let (mut client, _) = daemon.accept(&scrun);
+    client.admit(5);
+    client.send(ended(
+        5,
+        EndKind::Limit,
+        76,
+        "killed: cpu time 1.0s over the limit of 1s",
+    ));
+    let (code, stderr) = finish(scrun);
+    assert_eq!(code, 76);
+    assert_eq!(
+        stderr,
+        "scrun: job 5 accounting
+  queues: 1
+  wait: 0.000s
+  wall: 0.500s
+  cpu: 0.250s
+  stopped: 0.000s
+  switches: 0
+  peak memory: host0 3M
+  peak disk: 0
+  exit status: 76
+scrun: job 5 killed: cpu time 1.0s over the limit of 1s
+"
+    );
+}
+
+#[test]
+fn waiting_then_rejection_exits_75() {
+    let daemon = FakeDaemon::new();
+    let scrun = daemon.scrun(&["-wait"]);
+    let (mut client, _) = daemon.accept(&scrun);
+    client.send(Reply::Waiting {
+        reason: "memory".into(),
+    });
+    client.send(Reply::Rejected {
+        reason: "queue 1 was disabled".into(),
+        kind: RejectKind::QueueDisabled,
+    });
+    let (code, stderr) = finish(scrun);
+    assert_eq!(code, 75);
+    assert_eq!(
+        stderr,
+        "scrun: waiting for resources: memory\nscrun: job rejected: queue 1 was disabled\n"
+    );
+}
+
+#[test]
+fn a_daemon_that_hangs_up_is_reported() {
+    let daemon = FakeDaemon::new();
+    let scrun = daemon.scrun(&[]);
+    let (mut client, _) = daemon.accept(&scrun);
+    client.admit(9);
+    drop(client);
+    assert_eq!(
+        finish(scrun),
+        (
+            70,
+            "scrun: lost the connection to scored before job 9 ended\n".into()
+        )
+    );
+}
+
+#[test]
+fn interrupt_kills_the_job_and_waits_for_its_end() {
+    let daemon = FakeDaemon::new();
+    let scrun = daemon.scrun(&[]);
+    let (mut client, _) = daemon.accept(&scrun);
+    client.admit(4);
+    signal(&scrun, Signal::SIGINT);
+    assert_eq!(client.request(), Request::Kill);
+    client.send(ended(4, EndKind::Killed, 130, "killed by its owner"));
+    assert_eq!(
+        finish(scrun),
+        (
+            130,
+            "scrun: interrupted; killing job 4\nscrun: job 4 killed by its owner\n".into()
+        )
+    );
+}
+
+#[test]
+fn second_interrupt_leaves_without_waiting() {
+    let daemon = FakeDaemon::new();
+    let scrun = daemon.scrun(&[]);
+    let (mut client, _) = daemon.accept(&scrun);
+    client.admit(4);
+    signal(&scrun, Signal::SIGTERM);
+    assert_eq!(client.request(), Request::Kill);
+    signal(&scrun, Signal::SIGTERM);
+    assert_eq!(
+        finish(scrun),
+        (
+            143,
+            "scrun: interrupted; killing job 4\nscrun: interrupted again; leaving\n".into()
+        )
+    );
+}
+
+#[test]
+fn ctrl_z_holds_the_job_and_stops_scrun_until_continued() {
+    let daemon = FakeDaemon::new();
+    let scrun = daemon.scrun(&[]);
+    let (mut client, _) = daemon.accept(&scrun);
+    client.admit(6);
+    signal(&scrun, Signal::SIGTSTP);
+    assert_eq!(client.request(), Request::Hold);
+    client.send(Reply::Held { job: 6 });
+    wait_for_state(scrun.id(), 'T');
+    signal(&scrun, Signal::SIGCONT);
+    assert_eq!(client.request(), Request::Release);
+    client.send(ended(6, EndKind::Exited, 0, "exited"));
+    assert_eq!(finish(scrun), (0, String::new()));
+}
+
+#[test]
+fn usage_errors_and_unreachable_sockets_have_their_statuses() {
+    let daemon = FakeDaemon::new();
+    let missing = daemon.dir.join("missing.sock");
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_scrun"))
+            .args(args)
+            .env_remove("SCORE_OPTIONS")
+            .env_remove("SCORED_SOCKET")
+            .output()
+            .unwrap();
+        (
+            output.status.code().unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    };
+    assert_eq!(
+        run(&["-nodes=0", "true"]),
+        (
+            64,
+            "scrun: option 'nodes' on the command line: '0' asks for no processes: the count must be at least 1\n\
+             scrun: try 'scrun -help' for usage\n"
+                .into()
+        )
+    );
+    let scored = format!("-scored={}", missing.display());
+    assert_eq!(
+        run(&[&scored, "true"]),
+        (
+            69,
+            format!(
+                "scrun: cannot reach scored at {}: no such file or directory\n",
+                missing.display()
+            )
+        )
+    );
+}
