@@ -21,7 +21,11 @@ pub fn bin(name: &str) -> PathBuf {
     let dir = BUILT.get_or_init(|| {
         // The test executable lives in target/<profile>/deps.
         let exe = std::env::current_exe().expect("test executable path");
-        let dir = exe.parent().and_then(Path::parent).expect("target directory").to_path_buf();
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target directory")
+            .to_path_buf();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
         let mut command = Command::new(cargo);
         command.args(["build", "--quiet", "--bins", "--workspace"]);
@@ -52,7 +56,8 @@ impl Sandbox {
         std::fs::create_dir_all(&path).expect("create sandbox");
         // Job processes of other users must be able to enter it.
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod sandbox");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod sandbox");
         Sandbox { path }
     }
 
@@ -124,7 +129,9 @@ impl DaemonBuilder {
             .env_remove("SCORED_SOCKET")
             .env("SCORED_LOG", "scored=debug");
         if let Some(text) = &self.hosts {
-            command.arg("--hosts").arg(sandbox.write("scorehosts.db", text));
+            command
+                .arg("--hosts")
+                .arg(sandbox.write("scorehosts.db", text));
         }
         if let Some(text) = &self.rc {
             command.arg("--rc").arg(sandbox.write("scored.rc", text));
@@ -148,17 +155,36 @@ impl DaemonBuilder {
             .stderr(log_file)
             .spawn()
             .expect("start scored");
-        let tag = sandbox.path.file_name().expect("name").to_string_lossy().into_owned();
-        let mut daemon = Daemon { child: Some(child), socket: sandbox.path.join("s.sock"), log, tag, sandbox };
+        let tag = sandbox
+            .path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        let mut daemon = Daemon {
+            child: Some(child),
+            socket: sandbox.path.join("s.sock"),
+            log,
+            tag,
+            sandbox,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if std::os::unix::net::UnixStream::connect(&daemon.socket).is_ok() {
                 return daemon;
             }
-            if let Some(status) = daemon.child.as_mut().and_then(|child| child.try_wait().ok().flatten()) {
+            if let Some(status) = daemon
+                .child
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten())
+            {
                 panic!("scored exited at start ({status}):\n{}", daemon.log());
             }
-            assert!(Instant::now() < deadline, "scored did not start listening:\n{}", daemon.log());
+            assert!(
+                Instant::now() < deadline,
+                "scored did not start listening:\n{}",
+                daemon.log()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -217,8 +243,17 @@ impl Daemon {
 
     /// Starts scrun in the background with its output piped.
     pub fn spawn(&self, args: &[&str]) -> Job {
-        let child = self.scrun(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn scrun");
-        Job { child: Some(child), lines: Vec::new(), reader: None }
+        let child = self
+            .scrun(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn scrun");
+        Job {
+            child: Some(child),
+            lines: Vec::new(),
+            reader: None,
+        }
     }
 
     /// Runs a console line through sc_console.
@@ -257,7 +292,10 @@ impl Daemon {
             .output()
             .expect("run sc_console");
         serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
-            panic!("sc_console --json -c '{line}' printed no JSON ({error}): {}", String::from_utf8_lossy(&output.stdout))
+            panic!(
+                "sc_console --json -c '{line}' printed no JSON ({error}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
         })
     }
 
@@ -283,14 +321,21 @@ impl Daemon {
             pids = self.job_pids(job);
             pids.len() >= n
         });
-        assert!(found, "job {job} never had {n} processes (has {pids:?})\n{}", self.log());
+        assert!(
+            found,
+            "job {job} never had {n} processes (has {pids:?})\n{}",
+            self.log()
+        );
         pids
     }
 
     /// Sends SIGTERM and waits for the daemon to exit; returns its status.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(Some(status)) = child.try_wait() {
@@ -323,11 +368,18 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
         if std::thread::panicking() {
-            eprintln!("----- scored log ({}) -----\n{}", self.log.display(), self.log());
+            eprintln!(
+                "----- scored log ({}) -----\n{}",
+                self.log.display(),
+                self.log()
+            );
         }
         // Whatever happened, leave no job process behind.
         for pid in self.all_job_pids() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }
@@ -371,16 +423,28 @@ impl Job {
         let mut found = Vec::new();
         let ok = wait_until(Duration::from_secs(20), || {
             self.pump();
-            found = self.lines.iter().filter_map(|line| line.strip_prefix(prefix)).map(str::to_string).collect();
+            found = self
+                .lines
+                .iter()
+                .filter_map(|line| line.strip_prefix(prefix))
+                .map(str::to_string)
+                .collect();
             found.len() >= n
         });
-        assert!(ok, "the job never printed {n} lines starting with {prefix:?}; it printed {:?}", self.lines);
+        assert!(
+            ok,
+            "the job never printed {n} lines starting with {prefix:?}; it printed {:?}",
+            self.lines
+        );
         found
     }
 
     /// The pids the job's processes printed (`pid N` lines).
     pub fn wait_pids(&mut self, n: usize) -> Vec<i32> {
-        self.wait_lines("pid ", n).iter().filter_map(|text| text.trim().parse().ok()).collect()
+        self.wait_lines("pid ", n)
+            .iter()
+            .filter_map(|text| text.trim().parse().ok())
+            .collect()
     }
 
     /// Sends a signal to scrun.
@@ -467,14 +531,22 @@ pub fn alive(pid: i32) -> bool {
 pub fn tagged_processes(tag: &str, job: Option<u64>) -> Vec<i32> {
     let tag_entry = format!("SCORED_TEST_TAG={tag}");
     let job_entry = job.map(|job| format!("SCORE_JOBID={job}"));
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     let mut pids: Vec<i32> = entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { return false };
+            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+                return false;
+            };
             let vars: Vec<&[u8]> = environ.split(|&b| b == 0).collect();
             vars.contains(&tag_entry.as_bytes())
-                && job_entry.as_ref().is_none_or(|entry| vars.contains(&entry.as_bytes()))
+                && match &job_entry {
+                    Some(entry) => vars.contains(&entry.as_bytes()),
+                    // Job processes, not the scrun that carries the tag too.
+                    None => vars.iter().any(|var| var.starts_with(b"SCORE_JOBID=")),
+                }
                 && alive(*pid)
         })
         .collect();
@@ -495,6 +567,20 @@ pub fn stderr(output: &Output) -> String {
 /// The exit code of an output (`None` if killed by a signal).
 pub fn code(output: &Output) -> Option<i32> {
     output.status.code()
+}
+
+/// A hosts database of two hosts, on two CPUs when the machine has them,
+/// so that tests do not depend on how many CPUs CI offers.
+pub fn two_hosts() -> String {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let cpus = scored::units::CpuSet::parse(online.trim())
+        .map(|set| set.cpus().to_vec())
+        .unwrap_or_default();
+    match cpus.as_slice() {
+        [first, second, ..] => format!("host0 cpus={first}\nhost1 cpus={second}\n"),
+        [only] => format!("host0 cpus={only}\nhost1 cpus={only}\n"),
+        [] => "host0\nhost1\n".to_string(),
+    }
 }
 
 /// The test program.

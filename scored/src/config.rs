@@ -122,13 +122,13 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileSettings, String> {
 
 /// Merges flags over the file's settings and checks the values.
 pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
-    let duration =
-        |flag: Option<String>, from_file: Option<String>, name: &str, default: Duration| match flag
-            .or(from_file)
-        {
-            Some(text) => parse_duration(&text).map_err(|error| format!("--{name}: {error}")),
-            None => Ok(default),
-        };
+    let duration = |flag: Option<String>,
+                    from_file: Option<String>,
+                    name: &str,
+                    default: Duration| match flag.or(from_file) {
+        Some(text) => parse_duration(&text).map_err(|error| format!("--{name}: {error}")),
+        None => Ok(default),
+    };
     let timeslice = duration(
         flags.timeslice,
         file.timeslice,

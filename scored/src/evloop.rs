@@ -312,18 +312,15 @@ impl<A: Actuator> Daemon<A> {
                 queue,
                 cluster,
                 hosts,
-            } => {
-                self.served_a_job = true;
-                (
-                    Reply::Admitted {
-                        job: job.0,
-                        queue,
-                        cluster,
-                        hosts,
-                    },
-                    false,
-                )
-            }
+            } => (
+                Reply::Admitted {
+                    job: job.0,
+                    queue,
+                    cluster,
+                    hosts,
+                },
+                false,
+            ),
             ClientEvent::Rejected { kind, reason } => (
                 Reply::Rejected {
                     reason,
@@ -559,6 +556,7 @@ impl<A: Actuator> Daemon<A> {
                     stderr,
                 });
                 conn.submitted = true;
+                self.served_a_job = true;
                 self.idle_since = Instant::now();
                 inputs.push(Input::Submit {
                     client,

@@ -79,7 +79,9 @@ fn main() {
             println!("forked {count}");
         }
         "env" => {
-            let mut vars: Vec<(String, String)> = std::env::vars().filter(|(key, _)| key.starts_with("SCORE_")).collect();
+            let mut vars: Vec<(String, String)> = std::env::vars()
+                .filter(|(key, _)| key.starts_with("SCORE_"))
+                .collect();
             vars.sort();
             for (key, value) in vars {
                 println!("{key}={value}");

@@ -7,14 +7,17 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use scored_tests::*;
 
-use crate::launch::TWO_HOSTS;
-
 fn running(pids: &[i32]) -> usize {
-    pids.iter().filter(|pid| proc_stat(**pid).is_some_and(|stat| stat.state == 'R')).count()
+    pids.iter()
+        .filter(|pid| proc_stat(**pid).is_some_and(|stat| stat.state == 'R'))
+        .count()
 }
 
 fn cpu(pids: &[i32]) -> u64 {
-    pids.iter().filter_map(|pid| proc_stat(*pid)).map(|stat| stat.cpu_ticks).sum()
+    pids.iter()
+        .filter_map(|pid| proc_stat(*pid))
+        .map(|stat| stat.cpu_ticks)
+        .sum()
 }
 
 fn stopped(pid: i32) -> bool {
@@ -38,19 +41,32 @@ fn overlap(a: &[i32], b: &[i32], duration: Duration) -> (u64, u64) {
 
 #[test]
 fn two_full_width_gang_jobs_alternate_and_share_the_cpu() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("100ms").start();
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("100ms")
+        .start();
     let mut first = daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]);
     let a = first.wait_pids(2);
     let mut second = daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]);
     let b = second.wait_pids(2);
     let (cpu_a, cpu_b) = (cpu(&a), cpu(&b));
     let (both, samples) = overlap(&a, &b, Duration::from_secs(10));
-    assert_eq!(both, 0, "processes of both jobs were running at once in {both} of {samples} samples");
+    assert_eq!(
+        both, 0,
+        "processes of both jobs were running at once in {both} of {samples} samples"
+    );
     let (used_a, used_b) = ((cpu(&a) - cpu_a) as f64, (cpu(&b) - cpu_b) as f64);
     let share = used_a / (used_a + used_b);
-    assert!((0.35..=0.65).contains(&share), "job 1 got {:.0}% of the CPU", share * 100.0);
+    assert!(
+        (0.35..=0.65).contains(&share),
+        "job 1 got {:.0}% of the CPU",
+        share * 100.0
+    );
     let switches = daemon.json("status")["switches"].as_u64().unwrap_or(0);
-    assert!(switches >= 20, "only {switches} switches in 10 s of 100 ms slices");
+    assert!(
+        switches >= 20,
+        "only {switches} switches in 10 s of 100 ms slices"
+    );
     for job in [&first, &second] {
         job.signal(Signal::SIGINT);
     }
@@ -60,7 +76,10 @@ fn two_full_width_gang_jobs_alternate_and_share_the_cpu() {
 
 #[test]
 fn one_host_jobs_share_the_hosts_space_and_time() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("100ms").start();
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("100ms")
+        .start();
     let mut jobs: Vec<Job> = Vec::new();
     let mut pids: Vec<i32> = Vec::new();
     for _ in 0..2 {
@@ -72,7 +91,10 @@ fn one_host_jobs_share_the_hosts_space_and_time() {
     let end = Instant::now() + Duration::from_secs(2);
     let mut together = false;
     while Instant::now() < end {
-        assert!(!stopped(pids[0]) && !stopped(pids[1]), "a job was stopped though each has a host of its own");
+        assert!(
+            !stopped(pids[0]) && !stopped(pids[1]),
+            "a job was stopped though each has a host of its own"
+        );
         together |= running(&pids) == 2;
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -85,11 +107,17 @@ fn one_host_jobs_share_the_hosts_space_and_time() {
     let before: Vec<u64> = pids.iter().map(|pid| cpu(&[*pid])).collect();
     let end = Instant::now() + Duration::from_secs(3);
     while Instant::now() < end {
-        assert!(running(&pids) <= 2, "three one-host jobs ran on two hosts at once");
+        assert!(
+            running(&pids) <= 2,
+            "three one-host jobs ran on two hosts at once"
+        );
         std::thread::sleep(Duration::from_millis(3));
     }
     for (pid, start) in pids.iter().zip(before) {
-        assert!(cpu(&[*pid]) > start + 10, "job process {pid} made no progress in 3 s");
+        assert!(
+            cpu(&[*pid]) > start + 10,
+            "job process {pid} made no progress in 3 s"
+        );
     }
     for job in &jobs {
         job.signal(Signal::SIGINT);
@@ -101,17 +129,26 @@ fn one_host_jobs_share_the_hosts_space_and_time() {
 
 #[test]
 fn an_exclusive_job_is_never_stopped_by_equal_or_lower_priority() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("50ms").start();
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("50ms")
+        .start();
     let mut first = daemon.spawn(&["-nodes=2,priority=0", &testprog(), "spin", "0"]);
     let a = first.wait_pids(2);
     let mut same = daemon.spawn(&["-nodes=2,priority=0", &testprog(), "spin", "0"]);
     let mut lower = daemon.spawn(&["-nodes=1,priority=1", &testprog(), "spin", "0"]);
     let end = Instant::now() + Duration::from_secs(2);
     while Instant::now() < end {
-        assert!(a.iter().all(|pid| !stopped(*pid)), "the exclusive job was stopped");
+        assert!(
+            a.iter().all(|pid| !stopped(*pid)),
+            "the exclusive job was stopped"
+        );
         std::thread::sleep(Duration::from_millis(3));
     }
-    assert!(daemon.all_job_pids().iter().all(|pid| a.contains(pid)), "no other job may have started");
+    assert!(
+        daemon.all_job_pids().iter().all(|pid| a.contains(pid)),
+        "no other job may have started"
+    );
     for job in [&first, &same, &lower] {
         job.signal(Signal::SIGINT);
     }
@@ -122,7 +159,10 @@ fn an_exclusive_job_is_never_stopped_by_equal_or_lower_priority() {
 
 #[test]
 fn a_higher_queue_preempts_at_once_and_the_lower_job_continues_after() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("10s").start();
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("10s")
+        .start();
     let mut low = daemon.spawn(&["-nodes=2,priority=2", &testprog(), "spin", "0"]);
     let a = low.wait_pids(2);
     let submitted = Instant::now();
@@ -139,7 +179,9 @@ fn a_higher_queue_preempts_at_once_and_the_lower_job_continues_after() {
     let (status, _) = high.wait(Duration::from_secs(30));
     assert!(status.success());
     assert!(
-        wait_until(Duration::from_secs(5), || a.iter().all(|pid| !stopped(*pid))),
+        wait_until(Duration::from_secs(5), || a
+            .iter()
+            .all(|pid| !stopped(*pid))),
         "the lower job did not continue after the higher one ended"
     );
     low.signal(Signal::SIGINT);
@@ -148,26 +190,36 @@ fn a_higher_queue_preempts_at_once_and_the_lower_job_continues_after() {
 
 #[test]
 fn a_deactivated_queue_creates_no_process_until_activated() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).rc("queue 2 deactivate\n").start();
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .rc("queue 2 deactivate\n")
+        .start();
     let mut job = daemon.spawn(&["-priority=2", &testprog(), "spin", "0"]);
-    assert!(wait_until(Duration::from_secs(10), || daemon.json("jobs")
+    assert!(wait_until(Duration::from_secs(10), || daemon
+        .json("jobs")
         .as_array()
         .is_some_and(|jobs| !jobs.is_empty())));
     std::thread::sleep(Duration::from_millis(500));
-    assert!(daemon.all_job_pids().is_empty(), "a job of a deactivated queue has processes");
+    assert!(
+        daemon.all_job_pids().is_empty(),
+        "a job of a deactivated queue has processes"
+    );
     assert_eq!(daemon.job_field(1, "state"), "queued");
     daemon.ok("queue 2 activate");
     let pids = job.wait_pids(1);
     assert!(alive(pids[0]));
     daemon.ok("queue 2 deactivate");
-    assert!(wait_until(Duration::from_secs(5), || stopped(pids[0])), "deactivating did not stop the job");
+    assert!(
+        wait_until(Duration::from_secs(5), || stopped(pids[0])),
+        "deactivating did not stop the job"
+    );
     job.signal(Signal::SIGINT);
     job.wait(Duration::from_secs(30));
 }
 
 #[test]
 fn a_disabled_queue_rejects_submissions() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).start();
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
     daemon.ok("queue 1 disable");
     let output = daemon.run(&["-priority=1", "true"]);
     assert_eq!(code(&output), Some(scored::exitcode::REJECTED));
@@ -179,18 +231,31 @@ fn a_disabled_queue_rejects_submissions() {
 
 #[test]
 fn a_held_job_stays_stopped_until_resumed() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("50ms").start();
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("50ms")
+        .start();
     let mut held = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
     let a = held.wait_pids(2);
     let mut other = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
     other.wait_pids(2);
     daemon.ok("suspend 1");
-    assert!(wait_until(Duration::from_secs(5), || a.iter().all(|pid| stopped(*pid))));
-    for line in ["queue 1 deactivate", "queue 1 activate", "move 1 2", "timeslice 20ms"] {
+    assert!(wait_until(Duration::from_secs(5), || a
+        .iter()
+        .all(|pid| stopped(*pid))));
+    for line in [
+        "queue 1 deactivate",
+        "queue 1 activate",
+        "move 1 2",
+        "timeslice 20ms",
+    ] {
         daemon.ok(line);
         let end = Instant::now() + Duration::from_millis(400);
         while Instant::now() < end {
-            assert!(a.iter().all(|pid| stopped(*pid)), "the held job ran after '{line}'");
+            assert!(
+                a.iter().all(|pid| stopped(*pid)),
+                "the held job ran after '{line}'"
+            );
             std::thread::sleep(Duration::from_millis(3));
         }
     }
@@ -210,23 +275,42 @@ fn a_held_job_stays_stopped_until_resumed() {
 
 #[test]
 fn ctrl_z_on_scrun_holds_the_job_and_fg_resumes_it() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).start();
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let mut job = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
     let pids = job.wait_pids(2);
     job.signal(Signal::SIGTSTP);
-    assert!(wait_until(Duration::from_secs(5), || pids.iter().all(|pid| stopped(*pid))), "the job kept running");
-    assert!(wait_until(Duration::from_secs(5), || stopped(job.pid())), "scrun did not stop itself");
+    assert!(
+        wait_until(Duration::from_secs(5), || pids
+            .iter()
+            .all(|pid| stopped(*pid))),
+        "the job kept running"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || stopped(job.pid())),
+        "scrun did not stop itself"
+    );
     std::thread::sleep(Duration::from_millis(300));
-    assert!(pids.iter().all(|pid| stopped(*pid)), "the scheduler resumed a held job");
+    assert!(
+        pids.iter().all(|pid| stopped(*pid)),
+        "the scheduler resumed a held job"
+    );
     job.signal(Signal::SIGCONT);
-    assert!(wait_until(Duration::from_secs(5), || pids.iter().all(|pid| !stopped(*pid))), "fg did not resume the job");
+    assert!(
+        wait_until(Duration::from_secs(5), || pids
+            .iter()
+            .all(|pid| !stopped(*pid))),
+        "fg did not resume the job"
+    );
     job.signal(Signal::SIGINT);
     job.wait(Duration::from_secs(30));
 }
 
 #[test]
 fn a_job_in_a_new_session_is_still_stopped() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).timeslice("100ms").start();
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("100ms")
+        .start();
     // `setsid -w` forks the spinner into a session of its own and waits for it.
     let mut escaper = daemon.spawn(&["-nodes=2", "setsid", "-w", &testprog(), "spin", "0"]);
     let a = escaper.wait_pids(2);
@@ -239,12 +323,18 @@ fn a_job_in_a_new_session_is_still_stopped() {
     // Let discovery see the escaped processes, then watch.
     std::thread::sleep(Duration::from_millis(500));
     let (both, samples) = overlap(&a, &b, Duration::from_secs(3));
-    assert_eq!(both, 0, "the escaped job ran together with the other in {both} of {samples} samples");
+    assert_eq!(
+        both, 0,
+        "the escaped job ran together with the other in {both} of {samples} samples"
+    );
     assert!(a.iter().all(|pid| cpu(&[*pid]) > 0));
     for job in [&escaper, &other] {
         job.signal(Signal::SIGINT);
     }
     escaper.wait(Duration::from_secs(30));
     other.wait(Duration::from_secs(30));
-    assert!(wait_until(Duration::from_secs(10), || a.iter().all(|pid| !alive(*pid))), "escaped processes survived");
+    assert!(
+        wait_until(Duration::from_secs(10), || a.iter().all(|pid| !alive(*pid))),
+        "escaped processes survived"
+    );
 }

@@ -6,13 +6,9 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use scored_tests::*;
 
-/// Two hosts on whatever CPUs the machine has, so tests do not depend on
-/// how many CPUs CI offers.
-pub const TWO_HOSTS: &str = "host0 cpus=0\nhost1 cpus=0\n";
-
 #[test]
 fn ranks_get_their_environment_cwd_and_the_callers_variables() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).start();
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let output = daemon
         .scrun(&["-nodes=2", "sh", "-c", "echo \"$SCORE_RANK $SCORE_NPROCS $SCORE_HOST $SCORE_HOSTID $SCORE_JOBID $(pwd) $CALLER_VAR\"; test -d \"$SCORE_TMPDIR\""])
         .env("CALLER_VAR", "from-the-caller")
@@ -33,9 +29,14 @@ fn ranks_get_their_environment_cwd_and_the_callers_variables() {
 
 #[test]
 fn stdin_goes_to_rank_zero_only() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).start();
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let output = daemon
-        .scrun(&["-nodes=2", "sh", "-c", "echo \"$SCORE_RANK read $(cat | wc -c)\""])
+        .scrun(&[
+            "-nodes=2",
+            "sh",
+            "-c",
+            "echo \"$SCORE_RANK read $(cat | wc -c)\"",
+        ])
         .stdin(std::fs::File::open(daemon.sandbox.write("input", "twelve bytes")).expect("input"))
         .output()
         .expect("scrun");
@@ -46,47 +47,71 @@ fn stdin_goes_to_rank_zero_only() {
 
 #[test]
 fn exit_status_is_the_first_failing_ranks() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).start();
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let ok = daemon.run(&["-nodes=2", "true"]);
     assert_eq!(code(&ok), Some(0));
-    let failing = daemon.run(&["-nodes=2", "sh", "-c", "[ $SCORE_RANK = 1 ] && exit 5; exit 0"]);
+    let failing = daemon.run(&[
+        "-nodes=2",
+        "sh",
+        "-c",
+        "[ $SCORE_RANK = 1 ] && exit 5; exit 0",
+    ]);
     assert_eq!(code(&failing), Some(5), "{}", stderr(&failing));
 }
 
 #[test]
 fn a_rank_killed_by_a_signal_gives_128_plus_n_and_ends_the_job() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).start();
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let started = std::time::Instant::now();
-    let output = daemon.run(&["-nodes=2", "sh", "-c", "[ $SCORE_RANK = 1 ] && kill -9 $$; sleep 60"]);
+    let output = daemon.run(&[
+        "-nodes=2",
+        "sh",
+        "-c",
+        "[ $SCORE_RANK = 1 ] && kill -9 $$; sleep 60",
+    ]);
     assert_eq!(code(&output), Some(137), "{}", stderr(&output));
-    assert!(started.elapsed() < Duration::from_secs(30), "the other rank was not killed");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the other rank was not killed"
+    );
     assert!(daemon.all_job_pids().is_empty());
 }
 
 #[test]
 fn a_missing_program_exits_127() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).start();
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let output = daemon.run(&["/no/such/program"]);
     assert_eq!(code(&output), Some(127));
-    assert!(stderr(&output).contains("/no/such/program"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("/no/such/program"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 fn interrupt_leaves_nothing(signal: Signal) {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).start();
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let mut job = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
     let pids = job.wait_pids(2);
     assert!(pids.iter().all(|pid| alive(*pid)));
     job.signal(signal);
     let (status, _) = job.wait(Duration::from_secs(30));
     if signal != Signal::SIGKILL {
-        assert!(!status.success(), "scrun must report the interrupted job as failed");
+        assert!(
+            !status.success(),
+            "scrun must report the interrupted job as failed"
+        );
     }
     assert!(
-        wait_until(Duration::from_secs(10), || pids.iter().all(|pid| !alive(*pid))),
+        wait_until(Duration::from_secs(10), || pids
+            .iter()
+            .all(|pid| !alive(*pid))),
         "job processes survived scrun's {signal}: {:?}",
         pids.iter().filter(|pid| alive(**pid)).collect::<Vec<_>>()
     );
-    assert!(wait_until(Duration::from_secs(10), || daemon.all_job_pids().is_empty()));
+    assert!(wait_until(Duration::from_secs(10), || daemon
+        .all_job_pids()
+        .is_empty()));
 }
 
 #[test]
@@ -111,11 +136,19 @@ fn sigkill_to_scrun_makes_the_daemon_kill_the_job() {
 
 #[test]
 fn a_job_too_big_is_rejected_with_its_code_and_what_exists() {
-    let daemon = Daemon::builder().hosts(TWO_HOSTS).start();
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let output = daemon.run(&["-nodes=3", "true"]);
-    assert_eq!(code(&output), Some(scored::exitcode::REJECTED), "{}", stderr(&output));
+    assert_eq!(
+        code(&output),
+        Some(scored::exitcode::REJECTED),
+        "{}",
+        stderr(&output)
+    );
     let message = stderr(&output);
-    assert!(message.contains("nodes=3") && message.contains("2 hosts"), "{message}");
+    assert!(
+        message.contains("nodes=3") && message.contains("2 hosts"),
+        "{message}"
+    );
     // Waiting makes no sense for a job that can never fit: still rejected.
     let waiting = daemon.run(&["-nodes=3,wait", "true"]);
     assert_eq!(code(&waiting), Some(scored::exitcode::REJECTED));
@@ -133,22 +166,40 @@ fn usage_errors_have_their_own_code() {
 fn an_unreachable_daemon_has_its_own_code() {
     let sandbox = Sandbox::new();
     let output = std::process::Command::new(bin("scrun"))
-        .arg(format!("-scored={}", sandbox.path.join("nobody.sock").display()))
+        .arg(format!(
+            "-scored={}",
+            sandbox.path.join("nobody.sock").display()
+        ))
         .arg("true")
         .output()
         .expect("scrun");
-    assert_eq!(code(&output), Some(scored::exitcode::UNREACHABLE), "{}", stderr(&output));
+    assert_eq!(
+        code(&output),
+        Some(scored::exitcode::UNREACHABLE),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
 fn every_process_of_a_host_shares_one_process_group() {
-    let daemon = Daemon::builder().hosts("h0 cpus=0 cores=2\nh1 cpus=0 cores=2\n").start();
+    let daemon = Daemon::builder()
+        .hosts("h0 cpus=0 cores=2\nh1 cpus=0 cores=2\n")
+        .start();
     let mut job = daemon.spawn(&["-nodes=4", &testprog(), "spin", "0"]);
     let pids = job.wait_pids(4);
-    let mut groups: Vec<i32> = pids.iter().filter_map(|pid| proc_stat(*pid)).map(|stat| stat.pgrp).collect();
+    let mut groups: Vec<i32> = pids
+        .iter()
+        .filter_map(|pid| proc_stat(*pid))
+        .map(|stat| stat.pgrp)
+        .collect();
     groups.sort_unstable();
     groups.dedup();
-    assert_eq!(groups.len(), 2, "4 processes on 2 hosts form 2 process groups");
+    assert_eq!(
+        groups.len(),
+        2,
+        "4 processes on 2 hosts form 2 process groups"
+    );
     job.signal(Signal::SIGINT);
     job.wait(Duration::from_secs(30));
 }
@@ -157,7 +208,13 @@ fn every_process_of_a_host_shares_one_process_group() {
 fn sc_console_status_answers() {
     let daemon = Daemon::start();
     let status = daemon.ok("status");
-    for key in ["uptime: ", "timeslice: 500ms", "jobs: ", "switches: ", "switch latency: "] {
+    for key in [
+        "uptime: ",
+        "timeslice: 500ms",
+        "jobs: ",
+        "switches: ",
+        "switch latency: ",
+    ] {
         assert!(status.contains(key), "status lacks {key:?}:\n{status}");
     }
 }

@@ -19,28 +19,59 @@ fn start_fails(hosts: &str, extra: &[(&str, &str)], expected: &[&str]) {
         .current_dir(&sandbox.path)
         .output()
         .expect("scored");
-    assert_eq!(code(&output), Some(1), "scored must refuse to start on {hosts:?}");
+    assert_eq!(
+        code(&output),
+        Some(1),
+        "scored must refuse to start on {hosts:?}"
+    );
     let message = stderr(&output);
     for part in expected {
         assert!(message.contains(part), "expected {part:?} in:\n{message}");
     }
-    assert!(!sandbox.path.join("s.sock").exists(), "a refused start must not listen");
+    assert!(
+        !sandbox.path.join("s.sock").exists(),
+        "a refused start must not listen"
+    );
 }
 
 #[test]
 fn bad_attribute_values_give_file_and_line() {
-    start_fails("h0 cpus=0\nh1 speed=fast\n", &[], &["scorehosts.db:2:", "speed"]);
-    start_fails("h0 cpus=0\n\nh1 cpus=5-2\n", &[], &["scorehosts.db:3:", "cpus"]);
+    start_fails(
+        "h0 cpus=0\nh1 speed=fast\n",
+        &[],
+        &["scorehosts.db:2:", "speed"],
+    );
+    start_fails(
+        "h0 cpus=0\n\nh1 cpus=5-2\n",
+        &[],
+        &["scorehosts.db:3:", "cpus"],
+    );
     start_fails("h0 cores=0\n", &[], &["scorehosts.db:1:", "cores"]);
     start_fails("h0 memory=lots\n", &[], &["scorehosts.db:1:", "memory"]);
-    start_fails("h0 watchfs=relative/dir\n", &[], &["scorehosts.db:1:", "watchfs"]);
+    start_fails(
+        "h0 watchfs=relative/dir\n",
+        &[],
+        &["scorehosts.db:1:", "watchfs"],
+    );
 }
 
 #[test]
 fn syntax_errors_give_file_and_line() {
-    start_fails("h0 cpus=0\n/* never closed\nh1\n", &[], &["scorehosts.db:2:", "comment"]);
-    start_fails("h0\n#include \"missing.db\"\n", &[], &["scorehosts.db:2:", "missing.db"]);
-    start_fails("#include \"a.db\"\n", &[("a.db", "#include \"scorehosts.db\"\n")], &["a.db:1:", "scorehosts.db"]);
+    start_fails(
+        "h0 cpus=0\n/* never closed\nh1\n",
+        &[],
+        &["scorehosts.db:2:", "comment"],
+    );
+    start_fails(
+        "h0\n#include \"missing.db\"\n",
+        &[],
+        &["scorehosts.db:2:", "missing.db"],
+    );
+    start_fails(
+        "#include \"a.db\"\n",
+        &[("a.db", "#include \"scorehosts.db\"\n")],
+        &["a.db:1:", "scorehosts.db"],
+    );
     start_fails("h0 cpus=0\nh\u{1}1 cpus=0\n", &[], &["scorehosts.db:2:"]);
     start_fails("# nothing but a comment\n", &[], &["scorehosts.db:"]);
 }
@@ -59,7 +90,11 @@ fn an_unknown_group_is_refused() {
         .output()
         .expect("scored");
     assert_eq!(code(&output), Some(1));
-    assert!(stderr(&output).contains("scorehosts.db:"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("scorehosts.db:"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
@@ -70,16 +105,29 @@ fn groups_select_hosts_and_homogeneous_hosts_form_clusters() {
         .arg("x")
         .start();
     let hosts = daemon.json("hosts");
-    let names: Vec<&str> = hosts.as_array().expect("array").iter().filter_map(|h| h["name"].as_str()).collect();
+    let names: Vec<&str> = hosts
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|h| h["name"].as_str())
+        .collect();
     assert_eq!(names, vec!["a0", "a1", "b0"]);
     let clusters = daemon.json("clusters");
     let clusters: Vec<(String, u64)> = clusters
         .as_array()
         .expect("array")
         .iter()
-        .map(|c| (c["name"].as_str().unwrap_or("").to_string(), c["hosts"].as_u64().unwrap_or(0)))
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or("").to_string(),
+                c["hosts"].as_u64().unwrap_or(0),
+            )
+        })
         .collect();
-    assert_eq!(clusters, vec![("amd".to_string(), 2), ("intel".to_string(), 1)]);
+    assert_eq!(
+        clusters,
+        vec![("amd".to_string(), 2), ("intel".to_string(), 1)]
+    );
 }
 
 #[test]
@@ -95,13 +143,20 @@ fn the_embedded_default_has_one_host_per_online_cpu() {
         assert_eq!(host["cluster"], "default");
     }
     let queues = daemon.json("queues");
-    let modes: Vec<&str> = queues.as_array().expect("array").iter().filter_map(|q| q["mode"].as_str()).collect();
+    let modes: Vec<&str> = queues
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|q| q["mode"].as_str())
+        .collect();
     assert_eq!(modes, vec!["exclusive", "gang", "gang"]);
 }
 
 #[test]
 fn an_rc_file_is_applied_at_start_up() {
-    let daemon = Daemon::builder().rc("# policy\nqueue 2 deactivate\n\ntimeslice 250ms\nqueue 1 set mode=exclusive\n").start();
+    let daemon = Daemon::builder()
+        .rc("# policy\nqueue 2 deactivate\n\ntimeslice 250ms\nqueue 1 set mode=exclusive\n")
+        .start();
     let queues = daemon.json("queues");
     assert_eq!(queues[2]["state"], "deactivated");
     assert_eq!(queues[1]["mode"], "exclusive");
@@ -121,7 +176,10 @@ fn scored_rc_in_the_current_directory_is_read() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("scored");
-    assert!(wait_until(std::time::Duration::from_secs(20), || sandbox.path.join("s.sock").exists()));
+    assert!(wait_until(std::time::Duration::from_secs(20), || sandbox
+        .path
+        .join("s.sock")
+        .exists()));
     let output = std::process::Command::new(bin("sc_console"))
         .arg("--socket")
         .arg(sandbox.path.join("s.sock"))
@@ -131,14 +189,20 @@ fn scored_rc_in_the_current_directory_is_read() {
     let _ = child.kill();
     let _ = child.wait();
     let text = stdout(&output);
-    let line = text.lines().find(|line| line.trim_start().starts_with('0')).unwrap_or("");
+    let line = text
+        .lines()
+        .find(|line| line.trim_start().starts_with('0'))
+        .unwrap_or("");
     assert!(line.contains("disabled"), "{text}");
 }
 
 #[test]
 fn a_broken_rc_file_is_refused_with_its_line() {
     let sandbox = Sandbox::new();
-    let rc = sandbox.write("scored.rc", "queue 1 deactivate\nqueue 9 activate\nfrobnicate\n");
+    let rc = sandbox.write(
+        "scored.rc",
+        "queue 1 deactivate\nqueue 9 activate\nfrobnicate\n",
+    );
     let output = std::process::Command::new(bin("scored"))
         .arg("--rc")
         .arg(&rc)
@@ -151,6 +215,9 @@ fn a_broken_rc_file_is_refused_with_its_line() {
     assert_eq!(code(&output), Some(1));
     let message = stderr(&output);
     assert!(message.contains("scored.rc:2: no queue 9"), "{message}");
-    assert!(message.contains("scored.rc:3: unknown command 'frobnicate'"), "{message}");
+    assert!(
+        message.contains("scored.rc:3: unknown command 'frobnicate'"),
+        "{message}"
+    );
     assert!(!sandbox.path.join("s.sock").exists());
 }

@@ -561,7 +561,9 @@ impl OsActuator {
     /// sample (one read of `cgroup.procs`), so that a descendant that just
     /// left its process group is stopped with the rest.
     fn adopt_new_members(&mut self, job: JobId) {
-        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else { return };
+        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else {
+            return;
+        };
         if procs.cgroup_procs.is_none() {
             return;
         }
@@ -570,13 +572,30 @@ impl OsActuator {
             if procs.children.contains(&pid) || procs.extras.contains_key(&pid) {
                 continue;
             }
-            let Some(stat) = procfs::read_stat(pid) else { continue };
-            let Ok(pidfd) = sys::pidfd_open(pid) else { continue };
-            if stat.is_dead() || procfs::read_stat(pid).map(|again| again.start) != Some(stat.start) {
+            let Some(stat) = procfs::read_stat(pid) else {
+                continue;
+            };
+            let Ok(pidfd) = sys::pidfd_open(pid) else {
+                continue;
+            };
+            if stat.is_dead() || procfs::read_stat(pid).map(|again| again.start) != Some(stat.start)
+            {
                 continue;
             }
-            let slot = procs.pgids.iter().position(|pgid| *pgid == Some(stat.pgrp)).unwrap_or(0);
-            procs.extras.insert(pid, Extra { pidfd, start: stat.start, slot, escaped: !pgids.contains(&stat.pgrp) });
+            let slot = procs
+                .pgids
+                .iter()
+                .position(|pgid| *pgid == Some(stat.pgrp))
+                .unwrap_or(0);
+            procs.extras.insert(
+                pid,
+                Extra {
+                    pidfd,
+                    start: stat.start,
+                    slot,
+                    escaped: !pgids.contains(&stat.pgrp),
+                },
+            );
         }
     }
 
