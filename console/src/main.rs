@@ -8,13 +8,11 @@
 #![forbid(unsafe_code)]
 
 mod batch;
-#[allow(dead_code)]
 mod complete;
-// Completion lookups arrive with the interactive shell.
-#[allow(dead_code)]
 mod session;
+mod shell;
 
-use std::io::{self, BufRead};
+use std::io::{self, BufRead, IsTerminal};
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -58,9 +56,7 @@ fn main() {
             &mut io::stdout().lock(),
             &mut io::stderr().lock(),
         )
-    } else {
-        // The interactive shell comes next; until then a terminal is read
-        // like a script.
+    } else if !io::stdin().is_terminal() {
         let lines = io::stdin().lock().lines();
         batch::run_script(
             lines,
@@ -69,6 +65,8 @@ fn main() {
             &mut io::stdout().lock(),
             &mut io::stderr().lock(),
         )
+    } else {
+        Ok(shell::run(daemon, args.json))
     };
     let status = match status {
         Ok(status) => status,
