@@ -4,117 +4,22 @@
 //! the listing of ambiguous completions, Ctrl-C, local help, and history
 //! kept across two sessions.
 //!
-//! The daemon is a fake in a thread of this test, answering console frames
-//! on a Unix socket, so the test does not depend on scored. Each test uses
+//! The daemon is a fake in a thread of this test ([`common::fake_daemon`]),
+//! so the test does not depend on scored. Each test uses
 //! its own tmux server (`tmux -S SOCKET`) and kills only that server. Without
 //! tmux the test prints why and passes.
 #![forbid(unsafe_code)]
 
-use std::io::{Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use scored::proto::{self, Reply, Request};
+use common::{fake_daemon, Sandbox};
 
 /// How long a screen may take to show what a test waits for.
 const DEADLINE: Duration = Duration::from_secs(15);
-
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-/// A fresh directory under the system temp dir (Unix socket paths must stay
-/// short), removed at the end.
-struct Sandbox {
-    dir: PathBuf,
-}
-
-impl Sandbox {
-    fn new(name: &str) -> Sandbox {
-        let dir = std::env::temp_dir().join(format!(
-            "sc_console-{name}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create the sandbox directory");
-        Sandbox { dir }
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A daemon that knows jobs 7 and 12 and queues 0, 1 and 2, closes the
-/// connection on `shutdown now`, and answers every other line with `done:
-/// LINE`. It records the lines it was sent.
-fn fake_daemon(path: &Path) -> Arc<Mutex<Vec<String>>> {
-    let listener = UnixListener::bind(path).expect("bind the fake daemon's socket");
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            let log = Arc::clone(&log);
-            std::thread::spawn(move || serve(stream, &log));
-        }
-    });
-    seen
-}
-
-fn serve(mut stream: UnixStream, log: &Mutex<Vec<String>>) {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        while let Ok(Some(request)) = proto::decode::<Request>(&mut buffer, proto::MAX_REQUEST) {
-            let Request::Console { line, .. } = request else {
-                return;
-            };
-            log.lock().expect("log lock").push(line.clone());
-            // Like a daemon that dies: the connection closes unanswered.
-            if line == "shutdown now" {
-                return;
-            }
-            if stream.write_all(&proto::encode(&answer(&line))).is_err() {
-                return;
-            }
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(len) => buffer.extend_from_slice(&chunk[..len]),
-        }
-    }
-}
-
-fn answer(line: &str) -> Reply {
-    let (text, json) = match line {
-        "jobs" => (
-            "ID  USER  STATE\n 7  op    running\n12  op    queued\n".to_string(),
-            serde_json::json!([
-                {"id": 7, "user": "op", "state": "running"},
-                {"id": 12, "user": "op", "state": "queued"},
-            ]),
-        ),
-        "queues" => (
-            "QUEUE  STATE\n    0  active\n    1  active\n    2  active\n".to_string(),
-            serde_json::json!([{"queue": 0}, {"queue": 1}, {"queue": 2}]),
-        ),
-        other => (
-            format!("done: {other}\n"),
-            serde_json::json!({"ok": true, "message": format!("done: {other}")}),
-        ),
-    };
-    Reply::Console {
-        ok: true,
-        text,
-        json: Some(json),
-    }
-}
 
 /// A private tmux server on a socket in the sandbox, killed (only it) at
 /// the end. A socket of our own rather than `-L NAME` keeps tmux's shared
