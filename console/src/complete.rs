@@ -1,0 +1,288 @@
+//! Completion and hints for the interactive shell: which words fit at the
+//! cursor, given the words typed before it.
+//!
+//! Pure: the module never talks to the daemon itself. Values only the daemon
+//! knows (queue numbers, clusters, job ids) come through the [`Live`] trait,
+//! which the shell implements with console requests and tests implement
+//! with fixed lists. Command words, keywords and usages come from the help
+//! table (`scored::command::help`), the one list of commands.
+#![forbid(unsafe_code)]
+
+use scored::command::help;
+
+/// Values that only the daemon knows, asked for at completion time. A
+/// lookup that fails gives an empty list: completion then offers nothing.
+pub trait Live {
+    /// Queue numbers, as typed.
+    fn queues(&self) -> Vec<String>;
+    /// Cluster indices and names.
+    fn clusters(&self) -> Vec<String>;
+    /// Ids of the admitted jobs.
+    fn jobs(&self) -> Vec<String>;
+}
+
+/// A [`Live`] that knows nothing, for hints, which must never wait for the
+/// daemon while the operator types.
+pub struct NoLive;
+
+impl Live for NoLive {
+    fn queues(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn clusters(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn jobs(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The shell's own commands, which never reach the daemon.
+pub const BUILTINS: &[&str] = &["exit", "quit"];
+
+const QUEUE_ACTIONS: &[&str] = &["enable", "disable", "activate", "deactivate", "set"];
+const QUEUE_SETTINGS: &[&str] = &[
+    "mode=",
+    "cputime=",
+    "residency=",
+    "memory=",
+    "disk=",
+    "group=",
+];
+const QUEUE_MODES: &[&str] = &["mode=gang", "mode=exclusive"];
+const CLUSTER_LIMITS: &[&str] = &["memory=", "disk=", "jobs="];
+/// The signals an operator usually sends; `kill` accepts every name and
+/// number, these are only the ones worth offering.
+const SIGNALS: &[&str] = &[
+    "TERM", "KILL", "INT", "HUP", "USR1", "USR2", "STOP", "CONT", "QUIT",
+];
+/// Commands whose first argument is a job id.
+const JOB_COMMANDS: &[&str] = &["job", "kill", "suspend", "resume", "move"];
+
+/// What fits at the cursor: the byte offset where the word being completed
+/// starts, and the words that may replace it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// Where the replaced word starts in the line.
+    pub start: usize,
+    /// Whole words, each starting with what is already typed.
+    pub candidates: Vec<String>,
+}
+
+/// Completes the word that ends at `pos` (a byte offset into `line`).
+pub fn complete(line: &str, pos: usize, live: &dyn Live) -> Completion {
+    let Some(before) = line.get(..pos) else {
+        return Completion {
+            start: pos.min(line.len()),
+            candidates: Vec::new(),
+        };
+    };
+    let start = before.rfind(is_blank).map_or(0, |idx| idx + 1);
+    let word = &before[start..];
+    let prior: Vec<&str> = before[..start]
+        .split(is_blank)
+        .filter(|word| !word.is_empty())
+        .collect();
+    // A word starting with '#' ends the line: nothing after it is a command.
+    if word.starts_with('#') || prior.iter().any(|word| word.starts_with('#')) {
+        return Completion {
+            start,
+            candidates: Vec::new(),
+        };
+    }
+    let mut candidates: Vec<String> = Vec::new();
+    for candidate in pool(&prior, word, live) {
+        if candidate.starts_with(word) && !candidates.contains(&candidate) {
+            candidates.push(candidate);
+        }
+    }
+    Completion { start, candidates }
+}
+
+/// The text that replaces the word: a finished word gets a blank after it
+/// so the next one can be typed at once; `key=` waits for its value.
+pub fn replacement(candidate: &str) -> String {
+    if candidate.ends_with('=') {
+        candidate.to_string()
+    } else {
+        format!("{candidate} ")
+    }
+}
+
+/// Every word that may stand where `word` is, before filtering by prefix.
+/// Only the contexts that need them ask the daemon.
+fn pool(prior: &[&str], word: &str, live: &dyn Live) -> Vec<String> {
+    match prior {
+        [] => {
+            let mut names: Vec<&str> = help::command_names()
+                .chain(BUILTINS.iter().copied())
+                .collect();
+            names.sort_unstable();
+            owned(&names)
+        }
+        ["help"] => {
+            let mut names: Vec<&str> = help::command_names().collect();
+            names.sort_unstable();
+            owned(&names)
+        }
+        ["queue"] => live.queues(),
+        ["queue", _] => owned(QUEUE_ACTIONS),
+        ["queue", _, "set", given @ ..] => {
+            if word.starts_with("mode=") {
+                owned(QUEUE_MODES)
+            } else {
+                unused_keys(QUEUE_SETTINGS, given)
+            }
+        }
+        ["cluster"] => live.clusters(),
+        ["cluster", _] => owned(&["limit"]),
+        ["cluster", _, "limit", given @ ..] => unused_keys(CLUSTER_LIMITS, given),
+        [command] if JOB_COMMANDS.contains(command) => live.jobs(),
+        ["move", _] => live.queues(),
+        ["kill", _] => owned(SIGNALS),
+        ["jobs"] => owned(&["all"]),
+        ["shutdown"] => owned(&["now"]),
+        _ => Vec::new(),
+    }
+}
+
+/// The `key=` words whose key is not among the settings already given.
+fn unused_keys(keys: &[&str], given: &[&str]) -> Vec<String> {
+    keys.iter()
+        .filter(|key| {
+            let name = key.trim_end_matches('=');
+            !given
+                .iter()
+                .any(|setting| setting.split('=').next() == Some(name))
+        })
+        .map(|key| key.to_string())
+        .collect()
+}
+
+fn owned(words: &[&str]) -> Vec<String> {
+    words.iter().map(|word| word.to_string()).collect()
+}
+
+fn is_blank(ch: char) -> bool {
+    ch == ' ' || ch == '\t'
+}
+
+/// A hint shown after the cursor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hint {
+    /// What is shown.
+    pub display: String,
+    /// What the right arrow inserts, when the hint is the rest of a word.
+    pub completion: Option<String>,
+}
+
+/// The hint for a line with the cursor at `pos`: the rest of the word when
+/// only one command word or keyword fits, else the rest of the command's
+/// usage (`queue 1 ` hints `enable|disable|activate|deactivate`). Hints never
+/// ask the daemon, because they are computed at every key press.
+pub fn hint(line: &str, pos: usize) -> Option<Hint> {
+    if pos != line.len() || line.trim().is_empty() {
+        return None;
+    }
+    let completion = complete(line, pos, &NoLive);
+    let word = &line[completion.start..];
+    let prior: Vec<&str> = line[..completion.start]
+        .split(is_blank)
+        .filter(|word| !word.is_empty())
+        .collect();
+    if word.is_empty() {
+        return usage_rest(&prior).map(|rest| Hint {
+            display: rest,
+            completion: None,
+        });
+    }
+    if let [only] = completion.candidates.as_slice() {
+        if only.len() > word.len() {
+            let rest = only[word.len()..].to_string();
+            return Some(Hint {
+                display: rest.clone(),
+                completion: Some(rest),
+            });
+        }
+    }
+    // A whole command word just typed: show what it takes.
+    if prior.is_empty() && help::entry(word).is_some() {
+        return usage_rest(&[word]).map(|rest| Hint {
+            display: format!(" {rest}"),
+            completion: None,
+        });
+    }
+    None
+}
+
+/// The usage words that follow the words typed so far, from the first form
+/// of the command's usage that fits them. Settings (`key=...`) may come in
+/// any order, so the ones already given are left out.
+fn usage_rest(typed: &[&str]) -> Option<String> {
+    let (name, args) = typed.split_first()?;
+    let usage = help::usage(name)?;
+    for form in usage.lines() {
+        let words: Vec<&str> = form.split_whitespace().skip(1).collect();
+        if let Some(rest) = form_rest(&words, args) {
+            return (!rest.is_empty()).then(|| rest.join(" "));
+        }
+    }
+    None
+}
+
+fn form_rest<'u>(words: &[&'u str], typed: &[&str]) -> Option<Vec<&'u str>> {
+    for (idx, typed_word) in typed.iter().enumerate() {
+        let usage_word = words.get(idx)?;
+        if usage_word.contains('=') {
+            let given: Vec<&str> = typed[idx..]
+                .iter()
+                .filter_map(|setting| setting.split('=').next())
+                .collect();
+            return Some(
+                words[idx..]
+                    .iter()
+                    .filter(|usage| {
+                        usage
+                            .split('=')
+                            .next()
+                            .is_none_or(|key| !given.contains(&key))
+                    })
+                    .copied()
+                    .collect(),
+            );
+        }
+        if !fits(usage_word, typed_word) {
+            return None;
+        }
+    }
+    Some(words.get(typed.len()..).unwrap_or_default().to_vec())
+}
+
+/// Whether a typed word fits a usage word: any word fits a placeholder in
+/// capitals (`Q`, `ID`, `[SIGNAL]`), and a keyword fits its alternatives.
+fn fits(usage_word: &str, typed: &str) -> bool {
+    let bare = usage_word.trim_matches(['[', ']']);
+    if !bare.is_empty() && bare.chars().all(|ch| ch.is_ascii_uppercase()) {
+        return true;
+    }
+    bare.split('|').any(|alternative| alternative == typed)
+}
+
+/// The values of one key in a JSON listing (an array of objects), as words:
+/// numbers and strings are kept, anything else is skipped. Anything but an
+/// array gives nothing.
+pub fn column(listing: &serde_json::Value, key: &str) -> Vec<String> {
+    let Some(rows) = listing.as_array() else {
+        return Vec::new();
+    };
+    rows.iter()
+        .filter_map(|row| match row.get(key)? {
+            serde_json::Value::Number(number) => Some(number.to_string()),
+            serde_json::Value::String(text) => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
