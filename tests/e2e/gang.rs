@@ -247,6 +247,7 @@ fn a_held_job_stays_stopped_until_resumed() {
         "queue 1 deactivate",
         "queue 1 activate",
         "move 1 2",
+        "move 1 1",
         "timeslice 20ms",
     ] {
         daemon.ok(line);
