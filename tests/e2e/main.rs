@@ -4,4 +4,5 @@
 
 mod gang;
 mod launch;
+mod limits;
 mod startup;
