@@ -320,6 +320,8 @@ fn place_now(
     // index, so that independent jobs land on disjoint hosts when they can.
     candidates.sort_by_key(|host| (ledger.host_procs[host.idx()], host.0));
     candidates.truncate(layout.len());
+    // The job keeps this list for its lifetime: hold only its own hosts.
+    candidates.shrink_to_fit();
     Ok(Placement {
         cluster: cluster_id,
         hosts: candidates,

@@ -52,6 +52,9 @@ pub struct Flags {
     /// Time between SIGTERM and SIGKILL when a job is killed (default 5s).
     #[arg(long, value_name = "DUR")]
     pub kill_grace: Option<String>,
+    /// The most client connections served at once (default: what the descriptor limit allows).
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
     /// Run for one user and one job, then exit (scrun's private daemon).
     #[arg(long)]
     pub single_user: bool,
@@ -76,6 +79,7 @@ pub struct FileSettings {
     operator: Option<String>,
     kill_grace: Option<String>,
     cgroups: Option<bool>,
+    max_connections: Option<usize>,
     verbose: Option<u8>,
 }
 
@@ -102,6 +106,8 @@ pub struct Settings {
     pub single_user: bool,
     /// Use cgroups where possible.
     pub cgroups: bool,
+    /// Connection limit, if set.
+    pub max_connections: Option<usize>,
     /// Verbosity.
     pub verbose: u8,
 }
@@ -158,6 +164,10 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
         kill_grace,
         single_user: flags.single_user,
         cgroups: !flags.no_cgroups && file.cgroups.unwrap_or(true),
+        max_connections: match flags.max_connections.or(file.max_connections) {
+            Some(0) => return Err("--max-connections: must be at least 1".to_string()),
+            other => other,
+        },
         verbose: flags.verbose.max(file.verbose.unwrap_or(0)),
     })
 }
@@ -189,7 +199,7 @@ mod tests {
     fn file_errors_name_file_and_line() {
         assert_eq!(
             settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
-            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `verbose`"
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `verbose`"
         );
         assert!(settings(&[], "timeslice = 5")
             .unwrap_err()

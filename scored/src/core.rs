@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::rc::Rc;
 use std::time::Duration;
 
 use crate::admission::{self, Ask, ClusterLimits, Decision, Ledger, Placement};
@@ -25,8 +26,8 @@ use crate::command::reply::{Reply, Table, Value};
 use crate::command::{self, Command, GroupRef, QueueAction, QueueMode, Setting};
 use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
 use crate::job::{
-    EndCause, ExitStatus, Job, JobLimits, JobRequest, JobState, Joiner, LaunchPlan, Phase,
-    ProcPlan, Usage,
+    EndCause, ExitStatus, Job, JobLimits, JobRequest, JobSpec, JobState, Joiner, Launch,
+    LaunchPlan, Phase, ProcPlan, Usage,
 };
 use crate::queue::Queue;
 use crate::sched::{self, Scratch};
@@ -231,7 +232,7 @@ pub enum Input {
         /// Its credentials.
         cred: Cred,
         /// The submitting user's name.
-        user: String,
+        user: Rc<str>,
         /// The job.
         request: JobRequest,
     },
@@ -306,7 +307,7 @@ pub enum Input {
 struct Waiter {
     client: ClientToken,
     cred: Cred,
-    user: String,
+    user: Rc<str>,
     request: JobRequest,
     submitted_at: Tick,
 }
@@ -315,7 +316,8 @@ struct Waiter {
 #[derive(Debug, Clone)]
 struct Finished {
     job: Job,
-    user: String,
+    /// Its command line as listings show it (the launch data is dropped).
+    command: String,
     state: JobState,
     ended_at: Tick,
     ending: Ending,
@@ -331,6 +333,84 @@ struct Switches {
     max: Duration,
 }
 
+/// Admitted jobs by id. Ids are handed out in order and only grow, so a
+/// deque indexed by `id - base` finds a job in constant time and costs a
+/// pointer per slot; slots of finished jobs at the front are dropped as the
+/// oldest jobs end. (A `BTreeMap` of jobs, filled in increasing order,
+/// leaves its nodes half empty: twice the memory, and slower lookups in the
+/// scheduling decision.)
+#[derive(Debug, Default)]
+struct JobTable {
+    base: u64,
+    slots: VecDeque<Option<Box<Job>>>,
+    len: usize,
+}
+
+impl JobTable {
+    fn slot(&self, id: &JobId) -> Option<usize> {
+        let idx = id.0.checked_sub(self.base)?;
+        (idx < self.slots.len() as u64).then_some(idx as usize)
+    }
+
+    fn get(&self, id: &JobId) -> Option<&Job> {
+        self.slots.get(self.slot(id)?)?.as_deref()
+    }
+
+    fn get_mut(&mut self, id: &JobId) -> Option<&mut Job> {
+        let slot = self.slot(id)?;
+        self.slots.get_mut(slot)?.as_deref_mut()
+    }
+
+    fn contains_key(&self, id: &JobId) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Adds a job; its id must be above every id the table has seen.
+    fn insert(&mut self, id: JobId, job: Job) {
+        if self.slots.is_empty() {
+            self.base = id.0;
+        }
+        let idx = id.0.saturating_sub(self.base) as usize;
+        while self.slots.len() <= idx {
+            self.slots.push_back(None);
+        }
+        if self.slots[idx].replace(Box::new(job)).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, id: &JobId) -> Option<Job> {
+        let slot = self.slot(id)?;
+        let job = self.slots[slot].take()?;
+        self.len -= 1;
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        Some(*job)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Job> {
+        self.slots.iter().filter_map(|slot| slot.as_deref())
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::ops::Index<&JobId> for JobTable {
+    type Output = Job;
+
+    fn index(&self, id: &JobId) -> &Job {
+        self.get(id).expect("the job is in the table")
+    }
+}
+
 /// The daemon's state.
 pub struct Core {
     config: CoreConfig,
@@ -338,13 +418,19 @@ pub struct Core {
     limits: Vec<ClusterLimits>,
     ledger: Ledger,
     queues: Vec<Queue>,
-    jobs: BTreeMap<JobId, Job>,
-    users: HashMap<JobId, String>,
+    jobs: JobTable,
     by_client: HashMap<ClientToken, JobId>,
     waiting: VecDeque<Waiter>,
     finished: VecDeque<Finished>,
     /// Jobs whose processes may be running: phase Running or Stopping.
     live: BTreeSet<JobId>,
+    /// Graceful kills in progress, by the time they turn into SIGKILL.
+    kill_deadlines: BTreeSet<(Tick, JobId)>,
+    /// Jobs that ran during the current slice (gang rotation).
+    ran: BTreeSet<JobId>,
+    /// Launch data of unfinished jobs by content hash, so identical
+    /// submissions share one copy.
+    launches: HashMap<u64, Vec<Launch>>,
     next_job: u64,
     slice_anchor: Tick,
     next_slice: Tick,
@@ -374,12 +460,14 @@ impl Core {
             limits,
             ledger,
             queues: Queue::defaults(),
-            jobs: BTreeMap::new(),
-            users: HashMap::new(),
+            jobs: JobTable::default(),
             by_client: HashMap::new(),
             waiting: VecDeque::new(),
             finished: VecDeque::new(),
             live: BTreeSet::new(),
+            kill_deadlines: BTreeSet::new(),
+            ran: BTreeSet::new(),
+            launches: HashMap::new(),
             next_job: 1,
             slice_anchor: Tick::default(),
             switches: Switches::default(),
@@ -426,7 +514,7 @@ impl Core {
 
     /// The next time the core needs a `Tick`, if any.
     pub fn next_deadline(&self) -> Option<Tick> {
-        let kill = self.jobs.values().filter_map(|job| job.kill_deadline).min();
+        let kill = self.kill_deadlines.first().map(|(deadline, _)| *deadline);
         let slice = if self.jobs.is_empty() {
             None
         } else {
@@ -440,15 +528,34 @@ impl Core {
 
     /// Feeds one input; returns the actions to carry out, in order.
     pub fn handle(&mut self, input: Input, now: Tick) -> Vec<Action> {
+        self.handle_all([input], now)
+    }
+
+    /// Feeds inputs that arrived together (one event's worth: every child
+    /// reaped after one SIGCHLD, say), then decides once: a switch of many
+    /// jobs costs one scheduling decision, not one per confirmation.
+    pub fn handle_all(
+        &mut self,
+        inputs: impl IntoIterator<Item = Input>,
+        now: Tick,
+    ) -> Vec<Action> {
         let mut out = Vec::new();
+        for input in inputs {
+            self.apply(input, now, &mut out);
+        }
+        self.reschedule(now, &mut out);
+        out
+    }
+
+    fn apply(&mut self, input: Input, now: Tick, out: &mut Vec<Action>) {
         match input {
             Input::Submit {
                 client,
                 cred,
                 user,
                 request,
-            } => self.submit(client, cred, user, request, now, &mut out),
-            Input::ClientGone(client) => self.client_gone(client, now, &mut out),
+            } => self.submit(client, cred, user, request, now, out),
+            Input::ClientGone(client) => self.client_gone(client, now, out),
             Input::Hold(client) => {
                 if let Some(&job) = self.by_client.get(&client) {
                     if let Some(record) = self.jobs.get_mut(&job) {
@@ -473,13 +580,7 @@ impl Core {
             }
             Input::Interrupt(client) => {
                 if let Some(&job) = self.by_client.get(&client) {
-                    self.begin_kill(
-                        job,
-                        EndCause::Killed("interrupted".into()),
-                        true,
-                        now,
-                        &mut out,
-                    );
+                    self.begin_kill(job, EndCause::Killed("interrupted".into()), true, now, out);
                 } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
                     self.waiting.remove(idx);
                     out.push(Action::Notify {
@@ -504,7 +605,7 @@ impl Core {
                 stage,
                 rank,
                 status,
-            } => self.rank_exited(job, stage, rank, status, &mut out),
+            } => self.rank_exited(job, stage, rank, status, out),
             Input::SpawnFailed {
                 job,
                 message,
@@ -516,8 +617,8 @@ impl Core {
                     }
                 }
             }
-            Input::ProcessesGone(job) => self.processes_gone(job, now, &mut out),
-            Input::Usage { job, usage } => self.usage(job, usage, now, &mut out),
+            Input::ProcessesGone(job) => self.processes_gone(job, now, out),
+            Input::Usage { job, usage } => self.usage(job, usage, now, out),
             Input::FinalUsage {
                 job,
                 cpu,
@@ -538,13 +639,11 @@ impl Core {
                 switches.recent.push_back(latency);
                 switches.max = switches.max.max(latency);
             }
-            Input::Tick => self.tick(now, &mut out),
+            Input::Tick => self.tick(now, out),
             Input::Shutdown { now: kill } => {
-                self.shutdown(kill, now, &mut out);
+                self.shutdown(kill, now, out);
             }
         }
-        self.reschedule(now, &mut out);
-        out
     }
 
     /// Runs a console command for `cred`; returns the reply and the actions.
@@ -583,7 +682,7 @@ impl Core {
         &mut self,
         client: ClientToken,
         cred: Cred,
-        user: String,
+        user: Rc<str>,
         request: JobRequest,
         now: Tick,
         out: &mut Vec<Action>,
@@ -720,6 +819,7 @@ impl Core {
         let n_slots = placement.hosts.len();
         let job = Job {
             id,
+            user: waiter.user,
             owner: waiter.cred,
             client: Some(waiter.client),
             queue,
@@ -744,12 +844,15 @@ impl Core {
             running_since: None,
             run_time: Duration::ZERO,
             switches: 0,
-            ran_this_slice: false,
             usage: Usage::default(),
             peak_memory: vec![0; n_slots],
             peak_disk: 0,
             residency_base: Duration::ZERO,
-            request: waiter.request,
+            spec: JobSpec {
+                joiner: waiter.request.joiner,
+                procs: waiter.request.procs,
+                launch: self.intern_launch(&waiter.request),
+            },
         };
         let hosts = job
             .hosts
@@ -774,7 +877,6 @@ impl Core {
         }
         self.queues[queue as usize].push(id, false);
         self.by_client.insert(waiter.client, id);
-        self.users.insert(id, waiter.user);
         self.jobs.insert(id, job);
     }
 
@@ -806,6 +908,33 @@ impl Core {
                     });
                 }
                 Decision::Short(_) => break,
+            }
+        }
+    }
+
+    /// The packed launch data of a request, shared with any identical one.
+    fn intern_launch(&mut self, request: &JobRequest) -> Launch {
+        let launch = Launch::pack(&request.stages, &request.env, &request.cwd);
+        let bucket = self.launches.entry(launch_key(&launch)).or_default();
+        if let Some(existing) = bucket.iter().find(|known| **known == launch) {
+            return existing.clone();
+        }
+        bucket.push(launch.clone());
+        launch
+    }
+
+    /// Drops the interner's copy once no unfinished job holds it (finished
+    /// jobs keep theirs for listings). Held by the interner, the finishing
+    /// job and no one else: 2 holders.
+    fn forget_launch(&mut self, launch: &Launch) {
+        if launch.holders() > 2 {
+            return;
+        }
+        let key = launch_key(launch);
+        if let Some(bucket) = self.launches.get_mut(&key) {
+            bucket.retain(|known| !known.same(launch));
+            if bucket.is_empty() {
+                self.launches.remove(&key);
             }
         }
     }
@@ -853,8 +982,8 @@ impl Core {
         record.phase = Phase::Idle;
         record.ranks_left = 0;
         self.live.remove(&job);
-        let more_stages = record.request.joiner == Joiner::Sequence
-            && record.stage + 1 < record.request.stages.len();
+        let more_stages = record.spec.joiner == Joiner::Sequence
+            && record.stage + 1 < record.spec.launch.n_stages();
         if record.ending.is_none() && record.failure.is_none() && more_stages {
             record.stage += 1;
             return;
@@ -944,13 +1073,11 @@ impl Core {
 
     fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
         // Escalate graceful kills whose grace is over.
-        let overdue: Vec<JobId> = self
-            .jobs
-            .values()
-            .filter(|job| job.kill_deadline.is_some_and(|deadline| deadline <= now))
-            .map(|job| job.id)
-            .collect();
-        for job in overdue {
+        while let Some(&(deadline, job)) = self.kill_deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.kill_deadlines.pop_first();
             if let Some(record) = self.jobs.get_mut(&job) {
                 record.kill_deadline = None;
                 record.graceful_kill = false;
@@ -968,15 +1095,12 @@ impl Core {
         let slice = self.config.timeslice.as_micros().max(1) as u64;
         let elapsed = now.0.saturating_sub(self.slice_anchor.0);
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
-        let jobs = &self.jobs;
+        let ran = std::mem::take(&mut self.ran);
         for queue in &mut self.queues {
-            queue.rotate(|job| jobs.get(&job).is_some_and(|record| record.ran_this_slice));
+            queue.rotate(|job| ran.contains(&job));
         }
-        // The flags restart with the new slice; `reschedule`, which always
-        // follows, sets them again for every job that runs in it.
-        for record in self.jobs.values_mut() {
-            record.ran_this_slice = false;
-        }
+        // The set restarts with the new slice; `reschedule`, which always
+        // follows, fills it again with every job that runs in it.
         for &job in &self.live {
             out.push(Action::Sample(job));
         }
@@ -1002,7 +1126,9 @@ impl Core {
             // Already being killed; a harder kill may still escalate it.
             if !graceful && record.graceful_kill {
                 record.graceful_kill = false;
-                record.kill_deadline = None;
+                if let Some(deadline) = record.kill_deadline.take() {
+                    self.kill_deadlines.remove(&(deadline, job));
+                }
                 out.push(Action::Signal {
                     job,
                     signal: SIGKILL,
@@ -1019,6 +1145,7 @@ impl Core {
         if graceful {
             record.graceful_kill = true;
             record.kill_deadline = Some(now.after(grace));
+            self.kill_deadlines.insert((now.after(grace), job));
             out.push(Action::Signal {
                 job,
                 signal: SIGTERM,
@@ -1035,6 +1162,10 @@ impl Core {
         let Some(mut record) = self.jobs.remove(&job) else {
             return;
         };
+        if let Some(deadline) = record.kill_deadline.take() {
+            self.kill_deadlines.remove(&(deadline, job));
+        }
+        self.ran.remove(&job);
         if let Some(since) = record.running_since.take() {
             record.run_time += now.since(since);
         }
@@ -1118,15 +1249,15 @@ impl Core {
         if record.started {
             out.push(Action::Release(job));
         }
-        // Keep the record small: the environment is not needed any more.
-        record.request.env = Vec::new();
-        let user = self.users.remove(&job).unwrap_or_default();
+        let command = command_line(&record);
+        self.forget_launch(&record.spec.launch);
+        record.spec.launch = Launch::pack(&[], &[], std::ffi::OsStr::new(""));
         if self.finished.len() == HISTORY {
             self.finished.pop_front();
         }
         self.finished.push_back(Finished {
             job: record,
-            user,
+            command,
             state,
             ended_at: now,
             ending,
@@ -1207,14 +1338,15 @@ impl Core {
             // Jobs being killed take their hosts first: a graceful kill must
             // let the job run to handle SIGTERM, and a job whose processes
             // may still run must keep its hosts until they are gone.
-            let first = jobs
-                .values()
-                .filter(|job| {
-                    job.ending.is_some()
-                        && (job.graceful_kill
-                            || matches!(job.phase, Phase::Running | Phase::Stopping))
-                })
-                .map(|job| job.id);
+            let mut first: Vec<JobId> = self.kill_deadlines.iter().map(|(_, job)| *job).collect();
+            first.extend(
+                self.live
+                    .iter()
+                    .copied()
+                    .filter(|job| jobs[job].ending.is_some()),
+            );
+            first.sort_unstable();
+            first.dedup();
             sched::active_set(
                 queues,
                 self.topology.hosts.len(),
@@ -1266,6 +1398,7 @@ impl Core {
             }
         }
         let mut blocked = false;
+        let mut entering = Vec::new();
         for &job in &active {
             let record = &self.jobs[&job];
             if matches!(record.phase, Phase::Running | Phase::Stopping) {
@@ -1278,16 +1411,19 @@ impl Core {
             for host in &record.hosts {
                 busy[host.idx()] = true;
             }
-            self.enter(job, now, out);
+            entering.push(job);
         }
         self.active = active;
-        for job in &self.live {
-            let record = self.jobs.get_mut(job).expect("live jobs exist");
-            if record.phase == Phase::Running {
-                record.ran_this_slice = true;
-            }
+        // Continue the stopped jobs first, then close the switch (its
+        // latency runs from the first SIGSTOP to the last SIGCONT), and only
+        // then create the processes of jobs that run for the first time, so
+        // that fork and exec delay no waiting job.
+        let (to_continue, to_spawn): (Vec<JobId>, Vec<JobId>) = entering
+            .into_iter()
+            .partition(|job| self.jobs[job].phase == Phase::Stopped);
+        for job in to_continue {
+            self.enter(job, now, out);
         }
-
         if let Some(id) = self.switches.open {
             let stopping = self
                 .live
@@ -1296,6 +1432,14 @@ impl Core {
             if !stopping && !blocked {
                 self.switches.open = None;
                 out.push(Action::SwitchEnd(id));
+            }
+        }
+        for job in to_spawn {
+            self.enter(job, now, out);
+        }
+        for job in &self.live {
+            if self.jobs[job].phase == Phase::Running {
+                self.ran.insert(*job);
             }
         }
         if self.shutting_down && self.jobs.is_empty() {
@@ -1311,7 +1455,6 @@ impl Core {
         let phase = record.phase;
         record.phase = Phase::Running;
         record.running_since = Some(now);
-        record.ran_this_slice = true;
         self.live.insert(job);
         match phase {
             Phase::Stopped => out.push(Action::Continue(job)),
@@ -1880,7 +2023,7 @@ impl Core {
                 let job = &done.job;
                 table.push(vec![
                     Value::Uint(job.id.0),
-                    Value::text(&done.user),
+                    Value::text(&*done.job.user),
                     Value::Uint(u64::from(job.queue)),
                     Value::text(done.state.as_str()),
                     Value::Uint(u64::from(job.nprocs())),
@@ -1888,14 +2031,14 @@ impl Core {
                     Value::Duration(job.usage.cpu),
                     Value::Duration(done.ending.accounting.wall),
                     Value::Int(i64::from(done.ending.status)),
-                    Value::text(command_line(job)),
+                    Value::text(&done.command),
                 ]);
             }
         }
         for job in self.jobs.values() {
             table.push(vec![
                 Value::Uint(job.id.0),
-                Value::text(self.users.get(&job.id).cloned().unwrap_or_default()),
+                Value::text(&*job.user),
                 Value::Uint(u64::from(job.queue)),
                 Value::text(job.state().as_str()),
                 Value::Uint(u64::from(job.nprocs())),
@@ -1920,18 +2063,12 @@ impl Core {
     }
 
     fn job_record(&self, id: JobId, now: Tick) -> Reply {
-        let (job, user, state, ending, end_time) = match self.jobs.get(&id) {
-            Some(job) => (
-                job,
-                self.users.get(&id).cloned().unwrap_or_default(),
-                job.state(),
-                None,
-                now,
-            ),
+        let (job, command, state, ending, end_time) = match self.jobs.get(&id) {
+            Some(job) => (job, command_line(job), job.state(), None, now),
             None => match self.finished.iter().find(|done| done.job.id == id) {
                 Some(done) => (
                     &done.job,
-                    done.user.clone(),
+                    done.command.clone(),
                     done.state,
                     Some(&done.ending),
                     done.ended_at,
@@ -1945,7 +2082,7 @@ impl Core {
         let host_names = self.host_names(job);
         let mut fields = vec![
             ("id".to_string(), Value::Uint(id.0)),
-            ("user".into(), Value::text(user)),
+            ("user".into(), Value::text(&*job.user)),
             ("uid".into(), Value::Uint(u64::from(job.owner.uid))),
             ("state".into(), Value::text(state.as_str())),
             ("queue".into(), Value::Uint(u64::from(job.queue))),
@@ -1967,7 +2104,7 @@ impl Core {
                 Value::List(host_names.iter().map(Value::text).collect()),
             ),
             ("procs".into(), Value::Uint(u64::from(job.nprocs()))),
-            ("command".into(), Value::text(command_line(job))),
+            ("command".into(), Value::text(command)),
             (
                 "held".into(),
                 Value::text(match (job.operator_hold, job.owner_hold) {
@@ -2093,14 +2230,22 @@ fn describe_exit(failure: Option<ExitStatus>) -> String {
     }
 }
 
+fn launch_key(launch: &Launch) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    launch.hash(&mut hasher);
+    hasher.finish()
+}
+
 fn command_line(job: &Job) -> String {
-    let sep = match job.request.joiner {
+    let sep = match job.spec.joiner {
         Joiner::Sequence => " :: ",
         Joiner::Pipe => " == ",
     };
     let text = job
-        .request
-        .stages
+        .spec
+        .launch
+        .stages()
         .iter()
         .map(|argv| {
             argv.iter()
@@ -2122,9 +2267,9 @@ fn command_line(job: &Job) -> String {
 
 /// The processes to create for the job's current stage (or all stages of a pipe).
 fn launch_plan(job: &Job) -> LaunchPlan {
-    let stages: Vec<usize> = match job.request.joiner {
+    let stages: Vec<usize> = match job.spec.joiner {
         Joiner::Sequence => vec![job.stage],
-        Joiner::Pipe => (0..job.request.stages.len()).collect(),
+        Joiner::Pipe => (0..job.spec.launch.n_stages()).collect(),
     };
     let mut procs = Vec::new();
     for &stage in &stages {
@@ -2147,15 +2292,15 @@ fn launch_plan(job: &Job) -> LaunchPlan {
         user: job.owner.clone(),
         argv: stages
             .iter()
-            .map(|&stage| job.request.stages[stage].clone())
+            .map(|&stage| job.spec.launch.stage(stage))
             .collect(),
         first_stage: stages[0],
-        pipe: job.request.joiner == Joiner::Pipe,
+        pipe: job.spec.joiner == Joiner::Pipe,
         nprocs: job.nprocs(),
         procs,
         hosts: job.hosts.clone(),
-        env: job.request.env.clone(),
-        cwd: job.request.cwd.clone(),
+        env: job.spec.launch.env(),
+        cwd: job.spec.launch.cwd(),
     }
 }
 

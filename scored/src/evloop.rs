@@ -15,6 +15,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSliceMut, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
 use mio::net::{UnixListener, UnixStream};
@@ -35,8 +36,12 @@ const LISTENER: Token = Token(0);
 const SIGNALS: Token = Token(1);
 const FIRST_CLIENT: usize = 2;
 
-/// Connections served at once; one more is told so and closed.
-pub const MAX_CONNECTIONS: usize = 1024;
+/// The most connections served at once, whatever the descriptor limit;
+/// one more is told so and closed.
+pub const MAX_CONNECTIONS: usize = 65_536;
+/// Descriptors kept free for the daemon itself (listener, signalfd, pipes,
+/// /proc reads, spawning).
+const RESERVED_FDS: u64 = 256;
 /// Replies queued for a client that does not read; beyond this it is dropped.
 const MAX_OUTPUT: usize = 2 * proto::MAX_REPLY;
 /// Descriptors a client may have sent and not yet used.
@@ -64,6 +69,58 @@ pub struct LoopConfig {
     pub single_user: bool,
     /// The daemon's uid: a non-root daemon runs only its own user's jobs.
     pub daemon_uid: u32,
+    /// Connections served at once (see [`connection_limit`]).
+    pub max_connections: usize,
+}
+
+/// The descriptor limits the daemon found and what it raised them to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdLimits {
+    /// Soft and hard RLIMIT_NOFILE at start, which jobs get back before exec.
+    pub original: (u64, u64),
+    /// The soft limit the daemon now runs with.
+    pub current: u64,
+}
+
+/// Raises the daemon's descriptor limit: every admitted job holds its
+/// client's socket and three descriptors. Root raises the hard limit too
+/// (up to `fs.nr_open`, at most 2^20); others go up to their hard limit.
+pub fn raise_fd_limit() -> FdLimits {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return FdLimits {
+            original: (1024, 1024),
+            current: 1024,
+        };
+    };
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(hard)
+        .min(1 << 20);
+    let wanted = hard.max(ceiling);
+    let current = if setrlimit(Resource::RLIMIT_NOFILE, wanted, wanted).is_ok() {
+        wanted
+    } else if setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        soft
+    };
+    FdLimits {
+        original: (soft, hard),
+        current,
+    }
+}
+
+/// How many connections fit in `fd_limit` descriptors, capped at
+/// [`MAX_CONNECTIONS`]. A connection needs its socket; the three descriptors
+/// of a job are shared among jobs that pass the same open files (see
+/// `FdPool`), and when the table does fill up, a submission is refused
+/// with a clear message instead.
+pub fn connection_limit(fd_limit: u64) -> usize {
+    fd_limit
+        .saturating_sub(RESERVED_FDS)
+        .clamp(16, MAX_CONNECTIONS as u64) as usize
 }
 
 /// Names from the system's user and group databases.
@@ -99,7 +156,7 @@ pub fn user_name(uid: u32) -> String {
 struct Connection {
     stream: UnixStream,
     cred: Cred,
-    user: String,
+    user: Rc<str>,
     input: Vec<u8>,
     output: VecDeque<u8>,
     fds: Vec<OwnedFd>,
@@ -119,7 +176,10 @@ pub struct Daemon<A: Actuator> {
     poll: Poll,
     listener: UnixListener,
     signals: SignalFd,
-    connections: HashMap<Token, Connection>,
+    /// Boxed: an idle connection then costs the map a pointer.
+    connections: HashMap<Token, Box<Connection>>,
+    /// User names by uid, looked up once.
+    user_names: HashMap<u32, Rc<str>>,
     next_token: usize,
     start: Instant,
     switch_starts: HashMap<u64, Instant>,
@@ -127,6 +187,11 @@ pub struct Daemon<A: Actuator> {
     terminations: u32,
     served_a_job: bool,
     idle_since: Instant,
+    fd_pool: FdPool,
+    /// Connections that may have output to send or are closing.
+    dirty: Vec<Token>,
+    /// A descriptor given up when the table is full, to refuse a client politely.
+    spare_fd: Option<std::fs::File>,
 }
 
 /// Blocks the signals the loop reads through its signalfd. Must run before
@@ -174,12 +239,16 @@ impl<A: Actuator> Daemon<A> {
             listener,
             signals,
             connections: HashMap::new(),
+            user_names: HashMap::new(),
             next_token: FIRST_CLIENT,
             start: Instant::now(),
             switch_starts: HashMap::new(),
             exiting: false,
             terminations: 0,
             served_a_job: false,
+            fd_pool: FdPool::default(),
+            dirty: Vec::new(),
+            spare_fd: std::fs::File::open("/dev/null").ok(),
             idle_since: Instant::now(),
         })
     }
@@ -254,12 +323,14 @@ impl<A: Actuator> Daemon<A> {
 
     /// Feeds inputs to the core and carries out its actions, until quiet.
     fn feed(&mut self, inputs: Vec<Input>) {
-        let mut queue: VecDeque<Input> = inputs.into();
-        while let Some(input) = queue.pop_front() {
-            let actions = self.core.handle(input, self.tick());
-            let mut more = Vec::new();
-            self.carry_out(actions, &mut more);
-            queue.extend(more);
+        let mut batch = inputs;
+        // Inputs that arrived together go to the core together; what its
+        // actions report back forms the next batch.
+        while !batch.is_empty() {
+            let actions = self
+                .core
+                .handle_all(std::mem::take(&mut batch), self.tick());
+            self.carry_out(actions, &mut batch);
         }
         self.flush_all();
     }
@@ -302,6 +373,7 @@ impl<A: Actuator> Daemon<A> {
 
     fn notify(&mut self, client: ClientToken, event: ClientEvent) {
         let token = Token(client.0 as usize);
+        self.dirty.push(token);
         let Some(conn) = self.connections.get_mut(&token) else {
             return;
         };
@@ -375,18 +447,35 @@ impl<A: Actuator> Daemon<A> {
                 Ok(pair) => pair,
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    // Out of descriptors: use the spare one to accept the
+                    // client and tell it, rather than leave it hanging.
+                    self.spare_fd = None;
+                    if let Ok((mut stream, _)) = self.listener.accept() {
+                        let frame = proto::encode(&Reply::Error {
+                            message: "scored is out of file descriptors; try again later".into(),
+                        });
+                        let _ = stream.write(&frame);
+                    }
+                    self.spare_fd = std::fs::File::open("/dev/null").ok();
+                    tracing::warn!("connection refused: out of file descriptors");
+                    continue;
+                }
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");
                     return;
                 }
             };
-            if self.connections.len() >= MAX_CONNECTIONS {
+            if self.connections.len() >= self.config.max_connections {
                 let frame = proto::encode(&Reply::Error {
-                    message: format!("scored serves at most {MAX_CONNECTIONS} connections at once; try again later"),
+                    message: format!(
+                        "scored serves at most {} connections at once; try again later",
+                        self.config.max_connections
+                    ),
                 });
                 let _ = stream.write(&frame);
                 tracing::warn!(
-                    limit = MAX_CONNECTIONS,
+                    limit = self.config.max_connections,
                     "connection refused: too many connections"
                 );
                 continue;
@@ -408,7 +497,7 @@ impl<A: Actuator> Daemon<A> {
                 tracing::warn!(%error, "cannot watch a client");
                 continue;
             }
-            let user = user_name(cred.uid);
+            let user = self.user_name(cred.uid);
             tracing::debug!(
                 client = token.0,
                 uid = cred.uid,
@@ -417,7 +506,7 @@ impl<A: Actuator> Daemon<A> {
             );
             self.connections.insert(
                 token,
-                Connection {
+                Box::new(Connection {
                     stream,
                     cred,
                     user,
@@ -428,12 +517,13 @@ impl<A: Actuator> Daemon<A> {
                     submitted: false,
                     closing: false,
                     writing: false,
-                },
+                }),
             );
         }
     }
 
     fn client_ready(&mut self, token: Token, inputs: &mut Vec<Input>) {
+        self.dirty.push(token);
         let Some(conn) = self.connections.get_mut(&token) else {
             return;
         };
@@ -474,7 +564,12 @@ impl<A: Actuator> Daemon<A> {
             }
             let request: Request = match proto::decode(&mut conn.input, proto::MAX_REQUEST) {
                 Ok(Some(request)) => request,
-                Ok(None) => return,
+                Ok(None) => {
+                    if conn.input.is_empty() {
+                        conn.input = Vec::new();
+                    }
+                    return;
+                }
                 Err(error) => {
                     tracing::info!(client = token.0, %error, "malformed request; closing the connection");
                     queue_reply(
@@ -551,9 +646,9 @@ impl<A: Actuator> Daemon<A> {
                     return refuse(conn, "descriptors went missing".into());
                 };
                 conn.stdio = Some(JobStdio {
-                    stdin,
-                    stdout,
-                    stderr,
+                    stdin: self.fd_pool.intern(stdin),
+                    stdout: self.fd_pool.intern(stdout),
+                    stderr: self.fd_pool.intern(stderr),
                 });
                 conn.submitted = true;
                 self.served_a_job = true;
@@ -613,8 +708,12 @@ impl<A: Actuator> Daemon<A> {
         }
     }
 
+    /// Writes to the clients that have something to send (and only them:
+    /// ten thousand idle clients cost nothing here).
     fn flush_all(&mut self) {
-        let tokens: Vec<Token> = self.connections.keys().copied().collect();
+        let mut tokens = std::mem::take(&mut self.dirty);
+        tokens.sort_unstable();
+        tokens.dedup();
         let mut inputs = Vec::new();
         for token in tokens {
             let Some(conn) = self.connections.get_mut(&token) else {
@@ -627,6 +726,11 @@ impl<A: Actuator> Daemon<A> {
                 continue;
             }
             let want_write = !conn.output.is_empty();
+            if !want_write {
+                // Give the memory of a drained buffer back: a queued job's
+                // connection then costs only its bookkeeping.
+                conn.output = VecDeque::new();
+            }
             if want_write != conn.writing {
                 let interest = if want_write {
                     Interest::READABLE | Interest::WRITABLE
@@ -725,9 +829,86 @@ impl<A: Actuator> Daemon<A> {
         tracing::info!("scored exits");
     }
 
+    /// The name of a user, looked up once per uid.
+    fn user_name(&mut self, uid: u32) -> Rc<str> {
+        self.user_names
+            .entry(uid)
+            .or_insert_with(|| user_name(uid).into())
+            .clone()
+    }
+
     /// The core, for tests.
     pub fn core(&self) -> &Core {
         &self.core
+    }
+}
+
+/// Keeps one descriptor per open file description among the stdio that
+/// clients pass: jobs launched from one terminal share its description, so
+/// ten thousand queued jobs need ten thousand sockets, not forty thousand
+/// descriptors. Two descriptors are the same description when
+/// `kcmp(KCMP_FILE)` says so, which is exact; without kcmp nothing is shared.
+#[derive(Default)]
+struct FdPool {
+    by_inode: HashMap<(u64, u64), Vec<Weak<OwnedFd>>>,
+    kcmp_missing: bool,
+}
+
+impl FdPool {
+    fn intern(&mut self, fd: OwnedFd) -> Rc<OwnedFd> {
+        if self.kcmp_missing {
+            return Rc::new(fd);
+        }
+        let Ok(stat) = nix::sys::stat::fstat(&fd) else {
+            return Rc::new(fd);
+        };
+        let key = (stat.st_dev, stat.st_ino);
+        let bucket = self.by_inode.entry(key).or_default();
+        bucket.retain(|weak| weak.strong_count() > 0);
+        for weak in bucket.iter() {
+            let Some(existing) = weak.upgrade() else {
+                continue;
+            };
+            match same_description(existing.as_raw_fd(), fd.as_raw_fd()) {
+                Ok(true) => return existing,
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::debug!(%error, "kcmp unavailable; passed descriptors are not shared");
+                    self.kcmp_missing = true;
+                    break;
+                }
+            }
+        }
+        let shared = Rc::new(fd);
+        bucket.push(Rc::downgrade(&shared));
+        if bucket.len() == 1 && self.by_inode.len() > 4096 {
+            self.by_inode
+                .retain(|_, bucket| bucket.iter().any(|weak| weak.strong_count() > 0));
+        }
+        shared
+    }
+}
+
+/// Whether two of our descriptors refer to the same open file description.
+fn same_description(first: RawFd, second: RawFd) -> io::Result<bool> {
+    const KCMP_FILE: libc::c_long = 0;
+    let pid = std::process::id() as libc::c_long;
+    // SAFETY: kcmp takes integers only: our own pid twice, the comparison
+    // kind and two descriptor numbers; it reads no memory of ours.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            pid,
+            pid,
+            KCMP_FILE,
+            first as libc::c_long,
+            second as libc::c_long,
+        )
+    };
+    match ret {
+        0 => Ok(true),
+        1..=3 => Ok(false),
+        _ => Err(io::Error::last_os_error()),
     }
 }
 
@@ -798,9 +979,11 @@ fn read_available(conn: &mut Connection) -> io::Result<bool> {
             )
         };
         if truncated {
+            // The kernel could not hand over every descriptor: more than a
+            // submission carries, or no room left in our table.
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                "too many descriptors in one message",
+                "descriptors could not be received: too many in one message, or scored is out of file descriptors",
             ));
         }
         conn.fds.extend(fds);
@@ -862,6 +1045,8 @@ fn peer_groups(fd: RawFd) -> Vec<u32> {
         let count = len as usize / std::mem::size_of::<libc::gid_t>();
         if ret == 0 {
             groups.truncate(count);
+            // Kept for the connection's life: hold only what was returned.
+            groups.shrink_to_fit();
             return groups;
         }
         let error = io::Error::last_os_error();

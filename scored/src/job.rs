@@ -5,7 +5,9 @@
 //! processes; the core only knows ranks, hosts and states.
 #![forbid(unsafe_code)]
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::rc::Rc;
 use std::time::Duration;
 
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
@@ -89,6 +91,157 @@ pub struct JobRequest {
     pub env: Vec<(OsString, OsString)>,
     /// The caller's working directory.
     pub cwd: OsString,
+}
+
+/// A job's programs, environment and working directory, packed in one
+/// allocation and shared: identical submissions (a user's many jobs of one
+/// script, from one shell) hold a single copy. The core interns them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Launch(Rc<[u8]>);
+
+impl Launch {
+    /// Packs the parts: counts and lengths as little-endian `u32`, then bytes.
+    pub fn pack(stages: &[Vec<OsString>], env: &[(OsString, OsString)], cwd: &OsStr) -> Launch {
+        fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+        let mut out = Vec::new();
+        out.extend_from_slice(&(stages.len() as u32).to_le_bytes());
+        for argv in stages {
+            out.extend_from_slice(&(argv.len() as u32).to_le_bytes());
+            for arg in argv {
+                put(&mut out, arg.as_bytes());
+            }
+        }
+        out.extend_from_slice(&(env.len() as u32).to_le_bytes());
+        for (key, value) in env {
+            put(&mut out, key.as_bytes());
+            put(&mut out, value.as_bytes());
+        }
+        put(&mut out, cwd.as_bytes());
+        Launch(out.into())
+    }
+
+    fn reader(&self) -> Reader<'_> {
+        Reader {
+            bytes: &self.0,
+            at: 0,
+        }
+    }
+
+    /// The argument vectors of all stages.
+    pub fn stages(&self) -> Vec<Vec<OsString>> {
+        let mut reader = self.reader();
+        let n_stages = reader.count();
+        (0..n_stages).map(|_| reader.argv()).collect()
+    }
+
+    /// The argument vector of one stage.
+    pub fn stage(&self, idx: usize) -> Vec<OsString> {
+        let mut reader = self.reader();
+        let n_stages = reader.count();
+        let mut argv = Vec::new();
+        for stage in 0..n_stages.min(idx + 1) {
+            argv = reader.argv();
+            if stage == idx {
+                break;
+            }
+        }
+        argv
+    }
+
+    /// How many stages there are.
+    pub fn n_stages(&self) -> usize {
+        self.reader().count()
+    }
+
+    /// The environment, in order.
+    pub fn env(&self) -> Vec<(OsString, OsString)> {
+        let mut reader = self.reader();
+        reader.skip_stages();
+        let n_vars = reader.count();
+        (0..n_vars).map(|_| (reader.os(), reader.os())).collect()
+    }
+
+    /// The working directory.
+    pub fn cwd(&self) -> OsString {
+        let mut reader = self.reader();
+        reader.skip_stages();
+        let n_vars = reader.count();
+        for _ in 0..n_vars * 2 {
+            reader.os();
+        }
+        reader.os()
+    }
+
+    /// Bytes held (shared among identical launches).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the packing is empty (never: it always holds its counts).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `other` is the very same allocation.
+    pub fn same(&self, other: &Launch) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// How many holders share this allocation.
+    pub fn holders(&self) -> usize {
+        Rc::strong_count(&self.0)
+    }
+}
+
+/// Reads a packed [`Launch`]; the packing is ours, so reads past the end
+/// only happen on a bug and yield empty values rather than a panic.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn count(&mut self) -> usize {
+        let Some(raw) = self.bytes.get(self.at..self.at + 4) else {
+            return 0;
+        };
+        self.at += 4;
+        u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize
+    }
+
+    fn os(&mut self) -> OsString {
+        let len = self.count();
+        let end = (self.at + len).min(self.bytes.len());
+        let value = OsString::from_vec(self.bytes[self.at.min(end)..end].to_vec());
+        self.at = end;
+        value
+    }
+
+    fn argv(&mut self) -> Vec<OsString> {
+        let n_args = self.count();
+        (0..n_args).map(|_| self.os()).collect()
+    }
+
+    fn skip_stages(&mut self) {
+        let n_stages = self.count();
+        for _ in 0..n_stages {
+            self.argv();
+        }
+    }
+}
+
+/// What an admitted job keeps of its request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    /// How stages follow each other.
+    pub joiner: Joiner,
+    /// Processes and placement, as asked.
+    pub procs: ProcRequest,
+    /// Programs, environment and working directory.
+    pub launch: Launch,
 }
 
 /// How a process ended.
@@ -251,12 +404,14 @@ pub struct JobLimits {
 pub struct Job {
     /// Its id.
     pub id: JobId,
+    /// Its owner's name (shared among the owner's jobs).
+    pub user: Rc<str>,
     /// Its owner, from the submitting connection's credentials.
     pub owner: Cred,
     /// The scrun connection that submitted it.
     pub client: Option<ClientToken>,
-    /// What was asked.
-    pub request: JobRequest,
+    /// What it runs.
+    pub spec: JobSpec,
     /// Its current queue.
     pub queue: u32,
     /// Queues it has been in, in order.
@@ -301,8 +456,6 @@ pub struct Job {
     pub run_time: Duration,
     /// Times switched out.
     pub switches: u64,
-    /// Whether it ran during the current slice (gang rotation).
-    pub ran_this_slice: bool,
     /// Last measured usage.
     pub usage: Usage,
     /// Peak memory per host slot.
@@ -360,6 +513,21 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn launch_packing_round_trips() {
+        let stages = vec![
+            vec!["sh".into(), "-c".into(), "".into()],
+            vec![OsString::from_vec(vec![0xff, 0])],
+        ];
+        let env = vec![("A".into(), "1".into()), ("EMPTY".into(), "".into())];
+        let launch = Launch::pack(&stages, &env, OsStr::new("/tmp"));
+        assert_eq!(launch.stages(), stages);
+        assert_eq!(launch.stage(1), stages[1]);
+        assert_eq!(launch.n_stages(), 2);
+        assert_eq!(launch.env(), env);
+        assert_eq!(launch.cwd(), "/tmp");
+    }
 
     #[test]
     fn layouts_pack_cores_per_host() {

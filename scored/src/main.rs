@@ -99,11 +99,13 @@ fn run() -> Result<(), String> {
     let mut core = Core::new(core_config, topology.clone(), memory_limits);
     run_rc(&mut core, &settings, uid)?;
 
+    let fd_limits = evloop::raise_fd_limit();
     let listener = evloop::bind(&socket, uid)?;
     let actuator = OsActuator::new(
         ActuatorConfig {
             state_dir: state_dir.clone(),
             use_cgroups: settings.cgroups,
+            job_nofile: (fd_limits.current != fd_limits.original.0).then_some(fd_limits.original),
         },
         &topology,
     )
@@ -119,6 +121,7 @@ fn run() -> Result<(), String> {
         clusters = topology.clusters.len(),
         timeslice = %scored::units::format_duration(settings.timeslice),
         %priority,
+        max_connections = loop_config_max(&settings, fd_limits.current),
         single_user = settings.single_user,
         "scored is listening"
     );
@@ -126,12 +129,19 @@ fn run() -> Result<(), String> {
         socket: socket.clone(),
         single_user: settings.single_user,
         daemon_uid: uid,
+        max_connections: loop_config_max(&settings, fd_limits.current),
     };
     let daemon = Daemon::new(core, actuator, listener, loop_config, signals)
         .map_err(|error| format!("cannot start the event loop: {error}"))?;
     daemon
         .run()
         .map_err(|error| format!("event loop failed: {error}"))
+}
+
+fn loop_config_max(settings: &Settings, fd_limit: u64) -> usize {
+    settings
+        .max_connections
+        .unwrap_or_else(|| evloop::connection_limit(fd_limit))
 }
 
 fn init_logging(verbose: u8) {

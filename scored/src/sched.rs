@@ -39,31 +39,36 @@ pub fn active_set<'a>(
     scratch.taken.clear();
     scratch.taken.resize(n_hosts, false);
     let mut free_hosts = n_hosts;
-    let mut try_take = |job: JobId, taken: &mut Vec<bool>, out: &mut Vec<JobId>| -> bool {
+    // Takes the job's hosts if all are free; returns how many it took.
+    let try_take = |job: JobId, taken: &mut Vec<bool>, out: &mut Vec<JobId>| -> usize {
         let hosts = hosts_of(job);
         if hosts
             .iter()
             .any(|host| taken.get(host.idx()).copied().unwrap_or(true))
         {
-            return false;
+            return 0;
         }
         for host in hosts {
             taken[host.idx()] = true;
         }
-        free_hosts = free_hosts.saturating_sub(hosts.len());
         out.push(job);
-        true
+        hosts.len()
     };
     for job in first {
-        try_take(job, &mut scratch.taken, out);
+        free_hosts = free_hosts.saturating_sub(try_take(job, &mut scratch.taken, out));
     }
     for queue in queues {
         if !queue.activated {
             continue;
         }
         for job in queue.order() {
+            // Once every host is taken nothing more can join: tens of
+            // thousands of queued jobs cost nothing then.
+            if free_hosts == 0 {
+                return;
+            }
             if runnable(job) {
-                try_take(job, &mut scratch.taken, out);
+                free_hosts = free_hosts.saturating_sub(try_take(job, &mut scratch.taken, out));
             }
         }
     }

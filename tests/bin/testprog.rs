@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! scored-testprog spin SECS            burn CPU for SECS seconds of CPU time (0: forever)
+//! scored-testprog work MILLIONS        do a fixed amount of work (MILLIONS million iterations), then exit
 //! scored-testprog alloc SIZE SECS      touch SIZE bytes of memory, then sleep SECS
 //! scored-testprog write PATH SIZE SECS write SIZE bytes to PATH in 1M steps, then sleep SECS
 //! scored-testprog ignore-term SECS     ignore SIGTERM and sleep SECS
@@ -26,6 +27,16 @@ fn main() {
     }
     match mode.as_str() {
         "spin" => spin_cpu(secs(1)),
+        "work" => {
+            let millions = arg(1).parse::<u64>().unwrap_or(0);
+            let mut x = 0u64;
+            for _ in 0..millions {
+                for _ in 0..1_000_000 {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            }
+            println!("done {x}");
+        }
         "alloc" => {
             let size = scored::units::parse_size(&arg(1)).expect("size");
             let mut memory = vec![0u8; size as usize];

@@ -50,10 +50,10 @@ fn same_facts(daemon: &Daemon, line: &str) {
                 serde_json::Value::String(text) => {
                     assert_eq!(text, cell, "'{line}' column {column}")
                 }
-                serde_json::Value::Number(number) if number.is_u64() => {
-                    if cell.chars().all(|c| c.is_ascii_digit()) {
-                        assert_eq!(number.to_string(), *cell, "'{line}' column {column}");
-                    }
+                serde_json::Value::Number(number)
+                    if number.is_u64() && cell.chars().all(|c| c.is_ascii_digit()) =>
+                {
+                    assert_eq!(number.to_string(), *cell, "'{line}' column {column}");
                 }
                 serde_json::Value::Null => assert_eq!(cell, "-", "'{line}' column {column}"),
                 serde_json::Value::Bool(flag) => assert_eq!(cell, if *flag { "yes" } else { "no" }),

@@ -33,6 +33,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
@@ -54,14 +55,16 @@ const POLL_INTERVAL: Duration = Duration::from_millis(1);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The three descriptors of a job's client: its stdin, stdout and stderr.
+/// They are shared (`Rc`) because jobs launched from one terminal pass the
+/// same open files, which the event loop keeps only once.
 #[derive(Debug)]
 pub struct JobStdio {
     /// The client's standard input (rank 0 reads it).
-    pub stdin: OwnedFd,
+    pub stdin: Rc<OwnedFd>,
     /// The client's standard output.
-    pub stdout: OwnedFd,
+    pub stdout: Rc<OwnedFd>,
     /// The client's standard error.
-    pub stderr: OwnedFd,
+    pub stderr: Rc<OwnedFd>,
 }
 
 /// What the actuator needs to know at start-up.
@@ -71,6 +74,8 @@ pub struct ActuatorConfig {
     pub state_dir: PathBuf,
     /// Use a cgroup per job when the machine offers a writable hierarchy.
     pub use_cgroups: bool,
+    /// The descriptor limits (soft, hard) jobs get, when the daemon raised its own.
+    pub job_nofile: Option<(u64, u64)>,
 }
 
 /// The seam between the event loop and the operating system, so that the
@@ -366,9 +371,10 @@ impl OsActuator {
             let groups = groups.clone();
             let (uid, gid) = (plan.user.uid, plan.user.gid);
             let daemon_pid = self.daemon_pid;
+            let job_nofile = self.config.job_nofile;
             // SAFETY: the closure runs in the child between fork and exec. It
             // only makes system calls (sched_setscheduler, setpriority,
-            // sched_setaffinity, open/write/close, setgroups/setgid/setuid,
+            // setrlimit, sched_setaffinity, open/write/close, setgroups/setgid/setuid,
             // chdir, prctl, getppid) on data prepared before the fork; it
             // allocates nothing, takes no lock and does not log. The daemon
             // is single-threaded, so no other thread's lock can be held.
@@ -377,6 +383,13 @@ impl OsActuator {
                     // Never let the daemon's real-time priority leak into a job.
                     sys::set_scheduler(None, false)?;
                     sys::set_nice(0)?;
+                    if let Some((soft, hard)) = job_nofile {
+                        nix::sys::resource::setrlimit(
+                            nix::sys::resource::Resource::RLIMIT_NOFILE,
+                            soft,
+                            hard,
+                        )?;
+                    }
                     nix::sched::sched_setaffinity(Pid::from_raw(0), &mask)?;
                     if let Some(path) = &cgroup_path {
                         sys::write_file(path, b"0")?;

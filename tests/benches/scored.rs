@@ -1,0 +1,744 @@
+//! The benchmark: `cargo bench -p scored-tests` starts real daemons and
+//! prints one Markdown table, each figure a median over repeated runs next
+//! to a baseline measured in the same run and the ratio between them.
+//!
+//! 1. Gang switch latency (first SIGSTOP to last SIGCONT, as scored measures
+//!    it) for jobs of 1, 16 and 64 processes, against a program that stops,
+//!    confirms and continues the same process groups itself at the same
+//!    priority.
+//! 2. Launch latency of `scrun true` (1 and 16 processes) against
+//!    fork+exec+wait.
+//! 3. Fairness: k = 2, 4 CPU-bound gang jobs on the same hosts for 10 s.
+//! 4. Slice overhead: the same work by two gang jobs at 10, 50, 100 and
+//!    500 ms slices, against running it back to back without scored.
+//! 5. Scale: admission throughput into a deactivated queue, daemon memory
+//!    per admitted job at 1,000 and 10,000 jobs, and the time of one
+//!    scheduling decision at 10,000 jobs on 256 hosts (pure core).
+//!
+//! `BENCH_QUICK=1` shortens every run (for a smoke test of the benchmark);
+//! `BENCH_ONLY=switch,launch,fairness,slices,scale` runs only those sections.
+
+use std::ffi::OsString;
+use std::io::{IoSlice, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
+use scored_tests::*;
+
+/// Counts the bytes the benchmark process holds, to tell how much of the
+/// daemon's memory per job is the scheduling core's.
+struct Counting;
+
+static HELD: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged and only
+// keeps a count of the bytes it holds.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        HELD.fetch_add(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        HELD.fetch_sub(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn held() -> isize {
+    HELD.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn wanted(section: &str) -> bool {
+    match std::env::var("BENCH_ONLY") {
+        Ok(list) => list.split(',').any(|item| item.trim() == section),
+        Err(_) => true,
+    }
+}
+
+fn quick() -> bool {
+    std::env::var_os("BENCH_QUICK").is_some()
+}
+
+fn scaled(full: u64, quick_value: u64) -> u64 {
+    if quick() {
+        quick_value
+    } else {
+        full
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    values[values.len() / 2]
+}
+
+struct Row {
+    what: String,
+    value: String,
+    baseline: String,
+    ratio: String,
+    target: String,
+}
+
+fn row(what: &str, value: String, baseline: String, ratio: String, target: &str) -> Row {
+    eprintln!("  {what}: {value} (baseline {baseline}, {ratio})");
+    Row {
+        what: what.into(),
+        value,
+        baseline,
+        ratio,
+        target: target.into(),
+    }
+}
+
+fn ms(seconds: f64) -> String {
+    format!("{:.3} ms", seconds * 1e3)
+}
+
+fn online_cpus() -> Vec<u32> {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    scored::units::CpuSet::parse(online.trim())
+        .map(|set| set.cpus().to_vec())
+        .unwrap_or_else(|_| vec![0])
+}
+
+fn all_cpus() -> String {
+    scored::units::CpuSet::from_cpus(online_cpus()).to_string()
+}
+
+/// `n_hosts` hosts on all CPUs, `cores` processes each.
+fn hosts_file(n_hosts: u32, cores: u32) -> String {
+    (0..n_hosts)
+        .map(|idx| format!("h{idx} cpus={} cores={cores}\n", all_cpus()))
+        .collect()
+}
+
+/// Two hosts, one per CPU where the machine has two.
+fn pinned_hosts() -> String {
+    let cpus = online_cpus();
+    let second = cpus.get(1).copied().unwrap_or(cpus[0]);
+    format!("h0 cpus={}\nh1 cpus={second}\n", cpus[0])
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn job_cpu_ticks(daemon: &Daemon, job: u64) -> u64 {
+    daemon
+        .job_pids(job)
+        .iter()
+        .filter_map(|pid| proc_stat(*pid))
+        .map(|stat| stat.cpu_ticks)
+        .sum()
+}
+
+// ----- 1. switch latency -----
+
+fn layout(n: u32) -> (u32, u32) {
+    match n {
+        1 => (1, 1),
+        n if n <= 16 => (n.div_ceil(4), 4),
+        n => (n / 4, 4),
+    }
+}
+
+fn switch_scored(n: u32) -> (f64, f64, u64) {
+    let (n_hosts, cores) = layout(n);
+    let daemon = Daemon::builder()
+        .hosts(&hosts_file(n_hosts, cores))
+        .timeslice("50ms")
+        .start();
+    let nodes = format!("-nodes={n},priority=1");
+    let mut jobs: Vec<Job> = (0..2)
+        .map(|_| daemon.spawn(&[&nodes, &testprog(), "spin", "0"]))
+        .collect();
+    for job in &mut jobs {
+        job.wait_pids(n as usize);
+    }
+    std::thread::sleep(Duration::from_secs(scaled(6, 2)));
+    let status = daemon.json("status");
+    let latency = &status["switch latency"];
+    let result = (
+        latency["median"].as_f64().unwrap_or(f64::NAN),
+        latency["max"].as_f64().unwrap_or(f64::NAN),
+        status["switches"].as_u64().unwrap_or(0),
+    );
+    for job in &jobs {
+        job.signal(Signal::SIGINT);
+    }
+    for job in &mut jobs {
+        job.wait(Duration::from_secs(30));
+    }
+    result
+}
+
+/// The same switch done by hand: `n` spinners in groups of `cores`, two
+/// sets; stop one set (killpg), confirm with waitpid(WUNTRACED), continue
+/// the other (killpg), at SCHED_FIFO priority 10 like scored.
+fn switch_baseline(n: u32) -> f64 {
+    let (n_hosts, cores) = layout(n);
+    let spawn_set = || -> (Vec<i32>, Vec<Child>) {
+        let mut groups = Vec::new();
+        let mut children = Vec::new();
+        for _ in 0..n_hosts {
+            let mut leader = 0;
+            for _ in 0..cores {
+                let child = Command::new(testprog())
+                    .args(["spin", "0"])
+                    .stdout(Stdio::null())
+                    .process_group(leader)
+                    .spawn()
+                    .expect("spawn spinner");
+                if leader == 0 {
+                    leader = child.id() as i32;
+                    groups.push(leader);
+                }
+                children.push(child);
+            }
+        }
+        (groups, children)
+    };
+    let stop_and_confirm = |groups: &[i32], children: &[Child]| {
+        for group in groups {
+            let _ = killpg(Pid::from_raw(*group), Signal::SIGSTOP);
+        }
+        for child in children {
+            let _ = waitpid(
+                Pid::from_raw(child.id() as i32),
+                Some(WaitPidFlag::WUNTRACED),
+            );
+        }
+    };
+    let cont = |groups: &[i32]| {
+        for group in groups {
+            let _ = killpg(Pid::from_raw(*group), Signal::SIGCONT);
+        }
+    };
+    let (groups_a, mut children_a) = spawn_set();
+    let (groups_b, mut children_b) = spawn_set();
+    stop_and_confirm(&groups_b, &children_b);
+    scored::actuator::sys::set_scheduler(Some(10), true)
+        .expect("SCHED_FIFO for the baseline (run as root)");
+    let mut samples = Vec::new();
+    let rounds = scaled(100, 30);
+    let mut running_a = true;
+    for _ in 0..rounds {
+        std::thread::sleep(Duration::from_millis(50));
+        let start = Instant::now();
+        if running_a {
+            stop_and_confirm(&groups_a, &children_a);
+            cont(&groups_b);
+        } else {
+            stop_and_confirm(&groups_b, &children_b);
+            cont(&groups_a);
+        }
+        samples.push(start.elapsed().as_secs_f64());
+        running_a = !running_a;
+    }
+    let _ = scored::actuator::sys::set_scheduler(None, false);
+    for child in children_a.iter_mut().chain(children_b.iter_mut()) {
+        let _ = child.kill();
+        let _ = nix::sys::signal::kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+        let _ = child.wait();
+    }
+    median(&mut samples)
+}
+
+// ----- 2. launch -----
+
+fn time_command(mut make: impl FnMut() -> bool, rounds: u64) -> f64 {
+    let mut samples = Vec::new();
+    for _ in 0..rounds {
+        let start = Instant::now();
+        assert!(make(), "command failed");
+        samples.push(start.elapsed().as_secs_f64());
+    }
+    median(&mut samples)
+}
+
+fn launch(rows: &mut Vec<Row>) {
+    let daemon = Daemon::builder().hosts(&hosts_file(4, 4)).start();
+    let rounds = scaled(40, 8);
+    for n in [1u32, 16] {
+        let nodes = format!("-nodes={n}");
+        let scrun = time_command(|| daemon.run(&[&nodes, "true"]).status.success(), rounds);
+        let fork = time_command(
+            || {
+                let children: Vec<Child> = (0..n)
+                    .map(|_| Command::new("true").spawn().expect("true"))
+                    .collect();
+                children
+                    .into_iter()
+                    .all(|mut child| child.wait().is_ok_and(|status| status.success()))
+            },
+            rounds,
+        );
+        rows.push(row(
+            &format!(
+                "launch `scrun true`, {n} process{}",
+                if n == 1 { "" } else { "es" }
+            ),
+            ms(scrun),
+            format!("{} (fork+exec+wait)", ms(fork)),
+            format!("+{} over", ms(scrun - fork)),
+            "a few ms over fork+exec",
+        ));
+    }
+}
+
+// ----- 3. fairness -----
+
+fn fairness(rows: &mut Vec<Row>) {
+    for k in [2u64, 4] {
+        let daemon = Daemon::builder()
+            .hosts(&pinned_hosts())
+            .timeslice("100ms")
+            .start();
+        let mut jobs: Vec<Job> = (0..k)
+            .map(|_| daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]))
+            .collect();
+        for job in &mut jobs {
+            job.wait_pids(2);
+        }
+        let before: Vec<u64> = (1..=k).map(|job| job_cpu_ticks(&daemon, job)).collect();
+        std::thread::sleep(Duration::from_secs(scaled(10, 3)));
+        let used: Vec<f64> = (1..=k)
+            .zip(&before)
+            .map(|(job, start)| (job_cpu_ticks(&daemon, job) - start) as f64)
+            .collect();
+        let total: f64 = used.iter().sum();
+        let ideal = 1.0 / k as f64;
+        let worst = used
+            .iter()
+            .map(|cpu| (cpu / total - ideal).abs())
+            .fold(0.0, f64::max);
+        let shares: Vec<String> = used
+            .iter()
+            .map(|cpu| format!("{:.1}%", 100.0 * cpu / total))
+            .collect();
+        rows.push(row(
+            &format!("fairness, {k} gang jobs, 100 ms slices, 10 s"),
+            shares.join(" / "),
+            format!("{:.1}% each", 100.0 * ideal),
+            format!("worst {:.1} points off", 100.0 * worst),
+            "within ±3 points",
+        ));
+        for job in &jobs {
+            job.signal(Signal::SIGINT);
+        }
+        for job in &mut jobs {
+            job.wait(Duration::from_secs(30));
+        }
+    }
+}
+
+// ----- 4. slice overhead -----
+
+fn work_process(millions: u64, cpu: Option<u32>) -> Child {
+    let mut command = Command::new(testprog());
+    command
+        .args(["work", &millions.to_string()])
+        .stdout(Stdio::null());
+    if let Some(cpu) = cpu {
+        let mut mask = nix::sched::CpuSet::new();
+        let _ = mask.set(cpu as usize);
+        // SAFETY: sched_setaffinity is a plain system call on data built
+        // before the fork; nothing is allocated or locked in the child.
+        unsafe {
+            command.pre_exec(move || {
+                nix::sched::sched_setaffinity(Pid::from_raw(0), &mask).map_err(Into::into)
+            });
+        }
+    }
+    command.spawn().expect("work process")
+}
+
+fn slice_overhead(rows: &mut Vec<Row>) {
+    let cpus = online_cpus();
+    let pins = [cpus[0], cpus.get(1).copied().unwrap_or(cpus[0])];
+    // Calibrate: about 2 s (0.5 s quick) of work per process.
+    let probe = 200;
+    let start = Instant::now();
+    let _ = work_process(probe, Some(pins[0])).wait();
+    let per_million = start.elapsed().as_secs_f64() / probe as f64;
+    let millions = ((if quick() { 0.5 } else { 2.0 }) / per_million)
+        .round()
+        .max(1.0) as u64;
+    let reps = scaled(3, 1);
+    let mut base = Vec::new();
+    for _ in 0..reps {
+        let start = Instant::now();
+        for _job in 0..2 {
+            let children: Vec<Child> = pins
+                .iter()
+                .map(|cpu| work_process(millions, Some(*cpu)))
+                .collect();
+            for mut child in children {
+                let _ = child.wait();
+            }
+        }
+        base.push(start.elapsed().as_secs_f64());
+    }
+    let base = median(&mut base);
+    for slice in ["10ms", "50ms", "100ms", "500ms"] {
+        let mut walls = Vec::new();
+        for _ in 0..reps {
+            let daemon = Daemon::builder()
+                .hosts(&pinned_hosts())
+                .timeslice(slice)
+                .start();
+            let work = millions.to_string();
+            let start = Instant::now();
+            let mut jobs: Vec<Job> = (0..2)
+                .map(|_| daemon.spawn(&["-nodes=2,priority=1", &testprog(), "work", &work]))
+                .collect();
+            for job in &mut jobs {
+                let (status, message) = job.wait(Duration::from_secs(600));
+                assert!(status.success(), "{message}");
+            }
+            walls.push(start.elapsed().as_secs_f64());
+        }
+        let wall = median(&mut walls);
+        rows.push(row(
+            &format!("2 gang jobs × 2 processes, {slice} slices"),
+            format!("{wall:.2} s"),
+            format!("{base:.2} s back to back"),
+            format!("{:+.1}% time", 100.0 * (wall / base - 1.0)),
+            if slice == "10ms" {
+                "under 2% at 10 ms"
+            } else {
+                ""
+            },
+        ));
+    }
+}
+
+// ----- 5. scale -----
+
+fn submit_frame() -> Vec<u8> {
+    let submit = scored::proto::Submit {
+        stages: vec![vec!["true".into()]],
+        joiner: scored::proto::Joiner::Sequence,
+        options: scored::proto::JobOptions {
+            procs: scored::proto::ProcRequest::Nodes(1),
+            priority: None,
+            wait: false,
+            memory: None,
+            disk: None,
+        },
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        cwd: "/".into(),
+    };
+    scored::proto::encode(&scored::proto::Request::Submit {
+        version: scored::proto::VERSION,
+        submit,
+    })
+}
+
+fn read_frame(stream: &mut UnixStream) -> Vec<u8> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).expect("reply length");
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut body).expect("reply body");
+    body
+}
+
+fn scale(rows: &mut Vec<Row>) {
+    // The client side needs a socket per job.
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    let daemon = Daemon::builder()
+        .hosts(&hosts_file(256, 1))
+        .rc("queue 1 deactivate\n")
+        .start();
+    let pid = daemon.pid();
+    let frame = submit_frame();
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    let fds = [null.as_raw_fd(); 3];
+    let mut streams = Vec::new();
+    let rss_before = rss_kib(pid);
+    let mut mark = Instant::now();
+    let target = scaled(10_000, 1_000);
+    let mut checkpoints = Vec::new();
+    for count in 1..=target {
+        let mut stream = UnixStream::connect(&daemon.socket).expect("connect");
+        let control = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+        let sent = nix::sys::socket::sendmsg::<()>(
+            stream.as_raw_fd(),
+            &[IoSlice::new(&frame)],
+            &control,
+            nix::sys::socket::MsgFlags::empty(),
+            None,
+        )
+        .expect("send");
+        stream.write_all(&frame[sent..]).expect("send rest");
+        let reply = read_frame(&mut stream);
+        assert!(
+            String::from_utf8_lossy(&reply).contains("\"admitted\""),
+            "not admitted: {}",
+            String::from_utf8_lossy(&reply)
+        );
+        streams.push(stream);
+        if count == 1_000 || count == target {
+            let elapsed = mark.elapsed().as_secs_f64();
+            let batch = if count == 1_000 { 1_000 } else { count - 1_000 };
+            checkpoints.push((count, batch as f64 / elapsed, rss_kib(pid)));
+            mark = Instant::now();
+        }
+    }
+    for (count, rate, rss) in &checkpoints {
+        let per_job = (rss.saturating_sub(rss_before) as f64 * 1024.0) / *count as f64;
+        rows.push(row(
+            &format!(
+                "admission into a deactivated queue, jobs {}",
+                if *count == 1_000 {
+                    "1-1,000".to_string()
+                } else {
+                    format!("1,001-{count}")
+                }
+            ),
+            format!("{rate:.0} jobs/s"),
+            "-".into(),
+            "-".into(),
+            "",
+        ));
+        rows.push(row(
+            &format!("daemon memory per admitted job at {count} jobs"),
+            format!("{per_job:.0} B"),
+            "1 kB target".into(),
+            format!("{:.2}×", per_job / 1024.0),
+            "under 1 kB",
+        ));
+    }
+    drop(streams);
+    decision_time(rows);
+}
+
+/// One scheduling decision at 10,000 admitted jobs on 256 hosts, on the
+/// pure core with the actuator's answers simulated.
+fn decision_time(rows: &mut Vec<Row>) {
+    use scored::cluster::{Cluster, Host, Topology};
+    use scored::core::{Action, Core, CoreConfig, Input};
+    use scored::ids::{ClientToken, ClusterId, Cred, HostId, Tick};
+    use scored::job::{JobRequest, Joiner, ProcRequest};
+    let n_hosts = 256u32;
+    let mut topology = Topology::default();
+    let mut cluster = Cluster {
+        id: ClusterId(0),
+        name: "c".into(),
+        cpugen: "c".into(),
+        speed: 1.0,
+        cores: 1,
+        hosts: Vec::new(),
+    };
+    for idx in 0..n_hosts {
+        topology.hosts.push(Host {
+            id: HostId(idx),
+            name: format!("h{idx}"),
+            cluster: ClusterId(0),
+            cpus: scored::units::CpuSet::from_cpus([0]),
+            cores: 1,
+            speed: 1.0,
+            cpugen: "c".into(),
+            memory: 1 << 30,
+            watchfs: Vec::new(),
+            groups: Vec::new(),
+        });
+        cluster.hosts.push(HostId(idx));
+    }
+    topology.clusters.push(cluster);
+    let slice = Duration::from_millis(100);
+    let mut core = Core::new(
+        CoreConfig {
+            timeslice: slice,
+            ..CoreConfig::default()
+        },
+        topology,
+        vec![None],
+    );
+    let cred = Cred {
+        pid: 1,
+        uid: 0,
+        gid: 0,
+        groups: Vec::new(),
+    };
+    let mut now = Tick(0);
+    // The actuator's answer to a switch: every stop confirmed, in one batch
+    // (as the event loop delivers the children reaped after one SIGCHLD).
+    let feed = |core: &mut Core, actions: Vec<Action>, now: Tick| {
+        let mut actions = actions;
+        loop {
+            let stopped: Vec<Input> = actions
+                .iter()
+                .filter_map(|action| {
+                    if let Action::Stop(job) = action {
+                        Some(Input::Stopped(*job))
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            if stopped.is_empty() {
+                break;
+            }
+            actions = core.handle_all(stopped, now);
+        }
+    };
+    let held_before = held();
+    let mut seed = 12345u64;
+    for idx in 0..10_000u64 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let nodes = 1 + ((seed >> 33) % 8) as u32;
+        let request = JobRequest {
+            stages: vec![vec![OsString::from("prog")]],
+            joiner: Joiner::Sequence,
+            procs: ProcRequest::Nodes(nodes),
+            priority: Some(1 + (idx % 2) as u32),
+            wait: false,
+            memory: None,
+            disk: None,
+            env: Vec::new(),
+            cwd: OsString::from("/"),
+        };
+        let actions = core.handle(
+            Input::Submit {
+                client: ClientToken(idx + 1),
+                cred: cred.clone(),
+                user: "u".into(),
+                request,
+            },
+            now,
+        );
+        feed(&mut core, actions, now);
+    }
+    assert_eq!(core.n_jobs(), 10_000);
+    let core_bytes = (held() - held_before) as f64 / 10_000.0;
+    rows.push(row(
+        "scheduling core's own memory per admitted job (heap bytes, counted)",
+        format!("{core_bytes:.0} B"),
+        "1 kB target".into(),
+        format!("{:.2}×", core_bytes / 1024.0),
+        "part of the above",
+    ));
+    let mut samples = Vec::new();
+    for _ in 0..scaled(200, 20) {
+        now = now.after(slice);
+        let start = Instant::now();
+        let actions = core.handle(Input::Tick, now);
+        feed(&mut core, actions, now);
+        samples.push(start.elapsed().as_secs_f64());
+    }
+    let decision = median(&mut samples);
+    rows.push(row(
+        "one scheduling decision (slice end: rotate, choose, stop, continue), 10,000 jobs on 256 hosts",
+        ms(decision),
+        "1 ms target".into(),
+        format!("{:.2}×", decision / 1e-3),
+        "under 1 ms",
+    ));
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("model name"))
+        .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_default();
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("MemTotal:")
+                .map(|rest| rest.trim().to_string())
+        })
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{} CPUs ({model}), {memory} memory, Linux {}",
+        online_cpus().len(),
+        kernel.trim()
+    )
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; there are no options of our own.
+    if std::env::args().any(|arg| arg == "--list") {
+        return;
+    }
+    eprintln!("benchmarking on {}", machine());
+    let mut rows = Vec::new();
+    if wanted("switch") {
+        eprintln!("1. switch latency");
+        for n in [1u32, 16, 64] {
+            let baseline = switch_baseline(n);
+            let (median_scored, max_scored, switches) = switch_scored(n);
+            rows.push(row(
+                &format!(
+                    "gang switch, 2 jobs of {n} process{}",
+                    if n == 1 { "" } else { "es" }
+                ),
+                format!(
+                    "{} (max {}, {switches} switches)",
+                    ms(median_scored),
+                    ms(max_scored)
+                ),
+                format!("{} (killpg+waitpid+killpg)", ms(baseline)),
+                format!("{:.2}×", median_scored / baseline),
+                "within 1.5×",
+            ));
+        }
+    }
+    if wanted("launch") {
+        eprintln!("2. launch latency");
+        launch(&mut rows);
+    }
+    if wanted("fairness") {
+        eprintln!("3. fairness");
+        fairness(&mut rows);
+    }
+    if wanted("slices") {
+        eprintln!("4. slice overhead");
+        slice_overhead(&mut rows);
+    }
+    if wanted("scale") {
+        eprintln!("5. scale");
+        scale(&mut rows);
+    }
+
+    println!("Machine: {}\n", machine());
+    println!("| measure | scored (median) | baseline (same run) | ratio | target |");
+    println!("|---|---|---|---|---|");
+    for row in rows {
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            row.what, row.value, row.baseline, row.ratio, row.target
+        );
+    }
+}
