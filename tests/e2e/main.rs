@@ -2,6 +2,7 @@
 //! and sc_console, and /proc as the witness. One test binary, as ripgrep
 //! and cargo do, sharing the harness in `scored_tests`.
 
+mod docs;
 mod gang;
 mod launch;
 mod limits;
