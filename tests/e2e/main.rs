@@ -3,6 +3,7 @@
 //! and cargo do, sharing the harness in `scored_tests`.
 
 mod console;
+mod docs;
 mod gang;
 mod launch;
 mod limits;

@@ -1,0 +1,49 @@
+#!/bin/sh
+# install.sh -- install scored, scrun and sc_console, their man pages and the
+# sample configuration under a prefix.
+#
+#   config/install.sh                           # build with cargo, into /usr/local
+#   PREFIX=$HOME/.local config/install.sh        # into ~/.local
+#   SCORED_PREBUILT=target/release config/install.sh   # copy binaries already built
+#
+# PREFIX           where to install (default /usr/local): PREFIX/bin,
+#                  PREFIX/share/man/man{1,5,8}, PREFIX/share/doc/scored.
+# SCORED_PREBUILT  a directory holding scored, scrun and sc_console already
+#                  built (target/release, target/debug); without it the
+#                  binaries are built with "cargo install --path ... --root PREFIX".
+# CARGO            the cargo to use (default cargo).
+#
+# The samples go to PREFIX/share/doc/scored, not to PREFIX/etc: scored reads
+# PREFIX/etc/scored.rc at start-up when it exists (see scored.rc(5)), so
+# putting a policy there is left to the operator.
+set -eu
+
+cd "$(dirname "$0")/.."
+PREFIX=${PREFIX:-/usr/local}
+CARGO=${CARGO:-cargo}
+
+if [ -n "${SCORED_PREBUILT:-}" ]; then
+    for program in scored scrun sc_console; do
+        if [ ! -x "$SCORED_PREBUILT/$program" ]; then
+            echo "install.sh: $SCORED_PREBUILT/$program is missing; build it first (cargo build --release)" >&2
+            exit 1
+        fi
+        install -Dm755 "$SCORED_PREBUILT/$program" "$PREFIX/bin/$program"
+    done
+else
+    for crate in scored scrun console; do
+        "$CARGO" install --locked --path "$crate" --root "$PREFIX"
+    done
+fi
+
+install -d "$PREFIX/share/man/man1" "$PREFIX/share/man/man5" "$PREFIX/share/man/man8"
+install -m644 man/*.1 "$PREFIX/share/man/man1/"
+install -m644 man/*.5 "$PREFIX/share/man/man5/"
+install -m644 man/*.8 "$PREFIX/share/man/man8/"
+
+install -d "$PREFIX/share/doc/scored"
+install -m644 config/scorehosts.db config/scored.rc config/scored.toml config/scored.service \
+    "$PREFIX/share/doc/scored/"
+
+echo "installed scored, scrun and sc_console in $PREFIX/bin, man pages in $PREFIX/share/man,"
+echo "samples in $PREFIX/share/doc/scored"
