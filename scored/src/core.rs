@@ -38,6 +38,10 @@ pub const SIGTERM: i32 = 15;
 /// See [`SIGTERM`].
 pub const SIGKILL: i32 = 9;
 
+/// SIGSTOP, SIGTSTP, SIGCONT, SIGTTIN, SIGTTOU: only the scheduler stops and
+/// continues jobs, or two jobs could run on one host.
+const JOB_CONTROL_SIGNALS: [i32; 5] = [19, 20, 18, 21, 22];
+
 /// How many finished jobs `jobs all` and `job ID` remember.
 pub const HISTORY: usize = 1000;
 /// How many recent switch latencies the median is taken over.
@@ -285,6 +289,8 @@ pub enum Input {
         cpu: Duration,
         /// Peak memory per host slot.
         peak_memory: Vec<u64>,
+        /// Disk use at the end (executables and scratch directory).
+        disk: u64,
     },
     /// A switch's latency, measured by the shell.
     SwitchMeasured {
@@ -310,6 +316,8 @@ struct Waiter {
     user: Rc<str>,
     request: JobRequest,
     submitted_at: Tick,
+    /// Its scrun was suspended while it waited: admit it held.
+    held: bool,
 }
 
 /// A finished job, remembered for `jobs all` and `job ID`.
@@ -567,6 +575,8 @@ impl Core {
                         client,
                         event: ClientEvent::Held(job),
                     });
+                } else if let Some(waiter) = self.waiting.iter_mut().find(|w| w.client == client) {
+                    waiter.held = true;
                 }
             }
             Input::Release(client) => {
@@ -576,6 +586,8 @@ impl Core {
                     .and_then(|job| self.jobs.get_mut(job))
                 {
                     record.owner_hold = false;
+                } else if let Some(waiter) = self.waiting.iter_mut().find(|w| w.client == client) {
+                    waiter.held = false;
                 }
             }
             Input::Interrupt(client) => {
@@ -623,9 +635,11 @@ impl Core {
                 job,
                 cpu,
                 peak_memory,
+                disk,
             } => {
                 if let Some(record) = self.jobs.get_mut(&job) {
                     record.usage.cpu = record.usage.cpu.max(cpu);
+                    record.peak_disk = record.peak_disk.max(disk);
                     for (peak, last) in record.peak_memory.iter_mut().zip(peak_memory) {
                         *peak = (*peak).max(last);
                     }
@@ -725,11 +739,21 @@ impl Core {
             user,
             request,
             submitted_at: now,
+            held: false,
         };
         if let Err((kind, reason)) = self.check_queue(&waiter) {
             return reject(kind, reason, out);
         }
-        if !self.waiting.is_empty() {
+        let decision = self.decide(&waiter);
+        // Waiting jobs are admitted in submission order: a newcomer may not
+        // take what they wait for. One that reserves nothing (no memory,
+        // no disk, no job-count limit) takes nothing from them.
+        if !self.waiting.is_empty()
+            && !matches!(&decision, Decision::Admit(placement) if self.reserves_nothing(placement))
+        {
+            if let Decision::TooBig(reason) = decision {
+                return reject(Rejection::TooBig, reason, out);
+            }
             let reason = format!(
                 "{} job{} already wait{} for resources ahead of this one",
                 self.waiting.len(),
@@ -738,11 +762,19 @@ impl Core {
             );
             return self.short(waiter, reason, out);
         }
-        match self.decide(&waiter) {
+        match decision {
             Decision::Admit(placement) => self.admit(waiter, placement, now, out),
             Decision::TooBig(reason) => reject(Rejection::TooBig, reason, out),
             Decision::Short(reason) => self.short(waiter, reason, out),
         }
+    }
+
+    /// Whether admitting a job with this placement takes nothing that a
+    /// waiting job could need.
+    fn reserves_nothing(&self, placement: &Placement) -> bool {
+        placement.limits.memory.is_none()
+            && placement.limits.disk.is_none()
+            && self.limits[placement.cluster.idx()].jobs.is_none()
     }
 
     fn short(&mut self, waiter: Waiter, reason: String, out: &mut Vec<Action>) {
@@ -830,7 +862,7 @@ impl Core {
             limits: placement.limits,
             phase: Phase::Idle,
             operator_hold: false,
-            owner_hold: false,
+            owner_hold: waiter.held,
             stage: 0,
             ranks_left: 0,
             started: false,
@@ -1626,6 +1658,10 @@ impl Core {
                         self.begin_kill(id, EndCause::Killed(by), false, now, out);
                         Reply::Done(format!("job {job}: killed"))
                     }
+                    Some(signal) if JOB_CONTROL_SIGNALS.contains(&signal) => Reply::error(format!(
+                        "signal {signal} would stop or continue job {job} behind the scheduler's back; \
+                         use suspend {job} or resume {job}"
+                    )),
                     Some(signal) => {
                         if self.jobs[&id].phase == Phase::Idle {
                             return Reply::error(format!("job {job} has no process to signal yet"));

@@ -1072,8 +1072,7 @@ fn reject_kind(kind: Rejection) -> proto::RejectKind {
 
 /// Converts and checks a submission from the wire.
 pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
-    const MAX_STAGES: usize = 64;
-    const MAX_PROCS: u64 = 65_536;
+    use proto::{MAX_PROCS, MAX_STAGES};
     if submit.stages.is_empty() {
         return Err("the job has no program".into());
     }

@@ -24,6 +24,8 @@ pub const NOT_EXECUTABLE: i32 = 126;
 pub const NOT_FOUND: i32 = 127;
 /// scored, sc_console: a configuration, hosts file, rc file or command failed.
 pub const FAILURE: i32 = 1;
+/// scored, sc_console: an unknown or malformed flag (reported by the flag parser).
+pub const BAD_FLAG: i32 = 2;
 /// The status a process killed by signal `signal` reports, as the shell does.
 pub fn from_signal(signal: i32) -> i32 {
     128 + signal

@@ -100,7 +100,8 @@ fn run() -> Result<(), String> {
     run_rc(&mut core, &settings, uid)?;
 
     let fd_limits = evloop::raise_fd_limit();
-    let listener = evloop::bind(&socket, uid)?;
+    // Everything that can fail comes before the socket exists, so that a
+    // failed start leaves no socket behind.
     let actuator = OsActuator::new(
         ActuatorConfig {
             state_dir: state_dir.clone(),
@@ -110,6 +111,7 @@ fn run() -> Result<(), String> {
         &topology,
     )
     .map_err(|error| format!("cannot prepare to run jobs: {error}"))?;
+    let listener = evloop::bind(&socket, uid)?;
     if let Err(error) = actuator::become_subreaper() {
         tracing::warn!(%error, "cannot become the subreaper of job descendants");
     }
@@ -119,7 +121,7 @@ fn run() -> Result<(), String> {
         state_dir = %state_dir.display(),
         hosts = topology.hosts.len(),
         clusters = topology.clusters.len(),
-        timeslice = %scored::units::format_duration(settings.timeslice),
+        timeslice = %scored::units::format_duration(core.timeslice()),
         %priority,
         max_connections = loop_config_max(&settings, fd_limits.current),
         single_user = settings.single_user,
@@ -153,6 +155,10 @@ fn init_logging(verbose: u8) {
     let filter = EnvFilter::try_from_env("SCORED_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty()),
+        )
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
@@ -279,6 +285,16 @@ fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> 
     };
     let mut errors = Vec::new();
     for (idx, line) in text.lines().enumerate() {
+        if let Ok(Some(scored::command::Command::Shutdown { .. })) =
+            scored::command::parse_line(line)
+        {
+            errors.push(format!(
+                "{}:{}: shutdown cannot be used in a start-up script",
+                path.display(),
+                idx + 1
+            ));
+            continue;
+        }
         if let Err(message) = evloop::run_line(core, &cred, line, Tick::default()) {
             errors.push(format!("{}:{}: {message}", path.display(), idx + 1));
         }

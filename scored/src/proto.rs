@@ -22,6 +22,10 @@ pub const VERSION: u32 = 1;
 pub const MAX_REQUEST: usize = 1 << 20;
 /// The largest reply frame the daemon sends.
 pub const MAX_REPLY: usize = 64 << 20;
+/// The most processes one job may have in a stage, in total over its hosts.
+pub const MAX_PROCS: u64 = 65_536;
+/// The most stages (`::` or `==`) one job may have.
+pub const MAX_STAGES: usize = 64;
 /// How many descriptors a `Submit` carries: stdin, stdout and stderr.
 pub const SUBMIT_FDS: usize = 3;
 

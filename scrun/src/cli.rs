@@ -52,10 +52,12 @@ options:
   --               end the options; the next word is the program
 ";
 
-/// The most processes one job may ask for, in total.
-pub const MAX_PROCS: u64 = 1_000_000;
+/// The most processes one job may ask for, in total (as scored allows).
+pub const MAX_PROCS: u64 = scored::proto::MAX_PROCS;
 /// The most hosts one job may ask for with `hosts=H`.
-pub const MAX_HOSTS: u64 = 1_000_000;
+pub const MAX_HOSTS: u64 = scored::proto::MAX_PROCS;
+/// The most stages one job may have (as scored allows).
+pub const MAX_STAGES: usize = scored::proto::MAX_STAGES;
 /// The highest queue number `priority=Q` accepts.
 pub const MAX_PRIORITY: u64 = 255;
 
@@ -199,6 +201,9 @@ enum ErrorKind {
         stage: usize,
         separator: &'static str,
     },
+    TooManyStages {
+        count: usize,
+    },
     EmptyProgram {
         stage: usize,
     },
@@ -249,6 +254,10 @@ impl fmt::Display for UsageError {
             ErrorKind::EmptyStage { stage, separator } => write!(
                 f,
                 "stage {stage} is empty: '{separator}' must stand between two programs"
+            ),
+            ErrorKind::TooManyStages { count } => write!(
+                f,
+                "the job has {count} stages; at most {MAX_STAGES} are allowed"
             ),
             ErrorKind::EmptyProgram { stage } => {
                 write!(f, "stage {stage} has an empty program name")
@@ -709,6 +718,12 @@ fn split_stages(words: Vec<OsString>) -> Result<(Vec<Vec<OsString>>, Joiner), Us
         .into());
     }
     stages.push(current);
+    if stages.len() > MAX_STAGES {
+        return Err(ErrorKind::TooManyStages {
+            count: stages.len(),
+        }
+        .into());
+    }
     if let Some(stage_idx) = stages
         .iter()
         .position(|stage| stage.first().is_none_or(|program| program.is_empty()))

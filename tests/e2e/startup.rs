@@ -201,7 +201,7 @@ fn a_broken_rc_file_is_refused_with_its_line() {
     let sandbox = Sandbox::new();
     let rc = sandbox.write(
         "scored.rc",
-        "queue 1 deactivate\nqueue 9 activate\nfrobnicate\n",
+        "queue 1 deactivate\nqueue 9 activate\nfrobnicate\nshutdown now\n",
     );
     let output = std::process::Command::new(bin("scored"))
         .arg("--rc")
@@ -217,6 +217,10 @@ fn a_broken_rc_file_is_refused_with_its_line() {
     assert!(message.contains("scored.rc:2: no queue 9"), "{message}");
     assert!(
         message.contains("scored.rc:3: unknown command 'frobnicate'"),
+        "{message}"
+    );
+    assert!(
+        message.contains("scored.rc:4: shutdown cannot be used in a start-up script"),
         "{message}"
     );
     assert!(!sandbox.path.join("s.sock").exists());

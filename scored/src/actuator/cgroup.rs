@@ -29,19 +29,27 @@ pub struct Cgroups {
 
 impl Cgroups {
     /// Finds a writable hierarchy and creates the daemon's directory in it,
-    /// named after the daemon's pid so that several daemons never share one.
+    /// inside the daemon's own cgroup (so that under a service manager the
+    /// jobs stay within the service), named after the daemon's pid so that
+    /// several daemons never share one.
     pub fn create(daemon_pid: u32) -> Option<Cgroups> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let candidates = [
-            PathBuf::from("/sys/fs/cgroup/freezer"),
-            PathBuf::from("/sys/fs/cgroup"),
+            (
+                PathBuf::from("/sys/fs/cgroup/freezer"),
+                own_path(&own, Some("freezer")),
+            ),
+            (PathBuf::from("/sys/fs/cgroup"), own_path(&own, None)),
         ];
-        for root in candidates {
+        for (root, own) in candidates {
             let usable = root.join("cgroup.procs").exists()
                 && (root.ends_with("freezer") || root.join("cgroup.controllers").exists());
             if !usable {
                 continue;
             }
-            let base = root.join(format!("scored-{daemon_pid}"));
+            let parent = root.join(own.trim_start_matches('/'));
+            remove_stale(&parent);
+            let base = parent.join(format!("scored-{daemon_pid}"));
             match fs::create_dir(&base) {
                 Ok(()) => return Some(Cgroups { base }),
                 Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
@@ -95,6 +103,59 @@ impl Cgroups {
     }
 }
 
+/// The cgroup path of this process in a hierarchy: the v1 line naming
+/// `controller`, or the v2 line (`0::PATH`) when `controller` is `None`.
+fn own_path(proc_self_cgroup: &str, controller: Option<&str>) -> String {
+    for line in proc_self_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let matches = match controller {
+            Some(name) => controllers.split(',').any(|c| c == name),
+            None => id == "0" && controllers.is_empty(),
+        };
+        if matches {
+            return path.to_string();
+        }
+    }
+    "/".to_string()
+}
+
+/// Removes the directories of daemons that died without cleaning up
+/// (killed with SIGKILL): `scored-PID` whose process is gone, and their
+/// empty job cgroups. A directory still holding a process is left alone.
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("scored-"))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let dir = entry.path();
+        if let Ok(jobs) = fs::read_dir(&dir) {
+            for job in jobs.flatten() {
+                if job.file_type().is_ok_and(|kind| kind.is_dir()) {
+                    let _ = fs::remove_dir(job.path());
+                }
+            }
+        }
+        if fs::remove_dir(&dir).is_ok() {
+            tracing::info!(path = %dir.display(), "removed the cgroup of a daemon that is gone");
+        }
+    }
+}
+
 impl Drop for Cgroups {
     fn drop(&mut self) {
         if let Ok(entries) = fs::read_dir(&self.base) {
@@ -105,5 +166,19 @@ impl Drop for Cgroups {
             }
         }
         let _ = fs::remove_dir(&self.base);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_paths_from_proc_self_cgroup() {
+        let text = "9:name=systemd:/\n6:freezer:/jobs/a\n4:memory,cpu:/x\n0::/system.slice/scored.service\n";
+        assert_eq!(own_path(text, Some("freezer")), "/jobs/a");
+        assert_eq!(own_path(text, Some("cpu")), "/x");
+        assert_eq!(own_path(text, None), "/system.slice/scored.service");
+        assert_eq!(own_path("", None), "/");
     }
 }

@@ -314,6 +314,7 @@ impl OsActuator {
             .reaped_peak
             .iter_mut()
             .for_each(|peak| *peak = 0);
+        procs_state.exe_bytes = 0;
         let cgroup_procs = procs_state.cgroup_procs.clone();
         let become_user = self.daemon_uid == 0 && plan.user.uid != 0;
         let groups: Vec<libc::gid_t> = plan.user.groups.clone();
@@ -660,6 +661,7 @@ impl OsActuator {
             job,
             cpu: procs.reaped_cpu,
             peak_memory: procs.reaped_peak.clone(),
+            disk: procs.exe_bytes + dir_size(&procs.scratch, 0),
         });
         out.push(Input::ProcessesGone(job));
     }

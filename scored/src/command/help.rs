@@ -154,13 +154,16 @@ static ENTRIES: &[HelpEntry] = &[
     HelpEntry {
         name: "kill",
         usage: "kill ID [SIGNAL]",
-        summary: "kill a job (SIGTERM, then SIGKILL after 5s)",
-        description: "Kills job ID: without SIGNAL it sends SIGTERM to all of the job's \
-                      processes and SIGKILL to those left after a 5s grace period, and with \
-                      SIGNAL (a number from 1 to 64 or a name such as TERM, SIGUSR1 or hup) \
-                      it sends that signal only.",
+        summary: "kill a job (SIGTERM, then SIGKILL after the grace)",
+        description: "Kills job ID: without SIGNAL, or with TERM, it sends SIGTERM to all of \
+                      the job's processes (letting a stopped job run to handle it) and SIGKILL \
+                      to those left after the kill grace (scored --kill-grace, 5s by default); \
+                      with KILL it kills them at once; any other SIGNAL (a number from 1 to 64 \
+                      or a name such as USR1 or hup) is sent alone and the job goes on, except \
+                      STOP, CONT and the terminal stop signals, which are refused (use suspend \
+                      and resume).",
         access: Access::OperatorOrOwner,
-        example: "kill 42 TERM",
+        example: "kill 42 USR1",
     },
     HelpEntry {
         name: "suspend",
@@ -456,12 +459,15 @@ mod tests {
             help(Some("kill")).as_deref(),
             Ok("usage: kill ID [SIGNAL]\n\
                 \n\
-                Kills job ID: without SIGNAL it sends SIGTERM to all of the job's processes and\n\
-                SIGKILL to those left after a 5s grace period, and with SIGNAL (a number from 1\n\
-                to 64 or a name such as TERM, SIGUSR1 or hup) it sends that signal only.\n\
+                Kills job ID: without SIGNAL, or with TERM, it sends SIGTERM to all of the\n\
+                job's processes (letting a stopped job run to handle it) and SIGKILL to those\n\
+                left after the kill grace (scored --kill-grace, 5s by default); with KILL it\n\
+                kills them at once; any other SIGNAL (a number from 1 to 64 or a name such as\n\
+                USR1 or hup) is sent alone and the job goes on, except STOP, CONT and the\n\
+                terminal stop signals, which are refused (use suspend and resume).\n\
                 \n\
                 access: needs root, the operator, or the job's owner\n\
-                example: kill 42 TERM\n")
+                example: kill 42 USR1\n")
         );
         let queue = help(Some("queue")).unwrap_or_default();
         assert!(queue.starts_with(

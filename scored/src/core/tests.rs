@@ -843,3 +843,53 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn job_control_signals_are_refused_and_others_sent_alone() {
+    let mut sim = Sim::new(1, 100);
+    sim.submit(1, Some(1));
+    sim.take_log();
+    for signal in ["STOP", "CONT", "TSTP"] {
+        let reply = sim.cmd(&root(), &format!("kill 1 {signal}"));
+        assert!(
+            reply.starts_with("error: signal") && reply.contains("use suspend 1 or resume 1"),
+            "{reply}"
+        );
+    }
+    check(&sim.cmd(&root(), "kill 1 USR1"), "job 1: sent signal 10\n");
+    check(&sim.take_log(), "signal 1 10");
+    assert_eq!(sim.core.n_jobs(), 1, "a plain signal does not end the job");
+}
+
+#[test]
+fn ctrl_z_while_waiting_holds_the_job_once_admitted() {
+    let mut sim = Sim::new(1, 100);
+    sim.cmd(&root(), "cluster 0 limit jobs=1");
+    sim.submit(1, None);
+    let waiting = sim.submit_with(root(), ProcRequest::Nodes(1), None, true);
+    sim.input(Input::Hold(ClientToken(waiting)));
+    sim.exit(1, 0);
+    check(&sim.client(waiting), "waiting, admitted 2");
+    assert_eq!(
+        sim.core.job(JobId(2)).map(|job| job.state()),
+        Some(JobState::Held)
+    );
+    sim.input(Input::Release(ClientToken(waiting)));
+    check(&sim.client(waiting), "waiting, admitted 2, started 2");
+}
+
+#[test]
+fn jobs_that_reserve_nothing_are_not_kept_waiting_behind_others() {
+    let mut sim = Sim::new(1, 100);
+    sim.cmd(&root(), "cluster 0 limit memory=1G");
+    sim.cmd(&root(), "queue 2 set memory=100%");
+    sim.submit(1, Some(2));
+    let waiting = sim.submit_with(root(), ProcRequest::Nodes(1), Some(2), true);
+    check(&sim.client(waiting), "waiting");
+    // Queue 1 has no limits: its job reserves nothing a waiting job needs.
+    let free = sim.submit(1, Some(1));
+    check(&sim.client(free), "admitted 2, started 2");
+    // Another job of queue 2 would compete with the waiting one: it waits its turn.
+    let competing = sim.submit(1, Some(2));
+    check(&sim.client(competing), "rejected Resources");
+}
