@@ -15,8 +15,8 @@ use std::path::Path;
 use scored::client::{self, Connection, SocketSource};
 use scored::exitcode;
 use scored::proto::Request;
+use scrun::cli::Invocation;
 
-use crate::cli::Invocation;
 use crate::error::{chain, Fatal};
 use crate::report::Final;
 use crate::session;

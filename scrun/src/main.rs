@@ -6,7 +6,6 @@
 //! (rejected), 76 (killed by a limit), 128+N (scrun left on signal N).
 #![forbid(unsafe_code)]
 
-mod cli;
 mod error;
 mod launch;
 mod report;
@@ -18,6 +17,7 @@ mod submit;
 use std::io::Write;
 
 use scored::exitcode;
+use scrun::cli;
 
 fn main() {
     let code = match cli::parse(

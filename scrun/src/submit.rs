@@ -11,8 +11,8 @@ use std::path::Path;
 
 use scored::exitcode;
 use scored::proto::{self, Request, Submit, WireBytes};
+use scrun::cli::Invocation;
 
-use crate::cli::Invocation;
 use crate::error::Fatal;
 
 /// The request for `invocation`, with this process's environment (in
@@ -79,7 +79,7 @@ mod tests {
     use std::os::unix::ffi::OsStringExt;
 
     use super::*;
-    use crate::cli::{parse, Parsed};
+    use scrun::cli::{parse, Parsed};
 
     fn invocation(args: &[&str]) -> Invocation {
         match parse(args.iter().map(OsString::from), None) {

@@ -367,9 +367,15 @@ fn build(selected: &[&HostSpec], machine: &Machine) -> Topology {
 /// clusters share that `cpugen`, or when the plain `cpugen` would read like
 /// such a name (a `cpugen` of `x86.1` beside two `x86` clusters), so that names
 /// stay unique for the console's cluster references.
+///
+/// The second rule repeats until no plain name is taken, because a renamed
+/// cluster can take the plain name of another one (`a.0` becomes `a.0.2`
+/// beside a `cpugen` of `a.0.2`). It ends: each round makes at least one
+/// plain name suffixed, and suffixed names never meet, since the index
+/// after the last `.` tells their clusters apart.
 fn name_clusters(clusters: &mut [Cluster]) {
     let shared = |cpugen: &str| clusters.iter().filter(|c| c.cpugen == cpugen).count() > 1;
-    let names: Vec<String> = clusters
+    let mut names: Vec<String> = clusters
         .iter()
         .map(|cluster| {
             if shared(&cluster.cpugen) {
@@ -379,18 +385,24 @@ fn name_clusters(clusters: &mut [Cluster]) {
             }
         })
         .collect();
-    let names: Vec<String> = names
-        .iter()
-        .zip(clusters.iter())
-        .map(|(name, cluster)| {
-            let taken = names.iter().filter(|other| *other == name).count() > 1;
-            if taken && *name == cluster.cpugen {
-                format!("{}.{}", cluster.cpugen, cluster.id.0)
-            } else {
-                name.clone()
-            }
-        })
-        .collect();
+    loop {
+        let renamed: Vec<String> = names
+            .iter()
+            .zip(clusters.iter())
+            .map(|(name, cluster)| {
+                let taken = names.iter().filter(|other| *other == name).count() > 1;
+                if taken && *name == cluster.cpugen {
+                    format!("{}.{}", cluster.cpugen, cluster.id.0)
+                } else {
+                    name.clone()
+                }
+            })
+            .collect();
+        if renamed == names {
+            break;
+        }
+        names = renamed;
+    }
     for (cluster, name) in clusters.iter_mut().zip(names) {
         cluster.name = name;
     }

@@ -802,6 +802,27 @@ fn cluster_names_stay_unique() {
     );
 }
 
+/// A renamed plain `cpugen` can meet another plain `cpugen`: `a.0` becomes
+/// `a.0.2`, which cluster 3 holds as its `cpugen`; that one must yield too.
+/// Found by the uniqueness property of the hosts fuzz target
+/// (`fuzz/regressions/hosts/cluster-names-collide.db`).
+#[test]
+fn renamed_cluster_names_stay_unique() {
+    check(
+        "h0 cpugen=a cpus=0\nh1 cpugen=a speed=2 cpus=1\nh2 cpugen=a.0 cpus=2\nh3 cpugen=a.0.2 cpus=3",
+        "
+        cluster 0 a.0: cpugen=a speed=1 cores=1 hosts=h0
+        cluster 1 a.1: cpugen=a speed=2 cores=1 hosts=h1
+        cluster 2 a.0.2: cpugen=a.0 speed=1 cores=1 hosts=h2
+        cluster 3 a.0.2.3: cpugen=a.0.2 speed=1 cores=1 hosts=h3
+        host 0 h0: cluster=0 cpus=0 memory=4G
+        host 1 h1: cluster=1 cpus=1 memory=4G
+        host 2 h2: cluster=2 cpus=2 memory=4G
+        host 3 h3: cluster=3 cpus=3 memory=4G
+        ",
+    );
+}
+
 #[test]
 fn explicit_cores_join_hosts_of_different_sizes() {
     check(

@@ -1,0 +1,238 @@
+//! Property of the conversion of a decoded submission
+//! (`scored::evloop::job_request`), which turns a `proto::Submit` from the
+//! wire into the core's `JobRequest`.
+//!
+//! A `Submit` rarely survives mutation as JSON, so this target builds one
+//! straight from the bytes (see [`submit`]): every stage count, argument,
+//! number and flag is a few input bytes, and a short input reads as zeros.
+//!
+//! Properties:
+//! - `job_request` never panics, and every refusal has a message;
+//! - an accepted request keeps the stages, options and working directory,
+//!   drops exactly the environment entries that hold a NUL byte, has 1 to
+//!   64 stages each with a non-empty program and no NUL byte, asks for
+//!   1 to 65536 processes, and lays them out on hosts of any size;
+//! - the `Submit` survives encoding and decoding as a protocol frame.
+#![forbid(unsafe_code)]
+
+use std::ffi::OsString;
+
+use scored::evloop::job_request;
+use scored::job::ProcRequest;
+use scored::proto::{self, JobOptions, Joiner, Request, Submit, WireBytes, MAX_REQUEST};
+
+/// The most stages `job_request` accepts; the reader goes a little past it.
+const MAX_STAGES: usize = 64;
+/// The most processes `job_request` accepts.
+const MAX_PROCS: u64 = 65_536;
+
+/// Checks the properties on one input; panics when one fails.
+pub fn check(data: &[u8]) {
+    let submit = submit(&mut Reader(data));
+    let request = Request::Submit {
+        version: proto::VERSION,
+        submit: submit.clone(),
+    };
+    let mut frame = proto::encode(&request);
+    if frame.len() - 4 <= MAX_REQUEST {
+        assert_eq!(
+            proto::decode::<Request>(&mut frame, MAX_REQUEST),
+            Ok(Some(request)),
+            "the submission does not survive encoding"
+        );
+    }
+    let job = match job_request(submit.clone()) {
+        Ok(job) => job,
+        Err(message) => {
+            assert!(!message.is_empty(), "a refusal without a message");
+            return;
+        }
+    };
+    let stages: Vec<Vec<OsString>> = submit
+        .stages
+        .iter()
+        .map(|argv| argv.iter().map(WireBytes::to_os).collect())
+        .collect();
+    assert_eq!(job.stages, stages, "the stages changed");
+    assert!(
+        (1..=MAX_STAGES).contains(&job.stages.len()),
+        "accepted {} stages",
+        job.stages.len()
+    );
+    for argv in &submit.stages {
+        assert!(
+            argv.first()
+                .is_some_and(|program| !program.as_bytes().is_empty()),
+            "accepted a stage without a program: {argv:?}"
+        );
+        assert!(
+            argv.iter().all(|arg| !arg.as_bytes().contains(&0)),
+            "accepted an argument with a NUL byte: {argv:?}"
+        );
+    }
+    let joiner_same = matches!(
+        (submit.joiner, job.joiner),
+        (Joiner::Sequence, scored::job::Joiner::Sequence)
+            | (Joiner::Pipe, scored::job::Joiner::Pipe)
+    );
+    assert!(joiner_same, "the joiner changed");
+    let options = &submit.options;
+    assert_eq!(
+        (job.priority, job.wait, job.memory, job.disk),
+        (options.priority, options.wait, options.memory, options.disk),
+        "the options changed"
+    );
+    assert_eq!(job.cwd, submit.cwd.to_os(), "the working directory changed");
+    assert!(
+        job.cwd.as_encoded_bytes().first() == Some(&b'/')
+            && !job.cwd.as_encoded_bytes().contains(&0),
+        "accepted working directory {:?}",
+        job.cwd
+    );
+    let env: Vec<(OsString, OsString)> = submit
+        .env
+        .iter()
+        .filter(|(key, value)| !key.as_bytes().contains(&0) && !value.as_bytes().contains(&0))
+        .map(|(key, value)| (key.to_os(), value.to_os()))
+        .collect();
+    assert_eq!(job.env, env, "the environment changed");
+
+    let (procs, total) = match options.procs {
+        proto::ProcRequest::Nodes(n) => (ProcRequest::Nodes(n), u64::from(n)),
+        proto::ProcRequest::Grid { hosts, per_host } => (
+            ProcRequest::Grid { hosts, per_host },
+            u64::from(hosts) * u64::from(per_host),
+        ),
+        proto::ProcRequest::Hosts(h) => (ProcRequest::Hosts(h), u64::from(h)),
+    };
+    assert_eq!(job.procs, procs, "the placement changed");
+    assert!(
+        (1..=MAX_PROCS).contains(&total),
+        "accepted {total} processes"
+    );
+    let _ = procs.describe();
+    for cores in [0, 1, 3, 4096] {
+        let layout = procs.layout(cores).unwrap_or_else(|| {
+            panic!(
+                "{} cannot be laid out on hosts of {cores} cores",
+                procs.describe()
+            )
+        });
+        let placed: u64 = layout.iter().map(|&n| u64::from(n)).sum();
+        let expected = match procs {
+            ProcRequest::Hosts(hosts) => u64::from(hosts) * u64::from(cores.max(1)),
+            _ => total,
+        };
+        assert_eq!(
+            placed,
+            expected,
+            "{} on hosts of {cores} cores places {placed} processes",
+            procs.describe()
+        );
+        assert!(
+            layout
+                .iter()
+                .all(|&n| (1..=cores.max(1)).contains(&n)
+                    || matches!(procs, ProcRequest::Grid { .. })),
+            "{} on hosts of {cores} cores overfills a host: {layout:?}",
+            procs.describe()
+        );
+    }
+}
+
+/// Reads the input front to back; past its end every byte is zero.
+struct Reader<'d>(&'d [u8]);
+
+impl Reader<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&byte, rest)) => {
+                self.0 = rest;
+                byte
+            }
+            None => 0,
+        }
+    }
+
+    fn bool(&mut self) -> bool {
+        self.byte() & 1 == 1
+    }
+
+    /// A number: small ones from one byte, and the edges (0, the limits,
+    /// `MAX`) reachable, since the interesting values sit there.
+    fn u32(&mut self) -> u32 {
+        match self.byte() {
+            0xf0 => u32::MAX,
+            0xf1 => MAX_PROCS as u32,
+            0xf2 => MAX_PROCS as u32 + 1,
+            0xf3 => 1 << 16 | 1,
+            0xff => u32::from_le_bytes([self.byte(), self.byte(), self.byte(), self.byte()]),
+            small => u32::from(small),
+        }
+    }
+
+    fn u64(&mut self) -> u64 {
+        match self.byte() {
+            0xf0 => u64::MAX,
+            0xff => u64::from_le_bytes(std::array::from_fn(|_| self.byte())),
+            small => u64::from(small),
+        }
+    }
+
+    fn option<T>(&mut self, read: impl FnOnce(&mut Self) -> T) -> Option<T> {
+        self.bool().then(|| read(self))
+    }
+
+    /// Bytes of up to 15, as text (replacing what is not UTF-8) or raw.
+    fn wire(&mut self) -> WireBytes {
+        let head = self.byte();
+        let len = usize::from(head >> 4);
+        let bytes: Vec<u8> = (0..len).map(|_| self.byte()).collect();
+        if head & 1 == 1 {
+            WireBytes::Raw(bytes)
+        } else {
+            WireBytes::Text(String::from_utf8_lossy(&bytes).into_owned())
+        }
+    }
+}
+
+/// Builds a submission from the reader.
+fn submit(reader: &mut Reader<'_>) -> Submit {
+    let n_stages = usize::from(reader.byte()) % (MAX_STAGES + 4);
+    let stages = (0..n_stages)
+        .map(|_| {
+            let n_args = usize::from(reader.byte() % 5);
+            (0..n_args).map(|_| reader.wire()).collect()
+        })
+        .collect();
+    let joiner = if reader.bool() {
+        Joiner::Pipe
+    } else {
+        Joiner::Sequence
+    };
+    let procs = match reader.byte() % 3 {
+        0 => proto::ProcRequest::Nodes(reader.u32()),
+        1 => proto::ProcRequest::Grid {
+            hosts: reader.u32(),
+            per_host: reader.u32(),
+        },
+        _ => proto::ProcRequest::Hosts(reader.u32()),
+    };
+    let options = JobOptions {
+        procs,
+        priority: reader.option(Reader::u32),
+        wait: reader.bool(),
+        memory: reader.option(Reader::u64),
+        disk: reader.option(Reader::u64),
+    };
+    let n_env = usize::from(reader.byte() % 8);
+    let env = (0..n_env).map(|_| (reader.wire(), reader.wire())).collect();
+    let cwd = reader.wire();
+    Submit {
+        stages,
+        joiner,
+        options,
+        env,
+        cwd,
+    }
+}
