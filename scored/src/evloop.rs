@@ -24,6 +24,8 @@ use mio::{Events, Interest, Poll, Token};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
 use crate::actuator::{Actuator, JobStdio};
 use crate::command::{self, GroupRef};
@@ -34,7 +36,17 @@ use crate::proto::{self, Reply, Request};
 
 const LISTENER: Token = Token(0);
 const SIGNALS: Token = Token(1);
-const FIRST_CLIENT: usize = 2;
+const COALESCE: Token = Token(2);
+const FIRST_CLIENT: usize = 3;
+
+/// While several stops are unconfirmed, reading SIGCHLD is put off by this
+/// much per pending process (at most [`COALESCE_MAX`]): standard signals do
+/// not queue, so the stops that happen meanwhile cost no wakeup, and one
+/// pass of `wait4` collects them all. Waking for each of 64 stopping
+/// processes costs about as much as the switch itself.
+const COALESCE_PER_PROCESS: Duration = Duration::from_micros(3);
+/// The longest SIGCHLD is put off.
+const COALESCE_MAX: Duration = Duration::from_millis(2);
 
 /// The most connections served at once, whatever the descriptor limit;
 /// one more is told so and closed.
@@ -56,6 +68,8 @@ pub enum Event {
     Client(Token),
     /// A signal arrived.
     Signal(i32),
+    /// The time to collect coalesced stop confirmations has come.
+    Coalesced,
     /// A deadline passed.
     Deadline,
 }
@@ -192,6 +206,10 @@ pub struct Daemon<A: Actuator> {
     dirty: Vec<Token>,
     /// A descriptor given up when the table is full, to refuse a client politely.
     spare_fd: Option<std::fs::File>,
+    /// The one-shot timer that ends a coalescing window.
+    coalesce: TimerFd,
+    /// SIGCHLD is being put off until `coalesce` fires.
+    coalescing: bool,
 }
 
 /// Blocks the signals the loop reads through its signalfd. Must run before
@@ -231,6 +249,15 @@ impl<A: Actuator> Daemon<A> {
             SIGNALS,
             Interest::READABLE,
         )?;
+        let coalesce = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
+        poll.registry().register(
+            &mut SourceFd(&coalesce.as_fd().as_raw_fd()),
+            COALESCE,
+            Interest::READABLE,
+        )?;
         Ok(Daemon {
             core,
             actuator,
@@ -249,6 +276,8 @@ impl<A: Actuator> Daemon<A> {
             fd_pool: FdPool::default(),
             dirty: Vec::new(),
             spare_fd: std::fs::File::open("/dev/null").ok(),
+            coalesce,
+            coalescing: false,
             idle_since: Instant::now(),
         })
     }
@@ -285,6 +314,7 @@ impl<A: Actuator> Daemon<A> {
                 .map(|event| match event.token() {
                     LISTENER => Event::Accept,
                     SIGNALS => Event::Signal(0),
+                    COALESCE => Event::Coalesced,
                     token => Event::Client(token),
                 })
                 .collect();
@@ -305,7 +335,21 @@ impl<A: Actuator> Daemon<A> {
         match event {
             Event::Accept => self.accept(),
             Event::Client(token) => self.client_ready(token, &mut inputs),
-            Event::Signal(_) => self.read_signals(&mut inputs),
+            Event::Signal(_) => {
+                let pending = self.actuator.pending_stops();
+                if self.coalescing {
+                    // Already waiting for the timer; it will read everything.
+                } else if pending > 1 && self.arm_coalesce(pending) {
+                    self.coalescing = true;
+                } else {
+                    self.read_signals(&mut inputs);
+                }
+            }
+            Event::Coalesced => {
+                let _ = self.coalesce.wait();
+                self.coalescing = false;
+                self.read_signals(&mut inputs);
+            }
             Event::Deadline => {
                 let now = Instant::now();
                 self.actuator.poll(now, &mut inputs);
@@ -786,6 +830,18 @@ impl<A: Actuator> Daemon<A> {
                 }
             }
         }
+    }
+
+    /// Starts a coalescing window for `pending` unconfirmed stops; false if
+    /// the timer could not be armed (then signals are read at once).
+    fn arm_coalesce(&mut self, pending: usize) -> bool {
+        let delay = (COALESCE_PER_PROCESS * pending as u32).min(COALESCE_MAX);
+        self.coalesce
+            .set(
+                Expiration::OneShot(TimeSpec::from_duration(delay)),
+                TimerSetTimeFlags::empty(),
+            )
+            .is_ok()
     }
 
     fn check_single_user(&mut self) {

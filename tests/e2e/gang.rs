@@ -26,11 +26,17 @@ fn stopped(pid: i32) -> bool {
 
 /// Samples for `duration`; returns how often processes of both sets were
 /// seen running at once, and how many samples were taken.
+///
+/// A sample reads `a`, then `b`, then `a` again, and counts an overlap only
+/// when `a` ran at both ends: the reads of /proc are not atomic, and if the
+/// test were preempted between reading `a` and `b`, a switch completed
+/// meanwhile would look like overlap. `a` cannot be stopped and continued
+/// again within one sample, since that takes a whole time slice.
 fn overlap(a: &[i32], b: &[i32], duration: Duration) -> (u64, u64) {
     let end = Instant::now() + duration;
     let (mut both, mut samples) = (0, 0);
     while Instant::now() < end {
-        if running(a) > 0 && running(b) > 0 {
+        if running(a) > 0 && running(b) > 0 && running(a) > 0 {
             both += 1;
         }
         samples += 1;

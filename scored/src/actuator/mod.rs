@@ -99,6 +99,8 @@ pub trait Actuator {
     fn poll(&mut self, now: Instant, out: &mut Vec<Input>);
     /// When `poll` next needs to run.
     fn next_deadline(&self) -> Option<Instant>;
+    /// How many processes have been sent SIGSTOP and not yet confirmed stopped.
+    fn pending_stops(&self) -> usize;
     /// Kills every process of every job and reaps them (daemon exit).
     fn kill_everything(&mut self);
 }
@@ -902,6 +904,14 @@ impl Actuator for OsActuator {
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
         });
         busy.then(|| Instant::now() + POLL_INTERVAL)
+    }
+
+    fn pending_stops(&self) -> usize {
+        self.jobs
+            .values()
+            .filter_map(|procs| procs.stop_wait.as_ref())
+            .map(|wait| wait.children.len() + wait.extras.len())
+            .sum()
     }
 
     fn kill_everything(&mut self) {
