@@ -41,6 +41,13 @@ pub const MAX_CONNECTIONS: usize = 1024;
 const MAX_OUTPUT: usize = 2 * proto::MAX_REPLY;
 /// Descriptors a client may have sent and not yet used.
 const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS;
+/// The most descriptors one message can carry (SCM_MAX_FD in the kernel's
+/// include/net/scm.h). The receive buffer has room for all of them: when it
+/// is too small the kernel still installs the descriptors that fit but sets
+/// MSG_CTRUNC, and nix will not parse a truncated control buffer
+/// (`cmsgs()` fails with ENOBUFS), so those descriptors were never wrapped
+/// and leaked: eight with every message that carried more than eight.
+const SCM_MAX_FD: usize = 253;
 
 /// Everything the loop reacts to.
 #[derive(Debug)]
@@ -764,7 +771,7 @@ fn flush(conn: &mut Connection) -> io::Result<()> {
 fn read_available(conn: &mut Connection) -> io::Result<bool> {
     loop {
         let mut chunk = [0u8; 64 * 1024];
-        let mut control = nix::cmsg_space!([RawFd; 8]);
+        let mut control = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
         let (len, fds, truncated) = {
             let mut iov = [IoSliceMut::new(&mut chunk)];
             let message = match recvmsg::<()>(
