@@ -369,9 +369,10 @@ impl OsActuator {
             // SAFETY: the closure runs in the child between fork and exec. It
             // only makes system calls (sched_setscheduler, setpriority,
             // sched_setaffinity, open/write/close, setgroups/setgid/setuid,
-            // chdir, prctl, getppid) on data prepared before the fork; it
-            // allocates nothing, takes no lock and does not log. The daemon
-            // is single-threaded, so no other thread's lock can be held.
+            // chdir, close_range, prctl, getppid) on data prepared before
+            // the fork; it allocates nothing, takes no lock and does not log.
+            // The daemon is single-threaded, so no other thread's lock can
+            // be held.
             unsafe {
                 command.pre_exec(move || {
                     // Never let the daemon's real-time priority leak into a job.
@@ -385,6 +386,19 @@ impl OsActuator {
                         sys::become_user(uid, gid, &groups)?;
                     }
                     sys::chdir(&child_cwd)?;
+                    // Only the three stdio descriptors reach the job. Old
+                    // kernels lack close_range; there, every descriptor of
+                    // the daemon is close-on-exec already (see
+                    // `seal_inherited_descriptors`).
+                    match sys::cloexec_from_3() {
+                        Ok(()) => {}
+                        Err(error)
+                            if matches!(
+                                error.raw_os_error(),
+                                Some(libc::ENOSYS | libc::EINVAL)
+                            ) => {}
+                        Err(error) => return Err(error),
+                    }
                     // After setuid, which clears it: a job dies with the daemon.
                     sys::set_parent_death_signal(libc::SIGKILL)?;
                     if sys::parent_pid() != daemon_pid {
@@ -986,6 +1000,25 @@ pub fn elevate_priority() -> String {
             }
         }
     }
+}
+
+/// Marks every descriptor the daemon inherited (other than stdio)
+/// close-on-exec, so that none of them reaches a job: the daemon's own
+/// descriptors are opened close-on-exec, but whatever started it may have
+/// left others open. Returns how many were marked, for the log.
+pub fn seal_inherited_descriptors() -> usize {
+    let Ok(entries) = fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    // Collect first: the directory being read is itself a descriptor.
+    let fds: Vec<i32> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    fds.into_iter()
+        .filter(|fd| sys::set_cloexec(*fd).is_ok())
+        .count()
 }
 
 /// Makes the daemon the reaper of its jobs' orphaned descendants, so that
