@@ -934,13 +934,20 @@ impl OsActuator {
             let extras = &procs.extras;
             wait.extras
                 .retain(|pid| match (extras.get(pid), procfs::read_stat(*pid)) {
-                    (Some(extra), Some(stat)) => stat.start == extra.start && !stat.is_stopped(),
+                    (Some(extra), Some(stat)) => {
+                        stat.start == extra.start && !procfs::cannot_run(&stat)
+                    }
                     _ => false,
                 });
             if fallback && now.duration_since(wait.since) >= CONFIRM_FALLBACK {
-                // wait4 should have reported these; trust /proc if it says stopped.
-                wait.children
-                    .retain(|pid| procfs::read_stat(*pid).is_none_or(|stat| !stat.is_stopped()));
+                // wait4 should have reported these; trust /proc if it says
+                // stopped, or if the child can only stop later (a vfork()
+                // parent whose child is stopped: it never reports a stop
+                // until its job is continued, and waiting for it stalled
+                // every switch of its hosts).
+                wait.children.retain(|pid| {
+                    procfs::read_stat(*pid).is_none_or(|stat| !procfs::cannot_run(&stat))
+                });
             }
         }
         if let Some(drain) = procs.drain.as_mut() {

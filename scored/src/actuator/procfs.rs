@@ -69,6 +69,32 @@ pub fn read_stat(pid: i32) -> Option<Stat> {
     parse_stat(std::str::from_utf8(&buffer[..len]).ok()?)
 }
 
+/// Whether SIGSTOP is pending for the process, from the text of
+/// `/proc/PID/status` (the `SigPnd` and `ShdPnd` masks, bit N-1 for signal N).
+pub fn parse_stop_pending(text: &str) -> bool {
+    let bit = 1u64 << (libc::SIGSTOP - 1);
+    text.lines()
+        .filter_map(|line| {
+            line.strip_prefix("SigPnd:")
+                .or_else(|| line.strip_prefix("ShdPnd:"))
+        })
+        .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .any(|mask| mask & bit != 0)
+}
+
+/// Whether the process cannot run user code before it stops: it is stopped
+/// (or dead), or it sleeps uninterruptibly with SIGSTOP pending. The second
+/// case is a parent blocked in vfork() while its child is stopped: it
+/// cannot stop until the child execs, and the child cannot exec until it
+/// is continued; it runs no user code either way, since a pending stop is
+/// acted on before the return to user mode.
+pub fn cannot_run(stat: &Stat) -> bool {
+    stat.is_stopped()
+        || (stat.state == b'D'
+            && fs::read_to_string(format!("/proc/{}/status", stat.pid))
+                .is_ok_and(|text| parse_stop_pending(&text)))
+}
+
 /// Every process on the machine, for attribution when no cgroup is available.
 pub fn all_processes() -> Vec<Stat> {
     let Ok(entries) = fs::read_dir("/proc") else {
@@ -104,6 +130,26 @@ mod tests {
         assert_eq!(stat.start, 123456);
         assert_eq!(stat.rss_pages, 250);
         assert!(stat.is_stopped());
+    }
+
+    #[test]
+    fn a_pending_stop_is_read_from_either_mask() {
+        let status = |sig: &str, shd: &str| {
+            format!("Name:\ttestprog\nState:\tD (disk sleep)\nSigQ:\t1/63\nSigPnd:\t{sig}\nShdPnd:\t{shd}\nSigBlk:\tfffffffffffbfeff\n")
+        };
+        assert!(parse_stop_pending(&status(
+            "0000000000000000",
+            "0000000000050000"
+        )));
+        assert!(parse_stop_pending(&status(
+            "0000000000040000",
+            "0000000000000000"
+        )));
+        assert!(!parse_stop_pending(&status(
+            "0000000000010000",
+            "0000000000010000"
+        )));
+        assert!(!parse_stop_pending("garbage"));
     }
 
     #[test]
