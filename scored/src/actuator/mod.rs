@@ -150,6 +150,8 @@ struct JobProcs {
     exe_bytes: u64,
     scratch: PathBuf,
     cgroup_procs: Option<CString>,
+    /// The user the job runs as.
+    uid: u32,
 }
 
 /// The real actuator.
@@ -272,6 +274,7 @@ impl OsActuator {
                 exe_bytes: 0,
                 scratch,
                 cgroup_procs,
+                uid: plan.user.uid,
             },
         );
         Ok(())
@@ -499,6 +502,32 @@ impl OsActuator {
                 let all = procfs::all_processes();
                 let mut known: BTreeSet<i32> = procs.children.iter().copied().collect();
                 known.extend(procs.extras.keys().copied());
+                // A descendant whose parent died before it was first seen
+                // was reparented to scored (the child subreaper), and its
+                // ancestry is lost. Such an orphan is taken as this job's if
+                // it runs as the job's user and its environment names the
+                // job: a process can only mislabel itself onto a job of its
+                // own user. Direct children and other jobs' processes are
+                // not orphans.
+                let elsewhere: BTreeSet<i32> = self
+                    .jobs
+                    .iter()
+                    .filter(|(other, _)| **other != job)
+                    .flat_map(|(_, other)| other.extras.keys().copied())
+                    .collect();
+                known.extend(
+                    all.iter()
+                        .filter(|stat| {
+                            stat.ppid == self.daemon_pid
+                                && !self.children.contains_key(&stat.pid)
+                                && !known.contains(&stat.pid)
+                                && !elsewhere.contains(&stat.pid)
+                                && !stat.is_dead()
+                        })
+                        .filter(|stat| procfs::is_orphan_of(stat.pid, procs.uid, job.0))
+                        .map(|stat| stat.pid)
+                        .collect::<Vec<i32>>(),
+                );
                 // Walk down from known members, level by level.
                 let mut members: Vec<Stat> = Vec::new();
                 let mut changed = true;
@@ -906,6 +935,8 @@ impl Actuator for OsActuator {
     fn kill_everything(&mut self) {
         let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
         for job in &jobs {
+            // Pick up what escaped since the last sample, so it dies too.
+            self.discover(*job);
             self.send(*job, Signal::SIGKILL);
             if let Some(procs) = self.jobs.get(job) {
                 for extra in procs.extras.values() {
@@ -913,15 +944,33 @@ impl Actuator for OsActuator {
                 }
             }
         }
+        // Any other child of ours is a job descendant that came to us as an
+        // orphan: scored forks nothing else. Signalling it by pid is safe,
+        // since an unreaped child's pid cannot be reused.
+        for pid in self.orphans() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut events = Vec::new();
-        while !self.children.is_empty() && Instant::now() < deadline {
+        while (!self.children.is_empty() || !self.orphans().is_empty()) && Instant::now() < deadline
+        {
             self.reap(&mut events);
             std::thread::sleep(Duration::from_millis(1));
         }
         for job in jobs {
             self.release(job);
         }
+    }
+}
+
+impl OsActuator {
+    /// Our children that are not ranks: orphaned job descendants, not yet reaped.
+    fn orphans(&self) -> Vec<i32> {
+        procfs::all_processes()
+            .into_iter()
+            .filter(|stat| stat.ppid == self.daemon_pid && !self.children.contains_key(&stat.pid))
+            .map(|stat| stat.pid)
+            .collect()
     }
 }
 

@@ -95,6 +95,36 @@ pub fn cannot_run(stat: &Stat) -> bool {
                 .is_ok_and(|text| parse_stop_pending(&text)))
 }
 
+/// The real uid in the text of `/proc/PID/status`.
+pub fn parse_real_uid(text: &str) -> Option<u32> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Whether `entries` (the NUL-separated text of `/proc/PID/environ`) sets
+/// `SCORE_JOBID` to `job`.
+pub fn environ_names_job(entries: &[u8], job: u64) -> bool {
+    let wanted = format!("SCORE_JOBID={job}");
+    entries
+        .split(|&byte| byte == 0)
+        .any(|entry| entry == wanted.as_bytes())
+}
+
+/// Whether process `pid` runs as `uid` and its environment names job `job`:
+/// how an orphan that lost its ancestry is attributed to its job.
+pub fn is_orphan_of(pid: i32, uid: u32, job: u64) -> bool {
+    let owner = fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|text| parse_real_uid(&text));
+    owner == Some(uid)
+        && fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|entries| environ_names_job(&entries, job))
+}
+
 /// Every process on the machine, for attribution when no cgroup is available.
 pub fn all_processes() -> Vec<Stat> {
     let Ok(entries) = fs::read_dir("/proc") else {
@@ -150,6 +180,17 @@ mod tests {
             "0000000000010000"
         )));
         assert!(!parse_stop_pending("garbage"));
+    }
+
+    #[test]
+    fn orphans_are_recognised_by_uid_and_environment() {
+        let status = "Name:\tx\nUid:\t1001\t0\t0\t0\nGid:\t100\t100\t100\t100\n";
+        assert_eq!(parse_real_uid(status), Some(1001));
+        assert_eq!(parse_real_uid("Name:\tx\n"), None);
+        let environ = b"PATH=/bin\0SCORE_JOBID=12\0SCORE_RANK=0\0";
+        assert!(environ_names_job(environ, 12));
+        assert!(!environ_names_job(environ, 1));
+        assert!(!environ_names_job(b"SCORE_JOBID=123\0", 12));
     }
 
     #[test]
