@@ -75,6 +75,8 @@ fn run() -> Result<(), String> {
                 state_dir.display()
             )
         })?;
+    actuator::check_private_dir(&state_dir, uid, true)
+        .map_err(|message| format!("state directory: {message}"))?;
 
     let machine = read_machine();
     let topology = build_topology(&settings, &machine)?;
@@ -104,7 +106,7 @@ fn run() -> Result<(), String> {
     let mut core = Core::new(core_config, topology.clone(), memory_limits);
     run_rc(&mut core, &settings, uid)?;
 
-    let listener = evloop::bind(&socket, uid)?;
+    // Before binding, so that a refused start leaves no socket behind.
     let actuator = OsActuator::new(
         ActuatorConfig {
             state_dir: state_dir.clone(),
@@ -113,6 +115,7 @@ fn run() -> Result<(), String> {
         &topology,
     )
     .map_err(|error| format!("cannot prepare to run jobs: {error}"))?;
+    let listener = evloop::bind(&socket, uid)?;
     if let Err(error) = actuator::become_subreaper() {
         tracing::warn!(%error, "cannot become the subreaper of job descendants");
     }

@@ -182,6 +182,11 @@ impl OsActuator {
                     format!("cannot create {}: {error}", jobs_dir.display()),
                 )
             })?;
+        // Scratch directories are created, and handed to users, in here:
+        // nobody else may be able to swap an entry for a symbolic link.
+        let daemon_uid = nix::unistd::geteuid().as_raw();
+        check_private_dir(&jobs_dir, daemon_uid, false)
+            .map_err(|message| io::Error::new(io::ErrorKind::PermissionDenied, message))?;
         let mut hosts = Vec::new();
         for host in &topology.hosts {
             let mut mask = nix::sched::CpuSet::new();
@@ -191,7 +196,6 @@ impl OsActuator {
             }
             hosts.push((host.name.clone(), mask));
         }
-        let daemon_uid = nix::unistd::geteuid().as_raw();
         let cgroups = if config.use_cgroups && daemon_uid == 0 {
             Cgroups::create(std::process::id())
         } else {
@@ -1056,6 +1060,32 @@ pub fn elevate_priority() -> String {
             }
         }
     }
+}
+
+/// Checks that only `uid` (or root) can change the entries of `dir`: it
+/// belongs to one of them and is writable by nobody else, unless
+/// `sticky_ok` and it has the sticky bit (as /tmp), which keeps others from
+/// removing or renaming what is ours.
+pub fn check_private_dir(dir: &Path, uid: u32, sticky_ok: bool) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta =
+        fs::metadata(dir).map_err(|error| format!("cannot inspect {}: {error}", dir.display()))?;
+    if meta.uid() != uid && meta.uid() != 0 {
+        return Err(format!(
+            "refusing {}: it belongs to uid {}",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode();
+    if mode & 0o022 != 0 && !(sticky_ok && mode & 0o1000 != 0) {
+        return Err(format!(
+            "refusing {}: it is writable by other users (mode {:o})",
+            dir.display(),
+            mode & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 /// Marks every descriptor the daemon inherited (other than stdio)
