@@ -39,6 +39,11 @@ const FIRST_CLIENT: usize = 2;
 pub const MAX_CONNECTIONS: usize = 1024;
 /// Replies queued for a client that does not read; beyond this it is dropped.
 const MAX_OUTPUT: usize = 2 * proto::MAX_REPLY;
+/// A client's requests are read and answered only while fewer bytes than
+/// this wait in its output: a client that sends requests and never reads
+/// the replies is not served more until it reads, so it costs at most this
+/// plus one reply, instead of every reply to everything it sent.
+const PAUSE_OUTPUT: usize = 64 * 1024;
 /// Descriptors a client may have sent and not yet used.
 const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS;
 /// The most descriptors one message can carry (SCM_MAX_FD in the kernel's
@@ -116,6 +121,9 @@ struct Connection {
     closing: bool,
     /// Writable interest is registered.
     writing: bool,
+    /// Reading was skipped because too many replies wait: resume once they
+    /// are written (the socket will not say it is readable again).
+    paused: bool,
 }
 
 /// The daemon: its core, its actuator and its clients.
@@ -212,7 +220,12 @@ impl<A: Actuator> Daemon<A> {
                 let idle = self.idle_since + Duration::from_secs(30);
                 deadline = Some(deadline.map_or(idle, |other| other.min(idle)));
             }
-            let timeout = deadline.map(|deadline| deadline.saturating_duration_since(now));
+            let mut timeout = deadline.map(|deadline| deadline.saturating_duration_since(now));
+            if !self.resumable().is_empty() {
+                // A paused client's replies were written: serve its next
+                // requests now, since its socket will not wake us.
+                timeout = Some(Duration::ZERO);
+            }
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
@@ -228,6 +241,9 @@ impl<A: Actuator> Daemon<A> {
                 .collect();
             for event in ready {
                 self.handle_event(event);
+            }
+            for token in self.resumable() {
+                self.handle_event(Event::Client(token));
             }
             self.handle_event(Event::Deadline);
             self.check_single_user();
@@ -435,6 +451,7 @@ impl<A: Actuator> Daemon<A> {
                     submitted: false,
                     closing: false,
                     writing: false,
+                    paused: false,
                 },
             );
         }
@@ -444,8 +461,14 @@ impl<A: Actuator> Daemon<A> {
         let Some(conn) = self.connections.get_mut(&token) else {
             return;
         };
+        // Write first: replies that leave make room to read more requests.
+        if flush(conn).is_err() {
+            self.close(token, inputs);
+            return;
+        }
         let mut gone = false;
-        if !conn.closing {
+        conn.paused = conn.output.len() >= PAUSE_OUTPUT;
+        if !conn.closing && !conn.paused {
             match read_available(conn) {
                 Ok(open) => gone = !open,
                 Err(error) => {
@@ -471,12 +494,27 @@ impl<A: Actuator> Daemon<A> {
         }
     }
 
+    /// Connections that stopped being read because of unread replies and
+    /// whose replies have since been written.
+    fn resumable(&self) -> Vec<Token> {
+        self.connections
+            .iter()
+            .filter(|(_, conn)| conn.paused && conn.output.len() < PAUSE_OUTPUT)
+            .map(|(token, _)| *token)
+            .collect()
+    }
+
     fn process_requests(&mut self, token: Token, inputs: &mut Vec<Input>) {
         loop {
             let Some(conn) = self.connections.get_mut(&token) else {
                 return;
             };
             if conn.closing {
+                return;
+            }
+            if conn.output.len() >= PAUSE_OUTPUT {
+                // The rest waits until the client has read its replies.
+                conn.paused = true;
                 return;
             }
             let request: Request = match proto::decode(&mut conn.input, proto::MAX_REQUEST) {
