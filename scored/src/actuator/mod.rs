@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
@@ -165,6 +166,8 @@ pub struct OsActuator {
     daemon_uid: u32,
     clock_ticks: u64,
     page_size: u64,
+    /// The descriptor limit scored was started with, which jobs get back.
+    job_nofile: Option<(u64, u64)>,
 }
 
 impl OsActuator {
@@ -219,6 +222,7 @@ impl OsActuator {
             daemon_uid,
             clock_ticks: sys::clock_ticks(),
             page_size: sys::page_size(),
+            job_nofile: raise_descriptor_limit(),
         })
     }
 
@@ -373,13 +377,14 @@ impl OsActuator {
             let groups = groups.clone();
             let (uid, gid) = (plan.user.uid, plan.user.gid);
             let daemon_pid = self.daemon_pid;
+            let job_nofile = self.job_nofile;
             // SAFETY: the closure runs in the child between fork and exec. It
             // only makes system calls (sched_setscheduler, setpriority,
-            // sched_setaffinity, open/write/close, setgroups/setgid/setuid,
-            // chdir, close_range, prctl, getppid) on data prepared before
-            // the fork; it allocates nothing, takes no lock and does not log.
-            // The daemon is single-threaded, so no other thread's lock can
-            // be held.
+            // setrlimit, sched_setaffinity, open/write/close,
+            // setgroups/setgid/setuid, chdir, close_range, prctl, getppid)
+            // on data prepared before the fork; it allocates nothing, takes
+            // no lock and does not log. The daemon is single-threaded, so no
+            // other thread's lock can be held.
             unsafe {
                 command.pre_exec(move || {
                     // Never let the daemon's real-time priority leak into a job.
@@ -410,6 +415,11 @@ impl OsActuator {
                     sys::set_parent_death_signal(libc::SIGKILL)?;
                     if sys::parent_pid() != daemon_pid {
                         return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                    }
+                    // Last: nothing after this opens a descriptor, which
+                    // would be numbered above a lowered limit and fail.
+                    if let Some((soft, hard)) = job_nofile {
+                        setrlimit(Resource::RLIMIT_NOFILE, soft, hard)?;
                     }
                     Ok(())
                 });
@@ -1058,6 +1068,28 @@ pub fn elevate_priority() -> String {
                     "normal priority (real-time refused: {rt_error}; nice refused: {nice_error})"
                 ),
             }
+        }
+    }
+}
+
+/// Lets the daemon hold as many descriptors as its hard limit allows: each
+/// client connection, and each job's stdio, is a descriptor, and the usual
+/// soft limit of 1024 would run out before [`crate::evloop::MAX_CONNECTIONS`]
+/// clients are served. Returns the limits scored was started with, which
+/// jobs get back before exec, or `None` if they were not changed.
+fn raise_descriptor_limit() -> Option<(u64, u64)> {
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft >= hard {
+        return None;
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+        Ok(()) => {
+            tracing::debug!(from = soft, to = hard, "raised the descriptor limit");
+            Some((soft, hard))
+        }
+        Err(error) => {
+            tracing::warn!(%error, soft, hard, "cannot raise the descriptor limit");
+            None
         }
     }
 }
