@@ -142,6 +142,8 @@ pub struct Daemon<A: Actuator> {
     terminations: u32,
     served_a_job: bool,
     idle_since: Instant,
+    /// A descriptor held in reserve for refusing clients when none is left.
+    spare_fd: Option<std::fs::File>,
 }
 
 /// Blocks the signals the loop reads through its signalfd. Must run before
@@ -196,6 +198,7 @@ impl<A: Actuator> Daemon<A> {
             terminations: 0,
             served_a_job: false,
             idle_since: Instant::now(),
+            spare_fd: spare_descriptor(),
         })
     }
 
@@ -398,6 +401,34 @@ impl<A: Actuator> Daemon<A> {
                 Ok(pair) => pair,
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    // Out of descriptors: give up the spare one for a moment
+                    // to accept the client and tell it so, rather than leave
+                    // it waiting in the backlog with no answer.
+                    if self.spare_fd.take().is_none() {
+                        tracing::warn!(%error, "accept failed");
+                        return;
+                    }
+                    // accept() fails with EMFILE before it looks for a
+                    // client, so only a successful accept says one waited.
+                    let refused = match self.listener.accept() {
+                        Ok((mut stream, _)) => {
+                            let frame = proto::encode(&Reply::Error {
+                                message: "scored has run out of descriptors; try again later"
+                                    .into(),
+                            });
+                            let _ = stream.write(&frame);
+                            tracing::warn!("connection refused: out of descriptors");
+                            true
+                        }
+                        Err(_) => false,
+                    };
+                    self.spare_fd = spare_descriptor();
+                    if !refused {
+                        return;
+                    }
+                    continue;
+                }
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");
                     return;
@@ -774,6 +805,10 @@ impl<A: Actuator> Daemon<A> {
     pub fn core(&self) -> &Core {
         &self.core
     }
+}
+
+fn spare_descriptor() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
 }
 
 fn refuse(conn: &mut Connection, message: String) {
