@@ -45,6 +45,7 @@ impl Cgroups {
             if !usable {
                 continue;
             }
+            remove_stale(&root);
             let base = root.join(format!("scored-{daemon_pid}"));
             match fs::create_dir(&base) {
                 Ok(()) => return Some(Cgroups { base }),
@@ -96,6 +97,32 @@ impl Cgroups {
                 tracing::warn!(path = %dir.display(), %error, "failed to remove a job's cgroup");
             }
         }
+    }
+}
+
+/// Removes the directories that daemons killed outright (SIGKILL, a
+/// crash) left behind: `scored-PID` where no process PID exists. Only
+/// empty cgroups can be removed, so one that still holds processes stays.
+fn remove_stale(root: &Path) {
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("scored-"))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let stale = Cgroups { base: entry.path() };
+        tracing::info!(path = %stale.base.display(), "removing the cgroup of a daemon that is gone");
+        // Dropping it removes its empty job directories, then itself.
+        drop(stale);
     }
 }
 
