@@ -2,7 +2,10 @@
 //! and sc_console, and /proc as the witness. One test binary, as ripgrep
 //! and cargo do, sharing the harness in `scored_tests`.
 
+mod faults;
 mod gang;
+mod hostile;
 mod launch;
 mod limits;
 mod startup;
+mod users;
