@@ -25,12 +25,16 @@ fn stopped(pid: i32) -> bool {
 }
 
 /// Samples for `duration`; returns how often processes of both sets were
-/// seen running at once, and how many samples were taken.
+/// seen running at once, and how many samples were taken. Reading /proc is
+/// not atomic: a switch from `b` to `a` between reading `b` and reading `a`
+/// looked like an overlap (seen under load in the full suite). So `a` is
+/// read again after `b`: with slices far longer than the reads, `a` running
+/// at both ends means it ran while `b` was read.
 fn overlap(a: &[i32], b: &[i32], duration: Duration) -> (u64, u64) {
     let end = Instant::now() + duration;
     let (mut both, mut samples) = (0, 0);
     while Instant::now() < end {
-        if running(a) > 0 && running(b) > 0 {
+        if running(a) > 0 && running(b) > 0 && running(a) > 0 {
             both += 1;
         }
         samples += 1;
