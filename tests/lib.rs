@@ -90,6 +90,7 @@ pub struct DaemonBuilder {
     rc: Option<String>,
     timeslice: Option<String>,
     args: Vec<String>,
+    nofile: Option<(u64, u64)>,
 }
 
 impl DaemonBuilder {
@@ -117,6 +118,12 @@ impl DaemonBuilder {
         self
     }
 
+    /// Starts the daemon with this descriptor limit (soft, hard).
+    pub fn nofile(mut self, soft: u64, hard: u64) -> Self {
+        self.nofile = Some((soft, hard));
+        self
+    }
+
     /// The command that would start the daemon in `sandbox`.
     pub fn command(&self, sandbox: &Sandbox) -> Command {
         let mut command = Command::new(bin("scored"));
@@ -140,6 +147,21 @@ impl DaemonBuilder {
             command.arg("--timeslice").arg(slice);
         }
         command.args(&self.args);
+        if let Some((soft, hard)) = self.nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the closure only calls setrlimit, a system call that
+            // allocates nothing and takes no lock, between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    nix::sys::resource::setrlimit(
+                        nix::sys::resource::Resource::RLIMIT_NOFILE,
+                        soft,
+                        hard,
+                    )
+                    .map_err(std::io::Error::from)
+                });
+            }
+        }
         command
     }
 
@@ -349,6 +371,14 @@ impl Daemon {
         }
     }
 
+    /// Kills the daemon with SIGKILL and reaps it.
+    pub fn kill_hard(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Waits for the daemon to exit by itself.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let child = self.child.as_mut()?;
@@ -466,9 +496,22 @@ impl Job {
             }
             std::thread::sleep(Duration::from_millis(5));
         };
+        // A job process that outlived its job may still hold scrun's stderr
+        // open: read what is there, but never wait for it forever.
         let mut stderr = String::new();
         if let Some(mut pipe) = child.stderr.take() {
-            let _ = pipe.read_to_string(&mut stderr);
+            let (sender, receiver) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = pipe.read_to_string(&mut text);
+                let _ = sender.send(text);
+            });
+            match receiver.recv_timeout(Duration::from_secs(10)) {
+                Ok(text) => stderr = text,
+                Err(_) => panic!(
+                    "scrun's stderr stayed open after it exited: a job process outlived its job"
+                ),
+            }
         }
         (status, stderr)
     }
@@ -586,4 +629,208 @@ pub fn two_hosts() -> String {
 /// The test program.
 pub fn testprog() -> String {
     bin("scored-testprog").display().to_string()
+}
+
+/// Whether the tests run as root; tests that need other users or root's
+/// rights print why they skip and return when not.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// A local user made for the tests.
+#[derive(Debug, Clone)]
+pub struct TestUser {
+    /// Its login name.
+    pub name: String,
+    /// Its uid.
+    pub uid: u32,
+    /// Its primary gid.
+    pub gid: u32,
+}
+
+/// The users and group of the tests that need several users: `a` belongs
+/// to `group` as a supplementary group, `b` does not.
+#[derive(Debug, Clone)]
+pub struct TestUsers {
+    /// User `scored-test-a`, in the group.
+    pub a: TestUser,
+    /// User `scored-test-b`, not in the group.
+    pub b: TestUser,
+    /// Group `scored-test-g`: its gid.
+    pub group: u32,
+}
+
+/// The name of the group only user `a` is in.
+pub const TEST_GROUP: &str = "scored-test-g";
+
+/// Runs an administration command, retrying while another process holds
+/// the lock of the user database (parallel test binaries may add users too).
+fn admin(program: &str, args: &[&str]) {
+    let mut last = String::new();
+    for _ in 0..50 {
+        let output = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|error| panic!("cannot run {program}: {error}"));
+        if output.status.success() {
+            return;
+        }
+        last = String::from_utf8_lossy(&output.stderr).into_owned();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{program} {args:?} failed: {last}");
+}
+
+fn lookup_user(name: &str) -> Option<TestUser> {
+    let user = nix::unistd::User::from_name(name).ok().flatten()?;
+    Some(TestUser {
+        name: name.to_string(),
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+    })
+}
+
+fn supplementary_groups(name: &str) -> Vec<u32> {
+    let output = Command::new("id")
+        .args(["-G", name])
+        .output()
+        .expect("run id");
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .filter_map(|gid| gid.parse().ok())
+        .collect()
+}
+
+/// Creates (once, idempotently) the test users and group. `None`, with a
+/// printed reason, when the tests do not run as root.
+pub fn test_users(test: &str) -> Option<TestUsers> {
+    if !is_root() {
+        println!("skipped: {test} needs root (to create users and run their jobs)");
+        return None;
+    }
+    static USERS: OnceLock<TestUsers> = OnceLock::new();
+    let users = USERS.get_or_init(|| {
+        if nix::unistd::Group::from_name(TEST_GROUP)
+            .ok()
+            .flatten()
+            .is_none()
+        {
+            admin("groupadd", &["-f", TEST_GROUP]);
+        }
+        let group = nix::unistd::Group::from_name(TEST_GROUP)
+            .ok()
+            .flatten()
+            .expect("the test group exists")
+            .gid
+            .as_raw();
+        for (name, in_group) in [("scored-test-a", true), ("scored-test-b", false)] {
+            if lookup_user(name).is_none() {
+                let mut args = vec!["-M", "-U", "-s", "/usr/sbin/nologin"];
+                if in_group {
+                    args.extend(["-G", TEST_GROUP]);
+                }
+                args.push(name);
+                admin("useradd", &args);
+            }
+            // A user left by an earlier run may have other groups: fix them.
+            let member = supplementary_groups(name).contains(&group);
+            if in_group && !member {
+                admin("usermod", &["-a", "-G", TEST_GROUP, name]);
+            } else if !in_group && member {
+                admin("gpasswd", &["-d", name, TEST_GROUP]);
+            }
+        }
+        TestUsers {
+            a: lookup_user("scored-test-a").expect("user a exists"),
+            b: lookup_user("scored-test-b").expect("user b exists"),
+            group,
+        }
+    });
+    Some(users.clone())
+}
+
+/// `program args` run as `user` with the user's primary and supplementary
+/// groups (util-linux `setpriv --init-groups`).
+pub fn command_as(user: &TestUser, program: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new("setpriv");
+    command
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .arg("--init-groups")
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::null());
+    command
+}
+
+impl Daemon {
+    /// A tagged scrun aimed at this daemon, run as `user`.
+    pub fn scrun_as(&self, user: &TestUser, args: &[&str]) -> Command {
+        let mut command = command_as(user, &bin("scrun"), args);
+        command
+            .env("SCORED_SOCKET", &self.socket)
+            .env("SCORED_TEST_TAG", &self.tag)
+            .env_remove("SCORE_OPTIONS")
+            .current_dir(&self.sandbox.path);
+        command
+    }
+
+    /// Starts scrun as `user` in the background with its output piped.
+    pub fn spawn_as(&self, user: &TestUser, args: &[&str]) -> Job {
+        let child = self
+            .scrun_as(user, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn scrun as a test user");
+        Job {
+            child: Some(child),
+            lines: Vec::new(),
+            reader: None,
+        }
+    }
+
+    /// Runs a console line through sc_console as `user`.
+    pub fn console_as(&self, user: &TestUser, line: &str) -> Output {
+        let socket = self.socket.display().to_string();
+        command_as(user, &bin("sc_console"), &["--socket", &socket, "-c", line])
+            .output()
+            .expect("run sc_console as a test user")
+    }
+
+    /// The daemon's open descriptors, by number.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|entries| entries.count())
+            .unwrap_or(0)
+    }
+
+    /// The daemon's open descriptors and what they are, for messages.
+    pub fn fd_listing(&self) -> String {
+        let Ok(entries) = std::fs::read_dir(format!("/proc/{}/fd", self.pid())) else {
+            return String::new();
+        };
+        let mut lines: Vec<String> = entries
+            .flatten()
+            .map(|entry| {
+                let target = std::fs::read_link(entry.path()).unwrap_or_default();
+                format!(
+                    "{} -> {}",
+                    entry.file_name().to_string_lossy(),
+                    target.display()
+                )
+            })
+            .collect();
+        lines.sort();
+        lines.join("\n")
+    }
+
+    /// Whether the daemon process is still running.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
 }

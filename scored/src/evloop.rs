@@ -56,8 +56,20 @@ pub const MAX_CONNECTIONS: usize = 65_536;
 const RESERVED_FDS: u64 = 256;
 /// Replies queued for a client that does not read; beyond this it is dropped.
 const MAX_OUTPUT: usize = 2 * proto::MAX_REPLY;
+/// A client's requests are read and answered only while fewer bytes than
+/// this wait in its output: a client that sends requests and never reads
+/// the replies is not served more until it reads, so it costs at most this
+/// plus one reply, instead of every reply to everything it sent.
+const PAUSE_OUTPUT: usize = 64 * 1024;
 /// Descriptors a client may have sent and not yet used.
 const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS;
+/// The most descriptors one message can carry (SCM_MAX_FD in the kernel's
+/// include/net/scm.h). The receive buffer has room for all of them: when it
+/// is too small the kernel still installs the descriptors that fit but sets
+/// MSG_CTRUNC, and nix will not parse a truncated control buffer
+/// (`cmsgs()` fails with ENOBUFS), so those descriptors were never wrapped
+/// and leaked: eight with every message that carried more than eight.
+const SCM_MAX_FD: usize = 253;
 
 /// Everything the loop reacts to.
 #[derive(Debug)]
@@ -180,6 +192,9 @@ struct Connection {
     closing: bool,
     /// Writable interest is registered.
     writing: bool,
+    /// Reading was skipped because too many replies wait: resume once they
+    /// are written (the socket will not say it is readable again).
+    paused: bool,
 }
 
 /// The daemon: its core, its actuator and its clients.
@@ -275,7 +290,7 @@ impl<A: Actuator> Daemon<A> {
             served_a_job: false,
             fd_pool: FdPool::default(),
             dirty: Vec::new(),
-            spare_fd: std::fs::File::open("/dev/null").ok(),
+            spare_fd: spare_descriptor(),
             coalesce,
             coalescing: false,
             idle_since: Instant::now(),
@@ -303,7 +318,12 @@ impl<A: Actuator> Daemon<A> {
                 let idle = self.idle_since + Duration::from_secs(30);
                 deadline = Some(deadline.map_or(idle, |other| other.min(idle)));
             }
-            let timeout = deadline.map(|deadline| deadline.saturating_duration_since(now));
+            let mut timeout = deadline.map(|deadline| deadline.saturating_duration_since(now));
+            if !self.resumable().is_empty() {
+                // A paused client's replies were written: serve its next
+                // requests now, since its socket will not wake us.
+                timeout = Some(Duration::ZERO);
+            }
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
@@ -320,6 +340,9 @@ impl<A: Actuator> Daemon<A> {
                 .collect();
             for event in ready {
                 self.handle_event(event);
+            }
+            for token in self.resumable() {
+                self.handle_event(Event::Client(token));
             }
             self.handle_event(Event::Deadline);
             self.check_single_user();
@@ -492,17 +515,31 @@ impl<A: Actuator> Daemon<A> {
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
                 Err(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    // Out of descriptors: use the spare one to accept the
-                    // client and tell it, rather than leave it hanging.
-                    self.spare_fd = None;
-                    if let Ok((mut stream, _)) = self.listener.accept() {
-                        let frame = proto::encode(&Reply::Error {
-                            message: "scored is out of file descriptors; try again later".into(),
-                        });
-                        let _ = stream.write(&frame);
+                    // Out of descriptors: give up the spare one for a moment
+                    // to accept the client and tell it so, rather than leave
+                    // it waiting in the backlog with no answer.
+                    if self.spare_fd.take().is_none() {
+                        tracing::warn!(%error, "accept failed");
+                        return;
                     }
-                    self.spare_fd = std::fs::File::open("/dev/null").ok();
-                    tracing::warn!("connection refused: out of file descriptors");
+                    // accept() fails with EMFILE before it looks for a
+                    // client, so only a successful accept says one waited.
+                    let refused = match self.listener.accept() {
+                        Ok((mut stream, _)) => {
+                            let frame = proto::encode(&Reply::Error {
+                                message: "scored has run out of descriptors; try again later"
+                                    .into(),
+                            });
+                            let _ = stream.write(&frame);
+                            tracing::warn!("connection refused: out of descriptors");
+                            true
+                        }
+                        Err(_) => false,
+                    };
+                    self.spare_fd = spare_descriptor();
+                    if !refused {
+                        return;
+                    }
                     continue;
                 }
                 Err(error) => {
@@ -561,6 +598,7 @@ impl<A: Actuator> Daemon<A> {
                     submitted: false,
                     closing: false,
                     writing: false,
+                    paused: false,
                 }),
             );
         }
@@ -571,8 +609,14 @@ impl<A: Actuator> Daemon<A> {
         let Some(conn) = self.connections.get_mut(&token) else {
             return;
         };
+        // Write first: replies that leave make room to read more requests.
+        if flush(conn).is_err() {
+            self.close(token, inputs);
+            return;
+        }
         let mut gone = false;
-        if !conn.closing {
+        conn.paused = conn.output.len() >= PAUSE_OUTPUT;
+        if !conn.closing && !conn.paused {
             match read_available(conn) {
                 Ok(open) => gone = !open,
                 Err(error) => {
@@ -598,12 +642,27 @@ impl<A: Actuator> Daemon<A> {
         }
     }
 
+    /// Connections that stopped being read because of unread replies and
+    /// whose replies have since been written.
+    fn resumable(&self) -> Vec<Token> {
+        self.connections
+            .iter()
+            .filter(|(_, conn)| conn.paused && conn.output.len() < PAUSE_OUTPUT)
+            .map(|(token, _)| *token)
+            .collect()
+    }
+
     fn process_requests(&mut self, token: Token, inputs: &mut Vec<Input>) {
         loop {
             let Some(conn) = self.connections.get_mut(&token) else {
                 return;
             };
             if conn.closing {
+                return;
+            }
+            if conn.output.len() >= PAUSE_OUTPUT {
+                // The rest waits until the client has read its replies.
+                conn.paused = true;
                 return;
             }
             let request: Request = match proto::decode(&mut conn.input, proto::MAX_REQUEST) {
@@ -968,6 +1027,10 @@ fn same_description(first: RawFd, second: RawFd) -> io::Result<bool> {
     }
 }
 
+fn spare_descriptor() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
 fn refuse(conn: &mut Connection, message: String) {
     tracing::info!(uid = conn.cred.uid, %message, "refusing a request");
     queue_reply(conn, &Reply::Error { message });
@@ -1001,7 +1064,7 @@ fn flush(conn: &mut Connection) -> io::Result<()> {
 fn read_available(conn: &mut Connection) -> io::Result<bool> {
     loop {
         let mut chunk = [0u8; 64 * 1024];
-        let mut control = nix::cmsg_space!([RawFd; 8]);
+        let mut control = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
         let (len, fds, truncated) = {
             let mut iov = [IoSliceMut::new(&mut chunk)];
             let message = match recvmsg::<()>(

@@ -46,6 +46,11 @@ fn run() -> Result<(), String> {
     // Before anything could start a thread: the loop reads these signals.
     let signals =
         evloop::block_signals().map_err(|error| format!("cannot block signals: {error}"))?;
+    // Before opening anything of our own: what we inherited must not reach jobs.
+    let sealed = actuator::seal_inherited_descriptors();
+    if sealed > 0 {
+        tracing::debug!(n = sealed, "inherited descriptors marked close-on-exec");
+    }
 
     let uid = nix::unistd::geteuid().as_raw();
     let env = |name: &str| std::env::var(name).ok();
@@ -70,6 +75,8 @@ fn run() -> Result<(), String> {
                 state_dir.display()
             )
         })?;
+    actuator::check_private_dir(&state_dir, uid, true)
+        .map_err(|message| format!("state directory: {message}"))?;
 
     let machine = read_machine();
     let topology = build_topology(&settings, &machine)?;

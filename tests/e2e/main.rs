@@ -4,7 +4,10 @@
 
 mod console;
 mod docs;
+mod faults;
 mod gang;
+mod hostile;
 mod launch;
 mod limits;
 mod startup;
+mod users;

@@ -4,8 +4,12 @@
 //!
 //! This is a strengthening, never a requirement: without a writable cgroup
 //! hierarchy (not root, or no freezer), descendants are found by walking
-//! /proc from the job's processes, which misses a process whose parent died
-//! before it was first seen (see scored(8), LIMITATIONS).
+//! /proc from the job's processes. A process whose parent died before it
+//! was first seen has lost that ancestry; it was reparented to scored (the
+//! child subreaper) and is attributed to its job by its uid and the
+//! `SCORE_JOBID` in its environment. One that also rewrote its environment
+//! is missed while the daemon runs (it is neither stopped nor killed with
+//! its job), and is killed only when scored exits (ARCHITECTURE.md, Faults).
 //!
 //! The cgroup v1 freezer hierarchy is used where mounted; otherwise a pure
 //! cgroup v2 hierarchy at /sys/fs/cgroup. Membership is all we use.

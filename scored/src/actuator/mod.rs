@@ -36,6 +36,7 @@ use std::process::{Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
@@ -157,6 +158,8 @@ struct JobProcs {
     exe_bytes: u64,
     scratch: PathBuf,
     cgroup_procs: Option<CString>,
+    /// The user the job runs as.
+    uid: u32,
 }
 
 /// The real actuator.
@@ -187,6 +190,11 @@ impl OsActuator {
                     format!("cannot create {}: {error}", jobs_dir.display()),
                 )
             })?;
+        // Scratch directories are created, and handed to users, in here:
+        // nobody else may be able to swap an entry for a symbolic link.
+        let daemon_uid = nix::unistd::geteuid().as_raw();
+        check_private_dir(&jobs_dir, daemon_uid, false)
+            .map_err(|message| io::Error::new(io::ErrorKind::PermissionDenied, message))?;
         let mut hosts = Vec::new();
         for host in &topology.hosts {
             let mut mask = nix::sched::CpuSet::new();
@@ -196,7 +204,6 @@ impl OsActuator {
             }
             hosts.push((host.name.clone(), mask));
         }
-        let daemon_uid = nix::unistd::geteuid().as_raw();
         let cgroups = if config.use_cgroups && daemon_uid == 0 {
             Cgroups::create(std::process::id())
         } else {
@@ -279,6 +286,7 @@ impl OsActuator {
                 exe_bytes: 0,
                 scratch,
                 cgroup_procs,
+                uid: plan.user.uid,
             },
         );
         Ok(())
@@ -377,22 +385,16 @@ impl OsActuator {
             let job_nofile = self.config.job_nofile;
             // SAFETY: the closure runs in the child between fork and exec. It
             // only makes system calls (sched_setscheduler, setpriority,
-            // setrlimit, sched_setaffinity, open/write/close, setgroups/setgid/setuid,
-            // chdir, prctl, getppid) on data prepared before the fork; it
-            // allocates nothing, takes no lock and does not log. The daemon
-            // is single-threaded, so no other thread's lock can be held.
+            // setrlimit, sched_setaffinity, open/write/close,
+            // setgroups/setgid/setuid, chdir, close_range, prctl, getppid)
+            // on data prepared before the fork; it allocates nothing, takes
+            // no lock and does not log. The daemon is single-threaded, so no
+            // other thread's lock can be held.
             unsafe {
                 command.pre_exec(move || {
                     // Never let the daemon's real-time priority leak into a job.
                     sys::set_scheduler(None, false)?;
                     sys::set_nice(0)?;
-                    if let Some((soft, hard)) = job_nofile {
-                        nix::sys::resource::setrlimit(
-                            nix::sys::resource::Resource::RLIMIT_NOFILE,
-                            soft,
-                            hard,
-                        )?;
-                    }
                     nix::sched::sched_setaffinity(Pid::from_raw(0), &mask)?;
                     if let Some(path) = &cgroup_path {
                         sys::write_file(path, b"0")?;
@@ -401,10 +403,28 @@ impl OsActuator {
                         sys::become_user(uid, gid, &groups)?;
                     }
                     sys::chdir(&child_cwd)?;
+                    // Only the three stdio descriptors reach the job. Old
+                    // kernels lack close_range; there, every descriptor of
+                    // the daemon is close-on-exec already (see
+                    // `seal_inherited_descriptors`).
+                    match sys::cloexec_from_3() {
+                        Ok(()) => {}
+                        Err(error)
+                            if matches!(
+                                error.raw_os_error(),
+                                Some(libc::ENOSYS | libc::EINVAL)
+                            ) => {}
+                        Err(error) => return Err(error),
+                    }
                     // After setuid, which clears it: a job dies with the daemon.
                     sys::set_parent_death_signal(libc::SIGKILL)?;
                     if sys::parent_pid() != daemon_pid {
                         return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                    }
+                    // Last: nothing after this opens a descriptor, which
+                    // would be numbered above a lowered limit and fail.
+                    if let Some((soft, hard)) = job_nofile {
+                        setrlimit(Resource::RLIMIT_NOFILE, soft, hard)?;
                     }
                     Ok(())
                 });
@@ -501,6 +521,32 @@ impl OsActuator {
                 let all = procfs::all_processes();
                 let mut known: BTreeSet<i32> = procs.children.iter().copied().collect();
                 known.extend(procs.extras.keys().copied());
+                // A descendant whose parent died before it was first seen
+                // was reparented to scored (the child subreaper), and its
+                // ancestry is lost. Such an orphan is taken as this job's if
+                // it runs as the job's user and its environment names the
+                // job: a process can only mislabel itself onto a job of its
+                // own user. Direct children and other jobs' processes are
+                // not orphans.
+                let elsewhere: BTreeSet<i32> = self
+                    .jobs
+                    .iter()
+                    .filter(|(other, _)| **other != job)
+                    .flat_map(|(_, other)| other.extras.keys().copied())
+                    .collect();
+                known.extend(
+                    all.iter()
+                        .filter(|stat| {
+                            stat.ppid == self.daemon_pid
+                                && !self.children.contains_key(&stat.pid)
+                                && !known.contains(&stat.pid)
+                                && !elsewhere.contains(&stat.pid)
+                                && !stat.is_dead()
+                        })
+                        .filter(|stat| procfs::is_orphan_of(stat.pid, procs.uid, job.0))
+                        .map(|stat| stat.pid)
+                        .collect::<Vec<i32>>(),
+                );
                 // Walk down from known members, level by level.
                 let mut members: Vec<Stat> = Vec::new();
                 let mut changed = true;
@@ -917,6 +963,8 @@ impl Actuator for OsActuator {
     fn kill_everything(&mut self) {
         let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
         for job in &jobs {
+            // Pick up what escaped since the last sample, so it dies too.
+            self.discover(*job);
             self.send(*job, Signal::SIGKILL);
             if let Some(procs) = self.jobs.get(job) {
                 for extra in procs.extras.values() {
@@ -924,15 +972,33 @@ impl Actuator for OsActuator {
                 }
             }
         }
+        // Any other child of ours is a job descendant that came to us as an
+        // orphan: scored forks nothing else. Signalling it by pid is safe,
+        // since an unreaped child's pid cannot be reused.
+        for pid in self.orphans() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut events = Vec::new();
-        while !self.children.is_empty() && Instant::now() < deadline {
+        while (!self.children.is_empty() || !self.orphans().is_empty()) && Instant::now() < deadline
+        {
             self.reap(&mut events);
             std::thread::sleep(Duration::from_millis(1));
         }
         for job in jobs {
             self.release(job);
         }
+    }
+}
+
+impl OsActuator {
+    /// Our children that are not ranks: orphaned job descendants, not yet reaped.
+    fn orphans(&self) -> Vec<i32> {
+        procfs::all_processes()
+            .into_iter()
+            .filter(|stat| stat.ppid == self.daemon_pid && !self.children.contains_key(&stat.pid))
+            .map(|stat| stat.pid)
+            .collect()
     }
 }
 
@@ -945,13 +1011,20 @@ impl OsActuator {
             let extras = &procs.extras;
             wait.extras
                 .retain(|pid| match (extras.get(pid), procfs::read_stat(*pid)) {
-                    (Some(extra), Some(stat)) => stat.start == extra.start && !stat.is_stopped(),
+                    (Some(extra), Some(stat)) => {
+                        stat.start == extra.start && !procfs::cannot_run(&stat)
+                    }
                     _ => false,
                 });
             if fallback && now.duration_since(wait.since) >= CONFIRM_FALLBACK {
-                // wait4 should have reported these; trust /proc if it says stopped.
-                wait.children
-                    .retain(|pid| procfs::read_stat(*pid).is_none_or(|stat| !stat.is_stopped()));
+                // wait4 should have reported these; trust /proc if it says
+                // stopped, or if the child can only stop later (a vfork()
+                // parent whose child is stopped: it never reports a stop
+                // until its job is continued, and waiting for it stalled
+                // every switch of its hosts).
+                wait.children.retain(|pid| {
+                    procfs::read_stat(*pid).is_none_or(|stat| !procfs::cannot_run(&stat))
+                });
             }
         }
         if let Some(drain) = procs.drain.as_mut() {
@@ -1011,6 +1084,51 @@ pub fn elevate_priority() -> String {
             }
         }
     }
+}
+
+/// Checks that only `uid` (or root) can change the entries of `dir`: it
+/// belongs to one of them and is writable by nobody else, unless
+/// `sticky_ok` and it has the sticky bit (as /tmp), which keeps others from
+/// removing or renaming what is ours.
+pub fn check_private_dir(dir: &Path, uid: u32, sticky_ok: bool) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta =
+        fs::metadata(dir).map_err(|error| format!("cannot inspect {}: {error}", dir.display()))?;
+    if meta.uid() != uid && meta.uid() != 0 {
+        return Err(format!(
+            "refusing {}: it belongs to uid {}",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode();
+    if mode & 0o022 != 0 && !(sticky_ok && mode & 0o1000 != 0) {
+        return Err(format!(
+            "refusing {}: it is writable by other users (mode {:o})",
+            dir.display(),
+            mode & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Marks every descriptor the daemon inherited (other than stdio)
+/// close-on-exec, so that none of them reaches a job: the daemon's own
+/// descriptors are opened close-on-exec, but whatever started it may have
+/// left others open. Returns how many were marked, for the log.
+pub fn seal_inherited_descriptors() -> usize {
+    let Ok(entries) = fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    // Collect first: the directory being read is itself a descriptor.
+    let fds: Vec<i32> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    fds.into_iter()
+        .filter(|fd| sys::set_cloexec(*fd).is_ok())
+        .count()
 }
 
 /// Makes the daemon the reaper of its jobs' orphaned descendants, so that

@@ -69,6 +69,62 @@ pub fn read_stat(pid: i32) -> Option<Stat> {
     parse_stat(std::str::from_utf8(&buffer[..len]).ok()?)
 }
 
+/// Whether SIGSTOP is pending for the process, from the text of
+/// `/proc/PID/status` (the `SigPnd` and `ShdPnd` masks, bit N-1 for signal N).
+pub fn parse_stop_pending(text: &str) -> bool {
+    let bit = 1u64 << (libc::SIGSTOP - 1);
+    text.lines()
+        .filter_map(|line| {
+            line.strip_prefix("SigPnd:")
+                .or_else(|| line.strip_prefix("ShdPnd:"))
+        })
+        .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .any(|mask| mask & bit != 0)
+}
+
+/// Whether the process cannot run user code before it stops: it is stopped
+/// (or dead), or it sleeps uninterruptibly with SIGSTOP pending. The second
+/// case is a parent blocked in vfork() while its child is stopped: it
+/// cannot stop until the child execs, and the child cannot exec until it
+/// is continued; it runs no user code either way, since a pending stop is
+/// acted on before the return to user mode.
+pub fn cannot_run(stat: &Stat) -> bool {
+    stat.is_stopped()
+        || (stat.state == b'D'
+            && fs::read_to_string(format!("/proc/{}/status", stat.pid))
+                .is_ok_and(|text| parse_stop_pending(&text)))
+}
+
+/// The real uid in the text of `/proc/PID/status`.
+pub fn parse_real_uid(text: &str) -> Option<u32> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Whether `entries` (the NUL-separated text of `/proc/PID/environ`) sets
+/// `SCORE_JOBID` to `job`.
+pub fn environ_names_job(entries: &[u8], job: u64) -> bool {
+    let wanted = format!("SCORE_JOBID={job}");
+    entries
+        .split(|&byte| byte == 0)
+        .any(|entry| entry == wanted.as_bytes())
+}
+
+/// Whether process `pid` runs as `uid` and its environment names job `job`:
+/// how an orphan that lost its ancestry is attributed to its job.
+pub fn is_orphan_of(pid: i32, uid: u32, job: u64) -> bool {
+    let owner = fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|text| parse_real_uid(&text));
+    owner == Some(uid)
+        && fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|entries| environ_names_job(&entries, job))
+}
+
 /// Every process on the machine, for attribution when no cgroup is available.
 pub fn all_processes() -> Vec<Stat> {
     let Ok(entries) = fs::read_dir("/proc") else {
@@ -104,6 +160,37 @@ mod tests {
         assert_eq!(stat.start, 123456);
         assert_eq!(stat.rss_pages, 250);
         assert!(stat.is_stopped());
+    }
+
+    #[test]
+    fn a_pending_stop_is_read_from_either_mask() {
+        let status = |sig: &str, shd: &str| {
+            format!("Name:\ttestprog\nState:\tD (disk sleep)\nSigQ:\t1/63\nSigPnd:\t{sig}\nShdPnd:\t{shd}\nSigBlk:\tfffffffffffbfeff\n")
+        };
+        assert!(parse_stop_pending(&status(
+            "0000000000000000",
+            "0000000000050000"
+        )));
+        assert!(parse_stop_pending(&status(
+            "0000000000040000",
+            "0000000000000000"
+        )));
+        assert!(!parse_stop_pending(&status(
+            "0000000000010000",
+            "0000000000010000"
+        )));
+        assert!(!parse_stop_pending("garbage"));
+    }
+
+    #[test]
+    fn orphans_are_recognised_by_uid_and_environment() {
+        let status = "Name:\tx\nUid:\t1001\t0\t0\t0\nGid:\t100\t100\t100\t100\n";
+        assert_eq!(parse_real_uid(status), Some(1001));
+        assert_eq!(parse_real_uid("Name:\tx\n"), None);
+        let environ = b"PATH=/bin\0SCORE_JOBID=12\0SCORE_RANK=0\0";
+        assert!(environ_names_job(environ, 12));
+        assert!(!environ_names_job(environ, 1));
+        assert!(!environ_names_job(b"SCORE_JOBID=123\0", 12));
     }
 
     #[test]

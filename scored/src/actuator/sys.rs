@@ -6,7 +6,7 @@
 //! says otherwise: no allocation, no locks, only the system call.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// Turns a `-1` return into the thread's `errno`.
@@ -196,6 +196,37 @@ pub fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> io::Result<()> {
     if written < 0 {
         return Err(error);
     }
+    Ok(())
+}
+
+/// Marks every descriptor from 3 up close-on-exec (`close_range` with
+/// `CLOSE_RANGE_CLOEXEC`, Linux 5.11), so that a job inherits its stdio
+/// and nothing else of the daemon. Fails with ENOSYS or EINVAL on older
+/// kernels, where [`set_cloexec`] at start-up has done the same for the
+/// descriptors the daemon inherited.
+pub fn cloexec_from_3() -> io::Result<()> {
+    // SAFETY: close_range takes plain integers; with CLOSE_RANGE_CLOEXEC it
+    // only sets a flag on open descriptors and closes nothing.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    })?;
+    Ok(())
+}
+
+/// Sets the close-on-exec flag of a descriptor.
+pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl with F_GETFD/F_SETFD takes plain integers; a descriptor
+    // that is not open only makes it fail with EBADF.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) } as libc::c_long)?;
+    let flags = flags as libc::c_int | libc::FD_CLOEXEC;
+    // SAFETY: as above.
+    let ret = unsafe { libc::fcntl(fd, libc::F_SETFD, flags) };
+    cvt(ret as libc::c_long)?;
     Ok(())
 }
 

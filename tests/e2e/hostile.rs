@@ -1,0 +1,542 @@
+//! Issue 5: hostile clients. Random bytes, truncated and oversized frames,
+//! garbage JSON, submissions with too few or too many descriptors, hundreds
+//! of idle connections, connections past the limit, clients that stall
+//! half-way through a frame or never read their replies: each gets an error
+//! frame or is closed, and none stops scored from serving a normal scrun
+//! and sc_console at the same time.
+
+use std::io::{IoSlice, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+use scored::proto::{self, Reply, Request};
+use scored_tests::*;
+
+/// How long a normal client may take while the hostile ones are at it.
+const PROMPT: Duration = Duration::from_secs(10);
+
+fn connect(socket: &Path) -> UnixStream {
+    let stream = UnixStream::connect(socket).expect("connect");
+    stream.set_read_timeout(Some(PROMPT)).expect("read timeout");
+    stream
+        .set_write_timeout(Some(PROMPT))
+        .expect("write timeout");
+    stream
+}
+
+/// What the daemon said before closing: `Some(reply)` for a frame, `None`
+/// for a plain close. Panics if it neither answers nor closes in time.
+fn last_word(stream: &mut UnixStream) -> Option<Reply> {
+    let mut bytes = Vec::new();
+    let started = Instant::now();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(len) => bytes.extend_from_slice(&chunk[..len]),
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(error) => panic!(
+                "scored neither answered nor closed within {:?}: {error}",
+                started.elapsed()
+            ),
+        }
+    }
+    if bytes.is_empty() {
+        return None;
+    }
+    match proto::decode::<Reply>(&mut bytes, proto::MAX_REPLY) {
+        Ok(Some(reply)) => Some(reply),
+        other => panic!("scored sent something that is not a reply: {other:?}"),
+    }
+}
+
+/// The daemon answers with an error frame whose message contains `expected`.
+fn expect_error(stream: &mut UnixStream, what: &str, expected: &str) {
+    match last_word(stream) {
+        Some(Reply::Error { message }) => assert!(
+            message.contains(expected),
+            "{what}: expected {expected:?} in {message:?}"
+        ),
+        other => panic!("{what}: expected an error frame, got {other:?}"),
+    }
+}
+
+/// The daemon answers with an error frame or closes.
+fn expect_error_or_close(stream: &mut UnixStream, what: &str) {
+    match last_word(stream) {
+        None | Some(Reply::Error { .. }) => {}
+        Some(other) => panic!("{what}: expected an error or a close, got {other:?}"),
+    }
+}
+
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut bytes = (payload.len() as u32).to_be_bytes().to_vec();
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+/// A valid submission of `true` from the sandbox.
+fn submit_request(daemon: &Daemon) -> Request {
+    Request::Submit {
+        version: proto::VERSION,
+        submit: proto::Submit {
+            stages: vec![vec!["true".into()]],
+            joiner: proto::Joiner::Sequence,
+            options: proto::JobOptions {
+                procs: proto::ProcRequest::Nodes(1),
+                priority: None,
+                wait: false,
+                memory: None,
+                disk: None,
+            },
+            env: vec![
+                ("PATH".into(), "/usr/bin:/bin".into()),
+                ("SCORED_TEST_TAG".into(), daemon.tag.as_str().into()),
+            ],
+            cwd: proto::WireBytes::from_os(daemon.sandbox.path.as_os_str()),
+        },
+    }
+}
+
+/// Sends `bytes` with `fds` attached in one message.
+fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[RawFd]) {
+    let control = [ControlMessage::ScmRights(fds)];
+    let sent = sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(bytes)],
+        &control,
+        MsgFlags::empty(),
+        None,
+    )
+    .expect("sendmsg");
+    assert_eq!(sent, bytes.len());
+}
+
+/// A small deterministic generator, so that a failure can be replayed.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// A normal scrun and sc_console are served promptly.
+fn serves_normally(daemon: &Daemon, when: &str) {
+    let started = Instant::now();
+    let output = daemon.run(&["true"]);
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{when}: scrun true: {}",
+        stderr(&output)
+    );
+    let output = daemon.console("status");
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{when}: status: {}",
+        stderr(&output)
+    );
+    assert!(
+        started.elapsed() < PROMPT,
+        "{when}: a normal scrun and status took {:?}",
+        started.elapsed()
+    );
+}
+
+fn assert_no_panic(daemon: &mut Daemon) {
+    assert!(daemon.running(), "scored died:\n{}", daemon.log());
+    assert!(
+        !daemon.log().contains("panicked"),
+        "scored panicked:\n{}",
+        daemon.log()
+    );
+}
+
+#[test]
+fn malformed_clients_get_an_error_and_others_are_served_meanwhile() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    serves_normally(&daemon, "at first");
+    let baseline_fds = daemon.open_fds();
+    let baseline_listing = daemon.fd_listing();
+
+    // Clients that stall: half a length prefix, and half a frame. They are
+    // kept open through the whole test.
+    let mut stalled_prefix = connect(&daemon.socket);
+    stalled_prefix.write_all(&[0, 0]).expect("write");
+    let mut stalled_frame = connect(&daemon.socket);
+    let hold = proto::encode(&Request::Hold);
+    stalled_frame
+        .write_all(&hold[..hold.len() / 2])
+        .expect("write");
+    // A client that announces a large (allowed) frame and sends a little of it.
+    let mut stalled_large = connect(&daemon.socket);
+    stalled_large
+        .write_all(&(proto::MAX_REQUEST as u32).to_be_bytes())
+        .expect("write");
+    stalled_large.write_all(&[b'{'; 1000]).expect("write");
+    serves_normally(&daemon, "with stalled clients");
+
+    // Random bytes, then the client closes its side.
+    let mut random = XorShift(0x5c0e_d00d_1234_5678);
+    for round in 0..50 {
+        let mut stream = connect(&daemon.socket);
+        let len = 1 + (random.next() % 300) as usize;
+        stream.write_all(&random.bytes(len)).expect("write");
+        stream
+            .shutdown(std::net::Shutdown::Write)
+            .expect("shutdown");
+        expect_error_or_close(&mut stream, &format!("random bytes, round {round}"));
+    }
+    // Random payloads inside well-formed frames: always an error.
+    for round in 0..50 {
+        let mut stream = connect(&daemon.socket);
+        let len = (random.next() % 300) as usize;
+        stream.write_all(&frame(&random.bytes(len))).expect("write");
+        expect_error(
+            &mut stream,
+            &format!("random frame, round {round}"),
+            "malformed",
+        );
+    }
+    // A truncated frame, then close.
+    let mut stream = connect(&daemon.socket);
+    let console = proto::encode(&Request::Console {
+        version: proto::VERSION,
+        line: "status".into(),
+        json: false,
+    });
+    stream
+        .write_all(&console[..console.len() - 3])
+        .expect("write");
+    stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown");
+    expect_error_or_close(&mut stream, "truncated frame");
+    // An oversized length: refused before anything is buffered.
+    let mut stream = connect(&daemon.socket);
+    stream.write_all(&[0xff; 4]).expect("write");
+    expect_error(&mut stream, "length 0xFFFFFFFF", "exceeds the limit");
+    let mut stream = connect(&daemon.socket);
+    stream
+        .write_all(&((proto::MAX_REQUEST + 1) as u32).to_be_bytes())
+        .expect("write");
+    expect_error(&mut stream, "length MAX_REQUEST + 1", "exceeds the limit");
+    // A valid length with garbage JSON, and valid JSON of the wrong shape.
+    for payload in [
+        &b"\xff\xfe{{{not json"[..],
+        b"{\"type\":\"submit\"}",
+        b"{\"type\":\"console\",\"version\":1,\"line\":7,\"json\":false}",
+        b"[]",
+        b"",
+    ] {
+        let mut stream = connect(&daemon.socket);
+        stream.write_all(&frame(payload)).expect("write");
+        expect_error(
+            &mut stream,
+            &format!("payload {}", String::from_utf8_lossy(payload)),
+            "malformed",
+        );
+    }
+    // A console line of the wrong protocol revision.
+    let mut stream = connect(&daemon.socket);
+    stream
+        .write_all(&proto::encode(&Request::Console {
+            version: proto::VERSION + 1,
+            line: "status".into(),
+            json: false,
+        }))
+        .expect("write");
+    expect_error(&mut stream, "wrong version", "protocol version");
+    // A submission without descriptors.
+    let mut stream = connect(&daemon.socket);
+    stream
+        .write_all(&proto::encode(&submit_request(&daemon)))
+        .expect("write");
+    expect_error(&mut stream, "submit without descriptors", "descriptors");
+    // A submission carrying 8 descriptors, and one carrying 200.
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    for count in [1, 8, 200] {
+        let mut stream = connect(&daemon.socket);
+        let fds: Vec<RawFd> = vec![null.as_raw_fd(); count];
+        send_with_fds(&stream, &proto::encode(&submit_request(&daemon)), &fds);
+        expect_error(
+            &mut stream,
+            &format!("submit with {count} descriptors"),
+            "descriptors",
+        );
+    }
+    // Descriptors without a frame, then close.
+    let mut stream = connect(&daemon.socket);
+    send_with_fds(&stream, &[0, 0], &[null.as_raw_fd(); 3]);
+    stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown");
+    expect_error_or_close(&mut stream, "descriptors without a frame");
+    // A second submission on one connection.
+    let mut stream = connect(&daemon.socket);
+    let stdio: [BorrowedFd<'_>; 3] = [null.as_fd(), null.as_fd(), null.as_fd()];
+    let raw: Vec<RawFd> = stdio.iter().map(|fd| fd.as_raw_fd()).collect();
+    let mut two = proto::encode(&submit_request(&daemon));
+    two.extend(proto::encode(&submit_request(&daemon)));
+    send_with_fds(&stream, &two, &raw);
+    let mut replies = Vec::new();
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes);
+    while let Ok(Some(reply)) = proto::decode::<Reply>(&mut bytes, proto::MAX_REPLY) {
+        replies.push(reply);
+    }
+    assert!(
+        replies
+            .iter()
+            .any(|reply| matches!(reply, Reply::Error { message } if message.contains("one job"))),
+        "a second submission must be refused: {replies:?}"
+    );
+
+    serves_normally(&daemon, "after the malformed clients");
+    // The stalled clients are still connected and harmless; once they
+    // leave, every descriptor the daemon took is given back.
+    drop((stalled_prefix, stalled_frame, stalled_large));
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon.open_fds() <= baseline_fds),
+        "scored holds {} descriptors, {baseline_fds} before the hostile clients:\n{}\nbefore:\n{baseline_listing}",
+        daemon.open_fds(),
+        daemon.fd_listing()
+    );
+    assert_no_panic(&mut daemon);
+}
+
+/// Raises this process's descriptor limit so that it can hold `wanted`
+/// connections; false if the hard limit does not allow it.
+fn enough_descriptors(wanted: u64) -> bool {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return false;
+    };
+    if soft >= wanted {
+        return true;
+    }
+    hard >= wanted && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok()
+}
+
+#[test]
+fn hundreds_of_idle_connections_and_one_past_the_limit() {
+    // The cap is set explicitly: by default it follows the descriptor limit.
+    let limit = 1024;
+    if !enough_descriptors(limit as u64 + 200) {
+        println!("skipped: the descriptor limit is too low to open {limit} connections");
+        return;
+    }
+    // Started with the usual soft limit of 1024 descriptors, scored must
+    // raise it to serve its connections, and give jobs the limit back.
+    let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .expect("getrlimit");
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .nofile(1024, hard)
+        .arg("--max-connections")
+        .arg(&limit.to_string())
+        .start();
+    let output = daemon.run(&["sh", "-c", "ulimit -Sn"]);
+    assert_eq!(stdout(&output).trim(), "1024", "the job's descriptor limit");
+    let mut idle: Vec<UnixStream> = (0..500).map(|_| connect(&daemon.socket)).collect();
+    serves_normally(&daemon, "with 500 idle connections");
+    // Fill the table: the daemon holds exactly `limit` connections.
+    while idle.len() < limit {
+        idle.push(connect(&daemon.socket));
+    }
+    let mut refused = connect(&daemon.socket);
+    expect_error(&mut refused, "connection past the limit", "at most");
+    // Everybody waits while the table is full; once a slot frees, service
+    // resumes.
+    for _ in 0..10 {
+        idle.pop();
+    }
+    serves_normally(&daemon, "after freeing a few connections");
+    // The connections held all along still work.
+    let mut old = idle.swap_remove(0);
+    old.write_all(&proto::encode(&Request::Console {
+        version: proto::VERSION,
+        line: "status".into(),
+        json: false,
+    }))
+    .expect("write");
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let reply = loop {
+        let len = old.read(&mut chunk).expect("an old connection is answered");
+        assert!(len > 0, "an old connection was closed");
+        bytes.extend_from_slice(&chunk[..len]);
+        if let Some(reply) = proto::decode::<Reply>(&mut bytes, proto::MAX_REPLY).expect("reply") {
+            break reply;
+        }
+    };
+    assert!(
+        matches!(reply, Reply::Console { ok: true, .. }),
+        "{reply:?}"
+    );
+    drop(idle);
+    serves_normally(&daemon, "after the idle clients left");
+    assert_no_panic(&mut daemon);
+}
+
+#[test]
+fn a_client_that_never_reads_its_replies_costs_bounded_memory() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let rss_before = daemon_rss(&daemon);
+    // A client asks for help again and again and never reads the answers.
+    let flooder = connect(&daemon.socket);
+    flooder
+        .set_write_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let request = proto::encode(&Request::Console {
+        version: proto::VERSION,
+        line: "help".into(),
+        json: true,
+    });
+    let batch: Vec<u8> = request.repeat(64 * 1024 / request.len());
+    let mut writer = flooder.try_clone().expect("clone");
+    let flood = std::thread::spawn(move || {
+        let end = Instant::now() + Duration::from_secs(5);
+        let mut sent = 0usize;
+        while Instant::now() < end {
+            // Paced, so that the daemon reads and answers each batch
+            // instead of finding more than a frame's worth unread.
+            match writer.write(&batch) {
+                Ok(len) => {
+                    sent += len;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => break,
+            }
+        }
+        sent
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    serves_normally(&daemon, "while a client floods requests");
+    let sent = flood.join().expect("flooder");
+    let rss_after = daemon_rss(&daemon);
+    assert!(
+        rss_after < rss_before + (16 << 20),
+        "scored's peak memory grew from {} to {} KiB for a client that sent {sent} bytes and read nothing",
+        rss_before >> 10,
+        rss_after >> 10
+    );
+    drop(flooder);
+    serves_normally(&daemon, "after the flood");
+    assert_no_panic(&mut daemon);
+}
+
+/// The daemon's peak resident memory in bytes (VmHWM).
+fn daemon_rss(daemon: &Daemon) -> u64 {
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| {
+            value
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map_or(0, |kib| kib << 10)
+}
+
+#[test]
+fn running_out_of_descriptors_is_a_clear_refusal() {
+    // A hard limit of 64 descriptors that scored cannot raise, and a
+    // connection limit set far above it, so that descriptors run out first.
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .nofile(64, 64)
+        .arg("--max-connections")
+        .arg("1000")
+        .start();
+    let mut clients: Vec<UnixStream> = (0..100).map(|_| connect(&daemon.socket)).collect();
+    for (idx, client) in clients.iter_mut().enumerate().skip(80) {
+        expect_error(
+            client,
+            &format!("client {idx} of 100"),
+            "out of descriptors",
+        );
+    }
+    drop(clients);
+    // Once the clients leave, service resumes.
+    assert!(wait_until(PROMPT, || daemon
+        .console("status")
+        .status
+        .success()));
+    serves_normally(&daemon, "after running out of descriptors");
+    assert_no_panic(&mut daemon);
+}
+
+#[test]
+fn a_client_that_pipelines_requests_gets_every_reply() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let mut client = connect(&daemon.socket);
+    let request = proto::encode(&Request::Console {
+        version: proto::VERSION,
+        line: "help".into(),
+        json: true,
+    });
+    // Far more replies than the daemon queues for one client at a time.
+    let n_requests = 400;
+    client
+        .write_all(&request.repeat(n_requests))
+        .expect("write");
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 64 * 1024];
+    let mut n_replies = 0;
+    while n_replies < n_requests {
+        let len = client.read(&mut chunk).unwrap_or_else(|error| {
+            panic!("stalled after {n_replies} of {n_requests} replies: {error}")
+        });
+        assert!(len > 0, "closed after {n_replies} of {n_requests} replies");
+        bytes.extend_from_slice(&chunk[..len]);
+        while let Some(reply) =
+            proto::decode::<Reply>(&mut bytes, proto::MAX_REPLY).expect("a reply")
+        {
+            assert!(
+                matches!(reply, Reply::Console { ok: true, .. }),
+                "{reply:?}"
+            );
+            n_replies += 1;
+        }
+    }
+    assert_no_panic(&mut daemon);
+}
+
+#[test]
+fn by_default_the_connection_limit_follows_the_descriptor_limit() {
+    // 64 descriptors, 256 kept for the daemon itself: the floor of 16
+    // connections applies, and the 17th is told so.
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).nofile(64, 64).start();
+    let mut clients: Vec<UnixStream> = (0..16).map(|_| connect(&daemon.socket)).collect();
+    let mut refused = connect(&daemon.socket);
+    expect_error(&mut refused, "the 17th client", "at most 16 connections");
+    clients.clear();
+    assert!(wait_until(PROMPT, || daemon
+        .console("status")
+        .status
+        .success()));
+    assert_no_panic(&mut daemon);
+}
