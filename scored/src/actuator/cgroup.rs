@@ -127,9 +127,10 @@ fn own_path(proc_self_cgroup: &str, controller: Option<&str>) -> String {
     "/".to_string()
 }
 
-/// Removes the directories of daemons that died without cleaning up
-/// (killed with SIGKILL): `scored-PID` whose process is gone, and their
-/// empty job cgroups. A directory still holding a process is left alone.
+/// Cleans up after daemons that died without doing it themselves (killed
+/// with SIGKILL): in each `scored-PID` whose process is gone, every process
+/// still in a job cgroup is a descendant of a job of that daemon, which
+/// nothing owns any more; it is killed, then the directories are removed.
 fn remove_stale(parent: &Path) {
     let Ok(entries) = fs::read_dir(parent) else {
         return;
@@ -150,6 +151,7 @@ fn remove_stale(parent: &Path) {
         if let Ok(jobs) = fs::read_dir(&dir) {
             for job in jobs.flatten() {
                 if job.file_type().is_ok_and(|kind| kind.is_dir()) {
+                    kill_members(&job.path());
                     let _ = fs::remove_dir(job.path());
                 }
             }
@@ -157,6 +159,46 @@ fn remove_stale(parent: &Path) {
         if fs::remove_dir(&dir).is_ok() {
             tracing::info!(path = %dir.display(), "removed the cgroup of a daemon that is gone");
         }
+    }
+}
+
+/// Kills the processes of an abandoned job cgroup and waits (briefly) for
+/// it to empty. Each process is held through a pidfd and signalled only if
+/// it is still in that cgroup, so a pid reused meanwhile is never touched.
+fn kill_members(dir: &Path) {
+    let procs = dir.join("cgroup.procs");
+    // The tail a member's /proc/PID/cgroup line ends with: scored-PID/job-N.
+    let parts: Vec<String> = dir
+        .iter()
+        .rev()
+        .take(2)
+        .map(|part| part.to_string_lossy().into_owned())
+        .collect();
+    let marker = match parts.as_slice() {
+        [job, daemon] => format!("{daemon}/{job}"),
+        _ => return,
+    };
+    for _ in 0..100 {
+        let pids = fs::read_to_string(&procs)
+            .map(|text| parse_pids(&text))
+            .unwrap_or_default();
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            let Ok(pidfd) = super::sys::pidfd_open(pid) else {
+                continue;
+            };
+            let member = fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
+                text.lines()
+                    .any(|line| line.ends_with(&format!("/{marker}")))
+            });
+            if member {
+                tracing::info!(pid, cgroup = %dir.display(), "killing a process left by a daemon that is gone");
+                let _ = super::sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 
