@@ -86,6 +86,8 @@ impl Drop for Sandbox {
 /// How to start a daemon.
 #[derive(Default, Clone)]
 pub struct DaemonBuilder {
+    /// The daemon's log filter; debug by default, for failing tests' logs.
+    log_filter: Option<String>,
     hosts: Option<String>,
     rc: Option<String>,
     timeslice: Option<String>,
@@ -94,6 +96,13 @@ pub struct DaemonBuilder {
 }
 
 impl DaemonBuilder {
+    /// Sets the daemon's log filter (`SCORED_LOG`), e.g. `scored=info` for
+    /// measurements, where writing debug lines would be part of what is timed.
+    pub fn log(mut self, filter: &str) -> Self {
+        self.log_filter = Some(filter.to_string());
+        self
+    }
+
     /// Uses this hosts database text.
     pub fn hosts(mut self, text: &str) -> Self {
         self.hosts = Some(text.to_string());
@@ -134,7 +143,10 @@ impl DaemonBuilder {
             .arg(sandbox.path.join("state"))
             .current_dir(&sandbox.path)
             .env_remove("SCORED_SOCKET")
-            .env("SCORED_LOG", "scored=debug");
+            .env(
+                "SCORED_LOG",
+                self.log_filter.as_deref().unwrap_or("scored=debug"),
+            );
         if let Some(text) = &self.hosts {
             command
                 .arg("--hosts")

@@ -65,8 +65,8 @@ fn one_line_prints_the_answer_or_the_error() {
     check(
         run(&socket, &["--json", "-c", "jobs"], ""),
         0,
-        "[\n  {\n    \"id\": 7,\n    \"state\": \"running\",\n    \"user\": \"op\"\n  },\n  \
-         {\n    \"id\": 12,\n    \"state\": \"queued\",\n    \"user\": \"op\"\n  }\n]\n",
+        "[\n  {\n    \"id\": 7,\n    \"user\": \"op\",\n    \"state\": \"running\"\n  },\n  \
+         {\n    \"id\": 12,\n    \"user\": \"op\",\n    \"state\": \"queued\"\n  }\n]\n",
         "",
     );
     check(
@@ -163,8 +163,8 @@ fn a_whole_script_succeeds_with_json() {
     check(
         run(&socket, &["--json"], "status\nhosts\n"),
         0,
-        "{\n  \"message\": \"done: status\",\n  \"ok\": true\n}\n\
-         {\n  \"message\": \"done: hosts\",\n  \"ok\": true\n}\n",
+        "{\n  \"ok\": true,\n  \"message\": \"done: status\"\n}\n\
+         {\n  \"ok\": true,\n  \"message\": \"done: hosts\"\n}\n",
         "",
     );
     check(run(&socket, &[], ""), 0, "", "");

@@ -24,8 +24,6 @@ use mio::{Events, Interest, Poll, Token};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-use nix::sys::time::TimeSpec;
-use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
 use crate::actuator::{Actuator, JobStdio};
 use crate::command::{self, GroupRef};
@@ -36,17 +34,16 @@ use crate::proto::{self, Reply, Request};
 
 const LISTENER: Token = Token(0);
 const SIGNALS: Token = Token(1);
-const COALESCE: Token = Token(2);
-const FIRST_CLIENT: usize = 3;
+const FIRST_CLIENT: usize = 2;
 
-/// While several stops are unconfirmed, reading SIGCHLD is put off by this
-/// much per pending process (at most [`COALESCE_MAX`]): standard signals do
-/// not queue, so the stops that happen meanwhile cost no wakeup, and one
-/// pass of `wait4` collects them all. Waking for each of 64 stopping
-/// processes costs about as much as the switch itself.
-const COALESCE_PER_PROCESS: Duration = Duration::from_micros(3);
-/// The longest SIGCHLD is put off.
-const COALESCE_MAX: Duration = Duration::from_millis(2);
+/// How long the loop waits, right after sending SIGSTOP, for the stops to
+/// be confirmed before going back to serving clients. Stopping processes
+/// need the CPU, and a daemon woken through its event loop for each
+/// stopping child spent more on wakeups than the kernel spent stopping
+/// them; waiting in the kernel (sigtimedwait) as a plain
+/// killpg/waitpid/killpg program does costs one return per child. Stops
+/// not confirmed within this time are confirmed asynchronously.
+const STOP_WAIT: Duration = Duration::from_millis(5);
 
 /// The most connections served at once, whatever the descriptor limit;
 /// one more is told so and closed.
@@ -80,8 +77,6 @@ pub enum Event {
     Client(Token),
     /// A signal arrived.
     Signal(i32),
-    /// The time to collect coalesced stop confirmations has come.
-    Coalesced,
     /// A deadline passed.
     Deadline,
 }
@@ -211,7 +206,10 @@ pub struct Daemon<A: Actuator> {
     user_names: HashMap<u32, Rc<str>>,
     next_token: usize,
     start: Instant,
-    switch_starts: HashMap<u64, Instant>,
+    /// When each open switch began, and the wakeup count then.
+    switch_starts: HashMap<u64, (Instant, u64)>,
+    /// Times the loop woke from poll (for the switch log).
+    wakeups: u64,
     exiting: bool,
     terminations: u32,
     served_a_job: bool,
@@ -221,10 +219,6 @@ pub struct Daemon<A: Actuator> {
     dirty: Vec<Token>,
     /// A descriptor given up when the table is full, to refuse a client politely.
     spare_fd: Option<std::fs::File>,
-    /// The one-shot timer that ends a coalescing window.
-    coalesce: TimerFd,
-    /// SIGCHLD is being put off until `coalesce` fires.
-    coalescing: bool,
 }
 
 /// Blocks the signals the loop reads through its signalfd. Must run before
@@ -264,15 +258,6 @@ impl<A: Actuator> Daemon<A> {
             SIGNALS,
             Interest::READABLE,
         )?;
-        let coalesce = TimerFd::new(
-            ClockId::CLOCK_MONOTONIC,
-            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
-        )?;
-        poll.registry().register(
-            &mut SourceFd(&coalesce.as_fd().as_raw_fd()),
-            COALESCE,
-            Interest::READABLE,
-        )?;
         Ok(Daemon {
             core,
             actuator,
@@ -285,14 +270,13 @@ impl<A: Actuator> Daemon<A> {
             next_token: FIRST_CLIENT,
             start: Instant::now(),
             switch_starts: HashMap::new(),
+            wakeups: 0,
             exiting: false,
             terminations: 0,
             served_a_job: false,
             fd_pool: FdPool::default(),
             dirty: Vec::new(),
             spare_fd: spare_descriptor(),
-            coalesce,
-            coalescing: false,
             idle_since: Instant::now(),
         })
     }
@@ -325,7 +309,7 @@ impl<A: Actuator> Daemon<A> {
                 timeout = Some(Duration::ZERO);
             }
             match self.poll.poll(&mut events, timeout) {
-                Ok(()) => {}
+                Ok(()) => self.wakeups += 1,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
                 Err(error) => return Err(error),
             }
@@ -334,7 +318,6 @@ impl<A: Actuator> Daemon<A> {
                 .map(|event| match event.token() {
                     LISTENER => Event::Accept,
                     SIGNALS => Event::Signal(0),
-                    COALESCE => Event::Coalesced,
                     token => Event::Client(token),
                 })
                 .collect();
@@ -358,21 +341,7 @@ impl<A: Actuator> Daemon<A> {
         match event {
             Event::Accept => self.accept(),
             Event::Client(token) => self.client_ready(token, &mut inputs),
-            Event::Signal(_) => {
-                let pending = self.actuator.pending_stops();
-                if self.coalescing {
-                    // Already waiting for the timer; it will read everything.
-                } else if pending > 1 && self.arm_coalesce(pending) {
-                    self.coalescing = true;
-                } else {
-                    self.read_signals(&mut inputs);
-                }
-            }
-            Event::Coalesced => {
-                let _ = self.coalesce.wait();
-                self.coalescing = false;
-                self.read_signals(&mut inputs);
-            }
+            Event::Signal(_) => self.read_signals(&mut inputs),
             Event::Deadline => {
                 let now = Instant::now();
                 self.actuator.poll(now, &mut inputs);
@@ -397,7 +366,13 @@ impl<A: Actuator> Daemon<A> {
             let actions = self
                 .core
                 .handle_all(std::mem::take(&mut batch), self.tick());
+            let stops = actions
+                .iter()
+                .any(|action| matches!(action, Action::Stop(_)));
             self.carry_out(actions, &mut batch);
+            if stops {
+                self.actuator.await_stops(STOP_WAIT, &mut batch);
+            }
         }
         self.flush_all();
     }
@@ -422,14 +397,19 @@ impl<A: Actuator> Daemon<A> {
                 }
                 Action::Release(job) => self.actuator.release(job),
                 Action::SwitchBegin(id) => {
-                    self.switch_starts.insert(id, Instant::now());
+                    self.switch_starts
+                        .insert(id, (Instant::now(), self.wakeups));
                 }
                 Action::SwitchEnd(id) => {
-                    if let Some(start) = self.switch_starts.remove(&id) {
-                        inputs.push(Input::SwitchMeasured {
-                            id,
-                            latency: start.elapsed(),
-                        });
+                    if let Some((start, wakeups)) = self.switch_starts.remove(&id) {
+                        let latency = start.elapsed();
+                        tracing::debug!(
+                            switch = id,
+                            latency_us = latency.as_micros() as u64,
+                            wakeups = self.wakeups - wakeups,
+                            "switch complete"
+                        );
+                        inputs.push(Input::SwitchMeasured { id, latency });
                     }
                 }
                 Action::Notify { client, event } => self.notify(client, event),
@@ -889,18 +869,6 @@ impl<A: Actuator> Daemon<A> {
                 }
             }
         }
-    }
-
-    /// Starts a coalescing window for `pending` unconfirmed stops; false if
-    /// the timer could not be armed (then signals are read at once).
-    fn arm_coalesce(&mut self, pending: usize) -> bool {
-        let delay = (COALESCE_PER_PROCESS * pending as u32).min(COALESCE_MAX);
-        self.coalesce
-            .set(
-                Expiration::OneShot(TimeSpec::from_duration(delay)),
-                TimerSetTimeFlags::empty(),
-            )
-            .is_ok()
     }
 
     fn check_single_user(&mut self) {

@@ -165,6 +165,7 @@ fn layout(n: u32) -> (u32, u32) {
 fn switch_scored(n: u32) -> (f64, f64, u64) {
     let (n_hosts, cores) = layout(n);
     let daemon = Daemon::builder()
+        .log("scored=info")
         .hosts(&hosts_file(n_hosts, cores))
         .timeslice("50ms")
         .start();
@@ -277,7 +278,10 @@ fn time_command(mut make: impl FnMut() -> bool, rounds: u64) -> f64 {
 }
 
 fn launch(rows: &mut Vec<Row>) {
-    let daemon = Daemon::builder().hosts(&hosts_file(4, 4)).start();
+    let daemon = Daemon::builder()
+        .log("scored=info")
+        .hosts(&hosts_file(4, 4))
+        .start();
     let rounds = scaled(40, 8);
     for n in [1u32, 16] {
         let nodes = format!("-nodes={n}");
@@ -311,6 +315,7 @@ fn launch(rows: &mut Vec<Row>) {
 fn fairness(rows: &mut Vec<Row>) {
     for k in [2u64, 4] {
         let daemon = Daemon::builder()
+            .log("scored=info")
             .hosts(&pinned_hosts())
             .timeslice("100ms")
             .start();
@@ -404,6 +409,7 @@ fn slice_overhead(rows: &mut Vec<Row>) {
         let mut walls = Vec::new();
         for _ in 0..reps {
             let daemon = Daemon::builder()
+                .log("scored=info")
                 .hosts(&pinned_hosts())
                 .timeslice(slice)
                 .start();
@@ -472,6 +478,7 @@ fn scale(rows: &mut Vec<Row>) {
             nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
     }
     let daemon = Daemon::builder()
+        .log("scored=info")
         .hosts(&hosts_file(256, 1))
         .rc("queue 1 deactivate\n")
         .start();

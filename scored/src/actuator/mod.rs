@@ -54,6 +54,8 @@ const CONFIRM_FALLBACK: Duration = Duration::from_millis(20);
 const POLL_INTERVAL: Duration = Duration::from_millis(1);
 /// How long the processes left behind by a job may take to die.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How recent a look for a job's descendants must be for a stop to trust it.
+const FRESH_DISCOVERY: Duration = Duration::from_millis(2);
 
 /// The three descriptors of a job's client: its stdin, stdout and stderr.
 /// They are shared (`Rc`) because jobs launched from one terminal pass the
@@ -102,6 +104,11 @@ pub trait Actuator {
     fn next_deadline(&self) -> Option<Instant>;
     /// How many processes have been sent SIGSTOP and not yet confirmed stopped.
     fn pending_stops(&self) -> usize;
+    /// Waits (at most `max`) for the pending stops to be confirmed, as a
+    /// program that stops and continues processes itself waits in
+    /// `waitpid`; events go to `out`. What is still pending afterwards is
+    /// confirmed asynchronously.
+    fn await_stops(&mut self, max: Duration, out: &mut Vec<Input>);
     /// Kills every process of every job and reaps them (daemon exit).
     fn kill_everything(&mut self);
 }
@@ -152,6 +159,8 @@ struct JobProcs {
     drain: Option<Drain>,
     /// CPU time of reaped processes (with their waited-for descendants).
     reaped_cpu: Duration,
+    /// When descendants were last looked for (a sample, a stop).
+    discovered_at: Option<Instant>,
     /// Per host slot, the sum of the peak memory of its reaped ranks.
     reaped_peak: Vec<u64>,
     /// Size of the executables of the job's programs.
@@ -192,6 +201,8 @@ impl OsActuator {
             })?;
         // Scratch directories are created, and handed to users, in here:
         // nobody else may be able to swap an entry for a symbolic link.
+        // SIGALRM bounds the blocking wait for stops (`await_stops`).
+        sys::install_alarm_handler()?;
         let daemon_uid = nix::unistd::geteuid().as_raw();
         check_private_dir(&jobs_dir, daemon_uid, false)
             .map_err(|message| io::Error::new(io::ErrorKind::PermissionDenied, message))?;
@@ -282,6 +293,7 @@ impl OsActuator {
                 stop_wait: None,
                 drain: None,
                 reaped_cpu: Duration::ZERO,
+                discovered_at: None,
                 reaped_peak: vec![0; plan.hosts.len()],
                 exe_bytes: 0,
                 scratch,
@@ -572,6 +584,7 @@ impl OsActuator {
             }
         };
         let procs = self.jobs.get_mut(&job).expect("checked above");
+        procs.discovered_at = Some(Instant::now());
         let present: BTreeSet<i32> = members.iter().map(|stat| stat.pid).collect();
         procs.extras.retain(|pid, _| present.contains(pid));
         let by_pid: HashMap<i32, Stat> = members.iter().map(|stat| (stat.pid, *stat)).collect();
@@ -670,7 +683,9 @@ impl OsActuator {
             .as_ref()
             .is_some_and(|wait| wait.children.is_empty() && wait.extras.is_empty());
         if done {
-            procs.stop_wait = None;
+            if let Some(wait) = procs.stop_wait.take() {
+                tracing::debug!(job = %job, confirm_us = wait.since.elapsed().as_micros() as u64, "stop confirmed");
+            }
             out.push(Input::Stopped(job));
         }
     }
@@ -741,7 +756,16 @@ impl Actuator for OsActuator {
     }
 
     fn stop(&mut self, job: JobId, out: &mut Vec<Input>) {
-        self.adopt_new_members(job);
+        // At a slice boundary the job was sampled just before this stop, so
+        // its descendants are known; otherwise look at its cgroup again.
+        let fresh = self
+            .jobs
+            .get(&job)
+            .and_then(|procs| procs.discovered_at)
+            .is_some_and(|at| at.elapsed() < FRESH_DISCOVERY);
+        if !fresh {
+            self.adopt_new_members(job);
+        }
         self.send(job, Signal::SIGSTOP);
         let children = &self.children;
         let Some(procs) = self.jobs.get_mut(&job) else {
@@ -852,77 +876,12 @@ impl Actuator for OsActuator {
 
     fn reap(&mut self, out: &mut Vec<Input>) {
         loop {
-            let waited = match sys::wait_any() {
-                Ok(Some(waited)) => waited,
+            match sys::wait_any() {
+                Ok(Some(waited)) => self.handle_waited(waited, out),
                 Ok(None) => break,
                 Err(error) => {
                     tracing::error!(%error, "wait4 failed");
                     break;
-                }
-            };
-            let pid = waited.pid;
-            match (self.children.get(&pid).copied(), waited.event) {
-                (Some(child), sys::WaitEvent::Stopped) => {
-                    if let Some(entry) = self.children.get_mut(&pid) {
-                        entry.stopped = true;
-                    }
-                    if let Some(wait) = self
-                        .jobs
-                        .get_mut(&child.job)
-                        .and_then(|procs| procs.stop_wait.as_mut())
-                    {
-                        wait.children.remove(&pid);
-                    }
-                    self.check_stop(child.job, out);
-                }
-                (Some(_), sys::WaitEvent::Continued) => {}
-                (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)) => {
-                    self.children.remove(&pid);
-                    let status = match waited.event {
-                        sys::WaitEvent::Exited(code) => ExitStatus::Code(code),
-                        sys::WaitEvent::Signaled(signal) => ExitStatus::Signal(signal),
-                        _ => unreachable!("matched above"),
-                    };
-                    tracing::debug!(job = %child.job, pid, rank = child.rank, ?status, "rank exited");
-                    out.push(Input::RankExited {
-                        job: child.job,
-                        stage: child.stage,
-                        rank: child.rank,
-                        status,
-                    });
-                    let Some(procs) = self.jobs.get_mut(&child.job) else {
-                        continue;
-                    };
-                    procs.children.remove(&pid);
-                    procs.reaped_cpu += waited.cpu;
-                    procs.reaped_peak[child.slot] += waited.max_rss;
-                    procs.per_slot[child.slot] = procs.per_slot[child.slot].saturating_sub(1);
-                    if let Some(wait) = procs.stop_wait.as_mut() {
-                        wait.children.remove(&pid);
-                    }
-                    if procs.children.is_empty() {
-                        self.last_child_gone(child.job, out);
-                    } else {
-                        self.check_stop(child.job, out);
-                    }
-                }
-                (None, event) => {
-                    // A descendant that was orphaned and came to us (we are
-                    // the child subreaper): account its CPU to its job.
-                    if matches!(
-                        event,
-                        sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)
-                    ) {
-                        for procs in self.jobs.values_mut() {
-                            if procs.extras.remove(&pid).is_some() {
-                                procs.reaped_cpu += waited.cpu;
-                                if let Some(wait) = procs.stop_wait.as_mut() {
-                                    wait.extras.remove(&pid);
-                                }
-                                break;
-                            }
-                        }
-                    }
                 }
             }
         }
@@ -950,6 +909,61 @@ impl Actuator for OsActuator {
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
         });
         busy.then(|| Instant::now() + POLL_INTERVAL)
+    }
+
+    fn await_stops(&mut self, max: Duration, out: &mut Vec<Input>) {
+        let deadline = Instant::now() + max;
+        // Only ranks pending: block in wait4 for them, one system call per
+        // child as a plain killpg/waitpid program does, bounded by an alarm.
+        let only_ranks = self.jobs.values().all(|procs| {
+            procs
+                .stop_wait
+                .as_ref()
+                .is_none_or(|wait| wait.extras.is_empty())
+        });
+        if only_ranks && self.pending_stops() > 0 && sys::set_alarm(max).is_ok() {
+            let pending: Vec<i32> = self
+                .jobs
+                .values()
+                .filter_map(|procs| procs.stop_wait.as_ref())
+                .flat_map(|wait| wait.children.iter().copied())
+                .collect();
+            'waiting: for pid in pending {
+                // Each pending rank in turn; whatever it reports first (its
+                // stop, or its end) is handled, and an event of an earlier
+                // stop of it would already have been taken.
+                while self.children.get(&pid).is_some_and(|child| !child.stopped) {
+                    match sys::wait_pid_blocking(pid) {
+                        Ok(Some(waited)) => self.handle_waited(waited, out),
+                        // The alarm rang: the rest is confirmed asynchronously.
+                        Ok(None) => break 'waiting,
+                        Err(error) => {
+                            tracing::warn!(pid, %error, "waiting for a rank failed");
+                            break 'waiting;
+                        }
+                    }
+                }
+            }
+            let _ = sys::set_alarm(Duration::ZERO);
+            self.poll(Instant::now(), out);
+            return;
+        }
+        while self.pending_stops() > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            // Descendants other than ranks send no SIGCHLD: look at /proc
+            // for them every so often.
+            let step = POLL_INTERVAL.min(deadline - now);
+            match sys::wait_sigchld(step) {
+                Ok(_) => self.reap(out),
+                Err(error) => {
+                    tracing::warn!(%error, "waiting for SIGCHLD failed");
+                    break;
+                }
+            }
+        }
     }
 
     fn pending_stops(&self) -> usize {
@@ -1003,6 +1017,75 @@ impl OsActuator {
 }
 
 impl OsActuator {
+    /// Turns one state change of a child into core inputs.
+    fn handle_waited(&mut self, waited: sys::Waited, out: &mut Vec<Input>) {
+        let pid = waited.pid;
+        match (self.children.get(&pid).copied(), waited.event) {
+            (Some(child), sys::WaitEvent::Stopped) => {
+                if let Some(entry) = self.children.get_mut(&pid) {
+                    entry.stopped = true;
+                }
+                if let Some(wait) = self
+                    .jobs
+                    .get_mut(&child.job)
+                    .and_then(|procs| procs.stop_wait.as_mut())
+                {
+                    wait.children.remove(&pid);
+                }
+                self.check_stop(child.job, out);
+            }
+            (Some(_), sys::WaitEvent::Continued) => {}
+            (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)) => {
+                self.children.remove(&pid);
+                let status = match waited.event {
+                    sys::WaitEvent::Exited(code) => ExitStatus::Code(code),
+                    sys::WaitEvent::Signaled(signal) => ExitStatus::Signal(signal),
+                    _ => unreachable!("matched above"),
+                };
+                tracing::debug!(job = %child.job, pid, rank = child.rank, ?status, "rank exited");
+                out.push(Input::RankExited {
+                    job: child.job,
+                    stage: child.stage,
+                    rank: child.rank,
+                    status,
+                });
+                let Some(procs) = self.jobs.get_mut(&child.job) else {
+                    return;
+                };
+                procs.children.remove(&pid);
+                procs.reaped_cpu += waited.cpu;
+                procs.reaped_peak[child.slot] += waited.max_rss;
+                procs.per_slot[child.slot] = procs.per_slot[child.slot].saturating_sub(1);
+                if let Some(wait) = procs.stop_wait.as_mut() {
+                    wait.children.remove(&pid);
+                }
+                if procs.children.is_empty() {
+                    self.last_child_gone(child.job, out);
+                } else {
+                    self.check_stop(child.job, out);
+                }
+            }
+            (None, event) => {
+                // A descendant that was orphaned and came to us (we are
+                // the child subreaper): account its CPU to its job.
+                if matches!(
+                    event,
+                    sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)
+                ) {
+                    for procs in self.jobs.values_mut() {
+                        if procs.extras.remove(&pid).is_some() {
+                            procs.reaped_cpu += waited.cpu;
+                            if let Some(wait) = procs.stop_wait.as_mut() {
+                                wait.extras.remove(&pid);
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     fn poll_job(&mut self, job: JobId, now: Instant, fallback: bool, out: &mut Vec<Input>) {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;

@@ -46,24 +46,38 @@ pub struct Waited {
     pub max_rss: u64,
 }
 
-/// `wait4(-1, WNOHANG | WUNTRACED | WCONTINUED)`: the next change of any
+/// `wait4(-1, WNOHANG | WUNTRACED)`: the next stop or end of any
 /// child, or `None` when no child has anything to report.
 ///
 /// Not for use between fork and exec.
 pub fn wait_any() -> io::Result<Option<Waited>> {
+    wait4_any(libc::WNOHANG)
+}
+
+/// `wait4(pid, WUNTRACED)`, blocking until that child stops or ends; `None`
+/// when the alarm interrupted it or it is not our child. Waiting for one
+/// pid lets the kernel pass over the other children cheaply, where
+/// `wait4(-1)` examines each of them under its lock on every call.
+///
+/// Not for use between fork and exec.
+pub fn wait_pid_blocking(pid: i32) -> io::Result<Option<Waited>> {
+    match wait4_pid(pid, 0) {
+        Err(error) if error.raw_os_error() == Some(libc::EINTR) => Ok(None),
+        other => other,
+    }
+}
+
+fn wait4_any(flags: libc::c_int) -> io::Result<Option<Waited>> {
+    wait4_pid(-1, flags)
+}
+
+fn wait4_pid(target: i32, flags: libc::c_int) -> io::Result<Option<Waited>> {
     let mut status: libc::c_int = 0;
     // SAFETY: an all-zero rusage is a valid value of this plain C struct.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `status` and `usage` are valid, writable and live across the
     // call; wait4 writes only into them.
-    let pid = unsafe {
-        libc::wait4(
-            -1,
-            &mut status,
-            libc::WNOHANG | libc::WUNTRACED | libc::WCONTINUED,
-            &mut usage,
-        )
-    };
+    let pid = unsafe { libc::wait4(target, &mut status, flags | libc::WUNTRACED, &mut usage) };
     if pid == -1 {
         let error = io::Error::last_os_error();
         return match error.raw_os_error() {
@@ -93,6 +107,44 @@ pub fn wait_any() -> io::Result<Option<Waited>> {
         cpu: time(usage.ru_utime) + time(usage.ru_stime),
         max_rss,
     }))
+}
+
+extern "C" fn on_alarm(_signal: libc::c_int) {
+    // Nothing: the signal only interrupts a blocking wait.
+}
+
+/// Installs a SIGALRM handler that does nothing, without SA_RESTART, so
+/// that the alarm of [`set_alarm`] interrupts [`wait_pid_blocking`].
+pub fn install_alarm_handler() -> io::Result<()> {
+    // SAFETY: an all-zero sigaction is a valid value to fill in.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = on_alarm as *const () as libc::sighandler_t;
+    action.sa_flags = 0;
+    // SAFETY: `action.sa_mask` is a valid sigset_t inside `action`.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    // SAFETY: `action` is a valid sigaction whose handler is an
+    // async-signal-safe function that does nothing.
+    cvt(unsafe { libc::sigaction(libc::SIGALRM, &action, std::ptr::null_mut()) } as libc::c_long)?;
+    Ok(())
+}
+
+/// Arms the real-time interval timer to ring once after `after` (zero disarms it).
+pub fn set_alarm(after: Duration) -> io::Result<()> {
+    let value = libc::timeval {
+        tv_sec: after.as_secs() as libc::time_t,
+        tv_usec: after.subsec_micros() as libc::suseconds_t,
+    };
+    let timer = libc::itimerval {
+        it_interval: libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        },
+        it_value: value,
+    };
+    // SAFETY: `timer` is a valid itimerval; the old value is not asked for.
+    let ret = unsafe { libc::setitimer(libc::ITIMER_REAL, &timer, std::ptr::null_mut()) };
+    cvt(ret as libc::c_long)?;
+    Ok(())
 }
 
 /// `pidfd_open(pid, 0)`: a handle on a process that stays valid (and
@@ -228,6 +280,37 @@ pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
     let ret = unsafe { libc::fcntl(fd, libc::F_SETFD, flags) };
     cvt(ret as libc::c_long)?;
     Ok(())
+}
+
+/// Waits up to `timeout` for SIGCHLD, which must be blocked, and takes it
+/// off the pending set: `Ok(true)` if it came, `Ok(false)` on timeout.
+///
+/// Not for use between fork and exec.
+pub fn wait_sigchld(timeout: Duration) -> io::Result<bool> {
+    // SAFETY: an all-zero sigset_t is a valid value to initialise.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable sigset_t.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+    }
+    let spec = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `set` and `spec` are valid for the call; a null siginfo
+    // pointer is allowed.
+    let ret = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &spec) };
+    if ret == libc::SIGCHLD {
+        return Ok(true);
+    }
+    let error = io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(libc::EAGAIN) => Ok(false),
+        // Another signal interrupted the wait: say so as a wakeup.
+        Some(libc::EINTR) => Ok(true),
+        _ => Err(error),
+    }
 }
 
 /// The parent process id of the caller.
