@@ -506,7 +506,7 @@ impl Job {
                 let _ = child.kill();
                 panic!("scrun did not exit within {timeout:?}");
             }
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(1));
         };
         // A job process that outlived its job may still hold scrun's stderr
         // open: read what is there, but never wait for it forever.

@@ -379,38 +379,49 @@ fn work_process(millions: u64, cpu: Option<u32>) -> Child {
 }
 
 fn slice_overhead(rows: &mut Vec<Row>) {
-    let cpus = online_cpus();
-    let pins = [cpus[0], cpus.get(1).copied().unwrap_or(cpus[0])];
-    // Calibrate: about 2 s (0.5 s quick) of work per process.
+    // Everything on one CPU: this machine's two CPUs run at different
+    // speeds and slow each other down when both are busy (SMT siblings),
+    // which would make the comparison about CPU placement, not switching.
+    let cpu = online_cpus()[0];
+    let one_cpu_host = format!("h0 cpus={cpu} cores=2\n");
+    // Calibrate: about 2 s (0.5 s quick) of work per job when alone.
+    // The fastest of three probes: this machine's speed wanders, and one
+    // slow probe would make every run too short to measure.
     let probe = 200;
-    let start = Instant::now();
-    let _ = work_process(probe, Some(pins[0])).wait();
-    let per_million = start.elapsed().as_secs_f64() / probe as f64;
-    let millions = ((if quick() { 0.5 } else { 2.0 }) / per_million)
+    let per_million = (0..3)
+        .map(|_| {
+            let start = Instant::now();
+            let _ = work_process(probe, Some(cpu)).wait();
+            start.elapsed().as_secs_f64() / probe as f64
+        })
+        .fold(f64::INFINITY, f64::min);
+    // Two processes of a job share the CPU: each does half of the job's work.
+    let millions = ((if quick() { 0.25 } else { 1.0 }) / per_million)
         .round()
         .max(1.0) as u64;
-    let reps = scaled(3, 1);
+    eprintln!(
+        "  calibration: {probe} million iterations in {:.3} s; {millions} million per process",
+        per_million * probe as f64
+    );
+    // Baseline and every slice length take turns in each round, so that
+    // drift in the machine's speed affects them alike.
+    let reps = scaled(5, 1);
+    let slices = ["10ms", "50ms", "100ms", "500ms"];
     let mut base = Vec::new();
+    let mut walls: Vec<Vec<f64>> = vec![Vec::new(); slices.len()];
     for _ in 0..reps {
         let start = Instant::now();
         for _job in 0..2 {
-            let children: Vec<Child> = pins
-                .iter()
-                .map(|cpu| work_process(millions, Some(*cpu)))
-                .collect();
+            let children: Vec<Child> = (0..2).map(|_| work_process(millions, Some(cpu))).collect();
             for mut child in children {
                 let _ = child.wait();
             }
         }
         base.push(start.elapsed().as_secs_f64());
-    }
-    let base = median(&mut base);
-    for slice in ["10ms", "50ms", "100ms", "500ms"] {
-        let mut walls = Vec::new();
-        for _ in 0..reps {
+        for (idx, slice) in slices.iter().enumerate() {
             let daemon = Daemon::builder()
                 .log("scored=info")
-                .hosts(&pinned_hosts())
+                .hosts(&one_cpu_host)
                 .timeslice(slice)
                 .start();
             let work = millions.to_string();
@@ -422,15 +433,25 @@ fn slice_overhead(rows: &mut Vec<Row>) {
                 let (status, message) = job.wait(Duration::from_secs(600));
                 assert!(status.success(), "{message}");
             }
-            walls.push(start.elapsed().as_secs_f64());
+            walls[idx].push(start.elapsed().as_secs_f64());
         }
-        let wall = median(&mut walls);
+    }
+    let base = median(&mut base);
+    let medians: Vec<f64> = walls.iter_mut().map(|wall| median(wall)).collect();
+    // The 500 ms run switches only a few times: against it, what remains
+    // is the cost of switching alone (both go through scrun and scored).
+    let long = medians[slices.len() - 1];
+    for (slice, wall) in slices.iter().zip(&medians) {
         rows.push(row(
-            &format!("2 gang jobs × 2 processes, {slice} slices"),
-            format!("{wall:.2} s"),
-            format!("{base:.2} s back to back"),
-            format!("{:+.1}% time", 100.0 * (wall / base - 1.0)),
-            if slice == "10ms" {
+            &format!("2 gang jobs × 2 processes on one CPU, {slice} slices"),
+            format!("{wall:.3} s"),
+            format!("{base:.3} s back to back without scored; {long:.3} s at 500 ms slices"),
+            format!(
+                "{:+.1}% time vs back to back; {:+.1}% vs 500 ms slices",
+                100.0 * (wall / base - 1.0),
+                100.0 * (wall / long - 1.0)
+            ),
+            if *slice == "10ms" {
                 "under 2% at 10 ms"
             } else {
                 ""
