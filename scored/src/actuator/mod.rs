@@ -171,6 +171,17 @@ struct JobProcs {
     uid: u32,
 }
 
+impl JobProcs {
+    /// The host slot of each of the job's current process groups.
+    fn pgid_slots(&self) -> HashMap<i32, usize> {
+        self.pgids
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, pgid)| pgid.map(|pgid| (pgid, slot)))
+            .collect()
+    }
+}
+
 /// The real actuator.
 pub struct OsActuator {
     config: ActuatorConfig,
@@ -517,12 +528,7 @@ impl OsActuator {
         let Some(procs) = self.jobs.get(&job) else {
             return Vec::new();
         };
-        let pgid_slot: HashMap<i32, usize> = procs
-            .pgids
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, pgid)| pgid.map(|pgid| (pgid, slot)))
-            .collect();
+        let pgid_slot = procs.pgid_slots();
         let members: Vec<Stat> = match (&self.cgroups, &procs.cgroup_procs) {
             (Some(cgroups), Some(_)) => cgroups
                 .pids(job)
@@ -816,12 +822,7 @@ impl Actuator for OsActuator {
         let procs = self.jobs.get(&job)?;
         let mut ticks = 0u64;
         let mut memory = vec![0u64; procs.pgids.len()];
-        let pgid_slot: HashMap<i32, usize> = procs
-            .pgids
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, pgid)| pgid.map(|pgid| (pgid, slot)))
-            .collect();
+        let pgid_slot = procs.pgid_slots();
         for stat in &members {
             ticks += stat.own_ticks + stat.children_ticks;
             let slot = self
