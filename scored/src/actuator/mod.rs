@@ -56,6 +56,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(1);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How recent a look for a job's descendants must be for a stop to trust it.
 const FRESH_DISCOVERY: Duration = Duration::from_millis(2);
+/// How often the alarm interrupts a blocking wait for stops.
+const ALARM_EVERY: Duration = Duration::from_millis(1);
 
 /// The three descriptors of a job's client: its stdin, stdout and stderr.
 /// They are shared (`Rc`) because jobs launched from one terminal pass the
@@ -922,7 +924,7 @@ impl Actuator for OsActuator {
                 .as_ref()
                 .is_none_or(|wait| wait.extras.is_empty())
         });
-        if only_ranks && self.pending_stops() > 0 && sys::set_alarm(max).is_ok() {
+        if only_ranks && self.pending_stops() > 0 && sys::set_alarm(ALARM_EVERY).is_ok() {
             let pending: Vec<i32> = self
                 .jobs
                 .values()
@@ -931,12 +933,14 @@ impl Actuator for OsActuator {
                 .collect();
             'waiting: for pid in pending {
                 // Each pending rank in turn; whatever it reports first (its
-                // stop, or its end) is handled, and an event of an earlier
-                // stop of it would already have been taken.
+                // stop, or its end) is handled. The periodic alarm
+                // interrupts every blocking wait, and the deadline is
+                // checked after each interruption.
                 while self.children.get(&pid).is_some_and(|child| !child.stopped) {
                     match sys::wait_pid_blocking(pid) {
                         Ok(Some(waited)) => self.handle_waited(waited, out),
-                        // The alarm rang: the rest is confirmed asynchronously.
+                        Ok(None) if Instant::now() < deadline => {}
+                        // Out of time: the rest is confirmed asynchronously.
                         Ok(None) => break 'waiting,
                         Err(error) => {
                             tracing::warn!(pid, %error, "waiting for a rank failed");

@@ -128,18 +128,18 @@ pub fn install_alarm_handler() -> io::Result<()> {
     Ok(())
 }
 
-/// Arms the real-time interval timer to ring once after `after` (zero disarms it).
-pub fn set_alarm(after: Duration) -> io::Result<()> {
-    let value = libc::timeval {
-        tv_sec: after.as_secs() as libc::time_t,
-        tv_usec: after.subsec_micros() as libc::suseconds_t,
+/// Arms the real-time interval timer to ring every `every` until disarmed
+/// (zero disarms it). A periodic alarm, not a one-shot one: a blocking
+/// wait entered just after a single alarm rang would have nothing left to
+/// interrupt it.
+pub fn set_alarm(every: Duration) -> io::Result<()> {
+    let interval = libc::timeval {
+        tv_sec: every.as_secs() as libc::time_t,
+        tv_usec: every.subsec_micros() as libc::suseconds_t,
     };
     let timer = libc::itimerval {
-        it_interval: libc::timeval {
-            tv_sec: 0,
-            tv_usec: 0,
-        },
-        it_value: value,
+        it_interval: interval,
+        it_value: interval,
     };
     // SAFETY: `timer` is a valid itimerval; the old value is not asked for.
     let ret = unsafe { libc::setitimer(libc::ITIMER_REAL, &timer, std::ptr::null_mut()) };
