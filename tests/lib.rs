@@ -181,14 +181,6 @@ impl DaemonBuilder {
     pub fn start(self) -> Daemon {
         let sandbox = Sandbox::new();
         let log = sandbox.path.join("scored.log");
-        let log_file = std::fs::File::create(&log).expect("create log");
-        let child = self
-            .command(&sandbox)
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().expect("log"))
-            .stderr(log_file)
-            .spawn()
-            .expect("start scored");
         let tag = sandbox
             .path
             .file_name()
@@ -196,31 +188,15 @@ impl DaemonBuilder {
             .to_string_lossy()
             .into_owned();
         let mut daemon = Daemon {
-            child: Some(child),
+            child: None,
             socket: sandbox.path.join("s.sock"),
             log,
             tag,
             sandbox,
+            builder: self,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if std::os::unix::net::UnixStream::connect(&daemon.socket).is_ok() {
-                return daemon;
-            }
-            if let Some(status) = daemon
-                .child
-                .as_mut()
-                .and_then(|child| child.try_wait().ok().flatten())
-            {
-                panic!("scored exited at start ({status}):\n{}", daemon.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "scored did not start listening:\n{}",
-                daemon.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        daemon.launch();
+        daemon
     }
 }
 
@@ -234,9 +210,55 @@ pub struct Daemon {
     pub tag: String,
     /// Its sandbox.
     pub sandbox: Sandbox,
+    builder: DaemonBuilder,
 }
 
 impl Daemon {
+    /// Starts the daemon process in the sandbox (appending to its log) and
+    /// waits until it answers.
+    fn launch(&mut self) {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open log");
+        let child = self
+            .builder
+            .command(&self.sandbox)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log"))
+            .stderr(log_file)
+            .spawn()
+            .expect("start scored");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten())
+            {
+                panic!("scored exited at start ({status}):\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "scored did not start listening:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts a new daemon in the same sandbox (same socket, state
+    /// directory, hosts and rc file) after this one has gone.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+
     /// A daemon with the embedded default configuration.
     pub fn start() -> Daemon {
         DaemonBuilder::default().start()

@@ -97,7 +97,13 @@ fn escaped_children_are_stopped_and_killed(daemon: Daemon) {
     let ranks = escaper.wait_pids(2);
     let children = escaped_children(&mut escaper, 2);
     for child in &children {
-        let stat = proc_stat(*child).expect("escaped child");
+        let stat = proc_stat(*child).unwrap_or_else(|| {
+            panic!(
+                "escaped child {child} is gone right after it was printed; job 1: {}\n{}",
+                daemon.json("job 1"),
+                daemon.log()
+            )
+        });
         assert_eq!(stat.session, *child, "the child leads a session of its own");
     }
     let mut other = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
@@ -345,12 +351,13 @@ fn when_scored_is_killed_its_job_processes_die_with_it() {
         let (status, _) = job.wait(Duration::from_secs(10));
         assert!(!status.success(), "scrun must fail when scored dies");
     }
-    // The next daemon removes the cgroup directories the dead one left.
-    let marker = format!("scored-{old_pid}");
+    // The next daemon of this installation (same state directory) removes
+    // the cgroup directories the dead one left: scored-TAG-PID.
+    let marker = format!("-{old_pid}");
     let cgroup = daemon.log().lines().find_map(|line| {
-        let end = line.find(&marker)? + marker.len();
-        let start = line[..end].rfind("/sys/")?;
-        Some(std::path::PathBuf::from(&line[start..end]))
+        let rest = &line[line.find("/sys/")?..];
+        let end = rest.find(&marker)? + marker.len();
+        Some(std::path::PathBuf::from(&rest[..end]))
     });
     assert_eq!(
         cgroup.is_some(),
@@ -364,12 +371,12 @@ fn when_scored_is_killed_its_job_processes_die_with_it() {
             "the killed daemon's cgroup {}",
             cgroup.display()
         );
-        let next = Daemon::start();
+        daemon.restart();
         assert!(
             !cgroup.exists(),
             "{} was left behind:\n{}",
             cgroup.display(),
-            next.log()
+            daemon.log()
         );
     }
 }
@@ -424,17 +431,19 @@ fn the_next_scored_kills_what_a_killed_one_left_in_its_cgroups() {
         alive(grandchild),
         "the grandchild is expected to outlive the killed daemon"
     );
-    let next = Daemon::start();
+    // Only a daemon of the same installation (state directory) cleans up.
+    daemon.restart();
     assert!(
         all_gone(&[grandchild], Duration::from_secs(5)),
         "the next scored left the dead daemon's job process running:\n{}",
-        next.log()
+        daemon.log()
     );
     assert!(
-        next.log()
+        daemon
+            .log()
             .contains("killing a process left by a daemon that is gone"),
         "{}",
-        next.log()
+        daemon.log()
     );
     let (status, _) = job.wait(Duration::from_secs(10));
     assert!(!status.success());

@@ -36,7 +36,13 @@ impl Cgroups {
     /// inside the daemon's own cgroup (so that under a service manager the
     /// jobs stay within the service), named after the daemon's pid so that
     /// several daemons never share one.
-    pub fn create(daemon_pid: u32) -> Option<Cgroups> {
+    ///
+    /// The name also carries a tag of the daemon's state directory: a daemon
+    /// cleans up after earlier daemons of its own installation (same state
+    /// directory) that died without doing it, and never touches the cgroups
+    /// of unrelated daemons on the same machine.
+    pub fn create(daemon_pid: u32, state_dir: &Path) -> Option<Cgroups> {
+        let tag = state_tag(state_dir);
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let candidates = [
             (
@@ -52,8 +58,8 @@ impl Cgroups {
                 continue;
             }
             let parent = root.join(own.trim_start_matches('/'));
-            remove_stale(&parent);
-            let base = parent.join(format!("scored-{daemon_pid}"));
+            remove_stale(&parent, &tag);
+            let base = parent.join(format!("scored-{tag}-{daemon_pid}"));
             match fs::create_dir(&base) {
                 Ok(()) => return Some(Cgroups { base }),
                 Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
@@ -107,6 +113,18 @@ impl Cgroups {
     }
 }
 
+/// A short tag of a state directory (FNV-1a of its canonical path), so that
+/// the cgroups of one installation can be told from another's.
+fn state_tag(state_dir: &Path) -> String {
+    let path = fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in path.as_os_str().as_bytes() {
+        hash ^= u32::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    format!("{hash:08x}")
+}
+
 /// The cgroup path of this process in a hierarchy: the v1 line naming
 /// `controller`, or the v2 line (`0::PATH`) when `controller` is `None`.
 fn own_path(proc_self_cgroup: &str, controller: Option<&str>) -> String {
@@ -131,15 +149,16 @@ fn own_path(proc_self_cgroup: &str, controller: Option<&str>) -> String {
 /// with SIGKILL): in each `scored-PID` whose process is gone, every process
 /// still in a job cgroup is a descendant of a job of that daemon, which
 /// nothing owns any more; it is killed, then the directories are removed.
-fn remove_stale(parent: &Path) {
+fn remove_stale(parent: &Path, tag: &str) {
     let Ok(entries) = fs::read_dir(parent) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
+        let prefix = format!("scored-{tag}-");
         let Some(pid) = name
             .to_str()
-            .and_then(|name| name.strip_prefix("scored-"))
+            .and_then(|name| name.strip_prefix(prefix.as_str()))
             .and_then(|pid| pid.parse::<u32>().ok())
         else {
             continue;
@@ -226,5 +245,13 @@ mod tests {
         assert_eq!(own_path(text, Some("cpu")), "/x");
         assert_eq!(own_path(text, None), "/system.slice/scored.service");
         assert_eq!(own_path("", None), "/");
+    }
+
+    #[test]
+    fn state_tags_tell_installations_apart() {
+        let a = state_tag(Path::new("/nonexistent/a/state"));
+        assert_eq!(a.len(), 8);
+        assert_eq!(a, state_tag(Path::new("/nonexistent/a/state")));
+        assert_ne!(a, state_tag(Path::new("/nonexistent/b/state")));
     }
 }

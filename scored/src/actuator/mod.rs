@@ -229,7 +229,7 @@ impl OsActuator {
             hosts.push((host.name.clone(), mask));
         }
         let cgroups = if config.use_cgroups && daemon_uid == 0 {
-            Cgroups::create(std::process::id())
+            Cgroups::create(std::process::id(), &config.state_dir)
         } else {
             None
         };
