@@ -46,7 +46,7 @@ pub fn socket_path(explicit: Option<PathBuf>) -> (PathBuf, SocketSource) {
 /// A connection to the daemon.
 pub struct Connection {
     stream: UnixStream,
-    buffer: Vec<u8>,
+    buffer: proto::FrameBuffer,
 }
 
 impl Connection {
@@ -55,7 +55,7 @@ impl Connection {
         let stream = UnixStream::connect(path)?;
         Ok(Connection {
             stream,
-            buffer: Vec::new(),
+            buffer: proto::FrameBuffer::new(),
         })
     }
 
@@ -101,7 +101,7 @@ impl Connection {
                     "scored closed the connection",
                 ));
             }
-            self.buffer.extend_from_slice(&chunk[..len]);
+            self.buffer.extend(&chunk[..len]);
         }
     }
 
@@ -122,7 +122,7 @@ impl Connection {
                 "scored closed the connection",
             )),
             Ok(len) => {
-                self.buffer.extend_from_slice(&chunk[..len]);
+                self.buffer.extend(&chunk[..len]);
                 self.try_decode()
             }
             Err(error)
@@ -139,12 +139,14 @@ impl Connection {
 
     /// A reply already buffered, if any.
     pub fn try_decode(&mut self) -> io::Result<Option<Reply>> {
-        proto::decode(&mut self.buffer, proto::MAX_REPLY).map_err(|error: FrameError| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("bad reply from scored: {error}"),
-            )
-        })
+        self.buffer
+            .decode(proto::MAX_REPLY)
+            .map_err(|error: FrameError| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("bad reply from scored: {error}"),
+                )
+            })
     }
 
     /// Runs one console line; returns whether it succeeded, its text and its JSON.

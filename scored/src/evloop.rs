@@ -178,7 +178,7 @@ struct Connection {
     stream: UnixStream,
     cred: Cred,
     user: Rc<str>,
-    input: Vec<u8>,
+    input: proto::FrameBuffer,
     output: VecDeque<u8>,
     fds: Vec<OwnedFd>,
     stdio: Option<JobStdio>,
@@ -571,7 +571,7 @@ impl<A: Actuator> Daemon<A> {
                     stream,
                     cred,
                     user,
-                    input: Vec::new(),
+                    input: proto::FrameBuffer::new(),
                     output: VecDeque::new(),
                     fds: Vec::new(),
                     stdio: None,
@@ -645,12 +645,10 @@ impl<A: Actuator> Daemon<A> {
                 conn.paused = true;
                 return;
             }
-            let request: Request = match proto::decode(&mut conn.input, proto::MAX_REQUEST) {
+            let request: Request = match conn.input.decode(proto::MAX_REQUEST) {
                 Ok(Some(request)) => request,
                 Ok(None) => {
-                    if conn.input.is_empty() {
-                        conn.input = Vec::new();
-                    }
+                    conn.input.shrink_if_empty();
                     return;
                 }
                 Err(error) => {
@@ -1083,10 +1081,10 @@ fn read_available(conn: &mut Connection) -> io::Result<bool> {
         if len == 0 {
             return Ok(false);
         }
-        conn.input.extend_from_slice(&chunk[..len]);
+        conn.input.extend(&chunk[..len]);
         // Refuse an oversized frame as soon as its length is known, before
         // buffering it.
-        if let Err(error) = proto::frame_len(&conn.input, proto::MAX_REQUEST) {
+        if let Err(error) = proto::frame_len(conn.input.pending(), proto::MAX_REQUEST) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 error.to_string(),

@@ -323,21 +323,99 @@ pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
 ///
 /// Returns `Ok(None)` when more bytes are needed. An oversized length is an
 /// error as soon as the prefix has arrived, before anything is buffered.
+/// Each call moves the rest of the buffer to the front: a reader that may
+/// hold many frames at once keeps them in a [`FrameBuffer`] instead.
 pub fn decode<T: for<'de> Deserialize<'de>>(
     buffer: &mut Vec<u8>,
     max: usize,
 ) -> Result<Option<T>, FrameError> {
-    let Some(len) = frame_len(buffer, max)? else {
+    let Some((message, used)) = decode_front(buffer, max)? else {
         return Ok(None);
     };
-    if buffer.len() < 4 + len {
+    buffer.drain(..used);
+    Ok(Some(message))
+}
+
+/// Decodes the frame at the front of `bytes`; returns it with the number of
+/// bytes it took, or `None` when more bytes are needed.
+fn decode_front<T: for<'de> Deserialize<'de>>(
+    bytes: &[u8],
+    max: usize,
+) -> Result<Option<(T, usize)>, FrameError> {
+    let Some(len) = frame_len(bytes, max)? else {
+        return Ok(None);
+    };
+    if bytes.len() < 4 + len {
         return Ok(None);
     }
-    let result = serde_json::from_slice(&buffer[4..4 + len]);
-    buffer.drain(..4 + len);
-    result
-        .map(Some)
+    serde_json::from_slice(&bytes[4..4 + len])
+        .map(|message| Some((message, 4 + len)))
         .map_err(|error| FrameError::Malformed(error.to_string()))
+}
+
+/// Received bytes not yet decoded, read from the front without moving the
+/// rest: decoding the frames of one large read costs time linear in its
+/// size, however many small frames it holds. The consumed front is given
+/// back only when the buffer empties or when it is the larger part, so
+/// each byte is moved at most once on average.
+#[derive(Debug, Default)]
+pub struct FrameBuffer {
+    bytes: Vec<u8>,
+    start: usize,
+}
+
+impl FrameBuffer {
+    /// An empty buffer.
+    pub fn new() -> FrameBuffer {
+        FrameBuffer::default()
+    }
+
+    /// The bytes received and not yet decoded.
+    pub fn pending(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+
+    /// How many bytes are pending.
+    pub fn len(&self) -> usize {
+        self.bytes.len() - self.start
+    }
+
+    /// Whether no byte is pending.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends received bytes.
+    pub fn extend(&mut self, chunk: &[u8]) {
+        if self.start > 0 && self.start >= self.bytes.len() / 2 {
+            self.bytes.drain(..self.start);
+            self.start = 0;
+        }
+        self.bytes.extend_from_slice(chunk);
+    }
+
+    /// Takes the next complete frame, if there is one (see [`decode`]).
+    pub fn decode<T: for<'de> Deserialize<'de>>(
+        &mut self,
+        max: usize,
+    ) -> Result<Option<T>, FrameError> {
+        let Some((message, used)) = decode_front(self.pending(), max)? else {
+            return Ok(None);
+        };
+        self.start += used;
+        if self.start == self.bytes.len() {
+            self.bytes.clear();
+            self.start = 0;
+        }
+        Ok(Some(message))
+    }
+
+    /// Gives the memory back once nothing is pending.
+    pub fn shrink_if_empty(&mut self) {
+        if self.is_empty() {
+            *self = FrameBuffer::default();
+        }
+    }
 }
 
 /// The payload length announced at the front of `buffer`, once four bytes are there.
@@ -384,6 +462,51 @@ mod tests {
         let decoded: Request = decode(&mut buffer, MAX_REQUEST).unwrap().unwrap();
         assert_eq!(decoded, submit());
         assert!(buffer.is_empty());
+    }
+
+    #[test]
+    fn a_frame_buffer_decodes_every_frame_of_one_read_in_order() {
+        let mut bytes = Vec::new();
+        for n in 0..1000u32 {
+            bytes.extend(encode(&Request::Console {
+                version: VERSION,
+                line: format!("job {n}"),
+                json: false,
+            }));
+        }
+        let mut frames = FrameBuffer::new();
+        // Received in uneven pieces, as a socket delivers them.
+        for piece in bytes.chunks(777) {
+            frames.extend(piece);
+        }
+        let mut n = 0u32;
+        while let Some(request) = frames.decode::<Request>(MAX_REQUEST).unwrap() {
+            let Request::Console { line, .. } = request else {
+                panic!("not a console request: {request:?}");
+            };
+            assert_eq!(line, format!("job {n}"));
+            n += 1;
+        }
+        assert_eq!(n, 1000);
+        assert!(frames.is_empty());
+    }
+
+    #[test]
+    fn a_frame_buffer_keeps_a_partial_frame_across_reads() {
+        let frame = encode(&submit());
+        let mut frames = FrameBuffer::new();
+        let mut first = encode(&Request::Hold);
+        first.extend_from_slice(&frame[..10]);
+        frames.extend(&first);
+        assert_eq!(
+            frames.decode::<Request>(MAX_REQUEST),
+            Ok(Some(Request::Hold))
+        );
+        assert_eq!(frames.decode::<Request>(MAX_REQUEST), Ok(None));
+        assert_eq!(frames.pending(), &frame[..10]);
+        frames.extend(&frame[10..]);
+        assert_eq!(frames.decode::<Request>(MAX_REQUEST), Ok(Some(submit())));
+        assert!(frames.is_empty());
     }
 
     #[test]
