@@ -1,0 +1,572 @@
+//! The wire protocol between scored and its clients (scrun, sc_console).
+//!
+//! **API boundary.** A frame is a 4-byte big-endian length followed by that
+//! many bytes of JSON. Requests (client to daemon) are at most
+//! [`MAX_REQUEST`] bytes and replies at most [`MAX_REPLY`]; a longer length
+//! is a protocol error, not an allocation. scrun attaches its standard
+//! input, output and error to the frame carrying its `Submit` with
+//! SCM_RIGHTS. Identity never travels here: the daemon takes it from the
+//! socket's peer credentials.
+//!
+//! This module only encodes and decodes bytes; it performs no I/O.
+#![forbid(unsafe_code)]
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol revision; a client and daemon of different revisions refuse each other.
+pub const VERSION: u32 = 1;
+/// The largest request frame a client may send (environment and arguments included).
+pub const MAX_REQUEST: usize = 1 << 20;
+/// The largest reply frame the daemon sends.
+pub const MAX_REPLY: usize = 64 << 20;
+/// The most processes one job may have in a stage, in total over its hosts.
+pub const MAX_PROCS: u64 = 65_536;
+/// The most stages (`::` or `==`) one job may have.
+pub const MAX_STAGES: usize = 64;
+/// How many descriptors a `Submit` carries: stdin, stdout and stderr.
+pub const SUBMIT_FDS: usize = 3;
+
+/// Bytes that travel as a JSON string when they are UTF-8, and as an array
+/// of numbers otherwise, so that arguments and environment reach the job
+/// unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum WireBytes {
+    /// UTF-8 text.
+    Text(String),
+    /// Anything else.
+    Raw(Vec<u8>),
+}
+
+impl WireBytes {
+    /// Wraps an OS string.
+    pub fn from_os(value: &OsStr) -> WireBytes {
+        match value.to_str() {
+            Some(text) => WireBytes::Text(text.to_string()),
+            None => WireBytes::Raw(value.as_bytes().to_vec()),
+        }
+    }
+
+    /// The bytes, whichever form they travelled in.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            WireBytes::Text(text) => text.as_bytes(),
+            WireBytes::Raw(bytes) => bytes,
+        }
+    }
+
+    /// Converts to an OS string.
+    pub fn to_os(&self) -> OsString {
+        OsString::from_vec(self.as_bytes().to_vec())
+    }
+
+    /// A lossy text form for messages and listings.
+    pub fn lossy(&self) -> String {
+        String::from_utf8_lossy(self.as_bytes()).into_owned()
+    }
+}
+
+impl From<&str> for WireBytes {
+    fn from(value: &str) -> WireBytes {
+        WireBytes::Text(value.to_string())
+    }
+}
+
+/// How many processes a job asks for, and how they map onto hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcRequest {
+    /// `nodes=N`: N processes packed `cores` to a host.
+    Nodes(u32),
+    /// `nodes=NxM`: N hosts with M processes each.
+    Grid {
+        /// Number of hosts.
+        hosts: u32,
+        /// Processes on each host.
+        per_host: u32,
+    },
+    /// `hosts=H`: H hosts with `cores` processes each.
+    Hosts(u32),
+}
+
+/// How the stages of a job follow each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Joiner {
+    /// `::`: stages run one after another.
+    Sequence,
+    /// `==`: stages run together, joined rank by rank with pipes.
+    Pipe,
+}
+
+/// The scrun options the daemon needs to know.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobOptions {
+    /// Processes and their placement.
+    pub procs: ProcRequest,
+    /// Queue number asked for; `None` means the default queue.
+    pub priority: Option<u32>,
+    /// Wait for admission instead of being rejected when resources are short.
+    pub wait: bool,
+    /// The user's explicit memory limit per host, in bytes.
+    pub memory: Option<u64>,
+    /// The user's explicit disk limit, in bytes.
+    pub disk: Option<u64>,
+}
+
+/// A job submission from scrun.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submit {
+    /// The programs: one argument vector per stage.
+    pub stages: Vec<Vec<WireBytes>>,
+    /// How stages follow each other.
+    pub joiner: Joiner,
+    /// Options that shape admission and placement.
+    pub options: JobOptions,
+    /// The caller's environment, in order.
+    pub env: Vec<(WireBytes, WireBytes)>,
+    /// The caller's working directory.
+    pub cwd: WireBytes,
+}
+
+/// A request from a client to the daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// Submit a job; the frame carries [`SUBMIT_FDS`] descriptors.
+    Submit {
+        /// Protocol revision of the client.
+        version: u32,
+        /// The job.
+        submit: Submit,
+    },
+    /// Run one console command line.
+    Console {
+        /// Protocol revision of the client.
+        version: u32,
+        /// The command line, in the console language.
+        line: String,
+        /// Ask for the JSON form of the reply as well.
+        json: bool,
+    },
+    /// scrun was suspended (SIGTSTP): hold its job.
+    Hold,
+    /// scrun was continued: release its job.
+    Release,
+    /// scrun was interrupted: kill its job (SIGTERM, then SIGKILL after a grace).
+    Kill,
+}
+
+/// Why a submission was refused; scrun maps this to its exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectKind {
+    /// The request itself is wrong (bad queue number, empty program, ...).
+    Invalid,
+    /// No cluster could ever hold the job.
+    TooBig,
+    /// The queue is disabled.
+    QueueDisabled,
+    /// The user may not submit to the queue.
+    Permission,
+    /// Resources are short now; `wait` would have waited.
+    Resources,
+    /// The daemon is shutting down.
+    ShuttingDown,
+}
+
+/// How a job ended, as scrun needs to report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndKind {
+    /// Every process ran to its end; the status is that of the first failing rank.
+    Exited,
+    /// Killed by a limit (CPU time, memory, disk).
+    Limit,
+    /// Killed by an operator, its owner, or scrun's own interrupt.
+    Killed,
+    /// Killed because the daemon shut down.
+    Shutdown,
+    /// A process could not be started.
+    LaunchFailed,
+}
+
+/// The accounting summary of a job (`scrun -stat`, `job ID`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Accounting {
+    /// Queues the job passed through, in order.
+    pub queues: Vec<u32>,
+    /// Seconds from submission to admission plus admission to first run.
+    pub wait_secs: f64,
+    /// Seconds from first run to end.
+    pub wall_secs: f64,
+    /// CPU seconds (user + system) of all processes, finished descendants included.
+    pub cpu_secs: f64,
+    /// Seconds spent stopped by the scheduler or held.
+    pub stopped_secs: f64,
+    /// Times the job was switched out and in.
+    pub switches: u64,
+    /// Peak memory in bytes per host, by host name.
+    pub peak_memory: Vec<(String, u64)>,
+    /// Peak disk use in bytes.
+    pub peak_disk: u64,
+}
+
+/// A message from the daemon to a client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    /// Resources are short; the job waits for admission (the `wait` option).
+    Waiting {
+        /// What is short.
+        reason: String,
+    },
+    /// The job was admitted.
+    Admitted {
+        /// Its id.
+        job: u64,
+        /// Its queue.
+        queue: u32,
+        /// The cluster it runs on.
+        cluster: String,
+        /// Its hosts, in rank order.
+        hosts: Vec<String>,
+    },
+    /// The submission was refused.
+    Rejected {
+        /// What was asked and what exists.
+        reason: String,
+        /// Why, for scrun's exit status.
+        kind: RejectKind,
+    },
+    /// The job's processes were created (its first scheduling).
+    Started {
+        /// The job.
+        job: u64,
+    },
+    /// The job is held (acknowledges `Hold`).
+    Held {
+        /// The job.
+        job: u64,
+    },
+    /// The job ended; this is the last message for a scrun connection.
+    Ended {
+        /// The job.
+        job: u64,
+        /// How it ended.
+        kind: EndKind,
+        /// The exit status scrun should pass on (0-255).
+        status: i32,
+        /// A sentence for the user, such as `killed: memory 80M over the limit of 64M on host0`.
+        reason: String,
+        /// Its accounting.
+        accounting: Accounting,
+    },
+    /// The reply to a console line.
+    Console {
+        /// Whether the command succeeded.
+        ok: bool,
+        /// The text form (tables, `key: value` lines, or `error: ...`).
+        text: String,
+        /// The JSON form, when asked for.
+        json: Option<serde_json::Value>,
+    },
+    /// The request could not be understood; the daemon closes the connection.
+    Error {
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// A framing or decoding error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// The length prefix announces more than the limit.
+    TooLarge {
+        /// Announced length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The payload is not a valid message.
+    Malformed(String),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::TooLarge { len, max } => {
+                write!(f, "message of {len} bytes exceeds the limit of {max} bytes")
+            }
+            FrameError::Malformed(why) => write!(f, "malformed message: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// Encodes a message as one frame.
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    // Serializing these plain types to a Vec cannot fail: every map key is a
+    // string and no type has a fallible Serialize impl.
+    let body = serde_json::to_vec(message).expect("protocol types always serialize");
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Takes one complete frame off the front of `buffer`, if there is one.
+///
+/// Returns `Ok(None)` when more bytes are needed. An oversized length is an
+/// error as soon as the prefix has arrived, before anything is buffered.
+/// Each call moves the rest of the buffer to the front: a reader that may
+/// hold many frames at once keeps them in a [`FrameBuffer`] instead.
+pub fn decode<T: for<'de> Deserialize<'de>>(
+    buffer: &mut Vec<u8>,
+    max: usize,
+) -> Result<Option<T>, FrameError> {
+    let Some((message, used)) = decode_front(buffer, max)? else {
+        return Ok(None);
+    };
+    buffer.drain(..used);
+    message.map(Some)
+}
+
+/// Decodes the frame at the front of `bytes`; returns it, or why it is
+/// malformed, with the number of bytes it took (a malformed frame is taken
+/// whole), or `None` when more bytes are needed.
+#[allow(clippy::type_complexity)]
+fn decode_front<T: for<'de> Deserialize<'de>>(
+    bytes: &[u8],
+    max: usize,
+) -> Result<Option<(Result<T, FrameError>, usize)>, FrameError> {
+    let Some(len) = frame_len(bytes, max)? else {
+        return Ok(None);
+    };
+    if bytes.len() < 4 + len {
+        return Ok(None);
+    }
+    let message = serde_json::from_slice(&bytes[4..4 + len])
+        .map_err(|error| FrameError::Malformed(error.to_string()));
+    Ok(Some((message, 4 + len)))
+}
+
+/// Received bytes not yet decoded, read from the front without moving the
+/// rest: decoding the frames of one large read costs time linear in its
+/// size, however many small frames it holds. The consumed front is given
+/// back only when the buffer empties or when it is the larger part, so
+/// each byte is moved at most once on average.
+#[derive(Debug, Default)]
+pub struct FrameBuffer {
+    bytes: Vec<u8>,
+    start: usize,
+}
+
+impl FrameBuffer {
+    /// An empty buffer.
+    pub fn new() -> FrameBuffer {
+        FrameBuffer::default()
+    }
+
+    /// The bytes received and not yet decoded.
+    pub fn pending(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+
+    /// How many bytes are pending.
+    pub fn len(&self) -> usize {
+        self.bytes.len() - self.start
+    }
+
+    /// Whether no byte is pending.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends received bytes.
+    pub fn extend(&mut self, chunk: &[u8]) {
+        if self.start > 0 && self.start >= self.bytes.len() / 2 {
+            self.bytes.drain(..self.start);
+            self.start = 0;
+        }
+        self.bytes.extend_from_slice(chunk);
+    }
+
+    /// Takes the next complete frame, if there is one (see [`decode`]).
+    pub fn decode<T: for<'de> Deserialize<'de>>(
+        &mut self,
+        max: usize,
+    ) -> Result<Option<T>, FrameError> {
+        let Some((message, used)) = decode_front(self.pending(), max)? else {
+            return Ok(None);
+        };
+        self.start += used;
+        if self.start == self.bytes.len() {
+            self.bytes.clear();
+            self.start = 0;
+        }
+        message.map(Some)
+    }
+
+    /// Gives the memory back once nothing is pending.
+    pub fn shrink_if_empty(&mut self) {
+        if self.is_empty() {
+            *self = FrameBuffer::default();
+        }
+    }
+}
+
+/// The payload length announced at the front of `buffer`, once four bytes are there.
+pub fn frame_len(buffer: &[u8], max: usize) -> Result<Option<usize>, FrameError> {
+    if buffer.len() < 4 {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes([buffer[0], buffer[1], buffer[2], buffer[3]]) as usize;
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    Ok(Some(len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn submit() -> Request {
+        Request::Submit {
+            version: VERSION,
+            submit: Submit {
+                stages: vec![vec!["sh".into(), WireBytes::Raw(vec![0xff, b'x'])]],
+                joiner: Joiner::Sequence,
+                options: JobOptions {
+                    procs: ProcRequest::Grid {
+                        hosts: 2,
+                        per_host: 3,
+                    },
+                    priority: Some(1),
+                    wait: true,
+                    memory: Some(1 << 20),
+                    disk: None,
+                },
+                env: vec![("A".into(), "1".into())],
+                cwd: "/tmp".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn round_trip_keeps_non_utf8_bytes() {
+        let mut buffer = encode(&submit());
+        let decoded: Request = decode(&mut buffer, MAX_REQUEST).unwrap().unwrap();
+        assert_eq!(decoded, submit());
+        assert!(buffer.is_empty());
+    }
+
+    #[test]
+    fn a_frame_buffer_decodes_every_frame_of_one_read_in_order() {
+        let mut bytes = Vec::new();
+        for n in 0..1000u32 {
+            bytes.extend(encode(&Request::Console {
+                version: VERSION,
+                line: format!("job {n}"),
+                json: false,
+            }));
+        }
+        let mut frames = FrameBuffer::new();
+        // Received in uneven pieces, as a socket delivers them.
+        for piece in bytes.chunks(777) {
+            frames.extend(piece);
+        }
+        let mut n = 0u32;
+        while let Some(request) = frames.decode::<Request>(MAX_REQUEST).unwrap() {
+            let Request::Console { line, .. } = request else {
+                panic!("not a console request: {request:?}");
+            };
+            assert_eq!(line, format!("job {n}"));
+            n += 1;
+        }
+        assert_eq!(n, 1000);
+        assert!(frames.is_empty());
+    }
+
+    #[test]
+    fn a_frame_buffer_keeps_a_partial_frame_across_reads() {
+        let frame = encode(&submit());
+        let mut frames = FrameBuffer::new();
+        let mut first = encode(&Request::Hold);
+        first.extend_from_slice(&frame[..10]);
+        frames.extend(&first);
+        assert_eq!(
+            frames.decode::<Request>(MAX_REQUEST),
+            Ok(Some(Request::Hold))
+        );
+        assert_eq!(frames.decode::<Request>(MAX_REQUEST), Ok(None));
+        assert_eq!(frames.pending(), &frame[..10]);
+        frames.extend(&frame[10..]);
+        assert_eq!(frames.decode::<Request>(MAX_REQUEST), Ok(Some(submit())));
+        assert!(frames.is_empty());
+    }
+
+    #[test]
+    fn a_malformed_frame_is_taken_whole_and_what_follows_still_decodes() {
+        let mut bytes = 3u32.to_be_bytes().to_vec();
+        bytes.extend_from_slice(b"[1,");
+        bytes.extend(encode(&Request::Hold));
+        let mut frames = FrameBuffer::new();
+        frames.extend(&bytes);
+        assert!(matches!(
+            frames.decode::<Request>(MAX_REQUEST),
+            Err(FrameError::Malformed(_))
+        ));
+        assert_eq!(
+            frames.decode::<Request>(MAX_REQUEST),
+            Ok(Some(Request::Hold))
+        );
+        let mut buffer = bytes;
+        assert!(decode::<Request>(&mut buffer, MAX_REQUEST).is_err());
+        assert_eq!(
+            decode::<Request>(&mut buffer, MAX_REQUEST),
+            Ok(Some(Request::Hold))
+        );
+    }
+
+    #[test]
+    fn partial_frames_wait_for_more() {
+        let frame = encode(&Request::Hold);
+        for cut in 0..frame.len() {
+            let mut buffer = frame[..cut].to_vec();
+            assert_eq!(decode::<Request>(&mut buffer, MAX_REQUEST), Ok(None));
+        }
+    }
+
+    #[test]
+    fn oversized_length_is_refused_before_buffering() {
+        let mut buffer = vec![0xff, 0xff, 0xff, 0xff];
+        assert!(matches!(
+            decode::<Request>(&mut buffer, MAX_REQUEST),
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn garbage_is_malformed_not_a_panic() {
+        for payload in [
+            &b"\x00\x01\x02"[..],
+            b"{}",
+            b"{\"type\":\"submit\"}",
+            b"[1,2",
+            b"null",
+        ] {
+            let mut buffer = (payload.len() as u32).to_be_bytes().to_vec();
+            buffer.extend_from_slice(payload);
+            assert!(matches!(
+                decode::<Request>(&mut buffer, MAX_REQUEST),
+                Err(FrameError::Malformed(_))
+            ));
+        }
+    }
+}
