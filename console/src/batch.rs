@@ -8,7 +8,7 @@
 
 use std::io::{self, Write};
 
-use scored::exitcode;
+use scored_proto::exitcode;
 
 use crate::session::{chain, execute, io_text, SendLine};
 

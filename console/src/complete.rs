@@ -5,10 +5,10 @@
 //! knows (queue numbers, clusters, job ids) come through the [`Live`] trait,
 //! which the shell implements with console requests and tests implement
 //! with fixed lists. Command words, keywords and usages come from the help
-//! table (`scored::command::help`), the one list of commands.
+//! table (`scored_proto::command::help`), the one list of commands.
 #![forbid(unsafe_code)]
 
-use scored::command::help;
+use scored_proto::command::help;
 
 /// Values that only the daemon knows, asked for at completion time. A
 /// lookup that fails gives an empty list: completion then offers nothing.

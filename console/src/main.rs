@@ -16,8 +16,8 @@ use std::io::{self, BufRead, IsTerminal};
 use std::path::PathBuf;
 
 use clap::Parser;
-use scored::client;
-use scored::exitcode;
+use scored_proto::client;
+use scored_proto::exitcode;
 
 use crate::session::{io_text, Daemon};
 

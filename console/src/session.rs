@@ -11,10 +11,10 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use scored::client::Connection;
-use scored::command::reply::Reply;
-use scored::command::{help, parse_line, Command};
-use scored::exitcode;
+use scored_proto::client::Connection;
+use scored_proto::command::reply::Reply;
+use scored_proto::command::{help, parse_line, Command};
+use scored_proto::exitcode;
 
 /// The answer to one console line.
 #[derive(Debug, Clone, PartialEq)]

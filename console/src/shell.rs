@@ -22,7 +22,7 @@ use rustyline::hint::Hinter;
 use rustyline::history::FileHistory;
 use rustyline::validate::Validator;
 use rustyline::{CompletionType, Config, Context, Editor, Helper};
-use scored::exitcode;
+use scored_proto::exitcode;
 
 use crate::complete::{self, Live};
 use crate::session::{chain, execute, io_text, Daemon};

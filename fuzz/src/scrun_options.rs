@@ -20,7 +20,7 @@
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-use scored::proto::{Joiner, ProcRequest};
+use scored_proto::proto::{Joiner, ProcRequest};
 use scrun::cli::{parse, Invocation, Options, Parsed, MAX_HOSTS, MAX_PRIORITY, MAX_PROCS};
 
 /// The prefix that marks the first word as `SCORE_OPTIONS`.

@@ -1,24 +1,18 @@
 //! scored: SCore-D, the gang-scheduling cluster operating daemon, on one machine.
 //!
-//! This library holds the daemon and what its clients share with it: the
-//! wire protocol ([`proto`]), the console language ([`command`]) and the
-//! value syntax ([`units`]). See ARCHITECTURE.md for the module map.
+//! This crate is the daemon's shell around the pure core: the event loop
+//! ([`evloop`]), the actuator that owns every fork, signal and wait
+//! ([`actuator`]), flags and the configuration file ([`config`]) and the
+//! hosts database on disk ([`hostsfile`]). The scheduling core is the
+//! `scored-core` crate and what clients share with the daemon is the
+//! `scored-proto` crate; both are re-exported here under their module names
+//! so that the daemon reads as one program. See ARCHITECTURE.md for the map.
 #![deny(missing_docs)]
 
 pub mod actuator;
-pub mod admission;
-pub mod client;
-pub mod cluster;
-pub mod command;
 pub mod config;
-pub mod core;
 pub mod evloop;
-pub mod exitcode;
-pub mod hosts;
-pub mod ids;
-pub mod job;
-pub mod paths;
-pub mod proto;
-pub mod queue;
-pub mod sched;
-pub mod units;
+pub mod hostsfile;
+
+pub use scored_core::{admission, cluster, core, hosts, ids, job, queue, sched};
+pub use scored_proto::{client, command, exitcode, paths, proto, units};

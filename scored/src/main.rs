@@ -198,21 +198,25 @@ fn read_machine() -> Machine {
 
 fn build_topology(settings: &Settings, machine: &Machine) -> Result<Topology, String> {
     match &settings.hosts {
-        Some(path) => {
-            hosts::load_topology(path, settings.group.as_deref(), machine).map_err(|diagnostics| {
-                let mut text = diagnostics
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                text.push_str(&format!(
-                    "\n{} error{} in the hosts database; not starting",
-                    diagnostics.len(),
-                    if diagnostics.len() == 1 { "" } else { "s" }
-                ));
-                text
-            })
-        }
+        Some(path) => hosts::load_topology(
+            path,
+            &mut scored::hostsfile::FsLoader,
+            settings.group.as_deref(),
+            machine,
+        )
+        .map_err(|diagnostics| {
+            let mut text = diagnostics
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n");
+            text.push_str(&format!(
+                "\n{} error{} in the hosts database; not starting",
+                diagnostics.len(),
+                if diagnostics.len() == 1 { "" } else { "s" }
+            ));
+            text
+        }),
         None if settings.group.is_some() => {
             Err("--group needs a hosts database (--hosts FILE)".into())
         }

@@ -17,8 +17,8 @@ use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use scored::proto::{JobOptions, Joiner, ProcRequest};
-use scored::units::{parse_size, quote};
+use scored_proto::proto::{JobOptions, Joiner, ProcRequest};
+use scored_proto::units::{parse_size, quote};
 
 // The tests are one `check(...)` call per line, a table to read down;
 // rustfmt would fold the long ones and not the short ones.
@@ -53,11 +53,11 @@ options:
 ";
 
 /// The most processes one job may ask for, in total (as scored allows).
-pub const MAX_PROCS: u64 = scored::proto::MAX_PROCS;
+pub const MAX_PROCS: u64 = scored_proto::proto::MAX_PROCS;
 /// The most hosts one job may ask for with `hosts=H`.
-pub const MAX_HOSTS: u64 = scored::proto::MAX_PROCS;
+pub const MAX_HOSTS: u64 = scored_proto::proto::MAX_PROCS;
 /// The most stages one job may have (as scored allows).
-pub const MAX_STAGES: usize = scored::proto::MAX_STAGES;
+pub const MAX_STAGES: usize = scored_proto::proto::MAX_STAGES;
 /// The highest queue number `priority=Q` accepts.
 pub const MAX_PRIORITY: u64 = 255;
 

@@ -12,9 +12,9 @@ use std::io::{self, Write};
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use scored::client::{self, Connection, SocketSource};
-use scored::exitcode;
-use scored::proto::Request;
+use scored_proto::client::{self, Connection, SocketSource};
+use scored_proto::exitcode;
+use scored_proto::proto::Request;
 use scrun::cli::Invocation;
 
 use crate::error::{chain, Fatal};

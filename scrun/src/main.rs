@@ -16,7 +16,7 @@ mod submit;
 
 use std::io::Write;
 
-use scored::exitcode;
+use scored_proto::exitcode;
 use scrun::cli;
 
 fn main() {

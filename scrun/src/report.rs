@@ -5,9 +5,9 @@
 //! whole mapping is tested without a daemon. Nothing here prints.
 #![forbid(unsafe_code)]
 
-use scored::exitcode;
-use scored::proto::{Accounting, EndKind, Reply};
-use scored::units::format_size;
+use scored_proto::exitcode;
+use scored_proto::proto::{Accounting, EndKind, Reply};
+use scored_proto::units::format_size;
 
 /// How scrun ends: what it prints on stderr (whole lines, possibly none)
 /// and its exit status.
@@ -170,7 +170,7 @@ fn seconds(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use scored::proto::RejectKind;
+    use scored_proto::proto::RejectKind;
 
     /// Renders the outcome of a reply as `code | stderr`, or `continue`.
     fn render(reply: Reply, stat: bool) -> String {

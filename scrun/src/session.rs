@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{raise, Signal};
-use scored::client::Connection;
-use scored::exitcode;
-use scored::proto::{Reply, Request};
+use scored_proto::client::Connection;
+use scored_proto::exitcode;
+use scored_proto::proto::{Reply, Request};
 
 use crate::error::describe_io;
 use crate::report::{final_report, lost_connection, Final};

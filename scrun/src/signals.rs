@@ -76,5 +76,5 @@ pub fn is_terminating(signal: Signal) -> bool {
 /// The status of a process killed by `signal`, which scrun exits with when
 /// a signal makes it leave.
 pub fn exit_status(signal: Signal) -> i32 {
-    scored::exitcode::from_signal(signal as i32)
+    scored_proto::exitcode::from_signal(signal as i32)
 }

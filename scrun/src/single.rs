@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
-use scored::client::Connection;
-use scored::exitcode;
+use scored_proto::client::Connection;
+use scored_proto::exitcode;
 
 use crate::error::{describe_io, Fatal};
 use crate::session::say;

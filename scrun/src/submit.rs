@@ -9,8 +9,8 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use scored::exitcode;
-use scored::proto::{self, Request, Submit, WireBytes};
+use scored_proto::exitcode;
+use scored_proto::proto::{self, Request, Submit, WireBytes};
 use scrun::cli::Invocation;
 
 use crate::error::Fatal;

@@ -18,7 +18,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use nix::unistd::Pid;
-use scored::proto::{self, Accounting, EndKind, RejectKind, Reply, Request};
+use scored_proto::proto::{self, Accounting, EndKind, RejectKind, Reply, Request};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use scored::proto::{self, Reply, Request};
+use scored_proto::proto::{self, Reply, Request};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 

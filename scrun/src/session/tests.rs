@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use scored::proto::{Accounting, EndKind, RejectKind, Reply, Request};
+use scored_proto::proto::{Accounting, EndKind, RejectKind, Reply, Request};
 
 use super::*;
 

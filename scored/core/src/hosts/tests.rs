@@ -1119,30 +1119,6 @@ fn diagnostics_show_a_window_of_long_lines() {
     assert_eq!(rendered.lines().nth(1).map(str::len), Some(123));
 }
 
-// The file system loader, on files of its own in the temporary directory.
-
-#[test]
-fn fs_loader_refuses_what_it_cannot_read() {
-    let dir = std::env::temp_dir().join(format!("scored-hosts-test-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    let bad = dir.join("bad.db");
-    let good = dir.join("good.db");
-    std::fs::write(&bad, b"n\xff").expect("temporary directory is writable");
-    std::fs::write(&good, b"n cpus=0\n").expect("temporary directory is writable");
-    let error = FsLoader.load(&bad).map(|_| ()).unwrap_err().to_string();
-    assert_eq!(
-        error,
-        format!(
-            "{} is not UTF-8 text (invalid byte at offset 1)",
-            bad.display()
-        )
-    );
-    assert!(FsLoader.load(&dir.join("missing.db")).is_err());
-    let topology = load_topology(&good, None, &machine()).map_err(|d| render_diagnostics(&d));
-    assert_eq!(topology.map(|t| t.hosts.len()), Ok(1));
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 

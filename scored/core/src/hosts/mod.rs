@@ -6,8 +6,8 @@
 //! includes, into a [`Database`] of records together with every diagnostic it
 //! found; it reads files only through a [`Loader`], so tests feed it strings.
 //! [`resolve`] checks the host attributes against the [`Machine`] the shell
-//! read and builds the [`Topology`]. Only [`FsLoader`] touches the file system;
-//! nothing here reads a clock, spawns, signals or calls the kernel directly.
+//! read and builds the [`Topology`]. The daemon's loader touches the file
+//! system; nothing here reads a clock, spawns, signals or calls the kernel.
 //!
 //! # Syntax
 //!
@@ -50,7 +50,7 @@ mod resolve;
 mod tests;
 
 use std::fmt;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -59,7 +59,7 @@ use crate::cluster::{Machine, Topology};
 pub use parse::parse;
 pub use resolve::{embedded_default, resolve, DEFAULT_CPUGEN};
 
-/// The largest file [`FsLoader`] reads, in bytes.
+/// The largest file a [`Loader`] should read, in bytes.
 pub const MAX_FILE_SIZE: u64 = 16 << 20;
 /// The most bytes a parse loads over all files, the main file included.
 pub const MAX_TOTAL_SIZE: usize = 64 << 20;
@@ -98,55 +98,15 @@ pub trait Loader {
     fn load(&mut self, path: &Path) -> io::Result<String>;
 }
 
-/// The [`Loader`] that reads real files, refusing files larger than
-/// [`MAX_FILE_SIZE`] and files that are not UTF-8 text.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct FsLoader;
-
-impl Loader for FsLoader {
-    fn load(&mut self, path: &Path) -> io::Result<String> {
-        let file = std::fs::File::open(path)?;
-        let too_large = || {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{} is larger than {} MiB",
-                    path.display(),
-                    MAX_FILE_SIZE >> 20
-                ),
-            )
-        };
-        if file.metadata()?.len() > MAX_FILE_SIZE {
-            return Err(too_large());
-        }
-        // The length in the metadata is not trusted: a device such as
-        // /dev/zero reports 0 and never ends, so the read itself is bounded.
-        let mut bytes = Vec::new();
-        file.take(MAX_FILE_SIZE + 1).read_to_end(&mut bytes)?;
-        if bytes.len() as u64 > MAX_FILE_SIZE {
-            return Err(too_large());
-        }
-        String::from_utf8(bytes).map_err(|error| {
-            let offset = error.utf8_error().valid_up_to();
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{} is not UTF-8 text (invalid byte at offset {offset})",
-                    path.display()
-                ),
-            )
-        })
-    }
-}
-
 /// Reads, parses and resolves the hosts database at `path`. Parse errors win:
 /// when parsing reports any, they are returned and resolution is not tried.
 pub fn load_topology(
     path: &Path,
+    loader: &mut dyn Loader,
     group: Option<&str>,
     machine: &Machine,
 ) -> Result<Topology, Vec<Diagnostic>> {
-    let (database, diagnostics) = parse(path, &mut FsLoader);
+    let (database, diagnostics) = parse(path, loader);
     if !diagnostics.is_empty() {
         return Err(diagnostics);
     }

@@ -1,0 +1,28 @@
+//! scored-core: the scheduling core of scored.
+//!
+//! Identifiers and the clock ([`ids`]), the hosts database behind the
+//! [`hosts::Loader`] trait ([`hosts`]), clusters ([`cluster`]), jobs
+//! ([`job`]), queues ([`queue`]), admission ([`admission`]), the choice of
+//! the active set ([`sched`]) and the state machine with its console
+//! commands and views ([`core`]).
+//!
+//! **Architecture Invariant:** this crate depends on neither nix, libc, mio
+//! nor sysinfo, so the compiler keeps it from calling the system; it reads
+//! no clock (time is an input) and touches no file (the hosts database
+//! comes through a `Loader`). The daemon and `sc_replay` drive the same code.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod cluster;
+pub mod core;
+pub mod hosts;
+pub mod ids;
+pub mod job;
+pub mod queue;
+pub mod sched;
+
+// The console language, units and exit statuses are the protocol crate's;
+// they are named here so that the core's modules reach them as
+// `crate::command`, `crate::units` and `crate::exitcode`.
+use scored_proto::{command, exitcode, units};

@@ -1,0 +1,17 @@
+//! scored-proto: what scored shares with its clients, and nothing else.
+//!
+//! The wire protocol ([`proto`]), the client half of it ([`client`], with
+//! the `client` feature), where the daemon's socket is ([`paths`]), the
+//! console language ([`command`]), the value syntax ([`units`]) and the exit
+//! statuses of the programs ([`exitcode`]). scrun and sc_console depend on
+//! this crate alone; the scheduling core uses it without the client, so it
+//! stays free of system calls. See ARCHITECTURE.md for the crate map.
+#![deny(missing_docs)]
+
+#[cfg(feature = "client")]
+pub mod client;
+pub mod command;
+pub mod exitcode;
+pub mod paths;
+pub mod proto;
+pub mod units;
