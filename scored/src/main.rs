@@ -273,17 +273,28 @@ fn disk_limits(topology: &Topology, state_dir: &Path) -> Vec<Option<u64>> {
 }
 
 /// Runs the start-up script: `--rc FILE`, else `scored.rc` in the current
-/// directory, else in the installation directory (next to the binary, or
-/// `../etc` from it). Single-user mode reads none unless one is given.
+/// directory (only for a daemon that is not root), else in the installation
+/// directory (next to the binary, or `../etc` from it). Single-user mode
+/// reads none unless one is given.
+///
+/// A root daemon never looks in its working directory, where anyone who can
+/// write there could plant a script for root to run, and takes `--rc` only
+/// as an absolute path. Whoever runs the daemon, the script must belong to
+/// the daemon's user or root and be writable by nobody else.
 fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> {
     let path = match &settings.rc {
+        Some(path) if uid == 0 && !path.is_absolute() => {
+            return Err(format!(
+                "--rc {}: a root daemon takes the start-up script only as an absolute path",
+                path.display()
+            ))
+        }
         Some(path) => Some(path.clone()),
         None if settings.single_user => None,
-        None => rc_candidates().into_iter().find(|path| path.is_file()),
+        None => rc_candidates(uid).into_iter().find(|path| path.is_file()),
     };
     let Some(path) = path else { return Ok(()) };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let text = read_rc(&path, uid)?;
     let cred = Cred {
         pid: std::process::id() as i32,
         uid,
@@ -319,8 +330,11 @@ fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> 
     }
 }
 
-fn rc_candidates() -> Vec<PathBuf> {
-    let mut candidates = vec![PathBuf::from("scored.rc")];
+fn rc_candidates(uid: u32) -> Vec<PathBuf> {
+    let mut candidates = Vec::new();
+    if uid != 0 {
+        candidates.push(PathBuf::from("scored.rc"));
+    }
     if let Some(dir) = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(Path::to_path_buf))
@@ -333,4 +347,31 @@ fn rc_candidates() -> Vec<PathBuf> {
         }
     }
     candidates
+}
+
+/// Reads the start-up script, refusing one that someone other than the
+/// daemon's user or root could have written: its commands run with the
+/// daemon's rights. The checks and the read use one open file.
+fn read_rc(path: &Path, uid: u32) -> Result<String, String> {
+    use std::io::Read;
+    let cannot = |error: std::io::Error| format!("cannot read {}: {error}", path.display());
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if meta.uid() != uid && meta.uid() != 0 {
+        return Err(format!(
+            "refusing the start-up script {}: it belongs to uid {}, not to uid {uid} or root",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "refusing the start-up script {}: it is writable by other users (mode {:o})",
+            path.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(cannot)?;
+    Ok(text)
 }
