@@ -229,6 +229,10 @@ pub enum Action {
 /// An input to the core.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
+    /// Whether the state directory can hold jobs' scratch directories:
+    /// `Some` names the path and the problem (jobs are refused meanwhile),
+    /// `None` says that it works again.
+    StateDir(Option<String>),
     /// A job submission.
     Submit {
         /// The submitting connection.
@@ -444,6 +448,8 @@ pub struct Core {
     next_slice: Tick,
     switches: Switches,
     shutting_down: bool,
+    /// Why jobs cannot be run now, when the state directory is unusable.
+    state_dir_problem: Option<String>,
     scratch: Scratch,
     active: Vec<JobId>,
 }
@@ -480,6 +486,7 @@ impl Core {
             slice_anchor: Tick::default(),
             switches: Switches::default(),
             shutting_down: false,
+            state_dir_problem: None,
             scratch: Scratch::default(),
             active: Vec::new(),
         }
@@ -654,6 +661,15 @@ impl Core {
                 switches.max = switches.max.max(latency);
             }
             Input::Tick => self.tick(now, out),
+            Input::StateDir(problem) => {
+                if self.state_dir_problem != problem {
+                    match &problem {
+                        Some(message) => tracing::error!(%message, "not accepting jobs"),
+                        None => tracing::info!("the state directory works again; accepting jobs"),
+                    }
+                }
+                self.state_dir_problem = problem;
+            }
             Input::Shutdown { now: kill } => {
                 self.shutdown(kill, now, out);
             }
@@ -711,6 +727,15 @@ impl Core {
             return reject(
                 Rejection::ShuttingDown,
                 "scored is shutting down".into(),
+                out,
+            );
+        }
+        if let Some(problem) = &self.state_dir_problem {
+            // The wire has no kind of its own for this; like a shutdown, the
+            // daemon takes no jobs now, and the reason says why.
+            return reject(
+                Rejection::ShuttingDown,
+                format!("scored cannot run jobs now: {problem}"),
                 out,
             );
         }
@@ -1873,10 +1898,10 @@ impl Core {
             ("uptime".into(), Value::Duration(now.since(Tick::default()))),
             (
                 "state".into(),
-                Value::text(if self.shutting_down {
-                    "shutting down"
-                } else {
-                    "accepting jobs"
+                Value::text(match (&self.state_dir_problem, self.shutting_down) {
+                    (_, true) => "shutting down".to_string(),
+                    (Some(problem), false) => format!("not accepting jobs: {problem}"),
+                    (None, false) => "accepting jobs".to_string(),
                 }),
             ),
             ("timeslice".into(), Value::Duration(self.config.timeslice)),

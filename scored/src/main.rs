@@ -5,7 +5,7 @@
 //! exits with status 1 without listening.
 
 use std::ffi::OsStr;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -65,17 +65,9 @@ fn run() -> Result<(), String> {
             env("HOME").as_deref(),
         )
     });
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(if uid == 0 { 0o755 } else { 0o700 })
-        .create(&state_dir)
-        .map_err(|error| {
-            format!(
-                "cannot create the state directory {}: {error}",
-                state_dir.display()
-            )
-        })?;
-    actuator::check_private_dir(&state_dir, uid, true)
+    // Checked here for a clear message before anything else starts; the
+    // actuator holds it open later.
+    actuator::statedir::StateDir::open(&state_dir, uid)
         .map_err(|message| format!("state directory: {message}"))?;
 
     let machine = read_machine();

@@ -153,3 +153,182 @@ fn r13_10_a_plain_users_daemon_reads_its_own_scored_rc_only() {
         "{log}"
     );
 }
+
+/// Starts scored on a sandbox whose state directory was prepared by
+/// `prepare`, expecting it to refuse; returns its stderr.
+fn refused_state_dir(prepare: impl FnOnce(&Path)) -> String {
+    let sandbox = Sandbox::new();
+    let state = sandbox.path.join("state");
+    prepare(&state);
+    let output = Command::new(bin("scored"))
+        .arg("--socket")
+        .arg(sandbox.path.join("s.sock"))
+        .arg("--state-dir")
+        .arg(&state)
+        .env_remove("SCORED_SOCKET")
+        .output()
+        .expect("run scored");
+    let log = stderr(&output);
+    assert_eq!(code(&output), Some(1), "{log}");
+    assert!(!sandbox.path.join("s.sock").exists(), "{log}");
+    log
+}
+
+/// Issue 13 finding 1: a `jobs` symbolic link planted in the state
+/// directory is refused, and what it points to is left alone.
+#[test]
+fn r13_1_a_planted_jobs_symlink_is_refused() {
+    let victim = Sandbox::new();
+    let target = victim.path.join("precious");
+    std::fs::create_dir(&target).expect("mkdir");
+    std::fs::write(target.join("file"), "keep").expect("write");
+    let before = std::fs::metadata(&target).expect("stat");
+    let log = refused_state_dir(|state| {
+        std::fs::create_dir(state).expect("mkdir state");
+        std::os::unix::fs::symlink(&target, state.join("jobs")).expect("symlink");
+    });
+    assert!(log.contains("state/jobs: it is a symbolic link"), "{log}");
+    let after = std::fs::metadata(&target).expect("stat");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((before.uid(), before.mode()), (after.uid(), after.mode()));
+    assert_eq!(
+        std::fs::read_to_string(target.join("file")).unwrap(),
+        "keep"
+    );
+}
+
+/// Issue 13 finding 1: a root daemon refuses a state directory shared with
+/// other users (sticky, as /tmp) or one that others may write.
+#[test]
+fn r13_1_root_refuses_a_sticky_or_shared_state_directory() {
+    if !is_root() {
+        println!("skipped: r13_1_root_refuses_a_sticky_or_shared_state_directory needs root");
+        return;
+    }
+    for (mode, expected) in [
+        (0o1777, "it is writable by other users (mode 1777)"),
+        (0o1755, "it has the sticky bit (mode 1755)"),
+        (0o775, "it is writable by other users (mode 775)"),
+    ] {
+        let log = refused_state_dir(|state| {
+            std::fs::create_dir(state).expect("mkdir state");
+            std::fs::set_permissions(state, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        });
+        assert!(log.contains("state directory: refusing /tmp/"), "{log}");
+        assert!(log.contains(expected), "{mode:o}: {log}");
+    }
+}
+
+/// Issue 13 finding 1: links a job plants in its scratch directory, and a
+/// leftover scratch directory of an earlier daemon, never make root follow
+/// them when it removes the tree or hands it over.
+#[test]
+fn r13_1_scratch_trees_are_removed_without_following_links() {
+    let Some(users) = test_users("r13_1_scratch_trees_are_removed_without_following_links") else {
+        return;
+    };
+    let victim = Sandbox::new();
+    let target = victim.path.join("precious");
+    std::fs::create_dir(&target).expect("mkdir");
+    std::fs::write(target.join("file"), "keep").expect("write");
+    let daemon = Daemon::start();
+    // A leftover of an earlier daemon where job 1 will go, with a link in it.
+    let leftover = daemon.sandbox.path.join("state/jobs/1");
+    std::fs::create_dir(&leftover).expect("mkdir leftover");
+    std::os::unix::fs::symlink(&target, leftover.join("link")).expect("symlink");
+    let script = format!(
+        "set -e; d=$SCORE_TMPDIR; test \"$(stat -c %u:%a \"$d\")\" = {}:700; \
+         test ! -e \"$d/link\"; ln -s {t} \"$d/top\"; mkdir -p \"$d/a/b\"; ln -s {t} \"$d/a/b/deep\"; \
+         ln -s / \"$d/a/root\"; echo made",
+        users.a.uid,
+        t = target.display()
+    );
+    let output = daemon
+        .scrun_as(&users.a, &["sh", "-c", &script])
+        .output()
+        .expect("scrun");
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    assert!(stdout(&output).contains("made"));
+    assert!(
+        wait_until(Duration::from_secs(10), || !leftover.exists()),
+        "the scratch directory was not removed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(target.join("file")).unwrap(),
+        "keep"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&target).unwrap().uid(), 0);
+}
+
+/// Issue 11 item 8: the state directory, or its `jobs` directory, removed
+/// while scored runs is made again, and later jobs run.
+#[test]
+fn r11_8_a_removed_state_directory_is_recreated() {
+    let daemon = Daemon::start();
+    let state = daemon.sandbox.path.join("state");
+    for removed in [state.join("jobs"), state.clone()] {
+        std::fs::remove_dir_all(&removed).expect("remove");
+        let output = daemon.run(&["sh", "-c", "test -d \"$SCORE_TMPDIR\" && echo scratch ok"]);
+        assert_eq!(
+            code(&output),
+            Some(0),
+            "after removing {}: {}",
+            removed.display(),
+            stderr(&output)
+        );
+        assert!(stdout(&output).contains("scratch ok"));
+        assert!(daemon.ok("status").contains("accepting jobs"));
+    }
+}
+
+/// Issue 11 item 8: when the state directory cannot be made usable again
+/// (here, `jobs` replaced by a link), jobs are refused with a message that
+/// names the path, never blamed on the program (126), and `status` says
+/// so; once repaired, jobs run again.
+#[test]
+fn r11_8_an_unusable_state_directory_refuses_jobs_and_says_why() {
+    let daemon = Daemon::start();
+    let jobs = daemon.sandbox.path.join("state/jobs");
+    std::fs::remove_dir_all(&jobs).expect("remove jobs");
+    std::os::unix::fs::symlink("/", &jobs).expect("plant a link");
+    let output = daemon.run(&["true"]);
+    let message = stderr(&output);
+    assert_ne!(code(&output), Some(126), "{message}");
+    assert_ne!(code(&output), Some(0), "{message}");
+    assert!(
+        message.contains("state/jobs: it is a symbolic link"),
+        "{message}"
+    );
+    let status = daemon.ok("status");
+    assert!(
+        status.contains("not accepting jobs: refusing")
+            && status.contains("state/jobs: it is a symbolic link"),
+        "{status}"
+    );
+    // Later submissions are refused at once, with the same reason.
+    let output = daemon.run(&["true"]);
+    assert_eq!(code(&output), Some(75), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("it is a symbolic link"),
+        "{}",
+        stderr(&output)
+    );
+    // Repaired: scored notices by itself and takes jobs again.
+    std::fs::remove_file(&jobs).expect("remove link");
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon
+            .ok("status")
+            .contains("accepting jobs")
+            && !daemon.ok("status").contains("not accepting")),
+        "{}",
+        daemon.ok("status")
+    );
+    assert_eq!(code(&daemon.run(&["true"])), Some(0));
+}
