@@ -226,6 +226,13 @@ pub enum Action {
     Exit,
 }
 
+/// What a job without a disk limit of its own may use at most: half of
+/// its cluster's disk limit (by default the free space of the state
+/// directory's filesystem at start-up), so that no single job fills it.
+pub fn unlimited_disk_backstop(cluster_disk_limit: u64) -> u64 {
+    cluster_disk_limit / 2
+}
+
 /// An input to the core.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
@@ -1094,6 +1101,23 @@ impl Core {
                     "disk {} over the limit of {}",
                     format_size(record.usage.disk),
                     format_size(limit)
+                ));
+            }
+        } else if let Some(backstop) = self
+            .limits
+            .get(record.cluster.idx())
+            .and_then(|limits| limits.disk)
+            .map(unlimited_disk_backstop)
+        {
+            // A job without a disk limit of its own (the queue sets no disk
+            // percentage) reserves nothing, but it may still not fill the
+            // filesystems the cluster's disk pool is measured on.
+            if record.usage.disk > backstop && violation.is_none() {
+                violation = Some(format!(
+                    "disk {} over {}, half of cluster {}'s disk limit (the job has no disk limit of its own)",
+                    format_size(record.usage.disk),
+                    format_size(backstop),
+                    self.topology.cluster(record.cluster).name
                 ));
             }
         }

@@ -332,3 +332,90 @@ fn r11_8_an_unusable_state_directory_refuses_jobs_and_says_why() {
     );
     assert_eq!(code(&daemon.run(&["true"])), Some(0));
 }
+
+/// Issue 13 finding 7: a link to `/` (and to /usr) in the scratch directory
+/// is not followed: the job's disk use stays what it wrote.
+#[test]
+fn r13_7_a_link_to_root_in_the_scratch_directory_is_not_followed() {
+    let daemon = Daemon::builder().timeslice("50ms").start();
+    let mut job = daemon.spawn(&[
+        "sh",
+        "-c",
+        "d=$SCORE_TMPDIR; ln -s / \"$d/root\"; mkdir \"$d/sub\"; ln -s /usr \"$d/sub/usr\"; \
+         head -c 300000 /dev/zero > \"$d/sub/data\"; echo ready; sleep 30",
+    ]);
+    job.wait_lines("ready", 1);
+    let disk = || daemon.job_field(1, "disk").as_u64().unwrap_or(0);
+    assert!(
+        wait_until(Duration::from_secs(10), || disk() >= 300_000),
+        "the job's file was never counted: {}",
+        disk()
+    );
+    // Its own file, its executable and two links: far below /usr's size.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        disk() < 5_000_000,
+        "disk use {} counts what the links point to",
+        disk()
+    );
+    job.signal(nix::sys::signal::Signal::SIGINT);
+    job.wait(Duration::from_secs(30));
+}
+
+/// Issue 13 finding 7: a job with a hundred thousand files neither stalls
+/// the console nor escapes its disk limit: the walk is spread over samples
+/// and still finds the large file.
+#[test]
+fn r13_7_many_files_neither_stall_the_daemon_nor_escape_the_limit() {
+    let daemon = Daemon::builder()
+        .timeslice("50ms")
+        .rc("cluster 0 limit disk=1G\nqueue 1 set disk=100%\n")
+        .start();
+    let mut job = daemon.spawn(&[
+        "-priority=1,disk=20M",
+        "sh",
+        "-c",
+        "set -e; cd \"$SCORE_TMPDIR\"; mkdir many; cd many; seq 100000 | xargs touch; \
+         cd ..; echo ready; sleep 2; head -c 30000000 /dev/zero > big; sleep 60",
+    ]);
+    job.wait_lines("ready", 1);
+    // While the files are being walked, the console answers promptly.
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let start = std::time::Instant::now();
+        let status = daemon.ok("status");
+        slowest = slowest.max(start.elapsed());
+        assert!(status.contains("accepting jobs"), "{status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(slowest < Duration::from_secs(2), "status took {slowest:?}");
+    let (status, text) = job.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(scored::exitcode::LIMIT), "{text}");
+    assert!(text.contains("disk"), "{text}");
+}
+
+/// Issue 13 finding 7: a job without a disk limit of its own is still
+/// killed before it takes more than half of the cluster's disk pool.
+#[test]
+fn r13_7_a_job_without_a_disk_limit_cannot_take_the_whole_pool() {
+    let daemon = Daemon::builder()
+        .timeslice("50ms")
+        .rc("cluster 0 limit disk=8M\n")
+        .start();
+    let output = daemon.run(&[
+        "sh",
+        "-c",
+        "head -c 6000000 /dev/zero > \"$SCORE_TMPDIR/big\"; sleep 30",
+    ]);
+    assert_eq!(
+        code(&output),
+        Some(scored::exitcode::LIMIT),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        stderr(&output).contains("half of cluster default's disk limit"),
+        "{}",
+        stderr(&output)
+    );
+}
