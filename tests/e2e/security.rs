@@ -419,3 +419,152 @@ fn r13_7_a_job_without_a_disk_limit_cannot_take_the_whole_pool() {
         stderr(&output)
     );
 }
+
+/// A stand-in for a daemon planted by another user: python3, started as
+/// root, binds `socket` (mode 0666, so that anyone may connect), becomes
+/// `owner` before listening (so the kernel reports `owner` as the server),
+/// and prints how many bytes the first client sent. `None` without python3.
+fn fake_server(socket: &Path, owner: &TestUser) -> Option<Child> {
+    const SERVER: &str = r#"
+import os, socket, sys
+path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(path)
+os.chmod(path, 0o666)
+os.setgid(gid)
+os.setuid(uid)
+server.listen(8)
+print("listening", flush=True)
+server.settimeout(30)
+total = 0
+try:
+    client, _ = server.accept()
+    client.settimeout(3)
+    while True:
+        data = client.recv(65536)
+        if not data:
+            break
+        total += len(data)
+except OSError:
+    pass
+print("received", total, flush=True)
+"#;
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(SERVER)
+        .arg(socket)
+        .arg(owner.uid.to_string())
+        .arg(owner.gid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .ok()?;
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    std::io::BufRead::read_line(&mut out, &mut line).expect("read");
+    assert_eq!(line.trim(), "listening");
+    child.stdout = Some(out.into_inner());
+    Some(child)
+}
+
+fn received(mut server: Child) -> String {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.id() as i32),
+        nix::sys::signal::Signal::SIGALRM,
+    );
+    let _ = server.kill();
+    let output = server.wait_with_output().expect("wait");
+    stdout(&output)
+}
+
+/// Issue 13 finding 2: scrun and sc_console refuse a socket in a directory
+/// that belongs to another user, and one whose server runs as another
+/// (non-root) user, before sending anything.
+#[test]
+fn r13_2_clients_refuse_a_socket_another_user_planted() {
+    let Some(users) = test_users("r13_2_clients_refuse_a_socket_another_user_planted") else {
+        return;
+    };
+    let sandbox = Sandbox::new();
+    // A directory of user b's, as /tmp/scored-UID would be if b made it first.
+    let planted_dir = user_dir(&sandbox, &users.b);
+    let planted = planted_dir.join("scored.sock");
+    // A socket in root's directory, but served by user b.
+    let served = sandbox.path.join("scored.sock");
+    for (socket, expected) in [
+        (
+            &planted,
+            format!(
+                "refusing the socket {}: its directory {} belongs to uid {}, not to you (uid {}) or root",
+                planted.display(),
+                planted_dir.display(),
+                users.b.uid,
+                users.a.uid
+            ),
+        ),
+        (
+            &served,
+            format!(
+                "refusing scored at {}: it runs as uid {}, not as you (uid {}) or root",
+                served.display(),
+                users.b.uid,
+                users.a.uid
+            ),
+        ),
+    ] {
+        let Some(server) = fake_server(socket, &users.b) else {
+            println!("skipped: r13_2_clients_refuse_a_socket_another_user_planted needs python3");
+            return;
+        };
+        let output = command_as(&users.a, &bin("scrun"), &["true"])
+            .env("SCORED_SOCKET", socket)
+            .env("SECRET_IN_ENV", "x")
+            .output()
+            .expect("scrun");
+        assert_eq!(code(&output), Some(scored::exitcode::UNREACHABLE), "{}", stderr(&output));
+        assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
+        let server_saw = received(server);
+        assert!(!server_saw.contains("received") || server_saw.contains("received 0"), "{server_saw}");
+        let _ = std::fs::remove_file(socket);
+
+        let server = fake_server(socket, &users.b).expect("python3");
+        let socket_text = socket.display().to_string();
+        let output = command_as(&users.a, &bin("sc_console"), &["--socket", &socket_text, "-c", "status"])
+            .output()
+            .expect("sc_console");
+        assert_eq!(code(&output), Some(scored::exitcode::UNREACHABLE), "{}", stderr(&output));
+        assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
+        let server_saw = received(server);
+        assert!(!server_saw.contains("received") || server_saw.contains("received 0"), "{server_saw}");
+        let _ = std::fs::remove_file(socket);
+    }
+}
+
+/// The checks let the ordinary cases through: a root daemon for a plain
+/// user, and a plain user's own private daemon (single-user mode).
+#[test]
+fn r13_2_clients_still_reach_root_and_their_own_daemon() {
+    let Some(users) = test_users("r13_2_clients_still_reach_root_and_their_own_daemon") else {
+        return;
+    };
+    let daemon = Daemon::start();
+    let output = daemon
+        .scrun_as(&users.a, &["true"])
+        .output()
+        .expect("scrun");
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let sandbox = Sandbox::new();
+    let home = user_dir(&sandbox, &users.a);
+    let child = start_in(&home, Some(&users.a), &[]);
+    let socket = home.join("s.sock").display().to_string();
+    let output = command_as(
+        &users.a,
+        &bin("sc_console"),
+        &["--socket", &socket, "-c", "status"],
+    )
+    .output()
+    .expect("sc_console");
+    stop(child);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+}
