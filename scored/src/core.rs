@@ -1647,8 +1647,8 @@ impl Core {
             Command::Hosts => self.hosts_table(),
             Command::Clusters => self.clusters_table(),
             Command::Queues => self.queues_table(),
-            Command::Jobs { all } => self.jobs_table(all, now),
-            Command::Job(id) => self.job_record(JobId(id), now),
+            Command::Jobs { all } => self.jobs_table(cred, all, now),
+            Command::Job(id) => self.job_record(cred, JobId(id), now),
             Command::ClusterLimit { cluster, limits } => {
                 let Some(id) = self.topology.find_cluster(&cluster) else {
                     return Reply::error(format!("no cluster {}", describe_cluster_ref(&cluster)));
@@ -2099,13 +2099,22 @@ impl Core {
         Reply::Table(table)
     }
 
-    fn jobs_table(&self, all: bool, now: Tick) -> Reply {
+    /// Whether `cred` may see what a job runs and how it ended (its
+    /// command, exit status and reason, which may name its files): its
+    /// owner, root and operators may; other users see only who runs what
+    /// where and when (id, user, queue, state, hosts, usage and times).
+    fn may_see_details(&self, cred: &Cred, job: &Job) -> bool {
+        self.is_operator(cred) || job.owner.uid == cred.uid
+    }
+
+    fn jobs_table(&self, cred: &Cred, all: bool, now: Tick) -> Reply {
         let mut table = Table::new(&[
             "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "command",
         ]);
         if all {
             for done in &self.finished {
                 let job = &done.job;
+                let details = self.may_see_details(cred, job);
                 table.push(vec![
                     Value::Uint(job.id.0),
                     Value::text(&*done.job.user),
@@ -2115,8 +2124,16 @@ impl Core {
                     Value::text(self.host_names(job).join(",")),
                     Value::Duration(job.usage.cpu),
                     Value::Duration(done.ending.accounting.wall),
-                    Value::Int(i64::from(done.ending.status)),
-                    Value::text(&done.command),
+                    if details {
+                        Value::Int(i64::from(done.ending.status))
+                    } else {
+                        Value::None
+                    },
+                    if details {
+                        Value::text(&done.command)
+                    } else {
+                        Value::None
+                    },
                 ]);
             }
         }
@@ -2134,7 +2151,11 @@ impl Core {
                         .map_or(Duration::ZERO, |first| now.since(first)),
                 ),
                 Value::None,
-                Value::text(command_line(job)),
+                if self.may_see_details(cred, job) {
+                    Value::text(command_line(job))
+                } else {
+                    Value::None
+                },
             ]);
         }
         Reply::Table(table)
@@ -2147,7 +2168,7 @@ impl Core {
             .collect()
     }
 
-    fn job_record(&self, id: JobId, now: Tick) -> Reply {
+    fn job_record(&self, cred: &Cred, id: JobId, now: Tick) -> Reply {
         let (job, command, state, ending, end_time) = match self.jobs.get(&id) {
             Some(job) => (job, command_line(job), job.state(), None, now),
             None => match self.finished.iter().find(|done| done.job.id == id) {
@@ -2165,6 +2186,7 @@ impl Core {
             .first_run_at
             .map_or(Duration::ZERO, |first| end_time.since(first));
         let host_names = self.host_names(job);
+        let details = self.may_see_details(cred, job);
         let mut fields = vec![
             ("id".to_string(), Value::Uint(id.0)),
             ("user".into(), Value::text(&*job.user)),
@@ -2189,7 +2211,14 @@ impl Core {
                 Value::List(host_names.iter().map(Value::text).collect()),
             ),
             ("procs".into(), Value::Uint(u64::from(job.nprocs()))),
-            ("command".into(), Value::text(command)),
+            (
+                "command".into(),
+                if details {
+                    Value::text(command)
+                } else {
+                    Value::None
+                },
+            ),
             (
                 "held".into(),
                 Value::text(match (job.operator_hold, job.owner_hold) {
@@ -2250,8 +2279,13 @@ impl Core {
             ),
         ];
         if let Some(ending) = ending {
-            fields.push(("exit".into(), Value::Int(i64::from(ending.status))));
-            fields.push(("reason".into(), Value::text(&ending.reason)));
+            if details {
+                fields.push(("exit".into(), Value::Int(i64::from(ending.status))));
+                fields.push(("reason".into(), Value::text(&ending.reason)));
+            } else {
+                fields.push(("exit".into(), Value::None));
+                fields.push(("reason".into(), Value::None));
+            }
         }
         Reply::Record(fields)
     }

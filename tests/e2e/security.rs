@@ -568,3 +568,60 @@ fn r13_2_clients_still_reach_root_and_their_own_daemon() {
     stop(child);
     assert_eq!(code(&output), Some(0), "{}", stderr(&output));
 }
+
+/// Issue 13 finding 9: another user's `jobs` and `job ID`, in text and
+/// JSON, show who runs what where and when, but not the command, the exit
+/// status or the reason (which may name files); the owner and root see all.
+#[test]
+fn r13_9_other_users_see_no_command_exit_or_reason() {
+    let Some(users) = test_users("r13_9_other_users_see_no_command_exit_or_reason") else {
+        return;
+    };
+    let daemon = Daemon::start();
+    // A finished job whose launch error names a path, and a running one.
+    let failed = daemon
+        .scrun_as(&users.a, &["/nonexistent/secret-dir/prog"])
+        .output()
+        .expect("scrun");
+    assert_ne!(code(&failed), Some(0));
+    let mut running = daemon.spawn_as(&users.a, &["sh", "-c", "echo up; exec sleep 30 secret-arg"]);
+    running.wait_lines("up", 1);
+    let as_user = |user: &TestUser, line: &str, json: bool| {
+        let socket = daemon.socket.display().to_string();
+        let mut args = vec!["--socket", socket.as_str()];
+        if json {
+            args.push("--json");
+        }
+        args.extend(["-c", line]);
+        let output = command_as(user, &bin("sc_console"), &args)
+            .output()
+            .expect("sc_console");
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+        stdout(&output)
+    };
+    for json in [false, true] {
+        for line in ["jobs all", "job 1", "job 2"] {
+            let seen_by_b = as_user(&users.b, line, json);
+            assert!(!seen_by_b.contains("secret"), "b sees {line}: {seen_by_b}");
+            assert!(seen_by_b.contains(&users.a.name), "{seen_by_b}");
+            let seen_by_a = as_user(&users.a, line, json);
+            assert!(seen_by_a.contains("secret"), "a's own {line}: {seen_by_a}");
+        }
+    }
+    // What b sees of job 1: the facts, without the command or the ending.
+    let record: serde_json::Value =
+        serde_json::from_str(&as_user(&users.b, "job 1", true)).expect("json");
+    assert_eq!(record["user"], users.a.name.as_str());
+    assert!(
+        record["state"].is_string() && record["hosts"].is_array(),
+        "{record}"
+    );
+    assert!(
+        record["command"].is_null() && record["exit"].is_null() && record["reason"].is_null(),
+        "{record}"
+    );
+    // Root (an operator) sees everything.
+    assert!(daemon.ok("job 1").contains("secret-dir"));
+    running.signal(nix::sys::signal::Signal::SIGINT);
+    running.wait(Duration::from_secs(30));
+}
