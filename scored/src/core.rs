@@ -60,6 +60,9 @@ pub struct CoreConfig {
     pub kill_grace: Duration,
     /// Disk limit of each cluster at start (free space of its filesystems).
     pub disk: Vec<Option<u64>>,
+    /// The machine's total memory, when known: a cluster memory limit above
+    /// it is accepted with a warning.
+    pub machine_memory: Option<u64>,
 }
 
 impl Default for CoreConfig {
@@ -70,6 +73,7 @@ impl Default for CoreConfig {
             daemon_uid: 0,
             kill_grace: Duration::from_secs(5),
             disk: Vec::new(),
+            machine_memory: None,
         }
     }
 }
@@ -1659,8 +1663,9 @@ impl Core {
                 apply(&mut current.jobs, limits.jobs);
                 let summary = describe_limits(current);
                 let name = self.topology.cluster(id).name.clone();
+                let warnings = self.limit_warnings(id, &limits);
                 self.admit_waiters(now, out);
-                Reply::Done(format!("cluster {name}: {summary}"))
+                Reply::Done(format!("cluster {name}: {summary}{warnings}"))
             }
             Command::QueueState { queue, action } => {
                 let Some(record) = self.queues.get_mut(queue as usize) else {
@@ -1827,6 +1832,36 @@ impl Core {
     }
 
     /// Whether `cred` may kill, hold or release job `id`: the operator or the owner.
+    /// Warnings about cluster limits that were accepted but may not be
+    /// meant: memory above the machine's, disk above the free space
+    /// measured at start. Each is a line of its own, `warning: ...`.
+    fn limit_warnings(&self, id: crate::ids::ClusterId, limits: &command::ClusterLimits) -> String {
+        let mut text = String::new();
+        if let (Some(Setting::Set(memory)), Some(machine)) =
+            (&limits.memory, self.config.machine_memory)
+        {
+            if *memory > machine {
+                text.push_str(&format!(
+                    "\nwarning: memory {} per host is more than this machine's memory ({}); accepted as given",
+                    format_size(*memory),
+                    format_size(machine)
+                ));
+            }
+        }
+        if let (Some(Setting::Set(disk)), Some(Some(free))) =
+            (&limits.disk, self.config.disk.get(id.idx()))
+        {
+            if disk > free {
+                text.push_str(&format!(
+                    "\nwarning: disk {} is more than the free space of the cluster's filesystems at start ({}); accepted as given",
+                    format_size(*disk),
+                    format_size(*free)
+                ));
+            }
+        }
+        text
+    }
+
     fn may_touch(&self, cred: &Cred, id: JobId) -> Result<(), Reply> {
         let Some(job) = self.jobs.get(&id) else {
             return Err(self.no_job(id));

@@ -94,6 +94,7 @@ fn run() -> Result<(), String> {
         daemon_uid: uid,
         kill_grace: settings.kill_grace,
         disk,
+        machine_memory: Some(machine.total_memory),
     };
     let mut core = Core::new(core_config, topology.clone(), memory_limits);
     run_rc(&mut core, &settings, uid)?;
@@ -190,8 +191,16 @@ fn read_machine() -> Machine {
 
 fn build_topology(settings: &Settings, machine: &Machine) -> Result<Topology, String> {
     match &settings.hosts {
-        Some(path) => {
-            hosts::load_topology(path, settings.group.as_deref(), machine).map_err(|diagnostics| {
+        Some(path) => hosts::load_topology_with_warnings(path, settings.group.as_deref(), machine)
+            .map(|(topology, warnings)| {
+                // Accepted, but perhaps not meant: the operator reads them
+                // in the log at start.
+                for warning in &warnings {
+                    tracing::warn!("{warning}");
+                }
+                topology
+            })
+            .map_err(|diagnostics| {
                 let mut text = diagnostics
                     .iter()
                     .map(ToString::to_string)
@@ -203,8 +212,7 @@ fn build_topology(settings: &Settings, machine: &Machine) -> Result<Topology, St
                     if diagnostics.len() == 1 { "" } else { "s" }
                 ));
                 text
-            })
-        }
+            }),
         None if settings.group.is_some() => {
             Err("--group needs a hosts database (--hosts FILE)".into())
         }
@@ -305,8 +313,20 @@ fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> 
             ));
             continue;
         }
-        if let Err(message) = evloop::run_line(core, &cred, line, Tick::default()) {
-            errors.push(format!("{}:{}: {message}", path.display(), idx + 1));
+        match evloop::run_line(core, &cred, line, Tick::default()) {
+            Ok(Some(reply)) => {
+                // Accepted, but perhaps not meant: the operator reads them
+                // in the log at start.
+                for warning in reply
+                    .to_text()
+                    .lines()
+                    .filter(|text| text.starts_with("warning:"))
+                {
+                    tracing::warn!("{}:{}: {warning}", path.display(), idx + 1);
+                }
+            }
+            Ok(None) => {}
+            Err(message) => errors.push(format!("{}:{}: {message}", path.display(), idx + 1)),
         }
     }
     if errors.is_empty() {

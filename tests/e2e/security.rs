@@ -625,3 +625,108 @@ fn r13_9_other_users_see_no_command_exit_or_reason() {
     running.signal(nix::sys::signal::Signal::SIGINT);
     running.wait(Duration::from_secs(30));
 }
+
+/// Issue 11 item 10: in the hosts database, CPUs that are not online are
+/// refused with FILE:LINE; a typo'd attribute and a memory larger than the
+/// machine's are accepted with warnings in the log that name FILE:LINE.
+#[test]
+fn r11_10_hosts_database_values_that_cannot_be_meant() {
+    start_fails_with(
+        "h0 cpus=0-1000\n",
+        &[
+            "scorehosts.db:1:4: host 'h0', attribute cpus: CPUs ",
+            "are not online (online CPUs: ",
+        ],
+    );
+    let daemon = Daemon::builder()
+        .hosts("h0 cpus=0 memroy=1G\nh1 cpus=0 memory=99T\n")
+        .start();
+    assert_eq!(code(&daemon.run(&["true"])), Some(0));
+    let log = daemon.log();
+    assert!(
+        log.contains("scorehosts.db:1:11: warning: host 'h0', attribute memroy: unknown attribute (did you mean memory?)"),
+        "{log}"
+    );
+    assert!(
+        log.contains("scorehosts.db:2:11: warning: host 'h1', attribute memory: 99T is more than this machine's memory"),
+        "{log}"
+    );
+}
+
+fn start_fails_with(hosts: &str, expected: &[&str]) {
+    let sandbox = Sandbox::new();
+    let output = Command::new(bin("scored"))
+        .arg("--hosts")
+        .arg(sandbox.write("scorehosts.db", hosts))
+        .arg("--socket")
+        .arg(sandbox.path.join("s.sock"))
+        .arg("--state-dir")
+        .arg(sandbox.path.join("state"))
+        .output()
+        .expect("scored");
+    let log = stderr(&output);
+    assert_eq!(code(&output), Some(1), "{log}");
+    for part in expected {
+        assert!(log.contains(part), "expected {part:?} in:\n{log}");
+    }
+}
+
+/// Issue 11 item 10: the console and scored.rc refuse a limit of 0 and a
+/// queue share without `%`, and accept a memory limit above the machine's
+/// with a warning (in the reply, and in the log for scored.rc).
+#[test]
+fn r11_10_console_and_rc_values_that_cannot_be_meant() {
+    let daemon = Daemon::builder().rc("cluster 0 limit memory=99T\n").start();
+    let log = daemon.log();
+    assert!(
+        log.contains(
+            "scored.rc:1: warning: memory 99T per host is more than this machine's memory"
+        ),
+        "{log}"
+    );
+    for (line, expected) in [
+        (
+            "cluster 0 limit memory=0",
+            "a memory limit of 0 would kill every job at its first sample; give a size above 0, or memory=none for no limit",
+        ),
+        ("cluster 0 limit disk=0", "a disk limit of 0 would kill every job"),
+        (
+            "queue 1 set memory=50",
+            "a queue's memory limit is a share of the cluster's, written with %: memory=50%",
+        ),
+        ("queue 1 set disk=0%", "a disk share of 0% would kill every job"),
+    ] {
+        let output = daemon.console(line);
+        assert_eq!(code(&output), Some(1), "{line}: {}", stdout(&output));
+        let text = format!("{}{}", stdout(&output), stderr(&output));
+        assert!(text.contains(expected), "{line}: {text}");
+    }
+    // Nothing changed: the limits are those the rc file set.
+    let clusters = daemon.ok("clusters");
+    assert!(clusters.contains("99T"), "{clusters}");
+    assert!(daemon.ok("queues").lines().all(|row| !row.contains("50%")));
+    let reply = daemon.ok("cluster 0 limit memory=98T");
+    assert!(
+        reply.contains("warning: memory 98T per host is more than this machine's memory"),
+        "{reply}"
+    );
+    // A job still runs under the limit as given.
+    assert_eq!(code(&daemon.run(&["true"])), Some(0));
+
+    let sandbox = Sandbox::new();
+    let output = Command::new(bin("scored"))
+        .arg("--rc")
+        .arg(sandbox.write("scored.rc", "queue 1 set memory=50\n"))
+        .arg("--socket")
+        .arg(sandbox.path.join("s.sock"))
+        .arg("--state-dir")
+        .arg(sandbox.path.join("state"))
+        .output()
+        .expect("scored");
+    assert_eq!(code(&output), Some(1));
+    assert!(
+        stderr(&output).contains("scored.rc:1: bad setting 'memory=50' in 'queue 1 set memory=50': a queue's memory limit is a share of the cluster's, written with %: memory=50%"),
+        "{}",
+        stderr(&output)
+    );
+}
