@@ -236,10 +236,14 @@ fn r13_1_scratch_trees_are_removed_without_following_links() {
     let leftover = daemon.sandbox.path.join("state/jobs/1");
     std::fs::create_dir(&leftover).expect("mkdir leftover");
     std::os::unix::fs::symlink(&target, leftover.join("link")).expect("symlink");
+    // The job also tries what an attacker would: plant the next job's
+    // scratch directory as a link to the victim, and swap its own for one.
     let script = format!(
         "set -e; d=$SCORE_TMPDIR; test \"$(stat -c %u:%a \"$d\")\" = {}:700; \
          test ! -e \"$d/link\"; ln -s {t} \"$d/top\"; mkdir -p \"$d/a/b\"; ln -s {t} \"$d/a/b/deep\"; \
-         ln -s / \"$d/a/root\"; echo made",
+         ln -s / \"$d/a/root\"; \
+         if ln -s {t} \"$d/../2\" 2>/dev/null; then echo planted; fi; \
+         if mv \"$d\" \"$d.moved\" 2>/dev/null; then echo swapped; fi; echo made",
         users.a.uid,
         t = target.display()
     );
@@ -255,6 +259,13 @@ fn r13_1_scratch_trees_are_removed_without_following_links() {
         stderr(&output)
     );
     assert!(stdout(&output).contains("made"));
+    assert!(!stdout(&output).contains("planted") && !stdout(&output).contains("swapped"));
+    // Job 2 gets a directory of its own, and the victim stays root's.
+    let output = daemon
+        .scrun_as(&users.a, &["sh", "-c", "stat -c %u:%a \"$SCORE_TMPDIR\""])
+        .output()
+        .expect("scrun");
+    assert_eq!(stdout(&output).trim(), format!("{}:700", users.a.uid));
     assert!(
         wait_until(Duration::from_secs(10), || !leftover.exists()),
         "the scratch directory was not removed"

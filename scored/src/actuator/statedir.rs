@@ -27,7 +27,7 @@ use crate::ids::JobId;
 
 /// How deep the size walk goes; deeper directories are not opened (each
 /// level holds a descriptor while it is walked).
-pub const MAX_WALK_DEPTH: usize = 128;
+pub const MAX_WALK_DEPTH: usize = 64;
 /// How deep the removal walk holds descriptors; a deeper directory is moved
 /// up to the top of the tree being removed and removed from there.
 const MAX_REMOVE_DEPTH: usize = 64;
