@@ -741,3 +741,14 @@ fn r11_10_console_and_rc_values_that_cannot_be_meant() {
         stderr(&output)
     );
 }
+
+/// Disk use of a job too short to be sampled still reaches its record:
+/// the walk takes one more bounded step when the job's processes are gone.
+#[test]
+fn r13_7_a_short_job_reports_its_scratch_use() {
+    let daemon = Daemon::start();
+    let output = daemon.run(&["sh", "-c", "head -c 200000 /dev/zero > \"$SCORE_TMPDIR/f\""]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let peak = daemon.job_field(1, "peak disk").as_u64().unwrap_or(0);
+    assert!((200_000..5_000_000).contains(&peak), "peak disk {peak}");
+}

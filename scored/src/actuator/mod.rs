@@ -761,17 +761,26 @@ impl OsActuator {
             });
         } else {
             procs.extras.clear();
-            Self::gone(job, procs, out);
+            Self::gone(job, procs, &self.state, out);
         }
     }
 
     /// Reports the job's final accounting, then that its processes are gone.
-    fn gone(job: JobId, procs: &mut JobProcs, out: &mut Vec<Input>) {
+    /// The scratch directory's size comes from one more step of its walk
+    /// (bounded like a sample), so that a job too short to be sampled
+    /// still reports it.
+    fn gone(job: JobId, procs: &mut JobProcs, state: &statedir::StateDir, out: &mut Vec<Input>) {
+        let mut spent = 0;
+        let scratch_size = procs.disk_walk.advance(
+            || state.open_scratch(job),
+            DISK_ENTRIES_PER_SAMPLE,
+            &mut spent,
+        );
         out.push(Input::FinalUsage {
             job,
             cpu: procs.reaped_cpu,
             peak_memory: procs.reaped_peak.clone(),
-            disk: procs.exe_bytes + procs.disk_walk.last(),
+            disk: procs.exe_bytes + scratch_size,
         });
         out.push(Input::ProcessesGone(job));
     }
@@ -1194,7 +1203,7 @@ impl OsActuator {
                 }
                 procs.drain = None;
                 procs.extras.clear();
-                Self::gone(job, procs, out);
+                Self::gone(job, procs, &self.state, out);
                 return;
             }
         }
