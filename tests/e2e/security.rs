@@ -539,6 +539,23 @@ fn r13_2_clients_refuse_a_socket_another_user_planted() {
         assert!(!server_saw.contains("received") || server_saw.contains("received 0"), "{server_saw}");
         let _ = std::fs::remove_file(socket);
 
+        if socket == &planted {
+            // The same through the default socket ($XDG_RUNTIME_DIR/scored.sock):
+            // refused, and no private daemon is started in its place.
+            let server = fake_server(socket, &users.b).expect("python3");
+            let output = command_as(&users.a, &bin("scrun"), &["true"])
+                .env_remove("SCORED_SOCKET")
+                .env("XDG_RUNTIME_DIR", &planted_dir)
+                .output()
+                .expect("scrun");
+            assert_eq!(code(&output), Some(scored::exitcode::UNREACHABLE), "{}", stderr(&output));
+            assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
+            assert!(!stderr(&output).contains("private"), "{}", stderr(&output));
+            let server_saw = received(server);
+            assert!(!server_saw.contains("received") || server_saw.contains("received 0"), "{server_saw}");
+            let _ = std::fs::remove_file(socket);
+        }
+
         let server = fake_server(socket, &users.b).expect("python3");
         let socket_text = socket.display().to_string();
         let output = command_as(&users.a, &bin("sc_console"), &["--socket", &socket_text, "-c", "status"])
@@ -578,6 +595,28 @@ fn r13_2_clients_still_reach_root_and_their_own_daemon() {
     .expect("sc_console");
     stop(child);
     assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    // Single-user mode: nothing at the default socket, so scrun starts a
+    // private daemon as the user, and trusts it.
+    let runtime = home.join("run");
+    std::fs::create_dir(&runtime).expect("mkdir");
+    std::os::unix::fs::chown(&runtime, Some(users.a.uid), Some(users.a.gid)).expect("chown");
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let output = command_as(
+        &users.a,
+        &bin("scrun"),
+        &["sh", "-c", "echo private $SCORE_JOBID"],
+    )
+    .env_remove("SCORED_SOCKET")
+    .env("XDG_RUNTIME_DIR", &runtime)
+    .output()
+    .expect("scrun");
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), "private 1");
+    assert!(
+        stderr(&output).contains("started a private single-user scored"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 /// Issue 13 finding 9: another user's `jobs` and `job ID`, in text and
