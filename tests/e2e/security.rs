@@ -297,6 +297,11 @@ fn r11_8_a_removed_state_directory_is_recreated() {
         assert!(stdout(&output).contains("scratch ok"));
         assert!(daemon.ok("status").contains("accepting jobs"));
     }
+    assert!(
+        daemon.log().contains("removed or replaced; made it again"),
+        "{}",
+        daemon.log()
+    );
 }
 
 /// Issue 11 item 8: when the state directory cannot be made usable again

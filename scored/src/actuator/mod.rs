@@ -286,7 +286,10 @@ impl OsActuator {
     fn check_state_dir(&mut self, out: &mut Vec<Input>) -> Result<(), String> {
         self.state_check_at = Instant::now() + STATE_DIR_CHECK;
         match self.state.ensure() {
-            Ok(()) => {
+            Ok(reopened) => {
+                if reopened {
+                    tracing::warn!(path = %self.state.path().display(), "the state directory or its jobs directory was removed or replaced; made it again");
+                }
                 if self.state_problem.take().is_some() {
                     out.push(Input::StateDir(None));
                 }

@@ -164,8 +164,9 @@ impl StateDir {
 
     /// Checks that the open directories are still the ones at their paths,
     /// and opens (creating what is missing, with the same checks) what was
-    /// removed or replaced while the daemon ran. The error names the path.
-    pub fn ensure(&mut self) -> Result<(), String> {
+    /// removed or replaced while the daemon ran; says whether it did. The
+    /// error names the path.
+    pub fn ensure(&mut self) -> Result<bool, String> {
         let state_now = std::fs::symlink_metadata(&self.path).ok();
         let state_held = fstat(self.state.as_fd()).ok();
         let state_ok = match (&state_now, &state_held) {
@@ -185,11 +186,10 @@ impl StateDir {
                 _ => false,
             };
         if jobs_ok {
-            return Ok(());
+            return Ok(false);
         }
-        tracing::warn!(path = %self.path.display(), "the state directory or its jobs directory was removed or replaced; recreating it");
         *self = StateDir::open(&self.path, self.uid)?;
-        Ok(())
+        Ok(true)
     }
 
     /// The path of job `job`'s scratch directory.
