@@ -5,7 +5,7 @@
 //! exits with status 1 without listening.
 
 use std::ffi::OsStr;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -65,17 +65,9 @@ fn run() -> Result<(), String> {
             env("HOME").as_deref(),
         )
     });
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(if uid == 0 { 0o755 } else { 0o700 })
-        .create(&state_dir)
-        .map_err(|error| {
-            format!(
-                "cannot create the state directory {}: {error}",
-                state_dir.display()
-            )
-        })?;
-    actuator::check_private_dir(&state_dir, uid, true)
+    // Checked here for a clear message before anything else starts; the
+    // actuator holds it open later.
+    actuator::statedir::StateDir::open(&state_dir, uid)
         .map_err(|message| format!("state directory: {message}"))?;
 
     let machine = read_machine();
@@ -102,6 +94,7 @@ fn run() -> Result<(), String> {
         daemon_uid: uid,
         kill_grace: settings.kill_grace,
         disk,
+        machine_memory: Some(machine.total_memory),
     };
     let mut core = Core::new(core_config, topology.clone(), memory_limits);
     run_rc(&mut core, &settings, uid)?;
@@ -198,12 +191,20 @@ fn read_machine() -> Machine {
 
 fn build_topology(settings: &Settings, machine: &Machine) -> Result<Topology, String> {
     match &settings.hosts {
-        Some(path) => hosts::load_topology(
+        Some(path) => hosts::load_topology_with_warnings(
             path,
             &mut scored::hostsfile::FsLoader,
             settings.group.as_deref(),
             machine,
         )
+        .map(|(topology, warnings)| {
+            // Accepted, but perhaps not meant: the operator reads them
+            // in the log at start.
+            for warning in &warnings {
+                tracing::warn!("{warning}");
+            }
+            topology
+        })
         .map_err(|diagnostics| {
             let mut text = diagnostics
                 .iter()
@@ -277,17 +278,28 @@ fn disk_limits(topology: &Topology, state_dir: &Path) -> Vec<Option<u64>> {
 }
 
 /// Runs the start-up script: `--rc FILE`, else `scored.rc` in the current
-/// directory, else in the installation directory (next to the binary, or
-/// `../etc` from it). Single-user mode reads none unless one is given.
+/// directory (only for a daemon that is not root), else in the installation
+/// directory (next to the binary, or `../etc` from it). Single-user mode
+/// reads none unless one is given.
+///
+/// A root daemon never looks in its working directory, where anyone who can
+/// write there could plant a script for root to run, and takes `--rc` only
+/// as an absolute path. Whoever runs the daemon, the script must belong to
+/// the daemon's user or root and be writable by nobody else.
 fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> {
     let path = match &settings.rc {
+        Some(path) if uid == 0 && !path.is_absolute() => {
+            return Err(format!(
+                "--rc {}: a root daemon takes the start-up script only as an absolute path",
+                path.display()
+            ))
+        }
         Some(path) => Some(path.clone()),
         None if settings.single_user => None,
-        None => rc_candidates().into_iter().find(|path| path.is_file()),
+        None => rc_candidates(uid).into_iter().find(|path| path.is_file()),
     };
     let Some(path) = path else { return Ok(()) };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let text = read_rc(&path, uid)?;
     let cred = Cred {
         pid: std::process::id() as i32,
         uid,
@@ -306,8 +318,20 @@ fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> 
             ));
             continue;
         }
-        if let Err(message) = evloop::run_line(core, &cred, line, Tick::default()) {
-            errors.push(format!("{}:{}: {message}", path.display(), idx + 1));
+        match evloop::run_line(core, &cred, line, Tick::default()) {
+            Ok(Some(reply)) => {
+                // Accepted, but perhaps not meant: the operator reads them
+                // in the log at start.
+                for warning in reply
+                    .to_text()
+                    .lines()
+                    .filter(|text| text.starts_with("warning:"))
+                {
+                    tracing::warn!("{}:{}: {warning}", path.display(), idx + 1);
+                }
+            }
+            Ok(None) => {}
+            Err(message) => errors.push(format!("{}:{}: {message}", path.display(), idx + 1)),
         }
     }
     if errors.is_empty() {
@@ -323,8 +347,11 @@ fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> 
     }
 }
 
-fn rc_candidates() -> Vec<PathBuf> {
-    let mut candidates = vec![PathBuf::from("scored.rc")];
+fn rc_candidates(uid: u32) -> Vec<PathBuf> {
+    let mut candidates = Vec::new();
+    if uid != 0 {
+        candidates.push(PathBuf::from("scored.rc"));
+    }
     if let Some(dir) = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(Path::to_path_buf))
@@ -337,4 +364,31 @@ fn rc_candidates() -> Vec<PathBuf> {
         }
     }
     candidates
+}
+
+/// Reads the start-up script, refusing one that someone other than the
+/// daemon's user or root could have written: its commands run with the
+/// daemon's rights. The checks and the read use one open file.
+fn read_rc(path: &Path, uid: u32) -> Result<String, String> {
+    use std::io::Read;
+    let cannot = |error: std::io::Error| format!("cannot read {}: {error}", path.display());
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if meta.uid() != uid && meta.uid() != 0 {
+        return Err(format!(
+            "refusing the start-up script {}: it belongs to uid {}, not to uid {uid} or root",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "refusing the start-up script {}: it is writable by other users (mode {:o})",
+            path.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(cannot)?;
+    Ok(text)
 }

@@ -164,39 +164,6 @@ fn an_rc_file_is_applied_at_start_up() {
 }
 
 #[test]
-fn scored_rc_in_the_current_directory_is_read() {
-    let sandbox = Sandbox::new();
-    sandbox.write("scored.rc", "queue 0 disable\n");
-    let mut child = std::process::Command::new(bin("scored"))
-        .arg("--socket")
-        .arg(sandbox.path.join("s.sock"))
-        .arg("--state-dir")
-        .arg(sandbox.path.join("state"))
-        .current_dir(&sandbox.path)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("scored");
-    assert!(wait_until(std::time::Duration::from_secs(20), || sandbox
-        .path
-        .join("s.sock")
-        .exists()));
-    let output = std::process::Command::new(bin("sc_console"))
-        .arg("--socket")
-        .arg(sandbox.path.join("s.sock"))
-        .args(["-c", "queues"])
-        .output()
-        .expect("sc_console");
-    let _ = child.kill();
-    let _ = child.wait();
-    let text = stdout(&output);
-    let line = text
-        .lines()
-        .find(|line| line.trim_start().starts_with('0'))
-        .unwrap_or("");
-    assert!(line.contains("disabled"), "{text}");
-}
-
-#[test]
 fn a_broken_rc_file_is_refused_with_its_line() {
     let sandbox = Sandbox::new();
     let rc = sandbox.write(

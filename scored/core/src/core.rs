@@ -60,6 +60,9 @@ pub struct CoreConfig {
     pub kill_grace: Duration,
     /// Disk limit of each cluster at start (free space of its filesystems).
     pub disk: Vec<Option<u64>>,
+    /// The machine's total memory, when known: a cluster memory limit above
+    /// it is accepted with a warning.
+    pub machine_memory: Option<u64>,
 }
 
 impl Default for CoreConfig {
@@ -70,6 +73,7 @@ impl Default for CoreConfig {
             daemon_uid: 0,
             kill_grace: Duration::from_secs(5),
             disk: Vec::new(),
+            machine_memory: None,
         }
     }
 }
@@ -226,9 +230,20 @@ pub enum Action {
     Exit,
 }
 
+/// What a job without a disk limit of its own may use at most: half of
+/// its cluster's disk limit (by default the free space of the state
+/// directory's filesystem at start-up), so that no single job fills it.
+pub fn unlimited_disk_backstop(cluster_disk_limit: u64) -> u64 {
+    cluster_disk_limit / 2
+}
+
 /// An input to the core.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
+    /// Whether the state directory can hold jobs' scratch directories:
+    /// `Some` names the path and the problem (jobs are refused meanwhile),
+    /// `None` says that it works again.
+    StateDir(Option<String>),
     /// A job submission.
     Submit {
         /// The submitting connection.
@@ -444,6 +459,8 @@ pub struct Core {
     next_slice: Tick,
     switches: Switches,
     shutting_down: bool,
+    /// Why jobs cannot be run now, when the state directory is unusable.
+    state_dir_problem: Option<String>,
     scratch: Scratch,
     active: Vec<JobId>,
 }
@@ -480,6 +497,7 @@ impl Core {
             slice_anchor: Tick::default(),
             switches: Switches::default(),
             shutting_down: false,
+            state_dir_problem: None,
             scratch: Scratch::default(),
             active: Vec::new(),
         }
@@ -654,6 +672,15 @@ impl Core {
                 switches.max = switches.max.max(latency);
             }
             Input::Tick => self.tick(now, out),
+            Input::StateDir(problem) => {
+                if self.state_dir_problem != problem {
+                    match &problem {
+                        Some(message) => tracing::error!(%message, "not accepting jobs"),
+                        None => tracing::info!("the state directory works again; accepting jobs"),
+                    }
+                }
+                self.state_dir_problem = problem;
+            }
             Input::Shutdown { now: kill } => {
                 self.shutdown(kill, now, out);
             }
@@ -711,6 +738,15 @@ impl Core {
             return reject(
                 Rejection::ShuttingDown,
                 "scored is shutting down".into(),
+                out,
+            );
+        }
+        if let Some(problem) = &self.state_dir_problem {
+            // The wire has no kind of its own for this; like a shutdown, the
+            // daemon takes no jobs now, and the reason says why.
+            return reject(
+                Rejection::ShuttingDown,
+                format!("scored cannot run jobs now: {problem}"),
                 out,
             );
         }
@@ -1069,6 +1105,23 @@ impl Core {
                     "disk {} over the limit of {}",
                     format_size(record.usage.disk),
                     format_size(limit)
+                ));
+            }
+        } else if let Some(backstop) = self
+            .limits
+            .get(record.cluster.idx())
+            .and_then(|limits| limits.disk)
+            .map(unlimited_disk_backstop)
+        {
+            // A job without a disk limit of its own (the queue sets no disk
+            // percentage) reserves nothing, but it may still not fill the
+            // filesystems the cluster's disk pool is measured on.
+            if record.usage.disk > backstop && violation.is_none() {
+                violation = Some(format!(
+                    "disk {} over {}, half of cluster {}'s disk limit (the job has no disk limit of its own)",
+                    format_size(record.usage.disk),
+                    format_size(backstop),
+                    self.topology.cluster(record.cluster).name
                 ));
             }
         }
@@ -1598,8 +1651,8 @@ impl Core {
             Command::Hosts => self.hosts_table(),
             Command::Clusters => self.clusters_table(),
             Command::Queues => self.queues_table(),
-            Command::Jobs { all } => self.jobs_table(all, now),
-            Command::Job(id) => self.job_record(JobId(id), now),
+            Command::Jobs { all } => self.jobs_table(cred, all, now),
+            Command::Job(id) => self.job_record(cred, JobId(id), now),
             Command::ClusterLimit { cluster, limits } => {
                 let Some(id) = self.topology.find_cluster(&cluster) else {
                     return Reply::error(format!("no cluster {}", describe_cluster_ref(&cluster)));
@@ -1610,8 +1663,9 @@ impl Core {
                 apply(&mut current.jobs, limits.jobs);
                 let summary = describe_limits(current);
                 let name = self.topology.cluster(id).name.clone();
+                let warnings = self.limit_warnings(id, &limits);
                 self.admit_waiters(now, out);
-                Reply::Done(format!("cluster {name}: {summary}"))
+                Reply::Done(format!("cluster {name}: {summary}{warnings}"))
             }
             Command::QueueState { queue, action } => {
                 let Some(record) = self.queues.get_mut(queue as usize) else {
@@ -1778,6 +1832,36 @@ impl Core {
     }
 
     /// Whether `cred` may kill, hold or release job `id`: the operator or the owner.
+    /// Warnings about cluster limits that were accepted but may not be
+    /// meant: memory above the machine's, disk above the free space
+    /// measured at start. Each is a line of its own, `warning: ...`.
+    fn limit_warnings(&self, id: crate::ids::ClusterId, limits: &command::ClusterLimits) -> String {
+        let mut text = String::new();
+        if let (Some(Setting::Set(memory)), Some(machine)) =
+            (&limits.memory, self.config.machine_memory)
+        {
+            if *memory > machine {
+                text.push_str(&format!(
+                    "\nwarning: memory {} per host is more than this machine's memory ({}); accepted as given",
+                    format_size(*memory),
+                    format_size(machine)
+                ));
+            }
+        }
+        if let (Some(Setting::Set(disk)), Some(Some(free))) =
+            (&limits.disk, self.config.disk.get(id.idx()))
+        {
+            if disk > free {
+                text.push_str(&format!(
+                    "\nwarning: disk {} is more than the free space of the cluster's filesystems at start ({}); accepted as given",
+                    format_size(*disk),
+                    format_size(*free)
+                ));
+            }
+        }
+        text
+    }
+
     fn may_touch(&self, cred: &Cred, id: JobId) -> Result<(), Reply> {
         let Some(job) = self.jobs.get(&id) else {
             return Err(self.no_job(id));
@@ -1873,10 +1957,10 @@ impl Core {
             ("uptime".into(), Value::Duration(now.since(Tick::default()))),
             (
                 "state".into(),
-                Value::text(if self.shutting_down {
-                    "shutting down"
-                } else {
-                    "accepting jobs"
+                Value::text(match (&self.state_dir_problem, self.shutting_down) {
+                    (_, true) => "shutting down".to_string(),
+                    (Some(problem), false) => format!("not accepting jobs: {problem}"),
+                    (None, false) => "accepting jobs".to_string(),
                 }),
             ),
             ("timeslice".into(), Value::Duration(self.config.timeslice)),
@@ -2050,13 +2134,22 @@ impl Core {
         Reply::Table(table)
     }
 
-    fn jobs_table(&self, all: bool, now: Tick) -> Reply {
+    /// Whether `cred` may see what a job runs and how it ended (its
+    /// command, exit status and reason, which may name its files): its
+    /// owner, root and operators may; other users see only who runs what
+    /// where and when (id, user, queue, state, hosts, usage and times).
+    fn may_see_details(&self, cred: &Cred, job: &Job) -> bool {
+        self.is_operator(cred) || job.owner.uid == cred.uid
+    }
+
+    fn jobs_table(&self, cred: &Cred, all: bool, now: Tick) -> Reply {
         let mut table = Table::new(&[
             "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "command",
         ]);
         if all {
             for done in &self.finished {
                 let job = &done.job;
+                let details = self.may_see_details(cred, job);
                 table.push(vec![
                     Value::Uint(job.id.0),
                     Value::text(&*done.job.user),
@@ -2066,8 +2159,16 @@ impl Core {
                     Value::text(self.host_names(job).join(",")),
                     Value::Duration(job.usage.cpu),
                     Value::Duration(done.ending.accounting.wall),
-                    Value::Int(i64::from(done.ending.status)),
-                    Value::text(&done.command),
+                    if details {
+                        Value::Int(i64::from(done.ending.status))
+                    } else {
+                        Value::None
+                    },
+                    if details {
+                        Value::text(&done.command)
+                    } else {
+                        Value::None
+                    },
                 ]);
             }
         }
@@ -2085,7 +2186,11 @@ impl Core {
                         .map_or(Duration::ZERO, |first| now.since(first)),
                 ),
                 Value::None,
-                Value::text(command_line(job)),
+                if self.may_see_details(cred, job) {
+                    Value::text(command_line(job))
+                } else {
+                    Value::None
+                },
             ]);
         }
         Reply::Table(table)
@@ -2098,7 +2203,7 @@ impl Core {
             .collect()
     }
 
-    fn job_record(&self, id: JobId, now: Tick) -> Reply {
+    fn job_record(&self, cred: &Cred, id: JobId, now: Tick) -> Reply {
         let (job, command, state, ending, end_time) = match self.jobs.get(&id) {
             Some(job) => (job, command_line(job), job.state(), None, now),
             None => match self.finished.iter().find(|done| done.job.id == id) {
@@ -2116,6 +2221,7 @@ impl Core {
             .first_run_at
             .map_or(Duration::ZERO, |first| end_time.since(first));
         let host_names = self.host_names(job);
+        let details = self.may_see_details(cred, job);
         let mut fields = vec![
             ("id".to_string(), Value::Uint(id.0)),
             ("user".into(), Value::text(&*job.user)),
@@ -2140,7 +2246,14 @@ impl Core {
                 Value::List(host_names.iter().map(Value::text).collect()),
             ),
             ("procs".into(), Value::Uint(u64::from(job.nprocs()))),
-            ("command".into(), Value::text(command)),
+            (
+                "command".into(),
+                if details {
+                    Value::text(command)
+                } else {
+                    Value::None
+                },
+            ),
             (
                 "held".into(),
                 Value::text(match (job.operator_hold, job.owner_hold) {
@@ -2201,8 +2314,13 @@ impl Core {
             ),
         ];
         if let Some(ending) = ending {
-            fields.push(("exit".into(), Value::Int(i64::from(ending.status))));
-            fields.push(("reason".into(), Value::text(&ending.reason)));
+            if details {
+                fields.push(("exit".into(), Value::Int(i64::from(ending.status))));
+                fields.push(("reason".into(), Value::text(&ending.reason)));
+            } else {
+                fields.push(("exit".into(), Value::None));
+                fields.push(("reason".into(), Value::None));
+            }
         }
         Reply::Record(fields)
     }

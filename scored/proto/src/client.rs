@@ -50,9 +50,17 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects to the daemon's socket.
+    /// Connects to the daemon's socket, after checking that nobody but the
+    /// caller or root could have put it there, and before sending anything,
+    /// that the daemon runs as root or as the caller (see [`check_socket`]
+    /// and [`check_server`]). A missing socket is the usual `NotFound` or
+    /// `ConnectionRefused`, so that scrun may start a private daemon; a
+    /// refusal is `PermissionDenied` with a message naming the path.
     pub fn connect(path: &Path) -> io::Result<Connection> {
+        let me = nix::unistd::geteuid().as_raw();
+        check_socket(path, me)?;
         let stream = UnixStream::connect(path)?;
+        check_server(&stream, path, me)?;
         Ok(Connection {
             stream,
             buffer: proto::FrameBuffer::new(),
@@ -179,4 +187,62 @@ impl Connection {
     pub fn shutdown(&self) {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
+}
+
+fn refuse(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, message)
+}
+
+/// Refuses a socket that another user could have planted: the socket
+/// (links resolved) must belong to `me` or root, and so must its directory,
+/// which nobody else may write unless it is sticky (as /tmp, where others
+/// cannot remove or rename what is ours). Otherwise whoever owns the
+/// directory could put a socket of their own there and receive the
+/// client's terminal and environment.
+pub fn check_socket(path: &Path, me: u32) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let real = std::fs::canonicalize(path)?;
+    let dir = real.parent().unwrap_or(Path::new("/"));
+    let dir_meta = std::fs::metadata(dir)?;
+    let someone_else = |uid: u32| uid != me && uid != 0;
+    if someone_else(dir_meta.uid()) {
+        return Err(refuse(format!(
+            "refusing the socket {}: its directory {} belongs to uid {}, not to you (uid {me}) or root",
+            path.display(),
+            dir.display(),
+            dir_meta.uid()
+        )));
+    }
+    let mode = dir_meta.mode() & 0o7777;
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(refuse(format!(
+            "refusing the socket {}: its directory {} is writable by other users (mode {mode:o})",
+            path.display(),
+            dir.display()
+        )));
+    }
+    let meta = std::fs::metadata(&real)?;
+    if someone_else(meta.uid()) {
+        return Err(refuse(format!(
+            "refusing the socket {}: it belongs to uid {}, not to you (uid {me}) or root",
+            path.display(),
+            meta.uid()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a daemon that runs as neither root nor `me`, by the kernel's
+/// word (SO_PEERCRED), before anything is sent to it.
+pub fn check_server(stream: &UnixStream, path: &Path, me: u32) -> io::Result<()> {
+    let peer = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(io::Error::from)?;
+    let uid = peer.uid();
+    if uid != me && uid != 0 {
+        return Err(refuse(format!(
+            "refusing scored at {}: it runs as uid {uid}, not as you (uid {me}) or root",
+            path.display()
+        )));
+    }
+    Ok(())
 }

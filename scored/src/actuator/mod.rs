@@ -21,6 +21,7 @@
 
 pub mod cgroup;
 pub mod procfs;
+pub mod statedir;
 pub mod sys;
 
 use std::collections::{BTreeSet, HashMap};
@@ -29,7 +30,6 @@ use std::fs;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -58,6 +58,17 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const FRESH_DISCOVERY: Duration = Duration::from_millis(2);
 /// How often the alarm interrupts a blocking wait for stops.
 const ALARM_EVERY: Duration = Duration::from_millis(1);
+/// How often the state directory is checked (and healed) between launches.
+const STATE_DIR_CHECK: Duration = Duration::from_secs(1);
+/// Disk accounting examines at most this many directory entries per
+/// window, across all jobs, so that scratch trees of millions of files cost
+/// the daemon a bounded amount of work; walks resume where they stopped.
+const DISK_WINDOW: Duration = Duration::from_millis(100);
+const DISK_ENTRIES_PER_WINDOW: usize = 20_000;
+/// Entries one sample may examine at most, and at least (so that every
+/// job's walk advances however many jobs there are).
+const DISK_ENTRIES_PER_SAMPLE: usize = 4_096;
+const DISK_ENTRIES_MIN: usize = 256;
 
 /// The three descriptors of a job's client: its stdin, stdout and stderr.
 /// They are shared (`Rc`) because jobs launched from one terminal pass the
@@ -168,6 +179,8 @@ struct JobProcs {
     /// Size of the executables of the job's programs.
     exe_bytes: u64,
     scratch: PathBuf,
+    /// The size walk of the scratch directory, resumed at each sample.
+    disk_walk: statedir::DiskWalk,
     cgroup_procs: Option<CString>,
     /// The user the job runs as.
     uid: u32,
@@ -191,6 +204,15 @@ pub struct OsActuator {
     jobs: HashMap<JobId, JobProcs>,
     children: HashMap<i32, Child>,
     cgroups: Option<Cgroups>,
+    /// The state directory and its `jobs` directory, held open.
+    state: statedir::StateDir,
+    /// Why the state directory cannot be used, while it cannot.
+    state_problem: Option<String>,
+    /// When the state directory is next checked.
+    state_check_at: Instant,
+    /// Directory entries the disk walks examined in the current window.
+    disk_spent: usize,
+    disk_window: Instant,
     daemon_pid: i32,
     daemon_uid: u32,
     clock_ticks: u64,
@@ -201,23 +223,12 @@ impl OsActuator {
     /// Prepares the actuator: the scratch root, the cgroup hierarchy, and the
     /// CPU masks of the hosts.
     pub fn new(config: ActuatorConfig, topology: &Topology) -> io::Result<OsActuator> {
-        let jobs_dir = config.state_dir.join("jobs");
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&jobs_dir)
-            .map_err(|error| {
-                io::Error::new(
-                    error.kind(),
-                    format!("cannot create {}: {error}", jobs_dir.display()),
-                )
-            })?;
-        // Scratch directories are created, and handed to users, in here:
-        // nobody else may be able to swap an entry for a symbolic link.
         // SIGALRM bounds the blocking wait for stops (`await_stops`).
         sys::install_alarm_handler()?;
         let daemon_uid = nix::unistd::geteuid().as_raw();
-        check_private_dir(&jobs_dir, daemon_uid, false)
+        // Scratch directories are created, and handed to users, in `jobs`:
+        // nobody else may be able to swap an entry for a symbolic link.
+        let state = statedir::StateDir::open(&config.state_dir, daemon_uid)
             .map_err(|message| io::Error::new(io::ErrorKind::PermissionDenied, message))?;
         let mut hosts = Vec::new();
         for host in &topology.hosts {
@@ -247,6 +258,11 @@ impl OsActuator {
             jobs: HashMap::new(),
             children: HashMap::new(),
             cgroups,
+            state,
+            state_problem: None,
+            state_check_at: Instant::now() + STATE_DIR_CHECK,
+            disk_spent: 0,
+            disk_window: Instant::now(),
             daemon_pid: std::process::id() as i32,
             daemon_uid,
             clock_ticks: sys::clock_ticks(),
@@ -264,28 +280,48 @@ impl OsActuator {
         self.children.len()
     }
 
+    /// Checks, before a job's first launch, that the state directory is
+    /// still there and ours, recreating what was removed; tells the core
+    /// when it stops or starts working again.
+    fn check_state_dir(&mut self, out: &mut Vec<Input>) -> Result<(), String> {
+        self.state_check_at = Instant::now() + STATE_DIR_CHECK;
+        match self.state.ensure() {
+            Ok(reopened) => {
+                if reopened {
+                    tracing::warn!(path = %self.state.path().display(), "the state directory or its jobs directory was removed or replaced; made it again");
+                }
+                if self.state_problem.take().is_some() {
+                    out.push(Input::StateDir(None));
+                }
+                Ok(())
+            }
+            Err(problem) => {
+                if self.state_problem.is_none() {
+                    out.push(Input::StateDir(Some(problem.clone())));
+                }
+                self.state_problem = Some(problem.clone());
+                Err(problem)
+            }
+        }
+    }
+
     fn prepare_job(&mut self, plan: &LaunchPlan) -> io::Result<()> {
         if self.jobs.contains_key(&plan.job) {
             return Ok(());
         }
+        let owner = (self.daemon_uid == 0).then_some((plan.user.uid, plan.user.gid));
         let scratch = self
-            .config
-            .state_dir
-            .join("jobs")
-            .join(plan.job.to_string());
-        match fs::create_dir(&scratch) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
-                // A leftover from an earlier daemon: start clean.
-                fs::remove_dir_all(&scratch)?;
-                fs::create_dir(&scratch)?;
-            }
-            Err(error) => return Err(error),
-        }
-        fs::set_permissions(&scratch, fs::Permissions::from_mode(0o700))?;
-        if self.daemon_uid == 0 {
-            std::os::unix::fs::chown(&scratch, Some(plan.user.uid), Some(plan.user.gid))?;
-        }
+            .state
+            .create_scratch(plan.job, owner)
+            .map_err(|error| {
+                io::Error::new(
+                    error.kind(),
+                    format!(
+                        "cannot create the scratch directory {}: {error}",
+                        self.state.scratch_path(plan.job).display()
+                    ),
+                )
+            })?;
         let cgroup_procs = match &self.cgroups {
             Some(cgroups) => match cgroups.add_job(plan.job) {
                 Ok(path) => Some(path),
@@ -310,6 +346,7 @@ impl OsActuator {
                 reaped_peak: vec![0; plan.hosts.len()],
                 exe_bytes: 0,
                 scratch,
+                disk_walk: statedir::DiskWalk::default(),
                 cgroup_procs,
                 uid: plan.user.uid,
             },
@@ -322,8 +359,13 @@ impl OsActuator {
         plan: &LaunchPlan,
         stdio: Option<&JobStdio>,
     ) -> Result<(), (String, i32)> {
-        self.prepare_job(plan)
-            .map_err(|error| (format!("cannot prepare job {}: {error}", plan.job), 126))?;
+        // Not the program's fault: the status says the daemon failed.
+        self.prepare_job(plan).map_err(|error| {
+            (
+                format!("cannot prepare job {}: {error}", plan.job),
+                crate::exitcode::INTERNAL,
+            )
+        })?;
         let cwd = CString::new(plan.cwd.as_bytes())
             .map_err(|_| ("the working directory contains a NUL byte".to_string(), 126))?;
         let last_stage = plan.first_stage + plan.argv.len() - 1;
@@ -722,17 +764,26 @@ impl OsActuator {
             });
         } else {
             procs.extras.clear();
-            Self::gone(job, procs, out);
+            Self::gone(job, procs, &self.state, out);
         }
     }
 
     /// Reports the job's final accounting, then that its processes are gone.
-    fn gone(job: JobId, procs: &mut JobProcs, out: &mut Vec<Input>) {
+    /// The scratch directory's size comes from one more step of its walk
+    /// (bounded like a sample), so that a job too short to be sampled
+    /// still reports it.
+    fn gone(job: JobId, procs: &mut JobProcs, state: &statedir::StateDir, out: &mut Vec<Input>) {
+        let mut spent = 0;
+        let scratch_size = procs.disk_walk.advance(
+            || state.open_scratch(job),
+            DISK_ENTRIES_PER_SAMPLE,
+            &mut spent,
+        );
         out.push(Input::FinalUsage {
             job,
             cpu: procs.reaped_cpu,
             peak_memory: procs.reaped_peak.clone(),
-            disk: procs.exe_bytes + dir_size(&procs.scratch, 0),
+            disk: procs.exe_bytes + scratch_size,
         });
         out.push(Input::ProcessesGone(job));
     }
@@ -744,7 +795,17 @@ fn signal_from(signal: i32) -> Option<Signal> {
 
 impl Actuator for OsActuator {
     fn spawn(&mut self, plan: &LaunchPlan, stdio: Option<&JobStdio>, out: &mut Vec<Input>) {
-        if let Err((message, status)) = self.spawn_all(plan, stdio) {
+        let ready = if self.jobs.contains_key(&plan.job) {
+            Ok(())
+        } else {
+            self.check_state_dir(out).map_err(|problem| {
+                (
+                    format!("cannot prepare job {}: {problem}", plan.job),
+                    crate::exitcode::INTERNAL,
+                )
+            })
+        };
+        if let Err((message, status)) = ready.and_then(|()| self.spawn_all(plan, stdio)) {
             tracing::info!(job = %plan.job, %message, "launch failed");
             out.push(Input::SpawnFailed {
                 job: plan.job,
@@ -849,7 +910,21 @@ impl Actuator for OsActuator {
         }
         let live_cpu =
             Duration::from_micros(ticks.saturating_mul(1_000_000) / self.clock_ticks.max(1));
-        let disk = procs.exe_bytes + dir_size(&procs.scratch, 0);
+        let now = Instant::now();
+        if now.duration_since(self.disk_window) >= DISK_WINDOW {
+            self.disk_window = now;
+            self.disk_spent = 0;
+        }
+        let budget = DISK_ENTRIES_PER_WINDOW
+            .saturating_sub(self.disk_spent)
+            .clamp(DISK_ENTRIES_MIN, DISK_ENTRIES_PER_SAMPLE);
+        let state = &self.state;
+        let procs = self.jobs.get_mut(&job)?;
+        let scratch_size =
+            procs
+                .disk_walk
+                .advance(|| state.open_scratch(job), budget, &mut self.disk_spent);
+        let disk = procs.exe_bytes + scratch_size;
         Some(Usage {
             cpu: procs.reaped_cpu + live_cpu,
             memory,
@@ -867,7 +942,8 @@ impl Actuator for OsActuator {
                 let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
             }
         }
-        if let Err(error) = fs::remove_dir_all(&procs.scratch) {
+        // Handles, not paths: the user may have planted links in the tree.
+        if let Err(error) = self.state.remove_scratch(job) {
             if error.kind() != io::ErrorKind::NotFound {
                 tracing::warn!(job = %job, path = %procs.scratch.display(), %error, "cannot remove the job's scratch directory");
             }
@@ -892,6 +968,9 @@ impl Actuator for OsActuator {
     }
 
     fn poll(&mut self, now: Instant, out: &mut Vec<Input>) {
+        if now >= self.state_check_at {
+            let _ = self.check_state_dir(out);
+        }
         let jobs: Vec<JobId> = self
             .jobs
             .iter()
@@ -911,7 +990,8 @@ impl Actuator for OsActuator {
                     .as_ref()
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
         });
-        busy.then(|| Instant::now() + POLL_INTERVAL)
+        let poll = busy.then(|| Instant::now() + POLL_INTERVAL);
+        Some(poll.map_or(self.state_check_at, |poll| poll.min(self.state_check_at)))
     }
 
     fn await_stops(&mut self, max: Duration, out: &mut Vec<Input>) {
@@ -1126,32 +1206,12 @@ impl OsActuator {
                 }
                 procs.drain = None;
                 procs.extras.clear();
-                Self::gone(job, procs, out);
+                Self::gone(job, procs, &self.state, out);
                 return;
             }
         }
         self.check_stop(job, out);
     }
-}
-
-/// The apparent size of a directory tree, not following symbolic links.
-fn dir_size(path: &Path, depth: u32) -> u64 {
-    if depth > 64 {
-        return 0;
-    }
-    let Ok(entries) = fs::read_dir(path) else {
-        return 0;
-    };
-    let mut total = 0;
-    for entry in entries.flatten() {
-        let Ok(meta) = entry.metadata() else { continue };
-        if meta.is_dir() {
-            total += dir_size(&entry.path(), depth + 1);
-        } else if meta.is_file() {
-            total += meta.len();
-        }
-    }
-    total
 }
 
 /// Raises the daemon's scheduling priority so that the jobs it stops cannot
@@ -1172,32 +1232,6 @@ pub fn elevate_priority() -> String {
             }
         }
     }
-}
-
-/// Checks that only `uid` (or root) can change the entries of `dir`: it
-/// belongs to one of them and is writable by nobody else, unless
-/// `sticky_ok` and it has the sticky bit (as /tmp), which keeps others from
-/// removing or renaming what is ours.
-pub fn check_private_dir(dir: &Path, uid: u32, sticky_ok: bool) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let meta =
-        fs::metadata(dir).map_err(|error| format!("cannot inspect {}: {error}", dir.display()))?;
-    if meta.uid() != uid && meta.uid() != 0 {
-        return Err(format!(
-            "refusing {}: it belongs to uid {}",
-            dir.display(),
-            meta.uid()
-        ));
-    }
-    let mode = meta.mode();
-    if mode & 0o022 != 0 && !(sticky_ok && mode & 0o1000 != 0) {
-        return Err(format!(
-            "refusing {}: it is writable by other users (mode {:o})",
-            dir.display(),
-            mode & 0o7777
-        ));
-    }
-    Ok(())
 }
 
 /// Marks every descriptor the daemon inherited (other than stdio)

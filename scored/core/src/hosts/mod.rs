@@ -57,7 +57,9 @@ use std::sync::Arc;
 use crate::cluster::{Machine, Topology};
 
 pub use parse::parse;
-pub use resolve::{embedded_default, resolve, DEFAULT_CPUGEN};
+pub use resolve::{
+    embedded_default, resolve, resolve_with_warnings, DEFAULT_CPUGEN, KNOWN_ATTRIBUTES,
+};
 
 /// The largest file a [`Loader`] should read, in bytes.
 pub const MAX_FILE_SIZE: u64 = 16 << 20;
@@ -106,11 +108,22 @@ pub fn load_topology(
     group: Option<&str>,
     machine: &Machine,
 ) -> Result<Topology, Vec<Diagnostic>> {
+    load_topology_with_warnings(path, loader, group, machine).map(|(topology, _)| topology)
+}
+
+/// Like [`load_topology`], and also returns the warnings of
+/// [`resolve_with_warnings`].
+pub fn load_topology_with_warnings(
+    path: &Path,
+    loader: &mut dyn Loader,
+    group: Option<&str>,
+    machine: &Machine,
+) -> Result<(Topology, Vec<Diagnostic>), Vec<Diagnostic>> {
     let (database, diagnostics) = parse(path, loader);
     if !diagnostics.is_empty() {
         return Err(diagnostics);
     }
-    resolve(&database, group, machine)
+    resolve_with_warnings(&database, group, machine)
 }
 
 /// An error in a hosts database, with where it is.

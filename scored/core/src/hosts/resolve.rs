@@ -23,6 +23,16 @@ use crate::units::{parse_size, quote, CpuSet};
 /// The `cpugen` of hosts that do not set one.
 pub const DEFAULT_CPUGEN: &str = "default";
 
+/// The attributes scored reads; any other is kept and ignored (SPEC §4),
+/// with a warning, since it is most often a typo.
+pub const KNOWN_ATTRIBUTES: &[&str] = &[
+    "group", "cpugen", "speed", "cores", "cpus", "memory", "watchfs",
+];
+
+/// SCore's own host attributes, which scored ignores silently so that
+/// SCore files can be used as they are.
+pub const SCORE_ATTRIBUTES: &[&str] = &["network", "smp", "msgbserv"];
+
 /// Builds the topology from the database: the hosts that are not defective,
 /// not network definitions and, with `group`, belong to that group.
 pub fn resolve(
@@ -30,7 +40,20 @@ pub fn resolve(
     group: Option<&str>,
     machine: &Machine,
 ) -> Result<Topology, Vec<Diagnostic>> {
+    resolve_with_warnings(database, group, machine).map(|(topology, _)| topology)
+}
+
+/// Like [`resolve`], and also returns warnings (`FILE:LINE:COL: warning:
+/// ...`) about values that are accepted but may not be meant: an unknown
+/// attribute (once per name, at its first use), and a host's `memory=`
+/// above the machine's memory.
+pub fn resolve_with_warnings(
+    database: &Database,
+    group: Option<&str>,
+    machine: &Machine,
+) -> Result<(Topology, Vec<Diagnostic>), Vec<Diagnostic>> {
     let mut diagnostics = Diagnostics::default();
+    let mut warnings = Diagnostics::default();
     let hosts: Vec<&Record> = database
         .records
         .iter()
@@ -56,6 +79,31 @@ pub fn resolve(
         .iter()
         .map(|record| HostSpec::read(database, record, &mut diagnostics))
         .collect();
+    let mut unknown_seen: Vec<&str> = Vec::new();
+    for record in &hosts {
+        for (attr, values, span) in &record.attrs {
+            if values.is_empty()
+                || KNOWN_ATTRIBUTES.contains(&attr.as_str())
+                || SCORE_ATTRIBUTES.contains(&attr.as_str())
+                || unknown_seen.contains(&attr.as_str())
+            {
+                continue;
+            }
+            unknown_seen.push(attr);
+            let hint = match crate::command::parse::closest(attr, KNOWN_ATTRIBUTES) {
+                Some(known) => format!(" (did you mean {known}?)"),
+                None => String::new(),
+            };
+            warnings.push(database.diagnostic(
+                *span,
+                format!(
+                    "warning: host {}, attribute {attr}: unknown attribute{hint}; kept and ignored (scored reads {})",
+                    quote(&record.name),
+                    KNOWN_ATTRIBUTES.join(", ")
+                ),
+            ));
+        }
+    }
     let selected: Vec<&HostSpec> = match group {
         None => specs.iter().collect(),
         Some(group) => specs
@@ -68,8 +116,41 @@ pub fn resolve(
         return Err(diagnostics.0);
     }
     for spec in &selected {
+        if let (Some(memory), Some(span)) = (spec.memory, spec.memory_span) {
+            if memory > machine.total_memory {
+                warnings.push(database.diagnostic(
+                    span,
+                    format!(
+                        "warning: host {}, attribute memory: {} is more than this machine's memory ({}); accepted as given",
+                        quote(&spec.name),
+                        crate::units::format_size(memory),
+                        crate::units::format_size(machine.total_memory)
+                    ),
+                ));
+            }
+        }
         if let Some((cpus, span)) = &spec.cpus {
-            if !cpus
+            let offline: Vec<u32> = cpus
+                .cpus()
+                .iter()
+                .copied()
+                .filter(|cpu| !machine.online_cpus.cpus().contains(cpu))
+                .collect();
+            if !offline.is_empty() && offline.len() < cpus.len() {
+                // A host on CPUs that do not exist would pin its processes
+                // to fewer CPUs than its cores suggest.
+                diagnostics.push(database.diagnostic(
+                    *span,
+                    format!(
+                        "host {}, attribute cpus: CPU{} {} {} not online (online CPUs: {})",
+                        quote(&spec.name),
+                        if offline.len() == 1 { "" } else { "s" },
+                        CpuSet::from_cpus(offline.iter().copied()),
+                        if offline.len() == 1 { "is" } else { "are" },
+                        machine.online_cpus
+                    ),
+                ));
+            } else if !cpus
                 .cpus()
                 .iter()
                 .any(|cpu| machine.online_cpus.cpus().contains(cpu))
@@ -92,7 +173,7 @@ pub fn resolve(
     if !diagnostics.0.is_empty() {
         return Err(diagnostics.0);
     }
-    Ok(build(&selected, machine))
+    Ok((build(&selected, machine), warnings.0))
 }
 
 /// Why `--group` selected nothing, naming the groups that exist.
@@ -155,6 +236,8 @@ struct HostSpec {
     /// The CPUs, and where the first `cpus=` was written.
     cpus: Option<(CpuSet, Span)>,
     memory: Option<u64>,
+    /// Where `memory=` was written.
+    memory_span: Option<Span>,
     watchfs: Vec<PathBuf>,
 }
 
@@ -170,6 +253,7 @@ impl HostSpec {
             cores: None,
             cpus: None,
             memory: None,
+            memory_span: None,
             watchfs: Vec::new(),
         };
         let mut report = |span: Span, attr: &str, reason: String| {
@@ -247,7 +331,10 @@ impl HostSpec {
                         Ok(Single::Cpugen(cpugen)) => spec.cpugen = Some(cpugen),
                         Ok(Single::Speed(speed)) => spec.speed = Some(speed),
                         Ok(Single::Cores(cores)) => spec.cores = Some(cores),
-                        Ok(Single::Memory(memory)) => spec.memory = Some(memory),
+                        Ok(Single::Memory(memory)) => {
+                            spec.memory = Some(memory);
+                            spec.memory_span = Some(*span);
+                        }
                         Err(reason) => report(*span, attr, reason),
                     }
                 }

@@ -142,8 +142,13 @@ fn run(files: &[(&str, &str)], group: Option<&str>) -> String {
     if !diagnostics.is_empty() {
         return render_diagnostics(&diagnostics);
     }
-    match resolve(&database, group, &machine()) {
-        Ok(topology) => render_topology(&topology),
+    match resolve_with_warnings(&database, group, &machine()) {
+        Ok((topology, warnings)) if warnings.is_empty() => render_topology(&topology),
+        Ok((topology, warnings)) => format!(
+            "{}\n{}",
+            render_diagnostics(&warnings),
+            render_topology(&topology)
+        ),
         Err(diagnostics) => render_diagnostics(&diagnostics),
     }
 }
@@ -280,6 +285,37 @@ fn comments_of_three_kinds() {
         "
         a@2:1 x=1@2:3
         b@4:18 y=2@4:20 z=3@4:37
+        ",
+    );
+}
+
+/// Issue 11 item 10: values that may not be meant are accepted with a
+/// warning naming FILE:LINE; CPUs that are not online are refused.
+#[test]
+fn typos_and_memory_beyond_the_machine_are_warned_about() {
+    check(
+        "a memroy=1G cpus=0\nb memory=99T cpus=1 colour=red memroy=2G\nc cpus=0-99",
+        "
+        hosts.db:3:3: host 'c', attribute cpus: CPUs 4-99 are not online (online CPUs: 0-3)
+        c cpus=0-99
+          ^
+        ",
+    );
+    check(
+        "a memroy=1G cpus=0\nb memory=99T cpus=1 colour=red memroy=2G",
+        "
+        hosts.db:1:3: warning: host 'a', attribute memroy: unknown attribute (did you mean memory?); kept and ignored (scored reads group, cpugen, speed, cores, cpus, memory, watchfs)
+        a memroy=1G cpus=0
+          ^
+        hosts.db:2:21: warning: host 'b', attribute colour: unknown attribute; kept and ignored (scored reads group, cpugen, speed, cores, cpus, memory, watchfs)
+        b memory=99T cpus=1 colour=red memroy=2G
+                            ^
+        hosts.db:2:3: warning: host 'b', attribute memory: 99T is more than this machine's memory (16G); accepted as given
+        b memory=99T cpus=1 colour=red memroy=2G
+          ^
+        cluster 0 default: cpugen=default speed=1 cores=1 hosts=a,b
+        host 0 a: cluster=0 cpus=0 memory=8G
+        host 1 b: cluster=0 cpus=1 memory=99T
         ",
     );
 }
@@ -666,6 +702,9 @@ fn cpus_errors() {
           ^
         hosts.db:3:3: host 'c', attribute cpus: none of CPUs 8-15 is online (online CPUs: 0-3)
         c cpus=8-15
+          ^
+        hosts.db:6:3: host 'f', attribute cpus: CPU 9 is not online (online CPUs: 0-3)
+        f cpus=2,9
           ^
         ",
     );

@@ -524,7 +524,19 @@ impl<'a> Parser<'a> {
                     }
                 }
             } else {
-                Setting::Set(parse_size(value).map_err(|error| self.bad_setting(word, error.0))?)
+                let size = parse_size(value).map_err(|error| self.bad_setting(word, error.0))?;
+                if size == 0 {
+                    // Every job is assumed to use some memory and counts its
+                    // executables as disk: a limit of 0 kills each one at
+                    // its first sample.
+                    return Err(self.bad_setting(
+                        word,
+                        format!(
+                            "a {key} limit of 0 would kill every job at its first sample; give a size above 0, or {key}=none for no limit"
+                        ),
+                    ));
+                }
+                Setting::Set(size)
             };
             match key {
                 "memory" => limits.memory = Some(setting),
@@ -578,11 +590,27 @@ impl<'a> Parser<'a> {
                 "memory" | "disk" => {
                     let setting = if value == "none" {
                         Setting::Clear
+                    } else if !value.ends_with('%') && parse_percent(value).is_ok() {
+                        // A bare number could be meant as a size: the
+                        // queue's share is a percentage of the cluster's.
+                        return Err(self.bad_setting(
+                            word,
+                            format!(
+                                "a queue's {key} limit is a share of the cluster's, written with %: {key}={value}%"
+                            ),
+                        ));
                     } else {
-                        Setting::Set(
-                            parse_percent(value)
-                                .map_err(|error| self.bad_setting(word, error.0))?,
-                        )
+                        let pct = parse_percent(value)
+                            .map_err(|error| self.bad_setting(word, error.0))?;
+                        if pct <= 0.0 {
+                            return Err(self.bad_setting(
+                                word,
+                                format!(
+                                    "a {key} share of 0% would kill every job at its first sample; give a share above 0%, or {key}=none for no limit"
+                                ),
+                            ));
+                        }
+                        Setting::Set(pct)
                     };
                     if key == "memory" {
                         settings.memory = Some(setting);
@@ -708,7 +736,7 @@ fn did_you_mean(word: &str, candidates: &[&str]) -> String {
 
 /// The candidate nearest to `word` (ignoring case) within an edit distance
 /// of 2, the first one on ties.
-fn closest<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c str> {
+pub fn closest<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c str> {
     // Words far longer than every candidate cannot be within 2 edits;
     // skipping them keeps a 64 KiB word from costing a quadratic table.
     if word.chars().count() > 16 {

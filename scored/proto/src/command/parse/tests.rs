@@ -140,8 +140,8 @@ fn cluster_limit_lines() {
         "cluster x86 limit memory=4097 disk=1536M jobs=none",
     );
     check(
-        "cluster x86.1 limit memory=0",
-        "cluster x86.1 limit memory=0",
+        "cluster x86.1 limit memory=1",
+        "cluster x86.1 limit memory=1",
     );
     check("cluster 3 limit disk=1073741824", "cluster 3 limit disk=1G");
     check("cluster 0 limit jobs=0", "cluster 0 limit jobs=0");
@@ -201,7 +201,7 @@ fn queue_setting_lines() {
         "queue 1 set cputime=none residency=none memory=none disk=none group=none",
     );
     check(
-        "queue 1 set memory=50 disk=0.000000001%",
+        "queue 1 set memory=50.0% disk=0.000000001%",
         "queue 1 set memory=50% disk=0.000000001%",
     );
     check(
@@ -238,6 +238,11 @@ fn queue_setting_errors() {
     check("queue 1 set residency=0ms", "InvalidValue: bad setting 'residency=0ms' in 'queue 1 set residency=0ms': residency must be longer than 0; use residency=none to remove it");
     check("queue 1 set cputime=5x", "InvalidValue: bad setting 'cputime=5x' in 'queue 1 set cputime=5x': invalid duration '5x': expected a number with an optional ms, s, m, h or d suffix (e.g. 500ms)");
     check("queue 1 set memory=101%", "InvalidValue: bad setting 'memory=101%' in 'queue 1 set memory=101%': percentage '101%' is out of range: it must be between 0% and 100%");
+    // Issue 11 item 10: values that cannot be meant.
+    check("cluster 0 limit memory=0", "InvalidValue: bad setting 'memory=0' in 'cluster 0 limit memory=0': a memory limit of 0 would kill every job at its first sample; give a size above 0, or memory=none for no limit");
+    check("cluster 0 limit disk=0K", "InvalidValue: bad setting 'disk=0K' in 'cluster 0 limit disk=0K': a disk limit of 0 would kill every job at its first sample; give a size above 0, or disk=none for no limit");
+    check("queue 1 set memory=50", "InvalidValue: bad setting 'memory=50' in 'queue 1 set memory=50': a queue's memory limit is a share of the cluster's, written with %: memory=50%");
+    check("queue 1 set disk=0%", "InvalidValue: bad setting 'disk=0%' in 'queue 1 set disk=0%': a disk share of 0% would kill every job at its first sample; give a share above 0%, or disk=none for no limit");
     check("queue 1 set disk=half", "InvalidValue: bad setting 'disk=half' in 'queue 1 set disk=half': invalid percentage 'half': expected a number from 0 to 100 followed by % (e.g. 50%)");
     check("queue 1 set group=9lives", "InvalidValue: bad setting 'group=9lives' in 'queue 1 set group=9lives': '9lives' is not a group name or number; a name starts with a letter or '_' and holds letters, digits, '_', '.' and '-'");
     check("queue 1 set group=a:b", "InvalidValue: bad setting 'group=a:b' in 'queue 1 set group=a:b': 'a:b' is not a group name or number; a name starts with a letter or '_' and holds letters, digits, '_', '.' and '-'");
@@ -473,15 +478,17 @@ fn positive_duration() -> impl Strategy<Value = Duration> {
 
 /// Percentages as `parse_percent` computes them from up to nine decimals.
 fn percent() -> impl Strategy<Value = f64> {
-    (0u64..=100, 0u64..1_000_000_000, 0usize..=9).prop_map(|(whole, frac, digits)| {
-        let text = if digits == 0 || whole == 100 {
-            format!("{whole}%")
-        } else {
-            let frac = frac % 10u64.pow(digits as u32);
-            format!("{whole}.{frac:0digits$}%")
-        };
-        parse_percent(&text).expect("generated percentages are valid")
-    })
+    (0u64..=100, 0u64..1_000_000_000, 0usize..=9)
+        .prop_map(|(whole, frac, digits)| {
+            let text = if digits == 0 || whole == 100 {
+                format!("{whole}%")
+            } else {
+                let frac = frac % 10u64.pow(digits as u32);
+                format!("{whole}.{frac:0digits$}%")
+            };
+            parse_percent(&text).expect("generated percentages are valid")
+        })
+        .prop_filter("a share of 0% is refused", |pct| *pct > 0.0)
 }
 
 fn size() -> impl Strategy<Value = u64> {
@@ -489,6 +496,7 @@ fn size() -> impl Strategy<Value = u64> {
         any::<u64>(),
         (0u64..1 << 24, 0u32..=40).prop_map(|(count, shift)| count << shift),
     ]
+    .prop_filter("a limit of 0 is refused", |size| *size > 0)
 }
 
 fn setting<T: std::fmt::Debug + Clone + 'static>(

@@ -1,0 +1,548 @@
+//! The state directory and its `jobs` directory, held open for the life of
+//! the daemon, and everything done inside them: creating, handing over and
+//! removing jobs' scratch directories, and measuring their size.
+//!
+//! Users own their scratch directories, so whatever is inside one may be
+//! swapped for a symbolic link at any moment. Nothing here ever resolves a
+//! path through a directory a user can write: every step is relative to a
+//! handle opened with `O_NOFOLLOW` (`openat`, `mkdirat`, `unlinkat`,
+//! `fstatat` with `AT_SYMLINK_NOFOLLOW`), and ownership and modes are set on
+//! a handle (`fchown`, `fchmod`) after checking that it is the directory we
+//! made. A scratch tree is removed, and measured, by walking those handles,
+//! never by path.
+
+use std::ffi::{CStr, OsStr};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use nix::dir::{Dir, OwningIter};
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
+use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
+
+use crate::ids::JobId;
+
+/// How deep the size walk goes; deeper directories are not opened (each
+/// level holds a descriptor while it is walked).
+pub const MAX_WALK_DEPTH: usize = 64;
+/// How deep the removal walk holds descriptors; a deeper directory is moved
+/// up to the top of the tree being removed and removed from there.
+const MAX_REMOVE_DEPTH: usize = 64;
+
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// Opens the directory `name` in `parent` without following a symbolic link.
+fn open_dir_at(
+    parent: BorrowedFd<'_>,
+    name: &(impl nix::NixPath + ?Sized),
+) -> nix::Result<OwnedFd> {
+    openat(parent, name, DIR_FLAGS, Mode::empty())
+}
+
+/// Explains an open that failed, naming the path. (With `O_DIRECTORY`, a
+/// symbolic link fails as "not a directory": look again to say which.)
+fn open_error(path: &Path, errno: Errno) -> String {
+    let is_link =
+        || std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink());
+    match errno {
+        Errno::ELOOP => format!("refusing {}: it is a symbolic link", path.display()),
+        Errno::ENOTDIR if is_link() => {
+            format!("refusing {}: it is a symbolic link", path.display())
+        }
+        Errno::ENOTDIR => format!("refusing {}: it is not a directory", path.display()),
+        other => format!("cannot open {}: {}", path.display(), io::Error::from(other)),
+    }
+}
+
+/// Checks that only `uid` (or root) can change the entries of an open
+/// directory: it belongs to one of them and nobody else may write it,
+/// unless `sticky_ok` and it has the sticky bit (as /tmp).
+fn check_handle(
+    fd: BorrowedFd<'_>,
+    path: &Path,
+    uid: u32,
+    sticky_ok: bool,
+) -> Result<FileStat, String> {
+    let stat = fstat(fd).map_err(|errno| {
+        format!(
+            "cannot inspect {}: {}",
+            path.display(),
+            io::Error::from(errno)
+        )
+    })?;
+    if stat.st_uid != uid && stat.st_uid != 0 {
+        return Err(format!(
+            "refusing {}: it belongs to uid {}",
+            path.display(),
+            stat.st_uid
+        ));
+    }
+    let mode = stat.st_mode & 0o7777;
+    let sticky = mode & 0o1000 != 0;
+    if mode & 0o022 != 0 && !(sticky_ok && sticky) {
+        return Err(format!(
+            "refusing {}: it is writable by other users (mode {mode:o})",
+            path.display()
+        ));
+    }
+    if sticky && !sticky_ok {
+        return Err(format!(
+            "refusing {}: it has the sticky bit (mode {mode:o}), a directory shared with other users",
+            path.display()
+        ));
+    }
+    Ok(stat)
+}
+
+fn same_file(a: &FileStat, b: &FileStat) -> bool {
+    a.st_dev == b.st_dev && a.st_ino == b.st_ino
+}
+
+/// The state directory and its `jobs` directory, open.
+#[derive(Debug)]
+pub struct StateDir {
+    path: PathBuf,
+    uid: u32,
+    state: OwnedFd,
+    jobs: OwnedFd,
+}
+
+impl StateDir {
+    /// Creates (where missing) and opens the state directory and its `jobs`
+    /// directory, and checks them: both must belong to the daemon's user or
+    /// root and be writable by nobody else. A root daemon also refuses a
+    /// sticky state directory (one shared with other users, as under
+    /// /tmp); another user's daemon accepts one, since its `jobs` directory
+    /// is checked on its own.
+    pub fn open(path: &Path, uid: u32) -> Result<StateDir, String> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(if uid == 0 { 0o755 } else { 0o700 })
+            .create(path)
+            .map_err(|error| {
+                format!(
+                    "cannot create the state directory {}: {error}",
+                    path.display()
+                )
+            })?;
+        let state = nix::fcntl::open(path, DIR_FLAGS, Mode::empty())
+            .map_err(|errno| open_error(path, errno))?;
+        check_handle(state.as_fd(), path, uid, uid != 0)?;
+        let jobs_path = path.join("jobs");
+        match mkdirat(state.as_fd(), "jobs", Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(errno) => {
+                return Err(format!(
+                    "cannot create {}: {}",
+                    jobs_path.display(),
+                    io::Error::from(errno)
+                ))
+            }
+        }
+        let jobs =
+            open_dir_at(state.as_fd(), "jobs").map_err(|errno| open_error(&jobs_path, errno))?;
+        // Scratch directories are created, and handed to users, in here.
+        check_handle(jobs.as_fd(), &jobs_path, uid, false)?;
+        Ok(StateDir {
+            path: path.to_path_buf(),
+            uid,
+            state,
+            jobs,
+        })
+    }
+
+    /// The state directory's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Checks that the open directories are still the ones at their paths,
+    /// and opens (creating what is missing, with the same checks) what was
+    /// removed or replaced while the daemon ran; says whether it did. The
+    /// error names the path.
+    pub fn ensure(&mut self) -> Result<bool, String> {
+        let state_now = std::fs::symlink_metadata(&self.path).ok();
+        let state_held = fstat(self.state.as_fd()).ok();
+        let state_ok = match (&state_now, &state_held) {
+            (Some(now), Some(held)) => now.dev() == held.st_dev && now.ino() == held.st_ino,
+            _ => false,
+        };
+        let jobs_ok = state_ok
+            && match (
+                fstatat(
+                    self.state.as_fd(),
+                    "jobs",
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                ),
+                fstat(self.jobs.as_fd()),
+            ) {
+                (Ok(now), Ok(held)) => same_file(&now, &held),
+                _ => false,
+            };
+        if jobs_ok {
+            return Ok(false);
+        }
+        *self = StateDir::open(&self.path, self.uid)?;
+        Ok(true)
+    }
+
+    /// The path of job `job`'s scratch directory.
+    pub fn scratch_path(&self, job: JobId) -> PathBuf {
+        self.path.join("jobs").join(job.to_string())
+    }
+
+    /// Creates job `job`'s scratch directory, mode 0700, owned by `owner`
+    /// (uid, gid) when given, and returns its path. A leftover of an
+    /// earlier daemon with the same job id is removed first.
+    pub fn create_scratch(&self, job: JobId, owner: Option<(u32, u32)>) -> io::Result<PathBuf> {
+        let name = job.to_string();
+        let mode = Mode::from_bits_truncate(0o700);
+        match mkdirat(self.jobs.as_fd(), name.as_str(), mode) {
+            Ok(()) => {}
+            Err(Errno::EEXIST) => {
+                remove_tree_at(self.jobs.as_fd(), OsStr::new(&name))?;
+                mkdirat(self.jobs.as_fd(), name.as_str(), mode)?;
+            }
+            Err(errno) => return Err(errno.into()),
+        }
+        let scratch = open_dir_at(self.jobs.as_fd(), name.as_str())?;
+        // Only we can write `jobs`, so this is the directory just made; the
+        // check keeps it so should that ever stop being true.
+        let stat = fstat(scratch.as_fd())?;
+        if stat.st_uid != self.uid {
+            return Err(io::Error::other(format!(
+                "{} belongs to uid {}, not to scored",
+                self.scratch_path(job).display(),
+                stat.st_uid
+            )));
+        }
+        fchmod(scratch.as_fd(), mode)?;
+        if let Some((uid, gid)) = owner {
+            fchown(
+                scratch.as_fd(),
+                Some(Uid::from_raw(uid)),
+                Some(Gid::from_raw(gid)),
+            )?;
+        }
+        Ok(self.scratch_path(job))
+    }
+
+    /// Removes job `job`'s scratch directory and everything in it, without
+    /// following any symbolic link. A missing directory is no error.
+    pub fn remove_scratch(&self, job: JobId) -> io::Result<()> {
+        remove_tree_at(self.jobs.as_fd(), OsStr::new(&job.to_string()))
+    }
+
+    /// Opens job `job`'s scratch directory for a size walk.
+    pub fn open_scratch(&self, job: JobId) -> io::Result<OwnedFd> {
+        Ok(open_dir_at(self.jobs.as_fd(), job.to_string().as_str())?)
+    }
+}
+
+/// One directory being read, with a second descriptor of it for the `*at`
+/// calls on its entries.
+struct OpenDir {
+    entries: OwningIter,
+    fd: OwnedFd,
+}
+
+impl OpenDir {
+    fn new(fd: OwnedFd) -> io::Result<OpenDir> {
+        let dup = fd.try_clone()?;
+        Ok(OpenDir {
+            entries: Dir::from_fd(fd)?.into_iter(),
+            fd: dup,
+        })
+    }
+}
+
+fn is_dot(name: &CStr) -> bool {
+    matches!(name.to_bytes(), b"." | b"..")
+}
+
+/// Removes `name` in `parent` and, if it is a directory, everything below
+/// it, walking with handles and never following a symbolic link. Depth
+/// costs no recursion: directories are walked with an explicit stack, and
+/// one nested deeper than the stack holds is first moved up into the top
+/// directory of the tree.
+pub fn remove_tree_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    match unlinkat(parent, name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => return Ok(()),
+        Err(Errno::EISDIR) => {}
+        Err(errno) => return Err(errno.into()),
+    }
+    let top = match open_dir_at(parent, name) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(()),
+        // Replaced by a file or a link meanwhile: remove that.
+        Err(Errno::ELOOP | Errno::ENOTDIR) => {
+            return match unlinkat(parent, name, UnlinkatFlags::NoRemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => Ok(()),
+                Err(errno) => Err(errno.into()),
+            };
+        }
+        Err(errno) => return Err(errno.into()),
+    };
+    let mut moved = 0u64;
+    // Each pass empties the tree down to MAX_REMOVE_DEPTH, moving deeper
+    // directories up; a pass that moves nothing has emptied it.
+    loop {
+        // A new open of the top each pass, so that its reading starts over
+        // and sees what earlier passes moved up.
+        let mut stack = vec![OpenDir::new(open_dir_at(top.as_fd(), ".")?)?];
+        let mut moved_this_pass = false;
+        // Names of directories to remove once their walk ends, per level.
+        let mut names: Vec<std::ffi::CString> = Vec::new();
+        while !stack.is_empty() {
+            let depth = stack.len();
+            let current = stack.last_mut().expect("not empty");
+            let Some(entry) = current.entries.next() else {
+                stack.pop();
+                if let (Some(dir_name), Some(up)) = (names.pop(), stack.last()) {
+                    match unlinkat(up.fd.as_fd(), dir_name.as_c_str(), UnlinkatFlags::RemoveDir) {
+                        Ok(()) | Err(Errno::ENOENT) => {}
+                        Err(errno) => return Err(errno.into()),
+                    }
+                }
+                continue;
+            };
+            let entry = entry?;
+            let entry_name = entry.file_name();
+            if is_dot(entry_name) {
+                continue;
+            }
+            match unlinkat(current.fd.as_fd(), entry_name, UnlinkatFlags::NoRemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => continue,
+                Err(Errno::EISDIR) => {}
+                Err(errno) => return Err(errno.into()),
+            }
+            if depth >= MAX_REMOVE_DEPTH {
+                moved_this_pass = true;
+                loop {
+                    let new_name = format!(".scored-deep-{moved}");
+                    moved += 1;
+                    match nix::fcntl::renameat2(
+                        current.fd.as_fd(),
+                        entry_name,
+                        top.as_fd(),
+                        new_name.as_str(),
+                        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+                    ) {
+                        Ok(()) | Err(Errno::ENOENT) => break,
+                        Err(Errno::EEXIST) => continue,
+                        Err(errno) => return Err(errno.into()),
+                    }
+                }
+                continue;
+            }
+            match open_dir_at(current.fd.as_fd(), entry_name) {
+                Ok(fd) => {
+                    names.push(entry_name.to_owned());
+                    stack.push(OpenDir::new(fd)?);
+                }
+                Err(Errno::ENOENT) => {}
+                Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                    match unlinkat(current.fd.as_fd(), entry_name, UnlinkatFlags::NoRemoveDir) {
+                        Ok(()) | Err(Errno::ENOENT) => {}
+                        Err(errno) => return Err(errno.into()),
+                    }
+                }
+                Err(errno) => return Err(errno.into()),
+            }
+        }
+        if !moved_this_pass {
+            break;
+        }
+    }
+    match unlinkat(parent, name, UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// A size walk of one scratch tree that can stop after a number of
+/// entries and resume there at the next sample, so that a tree of a
+/// million files costs the daemon a bounded amount of work per sample.
+/// It never follows a symbolic link: a link counts its own size only.
+#[derive(Default)]
+pub struct DiskWalk {
+    stack: Vec<OpenDir>,
+    /// Bytes counted so far in the walk under way.
+    partial: u64,
+    /// The total of the last complete walk.
+    total: u64,
+}
+
+impl std::fmt::Debug for DiskWalk {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("DiskWalk")
+            .field("depth", &self.stack.len())
+            .field("partial", &self.partial)
+            .field("total", &self.total)
+            .finish()
+    }
+}
+
+impl DiskWalk {
+    /// Walks on for at most `budget` entries, opening the tree with `open`
+    /// when a new walk starts, and returns the size to report: the larger
+    /// of the last complete walk's total and what this walk has counted so
+    /// far (a lower bound of the tree's size now). `used` grows by the
+    /// entries examined.
+    pub fn advance(
+        &mut self,
+        open: impl FnOnce() -> io::Result<OwnedFd>,
+        budget: usize,
+        used: &mut usize,
+    ) -> u64 {
+        if self.stack.is_empty() {
+            match open().and_then(OpenDir::new) {
+                Ok(dir) => {
+                    self.stack.push(dir);
+                    self.partial = 0;
+                }
+                Err(_) => {
+                    // Gone (the job removed it, or it was never made).
+                    self.total = 0;
+                    return 0;
+                }
+            }
+        }
+        let mut spent = 0usize;
+        while spent < budget {
+            let depth = self.stack.len();
+            let Some(current) = self.stack.last_mut() else {
+                break;
+            };
+            let Some(entry) = current.entries.next() else {
+                self.stack.pop();
+                if self.stack.is_empty() {
+                    self.total = self.partial;
+                    break;
+                }
+                continue;
+            };
+            spent += 1;
+            let Ok(entry) = entry else {
+                self.stack.pop();
+                continue;
+            };
+            let entry_name = entry.file_name();
+            if is_dot(entry_name) {
+                continue;
+            }
+            let Ok(stat) = fstatat(
+                current.fd.as_fd(),
+                entry_name,
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            ) else {
+                continue;
+            };
+            let kind = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
+            if kind == SFlag::S_IFDIR {
+                if depth < MAX_WALK_DEPTH {
+                    if let Ok(dir) = open_dir_at(current.fd.as_fd(), entry_name)
+                        .map_err(io::Error::from)
+                        .and_then(OpenDir::new)
+                    {
+                        self.stack.push(dir);
+                    }
+                }
+            } else if kind == SFlag::S_IFREG || kind == SFlag::S_IFLNK {
+                self.partial = self.partial.saturating_add(stat.st_size.max(0) as u64);
+            }
+        }
+        *used += spent;
+        self.total.max(self.partial)
+    }
+
+    /// The size to report without walking further.
+    pub fn last(&self) -> u64 {
+        self.total.max(self.partial)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory under the system's temporary directory.
+    fn scratch_root(name: &str) -> PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("scored-statedir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("mkdir");
+        path
+    }
+
+    fn open_path(path: &Path) -> OwnedFd {
+        nix::fcntl::open(path, DIR_FLAGS, Mode::empty()).expect("open")
+    }
+
+    #[test]
+    fn removal_follows_no_link_and_survives_deep_nesting() {
+        let root = scratch_root("remove");
+        let victim = root.join("victim");
+        std::fs::create_dir(&victim).expect("mkdir");
+        std::fs::write(victim.join("keep"), "x").expect("write");
+        let tree = root.join("tree");
+        let mut dir = tree.clone();
+        for level in 0..(3 * MAX_REMOVE_DEPTH) {
+            dir = dir.join(format!("d{level}"));
+        }
+        std::fs::create_dir_all(&dir).expect("deep tree");
+        std::os::unix::fs::symlink(&victim, dir.join("link")).expect("symlink");
+        std::os::unix::fs::symlink(&victim, tree.join("link")).expect("symlink");
+        std::fs::write(dir.join("file"), "y").expect("write");
+        let parent = open_path(&root);
+        remove_tree_at(parent.as_fd(), OsStr::new("tree")).expect("remove");
+        assert!(!tree.exists());
+        assert!(victim.join("keep").exists());
+        // Missing, or a plain file: both fine.
+        remove_tree_at(parent.as_fd(), OsStr::new("tree")).expect("remove nothing");
+        std::fs::remove_dir_all(&root).expect("clean up");
+    }
+
+    #[test]
+    fn the_size_walk_resumes_and_counts_a_link_only_by_itself() {
+        let root = scratch_root("walk");
+        for idx in 0..50 {
+            std::fs::write(root.join(format!("f{idx}")), [0u8; 100]).expect("write");
+        }
+        std::fs::create_dir(root.join("sub")).expect("mkdir");
+        std::fs::write(root.join("sub/big"), vec![0u8; 10_000]).expect("write");
+        std::os::unix::fs::symlink("/", root.join("sub/root")).expect("symlink");
+        std::os::unix::fs::symlink("/usr", root.join("usr")).expect("symlink");
+        let expected = 50 * 100 + 10_000 + "/".len() as u64 + "/usr".len() as u64;
+        let mut walk = DiskWalk::default();
+        let mut used = 0;
+        let mut rounds = 0;
+        let mut reported = Vec::new();
+        // Ten entries a step: several steps per walk, each a lower bound.
+        while walk.total == 0 {
+            reported.push(walk.advance(|| Ok(open_path(&root)), 10, &mut used));
+            rounds += 1;
+            assert!(rounds < 100, "the walk never ends");
+        }
+        assert!(rounds > 3, "{rounds}");
+        assert!(
+            reported.iter().all(|size| *size <= expected),
+            "{reported:?}"
+        );
+        assert_eq!(walk.last(), expected);
+        assert!(used <= rounds * 10);
+        // A new walk starts after a complete one; meanwhile the last total stands.
+        assert_eq!(
+            walk.advance(|| Ok(open_path(&root)), 1, &mut used),
+            expected
+        );
+        std::fs::remove_dir_all(&root).expect("clean up");
+    }
+}

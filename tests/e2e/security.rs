@@ -1,0 +1,798 @@
+//! Issue 13 (local users cannot hurt each other, the daemon or root) and
+//! issue 11 items 8 and 10: the start-up script's origin, the state
+//! directory, the client's trust in its socket, disk accounting, what
+//! listings show to whom, and values that cannot be meant.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use scored_tests::*;
+
+/// Starts scored in `dir` (its working directory) with its socket and
+/// state directory there, as `user` or as the caller.
+fn start_in(dir: &Path, user: Option<&TestUser>, args: &[&str]) -> Child {
+    let socket = dir.join("s.sock");
+    let state = dir.join("state");
+    let mut command = match user {
+        Some(user) => command_as(user, &bin("scored"), &[]),
+        None => Command::new(bin("scored")),
+    };
+    command
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(&state)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("SCORED_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("start scored");
+    let up = wait_until(Duration::from_secs(20), || {
+        socket.exists() || matches!(child.try_wait(), Ok(Some(_)))
+    });
+    assert!(up, "scored neither listened nor exited");
+    child
+}
+
+fn stop(mut child: Child) -> String {
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("wait for scored");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn queue0_line(socket: &Path, user: Option<&TestUser>) -> String {
+    let socket_text = socket.display().to_string();
+    let args = ["--socket", socket_text.as_str(), "-c", "queues"];
+    let output = match user {
+        Some(user) => command_as(user, &bin("sc_console"), &args).output(),
+        None => Command::new(bin("sc_console")).args(args).output(),
+    }
+    .expect("sc_console");
+    let text = stdout(&output);
+    text.lines()
+        .find(|line| line.trim_start().starts_with('0'))
+        .unwrap_or_else(|| panic!("no queue 0 in {text}"))
+        .to_string()
+}
+
+/// A directory inside a fresh sandbox that belongs to `user`.
+fn user_dir(sandbox: &Sandbox, user: &TestUser) -> std::path::PathBuf {
+    let dir = sandbox.path.join(&user.name);
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).expect("chown");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    dir
+}
+
+/// Issue 13 finding 10: a root daemon does not run `./scored.rc` from its
+/// working directory, where anyone able to write there could plant one.
+#[test]
+fn r13_10_root_does_not_run_scored_rc_from_its_working_directory() {
+    if !is_root() {
+        println!(
+            "skipped: r13_10_root_does_not_run_scored_rc_from_its_working_directory needs root"
+        );
+        return;
+    }
+    let sandbox = Sandbox::new();
+    sandbox.write("scored.rc", "queue 0 disable\n");
+    let child = start_in(&sandbox.path, None, &[]);
+    let line = queue0_line(&sandbox.path.join("s.sock"), None);
+    let log = stop(child);
+    assert!(!line.contains("disabled"), "{line}\n{log}");
+    assert!(!log.contains("ran the start-up script"), "{log}");
+}
+
+/// Issue 13 finding 10: root takes `--rc` only as an absolute path.
+#[test]
+fn r13_10_root_refuses_a_relative_rc_path() {
+    if !is_root() {
+        println!("skipped: r13_10_root_refuses_a_relative_rc_path needs root");
+        return;
+    }
+    let sandbox = Sandbox::new();
+    sandbox.write("policy.rc", "queue 0 disable\n");
+    let mut child = start_in(&sandbox.path, None, &["--rc", "policy.rc"]);
+    let status = child.wait().expect("wait");
+    let log = stop(child);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains(
+            "--rc policy.rc: a root daemon takes the start-up script only as an absolute path"
+        ),
+        "{log}"
+    );
+    assert!(!sandbox.path.join("s.sock").exists());
+}
+
+/// SCore-D's `./scored.rc` still works for a daemon that is not root, and
+/// a script that another user could have written is refused.
+#[test]
+fn r13_10_a_plain_users_daemon_reads_its_own_scored_rc_only() {
+    let Some(users) = test_users("r13_10_a_plain_users_daemon_reads_its_own_scored_rc_only") else {
+        return;
+    };
+    let sandbox = Sandbox::new();
+    let dir = user_dir(&sandbox, &users.b);
+    let rc = dir.join("scored.rc");
+    std::fs::write(&rc, "queue 0 disable\n").expect("write rc");
+    std::os::unix::fs::chown(&rc, Some(users.b.uid), Some(users.b.gid)).expect("chown");
+    let child = start_in(&dir, Some(&users.b), &[]);
+    let line = queue0_line(&dir.join("s.sock"), Some(&users.b));
+    let log = stop(child);
+    assert!(line.contains("disabled"), "{line}\n{log}");
+
+    // The same script, but another user's: refused, and nothing listens.
+    let _ = std::fs::remove_file(dir.join("s.sock"));
+    std::os::unix::fs::chown(&rc, Some(users.a.uid), Some(users.a.gid)).expect("chown");
+    let mut child = start_in(&dir, Some(&users.b), &[]);
+    let status = child.wait().expect("wait");
+    let log = stop(child);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains(&format!(
+            "refusing the start-up script scored.rc: it belongs to uid {}",
+            users.a.uid
+        )),
+        "{log}"
+    );
+
+    // Writable by others: refused too.
+    std::os::unix::fs::chown(&rc, Some(users.b.uid), Some(users.b.gid)).expect("chown");
+    std::fs::set_permissions(&rc, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let mut child = start_in(&dir, Some(&users.b), &[]);
+    let status = child.wait().expect("wait");
+    let log = stop(child);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("it is writable by other users (mode 666)"),
+        "{log}"
+    );
+}
+
+/// Starts scored on a sandbox whose state directory was prepared by
+/// `prepare`, expecting it to refuse; returns its stderr.
+fn refused_state_dir(prepare: impl FnOnce(&Path)) -> String {
+    let sandbox = Sandbox::new();
+    let state = sandbox.path.join("state");
+    prepare(&state);
+    let output = Command::new(bin("scored"))
+        .arg("--socket")
+        .arg(sandbox.path.join("s.sock"))
+        .arg("--state-dir")
+        .arg(&state)
+        .env_remove("SCORED_SOCKET")
+        .output()
+        .expect("run scored");
+    let log = stderr(&output);
+    assert_eq!(code(&output), Some(1), "{log}");
+    assert!(!sandbox.path.join("s.sock").exists(), "{log}");
+    log
+}
+
+/// Issue 13 finding 1: a `jobs` symbolic link planted in the state
+/// directory is refused, and what it points to is left alone.
+#[test]
+fn r13_1_a_planted_jobs_symlink_is_refused() {
+    let victim = Sandbox::new();
+    let target = victim.path.join("precious");
+    std::fs::create_dir(&target).expect("mkdir");
+    std::fs::write(target.join("file"), "keep").expect("write");
+    let before = std::fs::metadata(&target).expect("stat");
+    let log = refused_state_dir(|state| {
+        std::fs::create_dir(state).expect("mkdir state");
+        std::os::unix::fs::symlink(&target, state.join("jobs")).expect("symlink");
+    });
+    assert!(log.contains("state/jobs: it is a symbolic link"), "{log}");
+    let after = std::fs::metadata(&target).expect("stat");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((before.uid(), before.mode()), (after.uid(), after.mode()));
+    assert_eq!(
+        std::fs::read_to_string(target.join("file")).unwrap(),
+        "keep"
+    );
+}
+
+/// Issue 13 finding 1: a root daemon refuses a state directory shared with
+/// other users (sticky, as /tmp) or one that others may write.
+#[test]
+fn r13_1_root_refuses_a_sticky_or_shared_state_directory() {
+    if !is_root() {
+        println!("skipped: r13_1_root_refuses_a_sticky_or_shared_state_directory needs root");
+        return;
+    }
+    for (mode, expected) in [
+        (0o1777, "it is writable by other users (mode 1777)"),
+        (0o1755, "it has the sticky bit (mode 1755)"),
+        (0o775, "it is writable by other users (mode 775)"),
+    ] {
+        let log = refused_state_dir(|state| {
+            std::fs::create_dir(state).expect("mkdir state");
+            std::fs::set_permissions(state, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        });
+        assert!(log.contains("state directory: refusing /tmp/"), "{log}");
+        assert!(log.contains(expected), "{mode:o}: {log}");
+    }
+}
+
+/// Issue 13 finding 1: links a job plants in its scratch directory, and a
+/// leftover scratch directory of an earlier daemon, never make root follow
+/// them when it removes the tree or hands it over.
+#[test]
+fn r13_1_scratch_trees_are_removed_without_following_links() {
+    let Some(users) = test_users("r13_1_scratch_trees_are_removed_without_following_links") else {
+        return;
+    };
+    let victim = Sandbox::new();
+    let target = victim.path.join("precious");
+    std::fs::create_dir(&target).expect("mkdir");
+    std::fs::write(target.join("file"), "keep").expect("write");
+    let daemon = Daemon::start();
+    // A leftover of an earlier daemon where job 1 will go, with a link in it.
+    let leftover = daemon.sandbox.path.join("state/jobs/1");
+    std::fs::create_dir(&leftover).expect("mkdir leftover");
+    std::os::unix::fs::symlink(&target, leftover.join("link")).expect("symlink");
+    // The job also tries what an attacker would: plant the next job's
+    // scratch directory as a link to the victim, and swap its own for one.
+    let script = format!(
+        "set -e; d=$SCORE_TMPDIR; test \"$(stat -c %u:%a \"$d\")\" = {}:700; \
+         test ! -e \"$d/link\"; ln -s {t} \"$d/top\"; mkdir -p \"$d/a/b\"; ln -s {t} \"$d/a/b/deep\"; \
+         ln -s / \"$d/a/root\"; \
+         if ln -s {t} \"$d/../2\" 2>/dev/null; then echo planted; fi; \
+         if mv \"$d\" \"$d.moved\" 2>/dev/null; then echo swapped; fi; echo made",
+        users.a.uid,
+        t = target.display()
+    );
+    let output = daemon
+        .scrun_as(&users.a, &["sh", "-c", &script])
+        .output()
+        .expect("scrun");
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    assert!(stdout(&output).contains("made"));
+    assert!(!stdout(&output).contains("planted") && !stdout(&output).contains("swapped"));
+    // Job 2 gets a directory of its own, and the victim stays root's.
+    let output = daemon
+        .scrun_as(&users.a, &["sh", "-c", "stat -c %u:%a \"$SCORE_TMPDIR\""])
+        .output()
+        .expect("scrun");
+    assert_eq!(stdout(&output).trim(), format!("{}:700", users.a.uid));
+    assert!(
+        wait_until(Duration::from_secs(10), || !leftover.exists()),
+        "the scratch directory was not removed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(target.join("file")).unwrap(),
+        "keep"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&target).unwrap().uid(), 0);
+}
+
+/// Issue 11 item 8: the state directory, or its `jobs` directory, removed
+/// while scored runs is made again, and later jobs run.
+#[test]
+fn r11_8_a_removed_state_directory_is_recreated() {
+    let daemon = Daemon::start();
+    let state = daemon.sandbox.path.join("state");
+    for removed in [state.join("jobs"), state.clone()] {
+        std::fs::remove_dir_all(&removed).expect("remove");
+        let output = daemon.run(&["sh", "-c", "test -d \"$SCORE_TMPDIR\" && echo scratch ok"]);
+        assert_eq!(
+            code(&output),
+            Some(0),
+            "after removing {}: {}",
+            removed.display(),
+            stderr(&output)
+        );
+        assert!(stdout(&output).contains("scratch ok"));
+        assert!(daemon.ok("status").contains("accepting jobs"));
+    }
+    assert!(
+        daemon.log().contains("removed or replaced; made it again"),
+        "{}",
+        daemon.log()
+    );
+}
+
+/// Issue 11 item 8: when the state directory cannot be made usable again
+/// (here, `jobs` replaced by a link), jobs are refused with a message that
+/// names the path, never blamed on the program (126), and `status` says
+/// so; once repaired, jobs run again.
+#[test]
+fn r11_8_an_unusable_state_directory_refuses_jobs_and_says_why() {
+    let daemon = Daemon::start();
+    let jobs = daemon.sandbox.path.join("state/jobs");
+    std::fs::remove_dir_all(&jobs).expect("remove jobs");
+    std::os::unix::fs::symlink("/", &jobs).expect("plant a link");
+    let output = daemon.run(&["true"]);
+    let message = stderr(&output);
+    // Not 126 ("cannot execute"): the daemon, not the program, failed.
+    assert_eq!(code(&output), Some(scored::exitcode::INTERNAL), "{message}");
+    assert!(
+        message.contains("state/jobs: it is a symbolic link"),
+        "{message}"
+    );
+    let status = daemon.ok("status");
+    assert!(
+        status.contains("not accepting jobs: refusing")
+            && status.contains("state/jobs: it is a symbolic link"),
+        "{status}"
+    );
+    // Later submissions are refused at once, with the same reason.
+    let output = daemon.run(&["true"]);
+    assert_eq!(code(&output), Some(75), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("it is a symbolic link"),
+        "{}",
+        stderr(&output)
+    );
+    // Repaired: scored notices by itself and takes jobs again.
+    std::fs::remove_file(&jobs).expect("remove link");
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon
+            .ok("status")
+            .contains("accepting jobs")
+            && !daemon.ok("status").contains("not accepting")),
+        "{}",
+        daemon.ok("status")
+    );
+    assert_eq!(code(&daemon.run(&["true"])), Some(0));
+}
+
+/// Issue 13 finding 7: a link to `/` (and to /usr) in the scratch directory
+/// is not followed: the job's disk use stays what it wrote.
+#[test]
+fn r13_7_a_link_to_root_in_the_scratch_directory_is_not_followed() {
+    let daemon = Daemon::builder().timeslice("50ms").start();
+    let mut job = daemon.spawn(&[
+        "sh",
+        "-c",
+        "d=$SCORE_TMPDIR; ln -s / \"$d/root\"; mkdir \"$d/sub\"; ln -s /usr \"$d/sub/usr\"; \
+         head -c 300000 /dev/zero > \"$d/sub/data\"; echo ready; sleep 30",
+    ]);
+    job.wait_lines("ready", 1);
+    let disk = || daemon.job_field(1, "disk").as_u64().unwrap_or(0);
+    assert!(
+        wait_until(Duration::from_secs(10), || disk() >= 300_000),
+        "the job's file was never counted: {}",
+        disk()
+    );
+    // Its own file, its executable and two links: far below /usr's size.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        disk() < 5_000_000,
+        "disk use {} counts what the links point to",
+        disk()
+    );
+    job.signal(nix::sys::signal::Signal::SIGINT);
+    job.wait(Duration::from_secs(30));
+}
+
+/// Issue 13 finding 7: a job with fifty thousand files neither stalls
+/// the console nor escapes its disk limit: the walk is spread over samples
+/// and still finds the large file.
+#[test]
+fn r13_7_many_files_neither_stall_the_daemon_nor_escape_the_limit() {
+    let daemon = Daemon::builder()
+        .timeslice("50ms")
+        .rc("cluster 0 limit disk=1G\nqueue 1 set disk=100%\n")
+        .start();
+    let mut job = daemon.spawn(&[
+        "-priority=1,disk=20M",
+        "sh",
+        "-c",
+        "set -e; cd \"$SCORE_TMPDIR\"; mkdir many; cd many; seq 50000 | xargs touch; \
+         cd ..; echo ready; sleep 2; head -c 30000000 /dev/zero > big; sleep 60",
+    ]);
+    job.wait_lines("ready", 1);
+    // While the files are being walked, the console answers promptly.
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let start = std::time::Instant::now();
+        let status = daemon.ok("status");
+        slowest = slowest.max(start.elapsed());
+        assert!(status.contains("accepting jobs"), "{status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(slowest < Duration::from_secs(5), "status took {slowest:?}");
+    let (status, text) = job.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(scored::exitcode::LIMIT), "{text}");
+    assert!(text.contains("disk"), "{text}");
+}
+
+/// Issue 13 finding 7: a job without a disk limit of its own is still
+/// killed before it takes more than half of the cluster's disk pool.
+#[test]
+fn r13_7_a_job_without_a_disk_limit_cannot_take_the_whole_pool() {
+    let daemon = Daemon::builder()
+        .timeslice("50ms")
+        .rc("cluster 0 limit disk=8M\n")
+        .start();
+    let output = daemon.run(&[
+        "sh",
+        "-c",
+        "head -c 6000000 /dev/zero > \"$SCORE_TMPDIR/big\"; sleep 30",
+    ]);
+    assert_eq!(
+        code(&output),
+        Some(scored::exitcode::LIMIT),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        stderr(&output).contains("half of cluster default's disk limit"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// A stand-in for a daemon planted by another user: python3, started as
+/// root, binds `socket` (mode 0666, so that anyone may connect), becomes
+/// `owner` before listening (so the kernel reports `owner` as the server),
+/// and prints how many bytes the first client sent. `None` without python3.
+fn fake_server(socket: &Path, owner: &TestUser) -> Option<Child> {
+    const SERVER: &str = r#"
+import os, socket, sys
+path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(path)
+os.chmod(path, 0o666)
+os.setgid(gid)
+os.setuid(uid)
+server.listen(8)
+print("listening", flush=True)
+server.settimeout(30)
+total = 0
+try:
+    client, _ = server.accept()
+    client.settimeout(3)
+    while True:
+        data = client.recv(65536)
+        if not data:
+            break
+        total += len(data)
+except OSError:
+    pass
+print("received", total, flush=True)
+"#;
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(SERVER)
+        .arg(socket)
+        .arg(owner.uid.to_string())
+        .arg(owner.gid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .ok()?;
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    std::io::BufRead::read_line(&mut out, &mut line).expect("read");
+    assert_eq!(line.trim(), "listening");
+    child.stdout = Some(out.into_inner());
+    Some(child)
+}
+
+fn received(mut server: Child) -> String {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.id() as i32),
+        nix::sys::signal::Signal::SIGALRM,
+    );
+    let _ = server.kill();
+    let output = server.wait_with_output().expect("wait");
+    stdout(&output)
+}
+
+/// Issue 13 finding 2: scrun and sc_console refuse a socket in a directory
+/// that belongs to another user, and one whose server runs as another
+/// (non-root) user, before sending anything.
+#[test]
+fn r13_2_clients_refuse_a_socket_another_user_planted() {
+    let Some(users) = test_users("r13_2_clients_refuse_a_socket_another_user_planted") else {
+        return;
+    };
+    let sandbox = Sandbox::new();
+    // A directory of user b's, as /tmp/scored-UID would be if b made it first.
+    let planted_dir = user_dir(&sandbox, &users.b);
+    let planted = planted_dir.join("scored.sock");
+    // A socket in root's directory, but served by user b.
+    let served = sandbox.path.join("scored.sock");
+    for (socket, expected) in [
+        (
+            &planted,
+            format!(
+                "refusing the socket {}: its directory {} belongs to uid {}, not to you (uid {}) or root",
+                planted.display(),
+                planted_dir.display(),
+                users.b.uid,
+                users.a.uid
+            ),
+        ),
+        (
+            &served,
+            format!(
+                "refusing scored at {}: it runs as uid {}, not as you (uid {}) or root",
+                served.display(),
+                users.b.uid,
+                users.a.uid
+            ),
+        ),
+    ] {
+        let Some(server) = fake_server(socket, &users.b) else {
+            println!("skipped: r13_2_clients_refuse_a_socket_another_user_planted needs python3");
+            return;
+        };
+        let output = command_as(&users.a, &bin("scrun"), &["true"])
+            .env("SCORED_SOCKET", socket)
+            .env("SECRET_IN_ENV", "x")
+            .output()
+            .expect("scrun");
+        assert_eq!(code(&output), Some(scored::exitcode::UNREACHABLE), "{}", stderr(&output));
+        assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
+        let server_saw = received(server);
+        assert!(!server_saw.contains("received") || server_saw.contains("received 0"), "{server_saw}");
+        let _ = std::fs::remove_file(socket);
+
+        if socket == &planted {
+            // The same through the default socket ($XDG_RUNTIME_DIR/scored.sock):
+            // refused, and no private daemon is started in its place.
+            let server = fake_server(socket, &users.b).expect("python3");
+            let output = command_as(&users.a, &bin("scrun"), &["true"])
+                .env_remove("SCORED_SOCKET")
+                .env("XDG_RUNTIME_DIR", &planted_dir)
+                .output()
+                .expect("scrun");
+            assert_eq!(code(&output), Some(scored::exitcode::UNREACHABLE), "{}", stderr(&output));
+            assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
+            assert!(!stderr(&output).contains("private"), "{}", stderr(&output));
+            let server_saw = received(server);
+            assert!(!server_saw.contains("received") || server_saw.contains("received 0"), "{server_saw}");
+            let _ = std::fs::remove_file(socket);
+        }
+
+        let server = fake_server(socket, &users.b).expect("python3");
+        let socket_text = socket.display().to_string();
+        let output = command_as(&users.a, &bin("sc_console"), &["--socket", &socket_text, "-c", "status"])
+            .output()
+            .expect("sc_console");
+        assert_eq!(code(&output), Some(scored::exitcode::UNREACHABLE), "{}", stderr(&output));
+        assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
+        let server_saw = received(server);
+        assert!(!server_saw.contains("received") || server_saw.contains("received 0"), "{server_saw}");
+        let _ = std::fs::remove_file(socket);
+    }
+}
+
+/// The checks let the ordinary cases through: a root daemon for a plain
+/// user, and a plain user's own private daemon (single-user mode).
+#[test]
+fn r13_2_clients_still_reach_root_and_their_own_daemon() {
+    let Some(users) = test_users("r13_2_clients_still_reach_root_and_their_own_daemon") else {
+        return;
+    };
+    let daemon = Daemon::start();
+    let output = daemon
+        .scrun_as(&users.a, &["true"])
+        .output()
+        .expect("scrun");
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let sandbox = Sandbox::new();
+    let home = user_dir(&sandbox, &users.a);
+    let child = start_in(&home, Some(&users.a), &[]);
+    let socket = home.join("s.sock").display().to_string();
+    let output = command_as(
+        &users.a,
+        &bin("sc_console"),
+        &["--socket", &socket, "-c", "status"],
+    )
+    .output()
+    .expect("sc_console");
+    stop(child);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    // Single-user mode: nothing at the default socket, so scrun starts a
+    // private daemon as the user, and trusts it.
+    let runtime = home.join("run");
+    std::fs::create_dir(&runtime).expect("mkdir");
+    std::os::unix::fs::chown(&runtime, Some(users.a.uid), Some(users.a.gid)).expect("chown");
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let output = command_as(
+        &users.a,
+        &bin("scrun"),
+        &["sh", "-c", "echo private $SCORE_JOBID"],
+    )
+    .env_remove("SCORED_SOCKET")
+    .env("XDG_RUNTIME_DIR", &runtime)
+    .output()
+    .expect("scrun");
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), "private 1");
+    assert!(
+        stderr(&output).contains("started a private single-user scored"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// Issue 13 finding 9: another user's `jobs` and `job ID`, in text and
+/// JSON, show who runs what where and when, but not the command, the exit
+/// status or the reason (which may name files); the owner and root see all.
+#[test]
+fn r13_9_other_users_see_no_command_exit_or_reason() {
+    let Some(users) = test_users("r13_9_other_users_see_no_command_exit_or_reason") else {
+        return;
+    };
+    let daemon = Daemon::start();
+    // A finished job whose launch error names a path, and a running one.
+    let failed = daemon
+        .scrun_as(&users.a, &["/nonexistent/secret-dir/prog"])
+        .output()
+        .expect("scrun");
+    assert_ne!(code(&failed), Some(0));
+    let mut running = daemon.spawn_as(&users.a, &["sh", "-c", "echo up; exec sleep 30 secret-arg"]);
+    running.wait_lines("up", 1);
+    let as_user = |user: &TestUser, line: &str, json: bool| {
+        let socket = daemon.socket.display().to_string();
+        let mut args = vec!["--socket", socket.as_str()];
+        if json {
+            args.push("--json");
+        }
+        args.extend(["-c", line]);
+        let output = command_as(user, &bin("sc_console"), &args)
+            .output()
+            .expect("sc_console");
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+        stdout(&output)
+    };
+    for json in [false, true] {
+        for line in ["jobs all", "job 1", "job 2"] {
+            let seen_by_b = as_user(&users.b, line, json);
+            assert!(!seen_by_b.contains("secret"), "b sees {line}: {seen_by_b}");
+            assert!(seen_by_b.contains(&users.a.name), "{seen_by_b}");
+            let seen_by_a = as_user(&users.a, line, json);
+            assert!(seen_by_a.contains("secret"), "a's own {line}: {seen_by_a}");
+        }
+    }
+    // What b sees of job 1: the facts, without the command or the ending.
+    let record: serde_json::Value =
+        serde_json::from_str(&as_user(&users.b, "job 1", true)).expect("json");
+    assert_eq!(record["user"], users.a.name.as_str());
+    assert!(
+        record["state"].is_string() && record["hosts"].is_array(),
+        "{record}"
+    );
+    assert!(
+        record["command"].is_null() && record["exit"].is_null() && record["reason"].is_null(),
+        "{record}"
+    );
+    // Root (an operator) sees everything.
+    assert!(daemon.ok("job 1").contains("secret-dir"));
+    running.signal(nix::sys::signal::Signal::SIGINT);
+    running.wait(Duration::from_secs(30));
+}
+
+/// Issue 11 item 10: in the hosts database, CPUs that are not online are
+/// refused with FILE:LINE; a typo'd attribute and a memory larger than the
+/// machine's are accepted with warnings in the log that name FILE:LINE.
+#[test]
+fn r11_10_hosts_database_values_that_cannot_be_meant() {
+    start_fails_with(
+        "h0 cpus=0-1000\n",
+        &[
+            "scorehosts.db:1:4: host 'h0', attribute cpus: CPUs ",
+            "are not online (online CPUs: ",
+        ],
+    );
+    let daemon = Daemon::builder()
+        .hosts("h0 cpus=0 memroy=1G\nh1 cpus=0 memory=99T\n")
+        .start();
+    assert_eq!(code(&daemon.run(&["true"])), Some(0));
+    let log = daemon.log();
+    assert!(
+        log.contains("scorehosts.db:1:11: warning: host 'h0', attribute memroy: unknown attribute (did you mean memory?)"),
+        "{log}"
+    );
+    assert!(
+        log.contains("scorehosts.db:2:11: warning: host 'h1', attribute memory: 99T is more than this machine's memory"),
+        "{log}"
+    );
+}
+
+fn start_fails_with(hosts: &str, expected: &[&str]) {
+    let sandbox = Sandbox::new();
+    let output = Command::new(bin("scored"))
+        .arg("--hosts")
+        .arg(sandbox.write("scorehosts.db", hosts))
+        .arg("--socket")
+        .arg(sandbox.path.join("s.sock"))
+        .arg("--state-dir")
+        .arg(sandbox.path.join("state"))
+        .output()
+        .expect("scored");
+    let log = stderr(&output);
+    assert_eq!(code(&output), Some(1), "{log}");
+    for part in expected {
+        assert!(log.contains(part), "expected {part:?} in:\n{log}");
+    }
+}
+
+/// Issue 11 item 10: the console and scored.rc refuse a limit of 0 and a
+/// queue share without `%`, and accept a memory limit above the machine's
+/// with a warning (in the reply, and in the log for scored.rc).
+#[test]
+fn r11_10_console_and_rc_values_that_cannot_be_meant() {
+    let daemon = Daemon::builder().rc("cluster 0 limit memory=99T\n").start();
+    let log = daemon.log();
+    assert!(
+        log.contains(
+            "scored.rc:1: warning: memory 99T per host is more than this machine's memory"
+        ),
+        "{log}"
+    );
+    for (line, expected) in [
+        (
+            "cluster 0 limit memory=0",
+            "a memory limit of 0 would kill every job at its first sample; give a size above 0, or memory=none for no limit",
+        ),
+        ("cluster 0 limit disk=0", "a disk limit of 0 would kill every job"),
+        (
+            "queue 1 set memory=50",
+            "a queue's memory limit is a share of the cluster's, written with %: memory=50%",
+        ),
+        ("queue 1 set disk=0%", "a disk share of 0% would kill every job"),
+    ] {
+        let output = daemon.console(line);
+        assert_eq!(code(&output), Some(1), "{line}: {}", stdout(&output));
+        let text = format!("{}{}", stdout(&output), stderr(&output));
+        assert!(text.contains(expected), "{line}: {text}");
+    }
+    // Nothing changed: the limits are those the rc file set.
+    let clusters = daemon.ok("clusters");
+    assert!(clusters.contains("99T"), "{clusters}");
+    assert!(daemon.ok("queues").lines().all(|row| !row.contains("50%")));
+    let reply = daemon.ok("cluster 0 limit memory=98T");
+    assert!(
+        reply.contains("warning: memory 98T per host is more than this machine's memory"),
+        "{reply}"
+    );
+    // A job still runs under the limit as given.
+    assert_eq!(code(&daemon.run(&["true"])), Some(0));
+
+    let sandbox = Sandbox::new();
+    let output = Command::new(bin("scored"))
+        .arg("--rc")
+        .arg(sandbox.write("scored.rc", "queue 1 set memory=50\n"))
+        .arg("--socket")
+        .arg(sandbox.path.join("s.sock"))
+        .arg("--state-dir")
+        .arg(sandbox.path.join("state"))
+        .output()
+        .expect("scored");
+    assert_eq!(code(&output), Some(1));
+    assert!(
+        stderr(&output).contains("scored.rc:1: bad setting 'memory=50' in 'queue 1 set memory=50': a queue's memory limit is a share of the cluster's, written with %: memory=50%"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// Disk use of a job too short to be sampled still reaches its record:
+/// the walk takes one more bounded step when the job's processes are gone.
+#[test]
+fn r13_7_a_short_job_reports_its_scratch_use() {
+    let daemon = Daemon::start();
+    let output = daemon.run(&["sh", "-c", "head -c 200000 /dev/zero > \"$SCORE_TMPDIR/f\""]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let peak = daemon.job_field(1, "peak disk").as_u64().unwrap_or(0);
+    assert!((200_000..5_000_000).contains(&peak), "peak disk {peak}");
+}
