@@ -946,7 +946,12 @@ impl Core {
 
     /// The packed launch data of a request, shared with any identical one.
     fn intern_launch(&mut self, request: &JobRequest) -> Launch {
-        let launch = Launch::pack(&request.stages, &request.env, &request.cwd);
+        let launch = Launch::pack_with(
+            &request.stages,
+            &request.env,
+            &request.cwd,
+            &request.inherited,
+        );
         let bucket = self.launches.entry(launch_key(&launch)).or_default();
         if let Some(existing) = bucket.iter().find(|known| **known == launch) {
             return existing.clone();
@@ -2337,6 +2342,7 @@ fn launch_plan(job: &Job) -> LaunchPlan {
         hosts: job.hosts.clone(),
         env: job.spec.launch.env(),
         cwd: job.spec.launch.cwd(),
+        inherited: job.spec.launch.inherited(),
     }
 }
 

@@ -1205,6 +1205,7 @@ pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
     if submit.cwd.as_bytes().first() != Some(&b'/') || submit.cwd.as_bytes().contains(&0) {
         return Err("the working directory must be an absolute path".into());
     }
+    let inherited = crate::inherit::check(&submit.ignored_signals, &submit.rlimits, submit.umask)?;
     let env = submit
         .env
         .iter()
@@ -1228,6 +1229,7 @@ pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
         disk: submit.options.disk,
         env,
         cwd: submit.cwd.to_os(),
+        inherited,
     })
 }
 

@@ -16,6 +16,7 @@ pub mod evloop;
 pub mod exitcode;
 pub mod hosts;
 pub mod ids;
+pub mod inherit;
 pub mod job;
 pub mod paths;
 pub mod proto;

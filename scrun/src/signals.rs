@@ -31,11 +31,20 @@ pub struct Signals {
 }
 
 impl Signals {
-    /// Blocks the handled signals and opens the signalfd.
-    pub fn block() -> nix::Result<Signals> {
+    /// Blocks the handled signals and opens the signalfd. A signal in
+    /// `inherited_ignored` (ignored when scrun started, as under `nohup`,
+    /// or SIGINT and SIGQUIT for a background job of a non-interactive
+    /// shell) is left ignored, as the program itself would have it: it
+    /// neither kills nor holds the job. SIGCONT and SIGCHLD are read
+    /// whatever their disposition, since ignoring them changes nothing
+    /// scrun relies on.
+    pub fn block(inherited_ignored: &[i32]) -> nix::Result<Signals> {
         let mut mask = SigSet::empty();
         for signal in HANDLED {
-            mask.add(signal);
+            let always = matches!(signal, Signal::SIGCONT | Signal::SIGCHLD);
+            if always || !inherited_ignored.contains(&(signal as i32)) {
+                mask.add(signal);
+            }
         }
         mask.thread_block()?;
         let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;

@@ -97,6 +97,9 @@ fn submit_request(daemon: &Daemon) -> Request {
                 ("SCORED_TEST_TAG".into(), daemon.tag.as_str().into()),
             ],
             cwd: proto::WireBytes::from_os(daemon.sandbox.path.as_os_str()),
+            ignored_signals: Vec::new(),
+            rlimits: Vec::new(),
+            umask: None,
         },
     }
 }

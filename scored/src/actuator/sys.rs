@@ -340,3 +340,58 @@ pub fn page_size() -> u64 {
         4096
     }
 }
+
+/// Gives the calling process the signal state a program started from a
+/// shell has: every signal at its default disposition except those in
+/// `ignored` (bit `n - 1` for signal `n`), which are ignored, and an empty
+/// signal mask. The daemon's own handlers would be reset by exec anyway,
+/// but its ignored signals and its mask (blocked for the signalfd) would
+/// not.
+///
+/// Signals the C library reserves for itself (32 and 33 on glibc) refuse
+/// a new disposition; they are left as they are.
+pub fn reset_signals(ignored: u64) -> io::Result<()> {
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        let handler = if ignored & (1 << (signal - 1)) != 0 {
+            libc::SIG_IGN
+        } else {
+            libc::SIG_DFL
+        };
+        // SAFETY: an all-zero sigaction is a valid value to fill in.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = handler;
+        // SAFETY: `action.sa_mask` is a valid sigset_t inside `action`.
+        unsafe { libc::sigemptyset(&mut action.sa_mask) };
+        // SAFETY: `action` is a valid sigaction naming SIG_IGN or SIG_DFL;
+        // no handler code is installed. A refused number (EINVAL) is one
+        // the C library keeps for itself.
+        let ret = unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) };
+        if ret == -1 {
+            let error = io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EINVAL) {
+                return Err(error);
+            }
+        }
+    }
+    // SAFETY: an all-zero sigset_t is a valid value to initialise.
+    let mut empty: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `empty` is a valid, writable sigset_t; a null old-set
+    // pointer is allowed.
+    let ret = unsafe {
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut())
+    };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(())
+}
+
+/// Sets the file mode creation mask of the calling process.
+pub fn set_umask(mask: u32) {
+    // SAFETY: umask cannot fail; it only replaces the process's mask.
+    unsafe { libc::umask(mask as libc::mode_t) };
+}

@@ -230,6 +230,7 @@ impl Sim {
             disk: None,
             env: vec![],
             cwd: OsString::from("/"),
+            inherited: Default::default(),
         };
         self.input(Input::Submit {
             client: ClientToken(client),
@@ -550,6 +551,7 @@ fn sequence_stages_run_one_after_another_and_stop_at_a_failure() {
         disk: None,
         env: vec![],
         cwd: "/".into(),
+        inherited: Default::default(),
     };
     sim.input(Input::Submit {
         client: ClientToken(client),
