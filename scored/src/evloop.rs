@@ -473,6 +473,7 @@ impl<A: Actuator> Daemon<A> {
                         kind,
                         status: ending.status,
                         reason: ending.reason.clone(),
+                        signal: ending.signal,
                         accounting,
                     },
                     true,

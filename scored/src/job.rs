@@ -509,6 +509,8 @@ pub struct Job {
     pub kill_deadline: Option<Tick>,
     /// The first failing rank's status.
     pub failure: Option<ExitStatus>,
+    /// Which rank that was: (stage, rank).
+    pub failed_rank: Option<(usize, u32)>,
     /// When it was submitted.
     pub submitted_at: Tick,
     /// When it was admitted.

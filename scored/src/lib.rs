@@ -22,4 +22,5 @@ pub mod paths;
 pub mod proto;
 pub mod queue;
 pub mod sched;
+pub mod signame;
 pub mod units;

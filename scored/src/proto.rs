@@ -286,6 +286,10 @@ pub enum Reply {
         status: i32,
         /// A sentence for the user, such as `killed: memory 80M over the limit of 64M on host0`.
         reason: String,
+        /// The signal that ended the process whose status is the job's,
+        /// if a signal did (scrun names it).
+        #[serde(default)]
+        signal: Option<i32>,
         /// Its accounting.
         accounting: Accounting,
     },
