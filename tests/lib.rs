@@ -93,6 +93,7 @@ pub struct DaemonBuilder {
     timeslice: Option<String>,
     args: Vec<String>,
     nofile: Option<(u64, u64)>,
+    ignored: Vec<i32>,
 }
 
 impl DaemonBuilder {
@@ -130,6 +131,13 @@ impl DaemonBuilder {
     /// Starts the daemon with this descriptor limit (soft, hard).
     pub fn nofile(mut self, soft: u64, hard: u64) -> Self {
         self.nofile = Some((soft, hard));
+        self
+    }
+
+    /// Starts the daemon with these signals ignored, as `nohup` or a
+    /// script's `&` would start it.
+    pub fn ignoring(mut self, signals: &[i32]) -> Self {
+        self.ignored.extend_from_slice(signals);
         self
     }
 
@@ -171,6 +179,22 @@ impl DaemonBuilder {
                         hard,
                     )
                     .map_err(std::io::Error::from)
+                });
+            }
+        }
+        if !self.ignored.is_empty() {
+            use std::os::unix::process::CommandExt;
+            let ignored = self.ignored.clone();
+            // SAFETY: the closure only calls signal(2) with SIG_IGN, which
+            // allocates nothing and takes no lock, between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    for &signal in &ignored {
+                        if libc::signal(signal, libc::SIG_IGN) == libc::SIG_ERR {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    Ok(())
                 });
             }
         }

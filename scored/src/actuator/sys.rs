@@ -348,8 +348,9 @@ pub fn page_size() -> u64 {
 /// but its ignored signals and its mask (blocked for the signalfd) would
 /// not.
 ///
-/// Signals the C library reserves for itself (32 and 33 on glibc) refuse
-/// a new disposition; they are left as they are.
+/// Signals the C library reserves for itself (32 and 33 on glibc) are
+/// refused by its `sigaction`; they are set through the system call itself
+/// ([`raw_set_disposition`]), since a program inherits them like any other.
 pub fn reset_signals(ignored: u64) -> io::Result<()> {
     for signal in 1..=64 {
         if signal == libc::SIGKILL || signal == libc::SIGSTOP {
@@ -374,6 +375,7 @@ pub fn reset_signals(ignored: u64) -> io::Result<()> {
             if error.raw_os_error() != Some(libc::EINVAL) {
                 return Err(error);
             }
+            raw_set_disposition(signal, handler)?;
         }
     }
     // SAFETY: an all-zero sigset_t is a valid value to initialise.
@@ -387,6 +389,48 @@ pub fn reset_signals(ignored: u64) -> io::Result<()> {
     if ret != 0 {
         return Err(io::Error::from_raw_os_error(ret));
     }
+    Ok(())
+}
+
+/// `rt_sigaction(signal, {handler, no flags, empty mask})` without the C
+/// library, for the signals it keeps to itself. The kernel's structure
+/// starts with the handler on these architectures, and every other field
+/// (flags, restorer where there is one, mask) is zero.
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64"
+))]
+fn raw_set_disposition(signal: i32, handler: libc::sighandler_t) -> io::Result<()> {
+    let action: [usize; 4] = [handler, 0, 0, 0];
+    // SAFETY: `action` outlives the call and is at least as large as the
+    // kernel's sigaction on these architectures; its handler is SIG_DFL or
+    // SIG_IGN, so no code is installed. 8 is the size of the kernel's
+    // signal set.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            signal,
+            action.as_ptr(),
+            std::ptr::null_mut::<usize>(),
+            8usize,
+        )
+    })?;
+    Ok(())
+}
+
+/// Elsewhere the kernel's structure differs; those signals keep what the
+/// daemon had.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64"
+)))]
+fn raw_set_disposition(_signal: i32, _handler: libc::sighandler_t) -> io::Result<()> {
     Ok(())
 }
 
