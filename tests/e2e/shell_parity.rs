@@ -499,6 +499,17 @@ fn signals_work_inside_a_job() {
     }
 }
 
+/// The parent of `pid`, from /proc/PID/stat.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// scrun started by `how` (a shell line with `SCRUN` in it, printing
 /// scrun's pid first), signalled with `signal` once the job runs: the job
 /// must run to its end, as the program alone would.
@@ -519,7 +530,8 @@ fn survives(daemon: &Daemon, how: &str, signal: Signal) {
         let mut byte = [0u8; 1];
         // The pid line and `up` from the job, in either order.
         let pid = |seen: &str| {
-            seen.lines()
+            seen.split_inclusive('\n')
+                .filter(|line| line.ends_with('\n'))
                 .find_map(|line| line.trim().parse::<i32>().ok())
         };
         while pid(&seen).is_none() || !seen.contains("up\n") {
@@ -529,6 +541,12 @@ fn survives(daemon: &Daemon, how: &str, signal: Signal) {
             }
         }
         let pid = pid(&seen).expect("seen above");
+        // Never signal anything but the shell's own child.
+        assert_eq!(
+            parent_of(pid),
+            Some(child.id() as i32),
+            "{label}: {pid} is not the shell's child"
+        );
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
         let mut rest = String::new();
         let _ = output.read_to_string(&mut rest);

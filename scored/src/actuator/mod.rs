@@ -369,6 +369,13 @@ impl OsActuator {
         let cgroup_procs = procs_state.cgroup_procs.clone();
         let become_user = self.daemon_uid == 0 && plan.user.uid != 0;
         let groups: Vec<libc::gid_t> = plan.user.groups.clone();
+        // The signals whose disposition the children must change: those
+        // the daemon ignores and the job must not, and the other way
+        // round. Handlers are reset by exec; where the daemon's state
+        // cannot be read, every signal is set.
+        let daemon_ignored = sys::ignored_signals();
+        let signals_to_change =
+            daemon_ignored.map_or(u64::MAX, |daemon| daemon ^ plan.inherited.ignored);
         let mut seen_exes: BTreeSet<PathBuf> = BTreeSet::new();
         for proc_plan in &plan.procs {
             let argv = &plan.argv[proc_plan.stage - plan.first_stage];
@@ -487,7 +494,7 @@ impl OsActuator {
                     // The signal state of a program started from the
                     // caller's shell: the daemon's mask (blocked for its
                     // signalfd) and its inherited ignores must not leak.
-                    sys::reset_signals(ignored)?;
+                    sys::reset_signals(ignored, signals_to_change)?;
                     // Last, after the change of credentials, so that a
                     // hard limit is only ever lowered, as the user could;
                     // the descriptor limit last of all: nothing after it
