@@ -1004,11 +1004,13 @@ impl Core {
         record.ranks_left = record.ranks_left.saturating_sub(1);
         // In a pipeline (`==`), as in a shell without `set -o pipefail`,
         // the job's status is that of its last stage: an earlier stage's
-        // exit code does not count, and SIGPIPE, the normal end of a
-        // producer whose consumer stopped reading, is no failure at all.
+        // exit code does not count, nor does the signal of a kill already
+        // under way, and SIGPIPE, the normal end of a producer whose
+        // consumer stopped reading, is no failure at all.
         let producer =
             record.spec.joiner == Joiner::Pipe && stage + 1 < record.spec.launch.n_stages();
-        if producer && matches!(status, ExitStatus::Code(_) | ExitStatus::Signal(SIGPIPE)) {
+        let normal = matches!(status, ExitStatus::Code(_) | ExitStatus::Signal(SIGPIPE));
+        if producer && (normal || record.ending.is_some()) {
             return;
         }
         if !status.success() && record.failure.is_none() {

@@ -690,6 +690,23 @@ fn a_pipeline_has_the_status_of_its_last_stage() {
 }
 
 #[test]
+fn a_killed_pipeline_has_the_status_of_its_last_stage() {
+    let mut sim = Sim::new(1, 100);
+    let client = submit_pipeline(&mut sim);
+    sim.procs.remove(&JobId(1));
+    sim.cmd(&root(), "kill 1");
+    // The producers die of the SIGTERM; the last stage handles it and exits.
+    stage_exits(&mut sim, 0, ExitStatus::Signal(15));
+    stage_exits(&mut sim, 1, ExitStatus::Signal(15));
+    stage_exits(&mut sim, 2, ExitStatus::Code(0));
+    sim.input(Input::ProcessesGone(JobId(1)));
+    check(
+        &sim.client(client),
+        "admitted 1, started 1, ended 1 Killed 0",
+    );
+}
+
+#[test]
 fn a_pipeline_stage_that_crashes_still_ends_the_job() {
     let mut sim = Sim::new(1, 100);
     let client = submit_pipeline(&mut sim);
