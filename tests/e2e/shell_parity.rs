@@ -627,3 +627,66 @@ fn ctrl_c_on_a_terminal_ends_the_job_with_sigterm() {
         started.elapsed()
     );
 }
+
+#[test]
+fn as_a_plain_user_pipelines_kills_and_signals_behave_as_in_a_shell() {
+    let Some(users) =
+        test_users("as_a_plain_user_pipelines_kills_and_signals_behave_as_in_a_shell")
+    else {
+        return;
+    };
+    let daemon = Daemon::builder().arg("--kill-grace=20s").start();
+    let user = &users.a;
+    for _ in 0..3 {
+        let output = daemon
+            .scrun_as(user, &["yes", "==", "head", "-n", "2"])
+            .output()
+            .expect("run");
+        assert_eq!(code(&output), Some(0), "{}", out(&output));
+        assert_eq!(stdout(&output), "y\ny\n", "{}", out(&output));
+    }
+    let trap = "trap 'echo trapped; exit 0' TERM; echo id $SCORE_JOBID; sleep 60 & wait";
+    // Killed by its owner, through the console as that user.
+    let mut job = daemon.spawn_as(user, &["bash", "-c", trap]);
+    let id = job_id(&mut job);
+    let reply = daemon.console_as(user, &format!("kill {id}"));
+    assert_eq!(code(&reply), Some(0), "{}", out(&reply));
+    let (status, message) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{message}");
+    assert!(
+        message.contains("asked to end by its owner; it exited with status 0"),
+        "{message}"
+    );
+    // Killed by an operator (root), who is named as such.
+    let mut job = daemon.spawn_as(user, &["dash", "-c", trap]);
+    let id = job_id(&mut job);
+    daemon.ok(&format!("kill {id}"));
+    let (status, message) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{message}");
+    assert!(
+        message.contains("asked to end by an operator; it exited with status 0"),
+        "{message}"
+    );
+    // A crash is named; a signal inside the job works.
+    let output = daemon
+        .scrun_as(user, &["sh", "-c", "kill -SEGV $$"])
+        .output()
+        .expect("run");
+    assert_eq!(code(&output), Some(139), "{}", out(&output));
+    assert!(
+        stderr(&output).contains("rank 0 killed by SIGSEGV (segmentation fault)"),
+        "{}",
+        out(&output)
+    );
+    let started = Instant::now();
+    let output = daemon
+        .scrun_as(user, &["sh", "-c", "timeout 1 sleep 5; echo $?"])
+        .output()
+        .expect("run");
+    assert_eq!(stdout(&output), "124\n", "{}", out(&output));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+}
