@@ -94,6 +94,7 @@ pub struct DaemonBuilder {
     args: Vec<String>,
     nofile: Option<(u64, u64)>,
     ignored: Vec<i32>,
+    blocked: Vec<i32>,
 }
 
 impl DaemonBuilder {
@@ -138,6 +139,13 @@ impl DaemonBuilder {
     /// script's `&` would start it.
     pub fn ignoring(mut self, signals: &[i32]) -> Self {
         self.ignored.extend_from_slice(signals);
+        self
+    }
+
+    /// Starts the daemon with these signals blocked, as a parent that
+    /// reads its signals through a signalfd (scrun) leaves them.
+    pub fn blocking(mut self, signals: &[i32]) -> Self {
+        self.blocked.extend_from_slice(signals);
         self
     }
 
@@ -196,6 +204,20 @@ impl DaemonBuilder {
                     }
                     Ok(())
                 });
+            }
+        }
+        if !self.blocked.is_empty() {
+            use std::os::unix::process::CommandExt;
+            let mut set = nix::sys::signal::SigSet::empty();
+            for &signal in &self.blocked {
+                if let Ok(signal) = nix::sys::signal::Signal::try_from(signal) {
+                    set.add(signal);
+                }
+            }
+            // SAFETY: the closure only calls sigprocmask on a set made
+            // before the fork; it allocates nothing and takes no lock.
+            unsafe {
+                command.pre_exec(move || set.thread_block().map_err(std::io::Error::from));
             }
         }
         command

@@ -221,8 +221,11 @@ pub struct Daemon<A: Actuator> {
     spare_fd: Option<std::fs::File>,
 }
 
-/// Blocks the signals the loop reads through its signalfd. Must run before
-/// any thread exists, so that no thread receives them the default way.
+/// Blocks the signals the loop reads through its signalfd, and only those:
+/// a mask inherited from the parent (scrun blocks its own signals before
+/// it starts a private scored) is replaced, so that SIGALRM and the rest
+/// keep working. Must run before any thread exists, so that no thread
+/// receives them the default way.
 pub fn block_signals() -> nix::Result<SigSet> {
     let mut set = SigSet::empty();
     for signal in [
@@ -233,7 +236,7 @@ pub fn block_signals() -> nix::Result<SigSet> {
     ] {
         set.add(signal);
     }
-    set.thread_block()?;
+    set.thread_set_mask()?;
     Ok(set)
 }
 

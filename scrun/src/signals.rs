@@ -3,9 +3,10 @@
 //! [`Signals::block`] blocks them for the (only) thread and opens a
 //! non-blocking signalfd, so that they arrive as readable data in the same
 //! `poll` as the daemon's replies and no code ever runs inside a signal
-//! handler. Blocking must happen before anything else can raise them; the
-//! private scored and the job do not inherit the mask, because
-//! `std::process::Command` resets it in the child.
+//! handler. Blocking must happen before anything else can raise them. A
+//! private scored inherits the mask and replaces it with its own at start;
+//! the job never sees it, since scored gives every job process an empty
+//! mask.
 #![forbid(unsafe_code)]
 
 use std::os::fd::{AsFd, BorrowedFd};

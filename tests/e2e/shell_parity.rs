@@ -90,11 +90,40 @@ fn blocks_nothing(state: &str) -> bool {
 }
 
 /// A daemon as a careless start leaves it: from `nohup` and a script's
-/// `&`, with SIGHUP, SIGINT and SIGQUIT ignored, which must not reach jobs.
+/// `&`, with SIGHUP, SIGINT and SIGQUIT ignored, and from a parent that
+/// blocks signals (as scrun starts a private scored), none of which may
+/// reach jobs.
 fn careless_daemon() -> Daemon {
     Daemon::builder()
         .ignoring(&[libc::SIGHUP, libc::SIGINT, libc::SIGQUIT])
+        .blocking(&[libc::SIGALRM, libc::SIGUSR1, libc::SIGTSTP, libc::SIGCONT])
         .start()
+}
+
+/// The `SigBlk:` value of a process.
+fn blocked_mask(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let hex = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigBlk:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+#[test]
+fn scored_replaces_an_inherited_mask_with_its_own() {
+    let daemon = careless_daemon();
+    let own = [libc::SIGHUP, libc::SIGINT, libc::SIGTERM, libc::SIGCHLD]
+        .iter()
+        .fold(0u64, |mask, signal| mask | 1 << (signal - 1));
+    assert_eq!(
+        blocked_mask(daemon.pid()),
+        Some(own),
+        "scored kept signals its parent blocked (SIGALRM among them, which bounds its waits)"
+    );
+    // And it still switches and reaps: a job runs to its end.
+    let output = daemon.run(&["sh", "-c", SIGNAL_STATE]);
+    assert_eq!(code(&output), Some(0), "{}", out(&output));
+    assert!(blocks_nothing(&stdout(&output)), "{}", out(&output));
 }
 
 #[test]
