@@ -93,6 +93,8 @@ pub struct DaemonBuilder {
     timeslice: Option<String>,
     args: Vec<String>,
     nofile: Option<(u64, u64)>,
+    ignored: Vec<i32>,
+    blocked: Vec<i32>,
 }
 
 impl DaemonBuilder {
@@ -130,6 +132,20 @@ impl DaemonBuilder {
     /// Starts the daemon with this descriptor limit (soft, hard).
     pub fn nofile(mut self, soft: u64, hard: u64) -> Self {
         self.nofile = Some((soft, hard));
+        self
+    }
+
+    /// Starts the daemon with these signals ignored, as `nohup` or a
+    /// script's `&` would start it.
+    pub fn ignoring(mut self, signals: &[i32]) -> Self {
+        self.ignored.extend_from_slice(signals);
+        self
+    }
+
+    /// Starts the daemon with these signals blocked, as a parent that
+    /// reads its signals through a signalfd (scrun) leaves them.
+    pub fn blocking(mut self, signals: &[i32]) -> Self {
+        self.blocked.extend_from_slice(signals);
         self
     }
 
@@ -172,6 +188,36 @@ impl DaemonBuilder {
                     )
                     .map_err(std::io::Error::from)
                 });
+            }
+        }
+        if !self.ignored.is_empty() {
+            use std::os::unix::process::CommandExt;
+            let ignored = self.ignored.clone();
+            // SAFETY: the closure only calls signal(2) with SIG_IGN, which
+            // allocates nothing and takes no lock, between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    for &signal in &ignored {
+                        if libc::signal(signal, libc::SIG_IGN) == libc::SIG_ERR {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    Ok(())
+                });
+            }
+        }
+        if !self.blocked.is_empty() {
+            use std::os::unix::process::CommandExt;
+            let mut set = nix::sys::signal::SigSet::empty();
+            for &signal in &self.blocked {
+                if let Ok(signal) = nix::sys::signal::Signal::try_from(signal) {
+                    set.add(signal);
+                }
+            }
+            // SAFETY: the closure only calls sigprocmask on a set made
+            // before the fork; it allocates nothing and takes no lock.
+            unsafe {
+                command.pre_exec(move || set.thread_block().map_err(std::io::Error::from));
             }
         }
         command

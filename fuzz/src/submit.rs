@@ -12,6 +12,8 @@
 //!   drops exactly the environment entries that hold a NUL byte, has 1 to
 //!   64 stages each with a non-empty program and no NUL byte, asks for
 //!   1 to 65536 processes, and lays them out on hosts of any size;
+//! - accepted ignored signals, limits and umask are valid (1-64 but not
+//!   SIGKILL or SIGSTOP, soft at most hard, a mask of at most 0777);
 //! - the `Submit` survives encoding and decoding as a protocol frame.
 #![forbid(unsafe_code)]
 
@@ -96,6 +98,28 @@ pub fn check(data: &[u8]) {
         .map(|(key, value)| (key.to_os(), value.to_os()))
         .collect();
     assert_eq!(job.env, env, "the environment changed");
+    for &signal in &submit.ignored_signals {
+        assert!(
+            (1..=64).contains(&signal)
+                && signal != 9
+                && signal != 19
+                && job.inherited.ignores(signal),
+            "accepted ignored signal {signal}"
+        );
+    }
+    assert_eq!(
+        job.inherited.rlimits.len(),
+        submit.rlimits.len(),
+        "limits lost"
+    );
+    for (limit, &(_, soft, hard)) in submit.rlimits.iter().zip(&job.inherited.rlimits) {
+        assert!(soft <= hard, "accepted {limit:?} with soft above hard");
+    }
+    assert!(
+        job.inherited.umask.is_none_or(|mask| mask <= 0o777),
+        "accepted umask {:?}",
+        job.inherited.umask
+    );
 
     let (procs, total) = match options.procs {
         proto::ProcRequest::Nodes(n) => (ProcRequest::Nodes(n), u64::from(n)),
@@ -228,11 +252,33 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
     let n_env = usize::from(reader.byte() % 8);
     let env = (0..n_env).map(|_| (reader.wire(), reader.wire())).collect();
     let cwd = reader.wire();
+    // Read last, so that inputs saved before these fields existed decode
+    // the rest as they did.
+    let n_ignored = usize::from(reader.byte() % 4);
+    let ignored_signals = (0..n_ignored)
+        .map(|_| i32::from(reader.byte() as i8))
+        .collect();
+    let n_limits = usize::from(reader.byte() % 4);
+    let rlimits = (0..n_limits)
+        .map(|_| {
+            let name = scored::inherit::RLIMIT_NAMES;
+            let pick = usize::from(reader.byte());
+            proto::WireRlimit {
+                resource: name.get(pick).map_or("bogus", |n| n).to_string(),
+                soft: reader.option(Reader::u64),
+                hard: reader.option(Reader::u64),
+            }
+        })
+        .collect();
+    let umask = reader.option(Reader::u32);
     Submit {
         stages,
         joiner,
         options,
         env,
         cwd,
+        ignored_signals,
+        rlimits,
+        umask,
     }
 }

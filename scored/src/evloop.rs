@@ -221,8 +221,11 @@ pub struct Daemon<A: Actuator> {
     spare_fd: Option<std::fs::File>,
 }
 
-/// Blocks the signals the loop reads through its signalfd. Must run before
-/// any thread exists, so that no thread receives them the default way.
+/// Blocks the signals the loop reads through its signalfd, and only those:
+/// a mask inherited from the parent (scrun blocks its own signals before
+/// it starts a private scored) is replaced, so that SIGALRM and the rest
+/// keep working. Must run before any thread exists, so that no thread
+/// receives them the default way.
 pub fn block_signals() -> nix::Result<SigSet> {
     let mut set = SigSet::empty();
     for signal in [
@@ -233,7 +236,7 @@ pub fn block_signals() -> nix::Result<SigSet> {
     ] {
         set.add(signal);
     }
-    set.thread_block()?;
+    set.thread_set_mask()?;
     Ok(set)
 }
 
@@ -473,6 +476,7 @@ impl<A: Actuator> Daemon<A> {
                         kind,
                         status: ending.status,
                         reason: ending.reason.clone(),
+                        signal: ending.signal,
                         accounting,
                     },
                     true,
@@ -1203,6 +1207,7 @@ pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
     if submit.cwd.as_bytes().first() != Some(&b'/') || submit.cwd.as_bytes().contains(&0) {
         return Err("the working directory must be an absolute path".into());
     }
+    let inherited = crate::inherit::check(&submit.ignored_signals, &submit.rlimits, submit.umask)?;
     let env = submit
         .env
         .iter()
@@ -1226,6 +1231,7 @@ pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
         disk: submit.options.disk,
         env,
         cwd: submit.cwd.to_os(),
+        inherited,
     })
 }
 

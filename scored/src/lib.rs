@@ -15,4 +15,4 @@ pub mod evloop;
 pub mod hostsfile;
 
 pub use scored_core::{admission, cluster, core, hosts, ids, job, queue, sched};
-pub use scored_proto::{client, command, exitcode, paths, proto, units};
+pub use scored_proto::{client, command, exitcode, inherit, paths, proto, signame, units};

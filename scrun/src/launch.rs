@@ -26,15 +26,18 @@ use crate::single::{self, PrivateDaemon};
 /// Runs the job and returns scrun's exit status. Everything scrun has to
 /// say is already on stderr when this returns.
 pub fn run(invocation: &Invocation) -> i32 {
+    // Read before scrun changes anything, so that the job gets what the
+    // caller gave scrun.
+    let caller = crate::caller::read();
     // The request is built first, so that a job too large to send never
     // starts a private daemon.
-    let request = match crate::submit::build(invocation) {
+    let request = match crate::submit::build(invocation, &caller) {
         Ok(request) => request,
         Err(fatal) => return report_fatal(&fatal),
     };
     // Blocked before connecting, so that an early Ctrl-C is read from the
     // signalfd rather than killing scrun between submission and the loop.
-    let signals = match Signals::block() {
+    let signals = match Signals::block(&caller.ignored_signals) {
         Ok(signals) => signals,
         Err(errno) => {
             return report_fatal(&Fatal::with_source(

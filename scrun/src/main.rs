@@ -6,6 +6,7 @@
 //! (rejected), 76 (killed by a limit), 128+N (scrun left on signal N).
 #![forbid(unsafe_code)]
 
+mod caller;
 mod error;
 mod launch;
 mod report;

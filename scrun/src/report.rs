@@ -9,6 +9,9 @@ use scored_proto::exitcode;
 use scored_proto::proto::{Accounting, EndKind, Reply};
 use scored_proto::units::format_size;
 
+/// SIGPIPE's number.
+const SIGPIPE: i32 = 13;
+
 /// How scrun ends: what it prints on stderr (whole lines, possibly none)
 /// and its exit status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,8 +53,11 @@ pub fn final_report(reply: &Reply, stat: bool) -> Option<Final> {
             kind,
             status,
             reason,
+            signal,
             accounting,
-        } => Some(ended(*job, kind, *status, reason, accounting, stat)),
+        } => Some(ended(
+            *job, kind, *status, reason, *signal, accounting, stat,
+        )),
         Reply::Error { message } => Some(Final::line(
             exitcode::INTERNAL,
             format!("scored: {message}"),
@@ -64,12 +70,13 @@ pub fn final_report(reply: &Reply, stat: bool) -> Option<Final> {
 }
 
 /// The end of a job: the accounting block if asked for, the reason unless
-/// the job simply exited, and the status to pass on.
+/// the job simply exited with a code, and the status to pass on.
 fn ended(
     job: u64,
     kind: &EndKind,
     status: i32,
     reason: &str,
+    signal: Option<i32>,
     accounting: &Accounting,
     stat: bool,
 ) -> Final {
@@ -83,8 +90,13 @@ fn ended(
     if stat {
         stderr.push_str(&accounting_block(job, accounting, code));
     }
-    // A job that exited speaks through its own output; scrun adds nothing.
-    if *kind != EndKind::Exited {
+    // A job that exited with a code speaks through its own output; scrun
+    // adds nothing. One that a signal ended gets a line naming the signal,
+    // as a shell prints one, except for SIGPIPE: the normal end of a
+    // producer whose reader went away (`scrun yes | head`), which shells
+    // do not report either.
+    let signalled = signal.is_some_and(|signal| signal != SIGPIPE);
+    if *kind != EndKind::Exited || signalled {
         stderr.push_str(&format!("scrun: job {job} {reason}\n"));
     }
     Final { stderr, code }
@@ -190,8 +202,30 @@ mod tests {
             kind,
             status,
             reason: reason.to_string(),
+            signal: None,
             accounting: Accounting::default(),
         }
+    }
+
+    fn signalled(kind: EndKind, status: i32, reason: &str, signal: i32) -> Reply {
+        Reply::Ended {
+            job: 12,
+            kind,
+            status,
+            reason: reason.to_string(),
+            signal: Some(signal),
+            accounting: Accounting::default(),
+        }
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn a_signal_gets_a_line_naming_it_and_sigpipe_does_not() {
+        check(signalled(EndKind::Exited, 139, "rank 0 killed by SIGSEGV (segmentation fault)", 11), "139 | scrun: job 12 rank 0 killed by SIGSEGV (segmentation fault)");
+        check(signalled(EndKind::Exited, 138, "rank 1 killed by SIGUSR1 (user defined signal 1); the other processes were killed", 10), "138 | scrun: job 12 rank 1 killed by SIGUSR1 (user defined signal 1); the other processes were killed");
+        check(signalled(EndKind::Exited, 141, "rank 0 killed by SIGPIPE (broken pipe)", 13), "141 | ");
+        check(signalled(EndKind::Killed, 143, "killed by its owner: rank 0 ended by SIGTERM (terminated)", 15), "143 | scrun: job 12 killed by its owner: rank 0 ended by SIGTERM (terminated)");
+        check(ended(EndKind::Killed, 0, "asked to end by an operator; it exited with status 0"), "0 | scrun: job 12 asked to end by an operator; it exited with status 0");
     }
 
     fn rejected(kind: RejectKind) -> Reply {

@@ -3,9 +3,10 @@
 //! [`Signals::block`] blocks them for the (only) thread and opens a
 //! non-blocking signalfd, so that they arrive as readable data in the same
 //! `poll` as the daemon's replies and no code ever runs inside a signal
-//! handler. Blocking must happen before anything else can raise them; the
-//! private scored and the job do not inherit the mask, because
-//! `std::process::Command` resets it in the child.
+//! handler. Blocking must happen before anything else can raise them. A
+//! private scored inherits the mask and replaces it with its own at start;
+//! the job never sees it, since scored gives every job process an empty
+//! mask.
 #![forbid(unsafe_code)]
 
 use std::os::fd::{AsFd, BorrowedFd};
@@ -31,11 +32,20 @@ pub struct Signals {
 }
 
 impl Signals {
-    /// Blocks the handled signals and opens the signalfd.
-    pub fn block() -> nix::Result<Signals> {
+    /// Blocks the handled signals and opens the signalfd. A signal in
+    /// `inherited_ignored` (ignored when scrun started, as under `nohup`,
+    /// or SIGINT and SIGQUIT for a background job of a non-interactive
+    /// shell) is left ignored, as the program itself would have it: it
+    /// neither kills nor holds the job. SIGCONT and SIGCHLD are read
+    /// whatever their disposition, since ignoring them changes nothing
+    /// scrun relies on.
+    pub fn block(inherited_ignored: &[i32]) -> nix::Result<Signals> {
         let mut mask = SigSet::empty();
         for signal in HANDLED {
-            mask.add(signal);
+            let always = matches!(signal, Signal::SIGCONT | Signal::SIGCHLD);
+            if always || !inherited_ignored.contains(&(signal as i32)) {
+                mask.add(signal);
+            }
         }
         mask.thread_block()?;
         let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;

@@ -1,5 +1,5 @@
 //! The `Submit` request: the parsed command line plus the caller's
-//! environment and working directory, checked against the protocol's size
+//! environment, working directory, ignored signals, limits and umask, checked against the protocol's size
 //! limit before anything is sent.
 //!
 //! [`submit_request`] and [`check_size`] are pure; only [`build`] reads the
@@ -13,11 +13,12 @@ use scored_proto::exitcode;
 use scored_proto::proto::{self, Request, Submit, WireBytes};
 use scrun::cli::Invocation;
 
+use crate::caller::Caller;
 use crate::error::Fatal;
 
 /// The request for `invocation`, with this process's environment (in
 /// order) and working directory.
-pub fn build(invocation: &Invocation) -> Result<Request, Fatal> {
+pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal> {
     let cwd = std::env::current_dir().map_err(|error| {
         Fatal::with_source(
             exitcode::INTERNAL,
@@ -25,7 +26,12 @@ pub fn build(invocation: &Invocation) -> Result<Request, Fatal> {
             error,
         )
     })?;
-    let request = submit_request(invocation, std::env::vars_os(), &cwd);
+    let mut request = submit_request(invocation, std::env::vars_os(), &cwd);
+    if let Request::Submit { submit, .. } = &mut request {
+        submit.ignored_signals = caller.ignored_signals.clone();
+        submit.rlimits = caller.rlimits.clone();
+        submit.umask = caller.umask;
+    }
     check_size(&request)?;
     Ok(request)
 }
@@ -53,6 +59,9 @@ pub fn submit_request(
             options: invocation.options.job_options(),
             env,
             cwd: WireBytes::from_os(cwd.as_os_str()),
+            ignored_signals: Vec::new(),
+            rlimits: Vec::new(),
+            umask: None,
         },
     }
 }

@@ -160,6 +160,7 @@ fn ended(job: u64, kind: EndKind, status: i32, reason: &str) -> Reply {
         kind,
         status,
         reason: reason.into(),
+        signal: None,
         accounting: Accounting {
             queues: vec![1],
             wall_secs: 0.5,

@@ -475,6 +475,9 @@ fn submit_frame() -> Vec<u8> {
         },
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         cwd: "/".into(),
+        ignored_signals: Vec::new(),
+        rlimits: Vec::new(),
+        umask: None,
     };
     scored::proto::encode(&scored::proto::Request::Submit {
         version: scored::proto::VERSION,
@@ -653,6 +656,7 @@ fn decision_time(rows: &mut Vec<Row>) {
             disk: None,
             env: Vec::new(),
             cwd: OsString::from("/"),
+            inherited: Default::default(),
         };
         let actions = core.handle(
             Input::Submit {

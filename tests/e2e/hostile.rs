@@ -97,6 +97,9 @@ fn submit_request(daemon: &Daemon) -> Request {
                 ("SCORED_TEST_TAG".into(), daemon.tag.as_str().into()),
             ],
             cwd: proto::WireBytes::from_os(daemon.sandbox.path.as_os_str()),
+            ignored_signals: Vec::new(),
+            rlimits: Vec::new(),
+            umask: None,
         },
     }
 }
@@ -339,7 +342,8 @@ fn hundreds_of_idle_connections_and_one_past_the_limit() {
         return;
     }
     // Started with the usual soft limit of 1024 descriptors, scored must
-    // raise it to serve its connections, and give jobs the limit back.
+    // raise it to serve its connections, and never give jobs its raised
+    // limit: they get the one of the scrun that submitted them.
     let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
         .expect("getrlimit");
     let mut daemon = Daemon::builder()
@@ -348,8 +352,17 @@ fn hundreds_of_idle_connections_and_one_past_the_limit() {
         .arg("--max-connections")
         .arg(&limit.to_string())
         .start();
-    let output = daemon.run(&["sh", "-c", "ulimit -Sn"]);
-    assert_eq!(stdout(&output).trim(), "1024", "the job's descriptor limit");
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -Sn 1000 && exec \"$0\" sh -c 'ulimit -Sn'")
+        .arg(bin("scrun"))
+        .env("SCORED_SOCKET", &daemon.socket)
+        .env("SCORED_TEST_TAG", &daemon.tag)
+        .current_dir(&daemon.sandbox.path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run scrun");
+    assert_eq!(stdout(&output).trim(), "1000", "the job's descriptor limit");
     let mut idle: Vec<UnixStream> = (0..500).map(|_| connect(&daemon.socket)).collect();
     serves_normally(&daemon, "with 500 idle connections");
     // Fill the table: the daemon holds exactly `limit` connections.

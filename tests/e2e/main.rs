@@ -10,5 +10,6 @@ mod hostile;
 mod launch;
 mod limits;
 mod security;
+mod shell_parity;
 mod startup;
 mod users;

@@ -37,6 +37,8 @@ use crate::units::{format_duration, format_size};
 pub const SIGTERM: i32 = 15;
 /// See [`SIGTERM`].
 pub const SIGKILL: i32 = 9;
+/// SIGPIPE's number: a producer's normal end in a pipeline.
+pub const SIGPIPE: i32 = 13;
 
 /// SIGSTOP, SIGTSTP, SIGCONT, SIGTTIN, SIGTTOU: only the scheduler stops and
 /// continues jobs, or two jobs could run on one host.
@@ -160,6 +162,9 @@ pub struct Ending {
     pub status: i32,
     /// A sentence for the user.
     pub reason: String,
+    /// The signal that ended the process whose status is the job's, if a
+    /// signal did.
+    pub signal: Option<i32>,
     /// Its accounting.
     pub accounting: Accounting,
 }
@@ -610,7 +615,13 @@ impl Core {
             }
             Input::Interrupt(client) => {
                 if let Some(&job) = self.by_client.get(&client) {
-                    self.begin_kill(job, EndCause::Killed("interrupted".into()), true, now, out);
+                    self.begin_kill(
+                        job,
+                        EndCause::Killed("by its scrun (interrupted)".into()),
+                        true,
+                        now,
+                        out,
+                    );
                 } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
                     self.waiting.remove(idx);
                     out.push(Action::Notify {
@@ -906,6 +917,7 @@ impl Core {
             graceful_kill: false,
             kill_deadline: None,
             failure: None,
+            failed_rank: None,
             submitted_at: waiter.submitted_at,
             admitted_at: now,
             first_run_at: None,
@@ -982,7 +994,12 @@ impl Core {
 
     /// The packed launch data of a request, shared with any identical one.
     fn intern_launch(&mut self, request: &JobRequest) -> Launch {
-        let launch = Launch::pack(&request.stages, &request.env, &request.cwd);
+        let launch = Launch::pack_with(
+            &request.stages,
+            &request.env,
+            &request.cwd,
+            &request.inherited,
+        );
         let bucket = self.launches.entry(launch_key(&launch)).or_default();
         if let Some(existing) = bucket.iter().find(|known| **known == launch) {
             return existing.clone();
@@ -1021,8 +1038,20 @@ impl Core {
             return;
         };
         record.ranks_left = record.ranks_left.saturating_sub(1);
+        // In a pipeline (`==`), as in a shell without `set -o pipefail`,
+        // the job's status is that of its last stage: an earlier stage's
+        // exit code does not count, nor does the signal of a kill already
+        // under way, and SIGPIPE, the normal end of a producer whose
+        // consumer stopped reading, is no failure at all.
+        let producer =
+            record.spec.joiner == Joiner::Pipe && stage + 1 < record.spec.launch.n_stages();
+        let normal = matches!(status, ExitStatus::Code(_) | ExitStatus::Signal(SIGPIPE));
+        if producer && (normal || record.ending.is_some()) {
+            return;
+        }
         if !status.success() && record.failure.is_none() {
             record.failure = Some(status);
+            record.failed_rank = Some((stage, rank));
         }
         // A rank killed by a signal is an abnormal end of the parallel
         // program: the others would wait for it forever, so the job ends.
@@ -1272,43 +1301,46 @@ impl Core {
                 (
                     EndKind::Exited,
                     status,
-                    describe_exit(record.failure),
+                    describe_exit(&record),
                     JobState::Done,
                 )
             }
-            Some(EndCause::RankSignalled) => (
-                EndKind::Exited,
-                first_failure.unwrap_or(crate::exitcode::from_signal(SIGKILL)),
-                format!(
-                    "{}; the other processes were killed",
-                    describe_exit(record.failure)
-                ),
-                JobState::Done,
-            ),
+            Some(EndCause::RankSignalled) => {
+                let together = match record.spec.joiner {
+                    Joiner::Pipe => record.spec.launch.n_stages() as u32,
+                    Joiner::Sequence => 1,
+                };
+                let mut reason = describe_exit(&record);
+                if record.nprocs() * together > 1 {
+                    reason.push_str("; the other processes were killed");
+                }
+                (
+                    EndKind::Exited,
+                    first_failure.unwrap_or(crate::exitcode::from_signal(SIGKILL)),
+                    reason,
+                    JobState::Done,
+                )
+            }
             Some(EndCause::Limit(why)) => (
                 EndKind::Limit,
                 crate::exitcode::LIMIT,
                 format!("killed: {why}"),
                 JobState::Killed,
             ),
-            Some(EndCause::Killed(by)) => (
-                EndKind::Killed,
-                first_failure.unwrap_or(crate::exitcode::from_signal(SIGTERM)),
-                format!("killed: {by}"),
-                JobState::Killed,
-            ),
-            Some(EndCause::ClientGone) => (
-                EndKind::Killed,
-                first_failure.unwrap_or(crate::exitcode::from_signal(SIGKILL)),
-                "killed: its scrun went away".to_string(),
-                JobState::Killed,
-            ),
-            Some(EndCause::Shutdown) => (
-                EndKind::Shutdown,
-                first_failure.unwrap_or(crate::exitcode::from_signal(SIGTERM)),
-                "killed: scored is shutting down".to_string(),
-                JobState::Killed,
-            ),
+            Some(EndCause::Killed(by)) => {
+                let (status, reason) = asked_to_end(&record, by, SIGTERM);
+                (EndKind::Killed, status, reason, JobState::Killed)
+            }
+            Some(EndCause::ClientGone) => {
+                let (status, reason) =
+                    asked_to_end(&record, "because its scrun went away", SIGKILL);
+                (EndKind::Killed, status, reason, JobState::Killed)
+            }
+            Some(EndCause::Shutdown) => {
+                let (status, reason) =
+                    asked_to_end(&record, "because scored is shutting down", SIGTERM);
+                (EndKind::Shutdown, status, reason, JobState::Killed)
+            }
             Some(EndCause::LaunchFailed { message, status }) => (
                 EndKind::LaunchFailed,
                 *status,
@@ -1316,12 +1348,18 @@ impl Core {
                 JobState::Done,
             ),
         };
+        let signal = match (&record.ending, record.failure) {
+            (Some(EndCause::LaunchFailed { .. } | EndCause::Limit(_)), _) => None,
+            (_, Some(ExitStatus::Signal(signal))) => Some(signal),
+            _ => None,
+        };
         let accounting = self.accounting(&record, now);
         let ending = Ending {
             job,
             kind,
             status,
             reason,
+            signal,
             accounting,
         };
         tracing::info!(job = %job, status, reason = %ending.reason, "job ended");
@@ -2376,11 +2414,63 @@ fn describe_queue(queue: &Queue) -> String {
     )
 }
 
-fn describe_exit(failure: Option<ExitStatus>) -> String {
-    match failure {
+/// Which process failed: `rank 2`, or `rank 0 of stage 1` in a job of
+/// several stages (numbered as `SCORE_RANK` and `SCORE_STAGE`).
+fn failed_process(job: &Job) -> String {
+    match job.failed_rank {
+        Some((stage, rank)) if job.spec.launch.n_stages() > 1 => {
+            format!("rank {rank} of stage {stage}")
+        }
+        Some((_, rank)) => format!("rank {rank}"),
+        None => "a process".to_string(),
+    }
+}
+
+/// How a job's processes ended by themselves: `rank 0 killed by SIGSEGV
+/// (segmentation fault)`.
+fn describe_exit(job: &Job) -> String {
+    match job.failure {
         None => "all processes exited with status 0".to_string(),
-        Some(ExitStatus::Code(code)) => format!("a process exited with status {code}"),
-        Some(ExitStatus::Signal(signal)) => format!("a process was killed by signal {signal}"),
+        Some(ExitStatus::Code(code)) => {
+            format!("{} exited with status {code}", failed_process(job))
+        }
+        Some(ExitStatus::Signal(signal)) => format!(
+            "{} killed by {}",
+            failed_process(job),
+            crate::signame::describe(signal)
+        ),
+    }
+}
+
+/// The status and sentence of a job that was asked to end (`who`: `by its
+/// owner`, `because scored is shutting down`, ...). A job that handled
+/// the request and exited has its own status, as scrun passes on any
+/// other; one whose processes a signal ended has that signal's; one that
+/// never ran has `default_signal`'s.
+fn asked_to_end(job: &Job, who: &str, default_signal: i32) -> (i32, String) {
+    if !job.started {
+        return (
+            crate::exitcode::from_signal(default_signal),
+            format!("killed {who} before it started"),
+        );
+    }
+    match job.failure {
+        None => (0, format!("asked to end {who}; it exited with status 0")),
+        Some(ExitStatus::Code(code)) => (
+            code,
+            format!(
+                "asked to end {who}; {} exited with status {code}",
+                failed_process(job)
+            ),
+        ),
+        Some(ExitStatus::Signal(signal)) => (
+            crate::exitcode::from_signal(signal),
+            format!(
+                "killed {who}: {} ended by {}",
+                failed_process(job),
+                crate::signame::describe(signal)
+            ),
+        ),
     }
 }
 
@@ -2455,6 +2545,7 @@ fn launch_plan(job: &Job) -> LaunchPlan {
         hosts: job.hosts.clone(),
         env: job.spec.launch.env(),
         cwd: job.spec.launch.cwd(),
+        inherited: job.spec.launch.inherited(),
     }
 }
 

@@ -11,6 +11,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
+use crate::inherit::Inherited;
 
 /// How many processes a job asks for, and how they map onto hosts (scrun's
 /// `nodes=`/`hosts=`).
@@ -91,6 +92,8 @@ pub struct JobRequest {
     pub env: Vec<(OsString, OsString)>,
     /// The caller's working directory.
     pub cwd: OsString,
+    /// Signal dispositions, limits and umask of the caller.
+    pub inherited: Inherited,
 }
 
 /// A job's programs, environment and working directory, packed in one
@@ -121,6 +124,56 @@ impl Launch {
         }
         put(&mut out, cwd.as_bytes());
         Launch(out.into())
+    }
+
+    /// Packs the parts and what the processes inherit from the caller
+    /// (after the working directory: the ignored signals as a `u64`, the
+    /// umask as a `u32` or `u32::MAX` for none, then a count of limits,
+    /// each a `u32` index and two `u64`).
+    pub fn pack_with(
+        stages: &[Vec<OsString>],
+        env: &[(OsString, OsString)],
+        cwd: &OsStr,
+        inherited: &Inherited,
+    ) -> Launch {
+        let mut out = Launch::pack(stages, env, cwd).0.to_vec();
+        out.extend_from_slice(&inherited.ignored.to_le_bytes());
+        out.extend_from_slice(&inherited.umask.unwrap_or(u32::MAX).to_le_bytes());
+        out.extend_from_slice(&(inherited.rlimits.len() as u32).to_le_bytes());
+        for &(resource, soft, hard) in &inherited.rlimits {
+            out.extend_from_slice(&u32::from(resource).to_le_bytes());
+            out.extend_from_slice(&soft.to_le_bytes());
+            out.extend_from_slice(&hard.to_le_bytes());
+        }
+        Launch(out.into())
+    }
+
+    /// What the processes inherit from the caller (nothing for a launch
+    /// packed without it).
+    pub fn inherited(&self) -> Inherited {
+        let mut reader = self.reader();
+        reader.skip_stages();
+        let n_vars = reader.count();
+        for _ in 0..n_vars * 2 + 1 {
+            reader.os();
+        }
+        if reader.at >= reader.bytes.len() {
+            return Inherited::default();
+        }
+        let ignored = reader.u64();
+        let umask = match reader.count() as u32 {
+            u32::MAX => None,
+            mask => Some(mask),
+        };
+        let n_limits = reader.count();
+        let rlimits = (0..n_limits)
+            .map(|_| (reader.count() as u8, reader.u64(), reader.u64()))
+            .collect();
+        Inherited {
+            ignored,
+            rlimits,
+            umask,
+        }
     }
 
     fn reader(&self) -> Reader<'_> {
@@ -210,6 +263,16 @@ impl Reader<'_> {
         };
         self.at += 4;
         u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize
+    }
+
+    fn u64(&mut self) -> u64 {
+        let Some(raw) = self.bytes.get(self.at..self.at + 8) else {
+            return 0;
+        };
+        self.at += 8;
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(raw);
+        u64::from_le_bytes(bytes)
     }
 
     fn os(&mut self) -> OsString {
@@ -386,6 +449,8 @@ pub struct LaunchPlan {
     pub env: Vec<(OsString, OsString)>,
     /// The caller's working directory.
     pub cwd: OsString,
+    /// Signal dispositions, limits and umask of the caller.
+    pub inherited: Inherited,
 }
 
 /// Limits a job carries, fixed at admission (SPEC §2.10, §2.12).
@@ -444,6 +509,8 @@ pub struct Job {
     pub kill_deadline: Option<Tick>,
     /// The first failing rank's status.
     pub failure: Option<ExitStatus>,
+    /// Which rank that was: (stage, rank).
+    pub failed_rank: Option<(usize, u32)>,
     /// When it was submitted.
     pub submitted_at: Tick,
     /// When it was admitted.
@@ -527,6 +594,20 @@ mod tests {
         assert_eq!(launch.n_stages(), 2);
         assert_eq!(launch.env(), env);
         assert_eq!(launch.cwd(), "/tmp");
+        assert_eq!(launch.inherited(), Inherited::default());
+        let inherited = Inherited {
+            ignored: 1 << 63 | 0b110,
+            rlimits: vec![(9, 64, 1024), (15, u64::MAX, u64::MAX)],
+            umask: Some(0o077),
+        };
+        let launch = Launch::pack_with(&stages, &env, OsStr::new("/tmp"), &inherited);
+        assert_eq!(launch.stages(), stages);
+        assert_eq!(launch.env(), env);
+        assert_eq!(launch.cwd(), "/tmp");
+        assert_eq!(launch.inherited(), inherited);
+        let none = Inherited::default();
+        let launch = Launch::pack_with(&stages, &env, OsStr::new("/"), &none);
+        assert_eq!(launch.inherited(), none);
     }
 
     #[test]

@@ -24,5 +24,6 @@ pub mod sched;
 
 // The console language, units and exit statuses are the protocol crate's;
 // they are named here so that the core's modules reach them as
-// `crate::command`, `crate::units` and `crate::exitcode`.
-use scored_proto::{command, exitcode, units};
+// `crate::command`, `crate::units`, `crate::exitcode`, `crate::inherit` and
+// `crate::signame`.
+use scored_proto::{command, exitcode, inherit, signame, units};

@@ -12,6 +12,8 @@
 pub mod client;
 pub mod command;
 pub mod exitcode;
+pub mod inherit;
 pub mod paths;
 pub mod proto;
+pub mod signame;
 pub mod units;

@@ -130,6 +130,30 @@ pub struct Submit {
     pub env: Vec<(WireBytes, WireBytes)>,
     /// The caller's working directory.
     pub cwd: WireBytes,
+    /// Signals the caller had ignored at its start (as a shell passes them
+    /// on to a program); they stay ignored in the job, every other signal
+    /// is at its default disposition.
+    #[serde(default)]
+    pub ignored_signals: Vec<i32>,
+    /// The caller's resource limits, applied in the job after the change
+    /// of credentials. Limits not sent keep the daemon's start-up values.
+    #[serde(default)]
+    pub rlimits: Vec<WireRlimit>,
+    /// The caller's file mode creation mask; none leaves the daemon's.
+    #[serde(default)]
+    pub umask: Option<u32>,
+}
+
+/// One resource limit of the caller (getrlimit(2)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireRlimit {
+    /// The resource, by its prlimit(1) name: `nofile`, `stack`, `as`, ...
+    /// (see `inherit::RLIMIT_NAMES`).
+    pub resource: String,
+    /// The soft limit; `null` is unlimited.
+    pub soft: Option<u64>,
+    /// The hard limit; `null` is unlimited.
+    pub hard: Option<u64>,
 }
 
 /// A request from a client to the daemon.
@@ -262,6 +286,10 @@ pub enum Reply {
         status: i32,
         /// A sentence for the user, such as `killed: memory 80M over the limit of 64M on host0`.
         reason: String,
+        /// The signal that ended the process whose status is the job's,
+        /// if a signal did (scrun names it).
+        #[serde(default)]
+        signal: Option<i32>,
         /// Its accounting.
         accounting: Accounting,
     },
@@ -454,6 +482,13 @@ mod tests {
                 },
                 env: vec![("A".into(), "1".into())],
                 cwd: "/tmp".into(),
+                ignored_signals: vec![1],
+                rlimits: vec![WireRlimit {
+                    resource: "nofile".into(),
+                    soft: Some(64),
+                    hard: None,
+                }],
+                umask: Some(0o22),
             },
         }
     }
@@ -532,6 +567,19 @@ mod tests {
             decode::<Request>(&mut buffer, MAX_REQUEST),
             Ok(Some(Request::Hold))
         );
+    }
+
+    #[test]
+    fn a_submit_without_the_inherited_fields_still_decodes() {
+        // An older scrun sends no ignored_signals, rlimits or umask.
+        let body = br#"{"type":"submit","version":1,"submit":{"stages":[["true"]],"joiner":"sequence","options":{"procs":{"nodes":1},"priority":null,"wait":false,"memory":null,"disk":null},"env":[],"cwd":"/"}}"#;
+        let mut buffer = (body.len() as u32).to_be_bytes().to_vec();
+        buffer.extend_from_slice(body);
+        let Some(Request::Submit { submit, .. }) = decode(&mut buffer, MAX_REQUEST).unwrap() else {
+            panic!("not a submit");
+        };
+        assert!(submit.ignored_signals.is_empty() && submit.rlimits.is_empty());
+        assert_eq!(submit.umask, None);
     }
 
     #[test]

@@ -36,13 +36,14 @@ use std::process::{Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use nix::sys::resource::{setrlimit, Resource};
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
 use crate::cluster::Topology;
 use crate::core::Input;
 use crate::ids::JobId;
+use crate::inherit;
 use crate::job::{ExitStatus, LaunchPlan, Usage};
 
 use self::cgroup::Cgroups;
@@ -69,6 +70,21 @@ const DISK_ENTRIES_PER_WINDOW: usize = 20_000;
 /// job's walk advances however many jobs there are).
 const DISK_ENTRIES_PER_SAMPLE: usize = 4_096;
 const DISK_ENTRIES_MIN: usize = 256;
+
+/// Sets a limit of the calling process. Where the process may not raise
+/// its hard limit to `hard` (a user's job, when the caller had a higher
+/// one than scored), it gets the most it may have: its current hard limit,
+/// and the soft limit no higher. Async-signal-safe (two system calls).
+fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> nix::Result<()> {
+    match setrlimit(resource, soft, hard) {
+        Err(nix::errno::Errno::EPERM) => {
+            let (_, current_hard) = getrlimit(resource)?;
+            let hard = hard.min(current_hard);
+            setrlimit(resource, soft.min(hard), hard)
+        }
+        other => other,
+    }
+}
 
 /// The three descriptors of a job's client: its stdin, stdout and stderr.
 /// They are shared (`Rc`) because jobs launched from one terminal pass the
@@ -395,6 +411,13 @@ impl OsActuator {
         let cgroup_procs = procs_state.cgroup_procs.clone();
         let become_user = self.daemon_uid == 0 && plan.user.uid != 0;
         let groups: Vec<libc::gid_t> = plan.user.groups.clone();
+        // The signals whose disposition the children must change: those
+        // the daemon ignores and the job must not, and the other way
+        // round. Handlers are reset by exec; where the daemon's state
+        // cannot be read, every signal is set.
+        let daemon_ignored = sys::ignored_signals();
+        let signals_to_change =
+            daemon_ignored.map_or(u64::MAX, |daemon| daemon ^ plan.inherited.ignored);
         let mut seen_exes: BTreeSet<PathBuf> = BTreeSet::new();
         for proc_plan in &plan.procs {
             let argv = &plan.argv[proc_plan.stage - plan.first_stage];
@@ -449,14 +472,33 @@ impl OsActuator {
             let groups = groups.clone();
             let (uid, gid) = (plan.user.uid, plan.user.gid);
             let daemon_pid = self.daemon_pid;
-            let job_nofile = self.config.job_nofile;
+            // The caller's limits, the descriptor limit last (see below);
+            // without the caller's, the one scored started with.
+            let inherited = &plan.inherited;
+            let mut rlimits: Vec<(Resource, u64, u64)> = inherited
+                .rlimits
+                .iter()
+                .filter(|(index, _, _)| *index != inherit::NOFILE)
+                .filter_map(|&(index, soft, hard)| {
+                    inherit::RESOURCES
+                        .get(usize::from(index))
+                        .map(|&resource| (resource, soft, hard))
+                })
+                .collect();
+            if let Some((soft, hard)) = inherited.rlimit(inherit::NOFILE).or(self.config.job_nofile)
+            {
+                rlimits.push((Resource::RLIMIT_NOFILE, soft, hard));
+            }
+            let umask = inherited.umask;
+            let ignored = inherited.ignored;
             // SAFETY: the closure runs in the child between fork and exec. It
             // only makes system calls (sched_setscheduler, setpriority,
-            // setrlimit, sched_setaffinity, open/write/close,
-            // setgroups/setgid/setuid, chdir, close_range, prctl, getppid)
-            // on data prepared before the fork; it allocates nothing, takes
-            // no lock and does not log. The daemon is single-threaded, so no
-            // other thread's lock can be held.
+            // setrlimit, getrlimit, sched_setaffinity, open/write/close,
+            // setgroups/setgid/setuid, chdir, close_range, prctl, getppid,
+            // umask, sigaction, sigprocmask) on data prepared before the
+            // fork; it allocates nothing, takes no lock and does not log.
+            // The daemon is single-threaded, so no other thread's lock can
+            // be held.
             unsafe {
                 command.pre_exec(move || {
                     // Never let the daemon's real-time priority leak into a job.
@@ -488,10 +530,20 @@ impl OsActuator {
                     if sys::parent_pid() != daemon_pid {
                         return Err(io::Error::from_raw_os_error(libc::ESRCH));
                     }
-                    // Last: nothing after this opens a descriptor, which
-                    // would be numbered above a lowered limit and fail.
-                    if let Some((soft, hard)) = job_nofile {
-                        setrlimit(Resource::RLIMIT_NOFILE, soft, hard)?;
+                    if let Some(mask) = umask {
+                        sys::set_umask(mask);
+                    }
+                    // The signal state of a program started from the
+                    // caller's shell: the daemon's mask (blocked for its
+                    // signalfd) and its inherited ignores must not leak.
+                    sys::reset_signals(ignored, signals_to_change)?;
+                    // Last, after the change of credentials, so that a
+                    // hard limit is only ever lowered, as the user could;
+                    // the descriptor limit last of all: nothing after it
+                    // opens a descriptor, which would be numbered above a
+                    // lowered limit and fail.
+                    for &(resource, soft, hard) in &rlimits {
+                        lower_rlimit(resource, soft, hard)?;
                     }
                     Ok(())
                 });

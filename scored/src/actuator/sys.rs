@@ -340,3 +340,116 @@ pub fn page_size() -> u64 {
         4096
     }
 }
+
+/// Gives the calling process the signal state a program started from a
+/// shell has: every signal at its default disposition except those in
+/// `ignored` (bit `n - 1` for signal `n`), which are ignored, and an empty
+/// signal mask. The daemon's own handlers are reset by exec anyway, but
+/// its ignored signals and its mask (blocked for the signalfd) are not.
+/// Only the signals in `change` are set: the caller passes those whose
+/// disposition differs (see [`ignored_signals`]), which spares a launch
+/// sixty system calls per process.
+///
+/// Signals the C library reserves for itself (32 and 33 on glibc) are
+/// refused by its `sigaction`; they are set through the system call itself
+/// ([`raw_set_disposition`]), since a program inherits them like any other.
+pub fn reset_signals(ignored: u64, change: u64) -> io::Result<()> {
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP || change & (1 << (signal - 1)) == 0 {
+            continue;
+        }
+        let handler = if ignored & (1 << (signal - 1)) != 0 {
+            libc::SIG_IGN
+        } else {
+            libc::SIG_DFL
+        };
+        // SAFETY: an all-zero sigaction is a valid value to fill in.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = handler;
+        // SAFETY: `action.sa_mask` is a valid sigset_t inside `action`.
+        unsafe { libc::sigemptyset(&mut action.sa_mask) };
+        // SAFETY: `action` is a valid sigaction naming SIG_IGN or SIG_DFL;
+        // no handler code is installed. A refused number (EINVAL) is one
+        // the C library keeps for itself.
+        let ret = unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) };
+        if ret == -1 {
+            let error = io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EINVAL) {
+                return Err(error);
+            }
+            raw_set_disposition(signal, handler)?;
+        }
+    }
+    // SAFETY: an all-zero sigset_t is a valid value to initialise.
+    let mut empty: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `empty` is a valid, writable sigset_t; a null old-set
+    // pointer is allowed.
+    let ret = unsafe {
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut())
+    };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(())
+}
+
+/// `rt_sigaction(signal, {handler, no flags, empty mask})` without the C
+/// library, for the signals it keeps to itself. The kernel's structure
+/// starts with the handler on these architectures, and every other field
+/// (flags, restorer where there is one, mask) is zero.
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64"
+))]
+fn raw_set_disposition(signal: i32, handler: libc::sighandler_t) -> io::Result<()> {
+    let action: [usize; 4] = [handler, 0, 0, 0];
+    // SAFETY: `action` outlives the call and is at least as large as the
+    // kernel's sigaction on these architectures; its handler is SIG_DFL or
+    // SIG_IGN, so no code is installed. 8 is the size of the kernel's
+    // signal set.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            signal,
+            action.as_ptr(),
+            std::ptr::null_mut::<usize>(),
+            8usize,
+        )
+    })?;
+    Ok(())
+}
+
+/// Elsewhere the kernel's structure differs; those signals keep what the
+/// daemon had.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64"
+)))]
+fn raw_set_disposition(_signal: i32, _handler: libc::sighandler_t) -> io::Result<()> {
+    Ok(())
+}
+
+/// The signals the calling process ignores (bit `n - 1` for signal `n`),
+/// from the `SigIgn:` line of /proc/self/status; `None` if it cannot be read.
+///
+/// Not for use between fork and exec (it allocates).
+pub fn ignored_signals() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let hex = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigIgn:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+/// Sets the file mode creation mask of the calling process.
+pub fn set_umask(mask: u32) {
+    // SAFETY: umask cannot fail; it only replaces the process's mask.
+    unsafe { libc::umask(mask as libc::mode_t) };
+}

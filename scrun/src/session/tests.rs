@@ -45,6 +45,7 @@ fn event(line: &str) -> (Duration, Event) {
                 kind,
                 status: parts.next().and_then(|s| s.parse().ok()).expect("status"),
                 reason: parts.next().unwrap_or_default().into(),
+                signal: None,
                 accounting: Accounting::default(),
             }
         }

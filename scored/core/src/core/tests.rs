@@ -230,6 +230,7 @@ impl Sim {
             disk: None,
             env: vec![],
             cwd: OsString::from("/"),
+            inherited: Default::default(),
         };
         self.input(Input::Submit {
             client: ClientToken(client),
@@ -469,6 +470,37 @@ fn kill_is_graceful_then_forced() {
 }
 
 #[test]
+fn a_job_that_handles_sigterm_and_exits_has_its_own_status() {
+    let mut sim = Sim::new(1, 100);
+    let client = sim.submit(1, Some(1));
+    // It catches SIGTERM (the simulator leaves it running) and exits 0.
+    sim.stubborn.push(JobId(1));
+    sim.cmd(&user(0), "kill 1");
+    sim.exit(1, 0);
+    check(
+        &sim.client(client),
+        "admitted 1, started 1, ended 1 Killed 0",
+    );
+    let reason = sim.cmd(&root(), "job 1");
+    assert!(
+        reason.contains("reason: asked to end by its owner; it exited with status 0\n"),
+        "{reason}"
+    );
+    // One that SIGTERM ends has its status, and the line names the signal.
+    let client = sim.submit(1, Some(1));
+    sim.cmd(&root(), "kill 2");
+    check(
+        &sim.client(client),
+        "admitted 2, started 2, ended 2 Killed 143",
+    );
+    let reason = sim.cmd(&root(), "job 2");
+    assert!(
+        reason.contains("reason: killed by its owner: rank 0 ended by SIGTERM (terminated)\n"),
+        "{reason}"
+    );
+}
+
+#[test]
 fn killed_stopped_job_runs_to_handle_sigterm_before_others() {
     let mut sim = Sim::new(1, 100);
     sim.submit(1, Some(1));
@@ -550,6 +582,7 @@ fn sequence_stages_run_one_after_another_and_stop_at_a_failure() {
         disk: None,
         env: vec![],
         cwd: "/".into(),
+        inherited: Default::default(),
     };
     sim.input(Input::Submit {
         client: ClientToken(client),
@@ -575,6 +608,114 @@ fn sequence_stages_run_one_after_another_and_stop_at_a_failure() {
         request,
     });
     check(&sim.take_log(), "spawn 2 stage 0 x3");
+}
+
+/// Submits `a == b == c` on one host and returns its client.
+fn submit_pipeline(sim: &mut Sim) -> u64 {
+    let client = sim.next_client;
+    sim.next_client += 1;
+    let request = JobRequest {
+        stages: vec![vec!["a".into()], vec!["b".into()], vec!["c".into()]],
+        joiner: Joiner::Pipe,
+        procs: ProcRequest::Nodes(1),
+        priority: None,
+        wait: false,
+        memory: None,
+        disk: None,
+        env: vec![],
+        cwd: "/".into(),
+        inherited: Default::default(),
+    };
+    sim.input(Input::Submit {
+        client: ClientToken(client),
+        cred: root(),
+        user: "u".into(),
+        request,
+    });
+    client
+}
+
+fn stage_exits(sim: &mut Sim, stage: usize, status: ExitStatus) {
+    sim.input(Input::RankExited {
+        job: JobId(1),
+        stage,
+        rank: 0,
+        status,
+    });
+}
+
+#[test]
+fn a_pipeline_producer_ended_by_sigpipe_is_a_normal_end() {
+    let mut sim = Sim::new(1, 100);
+    let client = submit_pipeline(&mut sim);
+    sim.procs.remove(&JobId(1));
+    stage_exits(&mut sim, 0, ExitStatus::Signal(13));
+    stage_exits(&mut sim, 1, ExitStatus::Signal(13));
+    // Nothing is killed: the last stage goes on reading what it has.
+    check(&sim.take_log(), "spawn 1 stage 0 x3");
+    stage_exits(&mut sim, 2, ExitStatus::Code(0));
+    sim.input(Input::ProcessesGone(JobId(1)));
+    check(
+        &sim.client(client),
+        "admitted 1, started 1, ended 1 Exited 0",
+    );
+}
+
+#[test]
+fn a_pipeline_has_the_status_of_its_last_stage() {
+    let mut sim = Sim::new(1, 100);
+    let client = submit_pipeline(&mut sim);
+    sim.procs.remove(&JobId(1));
+    stage_exits(&mut sim, 0, ExitStatus::Code(3));
+    stage_exits(&mut sim, 1, ExitStatus::Code(0));
+    stage_exits(&mut sim, 2, ExitStatus::Code(0));
+    sim.input(Input::ProcessesGone(JobId(1)));
+    check(
+        &sim.client(client),
+        "admitted 1, started 1, ended 1 Exited 0",
+    );
+
+    let mut sim = Sim::new(1, 100);
+    let client = submit_pipeline(&mut sim);
+    sim.procs.remove(&JobId(1));
+    stage_exits(&mut sim, 0, ExitStatus::Code(0));
+    stage_exits(&mut sim, 2, ExitStatus::Signal(13));
+    stage_exits(&mut sim, 1, ExitStatus::Code(1));
+    sim.input(Input::ProcessesGone(JobId(1)));
+    // The last stage's SIGPIPE is its status, as in a shell.
+    check(
+        &sim.client(client),
+        "admitted 1, started 1, ended 1 Exited 141",
+    );
+}
+
+#[test]
+fn a_killed_pipeline_has_the_status_of_its_last_stage() {
+    let mut sim = Sim::new(1, 100);
+    let client = submit_pipeline(&mut sim);
+    sim.procs.remove(&JobId(1));
+    sim.cmd(&root(), "kill 1");
+    // The producers die of the SIGTERM; the last stage handles it and exits.
+    stage_exits(&mut sim, 0, ExitStatus::Signal(15));
+    stage_exits(&mut sim, 1, ExitStatus::Signal(15));
+    stage_exits(&mut sim, 2, ExitStatus::Code(0));
+    sim.input(Input::ProcessesGone(JobId(1)));
+    check(
+        &sim.client(client),
+        "admitted 1, started 1, ended 1 Killed 0",
+    );
+}
+
+#[test]
+fn a_pipeline_stage_that_crashes_still_ends_the_job() {
+    let mut sim = Sim::new(1, 100);
+    let client = submit_pipeline(&mut sim);
+    stage_exits(&mut sim, 0, ExitStatus::Signal(11));
+    check(&sim.take_log(), "spawn 1 stage 0 x3, signal 1 9, release 1");
+    check(
+        &sim.client(client),
+        "admitted 1, started 1, ended 1 Exited 139",
+    );
 }
 
 #[test]
