@@ -115,6 +115,10 @@ pub struct JobOptions {
     pub memory: Option<u64>,
     /// The user's explicit disk limit, in bytes.
     pub disk: Option<u64>,
+    /// The submitted stdin is a pseudo-terminal that scrun allocated
+    /// (`-pty`): the rank reading it takes it as its controlling terminal.
+    #[serde(default)]
+    pub pty: bool,
 }
 
 /// A job submission from scrun.
@@ -158,6 +162,9 @@ pub enum Request {
     Release,
     /// scrun was interrupted: kill its job (SIGTERM, then SIGKILL after a grace).
     Kill,
+    /// scrun's terminal changed size: send SIGWINCH to its job. Only the
+    /// connection that submitted the job may ask, so only its owner can.
+    Winch,
 }
 
 /// Why a submission was refused; scrun maps this to its exit status.
@@ -371,6 +378,7 @@ mod tests {
                     wait: true,
                     memory: Some(1 << 20),
                     disk: None,
+                    pty: false,
                 },
                 env: vec![("A".into(), "1".into())],
                 cwd: "/tmp".into(),

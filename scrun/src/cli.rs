@@ -129,6 +129,7 @@ impl Options {
             wait: self.wait,
             memory: self.memory,
             disk: self.disk,
+            pty: false,
         }
     }
 }

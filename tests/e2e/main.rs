@@ -9,5 +9,6 @@ mod gang;
 mod hostile;
 mod launch;
 mod limits;
+mod sessions;
 mod startup;
 mod users;

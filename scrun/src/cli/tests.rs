@@ -366,6 +366,7 @@ fn job_options_carry_what_the_daemon_needs() {
         wait: true,
         memory: Some(1024),
         disk: Some(2048),
+        pty: false,
     };
     assert_eq!(invocation.options.job_options(), expected);
     assert_eq!(
