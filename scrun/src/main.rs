@@ -13,6 +13,7 @@ mod session;
 mod signals;
 mod single;
 mod submit;
+mod terminal;
 
 use std::io::Write;
 

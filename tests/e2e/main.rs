@@ -11,4 +11,5 @@ mod launch;
 mod limits;
 mod sessions;
 mod startup;
+mod terminals;
 mod users;

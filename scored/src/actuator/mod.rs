@@ -143,6 +143,12 @@ struct Extra {
     /// Its process group when last seen: when that is not the group of a
     /// live rank, group signals miss it and it is signalled through its pidfd.
     pgrp: i32,
+    /// It was already stopped when the job's last gang stop began: stopped
+    /// by the job's own job control (a shell's Ctrl-Z on a `-pty`
+    /// terminal), not by the scheduler, so the gang's continue leaves it
+    /// stopped. Only processes signalled through their pidfd can be left
+    /// out; one in a rank's group gets the group's SIGCONT.
+    stopped_by_job: bool,
 }
 
 #[derive(Debug)]
@@ -529,9 +535,29 @@ impl OsActuator {
             }
         }
         for extra in procs.extras.values() {
+            if signal == Signal::SIGCONT && extra.stopped_by_job {
+                continue;
+            }
             if !procs.groups.contains_key(&extra.pgrp) {
                 let _ = sys::pidfd_send_signal(&extra.pidfd, signal as i32);
             }
+        }
+    }
+
+    /// Before a gang stop, notes which descendants outside the ranks'
+    /// groups are stopped already: the job stopped them itself (job
+    /// control in a shell of the job), and continuing the gang must not
+    /// undo that. One found running again loses the mark at the next stop.
+    fn note_stopped_by_job(&mut self, job: JobId) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let groups = &procs.groups;
+        for (pid, extra) in procs.extras.iter_mut() {
+            extra.stopped_by_job = !groups.contains_key(&extra.pgrp)
+                && procfs::read_stat(*pid).is_some_and(|stat| {
+                    stat.start == extra.start && matches!(stat.state, b'T' | b't')
+                });
         }
     }
 
@@ -663,6 +689,7 @@ impl OsActuator {
                     start: stat.start,
                     slot: slot.unwrap_or(0),
                     pgrp: stat.pgrp,
+                    stopped_by_job: false,
                 },
             );
             tracing::debug!(job = %job, pid = stat.pid, escaped = !rank_slots.contains_key(&stat.pgrp), "found a descendant");
@@ -702,6 +729,7 @@ impl OsActuator {
                     start: stat.start,
                     slot,
                     pgrp: stat.pgrp,
+                    stopped_by_job: false,
                 },
             );
         }
@@ -799,6 +827,7 @@ impl Actuator for OsActuator {
         if !fresh {
             self.adopt_new_members(job);
         }
+        self.note_stopped_by_job(job);
         self.send(job, Signal::SIGSTOP);
         let children = &self.children;
         let Some(procs) = self.jobs.get_mut(&job) else {

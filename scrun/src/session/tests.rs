@@ -71,15 +71,17 @@ fn render(action: &Action) -> String {
         Action::Send(Request::Kill) => "send kill".into(),
         Action::Send(Request::Hold) => "send hold".into(),
         Action::Send(Request::Release) => "send release".into(),
+        Action::Send(Request::Winch) => "send winch".into(),
         Action::Send(other) => format!("send {other:?}"),
         Action::Say(line) => format!("say {line}"),
         Action::StopSelf => "stop".into(),
+        Action::FollowSize => "copy the size to the pty".into(),
         Action::Finish(end) => format!("finish {}: {}", end.code, end.stderr.trim_end()),
     }
 }
 
-fn run_transcript(input: &str) -> String {
-    let mut session = Session::new(false);
+fn run_transcript(input: &str, pty: bool) -> String {
+    let mut session = Session::new(false, pty);
     let mut now = Instant::now();
     let mut out = String::new();
     for line in input.lines().map(str::trim).filter(|line| !line.is_empty()) {
@@ -97,7 +99,16 @@ fn run_transcript(input: &str) -> String {
 }
 
 fn check(input: &str, expected: &str) {
-    let actual = run_transcript(input);
+    check_mode(input, false, expected);
+}
+
+/// As [`check`], for a job on a pty (`-pty`).
+fn check_pty(input: &str, expected: &str) {
+    check_mode(input, true, expected);
+}
+
+fn check_mode(input: &str, pty: bool, expected: &str) {
+    let actual = run_transcript(input, pty);
     let expected = expected
         .lines()
         .map(|line| line.strip_prefix("        ").unwrap_or(line))
@@ -289,7 +300,7 @@ fn stray_signals_and_held_change_nothing() {
 
 #[test]
 fn deadline_follows_the_hold() {
-    let mut session = Session::new(false);
+    let mut session = Session::new(false, false);
     let now = Instant::now();
     assert_eq!(session.deadline(), None);
     session.handle(Event::Reply(Reply::Started { job: 1 }), now);
@@ -297,4 +308,34 @@ fn deadline_follows_the_hold() {
     assert_eq!(session.deadline(), Some(now + HOLD_TIMEOUT));
     session.handle(Event::Reply(Reply::Held { job: 1 }), now);
     assert_eq!(session.deadline(), None);
+}
+
+#[test]
+fn a_resize_is_passed_on_to_a_job_that_has_started() {
+    check(
+        "SIGWINCH
+        admitted 7
+        SIGWINCH
+        SIGWINCH",
+        "SIGWINCH
+        admitted 7
+        SIGWINCH
+          send winch
+        SIGWINCH
+          send winch",
+    );
+}
+
+#[test]
+fn on_a_pty_a_resize_is_copied_to_it_and_the_kernel_tells_the_job() {
+    check_pty(
+        "SIGWINCH
+        admitted 7
+        SIGWINCH",
+        "SIGWINCH
+          copy the size to the pty
+        admitted 7
+        SIGWINCH
+          copy the size to the pty",
+    );
 }
