@@ -22,7 +22,7 @@ use crate::report::Final;
 use crate::session::{self, PtySide};
 use crate::signals::Signals;
 use crate::single::{self, PrivateDaemon};
-use crate::terminal::{Pty, RawMode, Relay};
+use crate::terminal::{Pty, Relay};
 
 /// Runs the job and returns scrun's exit status. Everything scrun has to
 /// say is already on stderr when this returns.
@@ -74,7 +74,7 @@ pub fn run(invocation: &Invocation) -> i32 {
                 pty.close_slave();
                 let mut side = PtySide {
                     relay: Relay::new(pty),
-                    raw: RawMode::enter(),
+                    raw: None,
                 };
                 let end = session::run(
                     &mut connection,

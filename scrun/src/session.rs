@@ -221,7 +221,9 @@ impl Session {
 pub struct PtySide {
     /// Moves bytes between scrun's stdio and the pty master.
     pub relay: Relay,
-    /// scrun's terminal, in raw mode while the job runs.
+    /// scrun's terminal, in raw mode once the job runs (`None` before, and
+    /// when scrun has no terminal). Until then keys typed still signal
+    /// scrun, so that Ctrl-C withdraws a job waiting for admission.
     pub raw: Option<RawMode>,
 }
 
@@ -246,6 +248,12 @@ pub fn run(
             Err(end) => return end,
         };
         for event in events {
+            if let (Event::Reply(Reply::Started { .. }), Some(side)) = (&event, pty.as_deref_mut())
+            {
+                if side.raw.is_none() {
+                    side.raw = RawMode::enter();
+                }
+            }
             for action in session.handle(event, Instant::now()) {
                 match action {
                     Action::Send(request) => {

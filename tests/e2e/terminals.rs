@@ -103,10 +103,13 @@ impl Drop for Tmux {
 
 /// A script that runs scrun with `args` between two `stty -g` of the
 /// terminal, then prints scrun's status and whether the terminal's modes
-/// came back unchanged.
+/// came back unchanged. Job control is on (`set -m`), as in an interactive
+/// shell: scrun runs in a process group of its own, the terminal's
+/// foreground group, so keys typed signal scrun and not the script.
 fn around_scrun(args: &str) -> String {
     format!(
-        "stty -g > modes.before\n\
+        "set -m\n\
+         stty -g > modes.before\n\
          \"$SCRUN\" {args}\n\
          echo \"status=$?\"\n\
          stty -g > modes.after\n\
@@ -300,4 +303,30 @@ fn a_program_stopped_by_ctrl_z_in_a_pty_shell_stays_stopped_across_gang_switches
     assert!(screen.contains("modes=same"), "{screen}");
     other.signal(nix::sys::signal::Signal::SIGINT);
     other.wait(Duration::from_secs(30));
+}
+
+/// Until the job runs, scrun's terminal stays as it is, so that Ctrl-C
+/// still interrupts a `-pty` job that waits in a deactivated queue.
+#[test]
+fn ctrl_c_withdraws_a_pty_job_that_has_not_started() {
+    let daemon = Daemon::start();
+    daemon.ok("queue 1 deactivate");
+    let Some(tmux) = Tmux::start(
+        &daemon,
+        &around_scrun("-pty sh -c 'echo never-ran'"),
+        100,
+        30,
+    ) else {
+        return;
+    };
+    let queued = wait_until(Duration::from_secs(20), || {
+        daemon.console("job 1").status.success()
+    });
+    assert!(queued, "job 1 was never admitted:\n{}", tmux.screen());
+    tmux.keys("C-c");
+    tmux.expect("modes=");
+    let screen = tmux.screen();
+    assert!(!screen.contains("never-ran"), "{screen}");
+    assert!(screen.contains("interrupted"), "{screen}");
+    assert!(screen.contains("modes=same"), "{screen}");
 }
