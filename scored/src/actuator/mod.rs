@@ -544,20 +544,25 @@ impl OsActuator {
         }
     }
 
-    /// Before a gang stop, notes which descendants outside the ranks'
-    /// groups are stopped already: the job stopped them itself (job
-    /// control in a shell of the job), and continuing the gang must not
-    /// undo that. One found running again loses the mark at the next stop.
+    /// Before a gang stop, looks at every held descendant again: its
+    /// process group now (a shell of the job may have moved it into a group
+    /// of its own since it was found, out of reach of the ranks' group
+    /// signals), and whether it is stopped already. Stopped outside the
+    /// ranks' groups means the job stopped it itself (job control in a
+    /// shell of the job), and continuing the gang must not undo that; one
+    /// found running again loses the mark at the next stop.
     fn note_stopped_by_job(&mut self, job: JobId) {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
         let groups = &procs.groups;
         for (pid, extra) in procs.extras.iter_mut() {
+            let stat = procfs::read_stat(*pid).filter(|stat| stat.start == extra.start);
+            if let Some(stat) = stat {
+                extra.pgrp = stat.pgrp;
+            }
             extra.stopped_by_job = !groups.contains_key(&extra.pgrp)
-                && procfs::read_stat(*pid).is_some_and(|stat| {
-                    stat.start == extra.start && matches!(stat.state, b'T' | b't')
-                });
+                && stat.is_some_and(|stat| matches!(stat.state, b'T' | b't'));
         }
     }
 
