@@ -447,7 +447,13 @@ impl<A: Actuator> Daemon<A> {
                 },
                 true,
             ),
-            ClientEvent::Started(job) => (Reply::Started { job: job.0 }, false),
+            ClientEvent::Started(job) => (
+                Reply::Started {
+                    job: job.0,
+                    winch: true,
+                },
+                false,
+            ),
             ClientEvent::Held(job) => (Reply::Held { job: job.0 }, false),
             ClientEvent::Ended(ending) => {
                 let accounting = proto::Accounting {

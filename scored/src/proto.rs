@@ -253,6 +253,11 @@ pub enum Reply {
     Started {
         /// The job.
         job: u64,
+        /// The daemon takes [`Request::Winch`] for this job. An older
+        /// daemon leaves it out (false), and scrun then never sends a
+        /// request that daemon could not read.
+        #[serde(default)]
+        winch: bool,
     },
     /// The job is held (acknowledges `Hold`).
     Held {
@@ -428,5 +433,37 @@ mod tests {
                 Err(FrameError::Malformed(_))
             ));
         }
+    }
+
+    /// Frames as a peer of the revision before `pty` and `winch` sends
+    /// them still decode, with both false.
+    #[test]
+    fn fields_added_later_default_for_older_peers() {
+        let frame = |json: &str| {
+            let mut buffer = (json.len() as u32).to_be_bytes().to_vec();
+            buffer.extend_from_slice(json.as_bytes());
+            buffer
+        };
+        let reply: Reply = decode(&mut frame(r#"{"type":"started","job":4}"#), MAX_REPLY)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            reply,
+            Reply::Started {
+                job: 4,
+                winch: false
+            }
+        );
+        let options =
+            r#"{"procs":{"nodes":1},"priority":null,"wait":false,"memory":null,"disk":null}"#;
+        let request = format!(
+            r#"{{"type":"submit","version":1,"submit":{{"stages":[["true"]],"joiner":"sequence","options":{options},"env":[],"cwd":"/"}}}}"#
+        );
+        let Request::Submit { submit, .. } =
+            decode(&mut frame(&request), MAX_REQUEST).unwrap().unwrap()
+        else {
+            panic!("not a submission");
+        };
+        assert!(!submit.options.pty);
     }
 }

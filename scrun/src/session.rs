@@ -80,6 +80,8 @@ pub struct Session {
     stat: bool,
     pty: bool,
     job: Option<u64>,
+    /// scored takes `Winch` for the job (it said so when the job started).
+    winch: bool,
     told_waiting: bool,
     interrupted: bool,
     hold: Hold,
@@ -93,6 +95,7 @@ impl Session {
             stat,
             pty,
             job: None,
+            winch: false,
             told_waiting: false,
             interrupted: false,
             hold: Hold::Idle,
@@ -127,8 +130,13 @@ impl Session {
                 self.told_waiting = true;
                 vec![Action::Say(format!("waiting for resources: {reason}"))]
             }
-            Reply::Admitted { job, .. } | Reply::Started { job } => {
+            Reply::Admitted { job, .. } => {
                 self.job.get_or_insert(job);
+                Vec::new()
+            }
+            Reply::Started { job, winch } => {
+                self.job.get_or_insert(job);
+                self.winch = winch;
                 Vec::new()
             }
             // A `Held` that comes after the deadline (or unasked) changes
@@ -155,9 +163,10 @@ impl Session {
             // scrun's terminal from another session, where the kernel does
             // not signal it, so scored is asked to. Before the job has
             // processes there is nobody to tell: they start with the
-            // terminal's size as it is then.
+            // terminal's size as it is then. A daemon that did not say it
+            // takes the request is not sent it.
             Signal::SIGWINCH if self.pty => vec![Action::FollowSize],
-            Signal::SIGWINCH if self.job.is_some() => vec![Action::Send(Request::Winch)],
+            Signal::SIGWINCH if self.winch => vec![Action::Send(Request::Winch)],
             _ => Vec::new(),
         }
     }

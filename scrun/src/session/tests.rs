@@ -25,7 +25,14 @@ fn event(line: &str) -> (Duration, Event) {
             cluster: "c0".into(),
             hosts: vec!["host0".into()],
         },
-        "started" => Reply::Started { job: number() },
+        "started" => Reply::Started {
+            job: number(),
+            winch: true,
+        },
+        "started-by-an-older-daemon" => Reply::Started {
+            job: number(),
+            winch: false,
+        },
         "held" => Reply::Held { job: number() },
         "rejected" => Reply::Rejected {
             reason: rest.into(),
@@ -303,7 +310,13 @@ fn deadline_follows_the_hold() {
     let mut session = Session::new(false, false);
     let now = Instant::now();
     assert_eq!(session.deadline(), None);
-    session.handle(Event::Reply(Reply::Started { job: 1 }), now);
+    session.handle(
+        Event::Reply(Reply::Started {
+            job: 1,
+            winch: true,
+        }),
+        now,
+    );
     session.handle(Event::Signal(Signal::SIGTSTP), now);
     assert_eq!(session.deadline(), Some(now + HOLD_TIMEOUT));
     session.handle(Event::Reply(Reply::Held { job: 1 }), now);
@@ -316,13 +329,29 @@ fn a_resize_is_passed_on_to_a_job_that_has_started() {
         "SIGWINCH
         admitted 7
         SIGWINCH
+        started 7
+        SIGWINCH
         SIGWINCH",
         "SIGWINCH
         admitted 7
         SIGWINCH
+        started 7
+        SIGWINCH
           send winch
         SIGWINCH
           send winch",
+    );
+}
+
+#[test]
+fn a_daemon_that_does_not_take_winch_is_never_sent_it() {
+    check(
+        "admitted 7
+        started-by-an-older-daemon 7
+        SIGWINCH",
+        "admitted 7
+        started-by-an-older-daemon 7
+        SIGWINCH",
     );
 }
 
