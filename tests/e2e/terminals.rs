@@ -330,3 +330,34 @@ fn ctrl_c_withdraws_a_pty_job_that_has_not_started() {
     assert!(screen.contains("interrupted"), "{screen}");
     assert!(screen.contains("modes=same"), "{screen}");
 }
+
+/// A plain user's `-pty` job: the rank runs as the user, takes the pty as
+/// its controlling terminal after the change of user, and owns it.
+#[test]
+fn a_plain_users_pty_job_has_its_own_terminal() {
+    let Some(users) = test_users("a_plain_users_pty_job_has_its_own_terminal") else {
+        return;
+    };
+    let daemon = Daemon::start();
+    let user = &users.a;
+    let script = around_scrun(
+        "-pty sh -c 'echo uid=$(id -u); echo hi-from-user > /dev/tty; stat -c owner=%u $(tty)'",
+    )
+    .replace(
+        "\"$SCRUN\"",
+        &format!(
+            "setpriv --reuid={} --regid={} --init-groups \"$SCRUN\"",
+            user.uid, user.gid
+        ),
+    );
+    let Some(tmux) = Tmux::start(&daemon, &script, 100, 30) else {
+        return;
+    };
+    tmux.expect("modes=");
+    let screen = tmux.screen();
+    assert!(screen.contains(&format!("uid={}", user.uid)), "{screen}");
+    assert!(screen.contains("hi-from-user"), "{screen}");
+    assert!(screen.contains(&format!("owner={}", user.uid)), "{screen}");
+    assert!(screen.contains("status=0"), "{screen}");
+    assert!(screen.contains("modes=same"), "{screen}");
+}
