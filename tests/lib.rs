@@ -95,6 +95,7 @@ pub struct DaemonBuilder {
     nofile: Option<(u64, u64)>,
     ignored: Vec<i32>,
     blocked: Vec<i32>,
+    terminal: Option<PathBuf>,
 }
 
 impl DaemonBuilder {
@@ -149,9 +150,26 @@ impl DaemonBuilder {
         self
     }
 
+    /// Starts the daemon on this terminal (a pseudo-terminal's slave,
+    /// `/dev/pts/N`) as its controlling terminal and stdin, as a daemon
+    /// started by hand from a shell (`sudo scored -v`) has one.
+    pub fn terminal(mut self, path: &Path) -> Self {
+        self.terminal = Some(path.to_path_buf());
+        self
+    }
+
     /// The command that would start the daemon in `sandbox`.
     pub fn command(&self, sandbox: &Sandbox) -> Command {
-        let mut command = Command::new(bin("scored"));
+        let mut command = match &self.terminal {
+            // util-linux setsid(1) execs scored as the leader of a new
+            // session whose controlling terminal is its stdin.
+            Some(_) => {
+                let mut command = Command::new("setsid");
+                command.arg("--ctty").arg(bin("scored"));
+                command
+            }
+            None => Command::new(bin("scored")),
+        };
         command
             .arg("--socket")
             .arg(sandbox.path.join("s.sock"))
@@ -268,10 +286,20 @@ impl Daemon {
             .append(true)
             .open(&self.log)
             .expect("open log");
+        let stdin = match &self.builder.terminal {
+            Some(path) => Stdio::from(
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(path)
+                    .expect("open the daemon's terminal"),
+            ),
+            None => Stdio::null(),
+        };
         let child = self
             .builder
             .command(&self.sandbox)
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(log_file.try_clone().expect("log"))
             .stderr(log_file)
             .spawn()

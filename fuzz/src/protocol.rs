@@ -84,6 +84,6 @@ fn follow(request: Request) {
         Request::Console { line, .. } => {
             let _ = parse_line(&line);
         }
-        Request::Hold | Request::Release | Request::Kill => {}
+        Request::Hold | Request::Release | Request::Kill | Request::Winch => {}
     }
 }

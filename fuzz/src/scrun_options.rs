@@ -132,6 +132,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
         memory,
         disk,
         stat,
+        pty,
         scored,
     } = &invocation.options;
     let mut items = vec![match procs {
@@ -144,6 +145,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
     items.extend(memory.map(|bytes| format!("memory={bytes}")));
     items.extend(disk.map(|bytes| format!("disk={bytes}")));
     items.extend(stat.then(|| "stat".to_string()));
+    items.extend(pty.then(|| "pty".to_string()));
     let mut words = Vec::new();
     let mut option_word = format!("-{}", items.join(","));
     if let Some(path) = scored {

@@ -248,6 +248,7 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
         wait: reader.bool(),
         memory: reader.option(Reader::u64),
         disk: reader.option(Reader::u64),
+        pty: false,
     };
     let n_env = usize::from(reader.byte() % 8);
     let env = (0..n_env).map(|_| (reader.wire(), reader.wire())).collect();

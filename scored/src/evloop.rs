@@ -450,7 +450,13 @@ impl<A: Actuator> Daemon<A> {
                 },
                 true,
             ),
-            ClientEvent::Started(job) => (Reply::Started { job: job.0 }, false),
+            ClientEvent::Started(job) => (
+                Reply::Started {
+                    job: job.0,
+                    winch: true,
+                },
+                false,
+            ),
             ClientEvent::Held(job) => (Reply::Held { job: job.0 }, false),
             ClientEvent::Ended(ending) => {
                 let accounting = proto::Accounting {
@@ -710,6 +716,7 @@ impl<A: Actuator> Daemon<A> {
                     conn.closing = true;
                     return;
                 }
+                let wants_terminal = submit.options.pty;
                 let request = match job_request(submit) {
                     Ok(request) => request,
                     Err(reason) => {
@@ -730,10 +737,24 @@ impl<A: Actuator> Daemon<A> {
                 else {
                     return refuse(conn, "descriptors went missing".into());
                 };
+                if wants_terminal {
+                    if let Err(reason) = check_job_terminal(&stdin) {
+                        queue_reply(
+                            conn,
+                            &Reply::Rejected {
+                                reason,
+                                kind: proto::RejectKind::Invalid,
+                            },
+                        );
+                        conn.closing = true;
+                        return;
+                    }
+                }
                 conn.stdio = Some(JobStdio {
                     stdin: self.fd_pool.intern(stdin),
                     stdout: self.fd_pool.intern(stdout),
                     stderr: self.fd_pool.intern(stderr),
+                    controlling_terminal: wants_terminal,
                 });
                 conn.submitted = true;
                 self.served_a_job = true;
@@ -782,6 +803,7 @@ impl<A: Actuator> Daemon<A> {
             Request::Hold => inputs.push(Input::Hold(client)),
             Request::Release => inputs.push(Input::Release(client)),
             Request::Kill => inputs.push(Input::Interrupt(client)),
+            Request::Winch => inputs.push(Input::Winch(client)),
         }
     }
 
@@ -1156,6 +1178,23 @@ fn reject_kind(kind: Rejection) -> proto::RejectKind {
         Rejection::Permission => proto::RejectKind::Permission,
         Rejection::Resources => proto::RejectKind::Resources,
         Rejection::ShuttingDown => proto::RejectKind::ShuttingDown,
+    }
+}
+
+/// Checks the stdin of a `-pty` submission: it must be a terminal that
+/// is no session's controlling terminal, which the job's first rank can
+/// then take without taking it from anyone (scrun sends the slave of a
+/// pseudo-terminal it has just opened).
+fn check_job_terminal(stdin: &OwnedFd) -> Result<(), String> {
+    if !nix::unistd::isatty(stdin).unwrap_or(false) {
+        return Err("-pty: the standard input sent with the job is not a terminal".into());
+    }
+    match crate::actuator::sys::terminal_session(stdin.as_fd()) {
+        Ok(None) => Ok(()),
+        Ok(Some(session)) => Err(format!(
+            "-pty: the terminal sent with the job is already the controlling terminal of session {session}"
+        )),
+        Err(error) => Err(format!("-pty: cannot inspect the terminal sent with the job: {error}")),
     }
 }
 

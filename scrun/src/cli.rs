@@ -46,6 +46,7 @@ options:
   -memory=SIZE     memory limit per host, such as 512M or 2G
   -disk=SIZE       disk limit of the job, such as 4G
   -stat            print the job's accounting to stderr at exit
+  -pty             give rank 0 a pseudo-terminal as its controlling terminal
   -scored=PATH     the daemon's socket (default: SCORED_SOCKET, then the standard path)
   -help, -h        print this text
   -version         print the version
@@ -62,7 +63,7 @@ pub const MAX_STAGES: usize = scored_proto::proto::MAX_STAGES;
 pub const MAX_PRIORITY: u64 = 255;
 
 /// The keys an option word may hold, listed in the hint of an unknown-option error.
-const VALID_KEYS: &str = "nodes, hosts, priority, wait, stat, memory, disk, scored";
+const VALID_KEYS: &str = "nodes, hosts, priority, wait, stat, pty, memory, disk, scored";
 
 /// What the command line asks scrun to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +103,8 @@ pub struct Options {
     pub disk: Option<u64>,
     /// Print the job's accounting at exit (`stat`).
     pub stat: bool,
+    /// Run rank 0 on a pseudo-terminal that scrun allocates and relays (`pty`).
+    pub pty: bool,
     /// The daemon's socket (`scored=`); `None` leaves the choice to the caller.
     pub scored: Option<PathBuf>,
 }
@@ -115,6 +118,7 @@ impl Default for Options {
             memory: None,
             disk: None,
             stat: false,
+            pty: false,
             scored: None,
         }
     }
@@ -129,6 +133,7 @@ impl Options {
             wait: self.wait,
             memory: self.memory,
             disk: self.disk,
+            pty: self.pty,
         }
     }
 }
@@ -412,6 +417,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
     let mut priority = None;
     let mut wait = None;
     let mut stat = None;
+    let mut pty = None;
     let mut memory = None;
     let mut disk = None;
     let mut scored = None;
@@ -441,6 +447,10 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
             "stat" => {
                 let value = parse_flag("stat", setting)?;
                 stat.get_or_insert(value);
+            }
+            "pty" => {
+                let value = parse_flag("pty", setting)?;
+                pty.get_or_insert(value);
             }
             "memory" => {
                 let value = parse_limit("memory", "512M", setting)?;
@@ -479,6 +489,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
         memory,
         disk,
         stat: stat.unwrap_or(false),
+        pty: pty.unwrap_or(false),
         scored,
     })
 }

@@ -19,9 +19,10 @@ use scrun::cli::Invocation;
 
 use crate::error::{chain, Fatal};
 use crate::report::Final;
-use crate::session;
+use crate::session::{self, PtySide};
 use crate::signals::Signals;
 use crate::single::{self, PrivateDaemon};
+use crate::terminal::{Pty, Relay};
 
 /// Runs the job and returns scrun's exit status. Everything scrun has to
 /// say is already on stderr when this returns.
@@ -52,8 +53,45 @@ pub fn run(invocation: &Invocation) -> i32 {
         Ok(connected) => connected,
         Err(fatal) => return report_fatal(&fatal),
     };
-    let end = match submit(&mut connection, &request, &path) {
-        Ok(()) => session::run(&mut connection, &signals, invocation.options.stat),
+    // With -pty, the job gets the slave of a new pty as stdin, stdout and
+    // stderr, and scrun relays between its own terminal and the master.
+    let pty = if invocation.options.pty {
+        match Pty::open() {
+            Ok(pty) => Some(pty),
+            Err(error) => {
+                return report_fatal(&Fatal::with_source(
+                    exitcode::INTERNAL,
+                    "-pty: cannot open a pseudo-terminal",
+                    error,
+                ))
+            }
+        }
+    } else {
+        None
+    };
+    let end = match submit(&mut connection, &request, &path, pty.as_ref()) {
+        Ok(()) => match pty {
+            Some(mut pty) => {
+                // scored holds the slave now; the job's end is the end of
+                // the pty's output once no copy is left open.
+                pty.close_slave();
+                let mut side = PtySide {
+                    relay: Relay::new(pty),
+                    raw: None,
+                };
+                let end = session::run(
+                    &mut connection,
+                    &signals,
+                    invocation.options.stat,
+                    Some(&mut side),
+                );
+                // Dropping the side restores scrun's terminal before
+                // anything more is said on it.
+                drop(side);
+                end
+            }
+            None => session::run(&mut connection, &signals, invocation.options.stat, None),
+        },
         Err(fatal) => Final {
             stderr: format!("scrun: {}\n", chain(&fatal)),
             code: fatal.code(),
@@ -92,12 +130,21 @@ fn connect(
     }
 }
 
-/// Sends the submission with stdin, stdout and stderr attached.
-fn submit(connection: &mut Connection, request: &Request, path: &Path) -> Result<(), Fatal> {
+/// Sends the submission with stdin, stdout and stderr attached: scrun's
+/// own, or with `-pty` the pty's slave as all three.
+fn submit(
+    connection: &mut Connection,
+    request: &Request,
+    path: &Path,
+    pty: Option<&Pty>,
+) -> Result<(), Fatal> {
     let stdin = io::stdin();
     let stdout = io::stdout();
     let stderr = io::stderr();
-    let fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
+    let fds = match pty.and_then(Pty::slave) {
+        Some(slave) => [slave, slave, slave],
+        None => [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()],
+    };
     match connection.send_with_fds(request, &fds) {
         Ok(()) => Ok(()),
         // scored hung up while we were sending, which it does after an

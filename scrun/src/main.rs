@@ -14,6 +14,7 @@ mod session;
 mod signals;
 mod single;
 mod submit;
+mod terminal;
 
 use std::io::Write;
 

@@ -239,7 +239,7 @@ mod tests {
     #[rustfmt::skip]
     fn replies_map_to_messages_and_statuses() {
         check(Reply::Waiting { reason: "memory".into() }, "continue");
-        check(Reply::Started { job: 1 }, "continue");
+        check(Reply::Started { job: 1, winch: true }, "continue");
         check(Reply::Held { job: 1 }, "continue");
         check(rejected(RejectKind::Invalid), "75 | scrun: job rejected: queue 7 does not exist");
         check(rejected(RejectKind::Resources), "75 | scrun: job rejected: queue 7 does not exist");

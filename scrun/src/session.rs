@@ -6,8 +6,10 @@
 //! time comes in as an argument, and the one deadline it keeps (the wait
 //! for `Held` after Ctrl-Z) goes out through [`Session::deadline`].
 //! [`run`] is the imperative shell: it polls the connection and the
-//! signalfd, feeds what it reads to the core, and carries out the actions.
-//! It never sleeps; `poll` waits for data, a signal or the core's deadline.
+//! signalfd (and, for a `-pty` job, the pty master and scrun's stdin,
+//! whose bytes it relays without involving the core), feeds what it reads
+//! to the core, and carries out the actions. It never sleeps; `poll` waits
+//! for data, a signal or the core's deadline.
 #![forbid(unsafe_code)]
 
 use std::io;
@@ -25,6 +27,7 @@ use scored_proto::proto::{Reply, Request};
 use crate::error::describe_io;
 use crate::report::{final_report, lost_connection, Final};
 use crate::signals::{exit_status, is_terminating, Signals};
+use crate::terminal::{RawMode, Relay};
 
 /// How long scrun waits for scored to confirm a hold before it stops anyway.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -55,6 +58,9 @@ pub enum Action {
     Say(String),
     /// Stop scrun itself with SIGSTOP, returning when it is continued.
     StopSelf,
+    /// Copy the size of scrun's terminal to the job's pty (`-pty`); the
+    /// kernel signals the job.
+    FollowSize,
     /// The session is over.
     Finish(Final),
 }
@@ -72,18 +78,24 @@ enum Hold {
 #[derive(Debug)]
 pub struct Session {
     stat: bool,
+    pty: bool,
     job: Option<u64>,
+    /// scored takes `Winch` for the job (it said so when the job started).
+    winch: bool,
     told_waiting: bool,
     interrupted: bool,
     hold: Hold,
 }
 
 impl Session {
-    /// A session whose job is submitted; `stat` asks for the accounting block.
-    pub fn new(stat: bool) -> Session {
+    /// A session whose job is submitted; `stat` asks for the accounting
+    /// block, `pty` says that the job runs on a pty that scrun relays.
+    pub fn new(stat: bool, pty: bool) -> Session {
         Session {
             stat,
+            pty,
             job: None,
+            winch: false,
             told_waiting: false,
             interrupted: false,
             hold: Hold::Idle,
@@ -118,8 +130,13 @@ impl Session {
                 self.told_waiting = true;
                 vec![Action::Say(format!("waiting for resources: {reason}"))]
             }
-            Reply::Admitted { job, .. } | Reply::Started { job } => {
+            Reply::Admitted { job, .. } => {
                 self.job.get_or_insert(job);
+                Vec::new()
+            }
+            Reply::Started { job, winch } => {
+                self.job.get_or_insert(job);
+                self.winch = winch;
                 Vec::new()
             }
             // A `Held` that comes after the deadline (or unasked) changes
@@ -141,6 +158,15 @@ impl Session {
             // Sent for every continue, including ones not preceded by our
             // own stop; releasing a job that is not held is a no-op in scored.
             Signal::SIGCONT => vec![Action::Send(Request::Release)],
+            // The terminal changed size. On a pty, the new size is copied
+            // to it and the kernel tells the job; otherwise the job shares
+            // scrun's terminal from another session, where the kernel does
+            // not signal it, so scored is asked to. Before the job has
+            // processes there is nobody to tell: they start with the
+            // terminal's size as it is then. A daemon that did not say it
+            // takes the request is not sent it.
+            Signal::SIGWINCH if self.pty => vec![Action::FollowSize],
+            Signal::SIGWINCH if self.winch => vec![Action::Send(Request::Winch)],
             _ => Vec::new(),
         }
     }
@@ -199,45 +225,128 @@ impl Session {
     }
 }
 
+/// The pty side of a `-pty` session: the relay and scrun's terminal in raw
+/// mode (when scrun has one).
+pub struct PtySide {
+    /// Moves bytes between scrun's stdio and the pty master.
+    pub relay: Relay,
+    /// scrun's terminal, in raw mode once the job runs (`None` before, and
+    /// when scrun has no terminal). Until then keys typed still signal
+    /// scrun, so that Ctrl-C withdraws a job waiting for admission.
+    pub raw: Option<RawMode>,
+}
+
+/// How long, after the job's end, scrun waits for the pty to hand over the
+/// last bytes the job wrote. The kernel moves a pty's output to the master
+/// asynchronously; its end (EIO) comes once all is read and nothing holds
+/// the slave any more, which is at once unless a stray process kept it.
+const PTY_DRAIN: Duration = Duration::from_secs(2);
+
 /// Talks to scored until the job ends, and returns how scrun ends. The
 /// `Submit` must already have been sent on `connection`.
-pub fn run(connection: &mut Connection, signals: &Signals, stat: bool) -> Final {
-    let mut session = Session::new(stat);
+pub fn run(
+    connection: &mut Connection,
+    signals: &Signals,
+    stat: bool,
+    mut pty: Option<&mut PtySide>,
+) -> Final {
+    let mut session = Session::new(stat, pty.is_some());
     loop {
-        let events = match wait(connection, signals, session.deadline()) {
+        let events = match wait(connection, signals, session.deadline(), pty.as_deref_mut()) {
             Ok(events) => events,
             Err(end) => return end,
         };
         for event in events {
+            if let (Event::Reply(Reply::Started { .. }), Some(side)) = (&event, pty.as_deref_mut())
+            {
+                if side.raw.is_none() {
+                    side.raw = RawMode::enter();
+                }
+            }
             for action in session.handle(event, Instant::now()) {
                 match action {
                     Action::Send(request) => {
                         // See `Action::Send`: the reply stream tells the end.
                         let _ = connection.send(&request);
                     }
-                    Action::Say(line) => say(&line),
+                    Action::Say(line) => {
+                        let raw = pty
+                            .as_deref()
+                            .and_then(|side| side.raw.as_ref())
+                            .is_some_and(RawMode::is_active);
+                        if raw {
+                            // No output processing in raw mode: the line
+                            // brings its own carriage return.
+                            let _ = write!(io::stderr().lock(), "scrun: {line}\r\n");
+                        } else {
+                            say(&line);
+                        }
+                    }
                     Action::StopSelf => {
+                        // The user's shell takes the terminal back while
+                        // scrun is stopped: leave raw mode first.
+                        if let Some(raw) = pty.as_deref_mut().and_then(|side| side.raw.as_mut()) {
+                            raw.suspend();
+                        }
                         // SIGSTOP cannot be blocked or caught; raise returns
                         // once scrun is continued, and the SIGCONT that did it
                         // is then waiting on the signalfd.
                         if let Err(errno) = raise(Signal::SIGSTOP) {
                             say(&format!("cannot stop scrun: {}", errno.desc()));
                         }
+                        if let Some(side) = pty.as_deref_mut() {
+                            if let Some(raw) = side.raw.as_mut() {
+                                raw.resume();
+                            }
+                            // The window may have changed meanwhile.
+                            side.relay.pty().follow_size();
+                        }
                     }
-                    Action::Finish(end) => return end,
+                    Action::FollowSize => {
+                        if let Some(side) = pty.as_deref_mut() {
+                            side.relay.pty().follow_size();
+                        }
+                    }
+                    Action::Finish(end) => {
+                        if let Some(side) = pty.as_deref_mut() {
+                            drain_pty(&mut side.relay);
+                        }
+                        return end;
+                    }
                 }
             }
         }
     }
 }
 
-/// Waits for the connection, a signal or the deadline, and returns what
-/// happened: replies first (so that a job's end that raced a signal wins),
-/// then signals, then a tick.
+/// Copies what the job left in the pty to scrun's stdout, until the pty
+/// reports its end or [`PTY_DRAIN`] passes.
+fn drain_pty(relay: &mut Relay) {
+    let deadline = Instant::now() + PTY_DRAIN;
+    while relay.master_open() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let timeout = PollTimeout::try_from(left.as_millis().max(1)).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(relay.master(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(0) => return,
+            Ok(_) | Err(Errno::EINTR) => relay.relay_output(),
+            Err(_) => return,
+        }
+    }
+}
+
+/// Waits for the connection, a signal, the deadline or (with a pty) the
+/// terminal, and returns what happened: replies first (so that a job's end
+/// that raced a signal wins), then signals, then a tick. Bytes between
+/// scrun's terminal and the pty are moved here, as they come.
 fn wait(
     connection: &mut Connection,
     signals: &Signals,
     deadline: Option<Instant>,
+    pty: Option<&mut PtySide>,
 ) -> Result<Vec<Event>, Final> {
     let timeout = match deadline {
         None => PollTimeout::NONE,
@@ -248,11 +357,29 @@ fn wait(
             PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
         }
     };
-    let (connection_ready, signals_ready) = {
-        let mut fds = [
+    let relay = pty.map(|side| &mut side.relay);
+    let (connection_ready, signals_ready, master_ready, stdin_ready) = {
+        let stdin = io::stdin();
+        let mut fds = vec![
             PollFd::new(connection.as_fd(), PollFlags::POLLIN),
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
         ];
+        let (mut master_idx, mut stdin_idx) = (None, None);
+        if let Some(relay) = relay.as_deref() {
+            let interest = relay.interest();
+            if relay.master_open() {
+                let mut flags = PollFlags::POLLIN;
+                if interest.master_out {
+                    flags |= PollFlags::POLLOUT;
+                }
+                master_idx = Some(fds.len());
+                fds.push(PollFd::new(relay.master(), flags));
+            }
+            if interest.stdin {
+                stdin_idx = Some(fds.len());
+                fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
+            }
+        }
         match poll(&mut fds, timeout) {
             Ok(_) => {}
             Err(Errno::EINTR) => return Ok(vec![Event::Tick]),
@@ -264,8 +391,22 @@ fn wait(
             }
         }
         let ready = |fd: &PollFd| fd.revents().is_some_and(|revents| !revents.is_empty());
-        (ready(&fds[0]), ready(&fds[1]))
+        (
+            ready(&fds[0]),
+            ready(&fds[1]),
+            master_idx.is_some_and(|idx| ready(&fds[idx])),
+            stdin_idx.is_some_and(|idx| ready(&fds[idx])),
+        )
     };
+    if let Some(relay) = relay {
+        if master_ready {
+            relay.relay_output();
+            relay.flush_typed();
+        }
+        if stdin_ready {
+            relay.relay_typed();
+        }
+    }
     let mut events = Vec::new();
     if connection_ready {
         read_replies(connection, &mut events);

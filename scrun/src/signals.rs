@@ -14,9 +14,10 @@ use std::os::fd::{AsFd, BorrowedFd};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-/// The signals scrun reads: the terminating ones, job control, and SIGCHLD
-/// to learn without polling when a private scored has exited.
-const HANDLED: [Signal; 7] = [
+/// The signals scrun reads: the terminating ones, job control, SIGWINCH
+/// (passed on to the job), and SIGCHLD to learn without polling when a
+/// private scored has exited.
+const HANDLED: [Signal; 8] = [
     Signal::SIGINT,
     Signal::SIGTERM,
     Signal::SIGHUP,
@@ -24,6 +25,7 @@ const HANDLED: [Signal; 7] = [
     Signal::SIGTSTP,
     Signal::SIGCONT,
     Signal::SIGCHLD,
+    Signal::SIGWINCH,
 ];
 
 /// The blocked signals and the descriptor that reads them.

@@ -144,13 +144,19 @@ impl Client {
     }
 
     fn admit(&mut self, job: u64) {
+        self.admit_saying(job, true);
+    }
+
+    /// Admits and starts the job, saying whether `Winch` is taken (an
+    /// older daemon does not say it, which reads as false).
+    fn admit_saying(&mut self, job: u64, winch: bool) {
         self.send(Reply::Admitted {
             job,
             queue: 1,
             cluster: "c0".into(),
             hosts: vec!["host0".into()],
         });
-        self.send(Reply::Started { job });
+        self.send(Reply::Started { job, winch });
     }
 }
 
@@ -326,6 +332,32 @@ fn second_interrupt_leaves_without_waiting() {
             "scrun: interrupted; killing job 4\nscrun: interrupted again; leaving\n".into()
         )
     );
+}
+
+#[test]
+fn a_window_change_is_passed_on_as_winch() {
+    let daemon = FakeDaemon::new();
+    let scrun = daemon.scrun(&[]);
+    let (mut client, _) = daemon.accept(&scrun);
+    client.admit(5);
+    signal(&scrun, Signal::SIGWINCH);
+    assert_eq!(client.request(), Request::Winch);
+    client.send(ended(5, EndKind::Exited, 0, "exited"));
+    assert_eq!(finish(scrun), (0, String::new()));
+}
+
+#[test]
+fn an_older_daemon_is_never_sent_winch() {
+    let daemon = FakeDaemon::new();
+    let scrun = daemon.scrun(&[]);
+    let (mut client, _) = daemon.accept(&scrun);
+    client.admit_saying(5, false);
+    signal(&scrun, Signal::SIGWINCH);
+    signal(&scrun, Signal::SIGINT);
+    // The first request after the resize is the interrupt's.
+    assert_eq!(client.request(), Request::Kill);
+    client.send(ended(5, EndKind::Killed, 130, "killed by its owner"));
+    assert_eq!(finish(scrun).0, 130);
 }
 
 #[test]

@@ -472,6 +472,7 @@ fn submit_frame() -> Vec<u8> {
             wait: false,
             memory: None,
             disk: None,
+            pty: false,
         },
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         cwd: "/".into(),

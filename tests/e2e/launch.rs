@@ -182,29 +182,6 @@ fn an_unreachable_daemon_has_its_own_code() {
 }
 
 #[test]
-fn every_process_of_a_host_shares_one_process_group() {
-    let daemon = Daemon::builder()
-        .hosts("h0 cpus=0 cores=2\nh1 cpus=0 cores=2\n")
-        .start();
-    let mut job = daemon.spawn(&["-nodes=4", &testprog(), "spin", "0"]);
-    let pids = job.wait_pids(4);
-    let mut groups: Vec<i32> = pids
-        .iter()
-        .filter_map(|pid| proc_stat(*pid))
-        .map(|stat| stat.pgrp)
-        .collect();
-    groups.sort_unstable();
-    groups.dedup();
-    assert_eq!(
-        groups.len(),
-        2,
-        "4 processes on 2 hosts form 2 process groups"
-    );
-    job.signal(Signal::SIGINT);
-    job.wait(Duration::from_secs(30));
-}
-
-#[test]
 fn sc_console_status_answers() {
     let daemon = Daemon::start();
     let status = daemon.ok("status");

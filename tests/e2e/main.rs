@@ -10,6 +10,8 @@ mod hostile;
 mod launch;
 mod limits;
 mod security;
+mod sessions;
 mod shell_parity;
 mod startup;
+mod terminals;
 mod users;

@@ -311,6 +311,7 @@ fn bad_inherited_fields_are_refused_with_a_clear_error() {
                     wait: false,
                     memory: None,
                     disk: None,
+                    pty: false,
                 },
                 env: vec![("SCORED_TEST_TAG".into(), daemon.tag.as_str().into())],
                 cwd: "/".into(),

@@ -39,6 +39,8 @@ pub const SIGTERM: i32 = 15;
 pub const SIGKILL: i32 = 9;
 /// SIGPIPE's number: a producer's normal end in a pipeline.
 pub const SIGPIPE: i32 = 13;
+/// SIGWINCH, which a job's scrun passes on when its terminal changes size.
+pub const SIGWINCH: i32 = 28;
 
 /// SIGSTOP, SIGTSTP, SIGCONT, SIGTTIN, SIGTTOU: only the scheduler stops and
 /// continues jobs, or two jobs could run on one host.
@@ -268,6 +270,8 @@ pub enum Input {
     Release(ClientToken),
     /// scrun was interrupted: kill its job.
     Interrupt(ClientToken),
+    /// scrun's terminal changed size: pass SIGWINCH on to its job.
+    Winch(ClientToken),
     /// Every process of a job is stopped.
     Stopped(JobId),
     /// A rank exited.
@@ -631,6 +635,19 @@ impl Core {
                             reason: "interrupted while waiting for admission".into(),
                         },
                     });
+                }
+            }
+            Input::Winch(client) => {
+                // Only a job with processes, and not one being killed; a
+                // stopped job gets the signal when it is continued.
+                let job = self.by_client.get(&client).copied();
+                if let Some(record) = job.and_then(|job| self.jobs.get(&job)) {
+                    if record.phase != Phase::Idle && record.ending.is_none() {
+                        out.push(Action::Signal {
+                            job: record.id,
+                            signal: SIGWINCH,
+                        });
+                    }
                 }
             }
             Input::Stopped(job) => {

@@ -115,6 +115,10 @@ pub struct JobOptions {
     pub memory: Option<u64>,
     /// The user's explicit disk limit, in bytes.
     pub disk: Option<u64>,
+    /// The submitted stdin is a pseudo-terminal that scrun allocated
+    /// (`-pty`): the rank reading it takes it as its controlling terminal.
+    #[serde(default)]
+    pub pty: bool,
 }
 
 /// A job submission from scrun.
@@ -182,6 +186,9 @@ pub enum Request {
     Release,
     /// scrun was interrupted: kill its job (SIGTERM, then SIGKILL after a grace).
     Kill,
+    /// scrun's terminal changed size: send SIGWINCH to its job. Only the
+    /// connection that submitted the job may ask, so only its owner can.
+    Winch,
 }
 
 /// Why a submission was refused; scrun maps this to its exit status.
@@ -270,6 +277,11 @@ pub enum Reply {
     Started {
         /// The job.
         job: u64,
+        /// The daemon takes [`Request::Winch`] for this job. An older
+        /// daemon leaves it out (false), and scrun then never sends a
+        /// request that daemon could not read.
+        #[serde(default)]
+        winch: bool,
     },
     /// The job is held (acknowledges `Hold`).
     Held {
@@ -479,6 +491,7 @@ mod tests {
                     wait: true,
                     memory: Some(1 << 20),
                     disk: None,
+                    pty: false,
                 },
                 env: vec![("A".into(), "1".into())],
                 cwd: "/tmp".into(),
@@ -616,5 +629,37 @@ mod tests {
                 Err(FrameError::Malformed(_))
             ));
         }
+    }
+
+    /// Frames as a peer of the revision before `pty` and `winch` sends
+    /// them still decode, with both false.
+    #[test]
+    fn fields_added_later_default_for_older_peers() {
+        let frame = |json: &str| {
+            let mut buffer = (json.len() as u32).to_be_bytes().to_vec();
+            buffer.extend_from_slice(json.as_bytes());
+            buffer
+        };
+        let reply: Reply = decode(&mut frame(r#"{"type":"started","job":4}"#), MAX_REPLY)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            reply,
+            Reply::Started {
+                job: 4,
+                winch: false
+            }
+        );
+        let options =
+            r#"{"procs":{"nodes":1},"priority":null,"wait":false,"memory":null,"disk":null}"#;
+        let request = format!(
+            r#"{{"type":"submit","version":1,"submit":{{"stages":[["true"]],"joiner":"sequence","options":{options},"env":[],"cwd":"/"}}}}"#
+        );
+        let Request::Submit { submit, .. } =
+            decode(&mut frame(&request), MAX_REQUEST).unwrap().unwrap()
+        else {
+            panic!("not a submission");
+        };
+        assert!(!submit.options.pty);
     }
 }

@@ -3,10 +3,10 @@
 //!
 //! It carries out the core's actions on real processes and turns what the
 //! kernel reports into core inputs:
-//! - `Spawn`: one process per rank, each rank's host a process group of its
-//!   own (job, host), pinned to the host's CPUs, run as the submitting user
-//!   with its groups, at normal scheduling priority, in the job's cgroup
-//!   when there is one.
+//! - `Spawn`: one process per rank, each the leader of a session (and so
+//!   of a process group) of its own, pinned to its host's CPUs, run as the
+//!   submitting user with its groups, at normal scheduling priority, in the
+//!   job's cgroup when there is one.
 //! - `Stop`: SIGSTOP to every process group (and to processes that left
 //!   them), then [`Input::Stopped`] once every known process is confirmed
 //!   stopped: direct children through `wait4(WUNTRACED)`, other
@@ -15,9 +15,14 @@
 //!   reaped, every process left in its groups or cgroup is killed, and
 //!   [`Input::ProcessesGone`] follows once they are all gone.
 //!
-//! Architecture invariant: a process group is signalled only while one of
-//! our direct children is in it, so its id cannot have been reused; any
-//! other process is signalled only through a pidfd.
+//! Architecture invariant: a process group is signalled only while its
+//! leader, a rank, is our unreaped child. A session leader can never leave
+//! its group, and the pid of an unreaped child (the group's id) cannot be
+//! handed to another process, so the group signalled is always the rank's.
+//! Any other process is signalled only through a pidfd. Processes are
+//! attributed to a job by its cgroup, or by ancestry, the session of a live
+//! rank, and (for orphans) uid and environment; never by a process group
+//! id alone.
 
 pub mod cgroup;
 pub mod procfs;
@@ -97,6 +102,10 @@ pub struct JobStdio {
     pub stdout: Rc<OwnedFd>,
     /// The client's standard error.
     pub stderr: Rc<OwnedFd>,
+    /// stdin is a terminal that the process reading it (rank 0 of the
+    /// first stage, or of each stage with `::`) takes as its controlling
+    /// terminal (`scrun -pty`).
+    pub controlling_terminal: bool,
 }
 
 /// What the actuator needs to know at start-up.
@@ -158,8 +167,15 @@ struct Extra {
     pidfd: OwnedFd,
     start: u64,
     slot: usize,
-    /// It left the job's process groups, so group signals miss it.
-    escaped: bool,
+    /// Its process group when last seen: when that is not the group of a
+    /// live rank, group signals miss it and it is signalled through its pidfd.
+    pgrp: i32,
+    /// It was already stopped when the job's last gang stop began: stopped
+    /// by the job's own job control (a shell's Ctrl-Z on a `-pty`
+    /// terminal), not by the scheduler, so the gang's continue leaves it
+    /// stopped. Only processes signalled through their pidfd can be left
+    /// out; one in a rank's group gets the group's SIGCONT.
+    stopped_by_job: bool,
 }
 
 #[derive(Debug)]
@@ -178,10 +194,11 @@ struct Drain {
 /// Everything the actuator tracks about one job.
 #[derive(Debug)]
 struct JobProcs {
-    /// Process group per host slot, while a direct child is in it.
-    pgids: Vec<Option<i32>>,
-    /// Live direct children per slot.
-    per_slot: Vec<u32>,
+    /// The process group, and session, of each unreaped rank, mapped to
+    /// the rank's host slot: the rank's pid, since every rank leads a
+    /// session of its own. An entry lives exactly as long as the rank is
+    /// unreaped, which is what makes signalling the group safe.
+    groups: HashMap<i32, usize>,
     children: BTreeSet<i32>,
     extras: HashMap<i32, Extra>,
     stop_wait: Option<StopWait>,
@@ -200,17 +217,6 @@ struct JobProcs {
     cgroup_procs: Option<CString>,
     /// The user the job runs as.
     uid: u32,
-}
-
-impl JobProcs {
-    /// The host slot of each of the job's current process groups.
-    fn pgid_slots(&self) -> HashMap<i32, usize> {
-        self.pgids
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, pgid)| pgid.map(|pgid| (pgid, slot)))
-            .collect()
-    }
 }
 
 /// The real actuator.
@@ -351,8 +357,7 @@ impl OsActuator {
         self.jobs.insert(
             plan.job,
             JobProcs {
-                pgids: vec![None; plan.hosts.len()],
-                per_slot: vec![0; plan.hosts.len()],
+                groups: HashMap::new(),
                 children: BTreeSet::new(),
                 extras: HashMap::new(),
                 stop_wait: None,
@@ -400,9 +405,8 @@ impl OsActuator {
             }
         }
         let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
-        // A new stage: new process groups, and (for `::`) a new peak, since
-        // each stage is limited on its own.
-        procs_state.pgids.iter_mut().for_each(|pgid| *pgid = None);
+        // A new stage: (for `::`) a new peak, since each stage is limited on
+        // its own.
         procs_state
             .reaped_peak
             .iter_mut()
@@ -464,8 +468,11 @@ impl OsActuator {
             command.stdout(stdout.unwrap_or_else(Stdio::null));
             command.stderr(stderr.unwrap_or_else(Stdio::null));
             let slot = proc_plan.host_slot;
-            let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
-            command.process_group(procs_state.pgids[slot].unwrap_or(0));
+            // The process whose stdin is the client's takes it as its
+            // controlling terminal when the client asked for that (`-pty`).
+            let takes_terminal = stdio.is_some_and(|io| io.controlling_terminal)
+                && proc_plan.rank == 0
+                && !(plan.pipe && stage_idx > 0);
             let mask = host.1;
             let cgroup_path = cgroup_procs.clone();
             let child_cwd = cwd.clone();
@@ -492,15 +499,22 @@ impl OsActuator {
             let umask = inherited.umask;
             let ignored = inherited.ignored;
             // SAFETY: the closure runs in the child between fork and exec. It
-            // only makes system calls (sched_setscheduler, setpriority,
-            // setrlimit, getrlimit, sched_setaffinity, open/write/close,
-            // setgroups/setgid/setuid, chdir, close_range, prctl, getppid,
-            // umask, sigaction, sigprocmask) on data prepared before the
-            // fork; it allocates nothing, takes no lock and does not log.
-            // The daemon is single-threaded, so no other thread's lock can
-            // be held.
+            // only makes system calls (setsid, sched_setscheduler,
+            // setpriority, setrlimit, getrlimit, sched_setaffinity,
+            // open/write/close, setgroups/setgid/setuid, ioctl, chdir,
+            // close_range, prctl, getppid, umask, sigaction, sigprocmask) on
+            // data prepared before the fork; it allocates nothing, takes no
+            // lock and does not log. The daemon is single-threaded, so no
+            // other thread's lock can be held.
             unsafe {
                 command.pre_exec(move || {
+                    // A session of its own: the job cannot reach the
+                    // terminal scored was started from, no process of
+                    // another job can join its process group (groups are
+                    // joined only within a session), and as a session leader
+                    // the rank can never leave its group, whose id is its
+                    // pid (see `JobProcs::groups`).
+                    sys::new_session()?;
                     // Never let the daemon's real-time priority leak into a job.
                     sys::set_scheduler(None, false)?;
                     sys::set_nice(0)?;
@@ -510,6 +524,12 @@ impl OsActuator {
                     }
                     if become_user {
                         sys::become_user(uid, gid, &groups)?;
+                    }
+                    // After the change of user, so that the kernel checks the
+                    // user's rights on the terminal; it is never stolen from
+                    // another session.
+                    if takes_terminal {
+                        sys::take_controlling_terminal(libc::STDIN_FILENO)?;
                     }
                     sys::chdir(&child_cwd)?;
                     // Only the three stdio descriptors reach the job. Old
@@ -555,8 +575,7 @@ impl OsActuator {
                     // loop owns every child.
                     drop(child);
                     let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
-                    procs_state.pgids[slot].get_or_insert(pid);
-                    procs_state.per_slot[slot] += 1;
+                    procs_state.groups.insert(pid, slot);
                     procs_state.children.insert(pid);
                     self.children.insert(
                         pid,
@@ -596,35 +615,65 @@ impl OsActuator {
         Ok(())
     }
 
-    /// Signals every process group of the job that still has a direct
-    /// child, and every escaped descendant through its pidfd.
+    /// Signals the process group of every unreaped rank (see
+    /// `JobProcs::groups` for why that id is still the rank's), and every
+    /// other descendant outside those groups through its pidfd.
     fn send(&self, job: JobId, signal: Signal) {
         let Some(procs) = self.jobs.get(&job) else {
             return;
         };
-        for (slot, pgid) in procs.pgids.iter().enumerate() {
-            if let Some(pgid) = pgid {
-                if procs.per_slot[slot] > 0 {
-                    if let Err(error) = killpg(Pid::from_raw(*pgid), signal) {
-                        tracing::debug!(job = %job, pgid, %error, "killpg failed");
-                    }
-                }
+        for &pgid in procs.groups.keys() {
+            if let Err(error) = killpg(Pid::from_raw(pgid), signal) {
+                tracing::debug!(job = %job, pgid, %error, "killpg failed");
             }
         }
         for extra in procs.extras.values() {
-            if extra.escaped || procs.per_slot.get(extra.slot).copied().unwrap_or(0) == 0 {
+            if signal == Signal::SIGCONT && extra.stopped_by_job {
+                continue;
+            }
+            if !procs.groups.contains_key(&extra.pgrp) {
                 let _ = sys::pidfd_send_signal(&extra.pidfd, signal as i32);
             }
         }
     }
 
+    /// Before a gang stop, looks at every held descendant again: its
+    /// process group now (a shell of the job may have moved it into a group
+    /// of its own since it was found, out of reach of the ranks' group
+    /// signals), and whether it is stopped already. Stopped outside the
+    /// ranks' groups means the job stopped it itself (job control in a
+    /// shell of the job), and continuing the gang must not undo that; one
+    /// found running again loses the mark at the next stop.
+    fn note_stopped_by_job(&mut self, job: JobId) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let groups = &procs.groups;
+        for (pid, extra) in procs.extras.iter_mut() {
+            let stat = procfs::read_stat(*pid).filter(|stat| stat.start == extra.start);
+            if let Some(stat) = stat {
+                extra.pgrp = stat.pgrp;
+            }
+            extra.stopped_by_job = !groups.contains_key(&extra.pgrp)
+                && stat.is_some_and(|stat| matches!(stat.state, b'T' | b't'));
+        }
+    }
+
     /// Finds the job's processes other than its direct children: from its
-    /// cgroup, or by walking /proc from its children and process groups.
+    /// cgroup, or by walking /proc down from its live ranks and descendants
+    /// already held, taking the members of live ranks' sessions.
+    ///
+    /// Process, group and session ids are numbers the kernel reuses. None
+    /// is trusted unless something pins it: a live rank pins its own pid,
+    /// group and session (it is unreaped, and a session leader cannot leave
+    /// either); a descendant held by a pidfd counts only while its start
+    /// time still matches. A session cannot be joined, only inherited, so
+    /// a member of a live rank's session descends from that rank.
     fn discover(&mut self, job: JobId) -> Vec<Stat> {
         let Some(procs) = self.jobs.get(&job) else {
             return Vec::new();
         };
-        let pgid_slot = procs.pgid_slots();
+        let rank_slots = procs.groups.clone();
         let members: Vec<Stat> = match (&self.cgroups, &procs.cgroup_procs) {
             (Some(cgroups), Some(_)) => cgroups
                 .pids(job)
@@ -633,8 +682,16 @@ impl OsActuator {
                 .collect(),
             _ => {
                 let all = procfs::all_processes();
+                let start_of: HashMap<i32, u64> =
+                    all.iter().map(|stat| (stat.pid, stat.start)).collect();
                 let mut known: BTreeSet<i32> = procs.children.iter().copied().collect();
-                known.extend(procs.extras.keys().copied());
+                known.extend(
+                    procs
+                        .extras
+                        .iter()
+                        .filter(|(pid, extra)| start_of.get(pid) == Some(&extra.start))
+                        .map(|(pid, _)| *pid),
+                );
                 // A descendant whose parent died before it was first seen
                 // was reparented to scored (the child subreaper), and its
                 // ancestry is lost. Such an orphan is taken as this job's if
@@ -673,7 +730,7 @@ impl OsActuator {
                         }
                         if known.contains(&stat.pid)
                             || known.contains(&stat.ppid)
-                            || pgid_slot.contains_key(&stat.pgrp)
+                            || rank_slots.contains_key(&stat.session)
                         {
                             known.insert(stat.pid);
                             taken.insert(stat.pid);
@@ -687,8 +744,11 @@ impl OsActuator {
         };
         let procs = self.jobs.get_mut(&job).expect("checked above");
         procs.discovered_at = Some(Instant::now());
-        let present: BTreeSet<i32> = members.iter().map(|stat| stat.pid).collect();
-        procs.extras.retain(|pid, _| present.contains(pid));
+        let present: HashMap<i32, u64> =
+            members.iter().map(|stat| (stat.pid, stat.start)).collect();
+        procs
+            .extras
+            .retain(|pid, extra| present.get(pid) == Some(&extra.start));
         let by_pid: HashMap<i32, Stat> = members.iter().map(|stat| (stat.pid, *stat)).collect();
         for stat in &members {
             if procs.children.contains(&stat.pid)
@@ -697,9 +757,9 @@ impl OsActuator {
             {
                 continue;
             }
-            // The host slot: that of its process group, else of its nearest
-            // known ancestor.
-            let slot = pgid_slot.get(&stat.pgrp).copied().or_else(|| {
+            // The host slot: that of the rank whose session it is in, else
+            // of its nearest known ancestor.
+            let slot = rank_slots.get(&stat.session).copied().or_else(|| {
                 let mut cursor = stat.ppid;
                 for _ in 0..64 {
                     if let Some(child) = self.children.get(&cursor) {
@@ -726,10 +786,11 @@ impl OsActuator {
                     pidfd,
                     start: stat.start,
                     slot: slot.unwrap_or(0),
-                    escaped: !pgid_slot.contains_key(&stat.pgrp),
+                    pgrp: stat.pgrp,
+                    stopped_by_job: false,
                 },
             );
-            tracing::debug!(job = %job, pid = stat.pid, escaped = !pgid_slot.contains_key(&stat.pgrp), "found a descendant");
+            tracing::debug!(job = %job, pid = stat.pid, escaped = !rank_slots.contains_key(&stat.pgrp), "found a descendant");
         }
         members
     }
@@ -744,7 +805,6 @@ impl OsActuator {
         if procs.cgroup_procs.is_none() {
             return;
         }
-        let pgids: Vec<i32> = procs.pgids.iter().flatten().copied().collect();
         for pid in cgroups.pids(job) {
             if procs.children.contains(&pid) || procs.extras.contains_key(&pid) {
                 continue;
@@ -759,18 +819,15 @@ impl OsActuator {
             {
                 continue;
             }
-            let slot = procs
-                .pgids
-                .iter()
-                .position(|pgid| *pgid == Some(stat.pgrp))
-                .unwrap_or(0);
+            let slot = procs.groups.get(&stat.session).copied().unwrap_or(0);
             procs.extras.insert(
                 pid,
                 Extra {
                     pidfd,
                     start: stat.start,
                     slot,
-                    escaped: !pgids.contains(&stat.pgrp),
+                    pgrp: stat.pgrp,
+                    stopped_by_job: false,
                 },
             );
         }
@@ -887,6 +944,7 @@ impl Actuator for OsActuator {
         if !fresh {
             self.adopt_new_members(job);
         }
+        self.note_stopped_by_job(job);
         self.send(job, Signal::SIGSTOP);
         let children = &self.children;
         let Some(procs) = self.jobs.get_mut(&job) else {
@@ -936,8 +994,7 @@ impl Actuator for OsActuator {
         let members = self.discover(job);
         let procs = self.jobs.get(&job)?;
         let mut ticks = 0u64;
-        let mut memory = vec![0u64; procs.pgids.len()];
-        let pgid_slot = procs.pgid_slots();
+        let mut memory = vec![0u64; procs.reaped_peak.len()];
         for stat in &members {
             ticks += stat.own_ticks + stat.children_ticks;
             let slot = self
@@ -945,7 +1002,7 @@ impl Actuator for OsActuator {
                 .get(&stat.pid)
                 .map(|child| child.slot)
                 .or_else(|| procs.extras.get(&stat.pid).map(|extra| extra.slot))
-                .or_else(|| pgid_slot.get(&stat.pgrp).copied())
+                .or_else(|| procs.groups.get(&stat.session).copied())
                 .unwrap_or(0);
             if let Some(total) = memory.get_mut(slot) {
                 *total += stat.rss_pages * self.page_size;
@@ -1192,7 +1249,8 @@ impl OsActuator {
                 procs.children.remove(&pid);
                 procs.reaped_cpu += waited.cpu;
                 procs.reaped_peak[child.slot] += waited.max_rss;
-                procs.per_slot[child.slot] = procs.per_slot[child.slot].saturating_sub(1);
+                // Reaped: its pid, and so its group's id, may now be reused.
+                procs.groups.remove(&pid);
                 if let Some(wait) = procs.stop_wait.as_mut() {
                     wait.children.remove(&pid);
                 }

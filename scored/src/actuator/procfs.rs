@@ -17,6 +17,8 @@ pub struct Stat {
     pub ppid: i32,
     /// Process group id.
     pub pgrp: i32,
+    /// Session id.
+    pub session: i32,
     /// User + system time of the process, in clock ticks.
     pub own_ticks: u64,
     /// User + system time of its waited-for children, in clock ticks.
@@ -54,6 +56,7 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
         state: *fields.first()?.as_bytes().first()?,
         ppid: signed(4)?,
         pgrp: signed(5)?,
+        session: signed(6)?,
         own_ticks: field(14)? + field(15)?,
         children_ticks: field(16)? + field(17)?,
         start: field(22)?,
@@ -149,12 +152,13 @@ mod tests {
 
     #[test]
     fn parses_names_with_spaces_and_parentheses() {
-        let text = "4242 (my (odd) prog) T 1 4242 4242 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 1 0 123456 1000000 250 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        let text = "4242 (my (odd) prog) T 1 4242 4240 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 1 0 123456 1000000 250 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
         let stat = parse_stat(text).expect("parses");
         assert_eq!(stat.pid, 4242);
         assert_eq!(stat.state, b'T');
         assert_eq!(stat.ppid, 1);
         assert_eq!(stat.pgrp, 4242);
+        assert_eq!(stat.session, 4240);
         assert_eq!(stat.own_ticks, 10);
         assert_eq!(stat.children_ticks, 3);
         assert_eq!(stat.start, 123456);

@@ -226,6 +226,44 @@ pub fn become_user(uid: u32, gid: u32, groups: &[libc::gid_t]) -> io::Result<()>
     Ok(())
 }
 
+/// `setsid()`: makes the calling process the leader of a new session and
+/// of a new process group, both with its pid as id, and without a
+/// controlling terminal.
+pub fn new_session() -> io::Result<()> {
+    nix::unistd::setsid()?;
+    Ok(())
+}
+
+/// `ioctl(fd, TIOCSCTTY, 0)`: makes the terminal open on `fd` the
+/// controlling terminal of the calling session leader, and its process
+/// group the terminal's foreground group. With 0 the kernel never takes
+/// the terminal away from another session, even for root.
+pub fn take_controlling_terminal(fd: RawFd) -> io::Result<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument; a descriptor that is not
+    // an open terminal only makes the call fail.
+    cvt(unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0 as libc::c_int) } as libc::c_long)?;
+    Ok(())
+}
+
+/// The session whose controlling terminal the terminal open on `fd` is
+/// (`TIOCGSID`), or `None` when it is no session's, or not a terminal.
+///
+/// Not for use between fork and exec.
+pub fn terminal_session(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<Option<i32>> {
+    let mut session: libc::pid_t = 0;
+    // SAFETY: TIOCGSID writes one pid_t into `session`, which is valid and
+    // writable across the call.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGSID, &mut session) };
+    if ret == -1 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::ENOTTY) => Ok(None),
+            _ => Err(error),
+        };
+    }
+    Ok(Some(session))
+}
+
 /// `chdir` to a NUL-terminated path prepared before fork.
 pub fn chdir(path: &std::ffi::CStr) -> io::Result<()> {
     // SAFETY: `path` is a valid NUL-terminated string.

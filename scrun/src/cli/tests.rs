@@ -41,6 +41,9 @@ fn render(result: Result<Parsed, UsageError>) -> String {
     if options.stat {
         parts.push("stat".to_string());
     }
+    if options.pty {
+        parts.push("pty".to_string());
+    }
     if let Some(memory) = options.memory {
         parts.push(format!("memory={memory}"));
     }
@@ -101,7 +104,7 @@ fn raw(bytes: &[u8]) -> OsString {
     OsString::from_vec(bytes.to_vec())
 }
 
-const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, memory, disk, scored";
+const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, scored";
 
 #[test]
 fn program_only() {
@@ -170,6 +173,9 @@ fn flags() {
     check("-wait=1,stat=1 a", "nodes=1 wait stat | a");
     check("-wait=no,stat=false a", "nodes=1 | a");
     check("-wait=0,stat=No a", "nodes=1 | a");
+    check("-pty a", "nodes=1 pty | a");
+    check("-pty,stat a", "nodes=1 stat pty | a");
+    check("-pty=maybe a", "error: option 'pty' on the command line: 'maybe' is not a yes or no: expected yes, no, true, false, 1 or 0, or no value");
     check("-wait=maybe a", "error: option 'wait' on the command line: 'maybe' is not a yes or no: expected yes, no, true, false, 1 or 0, or no value");
     check("-stat= a", "error: option 'stat' on the command line: '' is not a yes or no: expected yes, no, true, false, 1 or 0, or no value");
 }
@@ -199,7 +205,7 @@ fn scored_socket() {
 fn lists_equal_separate_words() {
     check("-nodes=2x3,wait,priority=0,stat a", "nodes=2x3 priority=0 wait stat | a");
     check("-nodes=2x3 -wait -priority=0 -stat a", "nodes=2x3 priority=0 wait stat | a");
-    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, memory, disk, scored");
+    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, scored");
 }
 
 #[test]
@@ -224,6 +230,8 @@ fn score_options_supply_defaults() {
     check_env("a", "-nodes=4 -wait", "nodes=4 wait | a");
     check_env("a", "nodes=4,wait priority=2", "nodes=4 priority=2 wait | a");
     check_env("a", "  \t-stat\n  --memory=1M  ", "nodes=1 stat memory=1048576 | a");
+    check_env("a", "-pty", "nodes=1 pty | a");
+    check_env("-pty=no a", "-pty", "nodes=1 | a");
     check_env("a", "", "nodes=1 | a");
     check_env("a", "   ", "nodes=1 | a");
 }
@@ -352,7 +360,7 @@ fn single_stage_is_a_sequence() {
 #[test]
 fn job_options_carry_what_the_daemon_needs() {
     let Ok(Parsed::Run(invocation)) = parse(
-        words("-nodes=2x3,priority=0,wait,memory=1K,disk=2K,stat,scored=/s a"),
+        words("-nodes=2x3,priority=0,wait,memory=1K,disk=2K,stat,pty,scored=/s a"),
         None,
     ) else {
         panic!("a valid command line must parse");
@@ -366,6 +374,7 @@ fn job_options_carry_what_the_daemon_needs() {
         wait: true,
         memory: Some(1024),
         disk: Some(2048),
+        pty: true,
     };
     assert_eq!(invocation.options.job_options(), expected);
     assert_eq!(

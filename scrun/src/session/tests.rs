@@ -25,7 +25,14 @@ fn event(line: &str) -> (Duration, Event) {
             cluster: "c0".into(),
             hosts: vec!["host0".into()],
         },
-        "started" => Reply::Started { job: number() },
+        "started" => Reply::Started {
+            job: number(),
+            winch: true,
+        },
+        "started-by-an-older-daemon" => Reply::Started {
+            job: number(),
+            winch: false,
+        },
         "held" => Reply::Held { job: number() },
         "rejected" => Reply::Rejected {
             reason: rest.into(),
@@ -72,15 +79,17 @@ fn render(action: &Action) -> String {
         Action::Send(Request::Kill) => "send kill".into(),
         Action::Send(Request::Hold) => "send hold".into(),
         Action::Send(Request::Release) => "send release".into(),
+        Action::Send(Request::Winch) => "send winch".into(),
         Action::Send(other) => format!("send {other:?}"),
         Action::Say(line) => format!("say {line}"),
         Action::StopSelf => "stop".into(),
+        Action::FollowSize => "copy the size to the pty".into(),
         Action::Finish(end) => format!("finish {}: {}", end.code, end.stderr.trim_end()),
     }
 }
 
-fn run_transcript(input: &str) -> String {
-    let mut session = Session::new(false);
+fn run_transcript(input: &str, pty: bool) -> String {
+    let mut session = Session::new(false, pty);
     let mut now = Instant::now();
     let mut out = String::new();
     for line in input.lines().map(str::trim).filter(|line| !line.is_empty()) {
@@ -98,7 +107,16 @@ fn run_transcript(input: &str) -> String {
 }
 
 fn check(input: &str, expected: &str) {
-    let actual = run_transcript(input);
+    check_mode(input, false, expected);
+}
+
+/// As [`check`], for a job on a pty (`-pty`).
+fn check_pty(input: &str, expected: &str) {
+    check_mode(input, true, expected);
+}
+
+fn check_mode(input: &str, pty: bool, expected: &str) {
+    let actual = run_transcript(input, pty);
     let expected = expected
         .lines()
         .map(|line| line.strip_prefix("        ").unwrap_or(line))
@@ -290,12 +308,64 @@ fn stray_signals_and_held_change_nothing() {
 
 #[test]
 fn deadline_follows_the_hold() {
-    let mut session = Session::new(false);
+    let mut session = Session::new(false, false);
     let now = Instant::now();
     assert_eq!(session.deadline(), None);
-    session.handle(Event::Reply(Reply::Started { job: 1 }), now);
+    session.handle(
+        Event::Reply(Reply::Started {
+            job: 1,
+            winch: true,
+        }),
+        now,
+    );
     session.handle(Event::Signal(Signal::SIGTSTP), now);
     assert_eq!(session.deadline(), Some(now + HOLD_TIMEOUT));
     session.handle(Event::Reply(Reply::Held { job: 1 }), now);
     assert_eq!(session.deadline(), None);
+}
+
+#[test]
+fn a_resize_is_passed_on_to_a_job_that_has_started() {
+    check(
+        "SIGWINCH
+        admitted 7
+        SIGWINCH
+        started 7
+        SIGWINCH
+        SIGWINCH",
+        "SIGWINCH
+        admitted 7
+        SIGWINCH
+        started 7
+        SIGWINCH
+          send winch
+        SIGWINCH
+          send winch",
+    );
+}
+
+#[test]
+fn a_daemon_that_does_not_take_winch_is_never_sent_it() {
+    check(
+        "admitted 7
+        started-by-an-older-daemon 7
+        SIGWINCH",
+        "admitted 7
+        started-by-an-older-daemon 7
+        SIGWINCH",
+    );
+}
+
+#[test]
+fn on_a_pty_a_resize_is_copied_to_it_and_the_kernel_tells_the_job() {
+    check_pty(
+        "SIGWINCH
+        admitted 7
+        SIGWINCH",
+        "SIGWINCH
+          copy the size to the pty
+        admitted 7
+        SIGWINCH
+          copy the size to the pty",
+    );
 }

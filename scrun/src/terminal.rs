@@ -1,0 +1,287 @@
+//! `scrun -pty`: the pseudo-terminal that rank 0 gets as its controlling
+//! terminal, scrun's own terminal in raw mode while the job runs, and the
+//! relay of bytes between the two, as `ssh -t` and `srun --pty` do.
+//!
+//! [`Pty::open`] allocates the pair with the size and modes of scrun's
+//! terminal; the slave goes to scored as the job's stdin, stdout and stderr,
+//! and the master stays here. [`RawMode`] puts scrun's terminal in raw mode
+//! and restores it when dropped, so that every way out of scrun (the job's
+//! end, an error, a signal read from the signalfd, a panic that unwinds)
+//! gives the user back the terminal as it was; the relay leaves it while
+//! scrun is stopped. [`Relay`] moves bytes: what the user types goes to the
+//! master unchanged (Ctrl-C and Ctrl-Z included, which the pty's line
+//! discipline turns into signals for the job's foreground group), and what
+//! the job writes goes to scrun's stdout.
+//!
+//! Nothing here blocks on the master: it is non-blocking, and bytes for it
+//! wait in a buffer until it can take them.
+#![forbid(unsafe_code)]
+
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::sys::termios::{self, SetArg, SpecialCharacterIndices, Termios};
+
+/// The window size given to the pty when scrun has no terminal to copy
+/// one from (the classic terminal's, as `ssh -tt` gives).
+const DEFAULT_ROWS: u16 = 24;
+/// See [`DEFAULT_ROWS`].
+const DEFAULT_COLUMNS: u16 = 80;
+/// How much typed input may wait for the job before scrun stops reading
+/// its stdin.
+const MAX_PENDING: usize = 64 * 1024;
+
+/// Applies `read` to the terminal scrun runs on: its stdin if that is
+/// one, else its stdout; `None` when neither is a terminal.
+fn on_outer_terminal<T>(read: impl Fn(BorrowedFd<'_>) -> Option<T>) -> Option<T> {
+    let stdin = io::stdin();
+    if nix::unistd::isatty(stdin.as_fd()).unwrap_or(false) {
+        return read(stdin.as_fd());
+    }
+    let stdout = io::stdout();
+    if nix::unistd::isatty(stdout.as_fd()).unwrap_or(false) {
+        return read(stdout.as_fd());
+    }
+    None
+}
+
+/// The size of scrun's terminal, if it has one.
+fn outer_size() -> Option<rustix::termios::Winsize> {
+    on_outer_terminal(|fd| rustix::termios::tcgetwinsize(fd).ok())
+}
+
+/// A pseudo-terminal pair allocated for the job.
+pub struct Pty {
+    /// The side scrun reads and writes; non-blocking.
+    master: OwnedFd,
+    /// The side the job gets; sent to scored and then dropped.
+    slave: Option<OwnedFd>,
+    /// The character that ends input in canonical mode (Ctrl-D), written
+    /// when scrun's own stdin ends.
+    eof: u8,
+}
+
+impl Pty {
+    /// Opens a pty with the window size and modes of scrun's terminal (or
+    /// 24x80 and the kernel's defaults when scrun has none).
+    pub fn open() -> io::Result<Pty> {
+        let modes = on_outer_terminal(|fd| termios::tcgetattr(fd).ok());
+        let size = outer_size();
+        let winsize = nix::pty::Winsize {
+            ws_row: size.map_or(DEFAULT_ROWS, |size| size.ws_row),
+            ws_col: size.map_or(DEFAULT_COLUMNS, |size| size.ws_col),
+            ws_xpixel: size.map_or(0, |size| size.ws_xpixel),
+            ws_ypixel: size.map_or(0, |size| size.ws_ypixel),
+        };
+        let pair = nix::pty::openpty(Some(&winsize), modes.as_ref())?;
+        let flags = OFlag::from_bits_truncate(fcntl(&pair.master, FcntlArg::F_GETFL)?);
+        fcntl(&pair.master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+        nix::fcntl::fcntl(
+            &pair.master,
+            FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )?;
+        let eof = termios::tcgetattr(&pair.slave)
+            .map(|modes| modes.control_chars[SpecialCharacterIndices::VEOF as usize])
+            .unwrap_or(4);
+        Ok(Pty {
+            master: pair.master,
+            slave: Some(pair.slave),
+            eof,
+        })
+    }
+
+    /// The slave, to send to scored; `None` once [`Pty::close_slave`] ran.
+    pub fn slave(&self) -> Option<BorrowedFd<'_>> {
+        self.slave.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Closes scrun's copy of the slave once scored holds its own.
+    pub fn close_slave(&mut self) {
+        self.slave = None;
+    }
+
+    /// Copies the size of scrun's terminal to the pty; the kernel then
+    /// sends SIGWINCH to the job's foreground group if the size changed.
+    pub fn follow_size(&self) {
+        if let Some(size) = outer_size() {
+            let _ = rustix::termios::tcsetwinsize(&self.master, size);
+        }
+    }
+}
+
+/// scrun's terminal in raw mode; dropping it restores the saved modes.
+pub struct RawMode {
+    saved: Termios,
+    active: bool,
+}
+
+impl RawMode {
+    /// Puts scrun's stdin in raw mode when it is a terminal: no echo, no
+    /// line editing, no signals from keys, no output processing, so that
+    /// every key reaches the job's terminal and is handled there.
+    pub fn enter() -> Option<RawMode> {
+        let stdin = io::stdin();
+        if !nix::unistd::isatty(stdin.as_fd()).unwrap_or(false) {
+            return None;
+        }
+        let saved = termios::tcgetattr(stdin.as_fd()).ok()?;
+        let mut mode = RawMode {
+            saved,
+            active: false,
+        };
+        mode.resume();
+        Some(mode)
+    }
+
+    /// Whether the terminal is in raw mode now.
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// Gives the terminal back as it was (before scrun stops, at the end).
+    pub fn suspend(&mut self) {
+        if self.active {
+            let _ = termios::tcsetattr(io::stdin().as_fd(), SetArg::TCSADRAIN, &self.saved);
+            self.active = false;
+        }
+    }
+
+    /// Enters raw mode again (after scrun was continued).
+    pub fn resume(&mut self) {
+        let mut raw = self.saved.clone();
+        termios::cfmakeraw(&mut raw);
+        if termios::tcsetattr(io::stdin().as_fd(), SetArg::TCSADRAIN, &raw).is_ok() {
+            self.active = true;
+        }
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        self.suspend();
+    }
+}
+
+/// The byte relay between scrun's stdin and stdout and the pty master.
+pub struct Relay {
+    pty: Pty,
+    /// Typed bytes the master has not taken yet.
+    to_job: Vec<u8>,
+    /// scrun's stdin is still open (and worth reading).
+    stdin_open: bool,
+    /// scrun's stdout still takes output.
+    stdout_open: bool,
+    /// The master has not reported its end (EIO: nothing holds the slave).
+    master_open: bool,
+}
+
+/// What the relay wants `poll` to watch.
+pub struct Interest {
+    /// Read scrun's stdin.
+    pub stdin: bool,
+    /// Write to the master (typed bytes wait).
+    pub master_out: bool,
+}
+
+impl Relay {
+    /// A relay for `pty`, whose slave has been handed to scored.
+    pub fn new(pty: Pty) -> Relay {
+        Relay {
+            pty,
+            to_job: Vec::new(),
+            stdin_open: true,
+            stdout_open: true,
+            master_open: true,
+        }
+    }
+
+    /// The master, to poll.
+    pub fn master(&self) -> BorrowedFd<'_> {
+        self.pty.master.as_fd()
+    }
+
+    /// The pty, for its size.
+    pub fn pty(&self) -> &Pty {
+        &self.pty
+    }
+
+    /// What to wait for besides the master's output.
+    pub fn interest(&self) -> Interest {
+        Interest {
+            stdin: self.stdin_open && self.to_job.len() < MAX_PENDING,
+            master_out: !self.to_job.is_empty(),
+        }
+    }
+
+    /// Reads what the user typed and passes it on. At the end of a stdin
+    /// that is not a terminal, the pty's end-of-file character follows, so
+    /// that a job reading its terminal sees the input end.
+    pub fn relay_typed(&mut self) {
+        let mut buffer = [0u8; 4096];
+        match nix::unistd::read(io::stdin().as_fd(), &mut buffer) {
+            Ok(0) | Err(_) => {
+                self.stdin_open = false;
+                self.to_job.push(self.pty.eof);
+            }
+            Ok(len) => self.to_job.extend_from_slice(&buffer[..len]),
+        }
+        self.flush_typed();
+    }
+
+    /// Writes what waits for the master, as far as it takes it.
+    pub fn flush_typed(&mut self) {
+        while !self.to_job.is_empty() {
+            match nix::unistd::write(&self.pty.master, &self.to_job) {
+                Ok(len) => {
+                    self.to_job.drain(..len);
+                }
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => return,
+                // The job is gone: typed bytes have no reader.
+                Err(_) => {
+                    self.to_job.clear();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Whether the master may still have output (it has not reported its end).
+    pub fn master_open(&self) -> bool {
+        self.master_open
+    }
+
+    /// Copies what the job wrote to scrun's stdout, until the master has
+    /// nothing more for now or reports its end.
+    pub fn relay_output(&mut self) {
+        let mut buffer = [0u8; 16 * 1024];
+        while self.master_open {
+            match nix::unistd::read(self.pty.master.as_fd(), &mut buffer) {
+                Ok(len) if len > 0 => self.write_output(&buffer[..len]),
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => return,
+                // EIO (or an end of file): nothing holds the slave any more
+                // and all it wrote has been read.
+                _ => self.master_open = false,
+            }
+        }
+    }
+
+    fn write_output(&mut self, bytes: &[u8]) {
+        if !self.stdout_open {
+            return;
+        }
+        let mut stdout = io::stdout().lock();
+        if stdout
+            .write_all(bytes)
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
+            // A closed stdout: the rest of the output is dropped, as a
+            // terminal that went away drops it.
+            self.stdout_open = false;
+        }
+    }
+}
