@@ -61,6 +61,9 @@ pub struct Flags {
     /// Do not put jobs in cgroups even where the machine offers them.
     #[arg(long)]
     pub no_cgroups: bool,
+    /// Size at which the job journal (STATE_DIR/journal) is rotated (default 16M).
+    #[arg(long, value_name = "SIZE")]
+    pub journal_size: Option<String>,
     /// More logging (-v debug, -vv trace).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -81,6 +84,7 @@ pub struct FileSettings {
     cgroups: Option<bool>,
     max_connections: Option<usize>,
     verbose: Option<u8>,
+    journal_size: Option<String>,
 }
 
 /// The resolved settings.
@@ -110,6 +114,8 @@ pub struct Settings {
     pub max_connections: Option<usize>,
     /// Verbosity.
     pub verbose: u8,
+    /// Size at which the job journal is rotated.
+    pub journal_size: u64,
 }
 
 /// Parses the TOML file's text; errors name the file and the line.
@@ -169,6 +175,11 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
             other => other,
         },
         verbose: flags.verbose.max(file.verbose.unwrap_or(0)),
+        journal_size: match flags.journal_size.or(file.journal_size) {
+            Some(text) => crate::journal::parse_max_size(&text)
+                .map_err(|error| format!("--journal-size: {error}"))?,
+            None => crate::journal::DEFAULT_MAX_SIZE,
+        },
     })
 }
 
@@ -199,7 +210,7 @@ mod tests {
     fn file_errors_name_file_and_line() {
         assert_eq!(
             settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
-            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `verbose`"
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `verbose`, `journal_size`"
         );
         assert!(settings(&[], "timeslice = 5")
             .unwrap_err()

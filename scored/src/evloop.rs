@@ -30,6 +30,7 @@ use crate::command::{self, GroupRef};
 use crate::core::{Action, ClientEvent, Core, Directory, EndKind, Input, Rejection};
 use crate::ids::{ClientToken, Cred, Tick};
 use crate::job::{JobRequest, Joiner, ProcRequest};
+use crate::journal::Journal;
 use crate::proto::{self, Reply, Request};
 
 const LISTENER: Token = Token(0);
@@ -166,6 +167,18 @@ impl Directory for SystemDirectory {
     }
 }
 
+/// A user named on the console (a name or a uid): its uid.
+fn resolve_user(user: &str) -> Result<u32, String> {
+    if let Ok(uid) = user.parse::<u32>() {
+        return Ok(uid);
+    }
+    match nix::unistd::User::from_name(user) {
+        Ok(Some(found)) => Ok(found.uid.as_raw()),
+        Ok(None) => Err(format!("no user named '{user}'")),
+        Err(error) => Err(format!("cannot look up user '{user}': {error}")),
+    }
+}
+
 /// The name of a user, or its number.
 pub fn user_name(uid: u32) -> String {
     nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
@@ -219,6 +232,8 @@ pub struct Daemon<A: Actuator> {
     dirty: Vec<Token>,
     /// A descriptor given up when the table is full, to refuse a client politely.
     spare_fd: Option<std::fs::File>,
+    /// The job journal, when the daemon keeps one.
+    journal: Option<Journal>,
 }
 
 /// Blocks the signals the loop reads through its signalfd. Must run before
@@ -278,7 +293,101 @@ impl<A: Actuator> Daemon<A> {
             dirty: Vec::new(),
             spare_fd: spare_descriptor(),
             idle_since: Instant::now(),
+            journal: None,
         })
+    }
+
+    /// Keeps the job journal: the core's job events are appended to it
+    /// after each event, and `history`, `jobs all` and `job ID` read it.
+    pub fn with_journal(mut self, journal: Journal) -> Daemon<A> {
+        self.core.record_journal();
+        self.journal = Some(journal);
+        self
+    }
+
+    /// Appends what the core recorded to the journal. It runs after the
+    /// actions of an event are carried out, so never between the stops and
+    /// the continues of a switch.
+    fn write_journal(&mut self) {
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        let events = self.core.take_journal();
+        if events.is_empty() {
+            return;
+        }
+        if journal.wants_rotation() {
+            let now = Tick(self.start.elapsed().as_micros() as u64);
+            let open = self.core.open_records(now);
+            if let Err(error) = journal.rotate(self.core.next_job_id(), open) {
+                tracing::error!(%error, "cannot rotate the job journal");
+            }
+        }
+        if let Err(error) = journal.record(events) {
+            tracing::error!(%error, "cannot write to the job journal");
+        }
+    }
+
+    /// Answers the console commands that read the journal: `history`, and
+    /// `jobs all` and `job ID` for jobs that ended before this daemon's
+    /// memory of them. `None`: the core answers.
+    fn journal_command(
+        &mut self,
+        command: &command::Command,
+        json: bool,
+        now: Tick,
+        cred: &Cred,
+    ) -> Option<Reply> {
+        let journal = self.journal.as_ref()?;
+        let console = |reply: command::reply::Reply, json: bool| Reply::Console {
+            ok: !reply.is_error(),
+            text: reply.to_text(),
+            json: json.then(|| reply.to_json()),
+        };
+        match command {
+            command::Command::History { user, since } => {
+                let uid = match user.as_deref().map(resolve_user) {
+                    None => None,
+                    Some(Ok(uid)) => Some(uid),
+                    Some(Err(message)) => {
+                        return Some(console(command::reply::Reply::error(message), json))
+                    }
+                };
+                let records = journal.history(uid, *since);
+                let table = crate::journal::history_table(&records);
+                Some(Reply::Console {
+                    ok: true,
+                    text: command::reply::Reply::Table(table).to_text(),
+                    json: json.then(|| serde_json::Value::Array(records)),
+                })
+            }
+            command::Command::Jobs { all: true } => {
+                let (reply, _) = self.core.command(
+                    cred,
+                    command::Command::Jobs { all: false },
+                    now,
+                    &SystemDirectory,
+                );
+                let command::reply::Reply::Table(current) = reply else {
+                    return None;
+                };
+                let mut table = command::reply::Table {
+                    columns: current.columns.clone(),
+                    rows: Vec::new(),
+                };
+                journal.recent_rows(&mut table);
+                table.rows.extend(current.rows);
+                Some(console(command::reply::Reply::Table(table), json))
+            }
+            command::Command::Job(id) if self.core.job(crate::ids::JobId(*id)).is_none() => {
+                let record = journal.ended(*id)?;
+                Some(console(
+                    command::reply::Reply::Record(crate::journal::record_fields(&record)),
+                    json,
+                ))
+            }
+            _ => None,
+        }
     }
 
     fn tick(&self) -> Tick {
@@ -374,7 +483,13 @@ impl<A: Actuator> Daemon<A> {
                 self.actuator.await_stops(STOP_WAIT, &mut batch);
             }
         }
+        self.write_journal();
         self.flush_all();
+        if let Some(journal) = &mut self.journal {
+            if let Err(error) = journal.sync_if_needed() {
+                tracing::error!(%error, "cannot sync the job journal");
+            }
+        }
     }
 
     fn carry_out(&mut self, actions: Vec<Action>, inputs: &mut Vec<Input>) {
@@ -751,7 +866,20 @@ impl<A: Actuator> Daemon<A> {
                 if version != proto::VERSION {
                     return refuse(conn, format!("protocol version {version} is not {}; use matching sc_console and scored", proto::VERSION));
                 }
-                let reply = match command::parse_line(&line) {
+                let parsed = command::parse_line(&line);
+                if let Ok(Some(command)) = &parsed {
+                    let cred = conn.cred.clone();
+                    if let Some(reply) = self.journal_command(command, json, self.tick(), &cred) {
+                        if let Some(conn) = self.connections.get_mut(&token) {
+                            queue_reply(conn, &reply);
+                        }
+                        return;
+                    }
+                }
+                let Some(conn) = self.connections.get_mut(&token) else {
+                    return;
+                };
+                let reply = match parsed {
                     Ok(None) => command::reply::Reply::Done(String::new()),
                     Ok(Some(command)) => {
                         let cred = conn.cred.clone();

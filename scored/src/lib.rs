@@ -17,6 +17,7 @@ pub mod exitcode;
 pub mod hosts;
 pub mod ids;
 pub mod job;
+pub mod journal;
 pub mod paths;
 pub mod proto;
 pub mod queue;

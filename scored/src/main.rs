@@ -17,6 +17,7 @@ use scored::config::{self, Flags, Settings};
 use scored::core::{Core, CoreConfig};
 use scored::evloop::{self, Daemon, LoopConfig};
 use scored::ids::{Cred, Tick};
+use scored::journal::Journal;
 use scored::units::CpuSet;
 use scored::{exitcode, hosts, paths};
 
@@ -105,6 +106,7 @@ fn run() -> Result<(), String> {
     };
     let mut core = Core::new(core_config, topology.clone(), memory_limits);
     run_rc(&mut core, &settings, uid)?;
+    let journal = open_journal(&mut core, &state_dir, settings.journal_size)?;
 
     let fd_limits = evloop::raise_fd_limit();
     // Everything that can fail comes before the socket exists, so that a
@@ -141,10 +143,36 @@ fn run() -> Result<(), String> {
         max_connections: loop_config_max(&settings, fd_limits.current),
     };
     let daemon = Daemon::new(core, actuator, listener, loop_config, signals)
-        .map_err(|error| format!("cannot start the event loop: {error}"))?;
+        .map_err(|error| format!("cannot start the event loop: {error}"))?
+        .with_journal(journal);
     daemon
         .run()
         .map_err(|error| format!("event loop failed: {error}"))
+}
+
+/// Opens the job journal; jobs an earlier daemon left unfinished (it was
+/// killed, or the machine went down) are recorded as lost, and job ids
+/// continue after the highest one it handed out.
+fn open_journal(core: &mut Core, state_dir: &Path, max_size: u64) -> Result<Journal, String> {
+    let (mut journal, recovered) = Journal::open(state_dir, max_size)
+        .map_err(|error| format!("cannot open the job journal: {error}"))?;
+    if recovered.bad_lines > 0 {
+        tracing::warn!(
+            lines = recovered.bad_lines,
+            "skipped unreadable journal lines (a record torn by a crash)"
+        );
+    }
+    if !recovered.open.is_empty() {
+        tracing::warn!(
+            jobs = ?recovered.open.keys().collect::<Vec<_>>(),
+            "jobs of an earlier scored never ended: recording them as lost"
+        );
+        journal
+            .record_lost(&recovered.open)
+            .map_err(|error| format!("cannot write to the job journal: {error}"))?;
+    }
+    core.continue_ids_after(recovered.last_id);
+    Ok(journal)
 }
 
 fn loop_config_max(settings: &Settings, fd_limit: u64) -> usize {

@@ -9,5 +9,6 @@ mod gang;
 mod hostile;
 mod launch;
 mod limits;
+mod restart;
 mod startup;
 mod users;

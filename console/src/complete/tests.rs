@@ -63,6 +63,7 @@ fn first_word_is_a_command_or_builtin() {
             "clusters",
             "exit",
             "help",
+            "history",
             "hosts",
             "job",
             "jobs",

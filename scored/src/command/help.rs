@@ -202,6 +202,18 @@ static ENTRIES: &[HelpEntry] = &[
         example: "timeslice 100ms",
     },
     HelpEntry {
+        name: "history",
+        usage: "history [--user U] [--since T]",
+        summary: "finished jobs from the journal, across restarts",
+        description: "Lists the jobs that ended, as the job journal in the state directory \
+                      remembers them across restarts and crashes: only user U's (a name or \
+                      a uid) with --user, only those that ended since T with --since, where \
+                      T is a duration before now (2h) or a UTC time (2026-11-23, \
+                      2026-11-23T08:30:00); --json gives each job with the keys of job ID.",
+        access: Access::Anyone,
+        example: "history --user alice --since 1d",
+    },
+    HelpEntry {
         name: "shutdown",
         usage: "shutdown [now]",
         summary: "stop admitting, finish (now: kill) jobs, exit",
@@ -359,6 +371,7 @@ mod tests {
                 "resume",
                 "move",
                 "timeslice",
+                "history",
                 "shutdown"
             ]
         );

@@ -1,0 +1,128 @@
+//! Issue 12: scored restarts without losing a job. The job journal keeps
+//! finished jobs and job ids across restarts and crashes (`history`,
+//! `jobs all`, `job ID`); after a SIGKILL the next scored records the dead
+//! daemon's jobs as lost, kills what it left and never reuses an id or a
+//! job directory; scrun clients of a dead daemon say so and exit 69.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use scored_tests::*;
+
+fn keys(value: &serde_json::Value) -> BTreeSet<String> {
+    value
+        .as_object()
+        .expect("a JSON object")
+        .keys()
+        .cloned()
+        .collect()
+}
+
+fn history(daemon: &Daemon, line: &str) -> Vec<serde_json::Value> {
+    daemon
+        .json(line)
+        .as_array()
+        .unwrap_or_else(|| panic!("{line} gives a JSON array"))
+        .clone()
+}
+
+#[test]
+fn the_journal_keeps_finished_jobs_and_ids_across_restarts() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    assert_eq!(code(&daemon.run(&["true"])), Some(0));
+    assert_eq!(code(&daemon.run(&["sh", "-c", "exit 3"])), Some(3));
+    let mut long = daemon.spawn(&["-nodes=1", &testprog(), "spin", "0"]);
+    long.wait_pids(1);
+    daemon.ok("move 3 2");
+    let live_keys = keys(&daemon.json("job 3"));
+    assert_eq!(
+        code(&daemon.run(&["-priority=0", "sh", "-c", "exit 0"])),
+        Some(0)
+    );
+    daemon.ok("kill 3 KILL");
+    let (status, _) = long.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(137));
+
+    daemon.restart();
+    // Ids continue after the highest one the journal has seen.
+    let output = daemon.run(&["-stat", "true"]);
+    assert_eq!(code(&output), Some(0));
+    assert!(
+        stderr(&output).contains("job 5"),
+        "the first job after a restart must be job 5:\n{}",
+        stderr(&output)
+    );
+    let records = history(&daemon, "history");
+    // In the order the jobs ended.
+    let ids: Vec<u64> = records.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, vec![1, 2, 4, 3, 5]);
+    let exits: Vec<i64> = records
+        .iter()
+        .map(|r| r["exit"].as_i64().unwrap())
+        .collect();
+    assert_eq!(exits, vec![0, 3, 0, 137, 0]);
+    let moved = &records[3];
+    assert_eq!(moved["queues"], serde_json::json!([1, 2]));
+    assert_eq!(moved["state"], "killed");
+    assert!(moved["reason"].as_str().unwrap().contains("killed"));
+    // The same keys as `job ID`, plus exit, reason and when it ended.
+    let mut expected = live_keys.clone();
+    expected.extend(["exit", "reason", "ended"].map(String::from));
+    assert_eq!(keys(moved), expected);
+    // `job ID` and `jobs all` of a job an earlier daemon ran.
+    let text = daemon.ok("job 2");
+    assert!(text.contains("exit: 3"), "{text}");
+    let all = daemon.ok("jobs all");
+    assert!(all.contains("sh -c exit 3"), "{all}");
+    // Filters.
+    assert_eq!(
+        history(&daemon, "history --user 0").len(),
+        if is_root() { 5 } else { 0 }
+    );
+    assert_eq!(history(&daemon, "history --since 1h").len(), 5);
+    assert!(history(&daemon, "history --since 2999-01-01").is_empty());
+    assert_eq!(history(&daemon, "history --user 4000000").len(), 0);
+    let text = daemon.ok("history");
+    assert!(text.starts_with("ID"), "{text}");
+    assert_eq!(text.lines().count(), 6, "{text}");
+}
+
+#[test]
+fn bad_history_arguments_are_named() {
+    let daemon = Daemon::start();
+    for (line, needle) in [
+        ("history --since yesterday", "invalid time 'yesterday'"),
+        ("history --since 2026-02-30", "invalid time '2026-02-30'"),
+        ("history --user", "missing a user name or uid after --user"),
+        ("history --user a --user b", "'--user' given twice"),
+        ("history --all", "unexpected '--all'"),
+        (
+            "history --user no-such-user-here",
+            "no user named 'no-such-user-here'",
+        ),
+    ] {
+        let output = daemon.console(line);
+        assert!(!output.status.success(), "{line} must fail");
+        let text = String::from_utf8_lossy(&output.stdout).to_string()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(text.contains(needle), "{line}: {text}");
+    }
+}
+
+#[test]
+fn the_journal_rotates_and_keeps_ids() {
+    let mut daemon = Daemon::builder().arg("--journal-size").arg("4K").start();
+    for _ in 0..6 {
+        assert_eq!(code(&daemon.run(&["true"])), Some(0));
+    }
+    let state = daemon.sandbox.path.join("state");
+    assert!(
+        state.join("journal.1").exists(),
+        "the journal was not rotated"
+    );
+    let size = std::fs::metadata(state.join("journal")).unwrap().len();
+    assert!(size < 8192, "the journal grew to {size} bytes");
+    daemon.restart();
+    let output = daemon.run(&["-stat", "true"]);
+    assert!(stderr(&output).contains("job 7"), "{}", stderr(&output));
+}
