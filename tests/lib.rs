@@ -413,6 +413,31 @@ impl Daemon {
         }
     }
 
+    /// Kills the daemon with SIGKILL and does not reap it: it stays in /proc
+    /// as a zombie (state Z, same pid and start time) until the returned
+    /// child is waited for.
+    pub fn kill_leaving_zombie(&mut self) -> Child {
+        let child = self.child.take().expect("the daemon is running");
+        let pid = child.id() as i32;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        assert!(
+            wait_until(Duration::from_secs(10), || proc_stat(pid)
+                .is_some_and(|stat| stat.state == 'Z')),
+            "scored (pid {pid}) did not become a zombie"
+        );
+        child
+    }
+
+    /// Starts a new daemon in the same sandbox; the previous one must be gone
+    /// (see [`Daemon::kill_hard`], [`Daemon::kill_leaving_zombie`]).
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the previous daemon still runs");
+        self.launch();
+    }
+
     /// Waits for the daemon to exit by itself.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let child = self.child.as_mut()?;

@@ -16,6 +16,7 @@ pub mod evloop;
 pub mod exitcode;
 pub mod hosts;
 pub mod ids;
+pub mod instance;
 pub mod job;
 pub mod journal;
 pub mod paths;

@@ -19,7 +19,7 @@ use scored::evloop::{self, Daemon, LoopConfig};
 use scored::ids::{Cred, Tick};
 use scored::journal::Journal;
 use scored::units::CpuSet;
-use scored::{exitcode, hosts, paths};
+use scored::{exitcode, hosts, instance, paths};
 
 fn main() {
     let code = match run() {
@@ -78,6 +78,14 @@ fn run() -> Result<(), String> {
         })?;
     actuator::check_private_dir(&state_dir, uid, true)
         .map_err(|message| format!("state directory: {message}"))?;
+    if let Some(previous) = instance::claim(&state_dir)? {
+        tracing::warn!(
+            pid = previous.pid,
+            "the previous scored of this state directory did not exit cleanly; \
+             cleaning up after it"
+        );
+    }
+    remove_scratch_leftovers(&state_dir);
 
     let machine = read_machine();
     let topology = build_topology(&settings, &machine)?;
@@ -145,9 +153,31 @@ fn run() -> Result<(), String> {
     let daemon = Daemon::new(core, actuator, listener, loop_config, signals)
         .map_err(|error| format!("cannot start the event loop: {error}"))?
         .with_journal(journal);
-    daemon
+    let result = daemon
         .run()
-        .map_err(|error| format!("event loop failed: {error}"))
+        .map_err(|error| format!("event loop failed: {error}"));
+    instance::release(&state_dir);
+    result
+}
+
+/// Removes the scratch directories (`STATE_DIR/jobs/ID`) a daemon that
+/// died left: no daemon of this state directory is alive, and job ids
+/// never repeat, so none of them will be used again.
+fn remove_scratch_leftovers(state_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(state_dir.join("jobs")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "removed a scratch directory left by a dead scored")
+            }
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "cannot remove a scratch directory left by a dead scored")
+            }
+        }
+    }
 }
 
 /// Opens the job journal; jobs an earlier daemon left unfinished (it was
