@@ -93,6 +93,7 @@ pub struct DaemonBuilder {
     timeslice: Option<String>,
     args: Vec<String>,
     nofile: Option<(u64, u64)>,
+    program: Option<PathBuf>,
 }
 
 impl DaemonBuilder {
@@ -127,6 +128,12 @@ impl DaemonBuilder {
         self
     }
 
+    /// Runs this scored binary instead of the workspace's.
+    pub fn program(mut self, path: &Path) -> Self {
+        self.program = Some(path.to_path_buf());
+        self
+    }
+
     /// Starts the daemon with this descriptor limit (soft, hard).
     pub fn nofile(mut self, soft: u64, hard: u64) -> Self {
         self.nofile = Some((soft, hard));
@@ -135,7 +142,7 @@ impl DaemonBuilder {
 
     /// The command that would start the daemon in `sandbox`.
     pub fn command(&self, sandbox: &Sandbox) -> Command {
-        let mut command = Command::new(bin("scored"));
+        let mut command = Command::new(self.program.clone().unwrap_or_else(|| bin("scored")));
         command
             .arg("--socket")
             .arg(sandbox.path.join("s.sock"))

@@ -64,6 +64,12 @@ pub struct Flags {
     /// Size at which the job journal (STATE_DIR/journal) is rotated (default 16M).
     #[arg(long, value_name = "SIZE")]
     pub journal_size: Option<String>,
+    /// Check that this binary can take over from the handover FILE of an in-place restart, and exit.
+    #[arg(long, value_name = "FILE")]
+    pub check_state: Option<PathBuf>,
+    /// Take over from the handover FILE of an in-place restart (given by scored itself).
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<PathBuf>,
     /// More logging (-v debug, -vv trace).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,

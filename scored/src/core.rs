@@ -492,6 +492,9 @@ pub struct Core {
     active: Vec<JobId>,
     /// Job events not yet taken by the shell, when recording is on.
     journal: Option<Vec<JobEvent>>,
+    /// The running binary's version and how many in-place restarts this
+    /// daemon has made, for `status`.
+    build: (String, u64),
 }
 
 impl Core {
@@ -529,7 +532,13 @@ impl Core {
             scratch: Scratch::default(),
             active: Vec::new(),
             journal: None,
+            build: (crate::version::version(), 0),
         }
+    }
+
+    /// Sets what `status` shows as `version` and `restarts`.
+    pub fn set_build(&mut self, version: String, restarts: u64) {
+        self.build = (version, restarts);
     }
 
     /// Starts recording job events for the journal; the shell takes them
@@ -1714,6 +1723,9 @@ impl Core {
             Command::Queues => self.queues_table(),
             Command::Jobs { all } => self.jobs_table(all, now),
             Command::Job(id) => self.job_record(JobId(id), now),
+            // The event loop carries it out once the reply is known to be
+            // allowed (rights, no shutdown under way).
+            Command::Restart => Reply::Done("restarting in place".into()),
             // The journal is a file: the event loop answers this one.
             Command::History { .. } => {
                 Reply::error("history is answered by the running daemon from its journal")
@@ -2000,6 +2012,8 @@ impl Core {
         let reserved_disk: u64 = self.ledger.cluster_disk.iter().sum();
         Reply::Record(vec![
             ("uptime".into(), Value::Duration(now.since(Tick::default()))),
+            ("version".into(), Value::text(&self.build.0)),
+            ("restarts".into(), Value::Uint(self.build.1)),
             (
                 "state".into(),
                 Value::text(if self.shutting_down {
@@ -2485,6 +2499,9 @@ fn launch_plan(job: &Job) -> LaunchPlan {
 pub fn limits_of(job: &Job) -> JobLimits {
     job.limits
 }
+
+mod snapshot;
+pub use snapshot::CoreSnapshot;
 
 #[cfg(test)]
 mod tests;

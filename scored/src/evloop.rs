@@ -234,6 +234,25 @@ pub struct Daemon<A: Actuator> {
     spare_fd: Option<std::fs::File>,
     /// The job journal, when the daemon keeps one.
     journal: Option<Journal>,
+    /// How to re-execute in place, when the daemon may.
+    restart: Option<RestartSetup>,
+    /// A restart was asked for (by this console connection, wanting JSON,
+    /// or by SIGUSR2 or a caught panic): carried out once the event is handled.
+    pending_restart: Option<Option<(Token, bool)>>,
+}
+
+/// What an in-place restart needs to know.
+#[derive(Debug, Clone)]
+pub struct RestartSetup {
+    /// The binary to execute: the path scored was started from (not
+    /// /proc/self/exe, which names the old file once it is replaced).
+    pub exe: PathBuf,
+    /// The arguments scored was started with.
+    pub args: Vec<std::ffi::OsString>,
+    /// The state directory (the handover file goes there).
+    pub state_dir: PathBuf,
+    /// In-place restarts so far.
+    pub restarts: u64,
 }
 
 /// Blocks the signals the loop reads through its signalfd. Must run before
@@ -245,6 +264,7 @@ pub fn block_signals() -> nix::Result<SigSet> {
         Signal::SIGTERM,
         Signal::SIGINT,
         Signal::SIGHUP,
+        Signal::SIGUSR2,
     ] {
         set.add(signal);
     }
@@ -294,7 +314,284 @@ impl<A: Actuator> Daemon<A> {
             spare_fd: spare_descriptor(),
             idle_since: Instant::now(),
             journal: None,
+            restart: None,
+            pending_restart: None,
         })
+    }
+
+    /// Lets the daemon restart in place (`restart`, SIGUSR2, a caught panic).
+    pub fn with_restart(mut self, setup: RestartSetup) -> Daemon<A> {
+        self.restart = Some(setup);
+        self
+    }
+
+    /// Takes over the connections an earlier image of this process handed
+    /// over, with the core's clock carrying on from `tick_us`.
+    pub fn resume(
+        mut self,
+        snapshot: crate::handover::ConnectionsSnapshot,
+        tick_us: u64,
+    ) -> io::Result<Daemon<A>> {
+        use crate::actuator::sys::adopt_descriptor;
+        let now = Instant::now();
+        self.start = now
+            .checked_sub(Duration::from_micros(tick_us))
+            .unwrap_or(now);
+        let mut shared: HashMap<RawFd, Rc<OwnedFd>> = HashMap::new();
+        for record in snapshot.connections {
+            let token = Token(record.token);
+            let stream = std::os::unix::net::UnixStream::from(adopt_descriptor(record.fd)?);
+            stream.set_nonblocking(true)?;
+            let mut stream = UnixStream::from_std(stream);
+            let writing = !record.output.is_empty();
+            let interest = if writing {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            self.poll
+                .registry()
+                .register(&mut stream, token, interest)?;
+            let fds = record
+                .fds
+                .into_iter()
+                .map(adopt_descriptor)
+                .collect::<io::Result<Vec<_>>>()?;
+            let mut take = |raw: RawFd| -> io::Result<Rc<OwnedFd>> {
+                if let Some(fd) = shared.get(&raw) {
+                    return Ok(fd.clone());
+                }
+                let fd = self.fd_pool.intern(adopt_descriptor(raw)?);
+                shared.insert(raw, fd.clone());
+                Ok(fd)
+            };
+            let stdio = match record.stdio {
+                Some([stdin, stdout, stderr]) => Some(JobStdio {
+                    stdin: take(stdin)?,
+                    stdout: take(stdout)?,
+                    stderr: take(stderr)?,
+                }),
+                None => None,
+            };
+            let (pid, uid, gid, groups) = record.cred;
+            self.connections.insert(
+                token,
+                Box::new(Connection {
+                    stream,
+                    cred: Cred {
+                        pid,
+                        uid,
+                        gid,
+                        groups,
+                    },
+                    user: Rc::from(record.user.as_str()),
+                    input: record.input,
+                    output: record.output.into(),
+                    fds,
+                    stdio,
+                    submitted: record.submitted,
+                    closing: record.closing,
+                    writing,
+                    paused: record.paused,
+                }),
+            );
+            self.dirty.push(token);
+        }
+        self.next_token = snapshot.next_token.max(FIRST_CLIENT);
+        self.served_a_job = snapshot.served_a_job;
+        self.terminations = snapshot.terminations;
+        if let Some((token, json)) = snapshot.reply_to {
+            let restarts = self.restart.as_ref().map_or(0, |setup| setup.restarts);
+            let text = format!(
+                "restarted in place: version {}, restart {restarts}",
+                crate::version::version()
+            );
+            if let Some(conn) = self.connections.get_mut(&Token(token)) {
+                queue_reply(
+                    conn,
+                    &Reply::Console {
+                        ok: true,
+                        json: json.then(|| serde_json::json!({ "ok": true, "message": text })),
+                        text: format!("{text}\n"),
+                    },
+                );
+            }
+        }
+        tracing::info!(
+            connections = self.connections.len(),
+            jobs = self.core.n_jobs(),
+            "took over from the previous image"
+        );
+        self.flush_all();
+        Ok(self)
+    }
+
+    /// Carries out a restart that was asked for. On success this process
+    /// is a new image and this function does not return; on failure the
+    /// daemon carries on unchanged and says why.
+    fn restart_in_place(&mut self, requester: Option<(Token, bool)>) {
+        let asked = Instant::now();
+        let Err(reason) = self.hand_over(requester);
+        tracing::error!(%reason, elapsed_us = asked.elapsed().as_micros() as u64, "in-place restart failed; carrying on");
+        if let Some((token, json)) = requester {
+            if let Some(conn) = self.connections.get_mut(&token) {
+                let message = format!("restart failed, scored carries on: {reason}");
+                queue_reply(
+                    conn,
+                    &Reply::Console {
+                        ok: false,
+                        text: format!("error: {message}\n"),
+                        json: json.then(|| serde_json::json!({ "error": message })),
+                    },
+                );
+                self.dirty.push(token);
+            }
+        }
+        self.flush_all();
+    }
+
+    /// Writes the handover, has the new binary check it, and executes it.
+    fn hand_over(
+        &mut self,
+        requester: Option<(Token, bool)>,
+    ) -> Result<std::convert::Infallible, String> {
+        use crate::actuator::sys;
+        use crate::handover::{self, ConnectionSnapshot, ConnectionsSnapshot, Handover};
+        let setup = self
+            .restart
+            .clone()
+            .ok_or("this scored cannot restart in place")?;
+        let (actuator, mut fds) = self
+            .actuator
+            .handover()
+            .ok_or("this actuator cannot hand its processes over")?;
+        fds.push(self.listener.as_raw_fd());
+        let mut connections = Vec::new();
+        for (token, conn) in &self.connections {
+            fds.push(conn.stream.as_raw_fd());
+            let pending: Vec<RawFd> = conn.fds.iter().map(AsRawFd::as_raw_fd).collect();
+            fds.extend(&pending);
+            let stdio = conn.stdio.as_ref().map(|stdio| {
+                [
+                    stdio.stdin.as_raw_fd(),
+                    stdio.stdout.as_raw_fd(),
+                    stdio.stderr.as_raw_fd(),
+                ]
+            });
+            fds.extend(stdio.iter().flatten());
+            connections.push(ConnectionSnapshot {
+                token: token.0,
+                fd: conn.stream.as_raw_fd(),
+                cred: (
+                    conn.cred.pid,
+                    conn.cred.uid,
+                    conn.cred.gid,
+                    conn.cred.groups.clone(),
+                ),
+                user: conn.user.to_string(),
+                input: conn.input.clone(),
+                output: conn.output.iter().copied().collect(),
+                fds: pending,
+                stdio,
+                submitted: conn.submitted,
+                closing: conn.closing,
+                paused: conn.paused,
+            });
+        }
+        fds.sort_unstable();
+        fds.dedup();
+        let handover = Handover {
+            format: handover::FORMAT,
+            version: crate::version::version(),
+            restarts: setup.restarts + 1,
+            tick_us: self.tick().0,
+            core: self.core.snapshot(),
+            actuator,
+            connections: ConnectionsSnapshot {
+                listener: self.listener.as_raw_fd(),
+                next_token: self.next_token,
+                served_a_job: self.served_a_job,
+                terminations: self.terminations,
+                reply_to: requester.map(|(token, json)| (token.0, json)),
+                connections,
+            },
+        };
+        let path = handover::write(&setup.state_dir, &handover)
+            .map_err(|error| format!("cannot write the state for the new scored: {error}"))?;
+        let remove = |path: &std::path::Path| {
+            let _ = std::fs::remove_file(path);
+        };
+        // The new binary reads the state in a process of its own first: if
+        // it cannot, nothing has changed here.
+        let check = std::process::Command::new(&setup.exe)
+            .args(&setup.args)
+            .arg("--check-state")
+            .arg(&path)
+            .stdin(std::process::Stdio::null())
+            .output();
+        let output = match check {
+            Ok(output) => output,
+            Err(error) => {
+                remove(&path);
+                return Err(format!("cannot run {}: {error}", setup.exe.display()));
+            }
+        };
+        if !output.status.success() {
+            remove(&path);
+            let said = String::from_utf8_lossy(&output.stderr);
+            let said = said.trim().lines().last().unwrap_or("").trim();
+            return Err(format!(
+                "{} cannot take over ({}){}",
+                setup.exe.display(),
+                output.status,
+                if said.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {said}")
+                }
+            ));
+        }
+        // The interval timer survives execve and SIGALRM's default action
+        // would end the new image before it installs its handler.
+        if let Err(error) = sys::set_alarm(Duration::ZERO) {
+            remove(&path);
+            return Err(format!("cannot disarm the alarm: {error}"));
+        }
+        let restore = |fds: &[RawFd]| {
+            for fd in fds {
+                let _ = sys::set_cloexec(*fd);
+            }
+        };
+        for fd in &fds {
+            if let Err(error) = sys::keep_on_exec(*fd) {
+                restore(&fds);
+                remove(&path);
+                return Err(format!("cannot keep descriptor {fd} open: {error}"));
+            }
+        }
+        let to_c = |text: &std::ffi::OsStr| {
+            std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(text))
+                .map_err(|_| format!("{} contains a NUL byte", text.to_string_lossy()))
+        };
+        let mut argv = vec![to_c(setup.exe.as_os_str())?];
+        for arg in &setup.args {
+            argv.push(to_c(arg)?);
+        }
+        argv.push(to_c(std::ffi::OsStr::new("--resume"))?);
+        argv.push(to_c(path.as_os_str())?);
+        tracing::info!(
+            exe = %setup.exe.display(),
+            jobs = self.core.n_jobs(),
+            connections = self.connections.len(),
+            "restarting in place"
+        );
+        let error = match nix::unistd::execv(&argv[0], &argv) {
+            Ok(never) => match never {},
+            Err(error) => error,
+        };
+        restore(&fds);
+        remove(&path);
+        Err(format!("cannot execute {}: {error}", setup.exe.display()))
     }
 
     /// Keeps the job journal: the core's job events are appended to it
@@ -464,6 +761,9 @@ impl<A: Actuator> Daemon<A> {
             }
         }
         self.feed(inputs);
+        if let Some(requester) = self.pending_restart.take() {
+            self.restart_in_place(requester);
+        }
     }
 
     /// Feeds inputs to the core and carries out its actions, until quiet.
@@ -884,11 +1184,18 @@ impl<A: Actuator> Daemon<A> {
                     Ok(Some(command)) => {
                         let cred = conn.cred.clone();
                         let now = self.tick();
+                        let restart = command == command::Command::Restart;
                         let (reply, actions) =
                             self.core.command(&cred, command, now, &SystemDirectory);
                         let mut more = Vec::new();
                         self.carry_out(actions, &mut more);
                         inputs.extend(more);
+                        if restart && !reply.is_error() {
+                            // Answered by the new image, or with the reason
+                            // it could not take over.
+                            self.pending_restart = Some(Some((token, json)));
+                            return;
+                        }
                         reply
                     }
                     Err(error) => command::reply::Reply::error(error.to_string()),
@@ -982,6 +1289,10 @@ impl<A: Actuator> Daemon<A> {
                                 self.actuator.kill_everything();
                                 self.exiting = true;
                             }
+                        }
+                        Ok(Signal::SIGUSR2) => {
+                            tracing::info!("SIGUSR2: restarting in place");
+                            self.pending_restart = Some(None);
                         }
                         Ok(Signal::SIGHUP) => {
                             tracing::info!("SIGHUP ignored: scored has no configuration to reload")
@@ -1383,6 +1694,13 @@ pub fn run_line(
         }
         Err(error) => Err(error.to_string()),
     }
+}
+
+/// The listening socket an earlier image of this process handed over.
+pub fn adopt_listener(fd: RawFd) -> io::Result<std::os::unix::net::UnixListener> {
+    Ok(std::os::unix::net::UnixListener::from(
+        crate::actuator::sys::adopt_descriptor(fd)?,
+    ))
 }
 
 /// Binds the daemon's socket safely: the directory is created if missing

@@ -17,6 +17,16 @@ fn stopped(pid: i32) -> bool {
     proc_stat(pid).is_some_and(|stat| stat.state == 'T')
 }
 
+/// The state of job `id`, or "" while the daemon does not know it yet.
+fn state_of(daemon: &Daemon, id: u64) -> String {
+    let output = daemon.console(&format!("job {id}"));
+    stdout(&output)
+        .lines()
+        .find_map(|line| line.strip_prefix("state: "))
+        .unwrap_or("")
+        .to_string()
+}
+
 fn keys(value: &serde_json::Value) -> BTreeSet<String> {
     value
         .as_object()
@@ -283,4 +293,296 @@ fn a_live_daemon_keeps_its_state_directory() {
     );
     assert!(!daemon.sandbox.path.join("other.sock").exists());
     daemon.ok("status");
+}
+
+/// Restarts in place through the console and waits for the new image.
+fn restart(daemon: &Daemon) -> String {
+    let output = daemon.console("restart");
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "restart failed: {text}{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        daemon.log()
+    );
+    text
+}
+
+fn daemon_status(daemon: &Daemon) -> serde_json::Value {
+    daemon.json("status")
+}
+
+fn cpu_ticks(pids: &[i32]) -> u64 {
+    pids.iter()
+        .filter_map(|pid| proc_stat(*pid))
+        .map(|stat| stat.cpu_ticks)
+        .sum()
+}
+
+/// A copy of scored in a directory of its own, as an installation.
+fn installed_scored(dir: &Sandbox) -> std::path::PathBuf {
+    let path = dir.path.join("scored");
+    std::fs::copy(bin("scored"), &path).expect("copy scored");
+    path
+}
+
+/// Installs over `path` a build of scored stamped `tag` (a new file
+/// renamed over the old one, as package managers do).
+fn install_stamped(path: &std::path::Path, tag: &str) {
+    const MARKER: &[u8] = b"@@scored-build-stamp@@";
+    let mut bytes = std::fs::read(bin("scored")).expect("read scored");
+    let mut stamped = 0;
+    let mut at = 0;
+    while let Some(found) = bytes[at..]
+        .windows(MARKER.len())
+        .position(|window| window == MARKER)
+    {
+        let start = at + found + MARKER.len();
+        if bytes[start..start + 32].iter().all(|byte| *byte == 0) {
+            bytes[start..start + tag.len()].copy_from_slice(tag.as_bytes());
+            stamped += 1;
+        }
+        at = start;
+    }
+    assert_eq!(stamped, 1, "the build stamp field must appear once");
+    let temp = path.with_extension("new");
+    std::fs::write(&temp, bytes).expect("write the new build");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::rename(&temp, path).expect("install the new build");
+}
+
+/// Jobs of every state keep their ids, states, queues, holds, processes
+/// and accounting across `restart`; the gang rotation goes on; output
+/// written after the restart reaches scrun; statuses come through scrun.
+#[test]
+fn jobs_of_every_state_survive_a_restart() {
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("100ms")
+        .start();
+    let mut gangs = Vec::new();
+    let mut gang_pids = Vec::new();
+    for _ in 0..2 {
+        let mut job = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+        gang_pids.push(job.wait_pids(2));
+        gangs.push(job);
+    }
+    let mut held = daemon.spawn(&["-nodes=1", &testprog(), "spin", "0"]);
+    let held_pids = held.wait_pids(1);
+    daemon.ok("suspend 3");
+    assert!(wait_until(Duration::from_secs(10), || stopped(
+        held_pids[0]
+    )));
+    // Runs across the restart and writes after it.
+    let script = "sleep 1.5; echo after the restart; exit 5";
+    let mut late = daemon.spawn(&["-nodes=1", "-priority=0", "sh", "-c", script]);
+    assert!(wait_until(Duration::from_secs(10), || state_of(&daemon, 4)
+        == "running"));
+    daemon.ok("kill 4 KILL");
+    let (status, _) = late.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(137));
+    let mut late = daemon.spawn(&["-nodes=1", "sh", "-c", script]);
+    // Never runs: its queue is deactivated.
+    daemon.ok("queue 2 deactivate");
+    let mut queued = daemon.spawn(&["-nodes=1", "-priority=2", &testprog(), "spin", "0"]);
+    daemon.ok("cluster 0 limit jobs=5");
+    let mut waiting = daemon.spawn(&["-wait", "-nodes=1", "true"]);
+    assert!(wait_until(Duration::from_secs(10), || daemon_status(
+        &daemon
+    )["waiting"]
+        == 1));
+    let before: Vec<serde_json::Value> = (1..=6)
+        .map(|id| daemon.json(&format!("job {id}")))
+        .collect();
+    let pid = daemon.pid();
+
+    let text = restart(&daemon);
+    assert!(text.starts_with("restarted in place: version "), "{text}");
+    let after = daemon_status(&daemon);
+    assert_eq!(after["restarts"], 1);
+    assert_eq!(after["waiting"], 1);
+    assert_eq!(daemon.pid(), pid);
+    assert!(daemon.log().contains("took over from the previous image"));
+    for (idx, old) in before.iter().enumerate() {
+        let id = idx + 1;
+        let new = daemon.json(&format!("job {id}"));
+        if id == 4 {
+            assert_eq!(new["state"], "killed");
+            continue;
+        }
+        for key in [
+            "id",
+            "user",
+            "queue",
+            "queues",
+            "hosts",
+            "procs",
+            "command",
+            "held",
+            "cputime limit",
+            "memory limit",
+        ] {
+            assert_eq!(new[key], old[key], "job {id}: {key}");
+        }
+        assert!(
+            new["cpu"].as_f64() >= old["cpu"].as_f64(),
+            "job {id}: CPU time went back from {} to {}",
+            old["cpu"],
+            new["cpu"]
+        );
+        assert!(new["wall"].as_f64() >= old["wall"].as_f64(), "job {id}");
+    }
+    assert_eq!(daemon.job_field(3, "state"), "held");
+    assert_eq!(daemon.job_field(6, "state"), "queued");
+    assert!(
+        stopped(held_pids[0]),
+        "the held job was continued by the restart"
+    );
+    for pids in &gang_pids {
+        assert!(pids.iter().all(|pid| alive(*pid)));
+    }
+    // The rotation goes on: both gangs get the CPU after the restart.
+    let start: Vec<u64> = gang_pids.iter().map(|pids| cpu_ticks(pids)).collect();
+    assert!(
+        wait_until(Duration::from_secs(10), || gang_pids
+            .iter()
+            .zip(&start)
+            .all(|(pids, before)| cpu_ticks(pids) > *before + 5)),
+        "the gang rotation stopped after the restart:\n{}",
+        daemon.log()
+    );
+    // Output after the restart, and the exit status, reach scrun.
+    late.wait_lines("after the restart", 1);
+    let (status, _) = late.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(5));
+    // Holds and waiting jobs carry on.
+    daemon.ok("resume 3");
+    assert!(wait_until(Duration::from_secs(10), || !stopped(
+        held_pids[0]
+    ) || state_of(
+        &daemon, 3
+    ) == "stopped"));
+    daemon.ok("cluster 0 limit jobs=none");
+    let (status, _) = waiting.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0));
+    daemon.ok("kill 1 KILL");
+    let (status, _) = gangs.remove(0).wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(137));
+    // A job killed before it ever ran reports SIGTERM's status, as without a restart.
+    daemon.ok("kill 6 KILL");
+    let (status, _) = queued.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(143));
+    let ids: Vec<u64> = history(&daemon, "history")
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&5) && ids.contains(&1) && ids.contains(&7),
+        "{ids:?}"
+    );
+    assert_eq!(
+        history(&daemon, "history")
+            .iter()
+            .filter(|r| r["reason"] == "lost: scored was killed")
+            .count(),
+        0
+    );
+}
+
+/// A new binary installed over the old one takes over: `status` shows its
+/// version, and the jobs keep running.
+#[test]
+fn restart_onto_a_new_binary() {
+    let install = Sandbox::new();
+    let program = installed_scored(&install);
+    let daemon = Daemon::builder().program(&program).start();
+    assert_eq!(daemon_status(&daemon)["version"], env!("CARGO_PKG_VERSION"));
+    let mut job = daemon.spawn(&["-nodes=1", &testprog(), "spin", "0"]);
+    let pids = job.wait_pids(1);
+    install_stamped(&program, "test2");
+    let text = restart(&daemon);
+    let version = format!("{}+test2", env!("CARGO_PKG_VERSION"));
+    assert!(text.contains(&version), "{text}");
+    let after = daemon_status(&daemon);
+    assert_eq!(after["version"], version);
+    assert_eq!(after["restarts"], 1);
+    assert!(alive(pids[0]));
+    // And again, onto the same binary.
+    restart(&daemon);
+    assert_eq!(daemon_status(&daemon)["restarts"], 2);
+    daemon.ok("kill 1 KILL");
+    let (status, _) = job.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(137));
+}
+
+/// A binary that cannot take over leaves the old image serving, with its
+/// jobs, and the console is told why.
+#[test]
+fn a_restart_that_cannot_happen_leaves_the_daemon_serving() {
+    let install = Sandbox::new();
+    let program = installed_scored(&install);
+    let daemon = Daemon::builder().program(&program).start();
+    let mut job = daemon.spawn(&["-nodes=1", "sh", "-c", "sleep 2; echo still here; exit 3"]);
+    assert!(wait_until(Duration::from_secs(10), || state_of(&daemon, 1)
+        == "running"));
+    let temp = program.with_extension("new");
+    std::fs::write(
+        &temp,
+        "#!/bin/sh\necho 'scored: handover format 99 cannot be read' >&2\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&temp, &program).unwrap();
+    let output = daemon.console("restart");
+    assert!(!output.status.success());
+    let text = stdout(&output) + &stderr(&output);
+    assert!(
+        text.contains("error: restart failed, scored carries on"),
+        "{text}"
+    );
+    assert!(text.contains("handover format 99 cannot be read"), "{text}");
+    std::fs::remove_file(&program).unwrap();
+    let output = daemon.console("restart");
+    let text = stdout(&output) + &stderr(&output);
+    assert!(text.contains("cannot run"), "{text}");
+    assert_eq!(daemon_status(&daemon)["restarts"], 0);
+    assert!(!daemon.sandbox.path.join("state/handover").exists());
+    job.wait_lines("still here", 1);
+    let (status, _) = job.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(3));
+}
+
+#[test]
+fn sigusr2_restarts_in_place() {
+    let daemon = Daemon::start();
+    let mut job = daemon.spawn(&["-nodes=1", &testprog(), "spin", "0"]);
+    let pids = job.wait_pids(1);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.pid() as i32),
+        nix::sys::signal::Signal::SIGUSR2,
+    );
+    assert!(wait_until(Duration::from_secs(10), || daemon
+        .console("status")
+        .stdout
+        .starts_with(b"uptime")
+        && daemon_status(&daemon)["restarts"] == 1));
+    assert!(alive(pids[0]));
+    daemon.ok("kill 1 KILL");
+    let (status, _) = job.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(137));
+}
+
+#[test]
+fn only_the_operator_may_restart() {
+    let Some(users) = test_users("restart") else {
+        return;
+    };
+    let daemon = Daemon::start();
+    let output = daemon.console_as(&users.a, "restart");
+    assert!(!output.status.success());
+    let text = stdout(&output) + &stderr(&output);
+    assert!(text.contains("permission denied"), "{text}");
+    assert_eq!(daemon_status(&daemon)["restarts"], 0);
 }

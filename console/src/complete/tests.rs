@@ -72,6 +72,7 @@ fn first_word_is_a_command_or_builtin() {
             "queue",
             "queues",
             "quit",
+            "restart",
             "resume",
             "shutdown",
             "status",

@@ -73,6 +73,12 @@ impl Cgroups {
         None
     }
 
+    /// The directory an earlier image of this process created and used,
+    /// taken over as it is across an in-place restart.
+    pub fn adopt(base: PathBuf) -> Cgroups {
+        Cgroups { base }
+    }
+
     /// The hierarchy directory in use.
     pub fn base(&self) -> &Path {
         &self.base

@@ -21,7 +21,10 @@
 
 pub mod cgroup;
 pub mod procfs;
+mod snapshot;
 pub mod sys;
+
+pub use snapshot::ActuatorSnapshot;
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::{CString, OsStr};
@@ -113,6 +116,12 @@ pub trait Actuator {
     fn await_stops(&mut self, max: Duration, out: &mut Vec<Input>);
     /// Kills every process of every job and reaps them (daemon exit).
     fn kill_everything(&mut self);
+    /// The state to hand to the next image in an in-place restart, and
+    /// the descriptors that must stay open across execve; `None` if this
+    /// actuator cannot hand over.
+    fn handover(&self) -> Option<(ActuatorSnapshot, Vec<std::os::fd::RawFd>)> {
+        None
+    }
 }
 
 /// A direct child: one rank.
@@ -201,6 +210,12 @@ impl OsActuator {
     /// Prepares the actuator: the scratch root, the cgroup hierarchy, and the
     /// CPU masks of the hosts.
     pub fn new(config: ActuatorConfig, topology: &Topology) -> io::Result<OsActuator> {
+        OsActuator::prepare(config, topology, true)
+    }
+
+    /// `new`, with a fresh cgroup hierarchy only when `fresh` (an in-place
+    /// restart adopts the one in use instead).
+    fn prepare(config: ActuatorConfig, topology: &Topology, fresh: bool) -> io::Result<OsActuator> {
         let jobs_dir = config.state_dir.join("jobs");
         fs::DirBuilder::new()
             .recursive(true)
@@ -228,7 +243,7 @@ impl OsActuator {
             }
             hosts.push((host.name.clone(), mask));
         }
-        let cgroups = if config.use_cgroups && daemon_uid == 0 {
+        let cgroups = if fresh && config.use_cgroups && daemon_uid == 0 {
             Cgroups::create(std::process::id(), &config.state_dir)
         } else {
             None
@@ -237,9 +252,10 @@ impl OsActuator {
             Some(cgroups) => {
                 tracing::info!(path = %cgroups.base().display(), "jobs are held in cgroups")
             }
-            None => {
+            None if fresh => {
                 tracing::info!("no cgroup hierarchy in use; descendants are found through /proc")
             }
+            None => {}
         }
         Ok(OsActuator {
             config,
@@ -743,6 +759,10 @@ fn signal_from(signal: i32) -> Option<Signal> {
 }
 
 impl Actuator for OsActuator {
+    fn handover(&self) -> Option<(ActuatorSnapshot, Vec<std::os::fd::RawFd>)> {
+        Some(self.snapshot())
+    }
+
     fn spawn(&mut self, plan: &LaunchPlan, stdio: Option<&JobStdio>, out: &mut Vec<Input>) {
         if let Err((message, status)) = self.spawn_all(plan, stdio) {
             tracing::info!(job = %plan.job, %message, "launch failed");

@@ -214,6 +214,17 @@ static ENTRIES: &[HelpEntry] = &[
         example: "history --user alice --since 1d",
     },
     HelpEntry {
+        name: "restart",
+        usage: "restart",
+        summary: "re-execute scored in place, keeping every job",
+        description: "Hands the daemon's whole state to a fresh copy of the scored binary at \
+                      the path it was started from, in the same process: jobs keep running, \
+                      stopped or waiting, every scrun keeps its connection; if the new binary \
+                      cannot take over, the daemon carries on and says why.",
+        access: Access::Operator,
+        example: "restart",
+    },
+    HelpEntry {
         name: "shutdown",
         usage: "shutdown [now]",
         summary: "stop admitting, finish (now: kill) jobs, exit",
@@ -372,6 +383,7 @@ mod tests {
                 "move",
                 "timeslice",
                 "history",
+                "restart",
                 "shutdown"
             ]
         );

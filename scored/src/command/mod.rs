@@ -181,6 +181,8 @@ pub enum Command {
         /// Only jobs that ended at or after this time.
         since: Option<Since>,
     },
+    /// `restart`: re-execute scored in place, keeping every job and connection.
+    Restart,
     /// `shutdown [now]`.
     Shutdown {
         /// Kill jobs instead of letting them finish.

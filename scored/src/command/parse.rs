@@ -295,6 +295,7 @@ impl<'a> Parser<'a> {
                 }
                 Command::History { user, since }
             }
+            "restart" => Command::Restart,
             "shutdown" => match self.next() {
                 None => Command::Shutdown { now: false },
                 Some("now") => Command::Shutdown { now: true },
@@ -900,6 +901,7 @@ pub fn render(command: &Command) -> String {
             }
             text
         }
+        Command::Restart => "restart".to_string(),
         Command::Shutdown { now: false } => "shutdown".to_string(),
         Command::Shutdown { now: true } => "shutdown now".to_string(),
     }
