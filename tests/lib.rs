@@ -94,6 +94,7 @@ pub struct DaemonBuilder {
     args: Vec<String>,
     nofile: Option<(u64, u64)>,
     program: Option<PathBuf>,
+    env: Vec<(String, String)>,
 }
 
 impl DaemonBuilder {
@@ -125,6 +126,13 @@ impl DaemonBuilder {
     /// Adds a flag.
     pub fn arg(mut self, arg: &str) -> Self {
         self.args.push(arg.to_string());
+        self
+    }
+
+    /// Sets an environment variable of the daemon (test hooks such as
+    /// `SCORED_TEST_PANIC_ON`).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
         self
     }
 
@@ -166,6 +174,9 @@ impl DaemonBuilder {
             command.arg("--timeslice").arg(slice);
         }
         command.args(&self.args);
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
         if let Some((soft, hard)) = self.nofile {
             use std::os::unix::process::CommandExt;
             // SAFETY: the closure only calls setrlimit, a system call that

@@ -461,6 +461,9 @@ impl<A: Actuator> Daemon<A> {
             .restart
             .clone()
             .ok_or("this scored cannot restart in place")?;
+        if self.core.shutting_down() {
+            return Err("scored is shutting down".to_string());
+        }
         let (actuator, mut fds) = self
             .actuator
             .handover()
@@ -728,16 +731,57 @@ impl<A: Actuator> Daemon<A> {
                 })
                 .collect();
             for event in ready {
-                self.handle_event(event);
+                self.handle_event_guarded(event);
             }
             for token in self.resumable() {
-                self.handle_event(Event::Client(token));
+                self.handle_event_guarded(Event::Client(token));
             }
-            self.handle_event(Event::Deadline);
+            self.handle_event_guarded(Event::Deadline);
             self.check_single_user();
         }
         self.finish();
         Ok(())
+    }
+
+    /// `handle_event`, with a panic (a bug) caught: it is logged with the
+    /// event that caused it, and the daemon restarts in place, so that the
+    /// jobs and their clients outlive the bug. If the restart cannot happen
+    /// the daemon carries on as it is.
+    fn handle_event_guarded(&mut self, event: Event) {
+        let described = format!("{event:?}");
+        let client = match event {
+            Event::Client(token) => Some(token),
+            _ => None,
+        };
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle_event(event)));
+        if let Err(panic) = outcome {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|text| text.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_string());
+            tracing::error!(
+                event = %described,
+                panic = %message,
+                "a bug: scored panicked handling an event; restarting in place"
+            );
+            self.pending_restart = None;
+            // The request that hit the bug is consumed: tell its client, in
+            // the output that the new image will write.
+            if let Some(conn) = client.and_then(|token| self.connections.get_mut(&token)) {
+                queue_reply(
+                    conn,
+                    &Reply::Error {
+                        message: format!(
+                            "scored hit a bug handling this request ({message}) and restarted in place"
+                        ),
+                    },
+                );
+                conn.closing = true;
+            }
+            self.restart_in_place(None);
+        }
     }
 
     /// The one place where the daemon's state changes.
@@ -1165,6 +1209,13 @@ impl<A: Actuator> Daemon<A> {
             } => {
                 if version != proto::VERSION {
                     return refuse(conn, format!("protocol version {version} is not {}; use matching sc_console and scored", proto::VERSION));
+                }
+                // Test hook: the end-to-end tests make scored panic on a
+                // console line of their choice, to check that a panic loses
+                // no job. Only the test harness sets the variable.
+                if std::env::var_os("SCORED_TEST_PANIC_ON").is_some_and(|trigger| *trigger == *line)
+                {
+                    panic!("injected panic on the console line {line:?} (SCORED_TEST_PANIC_ON)");
                 }
                 let parsed = command::parse_line(&line);
                 if let Ok(Some(command)) = &parsed {

@@ -586,3 +586,64 @@ fn only_the_operator_may_restart() {
     assert!(text.contains("permission denied"), "{text}");
     assert_eq!(daemon_status(&daemon)["restarts"], 0);
 }
+
+/// A panic while handling an event (injected through the test hook
+/// SCORED_TEST_PANIC_ON) is logged with the event, and scored restarts in
+/// place: jobs and their clients carry on.
+#[test]
+fn a_panic_restarts_in_place_and_loses_no_job() {
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("100ms")
+        .env("SCORED_TEST_PANIC_ON", "clusters")
+        .start();
+    let mut gangs = Vec::new();
+    let mut pids = Vec::new();
+    for _ in 0..2 {
+        let mut job = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+        pids.push(job.wait_pids(2));
+        gangs.push(job);
+    }
+    let mut late = daemon.spawn(&[
+        "-nodes=1",
+        "-priority=0",
+        "sh",
+        "-c",
+        "sleep 1; echo done; exit 4",
+    ]);
+    assert!(wait_until(Duration::from_secs(10), || state_of(&daemon, 3)
+        == "running"));
+    let output = daemon.console("clusters");
+    assert!(!output.status.success());
+    let text = stdout(&output) + &stderr(&output);
+    assert!(text.contains("scored hit a bug"), "{text}");
+    assert!(wait_until(Duration::from_secs(10), || daemon_status(
+        &daemon
+    )["restarts"]
+        == 1));
+    let log = daemon.log();
+    assert!(
+        log.contains("a bug: scored panicked handling an event"),
+        "{log}"
+    );
+    assert!(
+        log.contains("Client(Token("),
+        "the log names the event:\n{log}"
+    );
+    for job_pids in &pids {
+        assert!(job_pids.iter().all(|pid| alive(*pid)));
+    }
+    late.wait_lines("done", 1);
+    let (status, _) = late.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(4));
+    let start: Vec<u64> = pids.iter().map(|p| cpu_ticks(p)).collect();
+    assert!(wait_until(Duration::from_secs(10), || pids
+        .iter()
+        .zip(&start)
+        .all(|(p, before)| cpu_ticks(p) > *before + 5)));
+    for (idx, mut job) in gangs.into_iter().enumerate() {
+        daemon.ok(&format!("kill {} KILL", idx + 1));
+        let (status, _) = job.wait(Duration::from_secs(10));
+        assert_eq!(status.code(), Some(137));
+    }
+}
