@@ -64,6 +64,9 @@ pub struct Flags {
     /// Size at which the job journal (STATE_DIR/journal) is rotated (default 16M).
     #[arg(long, value_name = "SIZE")]
     pub journal_size: Option<String>,
+    /// Keep no job journal (for measurements): no history, ids start at 1 at each start.
+    #[arg(long)]
+    pub no_journal: bool,
     /// Check that this binary can take over from the handover FILE of an in-place restart, and exit.
     #[arg(long, value_name = "FILE")]
     pub check_state: Option<PathBuf>,
@@ -91,6 +94,7 @@ pub struct FileSettings {
     max_connections: Option<usize>,
     verbose: Option<u8>,
     journal_size: Option<String>,
+    journal: Option<bool>,
 }
 
 /// The resolved settings.
@@ -122,6 +126,8 @@ pub struct Settings {
     pub verbose: u8,
     /// Size at which the job journal is rotated.
     pub journal_size: u64,
+    /// Keep the job journal.
+    pub journal: bool,
 }
 
 /// Parses the TOML file's text; errors name the file and the line.
@@ -186,6 +192,7 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
                 .map_err(|error| format!("--journal-size: {error}"))?,
             None => crate::journal::DEFAULT_MAX_SIZE,
         },
+        journal: !flags.no_journal && file.journal.unwrap_or(true),
     })
 }
 
@@ -216,7 +223,7 @@ mod tests {
     fn file_errors_name_file_and_line() {
         assert_eq!(
             settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
-            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `verbose`, `journal_size`"
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `verbose`, `journal_size`, `journal`"
         );
         assert!(settings(&[], "timeslice = 5")
             .unwrap_err()

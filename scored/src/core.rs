@@ -1727,9 +1727,10 @@ impl Core {
             // allowed (rights, no shutdown under way).
             Command::Restart => Reply::Done("restarting in place".into()),
             // The journal is a file: the event loop answers this one.
-            Command::History { .. } => {
-                Reply::error("history is answered by the running daemon from its journal")
-            }
+            Command::History { .. } => Reply::error(
+                "history reads the job journal, which only the running daemon keeps \
+                     (and not with --no-journal)",
+            ),
             Command::ClusterLimit { cluster, limits } => {
                 let Some(id) = self.topology.find_cluster(&cluster) else {
                     return Reply::error(format!("no cluster {}", describe_cluster_ref(&cluster)));

@@ -154,12 +154,16 @@ fn run() -> Result<(), String> {
     };
     let restarts = resumed.as_ref().map_or(0, |resumed| resumed.3);
     core.set_build(scored::version::version(), restarts);
-    let journal = open_journal(
-        &mut core,
-        &state_dir,
-        settings.journal_size,
-        resumed.is_none(),
-    )?;
+    let journal = if settings.journal {
+        Some(open_journal(
+            &mut core,
+            &state_dir,
+            settings.journal_size,
+            resumed.is_none(),
+        )?)
+    } else {
+        None
+    };
 
     let fd_limits = evloop::raise_fd_limit();
     // Everything that can fail comes before the socket exists, so that a
@@ -206,13 +210,15 @@ fn run() -> Result<(), String> {
     };
     let mut daemon = Daemon::new(core, actuator, listener, loop_config, signals)
         .map_err(|error| format!("cannot start the event loop: {error}"))?
-        .with_journal(journal)
         .with_restart(RestartSetup {
             exe: restart_exe,
             args: restart_args,
             state_dir: state_dir.clone(),
             restarts,
         });
+    if let Some(journal) = journal {
+        daemon = daemon.with_journal(journal);
+    }
     if let Some((connections, tick_us)) = resumed {
         daemon = daemon
             .resume(connections, tick_us)
