@@ -518,6 +518,7 @@ impl<A: Actuator> Daemon<A> {
                 reply_to: requester.map(|(token, json)| (token.0, json)),
                 connections,
             },
+            journal_recent: self.journal.as_ref().map(Journal::recent_records),
         };
         let path = handover::write(&setup.state_dir, &handover)
             .map_err(|error| format!("cannot write the state for the new scored: {error}"))?;

@@ -43,6 +43,9 @@ pub struct Handover {
     pub actuator: ActuatorSnapshot,
     /// The event loop's state.
     pub connections: ConnectionsSnapshot,
+    /// The journal's recent ended records (`jobs all`), if it keeps one.
+    #[serde(default)]
+    pub journal_recent: Option<Vec<serde_json::Value>>,
 }
 
 /// The event loop's part.

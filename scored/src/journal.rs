@@ -124,6 +124,41 @@ impl Journal {
         Ok((journal, recovered))
     }
 
+    /// Opens the journal for appending without reading it, for an in-place
+    /// restart: the previous image hands over what reading would give (the
+    /// recent ended records), since reading a full journal costs more than
+    /// the whole restart may.
+    pub fn reopen(state_dir: &Path, max_size: u64, recent: Vec<Json>) -> io::Result<Journal> {
+        let path = state_dir.join(FILE);
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|error| {
+                io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+            })?;
+        let size = file.metadata()?.len();
+        let mut recent: VecDeque<Json> = recent.into();
+        while recent.len() > HISTORY {
+            recent.pop_front();
+        }
+        Ok(Journal {
+            dir: state_dir.to_path_buf(),
+            file,
+            size,
+            max_size,
+            unsynced: false,
+            recent,
+        })
+    }
+
+    /// The recent ended records, to hand to the next image.
+    pub fn recent_records(&self) -> Vec<Json> {
+        self.recent.iter().cloned().collect()
+    }
+
     /// Appends one record with a single write.
     fn append(&mut self, record: &Json) -> io::Result<()> {
         let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;

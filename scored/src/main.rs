@@ -131,7 +131,7 @@ fn run() -> Result<(), String> {
              cleaning up after it"
         );
     }
-    let (mut core, resumed) = match resumed {
+    let (mut core, mut resumed) = match resumed {
         Some(handover) => {
             let core = Core::restore(core_config, topology.clone(), handover.core)
                 .map_err(|error| format!("cannot take over: {error}"))?;
@@ -142,6 +142,7 @@ fn run() -> Result<(), String> {
                     handover.connections,
                     handover.tick_us,
                     handover.restarts,
+                    handover.journal_recent,
                 )),
             )
         }
@@ -154,15 +155,19 @@ fn run() -> Result<(), String> {
     };
     let restarts = resumed.as_ref().map_or(0, |resumed| resumed.3);
     core.set_build(scored::version::version(), restarts);
-    let journal = if settings.journal {
-        Some(open_journal(
-            &mut core,
-            &state_dir,
-            settings.journal_size,
-            resumed.is_none(),
-        )?)
-    } else {
-        None
+    let journal = match (settings.journal, resumed.as_mut()) {
+        (false, _) => None,
+        // After an in-place restart the journal needs no reading: the
+        // previous image handed over what reading would give.
+        (true, Some(resumed)) => Some(
+            Journal::reopen(
+                &state_dir,
+                settings.journal_size,
+                resumed.4.take().unwrap_or_default(),
+            )
+            .map_err(|error| format!("cannot open the job journal: {error}"))?,
+        ),
+        (true, None) => Some(open_journal(&mut core, &state_dir, settings.journal_size)?),
     };
 
     let fd_limits = evloop::raise_fd_limit();
@@ -174,7 +179,7 @@ fn run() -> Result<(), String> {
         job_nofile: (fd_limits.current != fd_limits.original.0).then_some(fd_limits.original),
     };
     let (actuator, listener, resumed) = match resumed {
-        Some((actuator, connections, tick_us, _)) => {
+        Some((actuator, connections, tick_us, _, _)) => {
             let actuator = OsActuator::resume(actuator_config, &topology, actuator)
                 .map_err(|error| format!("cannot take over the jobs: {error}"))?;
             let listener = evloop::adopt_listener(connections.listener)
@@ -291,12 +296,7 @@ fn remove_scratch_leftovers(state_dir: &Path) {
 /// Opens the job journal; jobs an earlier daemon left unfinished (it was
 /// killed, or the machine went down) are recorded as lost, and job ids
 /// continue after the highest one it handed out.
-fn open_journal(
-    core: &mut Core,
-    state_dir: &Path,
-    max_size: u64,
-    fresh: bool,
-) -> Result<Journal, String> {
+fn open_journal(core: &mut Core, state_dir: &Path, max_size: u64) -> Result<Journal, String> {
     let (mut journal, recovered) = Journal::open(state_dir, max_size)
         .map_err(|error| format!("cannot open the job journal: {error}"))?;
     if recovered.bad_lines > 0 {
@@ -305,8 +305,7 @@ fn open_journal(
             "skipped unreadable journal lines (a record torn by a crash)"
         );
     }
-    // After an in-place restart the unfinished jobs are this daemon's own.
-    if fresh && !recovered.open.is_empty() {
+    if !recovered.open.is_empty() {
         tracing::warn!(
             jobs = ?recovered.open.keys().collect::<Vec<_>>(),
             "jobs of an earlier scored never ended: recording them as lost"

@@ -433,6 +433,13 @@ fn jobs_of_every_state_survive_a_restart() {
         );
         assert!(new["wall"].as_f64() >= old["wall"].as_f64(), "job {id}");
     }
+    // Finished jobs stay listed: the journal's memory is handed over too.
+    let all = daemon.ok("jobs all");
+    assert!(
+        all.lines()
+            .any(|line| line.trim_start().starts_with("4 ") && line.contains("killed")),
+        "{all}"
+    );
     assert_eq!(daemon.job_field(3, "state"), "held");
     assert_eq!(daemon.job_field(6, "state"), "queued");
     assert!(
