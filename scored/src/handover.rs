@@ -131,3 +131,30 @@ pub fn read(path: &Path) -> Result<Handover, String> {
     serde_json::from_value(value)
         .map_err(|error| format!("{} cannot be read: {error}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_of_another_format_or_none_are_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("scored-handover-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(FILE);
+        fs::write(&path, r#"{"format": 99, "version": "9.9.9"}"#).unwrap();
+        let error = read(&path).unwrap_err();
+        assert!(error.contains("has handover format 99"), "{error}");
+        assert!(error.contains(&format!("reads format {FORMAT}")), "{error}");
+        fs::write(&path, r#"{"version": "9.9.9"}"#).unwrap();
+        assert!(read(&path).unwrap_err().contains("has no handover format"));
+        fs::write(&path, "not json").unwrap();
+        assert!(read(&path).unwrap_err().contains("is not a handover file"));
+        fs::write(&path, format!(r#"{{"format": {FORMAT}}}"#)).unwrap();
+        assert!(read(&path).unwrap_err().contains("cannot be read"));
+        assert!(read(&dir.join("missing"))
+            .unwrap_err()
+            .starts_with("cannot read"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -654,3 +654,30 @@ fn a_panic_restarts_in_place_and_loses_no_job() {
         assert_eq!(status.code(), Some(137));
     }
 }
+
+/// The real binary refuses a state it cannot take over (here: the hosts
+/// database now gives other hosts), and the daemon carries on.
+#[test]
+fn a_state_the_new_image_cannot_take_over_is_refused() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let mut job = daemon.spawn(&["-nodes=1", &testprog(), "spin", "0"]);
+    let pids = job.wait_pids(1);
+    let hosts = two_hosts() + "host9 cpus=0\n";
+    daemon.sandbox.write("scorehosts.db", &hosts);
+    let output = daemon.console("restart");
+    assert!(!output.status.success());
+    let text = stdout(&output) + &stderr(&output);
+    assert!(text.contains("restart failed, scored carries on"), "{text}");
+    assert!(text.contains("the hosts changed"), "{text}");
+    assert!(daemon
+        .log()
+        .contains("in-place restart failed; carrying on"));
+    assert_eq!(daemon_status(&daemon)["restarts"], 0);
+    assert!(alive(pids[0]));
+    daemon.sandbox.write("scorehosts.db", &two_hosts());
+    restart(&daemon);
+    assert!(alive(pids[0]));
+    daemon.ok("kill 1 KILL");
+    let (status, _) = job.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(137));
+}
