@@ -361,7 +361,10 @@ impl<A: Actuator> Daemon<A> {
                 if let Some(fd) = shared.get(&raw) {
                     return Ok(fd.clone());
                 }
-                let fd = self.fd_pool.intern(adopt_descriptor(raw)?);
+                // The previous image already kept one descriptor per open
+                // file description; comparing each with the pool again
+                // (kcmp) would cost a restart time quadratic in the jobs.
+                let fd = Rc::new(adopt_descriptor(raw)?);
                 shared.insert(raw, fd.clone());
                 Ok(fd)
             };
@@ -420,6 +423,7 @@ impl<A: Actuator> Daemon<A> {
         tracing::info!(
             connections = self.connections.len(),
             jobs = self.core.n_jobs(),
+            since_handover_us = self.tick().0.saturating_sub(tick_us),
             "took over from the previous image"
         );
         self.flush_all();
@@ -457,6 +461,7 @@ impl<A: Actuator> Daemon<A> {
     ) -> Result<std::convert::Infallible, String> {
         use crate::actuator::sys;
         use crate::handover::{self, ConnectionSnapshot, ConnectionsSnapshot, Handover};
+        let began = Instant::now();
         let setup = self
             .restart
             .clone()
@@ -522,6 +527,7 @@ impl<A: Actuator> Daemon<A> {
         };
         let path = handover::write(&setup.state_dir, &handover)
             .map_err(|error| format!("cannot write the state for the new scored: {error}"))?;
+        let written = began.elapsed();
         let remove = |path: &std::path::Path| {
             let _ = std::fs::remove_file(path);
         };
@@ -545,6 +551,7 @@ impl<A: Actuator> Daemon<A> {
             });
         }
         let check = check.output();
+        let checked = began.elapsed();
         let output = match check {
             Ok(output) => output,
             Err(error) => {
@@ -599,6 +606,8 @@ impl<A: Actuator> Daemon<A> {
             exe = %setup.exe.display(),
             jobs = self.core.n_jobs(),
             connections = self.connections.len(),
+            state_written_us = written.as_micros() as u64,
+            checked_us = checked.saturating_sub(written).as_micros() as u64,
             "restarting in place"
         );
         let error = match nix::unistd::execv(&argv[0], &argv) {

@@ -115,9 +115,15 @@ pub fn write(state_dir: &Path, handover: &Handover) -> io::Result<PathBuf> {
 pub fn read(path: &Path) -> Result<Handover, String> {
     let bytes =
         fs::read(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes)
+    // The format alone first (the rest is skipped, not built), so that a
+    // file of another layout is refused by its format, not by a field.
+    #[derive(Deserialize)]
+    struct Format {
+        format: Option<u64>,
+    }
+    let Format { format } = serde_json::from_slice(&bytes)
         .map_err(|error| format!("{} is not a handover file: {error}", path.display()))?;
-    match value.get("format").and_then(serde_json::Value::as_u64) {
+    match format {
         Some(format) if format == u64::from(FORMAT) => {}
         Some(format) => {
             return Err(format!(
@@ -128,7 +134,7 @@ pub fn read(path: &Path) -> Result<Handover, String> {
         }
         None => return Err(format!("{} has no handover format", path.display())),
     }
-    serde_json::from_value(value)
+    serde_json::from_slice(&bytes)
         .map_err(|error| format!("{} cannot be read: {error}", path.display()))
 }
 
