@@ -946,8 +946,14 @@ fn journal_cost(rows: &mut Vec<Row>) {
         format!("{:+.3} ms", (with - without) * 1e3),
         "no measurable cost",
     ));
-    let (with_median, _, _) = switch_scored_with(16, &[]);
-    let (without_median, _, _) = switch_scored_with(16, &["--no-journal"]);
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    for _ in 0..scaled(3, 1) {
+        with.push(switch_scored_with(16, &[]).0);
+        without.push(switch_scored_with(16, &["--no-journal"]).0);
+    }
+    let with_median = median(&mut with);
+    let without_median = median(&mut without);
     rows.push(row(
         "gang switch, 2 jobs of 16 processes, with the job journal",
         ms(with_median),
