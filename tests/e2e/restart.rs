@@ -681,3 +681,19 @@ fn a_state_the_new_image_cannot_take_over_is_refused() {
     let (status, _) = job.wait(Duration::from_secs(10));
     assert_eq!(status.code(), Some(137));
 }
+
+/// Jobs started after a restart get the descriptor limits scored was first
+/// started with, not the raised ones its new image starts with.
+#[test]
+fn jobs_after_a_restart_keep_the_original_descriptor_limit() {
+    let daemon = Daemon::builder().nofile(1000, 4000).start();
+    let limits = |daemon: &Daemon| {
+        let output = daemon.run(&["sh", "-c", "ulimit -Sn; ulimit -Hn"]);
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+        stdout(&output)
+    };
+    let before = limits(&daemon);
+    assert_eq!(before, "1000\n4000\n");
+    restart(&daemon);
+    assert_eq!(limits(&daemon), before);
+}

@@ -26,6 +26,10 @@ use crate::ids::JobId;
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ActuatorSnapshot {
     cgroup_base: Option<PathBuf>,
+    /// The descriptor limits jobs get: those scored was first started
+    /// with, which the new image cannot see (it starts with the raised ones).
+    #[serde(default)]
+    job_nofile: Option<(u64, u64)>,
     jobs: Vec<JobProcsSnapshot>,
     children: Vec<ChildSnapshot>,
 }
@@ -139,6 +143,7 @@ impl OsActuator {
             .collect();
         let snapshot = ActuatorSnapshot {
             cgroup_base: self.cgroups.as_ref().map(|c| c.base().to_path_buf()),
+            job_nofile: self.config.job_nofile,
             jobs,
             children,
         };
@@ -150,10 +155,11 @@ impl OsActuator {
     /// (without the clean-up of a fresh start, which would kill its jobs)
     /// and the handed-over pidfds.
     pub fn resume(
-        config: ActuatorConfig,
+        mut config: ActuatorConfig,
         topology: &Topology,
         snapshot: ActuatorSnapshot,
     ) -> io::Result<OsActuator> {
+        config.job_nofile = snapshot.job_nofile;
         let mut actuator = OsActuator::prepare(config, topology, false)?;
         actuator.cgroups = snapshot.cgroup_base.map(Cgroups::adopt);
         for record in snapshot.jobs {
