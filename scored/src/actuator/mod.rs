@@ -1194,6 +1194,33 @@ pub fn elevate_priority() -> String {
     }
 }
 
+/// Runs `exe ARGS --check-state PATH` (a new scored binary checking that it
+/// can take over from the handover file `path`) and waits for it. The
+/// daemon waits for the check, so the check runs at the daemon's own
+/// priority: at normal priority on a loaded machine it waited for the CPU
+/// longer than it ran. Where that is refused it runs at normal priority.
+pub fn check_handover(
+    exe: &Path,
+    args: &[std::ffi::OsString],
+    path: &Path,
+) -> io::Result<std::process::Output> {
+    let mut check = Command::new(exe);
+    check
+        .args(args)
+        .arg("--check-state")
+        .arg(path)
+        .stdin(Stdio::null());
+    // SAFETY: the closure makes one system call (sched_setscheduler), which
+    // allocates nothing and takes no lock, between fork and exec.
+    unsafe {
+        check.pre_exec(|| {
+            let _ = sys::set_scheduler(Some(10), true);
+            Ok(())
+        });
+    }
+    check.output()
+}
+
 /// Checks that only `uid` (or root) can change the entries of `dir`: it
 /// belongs to one of them and is writable by nobody else, unless
 /// `sticky_ok` and it has the sticky bit (as /tmp), which keeps others from
