@@ -96,6 +96,8 @@ pub struct DaemonBuilder {
     ignored: Vec<i32>,
     blocked: Vec<i32>,
     terminal: Option<PathBuf>,
+    program: Option<PathBuf>,
+    env: Vec<(String, String)>,
 }
 
 impl DaemonBuilder {
@@ -127,6 +129,19 @@ impl DaemonBuilder {
     /// Adds a flag.
     pub fn arg(mut self, arg: &str) -> Self {
         self.args.push(arg.to_string());
+        self
+    }
+
+    /// Sets an environment variable of the daemon (test hooks such as
+    /// `SCORED_TEST_PANIC_ON`).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Runs this scored binary instead of the workspace's.
+    pub fn program(mut self, path: &Path) -> Self {
+        self.program = Some(path.to_path_buf());
         self
     }
 
@@ -165,10 +180,12 @@ impl DaemonBuilder {
             // session whose controlling terminal is its stdin.
             Some(_) => {
                 let mut command = Command::new("setsid");
-                command.arg("--ctty").arg(bin("scored"));
+                command
+                    .arg("--ctty")
+                    .arg(self.program.clone().unwrap_or_else(|| bin("scored")));
                 command
             }
-            None => Command::new(bin("scored")),
+            None => Command::new(self.program.clone().unwrap_or_else(|| bin("scored"))),
         };
         command
             .arg("--socket")
@@ -193,6 +210,9 @@ impl DaemonBuilder {
             command.arg("--timeslice").arg(slice);
         }
         command.args(&self.args);
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
         if let Some((soft, hard)) = self.nofile {
             use std::os::unix::process::CommandExt;
             // SAFETY: the closure only calls setrlimit, a system call that
@@ -485,6 +505,31 @@ impl Daemon {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Kills the daemon with SIGKILL and does not reap it: it stays in /proc
+    /// as a zombie (state Z, same pid and start time) until the returned
+    /// child is waited for.
+    pub fn kill_leaving_zombie(&mut self) -> Child {
+        let child = self.child.take().expect("the daemon is running");
+        let pid = child.id() as i32;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        assert!(
+            wait_until(Duration::from_secs(10), || proc_stat(pid)
+                .is_some_and(|stat| stat.state == 'Z')),
+            "scored (pid {pid}) did not become a zombie"
+        );
+        child
+    }
+
+    /// Starts a new daemon in the same sandbox; the previous one must be gone
+    /// (see [`Daemon::kill_hard`], [`Daemon::kill_leaving_zombie`]).
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the previous daemon still runs");
+        self.launch();
     }
 
     /// Waits for the daemon to exit by itself.

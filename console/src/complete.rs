@@ -141,6 +141,13 @@ fn pool(prior: &[&str], word: &str, live: &dyn Live) -> Vec<String> {
         ["move", _] => live.queues(),
         ["kill", _] => owned(SIGNALS),
         ["jobs"] => owned(&["all"]),
+        ["history", .., "--user" | "--since"] => Vec::new(),
+        ["history", given @ ..] => owned(
+            &["--user", "--since"]
+                .into_iter()
+                .filter(|flag| !given.contains(flag))
+                .collect::<Vec<_>>(),
+        ),
         ["shutdown"] => owned(&["now"]),
         _ => Vec::new(),
     }

@@ -61,6 +61,18 @@ pub struct Flags {
     /// Do not put jobs in cgroups even where the machine offers them.
     #[arg(long)]
     pub no_cgroups: bool,
+    /// Size at which the job journal (STATE_DIR/journal) is rotated (default 16M).
+    #[arg(long, value_name = "SIZE")]
+    pub journal_size: Option<String>,
+    /// Keep no job journal (for measurements): no history, ids start at 1 at each start.
+    #[arg(long)]
+    pub no_journal: bool,
+    /// Check that this binary can take over from the handover FILE of an in-place restart, and exit.
+    #[arg(long, value_name = "FILE")]
+    pub check_state: Option<PathBuf>,
+    /// Take over from the handover FILE of an in-place restart (given by scored itself).
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<PathBuf>,
     /// More logging (-v debug, -vv trace).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -81,6 +93,8 @@ pub struct FileSettings {
     cgroups: Option<bool>,
     max_connections: Option<usize>,
     verbose: Option<u8>,
+    journal_size: Option<String>,
+    journal: Option<bool>,
 }
 
 /// The resolved settings.
@@ -110,6 +124,10 @@ pub struct Settings {
     pub max_connections: Option<usize>,
     /// Verbosity.
     pub verbose: u8,
+    /// Size at which the job journal is rotated.
+    pub journal_size: u64,
+    /// Keep the job journal.
+    pub journal: bool,
 }
 
 /// Parses the TOML file's text; errors name the file and the line.
@@ -169,6 +187,12 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
             other => other,
         },
         verbose: flags.verbose.max(file.verbose.unwrap_or(0)),
+        journal_size: match flags.journal_size.or(file.journal_size) {
+            Some(text) => crate::journal::parse_max_size(&text)
+                .map_err(|error| format!("--journal-size: {error}"))?,
+            None => crate::journal::DEFAULT_MAX_SIZE,
+        },
+        journal: !flags.no_journal && file.journal.unwrap_or(true),
     })
 }
 
@@ -199,7 +223,7 @@ mod tests {
     fn file_errors_name_file_and_line() {
         assert_eq!(
             settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
-            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `verbose`"
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `verbose`, `journal_size`, `journal`"
         );
         assert!(settings(&[], "timeslice = 5")
             .unwrap_err()

@@ -30,7 +30,11 @@ use crate::command::{self, GroupRef};
 use crate::core::{Action, ClientEvent, Core, Directory, EndKind, Input, Rejection};
 use crate::ids::{ClientToken, Cred, Tick};
 use crate::job::{JobRequest, Joiner, ProcRequest};
+use crate::journal::Journal;
 use crate::proto::{self, Reply, Request};
+
+mod restart;
+pub use restart::{adopt_listener, RestartSetup};
 
 const LISTENER: Token = Token(0);
 const SIGNALS: Token = Token(1);
@@ -219,6 +223,13 @@ pub struct Daemon<A: Actuator> {
     dirty: Vec<Token>,
     /// A descriptor given up when the table is full, to refuse a client politely.
     spare_fd: Option<std::fs::File>,
+    /// The job journal, when the daemon keeps one.
+    journal: Option<Journal>,
+    /// How to re-execute in place, when the daemon may.
+    restart: Option<RestartSetup>,
+    /// A restart was asked for (by this console connection, wanting JSON,
+    /// or by SIGUSR2 or a caught panic): carried out once the event is handled.
+    pending_restart: Option<Option<(Token, bool)>>,
 }
 
 /// Blocks the signals the loop reads through its signalfd, and only those:
@@ -233,6 +244,7 @@ pub fn block_signals() -> nix::Result<SigSet> {
         Signal::SIGTERM,
         Signal::SIGINT,
         Signal::SIGHUP,
+        Signal::SIGUSR2,
     ] {
         set.add(signal);
     }
@@ -281,6 +293,9 @@ impl<A: Actuator> Daemon<A> {
             dirty: Vec::new(),
             spare_fd: spare_descriptor(),
             idle_since: Instant::now(),
+            journal: None,
+            restart: None,
+            pending_restart: None,
         })
     }
 
@@ -325,12 +340,12 @@ impl<A: Actuator> Daemon<A> {
                 })
                 .collect();
             for event in ready {
-                self.handle_event(event);
+                self.handle_event_guarded(event);
             }
             for token in self.resumable() {
-                self.handle_event(Event::Client(token));
+                self.handle_event_guarded(Event::Client(token));
             }
-            self.handle_event(Event::Deadline);
+            self.handle_event_guarded(Event::Deadline);
             self.check_single_user();
         }
         self.finish();
@@ -358,6 +373,9 @@ impl<A: Actuator> Daemon<A> {
             }
         }
         self.feed(inputs);
+        if let Some(requester) = self.pending_restart.take() {
+            self.restart_in_place(requester);
+        }
     }
 
     /// Feeds inputs to the core and carries out its actions, until quiet.
@@ -377,7 +395,13 @@ impl<A: Actuator> Daemon<A> {
                 self.actuator.await_stops(STOP_WAIT, &mut batch);
             }
         }
+        self.write_journal();
         self.flush_all();
+        if let Some(journal) = &mut self.journal {
+            if let Err(error) = journal.sync_if_needed() {
+                tracing::error!(%error, "cannot sync the job journal");
+            }
+        }
     }
 
     fn carry_out(&mut self, actions: Vec<Action>, inputs: &mut Vec<Input>) {
@@ -774,16 +798,43 @@ impl<A: Actuator> Daemon<A> {
                 if version != proto::VERSION {
                     return refuse(conn, format!("protocol version {version} is not {}; use matching sc_console and scored", proto::VERSION));
                 }
-                let reply = match command::parse_line(&line) {
+                // Test hook: the end-to-end tests make scored panic on a
+                // console line of their choice, to check that a panic loses
+                // no job. Only the test harness sets the variable.
+                if std::env::var_os("SCORED_TEST_PANIC_ON").is_some_and(|trigger| *trigger == *line)
+                {
+                    panic!("injected panic on the console line {line:?} (SCORED_TEST_PANIC_ON)");
+                }
+                let parsed = command::parse_line(&line);
+                if let Ok(Some(command)) = &parsed {
+                    let cred = conn.cred.clone();
+                    if let Some(reply) = self.journal_command(command, json, self.tick(), &cred) {
+                        if let Some(conn) = self.connections.get_mut(&token) {
+                            queue_reply(conn, &reply);
+                        }
+                        return;
+                    }
+                }
+                let Some(conn) = self.connections.get_mut(&token) else {
+                    return;
+                };
+                let reply = match parsed {
                     Ok(None) => command::reply::Reply::Done(String::new()),
                     Ok(Some(command)) => {
                         let cred = conn.cred.clone();
                         let now = self.tick();
+                        let restart = command == command::Command::Restart;
                         let (reply, actions) =
                             self.core.command(&cred, command, now, &SystemDirectory);
                         let mut more = Vec::new();
                         self.carry_out(actions, &mut more);
                         inputs.extend(more);
+                        if restart && !reply.is_error() {
+                            // Answered by the new image, or with the reason
+                            // it could not take over.
+                            self.pending_restart = Some(Some((token, json)));
+                            return;
+                        }
                         reply
                     }
                     Err(error) => command::reply::Reply::error(error.to_string()),
@@ -878,6 +929,10 @@ impl<A: Actuator> Daemon<A> {
                                 self.actuator.kill_everything();
                                 self.exiting = true;
                             }
+                        }
+                        Ok(Signal::SIGUSR2) => {
+                            tracing::info!("SIGUSR2: restarting in place");
+                            self.pending_restart = Some(None);
                         }
                         Ok(Signal::SIGHUP) => {
                             tracing::info!("SIGHUP ignored: scored has no configuration to reload")

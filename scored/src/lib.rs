@@ -12,7 +12,11 @@
 pub mod actuator;
 pub mod config;
 pub mod evloop;
+pub mod handover;
 pub mod hostsfile;
+pub mod instance;
+pub mod journal;
+pub mod version;
 
 pub use scored_core::{admission, cluster, core, hosts, ids, job, queue, sched};
 pub use scored_proto::{client, command, exitcode, inherit, paths, proto, signame, units};

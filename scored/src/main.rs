@@ -15,10 +15,11 @@ use scored::actuator::{self, ActuatorConfig, OsActuator};
 use scored::cluster::{Machine, Topology};
 use scored::config::{self, Flags, Settings};
 use scored::core::{Core, CoreConfig};
-use scored::evloop::{self, Daemon, LoopConfig};
+use scored::evloop::{self, Daemon, LoopConfig, RestartSetup};
 use scored::ids::{Cred, Tick};
+use scored::journal::Journal;
 use scored::units::CpuSet;
-use scored::{exitcode, hosts, paths};
+use scored::{exitcode, handover, hosts, instance, paths};
 
 fn main() {
     let code = match run() {
@@ -33,6 +34,10 @@ fn main() {
 
 fn run() -> Result<(), String> {
     let flags = Flags::parse();
+    let check_state = flags.check_state.clone();
+    let resume = flags.resume.clone();
+    let restart_exe = start_path();
+    let restart_args = restart_args(std::env::args_os().skip(1));
     let file = match &flags.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -69,7 +74,6 @@ fn run() -> Result<(), String> {
     // actuator holds it open later.
     actuator::statedir::StateDir::open(&state_dir, uid)
         .map_err(|message| format!("state directory: {message}"))?;
-
     let machine = read_machine();
     let topology = build_topology(&settings, &machine)?;
     let operators = match &settings.operator {
@@ -96,22 +100,91 @@ fn run() -> Result<(), String> {
         disk,
         machine_memory: Some(machine.total_memory),
     };
-    let mut core = Core::new(core_config, topology.clone(), memory_limits);
-    run_rc(&mut core, &settings, uid)?;
+    if let Some(path) = check_state {
+        // A new binary checks, in a process of its own, that it can take
+        // over from the one that runs; nothing is touched here.
+        let handover = handover::read(&path)?;
+        Core::restore(core_config, topology, handover.core)?;
+        println!("{}", scored::version::version());
+        return Ok(());
+    }
+    let resumed = match &resume {
+        Some(path) => {
+            let handover =
+                handover::read(path).map_err(|error| format!("cannot take over: {error}"))?;
+            let _ = std::fs::remove_file(path);
+            Some(handover)
+        }
+        None => None,
+    };
+    if let Some(previous) = instance::claim(&state_dir)? {
+        tracing::warn!(
+            pid = previous.pid,
+            "the previous scored of this state directory did not exit cleanly; \
+             cleaning up after it"
+        );
+    }
+    let (mut core, mut resumed) = match resumed {
+        Some(handover) => {
+            let core = Core::restore(core_config, topology.clone(), handover.core)
+                .map_err(|error| format!("cannot take over: {error}"))?;
+            (
+                core,
+                Some((
+                    handover.actuator,
+                    handover.connections,
+                    handover.tick_us,
+                    handover.restarts,
+                    handover.journal_recent,
+                )),
+            )
+        }
+        None => {
+            remove_scratch_leftovers(&state_dir);
+            let mut core = Core::new(core_config, topology.clone(), memory_limits);
+            run_rc(&mut core, &settings, uid)?;
+            (core, None)
+        }
+    };
+    let restarts = resumed.as_ref().map_or(0, |resumed| resumed.3);
+    core.set_build(scored::version::version(), restarts);
+    let journal = match (settings.journal, resumed.as_mut()) {
+        (false, _) => None,
+        // After an in-place restart the journal needs no reading: the
+        // previous image handed over what reading would give.
+        (true, Some(resumed)) => Some(
+            Journal::reopen(
+                &state_dir,
+                settings.journal_size,
+                resumed.4.take().unwrap_or_default(),
+            )
+            .map_err(|error| format!("cannot open the job journal: {error}"))?,
+        ),
+        (true, None) => Some(open_journal(&mut core, &state_dir, settings.journal_size)?),
+    };
 
     let fd_limits = evloop::raise_fd_limit();
     // Everything that can fail comes before the socket exists, so that a
     // failed start leaves no socket behind.
-    let actuator = OsActuator::new(
-        ActuatorConfig {
-            state_dir: state_dir.clone(),
-            use_cgroups: settings.cgroups,
-            job_nofile: (fd_limits.current != fd_limits.original.0).then_some(fd_limits.original),
-        },
-        &topology,
-    )
-    .map_err(|error| format!("cannot prepare to run jobs: {error}"))?;
-    let listener = evloop::bind(&socket, uid)?;
+    let actuator_config = ActuatorConfig {
+        state_dir: state_dir.clone(),
+        use_cgroups: settings.cgroups,
+        job_nofile: (fd_limits.current != fd_limits.original.0).then_some(fd_limits.original),
+    };
+    let (actuator, listener, resumed) = match resumed {
+        Some((actuator, connections, tick_us, _, _)) => {
+            let actuator = OsActuator::resume(actuator_config, &topology, actuator)
+                .map_err(|error| format!("cannot take over the jobs: {error}"))?;
+            let listener = evloop::adopt_listener(connections.listener)
+                .map_err(|error| format!("cannot take over the socket: {error}"))?;
+            (actuator, listener, Some((connections, tick_us)))
+        }
+        None => {
+            let actuator = OsActuator::new(actuator_config, &topology)
+                .map_err(|error| format!("cannot prepare to run jobs: {error}"))?;
+            (actuator, evloop::bind(&socket, uid)?, None)
+        }
+    };
     if let Err(error) = actuator::become_subreaper() {
         tracing::warn!(%error, "cannot become the subreaper of job descendants");
     }
@@ -133,11 +206,109 @@ fn run() -> Result<(), String> {
         daemon_uid: uid,
         max_connections: loop_config_max(&settings, fd_limits.current),
     };
-    let daemon = Daemon::new(core, actuator, listener, loop_config, signals)
-        .map_err(|error| format!("cannot start the event loop: {error}"))?;
-    daemon
+    let mut daemon = Daemon::new(core, actuator, listener, loop_config, signals)
+        .map_err(|error| format!("cannot start the event loop: {error}"))?
+        .with_restart(RestartSetup {
+            exe: restart_exe,
+            args: restart_args,
+            state_dir: state_dir.clone(),
+            restarts,
+        });
+    if let Some(journal) = journal {
+        daemon = daemon.with_journal(journal);
+    }
+    if let Some((connections, tick_us)) = resumed {
+        daemon = daemon
+            .resume(connections, tick_us)
+            .map_err(|error| format!("cannot take over the connections: {error}"))?;
+    }
+    let result = daemon
         .run()
-        .map_err(|error| format!("event loop failed: {error}"))
+        .map_err(|error| format!("event loop failed: {error}"));
+    instance::release(&state_dir);
+    result
+}
+
+/// The binary an in-place restart executes: the path scored was started
+/// from (made absolute), so that a binary installed over it takes over;
+/// /proc/self/exe would name the old, replaced file.
+fn start_path() -> PathBuf {
+    let argv0 = std::env::args_os().next().map(PathBuf::from);
+    match argv0 {
+        Some(path) if path.as_os_str().as_encoded_bytes().contains(&b'/') => {
+            if path.is_absolute() {
+                path
+            } else {
+                std::env::current_dir()
+                    .map(|cwd| cwd.join(&path))
+                    .unwrap_or(path)
+            }
+        }
+        _ => std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
+    }
+}
+
+/// The arguments scored was started with, without those of a restart.
+fn restart_args(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut kept = Vec::new();
+    let mut skip_value = false;
+    for arg in args {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        let text = arg.to_string_lossy();
+        if text == "--resume" || text == "--check-state" {
+            skip_value = true;
+        } else if !text.starts_with("--resume=") && !text.starts_with("--check-state=") {
+            kept.push(arg);
+        }
+    }
+    kept
+}
+
+/// Removes the scratch directories (`STATE_DIR/jobs/ID`) a daemon that
+/// died left: no daemon of this state directory is alive, and job ids
+/// never repeat, so none of them will be used again.
+fn remove_scratch_leftovers(state_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(state_dir.join("jobs")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "removed a scratch directory left by a dead scored")
+            }
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "cannot remove a scratch directory left by a dead scored")
+            }
+        }
+    }
+}
+
+/// Opens the job journal; jobs an earlier daemon left unfinished (it was
+/// killed, or the machine went down) are recorded as lost, and job ids
+/// continue after the highest one it handed out.
+fn open_journal(core: &mut Core, state_dir: &Path, max_size: u64) -> Result<Journal, String> {
+    let (mut journal, recovered) = Journal::open(state_dir, max_size)
+        .map_err(|error| format!("cannot open the job journal: {error}"))?;
+    if recovered.bad_lines > 0 {
+        tracing::warn!(
+            lines = recovered.bad_lines,
+            "skipped unreadable journal lines (a record torn by a crash)"
+        );
+    }
+    if !recovered.open.is_empty() {
+        tracing::warn!(
+            jobs = ?recovered.open.keys().collect::<Vec<_>>(),
+            "jobs of an earlier scored never ended: recording them as lost"
+        );
+        journal
+            .record_lost(&recovered.open)
+            .map_err(|error| format!("cannot write to the job journal: {error}"))?;
+    }
+    core.continue_ids_after(recovered.last_id);
+    Ok(journal)
 }
 
 fn loop_config_max(settings: &Settings, fd_limit: u64) -> usize {
@@ -308,11 +479,18 @@ fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> 
     };
     let mut errors = Vec::new();
     for (idx, line) in text.lines().enumerate() {
-        if let Ok(Some(scored::command::Command::Shutdown { .. })) =
-            scored::command::parse_line(line)
+        if let Ok(Some(
+            command @ (scored::command::Command::Shutdown { .. }
+            | scored::command::Command::Restart),
+        )) = scored::command::parse_line(line)
         {
+            let word = if command == scored::command::Command::Restart {
+                "restart"
+            } else {
+                "shutdown"
+            };
             errors.push(format!(
-                "{}:{}: shutdown cannot be used in a start-up script",
+                "{}:{}: {word} cannot be used in a start-up script",
                 path.display(),
                 idx + 1
             ));

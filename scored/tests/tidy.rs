@@ -4,7 +4,8 @@
 //! - every `.rs` file of the five crates starts with a `//!` paragraph;
 //! - `unsafe` appears only in `actuator` and `evloop`;
 //! - the core crate depends on nothing that calls the system: its manifest
-//!   names only the protocol crate (without the client) and tracing, so the
+//!   names only the protocol crate (without the client), serde (for the
+//!   restart snapshot's own types) and tracing, so the
 //!   compiler rejects any use of nix, libc, mio or sysinfo in it;
 //! - what Cargo cannot forbid, because it is in std, the core crate and the
 //!   console language never use: the clock (`Instant::now`, `SystemTime`),
@@ -140,6 +141,7 @@ fn the_core_crate_depends_on_nothing_that_calls_the_system() {
         dependencies,
         [
             r#"scored-proto = { path = "../proto", default-features = false }"#,
+            "serde.workspace = true",
             "tracing.workspace = true",
         ],
         "scored-core must stay pure: no nix, libc, mio or sysinfo, and the protocol crate without its client"

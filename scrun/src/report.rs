@@ -112,16 +112,19 @@ pub fn pass_on(status: i32) -> i32 {
     }
 }
 
-/// The connection ended before the job did.
+/// The connection ended before the job did. scored keeps its clients'
+/// connections across an in-place restart, so a connection closes without
+/// a last word only when scored died (SIGKILL, a crash it could not
+/// recover from): the daemon is unavailable, as when it cannot be reached.
 pub fn lost_connection(job: Option<u64>) -> Final {
     match job {
         Some(job) => Final::line(
-            exitcode::INTERNAL,
-            format!("lost the connection to scored before job {job} ended"),
+            exitcode::UNREACHABLE,
+            format!("scored died: lost the connection to it before job {job} ended"),
         ),
         None => Final::line(
-            exitcode::INTERNAL,
-            "lost the connection to scored before the job was admitted",
+            exitcode::UNREACHABLE,
+            "scored died: lost the connection to it before the job was admitted",
         ),
     }
 }
@@ -261,8 +264,8 @@ mod tests {
     #[test]
     #[rustfmt::skip]
     fn lost_connection_names_the_job_once_known() {
-        assert_eq!(lost_connection(Some(4)), Final::line(70, "lost the connection to scored before job 4 ended"));
-        assert_eq!(lost_connection(None), Final::line(70, "lost the connection to scored before the job was admitted"));
+        assert_eq!(lost_connection(Some(4)), Final::line(69, "scored died: lost the connection to it before job 4 ended"));
+        assert_eq!(lost_connection(None), Final::line(69, "scored died: lost the connection to it before the job was admitted"));
     }
 
     #[test]

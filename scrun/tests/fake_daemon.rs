@@ -292,8 +292,8 @@ fn a_daemon_that_hangs_up_is_reported() {
     assert_eq!(
         finish(scrun),
         (
-            70,
-            "scrun: lost the connection to scored before job 9 ended\n".into()
+            69,
+            "scrun: scored died: lost the connection to it before job 9 ended\n".into()
         )
     );
 }

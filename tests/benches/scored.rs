@@ -15,8 +15,15 @@
 //!    per admitted job at 1,000 and 10,000 jobs, and the time of one
 //!    scheduling decision at 10,000 jobs on 256 hosts (pure core).
 //!
+//! 6. In-place restart with 100 running gang jobs, 20 stopped and 1,000
+//!    queued, each with its client connection: time from the `restart`
+//!    request to the new image's answer (against a `status` round trip),
+//!    jobs lost, connections dropped, and how soon the gang rotation goes
+//!    on; and the job journal's cost to launching and switching (the same
+//!    measurements with `--no-journal`, in the same run).
+//!
 //! `BENCH_QUICK=1` shortens every run (for a smoke test of the benchmark);
-//! `BENCH_ONLY=switch,launch,fairness,slices,scale` runs only those sections.
+//! `BENCH_ONLY=switch,launch,fairness,slices,scale,restart,journal` runs only those sections.
 
 use std::ffi::OsString;
 use std::io::{IoSlice, Read, Write};
@@ -163,12 +170,19 @@ fn layout(n: u32) -> (u32, u32) {
 }
 
 fn switch_scored(n: u32) -> (f64, f64, u64) {
+    switch_scored_with(n, &[])
+}
+
+fn switch_scored_with(n: u32, args: &[&str]) -> (f64, f64, u64) {
     let (n_hosts, cores) = layout(n);
-    let daemon = Daemon::builder()
+    let mut builder = Daemon::builder()
         .log("scored=info")
         .hosts(&hosts_file(n_hosts, cores))
-        .timeslice("50ms")
-        .start();
+        .timeslice("50ms");
+    for arg in args {
+        builder = builder.arg(arg);
+    }
+    let daemon = builder.start();
     let nodes = format!("-nodes={n},priority=1");
     let mut jobs: Vec<Job> = (0..2)
         .map(|_| daemon.spawn(&[&nodes, &testprog(), "spin", "0"]))
@@ -720,6 +734,244 @@ fn machine() -> String {
     )
 }
 
+// ----- 6. restart and journal -----
+
+/// Submits `argv` on a new connection, as scrun does, and returns the
+/// connection once the job is admitted.
+fn submit_raw(daemon: &Daemon, argv: &[&str], priority: u32, fds: &[i32; 3]) -> UnixStream {
+    let submit = scored::proto::Submit {
+        stages: vec![argv.iter().map(|arg| (*arg).into()).collect()],
+        joiner: scored::proto::Joiner::Sequence,
+        options: scored::proto::JobOptions {
+            procs: scored::proto::ProcRequest::Nodes(1),
+            priority: Some(priority),
+            wait: false,
+            memory: None,
+            disk: None,
+            pty: false,
+        },
+        env: vec![
+            ("PATH".into(), "/usr/bin:/bin".into()),
+            ("SCORED_TEST_TAG".into(), daemon.tag.as_str().into()),
+        ],
+        cwd: "/".into(),
+        ignored_signals: Vec::new(),
+        rlimits: Vec::new(),
+        umask: None,
+    };
+    let frame = scored::proto::encode(&scored::proto::Request::Submit {
+        version: scored::proto::VERSION,
+        submit,
+    });
+    let mut stream = UnixStream::connect(&daemon.socket).expect("connect");
+    let control = [nix::sys::socket::ControlMessage::ScmRights(fds)];
+    let sent = nix::sys::socket::sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(&frame)],
+        &control,
+        nix::sys::socket::MsgFlags::empty(),
+        None,
+    )
+    .expect("send");
+    stream.write_all(&frame[sent..]).expect("send rest");
+    let reply = read_frame(&mut stream);
+    assert!(
+        String::from_utf8_lossy(&reply).contains("\"admitted\""),
+        "not admitted: {}",
+        String::from_utf8_lossy(&reply)
+    );
+    stream
+}
+
+/// One console request on a raw connection: its round trip and reply.
+fn console_raw(daemon: &Daemon, line: &str) -> (f64, String) {
+    let frame = scored::proto::encode(&scored::proto::Request::Console {
+        version: scored::proto::VERSION,
+        line: line.to_string(),
+        json: true,
+    });
+    let start = Instant::now();
+    let mut stream = UnixStream::connect(&daemon.socket).expect("connect");
+    stream.write_all(&frame).expect("send");
+    let reply = read_frame(&mut stream);
+    (
+        start.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&reply).into_owned(),
+    )
+}
+
+fn restart_under_load(rows: &mut Vec<Row>) {
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    let slice = 0.2;
+    let daemon = Daemon::builder()
+        .log("scored=info")
+        .hosts(&hosts_file(100, 1))
+        .timeslice("200ms")
+        .rc("queue 2 deactivate\n")
+        .start();
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    let fds = [null.as_raw_fd(); 3];
+    let mut streams = Vec::new();
+    // 120 gang jobs on 100 hosts: 100 run, 20 are switched out at a time.
+    for _ in 0..120 {
+        streams.push(submit_raw(&daemon, &["sleep", "3600"], 1, &fds));
+    }
+    let n_queued = scaled(1_000, 200);
+    for _ in 0..n_queued {
+        streams.push(submit_raw(&daemon, &["true"], 2, &fds));
+    }
+    let counts = |daemon: &Daemon| {
+        let status = daemon.json("status");
+        let jobs = &status["jobs"];
+        (
+            jobs["running"].as_u64().unwrap_or(0),
+            jobs["stopped"].as_u64().unwrap_or(0),
+            jobs["queued"].as_u64().unwrap_or(0),
+            status["switches"].as_u64().unwrap_or(0),
+        )
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            let (running, stopped, _, _) = counts(&daemon);
+            running == 100 && stopped == 20
+        }),
+        "the gang jobs did not all start: {:?}",
+        counts(&daemon)
+    );
+    let pids_before = daemon.all_job_pids();
+    assert_eq!(pids_before.len(), 120, "job processes");
+    let rounds = scaled(5, 2);
+    let mut status_times = Vec::new();
+    let mut restart_times = Vec::new();
+    let mut resume_times = Vec::new();
+    for _ in 0..rounds {
+        for _ in 0..5 {
+            status_times.push(console_raw(&daemon, "status").0);
+        }
+        let (elapsed, reply) = console_raw(&daemon, "restart");
+        assert!(reply.contains("restarted in place"), "{reply}");
+        restart_times.push(elapsed);
+        let answered = Instant::now();
+        let (_, _, _, switches) = counts(&daemon);
+        assert!(
+            wait_until(Duration::from_secs(10), || counts(&daemon).3 > switches),
+            "no switch after the restart"
+        );
+        resume_times.push(answered.elapsed().as_secs_f64());
+    }
+    let (running, stopped, queued, _) = counts(&daemon);
+    let lost = 120 + n_queued - (running + stopped + queued);
+    let pids_after = daemon.all_job_pids();
+    let gone = pids_before
+        .iter()
+        .filter(|pid| !pids_after.contains(pid))
+        .count();
+    let mut dropped = 0;
+    for stream in &mut streams {
+        // Replies (started, held) may wait to be read; a dropped connection
+        // reads as end of file or an error.
+        stream.set_nonblocking(true).expect("non-blocking");
+        let mut buffer = [0u8; 4096];
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) => {
+                    dropped += 1;
+                    break;
+                }
+                Ok(_) => continue,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    dropped += 1;
+                    break;
+                }
+            }
+        }
+    }
+    let status_rtt = median(&mut status_times);
+    let restart_rtt = median(&mut restart_times);
+    let worst = restart_times.iter().cloned().fold(0.0, f64::max);
+    rows.push(row(
+        &format!(
+            "in-place restart, 100 running + 20 stopped gang jobs + {n_queued} queued: request to the new image's answer"
+        ),
+        format!("{} (max {}, {rounds} restarts)", ms(restart_rtt), ms(worst)),
+        format!("{} (`status` round trip)", ms(status_rtt)),
+        format!("+{} over", ms(restart_rtt - status_rtt)),
+        "under 50 ms",
+    ));
+    rows.push(row(
+        "jobs lost / job processes gone / connections dropped over those restarts",
+        format!("{lost} / {gone} / {dropped}"),
+        format!("{} jobs, {} connections", 120 + n_queued, streams.len()),
+        "-".into(),
+        "0 / 0 / 0",
+    ));
+    let worst_resume = resume_times.iter().cloned().fold(0.0, f64::max);
+    rows.push(row(
+        "gang rotation after a restart: answer to the next switch",
+        format!(
+            "{} (max {})",
+            ms(median(&mut resume_times)),
+            ms(worst_resume)
+        ),
+        format!("{} (time slice)", ms(slice)),
+        format!("{:.2}×", worst_resume / slice),
+        "within one slice",
+    ));
+    drop(streams);
+}
+
+/// Launching and switching with and without the journal, in the same run.
+fn journal_cost(rows: &mut Vec<Row>) {
+    let rounds = scaled(40, 8);
+    let launch = |args: &[&str]| {
+        let mut builder = Daemon::builder()
+            .log("scored=info")
+            .hosts(&hosts_file(4, 4));
+        for arg in args {
+            builder = builder.arg(arg);
+        }
+        let daemon = builder.start();
+        time_command(|| daemon.run(&["true"]).status.success(), rounds)
+    };
+    // Alternate, so that a change of load hits both alike.
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    for _ in 0..scaled(3, 1) {
+        with.push(launch(&[]));
+        without.push(launch(&["--no-journal"]));
+    }
+    let with = median(&mut with);
+    let without = median(&mut without);
+    rows.push(row(
+        "launch `scrun true` with the job journal",
+        ms(with),
+        format!("{} (--no-journal)", ms(without)),
+        format!("{:+.3} ms", (with - without) * 1e3),
+        "no measurable cost",
+    ));
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    for _ in 0..scaled(3, 1) {
+        with.push(switch_scored_with(16, &[]).0);
+        without.push(switch_scored_with(16, &["--no-journal"]).0);
+    }
+    let with_median = median(&mut with);
+    let without_median = median(&mut without);
+    rows.push(row(
+        "gang switch, 2 jobs of 16 processes, with the job journal",
+        ms(with_median),
+        format!("{} (--no-journal)", ms(without_median)),
+        format!("{:.2}×", with_median / without_median),
+        "no measurable cost",
+    ));
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; there are no options of our own.
     if std::env::args().any(|arg| arg == "--list") {
@@ -763,6 +1015,14 @@ fn main() {
     if wanted("scale") {
         eprintln!("5. scale");
         scale(&mut rows);
+    }
+    if wanted("restart") {
+        eprintln!("6. in-place restart");
+        restart_under_load(&mut rows);
+    }
+    if wanted("journal") {
+        eprintln!("6. the job journal's cost");
+        journal_cost(&mut rows);
     }
 
     println!("Machine: {}\n", machine());

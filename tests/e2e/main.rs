@@ -9,6 +9,7 @@ mod gang;
 mod hostile;
 mod launch;
 mod limits;
+mod restart;
 mod security;
 mod sessions;
 mod shell_parity;

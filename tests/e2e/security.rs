@@ -624,7 +624,7 @@ fn r13_2_clients_still_reach_root_and_their_own_daemon() {
     );
 }
 
-/// Issue 13 finding 9: another user's `jobs` and `job ID`, in text and
+/// Issue 13 finding 9: another user's `jobs`, `job ID` and `history`, in text and
 /// JSON, show who runs what where and when, but not the command, the exit
 /// status or the reason (which may name files); the owner and root see all.
 #[test]
@@ -655,7 +655,7 @@ fn r13_9_other_users_see_no_command_exit_or_reason() {
         stdout(&output)
     };
     for json in [false, true] {
-        for line in ["jobs all", "job 1", "job 2"] {
+        for line in ["jobs all", "job 1", "job 2", "history"] {
             let seen_by_b = as_user(&users.b, line, json);
             assert!(!seen_by_b.contains("secret"), "b sees {line}: {seen_by_b}");
             assert!(seen_by_b.contains(&users.a.name), "{seen_by_b}");

@@ -244,6 +244,50 @@ pub fn unlimited_disk_backstop(cluster_disk_limit: u64) -> u64 {
     cluster_disk_limit / 2
 }
 
+/// A step of a job's life, for the job journal (`Core::record_journal`).
+/// The shell stamps each with the wall-clock time and appends it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEvent {
+    /// The job was admitted (it was submitted `waited` earlier).
+    Admitted {
+        /// The job.
+        job: JobId,
+        /// How long it waited for admission.
+        waited: Duration,
+        /// Its `job ID` facts at admission.
+        record: Vec<(String, Value)>,
+    },
+    /// Its processes were created for the first time.
+    Started(JobId),
+    /// It moved to another queue.
+    Moved {
+        /// The job.
+        job: JobId,
+        /// From this queue.
+        from: u32,
+        /// To this queue.
+        to: u32,
+        /// `residency` or `operator`.
+        by: &'static str,
+    },
+    /// It was held (`by`: `operator` or `owner`).
+    Held {
+        /// The job.
+        job: JobId,
+        /// Who holds it.
+        by: &'static str,
+    },
+    /// Its holds were released.
+    Released(JobId),
+    /// It ended: its whole `job ID` record, with `exit` and `reason`.
+    Ended {
+        /// The job.
+        job: JobId,
+        /// The record.
+        record: Vec<(String, Value)>,
+    },
+}
+
 /// An input to the core.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
@@ -472,6 +516,11 @@ pub struct Core {
     state_dir_problem: Option<String>,
     scratch: Scratch,
     active: Vec<JobId>,
+    /// Job events not yet taken by the shell, when recording is on.
+    journal: Option<Vec<JobEvent>>,
+    /// The running binary's version and how many in-place restarts this
+    /// daemon has made, for `status`.
+    build: (String, u64),
 }
 
 impl Core {
@@ -509,7 +558,57 @@ impl Core {
             state_dir_problem: None,
             scratch: Scratch::default(),
             active: Vec::new(),
+            journal: None,
+            build: (env!("CARGO_PKG_VERSION").to_string(), 0),
         }
+    }
+
+    /// Sets what `status` shows as `version` and `restarts`.
+    pub fn set_build(&mut self, version: String, restarts: u64) {
+        self.build = (version, restarts);
+    }
+
+    /// Starts recording job events for the journal; the shell takes them
+    /// with [`Core::take_journal`] after each input or command.
+    pub fn record_journal(&mut self) {
+        self.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// The job events recorded since the last call.
+    pub fn take_journal(&mut self) -> Vec<JobEvent> {
+        match &mut self.journal {
+            Some(events) => std::mem::take(events),
+            None => Vec::new(),
+        }
+    }
+
+    fn journal(&mut self, event: JobEvent) {
+        if let Some(events) = &mut self.journal {
+            events.push(event);
+        }
+    }
+
+    /// Job ids continue after `last` (the highest id an earlier daemon of
+    /// this state directory handed out), so that no id is ever reused.
+    /// Only raises the next id, and only before any job is admitted.
+    pub fn continue_ids_after(&mut self, last: u64) {
+        if self.jobs.is_empty() {
+            self.next_job = self.next_job.max(last.saturating_add(1));
+        }
+    }
+
+    /// The id the next admitted job gets.
+    pub fn next_job_id(&self) -> u64 {
+        self.next_job
+    }
+
+    /// The `job ID` facts of every unfinished job, for the head of a new
+    /// journal file.
+    pub fn open_records(&self, now: Tick) -> Vec<Vec<(String, Value)>> {
+        self.jobs
+            .values()
+            .map(|job| self.job_fields(job, command_line(job), job.state(), None, now, true))
+            .collect()
     }
 
     /// The topology.
@@ -594,8 +693,9 @@ impl Core {
             Input::Hold(client) => {
                 if let Some(&job) = self.by_client.get(&client) {
                     if let Some(record) = self.jobs.get_mut(&job) {
-                        if record.ending.is_none() {
+                        if record.ending.is_none() && !record.owner_hold {
                             record.owner_hold = true;
+                            self.journal(JobEvent::Held { job, by: "owner" });
                         }
                     }
                     out.push(Action::Notify {
@@ -612,7 +712,11 @@ impl Core {
                     .get(&client)
                     .and_then(|job| self.jobs.get_mut(job))
                 {
-                    record.owner_hold = false;
+                    if record.owner_hold {
+                        record.owner_hold = false;
+                        let job = record.id;
+                        self.journal(JobEvent::Released(job));
+                    }
                 } else if let Some(waiter) = self.waiting.iter_mut().find(|w| w.client == client) {
                     waiter.held = false;
                 }
@@ -731,7 +835,8 @@ impl Core {
         (reply, out)
     }
 
-    fn is_operator(&self, cred: &Cred) -> bool {
+    /// Whether `cred` is root, the daemon's user or an operator.
+    pub fn is_operator(&self, cred: &Cred) -> bool {
         cred.uid == 0
             || cred.uid == self.config.daemon_uid
             || self.config.operators.contains(&cred.uid)
@@ -974,6 +1079,14 @@ impl Core {
         }
         self.queues[queue as usize].push(id, false);
         self.by_client.insert(waiter.client, id);
+        if self.journal.is_some() {
+            let record = self.job_fields(&job, command_line(&job), job.state(), None, now, true);
+            self.journal(JobEvent::Admitted {
+                job: id,
+                waited: now.since(job.submitted_at),
+                record,
+            });
+        }
         self.jobs.insert(id, job);
     }
 
@@ -1185,6 +1298,12 @@ impl Core {
             {
                 tracing::info!(job = %job, from = queue, to = queue + 1, "residency exceeded; moving down");
                 self.move_job(job, queue + 1);
+                self.journal(JobEvent::Moved {
+                    job,
+                    from: queue,
+                    to: queue + 1,
+                    by: "residency",
+                });
             }
         }
     }
@@ -1380,6 +1499,17 @@ impl Core {
             accounting,
         };
         tracing::info!(job = %job, status, reason = %ending.reason, "job ended");
+        if self.journal.is_some() {
+            let record = self.job_fields(
+                &record,
+                command_line(&record),
+                state,
+                Some(&ending),
+                now,
+                true,
+            );
+            self.journal(JobEvent::Ended { job, record });
+        }
         if let Some(client) = record.client {
             out.push(Action::Notify {
                 client,
@@ -1610,6 +1740,7 @@ impl Core {
                 let queue = record.queue;
                 out.push(Action::Spawn(Box::new(plan)));
                 if first_time {
+                    self.journal(JobEvent::Started(job));
                     self.queues[queue as usize].mark_started(job);
                     if let Some(client) = client {
                         out.push(Action::Notify {
@@ -1708,6 +1839,14 @@ impl Core {
             Command::Queues => self.queues_table(),
             Command::Jobs { all } => self.jobs_table(cred, all, now),
             Command::Job(id) => self.job_record(cred, JobId(id), now),
+            // The event loop carries it out once the reply is known to be
+            // allowed (rights, no shutdown under way).
+            Command::Restart => Reply::Done("restarting in place".into()),
+            // The journal is a file: the event loop answers this one.
+            Command::History { .. } => Reply::error(
+                "history reads the job journal, which only the running daemon keeps \
+                     (and not with --no-journal)",
+            ),
             Command::ClusterLimit { cluster, limits } => {
                 let Some(id) = self.topology.find_cluster(&cluster) else {
                     return Reply::error(format!("no cluster {}", describe_cluster_ref(&cluster)));
@@ -1789,11 +1928,14 @@ impl Core {
                 if record.ending.is_some() {
                     return Reply::error(format!("job {job} is ending"));
                 }
-                if operator {
+                let by = if operator {
                     record.operator_hold = true;
+                    "operator"
                 } else {
                     record.owner_hold = true;
-                }
+                    "owner"
+                };
+                self.journal(JobEvent::Held { job: id, by });
                 Reply::Done(format!("job {job}: held"))
             }
             Command::Resume(job) => {
@@ -1816,6 +1958,7 @@ impl Core {
                     }
                     record.owner_hold = false;
                 }
+                self.journal(JobEvent::Released(id));
                 Reply::Done(format!("job {job}: released"))
             }
             Command::Move { job, queue } => {
@@ -1829,7 +1972,14 @@ impl Core {
                 if self.jobs[&id].queue == queue {
                     return Reply::error(format!("job {job} is already in queue {queue}"));
                 }
+                let from = self.jobs[&id].queue;
                 self.move_job(id, queue);
+                self.journal(JobEvent::Moved {
+                    job: id,
+                    from,
+                    to: queue,
+                    by: "operator",
+                });
                 Reply::Done(format!("job {job}: moved to queue {queue}"))
             }
             Command::Timeslice(None) => Reply::Record(vec![(
@@ -2010,6 +2160,8 @@ impl Core {
         let reserved_disk: u64 = self.ledger.cluster_disk.iter().sum();
         Reply::Record(vec![
             ("uptime".into(), Value::Duration(now.since(Tick::default()))),
+            ("version".into(), Value::text(&self.build.0)),
+            ("restarts".into(), Value::Uint(self.build.1)),
             (
                 "state".into(),
                 Value::text(match (&self.state_dir_problem, self.shutting_down) {
@@ -2193,6 +2345,9 @@ impl Core {
     /// command, exit status and reason, which may name its files): its
     /// owner, root and operators may; other users see only who runs what
     /// where and when (id, user, queue, state, hosts, usage and times).
+    /// Whether `cred` may see the job's command, exit status and reason:
+    /// its owner, root and operators may (the journal's readers in the loop
+    /// ask the same question).
     fn may_see_details(&self, cred: &Cred, job: &Job) -> bool {
         self.is_operator(cred) || job.owner.uid == cred.uid
     }
@@ -2272,13 +2427,28 @@ impl Core {
                 None => return Reply::error(format!("no job {id}")),
             },
         };
+        let details = self.may_see_details(cred, job);
+        Reply::Record(self.job_fields(job, command, state, ending, end_time, details))
+    }
+
+    /// The facts `job ID` shows (and the journal keeps) about a job; without
+    /// `details`, its command, exit status and reason are left out (shown as
+    /// none), as they are to users other than its owner, root and operators.
+    fn job_fields(
+        &self,
+        job: &Job,
+        command: String,
+        state: JobState,
+        ending: Option<&Ending>,
+        end_time: Tick,
+        details: bool,
+    ) -> Vec<(String, Value)> {
         let wall = job
             .first_run_at
             .map_or(Duration::ZERO, |first| end_time.since(first));
         let host_names = self.host_names(job);
-        let details = self.may_see_details(cred, job);
         let mut fields = vec![
-            ("id".to_string(), Value::Uint(id.0)),
+            ("id".to_string(), Value::Uint(job.id.0)),
             ("user".into(), Value::text(&*job.user)),
             ("uid".into(), Value::Uint(u64::from(job.owner.uid))),
             ("state".into(), Value::text(state.as_str())),
@@ -2377,7 +2547,7 @@ impl Core {
                 fields.push(("reason".into(), Value::None));
             }
         }
-        Reply::Record(fields)
+        fields
     }
 }
 
@@ -2570,6 +2740,9 @@ fn launch_plan(job: &Job) -> LaunchPlan {
 pub fn limits_of(job: &Job) -> JobLimits {
     job.limits
 }
+
+mod snapshot;
+pub use snapshot::CoreSnapshot;
 
 #[cfg(test)]
 mod tests;

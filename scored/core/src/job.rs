@@ -148,6 +148,18 @@ impl Launch {
         Launch(out.into())
     }
 
+    /// The bytes [`Launch::pack_with`] adds after the stages, environment
+    /// and working directory (none for a launch packed without them).
+    pub fn trailer(&self) -> &[u8] {
+        let mut reader = self.reader();
+        reader.skip_stages();
+        let n_vars = reader.count();
+        for _ in 0..n_vars * 2 + 1 {
+            reader.os();
+        }
+        &self.0[reader.at..]
+    }
+
     /// What the processes inherit from the caller (nothing for a launch
     /// packed without it).
     pub fn inherited(&self) -> Inherited {

@@ -73,6 +73,12 @@ impl Cgroups {
         None
     }
 
+    /// The directory an earlier image of this process created and used,
+    /// taken over as it is across an in-place restart.
+    pub fn adopt(base: PathBuf) -> Cgroups {
+        Cgroups { base }
+    }
+
     /// The hierarchy directory in use.
     pub fn base(&self) -> &Path {
         &self.base
@@ -145,10 +151,16 @@ fn own_path(proc_self_cgroup: &str, controller: Option<&str>) -> String {
     "/".to_string()
 }
 
-/// Cleans up after daemons that died without doing it themselves (killed
-/// with SIGKILL): in each `scored-PID` whose process is gone, every process
-/// still in a job cgroup is a descendant of a job of that daemon, which
-/// nothing owns any more; it is killed, then the directories are removed.
+/// Cleans up after daemons of this installation that died without doing
+/// it themselves (killed with SIGKILL): every process still in one of
+/// their job cgroups is a descendant of a job that nothing owns any more;
+/// it is killed, then the directories are removed.
+///
+/// Every `scored-TAG-PID` is such a leftover: a daemon starts only once
+/// `instance::claim` has found that no daemon of its state directory is
+/// alive, judged by boot id and start time rather than by whether the pid
+/// is in /proc (a killed daemon stays there as a zombie until reaped, and
+/// its pid may have been reused, even by this very daemon).
 fn remove_stale(parent: &Path, tag: &str) {
     let Ok(entries) = fs::read_dir(parent) else {
         return;
@@ -156,16 +168,13 @@ fn remove_stale(parent: &Path, tag: &str) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let prefix = format!("scored-{tag}-");
-        let Some(pid) = name
+        let Some(_pid) = name
             .to_str()
             .and_then(|name| name.strip_prefix(prefix.as_str()))
             .and_then(|pid| pid.parse::<u32>().ok())
         else {
             continue;
         };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
         let dir = entry.path();
         if let Ok(jobs) = fs::read_dir(&dir) {
             for job in jobs.flatten() {

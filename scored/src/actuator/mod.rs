@@ -26,8 +26,11 @@
 
 pub mod cgroup;
 pub mod procfs;
+mod snapshot;
 pub mod statedir;
 pub mod sys;
+
+pub use snapshot::ActuatorSnapshot;
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::{CString, OsStr};
@@ -149,6 +152,12 @@ pub trait Actuator {
     fn await_stops(&mut self, max: Duration, out: &mut Vec<Input>);
     /// Kills every process of every job and reaps them (daemon exit).
     fn kill_everything(&mut self);
+    /// The state to hand to the next image in an in-place restart, and
+    /// the descriptors that must stay open across execve; `None` if this
+    /// actuator cannot hand over.
+    fn handover(&self) -> Option<(ActuatorSnapshot, Vec<std::os::fd::RawFd>)> {
+        None
+    }
 }
 
 /// A direct child: one rank.
@@ -245,6 +254,12 @@ impl OsActuator {
     /// Prepares the actuator: the scratch root, the cgroup hierarchy, and the
     /// CPU masks of the hosts.
     pub fn new(config: ActuatorConfig, topology: &Topology) -> io::Result<OsActuator> {
+        OsActuator::prepare(config, topology, true)
+    }
+
+    /// `new`, with a fresh cgroup hierarchy only when `fresh` (an in-place
+    /// restart adopts the one in use instead).
+    fn prepare(config: ActuatorConfig, topology: &Topology, fresh: bool) -> io::Result<OsActuator> {
         // SIGALRM bounds the blocking wait for stops (`await_stops`).
         sys::install_alarm_handler()?;
         let daemon_uid = nix::unistd::geteuid().as_raw();
@@ -261,7 +276,7 @@ impl OsActuator {
             }
             hosts.push((host.name.clone(), mask));
         }
-        let cgroups = if config.use_cgroups && daemon_uid == 0 {
+        let cgroups = if fresh && config.use_cgroups && daemon_uid == 0 {
             Cgroups::create(std::process::id(), &config.state_dir)
         } else {
             None
@@ -270,9 +285,10 @@ impl OsActuator {
             Some(cgroups) => {
                 tracing::info!(path = %cgroups.base().display(), "jobs are held in cgroups")
             }
-            None => {
+            None if fresh => {
                 tracing::info!("no cgroup hierarchy in use; descendants are found through /proc")
             }
+            None => {}
         }
         Ok(OsActuator {
             config,
@@ -903,6 +919,10 @@ fn signal_from(signal: i32) -> Option<Signal> {
 }
 
 impl Actuator for OsActuator {
+    fn handover(&self) -> Option<(ActuatorSnapshot, Vec<std::os::fd::RawFd>)> {
+        Some(self.snapshot())
+    }
+
     fn spawn(&mut self, plan: &LaunchPlan, stdio: Option<&JobStdio>, out: &mut Vec<Input>) {
         let ready = if self.jobs.contains_key(&plan.job) {
             Ok(())
@@ -1342,6 +1362,33 @@ pub fn elevate_priority() -> String {
             }
         }
     }
+}
+
+/// Runs `exe ARGS --check-state PATH` (a new scored binary checking that it
+/// can take over from the handover file `path`) and waits for it. The
+/// daemon waits for the check, so the check runs at the daemon's own
+/// priority: at normal priority on a loaded machine it waited for the CPU
+/// longer than it ran. Where that is refused it runs at normal priority.
+pub fn check_handover(
+    exe: &Path,
+    args: &[std::ffi::OsString],
+    path: &Path,
+) -> io::Result<std::process::Output> {
+    let mut check = Command::new(exe);
+    check
+        .args(args)
+        .arg("--check-state")
+        .arg(path)
+        .stdin(Stdio::null());
+    // SAFETY: the closure makes one system call (sched_setscheduler), which
+    // allocates nothing and takes no lock, between fork and exec.
+    unsafe {
+        check.pre_exec(|| {
+            let _ = sys::set_scheduler(Some(10), true);
+            Ok(())
+        });
+    }
+    check.output()
 }
 
 /// Marks every descriptor the daemon inherited (other than stdio)

@@ -320,6 +320,38 @@ pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Clears the close-on-exec flag of a descriptor, so that it survives the
+/// daemon's in-place restart (execve of the same process).
+pub fn keep_on_exec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl with F_GETFD/F_SETFD takes plain integers; a descriptor
+    // that is not open only makes it fail with EBADF.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) } as libc::c_long)?;
+    let flags = flags as libc::c_int & !libc::FD_CLOEXEC;
+    // SAFETY: as above.
+    let ret = unsafe { libc::fcntl(fd, libc::F_SETFD, flags) };
+    cvt(ret as libc::c_long)?;
+    Ok(())
+}
+
+/// Takes ownership of a descriptor the previous image of this process
+/// handed over across an in-place restart, after checking that it is open.
+/// The caller adopts each handed-over number once, and only numbers listed
+/// in the state the previous image wrote; the flag close-on-exec is set
+/// again so that jobs never inherit it.
+pub fn adopt_descriptor(fd: RawFd) -> io::Result<OwnedFd> {
+    if fd < 3 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("descriptor {fd} is a standard stream, not one handed over"),
+        ));
+    }
+    set_cloexec(fd)?;
+    // SAFETY: `set_cloexec` succeeded, so `fd` is open; it was opened by the
+    // previous image of this process and left open across execve for us,
+    // and the caller adopts each number once, so no other owner closes it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Waits up to `timeout` for SIGCHLD, which must be blocked, and takes it
 /// off the pending set: `Ok(true)` if it came, `Ok(false)` on timeout.
 ///

@@ -172,7 +172,7 @@ fn rejection_error_and_lost_connection_end_the_session() {
         lost",
         "admitted 7
         lost
-          finish 70: scrun: lost the connection to scored before job 7 ended",
+          finish 69: scrun: scored died: lost the connection to it before job 7 ended",
     );
     check(
         "garbled bad reply from scored: malformed message",

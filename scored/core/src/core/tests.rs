@@ -1034,3 +1034,79 @@ fn jobs_that_reserve_nothing_are_not_kept_waiting_behind_others() {
     let competing = sim.submit(1, Some(2));
     check(&sim.client(competing), "rejected Resources");
 }
+
+/// Builds the same scenario twice: two full-width gang jobs that alternate,
+/// a held job, a job in a deactivated queue, one waiting for admission.
+fn restart_scenario() -> Sim {
+    let mut sim = Sim::new(2, 100);
+    sim.cmd(&root(), "cluster 0 limit jobs=4");
+    sim.cmd(&root(), "queue 2 deactivate");
+    sim.submit(2, Some(1));
+    sim.submit(2, Some(1));
+    sim.submit(1, Some(1));
+    sim.submit(1, Some(2));
+    sim.submit_with(root(), ProcRequest::Nodes(1), Some(1), true);
+    sim.advance(250);
+    sim.confirm_stops();
+    sim.cmd(&root(), "suspend 3");
+    sim.cmd(&root(), "timeslice 150ms");
+    sim.advance(320);
+    sim.confirm_stops();
+    sim.take_log();
+    sim
+}
+
+#[test]
+fn a_restored_core_answers_and_schedules_as_the_original() {
+    let mut original = restart_scenario();
+    let mut restarted = restart_scenario();
+    let snapshot = restarted.core.snapshot();
+    let text = serde_json::to_string(&snapshot).expect("serialize");
+    let snapshot: CoreSnapshot = serde_json::from_str(&text).expect("deserialize");
+    let config = CoreConfig {
+        timeslice: Duration::from_millis(100),
+        kill_grace: Duration::from_millis(1000),
+        daemon_uid: 0,
+        ..CoreConfig::default()
+    };
+    restarted.core = Core::restore(config, topology(2), snapshot).expect("restore");
+    restarted.core.check_invariants();
+    for line in [
+        "jobs", "queues", "status", "clusters", "job 1", "job 2", "job 3", "job 4",
+    ] {
+        assert_eq!(
+            restarted.cmd(&root(), line),
+            original.cmd(&root(), line),
+            "{line}"
+        );
+    }
+    for sim in [&mut original, &mut restarted] {
+        sim.advance(1000);
+        sim.confirm_stops();
+        sim.advance(400);
+        sim.confirm_stops();
+        sim.cmd(&root(), "resume 3");
+        sim.cmd(&root(), "cluster 0 limit jobs=none");
+        sim.advance(600);
+        sim.confirm_stops();
+    }
+    let log = original.take_log();
+    assert!(
+        log.contains("stop 1") && log.contains("cont 3") && log.contains("spawn 5"),
+        "{log}"
+    );
+    assert_eq!(restarted.take_log(), log);
+    assert_eq!(
+        restarted.cmd(&root(), "jobs"),
+        original.cmd(&root(), "jobs")
+    );
+}
+
+#[test]
+fn a_snapshot_for_other_hosts_is_refused() {
+    let sim = restart_scenario();
+    let error = Core::restore(CoreConfig::default(), topology(3), sim.core.snapshot())
+        .err()
+        .expect("three hosts are not two");
+    assert!(error.starts_with("the hosts changed"), "{error}");
+}

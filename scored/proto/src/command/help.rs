@@ -202,6 +202,29 @@ static ENTRIES: &[HelpEntry] = &[
         example: "timeslice 100ms",
     },
     HelpEntry {
+        name: "history",
+        usage: "history [--user U] [--since T]",
+        summary: "finished jobs from the journal, across restarts",
+        description: "Lists the jobs that ended, as the job journal in the state directory \
+                      remembers them across restarts and crashes: only user U's (a name or \
+                      a uid) with --user, only those that ended since T with --since, where \
+                      T is a duration before now (2h) or a UTC time (2026-11-23, \
+                      2026-11-23T08:30:00); --json gives each job with the keys of job ID.",
+        access: Access::Anyone,
+        example: "history --user alice --since 1d",
+    },
+    HelpEntry {
+        name: "restart",
+        usage: "restart",
+        summary: "re-execute scored in place, keeping every job",
+        description: "Hands the daemon's whole state to a fresh copy of the scored binary at \
+                      the path it was started from, in the same process: jobs keep running, \
+                      stopped or waiting, every scrun keeps its connection; if the new binary \
+                      cannot take over, the daemon carries on and says why.",
+        access: Access::Operator,
+        example: "restart",
+    },
+    HelpEntry {
         name: "shutdown",
         usage: "shutdown [now]",
         summary: "stop admitting, finish (now: kill) jobs, exit",
@@ -359,6 +382,8 @@ mod tests {
                 "resume",
                 "move",
                 "timeslice",
+                "history",
+                "restart",
                 "shutdown"
             ]
         );

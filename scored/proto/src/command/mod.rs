@@ -104,6 +104,15 @@ pub struct QueueSettings {
     pub group: Option<Setting<GroupRef>>,
 }
 
+/// The start of the period `history --since` covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// This long before now (`--since 2h`).
+    Ago(Duration),
+    /// This many seconds after the Unix epoch (`--since 2026-11-23T01:00:00`, UTC).
+    Unix(u64),
+}
+
 /// One console command (SPEC §6).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -165,6 +174,15 @@ pub enum Command {
     },
     /// `timeslice [DUR]`.
     Timeslice(Option<Duration>),
+    /// `history [--user U] [--since T]`: finished jobs from the journal.
+    History {
+        /// Only this user's jobs (a name or a uid).
+        user: Option<String>,
+        /// Only jobs that ended at or after this time.
+        since: Option<Since>,
+    },
+    /// `restart`: re-execute scored in place, keeping every job and connection.
+    Restart,
     /// `shutdown [now]`.
     Shutdown {
         /// Kill jobs instead of letting them finish.
@@ -185,6 +203,7 @@ impl Command {
                 | Command::Queues
                 | Command::Jobs { .. }
                 | Command::Job(_)
+                | Command::History { .. }
                 | Command::Timeslice(None)
         )
     }

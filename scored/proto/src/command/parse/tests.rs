@@ -738,3 +738,45 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn history_lines() {
+    check("history", "history");
+    check("history --user alice", "history --user alice");
+    check("history --since 2h", "history --since 2h");
+    check(
+        "history --since 2026-11-23 --user 1000",
+        "history --user 1000 --since 2026-11-23T00:00:00",
+    );
+    check(
+        "history --since 2024-02-29T23:59:59Z",
+        "history --since 2024-02-29T23:59:59",
+    );
+    check(
+        "history --since 2025-02-29",
+        "InvalidValue: invalid time '2025-02-29' in 'history --since 2025-02-29': expected a duration before now such as 2h or 1d, or a UTC time such as 2026-11-23 or 2026-11-23T08:30:00",
+    );
+    check(
+        "history --user",
+        "MissingArgument: missing a user name or uid after --user in 'history --user': usage: history [--user U] [--since T]",
+    );
+}
+
+#[test]
+fn utc_times_round_trip() {
+    assert_eq!(parse_utc("1970-01-01"), Some(0));
+    assert_eq!(parse_utc("2026-11-23T00:29:53"), Some(1_795_393_793));
+    assert_eq!(format_utc(1_795_393_793), "2026-11-23T00:29:53");
+    for secs in [0, 86_399, 951_782_400, 4_102_444_800] {
+        assert_eq!(parse_utc(&format_utc(secs)), Some(secs));
+    }
+    for bad in [
+        "2026-13-01",
+        "2026-1-01",
+        "2026-11-23T24:00",
+        "26-11-23",
+        "2026-11-23T08",
+    ] {
+        assert_eq!(parse_utc(bad), None, "{bad}");
+    }
+}

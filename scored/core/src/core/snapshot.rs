@@ -1,0 +1,852 @@
+//! The core's state as data, for an in-place restart: every admitted job
+//! (phase, queue, hosts, reservations through its placement, holds,
+//! limits, accounting and residency clocks so far), the waiting
+//! submissions, the queues in rotation order, the cluster limits, the time
+//! slice and its cadence, the next job id and the switch statistics.
+//!
+//! The core's own types carry no serde derives (STYLE 1.8): these types are
+//! the boundary, converted from and to the core here. What can be derived
+//! again (the ledger of reservations, the live set, clients by job, kill
+//! deadlines, the launch interner) is rebuilt on restore, and the restored
+//! core checks its invariants before it is used.
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Core, CoreConfig, Switches, Waiter};
+use crate::admission::{ClusterLimits, Ledger, Placement};
+use crate::cluster::Topology;
+use crate::command::QueueMode;
+use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
+use crate::inherit::Inherited;
+use crate::job::{
+    EndCause, ExitStatus, Job, JobLimits, JobRequest, JobSpec, Joiner, Launch, Phase, ProcRequest,
+    Usage,
+};
+use crate::queue::Queue;
+
+/// The core's state.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CoreSnapshot {
+    timeslice_us: u64,
+    /// Host names, in order: the topology must be the same after the restart.
+    hosts: Vec<String>,
+    limits: Vec<(Option<u64>, Option<u64>, Option<u64>)>,
+    queues: Vec<QueueSnapshot>,
+    /// Packed launch data, each once; jobs refer to it by index.
+    launches: Vec<String>,
+    jobs: Vec<JobSnapshot>,
+    waiting: Vec<WaiterSnapshot>,
+    ran: Vec<u64>,
+    next_job: u64,
+    slice_anchor: u64,
+    next_slice: u64,
+    switches: SwitchesSnapshot,
+    shutting_down: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct QueueSnapshot {
+    enabled: bool,
+    activated: bool,
+    exclusive: bool,
+    cputime_us: Option<u64>,
+    residency_us: Option<u64>,
+    memory_pct: Option<f64>,
+    disk_pct: Option<f64>,
+    group: Option<u32>,
+    group_name: Option<String>,
+    order: Vec<u64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct CredSnapshot {
+    pid: i32,
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum ProcsSnapshot {
+    Nodes(u32),
+    Grid(u32, u32),
+    Hosts(u32),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum EndSnapshot {
+    Limit(String),
+    Killed(String),
+    ClientGone,
+    Shutdown,
+    LaunchFailed(String, i32),
+    RankSignalled,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum StatusSnapshot {
+    Code(i32),
+    Signal(i32),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct JobSnapshot {
+    id: u64,
+    user: String,
+    owner: CredSnapshot,
+    client: Option<u64>,
+    pipe: bool,
+    procs: ProcsSnapshot,
+    launch: usize,
+    queue: u32,
+    queues_visited: Vec<u32>,
+    cluster: u32,
+    hosts: Vec<u32>,
+    layout: Vec<u32>,
+    limit_cputime_us: Option<u64>,
+    limit_memory: Option<u64>,
+    limit_disk: Option<u64>,
+    /// `idle`, `running`, `stopping` or `stopped`.
+    phase: String,
+    operator_hold: bool,
+    owner_hold: bool,
+    stage: usize,
+    ranks_left: u32,
+    started: bool,
+    ending: Option<EndSnapshot>,
+    graceful_kill: bool,
+    kill_deadline: Option<u64>,
+    failure: Option<StatusSnapshot>,
+    #[serde(default)]
+    failed_rank: Option<(usize, u32)>,
+    submitted_at: u64,
+    admitted_at: u64,
+    first_run_at: Option<u64>,
+    running_since: Option<u64>,
+    run_time_us: u64,
+    switches: u64,
+    cpu_us: u64,
+    memory: Vec<u64>,
+    disk: u64,
+    peak_memory: Vec<u64>,
+    peak_disk: u64,
+    residency_base_us: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WaiterSnapshot {
+    client: u64,
+    cred: CredSnapshot,
+    user: String,
+    launch: usize,
+    pipe: bool,
+    procs: ProcsSnapshot,
+    priority: Option<u32>,
+    wait: bool,
+    memory: Option<u64>,
+    disk: Option<u64>,
+    submitted_at: u64,
+    held: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SwitchesSnapshot {
+    next_id: u64,
+    open: Option<u64>,
+    count: u64,
+    recent_us: Vec<u64>,
+    max_us: u64,
+}
+
+fn us(duration: Duration) -> u64 {
+    duration.as_micros().min(u128::from(u64::MAX)) as u64
+}
+
+fn from_us(micros: u64) -> Duration {
+    Duration::from_micros(micros)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(DIGITS[usize::from(byte >> 4)] as char);
+        out.push(DIGITS[usize::from(byte & 15)] as char);
+    }
+    out
+}
+
+fn unhex(text: &str) -> Result<Vec<u8>, String> {
+    let digit = |byte: u8| -> Result<u8, String> {
+        match byte {
+            b'0'..=b'9' => Ok(byte - b'0'),
+            b'a'..=b'f' => Ok(byte - b'a' + 10),
+            _ => Err("launch data is not hexadecimal".to_string()),
+        }
+    };
+    let bytes = text.as_bytes();
+    if bytes.len() % 2 != 0 {
+        return Err("launch data has an odd length".to_string());
+    }
+    bytes
+        .chunks(2)
+        .map(|pair| Ok(digit(pair[0])? << 4 | digit(pair[1])?))
+        .collect()
+}
+
+fn cred_out(cred: &Cred) -> CredSnapshot {
+    CredSnapshot {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+        groups: cred.groups.clone(),
+    }
+}
+
+fn cred_in(cred: CredSnapshot) -> Cred {
+    Cred {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+        groups: cred.groups,
+    }
+}
+
+fn procs_out(procs: ProcRequest) -> ProcsSnapshot {
+    match procs {
+        ProcRequest::Nodes(n) => ProcsSnapshot::Nodes(n),
+        ProcRequest::Grid { hosts, per_host } => ProcsSnapshot::Grid(hosts, per_host),
+        ProcRequest::Hosts(n) => ProcsSnapshot::Hosts(n),
+    }
+}
+
+fn procs_in(procs: ProcsSnapshot) -> ProcRequest {
+    match procs {
+        ProcsSnapshot::Nodes(n) => ProcRequest::Nodes(n),
+        ProcsSnapshot::Grid(hosts, per_host) => ProcRequest::Grid { hosts, per_host },
+        ProcsSnapshot::Hosts(n) => ProcRequest::Hosts(n),
+    }
+}
+
+fn status_out(status: ExitStatus) -> StatusSnapshot {
+    match status {
+        ExitStatus::Code(code) => StatusSnapshot::Code(code),
+        ExitStatus::Signal(signal) => StatusSnapshot::Signal(signal),
+    }
+}
+
+fn status_in(status: StatusSnapshot) -> ExitStatus {
+    match status {
+        StatusSnapshot::Code(code) => ExitStatus::Code(code),
+        StatusSnapshot::Signal(signal) => ExitStatus::Signal(signal),
+    }
+}
+
+/// Packed launch data, each distinct one once.
+#[derive(Default)]
+struct Launches {
+    texts: Vec<String>,
+    index: HashMap<Vec<u8>, usize>,
+}
+
+impl Launches {
+    fn add(&mut self, launch: &Launch) -> usize {
+        let stages = launch.stages();
+        let env = launch.env();
+        let cwd = launch.cwd();
+        // The packing is canonical: packing the parts again gives the same bytes.
+        let mut bytes = pack_bytes(&stages, &env, &cwd);
+        let inherited = launch.inherited();
+        if inherited != Inherited::default() {
+            bytes.extend_from_slice(Launch::pack_with(&stages, &env, &cwd, &inherited).trailer());
+        }
+        if let Some(idx) = self.index.get(&bytes) {
+            return *idx;
+        }
+        let idx = self.texts.len();
+        self.texts.push(hex(&bytes));
+        self.index.insert(bytes, idx);
+        idx
+    }
+}
+
+/// The bytes `Launch::pack` makes of these parts (the same layout).
+fn pack_bytes(stages: &[Vec<OsString>], env: &[(OsString, OsString)], cwd: &OsString) -> Vec<u8> {
+    fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
+    let mut out = Vec::new();
+    out.extend_from_slice(&(stages.len() as u32).to_le_bytes());
+    for argv in stages {
+        out.extend_from_slice(&(argv.len() as u32).to_le_bytes());
+        for arg in argv {
+            put(&mut out, arg.as_bytes());
+        }
+    }
+    out.extend_from_slice(&(env.len() as u32).to_le_bytes());
+    for (key, value) in env {
+        put(&mut out, key.as_bytes());
+        put(&mut out, value.as_bytes());
+    }
+    put(&mut out, cwd.as_bytes());
+    out
+}
+
+/// The parts of packed launch data (stages, environment, working directory,
+/// and what the processes inherit from the caller).
+type LaunchParts = (
+    Vec<Vec<OsString>>,
+    Vec<(OsString, OsString)>,
+    OsString,
+    Inherited,
+);
+
+fn unpack(bytes: Vec<u8>) -> Result<LaunchParts, String> {
+    let mut reader = Reader {
+        bytes: &bytes,
+        at: 0,
+    };
+    let n_stages = reader.count()?;
+    let mut stages = Vec::new();
+    for _ in 0..n_stages {
+        let n_args = reader.count()?;
+        let mut argv = Vec::new();
+        for _ in 0..n_args {
+            argv.push(reader.os()?);
+        }
+        stages.push(argv);
+    }
+    let n_vars = reader.count()?;
+    let mut env = Vec::new();
+    for _ in 0..n_vars {
+        env.push((reader.os()?, reader.os()?));
+    }
+    let cwd = reader.os()?;
+    let mut inherited = Inherited::default();
+    if reader.at != bytes.len() {
+        inherited.ignored = reader.u64()?;
+        inherited.umask = match reader.count()? as u32 {
+            u32::MAX => None,
+            mask => Some(mask),
+        };
+        for _ in 0..reader.count()? {
+            let resource = u8::try_from(reader.count()?)
+                .map_err(|_| "launch data names an unknown limit".to_string())?;
+            inherited
+                .rlimits
+                .push((resource, reader.u64()?, reader.u64()?));
+        }
+    }
+    if reader.at != bytes.len() {
+        return Err("launch data has trailing bytes".to_string());
+    }
+    Ok((stages, env, cwd, inherited))
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn count(&mut self) -> Result<usize, String> {
+        let raw = self
+            .bytes
+            .get(self.at..self.at + 4)
+            .ok_or_else(|| "launch data is truncated".to_string())?;
+        self.at += 4;
+        Ok(u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize)
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        let raw = self
+            .bytes
+            .get(self.at..self.at + 8)
+            .ok_or_else(|| "launch data is truncated".to_string())?;
+        self.at += 8;
+        let mut le = [0u8; 8];
+        le.copy_from_slice(raw);
+        Ok(u64::from_le_bytes(le))
+    }
+
+    fn os(&mut self) -> Result<OsString, String> {
+        let len = self.count()?;
+        let value = self
+            .bytes
+            .get(self.at..self.at + len)
+            .ok_or_else(|| "launch data is truncated".to_string())?;
+        self.at += len;
+        Ok(OsString::from_vec(value.to_vec()))
+    }
+}
+
+impl Core {
+    /// The state to hand to the next process.
+    pub fn snapshot(&self) -> CoreSnapshot {
+        let mut launches = Launches::default();
+        let jobs = self
+            .jobs
+            .values()
+            .map(|job| JobSnapshot {
+                id: job.id.0,
+                user: job.user.to_string(),
+                owner: cred_out(&job.owner),
+                client: job.client.map(|client| client.0),
+                pipe: job.spec.joiner == Joiner::Pipe,
+                procs: procs_out(job.spec.procs),
+                launch: launches.add(&job.spec.launch),
+                queue: job.queue,
+                queues_visited: job.queues_visited.clone(),
+                cluster: job.cluster.0,
+                hosts: job.hosts.iter().map(|host| host.0).collect(),
+                layout: job.layout.clone(),
+                limit_cputime_us: job.limits.cputime.map(us),
+                limit_memory: job.limits.memory,
+                limit_disk: job.limits.disk,
+                phase: match job.phase {
+                    Phase::Idle => "idle",
+                    Phase::Running => "running",
+                    Phase::Stopping => "stopping",
+                    Phase::Stopped => "stopped",
+                }
+                .to_string(),
+                operator_hold: job.operator_hold,
+                owner_hold: job.owner_hold,
+                stage: job.stage,
+                ranks_left: job.ranks_left,
+                started: job.started,
+                ending: job.ending.as_ref().map(|cause| match cause {
+                    EndCause::Limit(why) => EndSnapshot::Limit(why.clone()),
+                    EndCause::Killed(by) => EndSnapshot::Killed(by.clone()),
+                    EndCause::ClientGone => EndSnapshot::ClientGone,
+                    EndCause::Shutdown => EndSnapshot::Shutdown,
+                    EndCause::LaunchFailed { message, status } => {
+                        EndSnapshot::LaunchFailed(message.clone(), *status)
+                    }
+                    EndCause::RankSignalled => EndSnapshot::RankSignalled,
+                }),
+                graceful_kill: job.graceful_kill,
+                kill_deadline: job.kill_deadline.map(|tick| tick.0),
+                failure: job.failure.map(status_out),
+                failed_rank: job.failed_rank,
+                submitted_at: job.submitted_at.0,
+                admitted_at: job.admitted_at.0,
+                first_run_at: job.first_run_at.map(|tick| tick.0),
+                running_since: job.running_since.map(|tick| tick.0),
+                run_time_us: us(job.run_time),
+                switches: job.switches,
+                cpu_us: us(job.usage.cpu),
+                memory: job.usage.memory.clone(),
+                disk: job.usage.disk,
+                peak_memory: job.peak_memory.clone(),
+                peak_disk: job.peak_disk,
+                residency_base_us: us(job.residency_base),
+            })
+            .collect();
+        let waiting = self
+            .waiting
+            .iter()
+            .map(|waiter| {
+                let request = &waiter.request;
+                let launch = Launch::pack(&request.stages, &request.env, &request.cwd);
+                WaiterSnapshot {
+                    client: waiter.client.0,
+                    cred: cred_out(&waiter.cred),
+                    user: waiter.user.to_string(),
+                    launch: launches.add(&launch),
+                    pipe: request.joiner == Joiner::Pipe,
+                    procs: procs_out(request.procs),
+                    priority: request.priority,
+                    wait: request.wait,
+                    memory: request.memory,
+                    disk: request.disk,
+                    submitted_at: waiter.submitted_at.0,
+                    held: waiter.held,
+                }
+            })
+            .collect();
+        CoreSnapshot {
+            timeslice_us: us(self.config.timeslice),
+            hosts: self
+                .topology
+                .hosts
+                .iter()
+                .map(|host| host.name.clone())
+                .collect(),
+            limits: self
+                .limits
+                .iter()
+                .map(|limits| (limits.memory, limits.disk, limits.jobs))
+                .collect(),
+            queues: self
+                .queues
+                .iter()
+                .map(|queue| QueueSnapshot {
+                    enabled: queue.enabled,
+                    activated: queue.activated,
+                    exclusive: queue.mode == QueueMode::Exclusive,
+                    cputime_us: queue.cputime.map(us),
+                    residency_us: queue.residency.map(us),
+                    memory_pct: queue.memory_pct,
+                    disk_pct: queue.disk_pct,
+                    group: queue.group,
+                    group_name: queue.group_name.clone(),
+                    order: queue.order().map(|job| job.0).collect(),
+                })
+                .collect(),
+            launches: launches.texts,
+            jobs,
+            waiting,
+            ran: self.ran.iter().map(|job| job.0).collect(),
+            next_job: self.next_job,
+            slice_anchor: self.slice_anchor.0,
+            next_slice: self.next_slice.0,
+            switches: SwitchesSnapshot {
+                next_id: self.switches.next_id,
+                open: self.switches.open,
+                count: self.switches.count,
+                recent_us: self.switches.recent.iter().map(|d| us(*d)).collect(),
+                max_us: us(self.switches.max),
+            },
+            shutting_down: self.shutting_down,
+        }
+    }
+
+    /// A core with `snapshot`'s state, on `topology` (which must have the
+    /// same hosts), with `config`'s settings but the snapshot's time slice.
+    /// Every error names what does not fit; nothing is half restored.
+    pub fn restore(
+        mut config: CoreConfig,
+        topology: Topology,
+        snapshot: CoreSnapshot,
+    ) -> Result<Core, String> {
+        let names: Vec<&str> = topology.hosts.iter().map(|h| h.name.as_str()).collect();
+        if names
+            != snapshot
+                .hosts
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+        {
+            return Err(format!(
+                "the hosts changed: the state has {} host(s) ({}), the hosts database now gives {} ({})",
+                snapshot.hosts.len(),
+                snapshot.hosts.join(","),
+                names.len(),
+                names.join(",")
+            ));
+        }
+        if snapshot.limits.len() != topology.clusters.len() {
+            return Err(format!(
+                "the clusters changed: the state has {}, the hosts database now gives {}",
+                snapshot.limits.len(),
+                topology.clusters.len()
+            ));
+        }
+        if snapshot.queues.is_empty() {
+            return Err("the state has no queue".to_string());
+        }
+        config.timeslice = from_us(snapshot.timeslice_us.max(1000));
+        let memory_limits = snapshot.limits.iter().map(|limits| limits.0).collect();
+        let mut core = Core::new(config, topology, memory_limits);
+        core.limits = snapshot
+            .limits
+            .iter()
+            .map(|&(memory, disk, jobs)| ClusterLimits { memory, disk, jobs })
+            .collect();
+        let launches: Vec<LaunchParts> = snapshot
+            .launches
+            .into_iter()
+            .map(|text| unpack(unhex(&text)?))
+            .collect::<Result<_, String>>()?;
+        let launch_of = |idx: usize| -> Result<&LaunchParts, String> {
+            launches
+                .get(idx)
+                .ok_or_else(|| format!("launch data {idx} is missing"))
+        };
+        let mut started: BTreeSet<u64> = BTreeSet::new();
+        for record in snapshot.jobs {
+            let id = JobId(record.id);
+            let n_hosts = core.topology.hosts.len() as u32;
+            if record.hosts.iter().any(|host| *host >= n_hosts)
+                || record.cluster as usize >= core.topology.clusters.len()
+                || record.queue as usize >= snapshot.queues.len()
+                || record.hosts.len() != record.layout.len()
+                || record.hosts.len() != record.peak_memory.len()
+            {
+                return Err(format!(
+                    "job {id} does not fit the hosts, clusters or queues"
+                ));
+            }
+            let (stages, env, cwd, inherited) = launch_of(record.launch)?;
+            let request = JobRequest {
+                stages: stages.clone(),
+                joiner: if record.pipe {
+                    Joiner::Pipe
+                } else {
+                    Joiner::Sequence
+                },
+                procs: procs_in(record.procs),
+                priority: Some(record.queue),
+                wait: false,
+                memory: None,
+                disk: None,
+                env: env.clone(),
+                cwd: cwd.clone(),
+                inherited: inherited.clone(),
+            };
+            let phase = match record.phase.as_str() {
+                "idle" => Phase::Idle,
+                "running" => Phase::Running,
+                "stopping" => Phase::Stopping,
+                "stopped" => Phase::Stopped,
+                other => return Err(format!("job {id} has an unknown phase '{other}'")),
+            };
+            if record.started {
+                started.insert(record.id);
+            }
+            let job = Job {
+                id,
+                user: Rc::from(record.user.as_str()),
+                owner: cred_in(record.owner),
+                client: record.client.map(ClientToken),
+                spec: JobSpec {
+                    joiner: request.joiner,
+                    procs: request.procs,
+                    launch: core.intern_launch(&request),
+                },
+                queue: record.queue,
+                queues_visited: record.queues_visited,
+                cluster: ClusterId(record.cluster),
+                hosts: record.hosts.into_iter().map(HostId).collect(),
+                layout: record.layout,
+                limits: JobLimits {
+                    cputime: record.limit_cputime_us.map(from_us),
+                    memory: record.limit_memory,
+                    disk: record.limit_disk,
+                },
+                phase,
+                operator_hold: record.operator_hold,
+                owner_hold: record.owner_hold,
+                stage: record.stage,
+                ranks_left: record.ranks_left,
+                started: record.started,
+                ending: record.ending.map(|cause| match cause {
+                    EndSnapshot::Limit(why) => EndCause::Limit(why),
+                    EndSnapshot::Killed(by) => EndCause::Killed(by),
+                    EndSnapshot::ClientGone => EndCause::ClientGone,
+                    EndSnapshot::Shutdown => EndCause::Shutdown,
+                    EndSnapshot::LaunchFailed(message, status) => {
+                        EndCause::LaunchFailed { message, status }
+                    }
+                    EndSnapshot::RankSignalled => EndCause::RankSignalled,
+                }),
+                graceful_kill: record.graceful_kill,
+                kill_deadline: record.kill_deadline.map(Tick),
+                failure: record.failure.map(status_in),
+                failed_rank: record.failed_rank,
+                submitted_at: Tick(record.submitted_at),
+                admitted_at: Tick(record.admitted_at),
+                first_run_at: record.first_run_at.map(Tick),
+                running_since: record.running_since.map(Tick),
+                run_time: from_us(record.run_time_us),
+                switches: record.switches,
+                usage: Usage {
+                    cpu: from_us(record.cpu_us),
+                    memory: record.memory,
+                    disk: record.disk,
+                },
+                peak_memory: record.peak_memory,
+                peak_disk: record.peak_disk,
+                residency_base: from_us(record.residency_base_us),
+            };
+            core.ledger.reserve(&Placement {
+                cluster: job.cluster,
+                hosts: job.hosts.clone(),
+                layout: job.layout.clone(),
+                limits: job.limits,
+            });
+            if let Some(client) = job.client {
+                core.by_client.insert(client, id);
+            }
+            if matches!(job.phase, Phase::Running | Phase::Stopping) {
+                core.live.insert(id);
+            }
+            if let Some(deadline) = job.kill_deadline {
+                core.kill_deadlines.insert((deadline, id));
+            }
+            if core.jobs.contains_key(&id) || id.0 >= snapshot.next_job {
+                return Err(format!("job {id} appears twice or after the next id"));
+            }
+            core.jobs.insert(id, job);
+        }
+        core.queues = Vec::new();
+        for (number, queue) in snapshot.queues.into_iter().enumerate() {
+            let mode = if queue.exclusive {
+                QueueMode::Exclusive
+            } else {
+                QueueMode::Gang
+            };
+            let mut restored = Queue::new(number as u32, mode);
+            restored.enabled = queue.enabled;
+            restored.activated = queue.activated;
+            restored.cputime = queue.cputime_us.map(from_us);
+            restored.residency = queue.residency_us.map(from_us);
+            restored.memory_pct = queue.memory_pct;
+            restored.disk_pct = queue.disk_pct;
+            restored.group = queue.group;
+            restored.group_name = queue.group_name;
+            for id in queue.order {
+                let Some(job) = core.jobs.get(&JobId(id)) else {
+                    return Err(format!(
+                        "queue {number} holds job {id}, which is not in the state"
+                    ));
+                };
+                if job.queue != number as u32 {
+                    return Err(format!(
+                        "job {id} is in queue {number} but belongs to queue {}",
+                        job.queue
+                    ));
+                }
+                restored.push(JobId(id), started.contains(&id));
+            }
+            core.queues.push(restored);
+        }
+        for record in snapshot.waiting {
+            let (stages, env, cwd, inherited) = launch_of(record.launch)?;
+            core.waiting.push_back(Waiter {
+                client: ClientToken(record.client),
+                cred: cred_in(record.cred),
+                user: Rc::from(record.user.as_str()),
+                request: JobRequest {
+                    stages: stages.clone(),
+                    joiner: if record.pipe {
+                        Joiner::Pipe
+                    } else {
+                        Joiner::Sequence
+                    },
+                    procs: procs_in(record.procs),
+                    priority: record.priority,
+                    wait: record.wait,
+                    memory: record.memory,
+                    disk: record.disk,
+                    env: env.clone(),
+                    cwd: cwd.clone(),
+                    inherited: inherited.clone(),
+                },
+                submitted_at: Tick(record.submitted_at),
+                held: record.held,
+            });
+        }
+        core.ran = snapshot.ran.into_iter().map(JobId).collect();
+        core.next_job = snapshot.next_job;
+        core.slice_anchor = Tick(snapshot.slice_anchor);
+        core.next_slice = Tick(snapshot.next_slice);
+        core.switches = Switches {
+            next_id: snapshot.switches.next_id,
+            open: snapshot.switches.open,
+            count: snapshot.switches.count,
+            recent: snapshot
+                .switches
+                .recent_us
+                .into_iter()
+                .map(from_us)
+                .collect::<VecDeque<_>>(),
+            max: from_us(snapshot.switches.max_us),
+        };
+        core.shutting_down = snapshot.shutting_down;
+        core.check_restored()?;
+        Ok(core)
+    }
+
+    /// The invariants of `check_invariants`, as an error instead of a panic.
+    fn check_restored(&self) -> Result<(), String> {
+        let mut owner: HashMap<HostId, JobId> = HashMap::new();
+        for job in self.jobs.values() {
+            if matches!(job.phase, Phase::Running | Phase::Stopping) {
+                for host in &job.hosts {
+                    if let Some(other) = owner.insert(*host, job.id) {
+                        return Err(format!(
+                            "jobs {other} and {} both run on host {host}",
+                            job.id
+                        ));
+                    }
+                }
+            }
+            let in_queue = self.queues[job.queue as usize]
+                .order()
+                .filter(|&queued| queued == job.id)
+                .count();
+            if in_queue != 1 {
+                return Err(format!("job {} is not in queue {} once", job.id, job.queue));
+            }
+        }
+        let queued: usize = self.queues.iter().map(Queue::len).sum();
+        if queued != self.jobs.len() {
+            return Err("the queues do not hold exactly the unfinished jobs".to_string());
+        }
+        let mut ledger = Ledger::new(&self.topology);
+        for job in self.jobs.values() {
+            ledger.reserve(&Placement {
+                cluster: job.cluster,
+                hosts: job.hosts.clone(),
+                layout: job.layout.clone(),
+                limits: job.limits,
+            });
+        }
+        if ledger != self.ledger {
+            return Err("the reservations do not match the jobs".to_string());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_data_round_trips_through_hex() {
+        let stages = vec![vec![
+            OsString::from("sh"),
+            OsString::from("-c"),
+            OsString::from("x\u{e9}"),
+        ]];
+        let env = vec![(OsString::from("A"), OsString::from("1"))];
+        let cwd = OsString::from("/tmp");
+        let launch = Launch::pack(&stages, &env, &cwd);
+        let mut launches = Launches::default();
+        let idx = launches.add(&launch);
+        assert_eq!(launches.add(&launch.clone()), idx);
+        let (s, e, c, i) = unpack(unhex(&launches.texts[idx]).unwrap()).unwrap();
+        assert_eq!(
+            (s, e, c, i),
+            (
+                stages.clone(),
+                env.clone(),
+                cwd.clone(),
+                Inherited::default()
+            )
+        );
+        // What the processes inherit from the caller survives too.
+        let inherited = Inherited {
+            ignored: 1 << 1,
+            rlimits: vec![(9, 64, 1024), (15, 8 << 20, u64::MAX)],
+            umask: Some(0o077),
+        };
+        let launch = Launch::pack_with(&stages, &env, &cwd, &inherited);
+        let idx = launches.add(&launch);
+        let (s, e, c, i) = unpack(unhex(&launches.texts[idx]).unwrap()).unwrap();
+        assert_eq!((s, e, c, i), (stages, env, cwd, inherited));
+        assert!(unpack(vec![1, 0, 0]).is_err());
+        assert!(unhex("zz").is_err());
+    }
+}

@@ -1,0 +1,500 @@
+//! The event loop's part of keeping jobs across restarts: the job journal
+//! (records appended after each event, `history`, `jobs all` and `job ID`
+//! of finished jobs), and the in-place restart (`restart`, SIGUSR2, a
+//! panic caught around an event), which hands the daemon's whole state to
+//! a new image of the binary in the same process and takes it over there.
+//!
+//! Kept apart from the loop's own work (connections, signals, the core's
+//! actions) so that the two can change independently; it never blocks
+//! longer than writing the state and the new binary's check take.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use mio::net::UnixStream;
+use mio::{Interest, Token};
+
+use super::{queue_reply, Connection, Daemon, Event, SystemDirectory, FIRST_CLIENT};
+use crate::actuator::{Actuator, JobStdio};
+use crate::command;
+use crate::ids::{Cred, Tick};
+use crate::journal::Journal;
+use crate::proto::Reply;
+
+/// What an in-place restart needs to know.
+#[derive(Debug, Clone)]
+pub struct RestartSetup {
+    /// The binary to execute: the path scored was started from (not
+    /// /proc/self/exe, which names the old file once it is replaced).
+    pub exe: PathBuf,
+    /// The arguments scored was started with.
+    pub args: Vec<std::ffi::OsString>,
+    /// The state directory (the handover file goes there).
+    pub state_dir: PathBuf,
+    /// In-place restarts so far.
+    pub restarts: u64,
+}
+
+impl<A: Actuator> Daemon<A> {
+    /// Lets the daemon restart in place (`restart`, SIGUSR2, a caught panic).
+    pub fn with_restart(mut self, setup: RestartSetup) -> Daemon<A> {
+        self.restart = Some(setup);
+        self
+    }
+
+    /// Takes over the connections an earlier image of this process handed
+    /// over, with the core's clock carrying on from `tick_us`.
+    pub fn resume(
+        mut self,
+        snapshot: crate::handover::ConnectionsSnapshot,
+        tick_us: u64,
+    ) -> io::Result<Daemon<A>> {
+        use crate::actuator::sys::adopt_descriptor;
+        let now = Instant::now();
+        self.start = now
+            .checked_sub(Duration::from_micros(tick_us))
+            .unwrap_or(now);
+        let mut shared: HashMap<RawFd, Rc<OwnedFd>> = HashMap::new();
+        for record in snapshot.connections {
+            let token = Token(record.token);
+            let stream = std::os::unix::net::UnixStream::from(adopt_descriptor(record.fd)?);
+            stream.set_nonblocking(true)?;
+            let mut stream = UnixStream::from_std(stream);
+            let writing = !record.output.is_empty();
+            let interest = if writing {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            self.poll
+                .registry()
+                .register(&mut stream, token, interest)?;
+            let fds = record
+                .fds
+                .into_iter()
+                .map(adopt_descriptor)
+                .collect::<io::Result<Vec<_>>>()?;
+            let mut take = |raw: RawFd| -> io::Result<Rc<OwnedFd>> {
+                if let Some(fd) = shared.get(&raw) {
+                    return Ok(fd.clone());
+                }
+                // The previous image already kept one descriptor per open
+                // file description; comparing each with the pool again
+                // (kcmp) would cost a restart time quadratic in the jobs.
+                let fd = Rc::new(adopt_descriptor(raw)?);
+                shared.insert(raw, fd.clone());
+                Ok(fd)
+            };
+            let stdio = match record.stdio {
+                Some([stdin, stdout, stderr]) => Some(JobStdio {
+                    stdin: take(stdin)?,
+                    stdout: take(stdout)?,
+                    stderr: take(stderr)?,
+                    controlling_terminal: record.controlling_terminal,
+                }),
+                None => None,
+            };
+            let (pid, uid, gid, groups) = record.cred;
+            self.connections.insert(
+                token,
+                Box::new(Connection {
+                    stream,
+                    cred: Cred {
+                        pid,
+                        uid,
+                        gid,
+                        groups,
+                    },
+                    user: Rc::from(record.user.as_str()),
+                    input: {
+                        let mut input = crate::proto::FrameBuffer::new();
+                        input.extend(&record.input);
+                        input
+                    },
+                    output: record.output.into(),
+                    fds,
+                    stdio,
+                    submitted: record.submitted,
+                    closing: record.closing,
+                    writing,
+                    paused: record.paused,
+                }),
+            );
+            self.dirty.push(token);
+        }
+        self.next_token = snapshot.next_token.max(FIRST_CLIENT);
+        self.served_a_job = snapshot.served_a_job;
+        self.terminations = snapshot.terminations;
+        if let Some((token, json)) = snapshot.reply_to {
+            let restarts = self.restart.as_ref().map_or(0, |setup| setup.restarts);
+            let text = format!(
+                "restarted in place: version {}, restart {restarts}",
+                crate::version::version()
+            );
+            if let Some(conn) = self.connections.get_mut(&Token(token)) {
+                queue_reply(
+                    conn,
+                    &Reply::Console {
+                        ok: true,
+                        json: json.then(|| serde_json::json!({ "ok": true, "message": text })),
+                        text: format!("{text}\n"),
+                    },
+                );
+            }
+        }
+        tracing::info!(
+            connections = self.connections.len(),
+            jobs = self.core.n_jobs(),
+            since_handover_us = self.tick().0.saturating_sub(tick_us),
+            "took over from the previous image"
+        );
+        self.flush_all();
+        Ok(self)
+    }
+
+    /// Carries out a restart that was asked for. On success this process
+    /// is a new image and this function does not return; on failure the
+    /// daemon carries on unchanged and says why.
+    pub(super) fn restart_in_place(&mut self, requester: Option<(Token, bool)>) {
+        let asked = Instant::now();
+        let Err(reason) = self.hand_over(requester);
+        tracing::error!(%reason, elapsed_us = asked.elapsed().as_micros() as u64, "in-place restart failed; carrying on");
+        if let Some((token, json)) = requester {
+            if let Some(conn) = self.connections.get_mut(&token) {
+                let message = format!("restart failed, scored carries on: {reason}");
+                queue_reply(
+                    conn,
+                    &Reply::Console {
+                        ok: false,
+                        text: format!("error: {message}\n"),
+                        json: json.then(|| serde_json::json!({ "error": message })),
+                    },
+                );
+                self.dirty.push(token);
+            }
+        }
+        self.flush_all();
+    }
+
+    /// Writes the handover, has the new binary check it, and executes it.
+    fn hand_over(
+        &mut self,
+        requester: Option<(Token, bool)>,
+    ) -> Result<std::convert::Infallible, String> {
+        use crate::actuator::sys;
+        use crate::handover::{self, ConnectionSnapshot, ConnectionsSnapshot, Handover};
+        let began = Instant::now();
+        let setup = self
+            .restart
+            .clone()
+            .ok_or("this scored cannot restart in place")?;
+        if self.core.shutting_down() {
+            return Err("scored is shutting down".to_string());
+        }
+        let (actuator, mut fds) = self
+            .actuator
+            .handover()
+            .ok_or("this actuator cannot hand its processes over")?;
+        fds.push(self.listener.as_raw_fd());
+        let mut connections = Vec::new();
+        for (token, conn) in &self.connections {
+            fds.push(conn.stream.as_raw_fd());
+            let pending: Vec<RawFd> = conn.fds.iter().map(AsRawFd::as_raw_fd).collect();
+            fds.extend(&pending);
+            let stdio = conn.stdio.as_ref().map(|stdio| {
+                [
+                    stdio.stdin.as_raw_fd(),
+                    stdio.stdout.as_raw_fd(),
+                    stdio.stderr.as_raw_fd(),
+                ]
+            });
+            fds.extend(stdio.iter().flatten());
+            connections.push(ConnectionSnapshot {
+                token: token.0,
+                fd: conn.stream.as_raw_fd(),
+                cred: (
+                    conn.cred.pid,
+                    conn.cred.uid,
+                    conn.cred.gid,
+                    conn.cred.groups.clone(),
+                ),
+                user: conn.user.to_string(),
+                input: conn.input.pending().to_vec(),
+                output: conn.output.iter().copied().collect(),
+                fds: pending,
+                stdio,
+                controlling_terminal: conn
+                    .stdio
+                    .as_ref()
+                    .is_some_and(|stdio| stdio.controlling_terminal),
+                submitted: conn.submitted,
+                closing: conn.closing,
+                paused: conn.paused,
+            });
+        }
+        fds.sort_unstable();
+        fds.dedup();
+        let handover = Handover {
+            format: handover::FORMAT,
+            version: crate::version::version(),
+            restarts: setup.restarts + 1,
+            tick_us: self.tick().0,
+            core: self.core.snapshot(),
+            actuator,
+            connections: ConnectionsSnapshot {
+                listener: self.listener.as_raw_fd(),
+                next_token: self.next_token,
+                served_a_job: self.served_a_job,
+                terminations: self.terminations,
+                reply_to: requester.map(|(token, json)| (token.0, json)),
+                connections,
+            },
+            journal_recent: self.journal.as_ref().map(Journal::recent_records),
+        };
+        let path = handover::write(&setup.state_dir, &handover)
+            .map_err(|error| format!("cannot write the state for the new scored: {error}"))?;
+        let written = began.elapsed();
+        let remove = |path: &std::path::Path| {
+            let _ = std::fs::remove_file(path);
+        };
+        // The new binary reads the state in a process of its own first: if
+        // it cannot, nothing has changed here.
+        let check = crate::actuator::check_handover(&setup.exe, &setup.args, &path);
+        let checked = began.elapsed();
+        let output = match check {
+            Ok(output) => output,
+            Err(error) => {
+                remove(&path);
+                return Err(format!("cannot run {}: {error}", setup.exe.display()));
+            }
+        };
+        if !output.status.success() {
+            remove(&path);
+            let said = String::from_utf8_lossy(&output.stderr);
+            let said = said.trim().lines().last().unwrap_or("").trim();
+            return Err(format!(
+                "{} cannot take over ({}){}",
+                setup.exe.display(),
+                output.status,
+                if said.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {said}")
+                }
+            ));
+        }
+        // The interval timer survives execve and SIGALRM's default action
+        // would end the new image before it installs its handler.
+        if let Err(error) = sys::set_alarm(Duration::ZERO) {
+            remove(&path);
+            return Err(format!("cannot disarm the alarm: {error}"));
+        }
+        let restore = |fds: &[RawFd]| {
+            for fd in fds {
+                let _ = sys::set_cloexec(*fd);
+            }
+        };
+        for fd in &fds {
+            if let Err(error) = sys::keep_on_exec(*fd) {
+                restore(&fds);
+                remove(&path);
+                return Err(format!("cannot keep descriptor {fd} open: {error}"));
+            }
+        }
+        let to_c = |text: &std::ffi::OsStr| {
+            std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(text))
+                .map_err(|_| format!("{} contains a NUL byte", text.to_string_lossy()))
+        };
+        let mut argv = vec![to_c(setup.exe.as_os_str())?];
+        for arg in &setup.args {
+            argv.push(to_c(arg)?);
+        }
+        argv.push(to_c(std::ffi::OsStr::new("--resume"))?);
+        argv.push(to_c(path.as_os_str())?);
+        tracing::info!(
+            exe = %setup.exe.display(),
+            jobs = self.core.n_jobs(),
+            connections = self.connections.len(),
+            state_written_us = written.as_micros() as u64,
+            checked_us = checked.saturating_sub(written).as_micros() as u64,
+            "restarting in place"
+        );
+        let error = match nix::unistd::execv(&argv[0], &argv) {
+            Ok(never) => match never {},
+            Err(error) => error,
+        };
+        restore(&fds);
+        remove(&path);
+        Err(format!("cannot execute {}: {error}", setup.exe.display()))
+    }
+
+    /// Keeps the job journal: the core's job events are appended to it
+    /// after each event, and `history`, `jobs all` and `job ID` read it.
+    pub fn with_journal(mut self, journal: Journal) -> Daemon<A> {
+        self.core.record_journal();
+        self.journal = Some(journal);
+        self
+    }
+
+    /// Appends what the core recorded to the journal. It runs after the
+    /// actions of an event are carried out, so never between the stops and
+    /// the continues of a switch.
+    pub(super) fn write_journal(&mut self) {
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        let events = self.core.take_journal();
+        if events.is_empty() {
+            return;
+        }
+        if journal.wants_rotation() {
+            let now = Tick(self.start.elapsed().as_micros() as u64);
+            let open = self.core.open_records(now);
+            if let Err(error) = journal.rotate(self.core.next_job_id(), open) {
+                tracing::error!(%error, "cannot rotate the job journal");
+            }
+        }
+        if let Err(error) = journal.record(events) {
+            tracing::error!(%error, "cannot write to the job journal");
+        }
+    }
+
+    /// Answers the console commands that read the journal: `history`, and
+    /// `jobs all` and `job ID` for jobs that ended before this daemon's
+    /// memory of them. `None`: the core answers.
+    pub(super) fn journal_command(
+        &mut self,
+        command: &command::Command,
+        json: bool,
+        now: Tick,
+        cred: &Cred,
+    ) -> Option<Reply> {
+        let journal = self.journal.as_ref()?;
+        let console = |reply: command::reply::Reply, json: bool| Reply::Console {
+            ok: !reply.is_error(),
+            text: reply.to_text(),
+            json: json.then(|| reply.to_json()),
+        };
+        // The command, exit status and reason of another user's job are
+        // shown only to root and operators, as `job ID` does.
+        let operator = self.core.is_operator(cred);
+        let may_see = |record: &serde_json::Value| {
+            operator || record["uid"].as_u64() == Some(u64::from(cred.uid))
+        };
+        match command {
+            command::Command::History { user, since } => {
+                let uid = match user.as_deref().map(resolve_user) {
+                    None => None,
+                    Some(Ok(uid)) => Some(uid),
+                    Some(Err(message)) => {
+                        return Some(console(command::reply::Reply::error(message), json))
+                    }
+                };
+                let mut records = journal.history(uid, *since);
+                for record in &mut records {
+                    if !may_see(record) {
+                        crate::journal::redact(record);
+                    }
+                }
+                let table = crate::journal::history_table(&records);
+                Some(Reply::Console {
+                    ok: true,
+                    text: command::reply::Reply::Table(table).to_text(),
+                    json: json.then(|| serde_json::Value::Array(records)),
+                })
+            }
+            command::Command::Jobs { all: true } => {
+                let (reply, _) = self.core.command(
+                    cred,
+                    command::Command::Jobs { all: false },
+                    now,
+                    &SystemDirectory,
+                );
+                let command::reply::Reply::Table(current) = reply else {
+                    return None;
+                };
+                let mut table = command::reply::Table {
+                    columns: current.columns.clone(),
+                    rows: Vec::new(),
+                };
+                journal.recent_rows(&mut table, &may_see);
+                table.rows.extend(current.rows);
+                Some(console(command::reply::Reply::Table(table), json))
+            }
+            command::Command::Job(id) if self.core.job(crate::ids::JobId(*id)).is_none() => {
+                let mut record = journal.ended(*id)?;
+                if !may_see(&record) {
+                    crate::journal::redact(&mut record);
+                }
+                Some(console(
+                    command::reply::Reply::Record(crate::journal::record_fields(&record)),
+                    json,
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// `handle_event`, with a panic (a bug) caught: it is logged with the
+    /// event that caused it, and the daemon restarts in place, so that the
+    /// jobs and their clients outlive the bug. If the restart cannot happen
+    /// the daemon carries on as it is.
+    pub(super) fn handle_event_guarded(&mut self, event: Event) {
+        let described = format!("{event:?}");
+        let client = match event {
+            Event::Client(token) => Some(token),
+            _ => None,
+        };
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle_event(event)));
+        if let Err(panic) = outcome {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|text| text.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_string());
+            tracing::error!(
+                event = %described,
+                panic = %message,
+                "a bug: scored panicked handling an event; restarting in place"
+            );
+            self.pending_restart = None;
+            // The request that hit the bug is consumed: tell its client, in
+            // the output that the new image will write.
+            if let Some(conn) = client.and_then(|token| self.connections.get_mut(&token)) {
+                queue_reply(
+                    conn,
+                    &Reply::Error {
+                        message: format!(
+                            "scored hit a bug handling this request ({message}) and restarted in place"
+                        ),
+                    },
+                );
+                conn.closing = true;
+            }
+            self.restart_in_place(None);
+        }
+    }
+}
+
+/// A user named on the console (a name or a uid): its uid.
+fn resolve_user(user: &str) -> Result<u32, String> {
+    if let Ok(uid) = user.parse::<u32>() {
+        return Ok(uid);
+    }
+    match nix::unistd::User::from_name(user) {
+        Ok(Some(found)) => Ok(found.uid.as_raw()),
+        Ok(None) => Err(format!("no user named '{user}'")),
+        Err(error) => Err(format!("cannot look up user '{user}': {error}")),
+    }
+}
+/// The listening socket an earlier image of this process handed over.
+pub fn adopt_listener(fd: RawFd) -> io::Result<std::os::unix::net::UnixListener> {
+    Ok(std::os::unix::net::UnixListener::from(
+        crate::actuator::sys::adopt_descriptor(fd)?,
+    ))
+}

@@ -1,0 +1,673 @@
+//! The job journal: every job's life (admitted, started, moved, held,
+//! released, ended with its status, reason and accounting) appended to
+//! `STATE_DIR/journal` as JSON lines, so that finished jobs and the job
+//! ids handed out survive restarts and crashes of scored.
+//!
+//! Each record is one `write(2)` on a file opened with `O_APPEND`, so a
+//! crash leaves at most a torn last line, which reading skips. The file is
+//! synced (`fdatasync`) after a job's end is written, once per batch of
+//! events, never between the stops and continues of a switch. At the
+//! configured size the file is renamed to `journal.1` (replacing the older
+//! one) and a new one starts with a checkpoint: the next job id and the
+//! records of the unfinished jobs, so that recovery never needs more than
+//! the two files.
+//!
+//! What it must never do: decide anything about jobs (the core does), or
+//! block the event loop for long (records are small; only `history` reads
+//! the files back).
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value as Json};
+
+use crate::command::reply::{Table, Value};
+use crate::command::Since;
+use crate::core::{JobEvent, HISTORY};
+use crate::units::parse_size;
+
+/// The journal's file name in the state directory.
+pub const FILE: &str = "journal";
+/// The previous file, after a rotation.
+pub const ROTATED: &str = "journal.1";
+/// The default size at which the journal is rotated.
+pub const DEFAULT_MAX_SIZE: u64 = 16 << 20;
+/// The reason recorded for jobs a killed daemon left unfinished.
+pub const LOST_REASON: &str = "lost: scored was killed";
+
+/// The journal, open for appending.
+#[derive(Debug)]
+pub struct Journal {
+    dir: PathBuf,
+    file: File,
+    size: u64,
+    max_size: u64,
+    /// A job's end was written since the last sync.
+    unsynced: bool,
+    /// The last [`HISTORY`] ended records, oldest first, for `jobs all` and `job ID`.
+    recent: VecDeque<Json>,
+}
+
+/// What the journal files say about earlier daemons.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// The highest job id ever handed out (0 if none).
+    pub last_id: u64,
+    /// Records of jobs admitted and never ended, by id.
+    pub open: BTreeMap<u64, Json>,
+    /// Lines that could not be read (a torn last line after a crash).
+    pub bad_lines: usize,
+}
+
+/// Parses a `--journal-size` value (a size, at least 4K).
+pub fn parse_max_size(text: &str) -> Result<u64, String> {
+    let size = parse_size(text).map_err(|error| error.to_string())?;
+    if size < 4096 {
+        return Err(format!(
+            "journal size {text} is too small: at least 4K, so that a record fits"
+        ));
+    }
+    Ok(size)
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64())
+}
+
+impl Journal {
+    /// Reads what the journal files say, then opens the journal for
+    /// appending (creating it, private to scored's user).
+    pub fn open(state_dir: &Path, max_size: u64) -> io::Result<(Journal, Recovered)> {
+        let mut recovered = Recovered::default();
+        let mut recent = VecDeque::new();
+        for name in [ROTATED, FILE] {
+            read_file(&state_dir.join(name), &mut |line| {
+                let Ok(record) = serde_json::from_str::<Json>(line) else {
+                    recovered.bad_lines += 1;
+                    return;
+                };
+                absorb(&record, &mut recovered, &mut recent);
+            })?;
+        }
+        let path = state_dir.join(FILE);
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|error| {
+                io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+            })?;
+        let size = file.metadata()?.len();
+        let mut journal = Journal {
+            dir: state_dir.to_path_buf(),
+            file,
+            size,
+            max_size,
+            unsynced: false,
+            recent,
+        };
+        if size > 0 && !ends_with_newline(&path)? {
+            // A crash tore the last record: end its line, so that the next
+            // record is not glued to it.
+            journal.append_raw(b"\n")?;
+        }
+        Ok((journal, recovered))
+    }
+
+    /// Opens the journal for appending without reading it, for an in-place
+    /// restart: the previous image hands over what reading would give (the
+    /// recent ended records), since reading a full journal costs more than
+    /// the whole restart may.
+    pub fn reopen(state_dir: &Path, max_size: u64, recent: Vec<Json>) -> io::Result<Journal> {
+        let path = state_dir.join(FILE);
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|error| {
+                io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+            })?;
+        let size = file.metadata()?.len();
+        let mut recent: VecDeque<Json> = recent.into();
+        while recent.len() > HISTORY {
+            recent.pop_front();
+        }
+        Ok(Journal {
+            dir: state_dir.to_path_buf(),
+            file,
+            size,
+            max_size,
+            unsynced: false,
+            recent,
+        })
+    }
+
+    /// The recent ended records, to hand to the next image.
+    pub fn recent_records(&self) -> Vec<Json> {
+        self.recent.iter().cloned().collect()
+    }
+
+    /// Appends one record with a single write.
+    fn append(&mut self, record: &Json) -> io::Result<()> {
+        let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
+        line.push(b'\n');
+        self.append_raw(&line)
+    }
+
+    fn append_raw(&mut self, line: &[u8]) -> io::Result<()> {
+        // A regular file takes the whole buffer in one write (or fails);
+        // a short write would mean a full disk, and is reported.
+        let written = self.file.write(line)?;
+        self.size += written as u64;
+        if written != line.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!(
+                    "short write to the journal ({written} of {} bytes)",
+                    line.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the next records should go to a new file.
+    pub fn wants_rotation(&self) -> bool {
+        self.size >= self.max_size
+    }
+
+    /// Starts a new file: the current one becomes `journal.1`, and the new
+    /// one opens with a checkpoint (the next job id and the records of the
+    /// unfinished jobs).
+    pub fn rotate(&mut self, next_id: u64, open: Vec<Vec<(String, Value)>>) -> io::Result<()> {
+        self.file.sync_data()?;
+        let path = self.dir.join(FILE);
+        fs::rename(&path, self.dir.join(ROTATED))?;
+        self.file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&path)?;
+        self.size = 0;
+        let open: Vec<Json> = open.iter().map(|fields| fields_json(fields)).collect();
+        self.append(&json!({
+            "t": unix_now(),
+            "event": "checkpoint",
+            "next_job": next_id,
+            "open": open,
+        }))?;
+        self.file.sync_data()?;
+        tracing::info!(path = %path.display(), "journal rotated");
+        Ok(())
+    }
+
+    /// Appends the core's job events, stamped with the wall-clock time.
+    pub fn record(&mut self, events: Vec<JobEvent>) -> io::Result<()> {
+        let now = unix_now();
+        for event in events {
+            let record = match event {
+                JobEvent::Admitted {
+                    job,
+                    waited,
+                    record,
+                } => json!({
+                    "t": now,
+                    "event": "admitted",
+                    "job": job.0,
+                    "submitted": now - waited.as_secs_f64(),
+                    "record": fields_json(&record),
+                }),
+                JobEvent::Started(job) => json!({"t": now, "event": "started", "job": job.0}),
+                JobEvent::Moved { job, from, to, by } => json!({
+                    "t": now, "event": "moved", "job": job.0, "from": from, "to": to, "by": by,
+                }),
+                JobEvent::Held { job, by } => {
+                    json!({"t": now, "event": "held", "job": job.0, "by": by})
+                }
+                JobEvent::Released(job) => json!({"t": now, "event": "released", "job": job.0}),
+                JobEvent::Ended { job, record } => {
+                    let mut record = fields_json(&record);
+                    if let Json::Object(map) = &mut record {
+                        map.insert("ended".into(), json!(now));
+                    }
+                    self.remember(record.clone());
+                    self.unsynced = true;
+                    json!({"t": now, "event": "ended", "job": job.0, "record": record})
+                }
+            };
+            self.append(&record)?;
+        }
+        Ok(())
+    }
+
+    /// Records every job an earlier daemon left unfinished as ended
+    /// ("lost: scored was killed"), and syncs.
+    pub fn record_lost(&mut self, open: &BTreeMap<u64, Json>) -> io::Result<()> {
+        let now = unix_now();
+        for (id, admitted) in open {
+            let mut record = admitted.clone();
+            if let Json::Object(map) = &mut record {
+                map.insert("state".into(), json!("killed"));
+                map.insert("exit".into(), Json::Null);
+                map.insert("reason".into(), json!(LOST_REASON));
+                map.insert("ended".into(), json!(now));
+            }
+            self.remember(record.clone());
+            self.append(&json!({"t": now, "event": "ended", "job": id, "record": record}))?;
+        }
+        self.file.sync_data()
+    }
+
+    /// Syncs the file if a job's end was written since the last sync.
+    pub fn sync_if_needed(&mut self) -> io::Result<()> {
+        if self.unsynced {
+            self.unsynced = false;
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    fn remember(&mut self, record: Json) {
+        if self.recent.len() == HISTORY {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(record);
+    }
+
+    /// The ended record of job `id`, if the journal still has it.
+    pub fn ended(&self, id: u64) -> Option<Json> {
+        if let Some(record) = self.recent.iter().rev().find(|r| r["id"] == json!(id)) {
+            return Some(record.clone());
+        }
+        let mut found = None;
+        self.scan(&mut |record| {
+            if record["id"] == json!(id) {
+                found = Some(record.clone());
+            }
+        });
+        found
+    }
+
+    /// Rows of `jobs all` for the recently finished jobs, oldest first.
+    pub fn recent_rows(&self, table: &mut Table, may_see: &dyn Fn(&Json) -> bool) {
+        for record in &self.recent {
+            let mut record = record.clone();
+            if !may_see(&record) {
+                redact(&mut record);
+            }
+            table.push(
+                table
+                    .columns
+                    .iter()
+                    .map(|column| value_of(column, &record[column.as_str()]))
+                    .collect(),
+            );
+        }
+    }
+
+    /// Every ended record of both files, oldest first.
+    fn scan(&self, each: &mut dyn FnMut(&Json)) {
+        for name in [ROTATED, FILE] {
+            let result = read_file(&self.dir.join(name), &mut |line| {
+                if let Ok(entry) = serde_json::from_str::<Json>(line) {
+                    if entry["event"] == "ended" {
+                        each(&entry["record"]);
+                    }
+                }
+            });
+            if let Err(error) = result {
+                tracing::warn!(file = name, %error, "cannot read the journal");
+            }
+        }
+    }
+
+    /// `history`: ended jobs of `uid` (if given) that ended at or after `since`.
+    pub fn history(&self, uid: Option<u32>, since: Option<Since>) -> Vec<Json> {
+        let from = match since {
+            None => f64::MIN,
+            Some(Since::Unix(secs)) => secs as f64,
+            Some(Since::Ago(ago)) => unix_now() - ago.as_secs_f64(),
+        };
+        let mut out = Vec::new();
+        self.scan(&mut |record| {
+            let ended = record["ended"].as_f64().unwrap_or(0.0);
+            let user_ok = uid.is_none_or(|uid| record["uid"] == json!(uid));
+            if ended >= from && user_ok {
+                out.push(record.clone());
+            }
+        });
+        out
+    }
+}
+
+/// Leaves out of a `job ID` record what only the job's owner, root and
+/// operators may see: its command, exit status and reason (which may name
+/// its files). The keys stay, as null, as in `job ID`.
+pub fn redact(record: &mut Json) {
+    if let Json::Object(map) = record {
+        for key in ["command", "exit", "reason"] {
+            if let Some(value) = map.get_mut(key) {
+                *value = Json::Null;
+            }
+        }
+    }
+}
+
+/// The text table `history` prints (its JSON is the full records).
+pub fn history_table(records: &[Json]) -> Table {
+    let mut table = Table::new(&[
+        "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "ended", "reason",
+    ]);
+    for record in records {
+        table.push(
+            table
+                .columns
+                .iter()
+                .map(|column| match column.as_str() {
+                    "ended" => {
+                        Value::text(record["ended"].as_f64().map_or("-".to_string(), |secs| {
+                            crate::command::parse::format_utc(secs as u64)
+                        }))
+                    }
+                    key => value_of(key, &record[key]),
+                })
+                .collect(),
+        );
+    }
+    table
+}
+
+/// A `job ID` record read back from the journal, with its typed values.
+pub fn record_fields(record: &Json) -> Vec<(String, Value)> {
+    let Json::Object(map) = record else {
+        return Vec::new();
+    };
+    map.iter()
+        .map(|(key, value)| {
+            let value = match key.as_str() {
+                "ended" => Value::text(value.as_f64().map_or("-".to_string(), |secs| {
+                    crate::command::parse::format_utc(secs as u64)
+                })),
+                key => value_of(key, value),
+            };
+            (key.clone(), value)
+        })
+        .collect()
+}
+
+/// The typed value of a `job ID` key, from its JSON (seconds, bytes).
+fn value_of(key: &str, json: &Json) -> Value {
+    const DURATIONS: &[&str] = &[
+        "cpu",
+        "wall",
+        "run",
+        "stopped",
+        "wait",
+        "cputime limit",
+        "residency",
+    ];
+    const SIZES: &[&str] = &["disk", "peak disk", "memory limit", "disk limit"];
+    match json {
+        Json::Null => Value::None,
+        Json::Number(number) if DURATIONS.contains(&key) => Value::Duration(
+            Duration::from_secs_f64(number.as_f64().unwrap_or(0.0).max(0.0)),
+        ),
+        Json::Number(number) if SIZES.contains(&key) => Value::Size(number.as_u64().unwrap_or(0)),
+        Json::Number(number) => match (number.as_u64(), number.as_i64()) {
+            (Some(n), _) => Value::Uint(n),
+            (None, Some(n)) => Value::Int(n),
+            _ => Value::Float(number.as_f64().unwrap_or(0.0)),
+        },
+        Json::Bool(flag) => Value::Bool(*flag),
+        Json::String(text) => Value::text(text),
+        Json::Array(items) => Value::List(items.iter().map(|item| value_of("", item)).collect()),
+        Json::Object(map) => Value::Map(
+            map.iter()
+                .map(|(name, value)| {
+                    // Maps in a job record are per-host sizes.
+                    let value = match value.as_u64() {
+                        Some(bytes) if key.contains("memory") => Value::Size(bytes),
+                        _ => value_of("", value),
+                    };
+                    (name.clone(), value)
+                })
+                .collect(),
+        ),
+    }
+}
+
+fn fields_json(fields: &[(String, Value)]) -> Json {
+    let mut map = Map::new();
+    for (key, value) in fields {
+        map.insert(key.clone(), value.to_json());
+    }
+    Json::Object(map)
+}
+
+/// Folds one journal line into what recovery needs.
+fn absorb(entry: &Json, recovered: &mut Recovered, recent: &mut VecDeque<Json>) {
+    let id = entry["job"].as_u64();
+    if let Some(id) = id {
+        recovered.last_id = recovered.last_id.max(id);
+    }
+    match entry["event"].as_str() {
+        Some("checkpoint") => {
+            if let Some(next) = entry["next_job"].as_u64() {
+                recovered.last_id = recovered.last_id.max(next.saturating_sub(1));
+            }
+            for record in entry["open"].as_array().into_iter().flatten() {
+                if let Some(id) = record["id"].as_u64() {
+                    recovered.last_id = recovered.last_id.max(id);
+                    recovered.open.insert(id, record.clone());
+                }
+            }
+        }
+        Some("admitted") => {
+            if let Some(id) = id {
+                recovered.open.insert(id, entry["record"].clone());
+            }
+        }
+        Some("moved") => {
+            if let (Some(id), Some(to)) = (id, entry["to"].as_u64()) {
+                if let Some(Json::Object(record)) = recovered.open.get_mut(&id) {
+                    record.insert("queue".into(), json!(to));
+                    if let Some(Json::Array(queues)) = record.get_mut("queues") {
+                        queues.push(json!(to));
+                    }
+                }
+            }
+        }
+        Some("ended") => {
+            if let Some(id) = id {
+                recovered.open.remove(&id);
+            }
+            if recent.len() == HISTORY {
+                recent.pop_front();
+            }
+            recent.push_back(entry["record"].clone());
+        }
+        _ => {}
+    }
+}
+
+fn ends_with_newline(path: &Path) -> io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = File::open(path)?;
+    file.seek(SeekFrom::End(-1))?;
+    let mut last = [0u8; 1];
+    file.read_exact(&mut last)?;
+    Ok(last[0] == b'\n')
+}
+
+/// Calls `each` with every line of a file; a missing file has none.
+fn read_file(path: &Path, each: &mut dyn FnMut(&str)) -> io::Result<()> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => {
+            return Err(io::Error::new(
+                error.kind(),
+                format!("{}: {error}", path.display()),
+            ))
+        }
+    };
+    for line in BufReader::new(file).split(b'\n') {
+        let line = line?;
+        match std::str::from_utf8(&line) {
+            Ok(text) if !text.trim().is_empty() => each(text),
+            Ok(_) => {}
+            Err(_) => each(""),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::JobId;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("scored-journal-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("create temp dir");
+        dir
+    }
+
+    fn record(id: u64, uid: u32) -> Vec<(String, Value)> {
+        vec![
+            ("id".into(), Value::Uint(id)),
+            ("user".into(), Value::text("alice")),
+            ("uid".into(), Value::Uint(u64::from(uid))),
+            ("state".into(), Value::text("queued")),
+            ("queue".into(), Value::Uint(1)),
+            ("queues".into(), Value::List(vec![Value::Uint(1)])),
+            ("cpu".into(), Value::Duration(Duration::from_millis(1500))),
+        ]
+    }
+
+    fn admitted(id: u64) -> JobEvent {
+        JobEvent::Admitted {
+            job: JobId(id),
+            waited: Duration::ZERO,
+            record: record(id, 1000),
+        }
+    }
+
+    fn ended(id: u64) -> JobEvent {
+        let mut fields = record(id, 1000);
+        fields[3].1 = Value::text("done");
+        fields.push(("exit".into(), Value::Int(0)));
+        fields.push((
+            "reason".into(),
+            Value::text("all processes exited with status 0"),
+        ));
+        JobEvent::Ended {
+            job: JobId(id),
+            record: fields,
+        }
+    }
+
+    #[test]
+    fn unfinished_jobs_and_the_last_id_are_recovered() {
+        let dir = temp_dir("recover");
+        let (mut journal, recovered) = Journal::open(&dir, DEFAULT_MAX_SIZE).expect("open");
+        assert_eq!(recovered.last_id, 0);
+        journal
+            .record(vec![
+                admitted(1),
+                admitted(2),
+                JobEvent::Started(JobId(1)),
+                ended(1),
+            ])
+            .expect("record");
+        journal
+            .record(vec![JobEvent::Moved {
+                job: JobId(2),
+                from: 1,
+                to: 2,
+                by: "residency",
+            }])
+            .expect("record");
+        drop(journal);
+        // A crash in the middle of a write leaves a torn line.
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(dir.join(FILE))
+            .expect("open");
+        file.write_all(b"{\"t\":1,\"event\":\"adm").expect("write");
+        drop(file);
+        let (mut journal, recovered) = Journal::open(&dir, DEFAULT_MAX_SIZE).expect("reopen");
+        assert_eq!(recovered.last_id, 2);
+        assert_eq!(recovered.bad_lines, 1);
+        assert_eq!(recovered.open.keys().copied().collect::<Vec<_>>(), vec![2]);
+        assert_eq!(recovered.open[&2]["queue"], json!(2));
+        journal.record_lost(&recovered.open).expect("lost");
+        let lost = journal.ended(2).expect("job 2 is in the journal");
+        assert_eq!(lost["reason"], json!(LOST_REASON));
+        assert_eq!(lost["state"], json!("killed"));
+        assert_eq!(journal.history(None, None).len(), 2);
+        assert_eq!(journal.history(Some(7), None).len(), 0);
+        assert_eq!(
+            journal
+                .history(None, Some(Since::Ago(Duration::from_secs(3600))))
+                .len(),
+            2
+        );
+        assert_eq!(
+            journal.history(None, Some(Since::Unix(u64::MAX / 2))).len(),
+            0
+        );
+        let (_, recovered) = Journal::open(&dir, DEFAULT_MAX_SIZE).expect("reopen");
+        assert!(recovered.open.is_empty());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn rotation_keeps_open_jobs_and_ids() {
+        let dir = temp_dir("rotate");
+        let (mut journal, _) = Journal::open(&dir, 4096).expect("open");
+        let mut id = 0;
+        while !journal.wants_rotation() {
+            id += 1;
+            journal
+                .record(vec![admitted(id), ended(id)])
+                .expect("record");
+        }
+        journal.record(vec![admitted(id + 1)]).expect("record");
+        journal
+            .rotate(id + 2, vec![record(id + 1, 1000)])
+            .expect("rotate");
+        journal
+            .rotate(id + 2, vec![record(id + 1, 1000)])
+            .expect("rotate twice");
+        let (_, recovered) = Journal::open(&dir, 4096).expect("reopen");
+        assert_eq!(recovered.last_id, id + 1);
+        assert_eq!(
+            recovered.open.keys().copied().collect::<Vec<_>>(),
+            vec![id + 1]
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn sizes_below_a_record_are_refused() {
+        assert_eq!(parse_max_size("16M"), Ok(16 << 20));
+        assert!(parse_max_size("100").unwrap_err().contains("at least 4K"));
+        assert!(parse_max_size("lots").is_err());
+    }
+}
