@@ -5,6 +5,7 @@
 //! job directory; scrun clients of a dead daemon say so and exit 69.
 
 use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use scored_tests::*;
@@ -682,18 +683,33 @@ fn a_state_the_new_image_cannot_take_over_is_refused() {
     assert_eq!(status.code(), Some(137));
 }
 
-/// Jobs started after a restart get the descriptor limits scored was first
-/// started with, not the raised ones its new image starts with.
+/// Jobs started after a restart get their scrun's descriptor limits, as
+/// before it, never the raised ones the daemon's new image starts with.
 #[test]
 fn jobs_after_a_restart_keep_the_original_descriptor_limit() {
     let daemon = Daemon::builder().nofile(1000, 4000).start();
     let limits = |daemon: &Daemon| {
-        let output = daemon.run(&["sh", "-c", "ulimit -Sn; ulimit -Hn"]);
+        let scrun = daemon.scrun(&[]);
+        let output = Command::new("prlimit")
+            .arg("--nofile=700:3000")
+            .arg("--")
+            .arg(bin("scrun"))
+            .args(["sh", "-c", "ulimit -Sn; ulimit -Hn"])
+            .envs(
+                scrun
+                    .get_envs()
+                    .filter_map(|(key, value)| Some((key, value?))),
+            )
+            .env_remove("SCORE_OPTIONS")
+            .current_dir(&daemon.sandbox.path)
+            .stdin(Stdio::null())
+            .output()
+            .expect("prlimit scrun");
         assert_eq!(code(&output), Some(0), "{}", stderr(&output));
         stdout(&output)
     };
     let before = limits(&daemon);
-    assert_eq!(before, "1000\n4000\n");
+    assert_eq!(before, "700\n3000\n");
     restart(&daemon);
     assert_eq!(limits(&daemon), before);
 }
