@@ -9,6 +9,7 @@
 //! scored-testprog escape SECS          fork a child that calls setsid() and spins; print its pid
 //! scored-testprog forks SECS           fork short-lived children as fast as possible for SECS
 //! scored-testprog env                  print the SCORE_* environment
+//! scored-testprog keyring              print `keyring ID`, the serial of its session keyring
 //! ```
 //!
 //! It prints `pid PID` on stdout first (except `env`), so tests can find it.
@@ -98,11 +99,33 @@ fn main() {
                 println!("{key}={value}");
             }
         }
+        "keyring" => match session_keyring() {
+            Some(id) => println!("keyring {id}"),
+            None => println!("keyring none"),
+        },
         other => {
             eprintln!("scored-testprog: unknown mode '{other}'");
             std::process::exit(2);
         }
     }
+}
+
+/// The serial of the calling process's session keyring
+/// (`keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0)`), or
+/// `None` where the kernel has no keys.
+pub fn session_keyring() -> Option<i64> {
+    const KEYCTL_GET_KEYRING_ID: libc::c_long = 0;
+    const KEY_SPEC_SESSION_KEYRING: libc::c_long = -3;
+    // SAFETY: keyctl with these arguments takes integers only.
+    let id = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_GET_KEYRING_ID,
+            KEY_SPEC_SESSION_KEYRING,
+            0 as libc::c_long,
+        )
+    };
+    (id > 0).then_some(id as i64)
 }
 
 fn spin_cpu(seconds: f64) {

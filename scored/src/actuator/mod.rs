@@ -414,7 +414,8 @@ impl OsActuator {
             // setgroups/setgid/setuid, chdir, close_range, prctl, getppid)
             // on data prepared before the fork; it allocates nothing, takes
             // no lock and does not log. The daemon is single-threaded, so no
-            // other thread's lock can be held.
+            // other thread's lock can be held. `shed_root_leftovers` adds
+            // keyctl, capget and prctl, system calls too.
             unsafe {
                 command.pre_exec(move || {
                     // Never let the daemon's real-time priority leak into a job.
@@ -427,6 +428,7 @@ impl OsActuator {
                     if become_user {
                         sys::become_user(uid, gid, &groups)?;
                     }
+                    shed_root_leftovers(become_user)?;
                     sys::chdir(&child_cwd)?;
                     // Only the three stdio descriptors reach the job. Old
                     // kernels lack close_range; there, every descriptor of
@@ -482,6 +484,17 @@ impl OsActuator {
                         }
                     }
                     tracing::debug!(job = %plan.job, pid, rank = proc_plan.rank, stage = proc_plan.stage, host = %host.0, "spawned");
+                }
+                Err(error) if error.raw_os_error() == Some(sys::PRIVILEGES_REMAIN) => {
+                    let program = Path::new(&argv[0]).display().to_string();
+                    return Err((
+                        format!(
+                            "refusing to run '{program}' as uid {}: capabilities or securebits \
+                             remain after the change of user",
+                            plan.user.uid
+                        ),
+                        crate::exitcode::NOT_EXECUTABLE,
+                    ));
                 }
                 Err(error) => {
                     let program = Path::new(&argv[0]).display().to_string();
@@ -736,6 +749,21 @@ impl OsActuator {
         });
         out.push(Input::ProcessesGone(job));
     }
+}
+
+/// Between fork and exec, after the change of user: what a job must not
+/// keep of scored's root. A new session keyring of the job's own (it
+/// would otherwise possess scored's, and through it any key scored's
+/// session holds); and, when the job runs as another user, a check that
+/// no capability and no securebit survived `setuid`, which aborts the
+/// exec with [`sys::PRIVILEGES_REMAIN`] (reported as such by the parent).
+/// Only system calls: safe between fork and exec.
+fn shed_root_leftovers(became_user: bool) -> io::Result<()> {
+    sys::join_new_session_keyring()?;
+    if became_user && sys::privileges_remain()? {
+        return Err(io::Error::from_raw_os_error(sys::PRIVILEGES_REMAIN));
+    }
+    Ok(())
 }
 
 fn signal_from(signal: i32) -> Option<Signal> {

@@ -340,3 +340,70 @@ pub fn page_size() -> u64 {
         4096
     }
 }
+
+/// `keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)`: gives the calling process
+/// a new anonymous session keyring of its own, owned by its current
+/// credentials. Without it a job would possess scored's session keyring
+/// (possession grants its possessor permissions whatever the key's owner).
+/// A kernel built without keys (ENOSYS) has no keyring to share.
+pub fn join_new_session_keyring() -> io::Result<()> {
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+    // SAFETY: keyctl with a null name pointer joins a new anonymous
+    // keyring; it reads no memory of ours.
+    match cvt(unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        )
+    }) {
+        Ok(_) => Ok(()),
+        Err(error) if error.raw_os_error() == Some(libc::ENOSYS) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// The error a launch fails with when privileges remain after the change
+/// of user: chosen because nothing else between fork and exec returns it,
+/// so the parent can name the cause (see [`privileges_remain`]).
+pub const PRIVILEGES_REMAIN: i32 = libc::ENOTRECOVERABLE;
+
+/// Whether the calling process still holds anything of root after
+/// `setuid` to another user: a capability in its effective, permitted or
+/// inheritable set (the kernel clears the first two on setuid unless
+/// securebits say otherwise; nothing clears the third), or any securebit.
+/// Uses `capget` (version 3, 64 bits) and `prctl(PR_GET_SECUREBITS)`.
+pub fn privileges_remain() -> io::Result<bool> {
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: `header` and `data` are valid, writable and live across the
+    // call; version 3 makes the kernel write exactly two `Data` entries.
+    cvt(unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) })?;
+    let caps = data
+        .iter()
+        .any(|set| set.effective | set.permitted | set.inheritable != 0);
+    // SAFETY: prctl with PR_GET_SECUREBITS takes no pointer.
+    let securebits =
+        cvt(unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) } as libc::c_long)?;
+    Ok(caps || securebits != 0)
+}
