@@ -676,6 +676,13 @@ impl Core {
         (reply, out)
     }
 
+    /// Whether `uid` is root, the daemon's own user or an operator: the
+    /// event loop holds these to no per-user connection limit and keeps a
+    /// reserve of connections for them.
+    pub fn is_privileged(&self, uid: u32) -> bool {
+        uid == 0 || uid == self.config.daemon_uid || self.config.operators.contains(&uid)
+    }
+
     fn is_operator(&self, cred: &Cred) -> bool {
         cred.uid == 0
             || cred.uid == self.config.daemon_uid

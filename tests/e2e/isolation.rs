@@ -3,6 +3,13 @@
 //! inherits from root. Tests that need other users skip, with a printed
 //! reason, when not run as root.
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use scored::proto::{self, Reply, Request};
 use scored_tests::*;
 
 /// The `keyring ID` line of a `scored-testprog keyring` run.
@@ -77,4 +84,284 @@ fn r13_8_each_job_has_a_session_keyring_of_its_own() {
         !owned.is_empty(),
         "the job sees no session keyring:\n{listing}"
     );
+}
+
+// ----- finding 5: connections -----
+
+/// `scored-testprog connect` run as `user`: its output lines arrive on the
+/// returned channel; the child is for the caller to end.
+fn hold_connections_as(
+    user: &TestUser,
+    socket: &Path,
+    n: usize,
+    secs: u32,
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let socket = socket.display().to_string();
+    let mut child = command_as(
+        user,
+        Path::new(&testprog()),
+        &["connect", &socket, &n.to_string(), &secs.to_string()],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .expect("run testprog connect");
+    let stdout = child.stdout.take().expect("piped");
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, receiver)
+}
+
+/// Reads the holder's report up to its refusals: (open, refusal texts).
+fn refusals(lines: &std::sync::mpsc::Receiver<String>) -> (usize, Vec<String>) {
+    let next = || {
+        lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the connection holder reports in time")
+    };
+    let mut open_line = next();
+    if open_line.starts_with("pid ") {
+        open_line = next();
+    }
+    let open: usize = open_line
+        .strip_prefix("open ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("expected 'open N', got {open_line:?}"));
+    let refused_line = next();
+    let n_refused: usize = refused_line
+        .strip_prefix("refused ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("expected 'refused N', got {refused_line:?}"));
+    let texts = (0..n_refused).map(|_| next()).collect();
+    (open, texts)
+}
+
+fn end(mut child: std::process::Child) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = child.wait();
+}
+
+/// Issue 13, finding 5: a plain user who takes every connection open to
+/// users does not lock root out: root's console and scrun still work
+/// (through the reserve), while other plain users are told why they wait.
+#[test]
+fn r13_5_a_user_holding_1000_connections_does_not_lock_out_root() {
+    let Some(users) = test_users("r13_5_a_user_holding_1000_connections") else {
+        return;
+    };
+    // 1000 connections for users, and the reserve of 64 for root and the
+    // operators.
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--max-connections")
+        .arg("1064")
+        .arg("--max-connections-per-user")
+        .arg("5000")
+        .start();
+    let (holder, lines) = hold_connections_as(&users.a, &daemon.socket, 1001, 120);
+    let (open, refused) = refusals(&lines);
+    assert_eq!(open, 1001, "every connect() succeeds at the socket level");
+    assert_eq!(
+        refused.len(),
+        1,
+        "exactly the connection past the users' share is refused: {refused:?}"
+    );
+    assert!(
+        refused[0].contains("other than root") && refused[0].contains("try again later"),
+        "the refusal says why: {}",
+        refused[0]
+    );
+    // Root is served at once, through the reserve.
+    let started = Instant::now();
+    let output = daemon.console("status");
+    assert_eq!(code(&output), Some(0), "root's status: {}", stderr(&output));
+    assert!(stdout(&output).contains("uptime"), "{}", stdout(&output));
+    let output = daemon.run(&["true"]);
+    assert_eq!(code(&output), Some(0), "root's scrun: {}", stderr(&output));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "root waited {:?}",
+        started.elapsed()
+    );
+    // Another plain user is refused, with the reason.
+    let output = daemon.console_as(&users.b, "status");
+    assert_ne!(
+        code(&output),
+        Some(0),
+        "user b must wait: {}",
+        stdout(&output)
+    );
+    assert!(
+        stderr(&output).contains("other than root"),
+        "user b is told why: {}",
+        stderr(&output)
+    );
+    end(holder);
+    assert!(
+        wait_until(Duration::from_secs(20), || daemon
+            .console_as(&users.b, "status")
+            .status
+            .success()),
+        "once user a lets go, user b is served"
+    );
+    assert!(daemon.running(), "scored died:\n{}", daemon.log());
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+    daemon.stop();
+}
+
+/// Issue 13, finding 5: one user may hold at most
+/// `--max-connections-per-user` connections; the next is refused with a
+/// message naming the user and the limit, and other users are not affected.
+#[test]
+fn r13_5_the_per_user_connection_limit_refuses_clearly() {
+    let Some(users) = test_users("r13_5_the_per_user_connection_limit") else {
+        return;
+    };
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--max-connections-per-user")
+        .arg("20")
+        .start();
+    let (holder, lines) = hold_connections_as(&users.a, &daemon.socket, 25, 120);
+    let (open, refused) = refusals(&lines);
+    assert_eq!(open, 25);
+    assert_eq!(refused.len(), 5, "{refused:?}");
+    for text in &refused {
+        assert!(
+            text.contains(&format!(
+                "user {} already holds 20 connections",
+                users.a.name
+            )) && text.contains("--max-connections-per-user 20"),
+            "the refusal names the user and the limit: {text}"
+        );
+    }
+    let output = daemon.console_as(&users.a, "status");
+    assert_ne!(code(&output), Some(0));
+    assert!(
+        stderr(&output).contains("already holds 20 connections"),
+        "{}",
+        stderr(&output)
+    );
+    let output = daemon.console_as(&users.b, "status");
+    assert_eq!(code(&output), Some(0), "user b: {}", stderr(&output));
+    let output = daemon.console("status");
+    assert_eq!(code(&output), Some(0), "root: {}", stderr(&output));
+    end(holder);
+    assert!(wait_until(Duration::from_secs(20), || daemon
+        .console_as(&users.a, "status")
+        .status
+        .success()));
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+    daemon.stop();
+}
+
+/// Reads one reply frame, or `None` when the daemon closed the connection.
+fn read_reply(stream: &mut UnixStream) -> Option<Reply> {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Ok(Some(reply)) = proto::decode::<Reply>(&mut bytes, proto::MAX_REPLY) {
+            return Some(reply);
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return None,
+            Ok(len) => bytes.extend_from_slice(&chunk[..len]),
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => return None,
+            Err(error) => panic!("no reply and no close: {error}"),
+        }
+    }
+}
+
+fn status_request() -> Vec<u8> {
+    proto::encode(&Request::Console {
+        version: proto::VERSION,
+        line: "status".into(),
+        json: false,
+    })
+}
+
+/// Issue 13, finding 5: a connection that begins a request and does not
+/// finish it is closed after `--request-timeout`, with a message; clients
+/// that sent whole requests, or nothing yet, and wait are never cut, and a
+/// job longer than the timeout runs to its end.
+#[test]
+fn r13_5_an_unfinished_request_is_cut_after_the_timeout() {
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--request-timeout")
+        .arg("500ms")
+        .start();
+    let open = || {
+        let stream = UnixStream::connect(&daemon.socket).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        stream
+    };
+    let mut silent = open();
+    let mut answered = open();
+    answered.write_all(&status_request()).expect("write");
+    assert!(
+        matches!(
+            read_reply(&mut answered),
+            Some(Reply::Console { ok: true, .. })
+        ),
+        "a whole request is answered"
+    );
+    let job = daemon.spawn(&["sleep", "2"]);
+    // Half a header.
+    let mut slow = open();
+    let started = Instant::now();
+    slow.write_all(&[0, 0]).expect("write");
+    match read_reply(&mut slow) {
+        Some(Reply::Error { message }) => assert!(
+            message.contains("incomplete request") && message.contains("500ms"),
+            "the message says why: {message}"
+        ),
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+    assert!(
+        read_reply(&mut slow).is_none(),
+        "then the connection closes"
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(450) && waited < Duration::from_secs(15),
+        "cut after {waited:?}, for a timeout of 500ms"
+    );
+    // Half a body is cut the same way.
+    let mut half_body = open();
+    let request = status_request();
+    half_body
+        .write_all(&request[..request.len() / 2])
+        .expect("write");
+    assert!(matches!(
+        read_reply(&mut half_body),
+        Some(Reply::Error { .. })
+    ));
+    // The idle ones are still served, well after the timeout.
+    std::thread::sleep(Duration::from_secs(1));
+    for (what, stream) in [("silent", &mut silent), ("answered", &mut answered)] {
+        stream.write_all(&status_request()).expect("write");
+        assert!(
+            matches!(read_reply(stream), Some(Reply::Console { ok: true, .. })),
+            "the {what} connection was cut"
+        );
+    }
+    let mut job = job;
+    let (status, out) = job.wait(Duration::from_secs(30));
+    assert!(
+        status.success(),
+        "the 2s job under a 500ms request timeout: {out}"
+    );
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+    daemon.stop();
 }
