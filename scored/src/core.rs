@@ -272,6 +272,16 @@ pub enum Input {
     },
     /// The job has no process left (ranks and their descendants).
     ProcessesGone(JobId),
+    /// The job could not be kept stopped (its stop was not confirmed in
+    /// time, or something outside it kept continuing it while it was
+    /// switched out, with no freezer to hold it): it is killed, so that
+    /// the jobs sharing its hosts get them.
+    StopFailed {
+        /// The job.
+        job: JobId,
+        /// Why, for the job's end reason.
+        reason: String,
+    },
     /// A usage measurement.
     Usage {
         /// The job.
@@ -630,6 +640,9 @@ impl Core {
                 }
             }
             Input::ProcessesGone(job) => self.processes_gone(job, now, out),
+            Input::StopFailed { job, reason } => {
+                self.begin_kill(job, EndCause::Limit(reason), false, now, out);
+            }
             Input::Usage { job, usage } => self.usage(job, usage, now, out),
             Input::FinalUsage {
                 job,

@@ -365,3 +365,135 @@ fn r13_5_an_unfinished_request_is_cut_after_the_timeout() {
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
     daemon.stop();
 }
+
+// ----- finding 6: a stop that never confirms -----
+
+/// One host shared by two one-process gang jobs, so that they alternate.
+const ONE_HOST: &str = "host0 cores=1\n";
+
+/// Starts user A's and user B's spinning jobs on the shared host and a
+/// loop, run as user A outside the job, that sends SIGCONT to A's rank
+/// without pause. Returns the jobs, the pids of their ranks and the loop.
+fn continue_attack(
+    daemon: &Daemon,
+    users: &TestUsers,
+) -> (Job, Job, i32, i32, std::process::Child) {
+    let mut job_a = daemon.spawn_as(&users.a, &["-nodes=1", &testprog(), "spin", "0"]);
+    let pid_a = job_a.wait_pids(1)[0];
+    let mut job_b = daemon.spawn_as(&users.b, &["-nodes=1", &testprog(), "spin", "0"]);
+    let pid_b = job_b.wait_pids(1)[0];
+    let script = format!("while :; do kill -CONT {pid_a} 2>/dev/null; done");
+    let attacker = command_as(&users.a, Path::new("/bin/sh"), &["-c", &script])
+        .spawn()
+        .expect("start the SIGCONT loop");
+    (job_a, job_b, pid_a, pid_b, attacker)
+}
+
+/// Samples the states of two ranks for 3 s: (samples, A running, B
+/// running, both running).
+fn sample_states(pid_a: i32, pid_b: i32, daemon: &Daemon) -> (u32, u32, u32, u32) {
+    let started = Instant::now();
+    let (mut samples, mut a_running, mut b_running, mut both_running) = (0, 0, 0, 0);
+    while started.elapsed() < Duration::from_secs(3) {
+        let (Some(a), Some(b)) = (proc_stat(pid_a), proc_stat(pid_b)) else {
+            panic!("a rank died during the attack:\n{}", daemon.log());
+        };
+        samples += 1;
+        a_running += u32::from(a.state == 'R');
+        b_running += u32::from(b.state == 'R');
+        both_running += u32::from(a.state == 'R' && b.state == 'R');
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    (samples, a_running, b_running, both_running)
+}
+
+/// Issue 13, finding 6: user A keeps sending SIGCONT to its own job's
+/// switched-out rank from outside the job. Where cgroups are in use the
+/// job is frozen instead: B's job still gets its slices, and A's job never
+/// runs while B's does.
+#[test]
+fn r13_6_sigcont_from_outside_does_not_steal_another_users_slices() {
+    let Some(users) = test_users("r13_6_sigcont_from_outside") else {
+        return;
+    };
+    let mut daemon = Daemon::builder().hosts(ONE_HOST).timeslice("100ms").start();
+    let (mut job_a, mut job_b, pid_a, pid_b, attacker) = continue_attack(&daemon, &users);
+    // Let the attack start, then watch for 3 s. The states say who holds
+    // the host whatever the load of the machine: a job in its slice is
+    // runnable (R), a switched-out one stopped (T) or frozen (D).
+    std::thread::sleep(Duration::from_millis(500));
+    let (samples, a_running, b_running, both_running) = sample_states(pid_a, pid_b, &daemon);
+    end(attacker);
+    let report = format!(
+        "of {samples} samples over 3s, A was running in {a_running}, B in {b_running}, \
+         both at once in {both_running}"
+    );
+    assert!(
+        b_running * 5 >= samples,
+        "B's job must keep getting its slices: {report}"
+    );
+    // The first continue from outside runs A until it is frozen: allow a
+    // trace of overlap, far from the half of all samples that an
+    // unprotected job shows.
+    assert!(
+        both_running * 50 <= samples,
+        "A ran while B held the host: {report}"
+    );
+    assert!(
+        daemon.log().contains("continued from outside"),
+        "scored noticed the continues:\n{}",
+        daemon.log()
+    );
+    // Both jobs still end normally.
+    for job in [&job_a, &job_b] {
+        job.signal(nix::sys::signal::Signal::SIGINT);
+    }
+    job_a.wait(Duration::from_secs(30));
+    job_b.wait(Duration::from_secs(30));
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+    daemon.stop();
+}
+
+/// Issue 13, finding 6, without cgroups: nothing can hold a job against
+/// its owner's SIGCONT, so a job that keeps being continued from outside
+/// is stopped again and, when it goes on, killed with a reason; the other
+/// user's job then has the host.
+#[test]
+fn r13_6_without_a_freezer_a_job_continued_from_outside_is_killed() {
+    let Some(users) = test_users("r13_6_without_a_freezer") else {
+        return;
+    };
+    let mut daemon = Daemon::builder()
+        .hosts(ONE_HOST)
+        .timeslice("100ms")
+        .arg("--no-cgroups")
+        .start();
+    let (mut job_a, mut job_b, _pid_a, pid_b, attacker) = continue_attack(&daemon, &users);
+    let (status, stderr_a) = job_a.wait(Duration::from_secs(60));
+    end(attacker);
+    assert_eq!(
+        status.code(),
+        Some(76),
+        "A's job ends as killed by a limit: {stderr_a}"
+    );
+    assert!(
+        stderr_a.contains("continued from outside") || stderr_a.contains("did not stop"),
+        "A is told why: {stderr_a}"
+    );
+    // B now has the host to itself: runnable in (nearly) every sample.
+    let started = Instant::now();
+    let (mut samples, mut running) = (0u32, 0u32);
+    while started.elapsed() < Duration::from_secs(1) {
+        samples += 1;
+        running += u32::from(proc_stat(pid_b).is_some_and(|stat| stat.state == 'R'));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(
+        running * 10 >= samples * 9,
+        "B runs alone once A is gone: running in {running} of {samples} samples"
+    );
+    job_b.signal(nix::sys::signal::Signal::SIGINT);
+    job_b.wait(Duration::from_secs(30));
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+    daemon.stop();
+}

@@ -58,6 +58,16 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const FRESH_DISCOVERY: Duration = Duration::from_millis(2);
 /// How often the alarm interrupts a blocking wait for stops.
 const ALARM_EVERY: Duration = Duration::from_millis(1);
+/// How long a stop may go unconfirmed before the job's cgroup is frozen to
+/// finish it (something may be continuing the job's processes as fast as
+/// they are stopped).
+const FREEZE_AFTER: Duration = Duration::from_millis(20);
+/// How long a stop may go unconfirmed, freezer or not, before the job is
+/// killed so that the jobs sharing its hosts are not kept waiting forever.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Without a freezer, how many times a switched-out job may be found
+/// continued by someone else (and stopped again) before it is killed.
+const ROGUE_CONTINUE_LIMIT: u32 = 20;
 
 /// The three descriptors of a job's client: its stdin, stdout and stderr.
 /// They are shared (`Rc`) because jobs launched from one terminal pass the
@@ -140,6 +150,23 @@ struct StopWait {
     children: BTreeSet<i32>,
     extras: BTreeSet<i32>,
     since: Instant,
+    /// The job's cgroup was asked to freeze: its being frozen confirms the stop.
+    freezing: bool,
+}
+
+/// How a switched-out job is held against SIGCONT from outside it.
+#[derive(Debug, Default)]
+struct Hold {
+    /// The core has been told (or will be) that the job is stopped: until
+    /// the next `cont`, any of its ranks seen continued was continued by
+    /// someone else.
+    switched_out: bool,
+    /// Its cgroup is frozen now.
+    frozen: bool,
+    /// It was continued from outside once: freeze it at every stop.
+    freeze_on_stop: bool,
+    /// Continues from outside seen since it was switched out.
+    rogue_continues: u32,
 }
 
 #[derive(Debug)]
@@ -171,6 +198,8 @@ struct JobProcs {
     cgroup_procs: Option<CString>,
     /// The user the job runs as.
     uid: u32,
+    /// Holding it stopped while it is switched out.
+    hold: Hold,
 }
 
 impl JobProcs {
@@ -312,6 +341,7 @@ impl OsActuator {
                 scratch,
                 cgroup_procs,
                 uid: plan.user.uid,
+                hold: Hold::default(),
             },
         );
         Ok(())
@@ -517,7 +547,12 @@ impl OsActuator {
 
     /// Signals every process group of the job that still has a direct
     /// child, and every escaped descendant through its pidfd.
-    fn send(&self, job: JobId, signal: Signal) {
+    fn send(&mut self, job: JobId, signal: Signal) {
+        if signal == Signal::SIGKILL {
+            // A frozen process acts on no signal, SIGKILL included, until
+            // it is thawed.
+            self.thaw(job);
+        }
         let Some(procs) = self.jobs.get(&job) else {
             return;
         };
@@ -714,6 +749,7 @@ impl OsActuator {
     /// The last rank of the job is gone: kill whatever is left, then wait
     /// for it before reporting the job's processes gone.
     fn last_child_gone(&mut self, job: JobId, out: &mut Vec<Input>) {
+        self.thaw(job);
         let leftovers: Vec<Stat> = self.discover(job);
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
@@ -802,12 +838,23 @@ impl Actuator for OsActuator {
         if !fresh {
             self.adopt_new_members(job);
         }
+        // Our own SIGCONTs of the last `cont` are reported as continues:
+        // take them now, so that a continue seen from here on was someone
+        // else's.
+        self.reap_pending(out);
         self.send(job, Signal::SIGSTOP);
+        let freeze = self
+            .jobs
+            .get(&job)
+            .is_some_and(|procs| procs.hold.freeze_on_stop)
+            && self.freeze(job);
         let children = &self.children;
         let Some(procs) = self.jobs.get_mut(&job) else {
             out.push(Input::Stopped(job));
             return;
         };
+        procs.hold.switched_out = true;
+        procs.hold.rogue_continues = 0;
         let pending_children: BTreeSet<i32> = procs
             .children
             .iter()
@@ -821,6 +868,7 @@ impl Actuator for OsActuator {
             children: pending_children,
             extras: pending_extras,
             since: Instant::now(),
+            freezing: freeze,
         });
         // Descendants are confirmed through /proc right away when they
         // already stopped; the rest at the next poll.
@@ -828,7 +876,9 @@ impl Actuator for OsActuator {
     }
 
     fn cont(&mut self, job: JobId) {
+        self.thaw(job);
         if let Some(procs) = self.jobs.get_mut(&job) {
+            procs.hold.switched_out = false;
             procs.stop_wait = None;
             for pid in &procs.children {
                 if let Some(child) = self.children.get_mut(pid) {
@@ -1067,7 +1117,18 @@ impl OsActuator {
                 }
                 self.check_stop(child.job, out);
             }
-            (Some(_), sys::WaitEvent::Continued) => {}
+            (Some(child), sys::WaitEvent::Continued) => {
+                if let Some(entry) = self.children.get_mut(&pid) {
+                    entry.stopped = false;
+                }
+                let switched_out = self
+                    .jobs
+                    .get(&child.job)
+                    .is_some_and(|procs| procs.hold.switched_out);
+                if switched_out {
+                    self.continued_from_outside(child.job, pid, out);
+                }
+            }
             (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)) => {
                 self.children.remove(&pid);
                 let status = match waited.event {
@@ -1119,6 +1180,86 @@ impl OsActuator {
         }
     }
 
+    /// Collects the child state changes already pending, without waiting.
+    fn reap_pending(&mut self, out: &mut Vec<Input>) {
+        while let Ok(Some(waited)) = sys::wait_any() {
+            self.handle_waited(waited, out);
+        }
+    }
+
+    /// Freezes the job's cgroup; whether it could.
+    fn freeze(&mut self, job: JobId) -> bool {
+        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else {
+            return false;
+        };
+        if procs.cgroup_procs.is_none() {
+            return false;
+        }
+        if procs.hold.frozen {
+            return true;
+        }
+        match cgroups.set_frozen(job, true) {
+            Ok(()) => {
+                procs.hold.frozen = true;
+                true
+            }
+            Err(error) => {
+                tracing::warn!(job = %job, %error, "cannot freeze the job's cgroup");
+                false
+            }
+        }
+    }
+
+    /// Thaws the job's cgroup if it is frozen.
+    fn thaw(&mut self, job: JobId) {
+        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else {
+            return;
+        };
+        if !procs.hold.frozen {
+            return;
+        }
+        match cgroups.set_frozen(job, false) {
+            Ok(()) => procs.hold.frozen = false,
+            Err(error) => tracing::error!(job = %job, %error, "cannot thaw the job's cgroup"),
+        }
+    }
+
+    /// A rank of a switched-out job was continued, by someone other than
+    /// scored (its owner can send its processes SIGCONT): the job must not
+    /// run on hosts that another job now holds. Its cgroup is frozen,
+    /// which no signal undoes, now and at every later stop; without a
+    /// cgroup it is stopped again, and killed if this keeps happening.
+    fn continued_from_outside(&mut self, job: JobId, pid: i32, out: &mut Vec<Input>) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        procs.hold.rogue_continues += 1;
+        let first = !procs.hold.freeze_on_stop;
+        procs.hold.freeze_on_stop = true;
+        if first {
+            tracing::warn!(job = %job, pid, "a switched-out job was continued from outside; holding it with the freezer");
+        }
+        if self.freeze(job) {
+            return;
+        }
+        self.send(job, Signal::SIGSTOP);
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if procs.hold.rogue_continues > ROGUE_CONTINUE_LIMIT {
+            procs.hold.switched_out = false;
+            procs.stop_wait = None;
+            out.push(Input::StopFailed {
+                job,
+                reason: format!(
+                    "its processes were continued from outside {} times while it was switched \
+                     out, and no freezer can hold it",
+                    procs.hold.rogue_continues
+                ),
+            });
+        }
+    }
+
     fn poll_job(&mut self, job: JobId, now: Instant, fallback: bool, out: &mut Vec<Input>) {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
@@ -1132,6 +1273,56 @@ impl OsActuator {
                     }
                     _ => false,
                 });
+            let waited = now.duration_since(wait.since);
+            if wait.freezing
+                && self
+                    .cgroups
+                    .as_ref()
+                    .is_some_and(|cgroups| cgroups.is_frozen(job))
+            {
+                // Frozen: none of its processes can run until thawed.
+                wait.children.clear();
+                wait.extras.clear();
+            } else if fallback
+                && !wait.freezing
+                && waited >= FREEZE_AFTER
+                && procs.cgroup_procs.is_some()
+                && !(wait.children.is_empty() && wait.extras.is_empty())
+            {
+                if let Some(cgroups) = &self.cgroups {
+                    match cgroups.set_frozen(job, true) {
+                        Ok(()) => {
+                            tracing::debug!(job = %job, "stop not confirmed in time; freezing the job's cgroup");
+                            wait.freezing = true;
+                            procs.hold.frozen = true;
+                        }
+                        Err(error) => {
+                            tracing::warn!(job = %job, %error, "cannot freeze the job's cgroup")
+                        }
+                    }
+                }
+            }
+            if fallback && waited >= STOP_TIMEOUT {
+                let left = wait.children.len() + wait.extras.len();
+                if left > 0 {
+                    tracing::warn!(job = %job, left, "the job's stop was not confirmed in time; killing it");
+                    procs.stop_wait = None;
+                    out.push(Input::StopFailed {
+                        job,
+                        reason: format!(
+                            "{left} of its processes did not stop within {}s of being switched \
+                             out (something kept continuing them, or they could not stop)",
+                            STOP_TIMEOUT.as_secs()
+                        ),
+                    });
+                    return;
+                }
+            }
+        }
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if let Some(wait) = procs.stop_wait.as_mut() {
             if fallback && now.duration_since(wait.since) >= CONFIRM_FALLBACK {
                 // wait4 should have reported these; trust /proc if it says
                 // stopped, or if the child can only stop later (a vfork()

@@ -46,12 +46,14 @@ pub struct Waited {
     pub max_rss: u64,
 }
 
-/// `wait4(-1, WNOHANG | WUNTRACED)`: the next stop or end of any
-/// child, or `None` when no child has anything to report.
+/// `wait4(-1, WNOHANG | WUNTRACED | WCONTINUED)`: the next stop,
+/// continue or end of any child, or `None` when no child has anything to
+/// report. Continues matter: one that scored did not send means someone
+/// else is running a switched-out job.
 ///
 /// Not for use between fork and exec.
 pub fn wait_any() -> io::Result<Option<Waited>> {
-    wait4_any(libc::WNOHANG)
+    wait4_any(libc::WNOHANG | libc::WCONTINUED)
 }
 
 /// `wait4(pid, WUNTRACED)`, blocking until that child stops or ends; `None`
