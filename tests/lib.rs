@@ -503,6 +503,27 @@ impl Job {
         found
     }
 
+    /// How many lines starting with `prefix` the job has printed so far,
+    /// without waiting.
+    pub fn count_lines(&mut self, prefix: &str) -> usize {
+        self.pump();
+        self.lines
+            .iter()
+            .filter(|line| line.starts_with(prefix))
+            .count()
+    }
+
+    /// The lines starting with `prefix` printed so far (the rest of each),
+    /// without waiting.
+    pub fn lines_with(&mut self, prefix: &str) -> Vec<String> {
+        self.pump();
+        self.lines
+            .iter()
+            .filter_map(|line| line.strip_prefix(prefix))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// The pids the job's processes printed (`pid N` lines).
     pub fn wait_pids(&mut self, n: usize) -> Vec<i32> {
         self.wait_lines("pid ", n)

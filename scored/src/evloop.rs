@@ -391,6 +391,8 @@ impl<A: Actuator> Daemon<A> {
                 let now = Instant::now();
                 self.cut_slow_requests(now, &mut inputs);
                 self.actuator.poll(now, &mut inputs);
+                // A batch of a large launch, between the events of others.
+                self.actuator.continue_launches(&mut inputs);
                 if self
                     .core
                     .next_deadline()

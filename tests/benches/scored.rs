@@ -265,6 +265,131 @@ fn switch_baseline(n: u32) -> f64 {
     median(&mut samples)
 }
 
+/// Which freezer a freezer switch uses.
+#[derive(Clone, Copy)]
+enum Freezer {
+    /// cgroup v1 `freezer.state`, confirmed by reading it until `FROZEN`.
+    V1,
+    /// cgroup v2 `cgroup.freeze`, confirmed by the `frozen 1` line of
+    /// `cgroup.events`, waited for with poll(2) (POLLPRI), as the kernel
+    /// notifies it.
+    V2,
+}
+
+/// The same switch as [`switch_baseline`] done with a freezer instead of
+/// signals: each set of spinners in a cgroup of its own; freeze one set,
+/// wait until the kernel says it is frozen, thaw the other. `None` where
+/// the hierarchy is not there or not writable (not root).
+fn switch_freezer(n: u32, freezer: Freezer) -> Option<f64> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let root = match freezer {
+        Freezer::V1 => "/sys/fs/cgroup/freezer",
+        Freezer::V2 => "/sys/fs/cgroup/unified",
+    };
+    let (file, frozen_value, thawed_value) = match freezer {
+        Freezer::V1 => ("freezer.state", "FROZEN", "THAWED"),
+        Freezer::V2 => ("cgroup.freeze", "1", "0"),
+    };
+    let (n_hosts, cores) = layout(n);
+    let dirs: Vec<std::path::PathBuf> = ["a", "b"]
+        .iter()
+        .map(|set| {
+            std::path::Path::new(root).join(format!("scored-bench-{}-{set}", std::process::id()))
+        })
+        .collect();
+    for dir in &dirs {
+        if std::fs::create_dir(dir).is_err() || !dir.join(file).exists() {
+            let _ = std::fs::remove_dir(dir);
+            return None;
+        }
+    }
+    let mut sets: Vec<Vec<Child>> = Vec::new();
+    for dir in &dirs {
+        let mut children = Vec::new();
+        for _ in 0..n_hosts * cores {
+            let child = Command::new(testprog())
+                .args(["spin", "0"])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn spinner");
+            std::fs::write(dir.join("cgroup.procs"), child.id().to_string())
+                .expect("move a spinner into its cgroup");
+            children.push(child);
+        }
+        sets.push(children);
+    }
+    let write = |dir: &std::path::Path, value: &str| {
+        std::fs::write(dir.join(file), value).expect("write the freezer");
+    };
+    let frozen = |dir: &std::path::Path| -> bool {
+        match freezer {
+            Freezer::V1 => {
+                std::fs::read_to_string(dir.join(file)).is_ok_and(|state| state.trim() == "FROZEN")
+            }
+            Freezer::V2 => std::fs::read_to_string(dir.join("cgroup.events"))
+                .is_ok_and(|events| events.lines().any(|line| line == "frozen 1")),
+        }
+    };
+    // v2 notifies a change of `cgroup.events` with POLLPRI; v1 has no
+    // notification, and is read until it says FROZEN.
+    let events: Vec<Option<std::fs::File>> = dirs
+        .iter()
+        .map(|dir| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(dir.join("cgroup.events"))
+                .ok()
+        })
+        .collect();
+    let freeze_and_confirm = |idx: usize| {
+        write(&dirs[idx], frozen_value);
+        match freezer {
+            Freezer::V1 => while !frozen(&dirs[idx]) {},
+            Freezer::V2 => {
+                while !frozen(&dirs[idx]) {
+                    let Some(file) = &events[idx] else { continue };
+                    let mut pollfd = libc::pollfd {
+                        fd: file.as_raw_fd(),
+                        events: libc::POLLPRI,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd for the call's duration.
+                    unsafe { libc::poll(&mut pollfd, 1, 100) };
+                }
+            }
+        }
+    };
+    freeze_and_confirm(1);
+    scored::actuator::sys::set_scheduler(Some(10), true)
+        .expect("SCHED_FIFO for the baseline (run as root)");
+    let mut samples = Vec::new();
+    let mut running = 0;
+    for _ in 0..scaled(100, 30) {
+        std::thread::sleep(Duration::from_millis(50));
+        let start = Instant::now();
+        freeze_and_confirm(running);
+        write(&dirs[1 - running], thawed_value);
+        samples.push(start.elapsed().as_secs_f64());
+        running = 1 - running;
+    }
+    let _ = scored::actuator::sys::set_scheduler(None, false);
+    for (dir, children) in dirs.iter().zip(sets.iter_mut()) {
+        write(dir, thawed_value);
+        for child in children.iter_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for _ in 0..100 {
+            if std::fs::remove_dir(dir).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Some(median(&mut samples))
+}
+
 // ----- 2. launch -----
 
 fn time_command(mut make: impl FnMut() -> bool, rounds: u64) -> f64 {
@@ -739,8 +864,23 @@ fn main() {
                 ),
                 format!("{} (killpg+waitpid+killpg)", ms(baseline)),
                 format!("{:.2}×", median_scored / baseline),
-                "within 1.5×",
+                "within 1.2×",
             ));
+            // The freezer as the switch's stop (issue 13, finding 6):
+            // measured here to choose between it and SIGSTOP.
+            for (freezer, name) in [
+                (Freezer::V1, "cgroup v1 freezer.state"),
+                (Freezer::V2, "cgroup v2 cgroup.freeze + cgroup.events"),
+            ] {
+                let seconds = switch_freezer(n, freezer);
+                rows.push(row(
+                    &format!("freezer switch ({name}), 2 sets of {n}"),
+                    seconds.map_or_else(|| "not available here".into(), ms),
+                    format!("{} (killpg+waitpid+killpg)", ms(baseline)),
+                    seconds.map_or_else(|| "-".into(), |value| format!("{:.2}×", value / baseline)),
+                    "for comparison",
+                ));
+            }
         }
     }
     if wanted("launch") {

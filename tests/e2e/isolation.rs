@@ -497,3 +497,141 @@ fn r13_6_without_a_freezer_a_job_continued_from_outside_is_killed() {
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
     daemon.stop();
 }
+
+// ----- issue 11, item 9: a large launch -----
+
+/// Issue 11, item 9: while a job of 1,500 processes is being created, the
+/// console answers promptly (the launch goes a batch at a time between
+/// events), every rank starts, and the job ends as it should.
+#[test]
+fn r11_9_the_console_answers_while_a_large_job_launches() {
+    const N: usize = 1500;
+    let hosts: String = (0..N).map(|idx| format!("h{idx} cores=1\n")).collect();
+    let mut daemon = Daemon::builder().hosts(&hosts).log("scored=info").start();
+    let nodes = format!("-nodes={N}");
+    let launched = Instant::now();
+    let mut job = daemon.spawn(&[&nodes, &testprog(), "ignore-term", "3"]);
+    // Ask for the status again and again until every rank has said it
+    // runs, on one connection, so that what is timed is the daemon's
+    // answer and not the start of a console program on a busy machine.
+    let mut console = UnixStream::connect(&daemon.socket).expect("connect");
+    console
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let mut latencies = Vec::new();
+    let mut all_started = None;
+    while launched.elapsed() < Duration::from_secs(120) {
+        let asked = Instant::now();
+        console.write_all(&status_request()).expect("write");
+        assert!(
+            matches!(
+                read_reply(&mut console),
+                Some(Reply::Console { ok: true, .. })
+            ),
+            "status answered"
+        );
+        latencies.push(asked.elapsed());
+        std::thread::sleep(Duration::from_millis(10));
+        let started = job_lines(&mut job, "pid ");
+        if started >= N {
+            all_started = Some(launched.elapsed());
+            break;
+        }
+    }
+    let all_started = all_started.unwrap_or_else(|| {
+        panic!(
+            "only {} of {N} ranks started:\n{}",
+            job_lines(&mut job, "pid "),
+            daemon.log()
+        )
+    });
+    let during = latencies.len().saturating_sub(1);
+    let worst = latencies.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "{N} ranks started in {all_started:?}; {during} status calls during the launch, the slowest {worst:?}"
+    );
+    assert!(
+        during >= 3 || all_started < Duration::from_millis(500),
+        "the console was asked only {during} times while {N} ranks started in {all_started:?}"
+    );
+    assert!(
+        worst < Duration::from_secs(1),
+        "a status took {worst:?} while the job launched (all ranks started in {all_started:?})"
+    );
+    let (status, err) = job.wait(Duration::from_secs(120));
+    assert!(status.success(), "the large job ends with status 0: {err}");
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+    daemon.stop();
+}
+
+/// How many lines starting with `prefix` the job has printed so far.
+fn job_lines(job: &mut Job, prefix: &str) -> usize {
+    job.count_lines(prefix)
+}
+
+/// Issue 11, item 9, gang semantics: a job switched out while its
+/// processes are still being created is held whole: the ranks that exist
+/// are stopped during the other job's slices, and no new rank appears
+/// running meanwhile; its launch resumes in its own slices and it ends as
+/// it should.
+#[test]
+fn r11_9_a_job_switched_out_during_its_launch_is_stopped_whole() {
+    const N: usize = 400;
+    let hosts: String = (0..N).map(|idx| format!("h{idx} cores=1\n")).collect();
+    let mut daemon = Daemon::builder()
+        .hosts(&hosts)
+        .timeslice("100ms")
+        .log("scored=info")
+        .start();
+    // The small job takes h0 first; the large one covers every host, h0
+    // included, so the two alternate.
+    let mut small = daemon.spawn(&["-nodes=1", &testprog(), "spin", "0"]);
+    let small_pid = small.wait_pids(1)[0];
+    let nodes = format!("-nodes={N}");
+    let mut large = daemon.spawn(&[&nodes, &testprog(), "ignore-term", "2"]);
+    let started = Instant::now();
+    let (mut checks, mut violations) = (0u32, Vec::new());
+    while large.count_lines("pid ") < N && started.elapsed() < Duration::from_secs(120) {
+        let small_state = proc_stat(small_pid).map(|stat| stat.state);
+        if small_state == Some('R') {
+            let ranks: Vec<i32> = large
+                .lines_with("pid ")
+                .iter()
+                .filter_map(|text| text.trim().parse().ok())
+                .collect();
+            // Read the ranks, then the small job again: only a sample taken
+            // wholly inside the small job's slice counts.
+            let states: Vec<(i32, char)> = ranks
+                .iter()
+                .filter_map(|pid| proc_stat(*pid).map(|stat| (*pid, stat.state)))
+                .collect();
+            if proc_stat(small_pid).map(|stat| stat.state) == Some('R') {
+                checks += 1;
+                // Stopped (T), or frozen (D), or already ended (Z).
+                violations.extend(
+                    states
+                        .into_iter()
+                        .filter(|(_, state)| !matches!(state, 'T' | 't' | 'D' | 'Z' | 'X')),
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        large.count_lines("pid "),
+        N,
+        "every rank of the large job starts:\n{}",
+        daemon.log()
+    );
+    eprintln!("{checks} samples in the small job's slices during the launch");
+    assert!(
+        violations.len() <= 2,
+        "ranks of the large job were not stopped during the small job's slice: {violations:?}"
+    );
+    let (status, err) = large.wait(Duration::from_secs(120));
+    assert!(status.success(), "the large job ends with status 0: {err}");
+    small.signal(nix::sys::signal::Signal::SIGINT);
+    small.wait(Duration::from_secs(30));
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+    daemon.stop();
+}

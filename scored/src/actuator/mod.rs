@@ -60,11 +60,16 @@ const FRESH_DISCOVERY: Duration = Duration::from_millis(2);
 const ALARM_EVERY: Duration = Duration::from_millis(1);
 /// How long a stop may go unconfirmed before the job's cgroup is frozen to
 /// finish it (something may be continuing the job's processes as fast as
-/// they are stopped).
-const FREEZE_AFTER: Duration = Duration::from_millis(20);
+/// they are stopped, cancelling each SIGSTOP before it takes effect). Well
+/// above what a stop takes on a loaded machine, so that ordinary stops
+/// stay plain SIGSTOPs (a frozen process shows as `D`, not `T`).
+const FREEZE_AFTER: Duration = Duration::from_millis(500);
 /// How long a stop may go unconfirmed, freezer or not, before the job is
 /// killed so that the jobs sharing its hosts are not kept waiting forever.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one batch of a launch may take before the loop serves other
+/// events: a job of thousands of processes is created a batch at a time.
+pub const LAUNCH_BATCH: Duration = Duration::from_millis(5);
 /// Without a freezer, how many times a switched-out job may be found
 /// continued by someone else (and stopped again) before it is killed.
 const ROGUE_CONTINUE_LIMIT: u32 = 20;
@@ -123,6 +128,10 @@ pub trait Actuator {
     fn await_stops(&mut self, max: Duration, out: &mut Vec<Input>);
     /// Kills every process of every job and reaps them (daemon exit).
     fn kill_everything(&mut self);
+    /// Creates the next batch of processes of launches still in progress
+    /// (a job of many processes is created a batch at a time between
+    /// events); `next_deadline` is now while one is due.
+    fn continue_launches(&mut self, _out: &mut Vec<Input>) {}
 }
 
 /// A direct child: one rank.
@@ -175,6 +184,34 @@ struct Drain {
     since: Instant,
 }
 
+/// Where a launch stands: what `spawn_all` needs from one batch to the next.
+#[derive(Debug, Default)]
+struct LaunchProgress {
+    /// Index in the plan's `procs` of the next process to create.
+    next: usize,
+    /// Pipes between `==` stages not yet handed to a process.
+    pipes: Vec<Vec<(Option<OwnedFd>, Option<OwnedFd>)>>,
+    /// Executables already counted in the job's disk use.
+    seen_exes: BTreeSet<PathBuf>,
+}
+
+/// A launch in progress: the processes of a job are created a batch at a
+/// time (at most [`LAUNCH_BATCH`] of work) between events, so that a job
+/// of thousands of processes does not stall the loop. The job holds its
+/// hosts from the start; while it is switched out no process is created
+/// (the ones that exist are stopped like any job's), so no part of it runs
+/// outside its slices.
+#[derive(Debug)]
+struct Launch {
+    plan: LaunchPlan,
+    stdio: Option<JobStdio>,
+    progress: LaunchProgress,
+    /// Switched out: create nothing until the job is continued.
+    paused: bool,
+    /// The job is being killed: create nothing more.
+    aborted: bool,
+}
+
 /// Everything the actuator tracks about one job.
 #[derive(Debug)]
 struct JobProcs {
@@ -200,6 +237,8 @@ struct JobProcs {
     uid: u32,
     /// Holding it stopped while it is switched out.
     hold: Hold,
+    /// Its processes still being created, a batch at a time.
+    launch: Option<Launch>,
 }
 
 impl JobProcs {
@@ -342,24 +381,24 @@ impl OsActuator {
                 cgroup_procs,
                 uid: plan.user.uid,
                 hold: Hold::default(),
+                launch: None,
             },
         );
         Ok(())
     }
 
-    fn spawn_all(
+    /// The start of a launch: the job's scratch directory and cgroup, the
+    /// pipes between `==` stages, and fresh process groups and peaks.
+    fn start_stage(
         &mut self,
         plan: &LaunchPlan,
-        stdio: Option<&JobStdio>,
+        pipes: &mut Vec<Vec<(Option<OwnedFd>, Option<OwnedFd>)>>,
     ) -> Result<(), (String, i32)> {
         self.prepare_job(plan)
             .map_err(|error| (format!("cannot prepare job {}: {error}", plan.job), 126))?;
-        let cwd = CString::new(plan.cwd.as_bytes())
-            .map_err(|_| ("the working directory contains a NUL byte".to_string(), 126))?;
         let last_stage = plan.first_stage + plan.argv.len() - 1;
         // Pipes between stages, rank by rank: pipes[s][r] joins stage s's
         // rank r (writer) to stage s+1's rank r (reader).
-        let mut pipes: Vec<Vec<(Option<OwnedFd>, Option<OwnedFd>)>> = Vec::new();
         if plan.pipe {
             for _ in plan.first_stage..last_stage {
                 let mut stage_pipes = Vec::new();
@@ -380,11 +419,93 @@ impl OsActuator {
             .iter_mut()
             .for_each(|peak| *peak = 0);
         procs_state.exe_bytes = 0;
+        Ok(())
+    }
+
+    /// Runs one batch of a launch; keeps it for later batches if it is not
+    /// complete, reports a failure as the old single-shot spawn did.
+    fn run_launch(&mut self, mut launch: Launch, deadline: Instant, out: &mut Vec<Input>) {
+        let job = launch.plan.job;
+        let result = self.spawn_all(
+            &launch.plan,
+            launch.stdio.as_ref(),
+            &mut launch.progress,
+            deadline,
+        );
+        if let Err((message, status)) = result {
+            tracing::info!(job = %job, %message, "launch failed");
+            out.push(Input::SpawnFailed {
+                job,
+                message,
+                status,
+            });
+            let alive = self
+                .jobs
+                .get(&job)
+                .is_some_and(|procs| !procs.children.is_empty());
+            if alive {
+                self.send(job, Signal::SIGKILL);
+            } else {
+                out.push(Input::ProcessesGone(job));
+            }
+            return;
+        }
+        let complete = launch.progress.next >= launch.plan.procs.len();
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if complete {
+            if launch.plan.procs.len() > 1 {
+                tracing::debug!(job = %job, n = launch.plan.procs.len(), "launch complete");
+            }
+            if procs.children.is_empty() {
+                // Every rank has already exited.
+                self.last_child_gone(job, out);
+            }
+        } else {
+            procs.launch = Some(launch);
+        }
+    }
+
+    /// Creates the processes of `plan` from `progress.next` on, until all
+    /// exist or `deadline` passes (at least one per call); the first call
+    /// of a launch also prepares the job and its pipes.
+    fn spawn_all(
+        &mut self,
+        plan: &LaunchPlan,
+        stdio: Option<&JobStdio>,
+        progress: &mut LaunchProgress,
+        deadline: Instant,
+    ) -> Result<(), (String, i32)> {
+        let first = progress.next;
+        if first == 0 {
+            self.start_stage(plan, &mut progress.pipes)?;
+        } else if let Some(procs) = self.jobs.get_mut(&plan.job) {
+            // Between batches the loop reaped what exited: a host whose
+            // ranks are all gone may have no process group left to join
+            // (setpgid would fail with EPERM), and its id must not be
+            // signalled any more. Its next rank starts a new group.
+            for (pgid, live) in procs.pgids.iter_mut().zip(&procs.per_slot) {
+                if *live == 0 {
+                    *pgid = None;
+                }
+            }
+        }
+        let cwd = CString::new(plan.cwd.as_bytes())
+            .map_err(|_| ("the working directory contains a NUL byte".to_string(), 126))?;
+        let last_stage = plan.first_stage + plan.argv.len() - 1;
+        let pipes = &mut progress.pipes;
+        let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
         let cgroup_procs = procs_state.cgroup_procs.clone();
         let become_user = self.daemon_uid == 0 && plan.user.uid != 0;
         let groups: Vec<libc::gid_t> = plan.user.groups.clone();
-        let mut seen_exes: BTreeSet<PathBuf> = BTreeSet::new();
-        for proc_plan in &plan.procs {
+        let seen_exes = &mut progress.seen_exes;
+        for proc_plan in &plan.procs[first..] {
+            if progress.next > first && Instant::now() >= deadline {
+                // The rest in later batches, between events.
+                return Ok(());
+            }
+            progress.next += 1;
             let argv = &plan.argv[proc_plan.stage - plan.first_stage];
             let host = &self.hosts[proc_plan.host.idx()];
             let mut command = Command::new(&argv[0]);
@@ -808,22 +929,61 @@ fn signal_from(signal: i32) -> Option<Signal> {
 
 impl Actuator for OsActuator {
     fn spawn(&mut self, plan: &LaunchPlan, stdio: Option<&JobStdio>, out: &mut Vec<Input>) {
-        if let Err((message, status)) = self.spawn_all(plan, stdio) {
-            tracing::info!(job = %plan.job, %message, "launch failed");
-            out.push(Input::SpawnFailed {
-                job: plan.job,
-                message,
-                status,
-            });
-            let alive = self
+        let launch = Launch {
+            plan: plan.clone(),
+            stdio: stdio.map(|io| JobStdio {
+                stdin: Rc::clone(&io.stdin),
+                stdout: Rc::clone(&io.stdout),
+                stderr: Rc::clone(&io.stderr),
+            }),
+            progress: LaunchProgress::default(),
+            paused: false,
+            aborted: false,
+        };
+        self.run_launch(launch, Instant::now() + LAUNCH_BATCH, out);
+    }
+
+    fn continue_launches(&mut self, out: &mut Vec<Input>) {
+        let deadline = Instant::now() + LAUNCH_BATCH;
+        let due: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, procs)| {
+                procs
+                    .launch
+                    .as_ref()
+                    .is_some_and(|launch| !launch.paused || launch.aborted)
+            })
+            .map(|(job, _)| *job)
+            .collect();
+        for job in due {
+            let Some(launch) = self
                 .jobs
-                .get(&plan.job)
-                .is_some_and(|procs| !procs.children.is_empty());
-            if alive {
-                self.send(plan.job, Signal::SIGKILL);
-            } else {
-                out.push(Input::ProcessesGone(plan.job));
+                .get_mut(&job)
+                .and_then(|procs| procs.launch.take())
+            else {
+                continue;
+            };
+            if launch.aborted {
+                // Killed before all its processes existed: what exists is
+                // being killed; once it is gone, so is the job.
+                drop(launch);
+                if self
+                    .jobs
+                    .get(&job)
+                    .is_some_and(|procs| procs.children.is_empty())
+                {
+                    self.last_child_gone(job, out);
+                }
+                continue;
             }
+            if Instant::now() >= deadline {
+                if let Some(procs) = self.jobs.get_mut(&job) {
+                    procs.launch = Some(launch);
+                }
+                continue;
+            }
+            self.run_launch(launch, deadline, out);
         }
     }
 
@@ -855,6 +1015,9 @@ impl Actuator for OsActuator {
         };
         procs.hold.switched_out = true;
         procs.hold.rogue_continues = 0;
+        if let Some(launch) = procs.launch.as_mut() {
+            launch.paused = true;
+        }
         let pending_children: BTreeSet<i32> = procs
             .children
             .iter()
@@ -880,6 +1043,9 @@ impl Actuator for OsActuator {
         if let Some(procs) = self.jobs.get_mut(&job) {
             procs.hold.switched_out = false;
             procs.stop_wait = None;
+            if let Some(launch) = procs.launch.as_mut() {
+                launch.paused = false;
+            }
             for pid in &procs.children {
                 if let Some(child) = self.children.get_mut(pid) {
                     child.stopped = false;
@@ -890,6 +1056,16 @@ impl Actuator for OsActuator {
     }
 
     fn signal(&mut self, job: JobId, signal: i32) {
+        if signal == libc::SIGKILL || signal == libc::SIGTERM {
+            // A job being killed gets no more processes.
+            if let Some(launch) = self
+                .jobs
+                .get_mut(&job)
+                .and_then(|procs| procs.launch.as_mut())
+            {
+                launch.aborted = true;
+            }
+        }
         match signal_from(signal) {
             Some(signal) => self.send(job, signal),
             None => tracing::warn!(job = %job, signal, "not a signal; nothing sent"),
@@ -989,6 +1165,15 @@ impl Actuator for OsActuator {
                     .as_ref()
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
         });
+        let launching = self.jobs.values().any(|procs| {
+            procs
+                .launch
+                .as_ref()
+                .is_some_and(|launch| !launch.paused || launch.aborted)
+        });
+        if launching {
+            return Some(Instant::now());
+        }
         busy.then(|| Instant::now() + POLL_INTERVAL)
     }
 
@@ -1058,6 +1243,9 @@ impl Actuator for OsActuator {
     }
 
     fn kill_everything(&mut self) {
+        for procs in self.jobs.values_mut() {
+            procs.launch = None;
+        }
         let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
         for job in &jobs {
             // Pick up what escaped since the last sample, so it dies too.
@@ -1153,7 +1341,7 @@ impl OsActuator {
                 if let Some(wait) = procs.stop_wait.as_mut() {
                     wait.children.remove(&pid);
                 }
-                if procs.children.is_empty() {
+                if procs.children.is_empty() && procs.launch.is_none() {
                     self.last_child_gone(child.job, out);
                 } else {
                     self.check_stop(child.job, out);
@@ -1295,6 +1483,7 @@ impl OsActuator {
                             tracing::debug!(job = %job, "stop not confirmed in time; freezing the job's cgroup");
                             wait.freezing = true;
                             procs.hold.frozen = true;
+                            procs.hold.freeze_on_stop = true;
                         }
                         Err(error) => {
                             tracing::warn!(job = %job, %error, "cannot freeze the job's cgroup")
