@@ -16,9 +16,15 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The binaries of the workspace, built once per test run.
+///
+/// `SCORED_TEST_BIN_DIR` names another directory of built binaries to use
+/// instead, unbuilt (the benchmark compares an earlier build this way).
 pub fn bin(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("SCORED_TEST_BIN_DIR") {
+            return PathBuf::from(dir);
+        }
         // The test executable lives in target/<profile>/deps.
         let exe = std::env::current_exe().expect("test executable path");
         let dir = exe

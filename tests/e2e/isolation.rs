@@ -635,3 +635,48 @@ fn r11_9_a_job_switched_out_during_its_launch_is_stopped_whole() {
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
     daemon.stop();
 }
+
+/// The nice value and scheduling policy in the text of /proc/PID/stat.
+fn nice_and_policy(stat: &str) -> Option<(i64, u32)> {
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    Some((fields.get(16)?.parse().ok()?, fields.get(38)?.parse().ok()?))
+}
+
+/// Issue 11, item 9: a job's processes are created at the daemon's
+/// priority, so that creating them does not wait behind a busy machine;
+/// the program itself, as root or as a plain user, always runs at normal
+/// priority (SCHED_OTHER, nice 0).
+#[test]
+fn r11_9_jobs_run_at_normal_priority_though_created_at_the_daemons() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let daemon_stat =
+        std::fs::read_to_string(format!("/proc/{}/stat", daemon.pid())).expect("scored's stat");
+    let (_, daemon_policy) = nice_and_policy(&daemon_stat).expect("parse");
+    if daemon_policy != 1 {
+        println!("note: scored runs without SCHED_FIFO here (policy {daemon_policy})");
+    }
+    let check = |output: std::process::Output, who: &str| {
+        assert_eq!(code(&output), Some(0), "{who}: {}", stderr(&output));
+        let text = stdout(&output);
+        let lines: Vec<&str> = text.lines().filter(|line| line.contains(')')).collect();
+        assert_eq!(lines.len(), 2, "{who}: one stat line per rank:\n{text}");
+        for line in lines {
+            assert_eq!(
+                nice_and_policy(line),
+                Some((0, 0)),
+                "{who}: a job runs at nice 0, SCHED_OTHER: {line}"
+            );
+        }
+    };
+    check(daemon.run(&["-nodes=2", "cat", "/proc/self/stat"]), "root");
+    if let Some(users) = test_users("r11_9_jobs_run_at_normal_priority") {
+        check(
+            daemon
+                .scrun_as(&users.a, &["-nodes=2", "cat", "/proc/self/stat"])
+                .output()
+                .expect("scrun"),
+            "a plain user",
+        );
+    }
+    daemon.stop();
+}

@@ -569,9 +569,6 @@ impl OsActuator {
             // keyctl, capget and prctl, system calls too.
             unsafe {
                 command.pre_exec(move || {
-                    // Never let the daemon's real-time priority leak into a job.
-                    sys::set_scheduler(None, false)?;
-                    sys::set_nice(0)?;
                     nix::sched::sched_setaffinity(Pid::from_raw(0), &mask)?;
                     if let Some(path) = &cgroup_path {
                         sys::write_file(path, b"0")?;
@@ -604,7 +601,7 @@ impl OsActuator {
                     if let Some((soft, hard)) = job_nofile {
                         setrlimit(Resource::RLIMIT_NOFILE, soft, hard)?;
                     }
-                    Ok(())
+                    drop_daemon_priority()
                 });
             }
             match command.spawn() {
@@ -906,6 +903,19 @@ impl OsActuator {
         });
         out.push(Input::ProcessesGone(job));
     }
+}
+
+/// Between fork and exec, the very last step: never let the daemon's
+/// real-time priority (or nice value) reach a job. Until here the child
+/// ran at the daemon's priority (the daemon does not set
+/// SCHED_RESET_ON_FORK): the daemon waits for each child to exec, and a
+/// child at normal priority on a busy machine first waited for a CPU
+/// behind every runnable process, which made creating a process take
+/// milliseconds. Lowering one's own priority needs no privilege, so this
+/// works after the change of user too. Only system calls.
+fn drop_daemon_priority() -> io::Result<()> {
+    sys::set_scheduler(None, false)?;
+    sys::set_nice(0)
 }
 
 /// Between fork and exec, after the change of user: what a job must not
@@ -1564,11 +1574,15 @@ fn dir_size(path: &Path, depth: u32) -> u64 {
 
 /// Raises the daemon's scheduling priority so that the jobs it stops cannot
 /// delay it: SCHED_FIFO at a modest priority, else nice -20, else nothing.
-/// Children start at normal priority either way (SCHED_RESET_ON_FORK, and
-/// an explicit reset before exec). Returns what was achieved, for the log.
+/// Jobs run at normal priority either way: a child drops the daemon's
+/// priority as the last step before exec (`drop_daemon_priority`), and
+/// under the nice fallback SCHED_RESET_ON_FORK resets it at fork too.
+/// Returns what was achieved, for the log.
 pub fn elevate_priority() -> String {
     const RT_PRIORITY: i32 = 10;
-    match sys::set_scheduler(Some(RT_PRIORITY), true) {
+    // No SCHED_RESET_ON_FORK: a child creating a job's process runs at
+    // this priority until just before exec (`drop_daemon_priority`).
+    match sys::set_scheduler(Some(RT_PRIORITY), false) {
         Ok(()) => format!("SCHED_FIFO priority {RT_PRIORITY}"),
         Err(rt_error) => {
             let _ = sys::set_scheduler(None, true);
