@@ -12,6 +12,8 @@
 //! scored-testprog keyring              print `keyring ID`, the serial of its session keyring
 //! scored-testprog connect PATH N SECS  open N connections to the socket PATH and hold them SECS;
 //!                                      print `open N`, then `refused K` and each refusal's text
+//! scored-testprog partial PATH N BYTES SECS  the same, each connection first sending the header
+//!                                      of a 1 MiB request and BYTES of it, and no more
 //! ```
 //!
 //! It prints `pid PID` on stdout first (except `env`), so tests can find it.
@@ -101,7 +103,13 @@ fn main() {
                 println!("{key}={value}");
             }
         }
-        "connect" => hold_connections(&arg(1), arg(2).parse().unwrap_or(0), secs(3)),
+        "connect" => hold_connections(&arg(1), arg(2).parse().unwrap_or(0), 0, secs(3)),
+        "partial" => hold_connections(
+            &arg(1),
+            arg(2).parse().unwrap_or(0),
+            arg(3).parse().unwrap_or(0),
+            secs(4),
+        ),
         "keyring" => match session_keyring() {
             Some(id) => println!("keyring {id}"),
             None => println!("keyring none"),
@@ -117,7 +125,7 @@ fn main() {
 /// daemon refused (it writes an error frame and closes), then holds the
 /// others open for `seconds`, then reports again (`closed K`: closed by the
 /// daemon meanwhile).
-fn hold_connections(path: &str, n: usize, seconds: f64) {
+fn hold_connections(path: &str, n: usize, partial: usize, seconds: f64) {
     use std::io::Read;
     use std::os::unix::net::UnixStream;
     // Room for the connections: up to the hard descriptor limit.
@@ -133,7 +141,15 @@ fn hold_connections(path: &str, n: usize, seconds: f64) {
     let mut streams = Vec::new();
     for _ in 0..n {
         match UnixStream::connect(path) {
-            Ok(stream) => streams.push(stream),
+            Ok(mut stream) => {
+                if partial > 0 {
+                    // The header of a request of 1 MiB, then part of it.
+                    let mut bytes = (1u32 << 20).to_be_bytes().to_vec();
+                    bytes.resize(4 + partial, b' ');
+                    let _ = stream.write_all(&bytes);
+                }
+                streams.push(stream);
+            }
             Err(error) => {
                 println!("connect failed: {error}");
                 break;

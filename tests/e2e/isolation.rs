@@ -680,3 +680,50 @@ fn r11_9_jobs_run_at_normal_priority_though_created_at_the_daemons() {
     }
     daemon.stop();
 }
+
+/// Issue 13, finding 5: what one plain user's unfinished requests make
+/// scored hold is bounded over all of that user's connections (4 MiB): the
+/// connection that goes past it is closed with a message, the others and
+/// other users are served.
+#[test]
+fn r13_5_unfinished_requests_of_one_user_are_bounded() {
+    let Some(users) = test_users("r13_5_unfinished_requests_of_one_user") else {
+        return;
+    };
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let socket = daemon.socket.display().to_string();
+    // Five connections each with 1,000,000 bytes of a 1 MiB request: the
+    // fifth takes the user past 4 MiB.
+    let mut holder = command_as(
+        &users.a,
+        Path::new(&testprog()),
+        &["partial", &socket, "5", "1000000", "5"],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .expect("run testprog partial");
+    let stdout_pipe = holder.stdout.take().expect("piped");
+    let (sender, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout_pipe).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let (open, refused) = refusals(&lines);
+    assert_eq!(open, 5);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("unfinished requests") && refused[0].contains(&users.a.name),
+        "the message says why: {}",
+        refused[0]
+    );
+    let output = daemon.console_as(&users.b, "status");
+    assert_eq!(code(&output), Some(0), "user b: {}", stderr(&output));
+    let output = daemon.console("status");
+    assert_eq!(code(&output), Some(0), "root: {}", stderr(&output));
+    end(holder);
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+    daemon.stop();
+}
