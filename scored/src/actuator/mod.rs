@@ -1435,7 +1435,7 @@ impl OsActuator {
         let first = !procs.hold.freeze_on_stop;
         procs.hold.freeze_on_stop = true;
         if first {
-            tracing::warn!(job = %job, pid, "a switched-out job was continued from outside; holding it with the freezer");
+            tracing::warn!(job = %job, pid, frozen = procs.cgroup_procs.is_some(), "a switched-out job was continued from outside; freezing it (or stopping it again without a cgroup)");
         }
         if self.freeze(job) {
             return;
@@ -1490,7 +1490,11 @@ impl OsActuator {
                 if let Some(cgroups) = &self.cgroups {
                     match cgroups.set_frozen(job, true) {
                         Ok(()) => {
-                            tracing::debug!(job = %job, "stop not confirmed in time; freezing the job's cgroup");
+                            tracing::warn!(
+                                job = %job,
+                                "the job's stop was not confirmed within {}ms (something may be continuing it from outside); freezing it",
+                                FREEZE_AFTER.as_millis()
+                            );
                             wait.freezing = true;
                             procs.hold.frozen = true;
                             procs.hold.freeze_on_stop = true;
