@@ -16,9 +16,15 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The binaries of the workspace, built once per test run.
+///
+/// `SCORED_TEST_BIN_DIR` names another directory of built binaries to use
+/// instead, unbuilt (the benchmark compares an earlier build this way).
 pub fn bin(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("SCORED_TEST_BIN_DIR") {
+            return PathBuf::from(dir);
+        }
         // The test executable lives in target/<profile>/deps.
         let exe = std::env::current_exe().expect("test executable path");
         let dir = exe
@@ -620,6 +626,27 @@ impl Job {
             self.lines
         );
         found
+    }
+
+    /// How many lines starting with `prefix` the job has printed so far,
+    /// without waiting.
+    pub fn count_lines(&mut self, prefix: &str) -> usize {
+        self.pump();
+        self.lines
+            .iter()
+            .filter(|line| line.starts_with(prefix))
+            .count()
+    }
+
+    /// The lines starting with `prefix` printed so far (the rest of each),
+    /// without waiting.
+    pub fn lines_with(&mut self, prefix: &str) -> Vec<String> {
+        self.pump();
+        self.lines
+            .iter()
+            .filter_map(|line| line.strip_prefix(prefix))
+            .map(str::to_string)
+            .collect()
     }
 
     /// The pids the job's processes printed (`pid N` lines).

@@ -16,6 +16,12 @@ use crate::units::{parse_duration, quote};
 pub const DEFAULT_TIMESLICE: Duration = Duration::from_millis(500);
 /// The default time between SIGTERM and SIGKILL when a job is killed.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
+/// The default number of connections one user (other than root and the
+/// operators) may hold at once.
+pub const DEFAULT_MAX_CONNECTIONS_PER_USER: usize = 1024;
+/// The default time a client may take to send the rest of a request once
+/// it has sent its first byte.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Command-line flags of scored.
 #[derive(Debug, Clone, Default, Parser)]
@@ -55,6 +61,12 @@ pub struct Flags {
     /// The most client connections served at once (default: what the descriptor limit allows).
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
+    /// The most connections one user other than root and the operators may hold (default 1024).
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_user: Option<usize>,
+    /// How long a client may take to finish sending a request it has begun (default 10s).
+    #[arg(long, value_name = "DUR")]
+    pub request_timeout: Option<String>,
     /// Run for one user and one job, then exit (scrun's private daemon).
     #[arg(long)]
     pub single_user: bool,
@@ -92,6 +104,8 @@ pub struct FileSettings {
     kill_grace: Option<String>,
     cgroups: Option<bool>,
     max_connections: Option<usize>,
+    max_connections_per_user: Option<usize>,
+    request_timeout: Option<String>,
     verbose: Option<u8>,
     journal_size: Option<String>,
     journal: Option<bool>,
@@ -122,6 +136,10 @@ pub struct Settings {
     pub cgroups: bool,
     /// Connection limit, if set.
     pub max_connections: Option<usize>,
+    /// Connections one user other than root and the operators may hold.
+    pub max_connections_per_user: usize,
+    /// How long a begun request may take to arrive whole.
+    pub request_timeout: Duration,
     /// Verbosity.
     pub verbose: u8,
     /// Size at which the job journal is rotated.
@@ -171,6 +189,18 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
         "kill-grace",
         DEFAULT_KILL_GRACE,
     )?;
+    let request_timeout = duration(
+        flags.request_timeout,
+        file.request_timeout,
+        "request-timeout",
+        DEFAULT_REQUEST_TIMEOUT,
+    )?;
+    if request_timeout < Duration::from_millis(10) || request_timeout > Duration::from_secs(3600) {
+        return Err(format!(
+            "--request-timeout: {} is out of range: it must be between 10ms and 1h",
+            quote(&crate::units::format_duration_exact(request_timeout))
+        ));
+    }
     Ok(Settings {
         hosts: flags.hosts.or(file.hosts),
         group: flags.group.or(file.group),
@@ -186,6 +216,15 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
             Some(0) => return Err("--max-connections: must be at least 1".to_string()),
             other => other,
         },
+        max_connections_per_user: match flags
+            .max_connections_per_user
+            .or(file.max_connections_per_user)
+        {
+            Some(0) => return Err("--max-connections-per-user: must be at least 1".to_string()),
+            Some(n) => n,
+            None => DEFAULT_MAX_CONNECTIONS_PER_USER,
+        },
+        request_timeout,
         verbose: flags.verbose.max(file.verbose.unwrap_or(0)),
         journal_size: match flags.journal_size.or(file.journal_size) {
             Some(text) => crate::journal::parse_max_size(&text)
@@ -223,11 +262,35 @@ mod tests {
     fn file_errors_name_file_and_line() {
         assert_eq!(
             settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
-            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `verbose`, `journal_size`, `journal`"
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `request_timeout`, `verbose`, `journal_size`, `journal`"
         );
         assert!(settings(&[], "timeslice = 5")
             .unwrap_err()
             .starts_with("scored.toml:1:"));
+    }
+
+    #[test]
+    fn connection_settings_have_defaults_and_are_checked() {
+        let resolved = settings(&[], "").unwrap();
+        assert_eq!(
+            resolved.max_connections_per_user,
+            DEFAULT_MAX_CONNECTIONS_PER_USER
+        );
+        assert_eq!(resolved.request_timeout, DEFAULT_REQUEST_TIMEOUT);
+        let resolved = settings(
+            &["--request-timeout", "2s"],
+            "max_connections_per_user = 8\nrequest_timeout = \"5s\"\n",
+        )
+        .unwrap();
+        assert_eq!(resolved.max_connections_per_user, 8);
+        assert_eq!(resolved.request_timeout, Duration::from_secs(2));
+        assert_eq!(
+            settings(&["--max-connections-per-user", "0"], "").unwrap_err(),
+            "--max-connections-per-user: must be at least 1"
+        );
+        assert!(settings(&["--request-timeout", "1ms"], "")
+            .unwrap_err()
+            .starts_with("--request-timeout: '1ms' is out of range"));
     }
 
     #[test]

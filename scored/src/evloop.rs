@@ -55,8 +55,22 @@ pub const MAX_CONNECTIONS: usize = 65_536;
 /// Descriptors kept free for the daemon itself (listener, signalfd, pipes,
 /// /proc reads, spawning).
 const RESERVED_FDS: u64 = 256;
-/// Replies queued for a client that does not read; beyond this it is dropped.
-const MAX_OUTPUT: usize = 2 * proto::MAX_REPLY;
+/// Replies queued for a client that does not read; beyond this it is
+/// dropped. Requests are served only while less than [`PAUSE_OUTPUT`]
+/// waits, so this is never reached by a client that reads its replies.
+const MAX_OUTPUT: usize = proto::MAX_REPLY + 2 * PAUSE_OUTPUT;
+/// Connections kept for root, the daemon's user and the operators (at
+/// most half of the table): a plain user who takes every other connection
+/// cannot keep them from the console.
+pub const PRIVILEGED_RESERVE: usize = 64;
+/// The bytes of incomplete requests scored holds for one plain user over
+/// all of that user's connections; past this, the connection that read
+/// more is closed.
+const USER_INPUT_BUDGET: usize = 4 * proto::MAX_REQUEST;
+/// The bytes of replies that may wait for one plain user over all of that
+/// user's connections; past this, the user's requests wait until some are
+/// read, as for one connection past [`PAUSE_OUTPUT`].
+const USER_OUTPUT_BUDGET: usize = 16 << 20;
 /// A client's requests are read and answered only while fewer bytes than
 /// this wait in its output: a client that sends requests and never reads
 /// the replies is not served more until it reads, so it costs at most this
@@ -96,6 +110,13 @@ pub struct LoopConfig {
     pub daemon_uid: u32,
     /// Connections served at once (see [`connection_limit`]).
     pub max_connections: usize,
+    /// Connections one user other than root and the operators may hold.
+    pub max_connections_per_user: usize,
+    /// How long a client may take to send the rest of a request it has
+    /// begun; then the connection is closed. A client that has sent whole
+    /// requests and waits (scrun during its job, an idle console) is
+    /// never cut.
+    pub request_timeout: Duration,
 }
 
 /// The descriptor limits the daemon found and what it raised them to.
@@ -194,6 +215,20 @@ struct Connection {
     /// Reading was skipped because too many replies wait: resume once they
     /// are written (the socket will not say it is readable again).
     paused: bool,
+    /// Root, the daemon's user or an operator: not held to the per-user limits.
+    privileged: bool,
+    /// Since when the input has held part of a request.
+    partial_since: Option<Instant>,
+    /// The input and output lengths last counted in the user's totals.
+    counted: (usize, usize),
+}
+
+/// What one user's connections hold, for the per-user limits.
+#[derive(Debug, Default, Clone, Copy)]
+struct UserUse {
+    connections: usize,
+    input: usize,
+    output: usize,
 }
 
 /// The daemon: its core, its actuator and its clients.
@@ -230,6 +265,10 @@ pub struct Daemon<A: Actuator> {
     /// A restart was asked for (by this console connection, wanting JSON,
     /// or by SIGUSR2 or a caught panic): carried out once the event is handled.
     pending_restart: Option<Option<(Token, bool)>>,
+    /// Connections and buffered bytes per uid.
+    per_user: HashMap<u32, UserUse>,
+    /// Connections holding part of a request, for the request timeout.
+    partial: HashMap<Token, Instant>,
 }
 
 /// Blocks the signals the loop reads through its signalfd, and only those:
@@ -296,6 +335,8 @@ impl<A: Actuator> Daemon<A> {
             journal: None,
             restart: None,
             pending_restart: None,
+            per_user: HashMap::new(),
+            partial: HashMap::new(),
         })
     }
 
@@ -315,6 +356,10 @@ impl<A: Actuator> Daemon<A> {
             let mut deadline = self.core.next_deadline().map(|tick| self.instant(tick));
             if let Some(actuator) = self.actuator.next_deadline() {
                 deadline = Some(deadline.map_or(actuator, |core| core.min(actuator)));
+            }
+            if let Some(first) = self.partial.values().min() {
+                let cut = *first + self.config.request_timeout;
+                deadline = Some(deadline.map_or(cut, |other| other.min(cut)));
             }
             if self.config.single_user {
                 let idle = self.idle_since + Duration::from_secs(30);
@@ -362,7 +407,10 @@ impl<A: Actuator> Daemon<A> {
             Event::Signal(_) => self.read_signals(&mut inputs),
             Event::Deadline => {
                 let now = Instant::now();
+                self.cut_slow_requests(now, &mut inputs);
                 self.actuator.poll(now, &mut inputs);
+                // A batch of a large launch, between the events of others.
+                self.actuator.continue_launches(&mut inputs);
                 if self
                     .core
                     .next_deadline()
@@ -518,6 +566,7 @@ impl<A: Actuator> Daemon<A> {
             // The job's story is told; the descriptors are not needed any more.
             conn.stdio = None;
         }
+        self.recount(token);
     }
 
     // ----- connections -----
@@ -561,20 +610,7 @@ impl<A: Actuator> Daemon<A> {
                     return;
                 }
             };
-            if self.connections.len() >= self.config.max_connections {
-                let frame = proto::encode(&Reply::Error {
-                    message: format!(
-                        "scored serves at most {} connections at once; try again later",
-                        self.config.max_connections
-                    ),
-                });
-                let _ = stream.write(&frame);
-                tracing::warn!(
-                    limit = self.config.max_connections,
-                    "connection refused: too many connections"
-                );
-                continue;
-            }
+            // Credentials first: the limits depend on who connects.
             let cred = match peer_cred(&stream) {
                 Ok(cred) => cred,
                 Err(error) => {
@@ -582,6 +618,15 @@ impl<A: Actuator> Daemon<A> {
                     continue;
                 }
             };
+            let privileged = self.core.is_privileged(cred.uid);
+            if let Err(message) = self.admit_connection(cred.uid, privileged) {
+                let frame = proto::encode(&Reply::Error {
+                    message: message.clone(),
+                });
+                let _ = stream.write(&frame);
+                tracing::warn!(uid = cred.uid, %message, "connection refused");
+                continue;
+            }
             let token = Token(self.next_token);
             self.next_token += 1;
             if let Err(error) =
@@ -593,6 +638,7 @@ impl<A: Actuator> Daemon<A> {
                 continue;
             }
             let user = self.user_name(cred.uid);
+            let cred_uid = cred.uid;
             tracing::debug!(
                 client = token.0,
                 uid = cred.uid,
@@ -613,13 +659,24 @@ impl<A: Actuator> Daemon<A> {
                     closing: false,
                     writing: false,
                     paused: false,
+                    privileged,
+                    partial_since: None,
+                    counted: (0, 0),
                 }),
             );
+            self.per_user.entry(cred_uid).or_default().connections += 1;
         }
     }
 
     fn client_ready(&mut self, token: Token, inputs: &mut Vec<Input>) {
+        self.serve_client(token, inputs);
+        self.recount(token);
+        self.check_user_budget(token, inputs);
+    }
+
+    fn serve_client(&mut self, token: Token, inputs: &mut Vec<Input>) {
         self.dirty.push(token);
+        let user_output_full = self.user_output_full(token);
         let Some(conn) = self.connections.get_mut(&token) else {
             return;
         };
@@ -629,7 +686,7 @@ impl<A: Actuator> Daemon<A> {
             return;
         }
         let mut gone = false;
-        conn.paused = conn.output.len() >= PAUSE_OUTPUT;
+        conn.paused = conn.output.len() >= PAUSE_OUTPUT || user_output_full;
         if !conn.closing && !conn.paused {
             match read_available(conn) {
                 Ok(open) => gone = !open,
@@ -661,7 +718,9 @@ impl<A: Actuator> Daemon<A> {
     fn resumable(&self) -> Vec<Token> {
         self.connections
             .iter()
-            .filter(|(_, conn)| conn.paused && conn.output.len() < PAUSE_OUTPUT)
+            .filter(|(token, conn)| {
+                conn.paused && conn.output.len() < PAUSE_OUTPUT && !self.user_output_full(**token)
+            })
             .map(|(token, _)| *token)
             .collect()
     }
@@ -682,7 +741,15 @@ impl<A: Actuator> Daemon<A> {
             let request: Request = match conn.input.decode(proto::MAX_REQUEST) {
                 Ok(Some(request)) => request,
                 Ok(None) => {
-                    conn.input.shrink_if_empty();
+                    if conn.input.is_empty() {
+                        conn.input.shrink_if_empty();
+                        conn.partial_since = None;
+                        self.partial.remove(&token);
+                    } else if conn.partial_since.is_none() {
+                        let now = Instant::now();
+                        conn.partial_since = Some(now);
+                        self.partial.insert(token, now);
+                    }
                     return;
                 }
                 Err(error) => {
@@ -697,6 +764,9 @@ impl<A: Actuator> Daemon<A> {
                     return;
                 }
             };
+            // A whole request arrived: what follows it starts a new one.
+            conn.partial_since = None;
+            self.partial.remove(&token);
             self.request(token, request, inputs);
         }
     }
@@ -859,7 +929,17 @@ impl<A: Actuator> Daemon<A> {
     }
 
     fn close(&mut self, token: Token, inputs: &mut Vec<Input>) {
+        self.partial.remove(&token);
         if let Some(mut conn) = self.connections.remove(&token) {
+            let uid = conn.cred.uid;
+            if let Some(usage) = self.per_user.get_mut(&uid) {
+                usage.connections = usage.connections.saturating_sub(1);
+                usage.input = usage.input.saturating_sub(conn.counted.0);
+                usage.output = usage.output.saturating_sub(conn.counted.1);
+                if usage.connections == 0 {
+                    self.per_user.remove(&uid);
+                }
+            }
             let _ = self.poll.registry().deregister(&mut conn.stream);
             tracing::debug!(client = token.0, "client gone");
             inputs.push(Input::ClientGone(ClientToken(token.0 as u64)));
@@ -904,9 +984,127 @@ impl<A: Actuator> Daemon<A> {
                     conn.writing = want_write;
                 }
             }
+            self.recount(token);
         }
         if !inputs.is_empty() {
             self.feed(inputs);
+        }
+    }
+
+    /// Whether a new connection of `uid` may be served: the table has
+    /// room, and for a plain user, room outside the reserve and under the
+    /// per-user limit. The error says which limit, for the client.
+    fn admit_connection(&self, uid: u32, privileged: bool) -> Result<(), String> {
+        let total = self.connections.len();
+        let limit = self.config.max_connections;
+        if total >= limit {
+            return Err(format!(
+                "scored serves at most {limit} connections at once; try again later"
+            ));
+        }
+        if privileged {
+            return Ok(());
+        }
+        let reserve = PRIVILEGED_RESERVE.min(limit / 2);
+        if total >= limit - reserve {
+            return Err(format!(
+                "scored serves at most {} connections at once for users other than root and the \
+                 operators ({reserve} more are kept for them); try again later",
+                limit - reserve
+            ));
+        }
+        let held = self.per_user.get(&uid).map_or(0, |usage| usage.connections);
+        let per_user = self.config.max_connections_per_user;
+        if held >= per_user {
+            return Err(format!(
+                "user {} already holds {held} connections to scored, the most one user may \
+                 hold at once (--max-connections-per-user {per_user}); close some and try again",
+                user_name(uid)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Brings the user's totals up to date with what the connection buffers now.
+    fn recount(&mut self, token: Token) {
+        let Some(conn) = self.connections.get_mut(&token) else {
+            return;
+        };
+        let now = (conn.input.len(), conn.output.len());
+        let before = std::mem::replace(&mut conn.counted, now);
+        if let Some(usage) = self.per_user.get_mut(&conn.cred.uid) {
+            usage.input = (usage.input + now.0).saturating_sub(before.0);
+            usage.output = (usage.output + now.1).saturating_sub(before.1);
+        }
+    }
+
+    /// Whether the replies waiting for the user of `token` (a plain user)
+    /// fill that user's budget, so that no more of their requests are served.
+    fn user_output_full(&self, token: Token) -> bool {
+        let Some(conn) = self.connections.get(&token) else {
+            return false;
+        };
+        !conn.privileged
+            && self
+                .per_user
+                .get(&conn.cred.uid)
+                .is_some_and(|usage| usage.output >= USER_OUTPUT_BUDGET)
+    }
+
+    /// Closes the connection of a plain user whose incomplete requests,
+    /// over all of their connections, exceed the user's budget.
+    fn check_user_budget(&mut self, token: Token, inputs: &mut Vec<Input>) {
+        let Some(conn) = self.connections.get_mut(&token) else {
+            return;
+        };
+        if conn.privileged || conn.closing || conn.input.is_empty() {
+            return;
+        }
+        let held = self
+            .per_user
+            .get(&conn.cred.uid)
+            .map_or(0, |usage| usage.input);
+        if held <= USER_INPUT_BUDGET {
+            return;
+        }
+        let message = format!(
+            "user {} has {} KiB of unfinished requests on its connections to scored, more than \
+             the {} KiB one user may have; closing this connection",
+            conn.user,
+            held >> 10,
+            USER_INPUT_BUDGET >> 10
+        );
+        tracing::warn!(client = token.0, uid = conn.cred.uid, %message, "dropping a client");
+        self.drop_with_error(token, message, inputs);
+    }
+
+    /// Tells a client why it is dropped (if its socket takes it) and
+    /// closes the connection now, freeing what it buffered.
+    fn drop_with_error(&mut self, token: Token, message: String, inputs: &mut Vec<Input>) {
+        if let Some(conn) = self.connections.get_mut(&token) {
+            queue_reply(conn, &Reply::Error { message });
+            let _ = flush(conn);
+        }
+        self.close(token, inputs);
+    }
+
+    /// Closes the connections that began a request longer than the
+    /// request timeout ago and have not finished it.
+    fn cut_slow_requests(&mut self, now: Instant, inputs: &mut Vec<Input>) {
+        let timeout = self.config.request_timeout;
+        let late: Vec<Token> = self
+            .partial
+            .iter()
+            .filter(|(_, since)| now.saturating_duration_since(**since) >= timeout)
+            .map(|(token, _)| *token)
+            .collect();
+        for token in late {
+            let message = format!(
+                "an incomplete request waited more than {} for its end; closing the connection",
+                crate::units::format_duration(timeout)
+            );
+            tracing::info!(client = token.0, %message, "dropping a client");
+            self.drop_with_error(token, message, inputs);
         }
     }
 

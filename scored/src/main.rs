@@ -205,6 +205,8 @@ fn run() -> Result<(), String> {
         single_user: settings.single_user,
         daemon_uid: uid,
         max_connections: loop_config_max(&settings, fd_limits.current),
+        max_connections_per_user: settings.max_connections_per_user,
+        request_timeout: settings.request_timeout,
     };
     let mut daemon = Daemon::new(core, actuator, listener, loop_config, signals)
         .map_err(|error| format!("cannot start the event loop: {error}"))?

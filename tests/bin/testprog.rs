@@ -9,6 +9,11 @@
 //! scored-testprog escape SECS          fork a child that calls setsid() and spins; print its pid
 //! scored-testprog forks SECS           fork short-lived children as fast as possible for SECS
 //! scored-testprog env                  print the SCORE_* environment
+//! scored-testprog keyring              print `keyring ID`, the serial of its session keyring
+//! scored-testprog connect PATH N SECS  open N connections to the socket PATH and hold them SECS;
+//!                                      print `open N`, then `refused K` and each refusal's text
+//! scored-testprog partial PATH N BYTES SECS  the same, each connection first sending the header
+//!                                      of a 1 MiB request and BYTES of it, and no more
 //! ```
 //!
 //! It prints `pid PID` on stdout first (except `env`), so tests can find it.
@@ -98,11 +103,112 @@ fn main() {
                 println!("{key}={value}");
             }
         }
+        "connect" => hold_connections(&arg(1), arg(2).parse().unwrap_or(0), 0, secs(3)),
+        "partial" => hold_connections(
+            &arg(1),
+            arg(2).parse().unwrap_or(0),
+            arg(3).parse().unwrap_or(0),
+            secs(4),
+        ),
+        "keyring" => match session_keyring() {
+            Some(id) => println!("keyring {id}"),
+            None => println!("keyring none"),
+        },
         other => {
             eprintln!("scored-testprog: unknown mode '{other}'");
             std::process::exit(2);
         }
     }
+}
+
+/// Opens `n` connections to a Unix socket, then reports which of them the
+/// daemon refused (it writes an error frame and closes), then holds the
+/// others open for `seconds`, then reports again (`closed K`: closed by the
+/// daemon meanwhile).
+fn hold_connections(path: &str, n: usize, partial: usize, seconds: f64) {
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+    // Room for the connections: up to the hard descriptor limit.
+    // SAFETY: an all-zero rlimit is valid and getrlimit/setrlimit only
+    // read and write it.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+    let mut streams = Vec::new();
+    for _ in 0..n {
+        match UnixStream::connect(path) {
+            Ok(mut stream) => {
+                if partial > 0 {
+                    // The header of a request of 1 MiB, then part of it.
+                    let mut bytes = (1u32 << 20).to_be_bytes().to_vec();
+                    bytes.resize(4 + partial, b' ');
+                    let _ = stream.write_all(&bytes);
+                }
+                streams.push(stream);
+            }
+            Err(error) => {
+                println!("connect failed: {error}");
+                break;
+            }
+        }
+    }
+    println!("open {}", streams.len());
+    let _ = std::io::stdout().flush();
+    // Whatever the daemon said to each: nothing yet (served), or an error
+    // frame and a close (refused).
+    let survey = |streams: &mut Vec<UnixStream>| -> Vec<String> {
+        let mut said = Vec::new();
+        streams.retain_mut(|stream| {
+            let _ = stream.set_nonblocking(true);
+            let mut bytes = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                match stream.read(&mut chunk) {
+                    Ok(0) => {
+                        said.push(
+                            String::from_utf8_lossy(bytes.get(4..).unwrap_or(&[])).into_owned(),
+                        );
+                        return false;
+                    }
+                    Ok(len) => bytes.extend_from_slice(&chunk[..len]),
+                    Err(_) => return true,
+                }
+            }
+        });
+        said
+    };
+    sleep(0.5);
+    let refused = survey(&mut streams);
+    println!("refused {}", refused.len());
+    for text in &refused {
+        println!("said {text}");
+    }
+    let _ = std::io::stdout().flush();
+    sleep(seconds);
+    let closed = survey(&mut streams);
+    println!("closed {}", closed.len());
+}
+
+/// The serial of the calling process's session keyring
+/// (`keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0)`), or
+/// `None` where the kernel has no keys.
+pub fn session_keyring() -> Option<i64> {
+    const KEYCTL_GET_KEYRING_ID: libc::c_long = 0;
+    const KEY_SPEC_SESSION_KEYRING: libc::c_long = -3;
+    // SAFETY: keyctl with these arguments takes integers only.
+    let id = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_GET_KEYRING_ID,
+            KEY_SPEC_SESSION_KEYRING,
+            0 as libc::c_long,
+        )
+    };
+    (id > 0).then_some(id as i64)
 }
 
 fn spin_cpu(seconds: f64) {

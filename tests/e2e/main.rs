@@ -7,6 +7,7 @@ mod docs;
 mod faults;
 mod gang;
 mod hostile;
+mod isolation;
 mod launch;
 mod limits;
 mod restart;

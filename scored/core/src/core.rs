@@ -340,6 +340,16 @@ pub enum Input {
     },
     /// The job has no process left (ranks and their descendants).
     ProcessesGone(JobId),
+    /// The job could not be kept stopped (its stop was not confirmed in
+    /// time, or something outside it kept continuing it while it was
+    /// switched out, with no freezer to hold it): it is killed, so that
+    /// the jobs sharing its hosts get them.
+    StopFailed {
+        /// The job.
+        job: JobId,
+        /// Why, for the job's end reason.
+        reason: String,
+    },
     /// A usage measurement.
     Usage {
         /// The job.
@@ -780,6 +790,9 @@ impl Core {
                 }
             }
             Input::ProcessesGone(job) => self.processes_gone(job, now, out),
+            Input::StopFailed { job, reason } => {
+                self.begin_kill(job, EndCause::Limit(reason), false, now, out);
+            }
             Input::Usage { job, usage } => self.usage(job, usage, now, out),
             Input::FinalUsage {
                 job,
@@ -833,6 +846,13 @@ impl Core {
             self.reschedule(now, &mut out);
         }
         (reply, out)
+    }
+
+    /// Whether `uid` is root, the daemon's own user or an operator: the
+    /// event loop holds these to no per-user connection limit and keeps a
+    /// reserve of connections for them.
+    pub fn is_privileged(&self, uid: u32) -> bool {
+        uid == 0 || uid == self.config.daemon_uid || self.config.operators.contains(&uid)
     }
 
     /// Whether `cred` is root, the daemon's user or an operator.

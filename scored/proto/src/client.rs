@@ -69,7 +69,28 @@ impl Connection {
 
     /// Sends a request.
     pub fn send(&mut self, request: &Request) -> io::Result<()> {
-        self.stream.write_all(&proto::encode(request))
+        match self.stream.write_all(&proto::encode(request)) {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.explain(error)),
+        }
+    }
+
+    /// A write that failed because scored closed the connection: scored
+    /// says why before it closes one (a limit on connections, say), so the
+    /// reason is read and returned in place of the bare broken pipe.
+    fn explain(&mut self, error: io::Error) -> io::Error {
+        if !matches!(
+            error.kind(),
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+        ) {
+            return error;
+        }
+        match self.recv() {
+            Ok(Reply::Error { message }) => {
+                io::Error::new(io::ErrorKind::ConnectionRefused, message)
+            }
+            _ => error,
+        }
     }
 
     /// Sends a request with descriptors attached (SCM_RIGHTS).
@@ -86,8 +107,11 @@ impl Connection {
             MsgFlags::empty(),
             None,
         )
-        .map_err(io::Error::from)?;
-        self.stream.write_all(&frame[sent..])
+        .map_err(|error| self.explain(io::Error::from(error)))?;
+        match self.stream.write_all(&frame[sent..]) {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.explain(error)),
+        }
     }
 
     /// Waits for the next reply; the end of the connection is an

@@ -12,7 +12,10 @@
 //! its job), and is killed only when scored exits (ARCHITECTURE.md, Faults).
 //!
 //! The cgroup v1 freezer hierarchy is used where mounted; otherwise a pure
-//! cgroup v2 hierarchy at /sys/fs/cgroup. Membership is all we use.
+//! cgroup v2 hierarchy at /sys/fs/cgroup. Membership is what we use on the
+//! fast path; the freezer (v1 `freezer.state`, v2 `cgroup.freeze`) holds a
+//! switched-out job that something outside it keeps continuing with
+//! SIGCONT, which a frozen process ignores until it is thawed.
 #![forbid(unsafe_code)]
 
 use std::ffi::CString;
@@ -29,6 +32,8 @@ use super::procfs::parse_pids;
 #[derive(Debug)]
 pub struct Cgroups {
     base: PathBuf,
+    /// The v1 freezer hierarchy (`freezer.state`), else v2 (`cgroup.freeze`).
+    v1_freezer: bool,
 }
 
 impl Cgroups {
@@ -60,10 +65,11 @@ impl Cgroups {
             let parent = root.join(own.trim_start_matches('/'));
             remove_stale(&parent, &tag);
             let base = parent.join(format!("scored-{tag}-{daemon_pid}"));
+            let v1_freezer = root.ends_with("freezer");
             match fs::create_dir(&base) {
-                Ok(()) => return Some(Cgroups { base }),
+                Ok(()) => return Some(Cgroups { base, v1_freezer }),
                 Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
-                    return Some(Cgroups { base })
+                    return Some(Cgroups { base, v1_freezer })
                 }
                 Err(error) => {
                     tracing::debug!(path = %base.display(), %error, "no cgroup here");
@@ -75,8 +81,13 @@ impl Cgroups {
 
     /// The directory an earlier image of this process created and used,
     /// taken over as it is across an in-place restart.
-    pub fn adopt(base: PathBuf) -> Cgroups {
-        Cgroups { base }
+    pub fn adopt(base: PathBuf, v1_freezer: bool) -> Cgroups {
+        Cgroups { base, v1_freezer }
+    }
+
+    /// Whether the hierarchy is the v1 freezer's (else v2).
+    pub fn v1_freezer(&self) -> bool {
+        self.v1_freezer
     }
 
     /// The hierarchy directory in use.
@@ -108,9 +119,34 @@ impl Cgroups {
             .unwrap_or_default()
     }
 
+    /// Freezes (or thaws) every process of the job's cgroup. Freezing is
+    /// asynchronous: [`Cgroups::is_frozen`] says when it is complete.
+    pub fn set_frozen(&self, job: JobId, frozen: bool) -> io::Result<()> {
+        let (file, value): (&str, &[u8]) = match (self.v1_freezer, frozen) {
+            (true, true) => ("freezer.state", b"FROZEN"),
+            (true, false) => ("freezer.state", b"THAWED"),
+            (false, true) => ("cgroup.freeze", b"1"),
+            (false, false) => ("cgroup.freeze", b"0"),
+        };
+        fs::write(self.dir(job).join(file), value)
+    }
+
+    /// Whether every process of the job's cgroup is frozen.
+    pub fn is_frozen(&self, job: JobId) -> bool {
+        if self.v1_freezer {
+            fs::read_to_string(self.dir(job).join("freezer.state"))
+                .is_ok_and(|state| state.trim() == "FROZEN")
+        } else {
+            fs::read_to_string(self.dir(job).join("cgroup.events"))
+                .is_ok_and(|events| events.lines().any(|line| line.trim() == "frozen 1"))
+        }
+    }
+
     /// Removes the job's cgroup; it must be empty.
     pub fn remove_job(&self, job: JobId) {
         let dir = self.dir(job);
+        // A frozen cgroup's processes could never die and leave it.
+        let _ = self.set_frozen(job, false);
         if let Err(error) = fs::remove_dir(&dir) {
             if error.kind() != io::ErrorKind::NotFound {
                 tracing::warn!(path = %dir.display(), %error, "failed to remove a job's cgroup");

@@ -93,6 +93,21 @@ fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> nix::Result<()> {
         other => other,
     }
 }
+/// How long a stop may go unconfirmed before the job's cgroup is frozen to
+/// finish it (something may be continuing the job's processes as fast as
+/// they are stopped, cancelling each SIGSTOP before it takes effect). Well
+/// above what a stop takes on a loaded machine, so that ordinary stops
+/// stay plain SIGSTOPs (a frozen process shows as `D`, not `T`).
+const FREEZE_AFTER: Duration = Duration::from_millis(500);
+/// How long a stop may go unconfirmed, freezer or not, before the job is
+/// killed so that the jobs sharing its hosts are not kept waiting forever.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one batch of a launch may take before the loop serves other
+/// events: a job of thousands of processes is created a batch at a time.
+pub const LAUNCH_BATCH: Duration = Duration::from_millis(5);
+/// Without a freezer, how many times a switched-out job may be found
+/// continued by someone else (and stopped again) before it is killed.
+const ROGUE_CONTINUE_LIMIT: u32 = 20;
 
 /// The three descriptors of a job's client: its stdin, stdout and stderr.
 /// They are shared (`Rc`) because jobs launched from one terminal pass the
@@ -153,11 +168,15 @@ pub trait Actuator {
     /// Kills every process of every job and reaps them (daemon exit).
     fn kill_everything(&mut self);
     /// The state to hand to the next image in an in-place restart, and
-    /// the descriptors that must stay open across execve; `None` if this
-    /// actuator cannot hand over.
-    fn handover(&self) -> Option<(ActuatorSnapshot, Vec<std::os::fd::RawFd>)> {
-        None
+    /// the descriptors that must stay open across execve; why not, if this
+    /// actuator cannot hand over now.
+    fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), String> {
+        Err("this actuator cannot hand its processes over".to_string())
     }
+    /// Creates the next batch of processes of launches still in progress
+    /// (a job of many processes is created a batch at a time between
+    /// events); `next_deadline` is now while one is due.
+    fn continue_launches(&mut self, _out: &mut Vec<Input>) {}
 }
 
 /// A direct child: one rank.
@@ -192,12 +211,57 @@ struct StopWait {
     children: BTreeSet<i32>,
     extras: BTreeSet<i32>,
     since: Instant,
+    /// The job's cgroup was asked to freeze: its being frozen confirms the stop.
+    freezing: bool,
+}
+
+/// How a switched-out job is held against SIGCONT from outside it.
+#[derive(Debug, Default)]
+struct Hold {
+    /// The core has been told (or will be) that the job is stopped: until
+    /// the next `cont`, any of its ranks seen continued was continued by
+    /// someone else.
+    switched_out: bool,
+    /// Its cgroup is frozen now.
+    frozen: bool,
+    /// It was continued from outside once: freeze it at every stop.
+    freeze_on_stop: bool,
+    /// Continues from outside seen since it was switched out.
+    rogue_continues: u32,
 }
 
 #[derive(Debug)]
 struct Drain {
     pids: Vec<(i32, u64)>,
     since: Instant,
+}
+
+/// Where a launch stands: what `spawn_all` needs from one batch to the next.
+#[derive(Debug, Default)]
+struct LaunchProgress {
+    /// Index in the plan's `procs` of the next process to create.
+    next: usize,
+    /// Pipes between `==` stages not yet handed to a process.
+    pipes: Vec<Vec<(Option<OwnedFd>, Option<OwnedFd>)>>,
+    /// Executables already counted in the job's disk use.
+    seen_exes: BTreeSet<PathBuf>,
+}
+
+/// A launch in progress: the processes of a job are created a batch at a
+/// time (at most [`LAUNCH_BATCH`] of work) between events, so that a job
+/// of thousands of processes does not stall the loop. The job holds its
+/// hosts from the start; while it is switched out no process is created
+/// (the ones that exist are stopped like any job's), so no part of it runs
+/// outside its slices.
+#[derive(Debug)]
+struct Launch {
+    plan: LaunchPlan,
+    stdio: Option<JobStdio>,
+    progress: LaunchProgress,
+    /// Switched out: create nothing until the job is continued.
+    paused: bool,
+    /// The job is being killed: create nothing more.
+    aborted: bool,
 }
 
 /// Everything the actuator tracks about one job.
@@ -226,6 +290,10 @@ struct JobProcs {
     cgroup_procs: Option<CString>,
     /// The user the job runs as.
     uid: u32,
+    /// Holding it stopped while it is switched out.
+    hold: Hold,
+    /// Its processes still being created, a batch at a time.
+    launch: Option<Launch>,
 }
 
 /// The real actuator.
@@ -386,15 +454,19 @@ impl OsActuator {
                 disk_walk: statedir::DiskWalk::default(),
                 cgroup_procs,
                 uid: plan.user.uid,
+                hold: Hold::default(),
+                launch: None,
             },
         );
         Ok(())
     }
 
-    fn spawn_all(
+    /// The start of a launch: the job's scratch directory and cgroup, the
+    /// pipes between `==` stages, and fresh process groups and peaks.
+    fn start_stage(
         &mut self,
         plan: &LaunchPlan,
-        stdio: Option<&JobStdio>,
+        pipes: &mut Vec<Vec<(Option<OwnedFd>, Option<OwnedFd>)>>,
     ) -> Result<(), (String, i32)> {
         // Not the program's fault: the status says the daemon failed.
         self.prepare_job(plan).map_err(|error| {
@@ -403,12 +475,9 @@ impl OsActuator {
                 crate::exitcode::INTERNAL,
             )
         })?;
-        let cwd = CString::new(plan.cwd.as_bytes())
-            .map_err(|_| ("the working directory contains a NUL byte".to_string(), 126))?;
         let last_stage = plan.first_stage + plan.argv.len() - 1;
         // Pipes between stages, rank by rank: pipes[s][r] joins stage s's
         // rank r (writer) to stage s+1's rank r (reader).
-        let mut pipes: Vec<Vec<(Option<OwnedFd>, Option<OwnedFd>)>> = Vec::new();
         if plan.pipe {
             for _ in plan.first_stage..last_stage {
                 let mut stage_pipes = Vec::new();
@@ -428,6 +497,73 @@ impl OsActuator {
             .iter_mut()
             .for_each(|peak| *peak = 0);
         procs_state.exe_bytes = 0;
+        Ok(())
+    }
+
+    /// Runs one batch of a launch; keeps it for later batches if it is not
+    /// complete, reports a failure as the old single-shot spawn did.
+    fn run_launch(&mut self, mut launch: Launch, deadline: Instant, out: &mut Vec<Input>) {
+        let job = launch.plan.job;
+        let result = self.spawn_all(
+            &launch.plan,
+            launch.stdio.as_ref(),
+            &mut launch.progress,
+            deadline,
+        );
+        if let Err((message, status)) = result {
+            tracing::info!(job = %job, %message, "launch failed");
+            out.push(Input::SpawnFailed {
+                job,
+                message,
+                status,
+            });
+            let alive = self
+                .jobs
+                .get(&job)
+                .is_some_and(|procs| !procs.children.is_empty());
+            if alive {
+                self.send(job, Signal::SIGKILL);
+            } else {
+                out.push(Input::ProcessesGone(job));
+            }
+            return;
+        }
+        let complete = launch.progress.next >= launch.plan.procs.len();
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if complete {
+            if launch.plan.procs.len() > 1 {
+                tracing::debug!(job = %job, n = launch.plan.procs.len(), "launch complete");
+            }
+            if procs.children.is_empty() {
+                // Every rank has already exited.
+                self.last_child_gone(job, out);
+            }
+        } else {
+            procs.launch = Some(launch);
+        }
+    }
+
+    /// Creates the processes of `plan` from `progress.next` on, until all
+    /// exist or `deadline` passes (at least one per call); the first call
+    /// of a launch also prepares the job and its pipes.
+    fn spawn_all(
+        &mut self,
+        plan: &LaunchPlan,
+        stdio: Option<&JobStdio>,
+        progress: &mut LaunchProgress,
+        deadline: Instant,
+    ) -> Result<(), (String, i32)> {
+        let first = progress.next;
+        if first == 0 {
+            self.start_stage(plan, &mut progress.pipes)?;
+        }
+        let cwd = CString::new(plan.cwd.as_bytes())
+            .map_err(|_| ("the working directory contains a NUL byte".to_string(), 126))?;
+        let last_stage = plan.first_stage + plan.argv.len() - 1;
+        let pipes = &mut progress.pipes;
+        let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
         let cgroup_procs = procs_state.cgroup_procs.clone();
         let become_user = self.daemon_uid == 0 && plan.user.uid != 0;
         let groups: Vec<libc::gid_t> = plan.user.groups.clone();
@@ -438,8 +574,13 @@ impl OsActuator {
         let daemon_ignored = sys::ignored_signals();
         let signals_to_change =
             daemon_ignored.map_or(u64::MAX, |daemon| daemon ^ plan.inherited.ignored);
-        let mut seen_exes: BTreeSet<PathBuf> = BTreeSet::new();
-        for proc_plan in &plan.procs {
+        let seen_exes = &mut progress.seen_exes;
+        for proc_plan in &plan.procs[first..] {
+            if progress.next > first && Instant::now() >= deadline {
+                // The rest in later batches, between events.
+                return Ok(());
+            }
+            progress.next += 1;
             let argv = &plan.argv[proc_plan.stage - plan.first_stage];
             let host = &self.hosts[proc_plan.host.idx()];
             let mut command = Command::new(&argv[0]);
@@ -518,10 +659,11 @@ impl OsActuator {
             // only makes system calls (setsid, sched_setscheduler,
             // setpriority, setrlimit, getrlimit, sched_setaffinity,
             // open/write/close, setgroups/setgid/setuid, ioctl, chdir,
-            // close_range, prctl, getppid, umask, sigaction, sigprocmask) on
-            // data prepared before the fork; it allocates nothing, takes no
-            // lock and does not log. The daemon is single-threaded, so no
-            // other thread's lock can be held.
+            // close_range, prctl, getppid, umask, sigaction, sigprocmask;
+            // `shed_root_leftovers` adds keyctl and capget) on data prepared
+            // before the fork; it allocates nothing, takes no lock and does
+            // not log. The daemon is single-threaded, so no other thread's
+            // lock can be held.
             unsafe {
                 command.pre_exec(move || {
                     // A session of its own: the job cannot reach the
@@ -531,9 +673,6 @@ impl OsActuator {
                     // the rank can never leave its group, whose id is its
                     // pid (see `JobProcs::groups`).
                     sys::new_session()?;
-                    // Never let the daemon's real-time priority leak into a job.
-                    sys::set_scheduler(None, false)?;
-                    sys::set_nice(0)?;
                     nix::sched::sched_setaffinity(Pid::from_raw(0), &mask)?;
                     if let Some(path) = &cgroup_path {
                         sys::write_file(path, b"0")?;
@@ -541,6 +680,7 @@ impl OsActuator {
                     if become_user {
                         sys::become_user(uid, gid, &groups)?;
                     }
+                    shed_root_leftovers(become_user)?;
                     // After the change of user, so that the kernel checks the
                     // user's rights on the terminal; it is never stolen from
                     // another session.
@@ -581,7 +721,7 @@ impl OsActuator {
                     for &(resource, soft, hard) in &rlimits {
                         lower_rlimit(resource, soft, hard)?;
                     }
-                    Ok(())
+                    drop_daemon_priority()
                 });
             }
             match command.spawn() {
@@ -612,6 +752,17 @@ impl OsActuator {
                     }
                     tracing::debug!(job = %plan.job, pid, rank = proc_plan.rank, stage = proc_plan.stage, host = %host.0, "spawned");
                 }
+                Err(error) if error.raw_os_error() == Some(sys::PRIVILEGES_REMAIN) => {
+                    let program = Path::new(&argv[0]).display().to_string();
+                    return Err((
+                        format!(
+                            "refusing to run '{program}' as uid {}: capabilities or securebits \
+                             remain after the change of user",
+                            plan.user.uid
+                        ),
+                        crate::exitcode::NOT_EXECUTABLE,
+                    ));
+                }
                 Err(error) => {
                     let program = Path::new(&argv[0]).display().to_string();
                     let status = match error.kind() {
@@ -634,7 +785,12 @@ impl OsActuator {
     /// Signals the process group of every unreaped rank (see
     /// `JobProcs::groups` for why that id is still the rank's), and every
     /// other descendant outside those groups through its pidfd.
-    fn send(&self, job: JobId, signal: Signal) {
+    fn send(&mut self, job: JobId, signal: Signal) {
+        if signal == Signal::SIGKILL {
+            // A frozen process acts on no signal, SIGKILL included, until
+            // it is thawed.
+            self.thaw(job);
+        }
         let Some(procs) = self.jobs.get(&job) else {
             return;
         };
@@ -868,6 +1024,7 @@ impl OsActuator {
     /// The last rank of the job is gone: kill whatever is left, then wait
     /// for it before reporting the job's processes gone.
     fn last_child_gone(&mut self, job: JobId, out: &mut Vec<Input>) {
+        self.thaw(job);
         let leftovers: Vec<Stat> = self.discover(job);
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
@@ -914,42 +1071,125 @@ impl OsActuator {
     }
 }
 
+/// Between fork and exec, the very last step: never let the daemon's
+/// real-time priority (or nice value) reach a job. Until here the child
+/// ran at the daemon's priority (the daemon does not set
+/// SCHED_RESET_ON_FORK): the daemon waits for each child to exec, and a
+/// child at normal priority on a busy machine first waited for a CPU
+/// behind every runnable process, which made creating a process take
+/// milliseconds. Lowering one's own priority needs no privilege, so this
+/// works after the change of user too. Only system calls.
+fn drop_daemon_priority() -> io::Result<()> {
+    sys::set_scheduler(None, false)?;
+    sys::set_nice(0)
+}
+
+/// Between fork and exec, after the change of user: what a job must not
+/// keep of scored's root. A new session keyring of the job's own (it
+/// would otherwise possess scored's, and through it any key scored's
+/// session holds); and, when the job runs as another user, a check that
+/// no capability and no securebit survived `setuid`, which aborts the
+/// exec with [`sys::PRIVILEGES_REMAIN`] (reported as such by the parent).
+/// Only system calls: safe between fork and exec.
+fn shed_root_leftovers(became_user: bool) -> io::Result<()> {
+    sys::join_new_session_keyring()?;
+    if became_user && sys::privileges_remain()? {
+        return Err(io::Error::from_raw_os_error(sys::PRIVILEGES_REMAIN));
+    }
+    Ok(())
+}
+
 fn signal_from(signal: i32) -> Option<Signal> {
     Signal::try_from(signal).ok()
 }
 
 impl Actuator for OsActuator {
-    fn handover(&self) -> Option<(ActuatorSnapshot, Vec<std::os::fd::RawFd>)> {
-        Some(self.snapshot())
+    fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), String> {
+        // A launch in progress holds pipes and a plan that the new image
+        // could not take over; it lasts a few seconds at most.
+        if let Some(job) = self
+            .jobs
+            .iter()
+            .find_map(|(job, procs)| procs.launch.as_ref().map(|_| *job))
+        {
+            return Err(format!(
+                "job {job} is still being launched; restart once its processes exist"
+            ));
+        }
+        Ok(self.snapshot())
     }
 
     fn spawn(&mut self, plan: &LaunchPlan, stdio: Option<&JobStdio>, out: &mut Vec<Input>) {
-        let ready = if self.jobs.contains_key(&plan.job) {
-            Ok(())
-        } else {
-            self.check_state_dir(out).map_err(|problem| {
-                (
-                    format!("cannot prepare job {}: {problem}", plan.job),
-                    crate::exitcode::INTERNAL,
-                )
-            })
-        };
-        if let Err((message, status)) = ready.and_then(|()| self.spawn_all(plan, stdio)) {
-            tracing::info!(job = %plan.job, %message, "launch failed");
-            out.push(Input::SpawnFailed {
-                job: plan.job,
-                message,
-                status,
-            });
-            let alive = self
-                .jobs
-                .get(&plan.job)
-                .is_some_and(|procs| !procs.children.is_empty());
-            if alive {
-                self.send(plan.job, Signal::SIGKILL);
-            } else {
+        if !self.jobs.contains_key(&plan.job) {
+            // Not the program's fault: the status says the daemon failed.
+            if let Err(problem) = self.check_state_dir(out) {
+                let message = format!("cannot prepare job {}: {problem}", plan.job);
+                tracing::info!(job = %plan.job, %message, "launch failed");
+                out.push(Input::SpawnFailed {
+                    job: plan.job,
+                    message,
+                    status: crate::exitcode::INTERNAL,
+                });
                 out.push(Input::ProcessesGone(plan.job));
+                return;
             }
+        }
+        let launch = Launch {
+            plan: plan.clone(),
+            stdio: stdio.map(|io| JobStdio {
+                stdin: Rc::clone(&io.stdin),
+                stdout: Rc::clone(&io.stdout),
+                stderr: Rc::clone(&io.stderr),
+                controlling_terminal: io.controlling_terminal,
+            }),
+            progress: LaunchProgress::default(),
+            paused: false,
+            aborted: false,
+        };
+        self.run_launch(launch, Instant::now() + LAUNCH_BATCH, out);
+    }
+
+    fn continue_launches(&mut self, out: &mut Vec<Input>) {
+        let deadline = Instant::now() + LAUNCH_BATCH;
+        let due: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, procs)| {
+                procs
+                    .launch
+                    .as_ref()
+                    .is_some_and(|launch| !launch.paused || launch.aborted)
+            })
+            .map(|(job, _)| *job)
+            .collect();
+        for job in due {
+            let Some(launch) = self
+                .jobs
+                .get_mut(&job)
+                .and_then(|procs| procs.launch.take())
+            else {
+                continue;
+            };
+            if launch.aborted {
+                // Killed before all its processes existed: what exists is
+                // being killed; once it is gone, so is the job.
+                drop(launch);
+                if self
+                    .jobs
+                    .get(&job)
+                    .is_some_and(|procs| procs.children.is_empty())
+                {
+                    self.last_child_gone(job, out);
+                }
+                continue;
+            }
+            if Instant::now() >= deadline {
+                if let Some(procs) = self.jobs.get_mut(&job) {
+                    procs.launch = Some(launch);
+                }
+                continue;
+            }
+            self.run_launch(launch, deadline, out);
         }
     }
 
@@ -965,12 +1205,26 @@ impl Actuator for OsActuator {
             self.adopt_new_members(job);
         }
         self.note_stopped_by_job(job);
+        // Our own SIGCONTs of the last `cont` are reported as continues:
+        // take them now, so that a continue seen from here on was someone
+        // else's.
+        self.reap_pending(out);
         self.send(job, Signal::SIGSTOP);
+        let freeze = self
+            .jobs
+            .get(&job)
+            .is_some_and(|procs| procs.hold.freeze_on_stop)
+            && self.freeze(job);
         let children = &self.children;
         let Some(procs) = self.jobs.get_mut(&job) else {
             out.push(Input::Stopped(job));
             return;
         };
+        procs.hold.switched_out = true;
+        procs.hold.rogue_continues = 0;
+        if let Some(launch) = procs.launch.as_mut() {
+            launch.paused = true;
+        }
         let pending_children: BTreeSet<i32> = procs
             .children
             .iter()
@@ -984,6 +1238,7 @@ impl Actuator for OsActuator {
             children: pending_children,
             extras: pending_extras,
             since: Instant::now(),
+            freezing: freeze,
         });
         // Descendants are confirmed through /proc right away when they
         // already stopped; the rest at the next poll.
@@ -991,8 +1246,13 @@ impl Actuator for OsActuator {
     }
 
     fn cont(&mut self, job: JobId) {
+        self.thaw(job);
         if let Some(procs) = self.jobs.get_mut(&job) {
+            procs.hold.switched_out = false;
             procs.stop_wait = None;
+            if let Some(launch) = procs.launch.as_mut() {
+                launch.paused = false;
+            }
             for pid in &procs.children {
                 if let Some(child) = self.children.get_mut(pid) {
                     child.stopped = false;
@@ -1003,6 +1263,16 @@ impl Actuator for OsActuator {
     }
 
     fn signal(&mut self, job: JobId, signal: i32) {
+        if signal == libc::SIGKILL || signal == libc::SIGTERM {
+            // A job being killed gets no more processes.
+            if let Some(launch) = self
+                .jobs
+                .get_mut(&job)
+                .and_then(|procs| procs.launch.as_mut())
+            {
+                launch.aborted = true;
+            }
+        }
         match signal_from(signal) {
             Some(signal) => self.send(job, signal),
             None => tracing::warn!(job = %job, signal, "not a signal; nothing sent"),
@@ -1119,6 +1389,15 @@ impl Actuator for OsActuator {
                     .as_ref()
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
         });
+        let launching = self.jobs.values().any(|procs| {
+            procs
+                .launch
+                .as_ref()
+                .is_some_and(|launch| !launch.paused || launch.aborted)
+        });
+        if launching {
+            return Some(Instant::now());
+        }
         let poll = busy.then(|| Instant::now() + POLL_INTERVAL);
         Some(poll.map_or(self.state_check_at, |poll| poll.min(self.state_check_at)))
     }
@@ -1189,6 +1468,9 @@ impl Actuator for OsActuator {
     }
 
     fn kill_everything(&mut self) {
+        for procs in self.jobs.values_mut() {
+            procs.launch = None;
+        }
         let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
         for job in &jobs {
             // Pick up what escaped since the last sample, so it dies too.
@@ -1248,7 +1530,18 @@ impl OsActuator {
                 }
                 self.check_stop(child.job, out);
             }
-            (Some(_), sys::WaitEvent::Continued) => {}
+            (Some(child), sys::WaitEvent::Continued) => {
+                if let Some(entry) = self.children.get_mut(&pid) {
+                    entry.stopped = false;
+                }
+                let switched_out = self
+                    .jobs
+                    .get(&child.job)
+                    .is_some_and(|procs| procs.hold.switched_out);
+                if switched_out {
+                    self.continued_from_outside(child.job, pid, out);
+                }
+            }
             (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)) => {
                 self.children.remove(&pid);
                 let status = match waited.event {
@@ -1274,7 +1567,7 @@ impl OsActuator {
                 if let Some(wait) = procs.stop_wait.as_mut() {
                     wait.children.remove(&pid);
                 }
-                if procs.children.is_empty() {
+                if procs.children.is_empty() && procs.launch.is_none() {
                     self.last_child_gone(child.job, out);
                 } else {
                     self.check_stop(child.job, out);
@@ -1301,6 +1594,86 @@ impl OsActuator {
         }
     }
 
+    /// Collects the child state changes already pending, without waiting.
+    fn reap_pending(&mut self, out: &mut Vec<Input>) {
+        while let Ok(Some(waited)) = sys::wait_any() {
+            self.handle_waited(waited, out);
+        }
+    }
+
+    /// Freezes the job's cgroup; whether it could.
+    fn freeze(&mut self, job: JobId) -> bool {
+        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else {
+            return false;
+        };
+        if procs.cgroup_procs.is_none() {
+            return false;
+        }
+        if procs.hold.frozen {
+            return true;
+        }
+        match cgroups.set_frozen(job, true) {
+            Ok(()) => {
+                procs.hold.frozen = true;
+                true
+            }
+            Err(error) => {
+                tracing::warn!(job = %job, %error, "cannot freeze the job's cgroup");
+                false
+            }
+        }
+    }
+
+    /// Thaws the job's cgroup if it is frozen.
+    fn thaw(&mut self, job: JobId) {
+        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else {
+            return;
+        };
+        if !procs.hold.frozen {
+            return;
+        }
+        match cgroups.set_frozen(job, false) {
+            Ok(()) => procs.hold.frozen = false,
+            Err(error) => tracing::error!(job = %job, %error, "cannot thaw the job's cgroup"),
+        }
+    }
+
+    /// A rank of a switched-out job was continued, by someone other than
+    /// scored (its owner can send its processes SIGCONT): the job must not
+    /// run on hosts that another job now holds. Its cgroup is frozen,
+    /// which no signal undoes, now and at every later stop; without a
+    /// cgroup it is stopped again, and killed if this keeps happening.
+    fn continued_from_outside(&mut self, job: JobId, pid: i32, out: &mut Vec<Input>) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        procs.hold.rogue_continues += 1;
+        let first = !procs.hold.freeze_on_stop;
+        procs.hold.freeze_on_stop = true;
+        if first {
+            tracing::warn!(job = %job, pid, frozen = procs.cgroup_procs.is_some(), "a switched-out job was continued from outside; freezing it (or stopping it again without a cgroup)");
+        }
+        if self.freeze(job) {
+            return;
+        }
+        self.send(job, Signal::SIGSTOP);
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if procs.hold.rogue_continues > ROGUE_CONTINUE_LIMIT {
+            procs.hold.switched_out = false;
+            procs.stop_wait = None;
+            out.push(Input::StopFailed {
+                job,
+                reason: format!(
+                    "its processes were continued from outside {} times while it was switched \
+                     out, and no freezer can hold it",
+                    procs.hold.rogue_continues
+                ),
+            });
+        }
+    }
+
     fn poll_job(&mut self, job: JobId, now: Instant, fallback: bool, out: &mut Vec<Input>) {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
@@ -1314,6 +1687,61 @@ impl OsActuator {
                     }
                     _ => false,
                 });
+            let waited = now.duration_since(wait.since);
+            if wait.freezing
+                && self
+                    .cgroups
+                    .as_ref()
+                    .is_some_and(|cgroups| cgroups.is_frozen(job))
+            {
+                // Frozen: none of its processes can run until thawed.
+                wait.children.clear();
+                wait.extras.clear();
+            } else if fallback
+                && !wait.freezing
+                && waited >= FREEZE_AFTER
+                && procs.cgroup_procs.is_some()
+                && !(wait.children.is_empty() && wait.extras.is_empty())
+            {
+                if let Some(cgroups) = &self.cgroups {
+                    match cgroups.set_frozen(job, true) {
+                        Ok(()) => {
+                            tracing::warn!(
+                                job = %job,
+                                "the job's stop was not confirmed within {}ms (something may be continuing it from outside); freezing it",
+                                FREEZE_AFTER.as_millis()
+                            );
+                            wait.freezing = true;
+                            procs.hold.frozen = true;
+                            procs.hold.freeze_on_stop = true;
+                        }
+                        Err(error) => {
+                            tracing::warn!(job = %job, %error, "cannot freeze the job's cgroup")
+                        }
+                    }
+                }
+            }
+            if fallback && waited >= STOP_TIMEOUT {
+                let left = wait.children.len() + wait.extras.len();
+                if left > 0 {
+                    tracing::warn!(job = %job, left, "the job's stop was not confirmed in time; killing it");
+                    procs.stop_wait = None;
+                    out.push(Input::StopFailed {
+                        job,
+                        reason: format!(
+                            "{left} of its processes did not stop within {}s of being switched \
+                             out (something kept continuing them, or they could not stop)",
+                            STOP_TIMEOUT.as_secs()
+                        ),
+                    });
+                    return;
+                }
+            }
+        }
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if let Some(wait) = procs.stop_wait.as_mut() {
             if fallback && now.duration_since(wait.since) >= CONFIRM_FALLBACK {
                 // wait4 should have reported these; trust /proc if it says
                 // stopped, or if the child can only stop later (a vfork()
@@ -1346,11 +1774,15 @@ impl OsActuator {
 
 /// Raises the daemon's scheduling priority so that the jobs it stops cannot
 /// delay it: SCHED_FIFO at a modest priority, else nice -20, else nothing.
-/// Children start at normal priority either way (SCHED_RESET_ON_FORK, and
-/// an explicit reset before exec). Returns what was achieved, for the log.
+/// Jobs run at normal priority either way: a child drops the daemon's
+/// priority as the last step before exec (`drop_daemon_priority`), and
+/// under the nice fallback SCHED_RESET_ON_FORK resets it at fork too.
+/// Returns what was achieved, for the log.
 pub fn elevate_priority() -> String {
     const RT_PRIORITY: i32 = 10;
-    match sys::set_scheduler(Some(RT_PRIORITY), true) {
+    // No SCHED_RESET_ON_FORK: a child creating a job's process runs at
+    // this priority until just before exec (`drop_daemon_priority`).
+    match sys::set_scheduler(Some(RT_PRIORITY), false) {
         Ok(()) => format!("SCHED_FIFO priority {RT_PRIORITY}"),
         Err(rt_error) => {
             let _ = sys::set_scheduler(None, true);

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::Cgroups;
-use super::{sys, ActuatorConfig, Child, Drain, Extra, JobProcs, OsActuator, StopWait};
+use super::{sys, ActuatorConfig, Child, Drain, Extra, Hold, JobProcs, OsActuator, StopWait};
 use crate::cluster::Topology;
 use crate::ids::JobId;
 
@@ -26,6 +26,9 @@ use crate::ids::JobId;
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ActuatorSnapshot {
     cgroup_base: Option<PathBuf>,
+    /// The hierarchy is the v1 freezer's (else v2).
+    #[serde(default)]
+    cgroup_v1_freezer: bool,
     /// The descriptor limits jobs get: those scored was first started
     /// with, which the new image cannot see (it starts with the raised ones).
     #[serde(default)]
@@ -63,6 +66,13 @@ struct JobProcsSnapshot {
     extras: Vec<ExtraSnapshot>,
     /// Ranks and descendants whose stop is awaited, and for how long (µs).
     stop_wait: Option<(Vec<i32>, Vec<i32>, u64)>,
+    /// That stop is being completed by freezing the job's cgroup.
+    #[serde(default)]
+    stop_freezing: bool,
+    /// How the job is held against SIGCONT from outside: switched out,
+    /// frozen, frozen at every stop, continues from outside seen.
+    #[serde(default)]
+    hold: (bool, bool, bool, u32),
     /// Leftovers being killed, and for how long (µs).
     drain: Option<(Vec<(i32, u64)>, u64)>,
     reaped_cpu_us: u64,
@@ -119,6 +129,13 @@ impl OsActuator {
                         age_us(wait.since),
                     )
                 }),
+                stop_freezing: procs.stop_wait.as_ref().is_some_and(|wait| wait.freezing),
+                hold: (
+                    procs.hold.switched_out,
+                    procs.hold.frozen,
+                    procs.hold.freeze_on_stop,
+                    procs.hold.rogue_continues,
+                ),
                 drain: procs
                     .drain
                     .as_ref()
@@ -148,6 +165,7 @@ impl OsActuator {
             .collect();
         let snapshot = ActuatorSnapshot {
             cgroup_base: self.cgroups.as_ref().map(|c| c.base().to_path_buf()),
+            cgroup_v1_freezer: self.cgroups.as_ref().is_some_and(Cgroups::v1_freezer),
             job_nofile: self.config.job_nofile,
             jobs,
             children,
@@ -166,7 +184,9 @@ impl OsActuator {
     ) -> io::Result<OsActuator> {
         config.job_nofile = snapshot.job_nofile;
         let mut actuator = OsActuator::prepare(config, topology, false)?;
-        actuator.cgroups = snapshot.cgroup_base.map(Cgroups::adopt);
+        actuator.cgroups = snapshot
+            .cgroup_base
+            .map(|base| Cgroups::adopt(base, snapshot.cgroup_v1_freezer));
         for record in snapshot.jobs {
             let mut extras = HashMap::new();
             for extra in record.extras {
@@ -198,6 +218,7 @@ impl OsActuator {
                         children: children.into_iter().collect::<BTreeSet<_>>(),
                         extras: extras.into_iter().collect::<BTreeSet<_>>(),
                         since: since_age(age),
+                        freezing: record.stop_freezing,
                     }),
                     drain: record.drain.map(|(pids, age)| Drain {
                         pids,
@@ -210,6 +231,14 @@ impl OsActuator {
                     scratch: record.scratch,
                     // The walk of the scratch directory starts again.
                     disk_walk: super::statedir::DiskWalk::default(),
+                    hold: Hold {
+                        switched_out: record.hold.0,
+                        frozen: record.hold.1,
+                        freeze_on_stop: record.hold.2,
+                        rogue_continues: record.hold.3,
+                    },
+                    // A launch in progress is never handed over.
+                    launch: None,
                     cgroup_procs,
                     uid: record.uid,
                 },

@@ -46,12 +46,14 @@ pub struct Waited {
     pub max_rss: u64,
 }
 
-/// `wait4(-1, WNOHANG | WUNTRACED)`: the next stop or end of any
-/// child, or `None` when no child has anything to report.
+/// `wait4(-1, WNOHANG | WUNTRACED | WCONTINUED)`: the next stop,
+/// continue or end of any child, or `None` when no child has anything to
+/// report. Continues matter: one that scored did not send means someone
+/// else is running a switched-out job.
 ///
 /// Not for use between fork and exec.
 pub fn wait_any() -> io::Result<Option<Waited>> {
-    wait4_any(libc::WNOHANG)
+    wait4_any(libc::WNOHANG | libc::WCONTINUED)
 }
 
 /// `wait4(pid, WUNTRACED)`, blocking until that child stops or ends; `None`
@@ -522,4 +524,71 @@ pub fn ignored_signals() -> Option<u64> {
 pub fn set_umask(mask: u32) {
     // SAFETY: umask cannot fail; it only replaces the process's mask.
     unsafe { libc::umask(mask as libc::mode_t) };
+}
+
+/// `keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)`: gives the calling process
+/// a new anonymous session keyring of its own, owned by its current
+/// credentials. Without it a job would possess scored's session keyring
+/// (possession grants its possessor permissions whatever the key's owner).
+/// A kernel built without keys (ENOSYS) has no keyring to share.
+pub fn join_new_session_keyring() -> io::Result<()> {
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+    // SAFETY: keyctl with a null name pointer joins a new anonymous
+    // keyring; it reads no memory of ours.
+    match cvt(unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        )
+    }) {
+        Ok(_) => Ok(()),
+        Err(error) if error.raw_os_error() == Some(libc::ENOSYS) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// The error a launch fails with when privileges remain after the change
+/// of user: chosen because nothing else between fork and exec returns it,
+/// so the parent can name the cause (see [`privileges_remain`]).
+pub const PRIVILEGES_REMAIN: i32 = libc::ENOTRECOVERABLE;
+
+/// Whether the calling process still holds anything of root after
+/// `setuid` to another user: a capability in its effective, permitted or
+/// inheritable set (the kernel clears the first two on setuid unless
+/// securebits say otherwise; nothing clears the third), or any securebit.
+/// Uses `capget` (version 3, 64 bits) and `prctl(PR_GET_SECUREBITS)`.
+pub fn privileges_remain() -> io::Result<bool> {
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: `header` and `data` are valid, writable and live across the
+    // call; version 3 makes the kernel write exactly two `Data` entries.
+    cvt(unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) })?;
+    let caps = data
+        .iter()
+        .any(|set| set.effective | set.permitted | set.inheritable != 0);
+    // SAFETY: prctl with PR_GET_SECUREBITS takes no pointer.
+    let securebits =
+        cvt(unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) } as libc::c_long)?;
+    Ok(caps || securebits != 0)
 }

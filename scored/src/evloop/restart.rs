@@ -99,6 +99,12 @@ impl<A: Actuator> Daemon<A> {
                 None => None,
             };
             let (pid, uid, gid, groups) = record.cred;
+            let privileged = self.core.is_privileged(uid);
+            // A request begun before the restart gets the whole timeout again.
+            let partial_since = (!record.input.is_empty()).then(Instant::now);
+            if let Some(since) = partial_since {
+                self.partial.insert(token, since);
+            }
             self.connections.insert(
                 token,
                 Box::new(Connection {
@@ -122,8 +128,14 @@ impl<A: Actuator> Daemon<A> {
                     closing: record.closing,
                     writing,
                     paused: record.paused,
+                    privileged,
+                    partial_since,
+                    counted: (0, 0),
                 }),
             );
+            // The per-user totals are rebuilt from the connections.
+            self.per_user.entry(uid).or_default().connections += 1;
+            self.recount(token);
             self.dirty.push(token);
         }
         self.next_token = snapshot.next_token.max(FIRST_CLIENT);
@@ -195,10 +207,7 @@ impl<A: Actuator> Daemon<A> {
         if self.core.shutting_down() {
             return Err("scored is shutting down".to_string());
         }
-        let (actuator, mut fds) = self
-            .actuator
-            .handover()
-            .ok_or("this actuator cannot hand its processes over")?;
+        let (actuator, mut fds) = self.actuator.handover()?;
         fds.push(self.listener.as_raw_fd());
         let mut connections = Vec::new();
         for (token, conn) in &self.connections {

@@ -1110,3 +1110,28 @@ fn a_snapshot_for_other_hosts_is_refused() {
         .expect("three hosts are not two");
     assert!(error.starts_with("the hosts changed"), "{error}");
 }
+
+/// Issue 13, finding 6: a stop the actuator cannot complete (or a job it
+/// cannot keep stopped) kills the job with the reason, and the job that
+/// waits for its host then runs.
+#[test]
+fn a_job_that_cannot_be_kept_stopped_is_killed_and_its_host_freed() {
+    let mut sim = Sim::new(1, 100);
+    let first = sim.submit(1, Some(1));
+    sim.submit(1, Some(1));
+    sim.take_log();
+    sim.hold_confirmations = true;
+    sim.advance(100);
+    check(&sim.take_log(), "stop 1");
+    sim.hold_confirmations = false;
+    sim.unconfirmed.clear();
+    sim.input(Input::StopFailed {
+        job: JobId(1),
+        reason: "its processes were continued from outside".into(),
+    });
+    check(&sim.take_log(), "signal 1 9, release 1, spawn 2 stage 0 x1");
+    check(
+        &sim.client(first),
+        "admitted 1, started 1, ended 1 Limit 76",
+    );
+}
