@@ -224,6 +224,7 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
         wait: reader.bool(),
         memory: reader.option(Reader::u64),
         disk: reader.option(Reader::u64),
+        time_ms: reader.option(Reader::u64),
     };
     let n_env = usize::from(reader.byte() % 8);
     let env = (0..n_env).map(|_| (reader.wire(), reader.wire())).collect();

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 use crate::cluster::Topology;
+use crate::command::QueueMode;
 use crate::ids::{ClusterId, HostId};
 use crate::job::{JobLimits, ProcRequest};
 use crate::queue::Queue;
@@ -63,6 +64,34 @@ impl Ledger {
     /// Returns what a finished job held.
     pub fn release(&mut self, placement: &Placement) {
         self.apply(placement, false);
+    }
+
+    /// Books the hosts chosen for a job admitted without them (an exclusive
+    /// queue's job, whose hosts are chosen when it starts): its processes
+    /// and its memory on each host. Cluster totals were booked at admission.
+    pub fn bind(&mut self, hosts: &[HostId], layout: &[u32], memory: Option<u64>) {
+        for (host, procs) in hosts.iter().zip(layout) {
+            let slot = host.idx();
+            self.host_procs[slot] = self.host_procs[slot].saturating_add(u64::from(*procs));
+            self.host_memory[slot] = self.host_memory[slot].saturating_add(memory.unwrap_or(0));
+        }
+    }
+
+    /// Undoes [`Ledger::bind`].
+    pub fn unbind(&mut self, hosts: &[HostId], layout: &[u32], memory: Option<u64>) {
+        for (host, procs) in hosts.iter().zip(layout) {
+            let slot = host.idx();
+            self.host_procs[slot] = self.host_procs[slot].saturating_sub(u64::from(*procs));
+            self.host_memory[slot] = self.host_memory[slot].saturating_sub(memory.unwrap_or(0));
+        }
+    }
+
+    /// Whether `host` has room for `need` more bytes under the per-host `limit`.
+    pub fn memory_fits(&self, host: HostId, need: Option<u64>, limit: Option<u64>) -> bool {
+        match (need, limit) {
+            (Some(need), Some(limit)) => self.host_memory[host.idx()].saturating_add(need) <= limit,
+            _ => true,
+        }
     }
 
     fn apply(&mut self, placement: &Placement, add: bool) {
@@ -130,6 +159,13 @@ pub struct Ask {
 
 /// Decides where a job goes. `queue` supplies the percentages and the CPU
 /// time limit the job inherits.
+///
+/// In a gang queue the job's hosts are chosen now: it keeps its place in
+/// the time-sharing matrix for life. In an exclusive queue they are left
+/// empty, to be chosen from the free hosts of the cluster when the job
+/// starts (so that first-come-first-served and backfilling are not defeated
+/// by fragmentation); admission then checks the cluster's job and disk
+/// limits, and the per-host memory limit only against an empty host.
 pub fn decide(
     ask: Ask,
     queue: &Queue,
@@ -160,6 +196,7 @@ pub fn decide(
             cluster_limits,
             ledger,
             job_limits,
+            queue.mode == QueueMode::Gang,
         ) {
             Ok(placement) => {
                 let cluster = topology.cluster(cluster_id);
@@ -266,6 +303,7 @@ fn place_now(
     cluster_limits: ClusterLimits,
     ledger: &Ledger,
     job_limits: JobLimits,
+    bind: bool,
 ) -> Result<Placement, String> {
     let cluster = topology.cluster(cluster_id);
     let layout = ask.procs.layout(cluster.cores).unwrap_or_default();
@@ -290,6 +328,14 @@ fn place_now(
                 format_size(limit)
             ));
         }
+    }
+    if !bind {
+        return Ok(Placement {
+            cluster: cluster_id,
+            hosts: Vec::new(),
+            layout,
+            limits: job_limits,
+        });
     }
     let mut candidates: Vec<HostId> = cluster
         .hosts
@@ -342,7 +388,6 @@ fn plural(count: u64) -> &'static str {
 mod tests {
     use super::*;
     use crate::cluster::{Cluster, Host};
-    use crate::command::QueueMode;
     use crate::units::CpuSet;
 
     fn topology(clusters: &[(&str, f64, usize)]) -> Topology {

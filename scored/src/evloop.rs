@@ -1205,6 +1205,9 @@ pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
     if submit.cwd.as_bytes().first() != Some(&b'/') || submit.cwd.as_bytes().contains(&0) {
         return Err("the working directory must be an absolute path".into());
     }
+    if submit.options.time_ms == Some(0) {
+        return Err("the time limit (-time) must be longer than 0".into());
+    }
     let env = submit
         .env
         .iter()
@@ -1226,6 +1229,7 @@ pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
         wait: submit.options.wait,
         memory: submit.options.memory,
         disk: submit.options.disk,
+        time: submit.options.time_ms.map(Duration::from_millis),
         env,
         cwd: submit.cwd.to_os(),
     })

@@ -87,6 +87,9 @@ pub struct JobRequest {
     pub memory: Option<u64>,
     /// The user's disk limit.
     pub disk: Option<u64>,
+    /// The job's wall-clock estimate (`-time=`), enforced as a limit on the
+    /// time it runs.
+    pub time: Option<Duration>,
     /// The caller's environment.
     pub env: Vec<(OsString, OsString)>,
     /// The caller's working directory.
@@ -424,6 +427,10 @@ pub struct Job {
     pub layout: Vec<u32>,
     /// Limits fixed at admission.
     pub limits: JobLimits,
+    /// Its run-time estimate and limit (`-time=`): ended once it has run this long.
+    pub estimate: Option<Duration>,
+    /// When its run time reaches `estimate`, while it runs.
+    pub time_deadline: Option<Tick>,
     /// Where its processes are.
     pub phase: Phase,
     /// Held by an operator.

@@ -115,6 +115,10 @@ pub struct JobOptions {
     pub memory: Option<u64>,
     /// The user's explicit disk limit, in bytes.
     pub disk: Option<u64>,
+    /// The job's run-time estimate and limit (`-time=`), in milliseconds.
+    /// Absent from older clients.
+    #[serde(default)]
+    pub time_ms: Option<u64>,
 }
 
 /// A job submission from scrun.
@@ -371,6 +375,7 @@ mod tests {
                     wait: true,
                     memory: Some(1 << 20),
                     disk: None,
+                    time_ms: None,
                 },
                 env: vec![("A".into(), "1".into())],
                 cwd: "/tmp".into(),

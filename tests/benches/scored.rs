@@ -472,6 +472,7 @@ fn submit_frame() -> Vec<u8> {
             wait: false,
             memory: None,
             disk: None,
+            time_ms: None,
         },
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         cwd: "/".into(),
@@ -651,6 +652,7 @@ fn decision_time(rows: &mut Vec<Row>) {
             wait: false,
             memory: None,
             disk: None,
+            time: None,
             env: Vec::new(),
             cwd: OsString::from("/"),
         };

@@ -91,6 +91,7 @@ fn submit_request(daemon: &Daemon) -> Request {
                 wait: false,
                 memory: None,
                 disk: None,
+                time_ms: None,
             },
             env: vec![
                 ("PATH".into(), "/usr/bin:/bin".into()),
