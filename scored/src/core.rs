@@ -608,6 +608,22 @@ impl Core {
         [timers, slice].into_iter().flatten().min()
     }
 
+    /// Whether a usage sample of `job` can change a decision: the job has
+    /// a CPU time, memory or disk limit, or its queue demotes by residency.
+    /// (The daemon samples every running job each slice anyway, for its
+    /// listings; a replay answers only the samples that matter.)
+    pub fn usage_matters(&self, job: JobId) -> bool {
+        self.jobs.get(&job).is_some_and(|record| {
+            record.limits.cputime.is_some()
+                || record.limits.memory.is_some()
+                || record.limits.disk.is_some()
+                || self
+                    .queues
+                    .get(record.queue as usize)
+                    .is_some_and(|queue| queue.residency.is_some())
+        })
+    }
+
     /// How many switches the core has made.
     pub fn switch_count(&self) -> u64 {
         self.switches.count
@@ -2526,20 +2542,19 @@ struct View<'a> {
 }
 
 impl sched::JobView for View<'_> {
-    fn hosts(&self, job: JobId) -> &[HostId] {
-        self.jobs
-            .get(&job)
-            .map_or(&[][..], |record| record.hosts.as_slice())
-    }
-
-    fn runnable(&self, job: JobId) -> bool {
-        self.jobs
-            .get(&job)
-            .is_some_and(|record| record.ending.is_none() && !record.held())
-    }
-
-    fn started(&self, job: JobId) -> bool {
-        self.jobs.get(&job).is_some_and(|record| record.started)
+    fn seen(&self, job: JobId) -> sched::Seen<'_> {
+        match self.jobs.get(&job) {
+            Some(record) => sched::Seen {
+                hosts: &record.hosts,
+                runnable: record.ending.is_none() && !record.held(),
+                started: record.started,
+            },
+            None => sched::Seen {
+                hosts: &[],
+                runnable: false,
+                started: false,
+            },
+        }
     }
 
     fn need(&self, job: JobId) -> (usize, usize) {

@@ -20,5 +20,6 @@ pub mod job;
 pub mod paths;
 pub mod proto;
 pub mod queue;
+pub mod replay;
 pub mod sched;
 pub mod units;

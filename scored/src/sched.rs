@@ -15,15 +15,26 @@ use crate::command::QueueMode;
 use crate::ids::{HostId, JobId};
 use crate::queue::Queue;
 
-/// What the decision needs to know about jobs and hosts; the core supplies it.
-pub trait JobView {
+/// A job as the decision sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
     /// The job's hosts; empty while they are not chosen (a job of an
     /// exclusive queue that has not started).
-    fn hosts(&self, job: JobId) -> &[HostId];
+    pub hosts: &'a [HostId],
     /// Whether the job may run now (not held, not ending).
-    fn runnable(&self, job: JobId) -> bool;
+    pub runnable: bool,
     /// Whether the job's processes were ever created.
-    fn started(&self, job: JobId) -> bool;
+    pub started: bool,
+}
+
+/// What the decision needs to know about jobs and hosts; the core supplies it.
+pub trait JobView {
+    /// The job, in one look-up (the decision's hot path).
+    fn seen(&self, job: JobId) -> Seen<'_>;
+    /// The job's hosts; empty while they are not chosen.
+    fn hosts(&self, job: JobId) -> &[HostId] {
+        self.seen(job).hosts
+    }
     /// For a job whose hosts are not chosen: its cluster (index) and how
     /// many hosts it needs.
     fn need(&self, job: JobId) -> (usize, usize);
@@ -48,9 +59,9 @@ pub trait JobView {
 #[derive(Debug, Default)]
 pub struct Scratch {
     taken: Vec<bool>,
-    /// When each taken host is expected to be released (µs; `u64::MAX`
-    /// when its job has no estimate).
-    release: Vec<u64>,
+    /// The job that took each taken host (its expected end is asked only
+    /// when a reservation is computed).
+    holder: Vec<JobId>,
     /// The cluster of each host, and free hosts per cluster.
     host_cluster: Vec<usize>,
     cluster_free: Vec<usize>,
@@ -99,8 +110,8 @@ pub fn active_set(
     bind.clear();
     scratch.taken.clear();
     scratch.taken.resize(n_hosts, false);
-    scratch.release.clear();
-    scratch.release.resize(n_hosts, u64::MAX);
+    scratch.holder.clear();
+    scratch.holder.resize(n_hosts, JobId(0));
     if scratch.host_cluster.len() != n_hosts {
         scratch.host_cluster = vec![0; n_hosts];
         let mut cluster = 0;
@@ -119,7 +130,8 @@ pub fn active_set(
     }
     let mut free_hosts = n_hosts;
     for job in first {
-        free_hosts = free_hosts.saturating_sub(take_bound(job, view, scratch, out));
+        let hosts = view.hosts(job);
+        free_hosts = free_hosts.saturating_sub(take_bound(job, hosts, scratch, out));
     }
     for queue in queues {
         if !queue.activated {
@@ -133,23 +145,24 @@ pub fn active_set(
             if free_hosts == 0 {
                 return;
             }
-            if !view.runnable(job) {
+            let seen = view.seen(job);
+            if !seen.runnable {
                 continue;
             }
-            let waiting = exclusive && !view.started(job);
+            let waiting = exclusive && !seen.started;
             if !waiting {
-                free_hosts = free_hosts.saturating_sub(if view.hosts(job).is_empty() {
+                free_hosts = free_hosts.saturating_sub(if seen.hosts.is_empty() {
                     take_free(job, view, scratch, out, bind)
                 } else {
-                    take_bound(job, view, scratch, out)
+                    take_bound(job, seen.hosts, scratch, out)
                 });
                 continue;
             }
-            let bound = !view.hosts(job).is_empty();
+            let bound = !seen.hosts.is_empty();
             match reservation {
                 None => {
                     let taken = if bound {
-                        take_bound(job, view, scratch, out)
+                        take_bound(job, seen.hosts, scratch, out)
                     } else {
                         take_free(job, view, scratch, out, bind)
                     };
@@ -161,7 +174,7 @@ pub fn active_set(
                     // served keeps every later job of the queue behind it,
                     // unless backfilling can give it a reservation.
                     match (queue.backfill && !bound)
-                        .then(|| reserve(job, view, scratch))
+                        .then(|| reserve(job, view, now, scratch))
                         .flatten()
                     {
                         Some(made) => reservation = Some(made),
@@ -198,13 +211,7 @@ pub fn active_set(
 }
 
 /// Takes the job's own hosts if all are free; returns how many it took.
-fn take_bound(
-    job: JobId,
-    view: &impl JobView,
-    scratch: &mut Scratch,
-    out: &mut Vec<JobId>,
-) -> usize {
-    let hosts = view.hosts(job);
+fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec<JobId>) -> usize {
     if hosts.is_empty()
         || hosts
             .iter()
@@ -212,17 +219,16 @@ fn take_bound(
     {
         return 0;
     }
-    let release = view.expected_end(job).unwrap_or(u64::MAX);
     for host in hosts {
-        mark(scratch, *host, release);
+        mark(scratch, *host, job);
     }
     out.push(job);
     hosts.len()
 }
 
-fn mark(scratch: &mut Scratch, host: HostId, release: u64) {
+fn mark(scratch: &mut Scratch, host: HostId, job: JobId) {
     scratch.taken[host.idx()] = true;
-    scratch.release[host.idx()] = release;
+    scratch.holder[host.idx()] = job;
     let cluster = scratch.host_cluster[host.idx()];
     scratch.cluster_free[cluster] = scratch.cluster_free[cluster].saturating_sub(1);
 }
@@ -254,9 +260,8 @@ fn take_free(
     }
     scratch.candidates.sort_by_key(|host| view.host_rank(*host));
     let chosen: Vec<HostId> = scratch.candidates[..n_needed].to_vec();
-    let release = view.expected_end(job).unwrap_or(u64::MAX);
     for host in &chosen {
-        mark(scratch, *host, release);
+        mark(scratch, *host, job);
     }
     out.push(job);
     bind.push((job, chosen));
@@ -266,7 +271,12 @@ fn take_free(
 /// The reservation of a waiting job that cannot start now: the earliest
 /// time enough hosts of its cluster are expected to be free, or `None`
 /// when that depends on a job without an estimate.
-fn reserve(job: JobId, view: &impl JobView, scratch: &mut Scratch) -> Option<Reservation> {
+fn reserve(
+    job: JobId,
+    view: &impl JobView,
+    now: u64,
+    scratch: &mut Scratch,
+) -> Option<Reservation> {
     let (cluster, n_needed) = view.need(job);
     let hosts = view.cluster_hosts(cluster);
     if n_needed == 0 || n_needed > hosts.len() {
@@ -278,7 +288,11 @@ fn reserve(job: JobId, view: &impl JobView, scratch: &mut Scratch) -> Option<Res
         hosts
             .iter()
             .filter(|host| scratch.taken[host.idx()])
-            .map(|host| scratch.release[host.idx()]),
+            .map(|host| {
+                view.expected_end(scratch.holder[host.idx()])
+                    .unwrap_or(u64::MAX)
+                    .max(now)
+            }),
     );
     scratch.ends.sort_unstable();
     let missing = n_needed.checked_sub(free_now)?;
@@ -311,14 +325,12 @@ mod tests {
     }
 
     impl JobView for Jobs {
-        fn hosts(&self, job: JobId) -> &[HostId] {
-            self.hosts.get(&job).map_or(&[][..], Vec::as_slice)
-        }
-        fn runnable(&self, _: JobId) -> bool {
-            true
-        }
-        fn started(&self, job: JobId) -> bool {
-            self.started.contains(&job)
+        fn seen(&self, job: JobId) -> Seen<'_> {
+            Seen {
+                hosts: self.hosts.get(&job).map_or(&[][..], Vec::as_slice),
+                runnable: true,
+                started: self.started.contains(&job),
+            }
         }
         fn need(&self, job: JobId) -> (usize, usize) {
             (0, self.need.get(&job).copied().unwrap_or(0))

@@ -10,5 +10,6 @@ mod gang;
 mod hostile;
 mod launch;
 mod limits;
+mod replay;
 mod startup;
 mod users;
