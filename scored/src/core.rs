@@ -444,6 +444,11 @@ pub struct Core {
     bindings: Vec<(JobId, Vec<HostId>)>,
     /// When usage was last asked for (each slice boundary with live jobs).
     sampled_at: Tick,
+    /// `ran` was emptied by a slice boundary: the next decision refills it
+    /// with every running job (later ones add only the jobs that enter).
+    ran_refill: bool,
+    /// Unfinished jobs with a CPU time limit.
+    n_cputime_limited: usize,
     /// Jobs that ran during the current slice (gang rotation).
     ran: BTreeSet<JobId>,
     /// Launch data of unfinished jobs by content hash, so identical
@@ -456,6 +461,8 @@ pub struct Core {
     shutting_down: bool,
     scratch: Scratch,
     active: Vec<JobId>,
+    /// The active set, sorted (scratch for `reschedule`).
+    chosen: Vec<JobId>,
 }
 
 impl Core {
@@ -488,6 +495,8 @@ impl Core {
             bound_waiting: BTreeSet::new(),
             bindings: Vec::new(),
             sampled_at: Tick::default(),
+            ran_refill: false,
+            n_cputime_limited: 0,
             ran: BTreeSet::new(),
             launches: HashMap::new(),
             next_job: 1,
@@ -496,6 +505,7 @@ impl Core {
             shutting_down: false,
             scratch: Scratch::default(),
             active: Vec::new(),
+            chosen: Vec::new(),
         }
     }
 
@@ -580,7 +590,9 @@ impl Core {
         // The earliest time a sample could show a CPU time or residency
         // limit crossed.
         let mut crossing: Option<Tick> = None;
-        for job in &self.live {
+        let limits_cpu =
+            self.n_cputime_limited > 0 || self.queues.iter().any(|queue| queue.residency.is_some());
+        for job in self.live.iter().filter(|_| limits_cpu) {
             let record = &self.jobs[job];
             let residency = self
                 .queues
@@ -1006,6 +1018,9 @@ impl Core {
         }
         self.queues[queue as usize].push(id, false);
         self.by_client.insert(waiter.client, id);
+        if job.limits.cputime.is_some() {
+            self.n_cputime_limited += 1;
+        }
         self.jobs.insert(id, job);
     }
 
@@ -1249,6 +1264,7 @@ impl Core {
         for queue in &mut self.queues {
             queue.rotate(|job| ran.contains(&job));
         }
+        self.ran_refill = true;
         // The set restarts with the new slice; `reschedule`, which always
         // follows, fills it again with every job that runs in it.
         self.sampled_at = now;
@@ -1320,6 +1336,9 @@ impl Core {
             self.time_deadlines.remove(&(deadline, job));
         }
         self.bound_waiting.remove(&job);
+        if record.limits.cputime.is_some() {
+            self.n_cputime_limited = self.n_cputime_limited.saturating_sub(1);
+        }
         self.ran.remove(&job);
         if let Some(since) = record.running_since.take() {
             record.run_time += now.since(since);
@@ -1537,15 +1556,21 @@ impl Core {
             self.bind(job, hosts);
         }
         self.bindings = bindings;
-        let chosen: BTreeSet<JobId> = active.iter().copied().collect();
+        let mut chosen = std::mem::take(&mut self.chosen);
+        chosen.clear();
+        chosen.extend_from_slice(&active);
+        chosen.sort_unstable();
 
         // Phase one: stop every running job that left the active set.
         let leaving: Vec<JobId> = self
             .live
             .iter()
             .copied()
-            .filter(|job| !chosen.contains(job) && self.jobs[job].phase == Phase::Running)
+            .filter(|job| {
+                chosen.binary_search(job).is_err() && self.jobs[job].phase == Phase::Running
+            })
             .collect();
+        self.chosen = chosen;
         for &job in &leaving {
             if self.switches.open.is_none() {
                 let id = self.switches.next_id;
@@ -1608,9 +1633,11 @@ impl Core {
         for job in to_spawn {
             self.enter(job, now, out);
         }
-        for job in &self.live {
-            if self.jobs[job].phase == Phase::Running {
-                self.ran.insert(*job);
+        if std::mem::take(&mut self.ran_refill) {
+            for job in &self.live {
+                if self.jobs[job].phase == Phase::Running {
+                    self.ran.insert(*job);
+                }
             }
         }
         if self.shutting_down && self.jobs.is_empty() {
@@ -1655,6 +1682,7 @@ impl Core {
         let phase = record.phase;
         record.phase = Phase::Running;
         record.running_since = Some(now);
+        self.ran.insert(job);
         if let Some(estimate) = record.estimate {
             let deadline = now.after(estimate.saturating_sub(record.run_time));
             record.time_deadline = Some(deadline);

@@ -44,8 +44,9 @@ pub trait JobView {
     fn fits_on(&self, job: JobId, host: HostId) -> bool;
     /// Whether [`JobView::fits_on`] can ever say no for this job.
     fn checks_memory(&self, job: JobId) -> bool;
-    /// Preference among free hosts when choosing, lowest first: hosts where
-    /// nothing runs now, then the least loaded, then the lowest index.
+    /// Preference among free hosts when choosing: the first field says
+    /// whether a job runs there now (hosts where nothing runs are taken
+    /// first, lowest number first); among the others, lowest rank first.
     fn host_rank(&self, host: HostId) -> (bool, u64, u32);
     /// The job's run-time estimate, in microseconds.
     fn estimate(&self, job: JobId) -> Option<u64>;
@@ -110,8 +111,11 @@ pub fn active_set(
     bind.clear();
     scratch.taken.clear();
     scratch.taken.resize(n_hosts, false);
-    scratch.holder.clear();
-    scratch.holder.resize(n_hosts, JobId(0));
+    // Read only for taken hosts, so never cleared: a decision over many
+    // hosts costs no more than the hosts it takes.
+    if scratch.holder.len() != n_hosts {
+        scratch.holder = vec![JobId(0); n_hosts];
+    }
     if scratch.host_cluster.len() != n_hosts {
         scratch.host_cluster = vec![0; n_hosts];
         let mut cluster = 0;
@@ -247,19 +251,34 @@ fn take_free(
         return 0;
     }
     let checks_memory = view.checks_memory(job);
+    // Hosts where nothing runs, lowest numbers first; where they are too
+    // few, the others in the order of `host_rank`. The scan stops as soon
+    // as enough idle hosts are found, so a job on a machine of many hosts
+    // costs what it passes over, not the whole machine.
+    let mut chosen: Vec<HostId> = Vec::with_capacity(n_needed);
     scratch.candidates.clear();
-    scratch.candidates.extend(
-        view.cluster_hosts(cluster)
-            .iter()
-            .copied()
-            .filter(|host| !scratch.taken[host.idx()])
-            .filter(|host| !checks_memory || view.fits_on(job, *host)),
-    );
-    if scratch.candidates.len() < n_needed {
-        return 0;
+    for host in view.cluster_hosts(cluster) {
+        if scratch.taken[host.idx()] || (checks_memory && !view.fits_on(job, *host)) {
+            continue;
+        }
+        if view.host_rank(*host).0 {
+            scratch.candidates.push(*host);
+        } else {
+            chosen.push(*host);
+            if chosen.len() == n_needed {
+                break;
+            }
+        }
     }
-    scratch.candidates.sort_by_key(|host| view.host_rank(*host));
-    let chosen: Vec<HostId> = scratch.candidates[..n_needed].to_vec();
+    if chosen.len() < n_needed {
+        if chosen.len() + scratch.candidates.len() < n_needed {
+            return 0;
+        }
+        scratch.candidates.sort_by_key(|host| view.host_rank(*host));
+        let missing = n_needed - chosen.len();
+        chosen.extend_from_slice(&scratch.candidates[..missing]);
+        chosen.sort_unstable();
+    }
     for host in &chosen {
         mark(scratch, *host, job);
     }
