@@ -11,6 +11,8 @@
 //! Pure: the ledger of reservations is plain data owned by the core.
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeSet;
+
 use crate::cluster::Topology;
 use crate::command::QueueMode;
 use crate::ids::{ClusterId, HostId};
@@ -42,6 +44,10 @@ pub struct Ledger {
     pub cluster_jobs: Vec<u64>,
     /// Admitted processes in each cluster.
     pub cluster_procs: Vec<u64>,
+    /// The hosts of each cluster in placement order: fewest admitted
+    /// processes first, then the lowest number (kept so that placing a
+    /// job on a machine of many hosts costs what it takes, not a sort).
+    pub by_load: Vec<BTreeSet<(u64, HostId)>>,
 }
 
 impl Ledger {
@@ -53,7 +59,22 @@ impl Ledger {
             cluster_disk: vec![0; topology.clusters.len()],
             cluster_jobs: vec![0; topology.clusters.len()],
             cluster_procs: vec![0; topology.clusters.len()],
+            by_load: topology
+                .clusters
+                .iter()
+                .map(|cluster| cluster.hosts.iter().map(|host| (0, *host)).collect())
+                .collect(),
         }
+    }
+
+    /// Changes a host's admitted processes, keeping `by_load` in order.
+    fn set_procs(&mut self, cluster: ClusterId, host: HostId, procs: u64) {
+        let slot = &mut self.host_procs[host.idx()];
+        if let Some(order) = self.by_load.get_mut(cluster.idx()) {
+            order.remove(&(*slot, host));
+            order.insert((procs, host));
+        }
+        *slot = procs;
     }
 
     /// Books an admitted job.
@@ -69,19 +90,33 @@ impl Ledger {
     /// Books the hosts chosen for a job admitted without them (an exclusive
     /// queue's job, whose hosts are chosen when it starts): its processes
     /// and its memory on each host. Cluster totals were booked at admission.
-    pub fn bind(&mut self, hosts: &[HostId], layout: &[u32], memory: Option<u64>) {
+    pub fn bind(
+        &mut self,
+        cluster: ClusterId,
+        hosts: &[HostId],
+        layout: &[u32],
+        memory: Option<u64>,
+    ) {
         for (host, procs) in hosts.iter().zip(layout) {
             let slot = host.idx();
-            self.host_procs[slot] = self.host_procs[slot].saturating_add(u64::from(*procs));
+            let procs = self.host_procs[slot].saturating_add(u64::from(*procs));
+            self.set_procs(cluster, *host, procs);
             self.host_memory[slot] = self.host_memory[slot].saturating_add(memory.unwrap_or(0));
         }
     }
 
     /// Undoes [`Ledger::bind`].
-    pub fn unbind(&mut self, hosts: &[HostId], layout: &[u32], memory: Option<u64>) {
+    pub fn unbind(
+        &mut self,
+        cluster: ClusterId,
+        hosts: &[HostId],
+        layout: &[u32],
+        memory: Option<u64>,
+    ) {
         for (host, procs) in hosts.iter().zip(layout) {
             let slot = host.idx();
-            self.host_procs[slot] = self.host_procs[slot].saturating_sub(u64::from(*procs));
+            let procs = self.host_procs[slot].saturating_sub(u64::from(*procs));
+            self.set_procs(cluster, *host, procs);
             self.host_memory[slot] = self.host_memory[slot].saturating_sub(memory.unwrap_or(0));
         }
     }
@@ -103,7 +138,9 @@ impl Ledger {
             };
         };
         for (host, procs) in placement.hosts.iter().zip(&placement.layout) {
-            change(&mut self.host_procs[host.idx()], u64::from(*procs));
+            let mut host_procs = self.host_procs[host.idx()];
+            change(&mut host_procs, u64::from(*procs));
+            self.set_procs(placement.cluster, *host, host_procs);
             change(
                 &mut self.host_memory[host.idx()],
                 placement.limits.memory.unwrap_or(0),
@@ -337,18 +374,23 @@ fn place_now(
             limits: job_limits,
         });
     }
-    let mut candidates: Vec<HostId> = cluster
-        .hosts
-        .iter()
-        .copied()
-        .filter(|host| match (job_limits.memory, cluster_limits.memory) {
-            (Some(need), Some(limit)) => {
-                ledger.host_memory[host.idx()].saturating_add(need) <= limit
-            }
-            _ => true,
-        })
+    let fits = |host: &HostId| match (job_limits.memory, cluster_limits.memory) {
+        (Some(need), Some(limit)) => ledger.host_memory[host.idx()].saturating_add(need) <= limit,
+        _ => true,
+    };
+    // The hosts with the fewest admitted processes, ties to the lowest
+    // index, so that independent jobs land on disjoint hosts when they can.
+    let mut candidates: Vec<HostId> = ledger
+        .by_load
+        .get(cluster_id.idx())
+        .into_iter()
+        .flatten()
+        .map(|(_, host)| *host)
+        .filter(fits)
+        .take(layout.len())
         .collect();
     if candidates.len() < layout.len() {
+        let candidates: Vec<HostId> = cluster.hosts.iter().copied().filter(fits).collect();
         let need = job_limits.memory.unwrap_or(0);
         let limit = cluster_limits.memory.unwrap_or(0);
         return Err(format!(
@@ -362,10 +404,6 @@ fn place_now(
             format_size(limit)
         ));
     }
-    // The hosts with the fewest admitted processes, ties to the lowest
-    // index, so that independent jobs land on disjoint hosts when they can.
-    candidates.sort_by_key(|host| (ledger.host_procs[host.idx()], host.0));
-    candidates.truncate(layout.len());
     // The job keeps this list for its lifetime: hold only its own hosts.
     candidates.shrink_to_fit();
     Ok(Placement {

@@ -1653,7 +1653,7 @@ impl Core {
             return;
         };
         self.ledger
-            .bind(&hosts, &record.layout, record.limits.memory);
+            .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory = vec![0; hosts.len()];
         record.hosts = hosts;
         if !record.started {
@@ -1671,7 +1671,7 @@ impl Core {
         }
         let hosts = std::mem::take(&mut record.hosts);
         self.ledger
-            .unbind(&hosts, &record.layout, record.limits.memory);
+            .unbind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory.clear();
     }
 
