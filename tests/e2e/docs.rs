@@ -839,7 +839,7 @@ fn install_script_puts_binaries_pages_and_samples_under_the_prefix() {
         stdout(&output),
         stderr(&output)
     );
-    for program in ["scored", "scrun", "sc_console"] {
+    for program in ["scored", "scrun", "sc_console", "sc_replay"] {
         let path = prefix.join("bin").join(program);
         let version = Command::new(&path)
             .arg("--version")
