@@ -1,5 +1,5 @@
 #!/bin/sh
-# install.sh -- install scored, scrun and sc_console, their man pages and the
+# install.sh -- install scored, scrun, sc_console and sc_replay, their man pages and the
 # sample configuration under a prefix.
 #
 #   config/install.sh                           # build with cargo, into /usr/local
@@ -8,7 +8,7 @@
 #
 # PREFIX           where to install (default /usr/local): PREFIX/bin,
 #                  PREFIX/share/man/man{1,5,8}, PREFIX/share/doc/scored.
-# SCORED_PREBUILT  a directory holding scored, scrun and sc_console already
+# SCORED_PREBUILT  a directory holding scored, scrun, sc_console and sc_replay already
 #                  built (target/release, target/debug); without it the
 #                  binaries are built with "cargo install --path ... --root PREFIX".
 # CARGO            the cargo to use (default cargo).
@@ -23,7 +23,7 @@ PREFIX=${PREFIX:-/usr/local}
 CARGO=${CARGO:-cargo}
 
 if [ -n "${SCORED_PREBUILT:-}" ]; then
-    for program in scored scrun sc_console; do
+    for program in scored scrun sc_console sc_replay; do
         if [ ! -x "$SCORED_PREBUILT/$program" ]; then
             echo "install.sh: $SCORED_PREBUILT/$program is missing; build it first (cargo build --release)" >&2
             exit 1
@@ -45,5 +45,5 @@ install -d "$PREFIX/share/doc/scored"
 install -m644 config/scorehosts.db config/scored.rc config/scored.toml config/scored.service \
     "$PREFIX/share/doc/scored/"
 
-echo "installed scored, scrun and sc_console in $PREFIX/bin, man pages in $PREFIX/share/man,"
+echo "installed scored, scrun, sc_console and sc_replay in $PREFIX/bin, man pages in $PREFIX/share/man,"
 echo "samples in $PREFIX/share/doc/scored"

@@ -118,6 +118,7 @@ fn check_invocation(invocation: &Invocation) {
     }
     assert!(options.memory != Some(0), "a memory limit of 0 accepted");
     assert!(options.disk != Some(0), "a disk limit of 0 accepted");
+    assert!(options.time_ms != Some(0), "a time limit of 0 accepted");
     let _ = options.job_options();
 }
 
@@ -131,6 +132,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
         wait,
         memory,
         disk,
+        time_ms,
         stat,
         pty,
         scored,
@@ -144,6 +146,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
     items.extend(wait.then(|| "wait".to_string()));
     items.extend(memory.map(|bytes| format!("memory={bytes}")));
     items.extend(disk.map(|bytes| format!("disk={bytes}")));
+    items.extend(time_ms.map(|ms| format!("time={ms}ms")));
     items.extend(stat.then(|| "stat".to_string()));
     items.extend(pty.then(|| "pty".to_string()));
     let mut words = Vec::new();

@@ -1500,6 +1500,9 @@ pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
         return Err("the working directory must be an absolute path".into());
     }
     let inherited = crate::inherit::check(&submit.ignored_signals, &submit.rlimits, submit.umask)?;
+    if submit.options.time_ms == Some(0) {
+        return Err("the time limit (-time) must be longer than 0".into());
+    }
     let env = submit
         .env
         .iter()
@@ -1521,6 +1524,7 @@ pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
         wait: submit.options.wait,
         memory: submit.options.memory,
         disk: submit.options.disk,
+        time: submit.options.time_ms.map(Duration::from_millis),
         env,
         cwd: submit.cwd.to_os(),
         inherited,

@@ -18,7 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use scored_proto::proto::{JobOptions, Joiner, ProcRequest};
-use scored_proto::units::{parse_size, quote};
+use scored_proto::units::{parse_duration, parse_size, quote};
 
 // The tests are one `check(...)` call per line, a table to read down;
 // rustfmt would fold the long ones and not the short ones.
@@ -45,6 +45,7 @@ options:
   -wait            wait for admission instead of being rejected
   -memory=SIZE     memory limit per host, such as 512M or 2G
   -disk=SIZE       disk limit of the job, such as 4G
+  -time=DUR        run-time estimate and limit, such as 90s or 2h (ended at DUR, exit 76)
   -stat            print the job's accounting to stderr at exit
   -pty             give rank 0 a pseudo-terminal as its controlling terminal
   -scored=PATH     the daemon's socket (default: SCORED_SOCKET, then the standard path)
@@ -63,7 +64,7 @@ pub const MAX_STAGES: usize = scored_proto::proto::MAX_STAGES;
 pub const MAX_PRIORITY: u64 = 255;
 
 /// The keys an option word may hold, listed in the hint of an unknown-option error.
-const VALID_KEYS: &str = "nodes, hosts, priority, wait, stat, pty, memory, disk, scored";
+const VALID_KEYS: &str = "nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored";
 
 /// What the command line asks scrun to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +102,8 @@ pub struct Options {
     pub memory: Option<u64>,
     /// The user's disk limit in bytes (`disk=`).
     pub disk: Option<u64>,
+    /// The job's run-time estimate and limit in milliseconds (`time=`).
+    pub time_ms: Option<u64>,
     /// Print the job's accounting at exit (`stat`).
     pub stat: bool,
     /// Run rank 0 on a pseudo-terminal that scrun allocates and relays (`pty`).
@@ -117,6 +120,7 @@ impl Default for Options {
             wait: false,
             memory: None,
             disk: None,
+            time_ms: None,
             stat: false,
             pty: false,
             scored: None,
@@ -134,6 +138,7 @@ impl Options {
             memory: self.memory,
             disk: self.disk,
             pty: self.pty,
+            time_ms: self.time_ms,
         }
     }
 }
@@ -420,6 +425,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
     let mut pty = None;
     let mut memory = None;
     let mut disk = None;
+    let mut time_ms = None;
     let mut scored = None;
     // The placement key each source named first, to refuse `nodes` and
     // `hosts` together in one source; across sources the leftmost wins.
@@ -460,6 +466,10 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
                 let value = parse_limit("disk", "4G", setting)?;
                 disk.get_or_insert(value);
             }
+            "time" => {
+                let value = parse_time(setting)?;
+                time_ms.get_or_insert(value);
+            }
             "scored" => {
                 let value = required("scored", "/run/scored.sock", setting)?;
                 scored.get_or_insert_with(|| PathBuf::from(value));
@@ -488,6 +498,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
         wait: wait.unwrap_or(false),
         memory,
         disk,
+        time_ms,
         stat: stat.unwrap_or(false),
         pty: pty.unwrap_or(false),
         scored,
@@ -669,6 +680,20 @@ fn parse_limit(
         )),
         Ok(bytes) => Ok(bytes),
         Err(error) => Err(invalid(key, setting, error.to_string())),
+    }
+}
+
+/// `time=DUR`: the run-time estimate and limit, at least one millisecond.
+fn parse_time(setting: &Setting) -> Result<u64, UsageError> {
+    let value = required("time", "90s", setting)?;
+    match parse_duration(value) {
+        Ok(duration) if duration.as_millis() == 0 => Err(invalid(
+            "time",
+            setting,
+            format!("time limit {} must be at least 1ms", quote(value)),
+        )),
+        Ok(duration) => Ok(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
+        Err(error) => Err(invalid("time", setting, error.to_string())),
     }
 }
 

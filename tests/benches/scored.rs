@@ -764,6 +764,7 @@ fn submit_frame() -> Vec<u8> {
             memory: None,
             disk: None,
             pty: false,
+            time_ms: None,
         },
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         cwd: "/".into(),
@@ -946,6 +947,7 @@ fn decision_time(rows: &mut Vec<Row>) {
             wait: false,
             memory: None,
             disk: None,
+            time: None,
             env: Vec::new(),
             cwd: OsString::from("/"),
             inherited: Default::default(),
@@ -1026,6 +1028,7 @@ fn submit_raw(daemon: &Daemon, argv: &[&str], priority: u32, fds: &[i32; 3]) -> 
             memory: None,
             disk: None,
             pty: false,
+            time_ms: None,
         },
         env: vec![
             ("PATH".into(), "/usr/bin:/bin".into()),

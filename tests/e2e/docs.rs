@@ -38,6 +38,7 @@ const PAGES: &[&str] = &[
     "man/scrun.1",
     "man/scorehosts.db.5",
     "man/scored.rc.5",
+    "man/sc_replay.1",
 ];
 
 // ----- a little roff reader -----
@@ -378,6 +379,49 @@ fn scored_page_has_every_flag_and_toml_key() {
         ]
         .map(String::from),
     );
+}
+
+#[test]
+fn sc_replay_page_has_every_flag_and_exit_status() {
+    let page = "man/sc_replay.1";
+    let output = Command::new(bin("sc_replay"))
+        .arg("--help")
+        .output()
+        .expect("sc_replay --help");
+    let help = stdout(&output);
+    let flags: Vec<String> = help
+        .split_whitespace()
+        .map(|word| word.trim_end_matches(','))
+        .filter(|word| word.starts_with("--") && word.len() > 2)
+        .map(String::from)
+        .collect();
+    assert!(flags.contains(&"--arrival-scale".to_string()), "{flags:?}");
+    assert!(flags.contains(&"--generate".to_string()), "{flags:?}");
+    assert_mentions(page, &section(page, "OPTIONS"), &flags);
+    let long_only: Vec<String> = flags
+        .iter()
+        .filter(|flag| !["--help", "--version"].contains(&flag.as_str()))
+        .cloned()
+        .collect();
+    assert_mentions(page, &section(page, "SYNOPSIS"), &long_only);
+    assert_numbers(
+        page,
+        &section(page, "EXIT STATUS"),
+        &[exitcode::OK, exitcode::FAILURE, exitcode::BAD_FLAG].map(|code| code.to_string()),
+    );
+    for key in [
+        "jobs",
+        "skipped",
+        "mean_wait",
+        "median_wait",
+        "p95_wait",
+        "mean_bounded_slowdown",
+        "utilisation",
+        "makespan",
+        "queues",
+    ] {
+        assert_mentions(page, &section(page, "OPTIONS"), &[key.to_string()]);
+    }
 }
 
 /// The keys of the TOML file, as its parser names them when refusing one.
@@ -795,7 +839,7 @@ fn install_script_puts_binaries_pages_and_samples_under_the_prefix() {
         stdout(&output),
         stderr(&output)
     );
-    for program in ["scored", "scrun", "sc_console"] {
+    for program in ["scored", "scrun", "sc_console", "sc_replay"] {
         let path = prefix.join("bin").join(program);
         let version = Command::new(&path)
             .arg("--version")

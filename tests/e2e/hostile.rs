@@ -92,6 +92,7 @@ fn submit_request(daemon: &Daemon) -> Request {
                 memory: None,
                 disk: None,
                 pty: false,
+                time_ms: None,
             },
             env: vec![
                 ("PATH".into(), "/usr/bin:/bin".into()),

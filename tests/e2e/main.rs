@@ -2,6 +2,7 @@
 //! and sc_console, and /proc as the witness. One test binary, as ripgrep
 //! and cargo do, sharing the harness in `scored_tests`.
 
+mod backfill;
 mod console;
 mod docs;
 mod faults;
@@ -10,6 +11,7 @@ mod hostile;
 mod isolation;
 mod launch;
 mod limits;
+mod replay;
 mod restart;
 mod security;
 mod sessions;

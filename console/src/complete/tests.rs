@@ -280,12 +280,15 @@ fn hints_show_the_rest_of_the_usage() {
         "queue 1 set ",
         Some(
             "mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none \
-             disk=PCT%|none group=NAME|GID|none",
+             disk=PCT%|none group=NAME|GID|none backfill=on|off",
         ),
     );
     check_hint(
         "queue 1 set mode=gang memory=50% ",
-        Some("cputime=DUR|none residency=DUR|none disk=PCT%|none group=NAME|GID|none"),
+        Some(
+            "cputime=DUR|none residency=DUR|none disk=PCT%|none group=NAME|GID|none \
+             backfill=on|off",
+        ),
     );
     check_hint(
         "cluster x86 limit jobs=4 ",

@@ -11,7 +11,10 @@
 //! Pure: the ledger of reservations is plain data owned by the core.
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeSet;
+
 use crate::cluster::Topology;
+use crate::command::QueueMode;
 use crate::ids::{ClusterId, HostId};
 use crate::job::{JobLimits, ProcRequest};
 use crate::queue::Queue;
@@ -41,6 +44,10 @@ pub struct Ledger {
     pub cluster_jobs: Vec<u64>,
     /// Admitted processes in each cluster.
     pub cluster_procs: Vec<u64>,
+    /// The hosts of each cluster in placement order: fewest admitted
+    /// processes first, then the lowest number (kept so that placing a
+    /// job on a machine of many hosts costs what it takes, not a sort).
+    pub by_load: Vec<BTreeSet<(u64, HostId)>>,
 }
 
 impl Ledger {
@@ -52,7 +59,22 @@ impl Ledger {
             cluster_disk: vec![0; topology.clusters.len()],
             cluster_jobs: vec![0; topology.clusters.len()],
             cluster_procs: vec![0; topology.clusters.len()],
+            by_load: topology
+                .clusters
+                .iter()
+                .map(|cluster| cluster.hosts.iter().map(|host| (0, *host)).collect())
+                .collect(),
         }
+    }
+
+    /// Changes a host's admitted processes, keeping `by_load` in order.
+    fn set_procs(&mut self, cluster: ClusterId, host: HostId, procs: u64) {
+        let slot = &mut self.host_procs[host.idx()];
+        if let Some(order) = self.by_load.get_mut(cluster.idx()) {
+            order.remove(&(*slot, host));
+            order.insert((procs, host));
+        }
+        *slot = procs;
     }
 
     /// Books an admitted job.
@@ -65,6 +87,48 @@ impl Ledger {
         self.apply(placement, false);
     }
 
+    /// Books the hosts chosen for a job admitted without them (an exclusive
+    /// queue's job, whose hosts are chosen when it starts): its processes
+    /// and its memory on each host. Cluster totals were booked at admission.
+    pub fn bind(
+        &mut self,
+        cluster: ClusterId,
+        hosts: &[HostId],
+        layout: &[u32],
+        memory: Option<u64>,
+    ) {
+        for (host, procs) in hosts.iter().zip(layout) {
+            let slot = host.idx();
+            let procs = self.host_procs[slot].saturating_add(u64::from(*procs));
+            self.set_procs(cluster, *host, procs);
+            self.host_memory[slot] = self.host_memory[slot].saturating_add(memory.unwrap_or(0));
+        }
+    }
+
+    /// Undoes [`Ledger::bind`].
+    pub fn unbind(
+        &mut self,
+        cluster: ClusterId,
+        hosts: &[HostId],
+        layout: &[u32],
+        memory: Option<u64>,
+    ) {
+        for (host, procs) in hosts.iter().zip(layout) {
+            let slot = host.idx();
+            let procs = self.host_procs[slot].saturating_sub(u64::from(*procs));
+            self.set_procs(cluster, *host, procs);
+            self.host_memory[slot] = self.host_memory[slot].saturating_sub(memory.unwrap_or(0));
+        }
+    }
+
+    /// Whether `host` has room for `need` more bytes under the per-host `limit`.
+    pub fn memory_fits(&self, host: HostId, need: Option<u64>, limit: Option<u64>) -> bool {
+        match (need, limit) {
+            (Some(need), Some(limit)) => self.host_memory[host.idx()].saturating_add(need) <= limit,
+            _ => true,
+        }
+    }
+
     fn apply(&mut self, placement: &Placement, add: bool) {
         let change = |slot: &mut u64, amount: u64| {
             *slot = if add {
@@ -74,7 +138,9 @@ impl Ledger {
             };
         };
         for (host, procs) in placement.hosts.iter().zip(&placement.layout) {
-            change(&mut self.host_procs[host.idx()], u64::from(*procs));
+            let mut host_procs = self.host_procs[host.idx()];
+            change(&mut host_procs, u64::from(*procs));
+            self.set_procs(placement.cluster, *host, host_procs);
             change(
                 &mut self.host_memory[host.idx()],
                 placement.limits.memory.unwrap_or(0),
@@ -130,6 +196,13 @@ pub struct Ask {
 
 /// Decides where a job goes. `queue` supplies the percentages and the CPU
 /// time limit the job inherits.
+///
+/// In a gang queue the job's hosts are chosen now: it keeps its place in
+/// the time-sharing matrix for life. In an exclusive queue they are left
+/// empty, to be chosen from the free hosts of the cluster when the job
+/// starts (so that first-come-first-served and backfilling are not defeated
+/// by fragmentation); admission then checks the cluster's job and disk
+/// limits, and the per-host memory limit only against an empty host.
 pub fn decide(
     ask: Ask,
     queue: &Queue,
@@ -160,6 +233,7 @@ pub fn decide(
             cluster_limits,
             ledger,
             job_limits,
+            queue.mode == QueueMode::Gang,
         ) {
             Ok(placement) => {
                 let cluster = topology.cluster(cluster_id);
@@ -266,6 +340,7 @@ fn place_now(
     cluster_limits: ClusterLimits,
     ledger: &Ledger,
     job_limits: JobLimits,
+    bind: bool,
 ) -> Result<Placement, String> {
     let cluster = topology.cluster(cluster_id);
     let layout = ask.procs.layout(cluster.cores).unwrap_or_default();
@@ -291,18 +366,31 @@ fn place_now(
             ));
         }
     }
-    let mut candidates: Vec<HostId> = cluster
-        .hosts
-        .iter()
-        .copied()
-        .filter(|host| match (job_limits.memory, cluster_limits.memory) {
-            (Some(need), Some(limit)) => {
-                ledger.host_memory[host.idx()].saturating_add(need) <= limit
-            }
-            _ => true,
-        })
+    if !bind {
+        return Ok(Placement {
+            cluster: cluster_id,
+            hosts: Vec::new(),
+            layout,
+            limits: job_limits,
+        });
+    }
+    let fits = |host: &HostId| match (job_limits.memory, cluster_limits.memory) {
+        (Some(need), Some(limit)) => ledger.host_memory[host.idx()].saturating_add(need) <= limit,
+        _ => true,
+    };
+    // The hosts with the fewest admitted processes, ties to the lowest
+    // index, so that independent jobs land on disjoint hosts when they can.
+    let mut candidates: Vec<HostId> = ledger
+        .by_load
+        .get(cluster_id.idx())
+        .into_iter()
+        .flatten()
+        .map(|(_, host)| *host)
+        .filter(fits)
+        .take(layout.len())
         .collect();
     if candidates.len() < layout.len() {
+        let candidates: Vec<HostId> = cluster.hosts.iter().copied().filter(fits).collect();
         let need = job_limits.memory.unwrap_or(0);
         let limit = cluster_limits.memory.unwrap_or(0);
         return Err(format!(
@@ -316,10 +404,6 @@ fn place_now(
             format_size(limit)
         ));
     }
-    // The hosts with the fewest admitted processes, ties to the lowest
-    // index, so that independent jobs land on disjoint hosts when they can.
-    candidates.sort_by_key(|host| (ledger.host_procs[host.idx()], host.0));
-    candidates.truncate(layout.len());
     // The job keeps this list for its lifetime: hold only its own hosts.
     candidates.shrink_to_fit();
     Ok(Placement {
@@ -342,7 +426,6 @@ fn plural(count: u64) -> &'static str {
 mod tests {
     use super::*;
     use crate::cluster::{Cluster, Host};
-    use crate::command::QueueMode;
     use crate::units::CpuSet;
 
     fn topology(clusters: &[(&str, f64, usize)]) -> Topology {

@@ -512,6 +512,21 @@ pub struct Core {
     live: BTreeSet<JobId>,
     /// Graceful kills in progress, by the time they turn into SIGKILL.
     kill_deadlines: BTreeSet<(Tick, JobId)>,
+    /// Running jobs with a `-time` limit, by the time it is reached.
+    time_deadlines: BTreeSet<(Tick, JobId)>,
+    /// Jobs whose hosts were chosen by the last decision but that have not
+    /// started yet (their hosts were still being vacated); they choose again
+    /// at the next decision.
+    bound_waiting: BTreeSet<JobId>,
+    /// Hosts chosen for jobs that had none, from the last decision.
+    bindings: Vec<(JobId, Vec<HostId>)>,
+    /// When usage was last asked for (each slice boundary with live jobs).
+    sampled_at: Tick,
+    /// `ran` was emptied by a slice boundary: the next decision refills it
+    /// with every running job (later ones add only the jobs that enter).
+    ran_refill: bool,
+    /// Unfinished jobs with a CPU time limit.
+    n_cputime_limited: usize,
     /// Jobs that ran during the current slice (gang rotation).
     ran: BTreeSet<JobId>,
     /// Launch data of unfinished jobs by content hash, so identical
@@ -531,6 +546,8 @@ pub struct Core {
     /// The running binary's version and how many in-place restarts this
     /// daemon has made, for `status`.
     build: (String, u64),
+    /// The active set, sorted (scratch for `reschedule`).
+    chosen: Vec<JobId>,
 }
 
 impl Core {
@@ -559,6 +576,12 @@ impl Core {
             finished: VecDeque::new(),
             live: BTreeSet::new(),
             kill_deadlines: BTreeSet::new(),
+            time_deadlines: BTreeSet::new(),
+            bound_waiting: BTreeSet::new(),
+            bindings: Vec::new(),
+            sampled_at: Tick::default(),
+            ran_refill: false,
+            n_cputime_limited: 0,
             ran: BTreeSet::new(),
             launches: HashMap::new(),
             next_job: 1,
@@ -570,6 +593,7 @@ impl Core {
             active: Vec::new(),
             journal: None,
             build: (env!("CARGO_PKG_VERSION").to_string(), 0),
+            chosen: Vec::new(),
         }
     }
 
@@ -658,16 +682,99 @@ impl Core {
 
     /// The next time the core needs a `Tick`, if any.
     pub fn next_deadline(&self) -> Option<Tick> {
-        let kill = self.kill_deadlines.first().map(|(deadline, _)| *deadline);
         let slice = if self.jobs.is_empty() {
             None
         } else {
             Some(self.next_slice)
         };
-        match (kill, slice) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [self.timer_deadline(), slice].into_iter().flatten().min()
+    }
+
+    /// The earliest graceful-kill escalation or `-time` limit.
+    fn timer_deadline(&self) -> Option<Tick> {
+        let kill = self.kill_deadlines.first().map(|(deadline, _)| *deadline);
+        let time = self.time_deadlines.first().map(|(deadline, _)| *deadline);
+        [kill, time].into_iter().flatten().min()
+    }
+
+    /// The next time at which a `Tick` could change what runs, which can be
+    /// much later than [`Core::next_deadline`]: a slice boundary matters
+    /// only while a gang queue has a runnable job that is not running (the
+    /// rotation then changes the active set), or when a limit on CPU time
+    /// or residency could be crossed by then, assuming a job's CPU time
+    /// grows by at most one second per process per second of running and
+    /// its memory and disk use stay as last sampled. The daemon ticks at
+    /// every slice (its listings show fresh usage); a replay with a virtual
+    /// clock jumps to this time instead, which changes no decision.
+    pub fn next_decision(&self, now: Tick) -> Option<Tick> {
+        let timers = self.timer_deadline();
+        if self.jobs.is_empty() {
+            return timers;
         }
+        let rotation_matters = self.queues.iter().any(|queue| {
+            queue.activated
+                && queue.mode == QueueMode::Gang
+                && queue.order().any(|job| {
+                    self.jobs.get(&job).is_some_and(|record| {
+                        record.phase != Phase::Running && record.ending.is_none() && !record.held()
+                    })
+                })
+        });
+        if rotation_matters {
+            return [timers, Some(self.next_slice)].into_iter().flatten().min();
+        }
+        // The earliest time a sample could show a CPU time or residency
+        // limit crossed.
+        let mut crossing: Option<Tick> = None;
+        let limits_cpu =
+            self.n_cputime_limited > 0 || self.queues.iter().any(|queue| queue.residency.is_some());
+        for job in self.live.iter().filter(|_| limits_cpu) {
+            let record = &self.jobs[job];
+            let residency = self
+                .queues
+                .get(record.queue as usize)
+                .and_then(|queue| queue.residency)
+                .filter(|_| (record.queue as usize) + 1 < self.queues.len())
+                .map(|residency| residency + record.residency_base);
+            for threshold in [record.limits.cputime, residency].into_iter().flatten() {
+                let per_second = u64::from(record.nprocs().max(1));
+                let grown = now.since(self.sampled_at).as_micros() as u64 * per_second;
+                let cpu_now = (record.usage.cpu.as_micros() as u64).saturating_add(grown);
+                let left = (threshold.as_micros() as u64).saturating_sub(cpu_now) / per_second;
+                let at = Tick(now.0.saturating_add(left));
+                crossing = Some(crossing.map_or(at, |earlier| earlier.min(at)));
+            }
+        }
+        let slice = crossing.map(|at| {
+            if at <= self.next_slice {
+                return self.next_slice;
+            }
+            let length = self.config.timeslice.as_micros().max(1) as u64;
+            let elapsed = at.0.saturating_sub(self.slice_anchor.0);
+            Tick(self.slice_anchor.0 + elapsed.div_ceil(length) * length)
+        });
+        [timers, slice].into_iter().flatten().min()
+    }
+
+    /// Whether a usage sample of `job` can change a decision: the job has
+    /// a CPU time, memory or disk limit, or its queue demotes by residency.
+    /// (The daemon samples every running job each slice anyway, for its
+    /// listings; a replay answers only the samples that matter.)
+    pub fn usage_matters(&self, job: JobId) -> bool {
+        self.jobs.get(&job).is_some_and(|record| {
+            record.limits.cputime.is_some()
+                || record.limits.memory.is_some()
+                || record.limits.disk.is_some()
+                || self
+                    .queues
+                    .get(record.queue as usize)
+                    .is_some_and(|queue| queue.residency.is_some())
+        })
+    }
+
+    /// How many switches the core has made.
+    pub fn switch_count(&self) -> u64 {
+        self.switches.count
     }
 
     /// Feeds one input; returns the actions to carry out, in order.
@@ -1049,6 +1156,8 @@ impl Core {
             hosts: placement.hosts,
             layout: placement.layout,
             limits: placement.limits,
+            estimate: waiter.request.time,
+            time_deadline: None,
             phase: Phase::Idle,
             operator_hold: false,
             owner_hold: waiter.held,
@@ -1106,6 +1215,9 @@ impl Core {
                 waited: now.since(job.submitted_at),
                 record,
             });
+        }
+        if job.limits.cputime.is_some() {
+            self.n_cputime_limited += 1;
         }
         self.jobs.insert(id, job);
     }
@@ -1228,6 +1340,9 @@ impl Core {
         }
         record.phase = Phase::Idle;
         record.ranks_left = 0;
+        if let Some(deadline) = record.time_deadline.take() {
+            self.time_deadlines.remove(&(deadline, job));
+        }
         self.live.remove(&job);
         let more_stages = record.spec.joiner == Joiner::Sequence
             && record.stage + 1 < record.spec.launch.n_stages();
@@ -1357,6 +1472,24 @@ impl Core {
                 });
             }
         }
+        // End jobs whose run time reached their -time limit.
+        while let Some(&(deadline, job)) = self.time_deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.time_deadlines.pop_first();
+            let Some(record) = self.jobs.get_mut(&job) else {
+                continue;
+            };
+            record.time_deadline = None;
+            let limit = record.estimate.unwrap_or_default();
+            let why = format!(
+                "run time reached the time limit of {} (-time)",
+                format_duration(limit)
+            );
+            tracing::info!(job = %job, reason = %why, "time limit reached; killing the job");
+            self.begin_kill(job, EndCause::Limit(why), false, now, out);
+        }
         if now < self.next_slice {
             return;
         }
@@ -1369,8 +1502,10 @@ impl Core {
         for queue in &mut self.queues {
             queue.rotate(|job| ran.contains(&job));
         }
+        self.ran_refill = true;
         // The set restarts with the new slice; `reschedule`, which always
         // follows, fills it again with every job that runs in it.
+        self.sampled_at = now;
         for &job in &self.live {
             out.push(Action::Sample(job));
         }
@@ -1434,6 +1569,13 @@ impl Core {
         };
         if let Some(deadline) = record.kill_deadline.take() {
             self.kill_deadlines.remove(&(deadline, job));
+        }
+        if let Some(deadline) = record.time_deadline.take() {
+            self.time_deadlines.remove(&(deadline, job));
+        }
+        self.bound_waiting.remove(&job);
+        if record.limits.cputime.is_some() {
+            self.n_cputime_limited = self.n_cputime_limited.saturating_sub(1);
         }
         self.ran.remove(&job);
         if let Some(since) = record.running_since.take() {
@@ -1621,7 +1763,19 @@ impl Core {
 
     /// Recomputes the active set and moves the jobs towards it.
     fn reschedule(&mut self, now: Tick, out: &mut Vec<Action>) {
+        // Jobs given hosts by the last decision that could not start yet
+        // choose again, so that none waits for particular hosts.
+        for job in std::mem::take(&mut self.bound_waiting) {
+            self.unbind(job);
+        }
+        let mut busy = vec![false; self.topology.hosts.len()];
+        for job in &self.live {
+            for host in &self.jobs[job].hosts {
+                busy[host.idx()] = true;
+            }
+        }
         let mut active = std::mem::take(&mut self.active);
+        let mut bindings = std::mem::take(&mut self.bindings);
         {
             let jobs = &self.jobs;
             let queues = &self.queues;
@@ -1637,31 +1791,44 @@ impl Core {
             );
             first.sort_unstable();
             first.dedup();
+            let view = View {
+                jobs,
+                topology: &self.topology,
+                ledger: &self.ledger,
+                limits: &self.limits,
+                busy: &busy,
+                now,
+            };
             sched::active_set(
                 queues,
                 self.topology.hosts.len(),
                 first,
-                |job| {
-                    jobs.get(&job)
-                        .map_or(&[][..], |record| record.hosts.as_slice())
-                },
-                |job| {
-                    jobs.get(&job)
-                        .is_some_and(|record| record.ending.is_none() && !record.held())
-                },
+                &view,
+                now.0,
                 &mut self.scratch,
                 &mut active,
+                &mut bindings,
             );
         }
-        let chosen: BTreeSet<JobId> = active.iter().copied().collect();
+        for (job, hosts) in bindings.drain(..) {
+            self.bind(job, hosts);
+        }
+        self.bindings = bindings;
+        let mut chosen = std::mem::take(&mut self.chosen);
+        chosen.clear();
+        chosen.extend_from_slice(&active);
+        chosen.sort_unstable();
 
         // Phase one: stop every running job that left the active set.
         let leaving: Vec<JobId> = self
             .live
             .iter()
             .copied()
-            .filter(|job| !chosen.contains(job) && self.jobs[job].phase == Phase::Running)
+            .filter(|job| {
+                chosen.binary_search(job).is_err() && self.jobs[job].phase == Phase::Running
+            })
             .collect();
+        self.chosen = chosen;
         for &job in &leaving {
             if self.switches.open.is_none() {
                 let id = self.switches.next_id;
@@ -1676,17 +1843,14 @@ impl Core {
             if let Some(since) = record.running_since.take() {
                 record.run_time += now.since(since);
             }
+            if let Some(deadline) = record.time_deadline.take() {
+                self.time_deadlines.remove(&(deadline, job));
+            }
             out.push(Action::Stop(job));
         }
 
         // Phase two: start or continue chosen jobs whose hosts are free of
         // every job that is running or still stopping.
-        let mut busy = vec![false; self.topology.hosts.len()];
-        for job in &self.live {
-            for host in &self.jobs[job].hosts {
-                busy[host.idx()] = true;
-            }
-        }
         let mut blocked = false;
         let mut entering = Vec::new();
         for &job in &active {
@@ -1727,9 +1891,11 @@ impl Core {
         for job in to_spawn {
             self.enter(job, now, out);
         }
-        for job in &self.live {
-            if self.jobs[job].phase == Phase::Running {
-                self.ran.insert(*job);
+        if std::mem::take(&mut self.ran_refill) {
+            for job in &self.live {
+                if self.jobs[job].phase == Phase::Running {
+                    self.ran.insert(*job);
+                }
             }
         }
         if self.shutting_down && self.jobs.is_empty() {
@@ -1739,12 +1905,47 @@ impl Core {
         self.check_invariants();
     }
 
+    /// Gives a job that had none the hosts the decision chose for it.
+    fn bind(&mut self, job: JobId, hosts: Vec<HostId>) {
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        self.ledger
+            .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
+        record.peak_memory = vec![0; hosts.len()];
+        record.hosts = hosts;
+        if !record.started {
+            self.bound_waiting.insert(job);
+        }
+    }
+
+    /// Takes back the hosts of a job that never started.
+    fn unbind(&mut self, job: JobId) {
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if record.started || record.phase != Phase::Idle {
+            return;
+        }
+        let hosts = std::mem::take(&mut record.hosts);
+        self.ledger
+            .unbind(record.cluster, &hosts, &record.layout, record.limits.memory);
+        record.peak_memory.clear();
+    }
+
     /// Continues a stopped job or creates the processes of an idle one.
     fn enter(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
+        self.bound_waiting.remove(&job);
         let record = self.jobs.get_mut(&job).expect("chosen jobs exist");
         let phase = record.phase;
         record.phase = Phase::Running;
         record.running_since = Some(now);
+        self.ran.insert(job);
+        if let Some(estimate) = record.estimate {
+            let deadline = now.after(estimate.saturating_sub(record.run_time));
+            record.time_deadline = Some(deadline);
+            self.time_deadlines.insert((deadline, job));
+        }
         self.live.insert(job);
         match phase {
             Phase::Stopped => out.push(Action::Continue(job)),
@@ -2129,6 +2330,17 @@ impl Core {
             started.sort_by_key(|job| job.first_run_at);
             started.into_iter().map(|job| job.id).collect()
         };
+        if settings.mode == Some(QueueMode::Exclusive) {
+            // An exclusive queue chooses a job's hosts when it starts: jobs
+            // that have not started give back the hosts admission chose.
+            let unstarted: Vec<JobId> = self.queues[queue as usize]
+                .order()
+                .filter(|job| self.jobs.get(job).is_some_and(|record| !record.started))
+                .collect();
+            for job in unstarted {
+                self.unbind(job);
+            }
+        }
         let record = &mut self.queues[queue as usize];
         if let Some(mode) = settings.mode {
             record.set_mode(mode);
@@ -2137,6 +2349,9 @@ impl Core {
                     record.mark_started(*job);
                 }
             }
+        }
+        if let Some(backfill) = settings.backfill {
+            record.backfill = backfill;
         }
         apply(&mut record.cputime, settings.cputime);
         apply(&mut record.residency, settings.residency);
@@ -2326,6 +2541,7 @@ impl Core {
             "memory",
             "disk",
             "group",
+            "backfill",
             "queued",
             "running",
             "stopped",
@@ -2352,6 +2568,7 @@ impl Core {
                 Value::opt(queue.memory_pct.map(Value::Percent)),
                 Value::opt(queue.disk_pct.map(Value::Percent)),
                 Value::opt(queue.group.map(|_| Value::text(queue_group_name(queue)))),
+                Value::text(if queue.backfill { "on" } else { "off" }),
                 Value::Uint(counts[0]),
                 Value::Uint(counts[1]),
                 Value::Uint(counts[2]),
@@ -2607,7 +2824,7 @@ fn describe_queue(queue: &Queue) -> String {
     let opt_duration = |value: Option<Duration>| value.map_or("none".to_string(), format_duration);
     let opt_pct = |value: Option<f64>| value.map_or("none".to_string(), |pct| format!("{pct}%"));
     format!(
-        "mode={} cputime={} residency={} memory={} disk={} group={}",
+        "mode={} cputime={} residency={} memory={} disk={} group={} backfill={}",
         queue.mode.as_str(),
         opt_duration(queue.cputime),
         opt_duration(queue.residency),
@@ -2618,6 +2835,7 @@ fn describe_queue(queue: &Queue) -> String {
         } else {
             "none".to_string()
         },
+        if queue.backfill { "on" } else { "off" },
     )
 }
 
@@ -2753,6 +2971,88 @@ fn launch_plan(job: &Job) -> LaunchPlan {
         env: job.spec.launch.env(),
         cwd: job.spec.launch.cwd(),
         inherited: job.spec.launch.inherited(),
+    }
+}
+
+/// The core's jobs and hosts as the scheduling decision sees them.
+struct View<'a> {
+    jobs: &'a JobTable,
+    topology: &'a Topology,
+    ledger: &'a Ledger,
+    limits: &'a [ClusterLimits],
+    /// Hosts where a job's processes run or are being stopped.
+    busy: &'a [bool],
+    now: Tick,
+}
+
+impl sched::JobView for View<'_> {
+    fn seen(&self, job: JobId) -> sched::Seen<'_> {
+        match self.jobs.get(&job) {
+            Some(record) => sched::Seen {
+                hosts: &record.hosts,
+                runnable: record.ending.is_none() && !record.held(),
+                started: record.started,
+            },
+            None => sched::Seen {
+                hosts: &[],
+                runnable: false,
+                started: false,
+            },
+        }
+    }
+
+    fn need(&self, job: JobId) -> (usize, usize) {
+        self.jobs
+            .get(&job)
+            .map_or((0, 0), |record| (record.cluster.idx(), record.layout.len()))
+    }
+
+    fn cluster_hosts(&self, cluster: usize) -> &[HostId] {
+        self.topology
+            .clusters
+            .get(cluster)
+            .map_or(&[][..], |cluster| cluster.hosts.as_slice())
+    }
+
+    fn fits_on(&self, job: JobId, host: HostId) -> bool {
+        self.jobs.get(&job).is_some_and(|record| {
+            let limit = self
+                .limits
+                .get(record.cluster.idx())
+                .and_then(|limits| limits.memory);
+            self.ledger.memory_fits(host, record.limits.memory, limit)
+        })
+    }
+
+    fn checks_memory(&self, job: JobId) -> bool {
+        self.jobs.get(&job).is_some_and(|record| {
+            record.limits.memory.is_some()
+                && self
+                    .limits
+                    .get(record.cluster.idx())
+                    .is_some_and(|limits| limits.memory.is_some())
+        })
+    }
+
+    fn host_rank(&self, host: HostId) -> (bool, u64, u32) {
+        (
+            self.busy.get(host.idx()).copied().unwrap_or(true),
+            self.ledger.host_procs.get(host.idx()).copied().unwrap_or(0),
+            host.0,
+        )
+    }
+
+    fn estimate(&self, job: JobId) -> Option<u64> {
+        let estimate = self.jobs.get(&job)?.estimate?;
+        Some(estimate.as_micros() as u64)
+    }
+
+    fn expected_end(&self, job: JobId) -> Option<u64> {
+        let record = self.jobs.get(&job)?;
+        let left = record
+            .estimate?
+            .saturating_sub(record.run_time_at(self.now));
+        Some(self.now.after(left).0)
     }
 }
 

@@ -88,12 +88,25 @@ pub struct JobRequest {
     pub memory: Option<u64>,
     /// The user's disk limit.
     pub disk: Option<u64>,
+    /// The job's wall-clock estimate (`-time=`), enforced as a limit on the
+    /// time it runs.
+    pub time: Option<Duration>,
     /// The caller's environment.
     pub env: Vec<(OsString, OsString)>,
     /// The caller's working directory.
     pub cwd: OsString,
     /// Signal dispositions, limits and umask of the caller.
     pub inherited: Inherited,
+}
+
+impl JobRequest {
+    /// Processes per stage the request asks for.
+    pub fn procs_total(&self) -> u32 {
+        match self.procs {
+            ProcRequest::Nodes(n) | ProcRequest::Hosts(n) => n,
+            ProcRequest::Grid { hosts, per_host } => hosts.saturating_mul(per_host),
+        }
+    }
 }
 
 /// A job's programs, environment and working directory, packed in one
@@ -501,6 +514,10 @@ pub struct Job {
     pub layout: Vec<u32>,
     /// Limits fixed at admission.
     pub limits: JobLimits,
+    /// Its run-time estimate and limit (`-time=`): ended once it has run this long.
+    pub estimate: Option<Duration>,
+    /// When its run time reaches `estimate`, while it runs.
+    pub time_deadline: Option<Tick>,
     /// Where its processes are.
     pub phase: Phase,
     /// Held by an operator.

@@ -43,6 +43,10 @@ pub struct Queue {
     pub group: Option<u32>,
     /// The group's name, when it was given by name.
     pub group_name: Option<String>,
+    /// EASY backfilling (exclusive queues): the first waiting job gets a
+    /// reservation, and later jobs start out of order only if they do not
+    /// delay it.
+    pub backfill: bool,
     /// Its unfinished jobs in scheduling order. In a gang queue the jobs that
     /// ran in a slice move to the back at its end; in an exclusive queue the
     /// started jobs stay in front, in the order they started.
@@ -65,6 +69,7 @@ impl Queue {
             disk_pct: None,
             group: None,
             group_name: None,
+            backfill: false,
             order: VecDeque::new(),
             started_prefix: 0,
         }

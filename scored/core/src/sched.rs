@@ -11,67 +11,320 @@
 //! no clock; it is a function of its arguments.
 #![forbid(unsafe_code)]
 
+use crate::command::QueueMode;
 use crate::ids::{HostId, JobId};
 use crate::queue::Queue;
+
+/// A job as the decision sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// The job's hosts; empty while they are not chosen (a job of an
+    /// exclusive queue that has not started).
+    pub hosts: &'a [HostId],
+    /// Whether the job may run now (not held, not ending).
+    pub runnable: bool,
+    /// Whether the job's processes were ever created.
+    pub started: bool,
+}
+
+/// What the decision needs to know about jobs and hosts; the core supplies it.
+pub trait JobView {
+    /// The job, in one look-up (the decision's hot path).
+    fn seen(&self, job: JobId) -> Seen<'_>;
+    /// The job's hosts; empty while they are not chosen.
+    fn hosts(&self, job: JobId) -> &[HostId] {
+        self.seen(job).hosts
+    }
+    /// For a job whose hosts are not chosen: its cluster (index) and how
+    /// many hosts it needs.
+    fn need(&self, job: JobId) -> (usize, usize);
+    /// The hosts of a cluster, by index.
+    fn cluster_hosts(&self, cluster: usize) -> &[HostId];
+    /// Whether the job's memory fits on `host` next to what is reserved there.
+    fn fits_on(&self, job: JobId, host: HostId) -> bool;
+    /// Whether [`JobView::fits_on`] can ever say no for this job.
+    fn checks_memory(&self, job: JobId) -> bool;
+    /// Preference among free hosts when choosing: the first field says
+    /// whether a job runs there now (hosts where nothing runs are taken
+    /// first, lowest number first); among the others, lowest rank first.
+    fn host_rank(&self, host: HostId) -> (bool, u64, u32);
+    /// The job's run-time estimate, in microseconds.
+    fn estimate(&self, job: JobId) -> Option<u64>;
+    /// When the job would end, in microseconds, if it ran from now on
+    /// without a stop: now plus what is left of its estimate.
+    fn expected_end(&self, job: JobId) -> Option<u64>;
+}
 
 /// Scratch space for [`active_set`], kept between calls so that a decision
 /// over tens of thousands of jobs allocates nothing.
 #[derive(Debug, Default)]
 pub struct Scratch {
     taken: Vec<bool>,
+    /// The job that took each taken host (its expected end is asked only
+    /// when a reservation is computed).
+    holder: Vec<JobId>,
+    /// The cluster of each host, and free hosts per cluster.
+    host_cluster: Vec<usize>,
+    cluster_free: Vec<usize>,
+    candidates: Vec<HostId>,
+    ends: Vec<u64>,
 }
 
-/// Computes the active set into `out` (cleared first).
+/// The reservation of an exclusive queue's first waiting job (EASY).
+#[derive(Debug, Clone, Copy)]
+struct Reservation {
+    cluster: usize,
+    /// When the job is expected to start (µs).
+    shadow: u64,
+    /// Hosts of its cluster that will be free at `shadow` beyond what it needs.
+    extra: usize,
+}
+
+/// Computes the active set into `out` (cleared first), and in `bind` the
+/// hosts chosen for jobs of `out` that had none.
 ///
 /// - `first`: jobs placed before any queue, in order (still first fit).
-/// - `hosts_of(job)`: the job's hosts.
-/// - `runnable(job)`: whether the job may run now (not held, not ended).
-pub fn active_set<'a>(
+/// - `now`: the current time in microseconds (for reservations).
+///
+/// Gang queues take their jobs in rotation order, first fit. Exclusive
+/// queues take their started jobs, then their waiting jobs strictly in
+/// order: the first that cannot start keeps every later one of its queue
+/// waiting (first come, first served), unless the queue backfills, in which
+/// case it gets a reservation at the earliest time enough hosts of its
+/// cluster are expected to be free (from the estimates of the jobs holding
+/// them) and a later job starts now only if it fits in the free hosts and
+/// either ends by then or leaves enough hosts for the reservation (EASY).
+/// Lower queues then fill what is left (space partitioning); they cannot
+/// delay a higher queue's job, since a higher queue takes its hosts first.
+#[allow(clippy::too_many_arguments)]
+pub fn active_set(
     queues: &[Queue],
     n_hosts: usize,
     first: impl IntoIterator<Item = JobId>,
-    hosts_of: impl Fn(JobId) -> &'a [HostId],
-    runnable: impl Fn(JobId) -> bool,
+    view: &impl JobView,
+    now: u64,
     scratch: &mut Scratch,
     out: &mut Vec<JobId>,
+    bind: &mut Vec<(JobId, Vec<HostId>)>,
 ) {
     out.clear();
+    bind.clear();
     scratch.taken.clear();
     scratch.taken.resize(n_hosts, false);
+    // Read only for taken hosts, so never cleared: a decision over many
+    // hosts costs no more than the hosts it takes.
+    if scratch.holder.len() != n_hosts {
+        scratch.holder = vec![JobId(0); n_hosts];
+    }
+    if scratch.host_cluster.len() != n_hosts {
+        scratch.host_cluster = vec![0; n_hosts];
+        let mut cluster = 0;
+        while !view.cluster_hosts(cluster).is_empty() {
+            for host in view.cluster_hosts(cluster) {
+                if let Some(slot) = scratch.host_cluster.get_mut(host.idx()) {
+                    *slot = cluster;
+                }
+            }
+            cluster += 1;
+        }
+        scratch.cluster_free = vec![0; cluster];
+    }
+    for (cluster, free) in scratch.cluster_free.iter_mut().enumerate() {
+        *free = view.cluster_hosts(cluster).len();
+    }
     let mut free_hosts = n_hosts;
-    // Takes the job's hosts if all are free; returns how many it took.
-    let try_take = |job: JobId, taken: &mut Vec<bool>, out: &mut Vec<JobId>| -> usize {
-        let hosts = hosts_of(job);
-        if hosts
-            .iter()
-            .any(|host| taken.get(host.idx()).copied().unwrap_or(true))
-        {
-            return 0;
-        }
-        for host in hosts {
-            taken[host.idx()] = true;
-        }
-        out.push(job);
-        hosts.len()
-    };
     for job in first {
-        free_hosts = free_hosts.saturating_sub(try_take(job, &mut scratch.taken, out));
+        let hosts = view.hosts(job);
+        free_hosts = free_hosts.saturating_sub(take_bound(job, hosts, scratch, out));
     }
     for queue in queues {
         if !queue.activated {
             continue;
         }
+        let exclusive = queue.mode == QueueMode::Exclusive;
+        let mut reservation: Option<Reservation> = None;
         for job in queue.order() {
             // Once every host is taken nothing more can join: tens of
             // thousands of queued jobs cost nothing then.
             if free_hosts == 0 {
                 return;
             }
-            if runnable(job) {
-                free_hosts = free_hosts.saturating_sub(try_take(job, &mut scratch.taken, out));
+            let seen = view.seen(job);
+            if !seen.runnable {
+                continue;
+            }
+            let waiting = exclusive && !seen.started;
+            if !waiting {
+                free_hosts = free_hosts.saturating_sub(if seen.hosts.is_empty() {
+                    take_free(job, view, scratch, out, bind)
+                } else {
+                    take_bound(job, seen.hosts, scratch, out)
+                });
+                continue;
+            }
+            let bound = !seen.hosts.is_empty();
+            match reservation {
+                None => {
+                    let taken = if bound {
+                        take_bound(job, seen.hosts, scratch, out)
+                    } else {
+                        take_free(job, view, scratch, out, bind)
+                    };
+                    if taken > 0 {
+                        free_hosts = free_hosts.saturating_sub(taken);
+                        continue;
+                    }
+                    // The first job that cannot start: first come, first
+                    // served keeps every later job of the queue behind it,
+                    // unless backfilling can give it a reservation.
+                    match (queue.backfill && !bound)
+                        .then(|| reserve(job, view, now, scratch))
+                        .flatten()
+                    {
+                        Some(made) => reservation = Some(made),
+                        None => break,
+                    }
+                }
+                Some(ref mut held) => {
+                    if bound {
+                        continue;
+                    }
+                    let (cluster, n_needed) = view.need(job);
+                    if scratch.cluster_free.get(cluster).copied().unwrap_or(0) < n_needed {
+                        continue;
+                    }
+                    let in_time = view
+                        .estimate(job)
+                        .is_some_and(|estimate| now.saturating_add(estimate) <= held.shadow);
+                    let spare = cluster != held.cluster || n_needed <= held.extra;
+                    if !in_time && !spare {
+                        continue;
+                    }
+                    let taken = take_free(job, view, scratch, out, bind);
+                    if taken == 0 {
+                        continue;
+                    }
+                    free_hosts = free_hosts.saturating_sub(taken);
+                    if !in_time && cluster == held.cluster {
+                        held.extra -= n_needed;
+                    }
+                }
             }
         }
     }
+}
+
+/// Takes the job's own hosts if all are free; returns how many it took.
+fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec<JobId>) -> usize {
+    if hosts.is_empty()
+        || hosts
+            .iter()
+            .any(|host| scratch.taken.get(host.idx()).copied().unwrap_or(true))
+    {
+        return 0;
+    }
+    for host in hosts {
+        mark(scratch, *host, job);
+    }
+    out.push(job);
+    hosts.len()
+}
+
+fn mark(scratch: &mut Scratch, host: HostId, job: JobId) {
+    scratch.taken[host.idx()] = true;
+    scratch.holder[host.idx()] = job;
+    let cluster = scratch.host_cluster[host.idx()];
+    scratch.cluster_free[cluster] = scratch.cluster_free[cluster].saturating_sub(1);
+}
+
+/// Chooses free hosts of its cluster for a job that has none, preferring
+/// hosts where nothing runs now; returns how many it took (0: it does not fit).
+fn take_free(
+    job: JobId,
+    view: &impl JobView,
+    scratch: &mut Scratch,
+    out: &mut Vec<JobId>,
+    bind: &mut Vec<(JobId, Vec<HostId>)>,
+) -> usize {
+    let (cluster, n_needed) = view.need(job);
+    if n_needed == 0 || scratch.cluster_free.get(cluster).copied().unwrap_or(0) < n_needed {
+        return 0;
+    }
+    let checks_memory = view.checks_memory(job);
+    // Hosts where nothing runs, lowest numbers first; where they are too
+    // few, the others in the order of `host_rank`. The scan stops as soon
+    // as enough idle hosts are found, so a job on a machine of many hosts
+    // costs what it passes over, not the whole machine.
+    let mut chosen: Vec<HostId> = Vec::with_capacity(n_needed);
+    scratch.candidates.clear();
+    for host in view.cluster_hosts(cluster) {
+        if scratch.taken[host.idx()] || (checks_memory && !view.fits_on(job, *host)) {
+            continue;
+        }
+        if view.host_rank(*host).0 {
+            scratch.candidates.push(*host);
+        } else {
+            chosen.push(*host);
+            if chosen.len() == n_needed {
+                break;
+            }
+        }
+    }
+    if chosen.len() < n_needed {
+        if chosen.len() + scratch.candidates.len() < n_needed {
+            return 0;
+        }
+        scratch.candidates.sort_by_key(|host| view.host_rank(*host));
+        let missing = n_needed - chosen.len();
+        chosen.extend_from_slice(&scratch.candidates[..missing]);
+        chosen.sort_unstable();
+    }
+    for host in &chosen {
+        mark(scratch, *host, job);
+    }
+    out.push(job);
+    bind.push((job, chosen));
+    n_needed
+}
+
+/// The reservation of a waiting job that cannot start now: the earliest
+/// time enough hosts of its cluster are expected to be free, or `None`
+/// when that depends on a job without an estimate.
+fn reserve(
+    job: JobId,
+    view: &impl JobView,
+    now: u64,
+    scratch: &mut Scratch,
+) -> Option<Reservation> {
+    let (cluster, n_needed) = view.need(job);
+    let hosts = view.cluster_hosts(cluster);
+    if n_needed == 0 || n_needed > hosts.len() {
+        return None;
+    }
+    let free_now = scratch.cluster_free.get(cluster).copied().unwrap_or(0);
+    scratch.ends.clear();
+    scratch.ends.extend(
+        hosts
+            .iter()
+            .filter(|host| scratch.taken[host.idx()])
+            .map(|host| {
+                view.expected_end(scratch.holder[host.idx()])
+                    .unwrap_or(u64::MAX)
+                    .max(now)
+            }),
+    );
+    scratch.ends.sort_unstable();
+    let missing = n_needed.checked_sub(free_now)?;
+    let shadow = *scratch.ends.get(missing.checked_sub(1)?)?;
+    if shadow == u64::MAX {
+        return None;
+    }
+    let released = scratch.ends.iter().filter(|end| **end <= shadow).count();
+    Some(Reservation {
+        cluster,
+        shadow,
+        extra: free_now + released - n_needed,
+    })
 }
 
 #[cfg(test)]
@@ -80,18 +333,182 @@ mod tests {
     use crate::command::QueueMode;
     use std::collections::HashMap;
 
+    /// Jobs with fixed hosts (or none, to be chosen), one cluster of
+    /// `n_hosts`, and optional estimates and ends.
+    struct Jobs {
+        hosts: HashMap<JobId, Vec<HostId>>,
+        need: HashMap<JobId, usize>,
+        estimate: HashMap<JobId, u64>,
+        started: Vec<JobId>,
+        all_hosts: Vec<HostId>,
+    }
+
+    impl JobView for Jobs {
+        fn seen(&self, job: JobId) -> Seen<'_> {
+            Seen {
+                hosts: self.hosts.get(&job).map_or(&[][..], Vec::as_slice),
+                runnable: true,
+                started: self.started.contains(&job),
+            }
+        }
+        fn need(&self, job: JobId) -> (usize, usize) {
+            (0, self.need.get(&job).copied().unwrap_or(0))
+        }
+        fn cluster_hosts(&self, cluster: usize) -> &[HostId] {
+            if cluster == 0 {
+                &self.all_hosts
+            } else {
+                &[]
+            }
+        }
+        fn fits_on(&self, _: JobId, _: HostId) -> bool {
+            true
+        }
+        fn checks_memory(&self, _: JobId) -> bool {
+            false
+        }
+        fn host_rank(&self, host: HostId) -> (bool, u64, u32) {
+            (false, 0, host.0)
+        }
+        fn estimate(&self, job: JobId) -> Option<u64> {
+            self.estimate.get(&job).copied()
+        }
+        fn expected_end(&self, job: JobId) -> Option<u64> {
+            self.estimate.get(&job).copied()
+        }
+    }
+
     fn decide(queues: &[Queue], jobs: &HashMap<JobId, Vec<HostId>>, n_hosts: usize) -> Vec<u64> {
+        let view = Jobs {
+            hosts: jobs.clone(),
+            need: HashMap::new(),
+            estimate: HashMap::new(),
+            started: Vec::new(),
+            all_hosts: (0..n_hosts as u32).map(HostId).collect(),
+        };
+        run(queues, &view, n_hosts).0
+    }
+
+    fn run(queues: &[Queue], view: &Jobs, n_hosts: usize) -> (Vec<u64>, Vec<(u64, Vec<u32>)>) {
         let mut out = Vec::new();
+        let mut bind = Vec::new();
         active_set(
             queues,
             n_hosts,
             [],
-            |job| jobs[&job].as_slice(),
-            |_| true,
+            view,
+            0,
             &mut Scratch::default(),
             &mut out,
+            &mut bind,
         );
-        out.into_iter().map(|job| job.0).collect()
+        (
+            out.into_iter().map(|job| job.0).collect(),
+            bind.into_iter()
+                .map(|(job, hosts)| (job.0, hosts.into_iter().map(|h| h.0).collect()))
+                .collect(),
+        )
+    }
+
+    /// An exclusive queue 0 on `n_hosts`: started jobs `(id, hosts, end)`,
+    /// then waiting jobs `(id, size, estimate)` in submission order.
+    fn exclusive(
+        n_hosts: u32,
+        backfill: bool,
+        running: &[(u64, &[u32], u64)],
+        waiting: &[(u64, usize, Option<u64>)],
+    ) -> Vec<(u64, Vec<u32>)> {
+        let mut queues = vec![Queue::new(0, QueueMode::Exclusive)];
+        queues[0].backfill = backfill;
+        let mut view = Jobs {
+            hosts: HashMap::new(),
+            need: HashMap::new(),
+            estimate: HashMap::new(),
+            started: Vec::new(),
+            all_hosts: (0..n_hosts).map(HostId).collect(),
+        };
+        for (id, hosts, end) in running {
+            queues[0].push(JobId(*id), true);
+            view.hosts
+                .insert(JobId(*id), hosts.iter().map(|&h| HostId(h)).collect());
+            view.estimate.insert(JobId(*id), *end);
+            view.started.push(JobId(*id));
+        }
+        for (id, size, estimate) in waiting {
+            queues[0].push(JobId(*id), false);
+            view.need.insert(JobId(*id), *size);
+            if let Some(estimate) = estimate {
+                view.estimate.insert(JobId(*id), *estimate);
+            }
+        }
+        run(&queues, &view, n_hosts as usize).1
+    }
+
+    #[test]
+    fn exclusive_without_backfill_is_first_come_first_served() {
+        // Job 2 needs 3 hosts, 2 are free: job 3 (1 host) waits behind it.
+        let started = exclusive(
+            4,
+            false,
+            &[(1, &[0, 1], 100)],
+            &[(2, 3, Some(10)), (3, 1, Some(10))],
+        );
+        assert_eq!(started, vec![]);
+    }
+
+    #[test]
+    fn exclusive_hosts_are_chosen_at_start_from_free_ones() {
+        let started = exclusive(4, false, &[(1, &[0, 2], 100)], &[(2, 2, None)]);
+        assert_eq!(started, vec![(2, vec![1, 3])]);
+    }
+
+    #[test]
+    fn backfill_starts_a_job_that_ends_before_the_reservation() {
+        // Job 2 (4 hosts) can start at 100 when job 1 ends. Job 3 ends at
+        // 50: it backfills; job 4 would end at 200 on a host job 2 needs.
+        let started = exclusive(
+            4,
+            true,
+            &[(1, &[0, 1], 100)],
+            &[(2, 4, Some(10)), (3, 1, Some(50)), (4, 1, Some(200))],
+        );
+        assert_eq!(started, vec![(3, vec![2])]);
+    }
+
+    #[test]
+    fn backfill_uses_hosts_the_reservation_leaves_spare() {
+        // Job 2 needs 6 of 7 hosts at 100, so 1 is spare then: job 3 (no
+        // estimate) may take it now; job 4 (long) may not; job 5 ends by 100.
+        let started = exclusive(
+            7,
+            true,
+            &[(1, &[0, 1, 2, 3, 4], 100)],
+            &[
+                (2, 6, Some(10)),
+                (3, 1, None),
+                (4, 1, Some(1000)),
+                (5, 1, Some(50)),
+            ],
+        );
+        assert_eq!(started, vec![(3, vec![5]), (5, vec![6])]);
+    }
+
+    #[test]
+    fn no_reservation_without_estimates_means_no_backfill() {
+        let mut running = exclusive(
+            4,
+            true,
+            &[(1, &[0, 1], u64::MAX)],
+            &[(2, 4, Some(10)), (3, 1, Some(1))],
+        );
+        assert_eq!(running, vec![]);
+        running = exclusive(
+            4,
+            false,
+            &[(1, &[0, 1], 100)],
+            &[(2, 4, Some(10)), (3, 1, Some(1))],
+        );
+        assert_eq!(running, vec![]);
     }
 
     fn setup(spec: &[(u32, u64, &[u32])]) -> (Vec<Queue>, HashMap<JobId, Vec<HostId>>) {

@@ -119,6 +119,10 @@ pub struct JobOptions {
     /// (`-pty`): the rank reading it takes it as its controlling terminal.
     #[serde(default)]
     pub pty: bool,
+    /// The job's run-time estimate and limit (`-time=`), in milliseconds.
+    /// Absent from older clients.
+    #[serde(default)]
+    pub time_ms: Option<u64>,
 }
 
 /// A job submission from scrun.
@@ -492,6 +496,7 @@ mod tests {
                     memory: Some(1 << 20),
                     disk: None,
                     pty: false,
+                    time_ms: None,
                 },
                 env: vec![("A".into(), "1".into())],
                 cwd: "/tmp".into(),

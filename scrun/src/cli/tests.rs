@@ -50,6 +50,9 @@ fn render(result: Result<Parsed, UsageError>) -> String {
     if let Some(disk) = options.disk {
         parts.push(format!("disk={disk}"));
     }
+    if let Some(time_ms) = options.time_ms {
+        parts.push(format!("time={time_ms}ms"));
+    }
     if let Some(scored) = &options.scored {
         parts.push(format!("scored={}", show(scored.as_os_str())));
     }
@@ -104,7 +107,7 @@ fn raw(bytes: &[u8]) -> OsString {
     OsString::from_vec(bytes.to_vec())
 }
 
-const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, scored";
+const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored";
 
 #[test]
 fn program_only() {
@@ -181,6 +184,16 @@ fn flags() {
 }
 
 #[test]
+fn time_estimate() {
+    check("-time=90s a", "nodes=1 time=90000ms | a");
+    check("-time=1.5 a", "nodes=1 time=1500ms | a");
+    check("-time=2h,nodes=2 a", "nodes=2 time=7200000ms | a");
+    check("-time=1m,time=2m a", "nodes=1 time=60000ms | a");
+    check("-time a", "error: option 'time' on the command line needs a value, such as -time=90s");
+    check("-time=0 a", "error: option 'time' on the command line: time limit '0' must be at least 1ms");
+}
+
+#[test]
 fn limits() {
     check("-memory=512M a", "nodes=1 memory=536870912 | a");
     check("-memory=1.5G,disk=4096 a", "nodes=1 memory=1610612736 disk=4096 | a");
@@ -205,7 +218,7 @@ fn scored_socket() {
 fn lists_equal_separate_words() {
     check("-nodes=2x3,wait,priority=0,stat a", "nodes=2x3 priority=0 wait stat | a");
     check("-nodes=2x3 -wait -priority=0 -stat a", "nodes=2x3 priority=0 wait stat | a");
-    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, scored");
+    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored");
 }
 
 #[test]
@@ -375,6 +388,7 @@ fn job_options_carry_what_the_daemon_needs() {
         memory: Some(1024),
         disk: Some(2048),
         pty: true,
+        time_ms: None,
     };
     assert_eq!(invocation.options.job_options(), expected);
     assert_eq!(

@@ -44,6 +44,9 @@ pub struct CoreSnapshot {
     jobs: Vec<JobSnapshot>,
     waiting: Vec<WaiterSnapshot>,
     ran: Vec<u64>,
+    /// Jobs given hosts by the last decision that have not started yet.
+    #[serde(default)]
+    bound_waiting: Vec<u64>,
     next_job: u64,
     slice_anchor: u64,
     next_slice: u64,
@@ -126,6 +129,12 @@ struct JobSnapshot {
     failure: Option<StatusSnapshot>,
     #[serde(default)]
     failed_rank: Option<(usize, u32)>,
+    /// The run-time estimate and limit (`-time=`), in µs.
+    #[serde(default)]
+    estimate_us: Option<u64>,
+    /// When its run time reaches the estimate, while it runs.
+    #[serde(default)]
+    time_deadline: Option<u64>,
     submitted_at: u64,
     admitted_at: u64,
     first_run_at: Option<u64>,
@@ -152,6 +161,9 @@ struct WaiterSnapshot {
     wait: bool,
     memory: Option<u64>,
     disk: Option<u64>,
+    /// The run-time estimate and limit (`-time=`), in µs.
+    #[serde(default)]
+    time_us: Option<u64>,
     submitted_at: u64,
     held: bool,
 }
@@ -437,6 +449,8 @@ impl Core {
                 kill_deadline: job.kill_deadline.map(|tick| tick.0),
                 failure: job.failure.map(status_out),
                 failed_rank: job.failed_rank,
+                estimate_us: job.estimate.map(us),
+                time_deadline: job.time_deadline.map(|tick| tick.0),
                 submitted_at: job.submitted_at.0,
                 admitted_at: job.admitted_at.0,
                 first_run_at: job.first_run_at.map(|tick| tick.0),
@@ -456,7 +470,12 @@ impl Core {
             .iter()
             .map(|waiter| {
                 let request = &waiter.request;
-                let launch = Launch::pack(&request.stages, &request.env, &request.cwd);
+                let launch = Launch::pack_with(
+                    &request.stages,
+                    &request.env,
+                    &request.cwd,
+                    &request.inherited,
+                );
                 WaiterSnapshot {
                     client: waiter.client.0,
                     cred: cred_out(&waiter.cred),
@@ -468,6 +487,7 @@ impl Core {
                     wait: request.wait,
                     memory: request.memory,
                     disk: request.disk,
+                    time_us: request.time.map(us),
                     submitted_at: waiter.submitted_at.0,
                     held: waiter.held,
                 }
@@ -506,6 +526,7 @@ impl Core {
             jobs,
             waiting,
             ran: self.ran.iter().map(|job| job.0).collect(),
+            bound_waiting: self.bound_waiting.iter().map(|job| job.0).collect(),
             next_job: self.next_job,
             slice_anchor: self.slice_anchor.0,
             next_slice: self.next_slice.0,
@@ -599,6 +620,7 @@ impl Core {
                 wait: false,
                 memory: None,
                 disk: None,
+                time: record.estimate_us.map(from_us),
                 env: env.clone(),
                 cwd: cwd.clone(),
                 inherited: inherited.clone(),
@@ -653,6 +675,8 @@ impl Core {
                 kill_deadline: record.kill_deadline.map(Tick),
                 failure: record.failure.map(status_in),
                 failed_rank: record.failed_rank,
+                estimate: record.estimate_us.map(from_us),
+                time_deadline: record.time_deadline.map(Tick),
                 submitted_at: Tick(record.submitted_at),
                 admitted_at: Tick(record.admitted_at),
                 first_run_at: record.first_run_at.map(Tick),
@@ -682,6 +706,12 @@ impl Core {
             }
             if let Some(deadline) = job.kill_deadline {
                 core.kill_deadlines.insert((deadline, id));
+            }
+            if let Some(deadline) = job.time_deadline {
+                core.time_deadlines.insert((deadline, id));
+            }
+            if job.limits.cputime.is_some() {
+                core.n_cputime_limited += 1;
             }
             if core.jobs.contains_key(&id) || id.0 >= snapshot.next_job {
                 return Err(format!("job {id} appears twice or after the next id"));
@@ -738,6 +768,7 @@ impl Core {
                     wait: record.wait,
                     memory: record.memory,
                     disk: record.disk,
+                    time: record.time_us.map(from_us),
                     env: env.clone(),
                     cwd: cwd.clone(),
                     inherited: inherited.clone(),
@@ -747,6 +778,7 @@ impl Core {
             });
         }
         core.ran = snapshot.ran.into_iter().map(JobId).collect();
+        core.bound_waiting = snapshot.bound_waiting.into_iter().map(JobId).collect();
         core.next_job = snapshot.next_job;
         core.slice_anchor = Tick(snapshot.slice_anchor);
         core.next_slice = Tick(snapshot.next_slice);

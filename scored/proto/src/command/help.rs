@@ -119,7 +119,7 @@ static ENTRIES: &[HelpEntry] = &[
         name: "queue",
         usage: "queue Q enable|disable|activate|deactivate\n\
                 queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none \
-                memory=PCT%|none disk=PCT%|none group=NAME|GID|none",
+                memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off",
         summary: "change a queue's state or attributes",
         description: "Changes queue Q: disable only refuses new submissions (admitted jobs \
                       keep being scheduled while the queue is activated), enable accepts \
@@ -128,8 +128,11 @@ static ENTRIES: &[HelpEntry] = &[
                       activate schedules them again and implies enable, and set changes any \
                       subset of the mode, the CPU time limit that jobs inherit at \
                       submission, the CPU time after which a job sinks to the next lower \
-                      queue, the shares of the cluster's memory and disk limits, and the \
-                      group whose members alone may submit, where none removes a setting.",
+                      queue, the shares of the cluster's memory and disk limits, the \
+                      group whose members alone may submit, where none removes a setting, \
+                      and backfilling: an exclusive queue with backfill=on reserves the \
+                      earliest start for its first waiting job and starts later jobs that \
+                      declared -time out of order only when they do not delay it.",
         access: Access::Operator,
         example: "queue 2 set mode=gang cputime=1h residency=10m memory=50%",
     },

@@ -102,6 +102,8 @@ pub struct QueueSettings {
     pub disk: Option<Setting<f64>>,
     /// `group=NAME|GID|none`: only members may submit.
     pub group: Option<Setting<GroupRef>>,
+    /// `backfill=on|off`: EASY backfilling in an exclusive queue.
+    pub backfill: Option<bool>,
 }
 
 /// The start of the period `history --since` covers.

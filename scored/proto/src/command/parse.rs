@@ -128,7 +128,15 @@ const SIGNALS: &[(&str, i32)] = &[
 ];
 
 const CLUSTER_LIMITS: &[&str] = &["memory", "disk", "jobs"];
-const QUEUE_SETTINGS: &[&str] = &["mode", "cputime", "residency", "memory", "disk", "group"];
+const QUEUE_SETTINGS: &[&str] = &[
+    "mode",
+    "cputime",
+    "residency",
+    "memory",
+    "disk",
+    "group",
+    "backfill",
+];
 const QUEUE_ACTIONS: &[&str] = &["enable", "disable", "activate", "deactivate", "set"];
 
 /// Parses one console line. Blank lines and comments (a word starting with
@@ -610,6 +618,22 @@ impl<'a> Parser<'a> {
                         }
                     })
                 }
+                "backfill" => {
+                    settings.backfill = Some(match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => {
+                            return Err(self.bad_setting(
+                                word,
+                                format!(
+                                    "{}unknown value {}; expected backfill=on|off",
+                                    did_you_mean(value, &["on", "off"]),
+                                    quote(value)
+                                ),
+                            ))
+                        }
+                    })
+                }
                 "cputime" | "residency" => {
                     let setting = if value == "none" {
                         Setting::Clear
@@ -890,6 +914,13 @@ pub fn render(command: &Command) -> String {
                     GroupRef::Gid(gid) => gid.to_string(),
                 },
             );
+            if let Some(backfill) = settings.backfill {
+                text.push_str(if backfill {
+                    " backfill=on"
+                } else {
+                    " backfill=off"
+                });
+            }
             text
         }
         Command::Jobs { all: false } => "jobs".to_string(),

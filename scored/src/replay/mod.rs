@@ -1,0 +1,582 @@
+//! Replays a workload trace through the real scheduling core with a virtual
+//! clock (`sc_replay`, SPEC §10).
+//!
+//! The jobs of a Standard Workload Format trace ([`swf`]) are submitted to a
+//! [`Core`] — the very code scored runs — at their submit times; the core's
+//! actions go to a simulated actuator ([`actuator`]) in which a job's work
+//! progresses only while it runs, and what the actuator reports goes back
+//! to the core, as in the daemon's event loop. The clock jumps from one
+//! event to the next: an arrival, a job finishing its work, a stop taking
+//! effect, or the next time the core says a tick could change what runs
+//! ([`Core::next_decision`]); a slice boundary at which nothing needs
+//! deciding costs nothing.
+//!
+//! How a trace becomes jobs: processors (allocated, else requested) become
+//! `nodes=N`; the run time is the work; the requested time becomes the
+//! `-time` estimate, raised to the run time where the job ran longer than
+//! it asked (so that no job is killed by a limit it did not have); the
+//! requested memory (else the used memory) per processor becomes
+//! `memory=`; the SWF queue goes to a scored queue through the queue map
+//! (by default every job to queue 1). Jobs with an unknown run time or
+//! processor count, and jobs the core rejects (too big for every cluster),
+//! are skipped with the reason.
+//!
+//! Pure: no clock, no file, no process; [`metrics`] turns the outcome
+//! into figures.
+#![forbid(unsafe_code)]
+
+pub mod actuator;
+pub mod generate;
+pub mod metrics;
+pub mod plot;
+pub mod swf;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::cluster::{Cluster, Host, Topology};
+use crate::command::{parse_line, Command};
+use crate::core::{Action, ClientEvent, Core, CoreConfig, EndKind, Input, NoDirectory};
+use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
+use crate::job::{ExitStatus, JobRequest, Joiner, ProcRequest, Usage};
+use crate::units::CpuSet;
+
+use actuator::{Happening, SimActuator};
+use swf::Trace;
+
+/// How a replay is set up.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The machine.
+    pub topology: Topology,
+    /// The gang time slice.
+    pub timeslice: Duration,
+    /// How long a stop takes to be confirmed (a switch's cost).
+    pub switch_cost: Duration,
+    /// Factor applied to the time between the first submission and each
+    /// job's (below 1 the jobs come faster).
+    pub arrival_scale: f64,
+    /// SWF queue number to scored queue.
+    pub queue_map: BTreeMap<i64, u32>,
+    /// The scored queue of jobs the map does not name.
+    pub default_queue: u32,
+    /// A start-up script, as scored.rc: its name (for messages) and text.
+    pub rc: Option<(String, String)>,
+}
+
+impl Setup {
+    /// A setup on `topology` with scored's defaults.
+    pub fn new(topology: Topology) -> Setup {
+        Setup {
+            topology,
+            timeslice: Duration::from_millis(500),
+            switch_cost: Duration::ZERO,
+            arrival_scale: 1.0,
+            queue_map: BTreeMap::new(),
+            default_queue: 1,
+            rc: None,
+        }
+    }
+}
+
+/// `n` hosts of one CPU each in one cluster, each with `memory` bytes.
+pub fn uniform_machine(n_hosts: u32, memory: u64) -> Topology {
+    let cluster_id = ClusterId(0);
+    let hosts: Vec<Host> = (0..n_hosts)
+        .map(|idx| Host {
+            id: HostId(idx),
+            name: format!("host{idx}"),
+            cluster: cluster_id,
+            cpus: CpuSet::from_cpus([0]),
+            cores: 1,
+            speed: 1.0,
+            cpugen: "replay".to_string(),
+            memory,
+            watchfs: Vec::new(),
+            groups: Vec::new(),
+        })
+        .collect();
+    Topology {
+        clusters: vec![Cluster {
+            id: cluster_id,
+            name: "replay".to_string(),
+            cpugen: "replay".to_string(),
+            speed: 1.0,
+            cores: 1,
+            hosts: hosts.iter().map(|host| host.id).collect(),
+        }],
+        hosts,
+    }
+}
+
+/// What happened to one replayed job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobOutcome {
+    /// Its number in the trace.
+    pub number: i64,
+    /// Processes.
+    pub procs: u32,
+    /// The queue it was submitted to.
+    pub queue: u32,
+    /// The queues it visited.
+    pub queues: Vec<u32>,
+    /// Submitted, seconds from the first submission (after scaling).
+    pub submit: f64,
+    /// Started.
+    pub start: f64,
+    /// Ended.
+    pub end: f64,
+    /// Work done (its run time), seconds.
+    pub run: f64,
+    /// How it ended: `done`, or why it was killed.
+    pub ending: String,
+}
+
+impl JobOutcome {
+    /// Time from submission to start.
+    pub fn wait(&self) -> f64 {
+        self.start - self.submit
+    }
+
+    /// Bounded slowdown with τ = 10 s: (end - submit) / max(run, 10).
+    pub fn bounded_slowdown(&self) -> f64 {
+        (self.end - self.submit) / self.run.max(10.0)
+    }
+}
+
+/// A job of the trace that was not replayed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skipped {
+    /// Its number in the trace.
+    pub number: i64,
+    /// Its line in the trace.
+    pub line: usize,
+    /// Why.
+    pub reason: String,
+}
+
+/// The outcome of a replay.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Outcome {
+    /// Replayed jobs, in the order they ended.
+    pub jobs: Vec<JobOutcome>,
+    /// Jobs not replayed.
+    pub skipped: Vec<Skipped>,
+    /// Switches the core made.
+    pub switches: u64,
+    /// Processor slots of the machine (hosts × cores).
+    pub slots: u64,
+    /// Hosts of the machine.
+    pub hosts: usize,
+    /// Times the core was fed inputs.
+    pub decisions: u64,
+    /// Busy processors and waiting jobs over time, at most a few thousand
+    /// points.
+    pub timeline: Vec<Point>,
+}
+
+/// The machine at one instant of a replay.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// Seconds from the first submission.
+    pub time: f64,
+    /// Processes running.
+    pub busy: u64,
+    /// Jobs submitted and not started.
+    pub waiting: u64,
+}
+
+/// How many points the timeline keeps over the trace's span.
+const TIMELINE_POINTS: f64 = 4000.0;
+
+const MICROS: f64 = 1_000_000.0;
+
+fn seconds(tick: Tick) -> f64 {
+    tick.0 as f64 / MICROS
+}
+
+/// A job waiting for its submit time.
+struct Arrival {
+    at: Tick,
+    trace_idx: usize,
+    queue: u32,
+    request: JobRequest,
+    work: Duration,
+}
+
+/// What the replay knows of a submitted job.
+struct Record {
+    trace_idx: usize,
+    procs: u32,
+    queue: u32,
+    submit: Tick,
+    start: Option<Tick>,
+    work: Duration,
+}
+
+/// Replays `trace` under `setup`. `progress(done, total)` is called now
+/// and then with the number of jobs finished.
+pub fn run(
+    trace: &Trace,
+    setup: &Setup,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Outcome, String> {
+    let memory_limits = setup
+        .topology
+        .clusters
+        .iter()
+        .map(|cluster| {
+            cluster
+                .hosts
+                .iter()
+                .map(|host| setup.topology.host(*host).memory)
+                .min()
+        })
+        .collect();
+    let config = CoreConfig {
+        timeslice: setup.timeslice,
+        ..CoreConfig::default()
+    };
+    let mut core = Core::new(config, setup.topology.clone(), memory_limits);
+    let root = Cred {
+        pid: 1,
+        uid: 0,
+        gid: 0,
+        groups: Vec::new(),
+    };
+    if let Some((name, text)) = &setup.rc {
+        run_rc(&mut core, &root, name, text)?;
+    }
+    let mut outcome = Outcome {
+        slots: setup
+            .topology
+            .hosts
+            .iter()
+            .map(|host| u64::from(host.cores.max(1)))
+            .sum(),
+        hosts: setup.topology.hosts.len(),
+        ..Outcome::default()
+    };
+    let arrivals = arrivals(trace, setup, &mut outcome.skipped);
+    let total = arrivals.len();
+    let user: Rc<str> = Rc::from("replay");
+    let mut sim = SimActuator::new(setup.switch_cost);
+    let mut records: HashMap<ClientToken, Record> = HashMap::new();
+    let mut by_job: HashMap<JobId, ClientToken> = HashMap::new();
+    let mut next_arrival = 0usize;
+    let mut now = Tick(0);
+    let mut inputs: Vec<Input> = Vec::new();
+    let mut happenings = Vec::new();
+    let mut finished = 0usize;
+    let mut waiting = 0u64;
+    let resolution = arrivals
+        .last()
+        .map_or(0.0, |last| seconds(last.at) / TIMELINE_POINTS);
+    loop {
+        let arrival_at = arrivals.get(next_arrival).map(|arrival| arrival.at);
+        let decision_at = core.next_decision(now);
+        let Some(next) = [arrival_at, sim.next(), decision_at]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
+            break;
+        };
+        now = now.max(next);
+        while let Some(arrival) = arrivals.get(next_arrival).filter(|a| a.at <= now) {
+            let client = ClientToken(next_arrival as u64 + 1);
+            records.insert(
+                client,
+                Record {
+                    trace_idx: arrival.trace_idx,
+                    procs: arrival.request.procs_total(),
+                    queue: arrival.queue,
+                    submit: arrival.at,
+                    start: None,
+                    work: arrival.work,
+                },
+            );
+            waiting += 1;
+            inputs.push(Input::Submit {
+                client,
+                cred: root.clone(),
+                user: user.clone(),
+                request: arrival.request.clone(),
+            });
+            next_arrival += 1;
+        }
+        sim.take_due(now, &mut happenings);
+        for happening in happenings.drain(..) {
+            match happening {
+                Happening::Stopped(job) => inputs.push(Input::Stopped(job)),
+                Happening::Finished(job) => exited(
+                    job,
+                    sim_ranks_of(&records, &by_job, job),
+                    ExitStatus::Code(0),
+                    &mut inputs,
+                ),
+            }
+        }
+        if decision_at.is_some_and(|at| at <= now) {
+            inputs.push(Input::Tick);
+        }
+        // Feed the core until it has nothing more to say at this instant.
+        while !inputs.is_empty() {
+            outcome.decisions += 1;
+            let actions = core.handle_all(inputs.drain(..), now);
+            for action in actions {
+                match action {
+                    Action::Spawn(plan) => {
+                        let work = by_job
+                            .get(&plan.job)
+                            .and_then(|client| records.get(client))
+                            .map_or(Duration::ZERO, |record| record.work);
+                        sim.spawn(plan.job, plan.procs.len() as u32, work, now);
+                    }
+                    Action::Stop(job) => sim.stop(job, now),
+                    Action::Continue(job) => sim.resume(job, now),
+                    Action::Signal { job, signal } => {
+                        if signal == crate::core::SIGKILL || signal == crate::core::SIGTERM {
+                            if let Some(ranks) = sim.kill(job, now) {
+                                exited(job, ranks, ExitStatus::Signal(signal), &mut inputs);
+                            }
+                        }
+                    }
+                    Action::Sample(job) if core.usage_matters(job) => {
+                        let ranks = sim.ranks(job).unwrap_or(1);
+                        let cpu = sim.done(job, now) * ranks;
+                        inputs.push(Input::Usage {
+                            job,
+                            usage: Usage {
+                                cpu,
+                                memory: Vec::new(),
+                                disk: 0,
+                            },
+                        });
+                    }
+                    Action::Notify { client, event } => match event {
+                        ClientEvent::Admitted { job, .. } => {
+                            by_job.insert(job, client);
+                        }
+                        ClientEvent::Started(_) => {
+                            if let Some(record) = records.get_mut(&client) {
+                                record.start = Some(now);
+                                waiting = waiting.saturating_sub(1);
+                            }
+                        }
+                        ClientEvent::Rejected { reason, .. } => {
+                            if let Some(record) = records.remove(&client) {
+                                waiting = waiting.saturating_sub(1);
+                                let job = &trace.jobs[record.trace_idx];
+                                outcome.skipped.push(Skipped {
+                                    number: job.number,
+                                    line: job.line,
+                                    reason: format!("rejected: {reason}"),
+                                });
+                                finished += 1;
+                            }
+                        }
+                        ClientEvent::Ended(ending) => {
+                            by_job.remove(&ending.job);
+                            let Some(record) = records.remove(&client) else {
+                                continue;
+                            };
+                            if record.start.is_none() {
+                                waiting = waiting.saturating_sub(1);
+                            }
+                            finished += 1;
+                            let start = record.start.unwrap_or(now);
+                            let run = match ending.kind {
+                                EndKind::Exited => record.work,
+                                _ => ending
+                                    .accounting
+                                    .wall
+                                    .saturating_sub(ending.accounting.stopped),
+                            };
+                            outcome.jobs.push(JobOutcome {
+                                number: trace.jobs[record.trace_idx].number,
+                                procs: record.procs,
+                                queue: record.queue,
+                                queues: ending.accounting.queues.clone(),
+                                submit: seconds(record.submit),
+                                start: seconds(start),
+                                end: seconds(now),
+                                run: run.as_secs_f64(),
+                                ending: match ending.kind {
+                                    EndKind::Exited => "done".to_string(),
+                                    _ => ending.reason.clone(),
+                                },
+                            });
+                            if finished % 1024 == 0 {
+                                progress(finished, total);
+                            }
+                        }
+                        ClientEvent::Waiting(_) | ClientEvent::Held(_) => {}
+                    },
+                    Action::Sample(_)
+                    | Action::Release(_)
+                    | Action::SwitchBegin(_)
+                    | Action::SwitchEnd(_)
+                    | Action::Exit => {}
+                }
+            }
+        }
+        let time = seconds(now);
+        if outcome
+            .timeline
+            .last()
+            .is_none_or(|point| time - point.time >= resolution)
+        {
+            outcome.timeline.push(Point {
+                time,
+                busy: sim.busy(),
+                waiting,
+            });
+        }
+    }
+    progress(finished, total);
+    outcome.switches = core.switch_count();
+    if core.n_jobs() > 0 {
+        let stuck: Vec<String> = core
+            .jobs()
+            .take(5)
+            .filter_map(|job| by_job.get(&job.id).and_then(|client| records.get(client)))
+            .map(|record| trace.jobs[record.trace_idx].number.to_string())
+            .collect();
+        return Err(format!(
+            "{} job{} can never run (for example trace job{} {}): is a queue deactivated by the rc file?",
+            core.n_jobs(),
+            if core.n_jobs() == 1 { "" } else { "s" },
+            if stuck.len() == 1 { "" } else { "s" },
+            stuck.join(", ")
+        ));
+    }
+    Ok(outcome)
+}
+
+fn sim_ranks_of(
+    records: &HashMap<ClientToken, Record>,
+    by_job: &HashMap<JobId, ClientToken>,
+    job: JobId,
+) -> u32 {
+    by_job
+        .get(&job)
+        .and_then(|client| records.get(client))
+        .map_or(1, |record| record.procs)
+}
+
+/// The inputs for the end of a job's processes: every rank, then gone.
+fn exited(job: JobId, ranks: u32, status: ExitStatus, inputs: &mut Vec<Input>) {
+    for rank in 0..ranks {
+        inputs.push(Input::RankExited {
+            job,
+            stage: 0,
+            rank,
+            status,
+        });
+    }
+    inputs.push(Input::ProcessesGone(job));
+}
+
+/// Runs a start-up script as scored does (as root); every error is
+/// reported as `NAME:LINE: message`.
+fn run_rc(core: &mut Core, root: &Cred, name: &str, text: &str) -> Result<(), String> {
+    let mut errors = Vec::new();
+    for (idx, line) in text.lines().enumerate() {
+        match parse_line(line) {
+            Ok(None) => {}
+            Ok(Some(Command::Shutdown { .. })) => errors.push(format!(
+                "{name}:{}: shutdown cannot be used in a start-up script",
+                idx + 1
+            )),
+            Ok(Some(command)) => {
+                let (reply, _) = core.command(root, command, Tick(0), &NoDirectory);
+                if reply.is_error() {
+                    let text = reply.to_text();
+                    errors.push(format!(
+                        "{name}:{}: {}",
+                        idx + 1,
+                        text.trim_end().trim_start_matches("error: ")
+                    ));
+                }
+            }
+            Err(error) => errors.push(format!("{name}:{}: {error}", idx + 1)),
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("\n"))
+    }
+}
+
+/// The trace's jobs as submissions, in submit order; jobs that cannot be
+/// replayed go to `skipped`.
+fn arrivals(trace: &Trace, setup: &Setup, skipped: &mut Vec<Skipped>) -> Vec<Arrival> {
+    let first = trace
+        .jobs
+        .iter()
+        .map(|job| job.submit)
+        .fold(f64::INFINITY, f64::min);
+    let mut out = Vec::with_capacity(trace.jobs.len());
+    for (trace_idx, job) in trace.jobs.iter().enumerate() {
+        let skip = |reason: &str| Skipped {
+            number: job.number,
+            line: job.line,
+            reason: reason.to_string(),
+        };
+        let Some(run) = job.run else {
+            skipped.push(skip("unknown run time"));
+            continue;
+        };
+        let Some(procs) = job.procs.and_then(|n| u32::try_from(n).ok()) else {
+            skipped.push(skip("unknown processor count"));
+            continue;
+        };
+        let offset = (job.submit - first) * setup.arrival_scale;
+        let at = Tick((offset * MICROS).round().max(0.0) as u64);
+        let work = Duration::from_secs_f64(run);
+        // A job never exceeds its estimate in a replay: traces record jobs
+        // that ran past their request (limits enforced with grace).
+        let estimate = job
+            .requested_time
+            .map(|requested| Duration::from_secs_f64(requested.max(run)))
+            .filter(|estimate| !estimate.is_zero())
+            .map(|estimate| estimate.max(Duration::from_millis(1)));
+        let queue = job
+            .queue
+            .and_then(|queue| setup.queue_map.get(&queue).copied())
+            .unwrap_or(setup.default_queue);
+        let memory = job
+            .memory_kb
+            .map(|kb| (kb * 1024.0).round() as u64)
+            .filter(|bytes| *bytes > 0);
+        out.push(Arrival {
+            at,
+            trace_idx,
+            queue,
+            work,
+            request: JobRequest {
+                stages: vec![vec![OsString::from("swf-job")]],
+                joiner: Joiner::Sequence,
+                procs: ProcRequest::Nodes(procs),
+                priority: Some(queue),
+                wait: true,
+                memory,
+                disk: None,
+                time: estimate,
+                env: Vec::new(),
+                cwd: OsString::from("/"),
+                inherited: Default::default(),
+            },
+        });
+    }
+    // Stable: jobs submitted at the same second keep the trace's order.
+    out.sort_by_key(|arrival| arrival.at);
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,252 @@
+//! Replays of small traces whose answers are worked out by hand, and
+//! properties of the replay clock.
+
+use proptest::prelude::*;
+
+use super::metrics::report;
+use super::*;
+
+/// Five jobs on 4 processors (number, submit, run, procs, requested):
+/// 1: 0 100 2 100; 2: 10 50 4 50; 3: 20 60 2 60; 4: 30 30 1 30;
+/// 5: 40 200 2 200.
+const FIVE: &str = "\
+; MaxProcs: 4
+1 0 -1 100 2 -1 -1 2 100 -1 1 1 1 1 1 -1 -1 -1
+2 10 -1 50 4 -1 -1 4 50 -1 1 1 1 1 1 -1 -1 -1
+3 20 -1 60 2 -1 -1 2 60 -1 1 1 1 1 1 -1 -1 -1
+4 30 -1 30 1 -1 -1 1 30 -1 1 1 1 1 1 -1 -1 -1
+5 40 -1 200 2 -1 -1 2 200 -1 1 1 1 1 1 -1 -1 -1
+";
+
+fn replay(text: &str, n_hosts: u32, rc: &str) -> Outcome {
+    let (trace, errors) = swf::parse(text.lines());
+    assert_eq!(errors, vec![]);
+    let mut setup = Setup::new(uniform_machine(n_hosts, 1 << 30));
+    setup.rc = Some(("test.rc".into(), rc.into()));
+    run(&trace, &setup, &mut |_, _| {}).expect("replay")
+}
+
+/// (number, start, end) of every job, in trace order.
+fn starts(outcome: &Outcome) -> Vec<(i64, f64, f64)> {
+    let mut rows: Vec<(i64, f64, f64)> = outcome
+        .jobs
+        .iter()
+        .map(|job| (job.number, job.start, job.end))
+        .collect();
+    rows.sort_by_key(|row| row.0);
+    rows
+}
+
+const FCFS: &str = "queue 1 set mode=exclusive\n";
+const EASY: &str = "queue 1 set mode=exclusive backfill=on\n";
+
+#[test]
+fn five_jobs_first_come_first_served() {
+    let outcome = replay(FIVE, 4, FCFS);
+    // Job 2 needs the whole machine and waits for job 1; everything waits
+    // behind it; at 150 jobs 3 and 4 start, job 5 when job 4 ends.
+    assert_eq!(
+        starts(&outcome),
+        vec![
+            (1, 0.0, 100.0),
+            (2, 100.0, 150.0),
+            (3, 150.0, 210.0),
+            (4, 150.0, 180.0),
+            (5, 180.0, 380.0)
+        ]
+    );
+    let report = report(&outcome);
+    assert_eq!(report.all.mean_wait, 96.0);
+    assert_eq!(report.all.median_wait, 120.0);
+    assert_eq!(report.all.p95_wait, 140.0);
+    assert!((report.all.mean_bounded_slowdown - 13.666_666_666_666_666 / 5.0).abs() < 1e-9);
+    assert_eq!(report.makespan, 380.0);
+    assert!((report.all.utilisation - 950.0 / 1520.0).abs() < 1e-12);
+    assert_eq!(outcome.switches, 0);
+}
+
+#[test]
+fn five_jobs_easy_backfilling() {
+    let outcome = replay(FIVE, 4, EASY);
+    // Job 2 is reserved at 100 (when job 1 ends); job 3 ends by then and
+    // backfills at 20; job 4 at 80 would end at 110 and take a host the
+    // reservation needs, so it waits; job 2 starts at 100 as reserved.
+    assert_eq!(
+        starts(&outcome),
+        vec![
+            (1, 0.0, 100.0),
+            (2, 100.0, 150.0),
+            (3, 20.0, 80.0),
+            (4, 150.0, 180.0),
+            (5, 150.0, 350.0)
+        ]
+    );
+    let report = report(&outcome);
+    assert_eq!(report.all.mean_wait, 64.0);
+    assert!((report.all.mean_bounded_slowdown - 11.35 / 5.0).abs() < 1e-9);
+    assert_eq!(report.makespan, 350.0);
+}
+
+#[test]
+fn gang_time_sharing_stretches_jobs_by_the_slices_they_wait() {
+    // Two full-width jobs of 10 s on one gang queue with 1 s slices: they
+    // alternate, and each ends after about twice its run time.
+    let trace = "\
+1 0 -1 10 2 -1 -1 2 -1 -1 1 1 1 1 1 -1 -1 -1
+2 0 -1 10 2 -1 -1 2 -1 -1 1 1 1 1 1 -1 -1 -1
+";
+    let outcome = replay(trace, 2, "timeslice 1s\n");
+    let rows = starts(&outcome);
+    assert_eq!(rows[0].1, 0.0);
+    assert_eq!(rows[1].1, 1.0, "job 2 starts at the first slice boundary");
+    assert_eq!(rows[0].2, 19.0);
+    assert_eq!(rows[1].2, 20.0);
+    assert!(outcome.switches >= 18, "{}", outcome.switches);
+}
+
+#[test]
+fn the_switch_cost_delays_the_entering_job() {
+    let trace = "\
+1 0 -1 10 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1
+2 0 -1 10 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1
+";
+    let (parsed, _) = swf::parse(trace.lines());
+    let mut setup = Setup::new(uniform_machine(1, 1 << 30));
+    setup.timeslice = Duration::from_secs(1);
+    setup.switch_cost = Duration::from_millis(100);
+    let outcome = run(&parsed, &setup, &mut |_, _| {}).expect("replay");
+    let rows = starts(&outcome);
+    assert_eq!(
+        rows[1].1, 1.1,
+        "job 2 enters once job 1's stop is confirmed"
+    );
+    // 20 s of work and about 19 switches of 100 ms each.
+    assert!(rows[1].2 > 21.5 && rows[1].2 < 22.5, "{rows:?}");
+}
+
+#[test]
+fn jobs_that_cannot_be_replayed_are_skipped_with_the_reason() {
+    let trace = "\
+1 0 -1 10 8 -1 -1 8 -1 -1 1 1 1 1 1 -1 -1 -1
+2 0 -1 -1 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1
+3 0 -1 10 -1 -1 -1 -1 -1 -1 1 1 1 1 1 -1 -1 -1
+4 0 -1 0 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1
+";
+    let outcome = replay(trace, 4, "");
+    let reasons: Vec<(i64, String)> = outcome
+        .skipped
+        .iter()
+        .map(|skip| (skip.number, skip.reason.clone()))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (2, "unknown run time".to_string()),
+            (3, "unknown processor count".to_string()),
+            (
+                1,
+                "rejected: nodes=8 needs 8 hosts with 1 process each, but cluster replay has 4 hosts with 1 core"
+                    .to_string()
+            ),
+        ]
+    );
+    // A job of no run time is replayed: it starts and ends at once.
+    assert_eq!(starts(&outcome), vec![(4, 0.0, 0.0)]);
+}
+
+#[test]
+fn rc_errors_name_the_file_and_line() {
+    let (trace, _) = swf::parse(FIVE.lines());
+    let mut setup = Setup::new(uniform_machine(4, 1 << 30));
+    setup.rc = Some((
+        "policy.rc".into(),
+        "queue 1 set mode=exclusive\nqueue 9 set mode=gang\nshutdown\n".into(),
+    ));
+    let error = run(&trace, &setup, &mut |_, _| {}).expect_err("bad rc");
+    assert_eq!(
+        error,
+        "policy.rc:2: no queue 9: queues are 0 to 2\npolicy.rc:3: shutdown cannot be used in a start-up script"
+    );
+}
+
+#[test]
+fn a_deactivated_queue_is_reported_not_looped_on() {
+    let (trace, _) = swf::parse(FIVE.lines());
+    let mut setup = Setup::new(uniform_machine(4, 1 << 30));
+    setup.rc = Some(("x.rc".into(), "queue 1 deactivate\n".into()));
+    let error = run(&trace, &setup, &mut |_, _| {}).expect_err("stuck");
+    assert!(error.starts_with("5 jobs can never run"), "{error}");
+}
+
+fn random_trace(jobs: &[(u32, u32, u32, u32)]) -> String {
+    let mut text = String::new();
+    let mut submit = 0;
+    for (idx, (gap, run, procs, slack)) in jobs.iter().enumerate() {
+        submit += gap;
+        text.push_str(&format!(
+            "{} {submit} -1 {run} {procs} -1 -1 {procs} {} -1 1 1 1 1 1 -1 -1 -1\n",
+            idx + 1,
+            run + slack
+        ));
+    }
+    text
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// An exclusive queue without backfill replays exactly first come,
+    /// first served: jobs start in submission order, each runs its run
+    /// time without a stop, and no job starts later than it could.
+    #[test]
+    fn exclusive_without_backfill_is_exactly_fcfs(
+        jobs in proptest::collection::vec((0u32..50, 0u32..100, 1u32..=4, 0u32..50), 1..30),
+    ) {
+        let outcome = replay(&random_trace(&jobs), 4, FCFS);
+        prop_assert_eq!(outcome.jobs.len(), jobs.len());
+        let rows = starts(&outcome);
+        // An independent FCFS: each job starts at the earliest time at or
+        // after its submission and the previous job's start at which
+        // enough processors are free.
+        let mut running: Vec<(f64, u32)> = Vec::new();
+        let mut previous = 0.0f64;
+        // The replay counts time from the first submission.
+        let mut submit = -f64::from(jobs[0].0);
+        for (idx, (gap, run, procs, _)) in jobs.iter().enumerate() {
+            submit += f64::from(*gap);
+            let mut at = submit.max(previous);
+            loop {
+                let busy: u32 = running.iter().filter(|(end, _)| *end > at).map(|(_, n)| n).sum();
+                if busy + procs <= 4 { break; }
+                at = running.iter().map(|(end, _)| *end).filter(|end| *end > at).fold(f64::INFINITY, f64::min);
+            }
+            running.push((at + f64::from(*run), *procs));
+            previous = at;
+            prop_assert_eq!(rows[idx].1, at, "job {} start", idx + 1);
+            prop_assert_eq!(rows[idx].2, at + f64::from(*run), "job {} end", idx + 1);
+        }
+        prop_assert_eq!(outcome.switches, 0);
+    }
+
+    /// With or without backfill, and in gang queues, the clock only moves
+    /// forward, every job runs exactly its work, and the machine is never
+    /// busier than it has processors.
+    #[test]
+    fn replays_conserve_work(
+        jobs in proptest::collection::vec((0u32..50, 0u32..100, 1u32..=4, 0u32..50), 1..20),
+        policy in 0usize..3,
+    ) {
+        let rc = [FCFS, EASY, "timeslice 5s\n"][policy];
+        let outcome = replay(&random_trace(&jobs), 4, rc);
+        prop_assert_eq!(outcome.jobs.len(), jobs.len());
+        for job in &outcome.jobs {
+            prop_assert!(job.start >= job.submit);
+            prop_assert!(job.end - job.start >= job.run - 1e-6);
+            if policy < 2 {
+                prop_assert!((job.end - job.start - job.run).abs() < 1e-6, "exclusive jobs run unstopped");
+            }
+        }
+        let report = report(&outcome);
+        prop_assert!(report.all.utilisation <= 1.0 + 1e-9);
+    }
+}
