@@ -158,6 +158,8 @@ fn backfill_starts_a_short_job_in_the_hole_without_delaying_the_wide_one() {
     // ends at 3s). Job 3 declares 2s: it ends before that, so it starts
     // now on the idle host; job 4 declares 60s and would delay job 2.
     let mut short = daemon.spawn(&["-priority=0,time=2s", "sleep", "1"]);
+    // Admitted before the next one is submitted, so that it is job 3.
+    wait_state(&daemon, 3, &["queued", "running", "done"]);
     let mut long = daemon.spawn(&["-priority=0,time=60s", "sleep", "1"]);
     wait_state(&daemon, 4, &["queued"]);
     assert!(
