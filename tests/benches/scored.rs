@@ -809,24 +809,7 @@ fn scale(rows: &mut Vec<Row>) {
     let target = scaled(10_000, 1_000);
     let mut checkpoints = Vec::new();
     for count in 1..=target {
-        let mut stream = UnixStream::connect(&daemon.socket).expect("connect");
-        let control = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
-        let sent = nix::sys::socket::sendmsg::<()>(
-            stream.as_raw_fd(),
-            &[IoSlice::new(&frame)],
-            &control,
-            nix::sys::socket::MsgFlags::empty(),
-            None,
-        )
-        .expect("send");
-        stream.write_all(&frame[sent..]).expect("send rest");
-        let reply = read_frame(&mut stream);
-        assert!(
-            String::from_utf8_lossy(&reply).contains("\"admitted\""),
-            "not admitted: {}",
-            String::from_utf8_lossy(&reply)
-        );
-        streams.push(stream);
+        streams.push(submit_admitted(&daemon, &frame, &fds));
         if count == 1_000 || count == target {
             let elapsed = mark.elapsed().as_secs_f64();
             let batch = if count == 1_000 { 1_000 } else { count - 1_000 };
@@ -1043,11 +1026,17 @@ fn submit_raw(daemon: &Daemon, argv: &[&str], priority: u32, fds: &[i32; 3]) -> 
         version: scored::proto::VERSION,
         submit,
     });
+    submit_admitted(daemon, &frame, fds)
+}
+
+/// Sends a `Submit` frame with `fds` attached on a new connection, as
+/// scrun does, and returns the connection once the job is admitted.
+fn submit_admitted(daemon: &Daemon, frame: &[u8], fds: &[i32; 3]) -> UnixStream {
     let mut stream = UnixStream::connect(&daemon.socket).expect("connect");
     let control = [nix::sys::socket::ControlMessage::ScmRights(fds)];
     let sent = nix::sys::socket::sendmsg::<()>(
         stream.as_raw_fd(),
-        &[IoSlice::new(&frame)],
+        &[IoSlice::new(frame)],
         &control,
         nix::sys::socket::MsgFlags::empty(),
         None,
