@@ -161,16 +161,9 @@ impl Launch {
         Launch(out.into())
     }
 
-    /// The bytes [`Launch::pack_with`] adds after the stages, environment
-    /// and working directory (none for a launch packed without them).
-    pub fn trailer(&self) -> &[u8] {
-        let mut reader = self.reader();
-        reader.skip_stages();
-        let n_vars = reader.count();
-        for _ in 0..n_vars * 2 + 1 {
-            reader.os();
-        }
-        &self.0[reader.at..]
+    /// The packed bytes, as [`Launch::pack`] or [`Launch::pack_with`] made them.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
     }
 
     /// What the processes inherit from the caller (nothing for a launch

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ffi::OsString;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -270,15 +270,9 @@ struct Launches {
 
 impl Launches {
     fn add(&mut self, launch: &Launch) -> usize {
-        let stages = launch.stages();
-        let env = launch.env();
-        let cwd = launch.cwd();
-        // The packing is canonical: packing the parts again gives the same bytes.
-        let mut bytes = pack_bytes(&stages, &env, &cwd);
-        let inherited = launch.inherited();
-        if inherited != Inherited::default() {
-            bytes.extend_from_slice(Launch::pack_with(&stages, &env, &cwd, &inherited).trailer());
-        }
+        // The launch's own packed bytes: `unpack` reads them back, and
+        // `Launch::pack_with` of the parts gives the same bytes again.
+        let bytes = launch.as_bytes().to_vec();
         if let Some(idx) = self.index.get(&bytes) {
             return *idx;
         }
@@ -287,29 +281,6 @@ impl Launches {
         self.index.insert(bytes, idx);
         idx
     }
-}
-
-/// The bytes `Launch::pack` makes of these parts (the same layout).
-fn pack_bytes(stages: &[Vec<OsString>], env: &[(OsString, OsString)], cwd: &OsString) -> Vec<u8> {
-    fn put(out: &mut Vec<u8>, bytes: &[u8]) {
-        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        out.extend_from_slice(bytes);
-    }
-    let mut out = Vec::new();
-    out.extend_from_slice(&(stages.len() as u32).to_le_bytes());
-    for argv in stages {
-        out.extend_from_slice(&(argv.len() as u32).to_le_bytes());
-        for arg in argv {
-            put(&mut out, arg.as_bytes());
-        }
-    }
-    out.extend_from_slice(&(env.len() as u32).to_le_bytes());
-    for (key, value) in env {
-        put(&mut out, key.as_bytes());
-        put(&mut out, value.as_bytes());
-    }
-    put(&mut out, cwd.as_bytes());
-    out
 }
 
 /// The parts of packed launch data (stages, environment, working directory,
