@@ -733,6 +733,11 @@ pub struct ProcStat {
     pub cpu_ticks: u64,
 }
 
+/// Whether the kernel shows `pid` stopped (state `T`).
+pub fn stopped(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|stat| stat.state == 'T')
+}
+
 /// Reads `/proc/PID/stat`, or `None` if the process is gone.
 pub fn proc_stat(pid: i32) -> Option<ProcStat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -1013,4 +1018,26 @@ impl Daemon {
             .as_mut()
             .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
+}
+
+/// Two 2-process spinning gang jobs (jobs 1 and 2) and a 1-process one
+/// held by the operator (job 3), once some of their processes have been
+/// seen stopped by the gang switch or the hold: the scrun of each and
+/// every rank's pid.
+pub fn gang_pair_and_held_job(daemon: &Daemon) -> (Vec<Job>, Vec<i32>) {
+    let mut jobs = Vec::new();
+    let mut pids = Vec::new();
+    for _ in 0..2 {
+        let mut job = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+        pids.extend(job.wait_pids(2));
+        jobs.push(job);
+    }
+    let mut held = daemon.spawn(&["-nodes=1", &testprog(), "spin", "0"]);
+    pids.extend(held.wait_pids(1));
+    daemon.ok("suspend 3");
+    assert!(wait_until(Duration::from_secs(10), || pids
+        .iter()
+        .any(|pid| stopped(*pid))));
+    jobs.push(held);
+    (jobs, pids)
 }

@@ -10,10 +10,6 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use scored_tests::*;
 
-fn stopped(pid: i32) -> bool {
-    proc_stat(pid).is_some_and(|stat| stat.state == 'T')
-}
-
 fn running(pid: i32) -> bool {
     proc_stat(pid).is_some_and(|stat| stat.state == 'R')
 }
@@ -321,20 +317,7 @@ fn when_scored_is_killed_its_job_processes_die_with_it() {
         .hosts(&two_hosts())
         .timeslice("50ms")
         .start();
-    let mut jobs = Vec::new();
-    let mut pids = Vec::new();
-    for _ in 0..2 {
-        let mut job = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
-        pids.extend(job.wait_pids(2));
-        jobs.push(job);
-    }
-    let mut held = daemon.spawn(&["-nodes=1", &testprog(), "spin", "0"]);
-    pids.extend(held.wait_pids(1));
-    daemon.ok("suspend 3");
-    assert!(wait_until(Duration::from_secs(10), || pids
-        .iter()
-        .any(|pid| stopped(*pid))));
-    jobs.push(held);
+    let (mut jobs, pids) = gang_pair_and_held_job(&daemon);
     let old_pid = daemon.pid();
     daemon.kill_hard();
     assert!(

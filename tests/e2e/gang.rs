@@ -20,10 +20,6 @@ fn cpu(pids: &[i32]) -> u64 {
         .sum()
 }
 
-fn stopped(pid: i32) -> bool {
-    proc_stat(pid).is_some_and(|stat| stat.state == 'T')
-}
-
 /// Samples for `duration`; returns how often processes of both sets were
 /// seen running at once, and how many samples were taken.
 ///

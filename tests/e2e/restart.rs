@@ -14,10 +14,6 @@ fn all_gone(pids: &[i32], timeout: Duration) -> bool {
     wait_until(timeout, || pids.iter().all(|pid| !alive(*pid)))
 }
 
-fn stopped(pid: i32) -> bool {
-    proc_stat(pid).is_some_and(|stat| stat.state == 'T')
-}
-
 /// The state of job `id`, or "" while the daemon does not know it yet.
 fn state_of(daemon: &Daemon, id: u64) -> String {
     let output = daemon.console(&format!("job {id}"));
@@ -155,20 +151,7 @@ fn after_kill_9_the_next_scored_records_jobs_lost_and_cleans_up() {
         .hosts(&two_hosts())
         .timeslice("50ms")
         .start();
-    let mut jobs = Vec::new();
-    let mut pids = Vec::new();
-    for _ in 0..2 {
-        let mut job = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
-        pids.extend(job.wait_pids(2));
-        jobs.push(job);
-    }
-    let mut held = daemon.spawn(&["-nodes=1", &testprog(), "spin", "0"]);
-    pids.extend(held.wait_pids(1));
-    daemon.ok("suspend 3");
-    assert!(wait_until(Duration::from_secs(10), || pids
-        .iter()
-        .any(|pid| stopped(*pid))));
-    jobs.push(held);
+    let (mut jobs, pids) = gang_pair_and_held_job(&daemon);
     // A job whose process leaves a grandchild behind when its rank dies.
     let script = format!("{} spin 0; true", testprog());
     let mut parent = daemon.spawn(&["-nodes=1", "sh", "-c", &script]);
