@@ -622,12 +622,16 @@ fn a_scrun_that_inherited_an_ignored_signal_ignores_it() {
 fn ctrl_c_on_a_terminal_ends_the_job_with_sigterm() {
     let daemon = Daemon::builder().arg("--kill-grace=20s").start();
     // script(1) runs scrun on a pseudo-terminal; the ^C it is fed becomes
-    // SIGINT from the terminal's line discipline.
+    // SIGINT from the terminal's line discipline. script starts $SHELL -c,
+    // and a non-interactive dash waiting for scrun would die of that SIGINT
+    // itself (bash waits and takes scrun's status): `exec` leaves scrun
+    // alone in the foreground group whatever the shell.
     let line = format!(
-        "{} sh -c 'echo id \\$SCORE_JOBID; exec sleep 60'",
+        "exec {} sh -c 'echo id \\$SCORE_JOBID; exec sleep 60'",
         scrun_path()
     );
     let mut child = shell(&daemon, &format!("script -qec \"{line}\" /dev/null"))
+        .env("SHELL", "/bin/sh")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
