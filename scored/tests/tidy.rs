@@ -1,5 +1,5 @@
-//! The tidy test: rules of STYLE.md and ARCHITECTURE.md that the compiler
-//! does not check, enforced on the source tree.
+//! The tidy test: rules of the project's style and of ARCHITECTURE.md that the
+//! compiler does not check, enforced on the source tree.
 //!
 //! - every `.rs` file of the five crates starts with a `//!` paragraph;
 //! - `unsafe` appears only in `actuator` and `evloop`;
