@@ -878,3 +878,42 @@ fn a_panic_in_the_middle_of_a_switch_leaves_no_job_stopped() {
     let all: Vec<i32> = pids.concat();
     assert!(all_gone(&all, Duration::from_secs(5)));
 }
+
+/// Issue 12: a restart asked for while a job's processes are still being
+/// created (a batched launch, whose pipes and plan cannot be handed over)
+/// waits for the launch to finish, then happens; no process is lost.
+#[test]
+fn a_restart_during_a_launch_waits_for_it() {
+    let n = 600;
+    let daemon = Daemon::builder()
+        .hosts(&format!("host0 cores={n}\n"))
+        .start();
+    let mut job = daemon.spawn(&[
+        &format!("-nodes={n}"),
+        "sh",
+        "-c",
+        "echo pid $$; exec sleep 60",
+    ]);
+    job.wait_pids(1);
+    let in_progress = job.count_lines("pid ") < n;
+    let text = restart(&daemon);
+    assert!(text.contains("restarted in place"), "{text}");
+    assert_eq!(daemon_status(&daemon)["restarts"], 1);
+    if in_progress {
+        assert!(
+            daemon
+                .log()
+                .contains("the restart waits for a launch to finish"),
+            "{}",
+            daemon.log()
+        );
+    } else {
+        eprintln!("the launch ended before the restart was asked for; nothing waited");
+    }
+    let pids = job.wait_pids(n);
+    assert!(pids.iter().all(|pid| alive(*pid)));
+    daemon.ok("kill 1 KILL");
+    let (status, _) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(137));
+    assert!(all_gone(&pids, Duration::from_secs(10)));
+}

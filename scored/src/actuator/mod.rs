@@ -189,6 +189,11 @@ pub trait Actuator {
     /// they report; `true`: forget the job's record as well. Reports of
     /// other jobs go to `out`.
     fn discard_jobs(&mut self, _jobs: &[(JobId, bool)], _out: &mut Vec<Input>) {}
+    /// Whether some job's processes are still being created (a batched
+    /// launch, which an in-place restart waits for).
+    fn launching(&self) -> bool {
+        false
+    }
 }
 
 /// A direct child: one rank.
@@ -1122,6 +1127,10 @@ impl Actuator for OsActuator {
 
     fn discard_jobs(&mut self, jobs: &[(JobId, bool)], out: &mut Vec<Input>) {
         self.discard(jobs, out);
+    }
+
+    fn launching(&self) -> bool {
+        self.jobs.values().any(|procs| procs.launch.is_some())
     }
 
     fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), String> {

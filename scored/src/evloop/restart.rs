@@ -172,7 +172,27 @@ impl<A: Actuator> Daemon<A> {
     /// Carries out a restart that was asked for. On success this process
     /// is a new image and this function does not return; on failure the
     /// daemon carries on unchanged and says why.
+    ///
+    /// While a job's processes are still being created a batch at a time
+    /// (its pipes and plan cannot be handed over), the restart waits for
+    /// the launch to finish, up to [`LAUNCH_WAIT`]; it is retried after
+    /// each event meanwhile. A launch that does not finish by then (one
+    /// switched out, or held) makes the restart fail with that reason.
     pub(super) fn restart_in_place(&mut self, requester: Option<(Token, bool)>) {
+        if self.actuator.launching() {
+            let since = match self.recovery.restart_wait {
+                Some(since) => since,
+                None => {
+                    tracing::info!("the restart waits for a launch to finish");
+                    *self.recovery.restart_wait.insert(Instant::now())
+                }
+            };
+            if since.elapsed() < LAUNCH_WAIT {
+                self.pending_restart = Some(requester);
+                return;
+            }
+        }
+        self.recovery.restart_wait = None;
         let asked = Instant::now();
         let Err(reason) = self.hand_over(requester);
         tracing::error!(%reason, elapsed_us = asked.elapsed().as_micros() as u64, "in-place restart failed; carrying on");
@@ -581,6 +601,9 @@ impl<A: Actuator> Daemon<A> {
     }
 }
 
+/// How long an in-place restart waits for launches in progress.
+const LAUNCH_WAIT: Duration = Duration::from_secs(10);
+
 /// What the loop keeps to recover from a panic: the core as it was after
 /// the last event that changed it, and what the kernel has reported since
 /// (inputs that cannot be asked for again: a reaped rank's status is gone
@@ -595,12 +618,14 @@ pub(super) struct Recovery {
     facts: Vec<Input>,
     /// Recovering: the reports fed again are not kept again.
     replaying: bool,
+    /// Since when a restart has waited for launches to finish.
+    restart_wait: Option<Instant>,
 }
 
 impl Recovery {
     /// Keeps the reports among `inputs` that came from the processes.
     pub(super) fn note(&mut self, inputs: &[Input]) {
-        if self.replaying {
+        if self.replaying || checkpoints_off() {
             return;
         }
         self.facts
@@ -611,11 +636,22 @@ impl Recovery {
     /// come back to.
     pub(super) fn event_done(&mut self, core: &Core) {
         self.facts.clear();
+        if checkpoints_off() {
+            return;
+        }
         if self.changed || self.checkpoint.is_none() {
             self.checkpoint = Some(core.checkpoint());
             self.changed = false;
         }
     }
+}
+
+/// `SCORED_NO_CHECKPOINT=1` (read once): keep no checkpoint, so that a
+/// panic restarts from the state at the panic. It exists so that the
+/// benchmark can measure what the checkpoint costs, in the same run.
+fn checkpoints_off() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var_os("SCORED_NO_CHECKPOINT").is_some_and(|value| value == "1"))
 }
 
 /// A report from the processes that the core must hear once and the
