@@ -411,6 +411,7 @@ impl<A: Actuator> Daemon<A> {
             Event::Signal(_) => {
                 self.read_signals(&mut inputs);
                 self.recovery.note(&inputs);
+                restart::panic_after_exit(&inputs);
             }
             Event::Deadline => {
                 let now = Instant::now();

@@ -917,3 +917,42 @@ fn a_restart_during_a_launch_waits_for_it() {
     assert_eq!(status.code(), Some(137));
     assert!(all_gone(&pids, Duration::from_secs(10)));
 }
+
+/// Issue 12, item 2: a panic after a rank's exit was reaped and before the
+/// core heard of it. The kernel will not report that exit again, so the
+/// restored state is told it again: the job ends with its own status
+/// through its scrun, and the other job runs on.
+#[test]
+fn an_exit_reaped_by_an_event_that_panicked_is_reported() {
+    let trigger = std::env::temp_dir().join(format!(
+        "scored-after-exit-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_file(&trigger);
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("100ms")
+        .env(
+            "SCORED_TEST_PANIC_ON",
+            &format!("after-exit:{}", trigger.display()),
+        )
+        .start();
+    let mut other = daemon.spawn(&[&testprog(), "spin", "0"]);
+    let other_pids = other.wait_pids(1);
+    std::fs::write(&trigger, "").expect("create the trigger");
+    let mut ending = daemon.spawn(&["sh", "-c", "echo pid $$; sleep 1; exit 5"]);
+    let ending_pid = ending.wait_pids(1)[0];
+    let (status, stderr) = ending.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(5), "{stderr}\n{}", daemon.log());
+    assert!(!trigger.exists(), "the hook never fired");
+    assert_eq!(daemon_status(&daemon)["restarts"], 1);
+    let log = daemon.log();
+    assert!(log.contains("injected panic after reaping a rank"), "{log}");
+    assert!(!alive(ending_pid));
+    // Alone on its host, the other job was never switched out.
+    assert!(alive(other_pids[0]) && !stopped(other_pids[0]));
+    daemon.ok("kill 1 KILL");
+    let (status, _) = other.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(137));
+}

@@ -672,14 +672,17 @@ fn is_fact(input: &Input) -> bool {
 /// `SCORED_TEST_PANIC_ON` that only the end-to-end tests set (read once):
 /// `LINE` panics when the console line is received, `after:LINE` once the
 /// core has applied it and its actions were carried out (before the
-/// reply), and `mid-switch:FILE` in a switch that stops several jobs,
-/// after the first was stopped and before the next is, when FILE exists
-/// (it is removed first, so that each panic is asked for by creating it).
+/// reply), `mid-switch:FILE` in a switch that stops several jobs, after
+/// the first was stopped and before the next is, and `after-exit:FILE`
+/// once a rank's exit has been reaped and before the core hears of it;
+/// the last two when FILE exists (it is removed first, so that each panic
+/// is asked for by creating it).
 #[derive(Debug)]
 pub(super) enum PanicHook {
     On(String),
     After(String),
     MidSwitch(PathBuf),
+    AfterExit(PathBuf),
 }
 
 pub(super) fn panic_hook() -> Option<&'static PanicHook> {
@@ -690,6 +693,8 @@ pub(super) fn panic_hook() -> Option<&'static PanicHook> {
             PanicHook::After(line.to_string())
         } else if let Some(file) = value.strip_prefix("mid-switch:") {
             PanicHook::MidSwitch(PathBuf::from(file))
+        } else if let Some(file) = value.strip_prefix("after-exit:") {
+            PanicHook::AfterExit(PathBuf::from(file))
         } else {
             PanicHook::On(value)
         })
@@ -742,4 +747,16 @@ pub fn adopt_listener(fd: RawFd) -> io::Result<std::os::unix::net::UnixListener>
     Ok(std::os::unix::net::UnixListener::from(
         crate::actuator::sys::adopt_descriptor(fd)?,
     ))
+}
+
+/// Panics if the hook asks for it once a rank's exit is among `inputs`.
+pub(super) fn panic_after_exit(inputs: &[Input]) {
+    if let Some(PanicHook::AfterExit(file)) = panic_hook() {
+        let exited = inputs
+            .iter()
+            .any(|input| matches!(input, Input::RankExited { .. }));
+        if exited && std::fs::remove_file(file).is_ok() {
+            panic!("injected panic after reaping a rank (SCORED_TEST_PANIC_ON)");
+        }
+    }
 }
