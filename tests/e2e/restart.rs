@@ -956,3 +956,33 @@ fn an_exit_reaped_by_an_event_that_panicked_is_reported() {
     let (status, _) = other.wait(Duration::from_secs(10));
     assert_eq!(status.code(), Some(137));
 }
+
+/// Issue 12, item 2: `queue 2 activate` started a queued job (its process
+/// was created) before the panic. The state before it holds the queue as
+/// deactivated and the job as never started, so the process is killed and
+/// reaped; the job starts for real once the queue is activated again and
+/// ends with its own status through its scrun.
+#[test]
+fn a_process_created_by_an_event_that_panicked_is_killed() {
+    let daemon = Daemon::builder()
+        .timeslice("100ms")
+        .rc("queue 2 deactivate\n")
+        .env("SCORED_TEST_PANIC_ON", "after:queue 2 activate")
+        .start();
+    let mut job = daemon.spawn(&["-priority=2", "sh", "-c", "echo pid $$; sleep 2; exit 6"]);
+    assert!(wait_until(Duration::from_secs(10), || state_of(&daemon, 1) == "queued"));
+    panic_after(&daemon, "queue 2 activate");
+    assert_eq!(state_of(&daemon, 1), "queued");
+    assert!(
+        daemon.job_pids(1).is_empty(),
+        "a process of the lost launch is left: {:?}",
+        daemon.job_pids(1)
+    );
+    assert!(daemon
+        .log()
+        .contains("killing processes the restored state does not know"));
+    // The same command, not spelled as the hook's line, starts it for real.
+    daemon.ok("queue  2 activate");
+    let (status, stderr) = job.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(6), "{stderr}\n{}", daemon.log());
+}
