@@ -269,6 +269,8 @@ pub struct Daemon<A: Actuator> {
     per_user: HashMap<u32, UserUse>,
     /// Connections holding part of a request, for the request timeout.
     partial: HashMap<Token, Instant>,
+    /// The core before the current event, to recover from a panic.
+    recovery: restart::Recovery,
 }
 
 /// Blocks the signals the loop reads through its signalfd, and only those:
@@ -337,6 +339,7 @@ impl<A: Actuator> Daemon<A> {
             pending_restart: None,
             per_user: HashMap::new(),
             partial: HashMap::new(),
+            recovery: restart::Recovery::default(),
         })
     }
 
@@ -351,6 +354,7 @@ impl<A: Actuator> Daemon<A> {
     /// Runs until the daemon is asked to exit and every job is gone.
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(256);
+        self.recovery.event_done(&self.core);
         while !self.exiting {
             let now = Instant::now();
             let mut deadline = self.core.next_deadline().map(|tick| self.instant(tick));
@@ -404,7 +408,11 @@ impl<A: Actuator> Daemon<A> {
         match event {
             Event::Accept => self.accept(),
             Event::Client(token) => self.client_ready(token, &mut inputs),
-            Event::Signal(_) => self.read_signals(&mut inputs),
+            Event::Signal(_) => {
+                self.read_signals(&mut inputs);
+                self.recovery.note(&inputs);
+                restart::panic_after_exit(&inputs);
+            }
             Event::Deadline => {
                 let now = Instant::now();
                 self.cut_slow_requests(now, &mut inputs);
@@ -418,6 +426,7 @@ impl<A: Actuator> Daemon<A> {
                 {
                     inputs.push(Input::Tick);
                 }
+                self.recovery.note(&inputs);
             }
         }
         self.feed(inputs);
@@ -432,6 +441,7 @@ impl<A: Actuator> Daemon<A> {
         // Inputs that arrived together go to the core together; what its
         // actions report back forms the next batch.
         while !batch.is_empty() {
+            self.recovery.changed = true;
             let actions = self
                 .core
                 .handle_all(std::mem::take(&mut batch), self.tick());
@@ -440,7 +450,9 @@ impl<A: Actuator> Daemon<A> {
                 .any(|action| matches!(action, Action::Stop(_)));
             self.carry_out(actions, &mut batch);
             if stops {
+                let before = batch.len();
                 self.actuator.await_stops(STOP_WAIT, &mut batch);
+                self.recovery.note(&batch[before..]);
             }
         }
         self.write_journal();
@@ -453,7 +465,9 @@ impl<A: Actuator> Daemon<A> {
     }
 
     fn carry_out(&mut self, actions: Vec<Action>, inputs: &mut Vec<Input>) {
+        let mut stops_done = 0;
         for action in actions {
+            let before = inputs.len();
             match action {
                 Action::Spawn(plan) => {
                     let stdio = self
@@ -462,7 +476,13 @@ impl<A: Actuator> Daemon<A> {
                         .and_then(|conn| conn.stdio.as_ref());
                     self.actuator.spawn(&plan, stdio, inputs);
                 }
-                Action::Stop(job) => self.actuator.stop(job, inputs),
+                Action::Stop(job) => {
+                    if stops_done > 0 {
+                        restart::panic_mid_switch();
+                    }
+                    self.actuator.stop(job, inputs);
+                    stops_done += 1;
+                }
                 Action::Continue(job) => self.actuator.cont(job),
                 Action::Signal { job, signal } => self.actuator.signal(job, signal),
                 Action::Sample(job) => {
@@ -489,6 +509,10 @@ impl<A: Actuator> Daemon<A> {
                 }
                 Action::Notify { client, event } => self.notify(client, event),
                 Action::Exit => self.exiting = true,
+            }
+            if inputs.len() > before {
+                // What the processes said must survive a panic later in this event.
+                self.recovery.note(&inputs[before..]);
             }
         }
     }
@@ -871,10 +895,7 @@ impl<A: Actuator> Daemon<A> {
                 // Test hook: the end-to-end tests make scored panic on a
                 // console line of their choice, to check that a panic loses
                 // no job. Only the test harness sets the variable.
-                if std::env::var_os("SCORED_TEST_PANIC_ON").is_some_and(|trigger| *trigger == *line)
-                {
-                    panic!("injected panic on the console line {line:?} (SCORED_TEST_PANIC_ON)");
-                }
+                restart::panic_on_line(&line);
                 let parsed = command::parse_line(&line);
                 if let Ok(Some(command)) = &parsed {
                     let cred = conn.cred.clone();
@@ -896,9 +917,11 @@ impl<A: Actuator> Daemon<A> {
                         let restart = command == command::Command::Restart;
                         let (reply, actions) =
                             self.core.command(&cred, command, now, &SystemDirectory);
+                        self.recovery.changed = true;
                         let mut more = Vec::new();
                         self.carry_out(actions, &mut more);
                         inputs.extend(more);
+                        restart::panic_after_line(&line);
                         if restart && !reply.is_error() {
                             // Answered by the new image, or with the reason
                             // it could not take over.

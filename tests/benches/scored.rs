@@ -25,8 +25,15 @@
 //!    on; and the job journal's cost to launching and switching (the same
 //!    measurements with `--no-journal`, in the same run).
 //!
+//! 8. The checkpoint of the core kept before each event (to restart from
+//!    the state before an event that panicked): its cost per event in the
+//!    pure core with 100 running and 1,000 queued jobs, against the
+//!    serialized restart snapshot of the same state; and the gang switch
+//!    latency with that load and the launch latency, with and without the
+//!    checkpoint (`SCORED_NO_CHECKPOINT=1`), in the same run.
+//!
 //! `BENCH_QUICK=1` shortens every run (for a smoke test of the benchmark);
-//! `BENCH_ONLY=switch,launch,fairness,slices,scale,biglaunch,restart,journal`
+//! `BENCH_ONLY=switch,launch,fairness,slices,scale,biglaunch,restart,journal,checkpoint`
 //! runs only those sections. `SCORED_TEST_BIN_DIR=DIR` runs the daemons of
 //! DIR (an earlier build) instead of this build's, to compare.
 
@@ -1241,6 +1248,266 @@ fn journal_cost(rows: &mut Vec<Row>) {
     ));
 }
 
+// ----- 8. the checkpoint before each event -----
+
+/// The checkpoint's cost in the pure core: 100 hosts, 120 gang jobs (100
+/// running, 20 switched out) and 1,000 queued in a deactivated queue,
+/// against the serialized snapshot an in-place restart writes; and what a
+/// checkpoint held since the last event adds to the part of a switch
+/// between the stop confirmations and the continues (the jobs that enter
+/// are copied then, being shared with it).
+fn checkpoint_in_core(rows: &mut Vec<Row>) {
+    use scored::cluster::{Cluster, Host, Topology};
+    use scored::core::{Action, Core, CoreConfig, Input, NoDirectory};
+    use scored::ids::{ClientToken, ClusterId, Cred, HostId, Tick};
+    use scored::job::{JobRequest, Joiner, ProcRequest};
+    let n_hosts = 100u32;
+    let mut topology = Topology::default();
+    let mut cluster = Cluster {
+        id: ClusterId(0),
+        name: "c".into(),
+        cpugen: "c".into(),
+        speed: 1.0,
+        cores: 1,
+        hosts: Vec::new(),
+    };
+    for idx in 0..n_hosts {
+        topology.hosts.push(Host {
+            id: HostId(idx),
+            name: format!("h{idx}"),
+            cluster: ClusterId(0),
+            cpus: scored::units::CpuSet::from_cpus([0]),
+            cores: 1,
+            speed: 1.0,
+            cpugen: "c".into(),
+            memory: 1 << 30,
+            watchfs: Vec::new(),
+            groups: Vec::new(),
+        });
+        cluster.hosts.push(HostId(idx));
+    }
+    topology.clusters.push(cluster);
+    let mut core = Core::new(
+        CoreConfig {
+            timeslice: Duration::from_millis(200),
+            ..CoreConfig::default()
+        },
+        topology,
+        vec![None],
+    );
+    let cred = Cred {
+        pid: 1,
+        uid: 0,
+        gid: 0,
+        groups: Vec::new(),
+    };
+    let now = Tick(0);
+    let command = scored::command::parse_line("queue 2 deactivate")
+        .expect("valid")
+        .expect("a command");
+    core.command(&cred, command, now, &NoDirectory);
+    for idx in 0..1_120u64 {
+        let request = JobRequest {
+            stages: vec![vec![OsString::from("sleep"), OsString::from("3600")]],
+            joiner: Joiner::Sequence,
+            procs: ProcRequest::Nodes(1),
+            priority: Some(if idx < 120 { 1 } else { 2 }),
+            wait: false,
+            memory: None,
+            disk: None,
+            time: None,
+            env: vec![(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))],
+            cwd: OsString::from("/"),
+            inherited: Default::default(),
+        };
+        core.handle(
+            Input::Submit {
+                client: ClientToken(idx + 1),
+                cred: cred.clone(),
+                user: "u".into(),
+                request,
+            },
+            now,
+        );
+    }
+    assert_eq!(core.n_jobs(), 1_120);
+    let running = core
+        .jobs()
+        .filter(|job| job.phase == scored::job::Phase::Running)
+        .count();
+    assert_eq!(running, 100, "a gang job runs on each host");
+    let mut samples = Vec::new();
+    for _ in 0..scaled(2_000, 200) {
+        let start = Instant::now();
+        let copy = core.checkpoint();
+        samples.push(start.elapsed().as_secs_f64());
+        drop(copy);
+    }
+    let checkpoint = median(&mut samples);
+    let worst = samples.iter().cloned().fold(0.0, f64::max);
+    let mut samples = Vec::new();
+    for _ in 0..scaled(50, 10) {
+        let start = Instant::now();
+        let bytes = serde_json::to_vec(&core.snapshot()).expect("serializable");
+        samples.push(start.elapsed().as_secs_f64());
+        drop(bytes);
+    }
+    let snapshot = median(&mut samples);
+    // Slices of the gang rotation: the tick stops the leaving jobs; the
+    // confirmations lead to the continues (timed), with or without a
+    // checkpoint taken after the previous event and still held (the loop
+    // feeds the tick and the confirmations within one event).
+    let mut now = now;
+    let confirm = |core: &mut Core, now: &mut Tick, hold: bool| -> f64 {
+        *now = now.after(Duration::from_millis(200));
+        let held = hold.then(|| core.checkpoint());
+        let actions = core.handle(Input::Tick, *now);
+        let stopped: Vec<Input> = actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Stop(job) => Some(Input::Stopped(*job)),
+                _ => None,
+            })
+            .collect();
+        assert!(!stopped.is_empty(), "the slice switches");
+        let start = Instant::now();
+        let continues = core.handle_all(stopped, *now);
+        let elapsed = start.elapsed().as_secs_f64();
+        assert!(continues
+            .iter()
+            .any(|action| matches!(action, Action::Continue(_) | Action::Spawn(_))));
+        drop(held);
+        elapsed
+    };
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    for _ in 0..scaled(500, 50) {
+        with.push(confirm(&mut core, &mut now, true));
+        without.push(confirm(&mut core, &mut now, false));
+    }
+    let with = median(&mut with);
+    let without = median(&mut without);
+    rows.push(row(
+        "checkpoint of the core per event, 120 gang jobs (100 running) + 1,000 queued on 100 hosts (pure core)",
+        format!("{} (max {})", ms(checkpoint), ms(worst)),
+        format!("{} (serialized restart snapshot)", ms(snapshot)),
+        format!("{:.3}×", checkpoint / snapshot),
+        "off the switch path",
+    ));
+    rows.push(row(
+        "switch in the core, stop confirmations to continues of 20 jobs, with a checkpoint held (pure core)",
+        ms(with),
+        format!("{} (no checkpoint)", ms(without)),
+        format!("{:+.4} ms", (with - without) * 1e3),
+        "no measurable cost",
+    ));
+}
+
+/// The switch latency under the restart benchmark's load (100 running
+/// and 20 switched-out gang jobs, 1,000 queued), and the launch latency,
+/// with and without the checkpoint, alternating daemons in one run.
+fn checkpoint_cost(rows: &mut Vec<Row>) {
+    checkpoint_in_core(rows);
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    let loaded_switch = |checkpoint: bool| -> (f64, f64, u64) {
+        let mut builder = Daemon::builder()
+            .log("scored=info")
+            .hosts(&hosts_file(100, 1))
+            .timeslice("200ms")
+            .rc("queue 2 deactivate\n");
+        if !checkpoint {
+            builder = builder.env("SCORED_NO_CHECKPOINT", "1");
+        }
+        let daemon = builder.start();
+        let null = std::fs::File::open("/dev/null").expect("/dev/null");
+        let fds = [null.as_raw_fd(); 3];
+        let mut streams = Vec::new();
+        for _ in 0..120 {
+            streams.push(submit_raw(&daemon, &["sleep", "3600"], 1, &fds));
+        }
+        for _ in 0..scaled(1_000, 200) {
+            streams.push(submit_raw(&daemon, &["true"], 2, &fds));
+        }
+        let status = daemon.json("status");
+        let before = status["switches"].as_u64().unwrap_or(0);
+        std::thread::sleep(Duration::from_secs(scaled(8, 2)));
+        let status = daemon.json("status");
+        let latency = &status["switch latency"];
+        let result = (
+            latency["median"].as_f64().unwrap_or(f64::NAN),
+            latency["max"].as_f64().unwrap_or(f64::NAN),
+            status["switches"].as_u64().unwrap_or(0) - before,
+        );
+        drop(streams);
+        result
+    };
+    let small_launch = |checkpoint: bool| -> f64 {
+        let mut builder = Daemon::builder()
+            .log("scored=info")
+            .hosts(&hosts_file(4, 4));
+        if !checkpoint {
+            builder = builder.env("SCORED_NO_CHECKPOINT", "1");
+        }
+        let daemon = builder.start();
+        time_command(|| daemon.run(&["true"]).status.success(), scaled(40, 8))
+    };
+    // Alternate, so that a change of load hits both alike.
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    let mut with_max: f64 = 0.0;
+    let mut without_max: f64 = 0.0;
+    let mut switches = (0, 0);
+    for _ in 0..scaled(5, 1) {
+        let (median_with, max_with, n_with) = loaded_switch(true);
+        let (median_without, max_without, n_without) = loaded_switch(false);
+        with.push(median_with);
+        without.push(median_without);
+        with_max = with_max.max(max_with);
+        without_max = without_max.max(max_without);
+        switches.0 += n_with;
+        switches.1 += n_without;
+    }
+    let with_median = median(&mut with);
+    let without_median = median(&mut without);
+    rows.push(row(
+        "gang switch, 100 running + 20 stopped gang jobs + 1,000 queued, with the checkpoint",
+        format!(
+            "{} (max {}, {} switches)",
+            ms(with_median),
+            ms(with_max),
+            switches.0
+        ),
+        format!(
+            "{} (max {}, {} switches, SCORED_NO_CHECKPOINT=1)",
+            ms(without_median),
+            ms(without_max),
+            switches.1
+        ),
+        format!("{:.2}×", with_median / without_median),
+        "no measurable cost",
+    ));
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    for _ in 0..scaled(3, 1) {
+        with.push(small_launch(true));
+        without.push(small_launch(false));
+    }
+    let with = median(&mut with);
+    let without = median(&mut without);
+    rows.push(row(
+        "launch `scrun true` with the checkpoint",
+        ms(with),
+        format!("{} (SCORED_NO_CHECKPOINT=1)", ms(without)),
+        format!("{:+.3} ms", (with - without) * 1e3),
+        "no measurable cost",
+    ));
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; there are no options of our own.
     if std::env::args().any(|arg| arg == "--list") {
@@ -1311,6 +1578,10 @@ fn main() {
     if wanted("journal") {
         eprintln!("7. the job journal's cost");
         journal_cost(&mut rows);
+    }
+    if wanted("checkpoint") {
+        eprintln!("8. the checkpoint before each event");
+        checkpoint_cost(&mut rows);
     }
 
     println!("Machine: {}\n", machine());

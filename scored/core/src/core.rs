@@ -410,7 +410,7 @@ struct Finished {
 }
 
 /// Switch counting and latency statistics.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Switches {
     next_id: u64,
     open: Option<u64>,
@@ -425,10 +425,14 @@ struct Switches {
 /// oldest jobs end. (A `BTreeMap` of jobs, filled in increasing order,
 /// leaves its nodes half empty: twice the memory, and slower lookups in the
 /// scheduling decision.)
-#[derive(Debug, Default)]
+///
+/// Each job is shared (`Rc`) and copied only when changed while shared, so
+/// that a copy of the table (the loop's checkpoint of the core before each
+/// event, `Core::checkpoint`) costs a pointer per job.
+#[derive(Debug, Default, Clone)]
 struct JobTable {
     base: u64,
-    slots: VecDeque<Option<Box<Job>>>,
+    slots: VecDeque<Option<Rc<Job>>>,
     len: usize,
 }
 
@@ -444,7 +448,7 @@ impl JobTable {
 
     fn get_mut(&mut self, id: &JobId) -> Option<&mut Job> {
         let slot = self.slot(id)?;
-        self.slots.get_mut(slot)?.as_deref_mut()
+        self.slots.get_mut(slot)?.as_mut().map(Rc::make_mut)
     }
 
     fn contains_key(&self, id: &JobId) -> bool {
@@ -460,7 +464,7 @@ impl JobTable {
         while self.slots.len() <= idx {
             self.slots.push_back(None);
         }
-        if self.slots[idx].replace(Box::new(job)).is_none() {
+        if self.slots[idx].replace(Rc::new(job)).is_none() {
             self.len += 1;
         }
     }
@@ -473,7 +477,7 @@ impl JobTable {
             self.slots.pop_front();
             self.base += 1;
         }
-        Some(*job)
+        Some(Rc::try_unwrap(job).unwrap_or_else(|shared| Job::clone(&shared)))
     }
 
     fn values(&self) -> impl Iterator<Item = &Job> {
@@ -497,7 +501,9 @@ impl std::ops::Index<&JobId> for JobTable {
     }
 }
 
-/// The daemon's state.
+/// The daemon's state. A clone shares the jobs and the finished ones
+/// (see `Core::checkpoint`).
+#[derive(Clone)]
 pub struct Core {
     config: CoreConfig,
     topology: Topology,
@@ -507,7 +513,7 @@ pub struct Core {
     jobs: JobTable,
     by_client: HashMap<ClientToken, JobId>,
     waiting: VecDeque<Waiter>,
-    finished: VecDeque<Finished>,
+    finished: VecDeque<Rc<Finished>>,
     /// Jobs whose processes may be running: phase Running or Stopping.
     live: BTreeSet<JobId>,
     /// Graceful kills in progress, by the time they turn into SIGKILL.
@@ -1687,13 +1693,13 @@ impl Core {
         if self.finished.len() == HISTORY {
             self.finished.pop_front();
         }
-        self.finished.push_back(Finished {
+        self.finished.push_back(Rc::new(Finished {
             job: record,
             command,
             state,
             ended_at: now,
             ending,
-        });
+        }));
         self.admit_waiters(now, out);
     }
 

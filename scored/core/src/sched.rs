@@ -57,7 +57,7 @@ pub trait JobView {
 
 /// Scratch space for [`active_set`], kept between calls so that a decision
 /// over tens of thousands of jobs allocates nothing.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Scratch {
     taken: Vec<bool>,
     /// The job that took each taken host (its expected end is asked only

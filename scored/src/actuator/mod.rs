@@ -26,10 +26,12 @@
 
 pub mod cgroup;
 pub mod procfs;
+mod recover;
 mod snapshot;
 pub mod statedir;
 pub mod sys;
 
+pub use recover::input_job;
 pub use snapshot::ActuatorSnapshot;
 
 use std::collections::{BTreeSet, HashMap};
@@ -177,6 +179,21 @@ pub trait Actuator {
     /// (a job of many processes is created a batch at a time between
     /// events); `next_deadline` is now while one is due.
     fn continue_launches(&mut self, _out: &mut Vec<Input>) {}
+    /// Every job with a record here, and whether it has processes now
+    /// (for the loop's recovery after a panic).
+    fn known_jobs(&self) -> Vec<(JobId, bool)> {
+        Vec::new()
+    }
+    /// Kills and reaps the processes of jobs the core does not hold as
+    /// having any (created by an event lost to a panic), dropping what
+    /// they report; `true`: forget the job's record as well. Reports of
+    /// other jobs go to `out`.
+    fn discard_jobs(&mut self, _jobs: &[(JobId, bool)], _out: &mut Vec<Input>) {}
+    /// Whether some job's processes are still being created (a batched
+    /// launch, which an in-place restart waits for).
+    fn launching(&self) -> bool {
+        false
+    }
 }
 
 /// A direct child: one rank.
@@ -1104,6 +1121,18 @@ fn signal_from(signal: i32) -> Option<Signal> {
 }
 
 impl Actuator for OsActuator {
+    fn known_jobs(&self) -> Vec<(JobId, bool)> {
+        self.job_records()
+    }
+
+    fn discard_jobs(&mut self, jobs: &[(JobId, bool)], out: &mut Vec<Input>) {
+        self.discard(jobs, out);
+    }
+
+    fn launching(&self) -> bool {
+        self.jobs.values().any(|procs| procs.launch.is_some())
+    }
+
     fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), String> {
         // A launch in progress holds pipes and a plan that the new image
         // could not take over; it lasts a few seconds at most.

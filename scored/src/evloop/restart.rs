@@ -21,7 +21,8 @@ use mio::{Interest, Token};
 use super::{queue_reply, Connection, Daemon, Event, SystemDirectory, FIRST_CLIENT};
 use crate::actuator::{Actuator, JobStdio};
 use crate::command;
-use crate::ids::{Cred, Tick};
+use crate::core::{Core, Input};
+use crate::ids::{Cred, JobId, Tick};
 use crate::journal::Journal;
 use crate::proto::Reply;
 
@@ -171,7 +172,27 @@ impl<A: Actuator> Daemon<A> {
     /// Carries out a restart that was asked for. On success this process
     /// is a new image and this function does not return; on failure the
     /// daemon carries on unchanged and says why.
+    ///
+    /// While a job's processes are still being created a batch at a time
+    /// (its pipes and plan cannot be handed over), the restart waits for
+    /// the launch to finish, up to [`LAUNCH_WAIT`]; it is retried after
+    /// each event meanwhile. A launch that does not finish by then (one
+    /// switched out, or held) makes the restart fail with that reason.
     pub(super) fn restart_in_place(&mut self, requester: Option<(Token, bool)>) {
+        if self.actuator.launching() {
+            let since = match self.recovery.restart_wait {
+                Some(since) => since,
+                None => {
+                    tracing::info!("the restart waits for a launch to finish");
+                    *self.recovery.restart_wait.insert(Instant::now())
+                }
+            };
+            if since.elapsed() < LAUNCH_WAIT {
+                self.pending_restart = Some(requester);
+                return;
+            }
+        }
+        self.recovery.restart_wait = None;
         let asked = Instant::now();
         let Err(reason) = self.hand_over(requester);
         tracing::error!(%reason, elapsed_us = asked.elapsed().as_micros() as u64, "in-place restart failed; carrying on");
@@ -449,9 +470,11 @@ impl<A: Actuator> Daemon<A> {
     }
 
     /// `handle_event`, with a panic (a bug) caught: it is logged with the
-    /// event that caused it, and the daemon restarts in place, so that the
-    /// jobs and their clients outlive the bug. If the restart cannot happen
-    /// the daemon carries on as it is.
+    /// event that caused it, and the daemon restarts in place from the
+    /// core as it was before that event (its checkpoint), with the
+    /// processes brought back in line with it, so that the jobs and their
+    /// clients outlive the bug. If the restart cannot happen the daemon
+    /// carries on from that state.
     pub(super) fn handle_event_guarded(&mut self, event: Event) {
         let described = format!("{event:?}");
         let client = match event {
@@ -460,6 +483,9 @@ impl<A: Actuator> Daemon<A> {
         };
         let outcome =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle_event(event)));
+        if outcome.is_ok() {
+            self.recovery.event_done(&self.core);
+        }
         if let Err(panic) = outcome {
             let message = panic
                 .downcast_ref::<&str>()
@@ -485,7 +511,222 @@ impl<A: Actuator> Daemon<A> {
                 );
                 conn.closing = true;
             }
+            self.recover();
             self.restart_in_place(None);
+        }
+    }
+
+    /// After a caught panic: the core goes back to its checkpoint, and the
+    /// processes are brought in line with it (see `reconcile`). A panic
+    /// while doing so leaves the restored core as it is.
+    fn recover(&mut self) {
+        let Some(checkpoint) = self.recovery.checkpoint.take() else {
+            return;
+        };
+        let facts = std::mem::take(&mut self.recovery.facts);
+        self.core = checkpoint;
+        self.switch_starts.clear();
+        self.recovery.replaying = true;
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.reconcile(facts)));
+        self.recovery.replaying = false;
+        if outcome.is_err() {
+            tracing::error!("a bug: scored panicked again bringing the processes in line with the restored state");
+        }
+        self.recovery.changed = true;
+        self.recovery.event_done(&self.core);
+    }
+
+    /// Makes the processes agree with the restored core, whatever part of
+    /// the lost event's actions the actuator carried out:
+    /// - processes of a job the core does not hold as having any (a job it
+    ///   does not know, or one it holds as not started or between `::`
+    ///   stages) were created by the lost event: they are killed and
+    ///   reaped, and what they report is dropped;
+    /// - what the kernel reported during the lost event about the other
+    ///   jobs (ranks that exited, processes gone, a failed launch or stop)
+    ///   is fed to the core again, as it happened;
+    /// - every job the core holds as running is continued (thawed and sent
+    ///   SIGCONT), and every job it holds as stopped or stopping is stopped
+    ///   again and confirmed, as at any switch.
+    ///
+    /// A signal the lost event delivered cannot be taken back: a job sent
+    /// SIGTERM by it handles the signal (or dies of it, and its end is
+    /// reported through the normal reaping), but the core does not carry
+    /// on a kill it never decided.
+    fn reconcile(&mut self, facts: Vec<Input>) {
+        use crate::job::Phase;
+        let mut discard = Vec::new();
+        for (job, busy) in self.actuator.known_jobs() {
+            match self.core.job(job) {
+                None => discard.push((job, true)),
+                Some(record) if record.phase == Phase::Idle && busy => {
+                    discard.push((job, !record.started));
+                }
+                Some(_) => {}
+            }
+        }
+        let mut inputs = Vec::new();
+        if !discard.is_empty() {
+            tracing::warn!(jobs = ?discard.iter().map(|(job, _)| job.0).collect::<Vec<_>>(), "killing processes the restored state does not know");
+            self.actuator.discard_jobs(&discard, &mut inputs);
+        }
+        let discarded: std::collections::BTreeSet<JobId> =
+            discard.iter().map(|(job, _)| *job).collect();
+        let replayed: Vec<Input> = facts
+            .into_iter()
+            .filter(|input| {
+                crate::actuator::input_job(input).is_some_and(|job| !discarded.contains(&job))
+            })
+            .collect();
+        tracing::info!(
+            facts = replayed.len(),
+            "restored the state before the event; reporting again what the kernel said during it"
+        );
+        let mut first = replayed;
+        first.extend(inputs);
+        self.feed(first);
+        let mut confirmations = Vec::new();
+        let jobs: Vec<(JobId, Phase)> = self.core.jobs().map(|job| (job.id, job.phase)).collect();
+        for (job, phase) in jobs {
+            match phase {
+                Phase::Running => self.actuator.cont(job),
+                Phase::Stopping | Phase::Stopped => self.actuator.stop(job, &mut confirmations),
+                Phase::Idle => {}
+            }
+        }
+        self.actuator
+            .await_stops(super::STOP_WAIT, &mut confirmations);
+        self.feed(confirmations);
+    }
+}
+
+/// How long an in-place restart waits for launches in progress.
+const LAUNCH_WAIT: Duration = Duration::from_secs(10);
+
+/// What the loop keeps to recover from a panic: the core as it was after
+/// the last event that changed it, and what the kernel has reported since
+/// (inputs that cannot be asked for again: a reaped rank's status is gone
+/// from the kernel once read).
+#[derive(Default)]
+pub(super) struct Recovery {
+    /// The core before the current event.
+    checkpoint: Option<Core>,
+    /// The core may have changed since the checkpoint.
+    pub(super) changed: bool,
+    /// The kernel's reports during the current event.
+    facts: Vec<Input>,
+    /// Recovering: the reports fed again are not kept again.
+    replaying: bool,
+    /// Since when a restart has waited for launches to finish.
+    restart_wait: Option<Instant>,
+}
+
+impl Recovery {
+    /// Keeps the reports among `inputs` that came from the processes.
+    pub(super) fn note(&mut self, inputs: &[Input]) {
+        if self.replaying || checkpoints_off() {
+            return;
+        }
+        self.facts
+            .extend(inputs.iter().filter(|input| is_fact(input)).cloned());
+    }
+
+    /// An event was handled to its end: the core's state is the one to
+    /// come back to.
+    pub(super) fn event_done(&mut self, core: &Core) {
+        self.facts.clear();
+        if checkpoints_off() {
+            return;
+        }
+        if self.changed || self.checkpoint.is_none() {
+            self.checkpoint = Some(core.checkpoint());
+            self.changed = false;
+        }
+    }
+}
+
+/// `SCORED_NO_CHECKPOINT=1` (read once): keep no checkpoint, so that a
+/// panic restarts from the state at the panic. It exists so that the
+/// benchmark can measure what the checkpoint costs, in the same run.
+fn checkpoints_off() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var_os("SCORED_NO_CHECKPOINT").is_some_and(|value| value == "1"))
+}
+
+/// A report from the processes that the core must hear once and the
+/// kernel will not give again. Stop confirmations are asked for again
+/// instead, and usage is sampled again at the next slice.
+fn is_fact(input: &Input) -> bool {
+    matches!(
+        input,
+        Input::RankExited { .. }
+            | Input::ProcessesGone(_)
+            | Input::FinalUsage { .. }
+            | Input::SpawnFailed { .. }
+            | Input::StopFailed { .. }
+    )
+}
+
+/// The test-only way to make scored panic, from the environment variable
+/// `SCORED_TEST_PANIC_ON` that only the end-to-end tests set (read once):
+/// `LINE` panics when the console line is received, `after:LINE` once the
+/// core has applied it and its actions were carried out (before the
+/// reply), `mid-switch:FILE` in a switch that stops several jobs, after
+/// the first was stopped and before the next is, and `after-exit:FILE`
+/// once a rank's exit has been reaped and before the core hears of it;
+/// the last two when FILE exists (it is removed first, so that each panic
+/// is asked for by creating it).
+#[derive(Debug)]
+pub(super) enum PanicHook {
+    On(String),
+    After(String),
+    MidSwitch(PathBuf),
+    AfterExit(PathBuf),
+}
+
+pub(super) fn panic_hook() -> Option<&'static PanicHook> {
+    static HOOK: std::sync::OnceLock<Option<PanicHook>> = std::sync::OnceLock::new();
+    HOOK.get_or_init(|| {
+        let value = std::env::var("SCORED_TEST_PANIC_ON").ok()?;
+        Some(if let Some(line) = value.strip_prefix("after:") {
+            PanicHook::After(line.to_string())
+        } else if let Some(file) = value.strip_prefix("mid-switch:") {
+            PanicHook::MidSwitch(PathBuf::from(file))
+        } else if let Some(file) = value.strip_prefix("after-exit:") {
+            PanicHook::AfterExit(PathBuf::from(file))
+        } else {
+            PanicHook::On(value)
+        })
+    })
+    .as_ref()
+}
+
+/// Panics if the hook asks for it on receiving `line`.
+pub(super) fn panic_on_line(line: &str) {
+    if let Some(PanicHook::On(trigger)) = panic_hook() {
+        if trigger == line {
+            panic!("injected panic on the console line {line:?} (SCORED_TEST_PANIC_ON)");
+        }
+    }
+}
+
+/// Panics if the hook asks for it once `line` has been applied.
+pub(super) fn panic_after_line(line: &str) {
+    if let Some(PanicHook::After(trigger)) = panic_hook() {
+        if trigger == line {
+            panic!(
+                "injected panic after applying the console line {line:?} (SCORED_TEST_PANIC_ON)"
+            );
+        }
+    }
+}
+
+/// Panics if the hook asks for it in the middle of a switch.
+pub(super) fn panic_mid_switch() {
+    if let Some(PanicHook::MidSwitch(file)) = panic_hook() {
+        if std::fs::remove_file(file).is_ok() {
+            panic!("injected panic in the middle of a switch (SCORED_TEST_PANIC_ON)");
         }
     }
 }
@@ -506,4 +747,16 @@ pub fn adopt_listener(fd: RawFd) -> io::Result<std::os::unix::net::UnixListener>
     Ok(std::os::unix::net::UnixListener::from(
         crate::actuator::sys::adopt_descriptor(fd)?,
     ))
+}
+
+/// Panics if the hook asks for it once a rank's exit is among `inputs`.
+pub(super) fn panic_after_exit(inputs: &[Input]) {
+    if let Some(PanicHook::AfterExit(file)) = panic_hook() {
+        let exited = inputs
+            .iter()
+            .any(|input| matches!(input, Input::RankExited { .. }));
+        if exited && std::fs::remove_file(file).is_ok() {
+            panic!("injected panic after reaping a rank (SCORED_TEST_PANIC_ON)");
+        }
+    }
 }

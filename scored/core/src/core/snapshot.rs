@@ -372,6 +372,19 @@ impl Reader<'_> {
 }
 
 impl Core {
+    /// A copy of the whole state, for the event loop to keep before each
+    /// event: when handling an event panics, the daemon restarts from the
+    /// copy, the state as it was before that event, not as the bug left
+    /// it. Jobs and finished jobs are shared with the copy and copied only
+    /// when changed (`Rc::make_mut`), so taking it costs a pointer per job
+    /// plus the small tables (queues, hosts, the live and rotation sets).
+    /// The journal events not yet taken stay with the live core.
+    pub fn checkpoint(&self) -> Core {
+        let mut copy = self.clone();
+        copy.journal = self.journal.as_ref().map(|_| Vec::new());
+        copy
+    }
+
     /// The state to hand to the next process.
     pub fn snapshot(&self) -> CoreSnapshot {
         let mut launches = Launches::default();

@@ -1419,3 +1419,33 @@ fn a_stream_of_small_jobs_cannot_starve_a_wide_one() {
         assert!(sim.now <= Tick(1_100_000), "at {:?}", sim.now);
     }
 }
+
+/// Issue 12: the loop's checkpoint of the core (`Core::checkpoint`) is the
+/// state before an event; what the event changes afterwards, in the jobs
+/// (shared with the copy) or elsewhere, never reaches it.
+#[test]
+fn a_checkpoint_keeps_the_state_before_later_changes() {
+    let mut sim = Sim::new(1, 100);
+    sim.submit(1, Some(1));
+    sim.submit(1, Some(1));
+    let (first, second) = (1, 2);
+    sim.advance(10);
+    let checkpoint = sim.core.checkpoint();
+    let phases = |core: &Core| {
+        core.jobs()
+            .map(|job| (job.id.0, job.phase, job.held()))
+            .collect::<Vec<_>>()
+    };
+    let before = phases(&checkpoint);
+    sim.cmd(&root(), "timeslice 300ms");
+    sim.cmd(&root(), "queue 1 set cputime=1h");
+    sim.cmd(&root(), &format!("suspend {first}"));
+    sim.advance(500);
+    sim.exit(second, 3);
+    assert_ne!(phases(&sim.core), before);
+    assert_eq!(phases(&checkpoint), before);
+    assert_eq!(checkpoint.timeslice(), Duration::from_millis(100));
+    assert_eq!(checkpoint.queues()[1].cputime, None);
+    assert_eq!(checkpoint.n_jobs(), 2);
+    checkpoint.check_invariants();
+}
