@@ -16,4 +16,5 @@ pub mod inherit;
 pub mod paths;
 pub mod proto;
 pub mod signame;
+pub mod submit;
 pub mod units;
