@@ -12,15 +12,16 @@
 //! - every decoded request encodes to one frame that decodes to the same
 //!   request;
 //! - what the daemon does next with a decoded request never panics: a
-//!   `Submit` goes through `evloop::job_request` (checked further by the
-//!   `submit` target), a console line through `command::parse_line`;
+//!   `Submit` goes through the validator, `JobRequest::try_from` (checked
+//!   further by the `submit` target), a console line through
+//!   `command::parse_line`;
 //! - `decode::<Reply>` (the client's side) never panics either. Replies are
 //!   not round-tripped: they carry `f64` accounting, which serde_json reads
 //!   back exactly only with its `float_roundtrip` feature.
 #![forbid(unsafe_code)]
 
 use scored::command::parse_line;
-use scored::evloop::job_request;
+use scored::job::JobRequest;
 use scored::proto::{self, FrameError, Reply, Request, MAX_REPLY, MAX_REQUEST};
 
 /// Checks the properties on one input; panics when one fails.
@@ -79,7 +80,7 @@ fn round_trip(request: &Request) {
 fn follow(request: Request) {
     match request {
         Request::Submit { submit, .. } => {
-            let _ = job_request(submit);
+            let _ = JobRequest::try_from(submit);
         }
         Request::Console { line, .. } => {
             let _ = parse_line(&line);

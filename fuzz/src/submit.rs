@@ -1,17 +1,20 @@
-//! Property of the conversion of a decoded submission
-//! (`scored::evloop::job_request`), which turns a `proto::Submit` from the
-//! wire into the core's `JobRequest`.
+//! Property of the submission validator (`scored::submit`), which turns a
+//! `proto::Submit` from the wire into the core's `JobRequest`
+//! (`JobRequest::try_from`) and which scrun runs before sending (`check`).
 //!
 //! A `Submit` rarely survives mutation as JSON, so this target builds one
 //! straight from the bytes (see [`submit`]): every stage count, argument,
 //! number and flag is a few input bytes, and a short input reads as zeros.
 //!
 //! Properties:
-//! - `job_request` never panics, and every refusal has a message;
+//! - the validator never panics, every refusal has a message, and `check`
+//!   and `try_from` agree on every input;
 //! - an accepted request keeps the stages, options and working directory,
-//!   drops exactly the environment entries that hold a NUL byte, has 1 to
-//!   64 stages each with a non-empty program and no NUL byte, asks for
-//!   1 to 65536 processes, and lays them out on hosts of any size;
+//!   drops exactly the environment entries no process environment can
+//!   hold (a NUL byte, an empty name, `=` in the name), has 1 to
+//!   `MAX_STAGES` stages each with a non-empty program and no NUL byte,
+//!   asks for 1 to `MAX_PROCS` processes, has no zero limit, and lays its
+//!   processes out on hosts of any size;
 //! - accepted ignored signals, limits and umask are valid (1-64 but not
 //!   SIGKILL or SIGSTOP, soft at most hard, a mask of at most 0777);
 //! - the `Submit` survives encoding and decoding as a protocol frame.
@@ -19,14 +22,10 @@
 
 use std::ffi::OsString;
 
-use scored::evloop::job_request;
-use scored::job::ProcRequest;
-use scored::proto::{self, JobOptions, Joiner, Request, Submit, WireBytes, MAX_REQUEST};
-
-/// The most stages `job_request` accepts; the reader goes a little past it.
-const MAX_STAGES: usize = 64;
-/// The most processes `job_request` accepts.
-const MAX_PROCS: u64 = 65_536;
+use scored::job::{JobRequest, ProcRequest};
+use scored::proto::{
+    self, JobOptions, Joiner, Request, Submit, WireBytes, MAX_PROCS, MAX_REQUEST, MAX_STAGES,
+};
 
 /// Checks the properties on one input; panics when one fails.
 pub fn check(data: &[u8]) {
@@ -43,10 +42,15 @@ pub fn check(data: &[u8]) {
             "the submission does not survive encoding"
         );
     }
-    let job = match job_request(submit.clone()) {
-        Ok(job) => job,
-        Err(message) => {
-            assert!(!message.is_empty(), "a refusal without a message");
+    let checked = scored::submit::check(&submit);
+    let job = match JobRequest::try_from(submit.clone()) {
+        Ok(job) => {
+            assert_eq!(checked, Ok(()), "check refuses what try_from accepts");
+            job
+        }
+        Err(error) => {
+            assert!(!error.to_string().is_empty(), "a refusal without a message");
+            assert_eq!(checked, Err(error), "check and try_from disagree");
             return;
         }
     };
@@ -72,17 +76,16 @@ pub fn check(data: &[u8]) {
             "accepted an argument with a NUL byte: {argv:?}"
         );
     }
-    let joiner_same = matches!(
-        (submit.joiner, job.joiner),
-        (Joiner::Sequence, scored::job::Joiner::Sequence)
-            | (Joiner::Pipe, scored::job::Joiner::Pipe)
-    );
-    assert!(joiner_same, "the joiner changed");
+    assert_eq!(job.joiner, submit.joiner, "the joiner changed");
     let options = &submit.options;
     assert_eq!(
         (job.priority, job.wait, job.memory, job.disk),
         (options.priority, options.wait, options.memory, options.disk),
         "the options changed"
+    );
+    assert!(
+        job.memory != Some(0) && job.disk != Some(0) && job.time.is_none_or(|t| !t.is_zero()),
+        "accepted a zero limit: {options:?}"
     );
     assert_eq!(job.cwd, submit.cwd.to_os(), "the working directory changed");
     assert!(
@@ -94,7 +97,13 @@ pub fn check(data: &[u8]) {
     let env: Vec<(OsString, OsString)> = submit
         .env
         .iter()
-        .filter(|(key, value)| !key.as_bytes().contains(&0) && !value.as_bytes().contains(&0))
+        .filter(|(key, value)| {
+            let key = key.as_bytes();
+            !key.is_empty()
+                && !key.contains(&b'=')
+                && !key.contains(&0)
+                && !value.as_bytes().contains(&0)
+        })
         .map(|(key, value)| (key.to_os(), value.to_os()))
         .collect();
     assert_eq!(job.env, env, "the environment changed");
@@ -121,13 +130,10 @@ pub fn check(data: &[u8]) {
         job.inherited.umask
     );
 
-    let (procs, total) = match options.procs {
-        proto::ProcRequest::Nodes(n) => (ProcRequest::Nodes(n), u64::from(n)),
-        proto::ProcRequest::Grid { hosts, per_host } => (
-            ProcRequest::Grid { hosts, per_host },
-            u64::from(hosts) * u64::from(per_host),
-        ),
-        proto::ProcRequest::Hosts(h) => (ProcRequest::Hosts(h), u64::from(h)),
+    let procs = options.procs;
+    let total = match procs {
+        ProcRequest::Nodes(n) | ProcRequest::Hosts(n) => u64::from(n),
+        ProcRequest::Grid { hosts, per_host } => u64::from(hosts) * u64::from(per_host),
     };
     assert_eq!(job.procs, procs, "the placement changed");
     assert!(

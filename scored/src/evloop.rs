@@ -27,9 +27,9 @@ use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
 use crate::actuator::{Actuator, JobStdio};
 use crate::command::{self, GroupRef};
-use crate::core::{Action, ClientEvent, Core, Directory, EndKind, Input, Rejection};
+use crate::core::{Action, ClientEvent, Core, Directory, Input};
 use crate::ids::{ClientToken, Cred, Tick};
-use crate::job::{JobRequest, Joiner, ProcRequest};
+use crate::job::JobRequest;
 use crate::journal::Journal;
 use crate::proto::{self, Reply, Request};
 
@@ -106,8 +106,6 @@ pub struct LoopConfig {
     pub socket: PathBuf,
     /// Exit once the first job has ended and no client is left.
     pub single_user: bool,
-    /// The daemon's uid: a non-root daemon runs only its own user's jobs.
-    pub daemon_uid: u32,
     /// Connections served at once (see [`connection_limit`]).
     pub max_connections: usize,
     /// Connections one user other than root and the operators may hold.
@@ -539,13 +537,7 @@ impl<A: Actuator> Daemon<A> {
                 },
                 false,
             ),
-            ClientEvent::Rejected { kind, reason } => (
-                Reply::Rejected {
-                    reason,
-                    kind: reject_kind(kind),
-                },
-                true,
-            ),
+            ClientEvent::Rejected { kind, reason } => (Reply::Rejected { reason, kind }, true),
             ClientEvent::Started(job) => (
                 Reply::Started {
                     job: job.0,
@@ -554,36 +546,17 @@ impl<A: Actuator> Daemon<A> {
                 false,
             ),
             ClientEvent::Held(job) => (Reply::Held { job: job.0 }, false),
-            ClientEvent::Ended(ending) => {
-                let accounting = proto::Accounting {
-                    queues: ending.accounting.queues.clone(),
-                    wait_secs: ending.accounting.wait.as_secs_f64(),
-                    wall_secs: ending.accounting.wall.as_secs_f64(),
-                    cpu_secs: ending.accounting.cpu.as_secs_f64(),
-                    stopped_secs: ending.accounting.stopped.as_secs_f64(),
-                    switches: ending.accounting.switches,
-                    peak_memory: ending.accounting.peak_memory.clone(),
-                    peak_disk: ending.accounting.peak_disk,
-                };
-                let kind = match ending.kind {
-                    EndKind::Exited => proto::EndKind::Exited,
-                    EndKind::Limit => proto::EndKind::Limit,
-                    EndKind::Killed => proto::EndKind::Killed,
-                    EndKind::Shutdown => proto::EndKind::Shutdown,
-                    EndKind::LaunchFailed => proto::EndKind::LaunchFailed,
-                };
-                (
-                    Reply::Ended {
-                        job: ending.job.0,
-                        kind,
-                        status: ending.status,
-                        reason: ending.reason.clone(),
-                        signal: ending.signal,
-                        accounting,
-                    },
-                    true,
-                )
-            }
+            ClientEvent::Ended(ending) => (
+                Reply::Ended {
+                    job: ending.job.0,
+                    kind: ending.kind,
+                    status: ending.status,
+                    reason: ending.reason.clone(),
+                    signal: ending.signal,
+                    accounting: proto::Accounting::from(&ending.accounting),
+                },
+                true,
+            ),
         };
         queue_reply(conn, &reply);
         if last {
@@ -819,29 +792,17 @@ impl<A: Actuator> Daemon<A> {
                         conn.fds.len()
                     ));
                 }
-                if self.config.daemon_uid != 0 && conn.cred.uid != self.config.daemon_uid {
-                    let reason = format!(
-                        "this scored runs as {} and can only run that user's jobs",
-                        user_name(self.config.daemon_uid)
-                    );
-                    queue_reply(
-                        conn,
-                        &Reply::Rejected {
-                            reason,
-                            kind: proto::RejectKind::Permission,
-                        },
-                    );
-                    conn.closing = true;
-                    return;
-                }
                 let wants_terminal = submit.options.pty;
-                let request = match job_request(submit) {
+                // The boundary: the one validator of a submission (the
+                // protocol crate's, which scrun runs too), and the only
+                // way to the core's request.
+                let request = match JobRequest::try_from(submit) {
                     Ok(request) => request,
-                    Err(reason) => {
+                    Err(error) => {
                         queue_reply(
                             conn,
                             &Reply::Rejected {
-                                reason,
+                                reason: error.to_string(),
                                 kind: proto::RejectKind::Invalid,
                             },
                         );
@@ -1446,17 +1407,6 @@ fn peer_groups(fd: RawFd) -> Vec<u32> {
     }
 }
 
-fn reject_kind(kind: Rejection) -> proto::RejectKind {
-    match kind {
-        Rejection::Invalid => proto::RejectKind::Invalid,
-        Rejection::TooBig => proto::RejectKind::TooBig,
-        Rejection::QueueDisabled => proto::RejectKind::QueueDisabled,
-        Rejection::Permission => proto::RejectKind::Permission,
-        Rejection::Resources => proto::RejectKind::Resources,
-        Rejection::ShuttingDown => proto::RejectKind::ShuttingDown,
-    }
-}
-
 /// Checks the stdin of a `-pty` submission: it must be a terminal that
 /// is no session's controlling terminal, which the job's first rank can
 /// then take without taking it from anyone (scrun sends the slave of a
@@ -1472,86 +1422,6 @@ fn check_job_terminal(stdin: &OwnedFd) -> Result<(), String> {
         )),
         Err(error) => Err(format!("-pty: cannot inspect the terminal sent with the job: {error}")),
     }
-}
-
-/// Converts and checks a submission from the wire.
-pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
-    use proto::{MAX_PROCS, MAX_STAGES};
-    if submit.stages.is_empty() {
-        return Err("the job has no program".into());
-    }
-    if submit.stages.len() > MAX_STAGES {
-        return Err(format!(
-            "the job has {} stages; at most {MAX_STAGES} are allowed",
-            submit.stages.len()
-        ));
-    }
-    for (idx, argv) in submit.stages.iter().enumerate() {
-        match argv.first() {
-            None => return Err(format!("stage {} has no program", idx + 1)),
-            Some(program) if program.as_bytes().is_empty() => {
-                return Err(format!("stage {} has an empty program name", idx + 1))
-            }
-            _ => {}
-        }
-        if argv.iter().any(|arg| arg.as_bytes().contains(&0)) {
-            return Err(format!(
-                "an argument of stage {} contains a NUL byte",
-                idx + 1
-            ));
-        }
-    }
-    let procs = match submit.options.procs {
-        proto::ProcRequest::Nodes(n) => ProcRequest::Nodes(n),
-        proto::ProcRequest::Grid { hosts, per_host } => ProcRequest::Grid { hosts, per_host },
-        proto::ProcRequest::Hosts(h) => ProcRequest::Hosts(h),
-    };
-    let total = match procs {
-        ProcRequest::Nodes(n) | ProcRequest::Hosts(n) => u64::from(n),
-        ProcRequest::Grid { hosts, per_host } => u64::from(hosts) * u64::from(per_host),
-    };
-    if total == 0 {
-        return Err(format!("{} asks for no process", procs.describe()));
-    }
-    if total > MAX_PROCS {
-        return Err(format!(
-            "{} asks for {total} processes; at most {MAX_PROCS} are allowed",
-            procs.describe()
-        ));
-    }
-    if submit.cwd.as_bytes().first() != Some(&b'/') || submit.cwd.as_bytes().contains(&0) {
-        return Err("the working directory must be an absolute path".into());
-    }
-    let inherited = crate::inherit::check(&submit.ignored_signals, &submit.rlimits, submit.umask)?;
-    if submit.options.time_ms == Some(0) {
-        return Err("the time limit (-time) must be longer than 0".into());
-    }
-    let env = submit
-        .env
-        .iter()
-        .filter(|(key, value)| !key.as_bytes().contains(&0) && !value.as_bytes().contains(&0))
-        .map(|(key, value)| (key.to_os(), value.to_os()))
-        .collect();
-    Ok(JobRequest {
-        stages: submit
-            .stages
-            .iter()
-            .map(|argv| argv.iter().map(proto::WireBytes::to_os).collect())
-            .collect(),
-        joiner: match submit.joiner {
-            proto::Joiner::Sequence => Joiner::Sequence,
-            proto::Joiner::Pipe => Joiner::Pipe,
-        },
-        procs,
-        priority: submit.options.priority,
-        wait: submit.options.wait,
-        memory: submit.options.memory,
-        disk: submit.options.disk,
-        time: submit.options.time_ms.map(Duration::from_millis),
-        env,
-        cwd: submit.cwd.to_os(),
-        inherited,
-    })
 }
 
 /// Shorthand used by the rc-file runner and tests: the core answer to a

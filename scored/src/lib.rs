@@ -20,4 +20,4 @@ pub mod replay;
 pub mod version;
 
 pub use scored_core::{admission, cluster, core, hosts, ids, job, queue, sched};
-pub use scored_proto::{client, command, exitcode, inherit, paths, proto, signame, units};
+pub use scored_proto::{client, command, exitcode, inherit, paths, proto, signame, submit, units};

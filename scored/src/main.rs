@@ -96,6 +96,7 @@ fn run() -> Result<(), String> {
         timeslice: settings.timeslice,
         operators,
         daemon_uid: uid,
+        daemon_user: evloop::user_name(uid),
         kill_grace: settings.kill_grace,
         disk,
         machine_memory: Some(machine.total_memory),
@@ -203,7 +204,6 @@ fn run() -> Result<(), String> {
     let loop_config = LoopConfig {
         socket: socket.clone(),
         single_user: settings.single_user,
-        daemon_uid: uid,
         max_connections: loop_config_max(&settings, fd_limits.current),
         max_connections_per_user: settings.max_connections_per_user,
         request_timeout: settings.request_timeout,

@@ -18,6 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use scored_proto::proto::{JobOptions, Joiner, ProcRequest};
+use scored_proto::submit::{self, ProcCounts, SubmitError};
 use scored_proto::units::{parse_duration, parse_size, quote};
 
 // The tests are one `check(...)` call per line, a table to read down;
@@ -211,12 +212,8 @@ enum ErrorKind {
         stage: usize,
         separator: &'static str,
     },
-    TooManyStages {
-        count: usize,
-    },
-    EmptyProgram {
-        stage: usize,
-    },
+    /// A rule of the submission validator, which scored applies too.
+    Submit(SubmitError),
 }
 
 impl fmt::Display for UsageError {
@@ -265,13 +262,7 @@ impl fmt::Display for UsageError {
                 f,
                 "stage {stage} is empty: '{separator}' must stand between two programs"
             ),
-            ErrorKind::TooManyStages { count } => write!(
-                f,
-                "the job has {count} stages; at most {MAX_STAGES} are allowed"
-            ),
-            ErrorKind::EmptyProgram { stage } => {
-                write!(f, "stage {stage} has an empty program name")
-            }
+            ErrorKind::Submit(error) => error.fmt(f),
         }
     }
 }
@@ -562,68 +553,58 @@ fn parse_count(text: &str) -> Option<u64> {
 /// `nodes=N` or `nodes=NxM` (also `NXM`).
 fn parse_nodes(setting: &Setting) -> Result<ProcRequest, UsageError> {
     let value = required("nodes", "4", setting)?;
-    let fail = |reason: &str| invalid("nodes", setting, format!("{} {reason}", quote(value)));
-    let malformed = "is not a process count: expected N or NxM, such as 4 or 2x3";
-    let too_large = format!("asks for too many processes: at most {MAX_PROCS} are allowed");
-    if let Some((hosts_text, per_host_text)) = value.split_once(['x', 'X']) {
-        let (Some(hosts), Some(per_host)) = (parse_count(hosts_text), parse_count(per_host_text))
-        else {
-            return Err(fail(malformed));
-        };
-        if hosts == 0 || per_host == 0 {
-            return Err(fail(
-                "asks for no processes: hosts and processes per host must be at least 1",
-            ));
-        }
-        match hosts.checked_mul(per_host) {
-            Some(total) if total <= MAX_PROCS => {}
-            _ => return Err(fail(&too_large)),
-        }
-        // Both factors are at most their product, which fits in a u32.
-        let narrow = |count: u64| u32::try_from(count).map_err(|_| fail(&too_large));
-        Ok(ProcRequest::Grid {
-            hosts: narrow(hosts)?,
-            per_host: narrow(per_host)?,
-        })
-    } else {
-        let Some(count) = parse_count(value) else {
-            return Err(fail(malformed));
-        };
-        if count == 0 {
-            return Err(fail("asks for no processes: the count must be at least 1"));
-        }
-        if count > MAX_PROCS {
-            return Err(fail(&too_large));
-        }
-        let count = u32::try_from(count).map_err(|_| fail(&too_large))?;
-        Ok(ProcRequest::Nodes(count))
-    }
+    let counts = match value.split_once(['x', 'X']) {
+        Some((hosts, per_host)) => parse_count(hosts)
+            .zip(parse_count(per_host))
+            .map(|(hosts, per_host)| ProcCounts::Grid { hosts, per_host }),
+        None => parse_count(value).map(ProcCounts::Nodes),
+    };
+    let counts = counts.ok_or_else(|| not_a_count("nodes", setting, value))?;
+    checked_procs("nodes", setting, value, counts)
 }
 
 /// `hosts=H`.
 fn parse_hosts(setting: &Setting) -> Result<ProcRequest, UsageError> {
     let value = required("hosts", "2", setting)?;
-    let fail = |reason: String| invalid("hosts", setting, format!("{} {reason}", quote(value)));
-    let too_large = || {
-        fail(format!(
-            "asks for too many hosts: at most {MAX_HOSTS} are allowed"
-        ))
+    let count = parse_count(value).ok_or_else(|| not_a_count("hosts", setting, value))?;
+    checked_procs("hosts", setting, value, ProcCounts::Hosts(count))
+}
+
+/// The error for a `nodes=` or `hosts=` value that is not a count.
+fn not_a_count(key: &'static str, setting: &Setting, value: &str) -> UsageError {
+    let expected = match key {
+        "nodes" => "is not a process count: expected N or NxM, such as 4 or 2x3",
+        _ => "is not a host count: expected a number such as 2",
     };
-    let Some(count) = parse_count(value) else {
-        return Err(fail(
-            "is not a host count: expected a number such as 2".into(),
-        ));
+    invalid(key, setting, format!("{} {expected}", quote(value)))
+}
+
+/// Applies the submission validator's rule on process counts to the
+/// numbers as typed, then narrows them to the wire's `u32`.
+fn checked_procs(
+    key: &'static str,
+    setting: &Setting,
+    value: &str,
+    counts: ProcCounts,
+) -> Result<ProcRequest, UsageError> {
+    let refused = |problem| {
+        let error = SubmitError::Procs {
+            asked: quote(value),
+            problem,
+        };
+        invalid(key, setting, error.to_string())
     };
-    if count == 0 {
-        return Err(fail(
-            "asks for no hosts: the count must be at least 1".into(),
-        ));
-    }
-    if count > MAX_HOSTS {
-        return Err(too_large());
-    }
-    let count = u32::try_from(count).map_err(|_| too_large())?;
-    Ok(ProcRequest::Hosts(count))
+    submit::check_counts(counts).map_err(refused)?;
+    // The rule allows at most MAX_PROCS, which fits in a u32.
+    let narrow = |count: u64| u32::try_from(count).expect("at most MAX_PROCS");
+    Ok(match counts {
+        ProcCounts::Nodes(n) => ProcRequest::Nodes(narrow(n)),
+        ProcCounts::Grid { hosts, per_host } => ProcRequest::Grid {
+            hosts: narrow(hosts),
+            per_host: narrow(per_host),
+        },
+        ProcCounts::Hosts(h) => ProcRequest::Hosts(narrow(h)),
+    })
 }
 
 /// `priority=Q`, a queue number.
@@ -672,29 +653,19 @@ fn parse_limit(
     setting: &Setting,
 ) -> Result<u64, UsageError> {
     let value = required(key, example, setting)?;
-    match parse_size(value) {
-        Ok(0) => Err(invalid(
-            key,
-            setting,
-            format!("limit {} must be at least 1 byte", quote(value)),
-        )),
-        Ok(bytes) => Ok(bytes),
-        Err(error) => Err(invalid(key, setting, error.to_string())),
-    }
+    let bytes = parse_size(value).map_err(|error| invalid(key, setting, error.to_string()))?;
+    submit::check_limit(bytes, || quote(value))
+        .map_err(|error| invalid(key, setting, error.to_string()))
 }
 
 /// `time=DUR`: the run-time estimate and limit, at least one millisecond.
 fn parse_time(setting: &Setting) -> Result<u64, UsageError> {
     let value = required("time", "90s", setting)?;
-    match parse_duration(value) {
-        Ok(duration) if duration.as_millis() == 0 => Err(invalid(
-            "time",
-            setting,
-            format!("time limit {} must be at least 1ms", quote(value)),
-        )),
-        Ok(duration) => Ok(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
-        Err(error) => Err(invalid("time", setting, error.to_string())),
-    }
+    let duration =
+        parse_duration(value).map_err(|error| invalid("time", setting, error.to_string()))?;
+    let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    submit::check_time(ms, || quote(value))
+        .map_err(|error| invalid("time", setting, error.to_string()))
 }
 
 /// The spelling of a joiner's separator word.
@@ -754,20 +725,10 @@ fn split_stages(words: Vec<OsString>) -> Result<(Vec<Vec<OsString>>, Joiner), Us
         .into());
     }
     stages.push(current);
-    if stages.len() > MAX_STAGES {
-        return Err(ErrorKind::TooManyStages {
-            count: stages.len(),
-        }
-        .into());
-    }
-    if let Some(stage_idx) = stages
+    let words: Vec<Vec<&[u8]>> = stages
         .iter()
-        .position(|stage| stage.first().is_none_or(|program| program.is_empty()))
-    {
-        return Err(ErrorKind::EmptyProgram {
-            stage: stage_idx + 1,
-        }
-        .into());
-    }
+        .map(|stage| stage.iter().map(|word| word.as_bytes()).collect())
+        .collect();
+    submit::check_stages(&words).map_err(ErrorKind::Submit)?;
     Ok((stages, joiner))
 }

@@ -1,9 +1,10 @@
 //! The `Submit` request: the parsed command line plus the caller's
-//! environment, working directory, ignored signals, limits and umask, checked against the protocol's size
-//! limit before anything is sent.
+//! environment, working directory, ignored signals, limits and umask,
+//! checked against the protocol's size limit and the submission validator
+//! before anything is sent.
 //!
-//! [`submit_request`] and [`check_size`] are pure; only [`build`] reads the
-//! process's environment and working directory.
+//! [`submit_request`], [`check_size`] and [`check_rules`] are pure; only
+//! [`build`] reads the process's environment and working directory.
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -11,6 +12,7 @@ use std::path::Path;
 
 use scored_proto::exitcode;
 use scored_proto::proto::{self, Request, Submit, WireBytes};
+use scored_proto::submit;
 use scrun::cli::Invocation;
 
 use crate::caller::Caller;
@@ -33,7 +35,21 @@ pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal>
         submit.umask = caller.umask;
     }
     check_size(&request)?;
+    check_rules(&request)?;
     Ok(request)
+}
+
+/// Refuses a request that breaks a rule of the submission validator, with
+/// the words and status scored's refusal would have: the option parser
+/// has applied the rules on single values already, and this applies them
+/// all to what is about to be sent (the working directory, the inherited
+/// signals, limits and umask).
+pub fn check_rules(request: &Request) -> Result<(), Fatal> {
+    let Request::Submit { submit, .. } = request else {
+        return Ok(());
+    };
+    submit::check(submit)
+        .map_err(|error| Fatal::new(exitcode::REJECTED, format!("job rejected: {error}")))
 }
 
 /// Assembles the request from its parts.
@@ -130,6 +146,33 @@ mod tests {
             ]
         );
         assert_eq!(submit.cwd, WireBytes::from("/work"));
+    }
+
+    #[test]
+    fn a_request_scored_would_refuse_is_refused_in_its_words() {
+        let good = submit_request(&invocation(&["true"]), Vec::new(), Path::new("/"));
+        assert!(check_rules(&good).is_ok());
+        let refused = |change: fn(&mut Submit)| {
+            let mut request = good.clone();
+            if let Request::Submit { submit, .. } = &mut request {
+                change(submit);
+            }
+            let error = check_rules(&request).unwrap_err();
+            assert_eq!(error.code(), exitcode::REJECTED);
+            error.to_string()
+        };
+        assert_eq!(
+            refused(|submit| submit.cwd = "work".into()),
+            "job rejected: the working directory must be an absolute path"
+        );
+        assert_eq!(
+            refused(|submit| submit.umask = Some(0o7777)),
+            "job rejected: umask 7777 is not a file mode mask (0-777)"
+        );
+        assert_eq!(
+            refused(|submit| submit.ignored_signals = vec![9]),
+            "job rejected: signal 9 cannot be ignored"
+        );
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! of idle connections, connections past the limit, clients that stall
 //! half-way through a frame or never read their replies: each gets an error
 //! frame or is closed, and none stops scored from serving a normal scrun
-//! and sc_console at the same time.
+//! and sc_console at the same time. A submission that breaks a rule is
+//! refused in the words scrun prints for the same mistake (issue 10).
 
 use std::io::{IoSlice, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -553,5 +554,139 @@ fn by_default_the_connection_limit_follows_the_descriptor_limit() {
         .console("status")
         .status
         .success()));
+    assert_no_panic(&mut daemon);
+}
+
+/// Issue 10: every rule of a submission is checked by one validator
+/// (`scored::submit`), which scrun applies before sending and scored to
+/// what it receives, so a raw client is refused in the words scrun prints
+/// for the same mistake, and nothing is admitted.
+#[test]
+fn a_raw_client_is_refused_in_the_words_scrun_prints() {
+    use scored::client::Connection;
+    use scored::exitcode;
+    use scored::submit::{ProcsProblem, SubmitError};
+
+    let mut daemon = Daemon::start();
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    let raw_refusal = |change: &dyn Fn(&mut proto::Submit)| -> String {
+        let mut request = submit_request(&daemon);
+        if let Request::Submit { submit, .. } = &mut request {
+            change(submit);
+        }
+        let mut connection = Connection::connect(&daemon.socket).expect("connect");
+        connection
+            .send_with_fds(&request, &[null.as_fd(), null.as_fd(), null.as_fd()])
+            .expect("send");
+        match connection.recv().expect("a reply") {
+            Reply::Rejected {
+                reason,
+                kind: proto::RejectKind::Invalid,
+            } => reason,
+            other => panic!("expected an invalid-request rejection, got {other:?}"),
+        }
+    };
+    let scrun_refusal = |args: &[&str]| -> String {
+        let output = daemon.run(args);
+        assert_eq!(
+            code(&output),
+            Some(exitcode::USAGE),
+            "scrun {args:?}: {}",
+            stderr(&output)
+        );
+        stderr(&output)
+    };
+
+    // The same words from both.
+    let mut many = vec!["true"];
+    for _ in 0..64 {
+        many.extend(["::", "true"]);
+    }
+    let too_many = SubmitError::TooManyStages { count: 65 }.to_string();
+    assert_eq!(too_many, "the job has 65 stages; at most 64 are allowed");
+    assert_eq!(
+        raw_refusal(&|submit| submit.stages = vec![vec!["true".into()]; 65]),
+        too_many
+    );
+    assert!(scrun_refusal(&many).starts_with(&format!("scrun: {too_many}\n")));
+    let empty = SubmitError::EmptyProgram { stage: 2 }.to_string();
+    assert_eq!(empty, "stage 2 has an empty program name");
+    assert_eq!(
+        raw_refusal(&|submit| submit.stages = vec![vec!["true".into()], vec!["".into()]]),
+        empty
+    );
+    assert!(scrun_refusal(&["true", "::", ""]).starts_with(&format!("scrun: {empty}\n")));
+
+    // Option values: scrun quotes the value as typed and says where it
+    // was; scored spells the request; the rule's words are the same.
+    let none = ProcsProblem::NoProcesses.to_string();
+    assert_eq!(
+        raw_refusal(&|submit| submit.options.procs = proto::ProcRequest::Nodes(0)),
+        format!("nodes=0 {none}")
+    );
+    assert!(scrun_refusal(&["-nodes=0", "true"]).starts_with(&format!(
+        "scrun: option 'nodes' on the command line: '0' {none}\n"
+    )));
+    let too_many = ProcsProblem::TooManyProcesses.to_string();
+    assert_eq!(
+        raw_refusal(&|submit| submit.options.procs = proto::ProcRequest::Nodes(65_537)),
+        format!("nodes=65537 {too_many}")
+    );
+    assert!(
+        scrun_refusal(&["-nodes=65537", "true"]).starts_with(&format!(
+            "scrun: option 'nodes' on the command line: '65537' {too_many}\n"
+        ))
+    );
+    let zero_memory = |asked: &str| {
+        SubmitError::ZeroLimit {
+            asked: asked.into(),
+        }
+        .to_string()
+    };
+    assert_eq!(
+        raw_refusal(&|submit| submit.options.memory = Some(0)),
+        zero_memory("memory=0")
+    );
+    assert!(scrun_refusal(&["-memory=0", "true"]).starts_with(&format!(
+        "scrun: option 'memory' on the command line: {}\n",
+        zero_memory("'0'")
+    )));
+    let zero_time = |asked: &str| {
+        SubmitError::ZeroTime {
+            asked: asked.into(),
+        }
+        .to_string()
+    };
+    assert_eq!(
+        raw_refusal(&|submit| submit.options.time_ms = Some(0)),
+        zero_time("0ms")
+    );
+    assert!(scrun_refusal(&["-time=0", "true"]).starts_with(&format!(
+        "scrun: option 'time' on the command line: {}\n",
+        zero_time("'0'")
+    )));
+
+    // What scrun cannot send, scored refuses in the validator's words.
+    assert_eq!(
+        raw_refusal(&|submit| submit.cwd = "relative".into()),
+        SubmitError::RelativeCwd.to_string()
+    );
+    assert_eq!(
+        raw_refusal(&|submit| submit.cwd = proto::WireBytes::Raw(b"/tmp\0x".to_vec())),
+        "the working directory contains a NUL byte"
+    );
+    assert_eq!(
+        raw_refusal(&|submit| submit.stages =
+            vec![vec!["echo".into(), proto::WireBytes::Raw(b"a\0b".to_vec())]]),
+        "an argument of stage 1 contains a NUL byte"
+    );
+
+    // Nothing was admitted, and the daemon still serves.
+    assert!(
+        daemon.ok("jobs all").lines().count() <= 1,
+        "{}",
+        daemon.ok("jobs all")
+    );
+    serves_normally(&daemon, "after the refusals");
     assert_no_panic(&mut daemon);
 }

@@ -461,3 +461,152 @@ fn scored_refuses_a_state_directory_others_may_write() {
         "writable by other users",
     );
 }
+
+// ----- a daemon that is not root -----
+
+/// A daemon that is not root cannot change credentials, so it runs only
+/// its own user's jobs; another user's submission is refused by the core
+/// (issue 10 moved the policy there from the loop) with a reason naming
+/// the daemon's user. scrun itself never talks to another user's daemon,
+/// so the refused submission comes from a raw client (root's).
+#[test]
+fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
+    use std::io::{IoSlice, Read};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    use std::os::unix::process::CommandExt;
+
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    use scored::proto::{self, Reply, Request};
+
+    let Some(users) = test_users("a_daemon_that_is_not_root_runs_only_its_own_users_jobs") else {
+        return;
+    };
+    let sandbox = Sandbox::new();
+    let home = sandbox.path.join("a");
+    std::fs::create_dir(&home).expect("mkdir");
+    std::os::unix::fs::chown(&home, Some(users.a.uid), Some(users.a.gid)).expect("chown");
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let socket = home.join("s.sock");
+    let log = std::fs::File::create(sandbox.path.join("scored.log")).expect("log");
+    let mut daemon = Command::new(bin("scored"))
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(home.join("state"))
+        .arg("--rc")
+        .arg(sandbox.write("empty.rc", ""))
+        .current_dir(&home)
+        .uid(users.a.uid)
+        .gid(users.a.gid)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start scored as the test user");
+    let daemon_log =
+        || std::fs::read_to_string(sandbox.path.join("scored.log")).unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(20), || UnixStream::connect(&socket)
+            .is_ok()),
+        "scored as {} did not listen:\n{}",
+        users.a.name,
+        daemon_log()
+    );
+
+    // Root's submission, sent raw: scrun would not talk to this daemon.
+    let request = Request::Submit {
+        version: proto::VERSION,
+        submit: proto::Submit {
+            stages: vec![vec!["true".into()]],
+            joiner: proto::Joiner::Sequence,
+            options: proto::JobOptions {
+                procs: proto::ProcRequest::Nodes(1),
+                priority: None,
+                wait: false,
+                memory: None,
+                disk: None,
+                pty: false,
+                time_ms: None,
+            },
+            env: Vec::new(),
+            cwd: "/".into(),
+            ignored_signals: Vec::new(),
+            rlimits: Vec::new(),
+            umask: None,
+        },
+    };
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    let fds = [null.as_raw_fd(); 3];
+    let mut stream = UnixStream::connect(&socket).expect("connect");
+    let frame = proto::encode(&request);
+    let control = [ControlMessage::ScmRights(&fds)];
+    sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(&frame)],
+        &control,
+        MsgFlags::empty(),
+        None,
+    )
+    .expect("sendmsg");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    // The first frame is the answer (the connection stays open until the
+    // client leaves, as after any refusal by the core).
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let reply = loop {
+        match proto::decode::<Reply>(&mut bytes, proto::MAX_REPLY) {
+            Ok(None) => {}
+            decoded => break decoded,
+        }
+        let n = stream.read(&mut chunk).expect("a reply within 20 s");
+        assert!(n > 0, "scored closed without a reply:\n{}", daemon_log());
+        bytes.extend_from_slice(&chunk[..n]);
+    };
+    let expected = format!(
+        "this scored runs as {} and can only run that user's jobs",
+        users.a.name
+    );
+    assert_eq!(
+        reply,
+        Ok(Some(Reply::Rejected {
+            reason: expected,
+            kind: proto::RejectKind::Permission,
+        })),
+        "{}",
+        daemon_log()
+    );
+
+    // Its own user's job runs.
+    let output = Command::new(bin("scrun"))
+        .args(["sh", "-c", "id -u"])
+        .env("SCORED_SOCKET", &socket)
+        .current_dir(&home)
+        .uid(users.a.uid)
+        .gid(users.a.gid)
+        .output()
+        .expect("scrun as the test user");
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{}\n{}",
+        text(&output),
+        daemon_log()
+    );
+    assert_eq!(stdout(&output), format!("{}\n", users.a.uid));
+
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || matches!(
+            daemon.try_wait(),
+            Ok(Some(_))
+        )),
+        "scored did not exit on SIGTERM"
+    );
+    assert!(!daemon_log().contains("panicked"), "{}", daemon_log());
+}

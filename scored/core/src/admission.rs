@@ -18,6 +18,7 @@ use crate::command::QueueMode;
 use crate::ids::{ClusterId, HostId};
 use crate::job::{JobLimits, ProcRequest};
 use crate::queue::Queue;
+use crate::submit::{self, SubmitError};
 use crate::units::format_size;
 
 /// A cluster's limits (`cluster C limit ...`).
@@ -267,9 +268,17 @@ fn ideal_fit(
     cluster_limits: ClusterLimits,
 ) -> Result<JobLimits, String> {
     let cluster = topology.cluster(cluster_id);
-    let Some(layout) = ask.procs.layout(cluster.cores) else {
-        return Err(format!("{} asks for no process", ask.procs.describe()));
-    };
+    // Requests from clients passed the submission validator already; the
+    // replay builds its own, so the validator's rule and words apply here
+    // too rather than a copy of them.
+    if let Err(problem) = submit::check_counts(ask.procs.into()) {
+        let asked = ask.procs.describe();
+        return Err(SubmitError::Procs { asked, problem }.to_string());
+    }
+    let layout = ask
+        .procs
+        .layout(cluster.cores)
+        .expect("a request of at least one process has a layout");
     let n_hosts = cluster.hosts.len();
     let per_host = layout.iter().copied().max().unwrap_or(0);
     if layout.len() > n_hosts || per_host > cluster.cores {
@@ -521,6 +530,25 @@ mod tests {
                 "nodes=3 needs 3 hosts with 1 process each, but cluster a has 2 hosts with 1 core"
                     .into()
             )
+        );
+    }
+
+    /// The replay builds requests without the submission validator; a
+    /// request of no processes is still refused, in the validator's words.
+    #[test]
+    fn a_request_of_no_processes_is_too_big_in_the_validators_words() {
+        let topo = topology(&[("a", 1.0, 2)]);
+        let queue = Queue::new(1, QueueMode::Gang);
+        let decision = decide(
+            ask(0),
+            &queue,
+            &topo,
+            &[ClusterLimits::default()],
+            &Ledger::new(&topo),
+        );
+        assert_eq!(
+            decision,
+            Decision::TooBig("nodes=0 asks for no processes: the count must be at least 1".into())
         );
     }
 

@@ -58,8 +58,11 @@ pub struct CoreConfig {
     pub timeslice: Duration,
     /// Users with operator rights besides root and the daemon's own user.
     pub operators: Vec<u32>,
-    /// The daemon's own uid.
+    /// The daemon's own uid. A daemon that is not root runs only its own
+    /// user's jobs.
     pub daemon_uid: u32,
+    /// The daemon's user name, for messages.
+    pub daemon_user: String,
     /// Time between SIGTERM and SIGKILL when a job is killed gracefully.
     pub kill_grace: Duration,
     /// Disk limit of each cluster at start (free space of its filesystems).
@@ -75,6 +78,7 @@ impl Default for CoreConfig {
             timeslice: Duration::from_millis(500),
             operators: Vec::new(),
             daemon_uid: 0,
+            daemon_user: "root".to_string(),
             kill_grace: Duration::from_secs(5),
             disk: Vec::new(),
             machine_memory: None,
@@ -100,37 +104,10 @@ impl Directory for NoDirectory {
     }
 }
 
-/// Why a submission was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rejection {
-    /// The request is malformed.
-    Invalid,
-    /// No cluster can ever hold it.
-    TooBig,
-    /// The queue is disabled.
-    QueueDisabled,
-    /// The user may not use the queue.
-    Permission,
-    /// Resources are short now.
-    Resources,
-    /// The daemon is shutting down.
-    ShuttingDown,
-}
-
-/// How a job ended, for its client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EndKind {
-    /// Its processes ended by themselves.
-    Exited,
-    /// A limit killed it.
-    Limit,
-    /// A kill command or interrupt killed it.
-    Killed,
-    /// The daemon's shutdown killed it.
-    Shutdown,
-    /// A process could not be started.
-    LaunchFailed,
-}
+// Why a submission was refused, and how a job ended, are told to clients
+// as they are: the core uses the protocol's own types rather than mirrors
+// that the loop would translate.
+pub use crate::proto::{EndKind, RejectKind as Rejection};
 
 /// The accounting summary of a finished job.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -151,6 +128,22 @@ pub struct Accounting {
     pub peak_memory: Vec<(String, u64)>,
     /// Peak disk use.
     pub peak_disk: u64,
+}
+
+impl From<&Accounting> for crate::proto::Accounting {
+    /// The accounting as the protocol carries it: durations in seconds.
+    fn from(accounting: &Accounting) -> crate::proto::Accounting {
+        crate::proto::Accounting {
+            queues: accounting.queues.clone(),
+            wait_secs: accounting.wait.as_secs_f64(),
+            wall_secs: accounting.wall.as_secs_f64(),
+            cpu_secs: accounting.cpu.as_secs_f64(),
+            stopped_secs: accounting.stopped.as_secs_f64(),
+            switches: accounting.switches,
+            peak_memory: accounting.peak_memory.clone(),
+            peak_disk: accounting.peak_disk,
+        }
+    }
 }
 
 /// The end of a job, as told to its client.
@@ -1000,6 +993,31 @@ impl Core {
                 event: ClientEvent::Rejected { kind, reason },
             });
         };
+        let duplicate =
+            self.by_client.contains_key(&client) || self.waiting.iter().any(|w| w.client == client);
+        if duplicate {
+            // The loop lets a connection submit once (its "one job only"
+            // refusal), so this is a bug: the job that came first keeps its
+            // client, and nothing is replaced.
+            debug_assert!(!duplicate, "client {} submitted twice", client.0);
+            tracing::error!(
+                client = client.0,
+                "a second submission from one client reached the core; ignored"
+            );
+            return;
+        }
+        if self.config.daemon_uid != 0 && cred.uid != self.config.daemon_uid {
+            // A daemon that is not root cannot change credentials, so it
+            // would run the job as itself.
+            return reject(
+                Rejection::Permission,
+                format!(
+                    "this scored runs as {} and can only run that user's jobs",
+                    self.config.daemon_user
+                ),
+                out,
+            );
+        }
         if self.shutting_down {
             return reject(
                 Rejection::ShuttingDown,
@@ -1013,25 +1031,6 @@ impl Core {
             return reject(
                 Rejection::ShuttingDown,
                 format!("scored cannot run jobs now: {problem}"),
-                out,
-            );
-        }
-        if self.by_client.contains_key(&client) || self.waiting.iter().any(|w| w.client == client) {
-            return reject(
-                Rejection::Invalid,
-                "this connection already submitted a job".into(),
-                out,
-            );
-        }
-        if request.stages.is_empty()
-            || request
-                .stages
-                .iter()
-                .any(|argv| argv.is_empty() || argv[0].is_empty())
-        {
-            return reject(
-                Rejection::Invalid,
-                "the job has an empty program".into(),
                 out,
             );
         }

@@ -13,101 +13,11 @@ use std::time::Duration;
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
 use crate::inherit::Inherited;
 
-/// How many processes a job asks for, and how they map onto hosts (scrun's
-/// `nodes=`/`hosts=`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProcRequest {
-    /// N processes packed `cores` to a host.
-    Nodes(u32),
-    /// N hosts with M processes each.
-    Grid {
-        /// Number of hosts.
-        hosts: u32,
-        /// Processes per host.
-        per_host: u32,
-    },
-    /// H hosts with `cores` processes each.
-    Hosts(u32),
-}
-
-impl ProcRequest {
-    /// Processes on each host for a cluster whose hosts take `cores`
-    /// processes, or `None` when the request cannot be laid out there.
-    pub fn layout(self, cores: u32) -> Option<Vec<u32>> {
-        let cores = cores.max(1);
-        match self {
-            ProcRequest::Nodes(0) | ProcRequest::Hosts(0) => None,
-            ProcRequest::Grid { hosts, per_host } if hosts == 0 || per_host == 0 => None,
-            ProcRequest::Nodes(n) => {
-                let full = n / cores;
-                let rest = n % cores;
-                let mut layout = vec![cores; full as usize];
-                if rest > 0 {
-                    layout.push(rest);
-                }
-                Some(layout)
-            }
-            ProcRequest::Grid { hosts, per_host } => Some(vec![per_host; hosts as usize]),
-            ProcRequest::Hosts(hosts) => Some(vec![cores; hosts as usize]),
-        }
-    }
-
-    /// The request as scrun spells it, for messages.
-    pub fn describe(self) -> String {
-        match self {
-            ProcRequest::Nodes(n) => format!("nodes={n}"),
-            ProcRequest::Grid { hosts, per_host } => format!("nodes={hosts}x{per_host}"),
-            ProcRequest::Hosts(h) => format!("hosts={h}"),
-        }
-    }
-}
-
-/// How the stages of a job follow each other.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Joiner {
-    /// `::`: one after another; a failing stage ends the job.
-    Sequence,
-    /// `==`: all together, rank i of a stage feeding rank i of the next.
-    Pipe,
-}
-
-/// A submission, validated and converted from the wire.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobRequest {
-    /// One argument vector per stage.
-    pub stages: Vec<Vec<OsString>>,
-    /// How stages follow each other.
-    pub joiner: Joiner,
-    /// Processes and placement.
-    pub procs: ProcRequest,
-    /// The queue asked for.
-    pub priority: Option<u32>,
-    /// Wait for admission rather than be rejected.
-    pub wait: bool,
-    /// The user's memory limit per host.
-    pub memory: Option<u64>,
-    /// The user's disk limit.
-    pub disk: Option<u64>,
-    /// The job's wall-clock estimate (`-time=`), enforced as a limit on the
-    /// time it runs.
-    pub time: Option<Duration>,
-    /// The caller's environment.
-    pub env: Vec<(OsString, OsString)>,
-    /// The caller's working directory.
-    pub cwd: OsString,
-    /// Signal dispositions, limits and umask of the caller.
-    pub inherited: Inherited,
-}
-
-impl JobRequest {
-    /// Processes per stage the request asks for.
-    pub fn procs_total(&self) -> u32 {
-        match self.procs {
-            ProcRequest::Nodes(n) | ProcRequest::Hosts(n) => n,
-            ProcRequest::Grid { hosts, per_host } => hosts.saturating_mul(per_host),
-        }
-    }
-}
+// The request and its parts are the protocol crate's: a submission is
+// validated once, at the boundary, into the very type the core keeps
+// (`scored_proto::submit`), so the core neither mirrors nor checks again.
+pub use crate::proto::{Joiner, ProcRequest};
+pub use crate::submit::JobRequest;
 
 /// A job's programs, environment and working directory, packed in one
 /// allocation and shared: identical submissions (a user's many jobs of one

@@ -22,8 +22,8 @@ pub mod job;
 pub mod queue;
 pub mod sched;
 
-// The console language, units and exit statuses are the protocol crate's;
-// they are named here so that the core's modules reach them as
-// `crate::command`, `crate::units`, `crate::exitcode`, `crate::inherit` and
-// `crate::signame`.
-use scored_proto::{command, exitcode, inherit, signame, units};
+// The console language, units, exit statuses and the submission validator
+// are the protocol crate's; they are named here so that the core's modules
+// reach them as `crate::command`, `crate::units`, `crate::exitcode`,
+// `crate::inherit`, `crate::signame`, `crate::proto` and `crate::submit`.
+use scored_proto::{command, exitcode, inherit, proto, signame, submit, units};

@@ -4,8 +4,9 @@
 //! started from the submitting shell would see).
 //!
 //! scrun reads these at its start and sends them in the `Submit` request
-//! ([`crate::proto::Submit`]); [`check`] validates them at the boundary and
-//! turns them into [`Inherited`], which the core carries in the job's packed
+//! ([`crate::proto::Submit`]); [`check`], called by the submission
+//! validator ([`crate::submit`]), validates them and turns them into
+//! [`Inherited`], which the core carries in the job's packed
 //! launch data and the actuator applies between fork and exec. Limits travel
 //! by name (`nofile`, `stack`, as prlimit(1) names them), so that the
 //! numbering of one architecture never leaks onto the wire.
@@ -109,52 +110,106 @@ pub fn rlimit_index(name: &str) -> Option<u8> {
         .map(|idx| idx as u8)
 }
 
+/// Why the inherited fields of a submission were refused. Its `Display`
+/// names the field and the offending value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InheritError {
+    /// An ignored signal outside 1 to [`MAX_SIGNAL`].
+    NotASignal(i32),
+    /// SIGKILL or SIGSTOP, which no process can ignore.
+    CannotBeIgnored(i32),
+    /// A limit name not in [`RLIMIT_NAMES`].
+    UnknownLimit(String),
+    /// A limit sent twice.
+    LimitTwice(String),
+    /// A soft limit above its hard limit.
+    SoftAboveHard {
+        /// The limit's name.
+        resource: String,
+        /// The soft limit ([`UNLIMITED`] for none).
+        soft: u64,
+        /// The hard limit ([`UNLIMITED`] for none).
+        hard: u64,
+    },
+    /// A umask with bits beyond the file mode bits.
+    NotAUmask(u32),
+}
+
+impl std::fmt::Display for InheritError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InheritError::NotASignal(signal) => write!(
+                f,
+                "ignored signal {signal} is not a signal number (1-{MAX_SIGNAL})"
+            ),
+            InheritError::CannotBeIgnored(signal) => {
+                write!(f, "signal {signal} cannot be ignored")
+            }
+            InheritError::UnknownLimit(name) => write!(
+                f,
+                "unknown resource limit {name:?} (known: {})",
+                RLIMIT_NAMES.join(", ")
+            ),
+            InheritError::LimitTwice(name) => write!(f, "resource limit {name} is given twice"),
+            InheritError::SoftAboveHard {
+                resource,
+                soft,
+                hard,
+            } => write!(
+                f,
+                "resource limit {resource}: soft limit {} is above the hard limit {}",
+                show(*soft),
+                show(*hard)
+            ),
+            InheritError::NotAUmask(mask) => {
+                write!(f, "umask {mask:o} is not a file mode mask (0-777)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for InheritError {}
+
 /// Checks the fields of a submission and builds what the job inherits.
-/// Every error names the field and the offending value.
+/// The submission validator ([`crate::submit`]) calls it; every error
+/// names the field and the offending value.
 pub fn check(
     ignored_signals: &[i32],
     rlimits: &[WireRlimit],
     umask: Option<u32>,
-) -> Result<Inherited, String> {
+) -> Result<Inherited, InheritError> {
     let mut inherited = Inherited::default();
     for &signal in ignored_signals {
         if !(1..=MAX_SIGNAL).contains(&signal) {
-            return Err(format!(
-                "ignored signal {signal} is not a signal number (1-{MAX_SIGNAL})"
-            ));
+            return Err(InheritError::NotASignal(signal));
         }
         // SIGKILL (9) and SIGSTOP (19) cannot be ignored.
         if signal == 9 || signal == 19 {
-            return Err(format!("signal {signal} cannot be ignored"));
+            return Err(InheritError::CannotBeIgnored(signal));
         }
         inherited.ignored |= 1 << (signal - 1);
     }
     for limit in rlimits {
         let Some(index) = rlimit_index(&limit.resource) else {
-            return Err(format!(
-                "unknown resource limit {:?} (known: {})",
-                limit.resource,
-                RLIMIT_NAMES.join(", ")
-            ));
+            return Err(InheritError::UnknownLimit(limit.resource.clone()));
         };
         if inherited.rlimit(index).is_some() {
-            return Err(format!("resource limit {} is given twice", limit.resource));
+            return Err(InheritError::LimitTwice(limit.resource.clone()));
         }
         let soft = limit.soft.unwrap_or(UNLIMITED);
         let hard = limit.hard.unwrap_or(UNLIMITED);
         if soft > hard {
-            return Err(format!(
-                "resource limit {}: soft limit {} is above the hard limit {}",
-                limit.resource,
-                show(soft),
-                show(hard)
-            ));
+            return Err(InheritError::SoftAboveHard {
+                resource: limit.resource.clone(),
+                soft,
+                hard,
+            });
         }
         inherited.rlimits.push((index, soft, hard));
     }
     if let Some(mask) = umask {
         if mask > 0o777 {
-            return Err(format!("umask {mask:o} is not a file mode mask (0-777)"));
+            return Err(InheritError::NotAUmask(mask));
         }
     }
     inherited.umask = umask;
@@ -207,7 +262,7 @@ mod tests {
     #[test]
     #[rustfmt::skip]
     fn bad_fields_are_refused_with_a_message_naming_them() {
-        let refused = |signals: &[i32], limits: &[WireRlimit], umask| check(signals, limits, umask).unwrap_err();
+        let refused = |signals: &[i32], limits: &[WireRlimit], umask| check(signals, limits, umask).unwrap_err().to_string();
         assert_eq!(refused(&[0], &[], None), "ignored signal 0 is not a signal number (1-64)");
         assert_eq!(refused(&[65], &[], None), "ignored signal 65 is not a signal number (1-64)");
         assert_eq!(refused(&[-3], &[], None), "ignored signal -3 is not a signal number (1-64)");

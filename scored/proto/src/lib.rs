@@ -2,10 +2,12 @@
 //!
 //! The wire protocol ([`proto`]), the client half of it ([`client`], with
 //! the `client` feature), where the daemon's socket is ([`paths`]), the
-//! console language ([`command`]), the value syntax ([`units`]) and the exit
-//! statuses of the programs ([`exitcode`]). scrun and sc_console depend on
-//! this crate alone; the scheduling core uses it without the client, so it
-//! stays free of system calls. See ARCHITECTURE.md for the crate map.
+//! console language ([`command`]), the value syntax ([`units`]), the exit
+//! statuses of the programs ([`exitcode`]) and the one validator of a job
+//! submission ([`submit`], with [`inherit`]), which scrun and scored both
+//! run. scrun and sc_console depend on this crate alone; the scheduling
+//! core uses it without the client, so it stays free of system calls. See
+//! ARCHITECTURE.md for the crate map.
 #![deny(missing_docs)]
 
 #[cfg(feature = "client")]
@@ -16,4 +18,5 @@ pub mod inherit;
 pub mod paths;
 pub mod proto;
 pub mod signame;
+pub mod submit;
 pub mod units;

@@ -63,9 +63,23 @@ impl WireBytes {
         OsString::from_vec(self.as_bytes().to_vec())
     }
 
+    /// Converts to an OS string, reusing the bytes.
+    pub fn into_os(self) -> OsString {
+        match self {
+            WireBytes::Text(text) => OsString::from(text),
+            WireBytes::Raw(bytes) => OsString::from_vec(bytes),
+        }
+    }
+
     /// A lossy text form for messages and listings.
     pub fn lossy(&self) -> String {
         String::from_utf8_lossy(self.as_bytes()).into_owned()
+    }
+}
+
+impl AsRef<[u8]> for WireBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
     }
 }
 
@@ -90,6 +104,39 @@ pub enum ProcRequest {
     },
     /// `hosts=H`: H hosts with `cores` processes each.
     Hosts(u32),
+}
+
+impl ProcRequest {
+    /// Processes on each host for a cluster whose hosts take `cores`
+    /// processes, or `None` when the request cannot be laid out there
+    /// (it asks for none, which the submission validator refuses).
+    pub fn layout(self, cores: u32) -> Option<Vec<u32>> {
+        let cores = cores.max(1);
+        match self {
+            ProcRequest::Nodes(0) | ProcRequest::Hosts(0) => None,
+            ProcRequest::Grid { hosts, per_host } if hosts == 0 || per_host == 0 => None,
+            ProcRequest::Nodes(n) => {
+                let full = n / cores;
+                let rest = n % cores;
+                let mut layout = vec![cores; full as usize];
+                if rest > 0 {
+                    layout.push(rest);
+                }
+                Some(layout)
+            }
+            ProcRequest::Grid { hosts, per_host } => Some(vec![per_host; hosts as usize]),
+            ProcRequest::Hosts(hosts) => Some(vec![cores; hosts as usize]),
+        }
+    }
+
+    /// The request as scrun spells it, for messages.
+    pub fn describe(self) -> String {
+        match self {
+            ProcRequest::Nodes(n) => format!("nodes={n}"),
+            ProcRequest::Grid { hosts, per_host } => format!("nodes={hosts}x{per_host}"),
+            ProcRequest::Hosts(h) => format!("hosts={h}"),
+        }
+    }
 }
 
 /// How the stages of a job follow each other.
@@ -214,7 +261,7 @@ pub enum RejectKind {
 }
 
 /// How a job ended, as scrun needs to report it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EndKind {
     /// Every process ran to its end; the status is that of the first failing rank.

@@ -576,8 +576,15 @@ impl OsActuator {
         if first == 0 {
             self.start_stage(plan, &mut progress.pipes)?;
         }
-        let cwd = CString::new(plan.cwd.as_bytes())
-            .map_err(|_| ("the working directory contains a NUL byte".to_string(), 126))?;
+        // The submission validator refuses a NUL byte in the working
+        // directory (scored_proto::submit), so this conversion only fails
+        // on a bug; the launch then fails rather than the daemon.
+        let cwd = CString::new(plan.cwd.as_bytes()).map_err(|_| {
+            (
+                "internal error: the job's working directory holds a NUL byte".to_string(),
+                126,
+            )
+        })?;
         let last_stage = plan.first_stage + plan.argv.len() - 1;
         let pipes = &mut progress.pipes;
         let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
@@ -602,11 +609,9 @@ impl OsActuator {
             let host = &self.hosts[proc_plan.host.idx()];
             let mut command = Command::new(&argv[0]);
             command.args(&argv[1..]).env_clear();
-            for (key, value) in &plan.env {
-                if !key.is_empty() && !key.as_bytes().contains(&b'=') {
-                    command.env(key, value);
-                }
-            }
+            // Entries no environment can hold were left out by the
+            // submission validator (scored_proto::submit).
+            command.envs(plan.env.iter().map(|(key, value)| (key, value)));
             command
                 .env("SCORE_JOBID", plan.job.to_string())
                 .env("SCORE_RANK", proc_plan.rank.to_string())

@@ -1449,3 +1449,58 @@ fn a_checkpoint_keeps_the_state_before_later_changes() {
     assert_eq!(checkpoint.n_jobs(), 2);
     checkpoint.check_invariants();
 }
+
+/// A daemon that is not root cannot change credentials, so it runs only
+/// its own user's jobs (root's too are refused, as they would run as the
+/// daemon's user); the refusal names that user.
+#[test]
+fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
+    let config = CoreConfig {
+        daemon_uid: 1000,
+        daemon_user: "alice".into(),
+        ..CoreConfig::default()
+    };
+    let mut core = Core::new(config, topology(1), vec![Some(1 << 30)]);
+    let mut submit = |client: u64, cred: Cred| {
+        let request = JobRequest {
+            stages: vec![vec![OsString::from("prog")]],
+            joiner: Joiner::Sequence,
+            procs: ProcRequest::Nodes(1),
+            priority: None,
+            wait: false,
+            memory: None,
+            disk: None,
+            time: None,
+            env: vec![],
+            cwd: OsString::from("/"),
+            inherited: Default::default(),
+        };
+        let actions = core.handle(
+            Input::Submit {
+                client: ClientToken(client),
+                cred,
+                user: "u".into(),
+                request,
+            },
+            Tick(0),
+        );
+        core.check_invariants();
+        actions
+            .into_iter()
+            .find_map(|action| match action {
+                Action::Notify { client: to, event } if to == ClientToken(client) => Some(event),
+                _ => None,
+            })
+            .expect("the client is told")
+    };
+    let refused = ClientEvent::Rejected {
+        kind: Rejection::Permission,
+        reason: "this scored runs as alice and can only run that user's jobs".into(),
+    };
+    assert_eq!(submit(1, user(1001)), refused);
+    assert_eq!(submit(2, root()), refused);
+    assert!(matches!(
+        submit(3, user(1000)),
+        ClientEvent::Admitted { job: JobId(1), .. }
+    ));
+}
