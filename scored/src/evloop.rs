@@ -269,6 +269,22 @@ pub struct Daemon<A: Actuator> {
     per_user: HashMap<u32, UserUse>,
     /// Connections holding part of a request, for the request timeout.
     partial: HashMap<Token, Instant>,
+    /// Console commands given to the core and not answered yet, in order:
+    /// how each connection wants its answer.
+    console_asks: VecDeque<(Token, ConsoleAsk)>,
+    /// Answers to console commands held back, in order, until the stops
+    /// under way are confirmed (see `answer`).
+    held_answers: Vec<(Token, Reply)>,
+}
+
+/// How a console client wants the answer to the command it sent.
+#[derive(Debug, Clone, Copy)]
+struct ConsoleAsk {
+    /// With the JSON form too.
+    json: bool,
+    /// The command is `restart`: an accepted one is answered by the new
+    /// image, or with the reason it could not take over.
+    restart: bool,
 }
 
 /// Blocks the signals the loop reads through its signalfd, and only those:
@@ -337,7 +353,25 @@ impl<A: Actuator> Daemon<A> {
             pending_restart: None,
             per_user: HashMap::new(),
             partial: HashMap::new(),
+            console_asks: VecDeque::new(),
+            held_answers: Vec::new(),
         })
+    }
+
+    /// Carries out what the start-up script asked of the shell
+    /// ([`Core::run_script`]), before the first event, as any other
+    /// actions: stops it asks for are waited for as a tick's are.
+    pub fn start_with(mut self, actions: Vec<Action>) -> Daemon<A> {
+        let stops = actions
+            .iter()
+            .any(|action| matches!(action, Action::Stop(_)));
+        let mut inputs = Vec::new();
+        self.carry_out(actions, &mut inputs);
+        if stops {
+            self.actuator.await_stops(STOP_WAIT, &mut inputs);
+        }
+        self.feed(inputs);
+        self
     }
 
     fn tick(&self) -> Tick {
@@ -422,6 +456,8 @@ impl<A: Actuator> Daemon<A> {
         }
         self.feed(inputs);
         if let Some(requester) = self.pending_restart.take() {
+            // The new image knows nothing of answers held here.
+            self.release_answers(true);
             self.restart_in_place(requester);
         }
     }
@@ -443,6 +479,7 @@ impl<A: Actuator> Daemon<A> {
                 self.actuator.await_stops(STOP_WAIT, &mut batch);
             }
         }
+        self.release_answers(false);
         self.write_journal();
         self.flush_all();
         if let Some(journal) = &mut self.journal {
@@ -530,6 +567,7 @@ impl<A: Actuator> Daemon<A> {
                 false,
             ),
             ClientEvent::Held(job) => (Reply::Held { job: job.0 }, false),
+            ClientEvent::Answer(reply) => return self.answer(token, reply),
             ClientEvent::Ended(ending) => {
                 let accounting = proto::Accounting {
                     queues: ending.accounting.queues.clone(),
@@ -566,6 +604,60 @@ impl<A: Actuator> Daemon<A> {
             // The job's story is told; the descriptors are not needed any more.
             conn.stdio = None;
         }
+        self.recount(token);
+    }
+
+    /// Sends a console client the core's answer to its command.
+    fn answer(&mut self, token: Token, reply: command::reply::Reply) {
+        let ask = self
+            .console_asks
+            .iter()
+            .position(|(asker, _)| *asker == token)
+            .and_then(|idx| self.console_asks.remove(idx))
+            .map(|(_, ask)| ask);
+        let Some(ask) = ask else {
+            tracing::error!(
+                client = token.0,
+                "an answer to a console command nobody asked"
+            );
+            return;
+        };
+        if ask.restart && !reply.is_error() {
+            self.pending_restart = Some(Some((token, ask.json)));
+            return;
+        }
+        let reply = Reply::Console {
+            ok: !reply.is_error(),
+            text: reply.to_text(),
+            json: ask.json.then(|| reply.to_json()),
+        };
+        // Sent at the end of the feed (`release_answers`), once the stops
+        // the batch asked for are confirmed.
+        self.held_answers.push((token, reply));
+    }
+
+    /// Sends the held answers once no stop is pending (or now, if `now`).
+    /// A command that switched jobs (`suspend`, `queue Q deactivate`, ...)
+    /// is so answered once the switch is done, as a program that stops
+    /// processes itself returns from waitpid: whoever reads the answer
+    /// finds the stopped processes stopped and the entering ones running.
+    /// The loop does not wait for it: a stop confirmed later (after
+    /// `STOP_WAIT`) releases the answers at the end of that event.
+    fn release_answers(&mut self, now: bool) {
+        if self.held_answers.is_empty() || (!now && self.actuator.pending_stops() > 0) {
+            return;
+        }
+        for (token, reply) in std::mem::take(&mut self.held_answers) {
+            self.send_answer(token, &reply);
+        }
+    }
+
+    fn send_answer(&mut self, token: Token, reply: &Reply) {
+        self.dirty.push(token);
+        let Some(conn) = self.connections.get_mut(&token) else {
+            return;
+        };
+        queue_reply(conn, reply);
         self.recount(token);
     }
 
@@ -891,26 +983,19 @@ impl<A: Actuator> Daemon<A> {
                 let reply = match parsed {
                     Ok(None) => command::reply::Reply::Done(String::new()),
                     Ok(Some(command)) => {
-                        let cred = conn.cred.clone();
-                        let now = self.tick();
+                        // An input like any other: the core answers with
+                        // `ClientEvent::Answer` once the batch is decided.
                         let restart = command == command::Command::Restart;
-                        let (reply, actions) =
-                            self.core.command(&cred, command, now, &SystemDirectory);
-                        let mut more = Vec::new();
-                        self.carry_out(actions, &mut more);
-                        inputs.extend(more);
-                        if restart && !reply.is_error() {
-                            // Answered by the new image, or with the reason
-                            // it could not take over.
-                            self.pending_restart = Some(Some((token, json)));
-                            return;
-                        }
-                        reply
+                        self.console_asks
+                            .push_back((token, ConsoleAsk { json, restart }));
+                        inputs.push(Input::Console {
+                            client,
+                            cred: conn.cred.clone(),
+                            command,
+                        });
+                        return;
                     }
                     Err(error) => command::reply::Reply::error(error.to_string()),
-                };
-                let Some(conn) = self.connections.get_mut(&token) else {
-                    return;
                 };
                 queue_reply(
                     conn,
@@ -1529,32 +1614,6 @@ pub fn job_request(submit: proto::Submit) -> Result<JobRequest, String> {
         cwd: submit.cwd.to_os(),
         inherited,
     })
-}
-
-/// Shorthand used by the rc-file runner and tests: the core answer to a
-/// console line from `cred`.
-pub fn run_line(
-    core: &mut Core,
-    cred: &Cred,
-    line: &str,
-    now: Tick,
-) -> Result<Option<command::reply::Reply>, String> {
-    match command::parse_line(line) {
-        Ok(None) => Ok(None),
-        Ok(Some(command)) => {
-            let (reply, _actions) = core.command(cred, command, now, &SystemDirectory);
-            if reply.is_error() {
-                Err(reply
-                    .to_text()
-                    .trim_end()
-                    .trim_start_matches("error: ")
-                    .to_string())
-            } else {
-                Ok(Some(reply))
-            }
-        }
-        Err(error) => Err(error.to_string()),
-    }
 }
 
 /// Binds the daemon's socket safely: the directory is created if missing

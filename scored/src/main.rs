@@ -14,7 +14,7 @@ use tracing_subscriber::EnvFilter;
 use scored::actuator::{self, ActuatorConfig, OsActuator};
 use scored::cluster::{Machine, Topology};
 use scored::config::{self, Flags, Settings};
-use scored::core::{Core, CoreConfig};
+use scored::core::{Action, Core, CoreConfig};
 use scored::evloop::{self, Daemon, LoopConfig, RestartSetup};
 use scored::ids::{Cred, Tick};
 use scored::journal::Journal;
@@ -124,10 +124,11 @@ fn run() -> Result<(), String> {
              cleaning up after it"
         );
     }
-    let (mut core, mut resumed) = match resumed {
+    let (mut core, mut resumed, start_actions) = match resumed {
         Some(handover) => {
-            let core = Core::restore(core_config, topology.clone(), handover.core)
+            let mut core = Core::restore(core_config, topology.clone(), handover.core)
                 .map_err(|error| format!("cannot take over: {error}"))?;
+            core.set_directory(Box::new(evloop::SystemDirectory));
             (
                 core,
                 Some((
@@ -137,13 +138,15 @@ fn run() -> Result<(), String> {
                     handover.restarts,
                     handover.journal_recent,
                 )),
+                Vec::new(),
             )
         }
         None => {
             remove_scratch_leftovers(&state_dir);
             let mut core = Core::new(core_config, topology.clone(), memory_limits);
-            run_rc(&mut core, &settings, uid)?;
-            (core, None)
+            core.set_directory(Box::new(evloop::SystemDirectory));
+            let start_actions = run_rc(&mut core, &settings, uid)?;
+            (core, None, start_actions)
         }
     };
     let restarts = resumed.as_ref().map_or(0, |resumed| resumed.3);
@@ -219,6 +222,7 @@ fn run() -> Result<(), String> {
     if let Some(journal) = journal {
         daemon = daemon.with_journal(journal);
     }
+    daemon = daemon.start_with(start_actions);
     if let Some((connections, tick_us)) = resumed {
         daemon = daemon
             .resume(connections, tick_us)
@@ -450,7 +454,9 @@ fn disk_limits(topology: &Topology, state_dir: &Path) -> Vec<Option<u64>> {
         .collect()
 }
 
-/// Runs the start-up script: `--rc FILE`, else `scored.rc` in the current
+/// Runs the start-up script (its lines are console inputs to the core;
+/// the actions they give are returned for the event loop to carry out):
+/// `--rc FILE`, else `scored.rc` in the current
 /// directory (only for a daemon that is not root), else in the installation
 /// directory (next to the binary, or `../etc` from it). Single-user mode
 /// reads none unless one is given.
@@ -459,7 +465,7 @@ fn disk_limits(topology: &Topology, state_dir: &Path) -> Vec<Option<u64>> {
 /// write there could plant a script for root to run, and takes `--rc` only
 /// as an absolute path. Whoever runs the daemon, the script must belong to
 /// the daemon's user or root and be writable by nobody else.
-fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> {
+fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<Vec<Action>, String> {
     let path = match &settings.rc {
         Some(path) if uid == 0 && !path.is_absolute() => {
             return Err(format!(
@@ -471,7 +477,9 @@ fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> 
         None if settings.single_user => None,
         None => rc_candidates(uid).into_iter().find(|path| path.is_file()),
     };
-    let Some(path) = path else { return Ok(()) };
+    let Some(path) = path else {
+        return Ok(Vec::new());
+    };
     let text = read_rc(&path, uid)?;
     let cred = Cred {
         pid: std::process::id() as i32,
@@ -479,45 +487,15 @@ fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> 
         gid: nix::unistd::getegid().as_raw(),
         groups: Vec::new(),
     };
-    let mut errors = Vec::new();
-    for (idx, line) in text.lines().enumerate() {
-        if let Ok(Some(
-            command @ (scored::command::Command::Shutdown { .. }
-            | scored::command::Command::Restart),
-        )) = scored::command::parse_line(line)
-        {
-            let word = if command == scored::command::Command::Restart {
-                "restart"
-            } else {
-                "shutdown"
-            };
-            errors.push(format!(
-                "{}:{}: {word} cannot be used in a start-up script",
-                path.display(),
-                idx + 1
-            ));
-            continue;
-        }
-        match evloop::run_line(core, &cred, line, Tick::default()) {
-            Ok(Some(reply)) => {
-                // Accepted, but perhaps not meant: the operator reads them
-                // in the log at start.
-                for warning in reply
-                    .to_text()
-                    .lines()
-                    .filter(|text| text.starts_with("warning:"))
-                {
-                    tracing::warn!("{}:{}: {warning}", path.display(), idx + 1);
-                }
-            }
-            Ok(None) => {}
-            Err(message) => errors.push(format!("{}:{}: {message}", path.display(), idx + 1)),
-        }
+    let run = core.run_script(&cred, &path.display().to_string(), &text, Tick::default());
+    for warning in &run.warnings {
+        tracing::warn!("{warning}");
     }
-    if errors.is_empty() {
+    if run.errors.is_empty() {
         tracing::info!(path = %path.display(), "ran the start-up script");
-        Ok(())
+        Ok(run.actions)
     } else {
+        let errors: Vec<String> = run.errors.iter().map(ToString::to_string).collect();
         Err(format!(
             "{}\n{} error{} in the start-up script; not starting",
             errors.join("\n"),

@@ -1,10 +1,11 @@
 //! The scheduling core: the daemon's whole state and the only place it changes.
 //!
 //! Every input (a submission, a process exit, a stop confirmation, a clock
-//! tick, a console command) goes through [`Core::handle`] or
-//! [`Core::command`], together with the current [`Tick`]. The core answers
+//! tick, a console command, a line of the start-up script) goes through
+//! [`Core::handle`], together with the current [`Tick`]. The core answers
 //! with [`Action`]s for the actuator (spawn, stop, continue, signal, sample)
-//! and for clients (notifications), and with the next deadline it needs.
+//! and for clients (notifications, and the reply to a console command), and
+//! with the next deadline it needs.
 //!
 //! A switch is two-phase: leaving jobs get `Stop`; a job enters (`Continue`
 //! or `Spawn`) only once no job that is running or still stopping holds any
@@ -200,6 +201,8 @@ pub enum ClientEvent {
     Held(JobId),
     /// The job ended.
     Ended(Box<Ending>),
+    /// The reply to the client's console command.
+    Answer(Reply),
 }
 
 /// What the core asks the shell to do.
@@ -379,6 +382,17 @@ pub enum Input {
     },
     /// A deadline passed.
     Tick,
+    /// A console command (from `sc_console`, or a line of the start-up
+    /// script): its reply goes to `client` as [`ClientEvent::Answer`], its
+    /// effects come out as actions like those of any other input.
+    Console {
+        /// Who gets the reply.
+        client: ClientToken,
+        /// Who asks: rights are checked against it.
+        cred: Cred,
+        /// The command.
+        command: Command,
+    },
     /// A signal asked the daemon to stop.
     Shutdown {
         /// Kill jobs rather than let them finish.
@@ -548,6 +562,9 @@ pub struct Core {
     build: (String, u64),
     /// The active set, sorted (scratch for `reschedule`).
     chosen: Vec<JobId>,
+    /// Names of groups for console commands (`NoDirectory` until the shell
+    /// gives one).
+    directory: Box<dyn Directory>,
 }
 
 impl Core {
@@ -594,7 +611,13 @@ impl Core {
             journal: None,
             build: (env!("CARGO_PKG_VERSION").to_string(), 0),
             chosen: Vec::new(),
+            directory: Box::new(NoDirectory),
         }
+    }
+
+    /// Sets where console commands look up names of groups.
+    pub fn set_directory(&mut self, directory: Box<dyn Directory>) {
+        self.directory = directory;
     }
 
     /// Sets what `status` shows as `version` and `restarts`.
@@ -924,6 +947,11 @@ impl Core {
                 switches.max = switches.max.max(latency);
             }
             Input::Tick => self.tick(now, out),
+            Input::Console {
+                client,
+                cred,
+                command,
+            } => self.console(client, &cred, command, now, out),
             Input::StateDir(problem) => {
                 if self.state_dir_problem != problem {
                     match &problem {
@@ -937,22 +965,6 @@ impl Core {
                 self.shutdown(kill, now, out);
             }
         }
-    }
-
-    /// Runs a console command for `cred`; returns the reply and the actions.
-    pub fn command(
-        &mut self,
-        cred: &Cred,
-        command: Command,
-        now: Tick,
-        dir: &dyn Directory,
-    ) -> (Reply, Vec<Action>) {
-        let mut out = Vec::new();
-        let reply = self.run_command(cred, command, now, dir, &mut out);
-        if !reply.is_error() {
-            self.reschedule(now, &mut out);
-        }
-        (reply, out)
     }
 
     /// Whether `uid` is root, the daemon's own user or an operator: the
@@ -2253,8 +2265,10 @@ pub fn limits_of(job: &Job) -> JobLimits {
 }
 
 mod commands;
+mod script;
 mod snapshot;
 mod views;
+pub use script::{ScriptError, ScriptProblem, ScriptRun};
 pub use snapshot::CoreSnapshot;
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use mio::net::UnixStream;
 use mio::{Interest, Token};
 
-use super::{queue_reply, Connection, Daemon, Event, SystemDirectory, FIRST_CLIENT};
+use super::{queue_reply, Connection, Daemon, Event, FIRST_CLIENT};
 use crate::actuator::{Actuator, JobStdio};
 use crate::command;
 use crate::ids::{Cred, Tick};
@@ -417,12 +417,7 @@ impl<A: Actuator> Daemon<A> {
                 })
             }
             command::Command::Jobs { all: true } => {
-                let (reply, _) = self.core.command(
-                    cred,
-                    command::Command::Jobs { all: false },
-                    now,
-                    &SystemDirectory,
-                );
+                let reply = self.core.jobs_table(cred, false, now);
                 let command::reply::Reply::Table(current) = reply else {
                     return None;
                 };

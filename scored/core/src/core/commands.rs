@@ -6,18 +6,40 @@
 use std::time::Duration;
 
 use super::{
-    queue_group_name, Action, Core, Directory, JobEvent, JOB_CONTROL_SIGNALS, SIGKILL, SIGTERM,
+    queue_group_name, Action, ClientEvent, Core, Directory, JobEvent, NoDirectory,
+    JOB_CONTROL_SIGNALS, SIGKILL, SIGTERM,
 };
 use crate::admission::ClusterLimits;
 use crate::command::reply::{Reply, Value};
 use crate::command::{self, Command, QueueAction, QueueMode, Setting};
-use crate::ids::{Cred, JobId, Tick};
+use crate::ids::{ClientToken, Cred, JobId, Tick};
 use crate::job::{EndCause, Job, Phase};
 use crate::queue::Queue;
 use crate::units::{format_duration, format_size};
 
 impl Core {
-    pub(super) fn run_command(
+    /// Runs a console command for `cred` and answers `client`; what it
+    /// changes comes out as actions, decided on with the rest of the batch.
+    pub(super) fn console(
+        &mut self,
+        client: ClientToken,
+        cred: &Cred,
+        command: Command,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) {
+        // The directory is the core's own; it is lent to the command, which
+        // changes the rest of the core.
+        let directory = std::mem::replace(&mut self.directory, Box::new(NoDirectory));
+        let reply = self.run_command(cred, command, now, &*directory, out);
+        self.directory = directory;
+        out.push(Action::Notify {
+            client,
+            event: ClientEvent::Answer(reply),
+        });
+    }
+
+    fn run_command(
         &mut self,
         cred: &Cred,
         command: Command,

@@ -229,7 +229,9 @@ impl Core {
         self.is_operator(cred) || job.owner.uid == cred.uid
     }
 
-    pub(super) fn jobs_table(&self, cred: &Cred, all: bool, now: Tick) -> Reply {
+    /// The `jobs` listing as `cred` may see it (`all`: with the finished
+    /// jobs the core remembers).
+    pub fn jobs_table(&self, cred: &Cred, all: bool, now: Tick) -> Reply {
         let mut table = Table::new(&[
             "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "command",
         ]);
