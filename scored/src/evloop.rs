@@ -27,7 +27,7 @@ use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
 use crate::actuator::{Actuator, JobStdio};
 use crate::command::{self, GroupRef};
-use crate::core::{Action, ClientEvent, Core, Directory, EndKind, Input, Rejection};
+use crate::core::{Action, ClientEvent, Core, Directory, EndKind, GroupError, Input, Rejection};
 use crate::ids::{ClientToken, Cred, Tick};
 use crate::job::{JobRequest, Joiner, ProcRequest};
 use crate::journal::Journal;
@@ -173,7 +173,7 @@ pub fn connection_limit(fd_limit: u64) -> usize {
 pub struct SystemDirectory;
 
 impl Directory for SystemDirectory {
-    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), String> {
+    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), GroupError> {
         match group {
             GroupRef::Gid(gid) => {
                 let name = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(*gid))
@@ -184,8 +184,11 @@ impl Directory for SystemDirectory {
             }
             GroupRef::Name(name) => match nix::unistd::Group::from_name(name) {
                 Ok(Some(group)) => Ok((group.gid.as_raw(), Some(group.name))),
-                Ok(None) => Err(format!("no group named '{name}'")),
-                Err(error) => Err(format!("cannot look up group '{name}': {error}")),
+                Ok(None) => Err(GroupError::NotFound { name: name.clone() }),
+                Err(error) => Err(GroupError::Lookup {
+                    name: name.clone(),
+                    source: Box::new(error),
+                }),
             },
         }
     }

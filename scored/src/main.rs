@@ -103,7 +103,7 @@ fn run() -> Result<(), String> {
     if let Some(path) = check_state {
         // A new binary checks, in a process of its own, that it can take
         // over from the one that runs; nothing is touched here.
-        let handover = handover::read(&path)?;
+        let handover = handover::read(&path).map_err(|error| error.to_string())?;
         Core::restore(core_config, topology, handover.core)?;
         println!("{}", scored::version::version());
         return Ok(());

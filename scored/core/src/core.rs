@@ -86,17 +86,60 @@ impl Default for CoreConfig {
 /// Names of users and groups, looked up by the shell (NSS is I/O).
 pub trait Directory {
     /// Resolves a group named in `queue Q set group=`: its id and name.
-    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), String>;
+    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), GroupError>;
+}
+
+/// Why a group named in a console command cannot be used.
+#[derive(Debug)]
+pub enum GroupError {
+    /// The directory knows no names (groups must be given by number).
+    NoNames {
+        /// The name given.
+        name: String,
+    },
+    /// The group database has no such group.
+    NotFound {
+        /// The name given.
+        name: String,
+    },
+    /// The group database could not be read.
+    Lookup {
+        /// The name given.
+        name: String,
+        /// What the lookup said.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl std::fmt::Display for GroupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupError::NoNames { name } => write!(f, "unknown group '{name}'"),
+            GroupError::NotFound { name } => write!(f, "no group named '{name}'"),
+            GroupError::Lookup { name, source } => {
+                write!(f, "cannot look up group '{name}': {source}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GroupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            GroupError::Lookup { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
 }
 
 /// A directory that knows no names: groups must be given by number.
 pub struct NoDirectory;
 
 impl Directory for NoDirectory {
-    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), String> {
+    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), GroupError> {
         match group {
             GroupRef::Gid(gid) => Ok((*gid, None)),
-            GroupRef::Name(name) => Err(format!("unknown group '{name}'")),
+            GroupRef::Name(name) => Err(GroupError::NoNames { name: name.clone() }),
         }
     }
 }

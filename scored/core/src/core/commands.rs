@@ -68,7 +68,7 @@ impl Core {
         match command {
             Command::Help(topic) => match command::help::help(topic.as_deref()) {
                 Ok(text) => Reply::Text(text),
-                Err(message) => Reply::Error(message),
+                Err(unknown) => Reply::Error(unknown.to_string()),
             },
             Command::Status => self.status(now),
             Command::Hosts => self.hosts_table(),
@@ -332,7 +332,7 @@ impl Core {
         let group = match &settings.group {
             Some(Setting::Set(group)) => match dir.group(group) {
                 Ok(resolved) => Some(Some(resolved)),
-                Err(message) => return Reply::error(message),
+                Err(error) => return Reply::error(error.to_string()),
             },
             Some(Setting::Clear) => Some(None),
             None => None,
