@@ -117,7 +117,7 @@ fn run() -> Result<(), String> {
         }
         None => None,
     };
-    if let Some(previous) = instance::claim(&state_dir)? {
+    if let Some(previous) = instance::claim(&state_dir).map_err(|error| error.to_string())? {
         tracing::warn!(
             pid = previous.pid,
             "the previous scored of this state directory did not exit cleanly; \
@@ -185,7 +185,11 @@ fn run() -> Result<(), String> {
         None => {
             let actuator = OsActuator::new(actuator_config, &topology)
                 .map_err(|error| format!("cannot prepare to run jobs: {error}"))?;
-            (actuator, evloop::bind(&socket, uid)?, None)
+            (
+                actuator,
+                evloop::bind(&socket, uid).map_err(|error| error.to_string())?,
+                None,
+            )
         }
     };
     if let Err(error) = actuator::become_subreaper() {
