@@ -73,7 +73,7 @@ fn run() -> Result<(), String> {
     // Checked here for a clear message before anything else starts; the
     // actuator holds it open later.
     actuator::statedir::StateDir::open(&state_dir, uid)
-        .map_err(|message| format!("state directory: {message}"))?;
+        .map_err(|error| format!("state directory: {error}"))?;
     let machine = read_machine();
     let topology = build_topology(&settings, &machine)?;
     let operators = match &settings.operator {
