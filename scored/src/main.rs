@@ -42,11 +42,11 @@ fn run() -> Result<(), String> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-            config::parse_file(path, &text)?
+            config::parse_file(path, &text).map_err(|error| error.to_string())?
         }
         None => Default::default(),
     };
-    let settings = config::resolve(flags, file)?;
+    let settings = config::resolve(flags, file).map_err(|error| error.to_string())?;
     init_logging(settings.verbose);
     // Before anything could start a thread: the loop reads these signals.
     let signals =
