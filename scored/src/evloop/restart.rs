@@ -467,6 +467,9 @@ impl<A: Actuator> Daemon<A> {
                 "a bug: scored panicked handling an event; restarting in place"
             );
             self.pending_restart = None;
+            // Answers held for stops under way go with the connections'
+            // output; the new image knows nothing of them otherwise.
+            self.release_answers(true);
             // The request that hit the bug is consumed: tell its client, in
             // the output that the new image will write.
             if let Some(conn) = client.and_then(|token| self.connections.get_mut(&token)) {
