@@ -155,7 +155,7 @@ pub fn execute(
         Ok(Some(Command::Help(topic))) => {
             Ok(Some(Answer::local(match help::help(topic.as_deref()) {
                 Ok(text) => Reply::Text(text),
-                Err(message) => Reply::Error(message),
+                Err(unknown) => Reply::Error(unknown.to_string()),
             })))
         }
         Ok(Some(_)) => send(line, json).map(Some),

@@ -148,29 +148,99 @@ pub struct Settings {
     pub journal: bool,
 }
 
+/// Why the configuration (the TOML file and the flags) was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The file is not valid TOML for scored.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The line the parser stopped at, when it says.
+        line: Option<usize>,
+        /// What the parser said.
+        message: String,
+    },
+    /// A duration that does not parse.
+    Value {
+        /// The flag (or the file's key of the same name).
+        flag: &'static str,
+        /// Why.
+        source: crate::units::ValueError,
+    },
+    /// A duration outside its range.
+    OutOfRange {
+        /// The flag.
+        flag: &'static str,
+        /// The value, as given back.
+        value: Duration,
+        /// The range, in words: `between 1ms and 1h`.
+        range: &'static str,
+    },
+    /// A count that must be at least 1 is 0.
+    Zero {
+        /// The flag.
+        flag: &'static str,
+    },
+    /// A journal size that is refused.
+    JournalSize(crate::journal::SizeError),
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::File {
+                path,
+                line: Some(line),
+                message,
+            } => write!(f, "{}:{line}: {message}", path.display()),
+            ConfigError::File {
+                path,
+                line: None,
+                message,
+            } => write!(f, "{}: {message}", path.display()),
+            ConfigError::Value { flag, source } => write!(f, "--{flag}: {source}"),
+            ConfigError::OutOfRange { flag, value, range } => write!(
+                f,
+                "--{flag}: {} is out of range: it must be {range}",
+                quote(&crate::units::format_duration_exact(*value))
+            ),
+            ConfigError::Zero { flag } => write!(f, "--{flag}: must be at least 1"),
+            ConfigError::JournalSize(error) => write!(f, "--journal-size: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Value { source, .. } => Some(source),
+            ConfigError::JournalSize(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
 /// Parses the TOML file's text; errors name the file and the line.
-pub fn parse_file(path: &Path, text: &str) -> Result<FileSettings, String> {
-    toml::from_str(text).map_err(|error| {
-        let location = error
+pub fn parse_file(path: &Path, text: &str) -> Result<FileSettings, ConfigError> {
+    toml::from_str(text).map_err(|error| ConfigError::File {
+        path: path.to_path_buf(),
+        line: error
             .span()
-            .map(|span| {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                format!("{}:{line}", path.display())
-            })
-            .unwrap_or_else(|| path.display().to_string());
-        format!("{location}: {}", error.message())
+            .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1),
+        message: error.message().to_string(),
     })
 }
 
 /// Merges flags over the file's settings and checks the values.
-pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
-    let duration = |flag: Option<String>,
-                    from_file: Option<String>,
-                    name: &str,
-                    default: Duration| match flag.or(from_file) {
-        Some(text) => parse_duration(&text).map_err(|error| format!("--{name}: {error}")),
-        None => Ok(default),
-    };
+pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError> {
+    let duration =
+        |flag: Option<String>, from_file: Option<String>, name: &'static str, default: Duration| {
+            match flag.or(from_file) {
+                Some(text) => parse_duration(&text)
+                    .map_err(|source| ConfigError::Value { flag: name, source }),
+                None => Ok(default),
+            }
+        };
     let timeslice = duration(
         flags.timeslice,
         file.timeslice,
@@ -178,10 +248,11 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
         DEFAULT_TIMESLICE,
     )?;
     if timeslice < Duration::from_millis(1) || timeslice > Duration::from_secs(3600) {
-        return Err(format!(
-            "--timeslice: {} is out of range: it must be between 1ms and 1h",
-            quote(&crate::units::format_duration_exact(timeslice))
-        ));
+        return Err(ConfigError::OutOfRange {
+            flag: "timeslice",
+            value: timeslice,
+            range: "between 1ms and 1h",
+        });
     }
     let kill_grace = duration(
         flags.kill_grace,
@@ -196,10 +267,11 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
         DEFAULT_REQUEST_TIMEOUT,
     )?;
     if request_timeout < Duration::from_millis(10) || request_timeout > Duration::from_secs(3600) {
-        return Err(format!(
-            "--request-timeout: {} is out of range: it must be between 10ms and 1h",
-            quote(&crate::units::format_duration_exact(request_timeout))
-        ));
+        return Err(ConfigError::OutOfRange {
+            flag: "request-timeout",
+            value: request_timeout,
+            range: "between 10ms and 1h",
+        });
     }
     Ok(Settings {
         hosts: flags.hosts.or(file.hosts),
@@ -213,22 +285,31 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, String> {
         single_user: flags.single_user,
         cgroups: !flags.no_cgroups && file.cgroups.unwrap_or(true),
         max_connections: match flags.max_connections.or(file.max_connections) {
-            Some(0) => return Err("--max-connections: must be at least 1".to_string()),
+            Some(0) => {
+                return Err(ConfigError::Zero {
+                    flag: "max-connections",
+                })
+            }
             other => other,
         },
         max_connections_per_user: match flags
             .max_connections_per_user
             .or(file.max_connections_per_user)
         {
-            Some(0) => return Err("--max-connections-per-user: must be at least 1".to_string()),
+            Some(0) => {
+                return Err(ConfigError::Zero {
+                    flag: "max-connections-per-user",
+                })
+            }
             Some(n) => n,
             None => DEFAULT_MAX_CONNECTIONS_PER_USER,
         },
         request_timeout,
         verbose: flags.verbose.max(file.verbose.unwrap_or(0)),
         journal_size: match flags.journal_size.or(file.journal_size) {
-            Some(text) => crate::journal::parse_max_size(&text)
-                .map_err(|error| format!("--journal-size: {error}"))?,
+            Some(text) => {
+                crate::journal::parse_max_size(&text).map_err(ConfigError::JournalSize)?
+            }
             None => crate::journal::DEFAULT_MAX_SIZE,
         },
         journal: !flags.no_journal && file.journal.unwrap_or(true),
@@ -242,8 +323,8 @@ mod tests {
     fn settings(args: &[&str], file: &str) -> Result<Settings, String> {
         let flags = Flags::try_parse_from(std::iter::once("scored").chain(args.iter().copied()))
             .map_err(|e| e.to_string())?;
-        let file = parse_file(Path::new("scored.toml"), file)?;
-        resolve(flags, file)
+        let file = parse_file(Path::new("scored.toml"), file).map_err(|e| e.to_string())?;
+        resolve(flags, file).map_err(|e| e.to_string())
     }
 
     #[test]

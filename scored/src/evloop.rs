@@ -27,7 +27,7 @@ use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
 use crate::actuator::{Actuator, JobStdio};
 use crate::command::{self, GroupRef};
-use crate::core::{Action, ClientEvent, Core, Directory, Input};
+use crate::core::{Action, ClientEvent, Core, Directory, GroupError, Input};
 use crate::ids::{ClientToken, Cred, Tick};
 use crate::job::JobRequest;
 use crate::journal::Journal;
@@ -171,7 +171,7 @@ pub fn connection_limit(fd_limit: u64) -> usize {
 pub struct SystemDirectory;
 
 impl Directory for SystemDirectory {
-    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), String> {
+    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), GroupError> {
         match group {
             GroupRef::Gid(gid) => {
                 let name = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(*gid))
@@ -182,8 +182,11 @@ impl Directory for SystemDirectory {
             }
             GroupRef::Name(name) => match nix::unistd::Group::from_name(name) {
                 Ok(Some(group)) => Ok((group.gid.as_raw(), Some(group.name))),
-                Ok(None) => Err(format!("no group named '{name}'")),
-                Err(error) => Err(format!("cannot look up group '{name}': {error}")),
+                Ok(None) => Err(GroupError::NotFound { name: name.clone() }),
+                Err(error) => Err(GroupError::Lookup {
+                    name: name.clone(),
+                    source: Box::new(error),
+                }),
             },
         }
     }
@@ -269,6 +272,25 @@ pub struct Daemon<A: Actuator> {
     partial: HashMap<Token, Instant>,
     /// The core before the current event, to recover from a panic.
     recovery: restart::Recovery,
+    /// The console command the hook panics after, applied in this
+    /// event (test only, see `restart::panic_after_line`).
+    panic_after: Option<String>,
+    /// Console commands given to the core and not answered yet, in order:
+    /// how each connection wants its answer.
+    console_asks: VecDeque<(Token, ConsoleAsk)>,
+    /// Answers to console commands held back, in order, until the stops
+    /// under way are confirmed (see `answer`).
+    held_answers: Vec<(Token, Reply)>,
+}
+
+/// How a console client wants the answer to the command it sent.
+#[derive(Debug, Clone, Copy)]
+struct ConsoleAsk {
+    /// With the JSON form too.
+    json: bool,
+    /// The command is `restart`: an accepted one is answered by the new
+    /// image, or with the reason it could not take over.
+    restart: bool,
 }
 
 /// Blocks the signals the loop reads through its signalfd, and only those:
@@ -338,7 +360,26 @@ impl<A: Actuator> Daemon<A> {
             per_user: HashMap::new(),
             partial: HashMap::new(),
             recovery: restart::Recovery::default(),
+            panic_after: None,
+            console_asks: VecDeque::new(),
+            held_answers: Vec::new(),
         })
+    }
+
+    /// Carries out what the start-up script asked of the shell
+    /// ([`Core::run_script`]), before the first event, as any other
+    /// actions: stops it asks for are waited for as a tick's are.
+    pub fn start_with(mut self, actions: Vec<Action>) -> Daemon<A> {
+        let stops = actions
+            .iter()
+            .any(|action| matches!(action, Action::Stop(_)));
+        let mut inputs = Vec::new();
+        self.carry_out(actions, &mut inputs);
+        if stops {
+            self.actuator.await_stops(STOP_WAIT, &mut inputs);
+        }
+        self.feed(inputs);
+        self
     }
 
     fn tick(&self) -> Tick {
@@ -429,6 +470,8 @@ impl<A: Actuator> Daemon<A> {
         }
         self.feed(inputs);
         if let Some(requester) = self.pending_restart.take() {
+            // The new image knows nothing of answers held here.
+            self.release_answers(true);
             self.restart_in_place(requester);
         }
     }
@@ -453,6 +496,10 @@ impl<A: Actuator> Daemon<A> {
                 self.recovery.note(&batch[before..]);
             }
         }
+        if let Some(line) = self.panic_after.take() {
+            restart::panic_after_line(&line);
+        }
+        self.release_answers(false);
         self.write_journal();
         self.flush_all();
         if let Some(journal) = &mut self.journal {
@@ -546,6 +593,7 @@ impl<A: Actuator> Daemon<A> {
                 false,
             ),
             ClientEvent::Held(job) => (Reply::Held { job: job.0 }, false),
+            ClientEvent::Answer(reply) => return self.answer(token, reply),
             ClientEvent::Ended(ending) => (
                 Reply::Ended {
                     job: ending.job.0,
@@ -563,6 +611,60 @@ impl<A: Actuator> Daemon<A> {
             // The job's story is told; the descriptors are not needed any more.
             conn.stdio = None;
         }
+        self.recount(token);
+    }
+
+    /// Sends a console client the core's answer to its command.
+    fn answer(&mut self, token: Token, reply: command::reply::Reply) {
+        let ask = self
+            .console_asks
+            .iter()
+            .position(|(asker, _)| *asker == token)
+            .and_then(|idx| self.console_asks.remove(idx))
+            .map(|(_, ask)| ask);
+        let Some(ask) = ask else {
+            tracing::error!(
+                client = token.0,
+                "an answer to a console command nobody asked"
+            );
+            return;
+        };
+        if ask.restart && !reply.is_error() {
+            self.pending_restart = Some(Some((token, ask.json)));
+            return;
+        }
+        let reply = Reply::Console {
+            ok: !reply.is_error(),
+            text: reply.to_text(),
+            json: ask.json.then(|| reply.to_json()),
+        };
+        // Sent at the end of the feed (`release_answers`), once the stops
+        // the batch asked for are confirmed.
+        self.held_answers.push((token, reply));
+    }
+
+    /// Sends the held answers once no stop is pending (or now, if `now`).
+    /// A command that switched jobs (`suspend`, `queue Q deactivate`, ...)
+    /// is so answered once the switch is done, as a program that stops
+    /// processes itself returns from waitpid: whoever reads the answer
+    /// finds the stopped processes stopped and the entering ones running.
+    /// The loop does not wait for it: a stop confirmed later (after
+    /// `STOP_WAIT`) releases the answers at the end of that event.
+    fn release_answers(&mut self, now: bool) {
+        if self.held_answers.is_empty() || (!now && self.actuator.pending_stops() > 0) {
+            return;
+        }
+        for (token, reply) in std::mem::take(&mut self.held_answers) {
+            self.send_answer(token, &reply);
+        }
+    }
+
+    fn send_answer(&mut self, token: Token, reply: &Reply) {
+        self.dirty.push(token);
+        let Some(conn) = self.connections.get_mut(&token) else {
+            return;
+        };
+        queue_reply(conn, reply);
         self.recount(token);
     }
 
@@ -873,28 +975,22 @@ impl<A: Actuator> Daemon<A> {
                 let reply = match parsed {
                     Ok(None) => command::reply::Reply::Done(String::new()),
                     Ok(Some(command)) => {
-                        let cred = conn.cred.clone();
-                        let now = self.tick();
+                        // An input like any other: the core answers with
+                        // `ClientEvent::Answer` once the batch is decided.
                         let restart = command == command::Command::Restart;
-                        let (reply, actions) =
-                            self.core.command(&cred, command, now, &SystemDirectory);
-                        self.recovery.changed = true;
-                        let mut more = Vec::new();
-                        self.carry_out(actions, &mut more);
-                        inputs.extend(more);
-                        restart::panic_after_line(&line);
-                        if restart && !reply.is_error() {
-                            // Answered by the new image, or with the reason
-                            // it could not take over.
-                            self.pending_restart = Some(Some((token, json)));
-                            return;
+                        if restart::panics_after_line(&line) {
+                            self.panic_after = Some(line.clone());
                         }
-                        reply
+                        self.console_asks
+                            .push_back((token, ConsoleAsk { json, restart }));
+                        inputs.push(Input::Console {
+                            client,
+                            cred: conn.cred.clone(),
+                            command,
+                        });
+                        return;
                     }
                     Err(error) => command::reply::Reply::error(error.to_string()),
-                };
-                let Some(conn) = self.connections.get_mut(&token) else {
-                    return;
                 };
                 queue_reply(
                     conn,
@@ -1424,29 +1520,87 @@ fn check_job_terminal(stdin: &OwnedFd) -> Result<(), String> {
     }
 }
 
-/// Shorthand used by the rc-file runner and tests: the core answer to a
-/// console line from `cred`.
-pub fn run_line(
-    core: &mut Core,
-    cred: &Cred,
-    line: &str,
-    now: Tick,
-) -> Result<Option<command::reply::Reply>, String> {
-    match command::parse_line(line) {
-        Ok(None) => Ok(None),
-        Ok(Some(command)) => {
-            let (reply, _actions) = core.command(cred, command, now, &SystemDirectory);
-            if reply.is_error() {
-                Err(reply
-                    .to_text()
-                    .trim_end()
-                    .trim_start_matches("error: ")
-                    .to_string())
-            } else {
-                Ok(Some(reply))
+/// Why the daemon's socket could not be bound.
+#[derive(Debug)]
+pub enum BindError {
+    /// A file system call on `path` failed (`doing`: what was tried).
+    Io {
+        /// What was tried: `create`, `inspect`, ...
+        doing: &'static str,
+        /// The path it was tried on.
+        path: PathBuf,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The socket's directory belongs to someone else.
+    DirectoryOwner {
+        /// The socket.
+        path: PathBuf,
+        /// The directory's owner.
+        uid: u32,
+    },
+    /// The socket's directory is writable by other users and not sticky.
+    DirectoryWritable {
+        /// The socket.
+        path: PathBuf,
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// Something other than a socket is at the path.
+    NotSocket(PathBuf),
+    /// A socket of another user is at the path.
+    SocketOwner {
+        /// The socket.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+    },
+    /// A daemon answers on the socket.
+    InUse(PathBuf),
+}
+
+impl std::fmt::Display for BindError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BindError::Io {
+                doing,
+                path,
+                source,
+            } => write!(f, "cannot {doing} {}: {source}", path.display()),
+            BindError::DirectoryOwner { path, uid } => write!(
+                f,
+                "refusing {}: its directory belongs to uid {uid}",
+                path.display()
+            ),
+            BindError::DirectoryWritable { path, dir } => write!(
+                f,
+                "refusing {}: its directory {} is writable by other users",
+                path.display(),
+                dir.display()
+            ),
+            BindError::NotSocket(path) => write!(
+                f,
+                "refusing {}: it exists and is not a socket",
+                path.display()
+            ),
+            BindError::SocketOwner { path, uid } => {
+                write!(f, "refusing {}: it belongs to uid {uid}", path.display())
             }
+            BindError::InUse(path) => write!(
+                f,
+                "another scored is already listening on {}",
+                path.display()
+            ),
         }
-        Err(error) => Err(error.to_string()),
+    }
+}
+
+impl std::error::Error for BindError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BindError::Io { source, .. } => Some(source),
+            _ => None,
+        }
     }
 }
 
@@ -1454,9 +1608,20 @@ pub fn run_line(
 /// and must not be writable by other users (unless sticky); an existing
 /// path must be a socket of ours that nobody answers on (a stale socket is
 /// replaced, a live daemon is refused).
-pub fn bind(path: &std::path::Path, uid: u32) -> Result<std::os::unix::net::UnixListener, String> {
+pub fn bind(
+    path: &std::path::Path,
+    uid: u32,
+) -> Result<std::os::unix::net::UnixListener, BindError> {
     use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
     let show = path.display();
+    let io_error = |doing: &'static str, path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| BindError::Io {
+            doing,
+            path,
+            source,
+        }
+    };
     let parent = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
@@ -1467,47 +1632,48 @@ pub fn bind(path: &std::path::Path, uid: u32) -> Result<std::os::unix::net::Unix
             .recursive(true)
             .mode(mode)
             .create(&parent)
-            .map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
+            .map_err(io_error("create", &parent))?;
     }
-    let dir = std::fs::metadata(&parent)
-        .map_err(|error| format!("cannot inspect {}: {error}", parent.display()))?;
+    let dir = std::fs::metadata(&parent).map_err(io_error("inspect", &parent))?;
     let mode = dir.permissions().mode();
     if dir.uid() != uid && dir.uid() != 0 {
-        return Err(format!(
-            "refusing {show}: its directory belongs to uid {}",
-            dir.uid()
-        ));
+        return Err(BindError::DirectoryOwner {
+            path: path.to_path_buf(),
+            uid: dir.uid(),
+        });
     }
     if mode & 0o022 != 0 && mode & 0o1000 == 0 {
-        return Err(format!(
-            "refusing {show}: its directory {} is writable by other users",
-            parent.display()
-        ));
+        return Err(BindError::DirectoryWritable {
+            path: path.to_path_buf(),
+            dir: parent,
+        });
     }
     match std::fs::symlink_metadata(path) {
         Ok(meta) => {
             if !meta.file_type().is_socket() {
-                return Err(format!("refusing {show}: it exists and is not a socket"));
+                return Err(BindError::NotSocket(path.to_path_buf()));
             }
             if meta.uid() != uid {
-                return Err(format!("refusing {show}: it belongs to uid {}", meta.uid()));
+                return Err(BindError::SocketOwner {
+                    path: path.to_path_buf(),
+                    uid: meta.uid(),
+                });
             }
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(format!("another scored is already listening on {show}"));
+                return Err(BindError::InUse(path.to_path_buf()));
             }
-            std::fs::remove_file(path)
-                .map_err(|error| format!("cannot remove the stale socket {show}: {error}"))?;
+            std::fs::remove_file(path).map_err(io_error("remove the stale socket", path))?;
             tracing::info!(path = %show, "replaced a stale socket");
         }
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-        Err(error) => return Err(format!("cannot inspect {show}: {error}")),
+        Err(error) => return Err(io_error("inspect", path)(error)),
     }
-    let listener = std::os::unix::net::UnixListener::bind(path)
-        .map_err(|error| format!("cannot listen on {show}: {error}"))?;
+    let listener =
+        std::os::unix::net::UnixListener::bind(path).map_err(io_error("listen on", path))?;
     // Every local user may connect (read-only commands are open to all and
     // identity comes from the kernel); a user's own daemon stays private.
     let mode = if uid == 0 { 0o666 } else { 0o600 };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|error| format!("cannot set the permissions of {show}: {error}"))?;
+        .map_err(io_error("set the permissions of", path))?;
     Ok(listener)
 }

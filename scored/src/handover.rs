@@ -115,31 +115,113 @@ pub fn write(state_dir: &Path, handover: &Handover) -> io::Result<PathBuf> {
     Ok(path)
 }
 
+/// Why a handover file was refused.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The file could not be read.
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What reading it said.
+        source: io::Error,
+    },
+    /// The file is not JSON with a format field.
+    NotHandover {
+        /// The file.
+        path: PathBuf,
+        /// What parsing it said.
+        source: serde_json::Error,
+    },
+    /// The file is of another format than this binary's.
+    OtherFormat {
+        /// The file.
+        path: PathBuf,
+        /// Its format.
+        format: u64,
+    },
+    /// The file names no format.
+    NoFormat {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is of this format but its contents do not parse.
+    Contents {
+        /// The file.
+        path: PathBuf,
+        /// What parsing it said.
+        source: serde_json::Error,
+    },
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Read { path, source } => {
+                write!(f, "cannot read {}: {source}", path.display())
+            }
+            ReadError::NotHandover { path, source } => {
+                write!(f, "{} is not a handover file: {source}", path.display())
+            }
+            ReadError::OtherFormat { path, format } => write!(
+                f,
+                "{} has handover format {format}; this scored ({}) reads format {FORMAT}",
+                path.display(),
+                crate::version::version()
+            ),
+            ReadError::NoFormat { path } => {
+                write!(f, "{} has no handover format", path.display())
+            }
+            ReadError::Contents { path, source } => {
+                write!(f, "{} cannot be read: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReadError::Read { source, .. } => Some(source),
+            ReadError::NotHandover { source, .. } | ReadError::Contents { source, .. } => {
+                Some(source)
+            }
+            ReadError::OtherFormat { .. } | ReadError::NoFormat { .. } => None,
+        }
+    }
+}
+
 /// Reads a handover file; refuses one of another format, naming both.
-pub fn read(path: &Path) -> Result<Handover, String> {
-    let bytes =
-        fs::read(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+pub fn read(path: &Path) -> Result<Handover, ReadError> {
+    let path_buf = || path.to_path_buf();
+    let bytes = fs::read(path).map_err(|source| ReadError::Read {
+        path: path_buf(),
+        source,
+    })?;
     // The format alone first (the rest is skipped, not built), so that a
     // file of another layout is refused by its format, not by a field.
     #[derive(Deserialize)]
     struct Format {
         format: Option<u64>,
     }
-    let Format { format } = serde_json::from_slice(&bytes)
-        .map_err(|error| format!("{} is not a handover file: {error}", path.display()))?;
+    let Format { format } =
+        serde_json::from_slice(&bytes).map_err(|source| ReadError::NotHandover {
+            path: path_buf(),
+            source,
+        })?;
     match format {
         Some(format) if format == u64::from(FORMAT) => {}
         Some(format) => {
-            return Err(format!(
-                "{} has handover format {format}; this scored ({}) reads format {FORMAT}",
-                path.display(),
-                crate::version::version()
-            ))
+            return Err(ReadError::OtherFormat {
+                path: path_buf(),
+                format,
+            })
         }
-        None => return Err(format!("{} has no handover format", path.display())),
+        None => return Err(ReadError::NoFormat { path: path_buf() }),
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|error| format!("{} cannot be read: {error}", path.display()))
+    serde_json::from_slice(&bytes).map_err(|source| ReadError::Contents {
+        path: path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -153,17 +235,27 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join(FILE);
         fs::write(&path, r#"{"format": 99, "version": "9.9.9"}"#).unwrap();
-        let error = read(&path).unwrap_err();
+        let error = read(&path).unwrap_err().to_string();
         assert!(error.contains("has handover format 99"), "{error}");
         assert!(error.contains(&format!("reads format {FORMAT}")), "{error}");
         fs::write(&path, r#"{"version": "9.9.9"}"#).unwrap();
-        assert!(read(&path).unwrap_err().contains("has no handover format"));
+        assert!(read(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("has no handover format"));
         fs::write(&path, "not json").unwrap();
-        assert!(read(&path).unwrap_err().contains("is not a handover file"));
+        assert!(read(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("is not a handover file"));
         fs::write(&path, format!(r#"{{"format": {FORMAT}}}"#)).unwrap();
-        assert!(read(&path).unwrap_err().contains("cannot be read"));
+        assert!(read(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("cannot be read"));
         assert!(read(&dir.join("missing"))
             .unwrap_err()
+            .to_string()
             .starts_with("cannot read"));
         let _ = fs::remove_dir_all(&dir);
     }

@@ -19,7 +19,7 @@
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The file's name in the state directory.
 pub const FILE: &str = "daemon";
@@ -113,23 +113,71 @@ pub fn recorded(state_dir: &Path) -> Option<Identity> {
     Identity::from_line(&text)
 }
 
+/// Why the state directory cannot be taken.
+#[derive(Debug)]
+pub enum ClaimError {
+    /// This process's own identity could not be read.
+    Identity(io::Error),
+    /// A live daemon holds it.
+    InUse {
+        /// That daemon's pid.
+        pid: i32,
+        /// The state directory.
+        state_dir: PathBuf,
+    },
+    /// The record could not be written.
+    Write {
+        /// The record's path.
+        path: PathBuf,
+        /// What writing said.
+        source: io::Error,
+    },
+}
+
+impl std::fmt::Display for ClaimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClaimError::Identity(error) => {
+                write!(f, "cannot tell this process from others: {error}")
+            }
+            ClaimError::InUse { pid, state_dir } => write!(
+                f,
+                "another scored (pid {pid}) uses the state directory {}",
+                state_dir.display()
+            ),
+            ClaimError::Write { path, source } => {
+                write!(f, "cannot write {}: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ClaimError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ClaimError::Identity(error) | ClaimError::Write { source: error, .. } => Some(error),
+            ClaimError::InUse { .. } => None,
+        }
+    }
+}
+
 /// Takes the state directory for this daemon: refuses it while the daemon
 /// recorded there is alive; returns the dead one it replaces, if any.
-pub fn claim(state_dir: &Path) -> Result<Option<Identity>, String> {
-    let me = Identity::current()
-        .map_err(|error| format!("cannot tell this process from others: {error}"))?;
+pub fn claim(state_dir: &Path) -> Result<Option<Identity>, ClaimError> {
+    let me = Identity::current().map_err(ClaimError::Identity)?;
     let previous = recorded(state_dir);
     if let Some(previous) = &previous {
         if previous.pid != me.pid && previous.alive_now() {
-            return Err(format!(
-                "another scored (pid {}) uses the state directory {}",
-                previous.pid,
-                state_dir.display()
-            ));
+            return Err(ClaimError::InUse {
+                pid: previous.pid,
+                state_dir: state_dir.to_path_buf(),
+            });
         }
     }
-    write(state_dir, &me)
-        .map_err(|error| format!("cannot write {}: {error}", state_dir.join(FILE).display()))?;
+    write(state_dir, &me).map_err(|source| ClaimError::Write {
+        path: state_dir.join(FILE),
+        source,
+    })?;
     Ok(previous.filter(|previous| *previous != me))
 }
 

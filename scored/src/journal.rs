@@ -64,13 +64,41 @@ pub struct Recovered {
     pub bad_lines: usize,
 }
 
+/// Why a `--journal-size` value was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SizeError {
+    /// It is not a size.
+    Invalid(crate::units::ValueError),
+    /// It is a size below 4K.
+    TooSmall(String),
+}
+
+impl std::fmt::Display for SizeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SizeError::Invalid(error) => write!(f, "{error}"),
+            SizeError::TooSmall(text) => write!(
+                f,
+                "journal size {text} is too small: at least 4K, so that a record fits"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SizeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SizeError::Invalid(error) => Some(error),
+            SizeError::TooSmall(_) => None,
+        }
+    }
+}
+
 /// Parses a `--journal-size` value (a size, at least 4K).
-pub fn parse_max_size(text: &str) -> Result<u64, String> {
-    let size = parse_size(text).map_err(|error| error.to_string())?;
+pub fn parse_max_size(text: &str) -> Result<u64, SizeError> {
+    let size = parse_size(text).map_err(SizeError::Invalid)?;
     if size < 4096 {
-        return Err(format!(
-            "journal size {text} is too small: at least 4K, so that a record fits"
-        ));
+        return Err(SizeError::TooSmall(text.to_string()));
     }
     Ok(size)
 }
@@ -667,7 +695,10 @@ mod tests {
     #[test]
     fn sizes_below_a_record_are_refused() {
         assert_eq!(parse_max_size("16M"), Ok(16 << 20));
-        assert!(parse_max_size("100").unwrap_err().contains("at least 4K"));
+        assert!(parse_max_size("100")
+            .unwrap_err()
+            .to_string()
+            .contains("at least 4K"));
         assert!(parse_max_size("lots").is_err());
     }
 }

@@ -14,7 +14,7 @@ use tracing_subscriber::EnvFilter;
 use scored::actuator::{self, ActuatorConfig, OsActuator};
 use scored::cluster::{Machine, Topology};
 use scored::config::{self, Flags, Settings};
-use scored::core::{Core, CoreConfig};
+use scored::core::{Action, Core, CoreConfig};
 use scored::evloop::{self, Daemon, LoopConfig, RestartSetup};
 use scored::ids::{Cred, Tick};
 use scored::journal::Journal;
@@ -42,11 +42,11 @@ fn run() -> Result<(), String> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-            config::parse_file(path, &text)?
+            config::parse_file(path, &text).map_err(|error| error.to_string())?
         }
         None => Default::default(),
     };
-    let settings = config::resolve(flags, file)?;
+    let settings = config::resolve(flags, file).map_err(|error| error.to_string())?;
     init_logging(settings.verbose);
     // Before anything could start a thread: the loop reads these signals.
     let signals =
@@ -73,7 +73,7 @@ fn run() -> Result<(), String> {
     // Checked here for a clear message before anything else starts; the
     // actuator holds it open later.
     actuator::statedir::StateDir::open(&state_dir, uid)
-        .map_err(|message| format!("state directory: {message}"))?;
+        .map_err(|error| format!("state directory: {error}"))?;
     let machine = read_machine();
     let topology = build_topology(&settings, &machine)?;
     let operators = match &settings.operator {
@@ -104,7 +104,7 @@ fn run() -> Result<(), String> {
     if let Some(path) = check_state {
         // A new binary checks, in a process of its own, that it can take
         // over from the one that runs; nothing is touched here.
-        let handover = handover::read(&path)?;
+        let handover = handover::read(&path).map_err(|error| error.to_string())?;
         Core::restore(core_config, topology, handover.core)?;
         println!("{}", scored::version::version());
         return Ok(());
@@ -118,17 +118,18 @@ fn run() -> Result<(), String> {
         }
         None => None,
     };
-    if let Some(previous) = instance::claim(&state_dir)? {
+    if let Some(previous) = instance::claim(&state_dir).map_err(|error| error.to_string())? {
         tracing::warn!(
             pid = previous.pid,
             "the previous scored of this state directory did not exit cleanly; \
              cleaning up after it"
         );
     }
-    let (mut core, mut resumed) = match resumed {
+    let (mut core, mut resumed, start_actions) = match resumed {
         Some(handover) => {
-            let core = Core::restore(core_config, topology.clone(), handover.core)
+            let mut core = Core::restore(core_config, topology.clone(), handover.core)
                 .map_err(|error| format!("cannot take over: {error}"))?;
+            core.set_directory(Box::new(evloop::SystemDirectory));
             (
                 core,
                 Some((
@@ -138,13 +139,15 @@ fn run() -> Result<(), String> {
                     handover.restarts,
                     handover.journal_recent,
                 )),
+                Vec::new(),
             )
         }
         None => {
             remove_scratch_leftovers(&state_dir);
             let mut core = Core::new(core_config, topology.clone(), memory_limits);
-            run_rc(&mut core, &settings, uid)?;
-            (core, None)
+            core.set_directory(Box::new(evloop::SystemDirectory));
+            let start_actions = run_rc(&mut core, &settings, uid)?;
+            (core, None, start_actions)
         }
     };
     let restarts = resumed.as_ref().map_or(0, |resumed| resumed.3);
@@ -183,7 +186,11 @@ fn run() -> Result<(), String> {
         None => {
             let actuator = OsActuator::new(actuator_config, &topology)
                 .map_err(|error| format!("cannot prepare to run jobs: {error}"))?;
-            (actuator, evloop::bind(&socket, uid)?, None)
+            (
+                actuator,
+                evloop::bind(&socket, uid).map_err(|error| error.to_string())?,
+                None,
+            )
         }
     };
     if let Err(error) = actuator::become_subreaper() {
@@ -219,6 +226,7 @@ fn run() -> Result<(), String> {
     if let Some(journal) = journal {
         daemon = daemon.with_journal(journal);
     }
+    daemon = daemon.start_with(start_actions);
     if let Some((connections, tick_us)) = resumed {
         daemon = daemon
             .resume(connections, tick_us)
@@ -450,7 +458,9 @@ fn disk_limits(topology: &Topology, state_dir: &Path) -> Vec<Option<u64>> {
         .collect()
 }
 
-/// Runs the start-up script: `--rc FILE`, else `scored.rc` in the current
+/// Runs the start-up script (its lines are console inputs to the core;
+/// the actions they give are returned for the event loop to carry out):
+/// `--rc FILE`, else `scored.rc` in the current
 /// directory (only for a daemon that is not root), else in the installation
 /// directory (next to the binary, or `../etc` from it). Single-user mode
 /// reads none unless one is given.
@@ -459,7 +469,7 @@ fn disk_limits(topology: &Topology, state_dir: &Path) -> Vec<Option<u64>> {
 /// write there could plant a script for root to run, and takes `--rc` only
 /// as an absolute path. Whoever runs the daemon, the script must belong to
 /// the daemon's user or root and be writable by nobody else.
-fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> {
+fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<Vec<Action>, String> {
     let path = match &settings.rc {
         Some(path) if uid == 0 && !path.is_absolute() => {
             return Err(format!(
@@ -471,7 +481,9 @@ fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> 
         None if settings.single_user => None,
         None => rc_candidates(uid).into_iter().find(|path| path.is_file()),
     };
-    let Some(path) = path else { return Ok(()) };
+    let Some(path) = path else {
+        return Ok(Vec::new());
+    };
     let text = read_rc(&path, uid)?;
     let cred = Cred {
         pid: std::process::id() as i32,
@@ -479,45 +491,15 @@ fn run_rc(core: &mut Core, settings: &Settings, uid: u32) -> Result<(), String> 
         gid: nix::unistd::getegid().as_raw(),
         groups: Vec::new(),
     };
-    let mut errors = Vec::new();
-    for (idx, line) in text.lines().enumerate() {
-        if let Ok(Some(
-            command @ (scored::command::Command::Shutdown { .. }
-            | scored::command::Command::Restart),
-        )) = scored::command::parse_line(line)
-        {
-            let word = if command == scored::command::Command::Restart {
-                "restart"
-            } else {
-                "shutdown"
-            };
-            errors.push(format!(
-                "{}:{}: {word} cannot be used in a start-up script",
-                path.display(),
-                idx + 1
-            ));
-            continue;
-        }
-        match evloop::run_line(core, &cred, line, Tick::default()) {
-            Ok(Some(reply)) => {
-                // Accepted, but perhaps not meant: the operator reads them
-                // in the log at start.
-                for warning in reply
-                    .to_text()
-                    .lines()
-                    .filter(|text| text.starts_with("warning:"))
-                {
-                    tracing::warn!("{}:{}: {warning}", path.display(), idx + 1);
-                }
-            }
-            Ok(None) => {}
-            Err(message) => errors.push(format!("{}:{}: {message}", path.display(), idx + 1)),
-        }
+    let run = core.run_script(&cred, &path.display().to_string(), &text, Tick::default());
+    for warning in &run.warnings {
+        tracing::warn!("{warning}");
     }
-    if errors.is_empty() {
+    if run.errors.is_empty() {
         tracing::info!(path = %path.display(), "ran the start-up script");
-        Ok(())
+        Ok(run.actions)
     } else {
+        let errors: Vec<String> = run.errors.iter().map(ToString::to_string).collect();
         Err(format!(
             "{}\n{} error{} in the start-up script; not starting",
             errors.join("\n"),

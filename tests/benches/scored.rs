@@ -1258,7 +1258,7 @@ fn journal_cost(rows: &mut Vec<Row>) {
 /// are copied then, being shared with it).
 fn checkpoint_in_core(rows: &mut Vec<Row>) {
     use scored::cluster::{Cluster, Host, Topology};
-    use scored::core::{Action, Core, CoreConfig, Input, NoDirectory};
+    use scored::core::{Action, Core, CoreConfig, Input};
     use scored::ids::{ClientToken, ClusterId, Cred, HostId, Tick};
     use scored::job::{JobRequest, Joiner, ProcRequest};
     let n_hosts = 100u32;
@@ -1305,7 +1305,14 @@ fn checkpoint_in_core(rows: &mut Vec<Row>) {
     let command = scored::command::parse_line("queue 2 deactivate")
         .expect("valid")
         .expect("a command");
-    core.command(&cred, command, now, &NoDirectory);
+    core.handle(
+        Input::Console {
+            client: ClientToken(0),
+            cred: cred.clone(),
+            command,
+        },
+        now,
+    );
     for idx in 0..1_120u64 {
         let request = JobRequest {
             stages: vec![vec![OsString::from("sleep"), OsString::from("3600")]],

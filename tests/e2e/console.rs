@@ -209,3 +209,62 @@ fn sigterm_to_scored_kills_every_job_even_stopped_ones() {
     first.wait(Duration::from_secs(10));
     second.wait(Duration::from_secs(10));
 }
+
+/// Issue 10: a console command is an input like any other, so a switch it
+/// causes is carried out as a tick's is: the stop is waited for and the job
+/// that takes the hosts enters before the reply goes out. When `suspend`
+/// is answered, the suspended job's processes are stopped and the other
+/// job's run (the kernel's word, read the moment the reply arrives).
+#[test]
+fn r10_a_suspend_is_answered_once_its_switch_is_done() {
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("100ms")
+        .start();
+    let mut jobs = Vec::new();
+    let mut pids = Vec::new();
+    for _ in 0..2 {
+        let mut job = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+        pids.push(job.wait_pids(2));
+        jobs.push(job);
+    }
+    // No rotation from now on: only the suspend switches.
+    daemon.ok("timeslice 1h");
+    let all = |pids: &[i32], state: fn(i32) -> bool| pids.iter().all(|pid| state(*pid));
+    let mut running = None;
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            running = (0..2)
+                .find(|&idx| all(&pids[idx], |pid| !stopped(pid)) && all(&pids[1 - idx], stopped));
+            running.is_some()
+        }),
+        "the two jobs never settled into one running, one stopped\n{}",
+        daemon.log()
+    );
+    let running = running.expect("checked");
+    let mut console = scored::client::Connection::connect(&daemon.socket).expect("connect");
+    let (ok, text, _) = console
+        .console(&format!("suspend {}", running + 1), false)
+        .expect("a reply");
+    let suspended_stopped = all(&pids[running], stopped);
+    let other_running = all(&pids[1 - running], |pid| !stopped(pid));
+    assert!(ok, "suspend failed: {text}");
+    assert!(
+        suspended_stopped,
+        "job {} still runs when its suspend is answered",
+        running + 1
+    );
+    assert!(
+        other_running,
+        "job {} is still stopped when the suspend of job {} is answered\n{}",
+        2 - running,
+        running + 1,
+        daemon.log()
+    );
+    for job in &jobs {
+        job.signal(Signal::SIGINT);
+    }
+    for job in &mut jobs {
+        job.wait(Duration::from_secs(30));
+    }
+}

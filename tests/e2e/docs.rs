@@ -427,7 +427,8 @@ fn sc_replay_page_has_every_flag_and_exit_status() {
 /// The keys of the TOML file, as its parser names them when refusing one.
 fn toml_keys() -> Vec<String> {
     let error = config::parse_file(Path::new("x.toml"), "no_such_key = 1\n")
-        .expect_err("an unknown key is refused");
+        .expect_err("an unknown key is refused")
+        .to_string();
     let list = error
         .split("expected one of ")
         .nth(1)

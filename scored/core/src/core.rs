@@ -1,10 +1,11 @@
 //! The scheduling core: the daemon's whole state and the only place it changes.
 //!
 //! Every input (a submission, a process exit, a stop confirmation, a clock
-//! tick, a console command) goes through [`Core::handle`] or
-//! [`Core::command`], together with the current [`Tick`]. The core answers
+//! tick, a console command, a line of the start-up script) goes through
+//! [`Core::handle`], together with the current [`Tick`]. The core answers
 //! with [`Action`]s for the actuator (spawn, stop, continue, signal, sample)
-//! and for clients (notifications), and with the next deadline it needs.
+//! and for clients (notifications, and the reply to a console command), and
+//! with the next deadline it needs.
 //!
 //! A switch is two-phase: leaving jobs get `Stop`; a job enters (`Continue`
 //! or `Spawn`) only once no job that is running or still stopping holds any
@@ -16,14 +17,14 @@
 //! [`Directory`].
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
 
 use crate::admission::{self, Ask, ClusterLimits, Decision, Ledger, Placement};
 use crate::cluster::Topology;
-use crate::command::reply::{Reply, Table, Value};
-use crate::command::{self, Command, GroupRef, QueueAction, QueueMode, Setting};
+use crate::command::reply::{Reply, Value};
+use crate::command::{Command, GroupRef, QueueMode};
 use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
 use crate::job::{
     EndCause, ExitStatus, Job, JobLimits, JobRequest, JobSpec, JobState, Joiner, Launch,
@@ -89,17 +90,60 @@ impl Default for CoreConfig {
 /// Names of users and groups, looked up by the shell (NSS is I/O).
 pub trait Directory {
     /// Resolves a group named in `queue Q set group=`: its id and name.
-    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), String>;
+    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), GroupError>;
+}
+
+/// Why a group named in a console command cannot be used.
+#[derive(Debug)]
+pub enum GroupError {
+    /// The directory knows no names (groups must be given by number).
+    NoNames {
+        /// The name given.
+        name: String,
+    },
+    /// The group database has no such group.
+    NotFound {
+        /// The name given.
+        name: String,
+    },
+    /// The group database could not be read.
+    Lookup {
+        /// The name given.
+        name: String,
+        /// What the lookup said.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl std::fmt::Display for GroupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupError::NoNames { name } => write!(f, "unknown group '{name}'"),
+            GroupError::NotFound { name } => write!(f, "no group named '{name}'"),
+            GroupError::Lookup { name, source } => {
+                write!(f, "cannot look up group '{name}': {source}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GroupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            GroupError::Lookup { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
 }
 
 /// A directory that knows no names: groups must be given by number.
 pub struct NoDirectory;
 
 impl Directory for NoDirectory {
-    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), String> {
+    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), GroupError> {
         match group {
             GroupRef::Gid(gid) => Ok((*gid, None)),
-            GroupRef::Name(name) => Err(format!("unknown group '{name}'")),
+            GroupRef::Name(name) => Err(GroupError::NoNames { name: name.clone() }),
         }
     }
 }
@@ -193,6 +237,8 @@ pub enum ClientEvent {
     Held(JobId),
     /// The job ended.
     Ended(Box<Ending>),
+    /// The reply to the client's console command.
+    Answer(Reply),
 }
 
 /// What the core asks the shell to do.
@@ -372,6 +418,17 @@ pub enum Input {
     },
     /// A deadline passed.
     Tick,
+    /// A console command (from `sc_console`, or a line of the start-up
+    /// script): its reply goes to `client` as [`ClientEvent::Answer`], its
+    /// effects come out as actions like those of any other input.
+    Console {
+        /// Who gets the reply.
+        client: ClientToken,
+        /// Who asks: rights are checked against it.
+        cred: Cred,
+        /// The command.
+        command: Command,
+    },
     /// A signal asked the daemon to stop.
     Shutdown {
         /// Kill jobs rather than let them finish.
@@ -547,6 +604,9 @@ pub struct Core {
     build: (String, u64),
     /// The active set, sorted (scratch for `reschedule`).
     chosen: Vec<JobId>,
+    /// Names of groups for console commands (`NoDirectory` until the shell
+    /// gives one).
+    directory: Rc<dyn Directory>,
 }
 
 impl Core {
@@ -593,7 +653,13 @@ impl Core {
             journal: None,
             build: (env!("CARGO_PKG_VERSION").to_string(), 0),
             chosen: Vec::new(),
+            directory: Rc::new(NoDirectory),
         }
+    }
+
+    /// Sets where console commands look up names of groups.
+    pub fn set_directory(&mut self, directory: Box<dyn Directory>) {
+        self.directory = Rc::from(directory);
     }
 
     /// Sets what `status` shows as `version` and `restarts`.
@@ -923,6 +989,11 @@ impl Core {
                 switches.max = switches.max.max(latency);
             }
             Input::Tick => self.tick(now, out),
+            Input::Console {
+                client,
+                cred,
+                command,
+            } => self.console(client, &cred, command, now, out),
             Input::StateDir(problem) => {
                 if self.state_dir_problem != problem {
                     match &problem {
@@ -936,22 +1007,6 @@ impl Core {
                 self.shutdown(kill, now, out);
             }
         }
-    }
-
-    /// Runs a console command for `cred`; returns the reply and the actions.
-    pub fn command(
-        &mut self,
-        cred: &Cred,
-        command: Command,
-        now: Tick,
-        dir: &dyn Directory,
-    ) -> (Reply, Vec<Action>) {
-        let mut out = Vec::new();
-        let reply = self.run_command(cred, command, now, dir, &mut out);
-        if !reply.is_error() {
-            self.reschedule(now, &mut out);
-        }
-        (reply, out)
     }
 
     /// Whether `uid` is root, the daemon's own user or an operator: the
@@ -2025,796 +2080,6 @@ impl Core {
         }
         assert_eq!(ledger, self.ledger, "the ledger matches the admitted jobs");
     }
-
-    // ----- console commands -----
-
-    fn run_command(
-        &mut self,
-        cred: &Cred,
-        command: Command,
-        now: Tick,
-        dir: &dyn Directory,
-        out: &mut Vec<Action>,
-    ) -> Reply {
-        let operator = self.is_operator(cred);
-        let needs_operator = command.is_changing()
-            && !matches!(
-                command,
-                Command::Kill { .. } | Command::Suspend(_) | Command::Resume(_)
-            );
-        if needs_operator && !operator {
-            return Reply::error(format!(
-                "permission denied: '{}' changes the daemon and needs root or the operator",
-                command::parse::render(&command)
-            ));
-        }
-        if self.shutting_down
-            && command.is_changing()
-            && !matches!(command, Command::Kill { .. } | Command::Shutdown { .. })
-        {
-            return Reply::error("scored is shutting down: only kill and shutdown are accepted");
-        }
-        match command {
-            Command::Help(topic) => match command::help::help(topic.as_deref()) {
-                Ok(text) => Reply::Text(text),
-                Err(message) => Reply::Error(message),
-            },
-            Command::Status => self.status(now),
-            Command::Hosts => self.hosts_table(),
-            Command::Clusters => self.clusters_table(),
-            Command::Queues => self.queues_table(),
-            Command::Jobs { all } => self.jobs_table(cred, all, now),
-            Command::Job(id) => self.job_record(cred, JobId(id), now),
-            // The event loop carries it out once the reply is known to be
-            // allowed (rights, no shutdown under way).
-            Command::Restart => Reply::Done("restarting in place".into()),
-            // The journal is a file: the event loop answers this one.
-            Command::History { .. } => Reply::error(
-                "history reads the job journal, which only the running daemon keeps \
-                     (and not with --no-journal)",
-            ),
-            Command::ClusterLimit { cluster, limits } => {
-                let Some(id) = self.topology.find_cluster(&cluster) else {
-                    return Reply::error(format!("no cluster {}", describe_cluster_ref(&cluster)));
-                };
-                let current = &mut self.limits[id.idx()];
-                apply(&mut current.memory, limits.memory);
-                apply(&mut current.disk, limits.disk);
-                apply(&mut current.jobs, limits.jobs);
-                let summary = describe_limits(current);
-                let name = self.topology.cluster(id).name.clone();
-                let warnings = self.limit_warnings(id, &limits);
-                self.admit_waiters(now, out);
-                Reply::Done(format!("cluster {name}: {summary}{warnings}"))
-            }
-            Command::QueueState { queue, action } => {
-                let Some(record) = self.queues.get_mut(queue as usize) else {
-                    return self.no_queue(queue);
-                };
-                match action {
-                    QueueAction::Enable => record.enabled = true,
-                    QueueAction::Disable => record.enabled = false,
-                    QueueAction::Activate => {
-                        record.enabled = true;
-                        record.activated = true;
-                    }
-                    QueueAction::Deactivate => record.activated = false,
-                }
-                let state = record.state_word();
-                let scheduling = if record.activated {
-                    "scheduled"
-                } else {
-                    "not scheduled"
-                };
-                self.admit_waiters(now, out);
-                Reply::Done(format!("queue {queue}: {state} (jobs {scheduling})"))
-            }
-            Command::QueueSet { queue, settings } => self.queue_set(queue, settings, now, dir, out),
-            Command::Kill { job, signal } => {
-                let id = JobId(job);
-                if let Err(reply) = self.may_touch(cred, id) {
-                    return reply;
-                }
-                let by = if operator && self.jobs[&id].owner.uid != cred.uid {
-                    "by an operator".to_string()
-                } else {
-                    "by its owner".to_string()
-                };
-                match signal {
-                    None | Some(SIGTERM) => {
-                        self.begin_kill(id, EndCause::Killed(by), true, now, out);
-                        Reply::Done(format!(
-                            "job {job}: killing (SIGTERM, then SIGKILL after {})",
-                            format_duration(self.config.kill_grace)
-                        ))
-                    }
-                    Some(SIGKILL) => {
-                        self.begin_kill(id, EndCause::Killed(by), false, now, out);
-                        Reply::Done(format!("job {job}: killed"))
-                    }
-                    Some(signal) if JOB_CONTROL_SIGNALS.contains(&signal) => Reply::error(format!(
-                        "signal {signal} would stop or continue job {job} behind the scheduler's back; \
-                         use suspend {job} or resume {job}"
-                    )),
-                    Some(signal) => {
-                        if self.jobs[&id].phase == Phase::Idle {
-                            return Reply::error(format!("job {job} has no process to signal yet"));
-                        }
-                        out.push(Action::Signal { job: id, signal });
-                        Reply::Done(format!("job {job}: sent signal {signal}"))
-                    }
-                }
-            }
-            Command::Suspend(job) => {
-                let id = JobId(job);
-                if let Err(reply) = self.may_touch(cred, id) {
-                    return reply;
-                }
-                let record = self.jobs.get_mut(&id).expect("checked");
-                if record.ending.is_some() {
-                    return Reply::error(format!("job {job} is ending"));
-                }
-                let by = if operator {
-                    record.operator_hold = true;
-                    "operator"
-                } else {
-                    record.owner_hold = true;
-                    "owner"
-                };
-                self.journal(JobEvent::Held { job: id, by });
-                Reply::Done(format!("job {job}: held"))
-            }
-            Command::Resume(job) => {
-                let id = JobId(job);
-                if let Err(reply) = self.may_touch(cred, id) {
-                    return reply;
-                }
-                let record = self.jobs.get_mut(&id).expect("checked");
-                if !record.held() {
-                    return Reply::error(format!("job {job} is not held"));
-                }
-                if operator {
-                    record.operator_hold = false;
-                    record.owner_hold = false;
-                } else {
-                    if record.operator_hold {
-                        return Reply::error(format!(
-                            "job {job} is held by an operator; only an operator can resume it"
-                        ));
-                    }
-                    record.owner_hold = false;
-                }
-                self.journal(JobEvent::Released(id));
-                Reply::Done(format!("job {job}: released"))
-            }
-            Command::Move { job, queue } => {
-                let id = JobId(job);
-                if !self.jobs.contains_key(&id) {
-                    return self.no_job(id);
-                }
-                if queue as usize >= self.queues.len() {
-                    return self.no_queue(queue);
-                }
-                if self.jobs[&id].queue == queue {
-                    return Reply::error(format!("job {job} is already in queue {queue}"));
-                }
-                let from = self.jobs[&id].queue;
-                self.move_job(id, queue);
-                self.journal(JobEvent::Moved {
-                    job: id,
-                    from,
-                    to: queue,
-                    by: "operator",
-                });
-                Reply::Done(format!("job {job}: moved to queue {queue}"))
-            }
-            Command::Timeslice(None) => Reply::Record(vec![(
-                "timeslice".into(),
-                Value::Duration(self.config.timeslice),
-            )]),
-            Command::Timeslice(Some(slice)) => {
-                if slice < Duration::from_millis(1) {
-                    return Reply::error("the time slice must be at least 1ms");
-                }
-                self.config.timeslice = slice;
-                self.slice_anchor = now;
-                self.next_slice = now.after(slice);
-                Reply::Done(format!("timeslice: {}", format_duration(slice)))
-            }
-            Command::Shutdown { now: kill } => {
-                let plural = |n: usize| if n == 1 { "" } else { "s" };
-                let before = self.jobs.len();
-                let killing = self.shutdown(kill, now, out);
-                let finishing = before - killing;
-                Reply::Done(if kill {
-                    format!(
-                        "shutting down now: killing {killing} job{}",
-                        plural(killing)
-                    )
-                } else if killing == 0 {
-                    format!(
-                        "shutting down: waiting for {finishing} job{} to finish",
-                        plural(finishing)
-                    )
-                } else {
-                    format!(
-                        "shutting down: waiting for {finishing} job{} to finish, killing {killing} held or unscheduled job{}",
-                        plural(finishing),
-                        plural(killing)
-                    )
-                })
-            }
-        }
-    }
-
-    fn no_job(&self, id: JobId) -> Reply {
-        if self.finished.iter().any(|done| done.job.id == id) {
-            Reply::error(format!("job {id} has already ended"))
-        } else {
-            Reply::error(format!("no job {id}"))
-        }
-    }
-
-    fn no_queue(&self, queue: u32) -> Reply {
-        Reply::error(format!(
-            "no queue {queue}: queues are 0 to {}",
-            self.queues.len().saturating_sub(1)
-        ))
-    }
-
-    /// Whether `cred` may kill, hold or release job `id`: the operator or the owner.
-    /// Warnings about cluster limits that were accepted but may not be
-    /// meant: memory above the machine's, disk above the free space
-    /// measured at start. Each is a line of its own, `warning: ...`.
-    fn limit_warnings(&self, id: crate::ids::ClusterId, limits: &command::ClusterLimits) -> String {
-        let mut text = String::new();
-        if let (Some(Setting::Set(memory)), Some(machine)) =
-            (&limits.memory, self.config.machine_memory)
-        {
-            if *memory > machine {
-                text.push_str(&format!(
-                    "\nwarning: memory {} per host is more than this machine's memory ({}); accepted as given",
-                    format_size(*memory),
-                    format_size(machine)
-                ));
-            }
-        }
-        if let (Some(Setting::Set(disk)), Some(Some(free))) =
-            (&limits.disk, self.config.disk.get(id.idx()))
-        {
-            if disk > free {
-                text.push_str(&format!(
-                    "\nwarning: disk {} is more than the free space of the cluster's filesystems at start ({}); accepted as given",
-                    format_size(*disk),
-                    format_size(*free)
-                ));
-            }
-        }
-        text
-    }
-
-    fn may_touch(&self, cred: &Cred, id: JobId) -> Result<(), Reply> {
-        let Some(job) = self.jobs.get(&id) else {
-            return Err(self.no_job(id));
-        };
-        if self.is_operator(cred) || job.owner.uid == cred.uid {
-            Ok(())
-        } else {
-            Err(Reply::error(format!(
-                "permission denied: job {id} belongs to another user"
-            )))
-        }
-    }
-
-    fn queue_set(
-        &mut self,
-        queue: u32,
-        settings: command::QueueSettings,
-        now: Tick,
-        dir: &dyn Directory,
-        out: &mut Vec<Action>,
-    ) -> Reply {
-        if queue as usize >= self.queues.len() {
-            return self.no_queue(queue);
-        }
-        // Resolve everything first, so that an error changes nothing.
-        let group = match &settings.group {
-            Some(Setting::Set(group)) => match dir.group(group) {
-                Ok(resolved) => Some(Some(resolved)),
-                Err(message) => return Reply::error(message),
-            },
-            Some(Setting::Clear) => Some(None),
-            None => None,
-        };
-        let started_in_order: Vec<JobId> = {
-            let mut started: Vec<&Job> = self
-                .jobs
-                .values()
-                .filter(|job| job.queue == queue && job.started)
-                .collect();
-            started.sort_by_key(|job| job.first_run_at);
-            started.into_iter().map(|job| job.id).collect()
-        };
-        if settings.mode == Some(QueueMode::Exclusive) {
-            // An exclusive queue chooses a job's hosts when it starts: jobs
-            // that have not started give back the hosts admission chose.
-            let unstarted: Vec<JobId> = self.queues[queue as usize]
-                .order()
-                .filter(|job| self.jobs.get(job).is_some_and(|record| !record.started))
-                .collect();
-            for job in unstarted {
-                self.unbind(job);
-            }
-        }
-        let record = &mut self.queues[queue as usize];
-        if let Some(mode) = settings.mode {
-            record.set_mode(mode);
-            if mode == QueueMode::Exclusive {
-                for job in &started_in_order {
-                    record.mark_started(*job);
-                }
-            }
-        }
-        if let Some(backfill) = settings.backfill {
-            record.backfill = backfill;
-        }
-        apply(&mut record.cputime, settings.cputime);
-        apply(&mut record.residency, settings.residency);
-        apply(&mut record.memory_pct, settings.memory);
-        apply(&mut record.disk_pct, settings.disk);
-        if let Some(group) = group {
-            record.group = group.as_ref().map(|(gid, _)| *gid);
-            self.group_names_set(queue, group.and_then(|(_, name)| name));
-        }
-        self.admit_waiters(now, out);
-        let record = &self.queues[queue as usize];
-        Reply::Done(format!("queue {queue}: {}", describe_queue(record)))
-    }
-
-    fn group_names_set(&mut self, queue: u32, name: Option<String>) {
-        self.queues[queue as usize].group_name = name;
-    }
-
-    // ----- listings -----
-
-    fn status(&self, now: Tick) -> Reply {
-        let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-        for job in self.jobs.values() {
-            *counts.entry(job.state().as_str()).or_default() += 1;
-        }
-        let jobs_value = Value::Map(
-            ["running", "stopped", "queued", "held", "ending"]
-                .iter()
-                .map(|state| {
-                    (
-                        state.to_string(),
-                        Value::Uint(counts.get(state).copied().unwrap_or(0)),
-                    )
-                })
-                .collect(),
-        );
-        let mut recent: Vec<Duration> = self.switches.recent.iter().copied().collect();
-        recent.sort_unstable();
-        let median = recent.get(recent.len() / 2).copied();
-        let reserved_memory: u64 = self.ledger.host_memory.iter().sum();
-        let reserved_disk: u64 = self.ledger.cluster_disk.iter().sum();
-        Reply::Record(vec![
-            ("uptime".into(), Value::Duration(now.since(Tick::default()))),
-            ("version".into(), Value::text(&self.build.0)),
-            ("restarts".into(), Value::Uint(self.build.1)),
-            (
-                "state".into(),
-                Value::text(match (&self.state_dir_problem, self.shutting_down) {
-                    (_, true) => "shutting down".to_string(),
-                    (Some(problem), false) => format!("not accepting jobs: {problem}"),
-                    (None, false) => "accepting jobs".to_string(),
-                }),
-            ),
-            ("timeslice".into(), Value::Duration(self.config.timeslice)),
-            (
-                "clusters".into(),
-                Value::Map(vec![
-                    (
-                        "count".into(),
-                        Value::Uint(self.topology.clusters.len() as u64),
-                    ),
-                    (
-                        "hosts".into(),
-                        Value::Uint(self.topology.hosts.len() as u64),
-                    ),
-                ]),
-            ),
-            (
-                "queues".into(),
-                Value::List(
-                    self.queues
-                        .iter()
-                        .map(|queue| {
-                            Value::text(format!("{}:{}", queue.number, queue.state_word()))
-                        })
-                        .collect(),
-                ),
-            ),
-            ("jobs".into(), jobs_value),
-            ("waiting".into(), Value::Uint(self.waiting.len() as u64)),
-            ("finished".into(), Value::Uint(self.finished.len() as u64)),
-            (
-                "reserved".into(),
-                Value::Map(vec![
-                    ("memory".into(), Value::Size(reserved_memory)),
-                    ("disk".into(), Value::Size(reserved_disk)),
-                ]),
-            ),
-            ("switches".into(), Value::Uint(self.switches.count)),
-            (
-                "switch latency".into(),
-                Value::Map(vec![
-                    ("median".into(), Value::opt(median.map(Value::Duration))),
-                    (
-                        "max".into(),
-                        Value::opt(
-                            (!recent.is_empty()).then_some(Value::Duration(self.switches.max)),
-                        ),
-                    ),
-                ]),
-            ),
-        ])
-    }
-
-    fn hosts_table(&self) -> Reply {
-        let mut table = Table::new(&[
-            "host", "name", "cluster", "cpus", "cores", "speed", "memory", "jobs", "running",
-            "state",
-        ]);
-        let mut admitted = vec![0u64; self.topology.hosts.len()];
-        for job in self.jobs.values() {
-            for host in &job.hosts {
-                admitted[host.idx()] += 1;
-            }
-        }
-        let mut running: Vec<Option<JobId>> = vec![None; self.topology.hosts.len()];
-        for job in &self.live {
-            for host in &self.jobs[job].hosts {
-                running[host.idx()] = Some(*job);
-            }
-        }
-        for host in &self.topology.hosts {
-            let busy = running[host.id.idx()];
-            table.push(vec![
-                Value::Uint(u64::from(host.id.0)),
-                Value::text(&host.name),
-                Value::text(&self.topology.cluster(host.cluster).name),
-                Value::text(host.cpus.to_string()),
-                Value::Uint(u64::from(host.cores)),
-                Value::Float(host.speed),
-                Value::Size(host.memory),
-                Value::Uint(admitted[host.id.idx()]),
-                Value::opt(busy.map(|job| Value::Uint(job.0))),
-                Value::text(if busy.is_some() { "busy" } else { "idle" }),
-            ]);
-        }
-        Reply::Table(table)
-    }
-
-    fn clusters_table(&self) -> Reply {
-        let mut table = Table::new(&[
-            "cluster",
-            "name",
-            "hosts",
-            "cores",
-            "speed",
-            "memory",
-            "memory reserved",
-            "disk",
-            "disk reserved",
-            "jobs",
-            "jobs limit",
-        ]);
-        for cluster in &self.topology.clusters {
-            let limits = self.limits[cluster.id.idx()];
-            let reserved_memory = cluster
-                .hosts
-                .iter()
-                .map(|host| self.ledger.host_memory[host.idx()])
-                .max()
-                .unwrap_or(0);
-            table.push(vec![
-                Value::Uint(u64::from(cluster.id.0)),
-                Value::text(&cluster.name),
-                Value::Uint(cluster.hosts.len() as u64),
-                Value::Uint(u64::from(cluster.cores)),
-                Value::Float(cluster.speed),
-                Value::opt(limits.memory.map(Value::Size)),
-                Value::Size(reserved_memory),
-                Value::opt(limits.disk.map(Value::Size)),
-                Value::Size(self.ledger.cluster_disk[cluster.id.idx()]),
-                Value::Uint(self.ledger.cluster_jobs[cluster.id.idx()]),
-                Value::opt(limits.jobs.map(Value::Uint)),
-            ]);
-        }
-        Reply::Table(table)
-    }
-
-    fn queues_table(&self) -> Reply {
-        let mut table = Table::new(&[
-            "queue",
-            "state",
-            "scheduled",
-            "mode",
-            "cputime",
-            "residency",
-            "memory",
-            "disk",
-            "group",
-            "backfill",
-            "queued",
-            "running",
-            "stopped",
-            "held",
-        ]);
-        for queue in &self.queues {
-            let mut counts = [0u64; 4];
-            for job in queue.order().filter_map(|id| self.jobs.get(&id)) {
-                match job.state() {
-                    JobState::Queued => counts[0] += 1,
-                    JobState::Running | JobState::Ending => counts[1] += 1,
-                    JobState::Stopped => counts[2] += 1,
-                    JobState::Held => counts[3] += 1,
-                    JobState::Done | JobState::Killed => {}
-                }
-            }
-            table.push(vec![
-                Value::Uint(u64::from(queue.number)),
-                Value::text(queue.state_word()),
-                Value::Bool(queue.activated),
-                Value::text(queue.mode.as_str()),
-                Value::opt(queue.cputime.map(Value::Duration)),
-                Value::opt(queue.residency.map(Value::Duration)),
-                Value::opt(queue.memory_pct.map(Value::Percent)),
-                Value::opt(queue.disk_pct.map(Value::Percent)),
-                Value::opt(queue.group.map(|_| Value::text(queue_group_name(queue)))),
-                Value::text(if queue.backfill { "on" } else { "off" }),
-                Value::Uint(counts[0]),
-                Value::Uint(counts[1]),
-                Value::Uint(counts[2]),
-                Value::Uint(counts[3]),
-            ]);
-        }
-        Reply::Table(table)
-    }
-
-    /// Whether `cred` may see what a job runs and how it ended (its
-    /// command, exit status and reason, which may name its files): its
-    /// owner, root and operators may; other users see only who runs what
-    /// where and when (id, user, queue, state, hosts, usage and times).
-    /// Whether `cred` may see the job's command, exit status and reason:
-    /// its owner, root and operators may (the journal's readers in the loop
-    /// ask the same question).
-    fn may_see_details(&self, cred: &Cred, job: &Job) -> bool {
-        self.is_operator(cred) || job.owner.uid == cred.uid
-    }
-
-    fn jobs_table(&self, cred: &Cred, all: bool, now: Tick) -> Reply {
-        let mut table = Table::new(&[
-            "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "command",
-        ]);
-        if all {
-            for done in &self.finished {
-                let job = &done.job;
-                let details = self.may_see_details(cred, job);
-                table.push(vec![
-                    Value::Uint(job.id.0),
-                    Value::text(&*done.job.user),
-                    Value::Uint(u64::from(job.queue)),
-                    Value::text(done.state.as_str()),
-                    Value::Uint(u64::from(job.nprocs())),
-                    Value::text(self.host_names(job).join(",")),
-                    Value::Duration(job.usage.cpu),
-                    Value::Duration(done.ending.accounting.wall),
-                    if details {
-                        Value::Int(i64::from(done.ending.status))
-                    } else {
-                        Value::None
-                    },
-                    if details {
-                        Value::text(&done.command)
-                    } else {
-                        Value::None
-                    },
-                ]);
-            }
-        }
-        for job in self.jobs.values() {
-            table.push(vec![
-                Value::Uint(job.id.0),
-                Value::text(&*job.user),
-                Value::Uint(u64::from(job.queue)),
-                Value::text(job.state().as_str()),
-                Value::Uint(u64::from(job.nprocs())),
-                Value::text(self.host_names(job).join(",")),
-                Value::Duration(job.usage.cpu),
-                Value::Duration(
-                    job.first_run_at
-                        .map_or(Duration::ZERO, |first| now.since(first)),
-                ),
-                Value::None,
-                if self.may_see_details(cred, job) {
-                    Value::text(command_line(job))
-                } else {
-                    Value::None
-                },
-            ]);
-        }
-        Reply::Table(table)
-    }
-
-    fn host_names(&self, job: &Job) -> Vec<String> {
-        job.hosts
-            .iter()
-            .map(|host| self.topology.host(*host).name.clone())
-            .collect()
-    }
-
-    fn job_record(&self, cred: &Cred, id: JobId, now: Tick) -> Reply {
-        let (job, command, state, ending, end_time) = match self.jobs.get(&id) {
-            Some(job) => (job, command_line(job), job.state(), None, now),
-            None => match self.finished.iter().find(|done| done.job.id == id) {
-                Some(done) => (
-                    &done.job,
-                    done.command.clone(),
-                    done.state,
-                    Some(&done.ending),
-                    done.ended_at,
-                ),
-                None => return Reply::error(format!("no job {id}")),
-            },
-        };
-        let details = self.may_see_details(cred, job);
-        Reply::Record(self.job_fields(job, command, state, ending, end_time, details))
-    }
-
-    /// The facts `job ID` shows (and the journal keeps) about a job; without
-    /// `details`, its command, exit status and reason are left out (shown as
-    /// none), as they are to users other than its owner, root and operators.
-    fn job_fields(
-        &self,
-        job: &Job,
-        command: String,
-        state: JobState,
-        ending: Option<&Ending>,
-        end_time: Tick,
-        details: bool,
-    ) -> Vec<(String, Value)> {
-        let wall = job
-            .first_run_at
-            .map_or(Duration::ZERO, |first| end_time.since(first));
-        let host_names = self.host_names(job);
-        let mut fields = vec![
-            ("id".to_string(), Value::Uint(job.id.0)),
-            ("user".into(), Value::text(&*job.user)),
-            ("uid".into(), Value::Uint(u64::from(job.owner.uid))),
-            ("state".into(), Value::text(state.as_str())),
-            ("queue".into(), Value::Uint(u64::from(job.queue))),
-            (
-                "queues".into(),
-                Value::List(
-                    job.queues_visited
-                        .iter()
-                        .map(|q| Value::Uint(u64::from(*q)))
-                        .collect(),
-                ),
-            ),
-            (
-                "cluster".into(),
-                Value::text(&self.topology.cluster(job.cluster).name),
-            ),
-            (
-                "hosts".into(),
-                Value::List(host_names.iter().map(Value::text).collect()),
-            ),
-            ("procs".into(), Value::Uint(u64::from(job.nprocs()))),
-            (
-                "command".into(),
-                if details {
-                    Value::text(command)
-                } else {
-                    Value::None
-                },
-            ),
-            (
-                "held".into(),
-                Value::text(match (job.operator_hold, job.owner_hold) {
-                    (true, _) => "by an operator",
-                    (false, true) => "by its owner",
-                    (false, false) => "no",
-                }),
-            ),
-            ("cpu".into(), Value::Duration(job.usage.cpu)),
-            ("wall".into(), Value::Duration(wall)),
-            ("run".into(), Value::Duration(job.run_time_at(end_time))),
-            (
-                "stopped".into(),
-                Value::Duration(job.stopped_time(end_time)),
-            ),
-            (
-                "wait".into(),
-                Value::Duration(job.first_run_at.unwrap_or(end_time).since(job.submitted_at)),
-            ),
-            ("switches".into(), Value::Uint(job.switches)),
-            (
-                "memory".into(),
-                Value::Map(
-                    host_names
-                        .iter()
-                        .zip(job.usage.memory.iter().chain(std::iter::repeat(&0)))
-                        .map(|(host, used)| (host.clone(), Value::Size(*used)))
-                        .collect(),
-                ),
-            ),
-            (
-                "peak memory".into(),
-                Value::Map(
-                    host_names
-                        .iter()
-                        .zip(&job.peak_memory)
-                        .map(|(host, peak)| (host.clone(), Value::Size(*peak)))
-                        .collect(),
-                ),
-            ),
-            ("disk".into(), Value::Size(job.usage.disk)),
-            ("peak disk".into(), Value::Size(job.peak_disk)),
-            (
-                "cputime limit".into(),
-                Value::opt(job.limits.cputime.map(Value::Duration)),
-            ),
-            (
-                "memory limit".into(),
-                Value::opt(job.limits.memory.map(Value::Size)),
-            ),
-            (
-                "disk limit".into(),
-                Value::opt(job.limits.disk.map(Value::Size)),
-            ),
-            (
-                "residency".into(),
-                Value::Duration(job.usage.cpu.saturating_sub(job.residency_base)),
-            ),
-        ];
-        if let Some(ending) = ending {
-            if details {
-                fields.push(("exit".into(), Value::Int(i64::from(ending.status))));
-                fields.push(("reason".into(), Value::text(&ending.reason)));
-            } else {
-                fields.push(("exit".into(), Value::None));
-                fields.push(("reason".into(), Value::None));
-            }
-        }
-        fields
-    }
-}
-
-fn apply<T>(slot: &mut Option<T>, setting: Option<Setting<T>>) {
-    match setting {
-        Some(Setting::Set(value)) => *slot = Some(value),
-        Some(Setting::Clear) => *slot = None,
-        None => {}
-    }
-}
-
-fn describe_cluster_ref(cluster: &command::ClusterRef) -> String {
-    match cluster {
-        command::ClusterRef::Index(idx) => idx.to_string(),
-        command::ClusterRef::Name(name) => format!("'{name}'"),
-    }
-}
-
-fn describe_limits(limits: &ClusterLimits) -> String {
-    format!(
-        "memory {} per host, disk {}, jobs {}",
-        limits.memory.map_or("unlimited".into(), format_size),
-        limits.disk.map_or("unlimited".into(), format_size),
-        limits.jobs.map_or("unlimited".into(), |n| n.to_string()),
-    )
 }
 
 fn queue_group_name(queue: &Queue) -> String {
@@ -2823,25 +2088,6 @@ fn queue_group_name(queue: &Queue) -> String {
         (_, Some(gid)) => gid.to_string(),
         _ => "-".to_string(),
     }
-}
-
-fn describe_queue(queue: &Queue) -> String {
-    let opt_duration = |value: Option<Duration>| value.map_or("none".to_string(), format_duration);
-    let opt_pct = |value: Option<f64>| value.map_or("none".to_string(), |pct| format!("{pct}%"));
-    format!(
-        "mode={} cputime={} residency={} memory={} disk={} group={} backfill={}",
-        queue.mode.as_str(),
-        opt_duration(queue.cputime),
-        opt_duration(queue.residency),
-        opt_pct(queue.memory_pct),
-        opt_pct(queue.disk_pct),
-        if queue.group.is_some() {
-            queue_group_name(queue)
-        } else {
-            "none".to_string()
-        },
-        if queue.backfill { "on" } else { "off" },
-    )
 }
 
 /// Which process failed: `rank 2`, or `rank 0 of stage 1` in a job of
@@ -3066,7 +2312,11 @@ pub fn limits_of(job: &Job) -> JobLimits {
     job.limits
 }
 
+mod commands;
+mod script;
 mod snapshot;
+mod views;
+pub use script::{ScriptError, ScriptProblem, ScriptRun};
 pub use snapshot::CoreSnapshot;
 
 #[cfg(test)]

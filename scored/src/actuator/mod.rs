@@ -351,7 +351,7 @@ impl OsActuator {
         // Scratch directories are created, and handed to users, in `jobs`:
         // nobody else may be able to swap an entry for a symbolic link.
         let state = statedir::StateDir::open(&config.state_dir, daemon_uid)
-            .map_err(|message| io::Error::new(io::ErrorKind::PermissionDenied, message))?;
+            .map_err(|error| io::Error::new(io::ErrorKind::PermissionDenied, error.to_string()))?;
         let mut hosts = Vec::new();
         for host in &topology.hosts {
             let mut mask = nix::sched::CpuSet::new();
@@ -408,7 +408,7 @@ impl OsActuator {
     /// when it stops or starts working again.
     fn check_state_dir(&mut self, out: &mut Vec<Input>) -> Result<(), String> {
         self.state_check_at = Instant::now() + STATE_DIR_CHECK;
-        match self.state.ensure() {
+        match self.state.ensure().map_err(|error| error.to_string()) {
             Ok(reopened) => {
                 if reopened {
                     tracing::warn!(path = %self.state.path().display(), "the state directory or its jobs directory was removed or replaced; made it again");

@@ -47,16 +47,125 @@ fn open_dir_at(
 
 /// Explains an open that failed, naming the path. (With `O_DIRECTORY`, a
 /// symbolic link fails as "not a directory": look again to say which.)
-fn open_error(path: &Path, errno: Errno) -> String {
+/// Why the state directory or its `jobs` directory cannot be used.
+#[derive(Debug)]
+pub enum StateDirError {
+    /// A directory could not be created.
+    Create {
+        /// The directory.
+        path: PathBuf,
+        /// It is the state directory itself (not `jobs`).
+        state_dir: bool,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The path is a symbolic link.
+    SymbolicLink(PathBuf),
+    /// The path is not a directory.
+    NotDirectory(PathBuf),
+    /// The directory could not be opened.
+    Open {
+        /// The directory.
+        path: PathBuf,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The open directory could not be inspected.
+    Inspect {
+        /// The directory.
+        path: PathBuf,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// It belongs to another user than the daemon's or root.
+    Owner {
+        /// The directory.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+    },
+    /// Other users may write it.
+    Writable {
+        /// The directory.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// It has the sticky bit where that is refused.
+    Sticky {
+        /// The directory.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+}
+
+impl std::fmt::Display for StateDirError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateDirError::Create {
+                path,
+                state_dir: true,
+                source,
+            } => write!(
+                f,
+                "cannot create the state directory {}: {source}",
+                path.display()
+            ),
+            StateDirError::Create { path, source, .. } => {
+                write!(f, "cannot create {}: {source}", path.display())
+            }
+            StateDirError::SymbolicLink(path) => {
+                write!(f, "refusing {}: it is a symbolic link", path.display())
+            }
+            StateDirError::NotDirectory(path) => {
+                write!(f, "refusing {}: it is not a directory", path.display())
+            }
+            StateDirError::Open { path, source } => {
+                write!(f, "cannot open {}: {source}", path.display())
+            }
+            StateDirError::Inspect { path, source } => {
+                write!(f, "cannot inspect {}: {source}", path.display())
+            }
+            StateDirError::Owner { path, uid } => {
+                write!(f, "refusing {}: it belongs to uid {uid}", path.display())
+            }
+            StateDirError::Writable { path, mode } => write!(
+                f,
+                "refusing {}: it is writable by other users (mode {mode:o})",
+                path.display()
+            ),
+            StateDirError::Sticky { path, mode } => write!(
+                f,
+                "refusing {}: it has the sticky bit (mode {mode:o}), a directory shared with other users",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StateDirError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StateDirError::Create { source, .. }
+            | StateDirError::Open { source, .. }
+            | StateDirError::Inspect { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+fn open_error(path: &Path, errno: Errno) -> StateDirError {
     let is_link =
         || std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink());
     match errno {
-        Errno::ELOOP => format!("refusing {}: it is a symbolic link", path.display()),
-        Errno::ENOTDIR if is_link() => {
-            format!("refusing {}: it is a symbolic link", path.display())
-        }
-        Errno::ENOTDIR => format!("refusing {}: it is not a directory", path.display()),
-        other => format!("cannot open {}: {}", path.display(), io::Error::from(other)),
+        Errno::ELOOP => StateDirError::SymbolicLink(path.to_path_buf()),
+        Errno::ENOTDIR if is_link() => StateDirError::SymbolicLink(path.to_path_buf()),
+        Errno::ENOTDIR => StateDirError::NotDirectory(path.to_path_buf()),
+        other => StateDirError::Open {
+            path: path.to_path_buf(),
+            source: io::Error::from(other),
+        },
     }
 }
 
@@ -68,34 +177,30 @@ fn check_handle(
     path: &Path,
     uid: u32,
     sticky_ok: bool,
-) -> Result<FileStat, String> {
-    let stat = fstat(fd).map_err(|errno| {
-        format!(
-            "cannot inspect {}: {}",
-            path.display(),
-            io::Error::from(errno)
-        )
+) -> Result<FileStat, StateDirError> {
+    let stat = fstat(fd).map_err(|errno| StateDirError::Inspect {
+        path: path.to_path_buf(),
+        source: io::Error::from(errno),
     })?;
     if stat.st_uid != uid && stat.st_uid != 0 {
-        return Err(format!(
-            "refusing {}: it belongs to uid {}",
-            path.display(),
-            stat.st_uid
-        ));
+        return Err(StateDirError::Owner {
+            path: path.to_path_buf(),
+            uid: stat.st_uid,
+        });
     }
     let mode = stat.st_mode & 0o7777;
     let sticky = mode & 0o1000 != 0;
     if mode & 0o022 != 0 && !(sticky_ok && sticky) {
-        return Err(format!(
-            "refusing {}: it is writable by other users (mode {mode:o})",
-            path.display()
-        ));
+        return Err(StateDirError::Writable {
+            path: path.to_path_buf(),
+            mode,
+        });
     }
     if sticky && !sticky_ok {
-        return Err(format!(
-            "refusing {}: it has the sticky bit (mode {mode:o}), a directory shared with other users",
-            path.display()
-        ));
+        return Err(StateDirError::Sticky {
+            path: path.to_path_buf(),
+            mode,
+        });
     }
     Ok(stat)
 }
@@ -120,16 +225,15 @@ impl StateDir {
     /// sticky state directory (one shared with other users, as under
     /// /tmp); another user's daemon accepts one, since its `jobs` directory
     /// is checked on its own.
-    pub fn open(path: &Path, uid: u32) -> Result<StateDir, String> {
+    pub fn open(path: &Path, uid: u32) -> Result<StateDir, StateDirError> {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(if uid == 0 { 0o755 } else { 0o700 })
             .create(path)
-            .map_err(|error| {
-                format!(
-                    "cannot create the state directory {}: {error}",
-                    path.display()
-                )
+            .map_err(|source| StateDirError::Create {
+                path: path.to_path_buf(),
+                state_dir: true,
+                source,
             })?;
         let state = nix::fcntl::open(path, DIR_FLAGS, Mode::empty())
             .map_err(|errno| open_error(path, errno))?;
@@ -138,11 +242,11 @@ impl StateDir {
         match mkdirat(state.as_fd(), "jobs", Mode::from_bits_truncate(0o755)) {
             Ok(()) | Err(Errno::EEXIST) => {}
             Err(errno) => {
-                return Err(format!(
-                    "cannot create {}: {}",
-                    jobs_path.display(),
-                    io::Error::from(errno)
-                ))
+                return Err(StateDirError::Create {
+                    path: jobs_path,
+                    state_dir: false,
+                    source: io::Error::from(errno),
+                })
             }
         }
         let jobs =
@@ -166,7 +270,7 @@ impl StateDir {
     /// and opens (creating what is missing, with the same checks) what was
     /// removed or replaced while the daemon ran; says whether it did. The
     /// error names the path.
-    pub fn ensure(&mut self) -> Result<bool, String> {
+    pub fn ensure(&mut self) -> Result<bool, StateDirError> {
         let state_now = std::fs::symlink_metadata(&self.path).ok();
         let state_held = fstat(self.state.as_fd()).ok();
         let state_ok = match (&state_now, &state_held) {

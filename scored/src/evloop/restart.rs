@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use mio::net::UnixStream;
 use mio::{Interest, Token};
 
-use super::{queue_reply, Connection, Daemon, Event, SystemDirectory, FIRST_CLIENT};
+use super::{queue_reply, Connection, Daemon, Event, FIRST_CLIENT};
 use crate::actuator::{Actuator, JobStdio};
 use crate::command;
 use crate::core::{Core, Input};
@@ -438,12 +438,7 @@ impl<A: Actuator> Daemon<A> {
                 })
             }
             command::Command::Jobs { all: true } => {
-                let (reply, _) = self.core.command(
-                    cred,
-                    command::Command::Jobs { all: false },
-                    now,
-                    &SystemDirectory,
-                );
+                let reply = self.core.jobs_table(cred, false, now);
                 let command::reply::Reply::Table(current) = reply else {
                     return None;
                 };
@@ -481,6 +476,7 @@ impl<A: Actuator> Daemon<A> {
             Event::Client(token) => Some(token),
             _ => None,
         };
+        let held_before = self.held_answers.len();
         let outcome =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle_event(event)));
         if outcome.is_ok() {
@@ -498,6 +494,11 @@ impl<A: Actuator> Daemon<A> {
                 "a bug: scored panicked handling an event; restarting in place"
             );
             self.pending_restart = None;
+            // Answers held for stops under way go with the connections'
+            // output; the new image knows nothing of them otherwise. Those
+            // the lost event made are not sent: its request is not applied.
+            self.held_answers.truncate(held_before);
+            self.release_answers(true);
             // The request that hit the bug is consumed: tell its client, in
             // the output that the new image will write.
             if let Some(conn) = client.and_then(|token| self.connections.get_mut(&token)) {
@@ -709,6 +710,11 @@ pub(super) fn panic_on_line(line: &str) {
             panic!("injected panic on the console line {line:?} (SCORED_TEST_PANIC_ON)");
         }
     }
+}
+
+/// Whether the hook asks for a panic once `line` has been applied.
+pub(super) fn panics_after_line(line: &str) -> bool {
+    matches!(panic_hook(), Some(PanicHook::After(trigger)) if trigger == line)
 }
 
 /// Panics if the hook asks for it once `line` has been applied.

@@ -37,8 +37,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::cluster::{Cluster, Host, Topology};
-use crate::command::{parse_line, Command};
-use crate::core::{Action, ClientEvent, Core, CoreConfig, EndKind, Input, NoDirectory};
+use crate::core::{Action, ClientEvent, Core, CoreConfig, EndKind, Input};
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
 use crate::job::{ExitStatus, JobRequest, Joiner, ProcRequest, Usage};
 use crate::units::CpuSet;
@@ -413,7 +412,8 @@ pub fn run(
                                 progress(finished, total);
                             }
                         }
-                        ClientEvent::Waiting(_) | ClientEvent::Held(_) => {}
+                        ClientEvent::Waiting(_) | ClientEvent::Held(_) | ClientEvent::Answer(_) => {
+                        }
                     },
                     Action::Sample(_)
                     | Action::Release(_)
@@ -483,31 +483,14 @@ fn exited(job: JobId, ranks: u32, status: ExitStatus, inputs: &mut Vec<Input>) {
 /// Runs a start-up script as scored does (as root); every error is
 /// reported as `NAME:LINE: message`.
 fn run_rc(core: &mut Core, root: &Cred, name: &str, text: &str) -> Result<(), String> {
-    let mut errors = Vec::new();
-    for (idx, line) in text.lines().enumerate() {
-        match parse_line(line) {
-            Ok(None) => {}
-            Ok(Some(Command::Shutdown { .. })) => errors.push(format!(
-                "{name}:{}: shutdown cannot be used in a start-up script",
-                idx + 1
-            )),
-            Ok(Some(command)) => {
-                let (reply, _) = core.command(root, command, Tick(0), &NoDirectory);
-                if reply.is_error() {
-                    let text = reply.to_text();
-                    errors.push(format!(
-                        "{name}:{}: {}",
-                        idx + 1,
-                        text.trim_end().trim_start_matches("error: ")
-                    ));
-                }
-            }
-            Err(error) => errors.push(format!("{name}:{}: {error}", idx + 1)),
-        }
-    }
-    if errors.is_empty() {
+    let run = core.run_script(root, name, text, Tick(0));
+    // The script runs before the first arrival: with no job in the core,
+    // its commands have no process to act on.
+    debug_assert!(run.actions.is_empty(), "{:?}", run.actions);
+    if run.errors.is_empty() {
         Ok(())
     } else {
+        let errors: Vec<String> = run.errors.iter().map(ToString::to_string).collect();
         Err(errors.join("\n"))
     }
 }

@@ -180,6 +180,7 @@ impl Sim {
                         ClientEvent::Rejected { kind, .. } => format!("rejected {kind:?}"),
                         ClientEvent::Started(job) => format!("started {job}"),
                         ClientEvent::Held(job) => format!("held {job}"),
+                        ClientEvent::Answer(reply) => format!("answer {}", reply.to_text()),
                         ClientEvent::Ended(ending) => {
                             format!("ended {} {:?} {}", ending.job, ending.kind, ending.status)
                         }
@@ -288,7 +289,24 @@ impl Sim {
 
     fn cmd(&mut self, cred: &Cred, line: &str) -> String {
         let command = parse_line(line).expect("valid command").expect("a command");
-        let (reply, actions) = self.core.command(cred, command, self.now, &NoDirectory);
+        let console = ClientToken(u64::MAX);
+        let input = Input::Console {
+            client: console,
+            cred: cred.clone(),
+            command,
+        };
+        let mut reply = None;
+        let mut actions = Vec::new();
+        for action in self.core.handle(input, self.now) {
+            match action {
+                Action::Notify {
+                    client,
+                    event: ClientEvent::Answer(answer),
+                } if client == console => reply = Some(answer),
+                action => actions.push(action),
+            }
+        }
+        let reply = reply.expect("a console command is answered");
         self.core.check_invariants();
         let mut inputs = VecDeque::new();
         self.apply(actions, &mut inputs);
@@ -1503,4 +1521,47 @@ fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
         submit(3, user(1000)),
         ClientEvent::Admitted { job: JobId(1), .. }
     ));
+}
+
+/// Issue 10: the start-up script's lines are console inputs; every line is
+/// tried, each refusal names the script and line and changes nothing, and
+/// what accepted lines ask of the shell is returned, not dropped.
+#[test]
+fn a_start_up_script_runs_as_console_inputs_and_keeps_its_actions() {
+    let mut sim = Sim::new(1, 100);
+    let script = "# policy\n\
+                  queue 9 deactivate\n\
+                  shutdown\n\
+                  restart\n\
+                  frobnicate\n\
+                  queue 1 deactivate\n";
+    let run = sim.core.run_script(&root(), "rc", script, sim.now);
+    let errors: Vec<String> = run.errors.iter().map(ToString::to_string).collect();
+    check(
+        &errors.join("\n"),
+        "rc:2: no queue 9: queues are 0 to 2\n\
+         rc:3: shutdown cannot be used in a start-up script\n\
+         rc:4: restart cannot be used in a start-up script\n\
+         rc:5: unknown command 'frobnicate' in 'frobnicate': help lists the commands",
+    );
+    assert!(matches!(run.errors[0].problem, ScriptProblem::Refused(_)));
+    assert!(matches!(run.errors[3].problem, ScriptProblem::Syntax(_)));
+    assert_eq!(run.actions, Vec::new(), "no job, nothing to do");
+    let client = sim.submit(1, Some(1));
+    sim.advance(1000);
+    check(&sim.take_log(), "");
+    check(&sim.client(client), "admitted 1");
+    // A script run while a job runs: its stop comes back as an action.
+    let run = sim
+        .core
+        .run_script(&root(), "rc", "queue 1 activate\n", sim.now);
+    assert!(run.errors.is_empty());
+    let mut inputs = VecDeque::new();
+    sim.apply(run.actions, &mut inputs);
+    check(&sim.take_log(), "spawn 1 stage 0 x1");
+    let run = sim
+        .core
+        .run_script(&root(), "rc", "queue 1 deactivate\n", sim.now);
+    sim.apply(run.actions, &mut inputs);
+    check(&sim.take_log(), "stop 1");
 }

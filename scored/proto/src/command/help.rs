@@ -262,17 +262,35 @@ pub fn usage(name: &str) -> Option<&'static str> {
 const SUMMARY_COLUMN: usize = 20;
 const WIDTH: usize = 79;
 
+/// A `help` topic that is not a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownTopic {
+    /// The topic asked for.
+    pub topic: String,
+}
+
+impl std::fmt::Display for UnknownTopic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no help for {}: it is not a command; help lists the commands",
+            quote(&self.topic)
+        )
+    }
+}
+
+impl std::error::Error for UnknownTopic {}
+
 /// The help text: with no topic the list of commands, with a topic that
 /// command in full. An unknown topic is an `Err` naming it.
-pub fn help(topic: Option<&str>) -> Result<String, String> {
+pub fn help(topic: Option<&str>) -> Result<String, UnknownTopic> {
     match topic {
         None => Ok(list()),
         Some(name) => match entry(name) {
             Some(entry) => Ok(detail(entry)),
-            None => Err(format!(
-                "no help for {}: it is not a command; help lists the commands",
-                quote(name)
-            )),
+            None => Err(UnknownTopic {
+                topic: name.to_string(),
+            }),
         },
     }
 }
@@ -506,7 +524,7 @@ mod tests {
     #[test]
     fn unknown_topic_is_an_error_naming_it() {
         assert_eq!(
-            help(Some("frob")),
+            help(Some("frob")).map_err(|unknown| unknown.to_string()),
             Err("no help for 'frob': it is not a command; help lists the commands".into())
         );
         assert_eq!(usage("frob"), None);

@@ -1,0 +1,431 @@
+//! The console's views of the core: the tables and records of `status`,
+//! `hosts`, `clusters`, `queues`, `jobs` and `job ID`, and the fields of a
+//! job that the job journal and notifications share.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{command_line, queue_group_name, Core, Ending};
+use crate::command::reply::{Reply, Table, Value};
+use crate::ids::{Cred, JobId, Tick};
+use crate::job::{Job, JobState};
+
+impl Core {
+    pub(super) fn status(&self, now: Tick) -> Reply {
+        let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for job in self.jobs.values() {
+            *counts.entry(job.state().as_str()).or_default() += 1;
+        }
+        let jobs_value = Value::Map(
+            ["running", "stopped", "queued", "held", "ending"]
+                .iter()
+                .map(|state| {
+                    (
+                        state.to_string(),
+                        Value::Uint(counts.get(state).copied().unwrap_or(0)),
+                    )
+                })
+                .collect(),
+        );
+        let mut recent: Vec<Duration> = self.switches.recent.iter().copied().collect();
+        recent.sort_unstable();
+        let median = recent.get(recent.len() / 2).copied();
+        let reserved_memory: u64 = self.ledger.host_memory.iter().sum();
+        let reserved_disk: u64 = self.ledger.cluster_disk.iter().sum();
+        Reply::Record(vec![
+            ("uptime".into(), Value::Duration(now.since(Tick::default()))),
+            ("version".into(), Value::text(&self.build.0)),
+            ("restarts".into(), Value::Uint(self.build.1)),
+            (
+                "state".into(),
+                Value::text(match (&self.state_dir_problem, self.shutting_down) {
+                    (_, true) => "shutting down".to_string(),
+                    (Some(problem), false) => format!("not accepting jobs: {problem}"),
+                    (None, false) => "accepting jobs".to_string(),
+                }),
+            ),
+            ("timeslice".into(), Value::Duration(self.config.timeslice)),
+            (
+                "clusters".into(),
+                Value::Map(vec![
+                    (
+                        "count".into(),
+                        Value::Uint(self.topology.clusters.len() as u64),
+                    ),
+                    (
+                        "hosts".into(),
+                        Value::Uint(self.topology.hosts.len() as u64),
+                    ),
+                ]),
+            ),
+            (
+                "queues".into(),
+                Value::List(
+                    self.queues
+                        .iter()
+                        .map(|queue| {
+                            Value::text(format!("{}:{}", queue.number, queue.state_word()))
+                        })
+                        .collect(),
+                ),
+            ),
+            ("jobs".into(), jobs_value),
+            ("waiting".into(), Value::Uint(self.waiting.len() as u64)),
+            ("finished".into(), Value::Uint(self.finished.len() as u64)),
+            (
+                "reserved".into(),
+                Value::Map(vec![
+                    ("memory".into(), Value::Size(reserved_memory)),
+                    ("disk".into(), Value::Size(reserved_disk)),
+                ]),
+            ),
+            ("switches".into(), Value::Uint(self.switches.count)),
+            (
+                "switch latency".into(),
+                Value::Map(vec![
+                    ("median".into(), Value::opt(median.map(Value::Duration))),
+                    (
+                        "max".into(),
+                        Value::opt(
+                            (!recent.is_empty()).then_some(Value::Duration(self.switches.max)),
+                        ),
+                    ),
+                ]),
+            ),
+        ])
+    }
+
+    pub(super) fn hosts_table(&self) -> Reply {
+        let mut table = Table::new(&[
+            "host", "name", "cluster", "cpus", "cores", "speed", "memory", "jobs", "running",
+            "state",
+        ]);
+        let mut admitted = vec![0u64; self.topology.hosts.len()];
+        for job in self.jobs.values() {
+            for host in &job.hosts {
+                admitted[host.idx()] += 1;
+            }
+        }
+        let mut running: Vec<Option<JobId>> = vec![None; self.topology.hosts.len()];
+        for job in &self.live {
+            for host in &self.jobs[job].hosts {
+                running[host.idx()] = Some(*job);
+            }
+        }
+        for host in &self.topology.hosts {
+            let busy = running[host.id.idx()];
+            table.push(vec![
+                Value::Uint(u64::from(host.id.0)),
+                Value::text(&host.name),
+                Value::text(&self.topology.cluster(host.cluster).name),
+                Value::text(host.cpus.to_string()),
+                Value::Uint(u64::from(host.cores)),
+                Value::Float(host.speed),
+                Value::Size(host.memory),
+                Value::Uint(admitted[host.id.idx()]),
+                Value::opt(busy.map(|job| Value::Uint(job.0))),
+                Value::text(if busy.is_some() { "busy" } else { "idle" }),
+            ]);
+        }
+        Reply::Table(table)
+    }
+
+    pub(super) fn clusters_table(&self) -> Reply {
+        let mut table = Table::new(&[
+            "cluster",
+            "name",
+            "hosts",
+            "cores",
+            "speed",
+            "memory",
+            "memory reserved",
+            "disk",
+            "disk reserved",
+            "jobs",
+            "jobs limit",
+        ]);
+        for cluster in &self.topology.clusters {
+            let limits = self.limits[cluster.id.idx()];
+            let reserved_memory = cluster
+                .hosts
+                .iter()
+                .map(|host| self.ledger.host_memory[host.idx()])
+                .max()
+                .unwrap_or(0);
+            table.push(vec![
+                Value::Uint(u64::from(cluster.id.0)),
+                Value::text(&cluster.name),
+                Value::Uint(cluster.hosts.len() as u64),
+                Value::Uint(u64::from(cluster.cores)),
+                Value::Float(cluster.speed),
+                Value::opt(limits.memory.map(Value::Size)),
+                Value::Size(reserved_memory),
+                Value::opt(limits.disk.map(Value::Size)),
+                Value::Size(self.ledger.cluster_disk[cluster.id.idx()]),
+                Value::Uint(self.ledger.cluster_jobs[cluster.id.idx()]),
+                Value::opt(limits.jobs.map(Value::Uint)),
+            ]);
+        }
+        Reply::Table(table)
+    }
+
+    pub(super) fn queues_table(&self) -> Reply {
+        let mut table = Table::new(&[
+            "queue",
+            "state",
+            "scheduled",
+            "mode",
+            "cputime",
+            "residency",
+            "memory",
+            "disk",
+            "group",
+            "backfill",
+            "queued",
+            "running",
+            "stopped",
+            "held",
+        ]);
+        for queue in &self.queues {
+            let mut counts = [0u64; 4];
+            for job in queue.order().filter_map(|id| self.jobs.get(&id)) {
+                match job.state() {
+                    JobState::Queued => counts[0] += 1,
+                    JobState::Running | JobState::Ending => counts[1] += 1,
+                    JobState::Stopped => counts[2] += 1,
+                    JobState::Held => counts[3] += 1,
+                    JobState::Done | JobState::Killed => {}
+                }
+            }
+            table.push(vec![
+                Value::Uint(u64::from(queue.number)),
+                Value::text(queue.state_word()),
+                Value::Bool(queue.activated),
+                Value::text(queue.mode.as_str()),
+                Value::opt(queue.cputime.map(Value::Duration)),
+                Value::opt(queue.residency.map(Value::Duration)),
+                Value::opt(queue.memory_pct.map(Value::Percent)),
+                Value::opt(queue.disk_pct.map(Value::Percent)),
+                Value::opt(queue.group.map(|_| Value::text(queue_group_name(queue)))),
+                Value::text(if queue.backfill { "on" } else { "off" }),
+                Value::Uint(counts[0]),
+                Value::Uint(counts[1]),
+                Value::Uint(counts[2]),
+                Value::Uint(counts[3]),
+            ]);
+        }
+        Reply::Table(table)
+    }
+
+    /// Whether `cred` may see what a job runs and how it ended (its
+    /// command, exit status and reason, which may name its files): its
+    /// owner, root and operators may; other users see only who runs what
+    /// where and when (id, user, queue, state, hosts, usage and times).
+    /// Whether `cred` may see the job's command, exit status and reason:
+    /// its owner, root and operators may (the journal's readers in the loop
+    /// ask the same question).
+    fn may_see_details(&self, cred: &Cred, job: &Job) -> bool {
+        self.is_operator(cred) || job.owner.uid == cred.uid
+    }
+
+    /// The `jobs` listing as `cred` may see it (`all`: with the finished
+    /// jobs the core remembers).
+    pub fn jobs_table(&self, cred: &Cred, all: bool, now: Tick) -> Reply {
+        let mut table = Table::new(&[
+            "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "command",
+        ]);
+        if all {
+            for done in &self.finished {
+                let job = &done.job;
+                let details = self.may_see_details(cred, job);
+                table.push(vec![
+                    Value::Uint(job.id.0),
+                    Value::text(&*done.job.user),
+                    Value::Uint(u64::from(job.queue)),
+                    Value::text(done.state.as_str()),
+                    Value::Uint(u64::from(job.nprocs())),
+                    Value::text(self.host_names(job).join(",")),
+                    Value::Duration(job.usage.cpu),
+                    Value::Duration(done.ending.accounting.wall),
+                    if details {
+                        Value::Int(i64::from(done.ending.status))
+                    } else {
+                        Value::None
+                    },
+                    if details {
+                        Value::text(&done.command)
+                    } else {
+                        Value::None
+                    },
+                ]);
+            }
+        }
+        for job in self.jobs.values() {
+            table.push(vec![
+                Value::Uint(job.id.0),
+                Value::text(&*job.user),
+                Value::Uint(u64::from(job.queue)),
+                Value::text(job.state().as_str()),
+                Value::Uint(u64::from(job.nprocs())),
+                Value::text(self.host_names(job).join(",")),
+                Value::Duration(job.usage.cpu),
+                Value::Duration(
+                    job.first_run_at
+                        .map_or(Duration::ZERO, |first| now.since(first)),
+                ),
+                Value::None,
+                if self.may_see_details(cred, job) {
+                    Value::text(command_line(job))
+                } else {
+                    Value::None
+                },
+            ]);
+        }
+        Reply::Table(table)
+    }
+
+    fn host_names(&self, job: &Job) -> Vec<String> {
+        job.hosts
+            .iter()
+            .map(|host| self.topology.host(*host).name.clone())
+            .collect()
+    }
+
+    pub(super) fn job_record(&self, cred: &Cred, id: JobId, now: Tick) -> Reply {
+        let (job, command, state, ending, end_time) = match self.jobs.get(&id) {
+            Some(job) => (job, command_line(job), job.state(), None, now),
+            None => match self.finished.iter().find(|done| done.job.id == id) {
+                Some(done) => (
+                    &done.job,
+                    done.command.clone(),
+                    done.state,
+                    Some(&done.ending),
+                    done.ended_at,
+                ),
+                None => return Reply::error(format!("no job {id}")),
+            },
+        };
+        let details = self.may_see_details(cred, job);
+        Reply::Record(self.job_fields(job, command, state, ending, end_time, details))
+    }
+
+    /// The facts `job ID` shows (and the journal keeps) about a job; without
+    /// `details`, its command, exit status and reason are left out (shown as
+    /// none), as they are to users other than its owner, root and operators.
+    pub(super) fn job_fields(
+        &self,
+        job: &Job,
+        command: String,
+        state: JobState,
+        ending: Option<&Ending>,
+        end_time: Tick,
+        details: bool,
+    ) -> Vec<(String, Value)> {
+        let wall = job
+            .first_run_at
+            .map_or(Duration::ZERO, |first| end_time.since(first));
+        let host_names = self.host_names(job);
+        let mut fields = vec![
+            ("id".to_string(), Value::Uint(job.id.0)),
+            ("user".into(), Value::text(&*job.user)),
+            ("uid".into(), Value::Uint(u64::from(job.owner.uid))),
+            ("state".into(), Value::text(state.as_str())),
+            ("queue".into(), Value::Uint(u64::from(job.queue))),
+            (
+                "queues".into(),
+                Value::List(
+                    job.queues_visited
+                        .iter()
+                        .map(|q| Value::Uint(u64::from(*q)))
+                        .collect(),
+                ),
+            ),
+            (
+                "cluster".into(),
+                Value::text(&self.topology.cluster(job.cluster).name),
+            ),
+            (
+                "hosts".into(),
+                Value::List(host_names.iter().map(Value::text).collect()),
+            ),
+            ("procs".into(), Value::Uint(u64::from(job.nprocs()))),
+            (
+                "command".into(),
+                if details {
+                    Value::text(command)
+                } else {
+                    Value::None
+                },
+            ),
+            (
+                "held".into(),
+                Value::text(match (job.operator_hold, job.owner_hold) {
+                    (true, _) => "by an operator",
+                    (false, true) => "by its owner",
+                    (false, false) => "no",
+                }),
+            ),
+            ("cpu".into(), Value::Duration(job.usage.cpu)),
+            ("wall".into(), Value::Duration(wall)),
+            ("run".into(), Value::Duration(job.run_time_at(end_time))),
+            (
+                "stopped".into(),
+                Value::Duration(job.stopped_time(end_time)),
+            ),
+            (
+                "wait".into(),
+                Value::Duration(job.first_run_at.unwrap_or(end_time).since(job.submitted_at)),
+            ),
+            ("switches".into(), Value::Uint(job.switches)),
+            (
+                "memory".into(),
+                Value::Map(
+                    host_names
+                        .iter()
+                        .zip(job.usage.memory.iter().chain(std::iter::repeat(&0)))
+                        .map(|(host, used)| (host.clone(), Value::Size(*used)))
+                        .collect(),
+                ),
+            ),
+            (
+                "peak memory".into(),
+                Value::Map(
+                    host_names
+                        .iter()
+                        .zip(&job.peak_memory)
+                        .map(|(host, peak)| (host.clone(), Value::Size(*peak)))
+                        .collect(),
+                ),
+            ),
+            ("disk".into(), Value::Size(job.usage.disk)),
+            ("peak disk".into(), Value::Size(job.peak_disk)),
+            (
+                "cputime limit".into(),
+                Value::opt(job.limits.cputime.map(Value::Duration)),
+            ),
+            (
+                "memory limit".into(),
+                Value::opt(job.limits.memory.map(Value::Size)),
+            ),
+            (
+                "disk limit".into(),
+                Value::opt(job.limits.disk.map(Value::Size)),
+            ),
+            (
+                "residency".into(),
+                Value::Duration(job.usage.cpu.saturating_sub(job.residency_base)),
+            ),
+        ];
+        if let Some(ending) = ending {
+            if details {
+                fields.push(("exit".into(), Value::Int(i64::from(ending.status))));
+                fields.push(("reason".into(), Value::text(&ending.reason)));
+            } else {
+                fields.push(("exit".into(), Value::None));
+                fields.push(("reason".into(), Value::None));
+            }
+        }
+        fields
+    }
+}
