@@ -26,6 +26,12 @@ fn main() {
     let arg = |idx: usize| args.get(idx).cloned().unwrap_or_default();
     let secs = |idx: usize| arg(idx).parse::<f64>().unwrap_or(0.0);
     let mode = arg(0);
+    if mode == "ignore-term" {
+        // Before the pid is printed, so that a test that read the pid may
+        // rely on the signal being ignored.
+        // SAFETY: installing SIG_IGN for SIGTERM has no preconditions.
+        unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    }
     if mode != "env" {
         println!("pid {}", std::process::id());
         let _ = std::io::stdout().flush();
@@ -64,11 +70,7 @@ fn main() {
             file.sync_all().ok();
             sleep(secs(3));
         }
-        "ignore-term" => {
-            // SAFETY: installing SIG_IGN for SIGTERM has no preconditions.
-            unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
-            sleep(secs(1));
-        }
+        "ignore-term" => sleep(secs(1)),
         "escape" => {
             // SAFETY: the program is single-threaded here; the child only
             // calls setsid and spins.
