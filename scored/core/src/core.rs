@@ -29,6 +29,7 @@ use crate::job::{
     EndCause, ExitStatus, Job, JobLimits, JobRequest, JobSpec, JobState, Joiner, Launch,
     LaunchPlan, Phase, ProcPlan, Usage,
 };
+use crate::jobset::JobSet;
 use crate::queue::Queue;
 use crate::sched::{self, Scratch};
 use crate::units::{format_duration, format_size};
@@ -510,6 +511,9 @@ pub struct Core {
     finished: VecDeque<Finished>,
     /// Jobs whose processes may be running: phase Running or Stopping.
     live: BTreeSet<JobId>,
+    /// How many of them are Stopping: with none, and every job live,
+    /// nothing waits to run (`next_decision` need not look at the queues).
+    n_stopping: usize,
     /// Graceful kills in progress, by the time they turn into SIGKILL.
     kill_deadlines: BTreeSet<(Tick, JobId)>,
     /// Running jobs with a `-time` limit, by the time it is reached.
@@ -528,7 +532,7 @@ pub struct Core {
     /// Unfinished jobs with a CPU time limit.
     n_cputime_limited: usize,
     /// Jobs that ran during the current slice (gang rotation).
-    ran: BTreeSet<JobId>,
+    ran: JobSet,
     /// Launch data of unfinished jobs by content hash, so identical
     /// submissions share one copy.
     launches: HashMap<u64, Vec<Launch>>,
@@ -546,8 +550,9 @@ pub struct Core {
     /// The running binary's version and how many in-place restarts this
     /// daemon has made, for `status`.
     build: (String, u64),
-    /// The active set, sorted (scratch for `reschedule`).
-    chosen: Vec<JobId>,
+    /// Hosts where a job's processes run or are being stopped (scratch for
+    /// `reschedule`, kept so that a decision allocates nothing).
+    busy: Vec<bool>,
 }
 
 impl Core {
@@ -575,6 +580,7 @@ impl Core {
             waiting: VecDeque::new(),
             finished: VecDeque::new(),
             live: BTreeSet::new(),
+            n_stopping: 0,
             kill_deadlines: BTreeSet::new(),
             time_deadlines: BTreeSet::new(),
             bound_waiting: BTreeSet::new(),
@@ -582,7 +588,7 @@ impl Core {
             sampled_at: Tick::default(),
             ran_refill: false,
             n_cputime_limited: 0,
-            ran: BTreeSet::new(),
+            ran: JobSet::default(),
             launches: HashMap::new(),
             next_job: 1,
             slice_anchor: Tick::default(),
@@ -593,7 +599,7 @@ impl Core {
             active: Vec::new(),
             journal: None,
             build: (env!("CARGO_PKG_VERSION").to_string(), 0),
-            chosen: Vec::new(),
+            busy: Vec::new(),
         }
     }
 
@@ -711,15 +717,20 @@ impl Core {
         if self.jobs.is_empty() {
             return timers;
         }
-        let rotation_matters = self.queues.iter().any(|queue| {
-            queue.activated
-                && queue.mode == QueueMode::Gang
-                && queue.order().any(|job| {
-                    self.jobs.get(&job).is_some_and(|record| {
-                        record.phase != Phase::Running && record.ending.is_none() && !record.held()
+        // Every job running (all live, none being stopped): none waits.
+        let all_running = self.n_stopping == 0 && self.live.len() == self.jobs.len();
+        let rotation_matters = !all_running
+            && self.queues.iter().any(|queue| {
+                queue.activated
+                    && queue.mode == QueueMode::Gang
+                    && queue.order().any(|job| {
+                        self.jobs.get(&job).is_some_and(|record| {
+                            record.phase != Phase::Running
+                                && record.ending.is_none()
+                                && !record.held()
+                        })
                     })
-                })
-        });
+            });
         if rotation_matters {
             return [timers, Some(self.next_slice)].into_iter().flatten().min();
         }
@@ -875,6 +886,7 @@ impl Core {
                 if let Some(record) = self.jobs.get_mut(&job) {
                     if record.phase == Phase::Stopping {
                         record.phase = Phase::Stopped;
+                        self.n_stopping -= 1;
                         self.live.remove(&job);
                     }
                 }
@@ -1338,6 +1350,9 @@ impl Core {
         if let Some(since) = record.running_since.take() {
             record.run_time += now.since(since);
         }
+        if record.phase == Phase::Stopping {
+            self.n_stopping -= 1;
+        }
         record.phase = Phase::Idle;
         record.ranks_left = 0;
         if let Some(deadline) = record.time_deadline.take() {
@@ -1498,10 +1513,15 @@ impl Core {
         let slice = self.config.timeslice.as_micros().max(1) as u64;
         let elapsed = now.0.saturating_sub(self.slice_anchor.0);
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
-        let ran = std::mem::take(&mut self.ran);
-        for queue in &mut self.queues {
-            queue.rotate(|job| ran.contains(&job));
+        let mut ran = std::mem::take(&mut self.ran);
+        if !ran.is_empty() {
+            for queue in &mut self.queues {
+                queue.rotate(|job| ran.contains(&job));
+            }
         }
+        // The set is refilled at once by `reschedule`: keep its table.
+        ran.clear();
+        self.ran = ran;
         self.ran_refill = true;
         // The set restarts with the new slice; `reschedule`, which always
         // follows, fills it again with every job that runs in it.
@@ -1567,6 +1587,9 @@ impl Core {
         let Some(mut record) = self.jobs.remove(&job) else {
             return;
         };
+        if record.phase == Phase::Stopping {
+            self.n_stopping -= 1;
+        }
         if let Some(deadline) = record.kill_deadline.take() {
             self.kill_deadlines.remove(&(deadline, job));
         }
@@ -1768,7 +1791,9 @@ impl Core {
         for job in std::mem::take(&mut self.bound_waiting) {
             self.unbind(job);
         }
-        let mut busy = vec![false; self.topology.hosts.len()];
+        let mut busy = std::mem::take(&mut self.busy);
+        busy.clear();
+        busy.resize(self.topology.hosts.len(), false);
         for job in &self.live {
             for host in &self.jobs[job].hosts {
                 busy[host.idx()] = true;
@@ -1814,21 +1839,22 @@ impl Core {
             self.bind(job, hosts);
         }
         self.bindings = bindings;
-        let mut chosen = std::mem::take(&mut self.chosen);
-        chosen.clear();
-        chosen.extend_from_slice(&active);
-        chosen.sort_unstable();
 
-        // Phase one: stop every running job that left the active set.
+        // Phase one: stop every running job that left the active set (the
+        // decision's scratch says which job holds each host it gave out).
         let leaving: Vec<JobId> = self
             .live
             .iter()
             .copied()
             .filter(|job| {
-                chosen.binary_search(job).is_err() && self.jobs[job].phase == Phase::Running
+                let record = &self.jobs[job];
+                record.phase == Phase::Running
+                    && !record
+                        .hosts
+                        .first()
+                        .is_some_and(|host| self.scratch.holds(*job, *host))
             })
             .collect();
-        self.chosen = chosen;
         for &job in &leaving {
             if self.switches.open.is_none() {
                 let id = self.switches.next_id;
@@ -1839,6 +1865,7 @@ impl Core {
             }
             let record = self.jobs.get_mut(&job).expect("live jobs exist");
             record.phase = Phase::Stopping;
+            self.n_stopping += 1;
             record.switches += 1;
             if let Some(since) = record.running_since.take() {
                 record.run_time += now.since(since);
@@ -1868,6 +1895,7 @@ impl Core {
             entering.push(job);
         }
         self.active = active;
+        self.busy = busy;
         // Continue the stopped jobs first, then close the switch (its
         // latency runs from the first SIGSTOP to the last SIGCONT), and only
         // then create the processes of jobs that run for the first time, so
@@ -1938,6 +1966,9 @@ impl Core {
         self.bound_waiting.remove(&job);
         let record = self.jobs.get_mut(&job).expect("chosen jobs exist");
         let phase = record.phase;
+        if phase == Phase::Stopping {
+            self.n_stopping -= 1;
+        }
         record.phase = Phase::Running;
         record.running_since = Some(now);
         self.ran.insert(job);
@@ -2003,6 +2034,12 @@ impl Core {
                 job.id, job.queue
             );
         }
+        let stopping = self
+            .jobs
+            .values()
+            .filter(|job| job.phase == Phase::Stopping)
+            .count();
+        assert_eq!(stopping, self.n_stopping, "count of stopping jobs");
         let queued: usize = self.queues.iter().map(Queue::len).sum();
         assert_eq!(
             queued,

@@ -70,6 +70,16 @@ pub struct Scratch {
     ends: Vec<u64>,
 }
 
+impl Scratch {
+    /// Whether the last [`active_set`] put `job` in the active set on
+    /// `host`: a membership test that costs one look-up, where searching
+    /// the set would cost a sort of it at every decision.
+    pub fn holds(&self, job: JobId, host: HostId) -> bool {
+        self.taken.get(host.idx()).copied().unwrap_or(false)
+            && self.holder.get(host.idx()) == Some(&job)
+    }
+}
+
 /// The reservation of an exclusive queue's first waiting job (EASY).
 #[derive(Debug, Clone, Copy)]
 struct Reservation {
