@@ -1,18 +1,18 @@
-//! A set of job ids with constant-time membership, for the per-slice sets
-//! the scheduling decision consults once per queued job (the jobs that ran
-//! in the current slice).
+//! Sets and maps of job ids with constant-time look-ups, for what the
+//! scheduling decision consults once per queued or running job (the jobs
+//! that ran in the current slice, each running job's crossing time).
 //!
 //! Job ids are handed out in order, so they need no protection against
 //! crafted collisions (a client cannot choose its job's id): a
 //! multiplicative hash spreads them over the table at a fraction of the
 //! cost of the standard library's SipHash, and far below an ordered set's
-//! walk down its tree. The set is never iterated, so the order of its
-//! elements cannot leak into a decision.
+//! walk down its tree. No decision iterates them, so the order of their
+//! elements cannot leak into one (the restart snapshot sorts what it writes).
 //!
 //! Pure: no clock, no system calls.
 #![forbid(unsafe_code)]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::ids::JobId;
@@ -42,6 +42,9 @@ impl Hasher for JobIdHasher {
 
 /// A set of job ids (see the module documentation).
 pub type JobSet = HashSet<JobId, BuildHasherDefault<JobIdHasher>>;
+
+/// A map keyed by job id, hashed the same way.
+pub type JobMap<V> = HashMap<JobId, V, BuildHasherDefault<JobIdHasher>>;
 
 #[cfg(test)]
 mod tests {

@@ -234,8 +234,12 @@ fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec
         return 0;
     }
     for host in hosts {
-        mark(scratch, *host, job);
+        scratch.taken[host.idx()] = true;
+        scratch.holder[host.idx()] = job;
     }
+    // A job's hosts are all of its cluster: count them off once.
+    let cluster = scratch.host_cluster[hosts[0].idx()];
+    scratch.cluster_free[cluster] = scratch.cluster_free[cluster].saturating_sub(hosts.len());
     out.push(job);
     hosts.len()
 }
