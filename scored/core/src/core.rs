@@ -30,6 +30,7 @@ use crate::job::{
     EndCause, ExitStatus, Job, JobLimits, JobRequest, JobSpec, JobState, Joiner, Launch,
     LaunchPlan, Phase, ProcPlan, Usage,
 };
+use crate::jobset::{JobMap, JobSet};
 use crate::queue::Queue;
 use crate::sched::{self, Scratch};
 use crate::units::{format_duration, format_size};
@@ -566,6 +567,9 @@ pub struct Core {
     finished: VecDeque<Rc<Finished>>,
     /// Jobs whose processes may be running: phase Running or Stopping.
     live: BTreeSet<JobId>,
+    /// How many of them are Stopping: with none, and every job live,
+    /// nothing waits to run (`next_decision` need not look at the queues).
+    n_stopping: usize,
     /// Graceful kills in progress, by the time they turn into SIGKILL.
     kill_deadlines: BTreeSet<(Tick, JobId)>,
     /// Running jobs with a `-time` limit, by the time it is reached.
@@ -583,8 +587,15 @@ pub struct Core {
     ran_refill: bool,
     /// Unfinished jobs with a CPU time limit.
     n_cputime_limited: usize,
+    /// Live jobs with a CPU time limit or a residency to cross, by how far
+    /// from it their last sample left them ([`Core::crossing_key`]), so
+    /// that `next_decision` finds the earliest crossing without looking at
+    /// every running job.
+    crossings: BTreeSet<(u64, JobId)>,
+    /// Each indexed job's key in `crossings`.
+    crossing_of: JobMap<u64>,
     /// Jobs that ran during the current slice (gang rotation).
-    ran: BTreeSet<JobId>,
+    ran: JobSet,
     /// Launch data of unfinished jobs by content hash, so identical
     /// submissions share one copy.
     launches: HashMap<u64, Vec<Launch>>,
@@ -602,16 +613,25 @@ pub struct Core {
     /// The running binary's version and how many in-place restarts this
     /// daemon has made, for `status`.
     build: (String, u64),
-    /// The active set, sorted (scratch for `reschedule`).
-    chosen: Vec<JobId>,
     /// Names of groups for console commands (`NoDirectory` until the shell
     /// gives one).
     directory: Rc<dyn Directory>,
+    /// The last decision's active set still holds: since it was computed
+    /// only stops of jobs not being killed were confirmed, and the active
+    /// set of gang queues depends on nothing those change (see
+    /// `reschedule`). The switch's second decision, once the stops are
+    /// confirmed, then costs no walk of the queues.
+    decision_current: bool,
+    /// Hosts where a job's processes run or are being stopped: the hosts of
+    /// the live jobs (which never share one), kept as jobs enter and leave
+    /// `live` so that a decision does not gather them again.
+    busy: Vec<bool>,
 }
 
 impl Core {
     /// A core with the default queues.
     pub fn new(config: CoreConfig, topology: Topology, memory_limits: Vec<Option<u64>>) -> Core {
+        let n_hosts = topology.hosts.len();
         let limits = topology
             .clusters
             .iter()
@@ -634,6 +654,7 @@ impl Core {
             waiting: VecDeque::new(),
             finished: VecDeque::new(),
             live: BTreeSet::new(),
+            n_stopping: 0,
             kill_deadlines: BTreeSet::new(),
             time_deadlines: BTreeSet::new(),
             bound_waiting: BTreeSet::new(),
@@ -641,7 +662,9 @@ impl Core {
             sampled_at: Tick::default(),
             ran_refill: false,
             n_cputime_limited: 0,
-            ran: BTreeSet::new(),
+            crossings: BTreeSet::new(),
+            crossing_of: JobMap::default(),
+            ran: JobSet::default(),
             launches: HashMap::new(),
             next_job: 1,
             slice_anchor: Tick::default(),
@@ -652,8 +675,9 @@ impl Core {
             active: Vec::new(),
             journal: None,
             build: (env!("CARGO_PKG_VERSION").to_string(), 0),
-            chosen: Vec::new(),
             directory: Rc::new(NoDirectory),
+            decision_current: false,
+            busy: vec![false; n_hosts],
         }
     }
 
@@ -776,40 +800,34 @@ impl Core {
         if self.jobs.is_empty() {
             return timers;
         }
-        let rotation_matters = self.queues.iter().any(|queue| {
-            queue.activated
-                && queue.mode == QueueMode::Gang
-                && queue.order().any(|job| {
-                    self.jobs.get(&job).is_some_and(|record| {
-                        record.phase != Phase::Running && record.ending.is_none() && !record.held()
+        // Every job running (all live, none being stopped): none waits.
+        let all_running = self.n_stopping == 0 && self.live.len() == self.jobs.len();
+        let rotation_matters = !all_running
+            && self.queues.iter().any(|queue| {
+                queue.activated
+                    && queue.mode == QueueMode::Gang
+                    && queue.order().any(|job| {
+                        self.jobs.get(&job).is_some_and(|record| {
+                            record.phase != Phase::Running
+                                && record.ending.is_none()
+                                && !record.held()
+                        })
                     })
-                })
-        });
+            });
         if rotation_matters {
             return [timers, Some(self.next_slice)].into_iter().flatten().min();
         }
         // The earliest time a sample could show a CPU time or residency
-        // limit crossed.
-        let mut crossing: Option<Tick> = None;
-        let limits_cpu =
-            self.n_cputime_limited > 0 || self.queues.iter().any(|queue| queue.residency.is_some());
-        for job in self.live.iter().filter(|_| limits_cpu) {
-            let record = &self.jobs[job];
-            let residency = self
-                .queues
-                .get(record.queue as usize)
-                .and_then(|queue| queue.residency)
-                .filter(|_| (record.queue as usize) + 1 < self.queues.len())
-                .map(|residency| residency + record.residency_base);
-            for threshold in [record.limits.cputime, residency].into_iter().flatten() {
-                let per_second = u64::from(record.nprocs().max(1));
-                let grown = now.since(self.sampled_at).as_micros() as u64 * per_second;
-                let cpu_now = (record.usage.cpu.as_micros() as u64).saturating_add(grown);
-                let left = (threshold.as_micros() as u64).saturating_sub(cpu_now) / per_second;
-                let at = Tick(now.0.saturating_add(left));
-                crossing = Some(crossing.map_or(at, |earlier| earlier.min(at)));
+        // limit crossed: a job's CPU time grows by at most one second per
+        // process per second since the last sample, so the job with the
+        // least left per process crosses first.
+        let crossing = self.crossings.first().map(|&(left, _)| {
+            if now >= self.sampled_at {
+                Tick(self.sampled_at.0.saturating_add(left)).max(now)
+            } else {
+                Tick(now.0.saturating_add(left))
             }
-        }
+        });
         let slice = crossing.map(|at| {
             if at <= self.next_slice {
                 return self.next_slice;
@@ -835,6 +853,74 @@ impl Core {
                     .get(record.queue as usize)
                     .is_some_and(|queue| queue.residency.is_some())
         })
+    }
+
+    /// How much CPU time per process a live job has left before it crosses
+    /// its CPU time limit or its queue's residency, in microseconds, by its
+    /// last sample; `None` if it has neither.
+    fn crossing_key(&self, record: &Job) -> Option<u64> {
+        let residency = self
+            .queues
+            .get(record.queue as usize)
+            .and_then(|queue| queue.residency)
+            .filter(|_| (record.queue as usize) + 1 < self.queues.len())
+            .map(|residency| residency + record.residency_base);
+        let per_second = u64::from(record.nprocs().max(1));
+        let cpu = record.usage.cpu.as_micros() as u64;
+        [record.limits.cputime, residency]
+            .into_iter()
+            .flatten()
+            .map(|threshold| (threshold.as_micros() as u64).saturating_sub(cpu) / per_second)
+            .min()
+    }
+
+    /// Brings a job's entry in `crossings` up to date: after it becomes
+    /// live or stops being live, after a sample, after a move.
+    fn refresh_crossing(&mut self, job: JobId) {
+        let key = self
+            .live
+            .contains(&job)
+            .then(|| self.jobs.get(&job))
+            .flatten()
+            .and_then(|record| self.crossing_key(record));
+        let old = match key {
+            Some(key) => self.crossing_of.insert(job, key),
+            None => self.crossing_of.remove(&job),
+        };
+        if old != key {
+            if let Some(old) = old {
+                self.crossings.remove(&(old, job));
+            }
+            if let Some(key) = key {
+                self.crossings.insert((key, job));
+            }
+        }
+    }
+
+    /// Recomputes from the jobs themselves what the scheduling path keeps
+    /// up to date as jobs change (the busy hosts, the count of stopping
+    /// jobs, the crossing index), for a core rebuilt from a snapshot.
+    fn rebuild_schedule_state(&mut self) {
+        self.busy = vec![false; self.topology.hosts.len()];
+        self.n_stopping = 0;
+        self.crossings.clear();
+        self.crossing_of.clear();
+        self.decision_current = false;
+        let live: Vec<JobId> = self.live.iter().copied().collect();
+        for job in live {
+            let Some(record) = self.jobs.get(&job) else {
+                continue;
+            };
+            for host in &record.hosts {
+                if let Some(slot) = self.busy.get_mut(host.idx()) {
+                    *slot = true;
+                }
+            }
+            if record.phase == Phase::Stopping {
+                self.n_stopping += 1;
+            }
+            self.refresh_crossing(job);
+        }
     }
 
     /// How many switches the core has made.
@@ -864,6 +950,18 @@ impl Core {
     }
 
     fn apply(&mut self, input: Input, now: Tick, out: &mut Vec<Action>) {
+        // Only a confirmed stop of a job that is not being killed leaves the
+        // last active set standing (a job being killed is placed first).
+        let keeps_decision = match &input {
+            Input::Stopped(job) => self
+                .jobs
+                .get(job)
+                .is_some_and(|record| record.ending.is_none() && record.kill_deadline.is_none()),
+            _ => false,
+        };
+        if !keeps_decision {
+            self.decision_current = false;
+        }
         match input {
             Input::Submit {
                 client,
@@ -940,7 +1038,12 @@ impl Core {
                 if let Some(record) = self.jobs.get_mut(&job) {
                     if record.phase == Phase::Stopping {
                         record.phase = Phase::Stopped;
+                        self.n_stopping -= 1;
                         self.live.remove(&job);
+                        for host in &record.hosts {
+                            self.busy[host.idx()] = false;
+                        }
+                        self.refresh_crossing(job);
                     }
                 }
             }
@@ -965,7 +1068,10 @@ impl Core {
             Input::StopFailed { job, reason } => {
                 self.begin_kill(job, EndCause::Limit(reason), false, now, out);
             }
-            Input::Usage { job, usage } => self.usage(job, usage, now, out),
+            Input::Usage { job, usage } => {
+                self.usage(job, usage, now, out);
+                self.refresh_crossing(job);
+            }
             Input::FinalUsage {
                 job,
                 cpu,
@@ -979,6 +1085,7 @@ impl Core {
                         *peak = (*peak).max(last);
                     }
                 }
+                self.refresh_crossing(job);
             }
             Input::SwitchMeasured { latency, .. } => {
                 let switches = &mut self.switches;
@@ -1398,12 +1505,23 @@ impl Core {
         if let Some(since) = record.running_since.take() {
             record.run_time += now.since(since);
         }
+        if record.phase == Phase::Stopping {
+            self.n_stopping -= 1;
+        }
         record.phase = Phase::Idle;
         record.ranks_left = 0;
         if let Some(deadline) = record.time_deadline.take() {
             self.time_deadlines.remove(&(deadline, job));
         }
-        self.live.remove(&job);
+        if self.live.remove(&job) {
+            for host in &record.hosts {
+                self.busy[host.idx()] = false;
+            }
+        }
+        self.refresh_crossing(job);
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
         let more_stages = record.spec.joiner == Joiner::Sequence
             && record.stage + 1 < record.spec.launch.n_stages();
         if record.ending.is_none() && record.failure.is_none() && more_stages {
@@ -1558,10 +1676,15 @@ impl Core {
         let slice = self.config.timeslice.as_micros().max(1) as u64;
         let elapsed = now.0.saturating_sub(self.slice_anchor.0);
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
-        let ran = std::mem::take(&mut self.ran);
-        for queue in &mut self.queues {
-            queue.rotate(|job| ran.contains(&job));
+        let mut ran = std::mem::take(&mut self.ran);
+        if !ran.is_empty() {
+            for queue in &mut self.queues {
+                queue.rotate(|job| ran.contains(&job));
+            }
         }
+        // The set is refilled at once by `reschedule`: keep its table.
+        ran.clear();
+        self.ran = ran;
         self.ran_refill = true;
         // The set restarts with the new slice; `reschedule`, which always
         // follows, fills it again with every job that runs in it.
@@ -1627,6 +1750,9 @@ impl Core {
         let Some(mut record) = self.jobs.remove(&job) else {
             return;
         };
+        if record.phase == Phase::Stopping {
+            self.n_stopping -= 1;
+        }
         if let Some(deadline) = record.kill_deadline.take() {
             self.kill_deadlines.remove(&(deadline, job));
         }
@@ -1641,7 +1767,12 @@ impl Core {
         if let Some(since) = record.running_since.take() {
             record.run_time += now.since(since);
         }
-        self.live.remove(&job);
+        if self.live.remove(&job) {
+            for host in &record.hosts {
+                self.busy[host.idx()] = false;
+            }
+        }
+        self.refresh_crossing(job);
         self.queues[record.queue as usize].remove(job);
         self.ledger.release(&Placement {
             cluster: record.cluster,
@@ -1828,67 +1959,50 @@ impl Core {
         for job in std::mem::take(&mut self.bound_waiting) {
             self.unbind(job);
         }
-        let mut busy = vec![false; self.topology.hosts.len()];
-        for job in &self.live {
-            for host in &self.jobs[job].hosts {
-                busy[host.idx()] = true;
-            }
-        }
+        let mut busy = std::mem::take(&mut self.busy);
         let mut active = std::mem::take(&mut self.active);
         let mut bindings = std::mem::take(&mut self.bindings);
-        {
-            let jobs = &self.jobs;
-            let queues = &self.queues;
-            // Jobs being killed take their hosts first: a graceful kill must
-            // let the job run to handle SIGTERM, and a job whose processes
-            // may still run must keep its hosts until they are gone.
-            let mut first: Vec<JobId> = self.kill_deadlines.iter().map(|(_, job)| *job).collect();
-            first.extend(
-                self.live
-                    .iter()
-                    .copied()
-                    .filter(|job| jobs[job].ending.is_some()),
-            );
-            first.sort_unstable();
-            first.dedup();
-            let view = View {
-                jobs,
-                topology: &self.topology,
-                ledger: &self.ledger,
-                limits: &self.limits,
-                busy: &busy,
-                now,
-            };
-            sched::active_set(
-                queues,
-                self.topology.hosts.len(),
-                first,
-                &view,
-                now.0,
-                &mut self.scratch,
-                &mut active,
-                &mut bindings,
-            );
+        // Gang queues place jobs on the hosts they were given at admission,
+        // so their active set is a function of the queues' order, which jobs
+        // are runnable and which are placed first; a confirmed stop changes
+        // none of these. Exclusive queues choose among free hosts and
+        // reserve by the clock, so with any of them (or with hosts chosen
+        // by the last decision) the set is computed afresh.
+        let reuse = std::mem::take(&mut self.decision_current);
+        if !reuse {
+            self.decide_active(now, &busy, &mut active, &mut bindings);
+        } else if cfg!(debug_assertions) {
+            let mut fresh = Vec::new();
+            self.decide_active(now, &busy, &mut fresh, &mut bindings);
+            assert_eq!(fresh, active, "the kept active set is out of date");
+            assert!(bindings.is_empty(), "the kept active set binds no host");
         }
+        let keep = bindings.is_empty()
+            && self
+                .queues
+                .iter()
+                .all(|queue| !queue.activated || queue.mode == QueueMode::Gang || queue.is_empty());
         for (job, hosts) in bindings.drain(..) {
             self.bind(job, hosts);
         }
         self.bindings = bindings;
-        let mut chosen = std::mem::take(&mut self.chosen);
-        chosen.clear();
-        chosen.extend_from_slice(&active);
-        chosen.sort_unstable();
+        self.decision_current = keep;
 
-        // Phase one: stop every running job that left the active set.
+        // Phase one: stop every running job that left the active set (the
+        // decision's scratch says which job holds each host it gave out).
         let leaving: Vec<JobId> = self
             .live
             .iter()
             .copied()
             .filter(|job| {
-                chosen.binary_search(job).is_err() && self.jobs[job].phase == Phase::Running
+                let record = &self.jobs[job];
+                record.phase == Phase::Running
+                    && !record
+                        .hosts
+                        .first()
+                        .is_some_and(|host| self.scratch.holds(*job, *host))
             })
             .collect();
-        self.chosen = chosen;
         for &job in &leaving {
             if self.switches.open.is_none() {
                 let id = self.switches.next_id;
@@ -1899,6 +2013,7 @@ impl Core {
             }
             let record = self.jobs.get_mut(&job).expect("live jobs exist");
             record.phase = Phase::Stopping;
+            self.n_stopping += 1;
             record.switches += 1;
             if let Some(since) = record.running_since.take() {
                 record.run_time += now.since(since);
@@ -1928,6 +2043,7 @@ impl Core {
             entering.push(job);
         }
         self.active = active;
+        self.busy = busy;
         // Continue the stopped jobs first, then close the switch (its
         // latency runs from the first SIGSTOP to the last SIGCONT), and only
         // then create the processes of jobs that run for the first time, so
@@ -1939,11 +2055,7 @@ impl Core {
             self.enter(job, now, out);
         }
         if let Some(id) = self.switches.open {
-            let stopping = self
-                .live
-                .iter()
-                .any(|job| self.jobs[job].phase == Phase::Stopping);
-            if !stopping && !blocked {
+            if self.n_stopping == 0 && !blocked {
                 self.switches.open = None;
                 out.push(Action::SwitchEnd(id));
             }
@@ -1963,6 +2075,49 @@ impl Core {
         }
         #[cfg(debug_assertions)]
         self.check_invariants();
+    }
+
+    /// Computes the active set into `active`, and in `bindings` the hosts
+    /// chosen for jobs that had none.
+    fn decide_active(
+        &mut self,
+        now: Tick,
+        busy: &[bool],
+        active: &mut Vec<JobId>,
+        bindings: &mut Vec<(JobId, Vec<HostId>)>,
+    ) {
+        let jobs = &self.jobs;
+        let queues = &self.queues;
+        // Jobs being killed take their hosts first: a graceful kill must
+        // let the job run to handle SIGTERM, and a job whose processes
+        // may still run must keep its hosts until they are gone.
+        let mut first: Vec<JobId> = self.kill_deadlines.iter().map(|(_, job)| *job).collect();
+        first.extend(
+            self.live
+                .iter()
+                .copied()
+                .filter(|job| jobs[job].ending.is_some()),
+        );
+        first.sort_unstable();
+        first.dedup();
+        let view = View {
+            jobs,
+            topology: &self.topology,
+            ledger: &self.ledger,
+            limits: &self.limits,
+            busy,
+            now,
+        };
+        sched::active_set(
+            queues,
+            self.topology.hosts.len(),
+            first,
+            &view,
+            now.0,
+            &mut self.scratch,
+            active,
+            bindings,
+        );
     }
 
     /// Gives a job that had none the hosts the decision chose for it.
@@ -1998,6 +2153,9 @@ impl Core {
         self.bound_waiting.remove(&job);
         let record = self.jobs.get_mut(&job).expect("chosen jobs exist");
         let phase = record.phase;
+        if phase == Phase::Stopping {
+            self.n_stopping -= 1;
+        }
         record.phase = Phase::Running;
         record.running_since = Some(now);
         self.ran.insert(job);
@@ -2007,6 +2165,9 @@ impl Core {
             self.time_deadlines.insert((deadline, job));
         }
         self.live.insert(job);
+        for host in &record.hosts {
+            self.busy[host.idx()] = true;
+        }
         match phase {
             Phase::Stopped => out.push(Action::Continue(job)),
             Phase::Idle => {
@@ -2033,6 +2194,7 @@ impl Core {
             }
             Phase::Running | Phase::Stopping => {}
         }
+        self.refresh_crossing(job);
     }
 
     /// Checks the core's invariants; tests call it after every step.
@@ -2061,6 +2223,40 @@ impl Core {
                 in_queue, 1,
                 "job {} must be in queue {} once",
                 job.id, job.queue
+            );
+        }
+        let stopping = self
+            .jobs
+            .values()
+            .filter(|job| job.phase == Phase::Stopping)
+            .count();
+        assert_eq!(stopping, self.n_stopping, "count of stopping jobs");
+        for job in self.jobs.values() {
+            let key = self
+                .live
+                .contains(&job.id)
+                .then(|| self.crossing_key(job))
+                .flatten();
+            assert_eq!(
+                self.crossing_of.get(&job.id).copied(),
+                key,
+                "crossing of job {} out of date",
+                job.id
+            );
+        }
+        assert_eq!(self.crossing_of.len(), self.crossings.len());
+        let mut busy = vec![false; self.topology.hosts.len()];
+        for job in &self.live {
+            for host in &self.jobs[job].hosts {
+                busy[host.idx()] = true;
+            }
+        }
+        assert_eq!(busy, self.busy, "busy hosts are the live jobs' hosts");
+        for (key, job) in &self.crossings {
+            assert_eq!(
+                self.crossing_of.get(job),
+                Some(key),
+                "crossing of job {job}"
             );
         }
         let queued: usize = self.queues.iter().map(Queue::len).sum();

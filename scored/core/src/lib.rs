@@ -2,7 +2,7 @@
 //!
 //! Identifiers and the clock ([`ids`]), the hosts database behind the
 //! [`hosts::Loader`] trait ([`hosts`]), clusters ([`cluster`]), jobs
-//! ([`job`]), queues ([`queue`]), admission ([`admission`]), the choice of
+//! ([`job`]), sets of job ids ([`jobset`]), queues ([`queue`]), admission ([`admission`]), the choice of
 //! the active set ([`sched`]) and the state machine with its console
 //! commands and views ([`core`]).
 //!
@@ -19,6 +19,7 @@ pub mod core;
 pub mod hosts;
 pub mod ids;
 pub mod job;
+pub mod jobset;
 pub mod queue;
 pub mod sched;
 

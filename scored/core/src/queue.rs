@@ -163,12 +163,17 @@ impl Queue {
         if self.mode != QueueMode::Gang {
             return;
         }
-        // Few jobs run in a slice; the rest of a long queue only moves up.
-        let back: Vec<JobId> = self.order.iter().copied().filter(|&job| ran(job)).collect();
-        if back.is_empty() {
-            return;
-        }
-        self.order.retain(|&job| !ran(job));
+        // One pass, one membership test per job: the jobs that ran are set
+        // aside while the others move up, then appended in their order.
+        let mut back: Vec<JobId> = Vec::new();
+        self.order.retain(|&job| {
+            if ran(job) {
+                back.push(job);
+                false
+            } else {
+                true
+            }
+        });
         self.order.extend(back);
     }
 

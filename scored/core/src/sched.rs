@@ -70,6 +70,16 @@ pub struct Scratch {
     ends: Vec<u64>,
 }
 
+impl Scratch {
+    /// Whether the last [`active_set`] put `job` in the active set on
+    /// `host`: a membership test that costs one look-up, where searching
+    /// the set would cost a sort of it at every decision.
+    pub fn holds(&self, job: JobId, host: HostId) -> bool {
+        self.taken.get(host.idx()).copied().unwrap_or(false)
+            && self.holder.get(host.idx()) == Some(&job)
+    }
+}
+
 /// The reservation of an exclusive queue's first waiting job (EASY).
 #[derive(Debug, Clone, Copy)]
 struct Reservation {
@@ -224,8 +234,12 @@ fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec
         return 0;
     }
     for host in hosts {
-        mark(scratch, *host, job);
+        scratch.taken[host.idx()] = true;
+        scratch.holder[host.idx()] = job;
     }
+    // A job's hosts are all of its cluster: count them off once.
+    let cluster = scratch.host_cluster[hosts[0].idx()];
+    scratch.cluster_free[cluster] = scratch.cluster_free[cluster].saturating_sub(hosts.len());
     out.push(job);
     hosts.len()
 }

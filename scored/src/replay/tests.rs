@@ -65,6 +65,50 @@ fn five_jobs_first_come_first_served() {
     assert_eq!(outcome.switches, 0);
 }
 
+/// Eight jobs on 4 processors, gang scheduled with 1 s slices that cost
+/// 0.25 s, and residency demotion after 5 s of CPU time: six jobs sink to
+/// queue 2 while short ones finish in queue 1. The figures are pinned so
+/// that a cheaper scheduling decision (issue 14's replay speed) cannot
+/// change what the decision is.
+#[test]
+fn gang_with_residency_demotion_is_pinned() {
+    const EIGHT: &str = "\
+; MaxProcs: 4
+1 0 -1 40 2 -1 -1 2 60 -1 1 1 1 1 1 -1 -1 -1
+2 1 -1 3 1 -1 -1 1 10 -1 1 1 1 1 1 -1 -1 -1
+3 2 -1 30 4 -1 -1 4 60 -1 1 1 1 1 1 -1 -1 -1
+4 3 -1 8 1 -1 -1 1 10 -1 1 1 1 1 1 -1 -1 -1
+5 5 -1 20 3 -1 -1 3 30 -1 1 1 1 1 1 -1 -1 -1
+6 9 -1 2 2 -1 -1 2 10 -1 1 1 1 1 1 -1 -1 -1
+7 12 -1 15 1 -1 -1 1 20 -1 1 1 1 1 1 -1 -1 -1
+8 20 -1 4 4 -1 -1 4 10 -1 1 1 1 1 1 -1 -1 -1
+";
+    let (trace, errors) = swf::parse(EIGHT.lines());
+    assert_eq!(errors, vec![]);
+    let mut setup = Setup::new(uniform_machine(4, 1 << 30));
+    setup.switch_cost = Duration::from_millis(250);
+    setup.rc = Some((
+        "test.rc".into(),
+        "timeslice 1s\nqueue 1 set residency=5s\n".into(),
+    ));
+    let outcome = run(&trace, &setup, &mut |_, _| {}).expect("replay");
+    assert_eq!(
+        metrics::jobs_csv(&outcome),
+        "\
+id,submit,start,end,wait,run,slowdown,queues,ending
+1,0.000,0.000,140.000,0.000,40.000,3.5000,1;2,done
+2,1.000,1.000,7.750,0.000,3.000,0.6750,1,done
+3,2.000,2.250,132.750,0.250,30.000,4.3583,1;2,done
+4,3.000,3.250,15.250,0.250,8.000,1.2250,1;2,done
+5,5.000,6.250,105.750,1.250,20.000,5.0375,1;2,done
+6,9.000,9.250,12.500,0.250,2.000,0.3500,1,done
+7,12.000,12.250,75.500,0.250,15.000,4.2333,1;2,done
+8,20.000,20.250,38.000,0.250,4.000,1.8000,1;2,done
+"
+    );
+    assert_eq!(outcome.switches, 124);
+}
+
 #[test]
 fn five_jobs_easy_backfilling() {
     let outcome = replay(FIVE, 4, EASY);

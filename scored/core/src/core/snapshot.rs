@@ -509,7 +509,12 @@ impl Core {
             launches: launches.texts,
             jobs,
             waiting,
-            ran: self.ran.iter().map(|job| job.0).collect(),
+            ran: {
+                // In order, so that the same state is written the same way.
+                let mut ran: Vec<u64> = self.ran.iter().map(|job| job.0).collect();
+                ran.sort_unstable();
+                ran
+            },
             bound_waiting: self.bound_waiting.iter().map(|job| job.0).collect(),
             next_job: self.next_job,
             slice_anchor: self.slice_anchor.0,
@@ -779,6 +784,7 @@ impl Core {
             max: from_us(snapshot.switches.max_us),
         };
         core.shutting_down = snapshot.shutting_down;
+        core.rebuild_schedule_state();
         core.check_restored()?;
         Ok(core)
     }
