@@ -357,6 +357,10 @@ impl<A: Actuator> Daemon<A> {
             if let Some(actuator) = self.actuator.next_deadline() {
                 deadline = Some(deadline.map_or(actuator, |core| core.min(actuator)));
             }
+            // A job's end written to the journal but not synced yet.
+            if let Some(sync) = self.journal.as_ref().and_then(|j| j.sync_deadline()) {
+                deadline = Some(deadline.map_or(sync, |other| other.min(sync)));
+            }
             if let Some(first) = self.partial.values().min() {
                 let cut = *first + self.config.request_timeout;
                 deadline = Some(deadline.map_or(cut, |other| other.min(cut)));
