@@ -101,9 +101,8 @@ impl<A: Actuator> Daemon<A> {
             let (pid, uid, gid, groups) = record.cred;
             let privileged = self.core.is_privileged(uid);
             // A request begun before the restart gets the whole timeout again.
-            let partial_since = (!record.input.is_empty()).then(Instant::now);
-            if let Some(since) = partial_since {
-                self.partial.insert(token, since);
+            if !record.input.is_empty() {
+                self.partial.insert(token, Instant::now());
             }
             self.connections.insert(
                 token,
@@ -129,7 +128,6 @@ impl<A: Actuator> Daemon<A> {
                     writing,
                     paused: record.paused,
                     privileged,
-                    partial_since,
                     counted: (0, 0),
                 }),
             );
