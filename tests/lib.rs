@@ -1041,3 +1041,46 @@ pub fn gang_pair_and_held_job(daemon: &Daemon) -> (Vec<Job>, Vec<i32>) {
     jobs.push(held);
     (jobs, pids)
 }
+
+/// Fills the job journal of a stopped daemon's state directory with ended
+/// jobs, as a long-lived daemon leaves it: `journal.1` and `journal` of
+/// about `bytes_per_file` each, every job admitted, started and ended by
+/// uid 0 with records of the size scored writes. Returns the number of jobs.
+pub fn write_full_journal(state_dir: &Path, bytes_per_file: u64) -> u64 {
+    use std::io::Write as _;
+    // The keys of scored's `job ID` record, as the journal stores them.
+    fn record(id: u64, state: &str, end: Option<f64>) -> String {
+        let mut text = format!(
+            r#"{{"id":{id},"user":"root","uid":0,"state":"{state}","queue":1,"queues":[1],"cluster":"default","hosts":["host0","host1"],"procs":2,"command":"sh -c exit 0","held":"no","cpu":0.003,"wall":0.019,"run":0.019,"stopped":0.0,"wait":0.0,"switches":0,"memory":{{"host0":0,"host1":0}},"peak memory":{{"host0":2199552,"host1":2207744}},"disk":0,"peak disk":125640,"cputime limit":null,"memory limit":null,"disk limit":null,"residency":0.003"#
+        );
+        if let Some(end) = end {
+            text.push_str(&format!(
+                r#","exit":0,"reason":"all processes exited with status 0","ended":{end}"#
+            ));
+        }
+        text.push('}');
+        text
+    }
+    let mut id = 0u64;
+    for name in ["journal.1", "journal"] {
+        let file = std::fs::File::create(state_dir.join(name)).expect("create the journal");
+        let mut out = std::io::BufWriter::new(file);
+        let mut written = 0u64;
+        while written < bytes_per_file {
+            id += 1;
+            let t = 1_795_000_000.0 + id as f64;
+            let lines = format!(
+                "{{\"t\":{t},\"event\":\"admitted\",\"job\":{id},\"submitted\":{t},\"record\":{}}}\n\
+                 {{\"t\":{t},\"event\":\"started\",\"job\":{id}}}\n\
+                 {{\"t\":{end},\"event\":\"ended\",\"job\":{id},\"record\":{}}}\n",
+                record(id, "queued", None),
+                record(id, "done", Some(t + 0.02)),
+                end = t + 0.02,
+            );
+            out.write_all(lines.as_bytes()).expect("write the journal");
+            written += lines.len() as u64;
+        }
+        out.flush().expect("write the journal");
+    }
+    id
+}

@@ -218,10 +218,12 @@ struct Connection {
     paused: bool,
     /// Root, the daemon's user or an operator: not held to the per-user limits.
     privileged: bool,
-    /// Since when the input has held part of a request.
-    partial_since: Option<Instant>,
-    /// The input and output lengths last counted in the user's totals.
-    counted: (usize, usize),
+    /// The input and output lengths last counted in the user's totals
+    /// (each under 4 GiB: input is bounded by `MAX_REQUEST`, output by
+    /// `MAX_REPLY` per reply and the pause), as `u32` to keep an idle
+    /// connection small; since when a request is partial is in
+    /// `Daemon::partial`.
+    counted: (u32, u32),
 }
 
 /// What one user's connections hold, for the per-user limits.
@@ -399,6 +401,10 @@ impl<A: Actuator> Daemon<A> {
             let mut deadline = self.core.next_deadline().map(|tick| self.instant(tick));
             if let Some(actuator) = self.actuator.next_deadline() {
                 deadline = Some(deadline.map_or(actuator, |core| core.min(actuator)));
+            }
+            // A job's end written to the journal but not synced yet.
+            if let Some(sync) = self.journal.as_ref().and_then(|j| j.sync_deadline()) {
+                deadline = Some(deadline.map_or(sync, |other| other.min(sync)));
             }
             if let Some(first) = self.partial.values().min() {
                 let cut = *first + self.config.request_timeout;
@@ -759,7 +765,6 @@ impl<A: Actuator> Daemon<A> {
                     writing: false,
                     paused: false,
                     privileged,
-                    partial_since: None,
                     counted: (0, 0),
                 }),
             );
@@ -842,12 +847,9 @@ impl<A: Actuator> Daemon<A> {
                 Ok(None) => {
                     if conn.input.is_empty() {
                         conn.input.shrink_if_empty();
-                        conn.partial_since = None;
                         self.partial.remove(&token);
-                    } else if conn.partial_since.is_none() {
-                        let now = Instant::now();
-                        conn.partial_since = Some(now);
-                        self.partial.insert(token, now);
+                    } else {
+                        self.partial.entry(token).or_insert_with(Instant::now);
                     }
                     return;
                 }
@@ -864,7 +866,6 @@ impl<A: Actuator> Daemon<A> {
                 }
             };
             // A whole request arrived: what follows it starts a new one.
-            conn.partial_since = None;
             self.partial.remove(&token);
             self.request(token, request, inputs);
         }
@@ -1014,8 +1015,8 @@ impl<A: Actuator> Daemon<A> {
             let uid = conn.cred.uid;
             if let Some(usage) = self.per_user.get_mut(&uid) {
                 usage.connections = usage.connections.saturating_sub(1);
-                usage.input = usage.input.saturating_sub(conn.counted.0);
-                usage.output = usage.output.saturating_sub(conn.counted.1);
+                usage.input = usage.input.saturating_sub(conn.counted.0 as usize);
+                usage.output = usage.output.saturating_sub(conn.counted.1 as usize);
                 if usage.connections == 0 {
                     self.per_user.remove(&uid);
                 }
@@ -1110,11 +1111,12 @@ impl<A: Actuator> Daemon<A> {
         let Some(conn) = self.connections.get_mut(&token) else {
             return;
         };
-        let now = (conn.input.len(), conn.output.len());
+        let clamp = |len: usize| u32::try_from(len).unwrap_or(u32::MAX);
+        let now = (clamp(conn.input.len()), clamp(conn.output.len()));
         let before = std::mem::replace(&mut conn.counted, now);
         if let Some(usage) = self.per_user.get_mut(&conn.cred.uid) {
-            usage.input = (usage.input + now.0).saturating_sub(before.0);
-            usage.output = (usage.output + now.1).saturating_sub(before.1);
+            usage.input = (usage.input + now.0 as usize).saturating_sub(before.0 as usize);
+            usage.output = (usage.output + now.1 as usize).saturating_sub(before.1 as usize);
         }
     }
 

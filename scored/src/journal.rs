@@ -5,24 +5,30 @@
 //!
 //! Each record is one `write(2)` on a file opened with `O_APPEND`, so a
 //! crash leaves at most a torn last line, which reading skips. The file is
-//! synced (`fdatasync`) after a job's end is written, once per batch of
-//! events, never between the stops and continues of a switch. At the
+//! synced (`fdatasync`) after a job's end is written, after the batch of
+//! events that wrote it and never between the stops and continues of a
+//! switch, and at most once per [`SYNC_INTERVAL`]: a sync costs the loop
+//! milliseconds, and many jobs ending would otherwise pay it each. At the
 //! configured size the file is renamed to `journal.1` (replacing the older
 //! one) and a new one starts with a checkpoint: the next job id and the
 //! records of the unfinished jobs, so that recovery never needs more than
 //! the two files.
 //!
+//! Ended records are found again through an index kept in memory (job id,
+//! uid, end time, and where the line lies), so that `job ID` reads one line
+//! and `history` only the lines it lists, at most [`HISTORY_LIMIT`] of them.
+//!
 //! What it must never do: decide anything about jobs (the core does), or
-//! block the event loop for long (records are small; only `history` reads
-//! the files back).
+//! block the event loop for long: no request reads the files whole, except
+//! the first one after an in-place restart, which builds the index.
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value as Json};
 
@@ -39,6 +45,43 @@ pub const ROTATED: &str = "journal.1";
 pub const DEFAULT_MAX_SIZE: u64 = 16 << 20;
 /// The reason recorded for jobs a killed daemon left unfinished.
 pub const LOST_REASON: &str = "lost: scored was killed";
+/// The shortest time between two syncs: a job's end written within it is
+/// synced at its end (the loop wakes for it, see [`Journal::sync_deadline`]).
+pub const SYNC_INTERVAL: Duration = Duration::from_millis(100);
+/// The most jobs one `history` lists (the last that match), so that one
+/// request costs the loop a bounded time however long the journal is.
+pub const HISTORY_LIMIT: usize = 1000;
+
+/// Where the ended record of a job lies, and what `history` filters on.
+#[derive(Debug, Clone, Copy)]
+struct EndedAt {
+    id: u64,
+    uid: Option<u32>,
+    ended: f64,
+    /// In `journal.1` rather than `journal`.
+    rotated: bool,
+    offset: u64,
+    len: u32,
+}
+
+impl EndedAt {
+    /// The index entry of an `ended` line read at `offset` of a file.
+    fn of(entry: &Json, rotated: bool, offset: u64, len: usize) -> Option<EndedAt> {
+        if entry["event"] != "ended" {
+            return None;
+        }
+        Some(EndedAt {
+            id: entry["job"].as_u64()?,
+            uid: entry["record"]["uid"]
+                .as_u64()
+                .and_then(|uid| u32::try_from(uid).ok()),
+            ended: entry["record"]["ended"].as_f64().unwrap_or(0.0),
+            rotated,
+            offset,
+            len: u32::try_from(len).ok()?,
+        })
+    }
+}
 
 /// The journal, open for appending.
 #[derive(Debug)]
@@ -49,8 +92,14 @@ pub struct Journal {
     max_size: u64,
     /// A job's end was written since the last sync.
     unsynced: bool,
+    /// When the file was last synced.
+    last_sync: Instant,
     /// The last [`HISTORY`] ended records, oldest first, for `jobs all` and `job ID`.
     recent: VecDeque<Json>,
+    /// Every ended record of both files, in file order; `None` until first
+    /// needed after an in-place restart (reading the files then would
+    /// lengthen the restart).
+    index: Option<Vec<EndedAt>>,
 }
 
 /// What the journal files say about earlier daemons.
@@ -116,12 +165,14 @@ impl Journal {
     pub fn open(state_dir: &Path, max_size: u64) -> io::Result<(Journal, Recovered)> {
         let mut recovered = Recovered::default();
         let mut recent = VecDeque::new();
+        let mut index = Vec::new();
         for name in [ROTATED, FILE] {
-            read_file(&state_dir.join(name), &mut |line| {
+            read_file(&state_dir.join(name), &mut |offset, line| {
                 let Ok(record) = serde_json::from_str::<Json>(line) else {
                     recovered.bad_lines += 1;
                     return;
                 };
+                index.extend(EndedAt::of(&record, name == ROTATED, offset, line.len()));
                 absorb(&record, &mut recovered, &mut recent);
             })?;
         }
@@ -142,7 +193,9 @@ impl Journal {
             size,
             max_size,
             unsynced: false,
+            last_sync: Instant::now(),
             recent,
+            index: Some(index),
         };
         if size > 0 && !ends_with_newline(&path)? {
             // A crash tore the last record: end its line, so that the next
@@ -178,7 +231,9 @@ impl Journal {
             size,
             max_size,
             unsynced: false,
+            last_sync: Instant::now(),
             recent,
+            index: None,
         })
     }
 
@@ -187,11 +242,18 @@ impl Journal {
         self.recent.iter().cloned().collect()
     }
 
-    /// Appends one record with a single write.
+    /// Appends one record with a single write, and indexes it if it is a
+    /// job's end.
     fn append(&mut self, record: &Json) -> io::Result<()> {
         let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
+        let offset = self.size;
+        let len = line.len();
         line.push(b'\n');
-        self.append_raw(&line)
+        self.append_raw(&line)?;
+        if let Some(index) = &mut self.index {
+            index.extend(EndedAt::of(record, false, offset, len));
+        }
+        Ok(())
     }
 
     fn append_raw(&mut self, line: &[u8]) -> io::Result<()> {
@@ -220,9 +282,15 @@ impl Journal {
     /// one opens with a checkpoint (the next job id and the records of the
     /// unfinished jobs).
     pub fn rotate(&mut self, next_id: u64, open: Vec<Vec<(String, Value)>>) -> io::Result<()> {
-        self.file.sync_data()?;
+        self.sync()?;
         let path = self.dir.join(FILE);
         fs::rename(&path, self.dir.join(ROTATED))?;
+        if let Some(index) = &mut self.index {
+            index.retain(|entry| !entry.rotated);
+            for entry in index.iter_mut() {
+                entry.rotated = true;
+            }
+        }
         self.file = OpenOptions::new()
             .append(true)
             .create(true)
@@ -237,7 +305,7 @@ impl Journal {
             "next_job": next_id,
             "open": open,
         }))?;
-        self.file.sync_data()?;
+        self.sync()?;
         tracing::info!(path = %path.display(), "journal rotated");
         Ok(())
     }
@@ -296,16 +364,31 @@ impl Journal {
             self.remember(record.clone());
             self.append(&json!({"t": now, "event": "ended", "job": id, "record": record}))?;
         }
+        self.sync()
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.unsynced = false;
+        self.last_sync = Instant::now();
         self.file.sync_data()
     }
 
-    /// Syncs the file if a job's end was written since the last sync.
+    /// Syncs the file if a job's end was written since the last sync, and
+    /// the last sync is at least [`SYNC_INTERVAL`] old; otherwise the sync
+    /// waits for [`Journal::sync_deadline`].
     pub fn sync_if_needed(&mut self) -> io::Result<()> {
-        if self.unsynced {
-            self.unsynced = false;
-            self.file.sync_data()?;
+        if self
+            .sync_deadline()
+            .is_some_and(|due| due <= Instant::now())
+        {
+            self.sync()?;
         }
         Ok(())
+    }
+
+    /// When a job's end written since the last sync must be synced.
+    pub fn sync_deadline(&self) -> Option<Instant> {
+        self.unsynced.then(|| self.last_sync + SYNC_INTERVAL)
     }
 
     fn remember(&mut self, record: Json) {
@@ -316,17 +399,12 @@ impl Journal {
     }
 
     /// The ended record of job `id`, if the journal still has it.
-    pub fn ended(&self, id: u64) -> Option<Json> {
+    pub fn ended(&mut self, id: u64) -> Option<Json> {
         if let Some(record) = self.recent.iter().rev().find(|r| r["id"] == json!(id)) {
             return Some(record.clone());
         }
-        let mut found = None;
-        self.scan(&mut |record| {
-            if record["id"] == json!(id) {
-                found = Some(record.clone());
-            }
-        });
-        found
+        let entry = *self.index().iter().rev().find(|entry| entry.id == id)?;
+        self.read_records(&[entry]).pop()
     }
 
     /// Rows of `jobs all` for the recently finished jobs, oldest first.
@@ -346,38 +424,94 @@ impl Journal {
         }
     }
 
-    /// Every ended record of both files, oldest first.
-    fn scan(&self, each: &mut dyn FnMut(&Json)) {
-        for name in [ROTATED, FILE] {
-            let result = read_file(&self.dir.join(name), &mut |line| {
-                if let Ok(entry) = serde_json::from_str::<Json>(line) {
-                    if entry["event"] == "ended" {
-                        each(&entry["record"]);
+    /// The index of ended records, built from the files if this image has
+    /// none yet (after an in-place restart).
+    fn index(&mut self) -> &[EndedAt] {
+        let dir = &self.dir;
+        self.index.get_or_insert_with(|| {
+            let mut index = Vec::new();
+            for name in [ROTATED, FILE] {
+                let result = read_file(&dir.join(name), &mut |offset, line| {
+                    if let Ok(entry) = serde_json::from_str::<Json>(line) {
+                        index.extend(EndedAt::of(&entry, name == ROTATED, offset, line.len()));
                     }
+                });
+                if let Err(error) = result {
+                    tracing::warn!(file = name, %error, "cannot read the journal");
                 }
-            });
-            if let Err(error) = result {
-                tracing::warn!(file = name, %error, "cannot read the journal");
             }
-        }
+            index
+        })
     }
 
-    /// `history`: ended jobs of `uid` (if given) that ended at or after `since`.
-    pub fn history(&self, uid: Option<u32>, since: Option<Since>) -> Vec<Json> {
+    /// The records of the indexed lines, in the order given; a line that
+    /// cannot be read back is left out with a warning.
+    fn read_records(&self, entries: &[EndedAt]) -> Vec<Json> {
+        let mut files: [Option<File>; 2] = [None, None];
+        let mut out = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let name = if entry.rotated { ROTATED } else { FILE };
+            let slot = &mut files[usize::from(entry.rotated)];
+            if slot.is_none() {
+                match File::open(self.dir.join(name)) {
+                    Ok(file) => *slot = Some(file),
+                    Err(error) => {
+                        tracing::warn!(file = name, %error, "cannot read the journal");
+                        continue;
+                    }
+                }
+            }
+            let Some(file) = slot else { continue };
+            let mut line = vec![0u8; entry.len as usize];
+            let read = file
+                .read_exact_at(&mut line, entry.offset)
+                .and_then(|()| serde_json::from_slice::<Json>(&line).map_err(io::Error::other));
+            match read {
+                Ok(mut found) if found["event"] == "ended" && found["job"] == json!(entry.id) => {
+                    out.push(found["record"].take());
+                }
+                Ok(_) => tracing::warn!(
+                    file = name,
+                    offset = entry.offset,
+                    "the journal changed under scored"
+                ),
+                Err(error) => {
+                    tracing::warn!(file = name, offset = entry.offset, %error, "cannot read the journal")
+                }
+            }
+        }
+        out
+    }
+
+    /// `history`: the last [`HISTORY_LIMIT`] ended jobs of `uid` (if given)
+    /// that ended at or after `since`, oldest first, and how many earlier
+    /// ones match but are left out.
+    pub fn history(&mut self, uid: Option<u32>, since: Option<Since>) -> (Vec<Json>, usize) {
         let from = match since {
             None => f64::MIN,
             Some(Since::Unix(secs)) => secs as f64,
             Some(Since::Ago(ago)) => unix_now() - ago.as_secs_f64(),
         };
-        let mut out = Vec::new();
-        self.scan(&mut |record| {
-            let ended = record["ended"].as_f64().unwrap_or(0.0);
-            let user_ok = uid.is_none_or(|uid| record["uid"] == json!(uid));
-            if ended >= from && user_ok {
-                out.push(record.clone());
+        let mut matching: Vec<EndedAt> = self
+            .index()
+            .iter()
+            .filter(|entry| entry.ended >= from && uid.is_none_or(|uid| entry.uid == Some(uid)))
+            .copied()
+            .collect();
+        let left_out = matching.len().saturating_sub(HISTORY_LIMIT);
+        matching.drain(..left_out);
+        (self.read_records(&matching), left_out)
+    }
+}
+
+impl Drop for Journal {
+    /// A daemon that exits syncs the ends it wrote within the last interval.
+    fn drop(&mut self) {
+        if self.unsynced {
+            if let Err(error) = self.sync() {
+                tracing::error!(%error, "cannot sync the job journal");
             }
-        });
-        out
+        }
     }
 }
 
@@ -392,6 +526,15 @@ pub fn redact(record: &mut Json) {
             }
         }
     }
+}
+
+/// The line `history` adds under its table when it lists only the last
+/// [`HISTORY_LIMIT`] matching jobs.
+pub fn left_out_note(left_out: usize) -> String {
+    format!(
+        "({left_out} earlier job{} not listed: at most {HISTORY_LIMIT} are; narrow with --since or --user)\n",
+        if left_out == 1 { "" } else { "s" }
+    )
 }
 
 /// The text table `history` prints (its JSON is the full records).
@@ -540,8 +683,9 @@ fn ends_with_newline(path: &Path) -> io::Result<bool> {
     Ok(last[0] == b'\n')
 }
 
-/// Calls `each` with every line of a file; a missing file has none.
-fn read_file(path: &Path, each: &mut dyn FnMut(&str)) -> io::Result<()> {
+/// Calls `each` with the offset and text of every line of a file; a
+/// missing file has none.
+fn read_file(path: &Path, each: &mut dyn FnMut(u64, &str)) -> io::Result<()> {
     let file = match File::open(path) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -552,13 +696,15 @@ fn read_file(path: &Path, each: &mut dyn FnMut(&str)) -> io::Result<()> {
             ))
         }
     };
+    let mut offset = 0u64;
     for line in BufReader::new(file).split(b'\n') {
         let line = line?;
         match std::str::from_utf8(&line) {
-            Ok(text) if !text.trim().is_empty() => each(text),
+            Ok(text) if !text.trim().is_empty() => each(offset, text),
             Ok(_) => {}
-            Err(_) => each(""),
+            Err(_) => each(offset, ""),
         }
+        offset += line.len() as u64 + 1;
     }
     Ok(())
 }
@@ -648,16 +794,20 @@ mod tests {
         let lost = journal.ended(2).expect("job 2 is in the journal");
         assert_eq!(lost["reason"], json!(LOST_REASON));
         assert_eq!(lost["state"], json!("killed"));
-        assert_eq!(journal.history(None, None).len(), 2);
-        assert_eq!(journal.history(Some(7), None).len(), 0);
+        assert_eq!(journal.history(None, None).0.len(), 2);
+        assert_eq!(journal.history(Some(7), None).0.len(), 0);
         assert_eq!(
             journal
                 .history(None, Some(Since::Ago(Duration::from_secs(3600))))
+                .0
                 .len(),
             2
         );
         assert_eq!(
-            journal.history(None, Some(Since::Unix(u64::MAX / 2))).len(),
+            journal
+                .history(None, Some(Since::Unix(u64::MAX / 2)))
+                .0
+                .len(),
             0
         );
         let (_, recovered) = Journal::open(&dir, DEFAULT_MAX_SIZE).expect("reopen");
@@ -689,6 +839,91 @@ mod tests {
             recovered.open.keys().copied().collect::<Vec<_>>(),
             vec![id + 1]
         );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    fn ids(records: &[Json]) -> Vec<u64> {
+        records.iter().filter_map(|r| r["id"].as_u64()).collect()
+    }
+
+    #[test]
+    fn ended_records_are_found_through_the_index_across_rotation_and_reopening() {
+        let dir = temp_dir("index");
+        let (mut journal, _) = Journal::open(&dir, 4096).expect("open");
+        let mut id = 0;
+        while !journal.wants_rotation() {
+            id += 1;
+            journal
+                .record(vec![admitted(id), ended(id)])
+                .expect("record");
+        }
+        let before_rotation = id;
+        journal.rotate(id + 1, Vec::new()).expect("rotate");
+        id += 1;
+        let mut other = record(id, 7);
+        other.push(("exit".into(), Value::Int(3)));
+        journal
+            .record(vec![JobEvent::Ended {
+                job: JobId(id),
+                record: other,
+            }])
+            .expect("record");
+        // Past the in-memory recent records: job 1 comes from journal.1.
+        journal.recent.clear();
+        assert_eq!(journal.ended(1).expect("job 1")["id"], json!(1));
+        assert_eq!(journal.ended(id).expect("last job")["exit"], json!(3));
+        assert!(journal.ended(id + 1).is_none());
+        let (all, left_out) = journal.history(None, None);
+        assert_eq!(ids(&all), (1..=id).collect::<Vec<_>>());
+        assert_eq!(left_out, 0);
+        assert_eq!(ids(&journal.history(Some(7), None).0), vec![id]);
+        // A second rotation drops what journal.1 held.
+        journal.rotate(id + 1, Vec::new()).expect("rotate");
+        assert_eq!(ids(&journal.history(None, None).0), vec![id]);
+        assert!(journal.ended(before_rotation).is_none());
+        drop(journal);
+        // After an in-place restart the index is built on first use.
+        let mut journal = Journal::reopen(&dir, 4096, Vec::new()).expect("reopen");
+        assert!(journal.index.is_none());
+        assert_eq!(journal.ended(id).expect("last job")["id"], json!(id));
+        assert_eq!(ids(&journal.history(Some(7), None).0), vec![id]);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn history_lists_the_last_matching_jobs_and_counts_the_rest() {
+        let dir = temp_dir("limit");
+        let (mut journal, _) = Journal::open(&dir, DEFAULT_MAX_SIZE).expect("open");
+        let n_jobs = HISTORY_LIMIT as u64 + 5;
+        for id in 1..=n_jobs {
+            journal.record(vec![ended(id)]).expect("record");
+        }
+        let (records, left_out) = journal.history(None, None);
+        assert_eq!(left_out, 5);
+        assert_eq!(ids(&records), (6..=n_jobs).collect::<Vec<_>>());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn ends_are_synced_at_most_once_per_interval() {
+        let dir = temp_dir("sync");
+        let (mut journal, _) = Journal::open(&dir, DEFAULT_MAX_SIZE).expect("open");
+        assert_eq!(journal.sync_deadline(), None);
+        journal.record(vec![admitted(1)]).expect("record");
+        assert_eq!(journal.sync_deadline(), None, "only ends need a sync");
+        journal.record(vec![ended(1)]).expect("record");
+        let due = journal.sync_deadline().expect("an end waits for its sync");
+        assert!(due <= journal.last_sync + SYNC_INTERVAL);
+        // Long after the last sync, an end is synced at once.
+        journal.last_sync = Instant::now() - SYNC_INTERVAL;
+        journal.sync_if_needed().expect("sync");
+        assert_eq!(journal.sync_deadline(), None);
+        // Right after a sync, the next end waits for the interval.
+        journal.record(vec![ended(2)]).expect("record");
+        journal.sync_if_needed().expect("sync");
+        assert!(journal
+            .sync_deadline()
+            .is_some_and(|due| due > Instant::now()));
         let _ = fs::remove_dir_all(&dir);
     }
 

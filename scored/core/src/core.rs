@@ -1480,7 +1480,7 @@ impl Core {
         }
         if !status.success() && record.failure.is_none() {
             record.failure = Some(status);
-            record.failed_rank = Some((stage, rank));
+            record.failed_rank = Some((u32::try_from(stage).unwrap_or(u32::MAX), rank));
         }
         // A rank killed by a signal is an abnormal end of the parallel
         // program: the others would wait for it forever, so the job ends.

@@ -441,8 +441,9 @@ pub struct Job {
     pub kill_deadline: Option<Tick>,
     /// The first failing rank's status.
     pub failure: Option<ExitStatus>,
-    /// Which rank that was: (stage, rank).
-    pub failed_rank: Option<(usize, u32)>,
+    /// Which rank that was: (stage, rank). Stages are few (`MAX_STAGES`),
+    /// and a `u32` keeps the job record a size class smaller.
+    pub failed_rank: Option<(u32, u32)>,
     /// When it was submitted.
     pub submitted_at: Tick,
     /// When it was admitted.

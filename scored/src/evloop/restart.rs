@@ -102,9 +102,8 @@ impl<A: Actuator> Daemon<A> {
             let (pid, uid, gid, groups) = record.cred;
             let privileged = self.core.is_privileged(uid);
             // A request begun before the restart gets the whole timeout again.
-            let partial_since = (!record.input.is_empty()).then(Instant::now);
-            if let Some(since) = partial_since {
-                self.partial.insert(token, since);
+            if !record.input.is_empty() {
+                self.partial.insert(token, Instant::now());
             }
             self.connections.insert(
                 token,
@@ -130,7 +129,6 @@ impl<A: Actuator> Daemon<A> {
                     writing,
                     paused: record.paused,
                     privileged,
-                    partial_since,
                     counted: (0, 0),
                 }),
             );
@@ -403,7 +401,7 @@ impl<A: Actuator> Daemon<A> {
         now: Tick,
         cred: &Cred,
     ) -> Option<Reply> {
-        let journal = self.journal.as_ref()?;
+        let journal = self.journal.as_mut()?;
         let console = |reply: command::reply::Reply, json: bool| Reply::Console {
             ok: !reply.is_error(),
             text: reply.to_text(),
@@ -424,16 +422,20 @@ impl<A: Actuator> Daemon<A> {
                         return Some(console(command::reply::Reply::error(message), json))
                     }
                 };
-                let mut records = journal.history(uid, *since);
+                let (mut records, left_out) = journal.history(uid, *since);
                 for record in &mut records {
                     if !may_see(record) {
                         crate::journal::redact(record);
                     }
                 }
                 let table = crate::journal::history_table(&records);
+                let mut text = command::reply::Reply::Table(table).to_text();
+                if left_out > 0 {
+                    text.push_str(&crate::journal::left_out_note(left_out));
+                }
                 Some(Reply::Console {
                     ok: true,
-                    text: command::reply::Reply::Table(table).to_text(),
+                    text,
                     json: json.then(|| serde_json::Value::Array(records)),
                 })
             }

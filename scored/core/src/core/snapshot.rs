@@ -432,7 +432,7 @@ impl Core {
                 graceful_kill: job.graceful_kill,
                 kill_deadline: job.kill_deadline.map(|tick| tick.0),
                 failure: job.failure.map(status_out),
-                failed_rank: job.failed_rank,
+                failed_rank: job.failed_rank.map(|(stage, rank)| (stage as usize, rank)),
                 estimate_us: job.estimate.map(us),
                 time_deadline: job.time_deadline.map(|tick| tick.0),
                 submitted_at: job.submitted_at.0,
@@ -663,7 +663,9 @@ impl Core {
                 graceful_kill: record.graceful_kill,
                 kill_deadline: record.kill_deadline.map(Tick),
                 failure: record.failure.map(status_in),
-                failed_rank: record.failed_rank,
+                failed_rank: record
+                    .failed_rank
+                    .map(|(stage, rank)| (u32::try_from(stage).unwrap_or(u32::MAX), rank)),
                 estimate: record.estimate_us.map(from_us),
                 time_deadline: record.time_deadline.map(Tick),
                 submitted_at: Tick(record.submitted_at),
