@@ -857,14 +857,12 @@ fn scale(rows: &mut Vec<Row>) {
     decision_time(rows);
 }
 
-/// One scheduling decision at 10,000 admitted jobs on 256 hosts, on the
-/// pure core with the actuator's answers simulated.
-fn decision_time(rows: &mut Vec<Row>) {
+/// A pure core on `n_hosts` one-core hosts of one cluster, with gang
+/// slices of `slice`, for the benchmarks that drive the core alone.
+fn pure_core(n_hosts: u32, slice: std::time::Duration) -> scored::core::Core {
     use scored::cluster::{Cluster, Host, Topology};
-    use scored::core::{Action, Core, CoreConfig, Input};
-    use scored::ids::{ClientToken, ClusterId, Cred, HostId, Tick};
-    use scored::job::{JobRequest, Joiner, ProcRequest};
-    let n_hosts = 256u32;
+    use scored::core::{Core, CoreConfig};
+    use scored::ids::{ClusterId, HostId};
     let mut topology = Topology::default();
     let mut cluster = Cluster {
         id: ClusterId(0),
@@ -890,15 +888,25 @@ fn decision_time(rows: &mut Vec<Row>) {
         cluster.hosts.push(HostId(idx));
     }
     topology.clusters.push(cluster);
-    let slice = Duration::from_millis(100);
-    let mut core = Core::new(
+    Core::new(
         CoreConfig {
             timeslice: slice,
             ..CoreConfig::default()
         },
         topology,
         vec![None],
-    );
+    )
+}
+
+/// One scheduling decision at 10,000 admitted jobs on 256 hosts, on the
+/// pure core with the actuator's answers simulated.
+fn decision_time(rows: &mut Vec<Row>) {
+    use scored::core::{Action, Core, Input};
+    use scored::ids::{ClientToken, Cred, Tick};
+    use scored::job::{JobRequest, Joiner, ProcRequest};
+    let n_hosts = 256u32;
+    let slice = Duration::from_millis(100);
+    let mut core = pure_core(n_hosts, slice);
     let cred = Cred {
         pid: 1,
         uid: 0,
@@ -1262,44 +1270,11 @@ fn journal_cost(rows: &mut Vec<Row>) {
 /// between the stop confirmations and the continues (the jobs that enter
 /// are copied then, being shared with it).
 fn checkpoint_in_core(rows: &mut Vec<Row>) {
-    use scored::cluster::{Cluster, Host, Topology};
-    use scored::core::{Action, Core, CoreConfig, Input};
-    use scored::ids::{ClientToken, ClusterId, Cred, HostId, Tick};
+    use scored::core::{Action, Core, Input};
+    use scored::ids::{ClientToken, Cred, Tick};
     use scored::job::{JobRequest, Joiner, ProcRequest};
     let n_hosts = 100u32;
-    let mut topology = Topology::default();
-    let mut cluster = Cluster {
-        id: ClusterId(0),
-        name: "c".into(),
-        cpugen: "c".into(),
-        speed: 1.0,
-        cores: 1,
-        hosts: Vec::new(),
-    };
-    for idx in 0..n_hosts {
-        topology.hosts.push(Host {
-            id: HostId(idx),
-            name: format!("h{idx}"),
-            cluster: ClusterId(0),
-            cpus: scored::units::CpuSet::from_cpus([0]),
-            cores: 1,
-            speed: 1.0,
-            cpugen: "c".into(),
-            memory: 1 << 30,
-            watchfs: Vec::new(),
-            groups: Vec::new(),
-        });
-        cluster.hosts.push(HostId(idx));
-    }
-    topology.clusters.push(cluster);
-    let mut core = Core::new(
-        CoreConfig {
-            timeslice: Duration::from_millis(200),
-            ..CoreConfig::default()
-        },
-        topology,
-        vec![None],
-    );
+    let mut core = pure_core(n_hosts, Duration::from_millis(200));
     let cred = Cred {
         pid: 1,
         uid: 0,
