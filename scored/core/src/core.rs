@@ -563,7 +563,7 @@ pub struct Core {
     queues: Vec<Queue>,
     jobs: JobTable,
     by_client: HashMap<ClientToken, JobId>,
-    waiting: VecDeque<Waiter>,
+    waiting: VecDeque<Rc<Waiter>>,
     finished: VecDeque<Rc<Finished>>,
     /// Jobs whose processes may be running: phase Running or Stopping.
     live: BTreeSet<JobId>,
@@ -983,7 +983,7 @@ impl Core {
                         event: ClientEvent::Held(job),
                     });
                 } else if let Some(waiter) = self.waiting.iter_mut().find(|w| w.client == client) {
-                    waiter.held = true;
+                    Rc::make_mut(waiter).held = true;
                 }
             }
             Input::Release(client) => {
@@ -998,7 +998,7 @@ impl Core {
                         self.journal(JobEvent::Released(job));
                     }
                 } else if let Some(waiter) = self.waiting.iter_mut().find(|w| w.client == client) {
-                    waiter.held = false;
+                    Rc::make_mut(waiter).held = false;
                 }
             }
             Input::Interrupt(client) => {
@@ -1243,7 +1243,7 @@ impl Core {
     fn short(&mut self, waiter: Waiter, reason: String, out: &mut Vec<Action>) {
         let client = waiter.client;
         if waiter.request.wait {
-            self.waiting.push_back(waiter);
+            self.waiting.push_back(Rc::new(waiter));
             out.push(Action::Notify {
                 client,
                 event: ClientEvent::Waiting(reason),
@@ -1403,6 +1403,7 @@ impl Core {
             match self.decide(front) {
                 Decision::Admit(placement) => {
                     let waiter = self.waiting.pop_front().expect("front exists");
+                    let waiter = Rc::try_unwrap(waiter).unwrap_or_else(|shared| (*shared).clone());
                     self.admit(waiter, placement, now, out);
                 }
                 Decision::TooBig(reason) => {

@@ -743,7 +743,7 @@ impl Core {
         }
         for record in snapshot.waiting {
             let (stages, env, cwd, inherited) = launch_of(record.launch)?;
-            core.waiting.push_back(Waiter {
+            core.waiting.push_back(Rc::new(Waiter {
                 client: ClientToken(record.client),
                 cred: cred_in(record.cred),
                 user: Rc::from(record.user.as_str()),
@@ -766,7 +766,7 @@ impl Core {
                 },
                 submitted_at: Tick(record.submitted_at),
                 held: record.held,
-            });
+            }));
         }
         core.ran = snapshot.ran.into_iter().map(JobId).collect();
         core.bound_waiting = snapshot.bound_waiting.into_iter().map(JobId).collect();

@@ -1468,6 +1468,21 @@ fn a_checkpoint_keeps_the_state_before_later_changes() {
     checkpoint.check_invariants();
 }
 
+/// A job waiting for admission is shared with the checkpoint as well; a
+/// hold given after the checkpoint is not in it.
+#[test]
+fn a_checkpoint_keeps_a_waiting_job_as_it_was() {
+    let mut sim = Sim::new(1, 100);
+    sim.cmd(&root(), "cluster 0 limit jobs=1");
+    sim.submit(1, None);
+    let waiting = sim.submit_with(root(), ProcRequest::Nodes(1), None, true);
+    let checkpoint = sim.core.checkpoint();
+    sim.input(Input::Hold(ClientToken(waiting)));
+    sim.core = checkpoint;
+    sim.exit(1, 0);
+    check(&sim.client(waiting), "waiting, admitted 2, started 2");
+}
+
 /// A daemon that is not root cannot change credentials, so it runs only
 /// its own user's jobs (root's too are refused, as they would run as the
 /// daemon's user); the refusal names that user.
