@@ -72,14 +72,35 @@ fn main() {
         }
         "ignore-term" => sleep(secs(1)),
         "escape" => {
+            // The child says through a pipe when it leads its own session,
+            // so that its pid is printed only once it has escaped.
+            let mut ready = [0 as libc::c_int; 2];
+            // SAFETY: pipe writes two descriptors into the array it is given.
+            if unsafe { libc::pipe(ready.as_mut_ptr()) } != 0 {
+                panic!("pipe: {}", std::io::Error::last_os_error());
+            }
             // SAFETY: the program is single-threaded here; the child only
-            // calls setsid and spins.
+            // calls setsid, write and close, and spins.
             let pid = unsafe { libc::fork() };
             if pid == 0 {
-                // SAFETY: setsid has no preconditions.
-                unsafe { libc::setsid() };
+                // SAFETY: setsid has no preconditions; write and close are
+                // given the pipe's own descriptor and a one-byte buffer.
+                unsafe {
+                    libc::setsid();
+                    libc::write(ready[1], b"s".as_ptr().cast(), 1);
+                    libc::close(ready[1]);
+                    libc::close(ready[0]);
+                }
                 spin_cpu(0.0);
                 std::process::exit(0);
+            }
+            let mut byte = 0u8;
+            // SAFETY: read fills the one-byte buffer it is given from the
+            // pipe's read end; both ends are then closed.
+            unsafe {
+                libc::close(ready[1]);
+                libc::read(ready[0], (&mut byte as *mut u8).cast(), 1);
+                libc::close(ready[0]);
             }
             println!("child {pid}");
             let _ = std::io::stdout().flush();
