@@ -177,16 +177,7 @@ impl Journal {
             })?;
         }
         let path = state_dir.join(FILE);
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|error| {
-                io::Error::new(error.kind(), format!("{}: {error}", path.display()))
-            })?;
-        let size = file.metadata()?.len();
+        let (file, size) = open_for_append(&path)?;
         let mut journal = Journal {
             dir: state_dir.to_path_buf(),
             file,
@@ -211,16 +202,7 @@ impl Journal {
     /// the whole restart may.
     pub fn reopen(state_dir: &Path, max_size: u64, recent: Vec<Json>) -> io::Result<Journal> {
         let path = state_dir.join(FILE);
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|error| {
-                io::Error::new(error.kind(), format!("{}: {error}", path.display()))
-            })?;
-        let size = file.metadata()?.len();
+        let (file, size) = open_for_append(&path)?;
         let mut recent: VecDeque<Json> = recent.into();
         while recent.len() > HISTORY {
             recent.pop_front();
@@ -672,6 +654,20 @@ fn absorb(entry: &Json, recovered: &mut Recovered, recent: &mut VecDeque<Json>) 
         }
         _ => {}
     }
+}
+
+/// Opens the journal file at `path` for appending (created 0600, never
+/// through a symbolic link) and returns it with its size.
+fn open_for_append(path: &Path) -> io::Result<(File, u64)> {
+    let file = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", path.display())))?;
+    let size = file.metadata()?.len();
+    Ok((file, size))
 }
 
 fn ends_with_newline(path: &Path) -> io::Result<bool> {
