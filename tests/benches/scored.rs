@@ -1320,7 +1320,7 @@ fn checkpoint_in_core(rows: &mut Vec<Row>) {
     assert_eq!(core.n_jobs(), 1_120);
     let running = core
         .jobs()
-        .filter(|job| job.phase == scored::job::Phase::Running)
+        .filter(|job| job.phase() == scored::job::Phase::Running)
         .count();
     assert_eq!(running, 100, "a gang job runs on each host");
     let mut samples = Vec::new();

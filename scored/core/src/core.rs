@@ -28,7 +28,7 @@ use crate::command::{Command, GroupRef, QueueMode};
 use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
 use crate::job::{
     EndCause, ExitStatus, Job, JobLimits, JobRequest, JobSpec, JobState, Joiner, Launch,
-    LaunchPlan, Phase, ProcPlan, Usage,
+    LaunchPlan, Life, Phase, ProcPlan, Usage,
 };
 use crate::jobset::{JobMap, JobSet};
 use crate::queue::Queue;
@@ -808,8 +808,8 @@ impl Core {
                     && queue.mode == QueueMode::Gang
                     && queue.order().any(|job| {
                         self.jobs.get(&job).is_some_and(|record| {
-                            record.phase != Phase::Running
-                                && record.ending.is_none()
+                            record.phase() != Phase::Running
+                                && !record.is_ending()
                                 && !record.held()
                         })
                     })
@@ -916,7 +916,7 @@ impl Core {
                     *slot = true;
                 }
             }
-            if record.phase == Phase::Stopping {
+            if record.phase() == Phase::Stopping {
                 self.n_stopping += 1;
             }
             self.refresh_crossing(job);
@@ -956,7 +956,7 @@ impl Core {
             Input::Stopped(job) => self
                 .jobs
                 .get(job)
-                .is_some_and(|record| record.ending.is_none() && record.kill_deadline.is_none()),
+                .is_some_and(|record| !record.is_ending() && record.kill_deadline().is_none()),
             _ => false,
         };
         if !keeps_decision {
@@ -973,7 +973,7 @@ impl Core {
             Input::Hold(client) => {
                 if let Some(&job) = self.by_client.get(&client) {
                     if let Some(record) = self.jobs.get_mut(&job) {
-                        if record.ending.is_none() && !record.owner_hold {
+                        if !record.is_ending() && !record.owner_hold {
                             record.owner_hold = true;
                             self.journal(JobEvent::Held { job, by: "owner" });
                         }
@@ -1026,7 +1026,7 @@ impl Core {
                 // stopped job gets the signal when it is continued.
                 let job = self.by_client.get(&client).copied();
                 if let Some(record) = job.and_then(|job| self.jobs.get(&job)) {
-                    if record.phase != Phase::Idle && record.ending.is_none() {
+                    if record.phase() != Phase::Idle && !record.is_ending() {
                         out.push(Action::Signal {
                             job: record.id,
                             signal: SIGWINCH,
@@ -1036,8 +1036,7 @@ impl Core {
             }
             Input::Stopped(job) => {
                 if let Some(record) = self.jobs.get_mut(&job) {
-                    if record.phase == Phase::Stopping {
-                        record.phase = Phase::Stopped;
+                    if record.stopped() {
                         self.n_stopping -= 1;
                         self.live.remove(&job);
                         for host in &record.hosts {
@@ -1059,9 +1058,7 @@ impl Core {
                 status,
             } => {
                 if let Some(record) = self.jobs.get_mut(&job) {
-                    if record.ending.is_none() {
-                        record.ending = Some(EndCause::LaunchFailed { message, status });
-                    }
+                    record.end_unless_ending(EndCause::LaunchFailed { message, status });
                 }
             }
             Input::ProcessesGone(job) => self.processes_gone(job, now, out),
@@ -1324,22 +1321,12 @@ impl Core {
             layout: placement.layout,
             limits: placement.limits,
             estimate: waiter.request.time,
-            time_deadline: None,
-            phase: Phase::Idle,
             operator_hold: false,
             owner_hold: waiter.held,
-            stage: 0,
-            ranks_left: 0,
-            started: false,
+            life: Life::Queued,
             ending: None,
-            graceful_kill: false,
-            kill_deadline: None,
-            failure: None,
-            failed_rank: None,
             submitted_at: waiter.submitted_at,
             admitted_at: now,
-            first_run_at: None,
-            running_since: None,
             run_time: Duration::ZERO,
             switches: 0,
             usage: Usage::default(),
@@ -1467,7 +1454,7 @@ impl Core {
         let Some(record) = self.jobs.get_mut(&job) else {
             return;
         };
-        record.ranks_left = record.ranks_left.saturating_sub(1);
+        record.rank_exited();
         // In a pipeline (`==`), as in a shell without `set -o pipefail`,
         // the job's status is that of its last stage: an earlier stage's
         // exit code does not count, nor does the signal of a kill already
@@ -1476,20 +1463,19 @@ impl Core {
         let producer =
             record.spec.joiner == Joiner::Pipe && stage + 1 < record.spec.launch.n_stages();
         let normal = matches!(status, ExitStatus::Code(_) | ExitStatus::Signal(SIGPIPE));
-        if producer && (normal || record.ending.is_some()) {
+        if producer && (normal || record.is_ending()) {
             return;
         }
-        if !status.success() && record.failure.is_none() {
-            record.failure = Some(status);
-            record.failed_rank = Some((u32::try_from(stage).unwrap_or(u32::MAX), rank));
+        if !status.success() {
+            record.rank_failed(status, stage, rank);
         }
         // A rank killed by a signal is an abnormal end of the parallel
         // program: the others would wait for it forever, so the job ends.
         if let ExitStatus::Signal(signal) = status {
-            if record.ending.is_none() {
-                record.ending = Some(EndCause::RankSignalled);
+            if !record.is_ending() {
+                record.begin_end(EndCause::RankSignalled, None);
                 tracing::debug!(job = %job, stage, rank, signal, "rank killed by a signal; killing the job");
-                if record.ranks_left > 0 {
+                if record.ranks_left() > 0 {
                     out.push(Action::Signal {
                         job,
                         signal: SIGKILL,
@@ -1503,15 +1489,11 @@ impl Core {
         let Some(record) = self.jobs.get_mut(&job) else {
             return;
         };
-        if let Some(since) = record.running_since.take() {
-            record.run_time += now.since(since);
-        }
-        if record.phase == Phase::Stopping {
+        let (phase, time_deadline) = record.processes_gone(now);
+        if phase == Phase::Stopping {
             self.n_stopping -= 1;
         }
-        record.phase = Phase::Idle;
-        record.ranks_left = 0;
-        if let Some(deadline) = record.time_deadline.take() {
+        if let Some(deadline) = time_deadline {
             self.time_deadlines.remove(&(deadline, job));
         }
         if self.live.remove(&job) {
@@ -1524,9 +1506,9 @@ impl Core {
             return;
         };
         let more_stages = record.spec.joiner == Joiner::Sequence
-            && record.stage + 1 < record.spec.launch.n_stages();
-        if record.ending.is_none() && record.failure.is_none() && more_stages {
-            record.stage += 1;
+            && record.stage() + 1 < record.spec.launch.n_stages();
+        if !record.is_ending() && record.failure().is_none() && more_stages {
+            record.next_stage();
             return;
         }
         self.finish(job, now, out);
@@ -1543,7 +1525,7 @@ impl Core {
         // CPU time never goes back, even if a sample missed a process.
         let cpu = usage.cpu.max(record.usage.cpu);
         record.usage = Usage { cpu, ..usage };
-        if record.ending.is_some() {
+        if record.is_ending() {
             return;
         }
         let mut violation = None;
@@ -1630,7 +1612,7 @@ impl Core {
         record.queue = to;
         record.queues_visited.push(to);
         record.residency_base = record.usage.cpu;
-        let started = record.started;
+        let started = record.started();
         self.queues[from as usize].remove(job);
         self.queues[to as usize].push(job, started);
     }
@@ -1643,8 +1625,7 @@ impl Core {
             }
             self.kill_deadlines.pop_first();
             if let Some(record) = self.jobs.get_mut(&job) {
-                record.kill_deadline = None;
-                record.graceful_kill = false;
+                record.harden_kill();
                 out.push(Action::Signal {
                     job,
                     signal: SIGKILL,
@@ -1660,7 +1641,7 @@ impl Core {
             let Some(record) = self.jobs.get_mut(&job) else {
                 continue;
             };
-            record.time_deadline = None;
+            record.time_limit_reached();
             let limit = record.estimate.unwrap_or_default();
             let why = format!(
                 "run time reached the time limit of {} (-time)",
@@ -1711,35 +1692,34 @@ impl Core {
         let Some(record) = self.jobs.get_mut(&job) else {
             return;
         };
-        if record.ending.is_some() && !matches!(record.ending, Some(EndCause::RankSignalled)) {
+        if record.is_ending() && !matches!(record.ending(), Some(EndCause::RankSignalled)) {
             // Already being killed; a harder kill may still escalate it.
-            if !graceful && record.graceful_kill {
-                record.graceful_kill = false;
-                if let Some(deadline) = record.kill_deadline.take() {
+            if !graceful {
+                if let Some(deadline) = record.harden_kill() {
                     self.kill_deadlines.remove(&(deadline, job));
+                    out.push(Action::Signal {
+                        job,
+                        signal: SIGKILL,
+                    });
                 }
-                out.push(Action::Signal {
-                    job,
-                    signal: SIGKILL,
-                });
             }
             return;
         }
-        record.ending = Some(cause);
-        if record.phase == Phase::Idle {
+        if record.phase() == Phase::Idle {
             // No process exists: nothing to signal.
+            record.begin_end(cause, None);
             self.finish(job, now, out);
             return;
         }
         if graceful {
-            record.graceful_kill = true;
-            record.kill_deadline = Some(now.after(grace));
+            record.begin_end(cause, Some(now.after(grace)));
             self.kill_deadlines.insert((now.after(grace), job));
             out.push(Action::Signal {
                 job,
                 signal: SIGTERM,
             });
         } else {
+            record.begin_end(cause, None);
             out.push(Action::Signal {
                 job,
                 signal: SIGKILL,
@@ -1751,13 +1731,14 @@ impl Core {
         let Some(mut record) = self.jobs.remove(&job) else {
             return;
         };
-        if record.phase == Phase::Stopping {
+        let (phase, time_deadline) = record.processes_gone(now);
+        if phase == Phase::Stopping {
             self.n_stopping -= 1;
         }
-        if let Some(deadline) = record.kill_deadline.take() {
+        if let Some(deadline) = record.harden_kill() {
             self.kill_deadlines.remove(&(deadline, job));
         }
-        if let Some(deadline) = record.time_deadline.take() {
+        if let Some(deadline) = time_deadline {
             self.time_deadlines.remove(&(deadline, job));
         }
         self.bound_waiting.remove(&job);
@@ -1765,9 +1746,6 @@ impl Core {
             self.n_cputime_limited = self.n_cputime_limited.saturating_sub(1);
         }
         self.ran.remove(&job);
-        if let Some(since) = record.running_since.take() {
-            record.run_time += now.since(since);
-        }
         if self.live.remove(&job) {
             for host in &record.hosts {
                 self.busy[host.idx()] = false;
@@ -1784,8 +1762,8 @@ impl Core {
         if let Some(client) = record.client {
             self.by_client.remove(&client);
         }
-        let first_failure = record.failure.map(ExitStatus::as_shell);
-        let (kind, status, reason, state) = match &record.ending {
+        let first_failure = record.failure().map(ExitStatus::as_shell);
+        let (kind, status, reason, state) = match record.ending() {
             None => {
                 let status = first_failure.unwrap_or(0);
                 (
@@ -1838,7 +1816,7 @@ impl Core {
                 JobState::Done,
             ),
         };
-        let signal = match (&record.ending, record.failure) {
+        let signal = match (record.ending(), record.failure()) {
             (Some(EndCause::LaunchFailed { .. } | EndCause::Limit(_)), _) => None,
             (_, Some(ExitStatus::Signal(signal))) => Some(signal),
             _ => None,
@@ -1870,7 +1848,7 @@ impl Core {
                 event: ClientEvent::Ended(Box::new(ending.clone())),
             });
         }
-        if record.started {
+        if record.started() {
             out.push(Action::Release(job));
         }
         let command = command_line(&record);
@@ -1890,9 +1868,9 @@ impl Core {
     }
 
     fn accounting(&self, job: &Job, now: Tick) -> Accounting {
-        let wait = job.first_run_at.unwrap_or(now).since(job.submitted_at);
+        let wait = job.first_run_at().unwrap_or(now).since(job.submitted_at);
         let wall = job
-            .first_run_at
+            .first_run_at()
             .map_or(Duration::ZERO, |first| now.since(first));
         Accounting {
             queues: job.queues_visited.clone(),
@@ -1997,7 +1975,7 @@ impl Core {
             .copied()
             .filter(|job| {
                 let record = &self.jobs[job];
-                record.phase == Phase::Running
+                record.phase() == Phase::Running
                     && !record
                         .hosts
                         .first()
@@ -2013,13 +1991,9 @@ impl Core {
                 out.push(Action::SwitchBegin(id));
             }
             let record = self.jobs.get_mut(&job).expect("live jobs exist");
-            record.phase = Phase::Stopping;
+            let time_deadline = record.stop(now);
             self.n_stopping += 1;
-            record.switches += 1;
-            if let Some(since) = record.running_since.take() {
-                record.run_time += now.since(since);
-            }
-            if let Some(deadline) = record.time_deadline.take() {
+            if let Some(deadline) = time_deadline {
                 self.time_deadlines.remove(&(deadline, job));
             }
             out.push(Action::Stop(job));
@@ -2031,7 +2005,7 @@ impl Core {
         let mut entering = Vec::new();
         for &job in &active {
             let record = &self.jobs[&job];
-            if matches!(record.phase, Phase::Running | Phase::Stopping) {
+            if matches!(record.phase(), Phase::Running | Phase::Stopping) {
                 continue;
             }
             if record.hosts.iter().any(|host| busy[host.idx()]) {
@@ -2051,7 +2025,7 @@ impl Core {
         // that fork and exec delay no waiting job.
         let (to_continue, to_spawn): (Vec<JobId>, Vec<JobId>) = entering
             .into_iter()
-            .partition(|job| self.jobs[job].phase == Phase::Stopped);
+            .partition(|job| self.jobs[job].phase() == Phase::Stopped);
         for job in to_continue {
             self.enter(job, now, out);
         }
@@ -2066,7 +2040,7 @@ impl Core {
         }
         if std::mem::take(&mut self.ran_refill) {
             for job in &self.live {
-                if self.jobs[job].phase == Phase::Running {
+                if self.jobs[job].phase() == Phase::Running {
                     self.ran.insert(*job);
                 }
             }
@@ -2097,7 +2071,7 @@ impl Core {
             self.live
                 .iter()
                 .copied()
-                .filter(|job| jobs[job].ending.is_some()),
+                .filter(|job| jobs[job].is_ending()),
         );
         first.sort_unstable();
         first.dedup();
@@ -2130,7 +2104,7 @@ impl Core {
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory = vec![0; hosts.len()];
         record.hosts = hosts;
-        if !record.started {
+        if !record.started() {
             self.bound_waiting.insert(job);
         }
     }
@@ -2140,7 +2114,7 @@ impl Core {
         let Some(record) = self.jobs.get_mut(&job) else {
             return;
         };
-        if record.started || record.phase != Phase::Idle {
+        if record.started() || record.phase() != Phase::Idle {
             return;
         }
         let hosts = std::mem::take(&mut record.hosts);
@@ -2153,16 +2127,16 @@ impl Core {
     fn enter(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
         self.bound_waiting.remove(&job);
         let record = self.jobs.get_mut(&job).expect("chosen jobs exist");
-        let phase = record.phase;
+        let phase = record.phase();
         if phase == Phase::Stopping {
             self.n_stopping -= 1;
         }
-        record.phase = Phase::Running;
-        record.running_since = Some(now);
+        let time_deadline = record
+            .estimate
+            .map(|estimate| now.after(estimate.saturating_sub(record.run_time)));
+        let first_time = record.run(now, time_deadline);
         self.ran.insert(job);
-        if let Some(estimate) = record.estimate {
-            let deadline = now.after(estimate.saturating_sub(record.run_time));
-            record.time_deadline = Some(deadline);
+        if let Some(deadline) = time_deadline {
             self.time_deadlines.insert((deadline, job));
         }
         self.live.insert(job);
@@ -2172,13 +2146,8 @@ impl Core {
         match phase {
             Phase::Stopped => out.push(Action::Continue(job)),
             Phase::Idle => {
-                let first_time = !record.started;
-                record.started = true;
-                if record.first_run_at.is_none() {
-                    record.first_run_at = Some(now);
-                }
                 let plan = launch_plan(record);
-                record.ranks_left = plan.procs.len() as u32;
+                record.spawned(plan.procs.len() as u32);
                 let client = record.client;
                 let queue = record.queue;
                 out.push(Action::Spawn(Box::new(plan)));
@@ -2202,7 +2171,7 @@ impl Core {
     pub fn check_invariants(&self) {
         let mut owner: HashMap<HostId, JobId> = HashMap::new();
         for job in self.jobs.values() {
-            let live = matches!(job.phase, Phase::Running | Phase::Stopping);
+            let live = matches!(job.phase(), Phase::Running | Phase::Stopping);
             assert_eq!(
                 live,
                 self.live.contains(&job.id),
@@ -2229,7 +2198,7 @@ impl Core {
         let stopping = self
             .jobs
             .values()
-            .filter(|job| job.phase == Phase::Stopping)
+            .filter(|job| job.phase() == Phase::Stopping)
             .count();
         assert_eq!(stopping, self.n_stopping, "count of stopping jobs");
         for job in self.jobs.values() {
@@ -2276,6 +2245,19 @@ impl Core {
             });
         }
         assert_eq!(ledger, self.ledger, "the ledger matches the admitted jobs");
+        // The deadline indexes hold exactly the jobs' own deadlines.
+        let kill: BTreeSet<(Tick, JobId)> = self
+            .jobs
+            .values()
+            .filter_map(|job| job.kill_deadline().map(|deadline| (deadline, job.id)))
+            .collect();
+        assert_eq!(kill, self.kill_deadlines, "graceful kills in progress");
+        let time: BTreeSet<(Tick, JobId)> = self
+            .jobs
+            .values()
+            .filter_map(|job| job.time_deadline().map(|deadline| (deadline, job.id)))
+            .collect();
+        assert_eq!(time, self.time_deadlines, "-time limits of running jobs");
     }
 }
 
@@ -2290,7 +2272,7 @@ fn queue_group_name(queue: &Queue) -> String {
 /// Which process failed: `rank 2`, or `rank 0 of stage 1` in a job of
 /// several stages (numbered as `SCORE_RANK` and `SCORE_STAGE`).
 fn failed_process(job: &Job) -> String {
-    match job.failed_rank {
+    match job.failed_rank() {
         Some((stage, rank)) if job.spec.launch.n_stages() > 1 => {
             format!("rank {rank} of stage {stage}")
         }
@@ -2302,7 +2284,7 @@ fn failed_process(job: &Job) -> String {
 /// How a job's processes ended by themselves: `rank 0 killed by SIGSEGV
 /// (segmentation fault)`.
 fn describe_exit(job: &Job) -> String {
-    match job.failure {
+    match job.failure() {
         None => "all processes exited with status 0".to_string(),
         Some(ExitStatus::Code(code)) => {
             format!("{} exited with status {code}", failed_process(job))
@@ -2321,13 +2303,13 @@ fn describe_exit(job: &Job) -> String {
 /// other; one whose processes a signal ended has that signal's; one that
 /// never ran has `default_signal`'s.
 fn asked_to_end(job: &Job, who: &str, default_signal: i32) -> (i32, String) {
-    if !job.started {
+    if !job.started() {
         return (
             crate::exitcode::from_signal(default_signal),
             format!("killed {who} before it started"),
         );
     }
-    match job.failure {
+    match job.failure() {
         None => (0, format!("asked to end {who}; it exited with status 0")),
         Some(ExitStatus::Code(code)) => (
             code,
@@ -2385,7 +2367,7 @@ fn command_line(job: &Job) -> String {
 /// The processes to create for the job's current stage (or all stages of a pipe).
 fn launch_plan(job: &Job) -> LaunchPlan {
     let stages: Vec<usize> = match job.spec.joiner {
-        Joiner::Sequence => vec![job.stage],
+        Joiner::Sequence => vec![job.stage()],
         Joiner::Pipe => (0..job.spec.launch.n_stages()).collect(),
     };
     let mut procs = Vec::new();
@@ -2438,8 +2420,8 @@ impl sched::JobView for View<'_> {
         match self.jobs.get(&job) {
             Some(record) => sched::Seen {
                 hosts: &record.hosts,
-                runnable: record.ending.is_none() && !record.held(),
-                started: record.started,
+                runnable: !record.is_ending() && !record.held(),
+                started: record.started(),
             },
             None => sched::Seen {
                 hosts: &[],

@@ -292,7 +292,8 @@ pub enum EndCause {
     RankSignalled,
 }
 
-/// Where a job's processes are, as the core tracks them.
+/// Where a job's processes are, as the core tracks them (the kind of
+/// [`Procs`], without what each kind carries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     /// No process exists for the current stage (never run, or between `::` stages).
@@ -303,6 +304,88 @@ pub enum Phase {
     Stopping,
     /// Every process is stopped.
     Stopped,
+}
+
+/// Where a started job's processes are, with what only that state has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Procs {
+    /// No process exists for the current stage (between `::` stages, or
+    /// all gone).
+    Idle,
+    /// Processes are running (continued or just spawned).
+    Running(Stretch),
+    /// SIGSTOP sent; waiting for the actuator to confirm every process stopped.
+    Stopping,
+    /// Every process is stopped.
+    Stopped,
+}
+
+impl Procs {
+    /// The kind, without what it carries.
+    pub fn phase(self) -> Phase {
+        match self {
+            Procs::Idle => Phase::Idle,
+            Procs::Running(_) => Phase::Running,
+            Procs::Stopping => Phase::Stopping,
+            Procs::Stopped => Phase::Stopped,
+        }
+    }
+}
+
+/// One stretch of running: it exists only while the job runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stretch {
+    /// When the job entered `Running`.
+    pub since: Tick,
+    /// When its run time reaches its estimate (`-time=`), if it has one.
+    pub time_deadline: Option<Tick>,
+}
+
+/// The first process of a job that failed, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    /// How it ended.
+    pub status: ExitStatus,
+    /// Which process it was: (stage, rank); unknown in a record restored
+    /// from a build that did not keep it. Stages are few (`MAX_STAGES`),
+    /// and a `u32` keeps the job record a size class smaller.
+    pub rank: Option<(u32, u32)>,
+}
+
+/// What a job that has created processes carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    /// When its processes were first created.
+    first_run_at: Tick,
+    /// Current stage (for `::`); stages are few (`MAX_STAGES`).
+    stage: u32,
+    /// Ranks of the running stage(s) that have not exited yet.
+    ranks_left: u32,
+    /// Where its processes are.
+    procs: Procs,
+    /// The first failing rank, if any.
+    failure: Option<Failure>,
+}
+
+/// A job's life: queued until its processes are first created, started
+/// from then on. What only a started job has lives in [`Started`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Life {
+    /// Admitted; no process was ever created.
+    Queued,
+    /// Processes were created at least once.
+    Started(Started),
+}
+
+/// Why a job is being killed, and whether the kill is still graceful: a
+/// graceful kill (SIGTERM first) lets the job run to handle it until its
+/// deadline, when it turns into SIGKILL; a hard kill has no deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    /// Why.
+    pub cause: EndCause,
+    /// When a graceful kill turns into SIGKILL; `None` once the kill is hard.
+    pub kill_deadline: Option<Tick>,
 }
 
 /// The state a job shows in listings (SPEC §8).
@@ -419,39 +502,22 @@ pub struct Job {
     pub limits: JobLimits,
     /// Its run-time estimate and limit (`-time=`): ended once it has run this long.
     pub estimate: Option<Duration>,
-    /// When its run time reaches `estimate`, while it runs.
-    pub time_deadline: Option<Tick>,
-    /// Where its processes are.
-    pub phase: Phase,
     /// Held by an operator.
     pub operator_hold: bool,
     /// Held by its owner (scrun suspended, or `suspend` by the owner).
     pub owner_hold: bool,
-    /// Current stage (for `::`).
-    pub stage: usize,
-    /// Ranks of the running stage(s) that have not exited yet.
-    pub ranks_left: u32,
-    /// Whether processes were ever created.
-    pub started: bool,
-    /// Set once the job is being killed, with why.
-    pub ending: Option<EndCause>,
-    /// Whether the kill is graceful (SIGTERM first): the job is then let run to handle it.
-    pub graceful_kill: bool,
-    /// When to escalate a graceful kill to SIGKILL.
-    pub kill_deadline: Option<Tick>,
-    /// The first failing rank's status.
-    pub failure: Option<ExitStatus>,
-    /// Which rank that was: (stage, rank). Stages are few (`MAX_STAGES`),
-    /// and a `u32` keeps the job record a size class smaller.
-    pub failed_rank: Option<(u32, u32)>,
+    /// Queued or started, with what a started job carries. Set when the
+    /// record is made (admitted, or restored); changed only through the
+    /// transitions of [`Job`], which the core calls.
+    pub(crate) life: Life,
+    /// Set once the job is being killed, with why; same rule as `life`.
+    /// Boxed: few jobs are ever killed, and every job record is smaller
+    /// for it (a whole `Ending` is 48 bytes, the box 8).
+    pub(crate) ending: Option<Box<Ending>>,
     /// When it was submitted.
     pub submitted_at: Tick,
     /// When it was admitted.
     pub admitted_at: Tick,
-    /// When its processes were first created.
-    pub first_run_at: Option<Tick>,
-    /// When it last entered `Running` (None when not running).
-    pub running_since: Option<Tick>,
     /// Time spent running.
     pub run_time: Duration,
     /// Times switched out.
@@ -466,6 +532,26 @@ pub struct Job {
     pub residency_base: Duration,
 }
 
+impl Started {
+    /// What a job restored from a snapshot had: any combination is a
+    /// state a started job can be in.
+    pub fn restored(
+        first_run_at: Tick,
+        stage: u32,
+        ranks_left: u32,
+        procs: Procs,
+        failure: Option<Failure>,
+    ) -> Started {
+        Started {
+            first_run_at,
+            stage,
+            ranks_left,
+            procs,
+            failure,
+        }
+    }
+}
+
 impl Job {
     /// Whether an operator or the owner holds the job.
     pub fn held(&self) -> bool {
@@ -477,15 +563,118 @@ impl Job {
         if self.ending.is_some() {
             return JobState::Ending;
         }
-        if self.held() && self.phase != Phase::Running {
+        let phase = self.phase();
+        if self.held() && phase != Phase::Running {
             return JobState::Held;
         }
-        match self.phase {
-            Phase::Running => JobState::Running,
-            Phase::Stopping | Phase::Stopped => JobState::Stopped,
-            Phase::Idle if self.started => JobState::Running,
-            Phase::Idle => JobState::Queued,
+        match (&self.life, phase) {
+            (_, Phase::Running) => JobState::Running,
+            (_, Phase::Stopping | Phase::Stopped) => JobState::Stopped,
+            (Life::Started(_), Phase::Idle) => JobState::Running,
+            (Life::Queued, Phase::Idle) => JobState::Queued,
         }
+    }
+
+    /// Queued, or started with what a started job carries.
+    pub fn life(&self) -> &Life {
+        &self.life
+    }
+
+    fn started_mut(&mut self) -> Option<&mut Started> {
+        match &mut self.life {
+            Life::Queued => None,
+            Life::Started(started) => Some(started),
+        }
+    }
+
+    fn started_ref(&self) -> Option<&Started> {
+        match &self.life {
+            Life::Queued => None,
+            Life::Started(started) => Some(started),
+        }
+    }
+
+    /// Where its processes are (a queued job has none).
+    pub fn procs(&self) -> Procs {
+        self.started_ref()
+            .map_or(Procs::Idle, |started| started.procs)
+    }
+
+    /// Where its processes are, without what each state carries.
+    pub fn phase(&self) -> Phase {
+        self.procs().phase()
+    }
+
+    /// Whether processes were ever created.
+    pub fn started(&self) -> bool {
+        matches!(self.life, Life::Started(_))
+    }
+
+    /// When its processes were first created.
+    pub fn first_run_at(&self) -> Option<Tick> {
+        self.started_ref().map(|started| started.first_run_at)
+    }
+
+    /// When it last entered `Running` (None when not running).
+    pub fn running_since(&self) -> Option<Tick> {
+        match self.procs() {
+            Procs::Running(stretch) => Some(stretch.since),
+            _ => None,
+        }
+    }
+
+    /// When its run time reaches `estimate`, while it runs.
+    pub fn time_deadline(&self) -> Option<Tick> {
+        match self.procs() {
+            Procs::Running(stretch) => stretch.time_deadline,
+            _ => None,
+        }
+    }
+
+    /// Current stage (for `::`).
+    pub fn stage(&self) -> usize {
+        self.started_ref()
+            .map_or(0, |started| started.stage as usize)
+    }
+
+    /// Ranks of the running stage(s) that have not exited yet.
+    pub fn ranks_left(&self) -> u32 {
+        self.started_ref().map_or(0, |started| started.ranks_left)
+    }
+
+    /// The first failing rank's status.
+    pub fn failure(&self) -> Option<ExitStatus> {
+        self.started_ref()
+            .and_then(|started| started.failure)
+            .map(|failure| failure.status)
+    }
+
+    /// Which rank that was: (stage, rank), when known.
+    pub fn failed_rank(&self) -> Option<(u32, u32)> {
+        self.started_ref()
+            .and_then(|started| started.failure)
+            .and_then(|failure| failure.rank)
+    }
+
+    /// Why it is being killed, once it is.
+    pub fn ending(&self) -> Option<&EndCause> {
+        self.ending.as_ref().map(|ending| &ending.cause)
+    }
+
+    /// Whether it is being killed.
+    pub fn is_ending(&self) -> bool {
+        self.ending.is_some()
+    }
+
+    /// When a graceful kill turns into SIGKILL, while it is graceful.
+    pub fn kill_deadline(&self) -> Option<Tick> {
+        self.ending.as_ref().and_then(|ending| ending.kill_deadline)
+    }
+
+    /// Whether the kill is graceful (SIGTERM first): the job is then let
+    /// run to handle it.
+    pub fn graceful_kill(&self) -> bool {
+        self.kill_deadline().is_some()
     }
 
     /// Number of processes per stage.
@@ -495,7 +684,7 @@ impl Job {
 
     /// Time spent stopped or held since the first run.
     pub fn stopped_time(&self, now: Tick) -> Duration {
-        match self.first_run_at {
+        match self.first_run_at() {
             Some(first) => now.since(first).saturating_sub(self.run_time_at(now)),
             None => Duration::ZERO,
         }
@@ -505,8 +694,150 @@ impl Job {
     pub fn run_time_at(&self, now: Tick) -> Duration {
         self.run_time
             + self
-                .running_since
+                .running_since()
                 .map_or(Duration::ZERO, |since| now.since(since))
+    }
+
+    // ----- transitions -----
+
+    /// Its processes run from `now` (created, or continued): the job is
+    /// started if it was queued. `time_deadline` is when its run time
+    /// reaches its estimate. Returns whether this is its first run.
+    pub fn run(&mut self, now: Tick, time_deadline: Option<Tick>) -> bool {
+        let procs = Procs::Running(Stretch {
+            since: now,
+            time_deadline,
+        });
+        match &mut self.life {
+            Life::Started(started) => {
+                started.procs = procs;
+                false
+            }
+            Life::Queued => {
+                self.life = Life::Started(Started {
+                    first_run_at: now,
+                    stage: 0,
+                    ranks_left: 0,
+                    procs,
+                    failure: None,
+                });
+                true
+            }
+        }
+    }
+
+    /// Processes of `ranks` ranks were just created for it.
+    pub fn spawned(&mut self, ranks: u32) {
+        if let Some(started) = self.started_mut() {
+            started.ranks_left = ranks;
+        }
+    }
+
+    /// The running stretch ends at `now`: its time joins the run time.
+    /// Returns the stretch's `-time` deadline, which no longer applies.
+    fn end_stretch(&mut self, now: Tick, procs: Procs) -> Option<Tick> {
+        let started = self.started_mut()?;
+        let left = std::mem::replace(&mut started.procs, procs);
+        match left {
+            Procs::Running(stretch) => {
+                self.run_time += now.since(stretch.since);
+                stretch.time_deadline
+            }
+            _ => None,
+        }
+    }
+
+    /// SIGSTOP is sent to a running job at `now`: it is `Stopping` until
+    /// the actuator confirms. Returns its `-time` deadline, which no longer
+    /// applies.
+    pub fn stop(&mut self, now: Tick) -> Option<Tick> {
+        self.switches += 1;
+        self.end_stretch(now, Procs::Stopping)
+    }
+
+    /// The actuator confirmed that every process stopped; returns whether
+    /// the job was being stopped (a late confirmation changes nothing).
+    pub fn stopped(&mut self) -> bool {
+        match self.started_mut() {
+            Some(started) if started.procs == Procs::Stopping => {
+                started.procs = Procs::Stopped;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Every process of the job is gone at `now` (or it ends): it is idle,
+    /// with no rank left. Returns the phase it was in and the `-time`
+    /// deadline that no longer applies.
+    pub fn processes_gone(&mut self, now: Tick) -> (Phase, Option<Tick>) {
+        let phase = self.phase();
+        let time_deadline = self.end_stretch(now, Procs::Idle);
+        if let Some(started) = self.started_mut() {
+            started.ranks_left = 0;
+        }
+        (phase, time_deadline)
+    }
+
+    /// Moves on to the next `::` stage.
+    pub fn next_stage(&mut self) {
+        if let Some(started) = self.started_mut() {
+            started.stage += 1;
+        }
+    }
+
+    /// A rank exited.
+    pub fn rank_exited(&mut self) {
+        if let Some(started) = self.started_mut() {
+            started.ranks_left = started.ranks_left.saturating_sub(1);
+        }
+    }
+
+    /// A rank failed with `status`: kept if it is the first.
+    pub fn rank_failed(&mut self, status: ExitStatus, stage: usize, rank: u32) {
+        if let Some(started) = self.started_mut() {
+            if started.failure.is_none() {
+                started.failure = Some(Failure {
+                    status,
+                    rank: Some((u32::try_from(stage).unwrap_or(u32::MAX), rank)),
+                });
+            }
+        }
+    }
+
+    /// Its run time reached its `-time` limit: the deadline is spent.
+    pub fn time_limit_reached(&mut self) {
+        if let Some(Started {
+            procs: Procs::Running(stretch),
+            ..
+        }) = self.started_mut()
+        {
+            stretch.time_deadline = None;
+        }
+    }
+
+    /// It is being killed, for `cause`; a graceful kill turns into
+    /// SIGKILL at `kill_deadline`. Replaces any earlier cause.
+    pub fn begin_end(&mut self, cause: EndCause, kill_deadline: Option<Tick>) {
+        self.ending = Some(Box::new(Ending {
+            cause,
+            kill_deadline,
+        }));
+    }
+
+    /// It is being killed for `cause`, unless it already is.
+    pub fn end_unless_ending(&mut self, cause: EndCause) {
+        if self.ending.is_none() {
+            self.begin_end(cause, None);
+        }
+    }
+
+    /// A graceful kill turns hard (its grace is over, or a hard kill came).
+    /// Returns the deadline that no longer applies.
+    pub fn harden_kill(&mut self) -> Option<Tick> {
+        self.ending
+            .as_mut()
+            .and_then(|ending| ending.kill_deadline.take())
     }
 }
 

@@ -563,8 +563,8 @@ impl<A: Actuator> Daemon<A> {
         for (job, busy) in self.actuator.known_jobs() {
             match self.core.job(job) {
                 None => discard.push((job, true)),
-                Some(record) if record.phase == Phase::Idle && busy => {
-                    discard.push((job, !record.started));
+                Some(record) if record.phase() == Phase::Idle && busy => {
+                    discard.push((job, !record.started()));
                 }
                 Some(_) => {}
             }
@@ -590,7 +590,7 @@ impl<A: Actuator> Daemon<A> {
         first.extend(inputs);
         self.feed(first);
         let mut confirmations = Vec::new();
-        let jobs: Vec<(JobId, Phase)> = self.core.jobs().map(|job| (job.id, job.phase)).collect();
+        let jobs: Vec<(JobId, Phase)> = self.core.jobs().map(|job| (job.id, job.phase())).collect();
         for (job, phase) in jobs {
             match phase {
                 Phase::Running => self.actuator.cont(job),

@@ -154,7 +154,7 @@ impl Core {
                          use suspend {job} or resume {job}"
                     )),
                     Some(signal) => {
-                        if self.jobs[&id].phase == Phase::Idle {
+                        if self.jobs[&id].phase() == Phase::Idle {
                             return Reply::error(format!("job {job} has no process to signal yet"));
                         }
                         out.push(Action::Signal { job: id, signal });
@@ -168,7 +168,7 @@ impl Core {
                     return reply;
                 }
                 let record = self.jobs.get_mut(&id).expect("checked");
-                if record.ending.is_some() {
+                if record.is_ending() {
                     return Reply::error(format!("job {job} is ending"));
                 }
                 let by = if operator {
@@ -347,9 +347,9 @@ impl Core {
             let mut started: Vec<&Job> = self
                 .jobs
                 .values()
-                .filter(|job| job.queue == queue && job.started)
+                .filter(|job| job.queue == queue && job.started())
                 .collect();
-            started.sort_by_key(|job| job.first_run_at);
+            started.sort_by_key(|job| job.first_run_at());
             started.into_iter().map(|job| job.id).collect()
         };
         if settings.mode == Some(QueueMode::Exclusive) {
@@ -357,7 +357,7 @@ impl Core {
             // that have not started give back the hosts admission chose.
             let unstarted: Vec<JobId> = self.queues[queue as usize]
                 .order()
-                .filter(|job| self.jobs.get(job).is_some_and(|record| !record.started))
+                .filter(|job| self.jobs.get(job).is_some_and(|record| !record.started()))
                 .collect();
             for job in unstarted {
                 self.unbind(job);

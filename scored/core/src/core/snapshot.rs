@@ -26,8 +26,8 @@ use crate::command::QueueMode;
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
 use crate::inherit::Inherited;
 use crate::job::{
-    EndCause, ExitStatus, Job, JobLimits, JobRequest, JobSpec, Joiner, Launch, Phase, ProcRequest,
-    Usage,
+    EndCause, Ending, ExitStatus, Failure, Job, JobLimits, JobRequest, JobSpec, Joiner, Launch,
+    Life, Phase, ProcRequest, Procs, Started, Stretch, Usage,
 };
 use crate::queue::Queue;
 
@@ -76,7 +76,7 @@ struct CredSnapshot {
     groups: Vec<u32>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 enum ProcsSnapshot {
     Nodes(u32),
     Grid(u32, u32),
@@ -254,11 +254,93 @@ fn status_out(status: ExitStatus) -> StatusSnapshot {
     }
 }
 
-fn status_in(status: StatusSnapshot) -> ExitStatus {
-    match status {
+fn status_in(status: &StatusSnapshot) -> ExitStatus {
+    match *status {
         StatusSnapshot::Code(code) => ExitStatus::Code(code),
         StatusSnapshot::Signal(signal) => ExitStatus::Signal(signal),
     }
+}
+
+/// A job record's state as the snapshot keeps it (flags and times side by
+/// side, as every build has written them) made into the job's [`Life`] and
+/// [`Ending`]. A combination that no build writes (a running job with no
+/// start time, say) is refused, naming the job and what does not fit.
+fn job_state_in(
+    id: JobId,
+    record: &JobSnapshot,
+    phase: Phase,
+) -> Result<(Life, Option<Box<Ending>>), String> {
+    let refuse = |what: &str| Err(format!("job {id} {what}"));
+    let life = match (record.started, record.first_run_at) {
+        (false, None) => {
+            if phase != Phase::Idle {
+                return refuse("has processes but never started");
+            }
+            if record.failure.is_some() || record.stage != 0 {
+                return refuse("has a failed rank or a later stage but never started");
+            }
+            if record.running_since.is_some() || record.time_deadline.is_some() {
+                return refuse("runs but never started");
+            }
+            Life::Queued
+        }
+        (true, Some(first_run_at)) => {
+            let procs = match (phase, record.running_since) {
+                (Phase::Running, Some(since)) => Procs::Running(Stretch {
+                    since: Tick(since),
+                    time_deadline: record.time_deadline.map(Tick),
+                }),
+                (Phase::Running, None) => return refuse("runs but has no start of its stretch"),
+                (_, Some(_)) => return refuse("has a running stretch but does not run"),
+                (Phase::Idle, None) => Procs::Idle,
+                (Phase::Stopping, None) => Procs::Stopping,
+                (Phase::Stopped, None) => Procs::Stopped,
+            };
+            if phase != Phase::Running && record.time_deadline.is_some() {
+                return refuse("has a time limit deadline but does not run");
+            }
+            let Ok(stage) = u32::try_from(record.stage) else {
+                return refuse("has a stage out of range");
+            };
+            let failure = record.failure.as_ref().map(|status| Failure {
+                status: status_in(status),
+                rank: record
+                    .failed_rank
+                    .map(|(stage, rank)| (u32::try_from(stage).unwrap_or(u32::MAX), rank)),
+            });
+            Life::Started(Started::restored(
+                Tick(first_run_at),
+                stage,
+                record.ranks_left,
+                procs,
+                failure,
+            ))
+        }
+        (true, None) => return refuse("started but has no first run time"),
+        (false, Some(_)) => return refuse("has a first run time but never started"),
+    };
+    if record.graceful_kill != record.kill_deadline.is_some() {
+        return refuse("has a graceful kill without a deadline, or a deadline without one");
+    }
+    let ending = match &record.ending {
+        None if record.graceful_kill => return refuse("has a graceful kill but is not ending"),
+        None => None,
+        Some(cause) => Some(Box::new(Ending {
+            cause: match cause {
+                EndSnapshot::Limit(why) => EndCause::Limit(why.clone()),
+                EndSnapshot::Killed(by) => EndCause::Killed(by.clone()),
+                EndSnapshot::ClientGone => EndCause::ClientGone,
+                EndSnapshot::Shutdown => EndCause::Shutdown,
+                EndSnapshot::LaunchFailed(message, status) => EndCause::LaunchFailed {
+                    message: message.clone(),
+                    status: *status,
+                },
+                EndSnapshot::RankSignalled => EndCause::RankSignalled,
+            },
+            kill_deadline: record.kill_deadline.map(Tick),
+        })),
+    };
+    Ok((life, ending))
 }
 
 /// Packed launch data, each distinct one once.
@@ -407,7 +489,7 @@ impl Core {
                 limit_cputime_us: job.limits.cputime.map(us),
                 limit_memory: job.limits.memory,
                 limit_disk: job.limits.disk,
-                phase: match job.phase {
+                phase: match job.phase() {
                     Phase::Idle => "idle",
                     Phase::Running => "running",
                     Phase::Stopping => "stopping",
@@ -416,10 +498,10 @@ impl Core {
                 .to_string(),
                 operator_hold: job.operator_hold,
                 owner_hold: job.owner_hold,
-                stage: job.stage,
-                ranks_left: job.ranks_left,
-                started: job.started,
-                ending: job.ending.as_ref().map(|cause| match cause {
+                stage: job.stage(),
+                ranks_left: job.ranks_left(),
+                started: job.started(),
+                ending: job.ending().map(|cause| match cause {
                     EndCause::Limit(why) => EndSnapshot::Limit(why.clone()),
                     EndCause::Killed(by) => EndSnapshot::Killed(by.clone()),
                     EndCause::ClientGone => EndSnapshot::ClientGone,
@@ -429,16 +511,18 @@ impl Core {
                     }
                     EndCause::RankSignalled => EndSnapshot::RankSignalled,
                 }),
-                graceful_kill: job.graceful_kill,
-                kill_deadline: job.kill_deadline.map(|tick| tick.0),
-                failure: job.failure.map(status_out),
-                failed_rank: job.failed_rank.map(|(stage, rank)| (stage as usize, rank)),
+                graceful_kill: job.graceful_kill(),
+                kill_deadline: job.kill_deadline().map(|tick| tick.0),
+                failure: job.failure().map(status_out),
+                failed_rank: job
+                    .failed_rank()
+                    .map(|(stage, rank)| (stage as usize, rank)),
                 estimate_us: job.estimate.map(us),
-                time_deadline: job.time_deadline.map(|tick| tick.0),
+                time_deadline: job.time_deadline().map(|tick| tick.0),
                 submitted_at: job.submitted_at.0,
                 admitted_at: job.admitted_at.0,
-                first_run_at: job.first_run_at.map(|tick| tick.0),
-                running_since: job.running_since.map(|tick| tick.0),
+                first_run_at: job.first_run_at().map(|tick| tick.0),
+                running_since: job.running_since().map(|tick| tick.0),
                 run_time_us: us(job.run_time),
                 switches: job.switches,
                 cpu_us: us(job.usage.cpu),
@@ -624,6 +708,7 @@ impl Core {
             if record.started {
                 started.insert(record.id);
             }
+            let (life, ending) = job_state_in(id, &record, phase)?;
             let job = Job {
                 id,
                 user: Rc::from(record.user.as_str()),
@@ -644,34 +729,13 @@ impl Core {
                     memory: record.limit_memory,
                     disk: record.limit_disk,
                 },
-                phase,
                 operator_hold: record.operator_hold,
                 owner_hold: record.owner_hold,
-                stage: record.stage,
-                ranks_left: record.ranks_left,
-                started: record.started,
-                ending: record.ending.map(|cause| match cause {
-                    EndSnapshot::Limit(why) => EndCause::Limit(why),
-                    EndSnapshot::Killed(by) => EndCause::Killed(by),
-                    EndSnapshot::ClientGone => EndCause::ClientGone,
-                    EndSnapshot::Shutdown => EndCause::Shutdown,
-                    EndSnapshot::LaunchFailed(message, status) => {
-                        EndCause::LaunchFailed { message, status }
-                    }
-                    EndSnapshot::RankSignalled => EndCause::RankSignalled,
-                }),
-                graceful_kill: record.graceful_kill,
-                kill_deadline: record.kill_deadline.map(Tick),
-                failure: record.failure.map(status_in),
-                failed_rank: record
-                    .failed_rank
-                    .map(|(stage, rank)| (u32::try_from(stage).unwrap_or(u32::MAX), rank)),
+                life,
+                ending,
                 estimate: record.estimate_us.map(from_us),
-                time_deadline: record.time_deadline.map(Tick),
                 submitted_at: Tick(record.submitted_at),
                 admitted_at: Tick(record.admitted_at),
-                first_run_at: record.first_run_at.map(Tick),
-                running_since: record.running_since.map(Tick),
                 run_time: from_us(record.run_time_us),
                 switches: record.switches,
                 usage: Usage {
@@ -692,13 +756,13 @@ impl Core {
             if let Some(client) = job.client {
                 core.by_client.insert(client, id);
             }
-            if matches!(job.phase, Phase::Running | Phase::Stopping) {
+            if matches!(job.phase(), Phase::Running | Phase::Stopping) {
                 core.live.insert(id);
             }
-            if let Some(deadline) = job.kill_deadline {
+            if let Some(deadline) = job.kill_deadline() {
                 core.kill_deadlines.insert((deadline, id));
             }
-            if let Some(deadline) = job.time_deadline {
+            if let Some(deadline) = job.time_deadline() {
                 core.time_deadlines.insert((deadline, id));
             }
             if job.limits.cputime.is_some() {
@@ -795,7 +859,7 @@ impl Core {
     fn check_restored(&self) -> Result<(), String> {
         let mut owner: HashMap<HostId, JobId> = HashMap::new();
         for job in self.jobs.values() {
-            if matches!(job.phase, Phase::Running | Phase::Stopping) {
+            if matches!(job.phase(), Phase::Running | Phase::Stopping) {
                 for host in &job.hosts {
                     if let Some(other) = owner.insert(*host, job.id) {
                         return Err(format!(

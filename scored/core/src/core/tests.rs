@@ -1005,8 +1005,8 @@ proptest! {
         for (nodes, queue) in &jobs { sim.submit(*nodes, Some(*queue)); }
         for _ in 0..20 {
             sim.advance(100);
-            let running: Vec<&Job> = sim.core.jobs().filter(|job| job.phase == Phase::Running).collect();
-            for waiting in sim.core.jobs().filter(|job| job.phase != Phase::Running) {
+            let running: Vec<&Job> = sim.core.jobs().filter(|job| job.phase() == Phase::Running).collect();
+            for waiting in sim.core.jobs().filter(|job| job.phase() != Phase::Running) {
                 let blocker = running.iter().find(|runner| {
                     runner.queue <= waiting.queue && runner.hosts.iter().any(|host| waiting.hosts.contains(host))
                 });
@@ -1016,7 +1016,7 @@ proptest! {
                 // its own and higher queues.
                 let unbound_blocked = waiting.hosts.is_empty() && {
                     let held: usize = running.iter().filter(|runner| runner.queue <= waiting.queue).map(|runner| runner.hosts.len()).sum();
-                    let earlier = sim.core.jobs().any(|other| other.queue == waiting.queue && other.id < waiting.id && !other.started);
+                    let earlier = sim.core.jobs().any(|other| other.queue == waiting.queue && other.id < waiting.id && !other.started());
                     earlier || 2 - held < waiting.layout.len()
                 };
                 prop_assert!(blocker.is_some() || unbound_blocked,
@@ -1423,7 +1423,7 @@ fn a_stream_of_small_jobs_cannot_starve_a_wide_one() {
                     sim.exit(job, 0);
                 }
             }
-            if sim.core.job(JobId(2)).is_some_and(|job| job.started) {
+            if sim.core.job(JobId(2)).is_some_and(|job| job.started()) {
                 break;
             }
             if sim.now >= Tick(1_000_000) {
@@ -1431,7 +1431,7 @@ fn a_stream_of_small_jobs_cannot_starve_a_wide_one() {
             }
         }
         assert!(
-            sim.core.job(JobId(2)).is_some_and(|job| job.started),
+            sim.core.job(JobId(2)).is_some_and(|job| job.started()),
             "the wide job started (backfill {backfill})"
         );
         assert!(sim.now <= Tick(1_100_000), "at {:?}", sim.now);
@@ -1451,7 +1451,7 @@ fn a_checkpoint_keeps_the_state_before_later_changes() {
     let checkpoint = sim.core.checkpoint();
     let phases = |core: &Core| {
         core.jobs()
-            .map(|job| (job.id.0, job.phase, job.held()))
+            .map(|job| (job.id.0, job.phase(), job.held()))
             .collect::<Vec<_>>()
     };
     let before = phases(&checkpoint);
@@ -1747,11 +1747,16 @@ fn a_snapshot_written_by_the_previous_build_is_restored() {
     assert_eq!(restored.cmd(&root(), "jobs"), live.cmd(&root(), "jobs"));
 }
 
-/// The job record is allocated once per admitted job and held in an `Rc`:
-/// its size is memory per job.
+/// The job record is allocated once per admitted job, in an `Rc` (two
+/// counters more), so its size is the daemon's memory per job: 472 bytes
+/// make a 488-byte allocation, which glibc serves from its 496-byte class.
+/// Before a job's state was a record of states (flags and options side by
+/// side) it took 528 bytes, and the 560-byte class.
 #[test]
+#[cfg(target_pointer_width = "64")]
 fn the_job_record_stays_small() {
     let size = std::mem::size_of::<Job>();
-    println!("size_of::<Job>() = {size}");
-    assert!(size <= 528, "a job record takes {size} bytes");
+    assert!(size <= 472, "a job record takes {size} bytes");
+    // What a started job carries is one allocation with the record.
+    assert!(std::mem::size_of::<Life>() <= 64);
 }

@@ -271,7 +271,7 @@ impl Core {
                 Value::text(self.host_names(job).join(",")),
                 Value::Duration(job.usage.cpu),
                 Value::Duration(
-                    job.first_run_at
+                    job.first_run_at()
                         .map_or(Duration::ZERO, |first| now.since(first)),
                 ),
                 Value::None,
@@ -323,7 +323,7 @@ impl Core {
         details: bool,
     ) -> Vec<(String, Value)> {
         let wall = job
-            .first_run_at
+            .first_run_at()
             .map_or(Duration::ZERO, |first| end_time.since(first));
         let host_names = self.host_names(job);
         let mut fields = vec![
@@ -375,7 +375,11 @@ impl Core {
             ),
             (
                 "wait".into(),
-                Value::Duration(job.first_run_at.unwrap_or(end_time).since(job.submitted_at)),
+                Value::Duration(
+                    job.first_run_at()
+                        .unwrap_or(end_time)
+                        .since(job.submitted_at),
+                ),
             ),
             ("switches".into(), Value::Uint(job.switches)),
             (
