@@ -105,7 +105,7 @@ fn run() -> Result<(), String> {
         // A new binary checks, in a process of its own, that it can take
         // over from the one that runs; nothing is touched here.
         let handover = handover::read(&path).map_err(|error| error.to_string())?;
-        Core::restore(core_config, topology, handover.core)?;
+        Core::restore(core_config, topology, handover.core).map_err(|error| error.to_string())?;
         println!("{}", scored::version::version());
         return Ok(());
     }

@@ -2496,7 +2496,7 @@ mod script;
 mod snapshot;
 mod views;
 pub use script::{ScriptError, ScriptProblem, ScriptRun};
-pub use snapshot::CoreSnapshot;
+pub use snapshot::{CoreSnapshot, RestoreError};
 
 #[cfg(test)]
 mod tests;

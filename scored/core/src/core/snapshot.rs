@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ffi::OsString;
+use std::fmt;
 use std::os::unix::ffi::OsStringExt;
 use std::rc::Rc;
 use std::time::Duration;
@@ -177,6 +178,147 @@ struct SwitchesSnapshot {
     max_us: u64,
 }
 
+/// Why a snapshot cannot be restored: what does not fit, and where. The
+/// texts are the daemon's messages (`scored: cannot take over: ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreError {
+    /// The hosts database gives other hosts than the state has.
+    HostsChanged {
+        /// The state's hosts, in order.
+        state: Vec<String>,
+        /// The hosts database's, in order.
+        now: Vec<String>,
+    },
+    /// The hosts database gives another number of clusters.
+    ClustersChanged {
+        /// How many the state has.
+        state: usize,
+        /// How many the hosts database gives.
+        now: usize,
+    },
+    /// The state has no queue at all.
+    NoQueue,
+    /// The packed launch data cannot be read; the text says how.
+    Launch(&'static str),
+    /// A job refers to launch data the state does not have.
+    LaunchMissing(usize),
+    /// A job names a host, cluster or queue that does not exist, or its
+    /// hosts and layout disagree.
+    JobDoesNotFit(JobId),
+    /// A job's phase is none of `idle`, `running`, `stopping`, `stopped`.
+    UnknownPhase {
+        /// The job.
+        job: JobId,
+        /// The phase it has.
+        phase: String,
+    },
+    /// A job's state flags and times are a combination no build writes.
+    JobState {
+        /// The job.
+        job: JobId,
+        /// What does not fit (`runs but never started`).
+        what: &'static str,
+    },
+    /// A job appears twice, or has an id not below the next one.
+    DuplicateJob(JobId),
+    /// A queue holds a job that the state does not have.
+    QueueHoldsUnknownJob {
+        /// The queue.
+        queue: u32,
+        /// The job id.
+        job: u64,
+    },
+    /// A queue holds a job that belongs to another queue.
+    JobInOtherQueue {
+        /// The job.
+        job: u64,
+        /// The queue that holds it.
+        queue: u32,
+        /// The queue it belongs to.
+        belongs: u32,
+    },
+    /// Two jobs run on one host.
+    HostTaken {
+        /// The job that has it first.
+        first: JobId,
+        /// The other job.
+        second: JobId,
+        /// The host.
+        host: HostId,
+    },
+    /// A job is not in its queue exactly once.
+    NotInQueueOnce {
+        /// The job.
+        job: JobId,
+        /// Its queue.
+        queue: u32,
+    },
+    /// The queues hold other jobs than the state's.
+    QueuesDisagree,
+    /// The reservations of the state's jobs are not the ledger's.
+    ReservationsDisagree,
+}
+
+impl fmt::Display for RestoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RestoreError::HostsChanged { state, now } => write!(
+                f,
+                "the hosts changed: the state has {} host(s) ({}), the hosts database now gives {} ({})",
+                state.len(),
+                state.join(","),
+                now.len(),
+                now.join(",")
+            ),
+            RestoreError::ClustersChanged { state, now } => write!(
+                f,
+                "the clusters changed: the state has {state}, the hosts database now gives {now}"
+            ),
+            RestoreError::NoQueue => f.write_str("the state has no queue"),
+            RestoreError::Launch(what) => f.write_str(what),
+            RestoreError::LaunchMissing(idx) => write!(f, "launch data {idx} is missing"),
+            RestoreError::JobDoesNotFit(id) => {
+                write!(f, "job {id} does not fit the hosts, clusters or queues")
+            }
+            RestoreError::UnknownPhase { job, phase } => {
+                write!(f, "job {job} has an unknown phase '{phase}'")
+            }
+            RestoreError::JobState { job, what } => write!(f, "job {job} {what}"),
+            RestoreError::DuplicateJob(id) => {
+                write!(f, "job {id} appears twice or after the next id")
+            }
+            RestoreError::QueueHoldsUnknownJob { queue, job } => write!(
+                f,
+                "queue {queue} holds job {job}, which is not in the state"
+            ),
+            RestoreError::JobInOtherQueue {
+                job,
+                queue,
+                belongs,
+            } => write!(
+                f,
+                "job {job} is in queue {queue} but belongs to queue {belongs}"
+            ),
+            RestoreError::HostTaken {
+                first,
+                second,
+                host,
+            } => write!(f, "jobs {first} and {second} both run on host {host}"),
+            RestoreError::NotInQueueOnce { job, queue } => {
+                write!(f, "job {job} is not in queue {queue} once")
+            }
+            RestoreError::QueuesDisagree => {
+                f.write_str("the queues do not hold exactly the unfinished jobs")
+            }
+            RestoreError::ReservationsDisagree => {
+                f.write_str("the reservations do not match the jobs")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RestoreError {}
+
 fn us(duration: Duration) -> u64 {
     duration.as_micros().min(u128::from(u64::MAX)) as u64
 }
@@ -195,17 +337,17 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-fn unhex(text: &str) -> Result<Vec<u8>, String> {
-    let digit = |byte: u8| -> Result<u8, String> {
+fn unhex(text: &str) -> Result<Vec<u8>, RestoreError> {
+    let digit = |byte: u8| -> Result<u8, RestoreError> {
         match byte {
             b'0'..=b'9' => Ok(byte - b'0'),
             b'a'..=b'f' => Ok(byte - b'a' + 10),
-            _ => Err("launch data is not hexadecimal".to_string()),
+            _ => Err(RestoreError::Launch("launch data is not hexadecimal")),
         }
     };
     let bytes = text.as_bytes();
     if bytes.len() % 2 != 0 {
-        return Err("launch data has an odd length".to_string());
+        return Err(RestoreError::Launch("launch data has an odd length"));
     }
     bytes
         .chunks(2)
@@ -269,8 +411,8 @@ fn job_state_in(
     id: JobId,
     record: &JobSnapshot,
     phase: Phase,
-) -> Result<(Life, Option<Box<Ending>>), String> {
-    let refuse = |what: &str| Err(format!("job {id} {what}"));
+) -> Result<(Life, Option<Box<Ending>>), RestoreError> {
+    let refuse = |what: &'static str| Err(RestoreError::JobState { job: id, what });
     let life = match (record.started, record.first_run_at) {
         (false, None) => {
             if phase != Phase::Idle {
@@ -374,7 +516,7 @@ type LaunchParts = (
     Inherited,
 );
 
-fn unpack(bytes: Vec<u8>) -> Result<LaunchParts, String> {
+fn unpack(bytes: Vec<u8>) -> Result<LaunchParts, RestoreError> {
     let mut reader = Reader {
         bytes: &bytes,
         at: 0,
@@ -404,14 +546,14 @@ fn unpack(bytes: Vec<u8>) -> Result<LaunchParts, String> {
         };
         for _ in 0..reader.count()? {
             let resource = u8::try_from(reader.count()?)
-                .map_err(|_| "launch data names an unknown limit".to_string())?;
+                .map_err(|_| RestoreError::Launch("launch data names an unknown limit"))?;
             inherited
                 .rlimits
                 .push((resource, reader.u64()?, reader.u64()?));
         }
     }
     if reader.at != bytes.len() {
-        return Err("launch data has trailing bytes".to_string());
+        return Err(RestoreError::Launch("launch data has trailing bytes"));
     }
     Ok((stages, env, cwd, inherited))
 }
@@ -422,32 +564,32 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn count(&mut self) -> Result<usize, String> {
+    fn count(&mut self) -> Result<usize, RestoreError> {
         let raw = self
             .bytes
             .get(self.at..self.at + 4)
-            .ok_or_else(|| "launch data is truncated".to_string())?;
+            .ok_or(RestoreError::Launch("launch data is truncated"))?;
         self.at += 4;
         Ok(u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize)
     }
 
-    fn u64(&mut self) -> Result<u64, String> {
+    fn u64(&mut self) -> Result<u64, RestoreError> {
         let raw = self
             .bytes
             .get(self.at..self.at + 8)
-            .ok_or_else(|| "launch data is truncated".to_string())?;
+            .ok_or(RestoreError::Launch("launch data is truncated"))?;
         self.at += 8;
         let mut le = [0u8; 8];
         le.copy_from_slice(raw);
         Ok(u64::from_le_bytes(le))
     }
 
-    fn os(&mut self) -> Result<OsString, String> {
+    fn os(&mut self) -> Result<OsString, RestoreError> {
         let len = self.count()?;
         let value = self
             .bytes
             .get(self.at..self.at + len)
-            .ok_or_else(|| "launch data is truncated".to_string())?;
+            .ok_or(RestoreError::Launch("launch data is truncated"))?;
         self.at += len;
         Ok(OsString::from_vec(value.to_vec()))
     }
@@ -621,7 +763,7 @@ impl Core {
         mut config: CoreConfig,
         topology: Topology,
         snapshot: CoreSnapshot,
-    ) -> Result<Core, String> {
+    ) -> Result<Core, RestoreError> {
         let names: Vec<&str> = topology.hosts.iter().map(|h| h.name.as_str()).collect();
         if names
             != snapshot
@@ -630,23 +772,19 @@ impl Core {
                 .map(String::as_str)
                 .collect::<Vec<_>>()
         {
-            return Err(format!(
-                "the hosts changed: the state has {} host(s) ({}), the hosts database now gives {} ({})",
-                snapshot.hosts.len(),
-                snapshot.hosts.join(","),
-                names.len(),
-                names.join(",")
-            ));
+            return Err(RestoreError::HostsChanged {
+                state: snapshot.hosts,
+                now: names.iter().map(|name| name.to_string()).collect(),
+            });
         }
         if snapshot.limits.len() != topology.clusters.len() {
-            return Err(format!(
-                "the clusters changed: the state has {}, the hosts database now gives {}",
-                snapshot.limits.len(),
-                topology.clusters.len()
-            ));
+            return Err(RestoreError::ClustersChanged {
+                state: snapshot.limits.len(),
+                now: topology.clusters.len(),
+            });
         }
         if snapshot.queues.is_empty() {
-            return Err("the state has no queue".to_string());
+            return Err(RestoreError::NoQueue);
         }
         config.timeslice = from_us(snapshot.timeslice_us.max(1000));
         let memory_limits = snapshot.limits.iter().map(|limits| limits.0).collect();
@@ -660,11 +798,9 @@ impl Core {
             .launches
             .into_iter()
             .map(|text| unpack(unhex(&text)?))
-            .collect::<Result<_, String>>()?;
-        let launch_of = |idx: usize| -> Result<&LaunchParts, String> {
-            launches
-                .get(idx)
-                .ok_or_else(|| format!("launch data {idx} is missing"))
+            .collect::<Result<_, RestoreError>>()?;
+        let launch_of = |idx: usize| -> Result<&LaunchParts, RestoreError> {
+            launches.get(idx).ok_or(RestoreError::LaunchMissing(idx))
         };
         let mut started: BTreeSet<u64> = BTreeSet::new();
         for record in snapshot.jobs {
@@ -676,9 +812,7 @@ impl Core {
                 || record.hosts.len() != record.layout.len()
                 || record.hosts.len() != record.peak_memory.len()
             {
-                return Err(format!(
-                    "job {id} does not fit the hosts, clusters or queues"
-                ));
+                return Err(RestoreError::JobDoesNotFit(id));
             }
             let (stages, env, cwd, inherited) = launch_of(record.launch)?;
             let request = JobRequest {
@@ -703,7 +837,12 @@ impl Core {
                 "running" => Phase::Running,
                 "stopping" => Phase::Stopping,
                 "stopped" => Phase::Stopped,
-                other => return Err(format!("job {id} has an unknown phase '{other}'")),
+                other => {
+                    return Err(RestoreError::UnknownPhase {
+                        job: id,
+                        phase: other.to_string(),
+                    })
+                }
             };
             if record.started {
                 started.insert(record.id);
@@ -769,7 +908,7 @@ impl Core {
                 core.n_cputime_limited += 1;
             }
             if core.jobs.contains_key(&id) || id.0 >= snapshot.next_job {
-                return Err(format!("job {id} appears twice or after the next id"));
+                return Err(RestoreError::DuplicateJob(id));
             }
             core.jobs.insert(id, job);
         }
@@ -791,15 +930,17 @@ impl Core {
             restored.group_name = queue.group_name;
             for id in queue.order {
                 let Some(job) = core.jobs.get(&JobId(id)) else {
-                    return Err(format!(
-                        "queue {number} holds job {id}, which is not in the state"
-                    ));
+                    return Err(RestoreError::QueueHoldsUnknownJob {
+                        queue: number as u32,
+                        job: id,
+                    });
                 };
                 if job.queue != number as u32 {
-                    return Err(format!(
-                        "job {id} is in queue {number} but belongs to queue {}",
-                        job.queue
-                    ));
+                    return Err(RestoreError::JobInOtherQueue {
+                        job: id,
+                        queue: number as u32,
+                        belongs: job.queue,
+                    });
                 }
                 restored.push(JobId(id), started.contains(&id));
             }
@@ -856,16 +997,17 @@ impl Core {
     }
 
     /// The invariants of `check_invariants`, as an error instead of a panic.
-    fn check_restored(&self) -> Result<(), String> {
+    fn check_restored(&self) -> Result<(), RestoreError> {
         let mut owner: HashMap<HostId, JobId> = HashMap::new();
         for job in self.jobs.values() {
             if matches!(job.phase(), Phase::Running | Phase::Stopping) {
                 for host in &job.hosts {
                     if let Some(other) = owner.insert(*host, job.id) {
-                        return Err(format!(
-                            "jobs {other} and {} both run on host {host}",
-                            job.id
-                        ));
+                        return Err(RestoreError::HostTaken {
+                            first: other,
+                            second: job.id,
+                            host: *host,
+                        });
                     }
                 }
             }
@@ -874,12 +1016,15 @@ impl Core {
                 .filter(|&queued| queued == job.id)
                 .count();
             if in_queue != 1 {
-                return Err(format!("job {} is not in queue {} once", job.id, job.queue));
+                return Err(RestoreError::NotInQueueOnce {
+                    job: job.id,
+                    queue: job.queue,
+                });
             }
         }
         let queued: usize = self.queues.iter().map(Queue::len).sum();
         if queued != self.jobs.len() {
-            return Err("the queues do not hold exactly the unfinished jobs".to_string());
+            return Err(RestoreError::QueuesDisagree);
         }
         let mut ledger = Ledger::new(&self.topology);
         for job in self.jobs.values() {
@@ -891,7 +1036,7 @@ impl Core {
             });
         }
         if ledger != self.ledger {
-            return Err("the reservations do not match the jobs".to_string());
+            return Err(RestoreError::ReservationsDisagree);
         }
         Ok(())
     }

@@ -1150,6 +1150,11 @@ fn a_snapshot_for_other_hosts_is_refused() {
     let error = Core::restore(CoreConfig::default(), topology(3), sim.core.snapshot())
         .err()
         .expect("three hosts are not two");
+    assert!(
+        matches!(error, RestoreError::HostsChanged { .. }),
+        "{error:?}"
+    );
+    let error = error.to_string();
     assert!(error.starts_with("the hosts changed"), "{error}");
 }
 
@@ -1745,6 +1750,72 @@ fn a_snapshot_written_by_the_previous_build_is_restored() {
     );
     assert_eq!(restored.take_log(), log);
     assert_eq!(restored.cmd(&root(), "jobs"), live.cmd(&root(), "jobs"));
+}
+
+/// A job record whose flags and times make no state (none that any build
+/// writes) is refused, naming the job and what does not fit.
+#[test]
+fn a_snapshot_with_a_job_in_no_state_is_refused() {
+    let text = include_str!("testdata/snapshot-before-job-states.json");
+    let cases: [(u64, &str, serde_json::Value, &str); 7] = [
+        (
+            3,
+            "running_since",
+            serde_json::Value::Null,
+            "job 3 runs but has no start of its stretch",
+        ),
+        (
+            2,
+            "running_since",
+            serde_json::json!(5),
+            "job 2 has a running stretch but does not run",
+        ),
+        (
+            2,
+            "time_deadline",
+            serde_json::json!(5),
+            "job 2 has a time limit deadline but does not run",
+        ),
+        (
+            1,
+            "first_run_at",
+            serde_json::Value::Null,
+            "job 1 started but has no first run time",
+        ),
+        (
+            4,
+            "phase",
+            serde_json::json!("stopped"),
+            "job 4 has processes but never started",
+        ),
+        (
+            6,
+            "graceful_kill",
+            serde_json::json!(false),
+            "job 6 has a graceful kill without a deadline, or a deadline without one",
+        ),
+        (
+            6,
+            "phase",
+            serde_json::json!("paused"),
+            "job 6 has an unknown phase 'paused'",
+        ),
+    ];
+    for (job, field, value, message) in cases {
+        let mut written: serde_json::Value = serde_json::from_str(text).expect("fixture is JSON");
+        let record = written["jobs"]
+            .as_array_mut()
+            .expect("jobs")
+            .iter_mut()
+            .find(|record| record["id"] == job)
+            .expect("the job is in the fixture");
+        record[field] = value;
+        let snapshot: CoreSnapshot = serde_json::from_value(written).expect("deserialize");
+        let error = Core::restore(CoreConfig::default(), topology(6), snapshot)
+            .err()
+            .unwrap_or_else(|| panic!("job {job} with {field} changed is refused"));
+        assert_eq!(error.to_string(), message);
+    }
 }
 
 /// The job record is allocated once per admitted job, in an `Rc` (two
