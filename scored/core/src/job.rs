@@ -377,11 +377,12 @@ pub enum Life {
     Started(Started),
 }
 
-/// Why a job is being killed, and whether the kill is still graceful: a
-/// graceful kill (SIGTERM first) lets the job run to handle it until its
-/// deadline, when it turns into SIGKILL; a hard kill has no deadline.
+/// Why a job is being killed (its state is `ending`; the report of its end
+/// is `core::Ending`), and whether the kill is still graceful: a graceful
+/// kill (SIGTERM first) lets the job run to handle it until its deadline,
+/// when it turns into SIGKILL; a hard kill has no deadline.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ending {
+pub struct Killing {
     /// Why.
     pub cause: EndCause,
     /// When a graceful kill turns into SIGKILL; `None` once the kill is hard.
@@ -512,8 +513,8 @@ pub struct Job {
     pub(crate) life: Life,
     /// Set once the job is being killed, with why; same rule as `life`.
     /// Boxed: few jobs are ever killed, and every job record is smaller
-    /// for it (a whole `Ending` is 48 bytes, the box 8).
-    pub(crate) ending: Option<Box<Ending>>,
+    /// for it (a whole `Killing` is 48 bytes, the box 8).
+    pub(crate) ending: Option<Box<Killing>>,
     /// When it was submitted.
     pub submitted_at: Tick,
     /// When it was admitted.
@@ -819,7 +820,7 @@ impl Job {
     /// It is being killed, for `cause`; a graceful kill turns into
     /// SIGKILL at `kill_deadline`. Replaces any earlier cause.
     pub fn begin_end(&mut self, cause: EndCause, kill_deadline: Option<Tick>) {
-        self.ending = Some(Box::new(Ending {
+        self.ending = Some(Box::new(Killing {
             cause,
             kill_deadline,
         }));

@@ -27,7 +27,7 @@ use crate::command::QueueMode;
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
 use crate::inherit::Inherited;
 use crate::job::{
-    EndCause, Ending, ExitStatus, Failure, Job, JobLimits, JobRequest, JobSpec, Joiner, Launch,
+    EndCause, ExitStatus, Failure, Job, JobLimits, JobRequest, JobSpec, Joiner, Killing, Launch,
     Life, Phase, ProcRequest, Procs, Started, Stretch, Usage,
 };
 use crate::queue::Queue;
@@ -405,13 +405,13 @@ fn status_in(status: &StatusSnapshot) -> ExitStatus {
 
 /// A job record's state as the snapshot keeps it (flags and times side by
 /// side, as every build has written them) made into the job's [`Life`] and
-/// [`Ending`]. A combination that no build writes (a running job with no
+/// [`Killing`]. A combination that no build writes (a running job with no
 /// start time, say) is refused, naming the job and what does not fit.
 fn job_state_in(
     id: JobId,
     record: &JobSnapshot,
     phase: Phase,
-) -> Result<(Life, Option<Box<Ending>>), RestoreError> {
+) -> Result<(Life, Option<Box<Killing>>), RestoreError> {
     let refuse = |what: &'static str| Err(RestoreError::JobState { job: id, what });
     let life = match (record.started, record.first_run_at) {
         (false, None) => {
@@ -467,7 +467,7 @@ fn job_state_in(
     let ending = match &record.ending {
         None if record.graceful_kill => return refuse("has a graceful kill but is not ending"),
         None => None,
-        Some(cause) => Some(Box::new(Ending {
+        Some(cause) => Some(Box::new(Killing {
             cause: match cause {
                 EndSnapshot::Limit(why) => EndCause::Limit(why.clone()),
                 EndSnapshot::Killed(by) => EndCause::Killed(by.clone()),
