@@ -5,8 +5,10 @@
 //! Pure: time is a [`Tick`] handed in; nothing here forks or signals.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
+
+use scored_core::jobset::JobMap;
 
 use crate::ids::{JobId, Tick};
 
@@ -35,7 +37,7 @@ pub enum Happening {
 /// Simulated processes of every job the core started.
 #[derive(Debug, Default)]
 pub struct SimActuator {
-    procs: HashMap<JobId, Procs>,
+    procs: JobMap<Procs>,
     /// When running jobs finish.
     ends: BTreeSet<(Tick, JobId)>,
     /// When pending stops are confirmed.

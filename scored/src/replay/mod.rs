@@ -267,6 +267,7 @@ pub fn run(
     let mut next_arrival = 0usize;
     let mut now = Tick(0);
     let mut inputs: Vec<Input> = Vec::new();
+    let mut actions: Vec<Action> = Vec::new();
     let mut happenings = Vec::new();
     let mut finished = 0usize;
     let mut waiting = 0u64;
@@ -324,8 +325,8 @@ pub fn run(
         // Feed the core until it has nothing more to say at this instant.
         while !inputs.is_empty() {
             outcome.decisions += 1;
-            let actions = core.handle_all(inputs.drain(..), now);
-            for action in actions {
+            core.handle_all_into(inputs.drain(..), now, &mut actions);
+            for action in actions.drain(..) {
                 match action {
                     Action::Spawn(plan) => {
                         let work = by_job
