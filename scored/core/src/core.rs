@@ -644,7 +644,13 @@ struct Spare {
     entering: Vec<JobId>,
     /// The jobs that ran, set aside by a queue's rotation.
     rotated: Vec<JobId>,
+    /// The jobs that ran in the slice, when they are few ([`FEW_RAN`]).
+    ran: Vec<JobId>,
 }
+
+/// Up to this many jobs that ran in a slice, a rotation compares queued
+/// jobs with a list of them rather than looking each up in a hashed set.
+const FEW_RAN: usize = 16;
 
 impl Core {
     /// A core with the default queues.
@@ -896,6 +902,15 @@ impl Core {
     /// Brings a job's entry in `crossings` up to date: after it becomes
     /// live or stops being live, after a sample, after a move.
     fn refresh_crossing(&mut self, job: JobId) {
+        // Nothing indexed, and nothing to index: no job has a CPU time
+        // limit and no queue demotes by residency (a job enters and leaves
+        // `live` at every switch; this keeps that free of look-ups).
+        if self.crossing_of.is_empty()
+            && self.n_cputime_limited == 0
+            && self.queues.iter().all(|queue| queue.residency.is_none())
+        {
+            return;
+        }
         let key = self
             .live
             .contains(&job)
@@ -1709,9 +1724,22 @@ impl Core {
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
         let mut ran = std::mem::take(&mut self.ran);
         if !ran.is_empty() {
-            for queue in &mut self.queues {
-                queue.rotate_with(|job| ran.contains(&job), &mut self.spare.rotated);
+            // A few jobs ran (gang jobs of a busy machine): comparing each
+            // queued job with them costs less than hashing it.
+            let mut few = std::mem::take(&mut self.spare.ran);
+            few.clear();
+            if ran.len() <= FEW_RAN {
+                few.extend(ran.iter().copied());
             }
+            for queue in &mut self.queues {
+                if ran.len() <= FEW_RAN {
+                    queue.rotate_with(|job| few.contains(&job), &mut self.spare.rotated);
+                } else {
+                    queue.rotate_with(|job| ran.contains(&job), &mut self.spare.rotated);
+                }
+            }
+            few.clear();
+            self.spare.ran = few;
         }
         // The set is refilled at once by `reschedule`: keep its table.
         ran.clear();
