@@ -626,7 +626,31 @@ pub struct Core {
     /// the live jobs (which never share one), kept as jobs enter and leave
     /// `live` so that a decision does not gather them again.
     busy: Vec<bool>,
+    /// Buffers the scheduling decision reuses (see [`Spare`]).
+    spare: Spare,
 }
+
+/// Lists the scheduling decision fills and empties again at every switch,
+/// kept so that a switch allocates nothing (a replay makes tens of millions
+/// of them). Empty between decisions, so a copy of the core copies nothing
+/// of them.
+#[derive(Debug, Default, Clone)]
+struct Spare {
+    /// Jobs placed before any queue.
+    first: Vec<JobId>,
+    /// Running jobs that left the active set.
+    leaving: Vec<JobId>,
+    /// Chosen jobs whose hosts are free.
+    entering: Vec<JobId>,
+    /// The jobs that ran, set aside by a queue's rotation.
+    rotated: Vec<JobId>,
+    /// The jobs that ran in the slice, when they are few ([`FEW_RAN`]).
+    ran: Vec<JobId>,
+}
+
+/// Up to this many jobs that ran in a slice, a rotation compares queued
+/// jobs with a list of them rather than looking each up in a hashed set.
+const FEW_RAN: usize = 16;
 
 impl Core {
     /// A core with the default queues.
@@ -678,6 +702,7 @@ impl Core {
             directory: Rc::new(NoDirectory),
             decision_current: false,
             busy: vec![false; n_hosts],
+            spare: Spare::default(),
         }
     }
 
@@ -877,6 +902,15 @@ impl Core {
     /// Brings a job's entry in `crossings` up to date: after it becomes
     /// live or stops being live, after a sample, after a move.
     fn refresh_crossing(&mut self, job: JobId) {
+        // Nothing indexed, and nothing to index: no job has a CPU time
+        // limit and no queue demotes by residency (a job enters and leaves
+        // `live` at every switch; this keeps that free of look-ups).
+        if self.crossing_of.is_empty()
+            && self.n_cputime_limited == 0
+            && self.queues.iter().all(|queue| queue.residency.is_none())
+        {
+            return;
+        }
         let key = self
             .live
             .contains(&job)
@@ -942,11 +976,22 @@ impl Core {
         now: Tick,
     ) -> Vec<Action> {
         let mut out = Vec::new();
-        for input in inputs {
-            self.apply(input, now, &mut out);
-        }
-        self.reschedule(now, &mut out);
+        self.handle_all_into(inputs, now, &mut out);
         out
+    }
+
+    /// [`Core::handle_all`], appending the actions to `out`, so that a
+    /// caller feeding many events reuses one list.
+    pub fn handle_all_into(
+        &mut self,
+        inputs: impl IntoIterator<Item = Input>,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) {
+        for input in inputs {
+            self.apply(input, now, out);
+        }
+        self.reschedule(now, out);
     }
 
     fn apply(&mut self, input: Input, now: Tick, out: &mut Vec<Action>) {
@@ -1660,9 +1705,22 @@ impl Core {
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
         let mut ran = std::mem::take(&mut self.ran);
         if !ran.is_empty() {
-            for queue in &mut self.queues {
-                queue.rotate(|job| ran.contains(&job));
+            // A few jobs ran (gang jobs of a busy machine): comparing each
+            // queued job with them costs less than hashing it.
+            let mut few = std::mem::take(&mut self.spare.ran);
+            few.clear();
+            if ran.len() <= FEW_RAN {
+                few.extend(ran.iter().copied());
             }
+            for queue in &mut self.queues {
+                if ran.len() <= FEW_RAN {
+                    queue.rotate_with(|job| few.contains(&job), &mut self.spare.rotated);
+                } else {
+                    queue.rotate_with(|job| ran.contains(&job), &mut self.spare.rotated);
+                }
+            }
+            few.clear();
+            self.spare.ran = few;
         }
         // The set is refilled at once by `reschedule`: keep its table.
         ran.clear();
@@ -1969,20 +2027,16 @@ impl Core {
 
         // Phase one: stop every running job that left the active set (the
         // decision's scratch says which job holds each host it gave out).
-        let leaving: Vec<JobId> = self
-            .live
-            .iter()
-            .copied()
-            .filter(|job| {
-                let record = &self.jobs[job];
-                record.phase() == Phase::Running
-                    && !record
-                        .hosts
-                        .first()
-                        .is_some_and(|host| self.scratch.holds(*job, *host))
-            })
-            .collect();
-        for &job in &leaving {
+        let mut leaving = std::mem::take(&mut self.spare.leaving);
+        leaving.extend(self.live.iter().copied().filter(|job| {
+            let record = &self.jobs[job];
+            record.phase() == Phase::Running
+                && !record
+                    .hosts
+                    .first()
+                    .is_some_and(|host| self.scratch.holds(*job, *host))
+        }));
+        for job in leaving.drain(..) {
             if self.switches.open.is_none() {
                 let id = self.switches.next_id;
                 self.switches.next_id += 1;
@@ -1998,11 +2052,12 @@ impl Core {
             }
             out.push(Action::Stop(job));
         }
+        self.spare.leaving = leaving;
 
         // Phase two: start or continue chosen jobs whose hosts are free of
         // every job that is running or still stopping.
         let mut blocked = false;
-        let mut entering = Vec::new();
+        let mut entering = std::mem::take(&mut self.spare.entering);
         for &job in &active {
             let record = &self.jobs[&job];
             if matches!(record.phase(), Phase::Running | Phase::Stopping) {
@@ -2023,11 +2078,12 @@ impl Core {
         // latency runs from the first SIGSTOP to the last SIGCONT), and only
         // then create the processes of jobs that run for the first time, so
         // that fork and exec delay no waiting job.
-        let (to_continue, to_spawn): (Vec<JobId>, Vec<JobId>) = entering
-            .into_iter()
-            .partition(|job| self.jobs[job].phase() == Phase::Stopped);
-        for job in to_continue {
-            self.enter(job, now, out);
+        // (Entering jobs are Stopped or Idle, and continuing one changes
+        // no other's phase: the second pass takes exactly the Idle ones.)
+        for &job in &entering {
+            if self.jobs[&job].phase() == Phase::Stopped {
+                self.enter(job, now, out);
+            }
         }
         if let Some(id) = self.switches.open {
             if self.n_stopping == 0 && !blocked {
@@ -2035,9 +2091,12 @@ impl Core {
                 out.push(Action::SwitchEnd(id));
             }
         }
-        for job in to_spawn {
-            self.enter(job, now, out);
+        for job in entering.drain(..) {
+            if self.jobs[&job].phase() == Phase::Idle {
+                self.enter(job, now, out);
+            }
         }
+        self.spare.entering = entering;
         if std::mem::take(&mut self.ran_refill) {
             for job in &self.live {
                 if self.jobs[job].phase() == Phase::Running {
@@ -2066,7 +2125,8 @@ impl Core {
         // Jobs being killed take their hosts first: a graceful kill must
         // let the job run to handle SIGTERM, and a job whose processes
         // may still run must keep its hosts until they are gone.
-        let mut first: Vec<JobId> = self.kill_deadlines.iter().map(|(_, job)| *job).collect();
+        let mut first = std::mem::take(&mut self.spare.first);
+        first.extend(self.kill_deadlines.iter().map(|(_, job)| *job));
         first.extend(
             self.live
                 .iter()
@@ -2086,13 +2146,14 @@ impl Core {
         sched::active_set(
             queues,
             self.topology.hosts.len(),
-            first,
+            first.drain(..),
             &view,
             now.0,
             &mut self.scratch,
             active,
             bindings,
         );
+        self.spare.first = first;
     }
 
     /// Gives a job that had none the hosts the decision chose for it.

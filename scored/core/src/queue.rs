@@ -160,21 +160,27 @@ impl Queue {
     /// End of a slice in a gang queue: the jobs for which `ran` is true move
     /// to the back, keeping their relative order; the others move up.
     pub fn rotate(&mut self, ran: impl Fn(JobId) -> bool) {
+        self.rotate_with(ran, &mut Vec::new());
+    }
+
+    /// [`Queue::rotate`], setting the jobs that ran aside in `spare` (left
+    /// empty), so that a rotation at every slice allocates nothing.
+    pub fn rotate_with(&mut self, ran: impl Fn(JobId) -> bool, spare: &mut Vec<JobId>) {
         if self.mode != QueueMode::Gang {
             return;
         }
         // One pass, one membership test per job: the jobs that ran are set
         // aside while the others move up, then appended in their order.
-        let mut back: Vec<JobId> = Vec::new();
+        spare.clear();
         self.order.retain(|&job| {
             if ran(job) {
-                back.push(job);
+                spare.push(job);
                 false
             } else {
                 true
             }
         });
-        self.order.extend(back);
+        self.order.extend(spare.drain(..));
     }
 
     /// Changes the mode; the order is kept, and an exclusive queue's started

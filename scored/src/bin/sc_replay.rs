@@ -134,7 +134,8 @@ fn run(flags: Flags) -> Result<(), String> {
     }
     let mut bar = Progress::new();
     let started = Instant::now();
-    let outcome = replay::run(&trace, &setup, &mut |done, total| bar.show(done, total))?;
+    let outcome = replay::run(&trace, &setup, &mut |done, total| bar.show(done, total))
+        .map_err(|error| error.to_string())?;
     bar.clear();
     let elapsed = started.elapsed();
     let report = metrics::report(&outcome);

@@ -5,8 +5,11 @@
 //! Pure: time is a [`Tick`] handed in; nothing here forks or signals.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeSet, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
+
+use scored_core::jobset::JobMap;
 
 use crate::ids::{JobId, Tick};
 
@@ -33,13 +36,24 @@ pub enum Happening {
 }
 
 /// Simulated processes of every job the core started.
+///
+/// A switch stops and continues jobs by the dozen, tens of millions of
+/// times in a replay, so neither costs a search: a stop leaves the job's
+/// entry in `ends` where it is (it is stale, and dropped when it comes to
+/// the top or when stale entries outnumber the others), and stops are
+/// confirmed in the order they were made, since they all take the same
+/// switch cost.
 #[derive(Debug, Default)]
 pub struct SimActuator {
-    procs: HashMap<JobId, Procs>,
-    /// When running jobs finish.
-    ends: BTreeSet<(Tick, JobId)>,
-    /// When pending stops are confirmed.
-    stops: BTreeSet<(Tick, JobId)>,
+    procs: JobMap<Procs>,
+    /// When running jobs finish (earliest first, then by job), with stale
+    /// entries of jobs stopped since; the first entry is never stale.
+    ends: BinaryHeap<Reverse<(Tick, JobId)>>,
+    /// How many entries of `ends` may be stale.
+    stale: usize,
+    /// When pending stops are confirmed, in the order they were made (so in
+    /// time order).
+    stops: VecDeque<(Tick, JobId)>,
     switch_cost: Duration,
     /// Processes running now.
     busy: u64,
@@ -67,7 +81,40 @@ impl SimActuator {
             },
         );
         self.busy += u64::from(ranks);
-        self.ends.insert((Tick(now.0.saturating_add(total)), job));
+        self.ends
+            .push(Reverse((Tick(now.0.saturating_add(total)), job)));
+        self.drop_stale();
+    }
+
+    /// Whether an entry of `ends` is when its job, running now, finishes.
+    fn current(&self, at: Tick, job: JobId) -> bool {
+        self.procs.get(&job).is_some_and(|procs| {
+            procs
+                .since
+                .is_some_and(|since| Tick(since.0.saturating_add(procs.left)) == at)
+        })
+    }
+
+    /// Drops stale entries from the top of `ends`, and all of them once
+    /// they outnumber the others.
+    fn drop_stale(&mut self) {
+        while let Some(&Reverse((at, job))) = self.ends.peek() {
+            if self.current(at, job) {
+                break;
+            }
+            self.ends.pop();
+            self.stale = self.stale.saturating_sub(1);
+        }
+        if self.stale > 64 && self.stale > self.ends.len() / 2 {
+            let mut ends = std::mem::take(&mut self.ends).into_vec();
+            ends.retain(|&Reverse((at, job))| self.current(at, job));
+            // A job continued at the instant it stopped has its end listed
+            // twice: keep one.
+            ends.sort_unstable();
+            ends.dedup();
+            self.ends = BinaryHeap::from(ends);
+            self.stale = 0;
+        }
     }
 
     /// Stops a running job at `now`: its work pauses at once, and the stop
@@ -77,12 +124,12 @@ impl SimActuator {
             return;
         };
         if let Some(since) = procs.since.take() {
-            self.ends
-                .remove(&(Tick(since.0.saturating_add(procs.left)), job));
             procs.left = procs.left.saturating_sub(now.0.saturating_sub(since.0));
             self.busy -= u64::from(procs.ranks);
+            self.stale += 1;
         }
-        self.stops.insert((now.after(self.switch_cost), job));
+        self.stops.push_back((now.after(self.switch_cost), job));
+        self.drop_stale();
     }
 
     /// Continues a stopped job at `now`.
@@ -94,20 +141,20 @@ impl SimActuator {
             procs.since = Some(now);
             self.busy += u64::from(procs.ranks);
             self.ends
-                .insert((Tick(now.0.saturating_add(procs.left)), job));
+                .push(Reverse((Tick(now.0.saturating_add(procs.left)), job)));
         }
     }
 
     /// Kills a job's processes; returns how many ranks it had, if it had any.
     pub fn kill(&mut self, job: JobId, now: Tick) -> Option<u32> {
         let procs = self.procs.remove(&job)?;
-        if let Some(since) = procs.since {
-            self.ends
-                .remove(&(Tick(since.0.saturating_add(procs.left)), job));
+        if procs.since.is_some() {
             self.busy -= u64::from(procs.ranks);
+            self.stale += 1;
         }
         let _ = now;
         self.stops.retain(|(_, stopping)| *stopping != job);
+        self.drop_stale();
         Some(procs.ranks)
     }
 
@@ -137,8 +184,8 @@ impl SimActuator {
 
     /// When the next thing happens, if anything is under way.
     pub fn next(&self) -> Option<Tick> {
-        let end = self.ends.first().map(|(at, _)| *at);
-        let stop = self.stops.first().map(|(at, _)| *at);
+        let end = self.ends.peek().map(|Reverse((at, _))| *at);
+        let stop = self.stops.front().map(|(at, _)| *at);
         [end, stop].into_iter().flatten().min()
     }
 
@@ -146,22 +193,30 @@ impl SimActuator {
     /// confirmations before finishes at the same instant). A finished job's
     /// processes are gone.
     pub fn take_due(&mut self, now: Tick, out: &mut Vec<Happening>) {
-        while let Some(&(at, job)) = self.stops.first() {
-            if at > now {
-                break;
+        let due = self.stops.iter().take_while(|(at, _)| *at <= now).count();
+        if due > 0 {
+            // Stops made at the same instant are confirmed by job, and a
+            // job stopped twice at one instant is confirmed once.
+            let batch = self.stops.make_contiguous();
+            batch[..due].sort_unstable();
+            let mut last = None;
+            for (at, job) in self.stops.drain(..due) {
+                if last != Some((at, job)) {
+                    out.push(Happening::Stopped(job));
+                }
+                last = Some((at, job));
             }
-            self.stops.pop_first();
-            out.push(Happening::Stopped(job));
         }
-        while let Some(&(at, job)) = self.ends.first() {
+        while let Some(&Reverse((at, job))) = self.ends.peek() {
             if at > now {
                 break;
             }
-            self.ends.pop_first();
+            self.ends.pop();
             if let Some(procs) = self.procs.remove(&job) {
                 self.busy -= u64::from(procs.ranks);
             }
             out.push(Happening::Finished(job));
+            self.drop_stale();
         }
     }
 
@@ -221,6 +276,54 @@ mod tests {
         assert_eq!(sim.kill(JobId(1), ms(11)), Some(3));
         assert_eq!(sim.next(), None);
         assert_eq!(sim.kill(JobId(1), ms(12)), None);
+    }
+
+    #[test]
+    fn stops_made_at_one_instant_are_confirmed_by_job() {
+        let mut sim = SimActuator::new(Duration::from_millis(1));
+        for job in [3, 1, 2] {
+            sim.spawn(JobId(job), 1, Duration::from_secs(1), ms(0));
+        }
+        for job in [3, 1, 2] {
+            sim.stop(JobId(job), ms(10));
+        }
+        let mut due = Vec::new();
+        sim.take_due(ms(11), &mut due);
+        let stopped = [1, 2, 3].map(|job| Happening::Stopped(JobId(job)));
+        assert_eq!(due, stopped);
+    }
+
+    #[test]
+    fn a_job_continued_at_the_instant_it_stopped_finishes_once() {
+        let mut sim = SimActuator::new(Duration::ZERO);
+        let job = JobId(4);
+        sim.spawn(job, 1, Duration::from_millis(100), ms(0));
+        sim.stop(job, ms(30));
+        sim.resume(job, ms(30));
+        assert_eq!(sim.next(), Some(ms(30)), "the stop's confirmation");
+        let mut due = Vec::new();
+        sim.take_due(ms(100), &mut due);
+        assert_eq!(due, vec![Happening::Stopped(job), Happening::Finished(job)]);
+        assert_eq!(sim.next(), None);
+        assert!(sim.is_empty());
+    }
+
+    #[test]
+    fn stale_ends_of_stopped_jobs_do_not_pile_up() {
+        // A long job stopped and continued at every slice leaves an end
+        // behind each time; they are dropped, not kept for its lifetime.
+        let mut sim = SimActuator::new(Duration::ZERO);
+        let job = JobId(5);
+        sim.spawn(job, 1, Duration::from_secs(1_000_000), ms(0));
+        let mut due = Vec::new();
+        for slice in 1..10_000 {
+            sim.stop(job, ms(slice * 10));
+            sim.resume(job, ms(slice * 10 + 5));
+            sim.take_due(ms(slice * 10 + 5), &mut due);
+        }
+        assert!(sim.ends.len() < 200, "{} ends kept", sim.ends.len());
+        // 10 ms before the first stop, then 5 ms of each slice.
+        assert_eq!(sim.done(job, ms(100_000)), Duration::from_millis(50_005));
     }
 
     proptest! {

@@ -37,7 +37,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::cluster::{Cluster, Host, Topology};
-use crate::core::{Action, ClientEvent, Core, CoreConfig, EndKind, Input};
+use crate::core::{Action, ClientEvent, Core, CoreConfig, EndKind, Input, ScriptError};
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
 use crate::job::{ExitStatus, JobRequest, Joiner, ProcRequest, Usage};
 use crate::units::CpuSet;
@@ -215,13 +215,57 @@ struct Record {
     work: Duration,
 }
 
+/// Why a replay could not be made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayError {
+    /// Lines of the rc file that the core refused (each changed nothing);
+    /// shown as `NAME:LINE: message`, one a line.
+    Rc(Vec<ScriptError>),
+    /// Jobs were left that can never run (a queue deactivated by the rc
+    /// file, say): how many, and the trace numbers of up to five of them.
+    Stuck {
+        /// How many jobs were left.
+        jobs: usize,
+        /// Their numbers in the trace (at most five).
+        examples: Vec<i64>,
+    },
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::Rc(errors) => {
+                for (idx, error) in errors.iter().enumerate() {
+                    if idx > 0 {
+                        writeln!(f)?;
+                    }
+                    write!(f, "{error}")?;
+                }
+                Ok(())
+            }
+            ReplayError::Stuck { jobs, examples } => {
+                let examples: Vec<String> = examples.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "{jobs} job{} can never run (for example trace job{} {}): is a queue deactivated by the rc file?",
+                    if *jobs == 1 { "" } else { "s" },
+                    if examples.len() == 1 { "" } else { "s" },
+                    examples.join(", ")
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
 /// Replays `trace` under `setup`. `progress(done, total)` is called now
 /// and then with the number of jobs finished.
 pub fn run(
     trace: &Trace,
     setup: &Setup,
     progress: &mut dyn FnMut(usize, usize),
-) -> Result<Outcome, String> {
+) -> Result<Outcome, ReplayError> {
     let memory_limits = setup
         .topology
         .clusters
@@ -267,6 +311,7 @@ pub fn run(
     let mut next_arrival = 0usize;
     let mut now = Tick(0);
     let mut inputs: Vec<Input> = Vec::new();
+    let mut actions: Vec<Action> = Vec::new();
     let mut happenings = Vec::new();
     let mut finished = 0usize;
     let mut waiting = 0u64;
@@ -324,8 +369,8 @@ pub fn run(
         // Feed the core until it has nothing more to say at this instant.
         while !inputs.is_empty() {
             outcome.decisions += 1;
-            let actions = core.handle_all(inputs.drain(..), now);
-            for action in actions {
+            core.handle_all_into(inputs.drain(..), now, &mut actions);
+            for action in actions.drain(..) {
                 match action {
                     Action::Spawn(plan) => {
                         let work = by_job
@@ -439,19 +484,16 @@ pub fn run(
     progress(finished, total);
     outcome.switches = core.switch_count();
     if core.n_jobs() > 0 {
-        let stuck: Vec<String> = core
+        let examples: Vec<i64> = core
             .jobs()
             .take(5)
             .filter_map(|job| by_job.get(&job.id).and_then(|client| records.get(client)))
-            .map(|record| trace.jobs[record.trace_idx].number.to_string())
+            .map(|record| trace.jobs[record.trace_idx].number)
             .collect();
-        return Err(format!(
-            "{} job{} can never run (for example trace job{} {}): is a queue deactivated by the rc file?",
-            core.n_jobs(),
-            if core.n_jobs() == 1 { "" } else { "s" },
-            if stuck.len() == 1 { "" } else { "s" },
-            stuck.join(", ")
-        ));
+        return Err(ReplayError::Stuck {
+            jobs: core.n_jobs(),
+            examples,
+        });
     }
     Ok(outcome)
 }
@@ -482,7 +524,7 @@ fn exited(job: JobId, ranks: u32, status: ExitStatus, inputs: &mut Vec<Input>) {
 
 /// Runs a start-up script as scored does (as root); every error is
 /// reported as `NAME:LINE: message`.
-fn run_rc(core: &mut Core, root: &Cred, name: &str, text: &str) -> Result<(), String> {
+fn run_rc(core: &mut Core, root: &Cred, name: &str, text: &str) -> Result<(), ReplayError> {
     let run = core.run_script(root, name, text, Tick(0));
     // The script runs before the first arrival: with no job in the core,
     // its commands have no process to act on.
@@ -490,8 +532,7 @@ fn run_rc(core: &mut Core, root: &Cred, name: &str, text: &str) -> Result<(), St
     if run.errors.is_empty() {
         Ok(())
     } else {
-        let errors: Vec<String> = run.errors.iter().map(ToString::to_string).collect();
-        Err(errors.join("\n"))
+        Err(ReplayError::Rc(run.errors))
     }
 }
 

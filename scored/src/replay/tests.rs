@@ -207,8 +207,12 @@ fn rc_errors_name_the_file_and_line() {
         "queue 1 set mode=exclusive\nqueue 9 set mode=gang\nshutdown\n".into(),
     ));
     let error = run(&trace, &setup, &mut |_, _| {}).expect_err("bad rc");
+    assert!(
+        matches!(&error, ReplayError::Rc(errors) if errors.len() == 2),
+        "{error:?}"
+    );
     assert_eq!(
-        error,
+        error.to_string(),
         "policy.rc:2: no queue 9: queues are 0 to 2\npolicy.rc:3: shutdown cannot be used in a start-up script"
     );
 }
@@ -219,7 +223,17 @@ fn a_deactivated_queue_is_reported_not_looped_on() {
     let mut setup = Setup::new(uniform_machine(4, 1 << 30));
     setup.rc = Some(("x.rc".into(), "queue 1 deactivate\n".into()));
     let error = run(&trace, &setup, &mut |_, _| {}).expect_err("stuck");
-    assert!(error.starts_with("5 jobs can never run"), "{error}");
+    assert_eq!(
+        error,
+        ReplayError::Stuck {
+            jobs: 5,
+            examples: vec![1, 2, 3, 4, 5]
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "5 jobs can never run (for example trace jobs 1, 2, 3, 4, 5): is a queue deactivated by the rc file?"
+    );
 }
 
 fn random_trace(jobs: &[(u32, u32, u32, u32)]) -> String {

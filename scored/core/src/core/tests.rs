@@ -358,6 +358,27 @@ fn two_full_width_gang_jobs_alternate_each_slice() {
 }
 
 #[test]
+fn many_jobs_that_ran_all_move_to_the_back() {
+    // 20 hosts, 40 one-host jobs: more jobs run in a slice than a rotation
+    // compares one by one (FEW_RAN), so it looks them up; either way the
+    // two halves alternate.
+    const { assert!(20 > FEW_RAN) };
+    let mut sim = Sim::new(20, 100);
+    for _ in 0..40 {
+        sim.submit(1, Some(1));
+    }
+    let first: Vec<u64> = (1..=20).collect();
+    let second: Vec<u64> = (21..=40).collect();
+    assert_eq!(sim.running(), first);
+    for _ in 0..3 {
+        sim.advance(100);
+        assert_eq!(sim.running(), second);
+        sim.advance(100);
+        assert_eq!(sim.running(), first);
+    }
+}
+
+#[test]
 fn entering_job_waits_for_the_stop_confirmation() {
     let mut sim = Sim::new(1, 100);
     sim.submit(1, Some(1));
