@@ -333,6 +333,12 @@ pub struct OsActuator {
     daemon_uid: u32,
     clock_ticks: u64,
     page_size: u64,
+    /// The signals the daemon ignores (bit `n - 1` for signal `n`), read
+    /// once: the daemon never changes a disposition to or from SIG_IGN
+    /// after start-up, and reading /proc/self/status for every launch batch
+    /// cost more than the rest of the batch's bookkeeping. `None` where it
+    /// could not be read (every signal is then set in the child).
+    ignored_signals: Option<u64>,
 }
 
 impl OsActuator {
@@ -390,6 +396,7 @@ impl OsActuator {
             daemon_uid,
             clock_ticks: sys::clock_ticks(),
             page_size: sys::page_size(),
+            ignored_signals: sys::ignored_signals(),
         })
     }
 
@@ -595,9 +602,9 @@ impl OsActuator {
         // the daemon ignores and the job must not, and the other way
         // round. Handlers are reset by exec; where the daemon's state
         // cannot be read, every signal is set.
-        let daemon_ignored = sys::ignored_signals();
-        let signals_to_change =
-            daemon_ignored.map_or(u64::MAX, |daemon| daemon ^ plan.inherited.ignored);
+        let signals_to_change = self
+            .ignored_signals
+            .map_or(u64::MAX, |daemon| daemon ^ plan.inherited.ignored);
         let seen_exes = &mut progress.seen_exes;
         for proc_plan in &plan.procs[first..] {
             if progress.next > first && Instant::now() >= deadline {
