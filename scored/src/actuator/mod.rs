@@ -111,6 +111,35 @@ pub const LAUNCH_BATCH: Duration = Duration::from_millis(5);
 /// continued by someone else (and stopped again) before it is killed.
 const ROGUE_CONTINUE_LIMIT: u32 = 20;
 
+/// Why an actuator cannot hand its processes over to the next image of an
+/// in-place restart now; the text is what the operator who asked for the
+/// restart is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandoverError {
+    /// This actuator holds no processes it could hand over (one that
+    /// only records actions).
+    Unsupported,
+    /// The job's processes are still being created: the launch's pipes
+    /// and plan cannot be taken over.
+    Launching(JobId),
+}
+
+impl std::fmt::Display for HandoverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandoverError::Unsupported => {
+                write!(f, "this actuator cannot hand its processes over")
+            }
+            HandoverError::Launching(job) => write!(
+                f,
+                "job {job} is still being launched; restart once its processes exist"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HandoverError {}
+
 /// The three descriptors of a job's client: its stdin, stdout and stderr.
 /// They are shared (`Rc`) because jobs launched from one terminal pass the
 /// same open files, which the event loop keeps only once.
@@ -172,8 +201,8 @@ pub trait Actuator {
     /// The state to hand to the next image in an in-place restart, and
     /// the descriptors that must stay open across execve; why not, if this
     /// actuator cannot hand over now.
-    fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), String> {
-        Err("this actuator cannot hand its processes over".to_string())
+    fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {
+        Err(HandoverError::Unsupported)
     }
     /// Creates the next batch of processes of launches still in progress
     /// (a job of many processes is created a batch at a time between
@@ -1145,7 +1174,7 @@ impl Actuator for OsActuator {
         self.jobs.values().any(|procs| procs.launch.is_some())
     }
 
-    fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), String> {
+    fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {
         // A launch in progress holds pipes and a plan that the new image
         // could not take over; it lasts a few seconds at most.
         if let Some(job) = self
@@ -1153,9 +1182,7 @@ impl Actuator for OsActuator {
             .iter()
             .find_map(|(job, procs)| procs.launch.as_ref().map(|_| *job))
         {
-            return Err(format!(
-                "job {job} is still being launched; restart once its processes exist"
-            ));
+            return Err(HandoverError::Launching(job));
         }
         Ok(self.snapshot())
     }
@@ -1887,4 +1914,21 @@ pub fn seal_inherited_descriptors() -> usize {
 /// a process whose parent died is still ours to account for and reap.
 pub fn become_subreaper() -> io::Result<()> {
     sys::set_child_subreaper()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_handover_says_why_in_the_operators_words() {
+        assert_eq!(
+            HandoverError::Launching(JobId(42)).to_string(),
+            "job 42 is still being launched; restart once its processes exist"
+        );
+        assert_eq!(
+            HandoverError::Unsupported.to_string(),
+            "this actuator cannot hand its processes over"
+        );
+    }
 }
