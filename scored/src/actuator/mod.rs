@@ -1438,15 +1438,7 @@ impl Actuator for OsActuator {
         if now >= self.state_check_at {
             let _ = self.check_state_dir(out);
         }
-        let jobs: Vec<JobId> = self
-            .jobs
-            .iter()
-            .filter(|(_, procs)| procs.stop_wait.is_some() || procs.drain.is_some())
-            .map(|(job, _)| *job)
-            .collect();
-        for job in jobs {
-            self.poll_job(job, now, true, out);
-        }
+        self.poll_waiting_jobs(now, out);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -1506,7 +1498,9 @@ impl Actuator for OsActuator {
                 }
             }
             let _ = sys::set_alarm(Duration::ZERO);
-            self.poll(Instant::now(), out);
+            // Not `poll`: the state directory's check (due every second)
+            // would then fall between a switch's stops and its continues.
+            self.poll_waiting_jobs(Instant::now(), out);
             return;
         }
         while self.pending_stops() > 0 {
@@ -1570,6 +1564,19 @@ impl Actuator for OsActuator {
 }
 
 impl OsActuator {
+    /// Polls the jobs with stops or a drain to confirm.
+    fn poll_waiting_jobs(&mut self, now: Instant, out: &mut Vec<Input>) {
+        let jobs: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, procs)| procs.stop_wait.is_some() || procs.drain.is_some())
+            .map(|(job, _)| *job)
+            .collect();
+        for job in jobs {
+            self.poll_job(job, now, true, out);
+        }
+    }
+
     /// Our children that are not ranks: orphaned job descendants, not yet reaped.
     fn orphans(&self) -> Vec<i32> {
         procfs::all_processes()
