@@ -95,11 +95,43 @@ pub struct Journal {
     /// When the file was last synced.
     last_sync: Instant,
     /// The last [`HISTORY`] ended records, oldest first, for `jobs all` and `job ID`.
-    recent: VecDeque<Json>,
+    recent: VecDeque<Recent>,
     /// Every ended record of both files, in file order; `None` until first
     /// needed after an in-place restart (reading the files then would
     /// lengthen the restart).
     index: Option<Vec<EndedAt>>,
+}
+
+/// An ended job's record kept in memory for `jobs all` and `job ID`: its
+/// JSON text, parsed when it is shown. Parsed, the record of a 16-process
+/// job held about 7 KB of small allocations (a map of keys and values),
+/// so the thousand kept grew the daemon's heap by about 7 MB; every
+/// process scored forks copies the page tables of that heap, its exec
+/// tears them down again, and the daemon's writes after each fork fault
+/// on the pages the heap spread over. As text it is one allocation the
+/// size of its journal line (about 1 KB).
+#[derive(Debug)]
+struct Recent {
+    /// The job's id, to find it without parsing.
+    id: Option<u64>,
+    text: Box<str>,
+}
+
+impl Recent {
+    fn of(record: &Json) -> Recent {
+        Recent {
+            id: record["id"].as_u64(),
+            text: record.to_string().into_boxed_str(),
+        }
+    }
+
+    /// The record, parsed again (it is this journal's own serialization).
+    fn parse(&self) -> Json {
+        serde_json::from_str(&self.text).unwrap_or_else(|error| {
+            tracing::error!(id = ?self.id, %error, "a kept job record does not parse");
+            Json::Null
+        })
+    }
 }
 
 /// What the journal files say about earlier daemons.
@@ -203,7 +235,7 @@ impl Journal {
     pub fn reopen(state_dir: &Path, max_size: u64, recent: Vec<Json>) -> io::Result<Journal> {
         let path = state_dir.join(FILE);
         let (file, size) = open_for_append(&path)?;
-        let mut recent: VecDeque<Json> = recent.into();
+        let mut recent: VecDeque<Recent> = recent.iter().map(Recent::of).collect();
         while recent.len() > HISTORY {
             recent.pop_front();
         }
@@ -221,7 +253,7 @@ impl Journal {
 
     /// The recent ended records, to hand to the next image.
     pub fn recent_records(&self) -> Vec<Json> {
-        self.recent.iter().cloned().collect()
+        self.recent.iter().map(Recent::parse).collect()
     }
 
     /// Appends one record with a single write, and indexes it if it is a
@@ -321,7 +353,7 @@ impl Journal {
                     if let Json::Object(map) = &mut record {
                         map.insert("ended".into(), json!(now));
                     }
-                    self.remember(record.clone());
+                    self.remember(&record);
                     self.unsynced = true;
                     json!({"t": now, "event": "ended", "job": job.0, "record": record})
                 }
@@ -343,7 +375,7 @@ impl Journal {
                 map.insert("reason".into(), json!(LOST_REASON));
                 map.insert("ended".into(), json!(now));
             }
-            self.remember(record.clone());
+            self.remember(&record);
             self.append(&json!({"t": now, "event": "ended", "job": id, "record": record}))?;
         }
         self.sync()
@@ -373,17 +405,17 @@ impl Journal {
         self.unsynced.then(|| self.last_sync + SYNC_INTERVAL)
     }
 
-    fn remember(&mut self, record: Json) {
+    fn remember(&mut self, record: &Json) {
         if self.recent.len() == HISTORY {
             self.recent.pop_front();
         }
-        self.recent.push_back(record);
+        self.recent.push_back(Recent::of(record));
     }
 
     /// The ended record of job `id`, if the journal still has it.
     pub fn ended(&mut self, id: u64) -> Option<Json> {
-        if let Some(record) = self.recent.iter().rev().find(|r| r["id"] == json!(id)) {
-            return Some(record.clone());
+        if let Some(recent) = self.recent.iter().rev().find(|r| r.id == Some(id)) {
+            return Some(recent.parse());
         }
         let entry = *self.index().iter().rev().find(|entry| entry.id == id)?;
         self.read_records(&[entry]).pop()
@@ -391,8 +423,8 @@ impl Journal {
 
     /// Rows of `jobs all` for the recently finished jobs, oldest first.
     pub fn recent_rows(&self, table: &mut Table, may_see: &dyn Fn(&Json) -> bool) {
-        for record in &self.recent {
-            let mut record = record.clone();
+        for recent in &self.recent {
+            let mut record = recent.parse();
             if !may_see(&record) {
                 redact(&mut record);
             }
@@ -611,7 +643,7 @@ fn fields_json(fields: &[(String, Value)]) -> Json {
 }
 
 /// Folds one journal line into what recovery needs.
-fn absorb(entry: &Json, recovered: &mut Recovered, recent: &mut VecDeque<Json>) {
+fn absorb(entry: &Json, recovered: &mut Recovered, recent: &mut VecDeque<Recent>) {
     let id = entry["job"].as_u64();
     if let Some(id) = id {
         recovered.last_id = recovered.last_id.max(id);
@@ -650,7 +682,7 @@ fn absorb(entry: &Json, recovered: &mut Recovered, recent: &mut VecDeque<Json>) 
             if recent.len() == HISTORY {
                 recent.pop_front();
             }
-            recent.push_back(entry["record"].clone());
+            recent.push_back(Recent::of(&entry["record"]));
         }
         _ => {}
     }

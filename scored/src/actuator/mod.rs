@@ -111,6 +111,35 @@ pub const LAUNCH_BATCH: Duration = Duration::from_millis(5);
 /// continued by someone else (and stopped again) before it is killed.
 const ROGUE_CONTINUE_LIMIT: u32 = 20;
 
+/// Why an actuator cannot hand its processes over to the next image of an
+/// in-place restart now; the text is what the operator who asked for the
+/// restart is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandoverError {
+    /// This actuator holds no processes it could hand over (one that
+    /// only records actions).
+    Unsupported,
+    /// The job's processes are still being created: the launch's pipes
+    /// and plan cannot be taken over.
+    Launching(JobId),
+}
+
+impl std::fmt::Display for HandoverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandoverError::Unsupported => {
+                write!(f, "this actuator cannot hand its processes over")
+            }
+            HandoverError::Launching(job) => write!(
+                f,
+                "job {job} is still being launched; restart once its processes exist"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HandoverError {}
+
 /// The three descriptors of a job's client: its stdin, stdout and stderr.
 /// They are shared (`Rc`) because jobs launched from one terminal pass the
 /// same open files, which the event loop keeps only once.
@@ -172,8 +201,8 @@ pub trait Actuator {
     /// The state to hand to the next image in an in-place restart, and
     /// the descriptors that must stay open across execve; why not, if this
     /// actuator cannot hand over now.
-    fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), String> {
-        Err("this actuator cannot hand its processes over".to_string())
+    fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {
+        Err(HandoverError::Unsupported)
     }
     /// Creates the next batch of processes of launches still in progress
     /// (a job of many processes is created a batch at a time between
@@ -333,6 +362,12 @@ pub struct OsActuator {
     daemon_uid: u32,
     clock_ticks: u64,
     page_size: u64,
+    /// The signals the daemon ignores (bit `n - 1` for signal `n`), read
+    /// once: the daemon never changes a disposition to or from SIG_IGN
+    /// after start-up, and reading /proc/self/status for every launch batch
+    /// cost more than the rest of the batch's bookkeeping. `None` where it
+    /// could not be read (every signal is then set in the child).
+    ignored_signals: Option<u64>,
 }
 
 impl OsActuator {
@@ -390,6 +425,7 @@ impl OsActuator {
             daemon_uid,
             clock_ticks: sys::clock_ticks(),
             page_size: sys::page_size(),
+            ignored_signals: sys::ignored_signals(),
         })
     }
 
@@ -595,9 +631,9 @@ impl OsActuator {
         // the daemon ignores and the job must not, and the other way
         // round. Handlers are reset by exec; where the daemon's state
         // cannot be read, every signal is set.
-        let daemon_ignored = sys::ignored_signals();
-        let signals_to_change =
-            daemon_ignored.map_or(u64::MAX, |daemon| daemon ^ plan.inherited.ignored);
+        let signals_to_change = self
+            .ignored_signals
+            .map_or(u64::MAX, |daemon| daemon ^ plan.inherited.ignored);
         let seen_exes = &mut progress.seen_exes;
         for proc_plan in &plan.procs[first..] {
             if progress.next > first && Instant::now() >= deadline {
@@ -1138,7 +1174,7 @@ impl Actuator for OsActuator {
         self.jobs.values().any(|procs| procs.launch.is_some())
     }
 
-    fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), String> {
+    fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {
         // A launch in progress holds pipes and a plan that the new image
         // could not take over; it lasts a few seconds at most.
         if let Some(job) = self
@@ -1146,9 +1182,7 @@ impl Actuator for OsActuator {
             .iter()
             .find_map(|(job, procs)| procs.launch.as_ref().map(|_| *job))
         {
-            return Err(format!(
-                "job {job} is still being launched; restart once its processes exist"
-            ));
+            return Err(HandoverError::Launching(job));
         }
         Ok(self.snapshot())
     }
@@ -1404,15 +1438,7 @@ impl Actuator for OsActuator {
         if now >= self.state_check_at {
             let _ = self.check_state_dir(out);
         }
-        let jobs: Vec<JobId> = self
-            .jobs
-            .iter()
-            .filter(|(_, procs)| procs.stop_wait.is_some() || procs.drain.is_some())
-            .map(|(job, _)| *job)
-            .collect();
-        for job in jobs {
-            self.poll_job(job, now, true, out);
-        }
+        self.poll_waiting_jobs(now, out);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -1472,7 +1498,9 @@ impl Actuator for OsActuator {
                 }
             }
             let _ = sys::set_alarm(Duration::ZERO);
-            self.poll(Instant::now(), out);
+            // Not `poll`: the state directory's check (due every second)
+            // would then fall between a switch's stops and its continues.
+            self.poll_waiting_jobs(Instant::now(), out);
             return;
         }
         while self.pending_stops() > 0 {
@@ -1536,6 +1564,19 @@ impl Actuator for OsActuator {
 }
 
 impl OsActuator {
+    /// Polls the jobs with stops or a drain to confirm.
+    fn poll_waiting_jobs(&mut self, now: Instant, out: &mut Vec<Input>) {
+        let jobs: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, procs)| procs.stop_wait.is_some() || procs.drain.is_some())
+            .map(|(job, _)| *job)
+            .collect();
+        for job in jobs {
+            self.poll_job(job, now, true, out);
+        }
+    }
+
     /// Our children that are not ranks: orphaned job descendants, not yet reaped.
     fn orphans(&self) -> Vec<i32> {
         procfs::all_processes()
@@ -1880,4 +1921,21 @@ pub fn seal_inherited_descriptors() -> usize {
 /// a process whose parent died is still ours to account for and reap.
 pub fn become_subreaper() -> io::Result<()> {
     sys::set_child_subreaper()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_handover_says_why_in_the_operators_words() {
+        assert_eq!(
+            HandoverError::Launching(JobId(42)).to_string(),
+            "job 42 is still being launched; restart once its processes exist"
+        );
+        assert_eq!(
+            HandoverError::Unsupported.to_string(),
+            "this actuator cannot hand its processes over"
+        );
+    }
 }

@@ -226,7 +226,10 @@ impl<A: Actuator> Daemon<A> {
         if self.core.shutting_down() {
             return Err("scored is shutting down".to_string());
         }
-        let (actuator, mut fds) = self.actuator.handover()?;
+        let (actuator, mut fds) = self
+            .actuator
+            .handover()
+            .map_err(|error| error.to_string())?;
         fds.push(self.listener.as_raw_fd());
         let mut connections = Vec::new();
         for (token, conn) in &self.connections {
