@@ -144,7 +144,7 @@ fn run(flags: Flags) -> Result<(), String> {
             .map_err(|error| format!("cannot write {}: {error}", csv.display()))?;
     }
     if let Some(svg) = &flags.svg {
-        replay::plot::draw(&outcome, svg)?;
+        replay::plot::draw(&outcome, svg).map_err(|error| error.to_string())?;
     }
     let mut stdout = std::io::stdout().lock();
     let written = if flags.json {

@@ -5,7 +5,8 @@
 //! is given and nothing else.
 #![forbid(unsafe_code)]
 
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
@@ -24,10 +25,31 @@ fn percentile(sorted: &[f64], share: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// Why the picture could not be drawn: the file and what the drawing
+/// library said (its error types are generic over the backend, so the
+/// words are kept rather than the value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrawError {
+    /// The SVG file asked for.
+    pub path: PathBuf,
+    /// What failed.
+    pub message: String,
+}
+
+impl fmt::Display for DrawError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot draw {}: {}", self.path.display(), self.message)
+    }
+}
+
+impl std::error::Error for DrawError {}
+
 /// Draws `outcome` to the SVG file at `path`.
-pub fn draw(outcome: &Outcome, path: &Path) -> Result<(), String> {
-    let show = path.display().to_string();
-    let failed = |error: &dyn std::fmt::Display| format!("cannot draw {show}: {error}");
+pub fn draw(outcome: &Outcome, path: &Path) -> Result<(), DrawError> {
+    let failed = |error: &dyn fmt::Display| DrawError {
+        path: path.to_path_buf(),
+        message: error.to_string(),
+    };
     let root = SVGBackend::new(path, (1000, 900)).into_drawing_area();
     root.fill(&WHITE).map_err(|error| failed(&error))?;
     let (top, bottom) = root.split_vertically(600);

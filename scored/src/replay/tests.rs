@@ -199,6 +199,28 @@ fn jobs_that_cannot_be_replayed_are_skipped_with_the_reason() {
 }
 
 #[test]
+fn a_picture_that_cannot_be_written_names_its_file() {
+    let outcome = replay(FIVE, 4, FCFS);
+    let dir = std::env::temp_dir().join(format!("sc_replay-plot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("missing").join("replay.svg");
+    let error = plot::draw(&outcome, &path).expect_err("no such directory");
+    assert_eq!(error.path, path);
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("cannot draw {}: ", path.display())),
+        "{error}"
+    );
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    let path = dir.join("replay.svg");
+    plot::draw(&outcome, &path).expect("drawn");
+    let svg = std::fs::read_to_string(&path).expect("written");
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(100)]);
+    std::fs::remove_dir_all(&dir).expect("cleaned up");
+}
+
+#[test]
 fn rc_errors_name_the_file_and_line() {
     let (trace, _) = swf::parse(FIVE.lines());
     let mut setup = Setup::new(uniform_machine(4, 1 << 30));
