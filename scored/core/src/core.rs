@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -30,9 +31,10 @@ use crate::job::{
     EndCause, ExitStatus, Job, JobLimits, JobRequest, JobSpec, JobState, Joiner, Launch,
     LaunchPlan, Phase, ProcPlan, Usage,
 };
-use crate::jobset::{JobMap, JobSet};
+use crate::jobset::{JobIdHasher, JobSet};
 use crate::queue::Queue;
 use crate::sched::{self, Scratch};
+use crate::undo::{Undo, UndoCell, UndoDeque, UndoMap, UndoQueues, UndoSet};
 use crate::units::{format_duration, format_size};
 
 /// SIGTERM, SIGKILL: the two signals the core itself decides to send.
@@ -466,7 +468,9 @@ struct Switches {
     next_id: u64,
     open: Option<u64>,
     count: u64,
-    recent: VecDeque<Duration>,
+    /// Shared with the checkpoint (`Core::commit`) and copied when it
+    /// changes, so that a commit does not copy the window.
+    recent: Rc<VecDeque<Duration>>,
     max: Duration,
 }
 
@@ -477,14 +481,23 @@ struct Switches {
 /// leaves its nodes half empty: twice the memory, and slower lookups in the
 /// scheduling decision.)
 ///
-/// Each job is shared (`Rc`) and copied only when changed while shared, so
-/// that a copy of the table (the loop's checkpoint of the core before each
-/// event, `Core::checkpoint`) costs a pointer per job.
+/// Once the core keeps a checkpoint (`Core::commit`), the table logs each
+/// job's record as it was before the first change since the commit: the
+/// record is shared (`Rc`) between the log and the table, and the table's
+/// copy is made when it is changed (copy on write). A rollback puts the
+/// logged records back; a commit drops them. So the checkpoint costs a
+/// pointer and a copy of the record for each job an event changed, and
+/// nothing for the others.
 #[derive(Debug, Default, Clone)]
 struct JobTable {
     base: u64,
     slots: VecDeque<Option<Rc<Job>>>,
     len: usize,
+    /// Records as they were at the last commit, of the jobs changed since.
+    log: Vec<(JobId, Option<Rc<Job>>)>,
+    /// The jobs already in `log`.
+    logged: JobSet,
+    recording: bool,
 }
 
 impl JobTable {
@@ -497,8 +510,19 @@ impl JobTable {
         self.slots.get(self.slot(id)?)?.as_deref()
     }
 
+    /// Keeps the record `id` has now, if this is the first change to it
+    /// since the commit.
+    fn note(&mut self, id: JobId) {
+        if self.recording && self.logged.insert(id) {
+            let before = self.slot(&id).and_then(|slot| self.slots[slot].clone());
+            self.log.push((id, before));
+        }
+    }
+
     fn get_mut(&mut self, id: &JobId) -> Option<&mut Job> {
         let slot = self.slot(id)?;
+        self.slots[slot].as_ref()?;
+        self.note(*id);
         self.slots.get_mut(slot)?.as_mut().map(Rc::make_mut)
     }
 
@@ -508,20 +532,48 @@ impl JobTable {
 
     /// Adds a job; its id must be above every id the table has seen.
     fn insert(&mut self, id: JobId, job: Job) {
+        self.note(id);
+        self.put(id, Some(Rc::new(job)));
+    }
+
+    /// Sets the slot of `id`, growing the deque at either end as needed
+    /// and dropping empty slots at the front.
+    fn put(&mut self, id: JobId, job: Option<Rc<Job>>) {
         if self.slots.is_empty() {
+            if job.is_none() {
+                return;
+            }
             self.base = id.0;
         }
-        let idx = id.0.saturating_sub(self.base) as usize;
+        while id.0 < self.base {
+            self.slots.push_front(None);
+            self.base -= 1;
+        }
+        let idx = (id.0 - self.base) as usize;
         while self.slots.len() <= idx {
             self.slots.push_back(None);
         }
-        if self.slots[idx].replace(Rc::new(job)).is_none() {
-            self.len += 1;
+        let had = self.slots[idx].is_some();
+        let has = job.is_some();
+        self.slots[idx] = job;
+        match (had, has) {
+            (false, true) => self.len += 1,
+            (true, false) => self.len -= 1,
+            _ => {}
+        }
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        while matches!(self.slots.back(), Some(None)) {
+            self.slots.pop_back();
         }
     }
 
     fn remove(&mut self, id: &JobId) -> Option<Job> {
         let slot = self.slot(id)?;
+        self.slots[slot].as_ref()?;
+        self.note(*id);
         let job = self.slots[slot].take()?;
         self.len -= 1;
         while matches!(self.slots.front(), Some(None)) {
@@ -544,6 +596,21 @@ impl JobTable {
     }
 }
 
+impl Undo for JobTable {
+    fn commit(&mut self) {
+        self.recording = true;
+        self.log.clear();
+        self.logged.clear();
+    }
+
+    fn rollback(&mut self) {
+        while let Some((id, before)) = self.log.pop() {
+            self.put(id, before);
+        }
+        self.logged.clear();
+    }
+}
+
 impl std::ops::Index<&JobId> for JobTable {
     type Output = Job;
 
@@ -556,24 +623,24 @@ impl std::ops::Index<&JobId> for JobTable {
 /// (see `Core::checkpoint`).
 #[derive(Clone)]
 pub struct Core {
-    config: CoreConfig,
-    topology: Topology,
+    config: UndoCell<CoreConfig>,
+    topology: UndoCell<Topology>,
     limits: Vec<ClusterLimits>,
-    ledger: Ledger,
-    queues: Vec<Queue>,
+    ledger: UndoCell<Ledger>,
+    queues: UndoQueues,
     jobs: JobTable,
-    by_client: HashMap<ClientToken, JobId>,
-    waiting: VecDeque<Rc<Waiter>>,
-    finished: VecDeque<Rc<Finished>>,
+    by_client: UndoMap<ClientToken, JobId>,
+    waiting: UndoDeque<Rc<Waiter>>,
+    finished: UndoDeque<Rc<Finished>>,
     /// Jobs whose processes may be running: phase Running or Stopping.
-    live: BTreeSet<JobId>,
+    live: UndoSet<BTreeSet<JobId>>,
     /// How many of them are Stopping: with none, and every job live,
     /// nothing waits to run (`next_decision` need not look at the queues).
     n_stopping: usize,
     /// Graceful kills in progress, by the time they turn into SIGKILL.
-    kill_deadlines: BTreeSet<(Tick, JobId)>,
+    kill_deadlines: UndoSet<BTreeSet<(Tick, JobId)>>,
     /// Running jobs with a `-time` limit, by the time it is reached.
-    time_deadlines: BTreeSet<(Tick, JobId)>,
+    time_deadlines: UndoSet<BTreeSet<(Tick, JobId)>>,
     /// Jobs whose hosts were chosen by the last decision but that have not
     /// started yet (their hosts were still being vacated); they choose again
     /// at the next decision.
@@ -591,14 +658,14 @@ pub struct Core {
     /// from it their last sample left them ([`Core::crossing_key`]), so
     /// that `next_decision` finds the earliest crossing without looking at
     /// every running job.
-    crossings: BTreeSet<(u64, JobId)>,
+    crossings: UndoSet<BTreeSet<(u64, JobId)>>,
     /// Each indexed job's key in `crossings`.
-    crossing_of: JobMap<u64>,
+    crossing_of: UndoMap<JobId, u64, BuildHasherDefault<JobIdHasher>>,
     /// Jobs that ran during the current slice (gang rotation).
     ran: JobSet,
     /// Launch data of unfinished jobs by content hash, so identical
     /// submissions share one copy.
-    launches: HashMap<u64, Vec<Launch>>,
+    launches: UndoMap<u64, Vec<Launch>>,
     next_job: u64,
     slice_anchor: Tick,
     next_slice: Tick,
@@ -626,6 +693,9 @@ pub struct Core {
     /// the live jobs (which never share one), kept as jobs enter and leave
     /// `live` so that a decision does not gather them again.
     busy: Vec<bool>,
+    /// The state of the last `commit` but for the containers that log
+    /// their changes (see `Core::commit`).
+    saved: Option<Box<Core>>,
 }
 
 impl Core {
@@ -644,28 +714,28 @@ impl Core {
         let ledger = Ledger::new(&topology);
         Core {
             next_slice: Tick::default().after(config.timeslice),
-            config,
-            topology,
+            config: UndoCell::new(config),
+            topology: UndoCell::new(topology),
             limits,
-            ledger,
-            queues: Queue::defaults(),
+            ledger: UndoCell::new(ledger),
+            queues: UndoQueues::new(Queue::defaults()),
             jobs: JobTable::default(),
-            by_client: HashMap::new(),
-            waiting: VecDeque::new(),
-            finished: VecDeque::new(),
-            live: BTreeSet::new(),
+            by_client: UndoMap::default(),
+            waiting: UndoDeque::default(),
+            finished: UndoDeque::default(),
+            live: UndoSet::default(),
             n_stopping: 0,
-            kill_deadlines: BTreeSet::new(),
-            time_deadlines: BTreeSet::new(),
+            kill_deadlines: UndoSet::default(),
+            time_deadlines: UndoSet::default(),
             bound_waiting: BTreeSet::new(),
             bindings: Vec::new(),
             sampled_at: Tick::default(),
             ran_refill: false,
             n_cputime_limited: 0,
-            crossings: BTreeSet::new(),
-            crossing_of: JobMap::default(),
+            crossings: UndoSet::default(),
+            crossing_of: UndoMap::default(),
             ran: JobSet::default(),
-            launches: HashMap::new(),
+            launches: UndoMap::default(),
             next_job: 1,
             slice_anchor: Tick::default(),
             switches: Switches::default(),
@@ -678,6 +748,7 @@ impl Core {
             directory: Rc::new(NoDirectory),
             decision_current: false,
             busy: vec![false; n_hosts],
+            saved: None,
         }
     }
 
@@ -982,8 +1053,9 @@ impl Core {
                         client,
                         event: ClientEvent::Held(job),
                     });
-                } else if let Some(waiter) = self.waiting.iter_mut().find(|w| w.client == client) {
-                    Rc::make_mut(waiter).held = true;
+                } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
+                    self.waiting
+                        .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = true);
                 }
             }
             Input::Release(client) => {
@@ -997,8 +1069,9 @@ impl Core {
                         let job = record.id;
                         self.journal(JobEvent::Released(job));
                     }
-                } else if let Some(waiter) = self.waiting.iter_mut().find(|w| w.client == client) {
-                    Rc::make_mut(waiter).held = false;
+                } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
+                    self.waiting
+                        .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = false);
                 }
             }
             Input::Interrupt(client) => {
@@ -1011,7 +1084,7 @@ impl Core {
                         out,
                     );
                 } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
-                    self.waiting.remove(idx);
+                    self.waiting.modify(|waiting| waiting.remove(idx));
                     out.push(Action::Notify {
                         client,
                         event: ClientEvent::Rejected {
@@ -1089,10 +1162,11 @@ impl Core {
             }
             Input::SwitchMeasured { latency, .. } => {
                 let switches = &mut self.switches;
-                if switches.recent.len() == LATENCY_WINDOW {
-                    switches.recent.pop_front();
+                let recent = Rc::make_mut(&mut switches.recent);
+                if recent.len() == LATENCY_WINDOW {
+                    recent.pop_front();
                 }
-                switches.recent.push_back(latency);
+                recent.push_back(latency);
                 switches.max = switches.max.max(latency);
             }
             Input::Tick => self.tick(now, out),
@@ -1310,7 +1384,7 @@ impl Core {
         let id = JobId(self.next_job);
         self.next_job += 1;
         let queue = self.queue_of(&waiter.request);
-        self.ledger.reserve(&placement);
+        self.ledger.get_mut().reserve(&placement);
         let n_slots = placement.hosts.len();
         let job = Job {
             id,
@@ -1373,7 +1447,7 @@ impl Core {
             self.slice_anchor = now;
             self.next_slice = now.after(self.config.timeslice);
         }
-        self.queues[queue as usize].push(id, false);
+        self.queues.push_job(queue as usize, id, false);
         self.by_client.insert(waiter.client, id);
         if self.journal.is_some() {
             let record = self.job_fields(&job, command_line(&job), job.state(), None, now, true);
@@ -1430,11 +1504,20 @@ impl Core {
             &request.cwd,
             &request.inherited,
         );
-        let bucket = self.launches.entry(launch_key(&launch)).or_default();
-        if let Some(existing) = bucket.iter().find(|known| **known == launch) {
+        let key = launch_key(&launch);
+        if let Some(existing) = self
+            .launches
+            .get(&key)
+            .and_then(|bucket| bucket.iter().find(|known| **known == launch))
+        {
             return existing.clone();
         }
-        bucket.push(launch.clone());
+        match self.launches.get_mut(&key) {
+            Some(bucket) => bucket.push(launch.clone()),
+            None => {
+                self.launches.insert(key, vec![launch.clone()]);
+            }
+        }
         launch
     }
 
@@ -1632,7 +1715,7 @@ impl Core {
         record.residency_base = record.usage.cpu;
         let started = record.started;
         self.queues[from as usize].remove(job);
-        self.queues[to as usize].push(job, started);
+        self.queues.push_job(to as usize, job, started);
     }
 
     fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
@@ -1679,9 +1762,11 @@ impl Core {
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
         let mut ran = std::mem::take(&mut self.ran);
         if !ran.is_empty() {
-            for queue in &mut self.queues {
-                queue.rotate(|job| ran.contains(&job));
-            }
+            self.queues.modify_all(|queues| {
+                for queue in queues {
+                    queue.rotate(|job| ran.contains(&job));
+                }
+            });
         }
         // The set is refilled at once by `reschedule`: keep its table.
         ran.clear();
@@ -1775,7 +1860,7 @@ impl Core {
         }
         self.refresh_crossing(job);
         self.queues[record.queue as usize].remove(job);
-        self.ledger.release(&Placement {
+        self.ledger.get_mut().release(&Placement {
             cluster: record.cluster,
             hosts: record.hosts.clone(),
             layout: record.layout.clone(),
@@ -1912,7 +1997,10 @@ impl Core {
     }
 
     fn client_gone(&mut self, client: ClientToken, now: Tick, out: &mut Vec<Action>) {
-        self.waiting.retain(|waiter| waiter.client != client);
+        if self.waiting.iter().any(|waiter| waiter.client == client) {
+            self.waiting
+                .modify(|waiting| waiting.retain(|waiter| waiter.client != client));
+        }
         if let Some(job) = self.by_client.remove(&client) {
             if let Some(record) = self.jobs.get_mut(&job) {
                 record.client = None;
@@ -1927,7 +2015,7 @@ impl Core {
             tracing::info!(kill = now_kill, jobs = self.jobs.len(), "shutting down");
         }
         self.shutting_down = true;
-        for waiter in std::mem::take(&mut self.waiting) {
+        for waiter in self.waiting.modify(std::mem::take) {
             out.push(Action::Notify {
                 client: waiter.client,
                 event: ClientEvent::Rejected {
@@ -2127,6 +2215,7 @@ impl Core {
             return;
         };
         self.ledger
+            .get_mut()
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory = vec![0; hosts.len()];
         record.hosts = hosts;
@@ -2145,6 +2234,7 @@ impl Core {
         }
         let hosts = std::mem::take(&mut record.hosts);
         self.ledger
+            .get_mut()
             .unbind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory.clear();
     }
@@ -2275,7 +2365,7 @@ impl Core {
                 limits: job.limits,
             });
         }
-        assert_eq!(ledger, self.ledger, "the ledger matches the admitted jobs");
+        assert_eq!(ledger, *self.ledger, "the ledger matches the admitted jobs");
     }
 }
 
