@@ -1392,10 +1392,10 @@ impl Core {
             owner: waiter.cred,
             client: Some(waiter.client),
             queue,
-            queues_visited: vec![queue],
+            queues_visited: smallvec::smallvec![queue],
             cluster: placement.cluster,
-            hosts: placement.hosts,
-            layout: placement.layout,
+            hosts: placement.hosts.into(),
+            layout: placement.layout.into(),
             limits: placement.limits,
             estimate: waiter.request.time,
             time_deadline: None,
@@ -1417,7 +1417,7 @@ impl Core {
             run_time: Duration::ZERO,
             switches: 0,
             usage: Usage::default(),
-            peak_memory: vec![0; n_slots],
+            peak_memory: smallvec::smallvec![0; n_slots],
             peak_disk: 0,
             residency_base: Duration::ZERO,
             spec: JobSpec {
@@ -1862,8 +1862,8 @@ impl Core {
         self.queues[record.queue as usize].remove(job);
         self.ledger.get_mut().release(&Placement {
             cluster: record.cluster,
-            hosts: record.hosts.clone(),
-            layout: record.layout.clone(),
+            hosts: record.hosts.to_vec(),
+            layout: record.layout.to_vec(),
             limits: record.limits,
         });
         if let Some(client) = record.client {
@@ -1980,7 +1980,7 @@ impl Core {
             .first_run_at
             .map_or(Duration::ZERO, |first| now.since(first));
         Accounting {
-            queues: job.queues_visited.clone(),
+            queues: job.queues_visited.to_vec(),
             wait,
             wall,
             cpu: job.usage.cpu,
@@ -2217,8 +2217,8 @@ impl Core {
         self.ledger
             .get_mut()
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
-        record.peak_memory = vec![0; hosts.len()];
-        record.hosts = hosts;
+        record.peak_memory = smallvec::smallvec![0; hosts.len()];
+        record.hosts = hosts.into();
         if !record.started {
             self.bound_waiting.insert(job);
         }
@@ -2360,8 +2360,8 @@ impl Core {
         for job in self.jobs.values() {
             ledger.reserve(&Placement {
                 cluster: job.cluster,
-                hosts: job.hosts.clone(),
-                layout: job.layout.clone(),
+                hosts: job.hosts.to_vec(),
+                layout: job.layout.to_vec(),
                 limits: job.limits,
             });
         }
@@ -2505,7 +2505,7 @@ fn launch_plan(job: &Job) -> LaunchPlan {
         pipe: job.spec.joiner == Joiner::Pipe,
         nprocs: job.nprocs(),
         procs,
-        hosts: job.hosts.clone(),
+        hosts: job.hosts.to_vec(),
         env: job.spec.launch.env(),
         cwd: job.spec.launch.cwd(),
         inherited: job.spec.launch.inherited(),

@@ -533,10 +533,10 @@ impl Core {
                 procs: procs_out(job.spec.procs),
                 launch: launches.add(&job.spec.launch),
                 queue: job.queue,
-                queues_visited: job.queues_visited.clone(),
+                queues_visited: job.queues_visited.to_vec(),
                 cluster: job.cluster.0,
                 hosts: job.hosts.iter().map(|host| host.0).collect(),
-                layout: job.layout.clone(),
+                layout: job.layout.to_vec(),
                 limit_cputime_us: job.limits.cputime.map(us),
                 limit_memory: job.limits.memory,
                 limit_disk: job.limits.disk,
@@ -577,7 +577,7 @@ impl Core {
                 cpu_us: us(job.usage.cpu),
                 memory: job.usage.memory.clone(),
                 disk: job.usage.disk,
-                peak_memory: job.peak_memory.clone(),
+                peak_memory: job.peak_memory.to_vec(),
                 peak_disk: job.peak_disk,
                 residency_base_us: us(job.residency_base),
             })
@@ -768,10 +768,10 @@ impl Core {
                     launch: core.intern_launch(&request),
                 },
                 queue: record.queue,
-                queues_visited: record.queues_visited,
+                queues_visited: record.queues_visited.into(),
                 cluster: ClusterId(record.cluster),
                 hosts: record.hosts.into_iter().map(HostId).collect(),
-                layout: record.layout,
+                layout: record.layout.into(),
                 limits: JobLimits {
                     cputime: record.limit_cputime_us.map(from_us),
                     memory: record.limit_memory,
@@ -812,14 +812,14 @@ impl Core {
                     memory: record.memory,
                     disk: record.disk,
                 },
-                peak_memory: record.peak_memory,
+                peak_memory: record.peak_memory.into(),
                 peak_disk: record.peak_disk,
                 residency_base: from_us(record.residency_base_us),
             };
             core.ledger.get_mut().reserve(&Placement {
                 cluster: job.cluster,
-                hosts: job.hosts.clone(),
-                layout: job.layout.clone(),
+                hosts: job.hosts.to_vec(),
+                layout: job.layout.to_vec(),
                 limits: job.limits,
             });
             if let Some(client) = job.client {
@@ -956,8 +956,8 @@ impl Core {
         for job in self.jobs.values() {
             ledger.reserve(&Placement {
                 cluster: job.cluster,
-                hosts: job.hosts.clone(),
-                layout: job.layout.clone(),
+                hosts: job.hosts.to_vec(),
+                layout: job.layout.to_vec(),
                 limits: job.limits,
             });
         }
