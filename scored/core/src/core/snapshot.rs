@@ -388,7 +388,9 @@ impl Core {
     /// drops the last event's log instead of copying them; the rest of the
     /// state (counters, clocks, the last decision's scratch and active
     /// set, the busy hosts: nothing that grows with the queued jobs) is
-    /// copied here. Journal events not yet taken are never rolled back.
+    /// copied here. Journal events are not part of the checkpoint: the
+    /// loop takes them at the end of each event, and a rollback drops the
+    /// ones not taken yet.
     pub fn commit(&mut self) {
         let logged = self.take_logged();
         let journal = self.journal.take();
@@ -435,7 +437,9 @@ impl Core {
         self.ledger.rollback();
         self.config.rollback();
         let logged = self.take_logged();
-        let journal = self.journal.take();
+        // Journal events not taken yet were recorded by the changes
+        // undone here: they go too, and recording goes on.
+        let journal = self.journal.take().map(|_| Vec::new());
         *self = Core::clone(&saved);
         self.saved = Some(saved);
         self.journal = journal;

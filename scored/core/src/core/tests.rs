@@ -1470,6 +1470,25 @@ fn a_rollback_undoes_the_changes_made_after_the_commit() {
     sim.core.check_invariants();
 }
 
+/// The journal records of undone changes are not written: a job admitted
+/// after the commit and rolled back was never admitted.
+#[test]
+fn a_rollback_drops_the_journal_records_of_what_it_undoes() {
+    let mut sim = Sim::new(1, 100);
+    sim.core.record_journal();
+    sim.submit(1, Some(1));
+    assert_eq!(sim.core.take_journal().len(), 2, "admitted and started");
+    sim.core.commit();
+    sim.submit(1, Some(1));
+    assert!(sim.core.rollback());
+    assert!(sim.core.take_journal().is_empty());
+    sim.submit(1, Some(1));
+    assert!(
+        matches!(sim.core.take_journal().first(), Some(JobEvent::Admitted { job, .. }) if job.0 == 2),
+        "recording goes on, and the id of the undone job is given again"
+    );
+}
+
 /// A rollback without a commit changes nothing and says so.
 #[test]
 fn a_rollback_without_a_commit_changes_nothing() {
