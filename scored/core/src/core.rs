@@ -34,7 +34,7 @@ use crate::job::{
 use crate::jobset::{JobIdHasher, JobSet};
 use crate::queue::Queue;
 use crate::sched::{self, Scratch};
-use crate::undo::{Undo, UndoCell, UndoDeque, UndoMap, UndoQueues, UndoSet};
+use crate::undo::{Undo, UndoCell, UndoDeque, UndoLedger, UndoMap, UndoQueues, UndoSet};
 use crate::units::{format_duration, format_size};
 
 /// SIGTERM, SIGKILL: the two signals the core itself decides to send.
@@ -626,7 +626,7 @@ pub struct Core {
     config: UndoCell<CoreConfig>,
     topology: UndoCell<Topology>,
     limits: Vec<ClusterLimits>,
-    ledger: UndoCell<Ledger>,
+    ledger: UndoLedger,
     queues: UndoQueues,
     jobs: JobTable,
     by_client: UndoMap<ClientToken, JobId>,
@@ -717,7 +717,7 @@ impl Core {
             config: UndoCell::new(config),
             topology: UndoCell::new(topology),
             limits,
-            ledger: UndoCell::new(ledger),
+            ledger: UndoLedger::new(ledger),
             queues: UndoQueues::new(Queue::defaults()),
             jobs: JobTable::default(),
             by_client: UndoMap::default(),
@@ -1384,7 +1384,7 @@ impl Core {
         let id = JobId(self.next_job);
         self.next_job += 1;
         let queue = self.queue_of(&waiter.request);
-        self.ledger.get_mut().reserve(&placement);
+        self.ledger.reserve(&placement);
         let n_slots = placement.hosts.len();
         let job = Job {
             id,
@@ -1860,7 +1860,7 @@ impl Core {
         }
         self.refresh_crossing(job);
         self.queues[record.queue as usize].remove(job);
-        self.ledger.get_mut().release(&Placement {
+        self.ledger.release(&Placement {
             cluster: record.cluster,
             hosts: record.hosts.to_vec(),
             layout: record.layout.to_vec(),
@@ -2215,7 +2215,6 @@ impl Core {
             return;
         };
         self.ledger
-            .get_mut()
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory = smallvec::smallvec![0; hosts.len()];
         record.hosts = hosts.into();
@@ -2234,7 +2233,6 @@ impl Core {
         }
         let hosts = std::mem::take(&mut record.hosts);
         self.ledger
-            .get_mut()
             .unbind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory.clear();
     }

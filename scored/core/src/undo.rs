@@ -20,7 +20,8 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hash};
 use std::ops::Deref;
 
-use crate::ids::JobId;
+use crate::admission::{Ledger, Placement};
+use crate::ids::{ClusterId, HostId, JobId};
 use crate::queue::Queue;
 
 /// What every wrapper does at a commit and a rollback.
@@ -563,6 +564,165 @@ impl Undo for UndoQueues {
             }
         }
         self.copied.clear();
+    }
+}
+
+/// A value [`UndoLedger`] overwrote.
+#[derive(Debug)]
+enum LedgerEntry {
+    /// A host's admitted processes and reserved memory.
+    Host {
+        cluster: ClusterId,
+        host: HostId,
+        procs: u64,
+        memory: u64,
+    },
+    /// A cluster's reserved disk, admitted jobs and processes.
+    Cluster {
+        cluster: usize,
+        disk: u64,
+        jobs: u64,
+        procs: u64,
+    },
+}
+
+/// The ledger of reservations. Each change books or returns one job's
+/// hosts and cluster, so what it overwrites is logged host by host (a
+/// copy of the whole ledger would cost the machine's size at every
+/// admission, allocated before the previous copy is freed).
+#[derive(Debug, Default)]
+pub struct UndoLedger {
+    ledger: Ledger,
+    log: Vec<LedgerEntry>,
+    recording: bool,
+}
+
+impl UndoLedger {
+    /// Wraps a ledger.
+    pub fn new(ledger: Ledger) -> UndoLedger {
+        UndoLedger {
+            ledger,
+            log: Vec::new(),
+            recording: false,
+        }
+    }
+
+    fn note(&mut self, cluster: ClusterId, hosts: &[HostId], whole_cluster: bool) {
+        if !self.recording {
+            return;
+        }
+        for &host in hosts {
+            let idx = host.idx();
+            if let (Some(&procs), Some(&memory)) = (
+                self.ledger.host_procs.get(idx),
+                self.ledger.host_memory.get(idx),
+            ) {
+                self.log.push(LedgerEntry::Host {
+                    cluster,
+                    host,
+                    procs,
+                    memory,
+                });
+            }
+        }
+        let idx = cluster.idx();
+        if whole_cluster {
+            if let (Some(&disk), Some(&jobs), Some(&procs)) = (
+                self.ledger.cluster_disk.get(idx),
+                self.ledger.cluster_jobs.get(idx),
+                self.ledger.cluster_procs.get(idx),
+            ) {
+                self.log.push(LedgerEntry::Cluster {
+                    cluster: idx,
+                    disk,
+                    jobs,
+                    procs,
+                });
+            }
+        }
+    }
+
+    /// See [`Ledger::reserve`].
+    pub fn reserve(&mut self, placement: &Placement) {
+        self.note(placement.cluster, &placement.hosts, true);
+        self.ledger.reserve(placement);
+    }
+
+    /// See [`Ledger::release`].
+    pub fn release(&mut self, placement: &Placement) {
+        self.note(placement.cluster, &placement.hosts, true);
+        self.ledger.release(placement);
+    }
+
+    /// See [`Ledger::bind`].
+    pub fn bind(
+        &mut self,
+        cluster: ClusterId,
+        hosts: &[HostId],
+        layout: &[u32],
+        memory: Option<u64>,
+    ) {
+        self.note(cluster, hosts, false);
+        self.ledger.bind(cluster, hosts, layout, memory);
+    }
+
+    /// See [`Ledger::unbind`].
+    pub fn unbind(
+        &mut self,
+        cluster: ClusterId,
+        hosts: &[HostId],
+        layout: &[u32],
+        memory: Option<u64>,
+    ) {
+        self.note(cluster, hosts, false);
+        self.ledger.unbind(cluster, hosts, layout, memory);
+    }
+}
+
+impl Clone for UndoLedger {
+    fn clone(&self) -> UndoLedger {
+        UndoLedger {
+            ledger: self.ledger.clone(),
+            log: Vec::new(),
+            recording: self.recording,
+        }
+    }
+}
+
+impl Deref for UndoLedger {
+    type Target = Ledger;
+    fn deref(&self) -> &Ledger {
+        &self.ledger
+    }
+}
+
+impl Undo for UndoLedger {
+    fn commit(&mut self) {
+        self.recording = true;
+        self.log.clear();
+    }
+
+    fn rollback(&mut self) {
+        while let Some(entry) = self.log.pop() {
+            match entry {
+                LedgerEntry::Host {
+                    cluster,
+                    host,
+                    procs,
+                    memory,
+                } => self.ledger.restore_host(cluster, host, procs, memory),
+                LedgerEntry::Cluster {
+                    cluster,
+                    disk,
+                    jobs,
+                    procs,
+                } => {
+                    self.ledger.cluster_disk[cluster] = disk;
+                    self.ledger.cluster_jobs[cluster] = jobs;
+                    self.ledger.cluster_procs[cluster] = procs;
+                }
+            }
+        }
     }
 }
 

@@ -31,7 +31,7 @@ use crate::job::{
 };
 use crate::jobset::JobIdHasher;
 use crate::queue::Queue;
-use crate::undo::{Undo, UndoCell, UndoDeque, UndoMap, UndoQueues, UndoSet};
+use crate::undo::{Undo, UndoCell, UndoDeque, UndoLedger, UndoMap, UndoQueues, UndoSet};
 use std::hash::BuildHasherDefault;
 
 /// The core's state.
@@ -507,7 +507,7 @@ impl Core {
 struct Logged {
     config: UndoCell<CoreConfig>,
     topology: UndoCell<Topology>,
-    ledger: UndoCell<Ledger>,
+    ledger: UndoLedger,
     queues: UndoQueues,
     jobs: JobTable,
     by_client: UndoMap<ClientToken, JobId>,
@@ -820,7 +820,7 @@ impl Core {
                 peak_disk: record.peak_disk,
                 residency_base: from_us(record.residency_base_us),
             };
-            core.ledger.get_mut().reserve(&Placement {
+            core.ledger.reserve(&Placement {
                 cluster: job.cluster,
                 hosts: job.hosts.to_vec(),
                 layout: job.layout.to_vec(),
