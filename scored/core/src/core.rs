@@ -512,17 +512,30 @@ impl JobTable {
 
     /// Keeps the record `id` has now, if this is the first change to it
     /// since the commit.
+    #[inline]
     fn note(&mut self, id: JobId) {
-        if self.recording && self.logged.insert(id) {
+        if self.recording {
+            self.note_recorded(id);
+        }
+    }
+
+    /// Out of line, so that the look-ups of a core that keeps no
+    /// checkpoint (a replay) stay as small as they were.
+    #[cold]
+    #[inline(never)]
+    fn note_recorded(&mut self, id: JobId) {
+        if self.logged.insert(id) {
             let before = self.slot(&id).and_then(|slot| self.slots[slot].clone());
             self.log.push((id, before));
         }
     }
 
+    #[inline]
     fn get_mut(&mut self, id: &JobId) -> Option<&mut Job> {
         let slot = self.slot(id)?;
-        self.slots[slot].as_ref()?;
-        self.note(*id);
+        if self.recording && self.slots[slot].is_some() {
+            self.note_recorded(*id);
+        }
         self.slots.get_mut(slot)?.as_mut().map(Rc::make_mut)
     }
 
