@@ -1407,7 +1407,7 @@ impl Core {
             queue,
             queues_visited: smallvec::smallvec![queue],
             cluster: placement.cluster,
-            hosts: placement.hosts.into(),
+            hosts: placement.hosts,
             layout: placement.layout.into(),
             limits: placement.limits,
             estimate: waiter.request.time,
@@ -1875,7 +1875,7 @@ impl Core {
         self.queues[record.queue as usize].remove(job);
         self.ledger.release(&Placement {
             cluster: record.cluster,
-            hosts: record.hosts.to_vec(),
+            hosts: record.hosts.clone(),
             layout: record.layout.to_vec(),
             limits: record.limits,
         });
@@ -2230,7 +2230,7 @@ impl Core {
         self.ledger
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory = smallvec::smallvec![0; hosts.len()];
-        record.hosts = hosts.into();
+        record.hosts = hosts;
         if !record.started {
             self.bound_waiting.insert(job);
         }
@@ -2371,7 +2371,7 @@ impl Core {
         for job in self.jobs.values() {
             ledger.reserve(&Placement {
                 cluster: job.cluster,
-                hosts: job.hosts.to_vec(),
+                hosts: job.hosts.clone(),
                 layout: job.layout.to_vec(),
                 limits: job.limits,
             });
@@ -2516,7 +2516,7 @@ fn launch_plan(job: &Job) -> LaunchPlan {
         pipe: job.spec.joiner == Joiner::Pipe,
         nprocs: job.nprocs(),
         procs,
-        hosts: job.hosts.to_vec(),
+        hosts: job.hosts.clone(),
         env: job.spec.launch.env(),
         cwd: job.spec.launch.cwd(),
         inherited: job.spec.launch.inherited(),

@@ -394,9 +394,9 @@ pub struct JobLimits {
     pub disk: Option<u64>,
 }
 
-/// A job's short lists (its hosts, layout, queues visited): most jobs have
-/// a few entries, kept in the record itself (no allocation of their own;
-/// the same 24 bytes as a `Vec`); longer lists go to the heap.
+/// A job's short lists (its layout, queues visited): most jobs have a few
+/// entries, kept in the record itself (no allocation of their own; the
+/// same 24 bytes as a `Vec`); longer lists go to the heap.
 pub type Small<T> = SmallVec<[T; 4]>;
 
 /// An admitted job.
@@ -418,8 +418,10 @@ pub struct Job {
     pub queues_visited: Small<u32>,
     /// Its cluster.
     pub cluster: ClusterId,
-    /// Its hosts, in slot order.
-    pub hosts: Small<HostId>,
+    /// Its hosts, in slot order. A `Vec`, not a `Small`: the decision
+    /// reads every queued job's hosts, and jobs of more and fewer than four
+    /// hosts mixed made the inline-or-heap test a branch it mispredicts.
+    pub hosts: Vec<HostId>,
     /// Processes per host slot.
     pub layout: Small<u32>,
     /// Limits fixed at admission.
@@ -585,7 +587,10 @@ mod size {
             std::mem::size_of::<Small<u32>>(),
             std::mem::size_of::<Vec<u32>>()
         );
-        let hosts: Small<HostId> = (0..4).map(HostId).collect();
-        assert!(!hosts.spilled(), "four hosts need no allocation");
+        let layout: Small<u32> = (1..=4).collect();
+        assert!(
+            !layout.spilled(),
+            "a layout of four hosts needs no allocation"
+        );
     }
 }

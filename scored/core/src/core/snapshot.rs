@@ -822,7 +822,7 @@ impl Core {
             };
             core.ledger.reserve(&Placement {
                 cluster: job.cluster,
-                hosts: job.hosts.to_vec(),
+                hosts: job.hosts.clone(),
                 layout: job.layout.to_vec(),
                 limits: job.limits,
             });
@@ -960,7 +960,7 @@ impl Core {
         for job in self.jobs.values() {
             ledger.reserve(&Placement {
                 cluster: job.cluster,
-                hosts: job.hosts.to_vec(),
+                hosts: job.hosts.clone(),
                 layout: job.layout.to_vec(),
                 limits: job.limits,
             });
