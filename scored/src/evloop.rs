@@ -395,7 +395,7 @@ impl<A: Actuator> Daemon<A> {
     /// Runs until the daemon is asked to exit and every job is gone.
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(256);
-        self.recovery.event_done(&self.core);
+        self.recovery.event_done(&mut self.core);
         while !self.exiting {
             let mut deadline = self.core.next_deadline().map(|tick| self.instant(tick));
             if let Some(actuator) = self.actuator.next_deadline() {

@@ -142,6 +142,8 @@ fn the_core_crate_depends_on_nothing_that_calls_the_system() {
         [
             r#"scored-proto = { path = "../proto", default-features = false }"#,
             "serde.workspace = true",
+            // Inline short lists of a job (job::Small); pure, no system calls.
+            "smallvec.workspace = true",
             "tracing.workspace = true",
         ],
         "scored-core must stay pure: no nix, libc, mio or sysinfo, and the protocol crate without its client"

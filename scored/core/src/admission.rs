@@ -122,6 +122,13 @@ impl Ledger {
         }
     }
 
+    /// Sets a host's admitted processes and reserved memory back to what
+    /// they were (a rollback of the panic checkpoint, `crate::undo`).
+    pub fn restore_host(&mut self, cluster: ClusterId, host: HostId, procs: u64, memory: u64) {
+        self.set_procs(cluster, host, procs);
+        self.host_memory[host.idx()] = memory;
+    }
+
     /// Whether `host` has room for `need` more bytes under the per-host `limit`.
     pub fn memory_fits(&self, host: HostId, need: Option<u64>, limit: Option<u64>) -> bool {
         match (need, limit) {

@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -30,9 +31,10 @@ use crate::job::{
     EndCause, ExitStatus, Job, JobLimits, JobRequest, JobSpec, JobState, Joiner, Launch,
     LaunchPlan, Life, Phase, ProcPlan, Usage,
 };
-use crate::jobset::{JobMap, JobSet};
+use crate::jobset::{JobIdHasher, JobSet};
 use crate::queue::Queue;
 use crate::sched::{self, Scratch};
+use crate::undo::{Undo, UndoCell, UndoDeque, UndoLedger, UndoMap, UndoQueues, UndoSet};
 use crate::units::{format_duration, format_size};
 
 /// SIGTERM, SIGKILL: the two signals the core itself decides to send.
@@ -466,7 +468,9 @@ struct Switches {
     next_id: u64,
     open: Option<u64>,
     count: u64,
-    recent: VecDeque<Duration>,
+    /// Shared with the checkpoint (`Core::commit`) and copied when it
+    /// changes, so that a commit does not copy the window.
+    recent: Rc<VecDeque<Duration>>,
     max: Duration,
 }
 
@@ -477,14 +481,23 @@ struct Switches {
 /// leaves its nodes half empty: twice the memory, and slower lookups in the
 /// scheduling decision.)
 ///
-/// Each job is shared (`Rc`) and copied only when changed while shared, so
-/// that a copy of the table (the loop's checkpoint of the core before each
-/// event, `Core::checkpoint`) costs a pointer per job.
+/// Once the core keeps a checkpoint (`Core::commit`), the table logs each
+/// job's record as it was before the first change since the commit: the
+/// record is shared (`Rc`) between the log and the table, and the table's
+/// copy is made when it is changed (copy on write). A rollback puts the
+/// logged records back; a commit drops them. So the checkpoint costs a
+/// pointer and a copy of the record for each job an event changed, and
+/// nothing for the others.
 #[derive(Debug, Default, Clone)]
 struct JobTable {
     base: u64,
     slots: VecDeque<Option<Rc<Job>>>,
     len: usize,
+    /// Records as they were at the last commit, of the jobs changed since.
+    log: Vec<(JobId, Option<Rc<Job>>)>,
+    /// The jobs already in `log`.
+    logged: JobSet,
+    recording: bool,
 }
 
 impl JobTable {
@@ -497,8 +510,32 @@ impl JobTable {
         self.slots.get(self.slot(id)?)?.as_deref()
     }
 
+    /// Keeps the record `id` has now, if this is the first change to it
+    /// since the commit.
+    #[inline]
+    fn note(&mut self, id: JobId) {
+        if self.recording {
+            self.note_recorded(id);
+        }
+    }
+
+    /// Out of line, so that the look-ups of a core that keeps no
+    /// checkpoint (a replay) stay as small as they were.
+    #[cold]
+    #[inline(never)]
+    fn note_recorded(&mut self, id: JobId) {
+        if self.logged.insert(id) {
+            let before = self.slot(&id).and_then(|slot| self.slots[slot].clone());
+            self.log.push((id, before));
+        }
+    }
+
+    #[inline]
     fn get_mut(&mut self, id: &JobId) -> Option<&mut Job> {
         let slot = self.slot(id)?;
+        if self.recording && self.slots[slot].is_some() {
+            self.note_recorded(*id);
+        }
         self.slots.get_mut(slot)?.as_mut().map(Rc::make_mut)
     }
 
@@ -508,20 +545,48 @@ impl JobTable {
 
     /// Adds a job; its id must be above every id the table has seen.
     fn insert(&mut self, id: JobId, job: Job) {
+        self.note(id);
+        self.put(id, Some(Rc::new(job)));
+    }
+
+    /// Sets the slot of `id`, growing the deque at either end as needed
+    /// and dropping empty slots at the front.
+    fn put(&mut self, id: JobId, job: Option<Rc<Job>>) {
         if self.slots.is_empty() {
+            if job.is_none() {
+                return;
+            }
             self.base = id.0;
         }
-        let idx = id.0.saturating_sub(self.base) as usize;
+        while id.0 < self.base {
+            self.slots.push_front(None);
+            self.base -= 1;
+        }
+        let idx = (id.0 - self.base) as usize;
         while self.slots.len() <= idx {
             self.slots.push_back(None);
         }
-        if self.slots[idx].replace(Rc::new(job)).is_none() {
-            self.len += 1;
+        let had = self.slots[idx].is_some();
+        let has = job.is_some();
+        self.slots[idx] = job;
+        match (had, has) {
+            (false, true) => self.len += 1,
+            (true, false) => self.len -= 1,
+            _ => {}
+        }
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        while matches!(self.slots.back(), Some(None)) {
+            self.slots.pop_back();
         }
     }
 
     fn remove(&mut self, id: &JobId) -> Option<Job> {
         let slot = self.slot(id)?;
+        self.slots[slot].as_ref()?;
+        self.note(*id);
         let job = self.slots[slot].take()?;
         self.len -= 1;
         while matches!(self.slots.front(), Some(None)) {
@@ -544,6 +609,21 @@ impl JobTable {
     }
 }
 
+impl Undo for JobTable {
+    fn commit(&mut self) {
+        self.recording = true;
+        self.log.clear();
+        self.logged.clear();
+    }
+
+    fn rollback(&mut self) {
+        while let Some((id, before)) = self.log.pop() {
+            self.put(id, before);
+        }
+        self.logged.clear();
+    }
+}
+
 impl std::ops::Index<&JobId> for JobTable {
     type Output = Job;
 
@@ -556,24 +636,24 @@ impl std::ops::Index<&JobId> for JobTable {
 /// (see `Core::checkpoint`).
 #[derive(Clone)]
 pub struct Core {
-    config: CoreConfig,
-    topology: Topology,
+    config: UndoCell<CoreConfig>,
+    topology: UndoCell<Topology>,
     limits: Vec<ClusterLimits>,
-    ledger: Ledger,
-    queues: Vec<Queue>,
+    ledger: UndoLedger,
+    queues: UndoQueues,
     jobs: JobTable,
-    by_client: HashMap<ClientToken, JobId>,
-    waiting: VecDeque<Rc<Waiter>>,
-    finished: VecDeque<Rc<Finished>>,
+    by_client: UndoMap<ClientToken, JobId>,
+    waiting: UndoDeque<Rc<Waiter>>,
+    finished: UndoDeque<Rc<Finished>>,
     /// Jobs whose processes may be running: phase Running or Stopping.
-    live: BTreeSet<JobId>,
+    live: UndoSet<BTreeSet<JobId>>,
     /// How many of them are Stopping: with none, and every job live,
     /// nothing waits to run (`next_decision` need not look at the queues).
     n_stopping: usize,
     /// Graceful kills in progress, by the time they turn into SIGKILL.
-    kill_deadlines: BTreeSet<(Tick, JobId)>,
+    kill_deadlines: UndoSet<BTreeSet<(Tick, JobId)>>,
     /// Running jobs with a `-time` limit, by the time it is reached.
-    time_deadlines: BTreeSet<(Tick, JobId)>,
+    time_deadlines: UndoSet<BTreeSet<(Tick, JobId)>>,
     /// Jobs whose hosts were chosen by the last decision but that have not
     /// started yet (their hosts were still being vacated); they choose again
     /// at the next decision.
@@ -591,14 +671,14 @@ pub struct Core {
     /// from it their last sample left them ([`Core::crossing_key`]), so
     /// that `next_decision` finds the earliest crossing without looking at
     /// every running job.
-    crossings: BTreeSet<(u64, JobId)>,
+    crossings: UndoSet<BTreeSet<(u64, JobId)>>,
     /// Each indexed job's key in `crossings`.
-    crossing_of: JobMap<u64>,
+    crossing_of: UndoMap<JobId, u64, BuildHasherDefault<JobIdHasher>>,
     /// Jobs that ran during the current slice (gang rotation).
     ran: JobSet,
     /// Launch data of unfinished jobs by content hash, so identical
     /// submissions share one copy.
-    launches: HashMap<u64, Vec<Launch>>,
+    launches: UndoMap<u64, Vec<Launch>>,
     next_job: u64,
     slice_anchor: Tick,
     next_slice: Tick,
@@ -628,6 +708,9 @@ pub struct Core {
     busy: Vec<bool>,
     /// Buffers the scheduling decision reuses (see [`Spare`]).
     spare: Spare,
+    /// The state of the last `commit` but for the containers that log
+    /// their changes (see `Core::commit`).
+    saved: Option<Box<Core>>,
 }
 
 /// Lists the scheduling decision fills and empties again at every switch,
@@ -668,28 +751,28 @@ impl Core {
         let ledger = Ledger::new(&topology);
         Core {
             next_slice: Tick::default().after(config.timeslice),
-            config,
-            topology,
+            config: UndoCell::new(config),
+            topology: UndoCell::new(topology),
             limits,
-            ledger,
-            queues: Queue::defaults(),
+            ledger: UndoLedger::new(ledger),
+            queues: UndoQueues::new(Queue::defaults()),
             jobs: JobTable::default(),
-            by_client: HashMap::new(),
-            waiting: VecDeque::new(),
-            finished: VecDeque::new(),
-            live: BTreeSet::new(),
+            by_client: UndoMap::default(),
+            waiting: UndoDeque::default(),
+            finished: UndoDeque::default(),
+            live: UndoSet::default(),
             n_stopping: 0,
-            kill_deadlines: BTreeSet::new(),
-            time_deadlines: BTreeSet::new(),
+            kill_deadlines: UndoSet::default(),
+            time_deadlines: UndoSet::default(),
             bound_waiting: BTreeSet::new(),
             bindings: Vec::new(),
             sampled_at: Tick::default(),
             ran_refill: false,
             n_cputime_limited: 0,
-            crossings: BTreeSet::new(),
-            crossing_of: JobMap::default(),
+            crossings: UndoSet::default(),
+            crossing_of: UndoMap::default(),
             ran: JobSet::default(),
-            launches: HashMap::new(),
+            launches: UndoMap::default(),
             next_job: 1,
             slice_anchor: Tick::default(),
             switches: Switches::default(),
@@ -703,6 +786,7 @@ impl Core {
             decision_current: false,
             busy: vec![false; n_hosts],
             spare: Spare::default(),
+            saved: None,
         }
     }
 
@@ -1027,8 +1111,9 @@ impl Core {
                         client,
                         event: ClientEvent::Held(job),
                     });
-                } else if let Some(waiter) = self.waiting.iter_mut().find(|w| w.client == client) {
-                    Rc::make_mut(waiter).held = true;
+                } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
+                    self.waiting
+                        .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = true);
                 }
             }
             Input::Release(client) => {
@@ -1042,8 +1127,9 @@ impl Core {
                         let job = record.id;
                         self.journal(JobEvent::Released(job));
                     }
-                } else if let Some(waiter) = self.waiting.iter_mut().find(|w| w.client == client) {
-                    Rc::make_mut(waiter).held = false;
+                } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
+                    self.waiting
+                        .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = false);
                 }
             }
             Input::Interrupt(client) => {
@@ -1056,7 +1142,7 @@ impl Core {
                         out,
                     );
                 } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
-                    self.waiting.remove(idx);
+                    self.waiting.modify(|waiting| waiting.remove(idx));
                     out.push(Action::Notify {
                         client,
                         event: ClientEvent::Rejected {
@@ -1131,10 +1217,11 @@ impl Core {
             }
             Input::SwitchMeasured { latency, .. } => {
                 let switches = &mut self.switches;
-                if switches.recent.len() == LATENCY_WINDOW {
-                    switches.recent.pop_front();
+                let recent = Rc::make_mut(&mut switches.recent);
+                if recent.len() == LATENCY_WINDOW {
+                    recent.pop_front();
                 }
-                switches.recent.push_back(latency);
+                recent.push_back(latency);
                 switches.max = switches.max.max(latency);
             }
             Input::Tick => self.tick(now, out),
@@ -1360,10 +1447,10 @@ impl Core {
             owner: waiter.cred,
             client: Some(waiter.client),
             queue,
-            queues_visited: vec![queue],
+            queues_visited: smallvec::smallvec![queue],
             cluster: placement.cluster,
             hosts: placement.hosts,
-            layout: placement.layout,
+            layout: placement.layout.into(),
             limits: placement.limits,
             estimate: waiter.request.time,
             operator_hold: false,
@@ -1375,7 +1462,7 @@ impl Core {
             run_time: Duration::ZERO,
             switches: 0,
             usage: Usage::default(),
-            peak_memory: vec![0; n_slots],
+            peak_memory: smallvec::smallvec![0; n_slots],
             peak_disk: 0,
             residency_base: Duration::ZERO,
             spec: JobSpec {
@@ -1405,7 +1492,7 @@ impl Core {
             self.slice_anchor = now;
             self.next_slice = now.after(self.config.timeslice);
         }
-        self.queues[queue as usize].push(id, false);
+        self.queues.push_job(queue as usize, id, false);
         self.by_client.insert(waiter.client, id);
         if self.journal.is_some() {
             let record = self.job_fields(&job, command_line(&job), job.state(), None, now, true);
@@ -1462,11 +1549,20 @@ impl Core {
             &request.cwd,
             &request.inherited,
         );
-        let bucket = self.launches.entry(launch_key(&launch)).or_default();
-        if let Some(existing) = bucket.iter().find(|known| **known == launch) {
+        let key = launch_key(&launch);
+        if let Some(existing) = self
+            .launches
+            .get(&key)
+            .and_then(|bucket| bucket.iter().find(|known| **known == launch))
+        {
             return existing.clone();
         }
-        bucket.push(launch.clone());
+        match self.launches.get_mut(&key) {
+            Some(bucket) => bucket.push(launch.clone()),
+            None => {
+                self.launches.insert(key, vec![launch.clone()]);
+            }
+        }
         launch
     }
 
@@ -1659,7 +1755,7 @@ impl Core {
         record.residency_base = record.usage.cpu;
         let started = record.started();
         self.queues[from as usize].remove(job);
-        self.queues[to as usize].push(job, started);
+        self.queues.push_job(to as usize, job, started);
     }
 
     fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
@@ -1712,13 +1808,16 @@ impl Core {
             if ran.len() <= FEW_RAN {
                 few.extend(ran.iter().copied());
             }
-            for queue in &mut self.queues {
-                if ran.len() <= FEW_RAN {
-                    queue.rotate_with(|job| few.contains(&job), &mut self.spare.rotated);
-                } else {
-                    queue.rotate_with(|job| ran.contains(&job), &mut self.spare.rotated);
+            let rotated = &mut self.spare.rotated;
+            self.queues.modify_all(|queues| {
+                for queue in queues {
+                    if ran.len() <= FEW_RAN {
+                        queue.rotate_with(|job| few.contains(&job), rotated);
+                    } else {
+                        queue.rotate_with(|job| ran.contains(&job), rotated);
+                    }
                 }
-            }
+            });
             few.clear();
             self.spare.ran = few;
         }
@@ -1814,7 +1913,7 @@ impl Core {
         self.ledger.release(&Placement {
             cluster: record.cluster,
             hosts: record.hosts.clone(),
-            layout: record.layout.clone(),
+            layout: record.layout.to_vec(),
             limits: record.limits,
         });
         if let Some(client) = record.client {
@@ -1931,7 +2030,7 @@ impl Core {
             .first_run_at()
             .map_or(Duration::ZERO, |first| now.since(first));
         Accounting {
-            queues: job.queues_visited.clone(),
+            queues: job.queues_visited.to_vec(),
             wait,
             wall,
             cpu: job.usage.cpu,
@@ -1948,7 +2047,10 @@ impl Core {
     }
 
     fn client_gone(&mut self, client: ClientToken, now: Tick, out: &mut Vec<Action>) {
-        self.waiting.retain(|waiter| waiter.client != client);
+        if self.waiting.iter().any(|waiter| waiter.client == client) {
+            self.waiting
+                .modify(|waiting| waiting.retain(|waiter| waiter.client != client));
+        }
         if let Some(job) = self.by_client.remove(&client) {
             if let Some(record) = self.jobs.get_mut(&job) {
                 record.client = None;
@@ -1963,7 +2065,7 @@ impl Core {
             tracing::info!(kill = now_kill, jobs = self.jobs.len(), "shutting down");
         }
         self.shutting_down = true;
-        for waiter in std::mem::take(&mut self.waiting) {
+        for waiter in self.waiting.modify(std::mem::take) {
             out.push(Action::Notify {
                 client: waiter.client,
                 event: ClientEvent::Rejected {
@@ -2163,7 +2265,7 @@ impl Core {
         };
         self.ledger
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
-        record.peak_memory = vec![0; hosts.len()];
+        record.peak_memory = smallvec::smallvec![0; hosts.len()];
         record.hosts = hosts;
         if !record.started() {
             self.bound_waiting.insert(job);
@@ -2301,24 +2403,24 @@ impl Core {
             ledger.reserve(&Placement {
                 cluster: job.cluster,
                 hosts: job.hosts.clone(),
-                layout: job.layout.clone(),
+                layout: job.layout.to_vec(),
                 limits: job.limits,
             });
         }
-        assert_eq!(ledger, self.ledger, "the ledger matches the admitted jobs");
+        assert_eq!(ledger, *self.ledger, "the ledger matches the admitted jobs");
         // The deadline indexes hold exactly the jobs' own deadlines.
         let kill: BTreeSet<(Tick, JobId)> = self
             .jobs
             .values()
             .filter_map(|job| job.kill_deadline().map(|deadline| (deadline, job.id)))
             .collect();
-        assert_eq!(kill, self.kill_deadlines, "graceful kills in progress");
+        assert_eq!(kill, *self.kill_deadlines, "graceful kills in progress");
         let time: BTreeSet<(Tick, JobId)> = self
             .jobs
             .values()
             .filter_map(|job| job.time_deadline().map(|deadline| (deadline, job.id)))
             .collect();
-        assert_eq!(time, self.time_deadlines, "-time limits of running jobs");
+        assert_eq!(time, *self.time_deadlines, "-time limits of running jobs");
     }
 }
 

@@ -8,6 +8,8 @@
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::rc::Rc;
+
+pub use smallvec::SmallVec;
 use std::time::Duration;
 
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
@@ -476,6 +478,11 @@ pub struct JobLimits {
     pub disk: Option<u64>,
 }
 
+/// A job's short lists (its layout, queues visited): most jobs have a few
+/// entries, kept in the record itself (no allocation of their own; the
+/// same 24 bytes as a `Vec`); longer lists go to the heap.
+pub type Small<T> = SmallVec<[T; 4]>;
+
 /// An admitted job.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -492,13 +499,15 @@ pub struct Job {
     /// Its current queue.
     pub queue: u32,
     /// Queues it has been in, in order.
-    pub queues_visited: Vec<u32>,
+    pub queues_visited: Small<u32>,
     /// Its cluster.
     pub cluster: ClusterId,
-    /// Its hosts, in slot order.
+    /// Its hosts, in slot order. A `Vec`, not a `Small`: the decision
+    /// reads every queued job's hosts, and jobs of more and fewer than four
+    /// hosts mixed made the inline-or-heap test a branch it mispredicts.
     pub hosts: Vec<HostId>,
     /// Processes per host slot.
-    pub layout: Vec<u32>,
+    pub layout: Small<u32>,
     /// Limits fixed at admission.
     pub limits: JobLimits,
     /// Its run-time estimate and limit (`-time=`): ended once it has run this long.
@@ -526,7 +535,7 @@ pub struct Job {
     /// Last measured usage.
     pub usage: Usage,
     /// Peak memory per host slot.
-    pub peak_memory: Vec<u64>,
+    pub peak_memory: SmallVec<[u64; 2]>,
     /// Peak disk use.
     pub peak_disk: u64,
     /// CPU time at which the job entered its current queue (residency clock).
@@ -889,5 +898,31 @@ mod tests {
         );
         assert_eq!(ProcRequest::Hosts(3).layout(4), Some(vec![4, 4, 4]));
         assert_eq!(ProcRequest::Nodes(0).layout(4), None);
+    }
+}
+
+#[cfg(test)]
+mod size {
+    use super::*;
+
+    /// The job record is the largest part of what an admitted job costs
+    /// the daemon; its short lists live inside it (`Small`), at the size
+    /// of a `Vec` each, and it stays within its malloc size class.
+    #[test]
+    fn a_job_record_keeps_its_size_and_its_short_lists_inline() {
+        assert!(
+            std::mem::size_of::<Job>() <= 528,
+            "{}",
+            std::mem::size_of::<Job>()
+        );
+        assert_eq!(
+            std::mem::size_of::<Small<u32>>(),
+            std::mem::size_of::<Vec<u32>>()
+        );
+        let layout: Small<u32> = (1..=4).collect();
+        assert!(
+            !layout.spilled(),
+            "a layout of four hosts needs no allocation"
+        );
     }
 }

@@ -128,6 +128,17 @@ impl Queue {
         }
     }
 
+    /// Undoes the [`Queue::push`] that was the last change to the queue
+    /// (a rollback of the panic checkpoint, `crate::undo`).
+    pub fn unpush(&mut self, started: bool) {
+        if self.mode == QueueMode::Exclusive && started && self.started_prefix > 0 {
+            self.started_prefix -= 1;
+            self.order.remove(self.started_prefix);
+        } else {
+            self.order.pop_back();
+        }
+    }
+
     /// Removes a job; returns whether it was there.
     pub fn remove(&mut self, job: JobId) -> bool {
         match self.order.iter().position(|&queued| queued == job) {

@@ -485,7 +485,7 @@ impl<A: Actuator> Daemon<A> {
         let outcome =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle_event(event)));
         if outcome.is_ok() {
-            self.recovery.event_done(&self.core);
+            self.recovery.event_done(&mut self.core);
         }
         if let Err(panic) = outcome {
             let message = panic
@@ -526,11 +526,10 @@ impl<A: Actuator> Daemon<A> {
     /// processes are brought in line with it (see `reconcile`). A panic
     /// while doing so leaves the restored core as it is.
     fn recover(&mut self) {
-        let Some(checkpoint) = self.recovery.checkpoint.take() else {
-            return;
-        };
         let facts = std::mem::take(&mut self.recovery.facts);
-        self.core = checkpoint;
+        if !self.recovery.committed || !self.core.rollback() {
+            return;
+        }
         self.switch_starts.clear();
         self.recovery.replaying = true;
         let outcome =
@@ -540,7 +539,7 @@ impl<A: Actuator> Daemon<A> {
             tracing::error!("a bug: scored panicked again bringing the processes in line with the restored state");
         }
         self.recovery.changed = true;
-        self.recovery.event_done(&self.core);
+        self.recovery.event_done(&mut self.core);
     }
 
     /// Makes the processes agree with the restored core, whatever part of
@@ -610,14 +609,15 @@ impl<A: Actuator> Daemon<A> {
 /// How long an in-place restart waits for launches in progress.
 const LAUNCH_WAIT: Duration = Duration::from_secs(10);
 
-/// What the loop keeps to recover from a panic: the core as it was after
-/// the last event that changed it, and what the kernel has reported since
-/// (inputs that cannot be asked for again: a reaped rank's status is gone
-/// from the kernel once read).
+/// What the loop keeps to recover from a panic: the core's commit after
+/// the last event that changed it (`Core::commit`, which the core can roll
+/// back to), and what the kernel has reported since (inputs that cannot be
+/// asked for again: a reaped rank's status is gone from the kernel once
+/// read).
 #[derive(Default)]
 pub(super) struct Recovery {
-    /// The core before the current event.
-    checkpoint: Option<Core>,
+    /// The core holds a commit to roll back to.
+    committed: bool,
     /// The core may have changed since the checkpoint.
     pub(super) changed: bool,
     /// The kernel's reports during the current event.
@@ -640,13 +640,14 @@ impl Recovery {
 
     /// An event was handled to its end: the core's state is the one to
     /// come back to.
-    pub(super) fn event_done(&mut self, core: &Core) {
+    pub(super) fn event_done(&mut self, core: &mut Core) {
         self.facts.clear();
         if checkpoints_off() {
             return;
         }
-        if self.changed || self.checkpoint.is_none() {
-            self.checkpoint = Some(core.checkpoint());
+        if self.changed || !self.committed {
+            core.commit();
+            self.committed = true;
             self.changed = false;
         }
     }

@@ -233,7 +233,7 @@ impl Core {
                 if slice < Duration::from_millis(1) {
                     return Reply::error("the time slice must be at least 1ms");
                 }
-                self.config.timeslice = slice;
+                self.config.get_mut().timeslice = slice;
                 self.slice_anchor = now;
                 self.next_slice = now.after(slice);
                 Reply::Done(format!("timeslice: {}", format_duration(slice)))

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Core, CoreConfig, Switches, Waiter};
+use super::{Core, CoreConfig, Finished, JobTable, Switches, Waiter};
 use crate::admission::{ClusterLimits, Ledger, Placement};
 use crate::cluster::Topology;
 use crate::command::QueueMode;
@@ -30,7 +30,10 @@ use crate::job::{
     EndCause, ExitStatus, Failure, Job, JobLimits, JobRequest, JobSpec, Joiner, Killing, Launch,
     Life, Phase, ProcRequest, Procs, Started, Stretch, Usage,
 };
+use crate::jobset::JobIdHasher;
 use crate::queue::Queue;
+use crate::undo::{Undo, UndoCell, UndoDeque, UndoLedger, UndoMap, UndoQueues, UndoSet};
+use std::hash::BuildHasherDefault;
 
 /// The core's state.
 #[derive(Debug, Serialize, Deserialize)]
@@ -596,19 +599,153 @@ impl Reader<'_> {
 }
 
 impl Core {
-    /// A copy of the whole state, for the event loop to keep before each
-    /// event: when handling an event panics, the daemon restarts from the
-    /// copy, the state as it was before that event, not as the bug left
-    /// it. Jobs and finished jobs are shared with the copy and copied only
-    /// when changed (`Rc::make_mut`), so taking it costs a pointer per job
-    /// plus the small tables (queues, hosts, the live and rotation sets).
-    /// The journal events not yet taken stay with the live core.
-    pub fn checkpoint(&self) -> Core {
-        let mut copy = self.clone();
-        copy.journal = self.journal.as_ref().map(|_| Vec::new());
-        copy
+    /// Makes the current state the one [`Core::rollback`] returns to: the
+    /// event loop calls it after each event that changed the core, so
+    /// that when handling an event panics, the daemon restarts from the
+    /// state before that event, not as the bug left it.
+    ///
+    /// The containers that grow with the jobs (the job table, the queues'
+    /// orders, clients by job, waiting and finished jobs, the live and
+    /// deadline sets, the crossing index, the launch interner) and the
+    /// larger fixed ones (the topology, the ledger, the configuration)
+    /// log what they overwrite from now on (`crate::undo`), so a commit
+    /// drops the last event's log instead of copying them; the rest of the
+    /// state (counters, clocks, the last decision's scratch and active
+    /// set, the busy hosts: nothing that grows with the queued jobs) is
+    /// copied here. Journal events are not part of the checkpoint: the
+    /// loop takes them at the end of each event, and a rollback drops the
+    /// ones not taken yet.
+    pub fn commit(&mut self) {
+        let logged = self.take_logged();
+        let journal = self.journal.take();
+        self.saved = None;
+        let rest = Box::new(self.clone());
+        self.saved = Some(rest);
+        self.journal = journal;
+        self.put_logged(logged);
+        self.jobs.commit();
+        self.queues.commit();
+        self.by_client.commit();
+        self.waiting.commit();
+        self.finished.commit();
+        self.live.commit();
+        self.kill_deadlines.commit();
+        self.time_deadlines.commit();
+        self.crossings.commit();
+        self.crossing_of.commit();
+        self.launches.commit();
+        self.topology.commit();
+        self.ledger.commit();
+        self.config.commit();
     }
 
+    /// Goes back to the state of the last [`Core::commit`]; false (and
+    /// nothing changed) if there was none. A second rollback before the
+    /// next commit returns to the same state.
+    pub fn rollback(&mut self) -> bool {
+        let Some(saved) = self.saved.take() else {
+            return false;
+        };
+        self.jobs.rollback();
+        self.queues.rollback();
+        self.by_client.rollback();
+        self.waiting.rollback();
+        self.finished.rollback();
+        self.live.rollback();
+        self.kill_deadlines.rollback();
+        self.time_deadlines.rollback();
+        self.crossings.rollback();
+        self.crossing_of.rollback();
+        self.launches.rollback();
+        self.topology.rollback();
+        self.ledger.rollback();
+        self.config.rollback();
+        let logged = self.take_logged();
+        // Journal events not taken yet were recorded by the changes
+        // undone here: they go too, and recording goes on.
+        let journal = self.journal.take().map(|_| Vec::new());
+        *self = Core::clone(&saved);
+        self.saved = Some(saved);
+        self.journal = journal;
+        self.put_logged(logged);
+        true
+    }
+
+    /// Moves the logged containers out, leaving empty ones, so that the
+    /// rest of the core is copied at the cost of the rest.
+    fn take_logged(&mut self) -> Logged {
+        Logged {
+            config: std::mem::take(&mut self.config),
+            topology: std::mem::take(&mut self.topology),
+            ledger: std::mem::take(&mut self.ledger),
+            queues: std::mem::take(&mut self.queues),
+            jobs: std::mem::take(&mut self.jobs),
+            by_client: std::mem::take(&mut self.by_client),
+            waiting: std::mem::take(&mut self.waiting),
+            finished: std::mem::take(&mut self.finished),
+            live: std::mem::take(&mut self.live),
+            kill_deadlines: std::mem::take(&mut self.kill_deadlines),
+            time_deadlines: std::mem::take(&mut self.time_deadlines),
+            crossings: std::mem::take(&mut self.crossings),
+            crossing_of: std::mem::take(&mut self.crossing_of),
+            launches: std::mem::take(&mut self.launches),
+        }
+    }
+
+    /// Puts back what [`Core::take_logged`] took.
+    fn put_logged(&mut self, logged: Logged) {
+        let Logged {
+            config,
+            topology,
+            ledger,
+            queues,
+            jobs,
+            by_client,
+            waiting,
+            finished,
+            live,
+            kill_deadlines,
+            time_deadlines,
+            crossings,
+            crossing_of,
+            launches,
+        } = logged;
+        self.config = config;
+        self.topology = topology;
+        self.ledger = ledger;
+        self.queues = queues;
+        self.jobs = jobs;
+        self.by_client = by_client;
+        self.waiting = waiting;
+        self.finished = finished;
+        self.live = live;
+        self.kill_deadlines = kill_deadlines;
+        self.time_deadlines = time_deadlines;
+        self.crossings = crossings;
+        self.crossing_of = crossing_of;
+        self.launches = launches;
+    }
+}
+
+/// The parts of the core that log their own changes (see `Core::commit`).
+struct Logged {
+    config: UndoCell<CoreConfig>,
+    topology: UndoCell<Topology>,
+    ledger: UndoLedger,
+    queues: UndoQueues,
+    jobs: JobTable,
+    by_client: UndoMap<ClientToken, JobId>,
+    waiting: UndoDeque<Rc<Waiter>>,
+    finished: UndoDeque<Rc<Finished>>,
+    live: UndoSet<BTreeSet<JobId>>,
+    kill_deadlines: UndoSet<BTreeSet<(Tick, JobId)>>,
+    time_deadlines: UndoSet<BTreeSet<(Tick, JobId)>>,
+    crossings: UndoSet<BTreeSet<(u64, JobId)>>,
+    crossing_of: UndoMap<JobId, u64, BuildHasherDefault<JobIdHasher>>,
+    launches: UndoMap<u64, Vec<Launch>>,
+}
+
+impl Core {
     /// The state to hand to the next process.
     pub fn snapshot(&self) -> CoreSnapshot {
         let mut launches = Launches::default();
@@ -624,10 +761,10 @@ impl Core {
                 procs: procs_out(job.spec.procs),
                 launch: launches.add(&job.spec.launch),
                 queue: job.queue,
-                queues_visited: job.queues_visited.clone(),
+                queues_visited: job.queues_visited.to_vec(),
                 cluster: job.cluster.0,
                 hosts: job.hosts.iter().map(|host| host.0).collect(),
-                layout: job.layout.clone(),
+                layout: job.layout.to_vec(),
                 limit_cputime_us: job.limits.cputime.map(us),
                 limit_memory: job.limits.memory,
                 limit_disk: job.limits.disk,
@@ -670,7 +807,7 @@ impl Core {
                 cpu_us: us(job.usage.cpu),
                 memory: job.usage.memory.clone(),
                 disk: job.usage.disk,
-                peak_memory: job.peak_memory.clone(),
+                peak_memory: job.peak_memory.to_vec(),
                 peak_disk: job.peak_disk,
                 residency_base_us: us(job.residency_base),
             })
@@ -859,10 +996,10 @@ impl Core {
                     launch: core.intern_launch(&request),
                 },
                 queue: record.queue,
-                queues_visited: record.queues_visited,
+                queues_visited: record.queues_visited.into(),
                 cluster: ClusterId(record.cluster),
                 hosts: record.hosts.into_iter().map(HostId).collect(),
-                layout: record.layout,
+                layout: record.layout.into(),
                 limits: JobLimits {
                     cputime: record.limit_cputime_us.map(from_us),
                     memory: record.limit_memory,
@@ -882,14 +1019,14 @@ impl Core {
                     memory: record.memory,
                     disk: record.disk,
                 },
-                peak_memory: record.peak_memory,
+                peak_memory: record.peak_memory.into(),
                 peak_disk: record.peak_disk,
                 residency_base: from_us(record.residency_base_us),
             };
             core.ledger.reserve(&Placement {
                 cluster: job.cluster,
                 hosts: job.hosts.clone(),
-                layout: job.layout.clone(),
+                layout: job.layout.to_vec(),
                 limits: job.limits,
             });
             if let Some(client) = job.client {
@@ -912,7 +1049,7 @@ impl Core {
             }
             core.jobs.insert(id, job);
         }
-        core.queues = Vec::new();
+        core.queues = crate::undo::UndoQueues::new(Vec::new());
         for (number, queue) in snapshot.queues.into_iter().enumerate() {
             let mode = if queue.exclusive {
                 QueueMode::Exclusive
@@ -944,7 +1081,7 @@ impl Core {
                 }
                 restored.push(JobId(id), started.contains(&id));
             }
-            core.queues.push(restored);
+            core.queues.modify_all(|queues| queues.push(restored));
         }
         for record in snapshot.waiting {
             let (stages, env, cwd, inherited) = launch_of(record.launch)?;
@@ -982,12 +1119,14 @@ impl Core {
             next_id: snapshot.switches.next_id,
             open: snapshot.switches.open,
             count: snapshot.switches.count,
-            recent: snapshot
-                .switches
-                .recent_us
-                .into_iter()
-                .map(from_us)
-                .collect::<VecDeque<_>>(),
+            recent: std::rc::Rc::new(
+                snapshot
+                    .switches
+                    .recent_us
+                    .into_iter()
+                    .map(from_us)
+                    .collect::<VecDeque<_>>(),
+            ),
             max: from_us(snapshot.switches.max_us),
         };
         core.shutting_down = snapshot.shutting_down;
@@ -1031,11 +1170,11 @@ impl Core {
             ledger.reserve(&Placement {
                 cluster: job.cluster,
                 hosts: job.hosts.clone(),
-                layout: job.layout.clone(),
+                layout: job.layout.to_vec(),
                 limits: job.limits,
             });
         }
-        if ledger != self.ledger {
+        if ledger != *self.ledger {
             return Err(RestoreError::ReservationsDisagree);
         }
         Ok(())

@@ -1,0 +1,856 @@
+//! Containers that remember what changed since the last commit, so that the
+//! core can go back to the state of its last commit (the panic checkpoint,
+//! `Core::commit` and `Core::rollback`) at a cost in proportion to what
+//! changed, not to what the containers hold.
+//!
+//! Each wrapper lets its content be read freely (`Deref`) but changed only
+//! through its own methods, each of which notes what it overwrites: the
+//! compiler, not a convention, keeps a change from going unrecorded.
+//! Nothing is noted until the first `commit`, so a core that never asks
+//! for a checkpoint (a replay, a test) pays nothing and keeps no log.
+//!
+//! Undoing goes backwards through the log, so each entry is undone on the
+//! very state its change left; that is what makes the simple inverses
+//! below (pop what was pushed, put back what was removed) exact.
+//!
+//! Pure: no clock, no system calls.
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasher, Hash};
+use std::ops::Deref;
+
+use crate::admission::{Ledger, Placement};
+use crate::ids::{ClusterId, HostId, JobId};
+use crate::queue::Queue;
+
+/// What every wrapper does at a commit and a rollback.
+pub trait Undo {
+    /// The current content is the one to come back to; start recording.
+    fn commit(&mut self);
+    /// Goes back to the content of the last commit (nothing happens
+    /// before the first commit).
+    fn rollback(&mut self);
+}
+
+/// A value copied whole the first time it changes after a commit: for
+/// values whose size does not grow with the jobs (the hosts, the ledger of
+/// reservations, switch statistics). The copy reuses the previous one's
+/// allocations (`clone_from`), and an event that does not change the value
+/// copies nothing.
+#[derive(Debug, Default)]
+pub struct UndoCell<T> {
+    value: T,
+    saved: Option<T>,
+    saved_valid: bool,
+    recording: bool,
+}
+
+impl<T: Clone> UndoCell<T> {
+    /// Wraps a value.
+    pub fn new(value: T) -> UndoCell<T> {
+        UndoCell {
+            value,
+            saved: None,
+            saved_valid: false,
+            recording: false,
+        }
+    }
+
+    /// The value, to change; the first call after a commit keeps a copy.
+    pub fn get_mut(&mut self) -> &mut T {
+        if self.recording && !self.saved_valid {
+            match &mut self.saved {
+                Some(saved) => saved.clone_from(&self.value),
+                None => self.saved = Some(self.value.clone()),
+            }
+            self.saved_valid = true;
+        }
+        &mut self.value
+    }
+}
+
+impl<T: Clone> Clone for UndoCell<T> {
+    fn clone(&self) -> UndoCell<T> {
+        UndoCell {
+            value: self.value.clone(),
+            saved: None,
+            saved_valid: false,
+            recording: self.recording,
+        }
+    }
+}
+
+impl<T> Deref for UndoCell<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T: Clone> Undo for UndoCell<T> {
+    fn commit(&mut self) {
+        self.recording = true;
+        self.saved_valid = false;
+    }
+
+    fn rollback(&mut self) {
+        if self.saved_valid {
+            if let Some(saved) = &mut self.saved {
+                std::mem::swap(&mut self.value, saved);
+            }
+        }
+        self.saved_valid = false;
+    }
+}
+
+/// The set operations the undo log needs.
+pub trait SetLike: Default {
+    /// The element.
+    type Item: Clone;
+    /// Inserts; true if it was absent.
+    fn insert_item(&mut self, item: Self::Item) -> bool;
+    /// Removes; true if it was present.
+    fn remove_item(&mut self, item: &Self::Item) -> bool;
+    /// Every element, for `clear`.
+    fn drain_items(&mut self) -> Vec<Self::Item>;
+}
+
+impl<T: Ord + Clone> SetLike for BTreeSet<T> {
+    type Item = T;
+    fn insert_item(&mut self, item: T) -> bool {
+        self.insert(item)
+    }
+    fn remove_item(&mut self, item: &T) -> bool {
+        self.remove(item)
+    }
+    fn drain_items(&mut self) -> Vec<T> {
+        std::mem::take(self).into_iter().collect()
+    }
+}
+
+impl<T: Eq + Hash + Clone, S: BuildHasher + Default> SetLike for HashSet<T, S> {
+    type Item = T;
+    fn insert_item(&mut self, item: T) -> bool {
+        self.insert(item)
+    }
+    fn remove_item(&mut self, item: &T) -> bool {
+        self.remove(item)
+    }
+    fn drain_items(&mut self) -> Vec<T> {
+        self.drain().collect()
+    }
+}
+
+/// A set whose inserts and removals are logged: each entry is an element
+/// and whether it was in the set before the change.
+#[derive(Debug)]
+pub struct UndoSet<S: SetLike> {
+    set: S,
+    log: Vec<(S::Item, bool)>,
+    recording: bool,
+}
+
+impl<S: SetLike> Default for UndoSet<S> {
+    fn default() -> UndoSet<S> {
+        UndoSet {
+            set: S::default(),
+            log: Vec::new(),
+            recording: false,
+        }
+    }
+}
+
+impl<'a, T: Ord + Clone> IntoIterator for &'a UndoSet<BTreeSet<T>> {
+    type Item = &'a T;
+    type IntoIter = std::collections::btree_set::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.set.iter()
+    }
+}
+
+impl<S: SetLike> UndoSet<S> {
+    /// Inserts `item`; true if it was absent.
+    pub fn insert(&mut self, item: S::Item) -> bool {
+        let added = self.set.insert_item(item.clone());
+        if self.recording && added {
+            self.log.push((item, false));
+        }
+        added
+    }
+
+    /// Removes `item`; true if it was present.
+    pub fn remove(&mut self, item: &S::Item) -> bool {
+        let removed = self.set.remove_item(item);
+        if self.recording && removed {
+            self.log.push((item.clone(), true));
+        }
+        removed
+    }
+
+    /// Removes every element.
+    pub fn clear(&mut self) {
+        let items = self.set.drain_items();
+        if self.recording {
+            self.log.extend(items.into_iter().map(|item| (item, true)));
+        }
+    }
+}
+
+impl<T: Ord + Clone> UndoSet<BTreeSet<T>> {
+    /// Removes and returns the first element.
+    pub fn pop_first(&mut self) -> Option<T> {
+        let item = self.set.pop_first()?;
+        if self.recording {
+            self.log.push((item.clone(), true));
+        }
+        Some(item)
+    }
+}
+
+impl<S: SetLike + Clone> Clone for UndoSet<S> {
+    fn clone(&self) -> UndoSet<S> {
+        UndoSet {
+            set: self.set.clone(),
+            log: Vec::new(),
+            recording: self.recording,
+        }
+    }
+}
+
+impl<S: SetLike> Deref for UndoSet<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.set
+    }
+}
+
+impl<S: SetLike> Undo for UndoSet<S> {
+    fn commit(&mut self) {
+        self.recording = true;
+        self.log.clear();
+    }
+
+    fn rollback(&mut self) {
+        while let Some((item, was_present)) = self.log.pop() {
+            if was_present {
+                self.set.insert_item(item);
+            } else {
+                self.set.remove_item(&item);
+            }
+        }
+    }
+}
+
+/// A hash map whose changes are logged: each entry is a key and the value
+/// it had before the change (`None`: absent).
+#[derive(Debug)]
+pub struct UndoMap<K, V, S = std::collections::hash_map::RandomState> {
+    map: HashMap<K, V, S>,
+    log: Vec<(K, Option<V>)>,
+    recording: bool,
+}
+
+impl<K, V, S: Default> Default for UndoMap<K, V, S> {
+    fn default() -> UndoMap<K, V, S> {
+        UndoMap {
+            map: HashMap::default(),
+            log: Vec::new(),
+            recording: false,
+        }
+    }
+}
+
+impl<K: Eq + Hash + Clone, V: Clone, S: BuildHasher> UndoMap<K, V, S> {
+    /// Inserts; returns the value it replaced.
+    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        if self.recording {
+            let old = self.map.insert(key.clone(), value);
+            self.log.push((key, old.clone()));
+            old
+        } else {
+            self.map.insert(key, value)
+        }
+    }
+
+    /// Removes; returns the value it had.
+    pub fn remove(&mut self, key: &K) -> Option<V> {
+        let old = self.map.remove(key)?;
+        if self.recording {
+            self.log.push((key.clone(), Some(old.clone())));
+        }
+        Some(old)
+    }
+
+    /// A value, to change: its present value is logged first.
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        if self.recording {
+            let old = self.map.get(key)?.clone();
+            self.log.push((key.clone(), Some(old)));
+        }
+        self.map.get_mut(key)
+    }
+
+    /// Removes every entry.
+    pub fn clear(&mut self) {
+        if self.recording {
+            self.log
+                .extend(self.map.drain().map(|(key, value)| (key, Some(value))));
+        } else {
+            self.map.clear();
+        }
+    }
+}
+
+impl<K: Clone, V: Clone, S: Clone> Clone for UndoMap<K, V, S> {
+    fn clone(&self) -> UndoMap<K, V, S> {
+        UndoMap {
+            map: self.map.clone(),
+            log: Vec::new(),
+            recording: self.recording,
+        }
+    }
+}
+
+impl<K, V, S> Deref for UndoMap<K, V, S> {
+    type Target = HashMap<K, V, S>;
+    fn deref(&self) -> &HashMap<K, V, S> {
+        &self.map
+    }
+}
+
+impl<K: Eq + Hash, V, S: BuildHasher> Undo for UndoMap<K, V, S> {
+    fn commit(&mut self) {
+        self.recording = true;
+        self.log.clear();
+    }
+
+    fn rollback(&mut self) {
+        while let Some((key, old)) = self.log.pop() {
+            match old {
+                Some(value) => {
+                    self.map.insert(key, value);
+                }
+                None => {
+                    self.map.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// A change to an [`UndoDeque`].
+#[derive(Debug)]
+enum DequeChange<T> {
+    PushedBack,
+    PoppedFront(T),
+    /// The whole deque before a change of any kind (`modify`).
+    Whole(VecDeque<T>),
+}
+
+/// A deque whose pushes at the back and pops at the front (the common
+/// changes) are logged as such; any other change logs a copy of the whole
+/// deque, which suits changes that cost a walk of it anyway.
+#[derive(Debug)]
+pub struct UndoDeque<T> {
+    deque: VecDeque<T>,
+    log: Vec<DequeChange<T>>,
+    recording: bool,
+}
+
+impl<'a, T> IntoIterator for &'a UndoDeque<T> {
+    type Item = &'a T;
+    type IntoIter = std::collections::vec_deque::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.deque.iter()
+    }
+}
+
+impl<T> Default for UndoDeque<T> {
+    fn default() -> UndoDeque<T> {
+        UndoDeque {
+            deque: VecDeque::new(),
+            log: Vec::new(),
+            recording: false,
+        }
+    }
+}
+
+impl<T: Clone> UndoDeque<T> {
+    /// Appends.
+    pub fn push_back(&mut self, item: T) {
+        self.deque.push_back(item);
+        if self.recording {
+            self.log.push(DequeChange::PushedBack);
+        }
+    }
+
+    /// Removes the first element.
+    pub fn pop_front(&mut self) -> Option<T> {
+        let item = self.deque.pop_front()?;
+        if self.recording {
+            self.log.push(DequeChange::PoppedFront(item.clone()));
+        }
+        Some(item)
+    }
+
+    /// Any other change, with the deque copied first.
+    pub fn modify<R>(&mut self, change: impl FnOnce(&mut VecDeque<T>) -> R) -> R {
+        if self.recording {
+            self.log.push(DequeChange::Whole(self.deque.clone()));
+        }
+        change(&mut self.deque)
+    }
+}
+
+impl<T: Clone> Clone for UndoDeque<T> {
+    fn clone(&self) -> UndoDeque<T> {
+        UndoDeque {
+            deque: self.deque.clone(),
+            log: Vec::new(),
+            recording: self.recording,
+        }
+    }
+}
+
+impl<T> Deref for UndoDeque<T> {
+    type Target = VecDeque<T>;
+    fn deref(&self) -> &VecDeque<T> {
+        &self.deque
+    }
+}
+
+impl<T> Undo for UndoDeque<T> {
+    fn commit(&mut self) {
+        self.recording = true;
+        self.log.clear();
+    }
+
+    fn rollback(&mut self) {
+        while let Some(change) = self.log.pop() {
+            match change {
+                DequeChange::PushedBack => {
+                    self.deque.pop_back();
+                }
+                DequeChange::PoppedFront(item) => self.deque.push_front(item),
+                DequeChange::Whole(deque) => self.deque = deque,
+            }
+        }
+    }
+}
+
+/// A change to [`UndoQueues`].
+#[derive(Debug)]
+enum QueuesChange {
+    /// A job was pushed on this queue (`started` as given).
+    Pushed(usize, bool),
+    /// This queue before any other change.
+    One(usize, Queue),
+    /// Every queue before a change of their number.
+    All(Vec<Queue>),
+}
+
+/// The queues, whose job orders grow with the jobs: a submission's push is
+/// logged as such, any other change to a queue logs a copy of that queue
+/// (such changes walk its order anyway).
+#[derive(Debug, Default)]
+pub struct UndoQueues {
+    queues: Vec<Queue>,
+    log: Vec<QueuesChange>,
+    /// The queues already copied whole since the commit.
+    copied: Vec<usize>,
+    recording: bool,
+}
+
+impl UndoQueues {
+    /// Wraps the queues.
+    pub fn new(queues: Vec<Queue>) -> UndoQueues {
+        UndoQueues {
+            queues,
+            log: Vec::new(),
+            copied: Vec::new(),
+            recording: false,
+        }
+    }
+
+    /// Adds a job to queue `idx` (see [`Queue::push`]).
+    pub fn push_job(&mut self, idx: usize, job: JobId, started: bool) {
+        self.queues[idx].push(job, started);
+        if self.recording {
+            self.log.push(QueuesChange::Pushed(idx, started));
+        }
+    }
+
+    /// Queue `idx`, to change.
+    pub fn get_mut(&mut self, idx: usize) -> Option<&mut Queue> {
+        if self.recording && idx < self.queues.len() && !self.copied.contains(&idx) {
+            self.copied.push(idx);
+            self.log
+                .push(QueuesChange::One(idx, self.queues[idx].clone()));
+        }
+        self.queues.get_mut(idx)
+    }
+
+    /// Changes every queue, or their number.
+    pub fn modify_all<R>(&mut self, change: impl FnOnce(&mut Vec<Queue>) -> R) -> R {
+        if self.recording {
+            self.log.push(QueuesChange::All(self.queues.clone()));
+        }
+        change(&mut self.queues)
+    }
+}
+
+impl<'a> IntoIterator for &'a UndoQueues {
+    type Item = &'a Queue;
+    type IntoIter = std::slice::Iter<'a, Queue>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.queues.iter()
+    }
+}
+
+impl std::ops::Index<usize> for UndoQueues {
+    type Output = Queue;
+    fn index(&self, idx: usize) -> &Queue {
+        &self.queues[idx]
+    }
+}
+
+/// Changing a queue through an index copies it first, as `get_mut` does.
+impl std::ops::IndexMut<usize> for UndoQueues {
+    fn index_mut(&mut self, idx: usize) -> &mut Queue {
+        self.get_mut(idx).expect("the queue exists")
+    }
+}
+
+impl Clone for UndoQueues {
+    fn clone(&self) -> UndoQueues {
+        UndoQueues {
+            queues: self.queues.clone(),
+            log: Vec::new(),
+            copied: Vec::new(),
+            recording: self.recording,
+        }
+    }
+}
+
+impl Deref for UndoQueues {
+    type Target = Vec<Queue>;
+    fn deref(&self) -> &Vec<Queue> {
+        &self.queues
+    }
+}
+
+impl Undo for UndoQueues {
+    fn commit(&mut self) {
+        self.recording = true;
+        self.log.clear();
+        self.copied.clear();
+    }
+
+    fn rollback(&mut self) {
+        while let Some(change) = self.log.pop() {
+            match change {
+                QueuesChange::Pushed(idx, started) => {
+                    if let Some(queue) = self.queues.get_mut(idx) {
+                        queue.unpush(started);
+                    }
+                }
+                QueuesChange::One(idx, queue) => {
+                    if let Some(slot) = self.queues.get_mut(idx) {
+                        *slot = queue;
+                    }
+                }
+                QueuesChange::All(queues) => self.queues = queues,
+            }
+        }
+        self.copied.clear();
+    }
+}
+
+/// A value [`UndoLedger`] overwrote.
+#[derive(Debug)]
+enum LedgerEntry {
+    /// A host's admitted processes and reserved memory.
+    Host {
+        cluster: ClusterId,
+        host: HostId,
+        procs: u64,
+        memory: u64,
+    },
+    /// A cluster's reserved disk, admitted jobs and processes.
+    Cluster {
+        cluster: usize,
+        disk: u64,
+        jobs: u64,
+        procs: u64,
+    },
+}
+
+/// The ledger of reservations. Each change books or returns one job's
+/// hosts and cluster, so what it overwrites is logged host by host (a
+/// copy of the whole ledger would cost the machine's size at every
+/// admission, allocated before the previous copy is freed).
+#[derive(Debug, Default)]
+pub struct UndoLedger {
+    ledger: Ledger,
+    log: Vec<LedgerEntry>,
+    recording: bool,
+}
+
+impl UndoLedger {
+    /// Wraps a ledger.
+    pub fn new(ledger: Ledger) -> UndoLedger {
+        UndoLedger {
+            ledger,
+            log: Vec::new(),
+            recording: false,
+        }
+    }
+
+    fn note(&mut self, cluster: ClusterId, hosts: &[HostId], whole_cluster: bool) {
+        if !self.recording {
+            return;
+        }
+        for &host in hosts {
+            let idx = host.idx();
+            if let (Some(&procs), Some(&memory)) = (
+                self.ledger.host_procs.get(idx),
+                self.ledger.host_memory.get(idx),
+            ) {
+                self.log.push(LedgerEntry::Host {
+                    cluster,
+                    host,
+                    procs,
+                    memory,
+                });
+            }
+        }
+        let idx = cluster.idx();
+        if whole_cluster {
+            if let (Some(&disk), Some(&jobs), Some(&procs)) = (
+                self.ledger.cluster_disk.get(idx),
+                self.ledger.cluster_jobs.get(idx),
+                self.ledger.cluster_procs.get(idx),
+            ) {
+                self.log.push(LedgerEntry::Cluster {
+                    cluster: idx,
+                    disk,
+                    jobs,
+                    procs,
+                });
+            }
+        }
+    }
+
+    /// See [`Ledger::reserve`].
+    pub fn reserve(&mut self, placement: &Placement) {
+        self.note(placement.cluster, &placement.hosts, true);
+        self.ledger.reserve(placement);
+    }
+
+    /// See [`Ledger::release`].
+    pub fn release(&mut self, placement: &Placement) {
+        self.note(placement.cluster, &placement.hosts, true);
+        self.ledger.release(placement);
+    }
+
+    /// See [`Ledger::bind`].
+    pub fn bind(
+        &mut self,
+        cluster: ClusterId,
+        hosts: &[HostId],
+        layout: &[u32],
+        memory: Option<u64>,
+    ) {
+        self.note(cluster, hosts, false);
+        self.ledger.bind(cluster, hosts, layout, memory);
+    }
+
+    /// See [`Ledger::unbind`].
+    pub fn unbind(
+        &mut self,
+        cluster: ClusterId,
+        hosts: &[HostId],
+        layout: &[u32],
+        memory: Option<u64>,
+    ) {
+        self.note(cluster, hosts, false);
+        self.ledger.unbind(cluster, hosts, layout, memory);
+    }
+}
+
+impl Clone for UndoLedger {
+    fn clone(&self) -> UndoLedger {
+        UndoLedger {
+            ledger: self.ledger.clone(),
+            log: Vec::new(),
+            recording: self.recording,
+        }
+    }
+}
+
+impl Deref for UndoLedger {
+    type Target = Ledger;
+    fn deref(&self) -> &Ledger {
+        &self.ledger
+    }
+}
+
+impl Undo for UndoLedger {
+    fn commit(&mut self) {
+        self.recording = true;
+        self.log.clear();
+    }
+
+    fn rollback(&mut self) {
+        while let Some(entry) = self.log.pop() {
+            match entry {
+                LedgerEntry::Host {
+                    cluster,
+                    host,
+                    procs,
+                    memory,
+                } => self.ledger.restore_host(cluster, host, procs, memory),
+                LedgerEntry::Cluster {
+                    cluster,
+                    disk,
+                    jobs,
+                    procs,
+                } => {
+                    self.ledger.cluster_disk[cluster] = disk;
+                    self.ledger.cluster_jobs[cluster] = jobs;
+                    self.ledger.cluster_procs[cluster] = procs;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator, so that a failing sequence is
+    /// reproduced by its seed.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self, below: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % below
+        }
+    }
+
+    #[test]
+    fn a_rollback_restores_each_container_as_it_was_at_the_commit() {
+        for seed in 0..200 {
+            let mut random = Lcg(seed);
+            let mut set: UndoSet<BTreeSet<u64>> = UndoSet::default();
+            let mut hashed: UndoSet<HashSet<u64>> = UndoSet::default();
+            let mut map: UndoMap<u64, Vec<u64>> = UndoMap::default();
+            let mut deque: UndoDeque<u64> = UndoDeque::default();
+            let mut cell = UndoCell::new(vec![0u64; 4]);
+            let mut committed = None;
+            for step in 0..300 {
+                if step % 37 == 0 {
+                    set.commit();
+                    hashed.commit();
+                    map.commit();
+                    deque.commit();
+                    cell.commit();
+                    committed = Some((
+                        (*set).clone(),
+                        (*hashed).clone(),
+                        (*map).clone(),
+                        (*deque).clone(),
+                        (*cell).clone(),
+                    ));
+                }
+                let key = random.next(20);
+                match random.next(12) {
+                    0 => {
+                        set.insert(key);
+                        hashed.insert(key);
+                    }
+                    1 => {
+                        set.remove(&key);
+                        hashed.remove(&key);
+                    }
+                    2 => {
+                        set.pop_first();
+                    }
+                    3 if random.next(10) == 0 => {
+                        set.clear();
+                        hashed.clear();
+                        map.clear();
+                    }
+                    4 => {
+                        map.insert(key, vec![step]);
+                    }
+                    5 => {
+                        map.remove(&key);
+                    }
+                    6 => {
+                        if let Some(value) = map.get_mut(&key) {
+                            value.push(step);
+                        }
+                    }
+                    7 => deque.push_back(step),
+                    8 => {
+                        deque.pop_front();
+                    }
+                    9 => deque.modify(|deque| deque.retain(|item| item % 3 != key % 3)),
+                    _ => cell.get_mut()[key as usize % 4] = step,
+                }
+                if random.next(50) == 0 {
+                    let Some(committed) = &committed else {
+                        continue;
+                    };
+                    set.rollback();
+                    hashed.rollback();
+                    map.rollback();
+                    deque.rollback();
+                    cell.rollback();
+                    assert_eq!(*set, committed.0, "seed {seed} step {step}");
+                    assert_eq!(*hashed, committed.1, "seed {seed} step {step}");
+                    assert_eq!(*map, committed.2, "seed {seed} step {step}");
+                    assert_eq!(*deque, committed.3, "seed {seed} step {step}");
+                    assert_eq!(*cell, committed.4, "seed {seed} step {step}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_is_logged_before_the_first_commit() {
+        let mut set: UndoSet<BTreeSet<u64>> = UndoSet::default();
+        let mut map: UndoMap<u64, u64> = UndoMap::default();
+        let mut deque: UndoDeque<u64> = UndoDeque::default();
+        for item in 0..100 {
+            set.insert(item);
+            map.insert(item, item);
+            deque.push_back(item);
+        }
+        assert!(set.log.is_empty() && map.log.is_empty() && deque.log.is_empty());
+        // A rollback without a commit changes nothing.
+        set.rollback();
+        map.rollback();
+        deque.rollback();
+        assert_eq!((set.len(), map.len(), deque.len()), (100, 100, 100));
+    }
+
+    #[test]
+    fn a_commit_forgets_the_log() {
+        let mut set: UndoSet<BTreeSet<u64>> = UndoSet::default();
+        set.commit();
+        set.insert(1);
+        set.commit();
+        assert!(set.log.is_empty());
+        set.insert(2);
+        set.rollback();
+        assert_eq!(set.iter().copied().collect::<Vec<_>>(), vec![1]);
+    }
+}
