@@ -217,6 +217,67 @@ fn after_kill_9_the_next_scored_records_jobs_lost_and_cleans_up() {
     assert!(!daemon.sandbox.path.join("state/jobs/1").exists());
 }
 
+/// The freezer file of a process's v1 freezer cgroup, if it is in one.
+fn freezer_state_file(pid: i32) -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = text
+        .lines()
+        .find_map(|line| line.split_once(":freezer:").map(|(_, path)| path))?;
+    Some(std::path::PathBuf::from(format!(
+        "/sys/fs/cgroup/freezer{path}/freezer.state"
+    )))
+}
+
+/// A job that scored froze (its rank was continued from outside while it
+/// was switched out) cannot die of the parent-death signal when scored is
+/// killed: a frozen process keeps SIGKILL pending. The next scored kills
+/// what the dead one left and thaws it, so that it really dies.
+#[test]
+fn a_job_frozen_when_scored_is_killed_dies_when_the_next_scored_starts() {
+    let mut daemon = Daemon::builder()
+        .hosts("host0 cores=1\n")
+        .timeslice("1s")
+        .log("scored=info")
+        .start();
+    let spin = testprog();
+    let mut first = daemon.spawn(&["-nodes=1", &spin, "spin", "0"]);
+    let pid_a = first.wait_pids(1)[0];
+    let mut second = daemon.spawn(&["-nodes=1", &spin, "spin", "0"]);
+    let pid_b = second.wait_pids(1)[0];
+    let Some(state_file) =
+        freezer_state_file(pid_a).filter(|_| daemon.log().contains("jobs are held in cgroups"))
+    else {
+        println!("no v1 freezer cgroups here: scored never freezes a job");
+        return;
+    };
+    // Continue the rank from outside whenever it is switched out, until
+    // scored freezes it; then kill scored while it is frozen.
+    let frozen = wait_until(Duration::from_secs(30), || {
+        if stopped(pid_a) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid_a),
+                nix::sys::signal::Signal::SIGCONT,
+            );
+        }
+        std::fs::read_to_string(&state_file).is_ok_and(|state| state.trim() == "FROZEN")
+    });
+    assert!(frozen, "scored never froze the job:\n{}", daemon.log());
+    daemon.kill_hard();
+    // The frozen rank holds its scrun's stderr open until it dies, so the
+    // clients are waited for only once the next scored has started.
+    daemon.start_again();
+    assert!(
+        all_gone(&[pid_a, pid_b], Duration::from_secs(5)),
+        "the next scored left the frozen rank behind (state {:?}):\n{}",
+        proc_stat(pid_a).map(|stat| stat.state),
+        daemon.log()
+    );
+    for scrun in [&mut first, &mut second] {
+        let (status, text) = scrun.wait(Duration::from_secs(10));
+        assert_eq!(status.code(), Some(69), "{text}");
+    }
+}
+
 /// A killed daemon that its parent has not reaped stays in /proc as a
 /// zombie with its pid: the next scored must still see it as dead.
 #[test]

@@ -262,7 +262,24 @@ fn kill_members(dir: &Path) {
                 let _ = super::sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
             }
         }
+        // The dead daemon may have frozen the job (a rank continued from
+        // outside while switched out): a frozen process keeps its SIGKILL,
+        // the parent-death signal included, pending until it is thawed.
+        // Thawed only now, it dies before it runs a single instruction.
+        thaw(dir);
         std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Thaws an abandoned job cgroup, whichever freezer it has (v1
+/// `freezer.state`, v2 `cgroup.freeze`); files the cgroup does not have
+/// are left alone.
+fn thaw(dir: &Path) {
+    for (file, value) in [("freezer.state", "THAWED"), ("cgroup.freeze", "0")] {
+        let path = dir.join(file);
+        if path.exists() {
+            let _ = fs::write(&path, value);
+        }
     }
 }
 
