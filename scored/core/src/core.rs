@@ -633,7 +633,8 @@ impl std::ops::Index<&JobId> for JobTable {
 }
 
 /// The daemon's state. A clone shares the jobs and the finished ones
-/// (see `Core::checkpoint`).
+/// (see `Core::commit`, which keeps such a copy of what does not log its
+/// own changes).
 #[derive(Clone)]
 pub struct Core {
     config: UndoCell<CoreConfig>,

@@ -1,7 +1,7 @@
 //! Bringing the processes back in line with the core after a caught panic.
 //!
 //! The event loop restarts from the core as it was before the event that
-//! panicked (`Core::checkpoint`); the actuator may have carried out part
+//! panicked (`Core::commit`, `Core::rollback`); the actuator may have carried out part
 //! of that event's actions. Processes that the restored core does not
 //! hold (created by the lost event) are killed and reaped here, and
 //! everything they report is dropped, since the core never knew them; the

@@ -666,13 +666,31 @@ fn sequence_stages_run_one_after_another_and_stop_at_a_failure() {
 
 /// Submits `a == b == c` on one host and returns its client.
 fn submit_pipeline(sim: &mut Sim) -> u64 {
+    submit_stages(
+        sim,
+        vec![vec!["a".into()], vec!["b".into()], vec!["c".into()]],
+        Joiner::Pipe,
+        1,
+        None,
+    )
+}
+
+/// Submits `stages` joined by `joiner` on `nodes` processors as root and
+/// returns its client.
+fn submit_stages(
+    sim: &mut Sim,
+    stages: Vec<Vec<OsString>>,
+    joiner: Joiner,
+    nodes: u32,
+    priority: Option<u32>,
+) -> u64 {
     let client = sim.next_client;
     sim.next_client += 1;
     let request = JobRequest {
-        stages: vec![vec!["a".into()], vec!["b".into()], vec!["c".into()]],
-        joiner: Joiner::Pipe,
-        procs: ProcRequest::Nodes(1),
-        priority: None,
+        stages,
+        joiner,
+        procs: ProcRequest::Nodes(nodes),
+        priority,
         wait: false,
         memory: None,
         disk: None,
@@ -1761,31 +1779,11 @@ fn a_start_up_script_runs_as_console_inputs_and_keeps_its_actions() {
 /// Submits a job of `stages` run one after the other (`::`) on `nodes`
 /// processors and returns its client.
 fn submit_sequence(sim: &mut Sim, stages: &[&str], nodes: u32, queue: Option<u32>) -> u64 {
-    let client = sim.next_client;
-    sim.next_client += 1;
-    let request = JobRequest {
-        stages: stages
-            .iter()
-            .map(|prog| vec![OsString::from(prog)])
-            .collect(),
-        joiner: Joiner::Sequence,
-        procs: ProcRequest::Nodes(nodes),
-        priority: queue,
-        wait: false,
-        memory: None,
-        disk: None,
-        time: None,
-        env: vec![],
-        cwd: "/".into(),
-        inherited: Default::default(),
-    };
-    sim.input(Input::Submit {
-        client: ClientToken(client),
-        cred: root(),
-        user: "u".into(),
-        request,
-    });
-    client
+    let stages = stages
+        .iter()
+        .map(|prog| vec![OsString::from(prog)])
+        .collect();
+    submit_stages(sim, stages, Joiner::Sequence, nodes, queue)
 }
 
 /// A core with a job in every state a snapshot records: running with a
