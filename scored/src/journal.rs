@@ -843,10 +843,9 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
     }
 
-    #[test]
-    fn rotation_keeps_open_jobs_and_ids() {
-        let dir = temp_dir("rotate");
-        let (mut journal, _) = Journal::open(&dir, 4096).expect("open");
+    /// Records jobs 1, 2, … admitted and ended until the journal wants to
+    /// rotate; returns the last id.
+    fn fill_until_rotation(journal: &mut Journal) -> u64 {
         let mut id = 0;
         while !journal.wants_rotation() {
             id += 1;
@@ -854,6 +853,14 @@ mod tests {
                 .record(vec![admitted(id), ended(id)])
                 .expect("record");
         }
+        id
+    }
+
+    #[test]
+    fn rotation_keeps_open_jobs_and_ids() {
+        let dir = temp_dir("rotate");
+        let (mut journal, _) = Journal::open(&dir, 4096).expect("open");
+        let id = fill_until_rotation(&mut journal);
         journal.record(vec![admitted(id + 1)]).expect("record");
         journal
             .rotate(id + 2, vec![record(id + 1, 1000)])
@@ -878,13 +885,7 @@ mod tests {
     fn ended_records_are_found_through_the_index_across_rotation_and_reopening() {
         let dir = temp_dir("index");
         let (mut journal, _) = Journal::open(&dir, 4096).expect("open");
-        let mut id = 0;
-        while !journal.wants_rotation() {
-            id += 1;
-            journal
-                .record(vec![admitted(id), ended(id)])
-                .expect("record");
-        }
+        let mut id = fill_until_rotation(&mut journal);
         let before_rotation = id;
         journal.rotate(id + 1, Vec::new()).expect("rotate");
         id += 1;
