@@ -358,3 +358,100 @@ fn steps(setup: &ChildSetup) -> Result<(), (Step, io::Error)> {
     }
     at(Step::Priority, super::drop_daemon_priority())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+    use std::time::{Duration, Instant};
+
+    /// Spawns `argv` in `cwd` with stdio on /dev/null, and returns what its
+    /// report pipe said and how it ended.
+    fn run(argv: &[&str], cwd: &str) -> (Report, nix::sys::wait::WaitStatus) {
+        let args: Vec<CString> = argv.iter().map(|arg| CString::new(*arg).unwrap()).collect();
+        let env = [CString::new("PATH=/usr/bin:/bin").unwrap()];
+        let cwd = CString::new(cwd).unwrap();
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let null = OwnedFd::from(null);
+        let cpus = nix::sched::sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let setup = ChildSetup {
+            program: &args[0],
+            args: args.iter().map(CString::as_c_str).collect(),
+            env: env.iter().map(CString::as_c_str).collect(),
+            stdio: [null.as_raw_fd(); 3],
+            cpus,
+            cgroup_procs: None,
+            credentials: None,
+            takes_terminal: false,
+            cwd: &cwd,
+            daemon_pid: std::process::id() as i32,
+            umask: None,
+            ignored: 0,
+            signals_to_change: 0,
+            rlimits: &[],
+        };
+        let (pid, report) = spawn(&setup).expect("fork");
+        let started = Instant::now();
+        let mut said = read_report(&report);
+        while said == Report::Pending && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+            said = read_report(&report);
+        }
+        let status = nix::sys::wait::waitpid(Pid::from_raw(pid), None).expect("reap");
+        (said, status)
+    }
+
+    #[test]
+    fn a_program_that_runs_reports_its_exec_by_end_of_file() {
+        let (said, status) = run(&["true"], "/");
+        assert_eq!(said, Report::Execd);
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
+            "{status:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_program_reports_the_exec_step_and_enoent() {
+        let (said, status) = run(&["/no/such/program"], "/");
+        assert_eq!(said, Report::Failed(Step::Exec, libc::ENOENT));
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 127)),
+            "{status:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_directory_reports_the_chdir_step() {
+        let (said, _) = run(&["true"], "/no/such/directory");
+        assert_eq!(said, Report::Failed(Step::Chdir, libc::ENOENT));
+    }
+
+    #[test]
+    fn a_program_is_searched_in_the_jobs_path() {
+        // `sh` has no slash: it is found through the PATH of the
+        // environment given, as a shell would find it.
+        let (said, status) = run(&["sh", "-c", "exit 3"], "/");
+        assert_eq!(said, Report::Execd);
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 3)),
+            "{status:?}"
+        );
+    }
+
+    #[test]
+    fn every_step_round_trips_through_its_number() {
+        for value in 0..20 {
+            if let Some(step) = Step::from_u32(value) {
+                assert_eq!(step as u32, value);
+                assert!(!step.describe().is_empty());
+            }
+        }
+        assert_eq!(Step::from_u32(Step::Exec as u32), Some(Step::Exec));
+        assert_eq!(Step::from_u32(0), None);
+    }
+}
