@@ -238,9 +238,11 @@ pub fn read_report(report: &OwnedFd) -> Report {
             }
             Err(nix::errno::Errno::EINTR) => {}
             Err(nix::errno::Errno::EAGAIN) if filled == 0 => return Report::Pending,
-            // Half a report: the child wrote it in one write of eight
-            // bytes, which a pipe never splits; wait for the rest.
-            Err(nix::errno::Errno::EAGAIN) => return Report::Pending,
+            // Half a report cannot happen (the child writes it in one write
+            // of eight bytes, which a pipe never splits); were it to, the
+            // bytes read so far would be lost with this call, so it counts
+            // as a failure rather than as nothing yet.
+            Err(nix::errno::Errno::EAGAIN) => return Report::Failed(Step::Exec, libc::EIO),
             Err(errno) => return Report::Failed(Step::Exec, errno as i32),
         }
     }
