@@ -132,19 +132,20 @@ fn r10_a_user_stopping_their_own_launching_ranks_does_not_stall_the_daemon() {
         return;
     }
     let uid = unused_uid();
-    let hosts: String = (0..24).map(|idx| format!("h{idx} cores=1\n")).collect();
+    let hosts: String = (0..96).map(|idx| format!("h{idx} cores=1\n")).collect();
     let daemon = Daemon::builder()
         .hosts(&hosts)
         .rc("queue 2 deactivate\n")
         .start();
-    // Six jobs of four ranks each, admitted to a deactivated queue: they
-    // are all launched at once when it is activated, under the attack.
+    // Six jobs of sixteen ranks each, admitted to a deactivated queue: they
+    // are all launched at once when it is activated, under the attack
+    // (more ranks than one user may have between fork and exec at once).
     let mut jobs: Vec<Child> = (0..6)
         .map(|_| {
             as_uid(
                 uid,
                 &bin("scrun").display().to_string(),
-                &["-nodes=4,priority=2", "true"],
+                &["-nodes=16,priority=2", "true"],
             )
             .env("SCORED_SOCKET", &daemon.socket)
             .env("SCORED_TEST_TAG", &daemon.tag)

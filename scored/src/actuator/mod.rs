@@ -121,6 +121,11 @@ pub const EXEC_TIMEOUT: Duration = Duration::from_secs(5);
 /// rank leads a session, and so, with `sched_autogroup`, a scheduling
 /// group of its own); the bound also bounds the report pipes held open.
 pub const EXEC_WINDOW: usize = 16;
+/// How many ranks of one user's jobs may be between fork and exec at once.
+/// A user who stops their own ranks before their exec holds each one's
+/// report pipe until `EXEC_TIMEOUT`; without this bound, many jobs of
+/// theirs would hold sixteen descriptors each.
+pub const USER_EXEC_WINDOW: usize = 64;
 /// Without a freezer, how many times a switched-out job may be found
 /// continued by someone else (and stopped again) before it is killed.
 const ROGUE_CONTINUE_LIMIT: u32 = 20;
@@ -309,6 +314,8 @@ struct LaunchProgress {
     next: usize,
     /// Pipes between `==` stages not yet handed to a process.
     pipes: Vec<Vec<(Option<OwnedFd>, Option<OwnedFd>)>>,
+    /// The job's scratch directory, cgroup and pipes are made.
+    prepared: bool,
 }
 
 /// A launch in progress: the processes of a job are created a batch at a
@@ -371,9 +378,12 @@ struct JobProcs {
 impl JobProcs {
     /// Whether its launch has processes to create now: not switched out,
     /// with room in its window (or it was aborted, which drops it).
-    fn launch_due(&self) -> bool {
+    fn launch_due(&self, execs: &HashMap<i32, PendingExec>) -> bool {
         self.launch.as_ref().is_some_and(|launch| {
-            launch.aborted || (!launch.paused && self.execs_in_flight < EXEC_WINDOW)
+            launch.aborted
+                || (!launch.paused
+                    && self.execs_in_flight < EXEC_WINDOW
+                    && user_execs_in_flight(execs, self.uid) < USER_EXEC_WINDOW)
         })
     }
 }
@@ -384,6 +394,8 @@ impl JobProcs {
 struct PendingExec {
     job: JobId,
     rank: u32,
+    /// The user it runs as.
+    uid: u32,
     /// Open until the pipe said something: end of file (the exec
     /// succeeded) or a failure.
     report: Option<OwnedFd>,
@@ -666,7 +678,8 @@ impl OsActuator {
     }
 
     /// Creates the processes of `plan` from `progress.next` on, until all
-    /// exist or `deadline` passes (at least one per call); the first call
+    /// exist, `deadline` passes (at least one per call) or a window of
+    /// ranks between fork and exec is full; the first call
     /// of a launch also prepares the job and its pipes.
     fn spawn_all(
         &mut self,
@@ -676,8 +689,11 @@ impl OsActuator {
         deadline: Instant,
     ) -> Result<(), (String, i32)> {
         let first = progress.next;
-        if first == 0 {
+        if !progress.prepared {
+            // Once a launch: its first call may create no process (its
+            // user's window is full) and be called again.
             self.start_stage(plan, &mut progress.pipes)?;
+            progress.prepared = true;
         }
         // The submission validator refuses a NUL byte in the working
         // directory (scored_proto::submit), so this conversion only fails
@@ -737,7 +753,9 @@ impl OsActuator {
                 // The rest in later batches, between events.
                 return Ok(());
             }
-            if self.jobs[&plan.job].execs_in_flight >= EXEC_WINDOW {
+            if self.jobs[&plan.job].execs_in_flight >= EXEC_WINDOW
+                || user_execs_in_flight(&self.execs, plan.user.uid) >= USER_EXEC_WINDOW
+            {
                 // The rest as the ranks in flight report their exec.
                 return Ok(());
             }
@@ -915,6 +933,7 @@ impl OsActuator {
                 PendingExec {
                     job: plan.job,
                     rank: proc_plan.rank,
+                    uid: plan.user.uid,
                     report: Some(report),
                     deadline: Instant::now() + EXEC_TIMEOUT,
                     failed: false,
@@ -1409,6 +1428,15 @@ fn drop_daemon_priority() -> io::Result<()> {
     sys::set_nice(0)
 }
 
+/// How many ranks of `uid`'s jobs are between fork and exec with their
+/// report still awaited.
+fn user_execs_in_flight(execs: &HashMap<i32, PendingExec>, uid: u32) -> usize {
+    execs
+        .values()
+        .filter(|pending| pending.uid == uid && pending.report.is_some())
+        .count()
+}
+
 /// The environment variables the daemon sets for each rank, over the
 /// caller's.
 const SCORE_KEYS: [&str; 7] = [
@@ -1549,7 +1577,7 @@ impl Actuator for OsActuator {
         let due: Vec<JobId> = self
             .jobs
             .iter()
-            .filter(|(_, procs)| procs.launch_due())
+            .filter(|(_, procs)| procs.launch_due(&self.execs))
             .map(|(job, _)| *job)
             .collect();
         for job in due {
@@ -1778,7 +1806,10 @@ impl Actuator for OsActuator {
                     .as_ref()
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
         });
-        let launching = self.jobs.values().any(JobProcs::launch_due);
+        let launching = self
+            .jobs
+            .values()
+            .any(|procs| procs.launch_due(&self.execs));
         if launching {
             return Some(Instant::now());
         }
