@@ -38,6 +38,9 @@ pub use restart::{adopt_listener, RestartSetup};
 
 const LISTENER: Token = Token(0);
 const SIGNALS: Token = Token(1);
+/// The actuator's set of exec reports (`Actuator::exec_watch_fd`); far
+/// above the client tokens, which count up from `FIRST_CLIENT`.
+const EXEC_REPORTS: Token = Token(usize::MAX - 1);
 const FIRST_CLIENT: usize = 2;
 
 /// How long the loop waits, right after sending SIGSTOP, for the stops to
@@ -336,6 +339,12 @@ impl<A: Actuator> Daemon<A> {
             SIGNALS,
             Interest::READABLE,
         )?;
+        // Ranks report their exec (or why it failed) without the loop ever
+        // waiting for them: the actuator reads the reports in `poll`.
+        if let Some(fd) = actuator.exec_watch_fd() {
+            poll.registry()
+                .register(&mut SourceFd(&fd), EXEC_REPORTS, Interest::READABLE)?;
+        }
         Ok(Daemon {
             core,
             actuator,
@@ -426,10 +435,13 @@ impl<A: Actuator> Daemon<A> {
             }
             let ready: Vec<Event> = events
                 .iter()
-                .map(|event| match event.token() {
-                    LISTENER => Event::Accept,
-                    SIGNALS => Event::Signal(0),
-                    token => Event::Client(token),
+                .filter_map(|event| match event.token() {
+                    LISTENER => Some(Event::Accept),
+                    SIGNALS => Some(Event::Signal(0)),
+                    // Read by `actuator.poll` in the `Deadline` event that
+                    // follows every wakeup.
+                    EXEC_REPORTS => None,
+                    token => Some(Event::Client(token)),
                 })
                 .collect();
             for event in ready {

@@ -596,6 +596,7 @@ fn r11_9_a_job_switched_out_during_its_launch_is_stopped_whole() {
     let (mut checks, mut violations) = (0u32, Vec::new());
     while large.count_lines("pid ") < N && started.elapsed() < Duration::from_secs(120) {
         let small_state = proc_stat(small_pid).map(|stat| stat.state);
+        let small_stops = voluntary_switches(small_pid);
         if small_state == Some('R') {
             let ranks: Vec<i32> = large
                 .lines_with("pid ")
@@ -603,12 +604,19 @@ fn r11_9_a_job_switched_out_during_its_launch_is_stopped_whole() {
                 .filter_map(|text| text.trim().parse().ok())
                 .collect();
             // Read the ranks, then the small job again: only a sample taken
-            // wholly inside the small job's slice counts.
+            // wholly inside the small job's slice counts. Running at both
+            // ends is not enough when reading hundreds of ranks takes longer
+            // than a slice: the spinner, which makes no system call, is
+            // switched out voluntarily only when it stops, so its count of
+            // voluntary switches tells whether it stopped in between.
             let states: Vec<(i32, char)> = ranks
                 .iter()
                 .filter_map(|pid| proc_stat(*pid).map(|stat| (*pid, stat.state)))
                 .collect();
-            if proc_stat(small_pid).map(|stat| stat.state) == Some('R') {
+            if proc_stat(small_pid).map(|stat| stat.state) == Some('R')
+                && small_stops.is_some()
+                && voluntary_switches(small_pid) == small_stops
+            {
                 checks += 1;
                 // Stopped (T), or frozen (D), or already ended (Z).
                 violations.extend(
@@ -637,6 +645,17 @@ fn r11_9_a_job_switched_out_during_its_launch_is_stopped_whole() {
     small.wait(Duration::from_secs(30));
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
     daemon.stop();
+}
+
+/// The process's count of voluntary context switches (`/proc/PID/status`).
+fn voluntary_switches(pid: i32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The nice value and scheduling policy in the text of /proc/PID/stat.

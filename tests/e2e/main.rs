@@ -17,6 +17,7 @@ mod restart;
 mod security;
 mod sessions;
 mod shell_parity;
+mod spawn;
 mod startup;
 mod terminals;
 mod users;

@@ -28,6 +28,7 @@ pub mod cgroup;
 pub mod procfs;
 mod recover;
 mod snapshot;
+mod spawn;
 pub mod statedir;
 pub mod sys;
 
@@ -38,7 +39,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::ffi::{CString, OsStr};
 use std::fs;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -107,6 +108,24 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one batch of a launch may take before the loop serves other
 /// events: a job of thousands of processes is created a batch at a time.
 pub const LAUNCH_BATCH: Duration = Duration::from_millis(5);
+/// How long a rank may take from its fork to its exec while its job runs
+/// (the time it is switched out does not count) before it is killed with
+/// SIGKILL and its job's launch fails. A rank takes well under a
+/// millisecond; one that takes seconds was stopped by its own user
+/// between its change of user and its exec.
+pub const EXEC_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many of a job's ranks may be between fork and exec at once: the
+/// next is forked when one of them reports. The daemon does not wait for
+/// an exec, so without a bound a launch of thousands of ranks would put
+/// them all on the CPUs at once, ahead of every other user's work (each
+/// rank leads a session, and so, with `sched_autogroup`, a scheduling
+/// group of its own); the bound also bounds the report pipes held open.
+pub const EXEC_WINDOW: usize = 16;
+/// How many ranks of one user's jobs may be between fork and exec at once.
+/// A user who stops their own ranks before their exec holds each one's
+/// report pipe until `EXEC_TIMEOUT`; without this bound, many jobs of
+/// theirs would hold sixteen descriptors each.
+pub const USER_EXEC_WINDOW: usize = 64;
 /// Without a freezer, how many times a switched-out job may be found
 /// continued by someone else (and stopped again) before it is killed.
 const ROGUE_CONTINUE_LIMIT: u32 = 20;
@@ -223,6 +242,12 @@ pub trait Actuator {
     fn launching(&self) -> bool {
         false
     }
+    /// A descriptor that is readable while some rank between fork and
+    /// exec has something to report (its exec, or a failure); the loop
+    /// then calls `poll`.
+    fn exec_watch_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 /// A direct child: one rank.
@@ -289,8 +314,8 @@ struct LaunchProgress {
     next: usize,
     /// Pipes between `==` stages not yet handed to a process.
     pipes: Vec<Vec<(Option<OwnedFd>, Option<OwnedFd>)>>,
-    /// Executables already counted in the job's disk use.
-    seen_exes: BTreeSet<PathBuf>,
+    /// The job's scratch directory, cgroup and pipes are made.
+    prepared: bool,
 }
 
 /// A launch in progress: the processes of a job are created a batch at a
@@ -330,6 +355,8 @@ struct JobProcs {
     reaped_peak: Vec<u64>,
     /// Size of the executables of the job's programs.
     exe_bytes: u64,
+    /// Executables already counted in `exe_bytes` (this stage).
+    seen_exes: BTreeSet<PathBuf>,
     scratch: PathBuf,
     /// The size walk of the scratch directory, resumed at each sample.
     disk_walk: statedir::DiskWalk,
@@ -340,6 +367,47 @@ struct JobProcs {
     hold: Hold,
     /// Its processes still being created, a batch at a time.
     launch: Option<Launch>,
+    /// Its launch failed (a rank could not exec, or took too long to):
+    /// reported once, and the rest is being killed.
+    launch_failed: bool,
+    /// Its ranks between fork and exec whose report is still awaited (at
+    /// most [`EXEC_WINDOW`]).
+    execs_in_flight: usize,
+}
+
+impl JobProcs {
+    /// Whether its launch has processes to create now: not switched out,
+    /// with room in its window (or it was aborted, which drops it).
+    fn launch_due(&self, execs: &HashMap<i32, PendingExec>) -> bool {
+        self.launch.as_ref().is_some_and(|launch| {
+            launch.aborted
+                || (!launch.paused
+                    && self.execs_in_flight < EXEC_WINDOW
+                    && user_execs_in_flight(execs, self.uid) < USER_EXEC_WINDOW)
+        })
+    }
+}
+
+/// A rank between its fork and its exec: the read end of its report pipe
+/// (see `spawn.rs`), watched through `OsActuator::exec_watch`.
+#[derive(Debug)]
+struct PendingExec {
+    job: JobId,
+    rank: u32,
+    /// The user it runs as.
+    uid: u32,
+    /// Open until the pipe said something: end of file (the exec
+    /// succeeded) or a failure.
+    report: Option<OwnedFd>,
+    /// When it is killed if it has not exec'd (pushed back while its job
+    /// is switched out).
+    deadline: Instant,
+    /// It failed (or was killed for taking too long): its exit is not a
+    /// rank's exit, and its launch failure has been reported.
+    failed: bool,
+    /// The program and working directory, for the message.
+    program: Rc<str>,
+    cwd: Rc<str>,
 }
 
 /// The real actuator.
@@ -368,6 +436,11 @@ pub struct OsActuator {
     /// cost more than the rest of the batch's bookkeeping. `None` where it
     /// could not be read (every signal is then set in the child).
     ignored_signals: Option<u64>,
+    /// Ranks between fork and exec, by pid.
+    execs: HashMap<i32, PendingExec>,
+    /// An epoll set of their report pipes, which the event loop watches
+    /// as one source (`Actuator::exec_watch_fd`).
+    exec_watch: OwnedFd,
 }
 
 impl OsActuator {
@@ -426,6 +499,8 @@ impl OsActuator {
             clock_ticks: sys::clock_ticks(),
             page_size: sys::page_size(),
             ignored_signals: sys::ignored_signals(),
+            execs: HashMap::new(),
+            exec_watch: sys::epoll_create()?,
         })
     }
 
@@ -503,12 +578,15 @@ impl OsActuator {
                 discovered_at: None,
                 reaped_peak: vec![0; plan.hosts.len()],
                 exe_bytes: 0,
+                seen_exes: BTreeSet::new(),
                 scratch,
                 disk_walk: statedir::DiskWalk::default(),
                 cgroup_procs,
                 uid: plan.user.uid,
                 hold: Hold::default(),
                 launch: None,
+                launch_failed: false,
+                execs_in_flight: 0,
             },
         );
         Ok(())
@@ -550,6 +628,7 @@ impl OsActuator {
             .iter_mut()
             .for_each(|peak| *peak = 0);
         procs_state.exe_bytes = 0;
+        procs_state.seen_exes.clear();
         Ok(())
     }
 
@@ -599,7 +678,8 @@ impl OsActuator {
     }
 
     /// Creates the processes of `plan` from `progress.next` on, until all
-    /// exist or `deadline` passes (at least one per call); the first call
+    /// exist, `deadline` passes (at least one per call) or a window of
+    /// ranks between fork and exec is full; the first call
     /// of a launch also prepares the job and its pipes.
     fn spawn_all(
         &mut self,
@@ -609,8 +689,11 @@ impl OsActuator {
         deadline: Instant,
     ) -> Result<(), (String, i32)> {
         let first = progress.next;
-        if first == 0 {
+        if !progress.prepared {
+            // Once a launch: its first call may create no process (its
+            // user's window is full) and be called again.
             self.start_stage(plan, &mut progress.pipes)?;
+            progress.prepared = true;
         }
         // The submission validator refuses a NUL byte in the working
         // directory (scored_proto::submit), so this conversion only fails
@@ -634,68 +717,159 @@ impl OsActuator {
         let signals_to_change = self
             .ignored_signals
             .map_or(u64::MAX, |daemon| daemon ^ plan.inherited.ignored);
-        let seen_exes = &mut progress.seen_exes;
+        // The environment every rank shares, as `std::process::Command`
+        // built it: one entry per name (the last given wins, the daemon's
+        // `SCORE_*` over the caller's), sorted by name. Built once a batch;
+        // each rank adds its own `SCORE_*` entries.
+        let mut base: std::collections::BTreeMap<&[u8], &[u8]> = plan
+            .env
+            .iter()
+            .map(|(key, value)| (key.as_bytes(), value.as_bytes()))
+            .collect();
+        for key in SCORE_KEYS {
+            base.remove(key.as_bytes());
+        }
+        // Entries no environment can hold were left out by the submission
+        // validator (scored_proto::submit); one that slips through is
+        // dropped rather than failing the launch.
+        let base: Vec<(Vec<u8>, CString)> = base
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let mut entry = Vec::with_capacity(key.len() + value.len() + 1);
+                entry.extend_from_slice(key);
+                entry.push(b'=');
+                entry.extend_from_slice(value);
+                CString::new(entry).ok().map(|entry| (key.to_vec(), entry))
+            })
+            .collect();
+        let scratch = self.jobs[&plan.job].scratch.as_os_str().as_bytes().to_vec();
+        let cwd_text: Rc<str> = Path::new(OsStr::from_bytes(cwd.as_bytes()))
+            .display()
+            .to_string()
+            .into();
+        let mut argv_cache: Option<(usize, Vec<CString>, Rc<str>)> = None;
         for proc_plan in &plan.procs[first..] {
             if progress.next > first && Instant::now() >= deadline {
                 // The rest in later batches, between events.
                 return Ok(());
             }
-            progress.next += 1;
-            let argv = &plan.argv[proc_plan.stage - plan.first_stage];
-            let host = &self.hosts[proc_plan.host.idx()];
-            let mut command = Command::new(&argv[0]);
-            command.args(&argv[1..]).env_clear();
-            // Entries no environment can hold were left out by the
-            // submission validator (scored_proto::submit).
-            command.envs(plan.env.iter().map(|(key, value)| (key, value)));
-            command
-                .env("SCORE_JOBID", plan.job.to_string())
-                .env("SCORE_RANK", proc_plan.rank.to_string())
-                .env("SCORE_NPROCS", plan.nprocs.to_string())
-                .env("SCORE_HOST", &host.0)
-                .env("SCORE_HOSTID", proc_plan.host.0.to_string())
-                .env("SCORE_TMPDIR", &self.jobs[&plan.job].scratch);
-            if plan.pipe {
-                command.env("SCORE_STAGE", proc_plan.stage.to_string());
+            if self.jobs[&plan.job].execs_in_flight >= EXEC_WINDOW
+                || user_execs_in_flight(&self.execs, plan.user.uid) >= USER_EXEC_WINDOW
+            {
+                // The rest as the ranks in flight report their exec.
+                return Ok(());
             }
-            let rank = proc_plan.rank as usize;
+            progress.next += 1;
             let stage_idx = proc_plan.stage - plan.first_stage;
+            if argv_cache
+                .as_ref()
+                .is_none_or(|(stage, _, _)| *stage != stage_idx)
+            {
+                let argv = &plan.argv[stage_idx];
+                // The validator refuses NUL bytes in arguments; as above.
+                let args: Vec<CString> = argv
+                    .iter()
+                    .map(|arg| CString::new(arg.as_bytes()))
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| {
+                        (
+                            "internal error: an argument holds a NUL byte".to_string(),
+                            126,
+                        )
+                    })?;
+                let program: Rc<str> = Path::new(&argv[0]).display().to_string().into();
+                argv_cache = Some((stage_idx, args, program));
+            }
+            let (_, args, program) = argv_cache.as_ref().expect("filled above");
+            let host = &self.hosts[proc_plan.host.idx()];
+            let mut own: Vec<(&[u8], CString)> = vec![
+                (
+                    b"SCORE_JOBID",
+                    score_entry("SCORE_JOBID", plan.job.to_string().as_bytes()),
+                ),
+                (
+                    b"SCORE_RANK",
+                    score_entry("SCORE_RANK", proc_plan.rank.to_string().as_bytes()),
+                ),
+                (
+                    b"SCORE_NPROCS",
+                    score_entry("SCORE_NPROCS", plan.nprocs.to_string().as_bytes()),
+                ),
+                (b"SCORE_HOST", score_entry("SCORE_HOST", host.0.as_bytes())),
+                (
+                    b"SCORE_HOSTID",
+                    score_entry("SCORE_HOSTID", proc_plan.host.0.to_string().as_bytes()),
+                ),
+                (b"SCORE_TMPDIR", score_entry("SCORE_TMPDIR", &scratch)),
+            ];
+            if plan.pipe {
+                own.push((
+                    b"SCORE_STAGE",
+                    score_entry("SCORE_STAGE", proc_plan.stage.to_string().as_bytes()),
+                ));
+            }
+            let mut env: Vec<(&[u8], &std::ffi::CStr)> = base
+                .iter()
+                .map(|(key, entry)| (key.as_slice(), entry.as_c_str()))
+                .chain(own.iter().map(|(key, entry)| (*key, entry.as_c_str())))
+                .collect();
+            env.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let rank = proc_plan.rank as usize;
+            // Descriptors handed to this rank alone (pipes between `==`
+            // stages, /dev/null) are owned here and closed once it is forked.
+            let mut owned: Vec<OwnedFd> = Vec::new();
             let stdin = if plan.pipe && stage_idx > 0 {
-                pipes[stage_idx - 1][rank].0.take().map(Stdio::from)
-            } else if proc_plan.rank == 0 {
-                stdio
-                    .and_then(|io| io.stdin.try_clone().ok())
-                    .map(Stdio::from)
+                pipes[stage_idx - 1][rank].0.take()
             } else {
                 None
             };
-            let stdout = if plan.pipe && proc_plan.stage < last_stage {
-                pipes[stage_idx][rank].1.take().map(Stdio::from)
-            } else {
-                stdio
-                    .and_then(|io| io.stdout.try_clone().ok())
-                    .map(Stdio::from)
+            let stdin_fd = match (stdin, stdio) {
+                (Some(pipe), _) => hold(&mut owned, pipe),
+                (None, Some(io)) if proc_plan.rank == 0 && !(plan.pipe && stage_idx > 0) => {
+                    io.stdin.as_raw_fd()
+                }
+                _ => hold(
+                    &mut owned,
+                    open_null(false).map_err(|error| launch_error(program, &cwd_text, &error))?,
+                ),
             };
-            let stderr = stdio
-                .and_then(|io| io.stderr.try_clone().ok())
-                .map(Stdio::from);
-            command.stdin(stdin.unwrap_or_else(Stdio::null));
-            command.stdout(stdout.unwrap_or_else(Stdio::null));
-            command.stderr(stderr.unwrap_or_else(Stdio::null));
+            let stdout = if plan.pipe && proc_plan.stage < last_stage {
+                pipes[stage_idx][rank].1.take()
+            } else {
+                None
+            };
+            let stdout_fd = match (stdout, stdio) {
+                (Some(pipe), _) => hold(&mut owned, pipe),
+                (None, Some(io)) => io.stdout.as_raw_fd(),
+                (None, None) => hold(
+                    &mut owned,
+                    open_null(true).map_err(|error| launch_error(program, &cwd_text, &error))?,
+                ),
+            };
+            let stderr_fd = match stdio {
+                Some(io) => io.stderr.as_raw_fd(),
+                None => hold(
+                    &mut owned,
+                    open_null(true).map_err(|error| launch_error(program, &cwd_text, &error))?,
+                ),
+            };
+            let mut stdio_fds = [stdin_fd, stdout_fd, stderr_fd];
+            for fd in &mut stdio_fds {
+                if let Some(copy) = spawn::ChildSetup::stdio_fd(*fd)
+                    .map_err(|error| launch_error(program, &cwd_text, &error))?
+                {
+                    *fd = hold(&mut owned, copy);
+                }
+            }
             let slot = proc_plan.host_slot;
             // The process whose stdin is the client's takes it as its
             // controlling terminal when the client asked for that (`-pty`).
             let takes_terminal = stdio.is_some_and(|io| io.controlling_terminal)
                 && proc_plan.rank == 0
                 && !(plan.pipe && stage_idx > 0);
-            let mask = host.1;
-            let cgroup_path = cgroup_procs.clone();
-            let child_cwd = cwd.clone();
-            let groups = groups.clone();
-            let (uid, gid) = (plan.user.uid, plan.user.gid);
-            let daemon_pid = self.daemon_pid;
-            // The caller's limits, the descriptor limit last (see below);
-            // without the caller's, the one scored started with.
+            // The caller's limits, the descriptor limit last (see
+            // `spawn::steps`); without the caller's, the one scored
+            // started with.
             let inherited = &plan.inherited;
             let mut rlimits: Vec<(Resource, u64, u64)> = inherited
                 .rlimits
@@ -711,133 +885,230 @@ impl OsActuator {
             {
                 rlimits.push((Resource::RLIMIT_NOFILE, soft, hard));
             }
-            let umask = inherited.umask;
-            let ignored = inherited.ignored;
-            // SAFETY: the closure runs in the child between fork and exec. It
-            // only makes system calls (setsid, sched_setscheduler,
-            // setpriority, setrlimit, getrlimit, sched_setaffinity,
-            // open/write/close, setgroups/setgid/setuid, ioctl, chdir,
-            // close_range, prctl, getppid, umask, sigaction, sigprocmask;
-            // `shed_root_leftovers` adds keyctl and capget) on data prepared
-            // before the fork; it allocates nothing, takes no lock and does
-            // not log. The daemon is single-threaded, so no other thread's
-            // lock can be held.
-            unsafe {
-                command.pre_exec(move || {
-                    // A session of its own: the job cannot reach the
-                    // terminal scored was started from, no process of
-                    // another job can join its process group (groups are
-                    // joined only within a session), and as a session leader
-                    // the rank can never leave its group, whose id is its
-                    // pid (see `JobProcs::groups`).
-                    sys::new_session()?;
-                    nix::sched::sched_setaffinity(Pid::from_raw(0), &mask)?;
-                    if let Some(path) = &cgroup_path {
-                        sys::write_file(path, b"0")?;
-                    }
-                    if become_user {
-                        sys::become_user(uid, gid, &groups)?;
-                    }
-                    shed_root_leftovers(become_user)?;
-                    // After the change of user, so that the kernel checks the
-                    // user's rights on the terminal; it is never stolen from
-                    // another session.
-                    if takes_terminal {
-                        sys::take_controlling_terminal(libc::STDIN_FILENO)?;
-                    }
-                    sys::chdir(&child_cwd)?;
-                    // Only the three stdio descriptors reach the job. Old
-                    // kernels lack close_range; there, every descriptor of
-                    // the daemon is close-on-exec already (see
-                    // `seal_inherited_descriptors`).
-                    match sys::cloexec_from_3() {
-                        Ok(()) => {}
-                        Err(error)
-                            if matches!(
-                                error.raw_os_error(),
-                                Some(libc::ENOSYS | libc::EINVAL)
-                            ) => {}
-                        Err(error) => return Err(error),
-                    }
-                    // After setuid, which clears it: a job dies with the daemon.
-                    sys::set_parent_death_signal(libc::SIGKILL)?;
-                    if sys::parent_pid() != daemon_pid {
-                        return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                    }
-                    if let Some(mask) = umask {
-                        sys::set_umask(mask);
-                    }
-                    // The signal state of a program started from the
-                    // caller's shell: the daemon's mask (blocked for its
-                    // signalfd) and its inherited ignores must not leak.
-                    sys::reset_signals(ignored, signals_to_change)?;
-                    // Last, after the change of credentials, so that a
-                    // hard limit is only ever lowered, as the user could;
-                    // the descriptor limit last of all: nothing after it
-                    // opens a descriptor, which would be numbered above a
-                    // lowered limit and fail.
-                    for &(resource, soft, hard) in &rlimits {
-                        lower_rlimit(resource, soft, hard)?;
-                    }
-                    drop_daemon_priority()
-                });
+            let setup = spawn::ChildSetup {
+                program: &args[0],
+                args: args.iter().map(CString::as_c_str).collect(),
+                env: env.iter().map(|(_, entry)| *entry).collect(),
+                stdio: stdio_fds,
+                cpus: host.1,
+                cgroup_procs: cgroup_procs.as_deref(),
+                credentials: become_user.then_some((
+                    plan.user.uid,
+                    plan.user.gid,
+                    groups.as_slice(),
+                )),
+                takes_terminal,
+                cwd: &cwd,
+                daemon_pid: self.daemon_pid,
+                umask: inherited.umask,
+                ignored: inherited.ignored,
+                signals_to_change,
+                rlimits: &rlimits,
+            };
+            let (pid, report) =
+                spawn::spawn(&setup).map_err(|error| launch_error(program, &cwd_text, &error))?;
+            drop(owned);
+            let watched = sys::epoll_add(&self.exec_watch, report.as_raw_fd(), pid as u64);
+            if let Err(error) = watched {
+                // Without the watch the exec would be learnt only at the
+                // rank's exit or its deadline: say so, and go on.
+                tracing::warn!(job = %plan.job, pid, %error, "cannot watch a rank's exec");
             }
-            match command.spawn() {
-                Ok(child) => {
-                    let pid = child.id() as i32;
-                    // The Child handle is dropped without waiting: the reaping
-                    // loop owns every child.
-                    drop(child);
-                    let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
-                    procs_state.groups.insert(pid, slot);
-                    procs_state.children.insert(pid);
-                    self.children.insert(
-                        pid,
-                        Child {
-                            job: plan.job,
-                            stage: proc_plan.stage,
-                            rank: proc_plan.rank,
-                            slot,
-                            stopped: false,
-                        },
-                    );
-                    if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
-                        if seen_exes.insert(exe.clone()) {
-                            let size = fs::metadata(&exe).map(|meta| meta.len()).unwrap_or(0);
-                            let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
-                            procs_state.exe_bytes += size;
-                        }
-                    }
-                    tracing::debug!(job = %plan.job, pid, rank = proc_plan.rank, stage = proc_plan.stage, host = %host.0, "spawned");
-                }
-                Err(error) if error.raw_os_error() == Some(sys::PRIVILEGES_REMAIN) => {
-                    let program = Path::new(&argv[0]).display().to_string();
-                    return Err((
-                        format!(
-                            "refusing to run '{program}' as uid {}: capabilities or securebits \
-                             remain after the change of user",
-                            plan.user.uid
-                        ),
-                        crate::exitcode::NOT_EXECUTABLE,
-                    ));
-                }
-                Err(error) => {
-                    let program = Path::new(&argv[0]).display().to_string();
-                    let status = match error.kind() {
-                        io::ErrorKind::NotFound => crate::exitcode::NOT_FOUND,
-                        _ => crate::exitcode::NOT_EXECUTABLE,
-                    };
-                    let cwd_text = Path::new(OsStr::from_bytes(cwd.as_bytes()))
-                        .display()
-                        .to_string();
-                    return Err((
-                        format!("cannot run '{program}' in {cwd_text}: {error}"),
-                        status,
-                    ));
-                }
-            }
+            let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
+            procs_state.groups.insert(pid, slot);
+            procs_state.children.insert(pid);
+            procs_state.execs_in_flight += 1;
+            self.children.insert(
+                pid,
+                Child {
+                    job: plan.job,
+                    stage: proc_plan.stage,
+                    rank: proc_plan.rank,
+                    slot,
+                    stopped: false,
+                },
+            );
+            self.execs.insert(
+                pid,
+                PendingExec {
+                    job: plan.job,
+                    rank: proc_plan.rank,
+                    uid: plan.user.uid,
+                    report: Some(report),
+                    deadline: Instant::now() + EXEC_TIMEOUT,
+                    failed: false,
+                    program: Rc::clone(program),
+                    cwd: Rc::clone(&cwd_text),
+                },
+            );
+            tracing::debug!(job = %plan.job, pid, rank = proc_plan.rank, stage = proc_plan.stage, host = %host.0, "spawned");
         }
         Ok(())
+    }
+
+    /// Reads the report pipes of ranks between fork and exec that are
+    /// ready (the loop saw `exec_watch` readable, or it polls).
+    fn collect_exec_reports(&mut self, out: &mut Vec<Input>) {
+        if self.execs.is_empty() {
+            return;
+        }
+        let mut ready = [0u64; 64];
+        loop {
+            let n = match sys::epoll_ready(&self.exec_watch, &mut ready) {
+                Ok(n) => n,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the set of exec reports");
+                    0
+                }
+            };
+            for &pid in &ready[..n] {
+                self.exec_report(pid as i32, out);
+            }
+            if n < ready.len() {
+                break;
+            }
+        }
+    }
+
+    /// What a rank's report pipe says now: nothing yet, its exec (its
+    /// executable is then counted in the job's disk use), or a failure.
+    fn exec_report(&mut self, pid: i32, out: &mut Vec<Input>) {
+        let Some(report) = self
+            .execs
+            .get(&pid)
+            .and_then(|pending| pending.report.as_ref())
+        else {
+            return;
+        };
+        match spawn::read_report(report) {
+            spawn::Report::Pending => {}
+            spawn::Report::Execd => {
+                if let Some(pending) = self.execs.remove(&pid) {
+                    self.exec_settled(pending.job);
+                    self.count_executable(pending.job, pid);
+                }
+            }
+            spawn::Report::Failed(step, errno) => self.exec_failed(pid, step, errno, out),
+        }
+    }
+
+    /// One of the job's ranks in flight has reported (or will never):
+    /// room for the next in its launch's window.
+    fn exec_settled(&mut self, job: JobId) {
+        if let Some(procs) = self.jobs.get_mut(&job) {
+            procs.execs_in_flight = procs.execs_in_flight.saturating_sub(1);
+        }
+    }
+
+    /// Adds the size of a rank's executable to its job's disk use, once
+    /// per executable and stage.
+    fn count_executable(&mut self, job: JobId, pid: i32) {
+        let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) else {
+            return;
+        };
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if procs.seen_exes.insert(exe.clone()) {
+            procs.exe_bytes += fs::metadata(&exe).map(|meta| meta.len()).unwrap_or(0);
+        }
+    }
+
+    /// A rank reported that a step before its exec failed: its job's
+    /// launch fails with the message a rank that cannot run gets.
+    fn exec_failed(&mut self, pid: i32, step: spawn::Step, errno: i32, out: &mut Vec<Input>) {
+        let Some(pending) = self.execs.get_mut(&pid) else {
+            return;
+        };
+        let settled = pending.report.take().is_some();
+        pending.failed = true;
+        let (job, rank) = (pending.job, pending.rank);
+        if settled {
+            self.exec_settled(job);
+        }
+        let Some(pending) = self.execs.get(&pid) else {
+            return;
+        };
+        let error = io::Error::from_raw_os_error(errno);
+        tracing::info!(job = %job, pid, rank, step = step.describe(), %error, "a rank could not exec");
+        let (message, status) =
+            if step == spawn::Step::Privileges && errno == sys::PRIVILEGES_REMAIN {
+                let uid = self.jobs.get(&job).map_or(0, |procs| procs.uid);
+                (
+                    format!(
+                        "refusing to run '{}' as uid {uid}: capabilities or securebits \
+                     remain after the change of user",
+                        pending.program
+                    ),
+                    crate::exitcode::NOT_EXECUTABLE,
+                )
+            } else {
+                launch_error(&pending.program, &pending.cwd, &error)
+            };
+        self.fail_launch(job, message, status, out);
+    }
+
+    /// Ranks that have not exec'd within [`EXEC_TIMEOUT`] of running time
+    /// are killed, and their jobs' launches fail.
+    fn expire_execs(&mut self, now: Instant, out: &mut Vec<Input>) {
+        let jobs = &self.jobs;
+        let expired: Vec<i32> = self
+            .execs
+            .iter()
+            .filter(|(_, pending)| {
+                !pending.failed
+                    && pending.deadline <= now
+                    && !jobs
+                        .get(&pending.job)
+                        .is_some_and(|procs| procs.hold.switched_out)
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in expired {
+            // A last look: it may have exec'd or failed just now.
+            self.exec_report(pid, out);
+            let Some(pending) = self.execs.get_mut(&pid).filter(|pending| !pending.failed) else {
+                continue;
+            };
+            // An unreaped child of ours: its pid is still its own. SIGKILL
+            // ends a stopped process too.
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            pending.failed = true;
+            pending.report = None;
+            let (job, rank) = (pending.job, pending.rank);
+            let program = Rc::clone(&pending.program);
+            self.exec_settled(job);
+            let message = format!(
+                "rank {rank} of job {job} had not started '{}' {}s after it was created \
+                 (stopped before its exec?): killed",
+                program,
+                EXEC_TIMEOUT.as_secs()
+            );
+            tracing::warn!(job = %job, pid, rank, "a rank did not exec in time; killed");
+            self.fail_launch(job, message, crate::exitcode::NOT_EXECUTABLE, out);
+        }
+    }
+
+    /// The job's launch failed: says so once, creates nothing more, and
+    /// kills what exists (the job ends once all of it is reaped).
+    fn fail_launch(&mut self, job: JobId, message: String, status: i32, out: &mut Vec<Input>) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if procs.launch_failed {
+            return;
+        }
+        procs.launch_failed = true;
+        tracing::info!(job = %job, %message, "launch failed");
+        out.push(Input::SpawnFailed {
+            job,
+            message,
+            status,
+        });
+        if let Some(launch) = procs.launch.as_mut() {
+            launch.aborted = true;
+        }
+        self.send(job, Signal::SIGKILL);
     }
 
     /// Signals the process group of every unreaped rank (see
@@ -855,6 +1126,18 @@ impl OsActuator {
         for &pgid in procs.groups.keys() {
             if let Err(error) = killpg(Pid::from_raw(pgid), signal) {
                 tracing::debug!(job = %job, pgid, %error, "killpg failed");
+            }
+        }
+        // A rank between fork and exec may not lead its session yet, so
+        // that its group's signal misses it: it is signalled by pid too
+        // (an unreaped child's pid is still its own).
+        if !self.execs.is_empty() {
+            for pid in procs
+                .children
+                .iter()
+                .filter(|pid| self.execs.contains_key(pid))
+            {
+                let _ = kill(Pid::from_raw(*pid), signal);
             }
         }
         for extra in procs.extras.values() {
@@ -1132,14 +1415,77 @@ impl OsActuator {
 /// Between fork and exec, the very last step: never let the daemon's
 /// real-time priority (or nice value) reach a job. Until here the child
 /// ran at the daemon's priority (the daemon does not set
-/// SCHED_RESET_ON_FORK): the daemon waits for each child to exec, and a
-/// child at normal priority on a busy machine first waited for a CPU
-/// behind every runnable process, which made creating a process take
-/// milliseconds. Lowering one's own priority needs no privilege, so this
-/// works after the change of user too. Only system calls.
+/// SCHED_RESET_ON_FORK), so that its few hundred microseconds of pre-exec
+/// work do not wait for a CPU behind a busy machine's processes. The daemon
+/// no longer waits for it (`spawn.rs`), but its launch window does
+/// (`EXEC_WINDOW`), and a launch of 1,500 ranks left the console more
+/// responsive with real-time children than with children at normal
+/// priority (BENCHMARKS.md, *A spawn that does not wait*). Lowering one's
+/// own priority needs no privilege, so this works after the change of
+/// user too. Only system calls.
 fn drop_daemon_priority() -> io::Result<()> {
     sys::set_scheduler(None, false)?;
     sys::set_nice(0)
+}
+
+/// How many ranks of `uid`'s jobs are between fork and exec with their
+/// report still awaited.
+fn user_execs_in_flight(execs: &HashMap<i32, PendingExec>, uid: u32) -> usize {
+    execs
+        .values()
+        .filter(|pending| pending.uid == uid && pending.report.is_some())
+        .count()
+}
+
+/// The environment variables the daemon sets for each rank, over the
+/// caller's.
+const SCORE_KEYS: [&str; 7] = [
+    "SCORE_JOBID",
+    "SCORE_RANK",
+    "SCORE_NPROCS",
+    "SCORE_HOST",
+    "SCORE_HOSTID",
+    "SCORE_TMPDIR",
+    "SCORE_STAGE",
+];
+
+/// `KEY=value` for one of [`SCORE_KEYS`]; its values (numbers, a host
+/// name, the scratch path) hold no NUL byte, and one that did would give
+/// an empty entry rather than a failed launch.
+fn score_entry(key: &str, value: &[u8]) -> CString {
+    let mut entry = Vec::with_capacity(key.len() + value.len() + 1);
+    entry.extend_from_slice(key.as_bytes());
+    entry.push(b'=');
+    entry.extend_from_slice(value);
+    CString::new(entry).unwrap_or_default()
+}
+
+/// Keeps `fd` until the rank is forked, and gives its number.
+fn hold(owned: &mut Vec<OwnedFd>, fd: OwnedFd) -> std::os::fd::RawFd {
+    let raw = fd.as_raw_fd();
+    owned.push(fd);
+    raw
+}
+
+/// /dev/null for a rank's stdin (read) or stdout and stderr (write), as
+/// `std::process::Stdio::null` opens it.
+fn open_null(write: bool) -> io::Result<OwnedFd> {
+    let file = if write {
+        fs::OpenOptions::new().write(true).open("/dev/null")?
+    } else {
+        fs::File::open("/dev/null")?
+    };
+    Ok(OwnedFd::from(file))
+}
+
+/// A launch that failed in the daemon (a descriptor, a fork), in the words
+/// of a rank that failed to run: the program, the directory and why.
+fn launch_error(program: &str, cwd: &str, error: &io::Error) -> (String, i32) {
+    let status = match error.kind() {
+        io::ErrorKind::NotFound => crate::exitcode::NOT_FOUND,
+        _ => crate::exitcode::NOT_EXECUTABLE,
+    };
+    (format!("cannot run '{program}' in {cwd}: {error}"), status)
 }
 
 /// Between fork and exec, after the change of user: what a job must not
@@ -1171,7 +1517,11 @@ impl Actuator for OsActuator {
     }
 
     fn launching(&self) -> bool {
-        self.jobs.values().any(|procs| procs.launch.is_some())
+        self.jobs.values().any(|procs| procs.launch.is_some()) || !self.execs.is_empty()
+    }
+
+    fn exec_watch_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.exec_watch.as_raw_fd())
     }
 
     fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {
@@ -1183,6 +1533,11 @@ impl Actuator for OsActuator {
             .find_map(|(job, procs)| procs.launch.as_ref().map(|_| *job))
         {
             return Err(HandoverError::Launching(job));
+        }
+        // A rank between fork and exec: its report pipe cannot be taken
+        // over either; it lasts under a millisecond, or `EXEC_TIMEOUT`.
+        if let Some(pending) = self.execs.values().next() {
+            return Err(HandoverError::Launching(pending.job));
         }
         Ok(self.snapshot())
     }
@@ -1222,12 +1577,7 @@ impl Actuator for OsActuator {
         let due: Vec<JobId> = self
             .jobs
             .iter()
-            .filter(|(_, procs)| {
-                procs
-                    .launch
-                    .as_ref()
-                    .is_some_and(|launch| !launch.paused || launch.aborted)
-            })
+            .filter(|(_, procs)| procs.launch_due(&self.execs))
             .map(|(job, _)| *job)
             .collect();
         for job in due {
@@ -1315,6 +1665,11 @@ impl Actuator for OsActuator {
 
     fn cont(&mut self, job: JobId) {
         self.thaw(job);
+        // The time a rank spent switched out before its exec does not count.
+        let deadline = Instant::now() + EXEC_TIMEOUT;
+        for pending in self.execs.values_mut().filter(|pending| pending.job == job) {
+            pending.deadline = deadline;
+        }
         if let Some(procs) = self.jobs.get_mut(&job) {
             procs.hold.switched_out = false;
             procs.stop_wait = None;
@@ -1435,6 +1790,8 @@ impl Actuator for OsActuator {
     }
 
     fn poll(&mut self, now: Instant, out: &mut Vec<Input>) {
+        self.collect_exec_reports(out);
+        self.expire_execs(now, out);
         if now >= self.state_check_at {
             let _ = self.check_state_dir(out);
         }
@@ -1449,17 +1806,29 @@ impl Actuator for OsActuator {
                     .as_ref()
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
         });
-        let launching = self.jobs.values().any(|procs| {
-            procs
-                .launch
-                .as_ref()
-                .is_some_and(|launch| !launch.paused || launch.aborted)
-        });
+        let launching = self
+            .jobs
+            .values()
+            .any(|procs| procs.launch_due(&self.execs));
         if launching {
             return Some(Instant::now());
         }
         let poll = busy.then(|| Instant::now() + POLL_INTERVAL);
-        Some(poll.map_or(self.state_check_at, |poll| poll.min(self.state_check_at)))
+        let next = poll.map_or(self.state_check_at, |poll| poll.min(self.state_check_at));
+        // The first rank that may still fail to exec in time.
+        let exec = self
+            .execs
+            .values()
+            .filter(|pending| {
+                !pending.failed
+                    && !self
+                        .jobs
+                        .get(&pending.job)
+                        .is_some_and(|procs| procs.hold.switched_out)
+            })
+            .map(|pending| pending.deadline)
+            .min();
+        Some(exec.map_or(next, |exec| exec.min(next)))
     }
 
     fn await_stops(&mut self, max: Duration, out: &mut Vec<Input>) {
@@ -1617,6 +1986,26 @@ impl OsActuator {
                     self.continued_from_outside(child.job, pid, out);
                 }
             }
+            (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_))
+                if self.exec_never_happened(pid, out) =>
+            {
+                // It failed before its exec (its launch failure is
+                // reported): not a rank's exit.
+                self.children.remove(&pid);
+                let Some(procs) = self.jobs.get_mut(&child.job) else {
+                    return;
+                };
+                procs.children.remove(&pid);
+                procs.groups.remove(&pid);
+                if let Some(wait) = procs.stop_wait.as_mut() {
+                    wait.children.remove(&pid);
+                }
+                if procs.children.is_empty() && procs.launch.is_none() {
+                    self.last_child_gone(child.job, out);
+                } else {
+                    self.check_stop(child.job, out);
+                }
+            }
             (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)) => {
                 self.children.remove(&pid);
                 let status = match waited.event {
@@ -1666,6 +2055,26 @@ impl OsActuator {
                     }
                 }
             }
+        }
+    }
+
+    /// A rank that ended: whether it ended before its exec because a step
+    /// failed or it was killed for taking too long (reading its report
+    /// now if the loop had not yet). One killed by someone else before
+    /// its exec ends as killed by that signal, as it would in a shell.
+    fn exec_never_happened(&mut self, pid: i32, out: &mut Vec<Input>) -> bool {
+        if !self.execs.contains_key(&pid) {
+            return false;
+        }
+        self.exec_report(pid, out);
+        match self.execs.remove(&pid) {
+            Some(pending) => {
+                if pending.report.is_some() {
+                    self.exec_settled(pending.job);
+                }
+                pending.failed
+            }
+            None => false,
         }
     }
 

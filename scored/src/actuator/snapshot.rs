@@ -239,6 +239,9 @@ impl OsActuator {
                     },
                     // A launch in progress is never handed over.
                     launch: None,
+                    launch_failed: false,
+                    execs_in_flight: 0,
+                    seen_exes: BTreeSet::new(),
                     cgroup_procs,
                     uid: record.uid,
                 },

@@ -310,6 +310,19 @@ pub fn cloexec_from_3() -> io::Result<()> {
     Ok(())
 }
 
+/// Makes `fd` the calling process's descriptor `target` (0, 1 or 2) for
+/// exec: `dup2`, or, when it is `target` already, clearing its
+/// close-on-exec flag, as `std::process::Command` does for stdio.
+pub fn install_stdio(fd: RawFd, target: RawFd) -> io::Result<()> {
+    if fd == target {
+        return keep_on_exec(fd);
+    }
+    // SAFETY: dup2 takes plain integers; the new descriptor is not
+    // close-on-exec.
+    cvt(unsafe { libc::dup2(fd, target) } as libc::c_long)?;
+    Ok(())
+}
+
 /// Sets the close-on-exec flag of a descriptor.
 pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl with F_GETFD/F_SETFD takes plain integers; a descriptor
@@ -591,4 +604,54 @@ pub fn privileges_remain() -> io::Result<bool> {
     let securebits =
         cvt(unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) } as libc::c_long)?;
     Ok(caps || securebits != 0)
+}
+
+/// `epoll_create1(EPOLL_CLOEXEC)`: a set of descriptors to watch, itself a
+/// descriptor that is readable while any of them is ready (so that the
+/// event loop can watch the whole set as one source).
+///
+/// Not for use between fork and exec.
+pub fn epoll_create() -> io::Result<OwnedFd> {
+    // SAFETY: epoll_create1 takes a flag and returns a new descriptor or -1.
+    let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) } as libc::c_long)?;
+    // SAFETY: the kernel just returned this descriptor and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Adds `fd` to the set `epoll`, readable (or hung up), reported with
+/// `data`. Closing `fd` removes it.
+///
+/// Not for use between fork and exec.
+pub fn epoll_add(epoll: &OwnedFd, fd: RawFd, data: u64) -> io::Result<()> {
+    let mut event = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: data,
+    };
+    // SAFETY: `event` is valid for the call; both descriptors are open.
+    let ret = unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
+    cvt(ret as libc::c_long)?;
+    Ok(())
+}
+
+/// The data of the descriptors of `epoll` that are ready now, without
+/// waiting, into `ready`; how many.
+///
+/// Not for use between fork and exec.
+pub fn epoll_ready(epoll: &OwnedFd, ready: &mut [u64]) -> io::Result<usize> {
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    let max = ready.len().min(events.len());
+    let n = loop {
+        // SAFETY: `events` has room for `max` entries and lives across the
+        // call; a zero timeout never blocks.
+        let ret =
+            unsafe { libc::epoll_wait(epoll.as_raw_fd(), events.as_mut_ptr(), max as i32, 0) };
+        match cvt(ret as libc::c_long) {
+            Err(error) if error.raw_os_error() == Some(libc::EINTR) => continue,
+            other => break other? as usize,
+        }
+    };
+    for (slot, event) in ready.iter_mut().zip(&events[..n]) {
+        *slot = event.u64;
+    }
+    Ok(n)
 }

@@ -1,0 +1,459 @@
+//! The daemon's own spawn: one `fork`, the pre-exec steps on data prepared
+//! before it, and an `exec`, without ever waiting for the child.
+//!
+//! `std::process::Command::spawn` blocks until the child has exec'd (it
+//! reads a close-on-exec pipe to learn whether exec failed), so a launch
+//! was serialized with every child's whole pre-exec work, and a user who
+//! stopped their own child between its `setuid` and its `exec` (a loop of
+//! `kill(-1, SIGSTOP)` is enough) stalled the whole daemon. Here the child
+//! reports a failure through such a pipe too, but the parent only reads it
+//! when the event loop says it is readable ([`read_report`]): end of file
+//! means the exec succeeded, eight bytes name the step that failed and its
+//! errno.
+//!
+//! Architecture invariant: the child allocates nothing, frees nothing,
+//! takes no lock and does not log. Everything it touches (argument and
+//! environment arrays, paths, descriptors, limits) is in [`ChildSetup`],
+//! built before the fork, and it makes only system calls on it (and
+//! glibc's `execvp`, which allocates nothing either, as `posix_spawn`
+//! relies on). The daemon is single-threaded, so no other thread's lock can
+//! be held at the fork.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::sys::resource::Resource;
+use nix::unistd::Pid;
+
+use super::sys;
+
+/// The steps between fork and exec, in the order the child takes them;
+/// a failure report names one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Step {
+    /// Moving the job's stdio descriptors to 0, 1 and 2.
+    Stdio = 1,
+    /// `setsid`.
+    Session,
+    /// Pinning the host's CPUs.
+    Affinity,
+    /// Joining the job's cgroup.
+    Cgroup,
+    /// `setgroups`, `setgid`, `setuid`.
+    Credentials,
+    /// A session keyring of its own, and the check that no privilege
+    /// survived the change of user.
+    Privileges,
+    /// Taking the terminal as controlling terminal (`-pty`).
+    Terminal,
+    /// `chdir` to the job's working directory.
+    Chdir,
+    /// Marking the daemon's other descriptors close-on-exec.
+    Descriptors,
+    /// The parent-death signal, and the check that the daemon still lives.
+    ParentDeath,
+    /// The signal dispositions and mask of a shell's child.
+    Signals,
+    /// The caller's resource limits.
+    Limits,
+    /// Normal scheduling priority.
+    Priority,
+    /// `execvp` itself.
+    Exec,
+}
+
+impl Step {
+    fn from_u32(value: u32) -> Option<Step> {
+        const ALL: [Step; 14] = [
+            Step::Stdio,
+            Step::Session,
+            Step::Affinity,
+            Step::Cgroup,
+            Step::Credentials,
+            Step::Privileges,
+            Step::Terminal,
+            Step::Chdir,
+            Step::Descriptors,
+            Step::ParentDeath,
+            Step::Signals,
+            Step::Limits,
+            Step::Priority,
+            Step::Exec,
+        ];
+        ALL.into_iter().find(|step| *step as u32 == value)
+    }
+
+    /// What the step does, for logs.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Step::Stdio => "setting up stdin, stdout and stderr",
+            Step::Session => "creating the rank's session",
+            Step::Affinity => "pinning the host's CPUs",
+            Step::Cgroup => "joining the job's cgroup",
+            Step::Credentials => "changing to the user's credentials",
+            Step::Privileges => "shedding root's keyring and privileges",
+            Step::Terminal => "taking the controlling terminal",
+            Step::Chdir => "changing to the working directory",
+            Step::Descriptors => "closing the daemon's descriptors",
+            Step::ParentDeath => "setting the parent-death signal",
+            Step::Signals => "resetting signal dispositions",
+            Step::Limits => "setting the resource limits",
+            Step::Priority => "dropping the daemon's priority",
+            Step::Exec => "executing the program",
+        }
+    }
+}
+
+/// What a child's report pipe says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// Nothing yet: the child is still between fork and exec.
+    Pending,
+    /// End of file without a word: the exec succeeded.
+    Execd,
+    /// A step failed with this errno (the child then exits).
+    Failed(Step, i32),
+}
+
+/// Everything the child needs, prepared before the fork.
+pub struct ChildSetup<'a> {
+    /// The program as given (searched in the job's `PATH` by `execvp`).
+    pub program: &'a CStr,
+    /// The arguments, the program's name first.
+    pub args: Vec<&'a CStr>,
+    /// The environment, `NAME=value` each.
+    pub env: Vec<&'a CStr>,
+    /// stdin, stdout, stderr: descriptors open in the daemon, borrowed
+    /// across the fork (each numbered 3 or above, see [`ChildSetup::stdio_fd`]).
+    pub stdio: [RawFd; 3],
+    /// The host's CPUs.
+    pub cpus: nix::sched::CpuSet,
+    /// The job's `cgroup.procs`, when it has a cgroup.
+    pub cgroup_procs: Option<&'a CStr>,
+    /// uid, gid and groups to become, when the job runs as another user.
+    pub credentials: Option<(u32, u32, &'a [libc::gid_t])>,
+    /// stdin is a terminal the rank takes as its controlling terminal.
+    pub takes_terminal: bool,
+    /// The working directory.
+    pub cwd: &'a CStr,
+    /// The daemon's pid, to check that it still lives once the
+    /// parent-death signal is set.
+    pub daemon_pid: i32,
+    /// The caller's umask, when known.
+    pub umask: Option<u32>,
+    /// The signals the job ignores (bit `n - 1` for signal `n`).
+    pub ignored: u64,
+    /// The signals whose disposition differs from the daemon's.
+    pub signals_to_change: u64,
+    /// The caller's limits, the descriptor limit last.
+    pub rlimits: &'a [(Resource, u64, u64)],
+}
+
+impl ChildSetup<'_> {
+    /// A descriptor for the child's stdio that no `dup2` onto 0, 1 or 2
+    /// can clobber before it is used: the daemon's own 0, 1 and 2 are
+    /// always open, so what it holds for a job is numbered 3 or above, but
+    /// a descriptor below 3 is duplicated above them anyway.
+    pub fn stdio_fd(fd: RawFd) -> io::Result<Option<OwnedFd>> {
+        if fd >= 3 {
+            return Ok(None);
+        }
+        let copy = nix::fcntl::fcntl(
+            // SAFETY: the caller passes a descriptor it holds open for the
+            // duration of this call.
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+            nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3),
+        )?;
+        // SAFETY: the kernel just returned this descriptor and nothing else owns it.
+        Ok(Some(unsafe { OwnedFd::from_raw_fd(copy) }))
+    }
+}
+
+extern "C" {
+    /// glibc's environment, which `execvp` reads `PATH` from.
+    static mut environ: *const *const libc::c_char;
+}
+
+/// Forks a child that runs the pre-exec steps of `setup` and execs its
+/// program; returns its pid and the read end of its report pipe
+/// (non-blocking, close-on-exec). Never waits for the child.
+///
+/// The daemon must be single-threaded (it is: see ARCHITECTURE.md).
+pub fn spawn(setup: &ChildSetup) -> io::Result<(i32, OwnedFd)> {
+    let (report_read, report_write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
+    // The child's end must block: its one write must not fail for want of
+    // room (eight bytes never fill a pipe, but a blocking write cannot
+    // report EAGAIN either way).
+    nix::fcntl::fcntl(
+        &report_write,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    )?;
+    let argv: Vec<*const libc::c_char> = setup
+        .args
+        .iter()
+        .map(|arg| arg.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = setup
+        .env
+        .iter()
+        .map(|entry| entry.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    // SAFETY: the daemon is single-threaded, so the child inherits no lock
+    // held by another thread; the child runs only `child`, which makes
+    // system calls on data prepared above and never returns.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => {
+            // SAFETY: in the child of a fork of a single-threaded process,
+            // with every pointer in `argv` and `envp` valid and
+            // NUL-terminated arrays.
+            unsafe { child(setup, &argv, &envp, report_write.as_raw_fd()) }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(report_write);
+            Ok((child.as_raw(), report_read))
+        }
+    }
+}
+
+/// Reads what a child's report pipe says, without blocking.
+pub fn read_report(report: &OwnedFd) -> Report {
+    let mut bytes = [0u8; 8];
+    let mut filled = 0;
+    loop {
+        match nix::unistd::read(report, &mut bytes[filled..]) {
+            Ok(0) if filled == 0 => return Report::Execd,
+            Ok(0) => return Report::Failed(Step::Exec, libc::EIO),
+            Ok(n) => {
+                filled += n;
+                if filled == bytes.len() {
+                    let step = u32::from_le_bytes(bytes[..4].try_into().expect("four bytes"));
+                    let errno = i32::from_le_bytes(bytes[4..].try_into().expect("four bytes"));
+                    return Report::Failed(Step::from_u32(step).unwrap_or(Step::Exec), errno);
+                }
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) if filled == 0 => return Report::Pending,
+            // Half a report cannot happen (the child writes it in one write
+            // of eight bytes, which a pipe never splits); were it to, the
+            // bytes read so far would be lost with this call, so it counts
+            // as a failure rather than as nothing yet.
+            Err(nix::errno::Errno::EAGAIN) => return Report::Failed(Step::Exec, libc::EIO),
+            Err(errno) => return Report::Failed(Step::Exec, errno as i32),
+        }
+    }
+}
+
+/// The child: the steps, then exec; on a failure, the report and `_exit`.
+///
+/// # Safety
+///
+/// Only in the child of a fork of a single-threaded process; `argv` and
+/// `envp` are null-terminated arrays of valid C strings.
+unsafe fn child(
+    setup: &ChildSetup,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+    report: RawFd,
+) -> ! {
+    let (step, errno) = match steps(setup) {
+        Ok(()) => {
+            // SAFETY: the child's own copy of the environment pointer;
+            // `envp` outlives the exec, after which nothing of this
+            // process's memory is used.
+            unsafe { environ = envp.as_ptr() };
+            // SAFETY: `program` and `argv` are valid and NUL-terminated;
+            // execvp returns only on failure.
+            unsafe { libc::execvp(setup.program.as_ptr(), argv.as_ptr()) };
+            (Step::Exec, io::Error::last_os_error().raw_os_error())
+        }
+        Err((step, error)) => (step, error.raw_os_error()),
+    };
+    let mut bytes = [0u8; 8];
+    bytes[..4].copy_from_slice(&(step as u32).to_le_bytes());
+    bytes[4..].copy_from_slice(&errno.unwrap_or(libc::EIO).to_le_bytes());
+    // SAFETY: `bytes` is valid for its length; `report` is the pipe's
+    // write end, open in this process. A failed write leaves the parent
+    // reading end of file without a report, which it takes as an exec.
+    unsafe { libc::write(report, bytes.as_ptr().cast(), bytes.len()) };
+    // SAFETY: `_exit` ends the child without running the daemon's exit
+    // handlers or flushing its buffers.
+    unsafe { libc::_exit(127) }
+}
+
+/// The pre-exec steps, in order. Only system calls.
+fn steps(setup: &ChildSetup) -> Result<(), (Step, io::Error)> {
+    fn at<T>(step: Step, result: io::Result<T>) -> Result<T, (Step, io::Error)> {
+        result.map_err(|error| (step, error))
+    }
+    for (target, &fd) in setup.stdio.iter().enumerate() {
+        at(Step::Stdio, sys::install_stdio(fd, target as RawFd))?;
+    }
+    // A session of its own: the job cannot reach the terminal scored was
+    // started from, no process of another job can join its process group
+    // (groups are joined only within a session), and as a session leader
+    // the rank can never leave its group, whose id is its pid (see
+    // `JobProcs::groups`).
+    at(Step::Session, sys::new_session())?;
+    at(
+        Step::Affinity,
+        nix::sched::sched_setaffinity(Pid::from_raw(0), &setup.cpus).map_err(io::Error::from),
+    )?;
+    if let Some(path) = setup.cgroup_procs {
+        at(Step::Cgroup, sys::write_file(path, b"0"))?;
+    }
+    if let Some((uid, gid, groups)) = setup.credentials {
+        at(Step::Credentials, sys::become_user(uid, gid, groups))?;
+    }
+    at(
+        Step::Privileges,
+        super::shed_root_leftovers(setup.credentials.is_some()),
+    )?;
+    // After the change of user, so that the kernel checks the user's
+    // rights on the terminal; it is never stolen from another session.
+    if setup.takes_terminal {
+        at(
+            Step::Terminal,
+            sys::take_controlling_terminal(libc::STDIN_FILENO),
+        )?;
+    }
+    at(Step::Chdir, sys::chdir(setup.cwd))?;
+    // Only the three stdio descriptors reach the job. Old kernels lack
+    // close_range; there, every descriptor of the daemon is close-on-exec
+    // already (see `seal_inherited_descriptors`).
+    match sys::cloexec_from_3() {
+        Ok(()) => {}
+        Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {}
+        Err(error) => return Err((Step::Descriptors, error)),
+    }
+    // After setuid, which clears it: a job dies with the daemon.
+    at(
+        Step::ParentDeath,
+        sys::set_parent_death_signal(libc::SIGKILL),
+    )?;
+    if sys::parent_pid() != setup.daemon_pid {
+        return Err((Step::ParentDeath, io::Error::from_raw_os_error(libc::ESRCH)));
+    }
+    if let Some(mask) = setup.umask {
+        sys::set_umask(mask);
+    }
+    // The signal state of a program started from the caller's shell: the
+    // daemon's mask (blocked for its signalfd) and its inherited ignores
+    // must not leak.
+    at(
+        Step::Signals,
+        sys::reset_signals(setup.ignored, setup.signals_to_change),
+    )?;
+    // Last, after the change of credentials, so that a hard limit is only
+    // ever lowered, as the user could; the descriptor limit last of all:
+    // nothing after it opens a descriptor, which would be numbered above a
+    // lowered limit and fail.
+    for &(resource, soft, hard) in setup.rlimits {
+        at(
+            Step::Limits,
+            super::lower_rlimit(resource, soft, hard).map_err(io::Error::from),
+        )?;
+    }
+    at(Step::Priority, super::drop_daemon_priority())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+    use std::time::{Duration, Instant};
+
+    /// Spawns `argv` in `cwd` with stdio on /dev/null, and returns what its
+    /// report pipe said and how it ended.
+    fn run(argv: &[&str], cwd: &str) -> (Report, nix::sys::wait::WaitStatus) {
+        let args: Vec<CString> = argv.iter().map(|arg| CString::new(*arg).unwrap()).collect();
+        let env = [CString::new("PATH=/usr/bin:/bin").unwrap()];
+        let cwd = CString::new(cwd).unwrap();
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let null = OwnedFd::from(null);
+        let cpus = nix::sched::sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let setup = ChildSetup {
+            program: &args[0],
+            args: args.iter().map(CString::as_c_str).collect(),
+            env: env.iter().map(CString::as_c_str).collect(),
+            stdio: [null.as_raw_fd(); 3],
+            cpus,
+            cgroup_procs: None,
+            credentials: None,
+            takes_terminal: false,
+            cwd: &cwd,
+            daemon_pid: std::process::id() as i32,
+            umask: None,
+            ignored: 0,
+            signals_to_change: 0,
+            rlimits: &[],
+        };
+        let (pid, report) = spawn(&setup).expect("fork");
+        let started = Instant::now();
+        let mut said = read_report(&report);
+        while said == Report::Pending && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+            said = read_report(&report);
+        }
+        let status = nix::sys::wait::waitpid(Pid::from_raw(pid), None).expect("reap");
+        (said, status)
+    }
+
+    #[test]
+    fn a_program_that_runs_reports_its_exec_by_end_of_file() {
+        let (said, status) = run(&["true"], "/");
+        assert_eq!(said, Report::Execd);
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
+            "{status:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_program_reports_the_exec_step_and_enoent() {
+        let (said, status) = run(&["/no/such/program"], "/");
+        assert_eq!(said, Report::Failed(Step::Exec, libc::ENOENT));
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 127)),
+            "{status:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_directory_reports_the_chdir_step() {
+        let (said, _) = run(&["true"], "/no/such/directory");
+        assert_eq!(said, Report::Failed(Step::Chdir, libc::ENOENT));
+    }
+
+    #[test]
+    fn a_program_is_searched_in_the_jobs_path() {
+        // `sh` has no slash: it is found through the PATH of the
+        // environment given, as a shell would find it.
+        let (said, status) = run(&["sh", "-c", "exit 3"], "/");
+        assert_eq!(said, Report::Execd);
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 3)),
+            "{status:?}"
+        );
+    }
+
+    #[test]
+    fn every_step_round_trips_through_its_number() {
+        for value in 0..20 {
+            if let Some(step) = Step::from_u32(value) {
+                assert_eq!(step as u32, value);
+                assert!(!step.describe().is_empty());
+            }
+        }
+        assert_eq!(Step::from_u32(Step::Exec as u32), Some(Step::Exec));
+        assert_eq!(Step::from_u32(0), None);
+    }
+}
