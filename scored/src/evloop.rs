@@ -85,6 +85,8 @@ const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS;
 /// (`cmsgs()` fails with ENOBUFS), so those descriptors were never wrapped
 /// and leaked: eight with every message that carried more than eight.
 const SCM_MAX_FD: usize = 253;
+/// The most bytes one `recvmsg` takes from a client.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// Everything the loop reacts to.
 #[derive(Debug)]
@@ -283,6 +285,11 @@ pub struct Daemon<A: Actuator> {
     /// Answers to console commands held back, in order, until the stops
     /// under way are confirmed (see `answer`).
     held_answers: Vec<(Token, Reply)>,
+    /// Where `read_available` receives, allocated once: a buffer on the
+    /// stack would be zeroed at every read (64 KiB, twice per request:
+    /// the read and the one that finds the socket drained), which was
+    /// the largest single cost of admitting a job.
+    read_chunk: Box<[u8]>,
 }
 
 /// How a console client wants the answer to the command it sent.
@@ -365,6 +372,7 @@ impl<A: Actuator> Daemon<A> {
             panic_after: None,
             console_asks: VecDeque::new(),
             held_answers: Vec::new(),
+            read_chunk: vec![0u8; READ_CHUNK].into_boxed_slice(),
         })
     }
 
@@ -791,7 +799,7 @@ impl<A: Actuator> Daemon<A> {
         let mut gone = false;
         conn.paused = conn.output.len() >= PAUSE_OUTPUT || user_output_full;
         if !conn.closing && !conn.paused {
-            match read_available(conn) {
+            match read_available(conn, &mut self.read_chunk) {
                 Ok(open) => gone = !open,
                 Err(error) => {
                     let message = error.to_string();
@@ -1387,12 +1395,11 @@ fn flush(conn: &mut Connection) -> io::Result<()> {
 
 /// Reads until the socket would block, collecting bytes and descriptors.
 /// Returns `Ok(false)` when the client closed its end.
-fn read_available(conn: &mut Connection) -> io::Result<bool> {
+fn read_available(conn: &mut Connection, chunk: &mut [u8]) -> io::Result<bool> {
     loop {
-        let mut chunk = [0u8; 64 * 1024];
         let mut control = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
         let (len, fds, truncated) = {
-            let mut iov = [IoSliceMut::new(&mut chunk)];
+            let mut iov = [IoSliceMut::new(&mut *chunk)];
             let message = match recvmsg::<()>(
                 conn.stream.as_raw_fd(),
                 &mut iov,
