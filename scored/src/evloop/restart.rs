@@ -132,6 +132,9 @@ impl<A: Actuator> Daemon<A> {
                     counted: (0, 0),
                 }),
             );
+            if record.paused {
+                self.maybe_paused.insert(token);
+            }
             // The per-user totals are rebuilt from the connections.
             self.per_user.entry(uid).or_default().connections += 1;
             self.recount(token);
