@@ -89,7 +89,7 @@ const SCM_MAX_FD: usize = 253;
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Everything the loop reacts to.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub enum Event {
     /// The listener is readable.
     Accept,

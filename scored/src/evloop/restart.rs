@@ -479,7 +479,6 @@ impl<A: Actuator> Daemon<A> {
     /// clients outlive the bug. If the restart cannot happen the daemon
     /// carries on from that state.
     pub(super) fn handle_event_guarded(&mut self, event: Event) {
-        let described = format!("{event:?}");
         let client = match event {
             Event::Client(token) => Some(token),
             _ => None,
@@ -491,6 +490,9 @@ impl<A: Actuator> Daemon<A> {
             self.recovery.event_done(&mut self.core);
         }
         if let Err(panic) = outcome {
+            // Described only now: formatting every event cost an
+            // admission 2,400 instructions.
+            let described = format!("{event:?}");
             let message = panic
                 .downcast_ref::<&str>()
                 .map(|text| text.to_string())
