@@ -11,7 +11,7 @@
 //! One bad client never takes the daemon down: a malformed or oversized
 //! frame gets an error reply and closes that connection only.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io::{self, IoSliceMut, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -88,9 +88,11 @@ const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS;
 /// (`cmsgs()` fails with ENOBUFS), so those descriptors were never wrapped
 /// and leaked: eight with every message that carried more than eight.
 const SCM_MAX_FD: usize = 253;
+/// The most bytes one `recvmsg` takes from a client.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// Everything the loop reacts to.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub enum Event {
     /// The listener is readable.
     Accept,
@@ -286,6 +288,16 @@ pub struct Daemon<A: Actuator> {
     /// Answers to console commands held back, in order, until the stops
     /// under way are confirmed (see `answer`).
     held_answers: Vec<(Token, Reply)>,
+    /// Where `read_available` receives, allocated once: a buffer on the
+    /// stack would be zeroed at every read (64 KiB, twice per request:
+    /// the read and the one that finds the socket drained), which was
+    /// the largest single cost of admitting a job.
+    read_chunk: Box<[u8]>,
+    /// Every connection that may be paused (and some that no longer are,
+    /// pruned by `resumable`): the loop looks at these after each round
+    /// instead of at every connection, which made each round cost the
+    /// number of clients (10,000 scrun waiting in a queue are 10,000).
+    maybe_paused: BTreeSet<Token>,
 }
 
 /// How a console client wants the answer to the command it sent.
@@ -374,6 +386,8 @@ impl<A: Actuator> Daemon<A> {
             panic_after: None,
             console_asks: VecDeque::new(),
             held_answers: Vec::new(),
+            read_chunk: vec![0u8; READ_CHUNK].into_boxed_slice(),
+            maybe_paused: BTreeSet::new(),
         })
     }
 
@@ -802,8 +816,11 @@ impl<A: Actuator> Daemon<A> {
         }
         let mut gone = false;
         conn.paused = conn.output.len() >= PAUSE_OUTPUT || user_output_full;
+        if conn.paused {
+            self.maybe_paused.insert(token);
+        }
         if !conn.closing && !conn.paused {
-            match read_available(conn) {
+            match read_available(conn, &mut self.read_chunk) {
                 Ok(open) => gone = !open,
                 Err(error) => {
                     let message = error.to_string();
@@ -830,13 +847,17 @@ impl<A: Actuator> Daemon<A> {
 
     /// Connections that stopped being read because of unread replies and
     /// whose replies have since been written.
-    fn resumable(&self) -> Vec<Token> {
-        self.connections
+    fn resumable(&mut self) -> Vec<Token> {
+        let connections = &self.connections;
+        self.maybe_paused
+            .retain(|token| connections.get(token).is_some_and(|conn| conn.paused));
+        self.maybe_paused
             .iter()
-            .filter(|(token, conn)| {
-                conn.paused && conn.output.len() < PAUSE_OUTPUT && !self.user_output_full(**token)
+            .filter(|token| {
+                self.connections[token].output.len() < PAUSE_OUTPUT
+                    && !self.user_output_full(**token)
             })
-            .map(|(token, _)| *token)
+            .copied()
             .collect()
     }
 
@@ -851,6 +872,7 @@ impl<A: Actuator> Daemon<A> {
             if conn.output.len() >= PAUSE_OUTPUT {
                 // The rest waits until the client has read its replies.
                 conn.paused = true;
+                self.maybe_paused.insert(token);
                 return;
             }
             let request: Request = match conn.input.decode(proto::MAX_REQUEST) {
@@ -1399,12 +1421,11 @@ fn flush(conn: &mut Connection) -> io::Result<()> {
 
 /// Reads until the socket would block, collecting bytes and descriptors.
 /// Returns `Ok(false)` when the client closed its end.
-fn read_available(conn: &mut Connection) -> io::Result<bool> {
+fn read_available(conn: &mut Connection, chunk: &mut [u8]) -> io::Result<bool> {
     loop {
-        let mut chunk = [0u8; 64 * 1024];
         let mut control = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
         let (len, fds, truncated) = {
-            let mut iov = [IoSliceMut::new(&mut chunk)];
+            let mut iov = [IoSliceMut::new(&mut *chunk)];
             let message = match recvmsg::<()>(
                 conn.stream.as_raw_fd(),
                 &mut iov,

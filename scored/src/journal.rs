@@ -333,13 +333,16 @@ impl Journal {
                     job,
                     waited,
                     record,
-                } => json!({
-                    "t": now,
-                    "event": "admitted",
-                    "job": job.0,
-                    "submitted": now - waited.as_secs_f64(),
-                    "record": fields_json(&record),
-                }),
+                } => {
+                    // Written straight from the fields: building the
+                    // `Json` tree first (a map whose keys are hashed, then
+                    // walked and freed) cost a third of an admission. The
+                    // line is the same, byte for byte.
+                    let mut line = admitted_line(now, job.0, waited, &record)?;
+                    line.push(b'\n');
+                    self.append_raw(&line)?;
+                    continue;
+                }
                 JobEvent::Started(job) => json!({"t": now, "event": "started", "job": job.0}),
                 JobEvent::Moved { job, from, to, by } => json!({
                     "t": now, "event": "moved", "job": job.0, "from": from, "to": to, "by": by,
@@ -634,6 +637,77 @@ fn value_of(key: &str, json: &Json) -> Value {
     }
 }
 
+/// The `admitted` line of job `job`, without its newline: the text that
+/// `append` writes for `{"t", "event", "job", "submitted", "record"}` with
+/// the record as `fields_json` makes it, but serialized from the fields
+/// without building that tree (the core gives each key once).
+fn admitted_line(
+    now: f64,
+    job: u64,
+    waited: Duration,
+    record: &[(String, Value)],
+) -> io::Result<Vec<u8>> {
+    use serde::ser::{SerializeMap, Serializer};
+    let mut line = Vec::with_capacity(1024);
+    let mut serializer = serde_json::Serializer::new(&mut line);
+    let mut map = serializer
+        .serialize_map(Some(5))
+        .map_err(io::Error::other)?;
+    map.serialize_entry("t", &now).map_err(io::Error::other)?;
+    map.serialize_entry("event", "admitted")
+        .map_err(io::Error::other)?;
+    map.serialize_entry("job", &job).map_err(io::Error::other)?;
+    map.serialize_entry("submitted", &(now - waited.as_secs_f64()))
+        .map_err(io::Error::other)?;
+    map.serialize_entry("record", &FieldsJson(record))
+        .map_err(io::Error::other)?;
+    map.end().map_err(io::Error::other)?;
+    Ok(line)
+}
+
+/// A record's fields serialized as the JSON object `fields_json` builds.
+struct FieldsJson<'a>(&'a [(String, Value)]);
+
+impl serde::Serialize for FieldsJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (key, value) in self.0 {
+            map.serialize_entry(key, &ValueJson(value))?;
+        }
+        map.end()
+    }
+}
+
+/// A value serialized as `Value::to_json` makes it, without building it.
+struct ValueJson<'a>(&'a Value);
+
+impl serde::Serialize for ValueJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        match self.0 {
+            Value::Text(text) => serializer.serialize_str(text),
+            Value::Uint(n) | Value::Size(n) => serializer.serialize_u64(*n),
+            Value::Int(n) => serializer.serialize_i64(*n),
+            Value::Float(x) | Value::Percent(x) => serializer.serialize_f64(*x),
+            Value::Duration(duration) => serializer.serialize_f64(duration.as_secs_f64()),
+            Value::Bool(flag) => serializer.serialize_bool(*flag),
+            Value::None => serializer.serialize_unit(),
+            Value::List(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&ValueJson(item))?;
+                }
+                seq.end()
+            }
+            // A map (memory per host) is small; through `to_json`, a key
+            // given twice keeps its first place and its last value, as in
+            // any other record.
+            map @ Value::Map(_) => map.to_json().serialize(serializer),
+        }
+    }
+}
+
 fn fields_json(fields: &[(String, Value)]) -> Json {
     let mut map = Map::new();
     for (key, value) in fields {
@@ -781,6 +855,58 @@ mod tests {
         JobEvent::Ended {
             job: JobId(id),
             record: fields,
+        }
+    }
+
+    /// The admitted line written straight from the fields is the one the
+    /// `Json` tree gave, byte for byte, for every kind of value a record
+    /// holds (so older readers and `absorb` see no change).
+    #[test]
+    fn an_admitted_line_is_the_json_tree_serialized() {
+        let mut fields = record(7, 1000);
+        fields.extend([
+            (
+                "command".into(),
+                Value::text("sh -c 'echo \"é\\n\"'\t\u{1}"),
+            ),
+            ("held".into(), Value::None),
+            (
+                "hosts".into(),
+                Value::List(vec![Value::text("h0"), Value::text("h1")]),
+            ),
+            (
+                "memory".into(),
+                Value::Map(vec![
+                    ("h0".into(), Value::Size(4096)),
+                    ("h1".into(), Value::Size(0)),
+                ]),
+            ),
+            ("exit".into(), Value::Int(-3)),
+            ("load".into(), Value::Float(0.1 + 0.2)),
+            ("share".into(), Value::Percent(33.25)),
+            ("pty".into(), Value::Bool(true)),
+            (
+                "wait".into(),
+                Value::Duration(Duration::from_nanos(123_456_789)),
+            ),
+        ]);
+        for (now, waited) in [
+            (1_795_000_000.123_456_7, Duration::from_micros(1_500)),
+            (0.0, Duration::ZERO),
+            (17.5, Duration::from_secs(20)),
+        ] {
+            let tree = json!({
+                "t": now,
+                "event": "admitted",
+                "job": 7u64,
+                "submitted": now - waited.as_secs_f64(),
+                "record": fields_json(&fields),
+            });
+            let direct = admitted_line(now, 7, waited, &fields).expect("serialize");
+            assert_eq!(
+                String::from_utf8(direct).expect("utf-8"),
+                serde_json::to_string(&tree).expect("serialize"),
+            );
         }
     }
 

@@ -459,6 +459,57 @@ fn a_client_that_never_reads_its_replies_costs_bounded_memory() {
     assert_no_panic(&mut daemon);
 }
 
+/// A client that sends many requests at once and reads nothing is paused
+/// once its unread replies pass 64 KiB; once it reads them, every request
+/// it sent is answered, though it sends nothing more.
+#[test]
+fn a_paused_client_is_served_again_once_it_reads() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let mut client = connect(&daemon.socket);
+    let request = proto::encode(&Request::Console {
+        version: proto::VERSION,
+        line: "help".into(),
+        json: true,
+    });
+    let n_requests = 200;
+    // All of them at once, so that the daemon finds them buffered and
+    // stops answering when the replies it holds pass the pause mark.
+    client
+        .write_all(&request.repeat(n_requests))
+        .expect("send the requests");
+    std::thread::sleep(Duration::from_millis(500));
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 64 * 1024];
+    let mut n_replies = 0;
+    let started = Instant::now();
+    while n_replies < n_requests {
+        match proto::decode::<Reply>(&mut received, proto::MAX_REPLY) {
+            Ok(Some(Reply::Console { .. })) => {
+                n_replies += 1;
+                continue;
+            }
+            Ok(Some(other)) => panic!("not a console answer: {other:?}"),
+            Ok(None) => {}
+            Err(error) => panic!("scored sent something that is not a reply: {error}"),
+        }
+        match client.read(&mut chunk) {
+            Ok(0) => panic!("scored closed the connection after {n_replies} answers"),
+            Ok(len) => received.extend_from_slice(&chunk[..len]),
+            Err(error) => panic!(
+                "{n_replies} of {n_requests} answers after {:?}: {error}",
+                started.elapsed()
+            ),
+        }
+    }
+    assert!(
+        received.is_empty(),
+        "{} bytes after the last answer",
+        received.len()
+    );
+    serves_normally(&daemon, "after the paused client read its answers");
+    assert_no_panic(&mut daemon);
+}
+
 /// The daemon's peak resident memory in bytes (VmHWM).
 fn daemon_rss(daemon: &Daemon) -> u64 {
     let status =

@@ -132,6 +132,9 @@ impl<A: Actuator> Daemon<A> {
                     counted: (0, 0),
                 }),
             );
+            if record.paused {
+                self.maybe_paused.insert(token);
+            }
             // The per-user totals are rebuilt from the connections.
             self.per_user.entry(uid).or_default().connections += 1;
             self.recount(token);
@@ -476,7 +479,6 @@ impl<A: Actuator> Daemon<A> {
     /// clients outlive the bug. If the restart cannot happen the daemon
     /// carries on from that state.
     pub(super) fn handle_event_guarded(&mut self, event: Event) {
-        let described = format!("{event:?}");
         let client = match event {
             Event::Client(token) => Some(token),
             _ => None,
@@ -488,6 +490,9 @@ impl<A: Actuator> Daemon<A> {
             self.recovery.event_done(&mut self.core);
         }
         if let Err(panic) = outcome {
+            // Described only now: formatting every event cost an
+            // admission 2,400 instructions.
+            let described = format!("{event:?}");
             let message = panic
                 .downcast_ref::<&str>()
                 .map(|text| text.to_string())
