@@ -2264,6 +2264,7 @@ impl Core {
         let Some(record) = self.jobs.get_mut(&job) else {
             return;
         };
+        self.scratch.forget(job);
         self.ledger
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory = smallvec::smallvec![0; hosts.len()];
@@ -2282,6 +2283,7 @@ impl Core {
             return;
         }
         let hosts = std::mem::take(&mut record.hosts);
+        self.scratch.forget(job);
         self.ledger
             .unbind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory.clear();
