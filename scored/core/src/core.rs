@@ -1809,11 +1809,19 @@ impl Core {
             if ran.len() <= FEW_RAN {
                 few.extend(ran.iter().copied());
             }
+            // Most queued jobs did not run: one bit per id modulo 64 tells
+            // most of them apart from the few that did with one AND.
+            let filter = few
+                .iter()
+                .fold(0u64, |bits, job| bits | (1 << (job.0 % 64)));
             let rotated = &mut self.spare.rotated;
             self.queues.modify_all(|queues| {
                 for queue in queues {
                     if ran.len() <= FEW_RAN {
-                        queue.rotate_with(|job| few.contains(&job), rotated);
+                        queue.rotate_with(
+                            |job| filter & (1 << (job.0 % 64)) != 0 && few.contains(&job),
+                            rotated,
+                        );
                     } else {
                         queue.rotate_with(|job| ran.contains(&job), rotated);
                     }
