@@ -2167,11 +2167,24 @@ impl Core {
 
         // Phase two: start or continue chosen jobs whose hosts are free of
         // every job that is running or still stopping.
+        // With no job being stopped, every live job is running and chosen
+        // (phase one stopped the others), and chosen jobs share no host:
+        // no chosen job can be blocked, and its hosts need no look (the
+        // second decision of a switch, once the stops are confirmed).
+        let none_stopping = self.n_stopping == 0;
         let mut blocked = false;
         let mut entering = std::mem::take(&mut self.spare.entering);
         for &job in &active {
             let record = &self.jobs[&job];
             if matches!(record.phase(), Phase::Running | Phase::Stopping) {
+                continue;
+            }
+            if none_stopping {
+                debug_assert!(
+                    !record.hosts.iter().any(|host| busy[host.idx()]),
+                    "job {job} is chosen on a host a running job holds"
+                );
+                entering.push(job);
                 continue;
             }
             if record.hosts.iter().any(|host| busy[host.idx()]) {
