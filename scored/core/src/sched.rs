@@ -156,6 +156,8 @@ impl Masks {
             return;
         }
         let slot = Masks::slot(job);
+        // The slot's previous job loses its mask before it is overwritten.
+        self.ids[slot] = None;
         let mask = &mut self.bits[slot * self.words..(slot + 1) * self.words];
         mask.fill(0);
         for host in hosts {
@@ -229,6 +231,7 @@ pub fn active_set(
     scratch.masks.size_for(n_hosts);
     scratch.taken_bits.clear();
     scratch.taken_bits.resize(scratch.masks.words, 0);
+    let masks_on = scratch.masks.words > 0;
     // Read only for taken hosts, so never cleared: a decision over many
     // hosts costs no more than the hosts it takes.
     if scratch.holder.len() != n_hosts {
@@ -270,7 +273,7 @@ pub fn active_set(
             // A gang queue's job is turned away when one of its hosts is
             // taken, whether or not it is runnable: with its hosts' mask at
             // hand, that costs no read of its record.
-            if !exclusive {
+            if masks_on && !exclusive {
                 if let Some(mask) = scratch.masks.get(job) {
                     if mask
                         .iter()
@@ -368,9 +371,11 @@ fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec
         scratch.taken[host.idx()] = true;
         scratch.holder[host.idx()] = job;
     }
-    if let Some(mask) = scratch.masks.get(job) {
-        for (taken, hosts) in scratch.taken_bits.iter_mut().zip(mask) {
-            *taken |= hosts;
+    if scratch.masks.words > 0 {
+        if let Some(mask) = scratch.masks.get(job) {
+            for (taken, hosts) in scratch.taken_bits.iter_mut().zip(mask) {
+                *taken |= hosts;
+            }
         }
     }
     // A job's hosts are all of its cluster: count them off once.
@@ -738,6 +743,21 @@ mod tests {
         );
         assert_eq!(out, vec![JobId(1), JobId(3)]);
         assert!(scratch.masks.get(JobId(2)).is_none());
+    }
+
+    #[test]
+    fn a_mask_that_cannot_be_made_leaves_its_slot_empty() {
+        // Job 1 and job 1 + MASK_SLOTS share a slot; the second has a host
+        // beyond the machine, so no mask is kept for it, and job 1's mask,
+        // partly overwritten, must not be taken for job 1's hosts either.
+        let mut masks = Masks::default();
+        masks.size_for(128);
+        masks.put(JobId(1), &[HostId(3)]);
+        assert_eq!(masks.get(JobId(1)), Some(&[1 << 3, 0][..]));
+        let other = JobId(1 + MASK_SLOTS as u64);
+        masks.put(other, &[HostId(5), HostId(900)]);
+        assert_eq!(masks.get(other), None);
+        assert_eq!(masks.get(JobId(1)), None);
     }
 
     #[test]
