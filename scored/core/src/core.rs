@@ -1809,11 +1809,19 @@ impl Core {
             if ran.len() <= FEW_RAN {
                 few.extend(ran.iter().copied());
             }
+            // Most queued jobs did not run: one bit per id modulo 64 tells
+            // most of them apart from the few that did with one AND.
+            let filter = few
+                .iter()
+                .fold(0u64, |bits, job| bits | (1 << (job.0 % 64)));
             let rotated = &mut self.spare.rotated;
             self.queues.modify_all(|queues| {
                 for queue in queues {
                     if ran.len() <= FEW_RAN {
-                        queue.rotate_with(|job| few.contains(&job), rotated);
+                        queue.rotate_with(
+                            |job| filter & (1 << (job.0 % 64)) != 0 && few.contains(&job),
+                            rotated,
+                        );
                     } else {
                         queue.rotate_with(|job| ran.contains(&job), rotated);
                     }
@@ -2159,11 +2167,24 @@ impl Core {
 
         // Phase two: start or continue chosen jobs whose hosts are free of
         // every job that is running or still stopping.
+        // With no job being stopped, every live job is running and chosen
+        // (phase one stopped the others), and chosen jobs share no host:
+        // no chosen job can be blocked, and its hosts need no look (the
+        // second decision of a switch, once the stops are confirmed).
+        let none_stopping = self.n_stopping == 0;
         let mut blocked = false;
         let mut entering = std::mem::take(&mut self.spare.entering);
         for &job in &active {
             let record = &self.jobs[&job];
             if matches!(record.phase(), Phase::Running | Phase::Stopping) {
+                continue;
+            }
+            if none_stopping {
+                debug_assert!(
+                    !record.hosts.iter().any(|host| busy[host.idx()]),
+                    "job {job} is chosen on a host a running job holds"
+                );
+                entering.push(job);
                 continue;
             }
             if record.hosts.iter().any(|host| busy[host.idx()]) {
@@ -2264,6 +2285,7 @@ impl Core {
         let Some(record) = self.jobs.get_mut(&job) else {
             return;
         };
+        self.scratch.forget(job);
         self.ledger
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory = smallvec::smallvec![0; hosts.len()];
@@ -2282,6 +2304,7 @@ impl Core {
             return;
         }
         let hosts = std::mem::take(&mut record.hosts);
+        self.scratch.forget(job);
         self.ledger
             .unbind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory.clear();

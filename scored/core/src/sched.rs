@@ -68,6 +68,10 @@ pub struct Scratch {
     cluster_free: Vec<usize>,
     candidates: Vec<HostId>,
     ends: Vec<u64>,
+    /// `taken` as bits (64 hosts a word), on machines small enough for
+    /// [`Masks`].
+    taken_bits: Vec<u64>,
+    masks: Masks,
 }
 
 impl Scratch {
@@ -77,6 +81,109 @@ impl Scratch {
     pub fn holds(&self, job: JobId, host: HostId) -> bool {
         self.taken.get(host.idx()).copied().unwrap_or(false)
             && self.holder.get(host.idx()) == Some(&job)
+    }
+}
+
+/// How many jobs [`Masks`] remembers (a power of two).
+const MASK_SLOTS: usize = 1024;
+
+/// Up to this many hosts, [`Masks`] keeps the jobs' hosts as bits.
+const MASK_HOSTS: usize = 512;
+
+/// The hosts of jobs the walk has met, as bit masks (one bit a host), so
+/// that whether a job of a gang queue is turned away costs a few word
+/// ANDs with the taken hosts rather than a scan of its hosts and a read of
+/// its record. On a fragmented machine the walk turns away most of a gang
+/// queue at every decision, which was most of a decision's cost.
+///
+/// A cache: each job id has one slot (`id mod MASK_SLOTS`, so that the
+/// consecutive ids of a queue do not collide), a job whose slot another
+/// took is read from its record again, and an empty cache gives the same
+/// decisions. A mask holds for as long as the job keeps its hosts;
+/// [`Scratch::forget`] drops the mask of a job whose hosts change. Kept
+/// only on machines of at most [`MASK_HOSTS`] hosts (a mask is then at
+/// most 8 words). A copy of the core (the panic checkpoint) starts with an
+/// empty cache rather than copying it at every event.
+#[derive(Debug, Default)]
+struct Masks {
+    /// Words per mask; 0 until the first decision sizes the cache (and
+    /// while the machine is too large for it).
+    words: usize,
+    ids: Vec<Option<JobId>>,
+    bits: Vec<u64>,
+}
+
+impl Clone for Masks {
+    fn clone(&self) -> Masks {
+        Masks::default()
+    }
+}
+
+impl Masks {
+    fn slot(job: JobId) -> usize {
+        (job.0 as usize) & (MASK_SLOTS - 1)
+    }
+
+    /// Sizes the cache for `n_hosts`, emptying it if that changes.
+    fn size_for(&mut self, n_hosts: usize) {
+        let words = if n_hosts <= MASK_HOSTS {
+            n_hosts.div_ceil(64).max(1)
+        } else {
+            0
+        };
+        if words != self.words || (words > 0 && self.ids.is_empty()) {
+            self.words = words;
+            self.ids = if words > 0 {
+                vec![None; MASK_SLOTS]
+            } else {
+                Vec::new()
+            };
+            self.bits = vec![0; words * MASK_SLOTS];
+        }
+    }
+
+    /// The mask of `job`, if remembered.
+    #[inline]
+    fn get(&self, job: JobId) -> Option<&[u64]> {
+        let slot = Masks::slot(job);
+        (self.ids.get(slot)? == &Some(job))
+            .then(|| &self.bits[slot * self.words..(slot + 1) * self.words])
+    }
+
+    /// Remembers the hosts of `job`.
+    fn put(&mut self, job: JobId, hosts: &[HostId]) {
+        if self.words == 0 {
+            return;
+        }
+        let slot = Masks::slot(job);
+        // The slot's previous job loses its mask before it is overwritten.
+        self.ids[slot] = None;
+        let mask = &mut self.bits[slot * self.words..(slot + 1) * self.words];
+        mask.fill(0);
+        for host in hosts {
+            match mask.get_mut(host.idx() / 64) {
+                Some(word) => *word |= 1 << (host.idx() % 64),
+                // A host beyond the machine: leave the job to the scan.
+                None => return,
+            }
+        }
+        self.ids[slot] = Some(job);
+    }
+
+    fn forget(&mut self, job: JobId) {
+        if let Some(slot) = self.ids.get_mut(Masks::slot(job)) {
+            if *slot == Some(job) {
+                *slot = None;
+            }
+        }
+    }
+}
+
+impl Scratch {
+    /// Drops what the walk remembers of `job`'s hosts: call it whenever a
+    /// job's hosts change (chosen at start, or given back).
+    pub fn forget(&mut self, job: JobId) {
+        self.masks.forget(job);
     }
 }
 
@@ -121,6 +228,10 @@ pub fn active_set(
     bind.clear();
     scratch.taken.clear();
     scratch.taken.resize(n_hosts, false);
+    scratch.masks.size_for(n_hosts);
+    scratch.taken_bits.clear();
+    scratch.taken_bits.resize(scratch.masks.words, 0);
+    let masks_on = scratch.masks.words > 0;
     // Read only for taken hosts, so never cleared: a decision over many
     // hosts costs no more than the hosts it takes.
     if scratch.holder.len() != n_hosts {
@@ -158,6 +269,24 @@ pub fn active_set(
             // thousands of queued jobs cost nothing then.
             if free_hosts == 0 {
                 return;
+            }
+            // A gang queue's job is turned away when one of its hosts is
+            // taken, whether or not it is runnable: with its hosts' mask at
+            // hand, that costs no read of its record.
+            if masks_on && !exclusive {
+                if let Some(mask) = scratch.masks.get(job) {
+                    if mask
+                        .iter()
+                        .zip(&scratch.taken_bits)
+                        .any(|(hosts, taken)| hosts & taken != 0)
+                    {
+                        debug_assert!(
+                            view.hosts(job).iter().any(|host| scratch.taken[host.idx()]),
+                            "the mask of job {job} is not its hosts"
+                        );
+                        continue;
+                    }
+                }
             }
             let seen = view.seen(job);
             if !seen.runnable {
@@ -226,16 +355,28 @@ pub fn active_set(
 
 /// Takes the job's own hosts if all are free; returns how many it took.
 fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec<JobId>) -> usize {
-    if hosts.is_empty()
-        || hosts
-            .iter()
-            .any(|host| scratch.taken.get(host.idx()).copied().unwrap_or(true))
+    if hosts.is_empty() {
+        return 0;
+    }
+    if scratch.masks.words > 0 && scratch.masks.get(job).is_none() {
+        scratch.masks.put(job, hosts);
+    }
+    if hosts
+        .iter()
+        .any(|host| scratch.taken.get(host.idx()).copied().unwrap_or(true))
     {
         return 0;
     }
     for host in hosts {
         scratch.taken[host.idx()] = true;
         scratch.holder[host.idx()] = job;
+    }
+    if scratch.masks.words > 0 {
+        if let Some(mask) = scratch.masks.get(job) {
+            for (taken, hosts) in scratch.taken_bits.iter_mut().zip(mask) {
+                *taken |= hosts;
+            }
+        }
     }
     // A job's hosts are all of its cluster: count them off once.
     let cluster = scratch.host_cluster[hosts[0].idx()];
@@ -246,6 +387,9 @@ fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec
 
 fn mark(scratch: &mut Scratch, host: HostId, job: JobId) {
     scratch.taken[host.idx()] = true;
+    if let Some(word) = scratch.taken_bits.get_mut(host.idx() / 64) {
+        *word |= 1 << (host.idx() % 64);
+    }
     scratch.holder[host.idx()] = job;
     let cluster = scratch.host_cluster[host.idx()];
     scratch.cluster_free[cluster] = scratch.cluster_free[cluster].saturating_sub(1);
@@ -539,6 +683,81 @@ mod tests {
     fn higher_queues_first_then_fill_idle_hosts() {
         let (queues, jobs) = setup(&[(1, 1, &[0, 1]), (0, 2, &[0]), (2, 3, &[1]), (1, 4, &[1])]);
         assert_eq!(decide(&queues, &jobs, 2), vec![2, 4]);
+    }
+
+    #[test]
+    fn remembered_host_masks_follow_the_jobs_hosts() {
+        // Job 2 is turned away by job 1 on host 0, and its hosts are
+        // remembered as a mask; once its hosts change (and the scratch is
+        // told), the next decision sees the new ones.
+        let (queues, mut jobs) = setup(&[(1, 1, &[0]), (1, 2, &[0, 1])]);
+        let mut view = Jobs {
+            hosts: jobs.clone(),
+            need: HashMap::new(),
+            estimate: HashMap::new(),
+            started: Vec::new(),
+            all_hosts: (0..3).map(HostId).collect(),
+        };
+        let mut scratch = Scratch::default();
+        let decide = |view: &Jobs, scratch: &mut Scratch| {
+            let (mut out, mut bind) = (Vec::new(), Vec::new());
+            active_set(&queues, 3, [], view, 0, scratch, &mut out, &mut bind);
+            out.into_iter().map(|job| job.0).collect::<Vec<_>>()
+        };
+        assert_eq!(decide(&view, &mut scratch), vec![1]);
+        assert!(scratch.masks.get(JobId(2)).is_some());
+        // The same decision again, from the masks.
+        assert_eq!(decide(&view, &mut scratch), vec![1]);
+        jobs.insert(JobId(2), vec![HostId(1), HostId(2)]);
+        view.hosts = jobs;
+        scratch.forget(JobId(2));
+        assert_eq!(decide(&view, &mut scratch), vec![1, 2]);
+        // A copy (the core's checkpoint) starts with no masks, and decides alike.
+        let mut copy = scratch.clone();
+        assert!(copy.masks.get(JobId(2)).is_none());
+        assert_eq!(decide(&view, &mut copy), vec![1, 2]);
+    }
+
+    #[test]
+    fn machines_too_large_for_masks_decide_by_scanning_hosts() {
+        let n_hosts = MASK_HOSTS + 1;
+        let (queues, jobs) = setup(&[(1, 1, &[0, 600]), (1, 2, &[600]), (1, 3, &[1])]);
+        let view = Jobs {
+            hosts: jobs,
+            need: HashMap::new(),
+            estimate: HashMap::new(),
+            started: Vec::new(),
+            all_hosts: (0..n_hosts as u32 + 100).map(HostId).collect(),
+        };
+        let mut scratch = Scratch::default();
+        let (mut out, mut bind) = (Vec::new(), Vec::new());
+        active_set(
+            &queues,
+            n_hosts + 100,
+            [],
+            &view,
+            0,
+            &mut scratch,
+            &mut out,
+            &mut bind,
+        );
+        assert_eq!(out, vec![JobId(1), JobId(3)]);
+        assert!(scratch.masks.get(JobId(2)).is_none());
+    }
+
+    #[test]
+    fn a_mask_that_cannot_be_made_leaves_its_slot_empty() {
+        // Job 1 and job 1 + MASK_SLOTS share a slot; the second has a host
+        // beyond the machine, so no mask is kept for it, and job 1's mask,
+        // partly overwritten, must not be taken for job 1's hosts either.
+        let mut masks = Masks::default();
+        masks.size_for(128);
+        masks.put(JobId(1), &[HostId(3)]);
+        assert_eq!(masks.get(JobId(1)), Some(&[1 << 3, 0][..]));
+        let other = JobId(1 + MASK_SLOTS as u64);
+        masks.put(other, &[HostId(5), HostId(900)]);
+        assert_eq!(masks.get(other), None);
+        assert_eq!(masks.get(JobId(1)), None);
     }
 
     #[test]
