@@ -228,6 +228,23 @@ fn switch_scored_with(n: u32, args: &[&str]) -> (f64, f64, u64) {
 /// sets; stop one set (killpg), confirm with waitpid(WUNTRACED), continue
 /// the other (killpg), at SCHED_FIFO priority 10 like scored.
 fn switch_baseline(n: u32) -> f64 {
+    switch_baseline_with(n, Groups::PerHost)
+}
+
+/// How the spinners of a hand-made switch are grouped.
+#[derive(Clone, Copy, PartialEq)]
+enum Groups {
+    /// One process group per host: one `killpg` per host each way.
+    PerHost,
+    /// A session (and so a group) per process, as scored gives each rank:
+    /// one `killpg` per process each way. The kernel lets a session be
+    /// shared only by descent, so ranks that are all scored's children
+    /// cannot share one; this is the least a switch of scored's layout
+    /// can cost.
+    PerProcess,
+}
+
+fn switch_baseline_with(n: u32, grouping: Groups) -> f64 {
     let (n_hosts, cores) = layout(n);
     let spawn_set = || -> (Vec<i32>, Vec<Child>) {
         let mut groups = Vec::new();
@@ -235,6 +252,24 @@ fn switch_baseline(n: u32) -> f64 {
         for _ in 0..n_hosts {
             let mut leader = 0;
             for _ in 0..cores {
+                if grouping == Groups::PerProcess {
+                    // setsid(1) calls setsid() and execs in the same
+                    // process, since the child is not a group leader.
+                    let child = Command::new("setsid")
+                        .arg(testprog())
+                        .args(["spin", "0"])
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .expect("spawn spinner");
+                    let pid = Pid::from_raw(child.id() as i32);
+                    // Signalled as a group only once it leads one.
+                    while nix::unistd::getsid(Some(pid)) != Ok(pid) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    groups.push(pid.as_raw());
+                    children.push(child);
+                    continue;
+                }
                 let child = Command::new(testprog())
                     .args(["spin", "0"])
                     .stdout(Stdio::null())
@@ -1726,6 +1761,20 @@ fn main() {
                 format!("{:.2}×", median_scored / baseline),
                 "within 1.2×",
             ));
+            if n > 1 {
+                // scored's own layout by hand: a session per rank, so one
+                // killpg per process. The row above against it is the
+                // daemon's own overhead; the two baselines apart are the
+                // price of the sessions.
+                let per_process = switch_baseline_with(n, Groups::PerProcess);
+                rows.push(row(
+                    &format!("gang switch, 2 jobs of {n} processes, against a session per process by hand"),
+                    format!("{} (the row above)", ms(median_scored)),
+                    format!("{} (killpg per process+waitpid+killpg)", ms(per_process)),
+                    format!("{:.2}×", median_scored / per_process),
+                    "within 1.2×",
+                ));
+            }
             // The freezer as the switch's stop (issue 13, finding 6):
             // measured here to choose between it and SIGSTOP.
             for (freezer, name) in [
