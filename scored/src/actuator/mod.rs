@@ -984,8 +984,10 @@ impl OsActuator {
             spawn::Report::Pending => {}
             spawn::Report::Execd => {
                 if let Some(pending) = self.execs.remove(&pid) {
-                    self.exec_settled(pending.job);
-                    self.count_executable(pending.job, pid);
+                    let job = pending.job;
+                    close_report(&self.exec_watch, pending.report);
+                    self.exec_settled(job);
+                    self.count_executable(job, pid);
                 }
             }
             spawn::Report::Failed(step, errno) => self.exec_failed(pid, step, errno, out),
@@ -1020,7 +1022,9 @@ impl OsActuator {
         let Some(pending) = self.execs.get_mut(&pid) else {
             return;
         };
-        let settled = pending.report.take().is_some();
+        let report = pending.report.take();
+        let settled = report.is_some();
+        close_report(&self.exec_watch, report);
         pending.failed = true;
         let (job, rank) = (pending.job, pending.rank);
         if settled {
@@ -1074,7 +1078,7 @@ impl OsActuator {
             // ends a stopped process too.
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             pending.failed = true;
-            pending.report = None;
+            close_report(&self.exec_watch, pending.report.take());
             let (job, rank) = (pending.job, pending.rank);
             let program = Rc::clone(&pending.program);
             self.exec_settled(job);
@@ -1364,6 +1368,25 @@ impl OsActuator {
 
     /// The last rank of the job is gone: kill whatever is left, then wait
     /// for it before reporting the job's processes gone.
+    /// A reaped rank of `job` leaves its job's books: its pid, and so its
+    /// group's id, may now be reused. Ends the job's processes if it was
+    /// the last, else sees whether a stop under way is now complete.
+    fn rank_reaped(&mut self, job: JobId, pid: i32, out: &mut Vec<Input>) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        procs.children.remove(&pid);
+        procs.groups.remove(&pid);
+        if let Some(wait) = procs.stop_wait.as_mut() {
+            wait.children.remove(&pid);
+        }
+        if procs.children.is_empty() && procs.launch.is_none() {
+            self.last_child_gone(job, out);
+        } else {
+            self.check_stop(job, out);
+        }
+    }
+
     fn last_child_gone(&mut self, job: JobId, out: &mut Vec<Input>) {
         self.thaw(job);
         let leftovers: Vec<Stat> = self.discover(job);
@@ -1409,6 +1432,17 @@ impl OsActuator {
             disk: procs.exe_bytes + scratch_size,
         });
         out.push(Input::ProcessesGone(job));
+    }
+}
+
+/// Closes a rank's report pipe, first removing it from the set the loop
+/// watches: a copy of it in another process would keep its registration,
+/// and so its reports, alive after the daemon's descriptor is gone.
+fn close_report(watch: &OwnedFd, report: Option<OwnedFd>) {
+    if let Some(report) = report {
+        if let Err(error) = sys::epoll_remove(watch, report.as_raw_fd()) {
+            tracing::debug!(%error, "cannot remove a report pipe from the watched set");
+        }
     }
 }
 
@@ -1992,19 +2026,7 @@ impl OsActuator {
                 // It failed before its exec (its launch failure is
                 // reported): not a rank's exit.
                 self.children.remove(&pid);
-                let Some(procs) = self.jobs.get_mut(&child.job) else {
-                    return;
-                };
-                procs.children.remove(&pid);
-                procs.groups.remove(&pid);
-                if let Some(wait) = procs.stop_wait.as_mut() {
-                    wait.children.remove(&pid);
-                }
-                if procs.children.is_empty() && procs.launch.is_none() {
-                    self.last_child_gone(child.job, out);
-                } else {
-                    self.check_stop(child.job, out);
-                }
+                self.rank_reaped(child.job, pid, out);
             }
             (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)) => {
                 self.children.remove(&pid);
@@ -2020,22 +2042,11 @@ impl OsActuator {
                     rank: child.rank,
                     status,
                 });
-                let Some(procs) = self.jobs.get_mut(&child.job) else {
-                    return;
-                };
-                procs.children.remove(&pid);
-                procs.reaped_cpu += waited.cpu;
-                procs.reaped_peak[child.slot] += waited.max_rss;
-                // Reaped: its pid, and so its group's id, may now be reused.
-                procs.groups.remove(&pid);
-                if let Some(wait) = procs.stop_wait.as_mut() {
-                    wait.children.remove(&pid);
+                if let Some(procs) = self.jobs.get_mut(&child.job) {
+                    procs.reaped_cpu += waited.cpu;
+                    procs.reaped_peak[child.slot] += waited.max_rss;
                 }
-                if procs.children.is_empty() && procs.launch.is_none() {
-                    self.last_child_gone(child.job, out);
-                } else {
-                    self.check_stop(child.job, out);
-                }
+                self.rank_reaped(child.job, pid, out);
             }
             (None, event) => {
                 // A descendant that was orphaned and came to us (we are
@@ -2069,10 +2080,13 @@ impl OsActuator {
         self.exec_report(pid, out);
         match self.execs.remove(&pid) {
             Some(pending) => {
-                if pending.report.is_some() {
-                    self.exec_settled(pending.job);
+                let (job, failed) = (pending.job, pending.failed);
+                let settled = pending.report.is_some();
+                close_report(&self.exec_watch, pending.report);
+                if settled {
+                    self.exec_settled(job);
                 }
-                pending.failed
+                failed
             }
             None => false,
         }

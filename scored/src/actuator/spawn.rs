@@ -260,7 +260,7 @@ unsafe fn child(
     envp: &[*const libc::c_char],
     report: RawFd,
 ) -> ! {
-    let (step, errno) = match steps(setup) {
+    let (step, errno) = match steps(setup, report) {
         Ok(()) => {
             // SAFETY: the child's own copy of the environment pointer;
             // `envp` outlives the exec, after which nothing of this
@@ -286,12 +286,25 @@ unsafe fn child(
 }
 
 /// The pre-exec steps, in order. Only system calls.
-fn steps(setup: &ChildSetup) -> Result<(), (Step, io::Error)> {
+fn steps(setup: &ChildSetup, report: RawFd) -> Result<(), (Step, io::Error)> {
     fn at<T>(step: Step, result: io::Result<T>) -> Result<T, (Step, io::Error)> {
         result.map_err(|error| (step, error))
     }
     for (target, &fd) in setup.stdio.iter().enumerate() {
         at(Step::Stdio, sys::install_stdio(fd, target as RawFd))?;
+    }
+    // Every other descriptor of the daemon is closed now, before the
+    // change of user, so that no copy outlives this step: a rank that its
+    // user stops before its exec would otherwise hold other users'
+    // connections and pipes open (a pipeline would not see its end) and
+    // other ranks' report pipes (whose registrations in the daemon's
+    // epoll set would outlive the daemon's own descriptors). Only the
+    // report pipe stays, until the exec closes it. Old kernels lack
+    // close_range; there, the descriptors go at the exec, as before.
+    match sys::close_from_3_but(report) {
+        Ok(()) => {}
+        Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {}
+        Err(error) => return Err((Step::Descriptors, error)),
     }
     // A session of its own: the job cannot reach the terminal scored was
     // started from, no process of another job can join its process group
@@ -441,6 +454,98 @@ mod tests {
         assert_eq!(said, Report::Execd);
         assert!(
             matches!(status, nix::sys::wait::WaitStatus::Exited(_, 3)),
+            "{status:?}"
+        );
+    }
+
+    /// Once its stdio is in place, a rank holds no other descriptor of the
+    /// daemon's but its report pipe: one its user stops before the exec
+    /// must not keep other users' connections or pipes open. The child is
+    /// caught in its cgroup step, whose file here is a FIFO that blocks
+    /// its open until the test reads it.
+    #[test]
+    fn a_rank_keeps_none_of_the_daemons_descriptors_past_its_stdio() {
+        use std::os::unix::ffi::OsStrExt;
+        let secret = std::fs::File::open("/proc/self/status").unwrap();
+        let fifo = std::env::temp_dir().join(format!("scored-spawn-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let fifo_c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        let args = [CString::new("true").unwrap()];
+        let env = [CString::new("PATH=/usr/bin:/bin").unwrap()];
+        let cwd = CString::new("/").unwrap();
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let setup = ChildSetup {
+            program: &args[0],
+            args: args.iter().map(CString::as_c_str).collect(),
+            env: env.iter().map(CString::as_c_str).collect(),
+            stdio: [null.as_raw_fd(); 3],
+            cpus: nix::sched::sched_getaffinity(Pid::from_raw(0)).unwrap(),
+            cgroup_procs: Some(&fifo_c),
+            credentials: None,
+            takes_terminal: false,
+            cwd: &cwd,
+            daemon_pid: std::process::id() as i32,
+            umask: None,
+            ignored: 0,
+            signals_to_change: 0,
+            rlimits: &[],
+        };
+        let (pid, report) = spawn(&setup).expect("fork");
+        // Blocked in the open of the FIFO (openat is system call 257).
+        let started = Instant::now();
+        while !std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|call| call.starts_with("257 "))
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the child never reached its cgroup step"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let held: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+            .filter_map(|entry| {
+                let fd = entry.file_name().to_str()?.parse().ok()?;
+                let target = std::fs::read_link(entry.path()).ok()?;
+                Some((fd, target.display().to_string()))
+            })
+            .collect();
+        // Let it go on: read what it writes, then its exec.
+        let mut reader = std::fs::File::open(&fifo).unwrap();
+        let mut written = String::new();
+        std::io::Read::read_to_string(&mut reader, &mut written).unwrap();
+        let mut said = read_report(&report);
+        while said == Report::Pending && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+            said = read_report(&report);
+        }
+        let status = nix::sys::wait::waitpid(Pid::from_raw(pid), None).expect("reap");
+        std::fs::remove_file(&fifo).unwrap();
+        assert!(
+            !held.iter().any(|(fd, _)| *fd == secret.as_raw_fd()),
+            "the child held the daemon's descriptor {}: {held:?}",
+            secret.as_raw_fd()
+        );
+        assert!(
+            held.iter()
+                .all(|(fd, target)| *fd < 3 || target.starts_with("pipe:")),
+            "the child held more than its stdio and its report pipe: {held:?}"
+        );
+        assert_eq!(
+            held.iter().filter(|(fd, _)| *fd >= 3).count(),
+            1,
+            "{held:?}"
+        );
+        assert_eq!(written, "0");
+        assert_eq!(said, Report::Execd);
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
             "{status:?}"
         );
     }

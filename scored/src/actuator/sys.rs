@@ -310,6 +310,49 @@ pub fn cloexec_from_3() -> io::Result<()> {
     Ok(())
 }
 
+/// Closes every descriptor from 3 up except `keep` (`close_range`, Linux
+/// 5.9). Only system calls: safe between fork and exec.
+pub fn close_from_3_but(keep: RawFd) -> io::Result<()> {
+    let close = |first: libc::c_uint, last: libc::c_uint| -> io::Result<()> {
+        if first > last {
+            return Ok(());
+        }
+        // SAFETY: close_range takes plain integers and closes descriptors
+        // of the calling process only.
+        cvt(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_uint) })?;
+        Ok(())
+    };
+    match libc::c_uint::try_from(keep) {
+        Ok(keep) if keep >= 3 => {
+            close(3, keep - 1)?;
+            match keep.checked_add(1) {
+                Some(next) => close(next, libc::c_uint::MAX),
+                None => Ok(()),
+            }
+        }
+        _ => close(3, libc::c_uint::MAX),
+    }
+}
+
+/// Removes `fd` from the set `epoll`. Closing a descriptor removes it only
+/// once every copy of it is closed, and until then the set would go on
+/// reporting it; so a descriptor in a set is removed before it is closed.
+///
+/// Not for use between fork and exec.
+pub fn epoll_remove(epoll: &OwnedFd, fd: RawFd) -> io::Result<()> {
+    // SAFETY: both descriptors are open; EPOLL_CTL_DEL ignores the event.
+    let ret = unsafe {
+        libc::epoll_ctl(
+            epoll.as_raw_fd(),
+            libc::EPOLL_CTL_DEL,
+            fd,
+            std::ptr::null_mut(),
+        )
+    };
+    cvt(ret as libc::c_long)?;
+    Ok(())
+}
+
 /// Makes `fd` the calling process's descriptor `target` (0, 1 or 2) for
 /// exec: `dup2`, or, when it is `target` already, clearing its
 /// close-on-exec flag, as `std::process::Command` does for stdio.
