@@ -383,6 +383,13 @@ mod tests {
     /// Spawns `argv` in `cwd` with stdio on /dev/null, and returns what its
     /// report pipe said and how it ended.
     fn run(argv: &[&str], cwd: &str) -> (Report, nix::sys::wait::WaitStatus) {
+        let (pid, report) = start(argv, cwd, None);
+        settle(pid, &report)
+    }
+
+    /// Spawns `argv` in `cwd` with stdio on /dev/null, and the cgroup
+    /// file `cgroup_procs` if given: its pid and report pipe.
+    fn start(argv: &[&str], cwd: &str, cgroup_procs: Option<&CStr>) -> (i32, OwnedFd) {
         let args: Vec<CString> = argv.iter().map(|arg| CString::new(*arg).unwrap()).collect();
         let env = [CString::new("PATH=/usr/bin:/bin").unwrap()];
         let cwd = CString::new(cwd).unwrap();
@@ -399,7 +406,7 @@ mod tests {
             env: env.iter().map(CString::as_c_str).collect(),
             stdio: [null.as_raw_fd(); 3],
             cpus,
-            cgroup_procs: None,
+            cgroup_procs,
             credentials: None,
             takes_terminal: false,
             cwd: &cwd,
@@ -409,12 +416,17 @@ mod tests {
             signals_to_change: 0,
             rlimits: &[],
         };
-        let (pid, report) = spawn(&setup).expect("fork");
+        spawn(&setup).expect("fork")
+    }
+
+    /// What the report pipe of child `pid` says once it has said
+    /// something (10 s at most), and how the child ended.
+    fn settle(pid: i32, report: &OwnedFd) -> (Report, nix::sys::wait::WaitStatus) {
         let started = Instant::now();
-        let mut said = read_report(&report);
+        let mut said = read_report(report);
         while said == Report::Pending && started.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(1));
-            said = read_report(&report);
+            said = read_report(report);
         }
         let status = nix::sys::wait::waitpid(Pid::from_raw(pid), None).expect("reap");
         (said, status)
@@ -471,31 +483,7 @@ mod tests {
         let _ = std::fs::remove_file(&fifo);
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         let fifo_c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
-        let args = [CString::new("true").unwrap()];
-        let env = [CString::new("PATH=/usr/bin:/bin").unwrap()];
-        let cwd = CString::new("/").unwrap();
-        let null = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/null")
-            .unwrap();
-        let setup = ChildSetup {
-            program: &args[0],
-            args: args.iter().map(CString::as_c_str).collect(),
-            env: env.iter().map(CString::as_c_str).collect(),
-            stdio: [null.as_raw_fd(); 3],
-            cpus: nix::sched::sched_getaffinity(Pid::from_raw(0)).unwrap(),
-            cgroup_procs: Some(&fifo_c),
-            credentials: None,
-            takes_terminal: false,
-            cwd: &cwd,
-            daemon_pid: std::process::id() as i32,
-            umask: None,
-            ignored: 0,
-            signals_to_change: 0,
-            rlimits: &[],
-        };
-        let (pid, report) = spawn(&setup).expect("fork");
+        let (pid, report) = start(&["true"], "/", Some(&fifo_c));
         // Blocked in the open of the FIFO (openat is system call 257).
         let started = Instant::now();
         while !std::fs::read_to_string(format!("/proc/{pid}/syscall"))
@@ -520,12 +508,7 @@ mod tests {
         let mut reader = std::fs::File::open(&fifo).unwrap();
         let mut written = String::new();
         std::io::Read::read_to_string(&mut reader, &mut written).unwrap();
-        let mut said = read_report(&report);
-        while said == Report::Pending && started.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-            said = read_report(&report);
-        }
-        let status = nix::sys::wait::waitpid(Pid::from_raw(pid), None).expect("reap");
+        let (said, status) = settle(pid, &report);
         std::fs::remove_file(&fifo).unwrap();
         assert!(
             !held.iter().any(|(fd, _)| *fd == secret.as_raw_fd()),
