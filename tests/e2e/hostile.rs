@@ -466,40 +466,17 @@ fn a_client_that_never_reads_its_replies_costs_bounded_memory() {
 fn a_paused_client_is_served_again_once_it_reads() {
     let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
     let mut client = connect(&daemon.socket);
-    let request = proto::encode(&Request::Console {
-        version: proto::VERSION,
-        line: "help".into(),
-        json: true,
-    });
     let n_requests = 200;
     // All of them at once, so that the daemon finds them buffered and
     // stops answering when the replies it holds pass the pause mark.
-    client
-        .write_all(&request.repeat(n_requests))
-        .expect("send the requests");
+    pipeline_help(&mut client, n_requests);
     std::thread::sleep(Duration::from_millis(500));
-    let mut received = Vec::new();
-    let mut chunk = [0u8; 64 * 1024];
-    let mut n_replies = 0;
-    let started = Instant::now();
-    while n_replies < n_requests {
-        match proto::decode::<Reply>(&mut received, proto::MAX_REPLY) {
-            Ok(Some(Reply::Console { .. })) => {
-                n_replies += 1;
-                continue;
-            }
-            Ok(Some(other)) => panic!("not a console answer: {other:?}"),
-            Ok(None) => {}
-            Err(error) => panic!("scored sent something that is not a reply: {error}"),
-        }
-        match client.read(&mut chunk) {
-            Ok(0) => panic!("scored closed the connection after {n_replies} answers"),
-            Ok(len) => received.extend_from_slice(&chunk[..len]),
-            Err(error) => panic!(
-                "{n_replies} of {n_requests} answers after {:?}: {error}",
-                started.elapsed()
-            ),
-        }
+    let (replies, received) = read_replies(&mut client, n_requests);
+    for reply in &replies {
+        assert!(
+            matches!(reply, Reply::Console { .. }),
+            "not a console answer: {reply:?}"
+        );
     }
     assert!(
         received.is_empty(),
@@ -508,6 +485,52 @@ fn a_paused_client_is_served_again_once_it_reads() {
     );
     serves_normally(&daemon, "after the paused client read its answers");
     assert_no_panic(&mut daemon);
+}
+
+/// Sends `n` console `help` requests in one write, before reading any
+/// answer.
+fn pipeline_help(client: &mut UnixStream, n: usize) {
+    let request = proto::encode(&Request::Console {
+        version: proto::VERSION,
+        line: "help".into(),
+        json: true,
+    });
+    client
+        .write_all(&request.repeat(n))
+        .expect("send the requests");
+}
+
+/// Reads until `n` replies have come: the replies, and the bytes read
+/// after the last of them. Fails, saying how many came, if the daemon
+/// stalls, closes the connection or sends something that is not a reply.
+fn read_replies(client: &mut UnixStream, n: usize) -> (Vec<Reply>, Vec<u8>) {
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 64 * 1024];
+    let mut replies = Vec::new();
+    let started = Instant::now();
+    while replies.len() < n {
+        match proto::decode::<Reply>(&mut received, proto::MAX_REPLY) {
+            Ok(Some(reply)) => {
+                replies.push(reply);
+                continue;
+            }
+            Ok(None) => {}
+            Err(error) => panic!("scored sent something that is not a reply: {error}"),
+        }
+        match client.read(&mut chunk) {
+            Ok(0) => panic!(
+                "scored closed the connection after {} answers",
+                replies.len()
+            ),
+            Ok(len) => received.extend_from_slice(&chunk[..len]),
+            Err(error) => panic!(
+                "{} of {n} answers after {:?}: {error}",
+                replies.len(),
+                started.elapsed()
+            ),
+        }
+    }
+    (replies, received)
 }
 
 /// The daemon's peak resident memory in bytes (VmHWM).
@@ -560,34 +583,15 @@ fn running_out_of_descriptors_is_a_clear_refusal() {
 fn a_client_that_pipelines_requests_gets_every_reply() {
     let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
     let mut client = connect(&daemon.socket);
-    let request = proto::encode(&Request::Console {
-        version: proto::VERSION,
-        line: "help".into(),
-        json: true,
-    });
     // Far more replies than the daemon queues for one client at a time.
     let n_requests = 400;
-    client
-        .write_all(&request.repeat(n_requests))
-        .expect("write");
-    let mut bytes = Vec::new();
-    let mut chunk = [0u8; 64 * 1024];
-    let mut n_replies = 0;
-    while n_replies < n_requests {
-        let len = client.read(&mut chunk).unwrap_or_else(|error| {
-            panic!("stalled after {n_replies} of {n_requests} replies: {error}")
-        });
-        assert!(len > 0, "closed after {n_replies} of {n_requests} replies");
-        bytes.extend_from_slice(&chunk[..len]);
-        while let Some(reply) =
-            proto::decode::<Reply>(&mut bytes, proto::MAX_REPLY).expect("a reply")
-        {
-            assert!(
-                matches!(reply, Reply::Console { ok: true, .. }),
-                "{reply:?}"
-            );
-            n_replies += 1;
-        }
+    pipeline_help(&mut client, n_requests);
+    let (replies, _) = read_replies(&mut client, n_requests);
+    for reply in &replies {
+        assert!(
+            matches!(reply, Reply::Console { ok: true, .. }),
+            "{reply:?}"
+        );
     }
     assert_no_panic(&mut daemon);
 }
