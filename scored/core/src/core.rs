@@ -1897,6 +1897,7 @@ impl Core {
         let Some(mut record) = self.jobs.remove(&job) else {
             return;
         };
+        self.scratch.forget(job);
         let (phase, time_deadline) = record.processes_gone(now);
         if phase == Phase::Stopping {
             self.n_stopping -= 1;

@@ -59,7 +59,8 @@ pub trait JobView {
 /// over tens of thousands of jobs allocates nothing.
 #[derive(Debug, Default, Clone)]
 pub struct Scratch {
-    taken: Vec<bool>,
+    /// The hosts taken so far, one bit a host (64 hosts a word).
+    taken: Vec<u64>,
     /// The job that took each taken host (its expected end is asked only
     /// when a reservation is computed).
     holder: Vec<JobId>,
@@ -68,9 +69,6 @@ pub struct Scratch {
     cluster_free: Vec<usize>,
     candidates: Vec<HostId>,
     ends: Vec<u64>,
-    /// `taken` as bits (64 hosts a word), on machines small enough for
-    /// [`Masks`].
-    taken_bits: Vec<u64>,
     masks: Masks,
 }
 
@@ -79,13 +77,23 @@ impl Scratch {
     /// `host`: a membership test that costs one look-up, where searching
     /// the set would cost a sort of it at every decision.
     pub fn holds(&self, job: JobId, host: HostId) -> bool {
-        self.taken.get(host.idx()).copied().unwrap_or(false)
-            && self.holder.get(host.idx()) == Some(&job)
+        self.is_taken(host) && self.holder.get(host.idx()) == Some(&job)
+    }
+
+    /// Whether the decision has given `host` to a job (a host beyond the
+    /// machine counts as taken: no job may have it).
+    #[inline]
+    fn is_taken(&self, host: HostId) -> bool {
+        self.taken
+            .get(host.idx() / 64)
+            .is_none_or(|word| word & (1 << (host.idx() % 64)) != 0)
     }
 }
 
-/// How many jobs [`Masks`] remembers (a power of two).
+/// How many slots [`Masks`] starts with, and the most it grows to (powers
+/// of two).
 const MASK_SLOTS: usize = 1024;
+const MASK_SLOTS_MAX: usize = 16384;
 
 /// Up to this many hosts, [`Masks`] keeps the jobs' hosts as bits.
 const MASK_HOSTS: usize = 512;
@@ -96,21 +104,27 @@ const MASK_HOSTS: usize = 512;
 /// its record. On a fragmented machine the walk turns away most of a gang
 /// queue at every decision, which was most of a decision's cost.
 ///
-/// A cache: each job id has one slot (`id mod MASK_SLOTS`, so that the
-/// consecutive ids of a queue do not collide), a job whose slot another
-/// took is read from its record again, and an empty cache gives the same
-/// decisions. A mask holds for as long as the job keeps its hosts;
-/// [`Scratch::forget`] drops the mask of a job whose hosts change. Kept
-/// only on machines of at most [`MASK_HOSTS`] hosts (a mask is then at
-/// most 8 words). A copy of the core (the panic checkpoint) starts with an
-/// empty cache rather than copying it at every event.
+/// A cache: each job id has one slot (`id mod` the number of slots, so
+/// that the consecutive ids of a queue do not collide), and an empty cache
+/// gives the same decisions. Two unfinished jobs whose ids share a slot
+/// would take it from each other at every decision, so the table doubles
+/// when a job takes the slot of another that has not finished (up to
+/// [`MASK_SLOTS_MAX`]; beyond that, the later job takes the slot). The
+/// core drops the mask of a job that finishes or whose hosts change
+/// ([`Scratch::forget`]), so a mask always holds the job's hosts. Kept only
+/// on machines of at most [`MASK_HOSTS`] hosts (a mask is then at most 8
+/// words). A copy of the core (the panic checkpoint) starts with an empty
+/// cache rather than copying it at every event.
 #[derive(Debug, Default)]
 struct Masks {
     /// Words per mask; 0 until the first decision sizes the cache (and
     /// while the machine is too large for it).
     words: usize,
-    ids: Vec<Option<JobId>>,
-    bits: Vec<u64>,
+    /// How many slots the table has (a power of two, or 0).
+    slots: usize,
+    /// Per slot, `1 + words` words: the job's id plus one (0: empty), then
+    /// its mask, so that a look-up reads one place.
+    table: Vec<u64>,
 }
 
 impl Clone for Masks {
@@ -120,8 +134,9 @@ impl Clone for Masks {
 }
 
 impl Masks {
-    fn slot(job: JobId) -> usize {
-        (job.0 as usize) & (MASK_SLOTS - 1)
+    #[inline]
+    fn base(&self, job: JobId) -> usize {
+        ((job.0 as usize) & (self.slots - 1)) * (1 + self.words)
     }
 
     /// Sizes the cache for `n_hosts`, emptying it if that changes.
@@ -131,34 +146,40 @@ impl Masks {
         } else {
             0
         };
-        if words != self.words || (words > 0 && self.ids.is_empty()) {
+        if words != self.words || (words > 0 && self.slots == 0) {
             self.words = words;
-            self.ids = if words > 0 {
-                vec![None; MASK_SLOTS]
-            } else {
-                Vec::new()
-            };
-            self.bits = vec![0; words * MASK_SLOTS];
+            self.slots = if words > 0 { MASK_SLOTS } else { 0 };
+            self.table = vec![0; self.slots * (1 + words)];
         }
     }
 
     /// The mask of `job`, if remembered.
     #[inline]
     fn get(&self, job: JobId) -> Option<&[u64]> {
-        let slot = Masks::slot(job);
-        (self.ids.get(slot)? == &Some(job))
-            .then(|| &self.bits[slot * self.words..(slot + 1) * self.words])
+        if self.slots == 0 {
+            return None;
+        }
+        let base = self.base(job);
+        (self.table[base] == job.0.wrapping_add(1))
+            .then(|| &self.table[base + 1..base + 1 + self.words])
     }
 
     /// Remembers the hosts of `job`.
     fn put(&mut self, job: JobId, hosts: &[HostId]) {
-        if self.words == 0 {
+        if self.slots == 0 {
             return;
         }
-        let slot = Masks::slot(job);
+        let mut base = self.base(job);
+        while self.table[base] != 0
+            && self.table[base] != job.0.wrapping_add(1)
+            && self.slots < MASK_SLOTS_MAX
+        {
+            self.grow();
+            base = self.base(job);
+        }
         // The slot's previous job loses its mask before it is overwritten.
-        self.ids[slot] = None;
-        let mask = &mut self.bits[slot * self.words..(slot + 1) * self.words];
+        self.table[base] = 0;
+        let mask = &mut self.table[base + 1..base + 1 + self.words];
         mask.fill(0);
         for host in hosts {
             match mask.get_mut(host.idx() / 64) {
@@ -167,21 +188,41 @@ impl Masks {
                 None => return,
             }
         }
-        self.ids[slot] = Some(job);
+        self.table[base] = job.0.wrapping_add(1);
+    }
+
+    /// Doubles the table, keeping every mask (two jobs that shared a slot
+    /// may still share one; [`Masks::put`] grows again then).
+    fn grow(&mut self) {
+        let stride = 1 + self.words;
+        let old = std::mem::take(&mut self.table);
+        self.slots *= 2;
+        self.table = vec![0; self.slots * stride];
+        for entry in old.chunks_exact(stride) {
+            if entry[0] != 0 {
+                let base = self.base(JobId(entry[0] - 1));
+                if self.table[base] == 0 {
+                    self.table[base..base + stride].copy_from_slice(entry);
+                }
+            }
+        }
     }
 
     fn forget(&mut self, job: JobId) {
-        if let Some(slot) = self.ids.get_mut(Masks::slot(job)) {
-            if *slot == Some(job) {
-                *slot = None;
-            }
+        if self.slots == 0 {
+            return;
+        }
+        let base = self.base(job);
+        if self.table[base] == job.0.wrapping_add(1) {
+            self.table[base] = 0;
         }
     }
 }
 
 impl Scratch {
     /// Drops what the walk remembers of `job`'s hosts: call it whenever a
-    /// job's hosts change (chosen at start, or given back).
+    /// job's hosts change (chosen at start, or given back) and when it
+    /// finishes.
     pub fn forget(&mut self, job: JobId) {
         self.masks.forget(job);
     }
@@ -227,10 +268,8 @@ pub fn active_set(
     out.clear();
     bind.clear();
     scratch.taken.clear();
-    scratch.taken.resize(n_hosts, false);
+    scratch.taken.resize(n_hosts.div_ceil(64), 0);
     scratch.masks.size_for(n_hosts);
-    scratch.taken_bits.clear();
-    scratch.taken_bits.resize(scratch.masks.words, 0);
     let masks_on = scratch.masks.words > 0;
     // Read only for taken hosts, so never cleared: a decision over many
     // hosts costs no more than the hosts it takes.
@@ -275,13 +314,9 @@ pub fn active_set(
             // hand, that costs no read of its record.
             if masks_on && !exclusive {
                 if let Some(mask) = scratch.masks.get(job) {
-                    if mask
-                        .iter()
-                        .zip(&scratch.taken_bits)
-                        .any(|(hosts, taken)| hosts & taken != 0)
-                    {
+                    if overlaps(mask, &scratch.taken) {
                         debug_assert!(
-                            view.hosts(job).iter().any(|host| scratch.taken[host.idx()]),
+                            view.hosts(job).iter().any(|host| scratch.is_taken(*host)),
                             "the mask of job {job} is not its hosts"
                         );
                         continue;
@@ -353,6 +388,14 @@ pub fn active_set(
     }
 }
 
+/// Whether a mask of hosts shares one with the taken hosts.
+#[inline]
+fn overlaps(mask: &[u64], taken: &[u64]) -> bool {
+    mask.iter()
+        .zip(taken)
+        .any(|(hosts, taken)| hosts & taken != 0)
+}
+
 /// Takes the job's own hosts if all are free; returns how many it took.
 fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec<JobId>) -> usize {
     if hosts.is_empty() {
@@ -361,22 +404,33 @@ fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec
     if scratch.masks.words > 0 && scratch.masks.get(job).is_none() {
         scratch.masks.put(job, hosts);
     }
-    if hosts
-        .iter()
-        .any(|host| scratch.taken.get(host.idx()).copied().unwrap_or(true))
-    {
-        return 0;
-    }
-    for host in hosts {
-        scratch.taken[host.idx()] = true;
-        scratch.holder[host.idx()] = job;
-    }
-    if scratch.masks.words > 0 {
-        if let Some(mask) = scratch.masks.get(job) {
-            for (taken, hosts) in scratch.taken_bits.iter_mut().zip(mask) {
+    match scratch.masks.get(job) {
+        // The job's hosts as a mask: one AND a word says whether one is
+        // taken, and one OR a word takes them all.
+        Some(mask) => {
+            debug_assert_eq!(
+                overlaps(mask, &scratch.taken),
+                hosts.iter().any(|host| scratch.is_taken(*host)),
+                "the mask of job {job} is not its hosts"
+            );
+            if overlaps(mask, &scratch.taken) {
+                return 0;
+            }
+            for (taken, hosts) in scratch.taken.iter_mut().zip(mask) {
                 *taken |= hosts;
             }
         }
+        None => {
+            if hosts.iter().any(|host| scratch.is_taken(*host)) {
+                return 0;
+            }
+            for host in hosts {
+                scratch.taken[host.idx() / 64] |= 1 << (host.idx() % 64);
+            }
+        }
+    }
+    for host in hosts {
+        scratch.holder[host.idx()] = job;
     }
     // A job's hosts are all of its cluster: count them off once.
     let cluster = scratch.host_cluster[hosts[0].idx()];
@@ -386,8 +440,7 @@ fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec
 }
 
 fn mark(scratch: &mut Scratch, host: HostId, job: JobId) {
-    scratch.taken[host.idx()] = true;
-    if let Some(word) = scratch.taken_bits.get_mut(host.idx() / 64) {
+    if let Some(word) = scratch.taken.get_mut(host.idx() / 64) {
         *word |= 1 << (host.idx() % 64);
     }
     scratch.holder[host.idx()] = job;
@@ -416,7 +469,7 @@ fn take_free(
     let mut chosen: Vec<HostId> = Vec::with_capacity(n_needed);
     scratch.candidates.clear();
     for host in view.cluster_hosts(cluster) {
-        if scratch.taken[host.idx()] || (checks_memory && !view.fits_on(job, *host)) {
+        if scratch.is_taken(*host) || (checks_memory && !view.fits_on(job, *host)) {
             continue;
         }
         if view.host_rank(*host).0 {
@@ -460,18 +513,20 @@ fn reserve(
         return None;
     }
     let free_now = scratch.cluster_free.get(cluster).copied().unwrap_or(0);
-    scratch.ends.clear();
-    scratch.ends.extend(
+    let mut ends = std::mem::take(&mut scratch.ends);
+    ends.clear();
+    ends.extend(
         hosts
             .iter()
-            .filter(|host| scratch.taken[host.idx()])
+            .filter(|host| scratch.is_taken(**host))
             .map(|host| {
                 view.expected_end(scratch.holder[host.idx()])
                     .unwrap_or(u64::MAX)
                     .max(now)
             }),
     );
-    scratch.ends.sort_unstable();
+    ends.sort_unstable();
+    scratch.ends = ends;
     let missing = n_needed.checked_sub(free_now)?;
     let shadow = *scratch.ends.get(missing.checked_sub(1)?)?;
     if shadow == u64::MAX {
@@ -747,17 +802,46 @@ mod tests {
 
     #[test]
     fn a_mask_that_cannot_be_made_leaves_its_slot_empty() {
-        // Job 1 and job 1 + MASK_SLOTS share a slot; the second has a host
-        // beyond the machine, so no mask is kept for it, and job 1's mask,
-        // partly overwritten, must not be taken for job 1's hosts either.
+        // A job with a host beyond the machine keeps no mask (the scan
+        // decides for it), and the job whose slot it took loses its own.
         let mut masks = Masks::default();
         masks.size_for(128);
         masks.put(JobId(1), &[HostId(3)]);
         assert_eq!(masks.get(JobId(1)), Some(&[1 << 3, 0][..]));
-        let other = JobId(1 + MASK_SLOTS as u64);
-        masks.put(other, &[HostId(5), HostId(900)]);
-        assert_eq!(masks.get(other), None);
+        masks.put(JobId(1), &[HostId(5), HostId(900)]);
         assert_eq!(masks.get(JobId(1)), None);
+    }
+
+    #[test]
+    fn jobs_whose_ids_share_a_slot_both_keep_their_masks() {
+        // Two unfinished jobs whose ids are a table's size apart would take
+        // the slot from each other at every decision: the table grows.
+        let mut masks = Masks::default();
+        masks.size_for(128);
+        let other = JobId(1 + MASK_SLOTS as u64);
+        masks.put(JobId(1), &[HostId(3)]);
+        masks.put(other, &[HostId(5), HostId(70)]);
+        assert_eq!(masks.get(JobId(1)), Some(&[1 << 3, 0][..]));
+        assert_eq!(masks.get(other), Some(&[1 << 5, 1 << 6][..]));
+        assert_eq!(masks.slots, 2 * MASK_SLOTS);
+        // A finished job's slot is taken without growing.
+        masks.forget(JobId(1));
+        masks.put(JobId(1 + 2 * MASK_SLOTS as u64), &[HostId(0)]);
+        assert_eq!(masks.slots, 2 * MASK_SLOTS);
+        assert_eq!(masks.get(JobId(1)), None);
+        // At the largest size, the later job takes the slot.
+        let last = JobId(7);
+        masks.put(last, &[HostId(1)]);
+        while masks.slots < MASK_SLOTS_MAX {
+            masks.put(JobId(last.0 + masks.slots as u64), &[HostId(2)]);
+        }
+        assert_eq!(masks.slots, MASK_SLOTS_MAX);
+        assert_eq!(masks.get(last), Some(&[1 << 1, 0][..]));
+        let beyond = JobId(last.0 + MASK_SLOTS_MAX as u64);
+        masks.put(beyond, &[HostId(4)]);
+        assert_eq!(masks.slots, MASK_SLOTS_MAX);
+        assert_eq!(masks.get(beyond), Some(&[1 << 4, 0][..]));
+        assert_eq!(masks.get(last), None);
     }
 
     #[test]
