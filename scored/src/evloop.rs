@@ -978,7 +978,7 @@ impl<A: Actuator> Daemon<A> {
                     client,
                     cred: conn.cred.clone(),
                     user: conn.user.clone(),
-                    request,
+                    request: Box::new(request),
                 });
             }
             Request::Console {
@@ -1020,7 +1020,7 @@ impl<A: Actuator> Daemon<A> {
                         inputs.push(Input::Console {
                             client,
                             cred: conn.cred.clone(),
-                            command,
+                            command: Box::new(command),
                         });
                         return;
                     }

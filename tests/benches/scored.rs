@@ -996,7 +996,7 @@ fn decision_time(rows: &mut Vec<Row>) {
                     client: ClientToken(idx + 1),
                     cred: cred.clone(),
                     user: "u".into(),
-                    request,
+                    request: Box::new(request),
                 },
                 now,
             );
@@ -1381,7 +1381,7 @@ fn checkpoint_in_core(rows: &mut Vec<Row>) {
             Input::Console {
                 client: ClientToken(0),
                 cred: cred.clone(),
-                command,
+                command: Box::new(command),
             },
             now,
         );
@@ -1391,7 +1391,7 @@ fn checkpoint_in_core(rows: &mut Vec<Row>) {
                     client: ClientToken(idx + 1),
                     cred: cred.clone(),
                     user: "u".into(),
-                    request: request(if idx < 120 { 1 } else { 2 }),
+                    request: Box::new(request(if idx < 120 { 1 } else { 2 })),
                 },
                 now,
             );
@@ -1416,7 +1416,7 @@ fn checkpoint_in_core(rows: &mut Vec<Row>) {
                 client: ClientToken(10_000 + idx),
                 cred: cred.clone(),
                 user: "u".into(),
-                request: request(2),
+                request: Box::new(request(2)),
             },
             now,
         );

@@ -345,8 +345,9 @@ pub enum Input {
         cred: Cred,
         /// The submitting user's name.
         user: Rc<str>,
-        /// The job.
-        request: JobRequest,
+        /// The job (boxed: an input is moved several times on its way in,
+        /// and the others are a few words).
+        request: Box<JobRequest>,
     },
     /// A connection closed.
     ClientGone(ClientToken),
@@ -429,8 +430,8 @@ pub enum Input {
         client: ClientToken,
         /// Who asks: rights are checked against it.
         cred: Cred,
-        /// The command.
-        command: Command,
+        /// The command (boxed, as a submission's request).
+        command: Box<Command>,
     },
     /// A signal asked the daemon to stop.
     Shutdown {
@@ -1098,7 +1099,7 @@ impl Core {
                 cred,
                 user,
                 request,
-            } => self.submit(client, cred, user, request, now, out),
+            } => self.submit(client, cred, user, *request, now, out),
             Input::ClientGone(client) => self.client_gone(client, now, out),
             Input::Hold(client) => {
                 if let Some(&job) = self.by_client.get(&client) {
@@ -1230,7 +1231,7 @@ impl Core {
                 client,
                 cred,
                 command,
-            } => self.console(client, &cred, command, now, out),
+            } => self.console(client, &cred, *command, now, out),
             Input::StateDir(problem) => {
                 if self.state_dir_problem != problem {
                     match &problem {

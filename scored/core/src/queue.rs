@@ -107,6 +107,13 @@ impl Queue {
         self.order.iter().copied()
     }
 
+    /// The jobs in scheduling order, as the two slices the order is kept
+    /// in (the walk of a decision runs over them without an iterator's
+    /// wrap-around arithmetic).
+    pub fn slices(&self) -> (&[JobId], &[JobId]) {
+        self.order.as_slices()
+    }
+
     /// How many unfinished jobs the queue holds.
     pub fn len(&self) -> usize {
         self.order.len()

@@ -208,6 +208,51 @@ impl Masks {
         }
     }
 
+    /// How many of `jobs`, from the first, have a remembered mask that
+    /// overlaps `taken`: the jobs a gang queue's walk turns away without
+    /// reading their records. One loop per mask width, so that the taken
+    /// hosts stay in registers and each job costs a load and a few ANDs.
+    fn turned_away(&self, jobs: &[JobId], taken: &[u64]) -> usize {
+        match self.words {
+            1 => self.turned_away_w::<1>(jobs, taken),
+            2 => self.turned_away_w::<2>(jobs, taken),
+            3 => self.turned_away_w::<3>(jobs, taken),
+            4 => self.turned_away_w::<4>(jobs, taken),
+            5 => self.turned_away_w::<5>(jobs, taken),
+            6 => self.turned_away_w::<6>(jobs, taken),
+            7 => self.turned_away_w::<7>(jobs, taken),
+            8 => self.turned_away_w::<8>(jobs, taken),
+            _ => 0,
+        }
+    }
+
+    fn turned_away_w<const W: usize>(&self, jobs: &[JobId], taken: &[u64]) -> usize {
+        let Some(taken) = taken
+            .get(..W)
+            .and_then(|words| <[u64; W]>::try_from(words).ok())
+        else {
+            return 0;
+        };
+        let slot_mask = self.slots - 1;
+        for (idx, job) in jobs.iter().enumerate() {
+            let base = ((job.0 as usize) & slot_mask) * (1 + W);
+            let Some(entry) = self.table.get(base..base + 1 + W) else {
+                return idx;
+            };
+            if entry[0] != job.0.wrapping_add(1) {
+                return idx;
+            }
+            let mut overlap = 0;
+            for word in 0..W {
+                overlap |= entry[1 + word] & taken[word];
+            }
+            if overlap == 0 {
+                return idx;
+            }
+        }
+        jobs.len()
+    }
+
     fn forget(&mut self, job: JobId) {
         if self.slots == 0 {
             return;
@@ -303,84 +348,94 @@ pub fn active_set(
         }
         let exclusive = queue.mode == QueueMode::Exclusive;
         let mut reservation: Option<Reservation> = None;
-        for job in queue.order() {
-            // Once every host is taken nothing more can join: tens of
-            // thousands of queued jobs cost nothing then.
-            if free_hosts == 0 {
-                return;
-            }
-            // A gang queue's job is turned away when one of its hosts is
-            // taken, whether or not it is runnable: with its hosts' mask at
-            // hand, that costs no read of its record.
-            if masks_on && !exclusive {
-                if let Some(mask) = scratch.masks.get(job) {
-                    if overlaps(mask, &scratch.taken) {
-                        debug_assert!(
-                            view.hosts(job).iter().any(|host| scratch.is_taken(*host)),
-                            "the mask of job {job} is not its hosts"
-                        );
-                        continue;
+        let (front, back) = queue.slices();
+        'queue: for part in [front, back] {
+            let mut idx = 0;
+            while idx < part.len() {
+                // Once every host is taken nothing more can join: tens of
+                // thousands of queued jobs cost nothing then.
+                if free_hosts == 0 {
+                    return;
+                }
+                // A gang queue's job is turned away when one of its hosts
+                // is taken, whether or not it is runnable: with its hosts'
+                // mask at hand, that costs no read of its record.
+                if masks_on && !exclusive {
+                    let skipped = scratch.masks.turned_away(&part[idx..], &scratch.taken);
+                    if cfg!(debug_assertions) {
+                        for job in &part[idx..idx + skipped] {
+                            assert!(
+                                view.hosts(*job).iter().any(|host| scratch.is_taken(*host)),
+                                "the mask of job {job} is not its hosts"
+                            );
+                        }
+                    }
+                    idx += skipped;
+                    if idx == part.len() {
+                        break;
                     }
                 }
-            }
-            let seen = view.seen(job);
-            if !seen.runnable {
-                continue;
-            }
-            let waiting = exclusive && !seen.started;
-            if !waiting {
-                free_hosts = free_hosts.saturating_sub(if seen.hosts.is_empty() {
-                    take_free(job, view, scratch, out, bind)
-                } else {
-                    take_bound(job, seen.hosts, scratch, out)
-                });
-                continue;
-            }
-            let bound = !seen.hosts.is_empty();
-            match reservation {
-                None => {
-                    let taken = if bound {
-                        take_bound(job, seen.hosts, scratch, out)
-                    } else {
+                let job = part[idx];
+                idx += 1;
+                let seen = view.seen(job);
+                if !seen.runnable {
+                    continue;
+                }
+                let waiting = exclusive && !seen.started;
+                if !waiting {
+                    free_hosts = free_hosts.saturating_sub(if seen.hosts.is_empty() {
                         take_free(job, view, scratch, out, bind)
-                    };
-                    if taken > 0 {
-                        free_hosts = free_hosts.saturating_sub(taken);
-                        continue;
-                    }
-                    // The first job that cannot start: first come, first
-                    // served keeps every later job of the queue behind it,
-                    // unless backfilling can give it a reservation.
-                    match (queue.backfill && !bound)
-                        .then(|| reserve(job, view, now, scratch))
-                        .flatten()
-                    {
-                        Some(made) => reservation = Some(made),
-                        None => break,
-                    }
+                    } else {
+                        take_bound(job, seen.hosts, scratch, out)
+                    });
+                    continue;
                 }
-                Some(ref mut held) => {
-                    if bound {
-                        continue;
+                let bound = !seen.hosts.is_empty();
+                match reservation {
+                    None => {
+                        let taken = if bound {
+                            take_bound(job, seen.hosts, scratch, out)
+                        } else {
+                            take_free(job, view, scratch, out, bind)
+                        };
+                        if taken > 0 {
+                            free_hosts = free_hosts.saturating_sub(taken);
+                            continue;
+                        }
+                        // The first job that cannot start: first come, first
+                        // served keeps every later job of the queue behind it,
+                        // unless backfilling can give it a reservation.
+                        match (queue.backfill && !bound)
+                            .then(|| reserve(job, view, now, scratch))
+                            .flatten()
+                        {
+                            Some(made) => reservation = Some(made),
+                            None => break 'queue,
+                        }
                     }
-                    let (cluster, n_needed) = view.need(job);
-                    if scratch.cluster_free.get(cluster).copied().unwrap_or(0) < n_needed {
-                        continue;
-                    }
-                    let in_time = view
-                        .estimate(job)
-                        .is_some_and(|estimate| now.saturating_add(estimate) <= held.shadow);
-                    let spare = cluster != held.cluster || n_needed <= held.extra;
-                    if !in_time && !spare {
-                        continue;
-                    }
-                    let taken = take_free(job, view, scratch, out, bind);
-                    if taken == 0 {
-                        continue;
-                    }
-                    free_hosts = free_hosts.saturating_sub(taken);
-                    if !in_time && cluster == held.cluster {
-                        held.extra -= n_needed;
+                    Some(ref mut held) => {
+                        if bound {
+                            continue;
+                        }
+                        let (cluster, n_needed) = view.need(job);
+                        if scratch.cluster_free.get(cluster).copied().unwrap_or(0) < n_needed {
+                            continue;
+                        }
+                        let in_time = view
+                            .estimate(job)
+                            .is_some_and(|estimate| now.saturating_add(estimate) <= held.shadow);
+                        let spare = cluster != held.cluster || n_needed <= held.extra;
+                        if !in_time && !spare {
+                            continue;
+                        }
+                        let taken = take_free(job, view, scratch, out, bind);
+                        if taken == 0 {
+                            continue;
+                        }
+                        free_hosts = free_hosts.saturating_sub(taken);
+                        if !in_time && cluster == held.cluster {
+                            held.extra -= n_needed;
+                        }
                     }
                 }
             }
@@ -667,6 +722,42 @@ mod tests {
             &[(2, 3, Some(10)), (3, 1, Some(10))],
         );
         assert_eq!(started, vec![]);
+    }
+
+    #[test]
+    fn first_come_first_served_holds_across_the_queues_wrap_around() {
+        // The walk runs over the two slices the queue's order is kept in;
+        // the first job that cannot start keeps every later one waiting,
+        // in the second slice too.
+        let mut queues = vec![Queue::new(0, QueueMode::Exclusive)];
+        let queue = &mut queues[0];
+        queue.push(JobId(10), true);
+        for id in 1..=3 {
+            queue.push(JobId(id), false);
+        }
+        queue.remove(JobId(1));
+        queue.remove(JobId(2));
+        queue.push(JobId(4), false);
+        queue.push(JobId(5), false);
+        assert_eq!(
+            queue.order().map(|job| job.0).collect::<Vec<_>>(),
+            [10, 3, 4, 5]
+        );
+        assert!(
+            !queue.slices().1.is_empty(),
+            "the order should wrap around: {:?}",
+            queue.slices()
+        );
+        let view = Jobs {
+            hosts: HashMap::from([(JobId(10), vec![HostId(0), HostId(1)])]),
+            need: HashMap::from([(JobId(3), 4), (JobId(4), 1), (JobId(5), 1)]),
+            estimate: HashMap::from([(JobId(10), 100)]),
+            started: vec![JobId(10)],
+            all_hosts: (0..4).map(HostId).collect(),
+        };
+        let (active, bound) = run(&queues, &view, 4);
+        assert_eq!(active, vec![10]);
+        assert!(bound.is_empty(), "{bound:?}");
     }
 
     #[test]

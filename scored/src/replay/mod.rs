@@ -347,7 +347,7 @@ pub fn run(
                 client,
                 cred: root.clone(),
                 user: user.clone(),
-                request: arrival.request.clone(),
+                request: Box::new(arrival.request.clone()),
             });
             next_arrival += 1;
         }

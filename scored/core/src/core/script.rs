@@ -110,7 +110,7 @@ impl Core {
             let input = Input::Console {
                 client: SCRIPT,
                 cred: cred.clone(),
-                command,
+                command: Box::new(command),
             };
             for action in self.handle(input, now) {
                 match action {

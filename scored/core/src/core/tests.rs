@@ -251,7 +251,7 @@ impl Sim {
             client: ClientToken(client),
             cred,
             user: "u".into(),
-            request,
+            request: Box::new(request),
         });
         client
     }
@@ -294,7 +294,7 @@ impl Sim {
         let input = Input::Console {
             client: console,
             cred: cred.clone(),
-            command,
+            command: Box::new(command),
         };
         let mut reply = None;
         let mut actions = Vec::new();
@@ -642,7 +642,7 @@ fn sequence_stages_run_one_after_another_and_stop_at_a_failure() {
         client: ClientToken(client),
         cred: root(),
         user: "u".into(),
-        request: request.clone(),
+        request: Box::new(request.clone()),
     });
     sim.exit(1, 0);
     sim.exit(1, 2);
@@ -659,7 +659,7 @@ fn sequence_stages_run_one_after_another_and_stop_at_a_failure() {
         client: ClientToken(99),
         cred: root(),
         user: "u".into(),
-        request,
+        request: Box::new(request),
     });
     check(&sim.take_log(), "spawn 2 stage 0 x3");
 }
@@ -703,7 +703,7 @@ fn submit_stages(
         client: ClientToken(client),
         cred: root(),
         user: "u".into(),
-        request,
+        request: Box::new(request),
     });
     client
 }
@@ -1708,7 +1708,7 @@ fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
                 client: ClientToken(client),
                 cred,
                 user: "u".into(),
-                request,
+                request: Box::new(request),
             },
             Tick(0),
         );
