@@ -100,6 +100,7 @@ fn run() -> Result<(), String> {
         kill_grace: settings.kill_grace,
         disk,
         machine_memory: Some(machine.total_memory),
+        sample_every_slice: true,
     };
     if let Some(path) = check_state {
         // A new binary checks, in a process of its own, that it can take

@@ -74,6 +74,11 @@ pub struct CoreConfig {
     /// The machine's total memory, when known: a cluster memory limit above
     /// it is accepted with a warning.
     pub machine_memory: Option<u64>,
+    /// Whether every live job is sampled at each slice boundary (the
+    /// daemon: its listings show fresh usage), or only the jobs whose
+    /// usage can change a decision ([`Core::usage_matters`]; a replay,
+    /// which answers no other sample).
+    pub sample_every_slice: bool,
 }
 
 impl Default for CoreConfig {
@@ -86,6 +91,7 @@ impl Default for CoreConfig {
             kill_grace: Duration::from_secs(5),
             disk: Vec::new(),
             machine_memory: None,
+            sample_every_slice: true,
         }
     }
 }
@@ -1838,8 +1844,11 @@ impl Core {
         // The set restarts with the new slice; `reschedule`, which always
         // follows, fills it again with every job that runs in it.
         self.sampled_at = now;
+        let every = self.config.sample_every_slice;
         for &job in &self.live {
-            out.push(Action::Sample(job));
+            if every || self.usage_matters(job) {
+                out.push(Action::Sample(job));
+            }
         }
     }
 

@@ -280,6 +280,8 @@ pub fn run(
         .collect();
     let config = CoreConfig {
         timeslice: setup.timeslice,
+        // Only samples that can change a decision are answered here.
+        sample_every_slice: false,
         ..CoreConfig::default()
     };
     let mut core = Core::new(config, setup.topology.clone(), memory_limits);
