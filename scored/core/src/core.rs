@@ -34,6 +34,7 @@ use crate::job::{
 use crate::jobset::{JobIdHasher, JobSet};
 use crate::queue::Queue;
 use crate::sched::{self, Scratch};
+use crate::sorted::SortedSet;
 use crate::undo::{Undo, UndoCell, UndoDeque, UndoLedger, UndoMap, UndoQueues, UndoSet};
 use crate::units::{format_duration, format_size};
 
@@ -654,14 +655,14 @@ pub struct Core {
     waiting: UndoDeque<Rc<Waiter>>,
     finished: UndoDeque<Rc<Finished>>,
     /// Jobs whose processes may be running: phase Running or Stopping.
-    live: UndoSet<BTreeSet<JobId>>,
+    live: UndoSet<SortedSet<JobId>>,
     /// How many of them are Stopping: with none, and every job live,
     /// nothing waits to run (`next_decision` need not look at the queues).
     n_stopping: usize,
     /// Graceful kills in progress, by the time they turn into SIGKILL.
-    kill_deadlines: UndoSet<BTreeSet<(Tick, JobId)>>,
+    kill_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
     /// Running jobs with a `-time` limit, by the time it is reached.
-    time_deadlines: UndoSet<BTreeSet<(Tick, JobId)>>,
+    time_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
     /// Jobs whose hosts were chosen by the last decision but that have not
     /// started yet (their hosts were still being vacated); they choose again
     /// at the next decision.
@@ -737,6 +738,8 @@ struct Spare {
     rotated: Vec<JobId>,
     /// The jobs that ran in the slice, when they are few ([`FEW_RAN`]).
     ran: Vec<JobId>,
+    /// How many of those each queue holds.
+    ran_per_queue: Vec<usize>,
 }
 
 /// Up to this many jobs that ran in a slice, a rotation compares queued
@@ -1821,12 +1824,29 @@ impl Core {
             let filter = few
                 .iter()
                 .fold(0u64, |bits, job| bits | (1 << (job.0 % 64)));
+            // How many of the few are in each queue (a job's record names
+            // its queue, which holds it once), so that a rotation stops at
+            // the last of them; one whose record is gone counts for all.
+            let mut per_queue = std::mem::take(&mut self.spare.ran_per_queue);
+            per_queue.clear();
+            per_queue.resize(self.queues.len(), 0);
+            for job in &few {
+                match self.jobs.get(job) {
+                    Some(record) => {
+                        if let Some(count) = per_queue.get_mut(record.queue as usize) {
+                            *count += 1;
+                        }
+                    }
+                    None => per_queue.iter_mut().for_each(|count| *count += 1),
+                }
+            }
             let rotated = &mut self.spare.rotated;
             self.queues.modify_all(|queues| {
-                for queue in queues {
+                for (queue, at_most) in queues.iter_mut().zip(&per_queue) {
                     if ran.len() <= FEW_RAN {
-                        queue.rotate_with(
+                        queue.rotate_at_most(
                             |job| filter & (1 << (job.0 % 64)) != 0 && few.contains(&job),
+                            *at_most,
                             rotated,
                         );
                     } else {
@@ -1834,6 +1854,7 @@ impl Core {
                     }
                 }
             });
+            self.spare.ran_per_queue = per_queue;
             few.clear();
             self.spare.ran = few;
         }
@@ -2444,13 +2465,13 @@ impl Core {
         }
         assert_eq!(ledger, *self.ledger, "the ledger matches the admitted jobs");
         // The deadline indexes hold exactly the jobs' own deadlines.
-        let kill: BTreeSet<(Tick, JobId)> = self
+        let kill: SortedSet<(Tick, JobId)> = self
             .jobs
             .values()
             .filter_map(|job| job.kill_deadline().map(|deadline| (deadline, job.id)))
             .collect();
         assert_eq!(kill, *self.kill_deadlines, "graceful kills in progress");
-        let time: BTreeSet<(Tick, JobId)> = self
+        let time: SortedSet<(Tick, JobId)> = self
             .jobs
             .values()
             .filter_map(|job| job.time_deadline().map(|deadline| (deadline, job.id)))

@@ -22,6 +22,7 @@ pub mod job;
 pub mod jobset;
 pub mod queue;
 pub mod sched;
+pub mod sorted;
 pub mod undo;
 
 // The console language, units, exit statuses and the submission validator

@@ -184,7 +184,21 @@ impl Queue {
     /// [`Queue::rotate`], setting the jobs that ran aside in `spare` (left
     /// empty), so that a rotation at every slice allocates nothing.
     pub fn rotate_with(&mut self, ran: impl Fn(JobId) -> bool, spare: &mut Vec<JobId>) {
-        if self.mode != QueueMode::Gang {
+        self.rotate_at_most(ran, usize::MAX, spare);
+    }
+
+    /// [`Queue::rotate_with`], told that at most `at_most` of the queue's
+    /// jobs ran: once that many are found, the rest of the order moves up
+    /// in one copy without a membership test per job. The jobs that ran
+    /// are the last decision's, which a first-fit walk takes mostly from
+    /// the front, so a rotation costs the front of the queue, not all of it.
+    pub fn rotate_at_most(
+        &mut self,
+        ran: impl Fn(JobId) -> bool,
+        at_most: usize,
+        spare: &mut Vec<JobId>,
+    ) {
+        if self.mode != QueueMode::Gang || at_most == 0 {
             return;
         }
         // One pass, one membership test per job: the jobs that ran are set
@@ -196,7 +210,8 @@ impl Queue {
         spare.clear();
         let order = self.order.make_contiguous();
         let mut kept = 0;
-        for idx in 0..order.len() {
+        let mut idx = 0;
+        while idx < order.len() && spare.len() < at_most {
             let job = order[idx];
             if ran(job) {
                 spare.push(job);
@@ -204,8 +219,12 @@ impl Queue {
                 order[kept] = job;
                 kept += 1;
             }
+            idx += 1;
         }
-        self.order.truncate(kept);
+        // The jobs after the last one that ran move up over the gap.
+        order.copy_within(idx.., kept);
+        let len = order.len() - spare.len();
+        self.order.truncate(len);
         self.order.extend(spare.drain(..));
     }
 
@@ -254,6 +273,33 @@ mod tests {
             let (moved, stayed): (Vec<u64>, Vec<u64>) = model.iter().partition(|job| ran(**job));
             model = stayed.into_iter().chain(moved).collect();
             assert_eq!(ids(&queue), model, "after job {id}");
+        }
+    }
+
+    #[test]
+    fn a_rotation_told_how_many_ran_moves_the_same_jobs() {
+        // Told the number of jobs that ran (or more), a rotation stops
+        // testing at the last of them and gives the order a full pass gives.
+        for ran_ids in [vec![], vec![1], vec![3, 7], vec![2, 5, 9], vec![10], vec![1, 10]] {
+            for extra in [0, 1, 5] {
+                let mut told = Queue::new(1, QueueMode::Gang);
+                let mut full = Queue::new(1, QueueMode::Gang);
+                for id in 1..=10 {
+                    told.push(JobId(id), false);
+                    full.push(JobId(id), false);
+                }
+                // Wrap the order around, as a queue that lived a while.
+                for queue in [&mut told, &mut full] {
+                    queue.remove(JobId(1));
+                    queue.remove(JobId(2));
+                    queue.push(JobId(1), false);
+                    queue.push(JobId(2), false);
+                }
+                let ran = |job: JobId| ran_ids.contains(&job.0);
+                told.rotate_at_most(ran, ran_ids.len() + extra, &mut Vec::new());
+                full.rotate(ran);
+                assert_eq!(ids(&told), ids(&full), "ran {ran_ids:?}, told {extra} more");
+            }
         }
     }
 

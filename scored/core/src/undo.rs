@@ -23,6 +23,7 @@ use std::ops::Deref;
 use crate::admission::{Ledger, Placement};
 use crate::ids::{ClusterId, HostId, JobId};
 use crate::queue::Queue;
+use crate::sorted::SortedSet;
 
 /// What every wrapper does at a commit and a rollback.
 pub trait Undo {
@@ -129,6 +130,19 @@ impl<T: Ord + Clone> SetLike for BTreeSet<T> {
     }
 }
 
+impl<T: Ord + Clone> SetLike for SortedSet<T> {
+    type Item = T;
+    fn insert_item(&mut self, item: T) -> bool {
+        self.insert(item)
+    }
+    fn remove_item(&mut self, item: &T) -> bool {
+        self.remove(item)
+    }
+    fn drain_items(&mut self) -> Vec<T> {
+        self.take_all()
+    }
+}
+
 impl<T: Eq + Hash + Clone, S: BuildHasher + Default> SetLike for HashSet<T, S> {
     type Item = T;
     fn insert_item(&mut self, item: T) -> bool {
@@ -169,6 +183,14 @@ impl<'a, T: Ord + Clone> IntoIterator for &'a UndoSet<BTreeSet<T>> {
     }
 }
 
+impl<'a, T: Ord + Clone> IntoIterator for &'a UndoSet<SortedSet<T>> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.set.iter()
+    }
+}
+
 impl<S: SetLike> UndoSet<S> {
     /// Inserts `item`; true if it was absent.
     pub fn insert(&mut self, item: S::Item) -> bool {
@@ -198,6 +220,17 @@ impl<S: SetLike> UndoSet<S> {
 }
 
 impl<T: Ord + Clone> UndoSet<BTreeSet<T>> {
+    /// Removes and returns the first element.
+    pub fn pop_first(&mut self) -> Option<T> {
+        let item = self.set.pop_first()?;
+        if self.recording {
+            self.log.push((item.clone(), true));
+        }
+        Some(item)
+    }
+}
+
+impl<T: Ord + Clone> UndoSet<SortedSet<T>> {
     /// Removes and returns the first element.
     pub fn pop_first(&mut self) -> Option<T> {
         let item = self.set.pop_first()?;
@@ -749,6 +782,7 @@ mod tests {
         for seed in 0..200 {
             let mut random = Lcg(seed);
             let mut set: UndoSet<BTreeSet<u64>> = UndoSet::default();
+            let mut sorted: UndoSet<SortedSet<u64>> = UndoSet::default();
             let mut hashed: UndoSet<HashSet<u64>> = UndoSet::default();
             let mut map: UndoMap<u64, Vec<u64>> = UndoMap::default();
             let mut deque: UndoDeque<u64> = UndoDeque::default();
@@ -757,6 +791,7 @@ mod tests {
             for step in 0..300 {
                 if step % 37 == 0 {
                     set.commit();
+                    sorted.commit();
                     hashed.commit();
                     map.commit();
                     deque.commit();
@@ -767,23 +802,28 @@ mod tests {
                         (*map).clone(),
                         (*deque).clone(),
                         (*cell).clone(),
+                        (*sorted).clone(),
                     ));
                 }
                 let key = random.next(20);
                 match random.next(12) {
                     0 => {
                         set.insert(key);
+                        sorted.insert(key);
                         hashed.insert(key);
                     }
                     1 => {
                         set.remove(&key);
+                        sorted.remove(&key);
                         hashed.remove(&key);
                     }
                     2 => {
                         set.pop_first();
+                        sorted.pop_first();
                     }
                     3 if random.next(10) == 0 => {
                         set.clear();
+                        sorted.clear();
                         hashed.clear();
                         map.clear();
                     }
@@ -810,11 +850,13 @@ mod tests {
                         continue;
                     };
                     set.rollback();
+                    sorted.rollback();
                     hashed.rollback();
                     map.rollback();
                     deque.rollback();
                     cell.rollback();
                     assert_eq!(*set, committed.0, "seed {seed} step {step}");
+                    assert_eq!(*sorted, committed.5, "seed {seed} step {step}");
                     assert_eq!(*hashed, committed.1, "seed {seed} step {step}");
                     assert_eq!(*map, committed.2, "seed {seed} step {step}");
                     assert_eq!(*deque, committed.3, "seed {seed} step {step}");

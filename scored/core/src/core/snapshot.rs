@@ -32,6 +32,7 @@ use crate::job::{
 };
 use crate::jobset::JobIdHasher;
 use crate::queue::Queue;
+use crate::sorted::SortedSet;
 use crate::undo::{Undo, UndoCell, UndoDeque, UndoLedger, UndoMap, UndoQueues, UndoSet};
 use std::hash::BuildHasherDefault;
 
@@ -737,9 +738,9 @@ struct Logged {
     by_client: UndoMap<ClientToken, JobId>,
     waiting: UndoDeque<Rc<Waiter>>,
     finished: UndoDeque<Rc<Finished>>,
-    live: UndoSet<BTreeSet<JobId>>,
-    kill_deadlines: UndoSet<BTreeSet<(Tick, JobId)>>,
-    time_deadlines: UndoSet<BTreeSet<(Tick, JobId)>>,
+    live: UndoSet<SortedSet<JobId>>,
+    kill_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
+    time_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
     crossings: UndoSet<BTreeSet<(u64, JobId)>>,
     crossing_of: UndoMap<JobId, u64, BuildHasherDefault<JobIdHasher>>,
     launches: UndoMap<u64, Vec<Launch>>,
