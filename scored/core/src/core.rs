@@ -740,6 +740,8 @@ struct Spare {
     ran: Vec<JobId>,
     /// How many of those each queue holds.
     ran_per_queue: Vec<usize>,
+    /// Positions in a queue's order, for a rotation.
+    positions: Vec<usize>,
 }
 
 /// Up to this many jobs that ran in a slice, a rotation compares queued
@@ -1841,16 +1843,35 @@ impl Core {
                 }
             }
             let rotated = &mut self.spare.rotated;
+            let positions = &mut self.spare.positions;
+            let scratch = &self.scratch;
             self.queues.modify_all(|queues| {
-                for (queue, at_most) in queues.iter_mut().zip(&per_queue) {
+                for (idx, (queue, at_most)) in queues.iter_mut().zip(&per_queue).enumerate() {
+                    // Debug builds check the shortcuts against a full pass.
+                    let expected = cfg!(debug_assertions).then(|| {
+                        let mut copy = queue.clone();
+                        copy.rotate(|job| ran.contains(&job));
+                        copy
+                    });
                     if ran.len() <= FEW_RAN {
-                        queue.rotate_at_most(
-                            |job| filter & (1 << (job.0 % 64)) != 0 && few.contains(&job),
+                        let ran =
+                            |job: JobId| filter & (1 << (job.0 % 64)) != 0 && few.contains(&job);
+                        // Where the last decision took them, if that still
+                        // holds; else a pass up to the last of them.
+                        if !queue.rotate_placed(
+                            scratch.placed_in(idx),
                             *at_most,
+                            ran,
                             rotated,
-                        );
+                            positions,
+                        ) {
+                            queue.rotate_at_most(ran, *at_most, rotated);
+                        }
                     } else {
                         queue.rotate_with(|job| ran.contains(&job), rotated);
+                    }
+                    if let Some(expected) = expected {
+                        assert_eq!(*queue, expected, "the rotation of queue {idx}");
                     }
                 }
             });

@@ -228,6 +228,56 @@ impl Queue {
         self.order.extend(spare.drain(..));
     }
 
+    /// A rotation that knows where the jobs that ran are: `placed` gives
+    /// (position, job) in increasing position (where the last decision
+    /// took them) and `ran_here` how many of the queue's jobs ran. When
+    /// the placed jobs are exactly those (each still at its position,
+    /// each one that ran, as many as ran), they move to the back in a few
+    /// copies of the stretches between them, with no test of the other
+    /// jobs, and the result is [`Queue::rotate_with`]'s; otherwise nothing
+    /// changes and it returns false. `spare` and `positions` are left empty.
+    pub fn rotate_placed(
+        &mut self,
+        placed: impl Iterator<Item = (usize, JobId)>,
+        ran_here: usize,
+        ran: impl Fn(JobId) -> bool,
+        spare: &mut Vec<JobId>,
+        positions: &mut Vec<usize>,
+    ) -> bool {
+        if self.mode != QueueMode::Gang {
+            return true;
+        }
+        spare.clear();
+        positions.clear();
+        for (position, job) in placed {
+            let in_order = positions.last().is_none_or(|last| *last < position);
+            if !in_order || self.order.get(position) != Some(&job) || !ran(job) {
+                spare.clear();
+                positions.clear();
+                return false;
+            }
+            spare.push(job);
+            positions.push(position);
+        }
+        if spare.len() != ran_here {
+            spare.clear();
+            positions.clear();
+            return false;
+        }
+        let order = self.order.make_contiguous();
+        // Each stretch after a job that ran moves left by the number of
+        // jobs that ran before it.
+        for (nth, &position) in positions.iter().enumerate() {
+            let end = positions.get(nth + 1).copied().unwrap_or(order.len());
+            order.copy_within(position + 1..end, position - nth);
+        }
+        let len = order.len() - spare.len();
+        self.order.truncate(len);
+        self.order.extend(spare.drain(..));
+        positions.clear();
+        true
+    }
+
     /// Changes the mode; the order is kept, and an exclusive queue's started
     /// jobs are recomputed by the caller through `mark_started`.
     pub fn set_mode(&mut self, mode: QueueMode) {
@@ -280,7 +330,14 @@ mod tests {
     fn a_rotation_told_how_many_ran_moves_the_same_jobs() {
         // Told the number of jobs that ran (or more), a rotation stops
         // testing at the last of them and gives the order a full pass gives.
-        for ran_ids in [vec![], vec![1], vec![3, 7], vec![2, 5, 9], vec![10], vec![1, 10]] {
+        for ran_ids in [
+            vec![],
+            vec![1],
+            vec![3, 7],
+            vec![2, 5, 9],
+            vec![10],
+            vec![1, 10],
+        ] {
             for extra in [0, 1, 5] {
                 let mut told = Queue::new(1, QueueMode::Gang);
                 let mut full = Queue::new(1, QueueMode::Gang);
@@ -301,6 +358,79 @@ mod tests {
                 assert_eq!(ids(&told), ids(&full), "ran {ran_ids:?}, told {extra} more");
             }
         }
+    }
+
+    #[test]
+    fn a_rotation_of_placed_jobs_matches_a_full_one_or_declines() {
+        let make = || {
+            let mut queue = Queue::new(1, QueueMode::Gang);
+            for id in 1..=10 {
+                queue.push(JobId(id), false);
+            }
+            // Wrap the order around, as a queue that lived a while.
+            queue.remove(JobId(1));
+            queue.remove(JobId(2));
+            queue.push(JobId(1), false);
+            queue.push(JobId(2), false);
+            queue
+        };
+        let position = |queue: &Queue, id: u64| queue.order().position(|job| job.0 == id).unwrap();
+        for ran_ids in [vec![], vec![3], vec![3, 7], vec![4, 9, 2], vec![2]] {
+            let mut placed_queue = make();
+            let mut full = make();
+            let placed: Vec<(usize, JobId)> = {
+                let mut placed: Vec<_> = ran_ids
+                    .iter()
+                    .map(|&id| (position(&placed_queue, id), JobId(id)))
+                    .collect();
+                placed.sort();
+                placed
+            };
+            let ran = |job: JobId| ran_ids.contains(&job.0);
+            let (mut spare, mut positions) = (Vec::new(), Vec::new());
+            assert!(placed_queue.rotate_placed(
+                placed.iter().copied(),
+                ran_ids.len(),
+                ran,
+                &mut spare,
+                &mut positions
+            ));
+            full.rotate(ran);
+            assert_eq!(ids(&placed_queue), ids(&full), "ran {ran_ids:?}");
+            assert!(spare.is_empty() && positions.is_empty());
+        }
+        // Declined, with the order unchanged: a job that ran but was not
+        // placed; a placed job no longer at its position; one that did not run.
+        let ran = |job: JobId| job.0 == 3 || job.0 == 5;
+        let mut queue = make();
+        let before = ids(&queue);
+        let at3 = position(&queue, 3);
+        let at5 = position(&queue, 5);
+        let (mut spare, mut positions) = (Vec::new(), Vec::new());
+        assert!(!queue.rotate_placed(
+            [(at3, JobId(3))].into_iter(),
+            2,
+            ran,
+            &mut spare,
+            &mut positions
+        ));
+        assert!(!queue.rotate_placed(
+            [(at3, JobId(3)), (at5 + 1, JobId(5))].into_iter(),
+            2,
+            ran,
+            &mut spare,
+            &mut positions
+        ));
+        let at6 = position(&queue, 6);
+        assert!(!queue.rotate_placed(
+            [(at3, JobId(3)), (at6, JobId(6))].into_iter(),
+            2,
+            ran,
+            &mut spare,
+            &mut positions
+        ));
+        assert_eq!(ids(&queue), before);
+        assert!(spare.is_empty() && positions.is_empty());
     }
 
     #[test]

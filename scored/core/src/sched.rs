@@ -70,6 +70,10 @@ pub struct Scratch {
     candidates: Vec<HostId>,
     ends: Vec<u64>,
     masks: Masks,
+    /// Where the last decision took the jobs of gang queues: the queue's
+    /// index, the job's position in its order, and the job, in the order
+    /// of the walk (so by queue, then position).
+    placed: Vec<(usize, usize, JobId)>,
 }
 
 impl Scratch {
@@ -78,6 +82,16 @@ impl Scratch {
     /// the set would cost a sort of it at every decision.
     pub fn holds(&self, job: JobId, host: HostId) -> bool {
         self.is_taken(host) && self.holder.get(host.idx()) == Some(&job)
+    }
+
+    /// Where the last [`active_set`] took the jobs of gang queue `queue`
+    /// (its index): (position in the queue's order at that time, job), by
+    /// position. A rotation uses it to move them without searching.
+    pub fn placed_in(&self, queue: usize) -> impl Iterator<Item = (usize, JobId)> + '_ {
+        self.placed
+            .iter()
+            .filter(move |(index, _, _)| *index == queue)
+            .map(|&(_, position, job)| (position, job))
     }
 
     /// Whether the decision has given `host` to a job (a host beyond the
@@ -312,6 +326,7 @@ pub fn active_set(
 ) {
     out.clear();
     bind.clear();
+    scratch.placed.clear();
     scratch.taken.clear();
     scratch.taken.resize(n_hosts.div_ceil(64), 0);
     scratch.masks.size_for(n_hosts);
@@ -342,14 +357,14 @@ pub fn active_set(
         let hosts = view.hosts(job);
         free_hosts = free_hosts.saturating_sub(take_bound(job, hosts, scratch, out));
     }
-    for queue in queues {
+    for (queue_idx, queue) in queues.iter().enumerate() {
         if !queue.activated {
             continue;
         }
         let exclusive = queue.mode == QueueMode::Exclusive;
         let mut reservation: Option<Reservation> = None;
         let (front, back) = queue.slices();
-        'queue: for part in [front, back] {
+        'queue: for (part, offset) in [(front, 0), (back, front.len())] {
             let mut idx = 0;
             while idx < part.len() {
                 // Once every host is taken nothing more can join: tens of
@@ -383,11 +398,15 @@ pub fn active_set(
                 }
                 let waiting = exclusive && !seen.started;
                 if !waiting {
-                    free_hosts = free_hosts.saturating_sub(if seen.hosts.is_empty() {
+                    let taken = if seen.hosts.is_empty() {
                         take_free(job, view, scratch, out, bind)
                     } else {
                         take_bound(job, seen.hosts, scratch, out)
-                    });
+                    };
+                    if taken > 0 && !exclusive {
+                        scratch.placed.push((queue_idx, offset + idx - 1, job));
+                    }
+                    free_hosts = free_hosts.saturating_sub(taken);
                     continue;
                 }
                 let bound = !seen.hosts.is_empty();
