@@ -322,14 +322,24 @@ impl Daemon {
             ),
             None => Stdio::null(),
         };
-        let child = self
-            .builder
-            .command(&self.sandbox)
+        let mut command = self.builder.command(&self.sandbox);
+        command
             .stdin(stdin)
             .stdout(log_file.try_clone().expect("log"))
-            .stderr(log_file)
-            .spawn()
-            .expect("start scored");
+            .stderr(log_file);
+        // A binary just copied into place may be open for writing in a
+        // child that another test thread forked meanwhile, until that child
+        // execs: the kernel then refuses to run it (ETXTBSY) for a moment.
+        let mut attempts = 0;
+        let child = loop {
+            match command.spawn() {
+                Err(error) if error.raw_os_error() == Some(libc::ETXTBSY) && attempts < 100 => {
+                    attempts += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other.expect("start scored"),
+            }
+        };
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {

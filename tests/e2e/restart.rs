@@ -431,6 +431,8 @@ fn jobs_of_every_state_survive_a_restart() {
     // Never runs: its queue is deactivated.
     daemon.ok("queue 2 deactivate");
     let mut queued = daemon.spawn(&["-nodes=1", "-priority=2", &testprog(), "spin", "0"]);
+    // Job 6 is this one, admitted before the limit makes the next wait.
+    assert!(wait_until(Duration::from_secs(10), || state_of(&daemon, 6) == "queued"));
     daemon.ok("cluster 0 limit jobs=5");
     let mut waiting = daemon.spawn(&["-wait", "-nodes=1", "true"]);
     assert!(wait_until(Duration::from_secs(10), || daemon_status(

@@ -357,9 +357,19 @@ impl<A: Actuator> Daemon<A> {
             checked_us = checked.saturating_sub(written).as_micros() as u64,
             "restarting in place"
         );
-        let error = match nix::unistd::execv(&argv[0], &argv) {
-            Ok(never) => match never {},
-            Err(error) => error,
+        // A binary just installed may still be open for writing in a
+        // process that has not yet closed or exec'd it (ETXTBSY): try
+        // again for up to 200 ms before giving up.
+        let mut attempts = 0;
+        let error = loop {
+            match nix::unistd::execv(&argv[0], &argv) {
+                Ok(never) => match never {},
+                Err(nix::errno::Errno::ETXTBSY) if attempts < 20 => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(error) => break error,
+            }
         };
         restore(&fds);
         remove(&path);
