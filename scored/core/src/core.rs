@@ -676,6 +676,9 @@ pub struct Core {
     ran_refill: bool,
     /// Unfinished jobs with a CPU time limit.
     n_cputime_limited: usize,
+    /// Unfinished jobs with a CPU time, memory or disk limit (whose usage
+    /// samples can change a decision).
+    n_usage_limited: usize,
     /// Live jobs with a CPU time limit or a residency to cross, by how far
     /// from it their last sample left them ([`Core::crossing_key`]), so
     /// that `next_decision` finds the earliest crossing without looking at
@@ -730,6 +733,8 @@ pub struct Core {
 struct Spare {
     /// Jobs placed before any queue.
     first: Vec<JobId>,
+    /// The active set, sorted.
+    chosen: Vec<JobId>,
     /// Running jobs that left the active set.
     leaving: Vec<JobId>,
     /// Chosen jobs whose hosts are free.
@@ -782,6 +787,7 @@ impl Core {
             sampled_at: Tick::default(),
             ran_refill: false,
             n_cputime_limited: 0,
+            n_usage_limited: 0,
             crossings: UndoSet::default(),
             crossing_of: UndoMap::default(),
             ran: JobSet::default(),
@@ -967,9 +973,7 @@ impl Core {
     /// listings; a replay answers only the samples that matter.)
     pub fn usage_matters(&self, job: JobId) -> bool {
         self.jobs.get(&job).is_some_and(|record| {
-            record.limits.cputime.is_some()
-                || record.limits.memory.is_some()
-                || record.limits.disk.is_some()
+            usage_limited(&record.limits)
                 || self
                     .queues
                     .get(record.queue as usize)
@@ -1518,6 +1522,9 @@ impl Core {
         if job.limits.cputime.is_some() {
             self.n_cputime_limited += 1;
         }
+        if usage_limited(&job.limits) {
+            self.n_usage_limited += 1;
+        }
         self.jobs.insert(id, job);
     }
 
@@ -1886,10 +1893,16 @@ impl Core {
         // The set restarts with the new slice; `reschedule`, which always
         // follows, fills it again with every job that runs in it.
         self.sampled_at = now;
+        // Without a limit or a residency anywhere, no sample matters.
         let every = self.config.sample_every_slice;
-        for &job in &self.live {
-            if every || self.usage_matters(job) {
-                out.push(Action::Sample(job));
+        if every
+            || self.n_usage_limited > 0
+            || self.queues.iter().any(|queue| queue.residency.is_some())
+        {
+            for &job in &self.live {
+                if every || self.usage_matters(job) {
+                    out.push(Action::Sample(job));
+                }
             }
         }
     }
@@ -1963,6 +1976,9 @@ impl Core {
         self.bound_waiting.remove(&job);
         if record.limits.cputime.is_some() {
             self.n_cputime_limited = self.n_cputime_limited.saturating_sub(1);
+        }
+        if usage_limited(&record.limits) {
+            self.n_usage_limited = self.n_usage_limited.saturating_sub(1);
         }
         self.ran.remove(&job);
         if self.live.remove(&job) {
@@ -2189,17 +2205,17 @@ impl Core {
         self.bindings = bindings;
         self.decision_current = keep;
 
-        // Phase one: stop every running job that left the active set (the
-        // decision's scratch says which job holds each host it gave out).
+        // Phase one: stop every running job that left the active set.
+        let mut chosen = std::mem::take(&mut self.spare.chosen);
+        chosen.clear();
+        chosen.extend_from_slice(&active);
+        chosen.sort_unstable();
         let mut leaving = std::mem::take(&mut self.spare.leaving);
         leaving.extend(self.live.iter().copied().filter(|job| {
-            let record = &self.jobs[job];
-            record.phase() == Phase::Running
-                && !record
-                    .hosts
-                    .first()
-                    .is_some_and(|host| self.scratch.holds(*job, *host))
+            self.jobs[job].phase() == Phase::Running && chosen.binary_search(job).is_err()
         }));
+        chosen.clear();
+        self.spare.chosen = chosen;
         for job in leaving.drain(..) {
             if self.switches.open.is_none() {
                 let id = self.switches.next_id;
@@ -2275,11 +2291,22 @@ impl Core {
         }
         self.spare.entering = entering;
         if std::mem::take(&mut self.ran_refill) {
-            for job in &self.live {
-                if self.jobs[job].phase() == Phase::Running {
+            // Every running job is a chosen one: phase one stopped the others.
+            for job in &self.active {
+                if self
+                    .jobs
+                    .get(job)
+                    .is_some_and(|record| record.phase() == Phase::Running)
+                {
                     self.ran.insert(*job);
                 }
             }
+            debug_assert!(
+                self.live
+                    .iter()
+                    .all(|job| self.jobs[job].phase() != Phase::Running || self.ran.contains(job)),
+                "a running job is missing from the jobs that ran"
+            );
         }
         if self.shutting_down && self.jobs.is_empty() {
             out.push(Action::Exit);
@@ -2441,6 +2468,21 @@ impl Core {
             .filter(|job| job.phase() == Phase::Stopping)
             .count();
         assert_eq!(stopping, self.n_stopping, "count of stopping jobs");
+        let cputime = self
+            .jobs
+            .values()
+            .filter(|job| job.limits.cputime.is_some());
+        assert_eq!(
+            cputime.count(),
+            self.n_cputime_limited,
+            "jobs with a CPU time limit"
+        );
+        let limited = self.jobs.values().filter(|job| usage_limited(&job.limits));
+        assert_eq!(
+            limited.count(),
+            self.n_usage_limited,
+            "jobs with a usage limit"
+        );
         for job in self.jobs.values() {
             let key = self
                 .live
@@ -2724,6 +2766,11 @@ impl sched::JobView for View<'_> {
             .saturating_sub(record.run_time_at(self.now));
         Some(self.now.after(left).0)
     }
+}
+
+/// Whether a job has a limit that its usage samples are checked against.
+fn usage_limited(limits: &JobLimits) -> bool {
+    limits.cputime.is_some() || limits.memory.is_some() || limits.disk.is_some()
 }
 
 /// The limits a job would carry, for tests and listings.

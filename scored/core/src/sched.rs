@@ -62,8 +62,13 @@ pub struct Scratch {
     /// The hosts taken so far, one bit a host (64 hosts a word).
     taken: Vec<u64>,
     /// The job that took each taken host (its expected end is asked only
-    /// when a reservation is computed).
+    /// when a reservation is computed). A job that took the hosts it was
+    /// given at admission is listed in `unwritten` instead, until a
+    /// reservation needs its hosts: a gang decision takes hundreds of hosts
+    /// and asks about none of them.
     holder: Vec<JobId>,
+    /// Jobs that took hosts not yet written in `holder`.
+    unwritten: Vec<JobId>,
     /// The cluster of each host, and free hosts per cluster.
     host_cluster: Vec<usize>,
     cluster_free: Vec<usize>,
@@ -77,13 +82,6 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Whether the last [`active_set`] put `job` in the active set on
-    /// `host`: a membership test that costs one look-up, where searching
-    /// the set would cost a sort of it at every decision.
-    pub fn holds(&self, job: JobId, host: HostId) -> bool {
-        self.is_taken(host) && self.holder.get(host.idx()) == Some(&job)
-    }
-
     /// Where the last [`active_set`] took the jobs of gang queue `queue`
     /// (its index): (position in the queue's order at that time, job), by
     /// position. A rotation uses it to move them without searching.
@@ -327,6 +325,7 @@ pub fn active_set(
     out.clear();
     bind.clear();
     scratch.placed.clear();
+    scratch.unwritten.clear();
     scratch.taken.clear();
     scratch.taken.resize(n_hosts.div_ceil(64), 0);
     scratch.masks.size_for(n_hosts);
@@ -503,9 +502,7 @@ fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec
             }
         }
     }
-    for host in hosts {
-        scratch.holder[host.idx()] = job;
-    }
+    scratch.unwritten.push(job);
     // A job's hosts are all of its cluster: count them off once.
     let cluster = scratch.host_cluster[hosts[0].idx()];
     scratch.cluster_free[cluster] = scratch.cluster_free[cluster].saturating_sub(hosts.len());
@@ -587,6 +584,11 @@ fn reserve(
         return None;
     }
     let free_now = scratch.cluster_free.get(cluster).copied().unwrap_or(0);
+    for taker in scratch.unwritten.drain(..) {
+        for host in view.hosts(taker) {
+            scratch.holder[host.idx()] = taker;
+        }
+    }
     let mut ends = std::mem::take(&mut scratch.ends);
     ends.clear();
     ends.extend(

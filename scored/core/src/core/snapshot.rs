@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Core, CoreConfig, Finished, JobTable, Switches, Waiter};
+use super::{usage_limited, Core, CoreConfig, Finished, JobTable, Switches, Waiter};
 use crate::admission::{ClusterLimits, Ledger, Placement};
 use crate::cluster::Topology;
 use crate::command::QueueMode;
@@ -1044,6 +1044,9 @@ impl Core {
             }
             if job.limits.cputime.is_some() {
                 core.n_cputime_limited += 1;
+            }
+            if usage_limited(&job.limits) {
+                core.n_usage_limited += 1;
             }
             if core.jobs.contains_key(&id) || id.0 >= snapshot.next_job {
                 return Err(RestoreError::DuplicateJob(id));
