@@ -733,8 +733,6 @@ pub struct Core {
 struct Spare {
     /// Jobs placed before any queue.
     first: Vec<JobId>,
-    /// The active set, sorted.
-    chosen: Vec<JobId>,
     /// Running jobs that left the active set.
     leaving: Vec<JobId>,
     /// Chosen jobs whose hosts are free.
@@ -904,14 +902,14 @@ impl Core {
         } else {
             Some(self.next_slice)
         };
-        [self.timer_deadline(), slice].into_iter().flatten().min()
+        Tick::earliest(self.timer_deadline(), slice)
     }
 
     /// The earliest graceful-kill escalation or `-time` limit.
     fn timer_deadline(&self) -> Option<Tick> {
         let kill = self.kill_deadlines.first().map(|(deadline, _)| *deadline);
         let time = self.time_deadlines.first().map(|(deadline, _)| *deadline);
-        [kill, time].into_iter().flatten().min()
+        Tick::earliest(kill, time)
     }
 
     /// The next time at which a `Tick` could change what runs, which can be
@@ -943,7 +941,7 @@ impl Core {
                     })
             });
         if rotation_matters {
-            return [timers, Some(self.next_slice)].into_iter().flatten().min();
+            return Tick::earliest(timers, Some(self.next_slice));
         }
         // The earliest time a sample could show a CPU time or residency
         // limit crossed: a job's CPU time grows by at most one second per
@@ -964,7 +962,7 @@ impl Core {
             let elapsed = at.0.saturating_sub(self.slice_anchor.0);
             Tick(self.slice_anchor.0 + elapsed.div_ceil(length) * length)
         });
-        [timers, slice].into_iter().flatten().min()
+        Tick::earliest(timers, slice)
     }
 
     /// Whether a usage sample of `job` can change a decision: the job has
@@ -2205,17 +2203,17 @@ impl Core {
         self.bindings = bindings;
         self.decision_current = keep;
 
-        // Phase one: stop every running job that left the active set.
-        let mut chosen = std::mem::take(&mut self.spare.chosen);
-        chosen.clear();
-        chosen.extend_from_slice(&active);
-        chosen.sort_unstable();
+        // Phase one: stop every running job that left the active set (the
+        // decision's scratch says which job took each chosen job's first host).
         let mut leaving = std::mem::take(&mut self.spare.leaving);
         leaving.extend(self.live.iter().copied().filter(|job| {
-            self.jobs[job].phase() == Phase::Running && chosen.binary_search(job).is_err()
+            let record = &self.jobs[job];
+            record.phase() == Phase::Running
+                && !record
+                    .hosts
+                    .first()
+                    .is_some_and(|host| self.scratch.holds(*job, *host))
         }));
-        chosen.clear();
-        self.spare.chosen = chosen;
         for job in leaving.drain(..) {
             if self.switches.open.is_none() {
                 let id = self.switches.next_id;

@@ -68,6 +68,16 @@ impl fmt::Display for ClientToken {
 pub struct Tick(pub u64);
 
 impl Tick {
+    /// The earlier of two optional instants (`None` is never).
+    #[inline]
+    pub fn earliest(a: Option<Tick>, b: Option<Tick>) -> Option<Tick> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, None) => a,
+            (None, b) => b,
+        }
+    }
+
     /// The tick `duration` later than this one (saturating).
     pub fn after(self, duration: Duration) -> Tick {
         Tick(

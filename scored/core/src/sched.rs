@@ -61,14 +61,18 @@ pub trait JobView {
 pub struct Scratch {
     /// The hosts taken so far, one bit a host (64 hosts a word).
     taken: Vec<u64>,
-    /// The job that took each taken host (its expected end is asked only
-    /// when a reservation is computed). A job that took the hosts it was
-    /// given at admission is listed in `unwritten` instead, until a
-    /// reservation needs its hosts: a gang decision takes hundreds of hosts
-    /// and asks about none of them.
-    holder: Vec<JobId>,
-    /// Jobs that took hosts not yet written in `holder`.
+    /// The job that took each taken host, and the decision that gave it
+    /// (`decision`): its expected end is asked only when a reservation is
+    /// computed, and whether a job was chosen by its first host. A job
+    /// that took the hosts it was given at admission is written at its
+    /// first host only, and listed in `unwritten` until a reservation needs
+    /// the others: a gang decision takes hundreds of hosts and asks about
+    /// none of them.
+    holder: Vec<(JobId, u64)>,
+    /// Jobs whose hosts but the first are not yet written in `holder`.
     unwritten: Vec<JobId>,
+    /// How many decisions this scratch has served.
+    decision: u64,
     /// The cluster of each host, and free hosts per cluster.
     host_cluster: Vec<usize>,
     cluster_free: Vec<usize>,
@@ -82,6 +86,14 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// Whether the last [`active_set`] put `job`, whose first host is
+    /// `first_host`, in the active set: a membership test that costs one
+    /// look-up, where searching the set would cost a sort of it at every
+    /// decision.
+    pub fn holds(&self, job: JobId, first_host: HostId) -> bool {
+        self.holder.get(first_host.idx()) == Some(&(job, self.decision))
+    }
+
     /// Where the last [`active_set`] took the jobs of gang queue `queue`
     /// (its index): (position in the queue's order at that time, job), by
     /// position. A rotation uses it to move them without searching.
@@ -326,14 +338,16 @@ pub fn active_set(
     bind.clear();
     scratch.placed.clear();
     scratch.unwritten.clear();
+    scratch.decision += 1;
     scratch.taken.clear();
     scratch.taken.resize(n_hosts.div_ceil(64), 0);
     scratch.masks.size_for(n_hosts);
     let masks_on = scratch.masks.words > 0;
-    // Read only for taken hosts, so never cleared: a decision over many
-    // hosts costs no more than the hosts it takes.
+    // Read only for taken hosts or with this decision's number, so never
+    // cleared: a decision over many hosts costs no more than the hosts it
+    // takes.
     if scratch.holder.len() != n_hosts {
-        scratch.holder = vec![JobId(0); n_hosts];
+        scratch.holder = vec![(JobId(0), 0); n_hosts];
     }
     if scratch.host_cluster.len() != n_hosts {
         scratch.host_cluster = vec![0; n_hosts];
@@ -502,7 +516,10 @@ fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec
             }
         }
     }
-    scratch.unwritten.push(job);
+    scratch.holder[hosts[0].idx()] = (job, scratch.decision);
+    if hosts.len() > 1 {
+        scratch.unwritten.push(job);
+    }
     // A job's hosts are all of its cluster: count them off once.
     let cluster = scratch.host_cluster[hosts[0].idx()];
     scratch.cluster_free[cluster] = scratch.cluster_free[cluster].saturating_sub(hosts.len());
@@ -514,7 +531,7 @@ fn mark(scratch: &mut Scratch, host: HostId, job: JobId) {
     if let Some(word) = scratch.taken.get_mut(host.idx() / 64) {
         *word |= 1 << (host.idx() % 64);
     }
-    scratch.holder[host.idx()] = job;
+    scratch.holder[host.idx()] = (job, scratch.decision);
     let cluster = scratch.host_cluster[host.idx()];
     scratch.cluster_free[cluster] = scratch.cluster_free[cluster].saturating_sub(1);
 }
@@ -586,7 +603,7 @@ fn reserve(
     let free_now = scratch.cluster_free.get(cluster).copied().unwrap_or(0);
     for taker in scratch.unwritten.drain(..) {
         for host in view.hosts(taker) {
-            scratch.holder[host.idx()] = taker;
+            scratch.holder[host.idx()] = (taker, scratch.decision);
         }
     }
     let mut ends = std::mem::take(&mut scratch.ends);
@@ -596,7 +613,7 @@ fn reserve(
             .iter()
             .filter(|host| scratch.is_taken(**host))
             .map(|host| {
-                view.expected_end(scratch.holder[host.idx()])
+                view.expected_end(scratch.holder[host.idx()].0)
                     .unwrap_or(u64::MAX)
                     .max(now)
             }),

@@ -11,6 +11,42 @@
 //! Pure: no clock, no system calls.
 #![forbid(unsafe_code)]
 
+/// Up to this many elements after the place of an insertion or a
+/// removal, they are moved one by one: `Vec::insert` and `Vec::remove`
+/// call the C library's `memmove`, whose choice among copy strategies by
+/// size costs more than moving a few words (and is mispredicted, since
+/// the sizes vary from call to call).
+const SHORT_SHIFT: usize = 16;
+
+/// Inserts `item` at `at` (at most the length), moving the elements after
+/// it one place up.
+#[inline]
+pub fn insert_at<T>(items: &mut Vec<T>, at: usize, item: T) {
+    if items.len() - at > SHORT_SHIFT {
+        items.insert(at, item);
+        return;
+    }
+    items.push(item);
+    let mut idx = items.len() - 1;
+    while idx > at {
+        items.swap(idx, idx - 1);
+        idx -= 1;
+    }
+}
+
+/// Removes the element at `at` (below the length), moving the elements
+/// after it one place down.
+#[inline]
+pub fn remove_at<T>(items: &mut Vec<T>, at: usize) -> T {
+    if items.len() - at > SHORT_SHIFT {
+        return items.remove(at);
+    }
+    for idx in at..items.len() - 1 {
+        items.swap(idx, idx + 1);
+    }
+    items.pop().expect("the element exists")
+}
+
 /// A set of ordered elements in a sorted vector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SortedSet<T> {
@@ -29,7 +65,7 @@ impl<T: Ord> SortedSet<T> {
         match self.items.binary_search(&item) {
             Ok(_) => false,
             Err(at) => {
-                self.items.insert(at, item);
+                insert_at(&mut self.items, at, item);
                 true
             }
         }
@@ -39,7 +75,7 @@ impl<T: Ord> SortedSet<T> {
     pub fn remove(&mut self, item: &T) -> bool {
         match self.items.binary_search(item) {
             Ok(at) => {
-                self.items.remove(at);
+                remove_at(&mut self.items, at);
                 true
             }
             Err(_) => false,

@@ -8,6 +8,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use scored_core::sorted::{insert_at, remove_at};
+
 use crate::ids::{JobId, Tick};
 
 /// A simulated job's processes.
@@ -86,14 +88,14 @@ impl SimActuator {
     /// Lists a running job's end.
     fn add_end(&mut self, entry: (Tick, JobId)) {
         let at = self.ends.partition_point(|listed| *listed > entry);
-        self.ends.insert(at, entry);
+        insert_at(&mut self.ends, at, entry);
     }
 
     /// Takes a stopped or finished job's end off the list.
     fn remove_end(&mut self, entry: (Tick, JobId)) {
         let at = self.ends.partition_point(|listed| *listed > entry);
         if self.ends.get(at) == Some(&entry) {
-            self.ends.remove(at);
+            remove_at(&mut self.ends, at);
         }
     }
 
@@ -213,7 +215,7 @@ impl SimActuator {
     pub fn next(&self) -> Option<Tick> {
         let end = self.ends.last().map(|(at, _)| *at);
         let stop = self.stops.front().map(|(at, _)| *at);
-        [end, stop].into_iter().flatten().min()
+        Tick::earliest(end, stop)
     }
 
     /// Takes what happens at or before `now`, in time order (stop

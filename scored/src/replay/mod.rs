@@ -323,11 +323,7 @@ pub fn run(
     loop {
         let arrival_at = arrivals.get(next_arrival).map(|arrival| arrival.at);
         let decision_at = core.next_decision(now);
-        let Some(next) = [arrival_at, sim.next(), decision_at]
-            .into_iter()
-            .flatten()
-            .min()
-        else {
+        let Some(next) = Tick::earliest(Tick::earliest(arrival_at, sim.next()), decision_at) else {
             break;
         };
         now = now.max(next);
