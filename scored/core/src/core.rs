@@ -676,6 +676,9 @@ pub struct Core {
     ran_refill: bool,
     /// Unfinished jobs with a CPU time limit.
     n_cputime_limited: usize,
+    /// Unfinished jobs being killed (whose `ending` is set): with none, a
+    /// decision places no job ahead of the queues.
+    n_ending: usize,
     /// Unfinished jobs with a CPU time, memory or disk limit (whose usage
     /// samples can change a decision).
     n_usage_limited: usize,
@@ -785,6 +788,7 @@ impl Core {
             sampled_at: Tick::default(),
             ran_refill: false,
             n_cputime_limited: 0,
+            n_ending: 0,
             n_usage_limited: 0,
             crossings: UndoSet::default(),
             crossing_of: UndoMap::default(),
@@ -1204,6 +1208,9 @@ impl Core {
                 status,
             } => {
                 if let Some(record) = self.jobs.get_mut(&job) {
+                    if !record.is_ending() {
+                        self.n_ending += 1;
+                    }
                     record.end_unless_ending(EndCause::LaunchFailed { message, status });
                 }
             }
@@ -1632,6 +1639,7 @@ impl Core {
         // program: the others would wait for it forever, so the job ends.
         if let ExitStatus::Signal(signal) = status {
             if !record.is_ending() {
+                self.n_ending += 1;
                 record.begin_end(EndCause::RankSignalled, None);
                 tracing::debug!(job = %job, stage, rank, signal, "rank killed by a signal; killing the job");
                 if record.ranks_left() > 0 {
@@ -1921,6 +1929,11 @@ impl Core {
         let Some(record) = self.jobs.get_mut(&job) else {
             return;
         };
+        if !record.is_ending() {
+            // Every path below sets its ending but the one that returns at
+            // once, for a job already ending.
+            self.n_ending += 1;
+        }
         if record.is_ending() && !matches!(record.ending(), Some(EndCause::RankSignalled)) {
             // Already being killed; a harder kill may still escalate it.
             if !graceful {
@@ -1960,6 +1973,9 @@ impl Core {
         let Some(mut record) = self.jobs.remove(&job) else {
             return;
         };
+        if record.is_ending() {
+            self.n_ending -= 1;
+        }
         self.scratch.forget(job);
         let (phase, time_deadline) = record.processes_gone(now);
         if phase == Phase::Stopping {
@@ -2205,15 +2221,23 @@ impl Core {
 
         // Phase one: stop every running job that left the active set (the
         // decision's scratch says which job took each chosen job's first host).
+        // With the last decision kept, none leaves: its stops were sent
+        // when it was made, and only stops were confirmed since.
         let mut leaving = std::mem::take(&mut self.spare.leaving);
-        leaving.extend(self.live.iter().copied().filter(|job| {
-            let record = &self.jobs[job];
-            record.phase() == Phase::Running
-                && !record
-                    .hosts
-                    .first()
-                    .is_some_and(|host| self.scratch.holds(*job, *host))
-        }));
+        if !reuse || cfg!(debug_assertions) {
+            leaving.extend(self.live.iter().copied().filter(|job| {
+                let record = &self.jobs[job];
+                record.phase() == Phase::Running
+                    && !record
+                        .hosts
+                        .first()
+                        .is_some_and(|host| self.scratch.holds(*job, *host))
+            }));
+            assert!(
+                !reuse || leaving.is_empty(),
+                "a running job left a kept active set"
+            );
+        }
         for job in leaving.drain(..) {
             if self.switches.open.is_none() {
                 let id = self.switches.next_id;
@@ -2329,12 +2353,14 @@ impl Core {
         // may still run must keep its hosts until they are gone.
         let mut first = std::mem::take(&mut self.spare.first);
         first.extend(self.kill_deadlines.iter().map(|(_, job)| *job));
-        first.extend(
-            self.live
-                .iter()
-                .copied()
-                .filter(|job| jobs[job].is_ending()),
-        );
+        if self.n_ending > 0 {
+            first.extend(
+                self.live
+                    .iter()
+                    .copied()
+                    .filter(|job| jobs[job].is_ending()),
+            );
+        }
         first.sort_unstable();
         first.dedup();
         let view = View {
@@ -2481,6 +2507,8 @@ impl Core {
             self.n_usage_limited,
             "jobs with a usage limit"
         );
+        let ending = self.jobs.values().filter(|job| job.is_ending());
+        assert_eq!(ending.count(), self.n_ending, "jobs being killed");
         for job in self.jobs.values() {
             let key = self
                 .live
