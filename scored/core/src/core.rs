@@ -689,8 +689,13 @@ pub struct Core {
     crossings: UndoSet<BTreeSet<(u64, JobId)>>,
     /// Each indexed job's key in `crossings`.
     crossing_of: UndoMap<JobId, u64, BuildHasherDefault<JobIdHasher>>,
-    /// Jobs that ran during the current slice (gang rotation).
-    ran: JobSet,
+    /// Jobs that ran during the current slice (gang rotation), in no
+    /// order and perhaps more than once: a switch adds a few, where a
+    /// hashed set would hash each (the slice boundary sorts them once).
+    ran: Vec<JobId>,
+    /// Past this length, `ran` is sorted and its repeats dropped, so that
+    /// it cannot grow with the switches of a slice that is not ending.
+    ran_compact_at: usize,
     /// Launch data of unfinished jobs by content hash, so identical
     /// submissions share one copy.
     launches: UndoMap<u64, Vec<Launch>>,
@@ -744,6 +749,8 @@ struct Spare {
     rotated: Vec<JobId>,
     /// The jobs that ran in the slice, when they are few ([`FEW_RAN`]).
     ran: Vec<JobId>,
+    /// The jobs that ran in the slice, when they are many.
+    ran_set: JobSet,
     /// How many of those each queue holds.
     ran_per_queue: Vec<usize>,
     /// Positions in a queue's order, for a rotation.
@@ -753,6 +760,9 @@ struct Spare {
 /// Up to this many jobs that ran in a slice, a rotation compares queued
 /// jobs with a list of them rather than looking each up in a hashed set.
 const FEW_RAN: usize = 16;
+
+/// The least length at which the list of jobs that ran is compacted.
+const RAN_COMPACT_AT: usize = 64;
 
 impl Core {
     /// A core with the default queues.
@@ -792,7 +802,8 @@ impl Core {
             n_usage_limited: 0,
             crossings: UndoSet::default(),
             crossing_of: UndoMap::default(),
-            ran: JobSet::default(),
+            ran: Vec::new(),
+            ran_compact_at: RAN_COMPACT_AT,
             launches: UndoMap::default(),
             next_job: 1,
             slice_anchor: Tick::default(),
@@ -1004,6 +1015,7 @@ impl Core {
 
     /// Brings a job's entry in `crossings` up to date: after it becomes
     /// live or stops being live, after a sample, after a move.
+    #[inline]
     fn refresh_crossing(&mut self, job: JobId) {
         // Nothing indexed, and nothing to index: no job has a CPU time
         // limit and no queue demotes by residency (a job enters and leaves
@@ -1014,6 +1026,11 @@ impl Core {
         {
             return;
         }
+        self.refresh_crossing_of(job);
+    }
+
+    #[inline(never)]
+    fn refresh_crossing_of(&mut self, job: JobId) {
         let key = self
             .live
             .contains(&job)
@@ -1826,13 +1843,19 @@ impl Core {
         let elapsed = now.0.saturating_sub(self.slice_anchor.0);
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
         let mut ran = std::mem::take(&mut self.ran);
+        ran.sort_unstable();
+        ran.dedup();
         if !ran.is_empty() {
             // A few jobs ran (gang jobs of a busy machine): comparing each
             // queued job with them costs less than hashing it.
             let mut few = std::mem::take(&mut self.spare.ran);
             few.clear();
+            let mut many = std::mem::take(&mut self.spare.ran_set);
+            many.clear();
             if ran.len() <= FEW_RAN {
                 few.extend(ran.iter().copied());
+            } else {
+                many.extend(ran.iter().copied());
             }
             // Most queued jobs did not run: one bit per id modulo 64 tells
             // most of them apart from the few that did with one AND.
@@ -1881,7 +1904,7 @@ impl Core {
                             queue.rotate_at_most(ran, *at_most, rotated);
                         }
                     } else {
-                        queue.rotate_with(|job| ran.contains(&job), rotated);
+                        queue.rotate_with(|job| many.contains(&job), rotated);
                     }
                     if let Some(expected) = expected {
                         assert_eq!(*queue, expected, "the rotation of queue {idx}");
@@ -1891,10 +1914,13 @@ impl Core {
             self.spare.ran_per_queue = per_queue;
             few.clear();
             self.spare.ran = few;
+            many.clear();
+            self.spare.ran_set = many;
         }
         // The set is refilled at once by `reschedule`: keep its table.
         ran.clear();
         self.ran = ran;
+        self.ran_compact_at = RAN_COMPACT_AT;
         self.ran_refill = true;
         // The set restarts with the new slice; `reschedule`, which always
         // follows, fills it again with every job that runs in it.
@@ -1994,7 +2020,7 @@ impl Core {
         if usage_limited(&record.limits) {
             self.n_usage_limited = self.n_usage_limited.saturating_sub(1);
         }
-        self.ran.remove(&job);
+        self.ran.retain(|other| *other != job);
         if self.live.remove(&job) {
             for host in &record.hosts {
                 self.busy[host.idx()] = false;
@@ -2320,7 +2346,7 @@ impl Core {
                     .get(job)
                     .is_some_and(|record| record.phase() == Phase::Running)
                 {
-                    self.ran.insert(*job);
+                    self.ran.push(*job);
                 }
             }
             debug_assert!(
@@ -2426,7 +2452,12 @@ impl Core {
             .estimate
             .map(|estimate| now.after(estimate.saturating_sub(record.run_time)));
         let first_time = record.run(now, time_deadline);
-        self.ran.insert(job);
+        self.ran.push(job);
+        if self.ran.len() >= self.ran_compact_at {
+            self.ran.sort_unstable();
+            self.ran.dedup();
+            self.ran_compact_at = (2 * self.ran.len()).max(RAN_COMPACT_AT);
+        }
         if let Some(deadline) = time_deadline {
             self.time_deadlines.insert((deadline, job));
         }

@@ -877,6 +877,7 @@ impl Core {
                 // In order, so that the same state is written the same way.
                 let mut ran: Vec<u64> = self.ran.iter().map(|job| job.0).collect();
                 ran.sort_unstable();
+                ran.dedup();
                 ran
             },
             bound_waiting: self.bound_waiting.iter().map(|job| job.0).collect(),
