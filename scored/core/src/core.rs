@@ -725,7 +725,8 @@ pub struct Core {
     /// Hosts where a job's processes run or are being stopped: the hosts of
     /// the live jobs (which never share one), kept as jobs enter and leave
     /// `live` so that a decision does not gather them again.
-    busy: Vec<bool>,
+    /// One bit a host (64 hosts a word).
+    busy: Vec<u64>,
     /// Buffers the scheduling decision reuses (see [`Spare`]).
     spare: Spare,
     /// The state of the last `commit` but for the containers that log
@@ -816,7 +817,7 @@ impl Core {
             build: (env!("CARGO_PKG_VERSION").to_string(), 0),
             directory: Rc::new(NoDirectory),
             decision_current: false,
-            busy: vec![false; n_hosts],
+            busy: vec![0; n_hosts.div_ceil(64)],
             spare: Spare::default(),
             saved: None,
         }
@@ -1055,7 +1056,7 @@ impl Core {
     /// up to date as jobs change (the busy hosts, the count of stopping
     /// jobs, the crossing index), for a core rebuilt from a snapshot.
     fn rebuild_schedule_state(&mut self) {
-        self.busy = vec![false; self.topology.hosts.len()];
+        self.busy = vec![0; self.topology.hosts.len().div_ceil(64)];
         self.n_stopping = 0;
         self.crossings.clear();
         self.crossing_of.clear();
@@ -1066,9 +1067,7 @@ impl Core {
                 continue;
             };
             for host in &record.hosts {
-                if let Some(slot) = self.busy.get_mut(host.idx()) {
-                    *slot = true;
-                }
+                set_busy(&mut self.busy, None, std::slice::from_ref(host), true);
             }
             if record.phase() == Phase::Stopping {
                 self.n_stopping += 1;
@@ -1206,9 +1205,8 @@ impl Core {
                     if record.stopped() {
                         self.n_stopping -= 1;
                         self.live.remove(&job);
-                        for host in &record.hosts {
-                            self.busy[host.idx()] = false;
-                        }
+                        let mask = self.scratch.mask_of(job);
+                        set_busy(&mut self.busy, mask, &record.hosts, false);
                         self.refresh_crossing(job);
                     }
                 }
@@ -1681,9 +1679,8 @@ impl Core {
             self.time_deadlines.remove(&(deadline, job));
         }
         if self.live.remove(&job) {
-            for host in &record.hosts {
-                self.busy[host.idx()] = false;
-            }
+            let mask = self.scratch.mask_of(job);
+            set_busy(&mut self.busy, mask, &record.hosts, false);
         }
         self.refresh_crossing(job);
         let Some(record) = self.jobs.get_mut(&job) else {
@@ -2022,9 +2019,8 @@ impl Core {
         }
         self.ran.retain(|other| *other != job);
         if self.live.remove(&job) {
-            for host in &record.hosts {
-                self.busy[host.idx()] = false;
-            }
+            let mask = self.scratch.mask_of(job);
+            set_busy(&mut self.busy, mask, &record.hosts, false);
         }
         self.refresh_crossing(job);
         self.queues[record.queue as usize].remove(job);
@@ -2296,21 +2292,20 @@ impl Core {
             if matches!(record.phase(), Phase::Running | Phase::Stopping) {
                 continue;
             }
+            let mask = self.scratch.mask_of(job);
             if none_stopping {
                 debug_assert!(
-                    !record.hosts.iter().any(|host| busy[host.idx()]),
+                    !any_busy(&busy, mask, &record.hosts),
                     "job {job} is chosen on a host a running job holds"
                 );
                 entering.push(job);
                 continue;
             }
-            if record.hosts.iter().any(|host| busy[host.idx()]) {
+            if any_busy(&busy, mask, &record.hosts) {
                 blocked = true;
                 continue;
             }
-            for host in &record.hosts {
-                busy[host.idx()] = true;
-            }
+            set_busy(&mut busy, mask, &record.hosts, true);
             entering.push(job);
         }
         self.active = active;
@@ -2368,7 +2363,7 @@ impl Core {
     fn decide_active(
         &mut self,
         now: Tick,
-        busy: &[bool],
+        busy: &[u64],
         active: &mut Vec<JobId>,
         bindings: &mut Vec<(JobId, Vec<HostId>)>,
     ) {
@@ -2462,9 +2457,8 @@ impl Core {
             self.time_deadlines.insert((deadline, job));
         }
         self.live.insert(job);
-        for host in &record.hosts {
-            self.busy[host.idx()] = true;
-        }
+        let mask = self.scratch.mask_of(job);
+        set_busy(&mut self.busy, mask, &record.hosts, true);
         match phase {
             Phase::Stopped => out.push(Action::Continue(job)),
             Phase::Idle => {
@@ -2554,11 +2548,9 @@ impl Core {
             );
         }
         assert_eq!(self.crossing_of.len(), self.crossings.len());
-        let mut busy = vec![false; self.topology.hosts.len()];
+        let mut busy = vec![0; self.topology.hosts.len().div_ceil(64)];
         for job in &self.live {
-            for host in &self.jobs[job].hosts {
-                busy[host.idx()] = true;
-            }
+            set_busy(&mut busy, None, &self.jobs[job].hosts, true);
         }
         assert_eq!(busy, self.busy, "busy hosts are the live jobs' hosts");
         for (key, job) in &self.crossings {
@@ -2750,7 +2742,7 @@ struct View<'a> {
     ledger: &'a Ledger,
     limits: &'a [ClusterLimits],
     /// Hosts where a job's processes run or are being stopped.
-    busy: &'a [bool],
+    busy: &'a [u64],
     now: Tick,
 }
 
@@ -2805,7 +2797,7 @@ impl sched::JobView for View<'_> {
 
     fn host_rank(&self, host: HostId) -> (bool, u64, u32) {
         (
-            self.busy.get(host.idx()).copied().unwrap_or(true),
+            any_busy(self.busy, None, std::slice::from_ref(&host)),
             self.ledger.host_procs.get(host.idx()).copied().unwrap_or(0),
             host.0,
         )
@@ -2823,6 +2815,56 @@ impl sched::JobView for View<'_> {
             .saturating_sub(record.run_time_at(self.now));
         Some(self.now.after(left).0)
     }
+}
+
+/// Marks a job's hosts busy (`on`) or free in the busy bits: a word at a
+/// time with the job's mask of hosts (from the decision's scratch), else
+/// host by host.
+#[inline]
+fn set_busy(busy: &mut [u64], mask: Option<&[u64]>, hosts: &[HostId], on: bool) {
+    match mask {
+        Some(mask) => {
+            debug_assert_eq!(mask, &host_bits(busy.len(), hosts)[..mask.len()]);
+            for (word, bits) in busy.iter_mut().zip(mask) {
+                if on {
+                    *word |= bits;
+                } else {
+                    *word &= !bits;
+                }
+            }
+        }
+        None => {
+            for host in hosts {
+                if let Some(word) = busy.get_mut(host.idx() / 64) {
+                    let bit = 1u64 << (host.idx() % 64);
+                    if on {
+                        *word |= bit;
+                    } else {
+                        *word &= !bit;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether one of a job's hosts is busy (a host beyond the machine is).
+#[inline]
+fn any_busy(busy: &[u64], mask: Option<&[u64]>, hosts: &[HostId]) -> bool {
+    match mask {
+        Some(mask) => busy.iter().zip(mask).any(|(word, bits)| word & bits != 0),
+        None => hosts.iter().any(|host| {
+            busy.get(host.idx() / 64)
+                .is_none_or(|word| word & (1 << (host.idx() % 64)) != 0)
+        }),
+    }
+}
+
+/// Hosts as bits, in `words` words (for checks).
+fn host_bits(words: usize, hosts: &[HostId]) -> Vec<u64> {
+    let mut bits = vec![0; words.max(1)];
+    set_busy(&mut bits, None, hosts, true);
+    bits
 }
 
 /// Whether a job has a limit that its usage samples are checked against.

@@ -86,6 +86,13 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// The hosts of `job` as bits (one a host, 64 hosts a word), if the
+    /// walk has met it since its hosts last changed.
+    #[inline]
+    pub fn mask_of(&self, job: JobId) -> Option<&[u64]> {
+        self.masks.get(job)
+    }
+
     /// Whether the last [`active_set`] put `job`, whose first host is
     /// `first_host`, in the active set: a membership test that costs one
     /// look-up, where searching the set would cost a sort of it at every
