@@ -27,7 +27,7 @@ use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
 use crate::actuator::{Actuator, JobStdio};
 use crate::command::{self, GroupRef};
-use crate::core::{Action, ClientEvent, Core, Directory, GroupError, Input};
+use crate::core::{Action, ClientEvent, Core, Directory, GroupError, Input, Notice};
 use crate::ids::{ClientToken, Cred, Tick};
 use crate::job::JobRequest;
 use crate::journal::Journal;
@@ -583,7 +583,10 @@ impl<A: Actuator> Daemon<A> {
                         inputs.push(Input::SwitchMeasured { id, latency });
                     }
                 }
-                Action::Notify { client, event } => self.notify(client, event),
+                Action::Notify(notice) => {
+                    let Notice { client, event } = *notice;
+                    self.notify(client, event);
+                }
                 Action::Exit => self.exiting = true,
             }
             if inputs.len() > before {

@@ -251,6 +251,25 @@ pub enum ClientEvent {
     Answer(Reply),
 }
 
+/// Something to tell a client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    /// The client.
+    pub client: ClientToken,
+    /// What to tell.
+    pub event: ClientEvent,
+}
+
+// A switch's actions are two words each (see `Action::Notify`).
+const _: () = assert!(std::mem::size_of::<Action>() <= 16);
+
+impl Action {
+    /// Tells `client` of `event`.
+    pub fn notify(client: ClientToken, event: ClientEvent) -> Action {
+        Action::Notify(Box::new(Notice { client, event }))
+    }
+}
+
 /// What the core asks the shell to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
@@ -275,13 +294,10 @@ pub enum Action {
     SwitchBegin(u64),
     /// The switch is complete: report `Input::SwitchMeasured` with the time since `SwitchBegin`.
     SwitchEnd(u64),
-    /// Tell a client something.
-    Notify {
-        /// The client.
-        client: ClientToken,
-        /// What to tell.
-        event: ClientEvent,
-    },
+    /// Tell a client something (boxed, so that an action is two words:
+    /// a switch's actions are pushed and read without a copy through the
+    /// stack).
+    Notify(Box<Notice>),
     /// Every job is gone after a shutdown: the daemon may exit.
     Exit,
 }
@@ -1142,10 +1158,7 @@ impl Core {
                             self.journal(JobEvent::Held { job, by: "owner" });
                         }
                     }
-                    out.push(Action::Notify {
-                        client,
-                        event: ClientEvent::Held(job),
-                    });
+                    out.push(Action::notify(client, ClientEvent::Held(job)));
                 } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
                     self.waiting
                         .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = true);
@@ -1178,13 +1191,13 @@ impl Core {
                     );
                 } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
                     self.waiting.modify(|waiting| waiting.remove(idx));
-                    out.push(Action::Notify {
+                    out.push(Action::notify(
                         client,
-                        event: ClientEvent::Rejected {
+                        ClientEvent::Rejected {
                             kind: Rejection::Resources,
                             reason: "interrupted while waiting for admission".into(),
                         },
-                    });
+                    ));
                 }
             }
             Input::Winch(client) => {
@@ -1316,10 +1329,10 @@ impl Core {
         out: &mut Vec<Action>,
     ) {
         let reject = |kind, reason: String, out: &mut Vec<Action>| {
-            out.push(Action::Notify {
+            out.push(Action::notify(
                 client,
-                event: ClientEvent::Rejected { kind, reason },
-            });
+                ClientEvent::Rejected { kind, reason },
+            ));
         };
         let duplicate =
             self.by_client.contains_key(&client) || self.waiting.iter().any(|w| w.client == client);
@@ -1410,18 +1423,15 @@ impl Core {
         let client = waiter.client;
         if waiter.request.wait {
             self.waiting.push_back(Rc::new(waiter));
-            out.push(Action::Notify {
-                client,
-                event: ClientEvent::Waiting(reason),
-            });
+            out.push(Action::notify(client, ClientEvent::Waiting(reason)));
         } else {
-            out.push(Action::Notify {
+            out.push(Action::notify(
                 client,
-                event: ClientEvent::Rejected {
+                ClientEvent::Rejected {
                     kind: Rejection::Resources,
                     reason,
                 },
-            });
+            ));
         }
     }
 
@@ -1514,15 +1524,15 @@ impl Core {
             .map(|host| self.topology.host(*host).name.clone())
             .collect();
         let cluster = self.topology.cluster(job.cluster).name.clone();
-        out.push(Action::Notify {
-            client: waiter.client,
-            event: ClientEvent::Admitted {
+        out.push(Action::notify(
+            waiter.client,
+            ClientEvent::Admitted {
                 job: id,
                 queue,
                 cluster,
                 hosts,
             },
-        });
+        ));
         if self.jobs.is_empty() {
             // Restart the slice cadence when the daemon leaves idleness, so
             // that the first job gets a whole slice.
@@ -1553,10 +1563,10 @@ impl Core {
             if let Err((kind, reason)) = self.check_queue(front) {
                 let client = front.client;
                 self.waiting.pop_front();
-                out.push(Action::Notify {
+                out.push(Action::notify(
                     client,
-                    event: ClientEvent::Rejected { kind, reason },
-                });
+                    ClientEvent::Rejected { kind, reason },
+                ));
                 continue;
             }
             match self.decide(front) {
@@ -1568,13 +1578,13 @@ impl Core {
                 Decision::TooBig(reason) => {
                     let client = front.client;
                     self.waiting.pop_front();
-                    out.push(Action::Notify {
+                    out.push(Action::notify(
                         client,
-                        event: ClientEvent::Rejected {
+                        ClientEvent::Rejected {
                             kind: Rejection::TooBig,
                             reason,
                         },
-                    });
+                    ));
                 }
                 Decision::Short(_) => break,
             }
@@ -2114,10 +2124,10 @@ impl Core {
             self.journal(JobEvent::Ended { job, record });
         }
         if let Some(client) = record.client {
-            out.push(Action::Notify {
+            out.push(Action::notify(
                 client,
-                event: ClientEvent::Ended(Box::new(ending.clone())),
-            });
+                ClientEvent::Ended(Box::new(ending.clone())),
+            ));
         }
         if record.started() {
             out.push(Action::Release(job));
@@ -2180,13 +2190,13 @@ impl Core {
         }
         self.shutting_down = true;
         for waiter in self.waiting.modify(std::mem::take) {
-            out.push(Action::Notify {
-                client: waiter.client,
-                event: ClientEvent::Rejected {
+            out.push(Action::notify(
+                waiter.client,
+                ClientEvent::Rejected {
                     kind: Rejection::ShuttingDown,
                     reason: "scored is shutting down".into(),
                 },
-            });
+            ));
         }
         // Jobs that cannot progress (held, or in a deactivated queue) would
         // keep a graceful shutdown waiting forever: they are killed too.
@@ -2471,10 +2481,7 @@ impl Core {
                     self.journal(JobEvent::Started(job));
                     self.queues[queue as usize].mark_started(job);
                     if let Some(client) = client {
-                        out.push(Action::Notify {
-                            client,
-                            event: ClientEvent::Started(job),
-                        });
+                        out.push(Action::notify(client, ClientEvent::Started(job)));
                     }
                 }
             }

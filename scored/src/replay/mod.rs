@@ -37,7 +37,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::cluster::{Cluster, Host, Topology};
-use crate::core::{Action, ClientEvent, Core, CoreConfig, EndKind, Input, ScriptError};
+use crate::core::{Action, ClientEvent, Core, CoreConfig, EndKind, Input, Notice, ScriptError};
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
 use crate::job::{ExitStatus, JobRequest, Joiner, ProcRequest, Usage};
 use crate::units::CpuSet;
@@ -398,66 +398,70 @@ pub fn run(
                             },
                         });
                     }
-                    Action::Notify { client, event } => match event {
-                        ClientEvent::Admitted { job, .. } => {
-                            by_job.insert(job, client);
-                        }
-                        ClientEvent::Started(_) => {
-                            if let Some(record) = records.get_mut(&client) {
-                                record.start = Some(now);
-                                waiting = waiting.saturating_sub(1);
+                    Action::Notify(notice) => {
+                        let Notice { client, event } = *notice;
+                        match event {
+                            ClientEvent::Admitted { job, .. } => {
+                                by_job.insert(job, client);
                             }
-                        }
-                        ClientEvent::Rejected { reason, .. } => {
-                            if let Some(record) = records.remove(&client) {
-                                waiting = waiting.saturating_sub(1);
-                                let job = &trace.jobs[record.trace_idx];
-                                outcome.skipped.push(Skipped {
-                                    number: job.number,
-                                    line: job.line,
-                                    reason: format!("rejected: {reason}"),
-                                });
+                            ClientEvent::Started(_) => {
+                                if let Some(record) = records.get_mut(&client) {
+                                    record.start = Some(now);
+                                    waiting = waiting.saturating_sub(1);
+                                }
+                            }
+                            ClientEvent::Rejected { reason, .. } => {
+                                if let Some(record) = records.remove(&client) {
+                                    waiting = waiting.saturating_sub(1);
+                                    let job = &trace.jobs[record.trace_idx];
+                                    outcome.skipped.push(Skipped {
+                                        number: job.number,
+                                        line: job.line,
+                                        reason: format!("rejected: {reason}"),
+                                    });
+                                    finished += 1;
+                                }
+                            }
+                            ClientEvent::Ended(ending) => {
+                                by_job.remove(&ending.job);
+                                let Some(record) = records.remove(&client) else {
+                                    continue;
+                                };
+                                if record.start.is_none() {
+                                    waiting = waiting.saturating_sub(1);
+                                }
                                 finished += 1;
+                                let start = record.start.unwrap_or(now);
+                                let run = match ending.kind {
+                                    EndKind::Exited => record.work,
+                                    _ => ending
+                                        .accounting
+                                        .wall
+                                        .saturating_sub(ending.accounting.stopped),
+                                };
+                                outcome.jobs.push(JobOutcome {
+                                    number: trace.jobs[record.trace_idx].number,
+                                    procs: record.procs,
+                                    queue: record.queue,
+                                    queues: ending.accounting.queues.clone(),
+                                    submit: seconds(record.submit),
+                                    start: seconds(start),
+                                    end: seconds(now),
+                                    run: run.as_secs_f64(),
+                                    ending: match ending.kind {
+                                        EndKind::Exited => "done".to_string(),
+                                        _ => ending.reason.clone(),
+                                    },
+                                });
+                                if finished % 1024 == 0 {
+                                    progress(finished, total);
+                                }
                             }
+                            ClientEvent::Waiting(_)
+                            | ClientEvent::Held(_)
+                            | ClientEvent::Answer(_) => {}
                         }
-                        ClientEvent::Ended(ending) => {
-                            by_job.remove(&ending.job);
-                            let Some(record) = records.remove(&client) else {
-                                continue;
-                            };
-                            if record.start.is_none() {
-                                waiting = waiting.saturating_sub(1);
-                            }
-                            finished += 1;
-                            let start = record.start.unwrap_or(now);
-                            let run = match ending.kind {
-                                EndKind::Exited => record.work,
-                                _ => ending
-                                    .accounting
-                                    .wall
-                                    .saturating_sub(ending.accounting.stopped),
-                            };
-                            outcome.jobs.push(JobOutcome {
-                                number: trace.jobs[record.trace_idx].number,
-                                procs: record.procs,
-                                queue: record.queue,
-                                queues: ending.accounting.queues.clone(),
-                                submit: seconds(record.submit),
-                                start: seconds(start),
-                                end: seconds(now),
-                                run: run.as_secs_f64(),
-                                ending: match ending.kind {
-                                    EndKind::Exited => "done".to_string(),
-                                    _ => ending.reason.clone(),
-                                },
-                            });
-                            if finished % 1024 == 0 {
-                                progress(finished, total);
-                            }
-                        }
-                        ClientEvent::Waiting(_) | ClientEvent::Held(_) | ClientEvent::Answer(_) => {
-                        }
-                    },
+                    }
                     Action::Sample(_)
                     | Action::Release(_)
                     | Action::SwitchBegin(_)

@@ -39,10 +39,7 @@ impl Core {
                 self.refresh_crossing(job);
             }
         }
-        out.push(Action::Notify {
-            client,
-            event: ClientEvent::Answer(reply),
-        });
+        out.push(Action::notify(client, ClientEvent::Answer(reply)));
     }
 
     fn run_command(

@@ -113,15 +113,18 @@ impl Core {
                 command: Box::new(command),
             };
             for action in self.handle(input, now) {
-                match action {
-                    Action::Notify {
-                        client: SCRIPT,
-                        event: ClientEvent::Answer(Reply::Error(message)),
-                    } => run.errors.push(refuse(ScriptProblem::Refused(message))),
-                    Action::Notify {
-                        client: SCRIPT,
-                        event: ClientEvent::Answer(reply),
-                    } => {
+                let notice = match action {
+                    Action::Notify(notice) if notice.client == SCRIPT => *notice,
+                    action => {
+                        run.actions.push(action);
+                        continue;
+                    }
+                };
+                match notice.event {
+                    ClientEvent::Answer(Reply::Error(message)) => {
+                        run.errors.push(refuse(ScriptProblem::Refused(message)))
+                    }
+                    ClientEvent::Answer(reply) => {
                         // Accepted, but perhaps not meant: the operator
                         // reads them in the log at start.
                         run.warnings.extend(
@@ -132,7 +135,7 @@ impl Core {
                                 .map(|warning| format!("{name}:{}: {warning}", idx + 1)),
                         );
                     }
-                    action => run.actions.push(action),
+                    event => run.actions.push(Action::notify(SCRIPT, event)),
                 }
             }
         }

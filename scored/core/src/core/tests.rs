@@ -174,7 +174,8 @@ impl Sim {
                 Action::Sample(_) => {}
                 Action::Release(job) => self.log.push(format!("release {job}")),
                 Action::SwitchBegin(_) | Action::SwitchEnd(_) => {}
-                Action::Notify { client, event } => {
+                Action::Notify(notice) => {
+                    let Notice { client, event } = *notice;
                     let text = match &event {
                         ClientEvent::Waiting(_) => "waiting".to_string(),
                         ClientEvent::Admitted { job, .. } => format!("admitted {job}"),
@@ -300,10 +301,14 @@ impl Sim {
         let mut actions = Vec::new();
         for action in self.core.handle(input, self.now) {
             match action {
-                Action::Notify {
-                    client,
-                    event: ClientEvent::Answer(answer),
-                } if client == console => reply = Some(answer),
+                Action::Notify(notice)
+                    if notice.client == console
+                        && matches!(notice.event, ClientEvent::Answer(_)) =>
+                {
+                    if let ClientEvent::Answer(answer) = notice.event {
+                        reply = Some(answer);
+                    }
+                }
                 action => actions.push(action),
             }
         }
@@ -1716,7 +1721,9 @@ fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
         actions
             .into_iter()
             .find_map(|action| match action {
-                Action::Notify { client: to, event } if to == ClientToken(client) => Some(event),
+                Action::Notify(notice) if notice.client == ClientToken(client) => {
+                    Some(notice.event)
+                }
                 _ => None,
             })
             .expect("the client is told")
