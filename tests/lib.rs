@@ -1094,3 +1094,28 @@ pub fn write_full_journal(state_dir: &Path, bytes_per_file: u64) -> u64 {
     }
     id
 }
+
+/// The pid of the private daemon that scrun started under the runtime
+/// directory `runtime` (its `XDG_RUNTIME_DIR`), if one runs: read from its
+/// state directory, and checked against its command line.
+pub fn private_daemon_pid(runtime: &Path) -> Option<i32> {
+    let text = std::fs::read_to_string(runtime.join("scored-private/state/daemon")).ok()?;
+    let pid: i32 = text.split_whitespace().nth(1)?.parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    let socket = runtime.join("scored.sock");
+    (cmdline.contains("--single-user") && cmdline.contains(&*socket.to_string_lossy()))
+        .then_some(pid)
+}
+
+/// Ends the private daemon under `runtime` (see [`private_daemon_pid`]),
+/// which a test started through scrun, and waits for it to exit.
+pub fn end_private_daemon(runtime: &Path) {
+    if let Some(pid) = private_daemon_pid(runtime) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        wait_until(Duration::from_secs(20), || !alive(pid));
+    }
+}

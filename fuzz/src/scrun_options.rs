@@ -136,6 +136,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
         stat,
         pty,
         scored,
+        verbose,
     } = &invocation.options;
     let mut items = vec![match procs {
         ProcRequest::Nodes(n) => format!("nodes={n}"),
@@ -149,6 +150,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
     items.extend(time_ms.map(|ms| format!("time={ms}ms")));
     items.extend(stat.then(|| "stat".to_string()));
     items.extend(pty.then(|| "pty".to_string()));
+    items.extend(verbose.then(|| "verbose".to_string()));
     let mut words = Vec::new();
     let mut option_word = format!("-{}", items.join(","));
     if let Some(path) = scored {

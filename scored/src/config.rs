@@ -22,6 +22,11 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_USER: usize = 1024;
 /// The default time a client may take to send the rest of a request once
 /// it has sent its first byte.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a private daemon (`--single-user`) stays without a job or a
+/// client before it exits, unless `--idle-exit` says otherwise: long
+/// enough for the scruns of a shell loop, a script or a make to share it,
+/// short enough that nothing lingers once the user is done.
+pub const DEFAULT_SINGLE_USER_IDLE_EXIT: Duration = Duration::from_secs(30);
 
 /// Command-line flags of scored.
 #[derive(Debug, Clone, Default, Parser)]
@@ -67,9 +72,12 @@ pub struct Flags {
     /// How long a client may take to finish sending a request it has begun (default 10s).
     #[arg(long, value_name = "DUR")]
     pub request_timeout: Option<String>,
-    /// Run for one user and one job, then exit (scrun's private daemon).
+    /// Run as scrun's private daemon for one user: no start-up script, and exit when idle (see --idle-exit).
     #[arg(long)]
     pub single_user: bool,
+    /// Exit once no job and no client has been there for DUR (default: 30s with --single-user, else never).
+    #[arg(long, value_name = "DUR")]
+    pub idle_exit: Option<String>,
     /// Do not put jobs in cgroups even where the machine offers them.
     #[arg(long)]
     pub no_cgroups: bool,
@@ -106,6 +114,7 @@ pub struct FileSettings {
     max_connections: Option<usize>,
     max_connections_per_user: Option<usize>,
     request_timeout: Option<String>,
+    idle_exit: Option<String>,
     verbose: Option<u8>,
     journal_size: Option<String>,
     journal: Option<bool>,
@@ -132,6 +141,8 @@ pub struct Settings {
     pub kill_grace: Duration,
     /// Single-user mode.
     pub single_user: bool,
+    /// Exit after this long without a job or a client; `None`: never.
+    pub idle_exit: Option<Duration>,
     /// Use cgroups where possible.
     pub cgroups: bool,
     /// Connection limit, if set.
@@ -273,6 +284,13 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError
             range: "between 10ms and 1h",
         });
     }
+    let idle_exit = match flags.idle_exit.or(file.idle_exit) {
+        Some(text) => Some(parse_duration(&text).map_err(|source| ConfigError::Value {
+            flag: "idle-exit",
+            source,
+        })?),
+        None => flags.single_user.then_some(DEFAULT_SINGLE_USER_IDLE_EXIT),
+    };
     Ok(Settings {
         hosts: flags.hosts.or(file.hosts),
         group: flags.group.or(file.group),
@@ -283,6 +301,7 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError
         operator: flags.operator.or(file.operator),
         kill_grace,
         single_user: flags.single_user,
+        idle_exit,
         cgroups: !flags.no_cgroups && file.cgroups.unwrap_or(true),
         max_connections: match flags.max_connections.or(file.max_connections) {
             Some(0) => {
@@ -343,7 +362,7 @@ mod tests {
     fn file_errors_name_file_and_line() {
         assert_eq!(
             settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
-            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `request_timeout`, `verbose`, `journal_size`, `journal`"
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `request_timeout`, `idle_exit`, `verbose`, `journal_size`, `journal`"
         );
         assert!(settings(&[], "timeslice = 5")
             .unwrap_err()
@@ -372,6 +391,28 @@ mod tests {
         assert!(settings(&["--request-timeout", "1ms"], "")
             .unwrap_err()
             .starts_with("--request-timeout: '1ms' is out of range"));
+    }
+
+    #[test]
+    fn a_private_daemon_exits_when_idle_and_a_shared_one_only_if_asked() {
+        assert_eq!(settings(&[], "").unwrap().idle_exit, None);
+        assert_eq!(
+            settings(&["--single-user"], "").unwrap().idle_exit,
+            Some(DEFAULT_SINGLE_USER_IDLE_EXIT)
+        );
+        assert_eq!(
+            settings(&["--single-user", "--idle-exit", "2s"], "")
+                .unwrap()
+                .idle_exit,
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            settings(&[], "idle_exit = \"10m\"\n").unwrap().idle_exit,
+            Some(Duration::from_secs(600))
+        );
+        assert!(settings(&["--idle-exit", "soon"], "")
+            .unwrap_err()
+            .starts_with("--idle-exit: invalid duration 'soon'"));
     }
 
     #[test]

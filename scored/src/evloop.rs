@@ -109,8 +109,9 @@ pub enum Event {
 pub struct LoopConfig {
     /// The socket path (removed at exit).
     pub socket: PathBuf,
-    /// Exit once the first job has ended and no client is left.
-    pub single_user: bool,
+    /// Exit once the daemon has had no job and no client for this long
+    /// (`--idle-exit`; a private daemon's by default); `None`: never.
+    pub idle_exit: Option<Duration>,
     /// Connections served at once (see [`connection_limit`]).
     pub max_connections: usize,
     /// Connections one user other than root and the operators may hold.
@@ -432,8 +433,8 @@ impl<A: Actuator> Daemon<A> {
                 let cut = *first + self.config.request_timeout;
                 deadline = Some(deadline.map_or(cut, |other| other.min(cut)));
             }
-            if self.config.single_user {
-                let idle = self.idle_since + Duration::from_secs(30);
+            if let Some(idle_exit) = self.config.idle_exit {
+                let idle = self.idle_since + idle_exit;
                 deadline = Some(deadline.map_or(idle, |other| other.min(idle)));
             }
             let mut timeout = poll_timeout(deadline);
@@ -465,7 +466,7 @@ impl<A: Actuator> Daemon<A> {
                 self.handle_event_guarded(Event::Client(token));
             }
             self.handle_event_guarded(Event::Deadline);
-            self.check_single_user();
+            self.check_idle();
         }
         self.finish();
         Ok(())
@@ -1266,21 +1267,25 @@ impl<A: Actuator> Daemon<A> {
         }
     }
 
-    fn check_single_user(&mut self) {
-        if !self.config.single_user || self.exiting {
+    /// Ends the loop once nothing has been there for the idle time: no
+    /// job (running, stopped or waiting for its hosts) and no connection
+    /// (a scrun waiting for admission, an idle console). Anything present
+    /// starts the idle time again.
+    fn check_idle(&mut self) {
+        let Some(idle_exit) = self.config.idle_exit else {
+            return;
+        };
+        if self.exiting {
             return;
         }
-        let clients = self.connections.values().any(|conn| conn.submitted);
-        let done = self.served_a_job && self.core.n_jobs() == 0 && !clients;
-        let idle = !self.served_a_job
-            && self.connections.is_empty()
-            && self.idle_since.elapsed() >= Duration::from_secs(30);
-        if done || idle {
-            tracing::info!("single-user mode: the job has ended; exiting");
-            self.exiting = true;
-        }
-        if !self.connections.is_empty() {
+        if !self.connections.is_empty() || self.core.n_jobs() > 0 {
             self.idle_since = Instant::now();
+        } else if self.idle_since.elapsed() >= idle_exit {
+            tracing::info!(
+                idle = %crate::units::format_duration(idle_exit),
+                "no job and no client for the idle time; exiting"
+            );
+            self.exiting = true;
         }
     }
 

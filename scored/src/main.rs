@@ -48,6 +48,11 @@ fn run() -> Result<(), String> {
     };
     let settings = config::resolve(flags, file).map_err(|error| error.to_string())?;
     init_logging(settings.verbose);
+    // The modes of what scored creates (its socket's directory, the state
+    // directory, the journal) are its own, whatever umask it was started
+    // with: a private daemon inherits its scrun's, which may be 0777.
+    // Jobs get their caller's umask (see `actuator::spawn`).
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     // Before anything could start a thread: the loop reads these signals.
     let signals =
         evloop::block_signals().map_err(|error| format!("cannot block signals: {error}"))?;
@@ -207,11 +212,12 @@ fn run() -> Result<(), String> {
         %priority,
         max_connections = loop_config_max(&settings, fd_limits.current),
         single_user = settings.single_user,
+        idle_exit = %settings.idle_exit.map_or("never".to_string(), scored::units::format_duration),
         "scored is listening"
     );
     let loop_config = LoopConfig {
         socket: socket.clone(),
-        single_user: settings.single_user,
+        idle_exit: settings.idle_exit,
         max_connections: loop_config_max(&settings, fd_limits.current),
         max_connections_per_user: settings.max_connections_per_user,
         request_timeout: settings.request_timeout,

@@ -50,6 +50,7 @@ options:
   -stat            print the job's accounting to stderr at exit
   -pty             give rank 0 a pseudo-terminal as its controlling terminal
   -scored=PATH     the daemon's socket (default: SCORED_SOCKET, then the standard path)
+  -verbose, -v     say when a private scored is started
   -help, -h        print this text
   -version         print the version
   --               end the options; the next word is the program
@@ -65,7 +66,8 @@ pub const MAX_STAGES: usize = scored_proto::proto::MAX_STAGES;
 pub const MAX_PRIORITY: u64 = 255;
 
 /// The keys an option word may hold, listed in the hint of an unknown-option error.
-const VALID_KEYS: &str = "nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored";
+const VALID_KEYS: &str =
+    "nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored, verbose";
 
 /// What the command line asks scrun to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +113,10 @@ pub struct Options {
     pub pty: bool,
     /// The daemon's socket (`scored=`); `None` leaves the choice to the caller.
     pub scored: Option<PathBuf>,
+    /// Say what scrun does on its own account, such as starting a
+    /// private daemon (`verbose`, `v`); quiet by default, so that a job's
+    /// captured output is the job's alone.
+    pub verbose: bool,
 }
 
 impl Default for Options {
@@ -125,6 +131,7 @@ impl Default for Options {
             stat: false,
             pty: false,
             scored: None,
+            verbose: false,
         }
     }
 }
@@ -418,6 +425,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
     let mut disk = None;
     let mut time_ms = None;
     let mut scored = None;
+    let mut verbose = None;
     // The placement key each source named first, to refuse `nodes` and
     // `hosts` together in one source; across sources the leftmost wins.
     let mut placement_keys: [Option<&'static str>; 2] = [None, None];
@@ -448,6 +456,10 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
             "pty" => {
                 let value = parse_flag("pty", setting)?;
                 pty.get_or_insert(value);
+            }
+            "verbose" | "v" => {
+                let value = parse_flag("verbose", setting)?;
+                verbose.get_or_insert(value);
             }
             "memory" => {
                 let value = parse_limit("memory", "512M", setting)?;
@@ -493,6 +505,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
         stat: stat.unwrap_or(false),
         pty: pty.unwrap_or(false),
         scored,
+        verbose: verbose.unwrap_or(false),
     })
 }
 

@@ -21,7 +21,7 @@ use crate::error::{chain, Fatal};
 use crate::report::Final;
 use crate::session::{self, PtySide};
 use crate::signals::Signals;
-use crate::single::{self, PrivateDaemon};
+use crate::single::{self, PrivatePaths};
 use crate::terminal::{Pty, Relay};
 
 /// Runs the job and returns scrun's exit status. Everything scrun has to
@@ -49,7 +49,7 @@ pub fn run(invocation: &Invocation) -> i32 {
         }
     };
     let (path, source) = client::socket_path(invocation.options.scored.clone());
-    let (mut connection, private) = match connect(&path, source, &signals) {
+    let mut connection = match connect(&path, source, &signals, invocation.options.verbose) {
         Ok(connected) => connected,
         Err(fatal) => return report_fatal(&fatal),
     };
@@ -99,28 +99,28 @@ pub fn run(invocation: &Invocation) -> i32 {
     };
     let _ = io::stderr().lock().write_all(end.stderr.as_bytes());
     // Closing the connection is what tells scored we are gone: a job still
-    // running (after a second interrupt) is killed, and a private daemon
-    // may exit.
+    // running (after a second interrupt) is killed.
     connection.shutdown();
     drop(connection);
-    if let Some(private) = private {
-        private.finish(&signals);
-    }
     end.code
 }
 
-/// Connects to scored, or starts a private one when none runs at the
-/// default socket.
+/// Connects to scored: at the socket named by `-scored=` or
+/// `SCORED_SOCKET` if one is, else at the default socket, and when no
+/// daemon answers there, to the user's private daemon, which is started
+/// if it does not run (see [`crate::single`]).
 fn connect(
     path: &Path,
     source: SocketSource,
     signals: &Signals,
-) -> Result<(Connection, Option<PrivateDaemon>), Fatal> {
+    verbose: bool,
+) -> Result<Connection, Fatal> {
     match Connection::connect(path) {
-        Ok(connection) => Ok((connection, None)),
+        Ok(connection) => Ok(connection),
         Err(error) if source == SocketSource::Default && single::means_no_daemon(&error) => {
-            let (daemon, connection) = PrivateDaemon::start(path, signals)?;
-            Ok((connection, Some(daemon)))
+            let uid = nix::unistd::geteuid().as_raw();
+            let paths = PrivatePaths::new(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid);
+            single::connect(&paths, path, signals, verbose)
         }
         Err(error) => Err(Fatal::with_source(
             exitcode::UNREACHABLE,

@@ -1,31 +1,48 @@
 //! Single-user mode: when no scored answers at the default socket, scrun
-//! starts a private one for its job, as SCore's single-user mode does.
+//! connects to the user's private scored, and starts it first if none
+//! runs, as SCore's single-user mode does.
 //!
-//! The private daemon lives in a directory of its own (mode 0700) that
-//! holds its socket, its state directory and its log. It runs in its own
-//! process group, so the terminal's Ctrl-C and Ctrl-Z reach scrun only, and
-//! scrun decides what the job gets. `scored --single-user` exits by itself
-//! once its one client has gone and its job has ended; scrun then reaps it
-//! and removes the directory, keeping the log when the daemon failed.
+//! There is one private daemon per user, and every scrun of that user
+//! uses it, so that concurrent jobs share the machine's hosts and are gang
+//! scheduled together. It lives beside the user's default socket:
+//! `BASE/scored.sock`, and `BASE/scored-private/` (mode 0700) for its
+//! state directory and its log, where BASE is `$XDG_RUNTIME_DIR` when that
+//! variable names an absolute directory, else `/tmp/scored-UID` (made
+//! mode 0700 when missing). For a user other than root that socket is the
+//! default socket itself; root's default socket is the shared daemon's,
+//! so root's private daemon is found only after that one did not answer.
+//! `scored --single-user` exits by itself once it has had no job and no
+//! client for its idle time, so nothing waits for it here.
 //!
-//! Waiting never sleeps blindly: the socket is retried every 10 ms through
-//! a `poll` on the signalfd (so an interrupt is noticed at once), and the
-//! daemon's exit is awaited through SIGCHLD on the same signalfd.
+//! Two scruns that find no daemon at once must not start two: the start is
+//! serialized by an exclusive lock (flock) on the private directory. The
+//! one that takes it connects again (another may have started the daemon
+//! meanwhile) and starts one only if that fails. A start that fails kills
+//! what it started, removes the private directory, and says what failed in
+//! the daemon's own words (the last line of its log). Since a waiter may
+//! hold the lock of a directory that was removed meanwhile, the lock
+//! counts only if the path still names the locked directory.
+//!
+//! Waiting never sleeps blindly: the lock and the socket are retried every
+//! 10 ms through a `poll` on the signalfd, so that an interrupt is noticed
+//! at once.
 #![forbid(unsafe_code)]
 
 use std::ffi::OsStr;
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io;
-use std::os::fd::AsFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
+use nix::sys::stat::Mode;
 use scored_proto::client::Connection;
 use scored_proto::exitcode;
 
@@ -35,28 +52,51 @@ use crate::signals::{exit_status, is_terminating, Signals};
 
 /// How long the private daemon may take to open its socket.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often scrun tries its socket meanwhile.
+/// How long a scrun waits for another one that is starting the daemon.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often scrun tries the lock or the socket meanwhile.
 const RETRY_INTERVAL: Duration = Duration::from_millis(10);
-/// How long the private daemon may take to exit once the job is over.
-const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The daemon's log, kept when it fails.
+/// The daemon's log, in the private directory.
 const LOG_NAME: &str = "scored.log";
+/// The daemon's state directory, in the private directory.
+const STATE_NAME: &str = "state";
+/// The private directory's name, beside the socket.
+const DIR_NAME: &str = "scored-private";
 
-/// The private directory of a single-user scored:
-/// `$XDG_RUNTIME_DIR/scored-single.PID` when that variable names an
-/// absolute directory, else `/tmp/scored-single-UID.PID`.
-pub fn private_dir(runtime_dir: Option<&OsStr>, uid: u32, pid: u32) -> PathBuf {
-    match runtime_dir {
-        Some(dir) if Path::new(dir).is_absolute() => {
-            Path::new(dir).join(format!("scored-single.{pid}"))
+/// Where a user's private daemon lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrivatePaths {
+    /// The directory of the socket and the private directory.
+    pub base: PathBuf,
+    /// The daemon's socket.
+    pub socket: PathBuf,
+    /// The private directory: the lock, the log and the state directory.
+    pub dir: PathBuf,
+}
+
+impl PrivatePaths {
+    /// The paths for user `uid`: under `$XDG_RUNTIME_DIR` when that
+    /// variable names an absolute directory, else under `/tmp/scored-UID`.
+    pub fn new(runtime_dir: Option<&OsStr>, uid: u32) -> PrivatePaths {
+        let base = match runtime_dir {
+            Some(dir) if Path::new(dir).is_absolute() => PathBuf::from(dir),
+            _ => PathBuf::from(format!("/tmp/scored-{uid}")),
+        };
+        PrivatePaths {
+            socket: base.join("scored.sock"),
+            dir: base.join(DIR_NAME),
+            base,
         }
-        _ => PathBuf::from(format!("/tmp/scored-single-{uid}.{pid}")),
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join(LOG_NAME)
     }
 }
 
 /// Whether a failure to connect to the default socket means that no
 /// daemon runs there (nothing at the path, or a stale socket), which is
-/// when scrun starts a private one.
+/// when scrun turns to the private daemon.
 pub fn means_no_daemon(error: &io::Error) -> bool {
     matches!(
         error.raw_os_error(),
@@ -64,185 +104,198 @@ pub fn means_no_daemon(error: &io::Error) -> bool {
     )
 }
 
-/// A running private scored.
-pub struct PrivateDaemon {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl PrivateDaemon {
-    /// Starts a private scored because none answered at `default_socket`,
-    /// says so on stderr, and connects to it once it is ready.
-    pub fn start(
-        default_socket: &Path,
-        signals: &Signals,
-    ) -> Result<(PrivateDaemon, Connection), Fatal> {
-        let uid = nix::unistd::geteuid().as_raw();
-        let dir = private_dir(
-            std::env::var_os("XDG_RUNTIME_DIR").as_deref(),
-            uid,
-            std::process::id(),
+/// Connects to the user's private daemon, starting it when none runs.
+/// `default_socket` is the socket where no daemon answered, for messages;
+/// with `verbose`, a start is announced on stderr.
+pub fn connect(
+    paths: &PrivatePaths,
+    default_socket: &Path,
+    signals: &Signals,
+    verbose: bool,
+) -> Result<Connection, Fatal> {
+    let unreachable = |what: String, error: Option<io::Error>| {
+        let message = format!(
+            "no scored at {}, and cannot start a private one: {what}",
+            default_socket.display()
         );
-        let unreachable = |what: String, error: io::Error| {
-            Fatal::with_source(
-                exitcode::UNREACHABLE,
-                format!(
-                    "no scored at {}, and cannot start a private one: {what}",
-                    default_socket.display()
-                ),
-                error,
-            )
-        };
-        create_private_dir(&dir, uid).map_err(|error| {
+        match error {
+            Some(error) => Fatal::with_source(exitcode::UNREACHABLE, message, error),
+            None => Fatal::new(exitcode::UNREACHABLE, message),
+        }
+    };
+    if paths.socket != default_socket {
+        match Connection::connect(&paths.socket) {
+            Ok(connection) => return Ok(connection),
+            Err(error) if means_no_daemon(&error) => {}
+            Err(error) => {
+                return Err(Fatal::with_source(
+                    exitcode::UNREACHABLE,
+                    format!(
+                        "cannot reach the private scored at {}",
+                        paths.socket.display()
+                    ),
+                    error,
+                ))
+            }
+        }
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    if !paths.base.is_dir() {
+        create_private_dir(&paths.base, uid).map_err(|error| {
             unreachable(
-                format!("cannot create the directory {}", dir.display()),
-                error,
+                format!("cannot create the directory {}", paths.base.display()),
+                Some(error),
             )
         })?;
-        let log_path = dir.join(LOG_NAME);
-        let socket = dir.join("scored.sock");
-        let program = scored_program();
-        let spawned = open_log(&log_path)
-            .map_err(|error| (format!("cannot open the log {}", log_path.display()), error))
-            .and_then(|log| {
-                let log_again = log.try_clone().map_err(|error| {
-                    (format!("cannot open the log {}", log_path.display()), error)
-                })?;
-                Command::new(&program)
-                    .arg("--single-user")
-                    .arg("--socket")
-                    .arg(&socket)
-                    .arg("--state-dir")
-                    .arg(dir.join("state"))
-                    .stdin(Stdio::null())
-                    .stdout(log_again)
-                    .stderr(log)
-                    .process_group(0)
-                    .spawn()
-                    .map_err(|error| (format!("cannot run {}", program.display()), error))
-            });
-        let child = match spawned {
-            Ok(child) => child,
-            Err((what, error)) => {
-                let _ = fs::remove_dir_all(&dir);
-                return Err(unreachable(what, error));
+    }
+    let lock = lock_private_dir(&paths.dir, uid, signals).map_err(|failure| match failure {
+        LockFailure::Io(what, error) => unreachable(what, Some(error)),
+        LockFailure::TimedOut => unreachable(
+            format!(
+                "another scrun has been starting it for {}s (the lock of {} is held)",
+                LOCK_TIMEOUT.as_secs(),
+                paths.dir.display()
+            ),
+            None,
+        ),
+        LockFailure::Interrupted(signal) => Fatal::new(
+            exit_status(signal),
+            "interrupted while waiting for the private scored to start",
+        ),
+    })?;
+    // Another scrun may have started it while this one waited for the lock.
+    match Connection::connect(&paths.socket) {
+        Ok(connection) => return Ok(connection),
+        Err(error) if means_no_daemon(&error) => {}
+        Err(error) => {
+            return Err(Fatal::with_source(
+                exitcode::UNREACHABLE,
+                format!(
+                    "cannot reach the private scored at {}",
+                    paths.socket.display()
+                ),
+                error,
+            ))
+        }
+    }
+    let started = start(paths, signals, verbose);
+    if started.is_err() {
+        // Nothing of a failed start stays behind; the lock is still ours,
+        // and whoever waits for it sees the directory gone and starts over.
+        remove_private_dir(&paths.dir);
+    }
+    drop(lock);
+    started.map_err(|failure| failure.into_fatal(paths, default_socket))
+}
+
+/// Why the private daemon could not be started.
+enum StartFailure {
+    /// A file or the program: what, and the error.
+    Io(String, io::Error),
+    /// It exited before listening.
+    Exited(ExitStatus, Option<String>),
+    /// It did not listen in time (and was killed).
+    TimedOut(Option<String>),
+    /// Connecting to it failed otherwise.
+    Connect(io::Error),
+    /// scrun was interrupted meanwhile.
+    Interrupted(Signal),
+}
+
+impl StartFailure {
+    fn into_fatal(self, paths: &PrivatePaths, default_socket: &Path) -> Fatal {
+        let prefix = format!(
+            "no scored at {}, and cannot start a private one",
+            default_socket.display()
+        );
+        let said = |last: Option<String>| last.map(|line| format!(": {line}")).unwrap_or_default();
+        match self {
+            StartFailure::Io(what, error) => {
+                Fatal::with_source(exitcode::UNREACHABLE, format!("{prefix}: {what}"), error)
             }
-        };
+            StartFailure::Exited(status, last) => Fatal::new(
+                exitcode::UNREACHABLE,
+                format!(
+                    "{prefix}: it exited before listening at {} ({}){}",
+                    paths.socket.display(),
+                    describe_status(status),
+                    said(last)
+                ),
+            ),
+            StartFailure::TimedOut(last) => Fatal::new(
+                exitcode::UNREACHABLE,
+                format!(
+                    "{prefix}: it did not listen at {} within {}s and was killed{}",
+                    paths.socket.display(),
+                    READY_TIMEOUT.as_secs(),
+                    said(last)
+                ),
+            ),
+            StartFailure::Connect(error) => Fatal::with_source(
+                exitcode::UNREACHABLE,
+                format!("{prefix}: cannot connect to {}", paths.socket.display()),
+                error,
+            ),
+            StartFailure::Interrupted(signal) => Fatal::new(
+                exit_status(signal),
+                "interrupted while the private scored was starting",
+            ),
+        }
+    }
+}
+
+/// Starts the daemon (the lock is held) and connects to it.
+fn start(
+    paths: &PrivatePaths,
+    signals: &Signals,
+    verbose: bool,
+) -> Result<Connection, StartFailure> {
+    let state = paths.dir.join(STATE_NAME);
+    let log_path = paths.log();
+    let log = open_log(&log_path).map_err(|error| {
+        StartFailure::Io(format!("cannot open the log {}", log_path.display()), error)
+    })?;
+    let log_again = log.try_clone().map_err(|error| {
+        StartFailure::Io(format!("cannot open the log {}", log_path.display()), error)
+    })?;
+    let program = scored_program();
+    // Its own process group, so that the terminal's Ctrl-C and Ctrl-Z
+    // reach scrun only; its working directory `/`, so that it keeps no
+    // directory of the user's busy; no descriptor of scrun's but the log
+    // (scrun marked the ones it inherited close-on-exec).
+    let mut child = Command::new(&program)
+        .arg("--single-user")
+        .arg("--socket")
+        .arg(&paths.socket)
+        .arg("--state-dir")
+        .arg(&state)
+        .stdin(Stdio::null())
+        .stdout(log_again)
+        .stderr(log)
+        .current_dir("/")
+        .process_group(0)
+        .spawn()
+        .map_err(|error| StartFailure::Io(format!("cannot run {}", program.display()), error))?;
+    if verbose {
         say(&format!(
-            "no scored at {}; started a private single-user scored (pid {})",
-            default_socket.display(),
+            "no scored running; started a private one at {} (pid {})",
+            paths.socket.display(),
             child.id()
         ));
-        let mut daemon = PrivateDaemon { child, dir };
-        match daemon.wait_ready(&socket, signals) {
-            Ok(connection) => Ok((daemon, connection)),
-            Err(failure) => Err(failure.finish(daemon)),
-        }
     }
-
-    /// Connects to the private daemon's socket, retrying until it listens.
-    fn wait_ready(&mut self, socket: &Path, signals: &Signals) -> Result<Connection, Startup> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            match Connection::connect(socket) {
-                Ok(connection) => return Ok(connection),
-                Err(error) if means_no_daemon(&error) => {}
-                Err(error) => return Err(Startup::Connect(error)),
-            }
-            match self.child.try_wait() {
-                Ok(Some(status)) => return Err(Startup::Exited(status)),
-                Ok(None) => {}
-                Err(error) => return Err(Startup::Connect(error)),
-            }
-            if Instant::now() >= deadline {
-                return Err(Startup::TimedOut);
-            }
-            for signal in wait_signals(signals, RETRY_INTERVAL) {
-                if is_terminating(signal) {
-                    return Err(Startup::Interrupted(signal));
-                }
-                if signal == Signal::SIGTSTP {
-                    // No job exists yet, so only scrun has to stop.
-                    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-                }
-            }
-        }
-    }
-
-    /// Waits for the private daemon to exit after the job is over, reaps
-    /// it, and removes its directory (all but the log if it failed).
-    /// Problems are reported on stderr; they do not change scrun's status,
-    /// which is the job's.
-    pub fn finish(mut self, signals: &Signals) {
-        let deadline = Instant::now() + EXIT_TIMEOUT;
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) => {}
-                Err(error) => {
-                    say(&format!(
-                        "cannot wait for the private scored (pid {}): {}",
-                        self.child.id(),
-                        describe_io(&error)
-                    ));
-                    break None;
-                }
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break None;
-            }
-            // Signals here are dropped on purpose: the job is over, and
-            // this wait is bounded.
-            wait_signals(signals, left);
-        };
-        match status {
-            Some(status) if status.success() => self.remove(true),
-            Some(status) => {
-                say(&format!(
-                    "the private scored failed ({}); see {}",
-                    describe_status(status),
-                    self.log().display()
-                ));
-                self.remove(false);
-            }
-            None => {
-                self.kill();
-                say(&format!(
-                    "the private scored (pid {}) did not exit within {}s and was killed; see {}",
-                    self.child.id(),
-                    EXIT_TIMEOUT.as_secs(),
-                    self.log().display()
-                ));
-                self.remove(false);
-            }
-        }
-    }
-
-    fn log(&self) -> PathBuf {
-        self.dir.join(LOG_NAME)
-    }
-
-    /// Kills and reaps the private daemon. It is our own child, not yet
-    /// reaped, so its pid cannot belong to another process.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Removes the private directory, or everything in it but the log.
-    fn remove(&self, with_log: bool) {
-        let result = if with_log {
-            fs::remove_dir_all(&self.dir)
-        } else {
-            remove_all_but(&self.dir, LOG_NAME)
-        };
-        if let Err(error) = result {
-            say(&format!(
-                "cannot remove the private directory {}: {}",
-                self.dir.display(),
-                describe_io(&error)
-            ));
+    match wait_ready(&mut child, &paths.socket, signals) {
+        Ok(connection) => Ok(connection),
+        Err(failure) => {
+            // Our own child, not yet reaped: its pid is still its own.
+            let _ = child.kill();
+            let _ = child.wait();
+            let last = last_words(&log_path);
+            Err(match failure {
+                Startup::Exited(status) => StartFailure::Exited(status, last),
+                Startup::TimedOut => StartFailure::TimedOut(last),
+                Startup::Connect(error) => StartFailure::Connect(error),
+                Startup::Interrupted(signal) => StartFailure::Interrupted(signal),
+            })
         }
     }
 }
@@ -255,82 +308,154 @@ enum Startup {
     Interrupted(Signal),
 }
 
-impl Startup {
-    /// Cleans up after a failed start and returns the error to report.
-    fn finish(self, mut daemon: PrivateDaemon) -> Fatal {
-        let log = daemon.log();
-        match self {
-            Startup::Exited(status) => {
-                daemon.remove(false);
-                Fatal::new(
-                    exitcode::UNREACHABLE,
-                    format!(
-                        "the private scored exited before it was ready ({}); see {}",
-                        describe_status(status),
-                        log.display()
-                    ),
-                )
-            }
-            Startup::TimedOut => {
-                daemon.kill();
-                daemon.remove(false);
-                Fatal::new(
-                    exitcode::UNREACHABLE,
-                    format!(
-                        "the private scored did not open its socket within {}s and was killed; see {}",
-                        READY_TIMEOUT.as_secs(),
-                        log.display()
-                    ),
-                )
-            }
-            Startup::Connect(error) => {
-                daemon.kill();
-                daemon.remove(false);
-                Fatal::with_source(
-                    exitcode::UNREACHABLE,
-                    format!("cannot reach the private scored; see {}", log.display()),
-                    error,
-                )
-            }
-            Startup::Interrupted(signal) => {
-                daemon.kill();
-                daemon.remove(true);
-                Fatal::new(
-                    exit_status(signal),
-                    "interrupted while the private scored was starting",
-                )
-            }
+/// Connects to the private daemon's socket, retrying until it listens.
+fn wait_ready(child: &mut Child, socket: &Path, signals: &Signals) -> Result<Connection, Startup> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        match Connection::connect(socket) {
+            Ok(connection) => return Ok(connection),
+            Err(error) if means_no_daemon(&error) => {}
+            Err(error) => return Err(Startup::Connect(error)),
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => return Err(Startup::Exited(status)),
+            Ok(None) => {}
+            Err(error) => return Err(Startup::Connect(error)),
+        }
+        if Instant::now() >= deadline {
+            return Err(Startup::TimedOut);
+        }
+        if let Some(signal) = wait_signals(signals, RETRY_INTERVAL) {
+            return Err(Startup::Interrupted(signal));
         }
     }
 }
 
-/// Creates the private directory with mode 0700. A leftover directory of
-/// the same name (a crashed scrun whose pid came round again) is replaced
-/// only when it is a real directory owned by us; anything else there is
-/// an error, never followed or removed.
+/// Why the private directory could not be locked.
+enum LockFailure {
+    Io(String, io::Error),
+    TimedOut,
+    Interrupted(Signal),
+}
+
+/// Creates (if need be) and locks the private directory, retrying while
+/// another scrun holds it, and starting over if it was removed meanwhile.
+fn lock_private_dir(
+    dir: &Path,
+    uid: u32,
+    signals: &Signals,
+) -> Result<Flock<OwnedFd>, LockFailure> {
+    let deadline = Instant::now() + LOCK_TIMEOUT;
+    let cannot = |what: &str, error: io::Error| {
+        LockFailure::Io(
+            format!("cannot {what} the directory {}", dir.display()),
+            error,
+        )
+    };
+    loop {
+        create_private_dir(dir, uid).map_err(|error| cannot("create", error))?;
+        let fd = nix::fcntl::open(
+            dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| cannot("open", io::Error::from(errno)))?;
+        match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => {
+                if names_locked_dir(dir, &*lock) {
+                    return Ok(lock);
+                }
+                // Removed by a start that failed: take the new one.
+                continue;
+            }
+            Err((_, Errno::EWOULDBLOCK)) => {}
+            Err((_, errno)) => return Err(cannot("lock", io::Error::from(errno))),
+        }
+        if Instant::now() >= deadline {
+            return Err(LockFailure::TimedOut);
+        }
+        if let Some(signal) = wait_signals(signals, RETRY_INTERVAL) {
+            return Err(LockFailure::Interrupted(signal));
+        }
+    }
+}
+
+/// Whether `dir` still names the directory `fd` has open.
+fn names_locked_dir(dir: &Path, fd: &impl AsFd) -> bool {
+    match (fs::symlink_metadata(dir), nix::sys::stat::fstat(fd)) {
+        (Ok(path), Ok(open)) => path.dev() == open.st_dev && path.ino() == open.st_ino,
+        _ => false,
+    }
+}
+
+/// Makes `dir` a directory of the user's alone: creates it with mode
+/// 0700, or takes an existing one only if it is a real directory (not a
+/// link) owned by `uid`, and sets its mode to 0700 either way, whatever
+/// the umask.
 fn create_private_dir(dir: &Path, uid: u32) -> io::Result<()> {
-    let mut builder = DirBuilder::new();
-    builder.mode(0o700);
-    match builder.create(dir) {
+    match DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
             let metadata = fs::symlink_metadata(dir)?;
-            if !metadata.file_type().is_dir() || metadata.uid() != uid {
-                return Err(error);
+            if !metadata.file_type().is_dir() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "it exists and is not a directory",
+                ));
             }
-            fs::remove_dir_all(dir)?;
-            builder.create(dir)
+            if metadata.uid() != uid {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("it belongs to uid {}, not to uid {uid}", metadata.uid()),
+                ));
+            }
         }
-        other => other,
+        Err(error) => return Err(error),
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+/// Removes the private directory and what a failed start left in it.
+fn remove_private_dir(dir: &Path) {
+    if let Err(error) = fs::remove_dir_all(dir) {
+        if error.kind() != io::ErrorKind::NotFound {
+            say(&format!(
+                "cannot remove the private directory {}: {}",
+                dir.display(),
+                describe_io(&error)
+            ));
+        }
     }
 }
 
-/// Opens the daemon's log for appending, readable by the user only.
+/// Opens the daemon's log afresh, readable by the user only.
 fn open_log(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
+    let file = OpenOptions::new()
         .create(true)
-        .append(true)
+        .write(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .mode(0o600)
-        .open(path)
+        .open(path)?;
+    file.set_permissions(fs::Permissions::from_mode(0o600))?;
+    Ok(file)
+}
+
+/// What a daemon that failed said last: the line with scored's own
+/// message (`scored: ...`), else the last line of its log.
+fn last_words(log: &Path) -> Option<String> {
+    let text = fs::read_to_string(log).ok()?;
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    lines
+        .iter()
+        .rev()
+        .find(|line| line.starts_with("scored: "))
+        .or(lines.last())
+        .map(|line| line.to_string())
 }
 
 /// The scored to start: the one installed beside scrun, else `scored` on PATH.
@@ -344,18 +469,29 @@ fn scored_program() -> PathBuf {
     }
 }
 
-/// Waits up to `timeout` for signals and returns those that came.
-fn wait_signals(signals: &Signals, timeout: Duration) -> Vec<Signal> {
+/// Waits up to `timeout` for signals and returns the first that asks
+/// scrun to give up; a SIGTSTP stops scrun meanwhile (no job exists yet,
+/// so only scrun has to stop), and the others are dropped.
+fn wait_signals(signals: &Signals, timeout: Duration) -> Option<Signal> {
     let millis = timeout.as_millis().max(1);
     let timeout = PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX);
     let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
-    match poll(&mut fds, timeout) {
+    let received = match poll(&mut fds, timeout) {
         Ok(0) | Err(Errno::EINTR) => Vec::new(),
         Ok(_) => signals.drain().unwrap_or_default(),
         // A poll that fails on our own signalfd is a bug; the callers'
         // deadlines still bound the wait.
         Err(_) => Vec::new(),
+    };
+    for signal in received {
+        if is_terminating(signal) {
+            return Some(signal);
+        }
+        if signal == Signal::SIGTSTP {
+            let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+        }
     }
+    None
 }
 
 /// An exit status as `status N` or `killed by SIGNAME`.
@@ -369,38 +505,31 @@ fn describe_status(status: ExitStatus) -> String {
     }
 }
 
-/// Removes everything in `dir` except the entry named `keep`.
-fn remove_all_but(dir: &Path, keep: &str) -> io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_name() == keep {
-            continue;
-        }
-        if entry.file_type()?.is_dir() {
-            fs::remove_dir_all(entry.path())?;
-        } else {
-            fs::remove_file(entry.path())?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn private_dir_prefers_the_runtime_directory() {
-        let check = |runtime: Option<&str>, expected: &str| {
-            assert_eq!(
-                private_dir(runtime.map(OsStr::new), 1000, 4242),
-                PathBuf::from(expected)
-            );
+    fn the_private_daemon_lives_in_the_runtime_directory() {
+        let check = |runtime: Option<&str>, base: &str| {
+            let paths = PrivatePaths::new(runtime.map(OsStr::new), 1000);
+            assert_eq!(paths.base, PathBuf::from(base));
+            assert_eq!(paths.socket, PathBuf::from(base).join("scored.sock"));
+            assert_eq!(paths.dir, PathBuf::from(base).join("scored-private"));
         };
-        check(Some("/run/user/1000"), "/run/user/1000/scored-single.4242");
-        check(None, "/tmp/scored-single-1000.4242");
-        check(Some(""), "/tmp/scored-single-1000.4242");
-        check(Some("relative/dir"), "/tmp/scored-single-1000.4242");
+        check(Some("/run/user/1000"), "/run/user/1000");
+        check(None, "/tmp/scored-1000");
+        check(Some(""), "/tmp/scored-1000");
+        check(Some("relative/dir"), "/tmp/scored-1000");
+        // For a user other than root, that socket is the default socket.
+        assert_eq!(
+            PrivatePaths::new(Some(OsStr::new("/run/user/1000")), 1000).socket,
+            scored_proto::paths::default_socket(1000, Some("/run/user/1000"))
+        );
+        assert_eq!(
+            PrivatePaths::new(None, 1000).socket,
+            scored_proto::paths::default_socket(1000, None)
+        );
     }
 
     #[test]
@@ -422,32 +551,45 @@ mod tests {
     }
 
     #[test]
-    fn private_dir_is_private_and_replaces_only_our_own_leftovers() {
+    fn the_private_dir_is_private_whatever_the_umask_and_never_a_link() {
         let base = std::env::temp_dir().join(format!("scrun-single-test.{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
         fs::create_dir(&base).unwrap();
         let dir = base.join("private");
         let uid = nix::unistd::geteuid().as_raw();
+        let old = nix::sys::stat::umask(Mode::from_bits_truncate(0o777));
+        let created = create_private_dir(&dir, uid);
+        nix::sys::stat::umask(old);
+        created.unwrap();
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        // An existing one of ours is taken, and made private again.
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
         create_private_dir(&dir, uid).unwrap();
-        let mode = fs::metadata(&dir).unwrap().mode() & 0o777;
-        assert_eq!(mode, 0o700);
-        fs::write(dir.join(LOG_NAME), "log").unwrap();
-        fs::create_dir(dir.join("state")).unwrap();
-        fs::write(dir.join("state/file"), "x").unwrap();
-        remove_all_but(&dir, LOG_NAME).unwrap();
-        let left: Vec<_> = fs::read_dir(&dir)
-            .unwrap()
-            .map(|entry| entry.unwrap().file_name())
-            .collect();
-        assert_eq!(left, vec![OsStr::new(LOG_NAME)]);
-        // A leftover of ours is replaced by a fresh, empty directory.
-        create_private_dir(&dir, uid).unwrap();
-        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
         // A symlink in its place is refused, not followed.
         fs::remove_dir(&dir).unwrap();
         std::os::unix::fs::symlink(&base, &dir).unwrap();
         let error = create_private_dir(&dir, uid).unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(error.to_string(), "it exists and is not a directory");
         fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_failed_daemon_is_named_by_its_own_last_words() {
+        let path = std::env::temp_dir().join(format!("scrun-last-words.{}", std::process::id()));
+        fs::write(
+            &path,
+            "2024 INFO scored: starting\nscored: state directory: /x: permission denied\n\n",
+        )
+        .unwrap();
+        assert_eq!(
+            last_words(&path).as_deref(),
+            Some("scored: state directory: /x: permission denied")
+        );
+        fs::write(&path, "one\ntwo\n").unwrap();
+        assert_eq!(last_words(&path).as_deref(), Some("two"));
+        fs::write(&path, "").unwrap();
+        assert_eq!(last_words(&path), None);
+        fs::remove_file(&path).unwrap();
     }
 }

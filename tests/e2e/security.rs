@@ -609,19 +609,22 @@ fn r13_2_clients_still_reach_root_and_their_own_daemon() {
     let output = command_as(
         &users.a,
         &bin("scrun"),
-        &["sh", "-c", "echo private $SCORE_JOBID"],
+        &["-v", "sh", "-c", "echo private $SCORE_JOBID"],
     )
     .env_remove("SCORED_SOCKET")
+    .env_remove("SCORE_OPTIONS")
     .env("XDG_RUNTIME_DIR", &runtime)
     .output()
     .expect("scrun");
     assert_eq!(code(&output), Some(0), "{}", stderr(&output));
     assert_eq!(stdout(&output).trim(), "private 1");
     assert!(
-        stderr(&output).contains("started a private single-user scored"),
+        stderr(&output).contains("started a private one at"),
         "{}",
         stderr(&output)
     );
+    // The private daemon stays for the user's next jobs; end it now.
+    end_private_daemon(&runtime);
 }
 
 /// Issue 13 finding 9: another user's `jobs`, `job ID` and `history`, in text and

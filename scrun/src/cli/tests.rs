@@ -44,6 +44,9 @@ fn render(result: Result<Parsed, UsageError>) -> String {
     if options.pty {
         parts.push("pty".to_string());
     }
+    if options.verbose {
+        parts.push("verbose".to_string());
+    }
     if let Some(memory) = options.memory {
         parts.push(format!("memory={memory}"));
     }
@@ -107,7 +110,7 @@ fn raw(bytes: &[u8]) -> OsString {
     OsString::from_vec(bytes.to_vec())
 }
 
-const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored";
+const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored, verbose";
 
 #[test]
 fn program_only() {
@@ -178,6 +181,9 @@ fn flags() {
     check("-wait=0,stat=No a", "nodes=1 | a");
     check("-pty a", "nodes=1 pty | a");
     check("-pty,stat a", "nodes=1 stat pty | a");
+    check("-v a", "nodes=1 verbose | a");
+    check("-verbose=no,v a", "nodes=1 | a");
+    check("-v=maybe a", "error: option 'verbose' on the command line: 'maybe' is not a yes or no: expected yes, no, true, false, 1 or 0, or no value");
     check("-pty=maybe a", "error: option 'pty' on the command line: 'maybe' is not a yes or no: expected yes, no, true, false, 1 or 0, or no value");
     check("-wait=maybe a", "error: option 'wait' on the command line: 'maybe' is not a yes or no: expected yes, no, true, false, 1 or 0, or no value");
     check("-stat= a", "error: option 'stat' on the command line: '' is not a yes or no: expected yes, no, true, false, 1 or 0, or no value");
@@ -218,7 +224,7 @@ fn scored_socket() {
 fn lists_equal_separate_words() {
     check("-nodes=2x3,wait,priority=0,stat a", "nodes=2x3 priority=0 wait stat | a");
     check("-nodes=2x3 -wait -priority=0 -stat a", "nodes=2x3 priority=0 wait stat | a");
-    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored");
+    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored, verbose");
 }
 
 #[test]

@@ -1,0 +1,289 @@
+//! The private daemon: with no daemon at the default socket, the user's
+//! scruns share one private scored, started by the first of them (racing
+//! ones start one between them), silent unless asked, working under any
+//! umask, leaving nothing behind when it cannot start, and exiting by
+//! itself after its idle time, never while a job runs. Each test runs as
+//! root and as a plain user, in a runtime directory of its own
+//! (`XDG_RUNTIME_DIR`), so that tests running at the same time never
+//! share a daemon.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use scored_tests::*;
+
+/// A runtime directory of its own for one user (root when `user` is
+/// `None`); the private daemon started in it is ended when dropped.
+struct Runtime {
+    _sandbox: Sandbox,
+    dir: PathBuf,
+    user: Option<TestUser>,
+}
+
+impl Runtime {
+    fn new(user: Option<&TestUser>) -> Runtime {
+        let sandbox = Sandbox::new();
+        let dir = sandbox.path.join("run");
+        std::fs::create_dir(&dir).expect("mkdir");
+        if let Some(user) = user {
+            std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).expect("chown");
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        Runtime {
+            _sandbox: sandbox,
+            dir,
+            user: user.cloned(),
+        }
+    }
+
+    /// `sh -c SCRIPT` as the user, with `$SCRUN` naming scrun and no
+    /// daemon named, so that scrun looks at the default socket.
+    fn shell(&self, script: &str) -> Command {
+        let sh = Path::new("/bin/sh");
+        let mut command = match &self.user {
+            Some(user) => command_as(user, sh, &["-c", script]),
+            None => {
+                let mut command = Command::new(sh);
+                command.args(["-c", script]).stdin(Stdio::null());
+                command
+            }
+        };
+        command
+            .env_remove("SCORED_SOCKET")
+            .env_remove("SCORE_OPTIONS")
+            .env("XDG_RUNTIME_DIR", &self.dir)
+            .env("SCRUN", bin("scrun"))
+            .current_dir("/");
+        command
+    }
+
+    fn run(&self, script: &str) -> Output {
+        self.shell(script).output().expect("run sh")
+    }
+
+    fn daemon(&self) -> Option<i32> {
+        private_daemon_pid(&self.dir)
+    }
+
+    /// Every private daemon whose socket is in this directory.
+    fn daemons(&self) -> Vec<i32> {
+        let socket = self.dir.join("scored.sock").display().to_string();
+        std::fs::read_dir("/proc")
+            .expect("read /proc")
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|bytes| {
+                    let line = String::from_utf8_lossy(&bytes).replace('\0', " ");
+                    line.contains("--single-user") && line.contains(&socket)
+                })
+            })
+            .filter(|pid| alive(*pid))
+            .collect()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        end_private_daemon(&self.dir);
+    }
+}
+
+/// Runs `check` as root and, at the same time, as a plain user (or says
+/// why not).
+fn both(test: &str, check: impl Fn(Option<&TestUser>) + Sync) {
+    let users = test_users(test);
+    std::thread::scope(|scope| {
+        let as_user = users
+            .as_ref()
+            .map(|users| scope.spawn(|| check(Some(&users.a))));
+        check(None);
+        match as_user {
+            Some(half) => {
+                if let Err(panic) = half.join() {
+                    std::panic::resume_unwind(panic);
+                }
+            }
+            None => println!("{test}: the plain-user half skipped"),
+        }
+    });
+}
+
+fn shown(output: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        output.status.code(),
+        stdout(output),
+        stderr(output)
+    )
+}
+
+fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[test]
+fn concurrent_scruns_of_a_user_share_one_private_daemon_and_its_hosts() {
+    both(
+        "concurrent_scruns_of_a_user_share_one_private_daemon_and_its_hosts",
+        |user| {
+            let runtime = Runtime::new(user);
+            let output = runtime.run(
+                "seq 4 | xargs -P4 -I{} \"$SCRUN\" sh -c 'grep Cpus_allowed_list /proc/self/status'",
+            );
+            assert_eq!(code(&output), Some(0), "{}", shown(&output));
+            let cpus: Vec<String> = stdout(&output)
+                .lines()
+                .map(|line| {
+                    line.trim_start_matches("Cpus_allowed_list:")
+                        .trim()
+                        .to_string()
+                })
+                .collect();
+            assert_eq!(cpus.len(), 4, "{}", shown(&output));
+            let mut distinct = cpus.clone();
+            distinct.sort();
+            distinct.dedup();
+            // The embedded default has a host per CPU: four jobs placed
+            // side by side take as many CPUs as there are, up to four.
+            assert_eq!(
+                distinct.len(),
+                online_cpus().min(4),
+                "{cpus:?}\n{}",
+                shown(&output)
+            );
+            assert_eq!(stderr(&output), "", "{}", shown(&output));
+            assert_eq!(runtime.daemons().len(), 1, "{:?}", runtime.daemons());
+            // A later scrun uses the same daemon.
+            let before = runtime.daemon().expect("a private daemon runs");
+            let output = runtime.run("\"$SCRUN\" true");
+            assert_eq!(code(&output), Some(0), "{}", shown(&output));
+            assert_eq!(runtime.daemon(), Some(before));
+        },
+    );
+}
+
+#[test]
+fn racing_scruns_start_one_private_daemon() {
+    both("racing_scruns_start_one_private_daemon", |user| {
+        let runtime = Runtime::new(user);
+        let output = runtime.run(
+            "for i in 1 2 3 4 5 6 7 8; do \"$SCRUN\" -v sh -c 'echo $SCORE_JOBID' & done; wait",
+        );
+        let mut ids: Vec<u64> = stdout(&output)
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (1..=8).collect::<Vec<_>>(), "{}", shown(&output));
+        let notices = stderr(&output).matches("started a private one").count();
+        assert_eq!(notices, 1, "{}", shown(&output));
+        assert_eq!(runtime.daemons().len(), 1, "{:?}", runtime.daemons());
+    });
+}
+
+#[test]
+fn the_private_daemon_says_nothing_unless_asked() {
+    both("the_private_daemon_says_nothing_unless_asked", |user| {
+        let runtime = Runtime::new(user);
+        let output = runtime.run("x=$(\"$SCRUN\" echo hi 2>&1); printf '[%s]' \"$x\"");
+        assert_eq!(stdout(&output), "[hi]", "{}", shown(&output));
+        end_private_daemon(&runtime.dir);
+        let output = runtime.run("\"$SCRUN\" -v echo hi");
+        assert_eq!(stdout(&output), "hi\n", "{}", shown(&output));
+        assert!(
+            stderr(&output).starts_with("scrun: no scored running; started a private one at "),
+            "{}",
+            shown(&output)
+        );
+        end_private_daemon(&runtime.dir);
+        let output = runtime.run("SCORE_OPTIONS=-v \"$SCRUN\" echo hi");
+        assert!(
+            stderr(&output).contains("started a private one"),
+            "{}",
+            shown(&output)
+        );
+        // Once it runs, there is nothing to say.
+        let output = runtime.run("\"$SCRUN\" -v echo hi");
+        assert_eq!(stderr(&output), "", "{}", shown(&output));
+    });
+}
+
+#[test]
+fn the_private_daemon_works_under_any_umask_and_leaves_nothing_when_it_fails() {
+    both(
+        "the_private_daemon_works_under_any_umask_and_leaves_nothing_when_it_fails",
+        |user| {
+            let runtime = Runtime::new(user);
+            for mask in ["0177", "0277", "0777", "0022"] {
+                let output = runtime.run(&format!("umask {mask}; \"$SCRUN\" sh -c umask"));
+                assert_eq!(code(&output), Some(0), "umask {mask}: {}", shown(&output));
+                assert_eq!(stdout(&output), format!("{mask}\n"), "{}", shown(&output));
+                // The next start is under the next umask.
+                end_private_daemon(&runtime.dir);
+                let private = std::fs::metadata(runtime.dir.join("scored-private"))
+                    .expect("the private directory");
+                assert_eq!(private.permissions().mode() & 0o777, 0o700);
+            }
+            // A start that fails (here its state directory cannot be
+            // made) says why in the daemon's words and leaves nothing.
+            let state = runtime.dir.join("scored-private/state");
+            std::fs::remove_dir_all(&state).expect("remove the state directory");
+            std::fs::write(&state, "in the way").expect("plant a file");
+            if let Some(user) = &runtime.user {
+                std::os::unix::fs::chown(&state, Some(user.uid), Some(user.gid)).expect("chown");
+            }
+            let output = runtime.run("umask 0777; \"$SCRUN\" true");
+            assert_eq!(code(&output), Some(69), "{}", shown(&output));
+            let text = stderr(&output);
+            assert!(
+                text.contains("cannot start a private one: it exited before listening at")
+                    && text.contains("scored: state directory: "),
+                "{}",
+                shown(&output)
+            );
+            let left: Vec<_> = std::fs::read_dir(&runtime.dir)
+                .expect("read the runtime directory")
+                .flatten()
+                .map(|entry| entry.file_name())
+                .collect();
+            assert!(left.is_empty(), "left behind: {left:?}");
+            // And the next start works.
+            let output = runtime.run("\"$SCRUN\" true");
+            assert_eq!(code(&output), Some(0), "{}", shown(&output));
+        },
+    );
+}
+
+#[test]
+fn the_private_daemon_outlives_a_job_longer_than_its_idle_time_then_exits_when_idle() {
+    both(
+        "the_private_daemon_outlives_a_job_longer_than_its_idle_time_then_exits_when_idle",
+        |user| {
+            let runtime = Runtime::new(user);
+            // A job longer than the idle time (30s): the daemon stays.
+            let output = runtime.run("\"$SCRUN\" sleep 32");
+            assert_eq!(code(&output), Some(0), "{}", shown(&output));
+            let pid = runtime
+                .daemon()
+                .expect("the private daemon runs after its job");
+            let output = runtime.run("\"$SCRUN\" true");
+            assert_eq!(code(&output), Some(0), "{}", shown(&output));
+            assert_eq!(runtime.daemon(), Some(pid));
+            // Then, idle, it exits by itself and removes its socket.
+            let idle_from = Instant::now();
+            assert!(
+                wait_until(Duration::from_secs(90), || !alive(pid)),
+                "the private daemon {pid} did not exit when idle"
+            );
+            assert!(
+                idle_from.elapsed() >= Duration::from_secs(20),
+                "it exited after {:?}, before its idle time",
+                idle_from.elapsed()
+            );
+            assert!(!runtime.dir.join("scored.sock").exists());
+        },
+    );
+}
