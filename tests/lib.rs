@@ -392,6 +392,7 @@ impl Daemon {
     /// A scrun command aimed at this daemon, tagged, in the sandbox.
     pub fn scrun(&self, args: &[&str]) -> Command {
         let mut command = Command::new(bin("scrun"));
+        without_stray_descriptors(&mut command);
         command
             .args(args)
             .env("SCORED_SOCKET", &self.socket)
@@ -716,6 +717,28 @@ impl Drop for Job {
     }
 }
 
+/// Keeps what the test process inherited beyond its standard descriptors
+/// (a terminal's or a build tool's pipes) from `command`: scrun passes
+/// every descriptor it inherits on to its job, as a shell would, and a test
+/// asserts what the job gets from what the test gives it.
+pub fn without_stray_descriptors(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure makes one system call (close_range with
+    // CLOSE_RANGE_CLOEXEC), which allocates nothing and takes no lock,
+    // between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        })
+    }
+}
+
 /// Polls `condition` every few milliseconds until it holds or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -949,6 +972,7 @@ pub fn test_users(test: &str) -> Option<TestUsers> {
 /// groups (util-linux `setpriv --init-groups`).
 pub fn command_as(user: &TestUser, program: &Path, args: &[&str]) -> Command {
     let mut command = Command::new("setpriv");
+    without_stray_descriptors(&mut command);
     command
         .arg(format!("--reuid={}", user.uid))
         .arg(format!("--regid={}", user.gid))

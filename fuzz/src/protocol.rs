@@ -85,6 +85,10 @@ fn follow(request: Request) {
         Request::Console { line, .. } => {
             let _ = parse_line(&line);
         }
-        Request::Hold | Request::Release | Request::Kill | Request::Winch => {}
+        Request::Hold
+        | Request::Release
+        | Request::Kill
+        | Request::Winch
+        | Request::Signal { .. } => {}
     }
 }

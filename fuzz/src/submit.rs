@@ -129,6 +129,21 @@ pub fn check(data: &[u8]) {
         "accepted umask {:?}",
         job.inherited.umask
     );
+    assert!(
+        job.inherited
+            .nice
+            .is_none_or(|nice| (-20..=19).contains(&nice)),
+        "accepted nice {:?}",
+        job.inherited.nice
+    );
+    assert!(
+        submit.closed_stdio.iter().all(|fd| (0..=2).contains(fd))
+            && submit.fds.windows(2).all(|pair| pair[0] < pair[1])
+            && submit.fds.iter().all(|fd| *fd >= 3),
+        "accepted descriptors {:?} {:?}",
+        submit.closed_stdio,
+        submit.fds
+    );
 
     let procs = options.procs;
     let total = match procs {
@@ -279,6 +294,14 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
         })
         .collect();
     let umask = reader.option(Reader::u32);
+    let nice = reader.option(Reader::u32).map(|value| value as i32);
+    let ioprio = reader.option(Reader::u32);
+    let closed_stdio = (0..reader.byte() % 4)
+        .map(|_| reader.u32() as i32)
+        .collect();
+    let fds = (0..reader.byte() % 4)
+        .map(|_| reader.u32() as i32)
+        .collect();
     Submit {
         stages,
         joiner,
@@ -288,5 +311,9 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
         ignored_signals,
         rlimits,
         umask,
+        nice,
+        ioprio,
+        closed_stdio,
+        fds,
     }
 }

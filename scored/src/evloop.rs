@@ -33,6 +33,7 @@ use crate::job::JobRequest;
 use crate::journal::Journal;
 use crate::proto::{self, Reply, Request};
 
+mod descriptors;
 mod restart;
 pub use restart::{adopt_listener, RestartSetup};
 
@@ -79,8 +80,9 @@ const USER_OUTPUT_BUDGET: usize = 16 << 20;
 /// the replies is not served more until it reads, so it costs at most this
 /// plus one reply, instead of every reply to everything it sent.
 const PAUSE_OUTPUT: usize = 64 * 1024;
-/// Descriptors a client may have sent and not yet used.
-const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS;
+/// Descriptors a client may have sent and not yet used: a submission's
+/// standard ones and the most it may pass on.
+const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS + proto::MAX_INHERITED_FDS;
 /// The most descriptors one message can carry (SCM_MAX_FD in the kernel's
 /// include/net/scm.h). The receive buffer has room for all of them: when it
 /// is too small the kernel still installs the descriptors that fit but sets
@@ -624,6 +626,7 @@ impl<A: Actuator> Daemon<A> {
                 Reply::Started {
                     job: job.0,
                     winch: true,
+                    signals: true,
                 },
                 false,
             ),
@@ -925,14 +928,16 @@ impl<A: Actuator> Daemon<A> {
                 if conn.submitted {
                     return refuse(conn, "a connection may submit one job only".into());
                 }
-                if conn.fds.len() != proto::SUBMIT_FDS {
+                if conn.fds.len() != submit.descriptor_count() {
                     return refuse(conn, format!(
-                        "a submission must carry {} descriptors (stdin, stdout, stderr), this one carried {}",
-                        proto::SUBMIT_FDS,
+                        "this submission must carry {} descriptors (the standard ones not closed, then the {} passed), it carried {}",
+                        submit.descriptor_count(),
+                        submit.fds.len(),
                         conn.fds.len()
                     ));
                 }
                 let wants_terminal = submit.options.pty;
+                let (closed, numbers) = (submit.closed_stdio.clone(), submit.fds.clone());
                 // The boundary: the one validator of a submission (the
                 // protocol crate's, which scrun runs too), and the only
                 // way to the core's request.
@@ -950,14 +955,18 @@ impl<A: Actuator> Daemon<A> {
                         return;
                     }
                 };
-                let mut fds = std::mem::take(&mut conn.fds).into_iter();
-                let (Some(stdin), Some(stdout), Some(stderr)) =
-                    (fds.next(), fds.next(), fds.next())
-                else {
+                let fds = std::mem::take(&mut conn.fds);
+                let Some(stdio) = descriptors::job_stdio(
+                    fds,
+                    &closed,
+                    &numbers,
+                    wants_terminal,
+                    &mut self.fd_pool,
+                ) else {
                     return refuse(conn, "descriptors went missing".into());
                 };
-                if wants_terminal {
-                    if let Err(reason) = check_job_terminal(&stdin) {
+                if let (true, Some(stdin)) = (wants_terminal, &stdio.stdin) {
+                    if let Err(reason) = check_job_terminal(stdin) {
                         queue_reply(
                             conn,
                             &Reply::Rejected {
@@ -969,12 +978,7 @@ impl<A: Actuator> Daemon<A> {
                         return;
                     }
                 }
-                conn.stdio = Some(JobStdio {
-                    stdin: self.fd_pool.intern(stdin),
-                    stdout: self.fd_pool.intern(stdout),
-                    stderr: self.fd_pool.intern(stderr),
-                    controlling_terminal: wants_terminal,
-                });
+                conn.stdio = Some(stdio);
                 conn.submitted = true;
                 self.served_a_job = true;
                 self.idle_since = Instant::now();
@@ -1042,7 +1046,19 @@ impl<A: Actuator> Daemon<A> {
             Request::Hold => inputs.push(Input::Hold(client)),
             Request::Release => inputs.push(Input::Release(client)),
             Request::Kill => inputs.push(Input::Interrupt(client)),
-            Request::Winch => inputs.push(Input::Winch(client)),
+            Request::Winch => inputs.push(Input::Deliver {
+                client,
+                signal: libc::SIGWINCH,
+            }),
+            Request::Signal { signal } if proto::PASSED_SIGNALS.contains(&signal) => {
+                inputs.push(Input::Deliver { client, signal })
+            }
+            Request::Signal { signal } => refuse(
+                conn,
+                format!(
+                    "signal {signal} cannot be passed to a job (scrun passes SIGHUP, SIGINT, SIGQUIT, SIGPIPE, SIGTERM and SIGWINCH)"
+                ),
+            ),
         }
     }
 
@@ -1476,7 +1492,11 @@ fn read_available(conn: &mut Connection, chunk: &mut [u8]) -> io::Result<bool> {
         if conn.fds.len() > MAX_PENDING_FDS {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                "too many descriptors sent",
+                format!(
+                    "too many descriptors sent ({}): a submission carries at most its 3 standard ones and {} others",
+                    conn.fds.len(),
+                    proto::MAX_INHERITED_FDS
+                ),
             ));
         }
         if len == 0 {

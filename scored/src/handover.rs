@@ -82,8 +82,13 @@ pub struct ConnectionSnapshot {
     pub output: Vec<u8>,
     /// Descriptors received and not yet used.
     pub fds: Vec<RawFd>,
-    /// The job's stdin, stdout and stderr, once submitted.
+    /// The job's stdin, stdout and stderr, once submitted (-1 for one its
+    /// client had closed).
     pub stdio: Option<[RawFd; 3]>,
+    /// The client's other descriptors: the number the job gets each at,
+    /// and the descriptor here.
+    #[serde(default)]
+    pub inherited: Vec<(RawFd, RawFd)>,
     /// The job's stdin is a terminal its first rank takes as its
     /// controlling terminal (`scrun -pty`).
     #[serde(default)]

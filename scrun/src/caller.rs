@@ -1,15 +1,18 @@
 //! What scrun's own start says about the process environment its job must
-//! get: the signals it inherited as ignored, its resource limits and its
-//! umask. A shell passes exactly these on to a program it starts; scrun
-//! reads them before it changes anything and sends them with the job, and
-//! it leaves the ignored signals ignored for itself too (see
-//! [`crate::signals::Signals::block`]).
+//! get: the descriptors it inherited open and the standard ones it found
+//! closed, the signals it inherited as ignored, its resource limits, its
+//! umask, its nice value and I/O priority. A shell passes exactly these on
+//! to a program it starts; scrun reads them before it changes anything and
+//! sends them with the job, and it leaves the ignored signals ignored for
+//! itself too (see [`crate::signals::Signals::block`]).
 //!
-//! The signal dispositions and the umask come from `/proc/self/status`
-//! (`SigIgn:` and `Umask:`), which reads them without changing them. The
-//! Rust runtime ignores SIGPIPE before `main` runs, so whether scrun
-//! inherited SIGPIPE ignored cannot be known: the job gets SIGPIPE at its
-//! default, as most programs expect.
+//! The descriptors are listed first, before scrun opens any of its own,
+//! and marked close-on-exec, so that no program scrun starts (a private
+//! scored) holds them. The signal dispositions and the umask come from
+//! `/proc/self/status` (`SigIgn:` and `Umask:`), which reads them without
+//! changing them; what the Rust runtime changed before `main` (a closed
+//! standard descriptor opened on /dev/null, SIGPIPE ignored) comes from
+//! [`crate::sys::at_exec`], which saw the process before the runtime did.
 #![forbid(unsafe_code)]
 
 use nix::sys::resource::getrlimit;
@@ -20,6 +23,15 @@ use scored_proto::proto::WireRlimit;
 /// The caller's process environment, as the job is to inherit it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
+    /// Descriptors above 2 that were open and not close-on-exec, in
+    /// increasing order.
+    pub descriptors: Vec<i32>,
+    /// Standard descriptors (0, 1, 2) that were closed.
+    pub closed_stdio: Vec<i32>,
+    /// The nice value, if it could be read.
+    pub nice: Option<i32>,
+    /// The I/O priority, if it could be read.
+    pub ioprio: Option<u32>,
     /// Signals that were ignored at scrun's start, by number.
     pub ignored_signals: Vec<i32>,
     /// Every resource limit scrun has.
@@ -28,11 +40,24 @@ pub struct Caller {
     pub umask: Option<u32>,
 }
 
-/// Reads the caller's state. Call it first, before scrun changes any
-/// disposition or starts a thread.
+/// Reads the caller's state. Call it first, before scrun opens a file,
+/// changes any disposition or starts a thread.
 pub fn read() -> Caller {
+    // First of all, while every descriptor open is one scrun inherited.
+    let descriptors = crate::sys::inherited_descriptors().unwrap_or_default();
+    for &fd in &descriptors {
+        let _ = crate::sys::set_cloexec(fd);
+    }
+    let at_exec = crate::sys::at_exec();
+    let closed_stdio = at_exec
+        .map(|seen| (0..3).filter(|&fd| seen.closed[fd as usize]).collect())
+        .unwrap_or_default();
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let (ignored, umask) = parse_status(&status);
+    let (mut ignored, umask) = parse_status(&status);
+    if at_exec.is_some_and(|seen| seen.sigpipe_ignored) {
+        ignored.push(Signal::SIGPIPE as i32);
+        ignored.sort_unstable();
+    }
     let umask = umask.or_else(umask_without_proc);
     let rlimits = RLIMIT_NAMES
         .iter()
@@ -48,6 +73,10 @@ pub fn read() -> Caller {
         })
         .collect();
     Caller {
+        descriptors,
+        closed_stdio,
+        nice: rustix::process::getpriority_process(None).ok(),
+        ioprio: crate::sys::io_priority().ok(),
         ignored_signals: ignored,
         rlimits,
         umask,
@@ -64,7 +93,8 @@ fn umask_without_proc() -> Option<u32> {
     Some(mask.bits())
 }
 
-/// The ignored signals (SIGPIPE left out, see the module doc) and the
+/// The ignored signals (SIGPIPE left out: the runtime ignored it, and
+/// whether the caller did is known from [`crate::sys::at_exec`]) and the
 /// umask of a `/proc/PID/status` text; what is missing or malformed is
 /// left out.
 pub fn parse_status(status: &str) -> (Vec<i32>, Option<u32>) {
@@ -118,5 +148,8 @@ mod tests {
         let (soft, hard) = getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
         assert_eq!((nofile.soft, nofile.hard), (Some(soft), Some(hard)));
         assert!(caller.umask.is_some_and(|mask| mask <= 0o777));
+        assert!(caller.nice.is_some_and(|nice| (-20..=19).contains(&nice)));
+        assert!(caller.ioprio.is_some());
+        assert!(caller.closed_stdio.is_empty());
     }
 }

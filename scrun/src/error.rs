@@ -17,6 +17,7 @@ pub struct Fatal {
     code: i32,
     message: String,
     source: Option<Box<dyn Error + Send + Sync>>,
+    signal: Option<nix::sys::signal::Signal>,
 }
 
 impl Fatal {
@@ -26,7 +27,25 @@ impl Fatal {
             code,
             message: message.into(),
             source: None,
+            signal: None,
         }
+    }
+
+    /// scrun was interrupted by `signal` before its job started: it ends
+    /// by that signal, silently, as the program would have; `message`
+    /// says where it was, for the rare case the signal does not end it.
+    pub fn interrupted(signal: nix::sys::signal::Signal, message: impl Into<String>) -> Fatal {
+        Fatal {
+            code: scored_proto::exitcode::from_signal(signal as i32),
+            message: message.into(),
+            source: None,
+            signal: Some(signal),
+        }
+    }
+
+    /// The signal scrun ends by, if it was interrupted.
+    pub fn signal(&self) -> Option<nix::sys::signal::Signal> {
+        self.signal
     }
 
     /// A failure caused by `source`, which is printed after the message.
@@ -39,6 +58,7 @@ impl Fatal {
             code,
             message: message.into(),
             source: Some(source.into()),
+            signal: None,
         }
     }
 

@@ -17,6 +17,7 @@ use scored_proto::exitcode;
 use scored_proto::proto::Request;
 use scrun::cli::Invocation;
 
+use crate::caller::Caller;
 use crate::error::{chain, Fatal};
 use crate::report::Final;
 use crate::session::{self, PtySide};
@@ -24,9 +25,27 @@ use crate::signals::Signals;
 use crate::single::{self, PrivatePaths};
 use crate::terminal::{Pty, Relay};
 
-/// Runs the job and returns scrun's exit status. Everything scrun has to
-/// say is already on stderr when this returns.
-pub fn run(invocation: &Invocation) -> i32 {
+/// How scrun ends: its exit status, or the signal it ends by (with the
+/// status to use should that signal not end it).
+pub struct Outcome {
+    /// The exit status.
+    pub code: i32,
+    /// The signal to end by, reset to its default disposition.
+    pub reraise: Option<nix::sys::signal::Signal>,
+}
+
+impl From<i32> for Outcome {
+    fn from(code: i32) -> Outcome {
+        Outcome {
+            code,
+            reraise: None,
+        }
+    }
+}
+
+/// Runs the job and returns how scrun ends. Everything scrun has to say
+/// is already on stderr, and its terminal restored, when this returns.
+pub fn run(invocation: &Invocation) -> Outcome {
     // Read before scrun changes anything, so that the job gets what the
     // caller gave scrun.
     let caller = crate::caller::read();
@@ -69,7 +88,7 @@ pub fn run(invocation: &Invocation) -> i32 {
     } else {
         None
     };
-    let end = match submit(&mut connection, &request, &path, pty.as_ref()) {
+    let end = match submit(&mut connection, &request, &path, pty.as_ref(), &caller) {
         Ok(()) => match pty {
             Some(mut pty) => {
                 // scored holds the slave now; the job's end is the end of
@@ -95,6 +114,7 @@ pub fn run(invocation: &Invocation) -> i32 {
         Err(fatal) => Final {
             stderr: format!("scrun: {}\n", chain(&fatal)),
             code: fatal.code(),
+            reraise: None,
         },
     };
     let _ = io::stderr().lock().write_all(end.stderr.as_bytes());
@@ -102,7 +122,10 @@ pub fn run(invocation: &Invocation) -> i32 {
     // running (after a second interrupt) is killed.
     connection.shutdown();
     drop(connection);
-    end.code
+    Outcome {
+        code: end.code,
+        reraise: end.reraise,
+    }
 }
 
 /// Connects to scored: at the socket named by `-scored=` or
@@ -130,21 +153,30 @@ fn connect(
     }
 }
 
-/// Sends the submission with stdin, stdout and stderr attached: scrun's
-/// own, or with `-pty` the pty's slave as all three.
+/// Sends the submission with its descriptors attached, in the order the
+/// protocol gives (`Submit::descriptor_count`): stdin, stdout and stderr
+/// (scrun's own that were not closed, or with `-pty` the pty's slave as
+/// all three), then the other descriptors scrun inherited.
 fn submit(
     connection: &mut Connection,
     request: &Request,
     path: &Path,
     pty: Option<&Pty>,
+    caller: &Caller,
 ) -> Result<(), Fatal> {
     let stdin = io::stdin();
     let stdout = io::stdout();
     let stderr = io::stderr();
-    let fds = match pty.and_then(Pty::slave) {
-        Some(slave) => [slave, slave, slave],
-        None => [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()],
+    let mut fds = match pty.and_then(Pty::slave) {
+        Some(slave) => vec![slave, slave, slave],
+        None => [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()]
+            .into_iter()
+            .enumerate()
+            .filter(|(fd, _)| !caller.closed_stdio.contains(&(*fd as i32)))
+            .map(|(_, fd)| fd)
+            .collect(),
     };
+    fds.extend(caller.descriptors.iter().map(|&fd| crate::sys::borrow(fd)));
     match connection.send_with_fds(request, &fds) {
         Ok(()) => Ok(()),
         // scored hung up while we were sending, which it does after an
@@ -166,8 +198,14 @@ fn submit(
     }
 }
 
-/// Prints a failure of scrun itself and returns its status.
-pub fn report_fatal(fatal: &Fatal) -> i32 {
-    session::say(&chain(fatal));
-    fatal.code()
+/// Prints a failure of scrun itself and returns how scrun ends: with its
+/// status, or silently by the signal that interrupted it.
+pub fn report_fatal(fatal: &Fatal) -> Outcome {
+    if fatal.signal().is_none() {
+        session::say(&chain(fatal));
+    }
+    Outcome {
+        code: fatal.code(),
+        reraise: fatal.signal(),
+    }
 }

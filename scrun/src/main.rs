@@ -3,8 +3,11 @@
 //! `main` only parses the command line and turns the outcome into an exit
 //! status; [`launch::run`] does the rest. See scrun(1) for the statuses:
 //! the job's own, or 64 (usage), 69 (no daemon), 70 (internal), 75
-//! (rejected), 76 (killed by a limit), 128+N (scrun left on signal N).
-#![forbid(unsafe_code)]
+//! (rejected), 76 (killed by a limit), 128+N (scrun left on signal N), or
+//! death by the signal that scrun passed on and that ended the job.
+//! `unsafe` is allowed only in [`sys`], which wraps the few system calls
+//! nix and rustix lack; every other module forbids it.
+#![deny(unsafe_code)]
 
 mod caller;
 mod error;
@@ -14,6 +17,7 @@ mod session;
 mod signals;
 mod single;
 mod submit;
+mod sys;
 mod terminal;
 
 use std::io::Write;
@@ -22,20 +26,28 @@ use scored_proto::exitcode;
 use scrun::cli;
 
 fn main() {
-    let code = match cli::parse(
+    let outcome = match cli::parse(
         std::env::args_os().skip(1),
         std::env::var_os("SCORE_OPTIONS").as_deref(),
     ) {
-        Ok(cli::Parsed::Help) => print_stdout(cli::USAGE),
-        Ok(cli::Parsed::Version) => print_stdout(&format!("scrun {}\n", env!("CARGO_PKG_VERSION"))),
+        Ok(cli::Parsed::Help) => print_stdout(cli::USAGE).into(),
+        Ok(cli::Parsed::Version) => {
+            print_stdout(&format!("scrun {}\n", env!("CARGO_PKG_VERSION"))).into()
+        }
         Ok(cli::Parsed::Run(invocation)) => launch::run(&invocation),
         Err(error) => {
             session::say(&error.to_string());
             session::say("try 'scrun -help' for usage");
-            exitcode::USAGE
+            exitcode::USAGE.into()
         }
     };
-    std::process::exit(code);
+    if let Some(signal) = outcome.reraise {
+        // As bash and sudo do for a child killed by the signal they
+        // received: the parent of scrun must see the same death, or a
+        // shell loop around scrun would carry on after a Ctrl-C.
+        sys::end_by(signal);
+    }
+    std::process::exit(outcome.code);
 }
 
 /// Prints help or version text. A closed or broken stdout is not an error

@@ -5,6 +5,7 @@
 //! whole mapping is tested without a daemon. Nothing here prints.
 #![forbid(unsafe_code)]
 
+use nix::sys::signal::Signal;
 use scored_proto::exitcode;
 use scored_proto::proto::{Accounting, EndKind, Reply};
 use scored_proto::units::format_size;
@@ -13,13 +14,18 @@ use scored_proto::units::format_size;
 const SIGPIPE: i32 = 13;
 
 /// How scrun ends: what it prints on stderr (whole lines, possibly none)
-/// and its exit status.
+/// and its exit status, or the signal it ends by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Final {
     /// Complete lines for stderr, each ending in a newline.
     pub stderr: String,
-    /// scrun's exit status.
+    /// scrun's exit status (128+N when it ends by signal N).
     pub code: i32,
+    /// The signal scrun ends by, once its terminal and connection are
+    /// cleaned up: the one it received and passed on, which ended the
+    /// job, so that its parent sees what it would have seen of the
+    /// program itself (a shell's loop stops on a child killed by SIGINT).
+    pub reraise: Option<Signal>,
 }
 
 impl Final {
@@ -28,14 +34,25 @@ impl Final {
         Final {
             stderr: format!("scrun: {}\n", message.as_ref()),
             code,
+            reraise: None,
+        }
+    }
+
+    /// Ending silently by `signal`, as the program would have.
+    pub fn by_signal(signal: Signal) -> Final {
+        Final {
+            stderr: String::new(),
+            code: exitcode::from_signal(signal as i32),
+            reraise: Some(signal),
         }
     }
 }
 
 /// The end of scrun for a reply that ends the session, or `None` for a
 /// reply after which scrun keeps waiting (`Waiting`, `Admitted`, `Started`,
-/// `Held`).
-pub fn final_report(reply: &Reply, stat: bool) -> Option<Final> {
+/// `Held`). `passed` is the signal scrun passed on to the job last, if
+/// any: a job that it ended ends scrun by the same signal.
+pub fn final_report(reply: &Reply, stat: bool, passed: Option<i32>) -> Option<Final> {
     match reply {
         Reply::Waiting { .. }
         | Reply::Admitted { .. }
@@ -56,7 +73,7 @@ pub fn final_report(reply: &Reply, stat: bool) -> Option<Final> {
             signal,
             accounting,
         } => Some(ended(
-            *job, kind, *status, reason, *signal, accounting, stat,
+            *job, kind, *status, reason, *signal, accounting, stat, passed,
         )),
         Reply::Error { message } => Some(Final::line(
             exitcode::INTERNAL,
@@ -70,7 +87,10 @@ pub fn final_report(reply: &Reply, stat: bool) -> Option<Final> {
 }
 
 /// The end of a job: the accounting block if asked for, the reason unless
-/// the job simply exited with a code, and the status to pass on.
+/// the job simply exited with a code, and the status to pass on; or, for
+/// a job ended by the signal scrun passed on, only the block, and scrun
+/// ends by that signal (a shell says what a signal did to its child).
+#[allow(clippy::too_many_arguments)]
 fn ended(
     job: u64,
     kind: &EndKind,
@@ -79,7 +99,18 @@ fn ended(
     signal: Option<i32>,
     accounting: &Accounting,
     stat: bool,
+    passed: Option<i32>,
 ) -> Final {
+    let by_passed = signal
+        .filter(|signal| passed == Some(*signal))
+        .and_then(|signal| Signal::try_from(signal).ok());
+    if let (Some(signal), EndKind::Exited) = (by_passed, kind) {
+        let mut end = Final::by_signal(signal);
+        if stat {
+            end.stderr = accounting_block(job, accounting, end.code);
+        }
+        return end;
+    }
     let code = match kind {
         // The daemon sends 76 already; the constant keeps the documented
         // status even if it did not.
@@ -99,7 +130,11 @@ fn ended(
     if *kind != EndKind::Exited || signalled {
         stderr.push_str(&format!("scrun: job {job} {reason}\n"));
     }
-    Final { stderr, code }
+    Final {
+        stderr,
+        code,
+        reraise: None,
+    }
 }
 
 /// The job's status as scrun's exit status: 0-255 as is, anything else
@@ -189,7 +224,7 @@ mod tests {
 
     /// Renders the outcome of a reply as `code | stderr`, or `continue`.
     fn render(reply: Reply, stat: bool) -> String {
-        match final_report(&reply, stat) {
+        match final_report(&reply, stat, None) {
             None => "continue".to_string(),
             Some(end) => format!("{} | {}", end.code, end.stderr.trim_end()),
         }
@@ -242,7 +277,7 @@ mod tests {
     #[rustfmt::skip]
     fn replies_map_to_messages_and_statuses() {
         check(Reply::Waiting { reason: "memory".into() }, "continue");
-        check(Reply::Started { job: 1, winch: true }, "continue");
+        check(Reply::Started { job: 1, winch: true, signals: true }, "continue");
         check(Reply::Held { job: 1 }, "continue");
         check(rejected(RejectKind::Invalid), "75 | scrun: job rejected: queue 7 does not exist");
         check(rejected(RejectKind::Resources), "75 | scrun: job rejected: queue 7 does not exist");
@@ -318,7 +353,7 @@ scrun: job 12 accounting
     #[test]
     fn stat_prints_the_block_before_the_reason() {
         let reply = ended(EndKind::Killed, 130, "killed by its owner");
-        let end = final_report(&reply, true).expect("ended is final");
+        let end = final_report(&reply, true, None).expect("ended is final");
         assert!(
             end.stderr.starts_with("scrun: job 12 accounting\n"),
             "{}",

@@ -31,6 +31,13 @@ use crate::terminal::{RawMode, Relay};
 
 /// How long scrun waits for scored to confirm a hold before it stops anyway.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(2);
+/// The same interrupt twice within this time kills the job (SIGTERM, then
+/// SIGKILL after the daemon's kill grace) instead of passing it on again:
+/// the way out of a job that handles the signal and does not end.
+pub const ESCALATE_WITHIN: Duration = Duration::from_secs(1);
+/// How long an admitted job may go without starting before scrun says it
+/// waits for its hosts (as `srun` says a job is queued).
+pub const QUEUED_NOTICE: Duration = Duration::from_secs(1);
 
 /// Something that happened to the session.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +46,10 @@ pub enum Event {
     Reply(Reply),
     /// A signal to scrun.
     Signal(Signal),
+    /// scrun's standard output is a pipe whose reader went away (`-pty`:
+    /// scrun writes the job's output there, so the job would have got
+    /// SIGPIPE).
+    OutputGone,
     /// scored closed the connection (or it broke).
     Lost,
     /// scored sent bytes that are not a reply; the text says what was wrong.
@@ -48,6 +59,9 @@ pub enum Event {
 }
 
 /// Something the shell must do.
+// The session sends only the small requests (a submission is sent before
+// it starts); a few actions per event are not worth boxing them.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// Send a request to scored. A failure is ignored: the connection's
@@ -80,10 +94,21 @@ pub struct Session {
     stat: bool,
     pty: bool,
     job: Option<u64>,
+    /// The job has processes (scored said `Started`).
+    started: bool,
     /// scored takes `Winch` for the job (it said so when the job started).
     winch: bool,
+    /// scored takes `Signal` for the job (it said so when the job started).
+    signals: bool,
     told_waiting: bool,
-    interrupted: bool,
+    /// When to say that the admitted job waits for its hosts.
+    queued_notice: Option<Instant>,
+    /// The last signal passed on to the job, and when: if the job ends by
+    /// it, scrun ends by it too.
+    passed: Option<(Signal, Instant)>,
+    /// scrun asked scored to kill the job; one more interrupt makes it
+    /// leave at once.
+    killing: bool,
     hold: Hold,
 }
 
@@ -95,34 +120,44 @@ impl Session {
             stat,
             pty,
             job: None,
+            started: false,
             winch: false,
+            signals: false,
             told_waiting: false,
-            interrupted: false,
+            queued_notice: None,
+            passed: None,
+            killing: false,
             hold: Hold::Idle,
         }
     }
 
     /// When the shell must deliver [`Event::Tick`] at the latest.
     pub fn deadline(&self) -> Option<Instant> {
-        match self.hold {
+        let hold = match self.hold {
             Hold::Idle => None,
             Hold::Awaiting { deadline } => Some(deadline),
+        };
+        match (hold, self.queued_notice) {
+            (Some(hold), Some(notice)) => Some(hold.min(notice)),
+            (hold, notice) => hold.or(notice),
         }
     }
 
     /// Handles one event at time `now`.
     pub fn handle(&mut self, event: Event, now: Instant) -> Vec<Action> {
         match event {
-            Event::Reply(reply) => self.on_reply(reply),
+            Event::Reply(reply) => self.on_reply(reply, now),
             Event::Signal(signal) => self.on_signal(signal, now),
+            Event::OutputGone => self.on_output_gone(now),
             Event::Lost => vec![Action::Finish(lost_connection(self.job))],
             Event::Garbled(why) => vec![Action::Finish(Final::line(exitcode::INTERNAL, why))],
             Event::Tick => self.on_tick(now),
         }
     }
 
-    fn on_reply(&mut self, reply: Reply) -> Vec<Action> {
-        if let Some(end) = final_report(&reply, self.stat) {
+    fn on_reply(&mut self, reply: Reply, now: Instant) -> Vec<Action> {
+        let passed = self.passed.map(|(signal, _)| signal as i32);
+        if let Some(end) = final_report(&reply, self.stat, passed) {
             return vec![Action::Finish(end)];
         }
         match reply {
@@ -132,11 +167,21 @@ impl Session {
             }
             Reply::Admitted { job, .. } => {
                 self.job.get_or_insert(job);
+                if !self.started {
+                    self.queued_notice = Some(now + QUEUED_NOTICE);
+                }
                 Vec::new()
             }
-            Reply::Started { job, winch } => {
+            Reply::Started {
+                job,
+                winch,
+                signals,
+            } => {
                 self.job.get_or_insert(job);
+                self.started = true;
+                self.queued_notice = None;
                 self.winch = winch;
+                self.signals = signals;
                 Vec::new()
             }
             // A `Held` that comes after the deadline (or unasked) changes
@@ -151,7 +196,7 @@ impl Session {
 
     fn on_signal(&mut self, signal: Signal, now: Instant) -> Vec<Action> {
         if is_terminating(signal) {
-            return self.on_interrupt(signal);
+            return self.on_interrupt(signal, now);
         }
         match signal {
             Signal::SIGTSTP => self.on_suspend(now),
@@ -171,28 +216,74 @@ impl Session {
         }
     }
 
-    fn on_interrupt(&mut self, signal: Signal) -> Vec<Action> {
-        let leave = |message: &str| Action::Finish(Final::line(exit_status(signal), message));
-        if self.interrupted {
-            return vec![leave("interrupted again; leaving")];
+    /// SIGINT, SIGQUIT, SIGHUP or SIGTERM: what the terminal or the shell
+    /// would have sent the program goes to the job's processes, and if it
+    /// ends the job, it ends scrun too. A job that has not started is
+    /// withdrawn, and scrun ends by the signal at once, as the program
+    /// would have if it had been run directly.
+    fn on_interrupt(&mut self, signal: Signal, now: Instant) -> Vec<Action> {
+        if self.killing {
+            return vec![Action::Finish(Final::line(
+                exit_status(signal),
+                "interrupted again; leaving",
+            ))];
         }
-        self.interrupted = true;
-        match self.job {
-            Some(job) => vec![
+        let Some(job) = self.job.filter(|_| self.started) else {
+            // Closing the connection withdraws the submission too; the
+            // request makes it explicit (and kills a job whose start
+            // crossed this signal).
+            return vec![
+                Action::Send(Request::Kill),
+                Action::Finish(Final::by_signal(signal)),
+            ];
+        };
+        if !self.signals {
+            // A daemon that cannot deliver the signal: kill the job.
+            self.killing = true;
+            return vec![
                 Action::Send(Request::Kill),
                 Action::Say(format!("interrupted; killing job {job}")),
-            ],
-            // Before admission there is no job to wait for: leaving closes
-            // the connection, which withdraws the submission (or kills the
-            // job if its admission is already on the way).
-            None => vec![
-                Action::Send(Request::Kill),
-                leave("interrupted before the job was admitted; leaving"),
-            ],
+            ];
         }
+        if let Some((last, at)) = self.passed {
+            if last == signal && now.saturating_duration_since(at) < ESCALATE_WITHIN {
+                self.killing = true;
+                return vec![
+                    Action::Send(Request::Kill),
+                    Action::Say(format!(
+                        "{} twice within {}s; killing job {job}",
+                        signal.as_str(),
+                        ESCALATE_WITHIN.as_secs()
+                    )),
+                ];
+            }
+        }
+        self.passed = Some((signal, now));
+        vec![Action::Send(Request::Signal {
+            signal: signal as i32,
+        })]
+    }
+
+    /// The reader of scrun's output went away: the job gets SIGPIPE, as it
+    /// would writing to that pipe itself, and if that ends it, scrun ends
+    /// by SIGPIPE too.
+    fn on_output_gone(&mut self, now: Instant) -> Vec<Action> {
+        if self.killing || matches!(self.passed, Some((Signal::SIGPIPE, _))) {
+            return Vec::new();
+        }
+        if !self.started || !self.signals {
+            self.killing = true;
+            return vec![Action::Send(Request::Kill)];
+        }
+        self.passed = Some((Signal::SIGPIPE, now));
+        vec![Action::Send(Request::Signal {
+            signal: Signal::SIGPIPE as i32,
+        })]
     }
 
     fn on_suspend(&mut self, now: Instant) -> Vec<Action> {
+        // A job the user holds is not waiting for its hosts.
+        self.queued_notice = None;
         if matches!(self.hold, Hold::Awaiting { .. }) {
             return Vec::new();
         }
@@ -208,20 +299,27 @@ impl Session {
     }
 
     fn on_tick(&mut self, now: Instant) -> Vec<Action> {
-        match self.hold {
-            Hold::Awaiting { deadline } if now >= deadline => {
+        let mut actions = Vec::new();
+        if let (Some(at), Some(job)) = (self.queued_notice, self.job) {
+            if now >= at {
+                self.queued_notice = None;
+                actions.push(Action::Say(format!(
+                    "job {job} waits for its hosts (Ctrl-C withdraws it)"
+                )));
+            }
+        }
+        if let Hold::Awaiting { deadline } = self.hold {
+            if now >= deadline {
                 self.hold = Hold::Idle;
                 let job = self.job.map(|job| format!(" {job}")).unwrap_or_default();
-                vec![
-                    Action::Say(format!(
-                        "scored did not confirm the hold of job{job} within {}s; stopping anyway",
-                        HOLD_TIMEOUT.as_secs()
-                    )),
-                    Action::StopSelf,
-                ]
+                actions.push(Action::Say(format!(
+                    "scored did not confirm the hold of job{job} within {}s; stopping anyway",
+                    HOLD_TIMEOUT.as_secs()
+                )));
+                actions.push(Action::StopSelf);
             }
-            _ => Vec::new(),
         }
+        actions
     }
 }
 
@@ -309,6 +407,7 @@ pub fn run(
                     }
                     Action::Finish(end) => {
                         if let Some(side) = pty.as_deref_mut() {
+                            give_back_typed(side);
                             drain_pty(&mut side.relay);
                         }
                         return end;
@@ -316,6 +415,19 @@ pub fn run(
                 }
             }
         }
+    }
+}
+
+/// Gives what the user typed and the job did not read back to scrun's
+/// terminal, as if typed again, for the shell to read after scrun (see
+/// `crate::terminal`). Only while that terminal is in raw mode, which
+/// does not echo it a second time; a kernel that refuses TIOCSTI (it can
+/// be turned off for users) loses it, as `ssh -t` does.
+fn give_back_typed(side: &mut PtySide) {
+    let typed = side.relay.take_back_typed();
+    let raw = side.raw.as_ref().is_some_and(RawMode::is_active);
+    if raw && !typed.is_empty() {
+        let _ = crate::sys::push_input(io::stdin().as_fd(), &typed);
     }
 }
 
@@ -398,10 +510,12 @@ fn wait(
             stdin_idx.is_some_and(|idx| ready(&fds[idx])),
         )
     };
+    let mut output_gone = false;
     if let Some(relay) = relay {
         if master_ready {
             relay.relay_output();
             relay.flush_typed();
+            output_gone = relay.take_output_gone();
         }
         if stdin_ready {
             relay.relay_typed();
@@ -421,6 +535,9 @@ fn wait(
                 ))
             }
         }
+    }
+    if output_gone {
+        events.push(Event::OutputGone);
     }
     events.push(Event::Tick);
     Ok(events)

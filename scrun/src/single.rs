@@ -48,7 +48,7 @@ use scored_proto::exitcode;
 
 use crate::error::{describe_io, Fatal};
 use crate::session::say;
-use crate::signals::{exit_status, is_terminating, Signals};
+use crate::signals::{is_terminating, Signals};
 
 /// How long the private daemon may take to open its socket.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -158,8 +158,8 @@ pub fn connect(
             ),
             None,
         ),
-        LockFailure::Interrupted(signal) => Fatal::new(
-            exit_status(signal),
+        LockFailure::Interrupted(signal) => Fatal::interrupted(
+            signal,
             "interrupted while waiting for the private scored to start",
         ),
     })?;
@@ -236,10 +236,9 @@ impl StartFailure {
                 format!("{prefix}: cannot connect to {}", paths.socket.display()),
                 error,
             ),
-            StartFailure::Interrupted(signal) => Fatal::new(
-                exit_status(signal),
-                "interrupted while the private scored was starting",
-            ),
+            StartFailure::Interrupted(signal) => {
+                Fatal::interrupted(signal, "interrupted while the private scored was starting")
+            }
         }
     }
 }

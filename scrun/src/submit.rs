@@ -1,7 +1,7 @@
 //! The `Submit` request: the parsed command line plus the caller's
-//! environment, working directory, ignored signals, limits and umask,
-//! checked against the protocol's size limit and the submission validator
-//! before anything is sent.
+//! environment, working directory, descriptors, ignored signals, limits,
+//! umask and priorities, checked against the protocol's size limit and the
+//! submission validator before anything is sent.
 //!
 //! [`submit_request`], [`check_size`] and [`check_rules`] are pure; only
 //! [`build`] reads the process's environment and working directory.
@@ -33,6 +33,13 @@ pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal>
         submit.ignored_signals = caller.ignored_signals.clone();
         submit.rlimits = caller.rlimits.clone();
         submit.umask = caller.umask;
+        submit.nice = caller.nice;
+        submit.ioprio = caller.ioprio;
+        // With -pty the job's standard descriptors are the terminal's.
+        if !invocation.options.pty {
+            submit.closed_stdio = caller.closed_stdio.clone();
+        }
+        submit.fds = caller.descriptors.clone();
     }
     check_size(&request)?;
     check_rules(&request)?;
@@ -78,6 +85,10 @@ pub fn submit_request(
             ignored_signals: Vec::new(),
             rlimits: Vec::new(),
             umask: None,
+            nice: None,
+            ioprio: None,
+            closed_stdio: Vec::new(),
+            fds: Vec::new(),
         },
     }
 }

@@ -13,6 +13,14 @@
 //! discipline turns into signals for the job's foreground group), and what
 //! the job writes goes to scrun's stdout.
 //!
+//! Keys typed while the job does not read its terminal (`scrun -pty sleep
+//! 2`) must not be lost: without scrun they would wait in the terminal for
+//! the shell. scrun has read them and passed them on, so at the job's end
+//! it takes back what the job left unread in the pty (through a copy of
+//! the slave it keeps, [`Relay::take_back_typed`]) and gives it back to
+//! its own terminal's input (TIOCSTI, as if typed again) while that is
+//! still in raw mode, so that it is not echoed a second time.
+//!
 //! Nothing here blocks on the master: it is non-blocking, and bytes for it
 //! wait in a buffer until it can take them.
 #![forbid(unsafe_code)]
@@ -58,6 +66,9 @@ pub struct Pty {
     master: OwnedFd,
     /// The side the job gets; sent to scored and then dropped.
     slave: Option<OwnedFd>,
+    /// scrun's own copy of the slave (close-on-exec), kept until the job
+    /// ends to take back the input it left unread.
+    peek: Option<OwnedFd>,
     /// The character that ends input in canonical mode (Ctrl-D), written
     /// when scrun's own stdin ends.
     eof: u8,
@@ -85,9 +96,12 @@ impl Pty {
         let eof = termios::tcgetattr(&pair.slave)
             .map(|modes| modes.control_chars[SpecialCharacterIndices::VEOF as usize])
             .unwrap_or(4);
+        let peek = pair.slave.try_clone()?;
+        nix::fcntl::fcntl(&peek, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
         Ok(Pty {
             master: pair.master,
             slave: Some(pair.slave),
+            peek: Some(peek),
             eof,
         })
     }
@@ -164,6 +178,18 @@ impl Drop for RawMode {
     }
 }
 
+/// Reads what a non-blocking descriptor has now.
+fn read_all(fd: &OwnedFd, into: &mut Vec<u8>) {
+    let mut buffer = [0u8; 4096];
+    loop {
+        match nix::unistd::read(fd.as_fd(), &mut buffer) {
+            Ok(len) if len > 0 => into.extend_from_slice(&buffer[..len]),
+            Err(Errno::EINTR) => {}
+            _ => return,
+        }
+    }
+}
+
 /// The byte relay between scrun's stdin and stdout and the pty master.
 pub struct Relay {
     pty: Pty,
@@ -175,6 +201,10 @@ pub struct Relay {
     stdout_open: bool,
     /// The master has not reported its end (EIO: nothing holds the slave).
     master_open: bool,
+    /// scrun's stdout is a pipe whose reader went away, not yet told.
+    output_gone: bool,
+    /// The last byte passed on from scrun's stdin.
+    last_typed: Option<u8>,
 }
 
 /// What the relay wants `poll` to watch.
@@ -194,6 +224,8 @@ impl Relay {
             stdin_open: true,
             stdout_open: true,
             master_open: true,
+            output_gone: false,
+            last_typed: None,
         }
     }
 
@@ -217,15 +249,26 @@ impl Relay {
 
     /// Reads what the user typed and passes it on. At the end of a stdin
     /// that is not a terminal, the pty's end-of-file character follows, so
-    /// that a job reading its terminal sees the input end.
+    /// that a job reading its terminal sees the input end: twice after a
+    /// last line without its newline, since in canonical mode the first
+    /// only hands over that line and the second, at the start of a line,
+    /// is the end of the input.
     pub fn relay_typed(&mut self) {
         let mut buffer = [0u8; 4096];
         match nix::unistd::read(io::stdin().as_fd(), &mut buffer) {
+            Err(Errno::EINTR | Errno::EAGAIN) => {}
             Ok(0) | Err(_) => {
                 self.stdin_open = false;
+                let partial = self.last_typed.is_some_and(|byte| byte != b'\n');
                 self.to_job.push(self.pty.eof);
+                if partial {
+                    self.to_job.push(self.pty.eof);
+                }
             }
-            Ok(len) => self.to_job.extend_from_slice(&buffer[..len]),
+            Ok(len) => {
+                self.to_job.extend_from_slice(&buffer[..len]);
+                self.last_typed = Some(buffer[len - 1]);
+            }
         }
         self.flush_typed();
     }
@@ -274,14 +317,56 @@ impl Relay {
             return;
         }
         let mut stdout = io::stdout().lock();
-        if stdout
-            .write_all(bytes)
-            .and_then(|()| stdout.flush())
-            .is_err()
-        {
-            // A closed stdout: the rest of the output is dropped, as a
-            // terminal that went away drops it.
+        if let Err(error) = stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+            // The rest of the output is dropped, as a terminal that went
+            // away drops it. A pipe whose reader went away is said once:
+            // the job would have got SIGPIPE writing there itself.
             self.stdout_open = false;
+            self.output_gone = error.kind() == io::ErrorKind::BrokenPipe;
         }
+    }
+
+    /// What was typed and the job did not read, in order, and forgets it:
+    /// what is still in the pty's input (made readable whole by leaving
+    /// canonical mode, since a line the job did not finish is still being
+    /// edited there), what the master has not taken yet, and what waits
+    /// in scrun's own stdin. Closes scrun's copy of the slave, so that the
+    /// master reports its end once the job's processes are gone.
+    pub fn take_back_typed(&mut self) -> Vec<u8> {
+        let mut typed = Vec::new();
+        if let Some(peek) = self.pty.peek.take() {
+            if let Ok(mut modes) = termios::tcgetattr(&peek) {
+                modes.local_flags.remove(termios::LocalFlags::ICANON);
+                modes.control_chars[SpecialCharacterIndices::VMIN as usize] = 0;
+                modes.control_chars[SpecialCharacterIndices::VTIME as usize] = 0;
+                let _ = termios::tcsetattr(&peek, SetArg::TCSANOW, &modes);
+            }
+            read_all(&peek, &mut typed);
+        }
+        typed.append(&mut self.to_job);
+        if self.stdin_open {
+            let stdin = io::stdin();
+            let mut fds = [nix::poll::PollFd::new(
+                stdin.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            while matches!(
+                nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO),
+                Ok(1)
+            ) {
+                let mut buffer = [0u8; 4096];
+                match nix::unistd::read(stdin.as_fd(), &mut buffer) {
+                    Ok(len) if len > 0 => typed.extend_from_slice(&buffer[..len]),
+                    _ => break,
+                }
+            }
+        }
+        typed
+    }
+
+    /// Whether scrun's stdout turned out to be a pipe without a reader
+    /// since the last call.
+    pub fn take_output_gone(&mut self) -> bool {
+        std::mem::take(&mut self.output_gone)
     }
 }

@@ -818,6 +818,10 @@ fn submit_frame() -> Vec<u8> {
         ignored_signals: Vec::new(),
         rlimits: Vec::new(),
         umask: None,
+        nice: None,
+        ioprio: None,
+        closed_stdio: Vec::new(),
+        fds: Vec::new(),
     };
     scored::proto::encode(&scored::proto::Request::Submit {
         version: scored::proto::VERSION,
@@ -1119,6 +1123,10 @@ fn submit_raw(daemon: &Daemon, argv: &[&str], priority: u32, fds: &[i32; 3]) -> 
         ignored_signals: Vec::new(),
         rlimits: Vec::new(),
         umask: None,
+        nice: None,
+        ioprio: None,
+        closed_stdio: Vec::new(),
+        fds: Vec::new(),
     };
     let frame = scored::proto::encode(&scored::proto::Request::Submit {
         version: scored::proto::VERSION,

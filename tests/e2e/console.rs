@@ -261,9 +261,10 @@ fn r10_a_suspend_is_answered_once_its_switch_is_done() {
         running + 1,
         daemon.log()
     );
-    for job in &jobs {
-        job.signal(Signal::SIGINT);
-    }
+    // The suspended job would get an interrupt only once resumed: both
+    // are killed from the console.
+    daemon.ok("kill 1");
+    daemon.ok("kill 2");
     for job in &mut jobs {
         job.wait(Duration::from_secs(30));
     }

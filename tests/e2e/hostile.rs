@@ -103,6 +103,10 @@ fn submit_request(daemon: &Daemon) -> Request {
             ignored_signals: Vec::new(),
             rlimits: Vec::new(),
             umask: None,
+            nice: None,
+            ioprio: None,
+            closed_stdio: Vec::new(),
+            fds: Vec::new(),
         },
     }
 }

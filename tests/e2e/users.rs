@@ -534,6 +534,10 @@ fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
             ignored_signals: Vec::new(),
             rlimits: Vec::new(),
             umask: None,
+            nice: None,
+            ioprio: None,
+            closed_stdio: Vec::new(),
+            fds: Vec::new(),
         },
     };
     let null = std::fs::File::open("/dev/null").expect("/dev/null");

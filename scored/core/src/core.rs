@@ -44,8 +44,6 @@ pub const SIGTERM: i32 = 15;
 pub const SIGKILL: i32 = 9;
 /// SIGPIPE's number: a producer's normal end in a pipeline.
 pub const SIGPIPE: i32 = 13;
-/// SIGWINCH, which a job's scrun passes on when its terminal changes size.
-pub const SIGWINCH: i32 = 28;
 
 /// SIGSTOP, SIGTSTP, SIGCONT, SIGTTIN, SIGTTOU: only the scheduler stops and
 /// continues jobs, or two jobs could run on one host.
@@ -380,8 +378,15 @@ pub enum Input {
     Release(ClientToken),
     /// scrun was interrupted: kill its job.
     Interrupt(ClientToken),
-    /// scrun's terminal changed size: pass SIGWINCH on to its job.
-    Winch(ClientToken),
+    /// scrun passes on a signal it received (a key of its terminal, a
+    /// window change, a hang-up, a reader gone): deliver it to every
+    /// process of its job.
+    Deliver {
+        /// The submitting connection.
+        client: ClientToken,
+        /// The signal.
+        signal: i32,
+    },
     /// Every process of a job is stopped.
     Stopped(JobId),
     /// A rank exited.
@@ -1200,7 +1205,7 @@ impl Core {
                     ));
                 }
             }
-            Input::Winch(client) => {
+            Input::Deliver { client, signal } => {
                 // Only a job with processes, and not one being killed; a
                 // stopped job gets the signal when it is continued.
                 let job = self.by_client.get(&client).copied();
@@ -1208,7 +1213,7 @@ impl Core {
                     if record.phase() != Phase::Idle && !record.is_ending() {
                         out.push(Action::Signal {
                             job: record.id,
-                            signal: SIGWINCH,
+                            signal,
                         });
                     }
                 }

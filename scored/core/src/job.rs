@@ -54,7 +54,9 @@ impl Launch {
     /// Packs the parts and what the processes inherit from the caller
     /// (after the working directory: the ignored signals as a `u64`, the
     /// umask as a `u32` or `u32::MAX` for none, then a count of limits,
-    /// each a `u32` index and two `u64`).
+    /// each a `u32` index and two `u64`, then, if either is known, the
+    /// priorities: a `u32` of which are present (bit 0 nice, bit 1 I/O),
+    /// the nice value and the I/O priority as `u32`).
     pub fn pack_with(
         stages: &[Vec<OsString>],
         env: &[(OsString, OsString)],
@@ -69,6 +71,15 @@ impl Launch {
             out.extend_from_slice(&u32::from(resource).to_le_bytes());
             out.extend_from_slice(&soft.to_le_bytes());
             out.extend_from_slice(&hard.to_le_bytes());
+        }
+        // Only when there are any, so that what a launch without them
+        // packs stays the same bytes.
+        let present =
+            u32::from(inherited.nice.is_some()) | u32::from(inherited.ioprio.is_some()) << 1;
+        if present != 0 {
+            out.extend_from_slice(&present.to_le_bytes());
+            out.extend_from_slice(&(inherited.nice.unwrap_or(0) as u32).to_le_bytes());
+            out.extend_from_slice(&inherited.ioprio.unwrap_or(0).to_le_bytes());
         }
         Launch(out.into())
     }
@@ -99,10 +110,19 @@ impl Launch {
         let rlimits = (0..n_limits)
             .map(|_| (reader.count() as u8, reader.u64(), reader.u64()))
             .collect();
+        let (mut nice, mut ioprio) = (None, None);
+        if reader.at < reader.bytes.len() {
+            let present = reader.count();
+            let (value, io) = (reader.count() as u32 as i32, reader.count() as u32);
+            nice = (present & 1 != 0).then_some(value);
+            ioprio = (present & 2 != 0).then_some(io);
+        }
         Inherited {
             ignored,
             rlimits,
             umask,
+            nice,
+            ioprio,
         }
     }
 
@@ -873,6 +893,8 @@ mod tests {
             ignored: 1 << 63 | 0b110,
             rlimits: vec![(9, 64, 1024), (15, u64::MAX, u64::MAX)],
             umask: Some(0o077),
+            nice: Some(-1),
+            ioprio: Some(0x4003),
         };
         let launch = Launch::pack_with(&stages, &env, OsStr::new("/tmp"), &inherited);
         assert_eq!(launch.stages(), stages);

@@ -26,8 +26,22 @@ pub const MAX_REPLY: usize = 64 << 20;
 pub const MAX_PROCS: u64 = 65_536;
 /// The most stages (`::` or `==`) one job may have.
 pub const MAX_STAGES: usize = 64;
-/// How many descriptors a `Submit` carries: stdin, stdout and stderr.
+/// How many standard descriptors a `Submit` carries at most: stdin, stdout
+/// and stderr, less those the caller had closed ([`Submit::closed_stdio`]).
 pub const SUBMIT_FDS: usize = 3;
+/// The most descriptors above 2 one submission may pass on to the job
+/// ([`Submit::fds`]): far more than process substitutions, redirections
+/// and a make jobserver need, and few enough that a client cannot make the
+/// daemon hold many descriptors per connection.
+pub const MAX_INHERITED_FDS: usize = 64;
+/// The highest descriptor number a submission may name (the largest
+/// `/proc/sys/fs/nr_open` a kernel accepts by default).
+pub const MAX_FD_NUMBER: i32 = 1 << 20;
+/// The signals a client may have delivered to its job ([`Request::Signal`]):
+/// those a terminal or a shell sends to a foreground program (SIGHUP,
+/// SIGINT, SIGQUIT, SIGTERM, SIGWINCH) and SIGPIPE, which scrun passes on
+/// when the reader of its output went away.
+pub const PASSED_SIGNALS: [i32; 6] = [1, 2, 3, 13, 15, 28];
 
 /// Bytes that travel as a JSON string when they are UTF-8, and as an array
 /// of numbers otherwise, so that arguments and environment reach the job
@@ -197,6 +211,39 @@ pub struct Submit {
     /// The caller's file mode creation mask; none leaves the daemon's.
     #[serde(default)]
     pub umask: Option<u32>,
+    /// The caller's nice value (-20 to 19), applied after the change of
+    /// credentials as far as the kernel lets the user; none leaves 0.
+    #[serde(default)]
+    pub nice: Option<i32>,
+    /// The caller's I/O priority as ioprio_get(2) gives it (class in bits
+    /// 13 to 15, level below), applied as the nice value is; none leaves
+    /// the default.
+    #[serde(default)]
+    pub ioprio: Option<u32>,
+    /// Which of the standard descriptors (0, 1, 2) the caller had closed:
+    /// the frame carries none for them, and the job's processes get them
+    /// closed. Empty with `pty`.
+    #[serde(default)]
+    pub closed_stdio: Vec<i32>,
+    /// The numbers of the descriptors above 2 that the caller had open and
+    /// not close-on-exec, in increasing order; rank 0 gets each at its
+    /// number (see [`Submit::descriptor_count`] for where they travel).
+    #[serde(default)]
+    pub fds: Vec<i32>,
+}
+
+impl Submit {
+    /// How many descriptors the frame carrying this submission holds, in
+    /// this order: the standard descriptors that are not closed (stdin,
+    /// stdout, stderr; with `pty`, the terminal three times), then the
+    /// descriptors of [`Submit::fds`], in their order.
+    pub fn descriptor_count(&self) -> usize {
+        let closed = [0, 1, 2]
+            .iter()
+            .filter(|fd| self.closed_stdio.contains(fd))
+            .count();
+        SUBMIT_FDS - closed + self.fds.len()
+    }
 }
 
 /// One resource limit of the caller (getrlimit(2)).
@@ -212,10 +259,14 @@ pub struct WireRlimit {
 }
 
 /// A request from a client to the daemon.
+// A connection holds one request at a time, decoded and taken apart at
+// once; boxing the submission would save nothing worth its indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Request {
-    /// Submit a job; the frame carries [`SUBMIT_FDS`] descriptors.
+    /// Submit a job; the frame carries the descriptors that
+    /// [`Submit::descriptor_count`] lays out.
     Submit {
         /// Protocol revision of the client.
         version: u32,
@@ -240,6 +291,14 @@ pub enum Request {
     /// scrun's terminal changed size: send SIGWINCH to its job. Only the
     /// connection that submitted the job may ask, so only its owner can.
     Winch,
+    /// scrun received a signal that a terminal or a shell sends to a
+    /// foreground program (one of [`PASSED_SIGNALS`]): deliver it to every
+    /// process of its job. Only the connection that submitted the job may
+    /// ask; the daemon takes it once its `Started` says so.
+    Signal {
+        /// The signal's number.
+        signal: i32,
+    },
 }
 
 /// Why a submission was refused; scrun maps this to its exit status.
@@ -333,6 +392,11 @@ pub enum Reply {
         /// request that daemon could not read.
         #[serde(default)]
         winch: bool,
+        /// The daemon takes [`Request::Signal`] for this job; an older
+        /// daemon leaves it out (false), and scrun then asks it to kill
+        /// the job instead.
+        #[serde(default)]
+        signals: bool,
     },
     /// The job is held (acknowledges `Hold`).
     Held {
@@ -554,6 +618,10 @@ mod tests {
                     hard: None,
                 }],
                 umask: Some(0o22),
+                nice: Some(5),
+                ioprio: Some(0x6007),
+                closed_stdio: vec![1],
+                fds: vec![3, 63],
             },
         }
     }
@@ -645,6 +713,21 @@ mod tests {
         };
         assert!(submit.ignored_signals.is_empty() && submit.rlimits.is_empty());
         assert_eq!(submit.umask, None);
+        assert_eq!((submit.nice, submit.ioprio), (None, None));
+        assert!(submit.closed_stdio.is_empty() && submit.fds.is_empty());
+        assert_eq!(submit.descriptor_count(), SUBMIT_FDS);
+    }
+
+    #[test]
+    fn a_submission_counts_its_descriptors() {
+        let Request::Submit { mut submit, .. } = submit() else {
+            unreachable!()
+        };
+        // stdin and stderr, then descriptors 3 and 63.
+        assert_eq!(submit.descriptor_count(), 4);
+        submit.closed_stdio = vec![0, 1, 2];
+        submit.fds.clear();
+        assert_eq!(submit.descriptor_count(), 0);
     }
 
     #[test]
@@ -699,7 +782,8 @@ mod tests {
             reply,
             Reply::Started {
                 job: 4,
-                winch: false
+                winch: false,
+                signals: false
             }
         );
         let options =

@@ -338,10 +338,15 @@ fn validate(submit: &Submit) -> Result<Inherited, SubmitError> {
         check_time(ms, || format!("{ms}ms"))?;
     }
     check_cwd(submit.cwd.as_bytes())?;
+    inherit::check_descriptors(&submit.closed_stdio, &submit.fds, submit.options.pty)?;
     Ok(inherit::check(
         &submit.ignored_signals,
         &submit.rlimits,
-        submit.umask,
+        inherit::ProcessState {
+            umask: submit.umask,
+            nice: submit.nice,
+            ioprio: submit.ioprio,
+        },
     )?)
 }
 

@@ -39,7 +39,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::ffi::{CString, OsStr};
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -159,21 +159,38 @@ impl std::fmt::Display for HandoverError {
 
 impl std::error::Error for HandoverError {}
 
-/// The three descriptors of a job's client: its stdin, stdout and stderr.
+/// The descriptors of a job's client: its stdin, stdout and stderr (each
+/// `None` when the client had it closed), and the others it passes on.
 /// They are shared (`Rc`) because jobs launched from one terminal pass the
 /// same open files, which the event loop keeps only once.
 #[derive(Debug)]
 pub struct JobStdio {
     /// The client's standard input (rank 0 reads it).
-    pub stdin: Rc<OwnedFd>,
+    pub stdin: Option<Rc<OwnedFd>>,
     /// The client's standard output.
-    pub stdout: Rc<OwnedFd>,
+    pub stdout: Option<Rc<OwnedFd>>,
     /// The client's standard error.
-    pub stderr: Rc<OwnedFd>,
+    pub stderr: Option<Rc<OwnedFd>>,
     /// stdin is a terminal that the process reading it (rank 0 of the
     /// first stage, or of each stage with `::`) takes as its controlling
     /// terminal (`scrun -pty`).
     pub controlling_terminal: bool,
+    /// The client's other descriptors, for the process that reads stdin:
+    /// the number each has there (increasing, above 2), and the descriptor.
+    pub inherited: Vec<(RawFd, Rc<OwnedFd>)>,
+}
+
+impl JobStdio {
+    /// Another handle on the same descriptors.
+    pub fn share(&self) -> JobStdio {
+        JobStdio {
+            stdin: self.stdin.clone(),
+            stdout: self.stdout.clone(),
+            stderr: self.stderr.clone(),
+            controlling_terminal: self.controlling_terminal,
+            inherited: self.inherited.clone(),
+        }
+    }
 }
 
 /// What the actuator needs to know at start-up.
@@ -823,11 +840,17 @@ impl OsActuator {
             } else {
                 None
             };
+            // The process that reads the client's stdin (rank 0 of the
+            // first stage, or of each stage with `::`) also gets the
+            // client's other descriptors; a standard descriptor the client
+            // had closed stays closed (`spawn::CLOSED`).
+            let reads_client =
+                stdio.is_some() && proc_plan.rank == 0 && !(plan.pipe && stage_idx > 0);
+            let closed =
+                |fd: &Option<Rc<OwnedFd>>| fd.as_ref().map_or(spawn::CLOSED, |fd| fd.as_raw_fd());
             let stdin_fd = match (stdin, stdio) {
                 (Some(pipe), _) => hold(&mut owned, pipe),
-                (None, Some(io)) if proc_plan.rank == 0 && !(plan.pipe && stage_idx > 0) => {
-                    io.stdin.as_raw_fd()
-                }
+                (None, Some(io)) if reads_client => closed(&io.stdin),
                 _ => hold(
                     &mut owned,
                     open_null(false).map_err(|error| launch_error(program, &cwd_text, &error))?,
@@ -840,14 +863,14 @@ impl OsActuator {
             };
             let stdout_fd = match (stdout, stdio) {
                 (Some(pipe), _) => hold(&mut owned, pipe),
-                (None, Some(io)) => io.stdout.as_raw_fd(),
+                (None, Some(io)) => closed(&io.stdout),
                 (None, None) => hold(
                     &mut owned,
                     open_null(true).map_err(|error| launch_error(program, &cwd_text, &error))?,
                 ),
             };
             let stderr_fd = match stdio {
-                Some(io) => io.stderr.as_raw_fd(),
+                Some(io) => closed(&io.stderr),
                 None => hold(
                     &mut owned,
                     open_null(true).map_err(|error| launch_error(program, &cwd_text, &error))?,
@@ -861,6 +884,14 @@ impl OsActuator {
                     *fd = hold(&mut owned, copy);
                 }
             }
+            let passed_fds: Vec<(RawFd, RawFd)> = match stdio {
+                Some(io) if reads_client => io
+                    .inherited
+                    .iter()
+                    .map(|(target, fd)| (*target, fd.as_raw_fd()))
+                    .collect(),
+                _ => Vec::new(),
+            };
             let slot = proc_plan.host_slot;
             // The process whose stdin is the client's takes it as its
             // controlling terminal when the client asked for that (`-pty`).
@@ -890,6 +921,7 @@ impl OsActuator {
                 args: args.iter().map(CString::as_c_str).collect(),
                 env: env.iter().map(|(_, entry)| *entry).collect(),
                 stdio: stdio_fds,
+                inherited: &passed_fds,
                 cpus: host.1,
                 cgroup_procs: cgroup_procs.as_deref(),
                 credentials: become_user.then_some((
@@ -901,6 +933,8 @@ impl OsActuator {
                 cwd: &cwd,
                 daemon_pid: self.daemon_pid,
                 umask: inherited.umask,
+                nice: inherited.nice,
+                ioprio: inherited.ioprio,
                 ignored: inherited.ignored,
                 signals_to_change,
                 rlimits: &rlimits,
@@ -1042,6 +1076,16 @@ impl OsActuator {
                     format!(
                         "refusing to run '{}' as uid {uid}: capabilities or securebits \
                      remain after the change of user",
+                        pending.program
+                    ),
+                    crate::exitcode::NOT_EXECUTABLE,
+                )
+            } else if step == spawn::Step::Stdio {
+                // A descriptor numbered above what the rank may have
+                // (scored's own descriptor limit, when it cannot raise it).
+                (
+                    format!(
+                        "cannot give '{}' the descriptors its scrun passed: {error}",
                         pending.program
                     ),
                     crate::exitcode::NOT_EXECUTABLE,
@@ -1456,10 +1500,31 @@ fn close_report(watch: &OwnedFd, report: Option<OwnedFd>) {
 /// responsive with real-time children than with children at normal
 /// priority (BENCHMARKS.md, *A spawn that does not wait*). Lowering one's
 /// own priority needs no privilege, so this works after the change of
-/// user too. Only system calls.
-fn drop_daemon_priority() -> io::Result<()> {
+/// user too. Then the caller's nice value and I/O priority, as far as the
+/// kernel lets the user have them (raising one's priority needs
+/// CAP_SYS_NICE or RLIMIT_NICE, an I/O class of real time CAP_SYS_ADMIN):
+/// where it refuses, the process keeps what it has, as `nice` and `ionice`
+/// leave a program they could not change, never a failed launch. A
+/// private daemon started at nice 5 cannot give its jobs nice 0. Only
+/// system calls.
+fn drop_daemon_priority(nice: Option<i32>, ioprio: Option<u32>) -> io::Result<()> {
+    fn unless_refused(result: io::Result<()>) -> io::Result<()> {
+        match result {
+            Err(error) if matches!(error.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+                Ok(())
+            }
+            other => other,
+        }
+    }
     sys::set_scheduler(None, false)?;
-    sys::set_nice(0)
+    unless_refused(sys::set_nice(0))?;
+    if let Some(nice) = nice {
+        unless_refused(sys::set_nice(nice))?;
+    }
+    if let Some(ioprio) = ioprio {
+        unless_refused(sys::set_io_priority(ioprio))?;
+    }
+    Ok(())
 }
 
 /// How many ranks of `uid`'s jobs are between fork and exec with their
@@ -1593,12 +1658,7 @@ impl Actuator for OsActuator {
         }
         let launch = Launch {
             plan: plan.clone(),
-            stdio: stdio.map(|io| JobStdio {
-                stdin: Rc::clone(&io.stdin),
-                stdout: Rc::clone(&io.stdout),
-                stderr: Rc::clone(&io.stderr),
-                controlling_terminal: io.controlling_terminal,
-            }),
+            stdio: stdio.map(JobStdio::share),
             progress: LaunchProgress::default(),
             paused: false,
             aborted: false,

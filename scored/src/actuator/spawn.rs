@@ -28,12 +28,17 @@ use nix::unistd::Pid;
 
 use super::sys;
 
+/// In [`ChildSetup::stdio`], a standard descriptor that the job gets
+/// closed (its client had it closed).
+pub const CLOSED: RawFd = -1;
+
 /// The steps between fork and exec, in the order the child takes them;
 /// a failure report names one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Step {
-    /// Moving the job's stdio descriptors to 0, 1 and 2.
+    /// Moving the job's stdio descriptors to 0, 1 and 2, and the client's
+    /// other descriptors to their numbers.
     Stdio = 1,
     /// `setsid`.
     Session,
@@ -58,7 +63,8 @@ pub enum Step {
     Signals,
     /// The caller's resource limits.
     Limits,
-    /// Normal scheduling priority.
+    /// Normal scheduling priority, then the caller's nice value and I/O
+    /// priority.
     Priority,
     /// `execvp` itself.
     Exec,
@@ -88,7 +94,7 @@ impl Step {
     /// What the step does, for logs.
     pub fn describe(self) -> &'static str {
         match self {
-            Step::Stdio => "setting up stdin, stdout and stderr",
+            Step::Stdio => "setting up stdin, stdout, stderr and the passed descriptors",
             Step::Session => "creating the rank's session",
             Step::Affinity => "pinning the host's CPUs",
             Step::Cgroup => "joining the job's cgroup",
@@ -126,8 +132,12 @@ pub struct ChildSetup<'a> {
     /// The environment, `NAME=value` each.
     pub env: Vec<&'a CStr>,
     /// stdin, stdout, stderr: descriptors open in the daemon, borrowed
-    /// across the fork (each numbered 3 or above, see [`ChildSetup::stdio_fd`]).
+    /// across the fork (each numbered 3 or above, see
+    /// [`ChildSetup::stdio_fd`]), or [`CLOSED`].
     pub stdio: [RawFd; 3],
+    /// The client's other descriptors: (the number the job gets it at,
+    /// increasing and above 2; the descriptor, open in the daemon).
+    pub inherited: &'a [(RawFd, RawFd)],
     /// The host's CPUs.
     pub cpus: nix::sched::CpuSet,
     /// The job's `cgroup.procs`, when it has a cgroup.
@@ -143,6 +153,10 @@ pub struct ChildSetup<'a> {
     pub daemon_pid: i32,
     /// The caller's umask, when known.
     pub umask: Option<u32>,
+    /// The caller's nice value, when known.
+    pub nice: Option<i32>,
+    /// The caller's I/O priority, when known.
+    pub ioprio: Option<u32>,
     /// The signals the job ignores (bit `n - 1` for signal `n`).
     pub ignored: u64,
     /// The signals whose disposition differs from the daemon's.
@@ -157,7 +171,7 @@ impl ChildSetup<'_> {
     /// always open, so what it holds for a job is numbered 3 or above, but
     /// a descriptor below 3 is duplicated above them anyway.
     pub fn stdio_fd(fd: RawFd) -> io::Result<Option<OwnedFd>> {
-        if fd >= 3 {
+        if fd >= 3 || fd == CLOSED {
             return Ok(None);
         }
         let copy = nix::fcntl::fcntl(
@@ -169,6 +183,11 @@ impl ChildSetup<'_> {
         // SAFETY: the kernel just returned this descriptor and nothing else owns it.
         Ok(Some(unsafe { OwnedFd::from_raw_fd(copy) }))
     }
+}
+
+/// The lowest number above every one of `targets` (and 2).
+fn fd_floor(targets: impl Iterator<Item = RawFd>) -> RawFd {
+    targets.max().map_or(3, |max| max.saturating_add(1)).max(3)
 }
 
 extern "C" {
@@ -260,7 +279,10 @@ unsafe fn child(
     envp: &[*const libc::c_char],
     report: RawFd,
 ) -> ! {
-    let (step, errno) = match steps(setup, report) {
+    // The report pipe may move (above the passed descriptors' numbers,
+    // see `install_descriptors`); a failure is written where it is then.
+    let mut report = report;
+    let (step, errno) = match steps(setup, &mut report) {
         Ok(()) => {
             // SAFETY: the child's own copy of the environment pointer;
             // `envp` outlives the exec, after which nothing of this
@@ -285,23 +307,62 @@ unsafe fn child(
     unsafe { libc::_exit(127) }
 }
 
-/// The pre-exec steps, in order. Only system calls.
-fn steps(setup: &ChildSetup, report: RawFd) -> Result<(), (Step, io::Error)> {
-    fn at<T>(step: Step, result: io::Result<T>) -> Result<T, (Step, io::Error)> {
-        result.map_err(|error| (step, error))
+fn at<T>(step: Step, result: io::Result<T>) -> Result<T, (Step, io::Error)> {
+    result.map_err(|error| (step, error))
+}
+
+/// Puts the job's descriptors in place: stdin, stdout and stderr (closed
+/// ones closed), and the passed ones at their numbers. The report pipe and
+/// a copy of each passed descriptor go above every number the job gets
+/// first (the descriptor limit raised for them as far as the child may),
+/// so that no `dup2` clobbers what another still needs or the report.
+/// Only system calls, on a fixed array: no allocation.
+fn install_descriptors(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)> {
+    // The standard ones first, while their sources (numbered 3 or above,
+    // see `ChildSetup::stdio_fd`) are all still there: a passed one may
+    // take the number of one of them.
+    for (target, &fd) in setup.stdio.iter().enumerate() {
+        if fd != CLOSED {
+            at(Step::Stdio, sys::install_stdio(fd, target as RawFd))?;
+        }
+    }
+    let passed = &setup.inherited[..setup.inherited.len().min(MAX_PASSED)];
+    if !passed.is_empty() {
+        let floor = fd_floor(passed.iter().map(|(target, _)| *target));
+        sys::make_room_for_descriptors(floor.saturating_add(passed.len() as RawFd + 1));
+        *report = at(Step::Stdio, sys::dup_above(*report, floor))?;
+        let mut copies = [CLOSED; MAX_PASSED];
+        for (copy, &(_, source)) in copies.iter_mut().zip(passed) {
+            *copy = at(Step::Stdio, sys::dup_above(source, floor))?;
+        }
+        for (&copy, &(target, _)) in copies.iter().zip(passed) {
+            at(Step::Stdio, sys::install_stdio(copy, target))?;
+        }
     }
     for (target, &fd) in setup.stdio.iter().enumerate() {
-        at(Step::Stdio, sys::install_stdio(fd, target as RawFd))?;
+        if fd == CLOSED {
+            at(Step::Stdio, sys::close(target as RawFd))?;
+        }
     }
+    Ok(())
+}
+
+/// The most descriptors passed to one rank (the protocol's bound).
+const MAX_PASSED: usize = crate::proto::MAX_INHERITED_FDS;
+
+/// The pre-exec steps, in order. Only system calls.
+fn steps(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)> {
+    install_descriptors(setup, report)?;
     // Every other descriptor of the daemon is closed now, before the
     // change of user, so that no copy outlives this step: a rank that its
     // user stops before its exec would otherwise hold other users'
     // connections and pipes open (a pipeline would not see its end) and
     // other ranks' report pipes (whose registrations in the daemon's
     // epoll set would outlive the daemon's own descriptors). Only the
-    // report pipe stays, until the exec closes it. Old kernels lack
-    // close_range; there, the descriptors go at the exec, as before.
-    match sys::close_from_3_but(report) {
+    // passed descriptors and the report pipe stay, the latter until the
+    // exec closes it. Old kernels lack close_range; there, the
+    // descriptors go at the exec, as before.
+    match sys::close_from_3_except(setup.inherited, *report, false) {
         Ok(()) => {}
         Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {}
         Err(error) => return Err((Step::Descriptors, error)),
@@ -335,10 +396,10 @@ fn steps(setup: &ChildSetup, report: RawFd) -> Result<(), (Step, io::Error)> {
         )?;
     }
     at(Step::Chdir, sys::chdir(setup.cwd))?;
-    // Only the three stdio descriptors reach the job. Old kernels lack
-    // close_range; there, every descriptor of the daemon is close-on-exec
-    // already (see `seal_inherited_descriptors`).
-    match sys::cloexec_from_3() {
+    // Only the stdio descriptors and the passed ones reach the job. Old
+    // kernels lack close_range; there, every descriptor of the daemon is
+    // close-on-exec already (see `seal_inherited_descriptors`).
+    match sys::close_from_3_except(setup.inherited, *report, true) {
         Ok(()) => {}
         Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {}
         Err(error) => return Err((Step::Descriptors, error)),
@@ -371,7 +432,10 @@ fn steps(setup: &ChildSetup, report: RawFd) -> Result<(), (Step, io::Error)> {
             super::lower_rlimit(resource, soft, hard).map_err(io::Error::from),
         )?;
     }
-    at(Step::Priority, super::drop_daemon_priority())
+    at(
+        Step::Priority,
+        super::drop_daemon_priority(setup.nice, setup.ioprio),
+    )
 }
 
 #[cfg(test)]
@@ -405,6 +469,7 @@ mod tests {
             args: args.iter().map(CString::as_c_str).collect(),
             env: env.iter().map(CString::as_c_str).collect(),
             stdio: [null.as_raw_fd(); 3],
+            inherited: &[],
             cpus,
             cgroup_procs,
             credentials: None,
@@ -412,6 +477,8 @@ mod tests {
             cwd: &cwd,
             daemon_pid: std::process::id() as i32,
             umask: None,
+            nice: None,
+            ioprio: None,
             ignored: 0,
             signals_to_change: 0,
             rlimits: &[],
@@ -531,6 +598,74 @@ mod tests {
             matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
             "{status:?}"
         );
+    }
+
+    /// Passed descriptors reach the child at their numbers even when those
+    /// are each other's sources (a swap), and a closed standard descriptor
+    /// stays closed.
+    #[test]
+    fn passed_descriptors_land_at_their_numbers_and_closed_ones_stay_closed() {
+        use std::io::Read;
+        let dir = std::env::temp_dir().join(format!("scored-spawn-passed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let open = |name: &str, text: &str| {
+            std::fs::write(dir.join(name), text).unwrap();
+            OwnedFd::from(std::fs::File::open(dir.join(name)).unwrap())
+        };
+        // Sources at fixed numbers, each the other's target.
+        let place = |fd: OwnedFd, at: RawFd| {
+            let placed = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(at)).unwrap();
+            // SAFETY: just returned by the kernel, owned by nothing else.
+            unsafe { OwnedFd::from_raw_fd(placed) }
+        };
+        let one = place(open("one", "one\n"), 900);
+        let two = place(open("two", "two\n"), 901);
+        let (a, b) = (one.as_raw_fd(), two.as_raw_fd());
+        let (out_read, out_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let out_write = place(out_write, 3);
+        let script =
+            format!("cat /dev/fd/{a} /dev/fd/{b}; test -e /proc/self/fd/0 || echo stdin-closed");
+        let args: Vec<CString> = ["sh", "-c", &script]
+            .iter()
+            .map(|arg| CString::new(*arg).unwrap())
+            .collect();
+        let env = [CString::new("PATH=/usr/bin:/bin").unwrap()];
+        let cwd = CString::new("/").unwrap();
+        let passed = [(a, b), (b, a)];
+        let setup = ChildSetup {
+            program: &args[0],
+            args: args.iter().map(CString::as_c_str).collect(),
+            env: env.iter().map(CString::as_c_str).collect(),
+            stdio: [CLOSED, out_write.as_raw_fd(), out_write.as_raw_fd()],
+            inherited: &passed,
+            cpus: nix::sched::sched_getaffinity(Pid::from_raw(0)).unwrap(),
+            cgroup_procs: None,
+            credentials: None,
+            takes_terminal: false,
+            cwd: &cwd,
+            daemon_pid: std::process::id() as i32,
+            umask: None,
+            nice: None,
+            ioprio: None,
+            ignored: 0,
+            signals_to_change: 0,
+            rlimits: &[],
+        };
+        let (pid, report) = spawn(&setup).expect("fork");
+        drop(out_write);
+        let mut text = String::new();
+        std::fs::File::from(out_read)
+            .read_to_string(&mut text)
+            .unwrap();
+        let (said, status) = settle(pid, &report);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(said, Report::Execd);
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
+            "{status:?}"
+        );
+        assert_eq!(text, "two\none\nstdin-closed\n");
     }
 
     #[test]

@@ -202,6 +202,22 @@ pub fn set_nice(nice: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets the I/O priority of the calling process (ioprio_set(2), the value
+/// as ioprio_get gives it).
+pub fn set_io_priority(value: u32) -> io::Result<()> {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    // SAFETY: ioprio_set takes plain integers.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0 as libc::c_long,
+            libc::c_long::from(value),
+        )
+    })?;
+    Ok(())
+}
+
 /// Makes the calling process the reaper of its orphaned descendants.
 pub fn set_child_subreaper() -> io::Result<()> {
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag.
@@ -291,47 +307,85 @@ pub fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Marks every descriptor from 3 up close-on-exec (`close_range` with
-/// `CLOSE_RANGE_CLOEXEC`, Linux 5.11), so that a job inherits its stdio
-/// and nothing else of the daemon. Fails with ENOSYS or EINVAL on older
-/// kernels, where [`set_cloexec`] at start-up has done the same for the
-/// descriptors the daemon inherited.
-pub fn cloexec_from_3() -> io::Result<()> {
-    // SAFETY: close_range takes plain integers; with CLOSE_RANGE_CLOEXEC it
-    // only sets a flag on open descriptors and closes nothing.
-    cvt(unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3 as libc::c_uint,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    })?;
-    Ok(())
-}
-
-/// Closes every descriptor from 3 up except `keep` (`close_range`, Linux
-/// 5.9). Only system calls: safe between fork and exec.
-pub fn close_from_3_but(keep: RawFd) -> io::Result<()> {
-    let close = |first: libc::c_uint, last: libc::c_uint| -> io::Result<()> {
+/// Closes (or with `cloexec`, marks close-on-exec) every descriptor from
+/// 3 up except the first of each pair of `keep` (increasing) and `last`
+/// (above them all), with `close_range` (Linux 5.9; `CLOSE_RANGE_CLOEXEC`,
+/// 5.11). Fails with ENOSYS or EINVAL on older kernels, where
+/// [`set_cloexec`] at start-up has marked the descriptors the daemon
+/// inherited. Only system calls: safe between fork and exec.
+pub fn close_from_3_except(keep: &[(RawFd, RawFd)], last: RawFd, cloexec: bool) -> io::Result<()> {
+    let flags = if cloexec {
+        libc::CLOSE_RANGE_CLOEXEC
+    } else {
+        0
+    };
+    let range = |first: libc::c_uint, last: libc::c_uint| -> io::Result<()> {
         if first > last {
             return Ok(());
         }
-        // SAFETY: close_range takes plain integers and closes descriptors
-        // of the calling process only.
-        cvt(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_uint) })?;
+        // SAFETY: close_range takes plain integers and closes (or marks)
+        // descriptors of the calling process only.
+        cvt(unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) })?;
         Ok(())
     };
-    match libc::c_uint::try_from(keep) {
-        Ok(keep) if keep >= 3 => {
-            close(3, keep - 1)?;
-            match keep.checked_add(1) {
-                Some(next) => close(next, libc::c_uint::MAX),
-                None => Ok(()),
-            }
+    let mut first: libc::c_uint = 3;
+    for fd in keep.iter().map(|(fd, _)| *fd).chain(std::iter::once(last)) {
+        let Ok(fd) = libc::c_uint::try_from(fd) else {
+            continue;
+        };
+        if fd < first {
+            continue;
         }
-        _ => close(3, libc::c_uint::MAX),
+        range(first, fd - 1)?;
+        match fd.checked_add(1) {
+            Some(next) => first = next,
+            None => return Ok(()),
+        }
     }
+    range(first, libc::c_uint::MAX)
+}
+
+/// A copy of `fd` numbered `floor` or above, close-on-exec. Only a system
+/// call.
+pub fn dup_above(fd: RawFd, floor: RawFd) -> io::Result<RawFd> {
+    // SAFETY: fcntl with F_DUPFD_CLOEXEC takes plain integers.
+    let copy = cvt(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor) } as libc::c_long)?;
+    Ok(copy as RawFd)
+}
+
+/// Raises the descriptor limit of the calling process so that numbers
+/// below `needed` can be used, as far as it may (a root process raises
+/// its hard limit too); what it cannot is left for the `dup` that needs
+/// it to report. Only system calls.
+pub fn make_room_for_descriptors(needed: RawFd) {
+    let needed = needed.max(0) as u64;
+    let Ok((soft, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    else {
+        return;
+    };
+    if soft >= needed {
+        return;
+    }
+    let raised = nix::sys::resource::setrlimit(
+        nix::sys::resource::Resource::RLIMIT_NOFILE,
+        needed,
+        hard.max(needed),
+    );
+    if raised.is_err() {
+        let _ = nix::sys::resource::setrlimit(
+            nix::sys::resource::Resource::RLIMIT_NOFILE,
+            needed.min(hard),
+            hard,
+        );
+    }
+}
+
+/// Closes a descriptor. Only a system call.
+pub fn close(fd: RawFd) -> io::Result<()> {
+    // SAFETY: close takes a plain integer; the caller no longer uses `fd`.
+    cvt(unsafe { libc::close(fd) } as libc::c_long)?;
+    Ok(())
 }
 
 /// Removes `fd` from the set `epoll`. Closing a descriptor removes it only

@@ -91,12 +91,21 @@ impl<A: Actuator> Daemon<A> {
                 Ok(fd)
             };
             let stdio = match record.stdio {
-                Some([stdin, stdout, stderr]) => Some(JobStdio {
-                    stdin: take(stdin)?,
-                    stdout: take(stdout)?,
-                    stderr: take(stderr)?,
-                    controlling_terminal: record.controlling_terminal,
-                }),
+                Some([stdin, stdout, stderr]) => {
+                    // A standard descriptor the client had closed is -1.
+                    let mut standard = |raw: RawFd| (raw >= 0).then(|| take(raw)).transpose();
+                    Some(JobStdio {
+                        stdin: standard(stdin)?,
+                        stdout: standard(stdout)?,
+                        stderr: standard(stderr)?,
+                        controlling_terminal: record.controlling_terminal,
+                        inherited: record
+                            .inherited
+                            .iter()
+                            .map(|&(target, raw)| Ok((target, take(raw)?)))
+                            .collect::<io::Result<_>>()?,
+                    })
+                }
                 None => None,
             };
             let (pid, uid, gid, groups) = record.cred;
@@ -239,14 +248,20 @@ impl<A: Actuator> Daemon<A> {
             fds.push(conn.stream.as_raw_fd());
             let pending: Vec<RawFd> = conn.fds.iter().map(AsRawFd::as_raw_fd).collect();
             fds.extend(&pending);
-            let stdio = conn.stdio.as_ref().map(|stdio| {
-                [
-                    stdio.stdin.as_raw_fd(),
-                    stdio.stdout.as_raw_fd(),
-                    stdio.stderr.as_raw_fd(),
-                ]
+            let raw = |fd: &Option<Rc<OwnedFd>>| fd.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+            let stdio = conn
+                .stdio
+                .as_ref()
+                .map(|stdio| [raw(&stdio.stdin), raw(&stdio.stdout), raw(&stdio.stderr)]);
+            fds.extend(stdio.iter().flatten().filter(|fd| **fd >= 0));
+            let inherited: Vec<(RawFd, RawFd)> = conn.stdio.as_ref().map_or(Vec::new(), |stdio| {
+                stdio
+                    .inherited
+                    .iter()
+                    .map(|(target, fd)| (*target, fd.as_raw_fd()))
+                    .collect()
             });
-            fds.extend(stdio.iter().flatten());
+            fds.extend(inherited.iter().map(|(_, fd)| *fd));
             connections.push(ConnectionSnapshot {
                 token: token.0,
                 fd: conn.stream.as_raw_fd(),
@@ -261,6 +276,7 @@ impl<A: Actuator> Daemon<A> {
                 output: conn.output.iter().copied().collect(),
                 fds: pending,
                 stdio,
+                inherited,
                 controlling_terminal: conn
                     .stdio
                     .as_ref()

@@ -2,8 +2,9 @@
 //! transcript with each event's actions indented under it out.
 //!
 //! An event line is `waiting REASON`, `admitted N`, `started N`, `held N`,
-//! `rejected REASON`, `ended KIND STATUS REASON`, `error MESSAGE`, `lost`,
-//! `garbled MESSAGE`, a signal name such as `SIGINT`, or `+MS` (the clock
+//! `rejected REASON`, `ended KIND STATUS REASON`, `ended-by SIGNAL` (a
+//! rank killed by it), `error MESSAGE`, `lost`, `garbled MESSAGE`,
+//! `output-gone`, a signal name such as `SIGINT`, or `+MS` (the clock
 //! moves on by MS milliseconds and the shell ticks).
 
 use std::time::{Duration, Instant};
@@ -28,10 +29,12 @@ fn event(line: &str) -> (Duration, Event) {
         "started" => Reply::Started {
             job: number(),
             winch: true,
+            signals: true,
         },
         "started-by-an-older-daemon" => Reply::Started {
             job: number(),
             winch: false,
+            signals: false,
         },
         "held" => Reply::Held { job: number() },
         "rejected" => Reply::Rejected {
@@ -56,10 +59,22 @@ fn event(line: &str) -> (Duration, Event) {
                 accounting: Accounting::default(),
             }
         }
+        "ended-by" => {
+            let signal: Signal = rest.parse().expect("a signal name");
+            Reply::Ended {
+                job: 7,
+                kind: EndKind::Exited,
+                status: 128 + signal as i32,
+                reason: format!("rank 0 killed by {}", signal.as_str()),
+                signal: Some(signal as i32),
+                accounting: Accounting::default(),
+            }
+        }
         "error" => Reply::Error {
             message: rest.into(),
         },
         "lost" => return (Duration::ZERO, Event::Lost),
+        "output-gone" => return (Duration::ZERO, Event::OutputGone),
         "garbled" => return (Duration::ZERO, Event::Garbled(rest.into())),
         _ if word.starts_with("SIG") => {
             let signal: Signal = word.parse().expect("a signal name");
@@ -80,11 +95,23 @@ fn render(action: &Action) -> String {
         Action::Send(Request::Hold) => "send hold".into(),
         Action::Send(Request::Release) => "send release".into(),
         Action::Send(Request::Winch) => "send winch".into(),
+        Action::Send(Request::Signal { signal }) => format!(
+            "send {}",
+            Signal::try_from(*signal).map_or("?", |signal| signal.as_str())
+        ),
         Action::Send(other) => format!("send {other:?}"),
         Action::Say(line) => format!("say {line}"),
         Action::StopSelf => "stop".into(),
         Action::FollowSize => "copy the size to the pty".into(),
-        Action::Finish(end) => format!("finish {}: {}", end.code, end.stderr.trim_end()),
+        Action::Finish(end) => match end.reraise {
+            Some(signal) => format!(
+                "finish {} by {}: {}",
+                end.code,
+                signal.as_str(),
+                end.stderr.trim_end()
+            ),
+            None => format!("finish {}: {}", end.code, end.stderr.trim_end()),
+        },
     }
 }
 
@@ -182,37 +209,115 @@ fn rejection_error_and_lost_connection_end_the_session() {
 }
 
 #[test]
-fn first_interrupt_kills_the_job_and_waits_for_its_end() {
+fn an_interrupt_goes_to_the_job_and_its_end_by_it_is_scruns() {
     check(
         "admitted 7
+        started 7
         SIGINT
-        ended killed 130 killed by its owner",
+        ended-by SIGINT",
         "admitted 7
+        started 7
         SIGINT
-          send kill
-          say interrupted; killing job 7
-        ended killed 130 killed by its owner
-          finish 130: scrun: job 7 killed by its owner",
+          send SIGINT
+        ended-by SIGINT
+          finish 130 by SIGINT: ",
+    );
+    check(
+        "started 7
+        SIGHUP
+        ended-by SIGHUP",
+        "started 7
+        SIGHUP
+          send SIGHUP
+        ended-by SIGHUP
+          finish 129 by SIGHUP: ",
     );
 }
 
 #[test]
-fn second_interrupt_leaves_with_that_signal_status() {
+fn a_job_that_handles_the_interrupt_ends_with_its_own_status() {
     check(
         "started 7
+        SIGINT
+        ended exited 1 exited with status 1",
+        "started 7
+        SIGINT
+          send SIGINT
+        ended exited 1 exited with status 1
+          finish 1: ",
+    );
+    // Ended by another signal than the one passed on: said, not raised.
+    check(
+        "started 7
+        SIGINT
+        ended-by SIGTERM",
+        "started 7
+        SIGINT
+          send SIGINT
+        ended-by SIGTERM
+          finish 143: scrun: job 7 rank 0 killed by SIGTERM",
+    );
+}
+
+#[test]
+fn the_same_interrupt_within_a_second_kills_and_a_third_leaves() {
+    check(
+        "started 7
+        SIGTERM
+        +999
         SIGTERM
         SIGHUP",
         "started 7
         SIGTERM
+          send SIGTERM
+        +999
+        SIGTERM
           send kill
-          say interrupted; killing job 7
+          say SIGTERM twice within 1s; killing job 7
         SIGHUP
           finish 129: scrun: interrupted again; leaving",
     );
 }
 
 #[test]
-fn interrupt_before_admission_leaves_at_once() {
+fn interrupts_apart_or_of_different_kinds_are_each_passed_on() {
+    check(
+        "started 7
+        SIGINT
+        +1000
+        SIGINT
+        SIGQUIT
+        ended-by SIGQUIT",
+        "started 7
+        SIGINT
+          send SIGINT
+        +1000
+        SIGINT
+          send SIGINT
+        SIGQUIT
+          send SIGQUIT
+        ended-by SIGQUIT
+          finish 131 by SIGQUIT: ",
+    );
+}
+
+#[test]
+fn an_older_daemon_gets_a_kill_for_an_interrupt() {
+    check(
+        "started-by-an-older-daemon 7
+        SIGINT
+        ended killed 143 killed by its owner",
+        "started-by-an-older-daemon 7
+        SIGINT
+          send kill
+          say interrupted; killing job 7
+        ended killed 143 killed by its owner
+          finish 143: scrun: job 7 killed by its owner",
+    );
+}
+
+#[test]
+fn an_interrupt_before_the_job_starts_withdraws_it_and_ends_scrun_by_it() {
     check(
         "waiting hosts busy
         SIGQUIT",
@@ -220,7 +325,56 @@ fn interrupt_before_admission_leaves_at_once() {
           say waiting for resources: hosts busy
         SIGQUIT
           send kill
-          finish 131: scrun: interrupted before the job was admitted; leaving",
+          finish 131 by SIGQUIT: ",
+    );
+    check(
+        "admitted 7
+        SIGINT",
+        "admitted 7
+        SIGINT
+          send kill
+          finish 130 by SIGINT: ",
+    );
+}
+
+#[test]
+fn an_admitted_job_that_does_not_start_is_said_to_be_queued_once() {
+    check(
+        "admitted 7
+        +999
+        +1
+        +5000
+        started 7",
+        "admitted 7
+        +999
+        +1
+          say job 7 waits for its hosts (Ctrl-C withdraws it)
+        +5000
+        started 7",
+    );
+    check(
+        "admitted 7
+        started 7
+        +5000",
+        "admitted 7
+        started 7
+        +5000",
+    );
+}
+
+#[test]
+fn a_reader_gone_from_a_pty_jobs_output_is_its_sigpipe() {
+    check_pty(
+        "started 7
+        output-gone
+        output-gone
+        ended-by SIGPIPE",
+        "started 7
+        output-gone
+          send SIGPIPE
+        output-gone
+        ended-by SIGPIPE
+          finish 141 by SIGPIPE: ",
     );
 }
 
@@ -315,6 +469,7 @@ fn deadline_follows_the_hold() {
         Event::Reply(Reply::Started {
             job: 1,
             winch: true,
+            signals: true,
         }),
         now,
     );

@@ -555,6 +555,12 @@ fn unpack(bytes: Vec<u8>) -> Result<LaunchParts, RestoreError> {
                 .rlimits
                 .push((resource, reader.u64()?, reader.u64()?));
         }
+        if reader.at != bytes.len() {
+            let present = reader.count()?;
+            let (nice, ioprio) = (reader.count()? as u32 as i32, reader.count()? as u32);
+            inherited.nice = (present & 1 != 0).then_some(nice);
+            inherited.ioprio = (present & 2 != 0).then_some(ioprio);
+        }
     }
     if reader.at != bytes.len() {
         return Err(RestoreError::Launch("launch data has trailing bytes"));
@@ -1221,6 +1227,8 @@ mod tests {
             ignored: 1 << 1,
             rlimits: vec![(9, 64, 1024), (15, 8 << 20, u64::MAX)],
             umask: Some(0o077),
+            nice: Some(7),
+            ioprio: None,
         };
         let launch = Launch::pack_with(&stages, &env, &cwd, &inherited);
         let idx = launches.add(&launch);

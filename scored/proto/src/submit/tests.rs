@@ -25,6 +25,10 @@ fn good() -> Submit {
         ignored_signals: Vec::new(),
         rlimits: Vec::new(),
         umask: None,
+        nice: None,
+        ioprio: None,
+        closed_stdio: Vec::new(),
+        fds: Vec::new(),
     }
 }
 
@@ -198,6 +202,8 @@ fn a_valid_submission_keeps_everything_but_unpassable_variables() {
                 ignored: 1 | 1 << 12,
                 rlimits: vec![(inherit::NOFILE, 64, inherit::UNLIMITED)],
                 umask: Some(0o022),
+                nice: None,
+                ioprio: None,
             },
         }
     );

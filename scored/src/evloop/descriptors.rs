@@ -1,0 +1,85 @@
+//! The descriptors a submission carries, laid out as the protocol says
+//! (`Submit::descriptor_count`): the standard ones the client had open
+//! (stdin, stdout, stderr, each absent when closed), then the others it
+//! passes on, numbered by `Submit::fds`. They become the job's
+//! [`JobStdio`], each interned in the loop's `FdPool` so that jobs launched
+//! from one terminal keep one descriptor per open file.
+//!
+//! The submission validator has checked the numbers; the loop has checked
+//! that the count matches. Nothing here reads or writes a descriptor.
+#![forbid(unsafe_code)]
+
+use std::os::fd::{OwnedFd, RawFd};
+
+use super::FdPool;
+use crate::actuator::JobStdio;
+
+/// Builds the job's descriptors from those the frame carried, in order.
+/// `None` if there are fewer than the layout needs (the caller checked the
+/// count, so only a bug gets here).
+pub(super) fn job_stdio(
+    fds: Vec<OwnedFd>,
+    closed: &[i32],
+    numbers: &[i32],
+    controlling_terminal: bool,
+    pool: &mut FdPool,
+) -> Option<JobStdio> {
+    let mut fds = fds.into_iter();
+    let mut standard = [None, None, None];
+    for (fd, slot) in standard.iter_mut().enumerate() {
+        if !closed.contains(&(fd as i32)) {
+            *slot = Some(pool.intern(fds.next()?));
+        }
+    }
+    let inherited = numbers
+        .iter()
+        .map(|&number| Some((number as RawFd, pool.intern(fds.next()?))))
+        .collect::<Option<Vec<_>>>()?;
+    let [stdin, stdout, stderr] = standard;
+    Some(JobStdio {
+        stdin,
+        stdout,
+        stderr,
+        controlling_terminal,
+        inherited,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    fn pipes(n: usize) -> (Vec<OwnedFd>, Vec<RawFd>) {
+        let mut fds = Vec::new();
+        for _ in 0..n.div_ceil(2) {
+            let (read, write) = nix::unistd::pipe().unwrap();
+            fds.push(read);
+            fds.push(write);
+        }
+        fds.truncate(n);
+        let raw = fds.iter().map(AsRawFd::as_raw_fd).collect();
+        (fds, raw)
+    }
+
+    #[test]
+    fn closed_standard_descriptors_are_skipped_and_the_rest_are_numbered() {
+        let mut pool = FdPool::default();
+        // stdout closed: stdin, stderr, then 3 and 9.
+        let (fds, raw) = pipes(4);
+        let stdio = job_stdio(fds, &[1], &[3, 9], false, &mut pool).unwrap();
+        assert_eq!(stdio.stdin.as_ref().map(|fd| fd.as_raw_fd()), Some(raw[0]));
+        assert!(stdio.stdout.is_none());
+        assert_eq!(stdio.stderr.as_ref().map(|fd| fd.as_raw_fd()), Some(raw[1]));
+        let passed: Vec<(RawFd, RawFd)> = stdio
+            .inherited
+            .iter()
+            .map(|(number, fd)| (*number, fd.as_raw_fd()))
+            .collect();
+        assert_eq!(passed, vec![(3, raw[2]), (9, raw[3])]);
+        // Too few for the layout.
+        let (fds, _) = pipes(2);
+        assert!(job_stdio(fds, &[], &[3], false, &mut pool).is_none());
+    }
+}
