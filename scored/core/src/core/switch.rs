@@ -9,7 +9,7 @@ use crate::cluster::Topology;
 use crate::command::QueueMode;
 use crate::ids::{ClientToken, HostId, JobId, Tick};
 use crate::job::{Job, Joiner, LaunchPlan, Phase, ProcPlan};
-use crate::sched::{self};
+use crate::sched;
 
 impl Core {
     /// Recomputes the active set and moves the jobs towards it.
