@@ -598,6 +598,7 @@ pub fn limits_of(job: &Job) -> JobLimits {
 
 mod action;
 mod admit;
+mod checkpoint;
 mod commands;
 mod config;
 mod input;
