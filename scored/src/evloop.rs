@@ -16,8 +16,9 @@
 //! in `connection.rs`, what one user may hold of the daemon in
 //! `budget.rs`, descriptors (the daemon's limit, and those clients pass) in
 //! `fds.rs`, peer credentials and names in `peer.rs`, the listening socket
-//! in `bind.rs`, and the job journal, the in-place restart and the
-//! recovery from a panic in `restart.rs`.
+//! in `bind.rs`, the loop's side of the job journal in `journal.rs`, the
+//! in-place restart in `restart.rs`, the recovery from a panic in
+//! `recovery.rs`, and the faults the end-to-end tests inject in `faults.rs`.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io;
@@ -41,8 +42,11 @@ use crate::proto::{self, Reply};
 mod bind;
 mod budget;
 mod connection;
+mod faults;
 mod fds;
+mod journal;
 mod peer;
+mod recovery;
 mod restart;
 
 pub use bind::{bind, BindError};
@@ -179,9 +183,9 @@ pub struct Daemon<A: Actuator> {
     /// Connections holding part of a request, for the request timeout.
     partial: HashMap<Token, Instant>,
     /// The core before the current event, to recover from a panic.
-    recovery: restart::Recovery,
+    recovery: recovery::Recovery,
     /// The console command the hook panics after, applied in this
-    /// event (test only, see `restart::panic_after_line`).
+    /// event (test only, see `faults::panic_after_line`).
     panic_after: Option<String>,
     /// Console commands given to the core and not answered yet, in order:
     /// how each connection wants its answer.
@@ -283,7 +287,7 @@ impl<A: Actuator> Daemon<A> {
             pending_restart: None,
             per_user: HashMap::new(),
             partial: HashMap::new(),
-            recovery: restart::Recovery::default(),
+            recovery: recovery::Recovery::default(),
             panic_after: None,
             console_asks: VecDeque::new(),
             held_answers: Vec::new(),
@@ -382,7 +386,7 @@ impl<A: Actuator> Daemon<A> {
             Event::Signal(_) => {
                 self.read_signals(&mut inputs);
                 self.recovery.note(&inputs);
-                restart::panic_after_exit(&inputs);
+                faults::panic_after_exit(&inputs);
             }
             Event::Deadline => {
                 let now = Instant::now();
@@ -429,7 +433,7 @@ impl<A: Actuator> Daemon<A> {
             }
         }
         if let Some(line) = self.panic_after.take() {
-            restart::panic_after_line(&line);
+            faults::panic_after_line(&line);
         }
         self.release_answers(false);
         self.write_journal();
@@ -455,7 +459,7 @@ impl<A: Actuator> Daemon<A> {
                 }
                 Action::Stop(job) => {
                     if stops_done > 0 {
-                        restart::panic_mid_switch();
+                        faults::panic_mid_switch();
                     }
                     self.actuator.stop(job, inputs);
                     stops_done += 1;

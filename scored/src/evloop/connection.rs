@@ -15,7 +15,7 @@ use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use super::fds::check_job_terminal;
 use super::peer::peer_cred;
 use super::{
-    restart, spare_descriptor, ConsoleAsk, Daemon, MAX_OUTPUT, MAX_PENDING_FDS, PAUSE_OUTPUT,
+    faults, spare_descriptor, ConsoleAsk, Daemon, MAX_OUTPUT, MAX_PENDING_FDS, PAUSE_OUTPUT,
     SCM_MAX_FD,
 };
 use crate::actuator::{Actuator, JobStdio};
@@ -449,7 +449,7 @@ impl<A: Actuator> Daemon<A> {
                 // Test hook: the end-to-end tests make scored panic on a
                 // console line of their choice, to check that a panic loses
                 // no job. Only the test harness sets the variable.
-                restart::panic_on_line(&line);
+                faults::panic_on_line(&line);
                 let parsed = command::parse_line(&line);
                 if let Ok(Some(command)) = &parsed {
                     let cred = conn.cred.clone();
@@ -469,7 +469,7 @@ impl<A: Actuator> Daemon<A> {
                         // An input like any other: the core answers with
                         // `ClientEvent::Answer` once the batch is decided.
                         let restart = command == command::Command::Restart;
-                        if restart::panics_after_line(&line) {
+                        if faults::panics_after_line(&line) {
                             self.panic_after = Some(line.clone());
                         }
                         self.console_asks
