@@ -31,7 +31,7 @@ if [ -n "${SCORED_PREBUILT:-}" ]; then
         install -Dm755 "$SCORED_PREBUILT/$program" "$PREFIX/bin/$program"
     done
 else
-    for crate in scored scrun console; do
+    for crate in scored scored/replay scrun console; do
         "$CARGO" install --locked --path "$crate" --root "$PREFIX"
     done
 fi

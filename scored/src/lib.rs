@@ -16,7 +16,6 @@ pub mod handover;
 pub mod hostsfile;
 pub mod instance;
 pub mod journal;
-pub mod replay;
 pub mod version;
 
 pub use scored_core::{admission, cluster, core, hosts, ids, job, queue, sched};

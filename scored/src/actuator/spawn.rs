@@ -23,7 +23,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use nix::sys::resource::Resource;
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::unistd::Pid;
 
 use super::sys;
@@ -385,7 +385,7 @@ fn steps(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)
     }
     at(
         Step::Privileges,
-        super::shed_root_leftovers(setup.credentials.is_some()),
+        shed_root_leftovers(setup.credentials.is_some()),
     )?;
     // After the change of user, so that the kernel checks the user's
     // rights on the terminal; it is never stolen from another session.
@@ -429,13 +429,80 @@ fn steps(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)
     for &(resource, soft, hard) in setup.rlimits {
         at(
             Step::Limits,
-            super::lower_rlimit(resource, soft, hard).map_err(io::Error::from),
+            lower_rlimit(resource, soft, hard).map_err(io::Error::from),
         )?;
     }
     at(
         Step::Priority,
-        super::drop_daemon_priority(setup.nice, setup.ioprio),
+        drop_daemon_priority(setup.nice, setup.ioprio),
     )
+}
+
+/// Sets a limit of the calling process. Where the process may not raise
+/// its hard limit to `hard` (a user's job, when the caller had a higher
+/// one than scored), it gets the most it may have: its current hard limit,
+/// and the soft limit no higher. Async-signal-safe (two system calls).
+fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> nix::Result<()> {
+    match setrlimit(resource, soft, hard) {
+        Err(nix::errno::Errno::EPERM) => {
+            let (_, current_hard) = getrlimit(resource)?;
+            let hard = hard.min(current_hard);
+            setrlimit(resource, soft.min(hard), hard)
+        }
+        other => other,
+    }
+}
+
+/// Between fork and exec, the very last step: never let the daemon's
+/// real-time priority (or nice value) reach a job. Until here the child
+/// ran at the daemon's priority (the daemon does not set
+/// SCHED_RESET_ON_FORK), so that its few hundred microseconds of pre-exec
+/// work do not wait for a CPU behind a busy machine's processes. The daemon
+/// no longer waits for it (`spawn.rs`), but its launch window does
+/// (`EXEC_WINDOW`), and a launch of 1,500 ranks left the console more
+/// responsive with real-time children than with children at normal
+/// priority (BENCHMARKS.md, *A spawn that does not wait*). Lowering one's
+/// own priority needs no privilege, so this works after the change of
+/// user too. Then the caller's nice value and I/O priority, as far as the
+/// kernel lets the user have them (raising one's priority needs
+/// CAP_SYS_NICE or RLIMIT_NICE, an I/O class of real time CAP_SYS_ADMIN):
+/// where it refuses, the process keeps what it has, as `nice` and `ionice`
+/// leave a program they could not change, never a failed launch. A
+/// private daemon started at nice 5 cannot give its jobs nice 0. Only
+/// system calls.
+fn drop_daemon_priority(nice: Option<i32>, ioprio: Option<u32>) -> io::Result<()> {
+    fn unless_refused(result: io::Result<()>) -> io::Result<()> {
+        match result {
+            Err(error) if matches!(error.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+                Ok(())
+            }
+            other => other,
+        }
+    }
+    sys::set_scheduler(None, false)?;
+    unless_refused(sys::set_nice(0))?;
+    if let Some(nice) = nice {
+        unless_refused(sys::set_nice(nice))?;
+    }
+    if let Some(ioprio) = ioprio {
+        unless_refused(sys::set_io_priority(ioprio))?;
+    }
+    Ok(())
+}
+
+/// Between fork and exec, after the change of user: what a job must not
+/// keep of scored's root. A new session keyring of the job's own (it
+/// would otherwise possess scored's, and through it any key scored's
+/// session holds); and, when the job runs as another user, a check that
+/// no capability and no securebit survived `setuid`, which aborts the
+/// exec with [`sys::PRIVILEGES_REMAIN`] (reported as such by the parent).
+/// Only system calls: safe between fork and exec.
+fn shed_root_leftovers(became_user: bool) -> io::Result<()> {
+    sys::join_new_session_keyring()?;
+    if became_user && sys::privileges_remain()? {
+        return Err(io::Error::from_raw_os_error(sys::PRIVILEGES_REMAIN));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

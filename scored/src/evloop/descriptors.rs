@@ -11,7 +11,7 @@
 
 use std::os::fd::{OwnedFd, RawFd};
 
-use super::FdPool;
+use super::fds::FdPool;
 use crate::actuator::JobStdio;
 
 /// Builds the job's descriptors from those the frame carried, in order.

@@ -15,7 +15,7 @@ use super::*;
 use crate::cluster::{Cluster, Host};
 use crate::command::parse_line;
 use crate::ids::ClusterId;
-use crate::job::ProcRequest;
+use crate::job::{ExitStatus, Joiner, Life, ProcRequest, Usage};
 use crate::units::CpuSet;
 
 fn topology(n_hosts: u32) -> Topology {

@@ -6,10 +6,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{command_line, queue_group_name, Core, Ending};
+use super::{Core, Ending};
 use crate::command::reply::{Reply, Table, Value};
 use crate::ids::{Cred, JobId, Tick};
-use crate::job::{Job, JobState};
+use crate::job::{Job, JobState, Joiner};
+use crate::queue::Queue;
 
 impl Core {
     pub(super) fn status(&self, now: Tick) -> Reply {
@@ -431,5 +432,41 @@ impl Core {
             }
         }
         fields
+    }
+}
+
+pub(super) fn queue_group_name(queue: &Queue) -> String {
+    match (&queue.group_name, queue.group) {
+        (Some(name), Some(gid)) => format!("{name}({gid})"),
+        (_, Some(gid)) => gid.to_string(),
+        _ => "-".to_string(),
+    }
+}
+
+pub(super) fn command_line(job: &Job) -> String {
+    let sep = match job.spec.joiner {
+        Joiner::Sequence => " :: ",
+        Joiner::Pipe => " == ",
+    };
+    let text = job
+        .spec
+        .launch
+        .stages()
+        .iter()
+        .map(|argv| {
+            argv.iter()
+                .map(|arg| arg.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join(sep);
+    const MAX: usize = 60;
+    if text.chars().count() > MAX {
+        let mut short: String = text.chars().take(MAX - 3).collect();
+        short.push_str("...");
+        short
+    } else {
+        text
     }
 }

@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::suggest::edit_distance;
 use super::*;
 use crate::command::help;
+use crate::command::{ClusterLimits, GroupRef, QueueMode, QueueSettings, Setting};
+use crate::units::parse_percent;
 
 /// Parses `line` and compares the outcome with `expected`: the canonical
 /// rendering of the command, `(nothing)` for a blank or comment line, or

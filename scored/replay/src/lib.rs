@@ -31,6 +31,11 @@ pub mod metrics;
 pub mod plot;
 pub mod swf;
 
+// The scheduling core's modules and the protocol crate's units, named as
+// the daemon names them (`crate::core`, `crate::units`, ...).
+use scored_core::{cluster, core, ids, job};
+use scored_proto::units;
+
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::rc::Rc;

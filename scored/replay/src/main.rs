@@ -2,9 +2,9 @@
 //! scheduling core with a virtual clock, and reports what the users would
 //! have waited (SPEC §10); `--generate` writes a synthetic trace instead.
 //!
-//! This is the shell around `scored::replay`: it reads files (plain or
-//! gzip), parses flags, draws the progress bar and writes the outputs; the
-//! replay itself is pure.
+//! This is the shell around the replay (the `scored_replay` library): it
+//! reads files (plain or gzip), parses flags, draws the progress bar and
+//! writes the outputs; the replay itself is pure.
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
@@ -13,11 +13,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use scored::cluster::Machine;
-use scored::exitcode;
-use scored::hosts;
-use scored::replay::{self, generate, metrics, swf, Setup};
-use scored::units::{parse_duration, quote, CpuSet};
+use scored_core::cluster::{Machine, Topology};
+use scored_core::hosts;
+use scored_proto::exitcode;
+use scored_proto::units::{parse_duration, quote, CpuSet};
+use scored_replay::{self as replay, generate, metrics, swf, Setup};
 
 /// Command-line flags of sc_replay.
 #[derive(Debug, Parser)]
@@ -272,22 +272,49 @@ fn host_memory(trace: &swf::Trace) -> u64 {
 
 /// A hosts database, resolved as for a machine that has every CPU it
 /// names and 1T of memory to share among hosts without `memory=`.
-fn load_hosts(path: &Path) -> Result<scored::cluster::Topology, String> {
+fn load_hosts(path: &Path) -> Result<Topology, String> {
     let machine = Machine {
         online_cpus: CpuSet::from_cpus(0..4096),
         total_memory: 1 << 40,
     };
-    hosts::load_topology(path, &mut scored::hostsfile::FsLoader, None, &machine).map_err(
-        |diagnostics| {
-            let text: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
-            format!(
-                "{}\nsc_replay: {} error{} in the hosts database",
-                text.join("\n"),
-                diagnostics.len(),
-                if diagnostics.len() == 1 { "" } else { "s" }
-            )
-        },
-    )
+    hosts::load_topology(path, &mut Files, None, &machine).map_err(|diagnostics| {
+        let text: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+        format!(
+            "{}\nsc_replay: {} error{} in the hosts database",
+            text.join("\n"),
+            diagnostics.len(),
+            if diagnostics.len() == 1 { "" } else { "s" }
+        )
+    })
+}
+
+/// The hosts database and the files it includes, read as the daemon reads
+/// them (its `hostsfile::FsLoader`, which this crate cannot depend on): at
+/// most [`hosts::MAX_FILE_SIZE`] bytes of UTF-8 text each.
+struct Files;
+
+impl hosts::Loader for Files {
+    fn load(&mut self, path: &Path) -> std::io::Result<String> {
+        let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)?
+            .take(hosts::MAX_FILE_SIZE + 1)
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > hosts::MAX_FILE_SIZE {
+            return Err(invalid(format!(
+                "{} is larger than {} MiB",
+                path.display(),
+                hosts::MAX_FILE_SIZE >> 20
+            )));
+        }
+        String::from_utf8(bytes).map_err(|error| {
+            invalid(format!(
+                "{} is not UTF-8 text (invalid byte at offset {})",
+                path.display(),
+                error.utf8_error().valid_up_to()
+            ))
+        })
+    }
 }
 
 /// `SWFQ=Q,...`: SWF queue numbers to scored queues.

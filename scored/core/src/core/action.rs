@@ -1,0 +1,153 @@
+//! What the core asks of the shell: [`Action`]s for the actuator and
+//! [`Notice`]s for clients, with the end of a job as a client is told it.
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use crate::command::reply::Reply;
+use crate::ids::{ClientToken, JobId};
+use crate::job::LaunchPlan;
+
+// Why a submission was refused, and how a job ended, are told to clients
+// as they are: the core uses the protocol's own types rather than mirrors
+// that the loop would translate.
+pub use crate::proto::{EndKind, RejectKind as Rejection};
+
+/// The accounting summary of a finished job.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Accounting {
+    /// Queues visited.
+    pub queues: Vec<u32>,
+    /// From submission to first run.
+    pub wait: Duration,
+    /// From first run to end.
+    pub wall: Duration,
+    /// CPU time.
+    pub cpu: Duration,
+    /// Time stopped or held after the first run.
+    pub stopped: Duration,
+    /// Times switched out.
+    pub switches: u64,
+    /// Peak memory per host (host name, bytes).
+    pub peak_memory: Vec<(String, u64)>,
+    /// Peak disk use.
+    pub peak_disk: u64,
+}
+
+impl From<&Accounting> for crate::proto::Accounting {
+    /// The accounting as the protocol carries it: durations in seconds.
+    fn from(accounting: &Accounting) -> crate::proto::Accounting {
+        crate::proto::Accounting {
+            queues: accounting.queues.clone(),
+            wait_secs: accounting.wait.as_secs_f64(),
+            wall_secs: accounting.wall.as_secs_f64(),
+            cpu_secs: accounting.cpu.as_secs_f64(),
+            stopped_secs: accounting.stopped.as_secs_f64(),
+            switches: accounting.switches,
+            peak_memory: accounting.peak_memory.clone(),
+            peak_disk: accounting.peak_disk,
+        }
+    }
+}
+
+/// The end of a job, as told to its client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ending {
+    /// The job.
+    pub job: JobId,
+    /// How it ended.
+    pub kind: EndKind,
+    /// The status scrun exits with.
+    pub status: i32,
+    /// A sentence for the user.
+    pub reason: String,
+    /// The signal that ended the process whose status is the job's, if a
+    /// signal did.
+    pub signal: Option<i32>,
+    /// Its accounting.
+    pub accounting: Accounting,
+}
+
+/// Something a client is told.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientEvent {
+    /// The job waits for resources.
+    Waiting(String),
+    /// The job was admitted.
+    Admitted {
+        /// Its id.
+        job: JobId,
+        /// Its queue.
+        queue: u32,
+        /// Its cluster's name.
+        cluster: String,
+        /// Its hosts' names.
+        hosts: Vec<String>,
+    },
+    /// The submission was refused.
+    Rejected {
+        /// Why.
+        kind: Rejection,
+        /// What was asked and what exists.
+        reason: String,
+    },
+    /// The job's processes were created.
+    Started(JobId),
+    /// The job is held.
+    Held(JobId),
+    /// The job ended.
+    Ended(Box<Ending>),
+    /// The reply to the client's console command.
+    Answer(Reply),
+}
+
+/// Something to tell a client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    /// The client.
+    pub client: ClientToken,
+    /// What to tell.
+    pub event: ClientEvent,
+}
+
+// A switch's actions are two words each (see `Action::Notify`).
+const _: () = assert!(std::mem::size_of::<Action>() <= 16);
+
+impl Action {
+    /// Tells `client` of `event`.
+    pub fn notify(client: ClientToken, event: ClientEvent) -> Action {
+        Action::Notify(Box::new(Notice { client, event }))
+    }
+}
+
+/// What the core asks the shell to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Create processes.
+    Spawn(Box<LaunchPlan>),
+    /// SIGSTOP every process of the job and report `Input::Stopped` once all are stopped.
+    Stop(JobId),
+    /// SIGCONT every process of the job.
+    Continue(JobId),
+    /// Send a signal to every process of the job.
+    Signal {
+        /// The job.
+        job: JobId,
+        /// The signal number.
+        signal: i32,
+    },
+    /// Measure the job's usage and report `Input::Usage`.
+    Sample(JobId),
+    /// The job is finished: remove what is left of it (scratch directory, cgroup).
+    Release(JobId),
+    /// A switch starts: note the time before the first signal of it.
+    SwitchBegin(u64),
+    /// The switch is complete: report `Input::SwitchMeasured` with the time since `SwitchBegin`.
+    SwitchEnd(u64),
+    /// Tell a client something (boxed, so that an action is two words:
+    /// a switch's actions are pushed and read without a copy through the
+    /// stack).
+    Notify(Box<Notice>),
+    /// Every job is gone after a shutdown: the daemon may exit.
+    Exit,
+}

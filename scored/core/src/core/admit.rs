@@ -1,0 +1,352 @@
+//! Submission and admission: the checks a submission passes, the
+//! placement that reserves its hosts, memory and disk, the clients that
+//! wait for resources in submission order, and the launch data shared by
+//! identical submissions.
+#![forbid(unsafe_code)]
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::{
+    command_line, queue_group_name, usage_limited, Action, ClientEvent, Core, JobEvent, Rejection,
+    Waiter,
+};
+use crate::admission::{self, Ask, Decision, Placement};
+use crate::ids::{ClientToken, Cred, JobId, Tick};
+use crate::job::{Job, JobRequest, JobSpec, Launch, Life, Usage};
+
+impl Core {
+    pub(super) fn default_queue(&self) -> u32 {
+        if self.queues.len() > 1 {
+            1
+        } else {
+            self.queues.len().saturating_sub(1) as u32
+        }
+    }
+
+    pub(super) fn submit(
+        &mut self,
+        client: ClientToken,
+        cred: Cred,
+        user: Rc<str>,
+        request: JobRequest,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) {
+        let reject = |kind, reason: String, out: &mut Vec<Action>| {
+            out.push(Action::notify(
+                client,
+                ClientEvent::Rejected { kind, reason },
+            ));
+        };
+        let duplicate =
+            self.by_client.contains_key(&client) || self.waiting.iter().any(|w| w.client == client);
+        if duplicate {
+            // The loop lets a connection submit once (its "one job only"
+            // refusal), so this is a bug: the job that came first keeps its
+            // client, and nothing is replaced.
+            debug_assert!(!duplicate, "client {} submitted twice", client.0);
+            tracing::error!(
+                client = client.0,
+                "a second submission from one client reached the core; ignored"
+            );
+            return;
+        }
+        if self.config.daemon_uid != 0 && cred.uid != self.config.daemon_uid {
+            // A daemon that is not root cannot change credentials, so it
+            // would run the job as itself.
+            return reject(
+                Rejection::Permission,
+                format!(
+                    "this scored runs as {} and can only run that user's jobs",
+                    self.config.daemon_user
+                ),
+                out,
+            );
+        }
+        if self.shutting_down {
+            return reject(
+                Rejection::ShuttingDown,
+                "scored is shutting down".into(),
+                out,
+            );
+        }
+        if let Some(problem) = &self.state_dir_problem {
+            // The wire has no kind of its own for this; like a shutdown, the
+            // daemon takes no jobs now, and the reason says why.
+            return reject(
+                Rejection::ShuttingDown,
+                format!("scored cannot run jobs now: {problem}"),
+                out,
+            );
+        }
+        let waiter = Waiter {
+            client,
+            cred,
+            user,
+            request,
+            submitted_at: now,
+            held: false,
+        };
+        if let Err((kind, reason)) = self.check_queue(&waiter) {
+            return reject(kind, reason, out);
+        }
+        let decision = self.decide(&waiter);
+        // Waiting jobs are admitted in submission order: a newcomer may not
+        // take what they wait for. One that reserves nothing (no memory,
+        // no disk, no job-count limit) takes nothing from them.
+        if !self.waiting.is_empty()
+            && !matches!(&decision, Decision::Admit(placement) if self.reserves_nothing(placement))
+        {
+            if let Decision::TooBig(reason) = decision {
+                return reject(Rejection::TooBig, reason, out);
+            }
+            let reason = format!(
+                "{} job{} already wait{} for resources ahead of this one",
+                self.waiting.len(),
+                if self.waiting.len() == 1 { "" } else { "s" },
+                if self.waiting.len() == 1 { "s" } else { "" }
+            );
+            return self.short(waiter, reason, out);
+        }
+        match decision {
+            Decision::Admit(placement) => self.admit(waiter, placement, now, out),
+            Decision::TooBig(reason) => reject(Rejection::TooBig, reason, out),
+            Decision::Short(reason) => self.short(waiter, reason, out),
+        }
+    }
+
+    /// Whether admitting a job with this placement takes nothing that a
+    /// waiting job could need.
+    pub(super) fn reserves_nothing(&self, placement: &Placement) -> bool {
+        placement.limits.memory.is_none()
+            && placement.limits.disk.is_none()
+            && self.limits[placement.cluster.idx()].jobs.is_none()
+    }
+
+    pub(super) fn short(&mut self, waiter: Waiter, reason: String, out: &mut Vec<Action>) {
+        let client = waiter.client;
+        if waiter.request.wait {
+            self.waiting.push_back(Rc::new(waiter));
+            out.push(Action::notify(client, ClientEvent::Waiting(reason)));
+        } else {
+            out.push(Action::notify(
+                client,
+                ClientEvent::Rejected {
+                    kind: Rejection::Resources,
+                    reason,
+                },
+            ));
+        }
+    }
+
+    pub(super) fn queue_of(&self, request: &JobRequest) -> u32 {
+        request.priority.unwrap_or_else(|| self.default_queue())
+    }
+
+    pub(super) fn check_queue(&self, waiter: &Waiter) -> Result<(), (Rejection, String)> {
+        let number = self.queue_of(&waiter.request);
+        let Some(queue) = self.queues.get(number as usize) else {
+            return Err((
+                Rejection::Invalid,
+                format!(
+                    "no queue {number}: queues are 0 to {}",
+                    self.queues.len().saturating_sub(1)
+                ),
+            ));
+        };
+        if !queue.enabled {
+            return Err((
+                Rejection::QueueDisabled,
+                format!("queue {number} is disabled"),
+            ));
+        }
+        if let Some(gid) = queue.group {
+            if waiter.cred.uid != 0 && !waiter.cred.in_group(gid) {
+                return Err((
+                    Rejection::Permission,
+                    format!(
+                        "queue {number} is restricted to group {}; user {} (uid {}) is not a member",
+                        queue_group_name(queue),
+                        waiter.user,
+                        waiter.cred.uid
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn decide(&self, waiter: &Waiter) -> Decision {
+        let queue = &self.queues[self.queue_of(&waiter.request) as usize];
+        let ask = Ask {
+            procs: waiter.request.procs,
+            memory: waiter.request.memory,
+            disk: waiter.request.disk,
+        };
+        admission::decide(ask, queue, &self.topology, &self.limits, &self.ledger)
+    }
+
+    pub(super) fn admit(
+        &mut self,
+        waiter: Waiter,
+        placement: Placement,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) {
+        let id = JobId(self.next_job);
+        self.next_job += 1;
+        let queue = self.queue_of(&waiter.request);
+        self.ledger.reserve(&placement);
+        let n_slots = placement.hosts.len();
+        let job = Job {
+            id,
+            user: waiter.user,
+            owner: waiter.cred,
+            client: Some(waiter.client),
+            queue,
+            queues_visited: smallvec::smallvec![queue],
+            cluster: placement.cluster,
+            hosts: placement.hosts,
+            layout: placement.layout.into(),
+            limits: placement.limits,
+            estimate: waiter.request.time,
+            operator_hold: false,
+            owner_hold: waiter.held,
+            life: Life::Queued,
+            ending: None,
+            submitted_at: waiter.submitted_at,
+            admitted_at: now,
+            run_time: Duration::ZERO,
+            switches: 0,
+            usage: Usage::default(),
+            peak_memory: smallvec::smallvec![0; n_slots],
+            peak_disk: 0,
+            residency_base: Duration::ZERO,
+            spec: JobSpec {
+                joiner: waiter.request.joiner,
+                procs: waiter.request.procs,
+                launch: self.intern_launch(&waiter.request),
+            },
+        };
+        let hosts = job
+            .hosts
+            .iter()
+            .map(|host| self.topology.host(*host).name.clone())
+            .collect();
+        let cluster = self.topology.cluster(job.cluster).name.clone();
+        out.push(Action::notify(
+            waiter.client,
+            ClientEvent::Admitted {
+                job: id,
+                queue,
+                cluster,
+                hosts,
+            },
+        ));
+        if self.jobs.is_empty() {
+            // Restart the slice cadence when the daemon leaves idleness, so
+            // that the first job gets a whole slice.
+            self.slice_anchor = now;
+            self.next_slice = now.after(self.config.timeslice);
+        }
+        self.queues.push_job(queue as usize, id, false);
+        self.by_client.insert(waiter.client, id);
+        if self.journal.is_some() {
+            let record = self.job_fields(&job, command_line(&job), job.state(), None, now, true);
+            self.journal(JobEvent::Admitted {
+                job: id,
+                waited: now.since(job.submitted_at),
+                record,
+            });
+        }
+        if job.limits.cputime.is_some() {
+            self.n_cputime_limited += 1;
+        }
+        if usage_limited(&job.limits) {
+            self.n_usage_limited += 1;
+        }
+        self.jobs.insert(id, job);
+    }
+
+    pub(super) fn admit_waiters(&mut self, now: Tick, out: &mut Vec<Action>) {
+        while let Some(front) = self.waiting.front() {
+            if let Err((kind, reason)) = self.check_queue(front) {
+                let client = front.client;
+                self.waiting.pop_front();
+                out.push(Action::notify(
+                    client,
+                    ClientEvent::Rejected { kind, reason },
+                ));
+                continue;
+            }
+            match self.decide(front) {
+                Decision::Admit(placement) => {
+                    let waiter = self.waiting.pop_front().expect("front exists");
+                    let waiter = Rc::try_unwrap(waiter).unwrap_or_else(|shared| (*shared).clone());
+                    self.admit(waiter, placement, now, out);
+                }
+                Decision::TooBig(reason) => {
+                    let client = front.client;
+                    self.waiting.pop_front();
+                    out.push(Action::notify(
+                        client,
+                        ClientEvent::Rejected {
+                            kind: Rejection::TooBig,
+                            reason,
+                        },
+                    ));
+                }
+                Decision::Short(_) => break,
+            }
+        }
+    }
+
+    /// The packed launch data of a request, shared with any identical one.
+    pub(super) fn intern_launch(&mut self, request: &JobRequest) -> Launch {
+        let launch = Launch::pack_with(
+            &request.stages,
+            &request.env,
+            &request.cwd,
+            &request.inherited,
+        );
+        let key = launch_key(&launch);
+        if let Some(existing) = self
+            .launches
+            .get(&key)
+            .and_then(|bucket| bucket.iter().find(|known| **known == launch))
+        {
+            return existing.clone();
+        }
+        match self.launches.get_mut(&key) {
+            Some(bucket) => bucket.push(launch.clone()),
+            None => {
+                self.launches.insert(key, vec![launch.clone()]);
+            }
+        }
+        launch
+    }
+
+    /// Drops the interner's copy once no unfinished job holds it (finished
+    /// jobs keep theirs for listings). Held by the interner, the finishing
+    /// job and no one else: 2 holders.
+    pub(super) fn forget_launch(&mut self, launch: &Launch) {
+        if launch.holders() > 2 {
+            return;
+        }
+        let key = launch_key(launch);
+        if let Some(bucket) = self.launches.get_mut(&key) {
+            bucket.retain(|known| !known.same(launch));
+            if bucket.is_empty() {
+                self.launches.remove(&key);
+            }
+        }
+    }
+}
+
+pub(super) fn launch_key(launch: &Launch) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    launch.hash(&mut hasher);
+    hasher.finish()
+}

@@ -1,0 +1,172 @@
+//! What the shell tells the core: [`Input`]s, and the steps of a job's
+//! life that the core hands back for the job journal ([`JobEvent`]).
+#![forbid(unsafe_code)]
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::command::reply::Value;
+use crate::command::Command;
+use crate::ids::{ClientToken, Cred, JobId};
+use crate::job::{ExitStatus, JobRequest, Usage};
+
+/// A step of a job's life, for the job journal (`Core::record_journal`).
+/// The shell stamps each with the wall-clock time and appends it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEvent {
+    /// The job was admitted (it was submitted `waited` earlier).
+    Admitted {
+        /// The job.
+        job: JobId,
+        /// How long it waited for admission.
+        waited: Duration,
+        /// Its `job ID` facts at admission.
+        record: Vec<(String, Value)>,
+    },
+    /// Its processes were created for the first time.
+    Started(JobId),
+    /// It moved to another queue.
+    Moved {
+        /// The job.
+        job: JobId,
+        /// From this queue.
+        from: u32,
+        /// To this queue.
+        to: u32,
+        /// `residency` or `operator`.
+        by: &'static str,
+    },
+    /// It was held (`by`: `operator` or `owner`).
+    Held {
+        /// The job.
+        job: JobId,
+        /// Who holds it.
+        by: &'static str,
+    },
+    /// Its holds were released.
+    Released(JobId),
+    /// It ended: its whole `job ID` record, with `exit` and `reason`.
+    Ended {
+        /// The job.
+        job: JobId,
+        /// The record.
+        record: Vec<(String, Value)>,
+    },
+}
+
+/// An input to the core.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// Whether the state directory can hold jobs' scratch directories:
+    /// `Some` names the path and the problem (jobs are refused meanwhile),
+    /// `None` says that it works again.
+    StateDir(Option<String>),
+    /// A job submission.
+    Submit {
+        /// The submitting connection.
+        client: ClientToken,
+        /// Its credentials.
+        cred: Cred,
+        /// The submitting user's name.
+        user: Rc<str>,
+        /// The job (boxed: an input is moved several times on its way in,
+        /// and the others are a few words).
+        request: Box<JobRequest>,
+    },
+    /// A connection closed.
+    ClientGone(ClientToken),
+    /// scrun was suspended: hold its job.
+    Hold(ClientToken),
+    /// scrun was continued: release its job.
+    Release(ClientToken),
+    /// scrun was interrupted: kill its job.
+    Interrupt(ClientToken),
+    /// scrun passes on a signal it received (a key of its terminal, a
+    /// window change, a hang-up, a reader gone): deliver it to every
+    /// process of its job.
+    Deliver {
+        /// The submitting connection.
+        client: ClientToken,
+        /// The signal.
+        signal: i32,
+    },
+    /// Every process of a job is stopped.
+    Stopped(JobId),
+    /// A rank exited.
+    RankExited {
+        /// The job.
+        job: JobId,
+        /// The stage.
+        stage: usize,
+        /// The rank within the stage.
+        rank: u32,
+        /// How it ended.
+        status: ExitStatus,
+    },
+    /// Creating the job's processes failed; the actuator killed the ones it made.
+    SpawnFailed {
+        /// The job.
+        job: JobId,
+        /// What failed.
+        message: String,
+        /// 126 (cannot execute) or 127 (not found).
+        status: i32,
+    },
+    /// The job has no process left (ranks and their descendants).
+    ProcessesGone(JobId),
+    /// The job could not be kept stopped (its stop was not confirmed in
+    /// time, or something outside it kept continuing it while it was
+    /// switched out, with no freezer to hold it): it is killed, so that
+    /// the jobs sharing its hosts get them.
+    StopFailed {
+        /// The job.
+        job: JobId,
+        /// Why, for the job's end reason.
+        reason: String,
+    },
+    /// A usage measurement.
+    Usage {
+        /// The job.
+        job: JobId,
+        /// What was measured.
+        usage: Usage,
+    },
+    /// The kernel's final word on a job's processes once they are all
+    /// reaped: their CPU time and, per host, the sum of their peak memory.
+    /// It only completes the accounting; no limit is checked against it.
+    FinalUsage {
+        /// The job.
+        job: JobId,
+        /// CPU time of every reaped process.
+        cpu: Duration,
+        /// Peak memory per host slot.
+        peak_memory: Vec<u64>,
+        /// Disk use at the end (executables and scratch directory).
+        disk: u64,
+    },
+    /// A switch's latency, measured by the shell.
+    SwitchMeasured {
+        /// The switch.
+        id: u64,
+        /// From its first SIGSTOP to its last SIGCONT.
+        latency: Duration,
+    },
+    /// A deadline passed.
+    Tick,
+    /// A console command (from `sc_console`, or a line of the start-up
+    /// script): its reply goes to `client` as [`ClientEvent::Answer`](super::ClientEvent::Answer), its
+    /// effects come out as actions like those of any other input.
+    Console {
+        /// Who gets the reply.
+        client: ClientToken,
+        /// Who asks: rights are checked against it.
+        cred: Cred,
+        /// The command (boxed, as a submission's request).
+        command: Box<Command>,
+    },
+    /// A signal asked the daemon to stop.
+    Shutdown {
+        /// Kill jobs rather than let them finish.
+        now: bool,
+    },
+}

@@ -1,0 +1,122 @@
+//! The core's invariants, checked after every step in tests and debug
+//! builds.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+
+use super::{set_busy, usage_limited, Core};
+use crate::admission::{Ledger, Placement};
+use crate::ids::{HostId, JobId, Tick};
+use crate::job::Phase;
+use crate::queue::Queue;
+use crate::sorted::SortedSet;
+
+impl Core {
+    /// Checks the core's invariants; tests call it after every step.
+    pub fn check_invariants(&self) {
+        let mut owner: HashMap<HostId, JobId> = HashMap::new();
+        for job in self.jobs.values() {
+            let live = matches!(job.phase(), Phase::Running | Phase::Stopping);
+            assert_eq!(
+                live,
+                self.live.contains(&job.id),
+                "live set out of date for job {}",
+                job.id
+            );
+            if live {
+                for host in &job.hosts {
+                    if let Some(other) = owner.insert(*host, job.id) {
+                        panic!("jobs {other} and {} both hold host {host}", job.id);
+                    }
+                }
+            }
+            let in_queue = self.queues[job.queue as usize]
+                .order()
+                .filter(|&queued| queued == job.id)
+                .count();
+            assert_eq!(
+                in_queue, 1,
+                "job {} must be in queue {} once",
+                job.id, job.queue
+            );
+        }
+        let stopping = self
+            .jobs
+            .values()
+            .filter(|job| job.phase() == Phase::Stopping)
+            .count();
+        assert_eq!(stopping, self.n_stopping, "count of stopping jobs");
+        let cputime = self
+            .jobs
+            .values()
+            .filter(|job| job.limits.cputime.is_some());
+        assert_eq!(
+            cputime.count(),
+            self.n_cputime_limited,
+            "jobs with a CPU time limit"
+        );
+        let limited = self.jobs.values().filter(|job| usage_limited(&job.limits));
+        assert_eq!(
+            limited.count(),
+            self.n_usage_limited,
+            "jobs with a usage limit"
+        );
+        let ending = self.jobs.values().filter(|job| job.is_ending());
+        assert_eq!(ending.count(), self.n_ending, "jobs being killed");
+        for job in self.jobs.values() {
+            let key = self
+                .live
+                .contains(&job.id)
+                .then(|| self.crossing_key(job))
+                .flatten();
+            assert_eq!(
+                self.crossing_of.get(&job.id).copied(),
+                key,
+                "crossing of job {} out of date",
+                job.id
+            );
+        }
+        assert_eq!(self.crossing_of.len(), self.crossings.len());
+        let mut busy = vec![0; self.topology.hosts.len().div_ceil(64)];
+        for job in &self.live {
+            set_busy(&mut busy, None, &self.jobs[job].hosts, true);
+        }
+        assert_eq!(busy, self.busy, "busy hosts are the live jobs' hosts");
+        for (key, job) in &self.crossings {
+            assert_eq!(
+                self.crossing_of.get(job),
+                Some(key),
+                "crossing of job {job}"
+            );
+        }
+        let queued: usize = self.queues.iter().map(Queue::len).sum();
+        assert_eq!(
+            queued,
+            self.jobs.len(),
+            "queues hold exactly the unfinished jobs"
+        );
+        let mut ledger = Ledger::new(&self.topology);
+        for job in self.jobs.values() {
+            ledger.reserve(&Placement {
+                cluster: job.cluster,
+                hosts: job.hosts.clone(),
+                layout: job.layout.to_vec(),
+                limits: job.limits,
+            });
+        }
+        assert_eq!(ledger, *self.ledger, "the ledger matches the admitted jobs");
+        // The deadline indexes hold exactly the jobs' own deadlines.
+        let kill: SortedSet<(Tick, JobId)> = self
+            .jobs
+            .values()
+            .filter_map(|job| job.kill_deadline().map(|deadline| (deadline, job.id)))
+            .collect();
+        assert_eq!(kill, *self.kill_deadlines, "graceful kills in progress");
+        let time: SortedSet<(Tick, JobId)> = self
+            .jobs
+            .values()
+            .filter_map(|job| job.time_deadline().map(|deadline| (deadline, job.id)))
+            .collect();
+        assert_eq!(time, *self.time_deadlines, "-time limits of running jobs");
+    }
+}

@@ -1,0 +1,523 @@
+//! A job's life after admission: its processes' exits, its usage checked
+//! against its limits, residency moves, kills (graceful or not), its end
+//! with the status and sentence its client is told, and shutdown.
+#![forbid(unsafe_code)]
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::{
+    command_line, set_busy, usage_limited, Accounting, Action, ClientEvent, Core, EndKind, Ending,
+    Finished, JobEvent, Rejection, HISTORY, SIGKILL, SIGPIPE, SIGTERM,
+};
+use crate::admission::Placement;
+use crate::ids::{ClientToken, JobId, Tick};
+use crate::job::{EndCause, ExitStatus, Job, JobState, Joiner, Launch, Phase, Usage};
+use crate::units::{format_duration, format_size};
+
+impl Core {
+    pub(super) fn rank_exited(
+        &mut self,
+        job: JobId,
+        stage: usize,
+        rank: u32,
+        status: ExitStatus,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        record.rank_exited();
+        // In a pipeline (`==`), as in a shell without `set -o pipefail`,
+        // the job's status is that of its last stage: an earlier stage's
+        // exit code does not count, nor does the signal of a kill already
+        // under way, and SIGPIPE, the normal end of a producer whose
+        // consumer stopped reading, is no failure at all.
+        let producer =
+            record.spec.joiner == Joiner::Pipe && stage + 1 < record.spec.launch.n_stages();
+        let normal = matches!(status, ExitStatus::Code(_) | ExitStatus::Signal(SIGPIPE));
+        if producer && (normal || record.is_ending()) {
+            return;
+        }
+        if !status.success() {
+            record.rank_failed(status, stage, rank);
+        }
+        // A rank killed by a signal is an abnormal end of the parallel
+        // program: the others would wait for it forever, so the job ends.
+        if let ExitStatus::Signal(signal) = status {
+            if !record.is_ending() {
+                self.n_ending += 1;
+                record.begin_end(EndCause::RankSignalled, None);
+                tracing::debug!(job = %job, stage, rank, signal, "rank killed by a signal; killing the job");
+                if record.ranks_left() > 0 {
+                    out.push(Action::Signal {
+                        job,
+                        signal: SIGKILL,
+                    });
+                }
+            }
+        }
+    }
+
+    pub(super) fn processes_gone(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let (phase, time_deadline) = record.processes_gone(now);
+        if phase == Phase::Stopping {
+            self.n_stopping -= 1;
+        }
+        if let Some(deadline) = time_deadline {
+            self.time_deadlines.remove(&(deadline, job));
+        }
+        if self.live.remove(&job) {
+            let mask = self.scratch.mask_of(job);
+            set_busy(&mut self.busy, mask, &record.hosts, false);
+        }
+        self.refresh_crossing(job);
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let more_stages = record.spec.joiner == Joiner::Sequence
+            && record.stage() + 1 < record.spec.launch.n_stages();
+        if !record.is_ending() && record.failure().is_none() && more_stages {
+            record.next_stage();
+            return;
+        }
+        self.finish(job, now, out);
+    }
+
+    pub(super) fn usage(&mut self, job: JobId, usage: Usage, now: Tick, out: &mut Vec<Action>) {
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        for (peak, current) in record.peak_memory.iter_mut().zip(&usage.memory) {
+            *peak = (*peak).max(*current);
+        }
+        record.peak_disk = record.peak_disk.max(usage.disk);
+        // CPU time never goes back, even if a sample missed a process.
+        let cpu = usage.cpu.max(record.usage.cpu);
+        record.usage = Usage { cpu, ..usage };
+        if record.is_ending() {
+            return;
+        }
+        let mut violation = None;
+        if let Some(limit) = record.limits.cputime {
+            if cpu > limit {
+                violation = Some(format!(
+                    "CPU time {} over the limit of {}",
+                    format_duration(cpu),
+                    format_duration(limit)
+                ));
+            }
+        }
+        if let Some(limit) = record.limits.memory {
+            for (slot, used) in record.usage.memory.iter().enumerate() {
+                if *used > limit && violation.is_none() {
+                    let host = record
+                        .hosts
+                        .get(slot)
+                        .map(|h| self.topology.host(*h).name.as_str())
+                        .unwrap_or("?");
+                    violation = Some(format!(
+                        "memory {} over the limit of {} on {host}",
+                        format_size(*used),
+                        format_size(limit)
+                    ));
+                }
+            }
+        }
+        if let Some(limit) = record.limits.disk {
+            if record.usage.disk > limit && violation.is_none() {
+                violation = Some(format!(
+                    "disk {} over the limit of {}",
+                    format_size(record.usage.disk),
+                    format_size(limit)
+                ));
+            }
+        } else if let Some(backstop) = self
+            .limits
+            .get(record.cluster.idx())
+            .and_then(|limits| limits.disk)
+            .map(unlimited_disk_backstop)
+        {
+            // A job without a disk limit of its own (the queue sets no disk
+            // percentage) reserves nothing, but it may still not fill the
+            // filesystems the cluster's disk pool is measured on.
+            if record.usage.disk > backstop && violation.is_none() {
+                violation = Some(format!(
+                    "disk {} over {}, half of cluster {}'s disk limit (the job has no disk limit of its own)",
+                    format_size(record.usage.disk),
+                    format_size(backstop),
+                    self.topology.cluster(record.cluster).name
+                ));
+            }
+        }
+        if let Some(why) = violation {
+            tracing::info!(job = %job, reason = %why, "limit exceeded; killing the job");
+            self.begin_kill(job, EndCause::Limit(why), false, now, out);
+            return;
+        }
+        // Residency: a job whose CPU time in its queue exceeds the queue's
+        // residency time sinks to the next lower queue, and the clock restarts.
+        let queue = record.queue;
+        if let Some(residency) = self.queues.get(queue as usize).and_then(|q| q.residency) {
+            if cpu.saturating_sub(record.residency_base) > residency
+                && (queue as usize) + 1 < self.queues.len()
+            {
+                tracing::info!(job = %job, from = queue, to = queue + 1, "residency exceeded; moving down");
+                self.move_job(job, queue + 1);
+                self.journal(JobEvent::Moved {
+                    job,
+                    from: queue,
+                    to: queue + 1,
+                    by: "residency",
+                });
+            }
+        }
+    }
+
+    pub(super) fn move_job(&mut self, job: JobId, to: u32) {
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let from = record.queue;
+        record.queue = to;
+        record.queues_visited.push(to);
+        record.residency_base = record.usage.cpu;
+        let started = record.started();
+        self.queues[from as usize].remove(job);
+        self.queues.push_job(to as usize, job, started);
+    }
+    /// Starts killing a job. A graceful kill sends SIGTERM and lets the job
+    /// run (ahead of every queue) to handle it, then SIGKILL after the grace.
+    pub(super) fn begin_kill(
+        &mut self,
+        job: JobId,
+        cause: EndCause,
+        graceful: bool,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) {
+        let grace = self.config.kill_grace;
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if !record.is_ending() {
+            // Every path below sets its ending but the one that returns at
+            // once, for a job already ending.
+            self.n_ending += 1;
+        }
+        if record.is_ending() && !matches!(record.ending(), Some(EndCause::RankSignalled)) {
+            // Already being killed; a harder kill may still escalate it.
+            if !graceful {
+                if let Some(deadline) = record.harden_kill() {
+                    self.kill_deadlines.remove(&(deadline, job));
+                    out.push(Action::Signal {
+                        job,
+                        signal: SIGKILL,
+                    });
+                }
+            }
+            return;
+        }
+        if record.phase() == Phase::Idle {
+            // No process exists: nothing to signal.
+            record.begin_end(cause, None);
+            self.finish(job, now, out);
+            return;
+        }
+        if graceful {
+            record.begin_end(cause, Some(now.after(grace)));
+            self.kill_deadlines.insert((now.after(grace), job));
+            out.push(Action::Signal {
+                job,
+                signal: SIGTERM,
+            });
+        } else {
+            record.begin_end(cause, None);
+            out.push(Action::Signal {
+                job,
+                signal: SIGKILL,
+            });
+        }
+    }
+
+    pub(super) fn finish(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
+        let Some(mut record) = self.jobs.remove(&job) else {
+            return;
+        };
+        if record.is_ending() {
+            self.n_ending -= 1;
+        }
+        self.scratch.forget(job);
+        let (phase, time_deadline) = record.processes_gone(now);
+        if phase == Phase::Stopping {
+            self.n_stopping -= 1;
+        }
+        if let Some(deadline) = record.harden_kill() {
+            self.kill_deadlines.remove(&(deadline, job));
+        }
+        if let Some(deadline) = time_deadline {
+            self.time_deadlines.remove(&(deadline, job));
+        }
+        self.bound_waiting.remove(&job);
+        if record.limits.cputime.is_some() {
+            self.n_cputime_limited = self.n_cputime_limited.saturating_sub(1);
+        }
+        if usage_limited(&record.limits) {
+            self.n_usage_limited = self.n_usage_limited.saturating_sub(1);
+        }
+        self.ran.retain(|other| *other != job);
+        if self.live.remove(&job) {
+            let mask = self.scratch.mask_of(job);
+            set_busy(&mut self.busy, mask, &record.hosts, false);
+        }
+        self.refresh_crossing(job);
+        self.queues[record.queue as usize].remove(job);
+        self.ledger.release(&Placement {
+            cluster: record.cluster,
+            hosts: record.hosts.clone(),
+            layout: record.layout.to_vec(),
+            limits: record.limits,
+        });
+        if let Some(client) = record.client {
+            self.by_client.remove(&client);
+        }
+        let first_failure = record.failure().map(ExitStatus::as_shell);
+        let (kind, status, reason, state) = match record.ending() {
+            None => {
+                let status = first_failure.unwrap_or(0);
+                (
+                    EndKind::Exited,
+                    status,
+                    describe_exit(&record),
+                    JobState::Done,
+                )
+            }
+            Some(EndCause::RankSignalled) => {
+                let together = match record.spec.joiner {
+                    Joiner::Pipe => record.spec.launch.n_stages() as u32,
+                    Joiner::Sequence => 1,
+                };
+                let mut reason = describe_exit(&record);
+                if record.nprocs() * together > 1 {
+                    reason.push_str("; the other processes were killed");
+                }
+                (
+                    EndKind::Exited,
+                    first_failure.unwrap_or(crate::exitcode::from_signal(SIGKILL)),
+                    reason,
+                    JobState::Done,
+                )
+            }
+            Some(EndCause::Limit(why)) => (
+                EndKind::Limit,
+                crate::exitcode::LIMIT,
+                format!("killed: {why}"),
+                JobState::Killed,
+            ),
+            Some(EndCause::Killed(by)) => {
+                let (status, reason) = asked_to_end(&record, by, SIGTERM);
+                (EndKind::Killed, status, reason, JobState::Killed)
+            }
+            Some(EndCause::ClientGone) => {
+                let (status, reason) =
+                    asked_to_end(&record, "because its scrun went away", SIGKILL);
+                (EndKind::Killed, status, reason, JobState::Killed)
+            }
+            Some(EndCause::Shutdown) => {
+                let (status, reason) =
+                    asked_to_end(&record, "because scored is shutting down", SIGTERM);
+                (EndKind::Shutdown, status, reason, JobState::Killed)
+            }
+            Some(EndCause::LaunchFailed { message, status }) => (
+                EndKind::LaunchFailed,
+                *status,
+                format!("launch failed: {message}"),
+                JobState::Done,
+            ),
+        };
+        let signal = match (record.ending(), record.failure()) {
+            (Some(EndCause::LaunchFailed { .. } | EndCause::Limit(_)), _) => None,
+            (_, Some(ExitStatus::Signal(signal))) => Some(signal),
+            _ => None,
+        };
+        let accounting = self.accounting(&record, now);
+        let ending = Ending {
+            job,
+            kind,
+            status,
+            reason,
+            signal,
+            accounting,
+        };
+        tracing::info!(job = %job, status, reason = %ending.reason, "job ended");
+        if self.journal.is_some() {
+            let record = self.job_fields(
+                &record,
+                command_line(&record),
+                state,
+                Some(&ending),
+                now,
+                true,
+            );
+            self.journal(JobEvent::Ended { job, record });
+        }
+        if let Some(client) = record.client {
+            out.push(Action::notify(
+                client,
+                ClientEvent::Ended(Box::new(ending.clone())),
+            ));
+        }
+        if record.started() {
+            out.push(Action::Release(job));
+        }
+        let command = command_line(&record);
+        self.forget_launch(&record.spec.launch);
+        record.spec.launch = Launch::pack(&[], &[], std::ffi::OsStr::new(""));
+        if self.finished.len() == HISTORY {
+            self.finished.pop_front();
+        }
+        self.finished.push_back(Rc::new(Finished {
+            job: record,
+            command,
+            state,
+            ended_at: now,
+            ending,
+        }));
+        self.admit_waiters(now, out);
+    }
+
+    pub(super) fn accounting(&self, job: &Job, now: Tick) -> Accounting {
+        let wait = job.first_run_at().unwrap_or(now).since(job.submitted_at);
+        let wall = job
+            .first_run_at()
+            .map_or(Duration::ZERO, |first| now.since(first));
+        Accounting {
+            queues: job.queues_visited.to_vec(),
+            wait,
+            wall,
+            cpu: job.usage.cpu,
+            stopped: job.stopped_time(now),
+            switches: job.switches,
+            peak_memory: job
+                .hosts
+                .iter()
+                .zip(&job.peak_memory)
+                .map(|(host, peak)| (self.topology.host(*host).name.clone(), *peak))
+                .collect(),
+            peak_disk: job.peak_disk,
+        }
+    }
+
+    pub(super) fn client_gone(&mut self, client: ClientToken, now: Tick, out: &mut Vec<Action>) {
+        if self.waiting.iter().any(|waiter| waiter.client == client) {
+            self.waiting
+                .modify(|waiting| waiting.retain(|waiter| waiter.client != client));
+        }
+        if let Some(job) = self.by_client.remove(&client) {
+            if let Some(record) = self.jobs.get_mut(&job) {
+                record.client = None;
+            }
+            self.begin_kill(job, EndCause::ClientGone, false, now, out);
+        }
+    }
+
+    /// Starts a shutdown; returns how many jobs are being killed.
+    pub(super) fn shutdown(&mut self, now_kill: bool, now: Tick, out: &mut Vec<Action>) -> usize {
+        if !self.shutting_down {
+            tracing::info!(kill = now_kill, jobs = self.jobs.len(), "shutting down");
+        }
+        self.shutting_down = true;
+        for waiter in self.waiting.modify(std::mem::take) {
+            out.push(Action::notify(
+                waiter.client,
+                ClientEvent::Rejected {
+                    kind: Rejection::ShuttingDown,
+                    reason: "scored is shutting down".into(),
+                },
+            ));
+        }
+        // Jobs that cannot progress (held, or in a deactivated queue) would
+        // keep a graceful shutdown waiting forever: they are killed too.
+        let victims: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|job| now_kill || job.held() || !self.queues[job.queue as usize].activated)
+            .map(|job| job.id)
+            .collect();
+        let n_victims = victims.len();
+        for job in victims {
+            self.begin_kill(job, EndCause::Shutdown, true, now, out);
+        }
+        n_victims
+    }
+}
+
+/// Which process failed: `rank 2`, or `rank 0 of stage 1` in a job of
+/// several stages (numbered as `SCORE_RANK` and `SCORE_STAGE`).
+pub(super) fn failed_process(job: &Job) -> String {
+    match job.failed_rank() {
+        Some((stage, rank)) if job.spec.launch.n_stages() > 1 => {
+            format!("rank {rank} of stage {stage}")
+        }
+        Some((_, rank)) => format!("rank {rank}"),
+        None => "a process".to_string(),
+    }
+}
+
+/// How a job's processes ended by themselves: `rank 0 killed by SIGSEGV
+/// (segmentation fault)`.
+pub(super) fn describe_exit(job: &Job) -> String {
+    match job.failure() {
+        None => "all processes exited with status 0".to_string(),
+        Some(ExitStatus::Code(code)) => {
+            format!("{} exited with status {code}", failed_process(job))
+        }
+        Some(ExitStatus::Signal(signal)) => format!(
+            "{} killed by {}",
+            failed_process(job),
+            crate::signame::describe(signal)
+        ),
+    }
+}
+
+/// The status and sentence of a job that was asked to end (`who`: `by its
+/// owner`, `because scored is shutting down`, ...). A job that handled
+/// the request and exited has its own status, as scrun passes on any
+/// other; one whose processes a signal ended has that signal's; one that
+/// never ran has `default_signal`'s.
+pub(super) fn asked_to_end(job: &Job, who: &str, default_signal: i32) -> (i32, String) {
+    if !job.started() {
+        return (
+            crate::exitcode::from_signal(default_signal),
+            format!("killed {who} before it started"),
+        );
+    }
+    match job.failure() {
+        None => (0, format!("asked to end {who}; it exited with status 0")),
+        Some(ExitStatus::Code(code)) => (
+            code,
+            format!(
+                "asked to end {who}; {} exited with status {code}",
+                failed_process(job)
+            ),
+        ),
+        Some(ExitStatus::Signal(signal)) => (
+            crate::exitcode::from_signal(signal),
+            format!(
+                "killed {who}: {} ended by {}",
+                failed_process(job),
+                crate::signame::describe(signal)
+            ),
+        ),
+    }
+}
+
+/// What a job without a disk limit of its own may use at most: half of
+/// its cluster's disk limit (by default the free space of the state
+/// directory's filesystem at start-up), so that no single job fills it.
+pub fn unlimited_disk_backstop(cluster_disk_limit: u64) -> u64 {
+    cluster_disk_limit / 2
+}

@@ -1,0 +1,683 @@
+//! Restoring the core from a [`CoreSnapshot`](super::CoreSnapshot): every
+//! field read back and checked (hosts, clusters, queues, ids, launch data),
+//! what can be derived rebuilt, and the restored core's invariants checked
+//! before it is used. Every error names what does not fit.
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::ffi::OsString;
+use std::fmt;
+use std::os::unix::ffi::OsStringExt;
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::{CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot, StatusSnapshot};
+use crate::admission::{ClusterLimits, Ledger, Placement};
+use crate::cluster::Topology;
+use crate::command::QueueMode;
+use crate::core::{usage_limited, Core, CoreConfig, CoreSnapshot, Switches, Waiter};
+use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
+use crate::inherit::Inherited;
+use crate::job::{
+    EndCause, ExitStatus, Failure, Job, JobLimits, JobRequest, JobSpec, Joiner, Killing, Life,
+    Phase, ProcRequest, Procs, Started, Stretch, Usage,
+};
+use crate::queue::Queue;
+
+/// Why a snapshot cannot be restored: what does not fit, and where. The
+/// texts are the daemon's messages (`scored: cannot take over: ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreError {
+    /// The hosts database gives other hosts than the state has.
+    HostsChanged {
+        /// The state's hosts, in order.
+        state: Vec<String>,
+        /// The hosts database's, in order.
+        now: Vec<String>,
+    },
+    /// The hosts database gives another number of clusters.
+    ClustersChanged {
+        /// How many the state has.
+        state: usize,
+        /// How many the hosts database gives.
+        now: usize,
+    },
+    /// The state has no queue at all.
+    NoQueue,
+    /// The packed launch data cannot be read; the text says how.
+    Launch(&'static str),
+    /// A job refers to launch data the state does not have.
+    LaunchMissing(usize),
+    /// A job names a host, cluster or queue that does not exist, or its
+    /// hosts and layout disagree.
+    JobDoesNotFit(JobId),
+    /// A job's phase is none of `idle`, `running`, `stopping`, `stopped`.
+    UnknownPhase {
+        /// The job.
+        job: JobId,
+        /// The phase it has.
+        phase: String,
+    },
+    /// A job's state flags and times are a combination no build writes.
+    JobState {
+        /// The job.
+        job: JobId,
+        /// What does not fit (`runs but never started`).
+        what: &'static str,
+    },
+    /// A job appears twice, or has an id not below the next one.
+    DuplicateJob(JobId),
+    /// A queue holds a job that the state does not have.
+    QueueHoldsUnknownJob {
+        /// The queue.
+        queue: u32,
+        /// The job id.
+        job: u64,
+    },
+    /// A queue holds a job that belongs to another queue.
+    JobInOtherQueue {
+        /// The job.
+        job: u64,
+        /// The queue that holds it.
+        queue: u32,
+        /// The queue it belongs to.
+        belongs: u32,
+    },
+    /// Two jobs run on one host.
+    HostTaken {
+        /// The job that has it first.
+        first: JobId,
+        /// The other job.
+        second: JobId,
+        /// The host.
+        host: HostId,
+    },
+    /// A job is not in its queue exactly once.
+    NotInQueueOnce {
+        /// The job.
+        job: JobId,
+        /// Its queue.
+        queue: u32,
+    },
+    /// The queues hold other jobs than the state's.
+    QueuesDisagree,
+    /// The reservations of the state's jobs are not the ledger's.
+    ReservationsDisagree,
+}
+
+impl fmt::Display for RestoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RestoreError::HostsChanged { state, now } => write!(
+                f,
+                "the hosts changed: the state has {} host(s) ({}), the hosts database now gives {} ({})",
+                state.len(),
+                state.join(","),
+                now.len(),
+                now.join(",")
+            ),
+            RestoreError::ClustersChanged { state, now } => write!(
+                f,
+                "the clusters changed: the state has {state}, the hosts database now gives {now}"
+            ),
+            RestoreError::NoQueue => f.write_str("the state has no queue"),
+            RestoreError::Launch(what) => f.write_str(what),
+            RestoreError::LaunchMissing(idx) => write!(f, "launch data {idx} is missing"),
+            RestoreError::JobDoesNotFit(id) => {
+                write!(f, "job {id} does not fit the hosts, clusters or queues")
+            }
+            RestoreError::UnknownPhase { job, phase } => {
+                write!(f, "job {job} has an unknown phase '{phase}'")
+            }
+            RestoreError::JobState { job, what } => write!(f, "job {job} {what}"),
+            RestoreError::DuplicateJob(id) => {
+                write!(f, "job {id} appears twice or after the next id")
+            }
+            RestoreError::QueueHoldsUnknownJob { queue, job } => write!(
+                f,
+                "queue {queue} holds job {job}, which is not in the state"
+            ),
+            RestoreError::JobInOtherQueue {
+                job,
+                queue,
+                belongs,
+            } => write!(
+                f,
+                "job {job} is in queue {queue} but belongs to queue {belongs}"
+            ),
+            RestoreError::HostTaken {
+                first,
+                second,
+                host,
+            } => write!(f, "jobs {first} and {second} both run on host {host}"),
+            RestoreError::NotInQueueOnce { job, queue } => {
+                write!(f, "job {job} is not in queue {queue} once")
+            }
+            RestoreError::QueuesDisagree => {
+                f.write_str("the queues do not hold exactly the unfinished jobs")
+            }
+            RestoreError::ReservationsDisagree => {
+                f.write_str("the reservations do not match the jobs")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RestoreError {}
+
+pub(super) fn from_us(micros: u64) -> Duration {
+    Duration::from_micros(micros)
+}
+
+pub(super) fn unhex(text: &str) -> Result<Vec<u8>, RestoreError> {
+    let digit = |byte: u8| -> Result<u8, RestoreError> {
+        match byte {
+            b'0'..=b'9' => Ok(byte - b'0'),
+            b'a'..=b'f' => Ok(byte - b'a' + 10),
+            _ => Err(RestoreError::Launch("launch data is not hexadecimal")),
+        }
+    };
+    let bytes = text.as_bytes();
+    if bytes.len() % 2 != 0 {
+        return Err(RestoreError::Launch("launch data has an odd length"));
+    }
+    bytes
+        .chunks(2)
+        .map(|pair| Ok(digit(pair[0])? << 4 | digit(pair[1])?))
+        .collect()
+}
+
+pub(super) fn cred_in(cred: CredSnapshot) -> Cred {
+    Cred {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+        groups: cred.groups,
+    }
+}
+
+pub(super) fn procs_in(procs: ProcsSnapshot) -> ProcRequest {
+    match procs {
+        ProcsSnapshot::Nodes(n) => ProcRequest::Nodes(n),
+        ProcsSnapshot::Grid(hosts, per_host) => ProcRequest::Grid { hosts, per_host },
+        ProcsSnapshot::Hosts(n) => ProcRequest::Hosts(n),
+    }
+}
+
+pub(super) fn status_in(status: &StatusSnapshot) -> ExitStatus {
+    match *status {
+        StatusSnapshot::Code(code) => ExitStatus::Code(code),
+        StatusSnapshot::Signal(signal) => ExitStatus::Signal(signal),
+    }
+}
+
+/// A job record's state as the snapshot keeps it (flags and times side by
+/// side, as every build has written them) made into the job's [`Life`] and
+/// [`Killing`]. A combination that no build writes (a running job with no
+/// start time, say) is refused, naming the job and what does not fit.
+pub(super) fn job_state_in(
+    id: JobId,
+    record: &JobSnapshot,
+    phase: Phase,
+) -> Result<(Life, Option<Box<Killing>>), RestoreError> {
+    let refuse = |what: &'static str| Err(RestoreError::JobState { job: id, what });
+    let life = match (record.started, record.first_run_at) {
+        (false, None) => {
+            if phase != Phase::Idle {
+                return refuse("has processes but never started");
+            }
+            if record.failure.is_some() || record.stage != 0 {
+                return refuse("has a failed rank or a later stage but never started");
+            }
+            if record.running_since.is_some() || record.time_deadline.is_some() {
+                return refuse("runs but never started");
+            }
+            Life::Queued
+        }
+        (true, Some(first_run_at)) => {
+            let procs = match (phase, record.running_since) {
+                (Phase::Running, Some(since)) => Procs::Running(Stretch {
+                    since: Tick(since),
+                    time_deadline: record.time_deadline.map(Tick),
+                }),
+                (Phase::Running, None) => return refuse("runs but has no start of its stretch"),
+                (_, Some(_)) => return refuse("has a running stretch but does not run"),
+                (Phase::Idle, None) => Procs::Idle,
+                (Phase::Stopping, None) => Procs::Stopping,
+                (Phase::Stopped, None) => Procs::Stopped,
+            };
+            if phase != Phase::Running && record.time_deadline.is_some() {
+                return refuse("has a time limit deadline but does not run");
+            }
+            let Ok(stage) = u32::try_from(record.stage) else {
+                return refuse("has a stage out of range");
+            };
+            let failure = record.failure.as_ref().map(|status| Failure {
+                status: status_in(status),
+                rank: record
+                    .failed_rank
+                    .map(|(stage, rank)| (u32::try_from(stage).unwrap_or(u32::MAX), rank)),
+            });
+            Life::Started(Started::restored(
+                Tick(first_run_at),
+                stage,
+                record.ranks_left,
+                procs,
+                failure,
+            ))
+        }
+        (true, None) => return refuse("started but has no first run time"),
+        (false, Some(_)) => return refuse("has a first run time but never started"),
+    };
+    if record.graceful_kill != record.kill_deadline.is_some() {
+        return refuse("has a graceful kill without a deadline, or a deadline without one");
+    }
+    let ending = match &record.ending {
+        None if record.graceful_kill => return refuse("has a graceful kill but is not ending"),
+        None => None,
+        Some(cause) => Some(Box::new(Killing {
+            cause: match cause {
+                EndSnapshot::Limit(why) => EndCause::Limit(why.clone()),
+                EndSnapshot::Killed(by) => EndCause::Killed(by.clone()),
+                EndSnapshot::ClientGone => EndCause::ClientGone,
+                EndSnapshot::Shutdown => EndCause::Shutdown,
+                EndSnapshot::LaunchFailed(message, status) => EndCause::LaunchFailed {
+                    message: message.clone(),
+                    status: *status,
+                },
+                EndSnapshot::RankSignalled => EndCause::RankSignalled,
+            },
+            kill_deadline: record.kill_deadline.map(Tick),
+        })),
+    };
+    Ok((life, ending))
+}
+
+/// The parts of packed launch data (stages, environment, working directory,
+/// and what the processes inherit from the caller).
+pub(super) type LaunchParts = (
+    Vec<Vec<OsString>>,
+    Vec<(OsString, OsString)>,
+    OsString,
+    Inherited,
+);
+
+pub(super) fn unpack(bytes: Vec<u8>) -> Result<LaunchParts, RestoreError> {
+    let mut reader = Reader {
+        bytes: &bytes,
+        at: 0,
+    };
+    let n_stages = reader.count()?;
+    let mut stages = Vec::new();
+    for _ in 0..n_stages {
+        let n_args = reader.count()?;
+        let mut argv = Vec::new();
+        for _ in 0..n_args {
+            argv.push(reader.os()?);
+        }
+        stages.push(argv);
+    }
+    let n_vars = reader.count()?;
+    let mut env = Vec::new();
+    for _ in 0..n_vars {
+        env.push((reader.os()?, reader.os()?));
+    }
+    let cwd = reader.os()?;
+    let mut inherited = Inherited::default();
+    if reader.at != bytes.len() {
+        inherited.ignored = reader.u64()?;
+        inherited.umask = match reader.count()? as u32 {
+            u32::MAX => None,
+            mask => Some(mask),
+        };
+        for _ in 0..reader.count()? {
+            let resource = u8::try_from(reader.count()?)
+                .map_err(|_| RestoreError::Launch("launch data names an unknown limit"))?;
+            inherited
+                .rlimits
+                .push((resource, reader.u64()?, reader.u64()?));
+        }
+        if reader.at != bytes.len() {
+            let present = reader.count()?;
+            let (nice, ioprio) = (reader.count()? as u32 as i32, reader.count()? as u32);
+            inherited.nice = (present & 1 != 0).then_some(nice);
+            inherited.ioprio = (present & 2 != 0).then_some(ioprio);
+        }
+    }
+    if reader.at != bytes.len() {
+        return Err(RestoreError::Launch("launch data has trailing bytes"));
+    }
+    Ok((stages, env, cwd, inherited))
+}
+
+pub(super) struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn count(&mut self) -> Result<usize, RestoreError> {
+        let raw = self
+            .bytes
+            .get(self.at..self.at + 4)
+            .ok_or(RestoreError::Launch("launch data is truncated"))?;
+        self.at += 4;
+        Ok(u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize)
+    }
+
+    fn u64(&mut self) -> Result<u64, RestoreError> {
+        let raw = self
+            .bytes
+            .get(self.at..self.at + 8)
+            .ok_or(RestoreError::Launch("launch data is truncated"))?;
+        self.at += 8;
+        let mut le = [0u8; 8];
+        le.copy_from_slice(raw);
+        Ok(u64::from_le_bytes(le))
+    }
+
+    fn os(&mut self) -> Result<OsString, RestoreError> {
+        let len = self.count()?;
+        let value = self
+            .bytes
+            .get(self.at..self.at + len)
+            .ok_or(RestoreError::Launch("launch data is truncated"))?;
+        self.at += len;
+        Ok(OsString::from_vec(value.to_vec()))
+    }
+}
+
+impl Core {
+    /// A core with `snapshot`'s state, on `topology` (which must have the
+    /// same hosts), with `config`'s settings but the snapshot's time slice.
+    /// Every error names what does not fit; nothing is half restored.
+    pub fn restore(
+        mut config: CoreConfig,
+        topology: Topology,
+        snapshot: CoreSnapshot,
+    ) -> Result<Core, RestoreError> {
+        let names: Vec<&str> = topology.hosts.iter().map(|h| h.name.as_str()).collect();
+        if names
+            != snapshot
+                .hosts
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+        {
+            return Err(RestoreError::HostsChanged {
+                state: snapshot.hosts,
+                now: names.iter().map(|name| name.to_string()).collect(),
+            });
+        }
+        if snapshot.limits.len() != topology.clusters.len() {
+            return Err(RestoreError::ClustersChanged {
+                state: snapshot.limits.len(),
+                now: topology.clusters.len(),
+            });
+        }
+        if snapshot.queues.is_empty() {
+            return Err(RestoreError::NoQueue);
+        }
+        config.timeslice = from_us(snapshot.timeslice_us.max(1000));
+        let memory_limits = snapshot.limits.iter().map(|limits| limits.0).collect();
+        let mut core = Core::new(config, topology, memory_limits);
+        core.limits = snapshot
+            .limits
+            .iter()
+            .map(|&(memory, disk, jobs)| ClusterLimits { memory, disk, jobs })
+            .collect();
+        let launches: Vec<LaunchParts> = snapshot
+            .launches
+            .into_iter()
+            .map(|text| unpack(unhex(&text)?))
+            .collect::<Result<_, RestoreError>>()?;
+        let launch_of = |idx: usize| -> Result<&LaunchParts, RestoreError> {
+            launches.get(idx).ok_or(RestoreError::LaunchMissing(idx))
+        };
+        let mut started: BTreeSet<u64> = BTreeSet::new();
+        for record in snapshot.jobs {
+            let id = JobId(record.id);
+            let n_hosts = core.topology.hosts.len() as u32;
+            if record.hosts.iter().any(|host| *host >= n_hosts)
+                || record.cluster as usize >= core.topology.clusters.len()
+                || record.queue as usize >= snapshot.queues.len()
+                || record.hosts.len() != record.layout.len()
+                || record.hosts.len() != record.peak_memory.len()
+            {
+                return Err(RestoreError::JobDoesNotFit(id));
+            }
+            let (stages, env, cwd, inherited) = launch_of(record.launch)?;
+            let request = JobRequest {
+                stages: stages.clone(),
+                joiner: if record.pipe {
+                    Joiner::Pipe
+                } else {
+                    Joiner::Sequence
+                },
+                procs: procs_in(record.procs),
+                priority: Some(record.queue),
+                wait: false,
+                memory: None,
+                disk: None,
+                time: record.estimate_us.map(from_us),
+                env: env.clone(),
+                cwd: cwd.clone(),
+                inherited: inherited.clone(),
+            };
+            let phase = match record.phase.as_str() {
+                "idle" => Phase::Idle,
+                "running" => Phase::Running,
+                "stopping" => Phase::Stopping,
+                "stopped" => Phase::Stopped,
+                other => {
+                    return Err(RestoreError::UnknownPhase {
+                        job: id,
+                        phase: other.to_string(),
+                    })
+                }
+            };
+            if record.started {
+                started.insert(record.id);
+            }
+            let (life, ending) = job_state_in(id, &record, phase)?;
+            let job = Job {
+                id,
+                user: Rc::from(record.user.as_str()),
+                owner: cred_in(record.owner),
+                client: record.client.map(ClientToken),
+                spec: JobSpec {
+                    joiner: request.joiner,
+                    procs: request.procs,
+                    launch: core.intern_launch(&request),
+                },
+                queue: record.queue,
+                queues_visited: record.queues_visited.into(),
+                cluster: ClusterId(record.cluster),
+                hosts: record.hosts.into_iter().map(HostId).collect(),
+                layout: record.layout.into(),
+                limits: JobLimits {
+                    cputime: record.limit_cputime_us.map(from_us),
+                    memory: record.limit_memory,
+                    disk: record.limit_disk,
+                },
+                operator_hold: record.operator_hold,
+                owner_hold: record.owner_hold,
+                life,
+                ending,
+                estimate: record.estimate_us.map(from_us),
+                submitted_at: Tick(record.submitted_at),
+                admitted_at: Tick(record.admitted_at),
+                run_time: from_us(record.run_time_us),
+                switches: record.switches,
+                usage: Usage {
+                    cpu: from_us(record.cpu_us),
+                    memory: record.memory,
+                    disk: record.disk,
+                },
+                peak_memory: record.peak_memory.into(),
+                peak_disk: record.peak_disk,
+                residency_base: from_us(record.residency_base_us),
+            };
+            core.ledger.reserve(&Placement {
+                cluster: job.cluster,
+                hosts: job.hosts.clone(),
+                layout: job.layout.to_vec(),
+                limits: job.limits,
+            });
+            if let Some(client) = job.client {
+                core.by_client.insert(client, id);
+            }
+            if matches!(job.phase(), Phase::Running | Phase::Stopping) {
+                core.live.insert(id);
+            }
+            if let Some(deadline) = job.kill_deadline() {
+                core.kill_deadlines.insert((deadline, id));
+            }
+            if let Some(deadline) = job.time_deadline() {
+                core.time_deadlines.insert((deadline, id));
+            }
+            if job.limits.cputime.is_some() {
+                core.n_cputime_limited += 1;
+            }
+            if usage_limited(&job.limits) {
+                core.n_usage_limited += 1;
+            }
+            if job.is_ending() {
+                core.n_ending += 1;
+            }
+            if core.jobs.contains_key(&id) || id.0 >= snapshot.next_job {
+                return Err(RestoreError::DuplicateJob(id));
+            }
+            core.jobs.insert(id, job);
+        }
+        core.queues = crate::undo::UndoQueues::new(Vec::new());
+        for (number, queue) in snapshot.queues.into_iter().enumerate() {
+            let mode = if queue.exclusive {
+                QueueMode::Exclusive
+            } else {
+                QueueMode::Gang
+            };
+            let mut restored = Queue::new(number as u32, mode);
+            restored.enabled = queue.enabled;
+            restored.activated = queue.activated;
+            restored.cputime = queue.cputime_us.map(from_us);
+            restored.residency = queue.residency_us.map(from_us);
+            restored.memory_pct = queue.memory_pct;
+            restored.disk_pct = queue.disk_pct;
+            restored.group = queue.group;
+            restored.group_name = queue.group_name;
+            for id in queue.order {
+                let Some(job) = core.jobs.get(&JobId(id)) else {
+                    return Err(RestoreError::QueueHoldsUnknownJob {
+                        queue: number as u32,
+                        job: id,
+                    });
+                };
+                if job.queue != number as u32 {
+                    return Err(RestoreError::JobInOtherQueue {
+                        job: id,
+                        queue: number as u32,
+                        belongs: job.queue,
+                    });
+                }
+                restored.push(JobId(id), started.contains(&id));
+            }
+            core.queues.modify_all(|queues| queues.push(restored));
+        }
+        for record in snapshot.waiting {
+            let (stages, env, cwd, inherited) = launch_of(record.launch)?;
+            core.waiting.push_back(Rc::new(Waiter {
+                client: ClientToken(record.client),
+                cred: cred_in(record.cred),
+                user: Rc::from(record.user.as_str()),
+                request: JobRequest {
+                    stages: stages.clone(),
+                    joiner: if record.pipe {
+                        Joiner::Pipe
+                    } else {
+                        Joiner::Sequence
+                    },
+                    procs: procs_in(record.procs),
+                    priority: record.priority,
+                    wait: record.wait,
+                    memory: record.memory,
+                    disk: record.disk,
+                    time: record.time_us.map(from_us),
+                    env: env.clone(),
+                    cwd: cwd.clone(),
+                    inherited: inherited.clone(),
+                },
+                submitted_at: Tick(record.submitted_at),
+                held: record.held,
+            }));
+        }
+        core.ran = snapshot.ran.into_iter().map(JobId).collect();
+        core.bound_waiting = snapshot.bound_waiting.into_iter().map(JobId).collect();
+        core.next_job = snapshot.next_job;
+        core.slice_anchor = Tick(snapshot.slice_anchor);
+        core.next_slice = Tick(snapshot.next_slice);
+        core.switches = Switches {
+            next_id: snapshot.switches.next_id,
+            open: snapshot.switches.open,
+            count: snapshot.switches.count,
+            recent: std::rc::Rc::new(
+                snapshot
+                    .switches
+                    .recent_us
+                    .into_iter()
+                    .map(from_us)
+                    .collect::<VecDeque<_>>(),
+            ),
+            max: from_us(snapshot.switches.max_us),
+        };
+        core.shutting_down = snapshot.shutting_down;
+        core.rebuild_schedule_state();
+        core.check_restored()?;
+        Ok(core)
+    }
+
+    /// The invariants of `check_invariants`, as an error instead of a panic.
+    fn check_restored(&self) -> Result<(), RestoreError> {
+        let mut owner: HashMap<HostId, JobId> = HashMap::new();
+        for job in self.jobs.values() {
+            if matches!(job.phase(), Phase::Running | Phase::Stopping) {
+                for host in &job.hosts {
+                    if let Some(other) = owner.insert(*host, job.id) {
+                        return Err(RestoreError::HostTaken {
+                            first: other,
+                            second: job.id,
+                            host: *host,
+                        });
+                    }
+                }
+            }
+            let in_queue = self.queues[job.queue as usize]
+                .order()
+                .filter(|&queued| queued == job.id)
+                .count();
+            if in_queue != 1 {
+                return Err(RestoreError::NotInQueueOnce {
+                    job: job.id,
+                    queue: job.queue,
+                });
+            }
+        }
+        let queued: usize = self.queues.iter().map(Queue::len).sum();
+        if queued != self.jobs.len() {
+            return Err(RestoreError::QueuesDisagree);
+        }
+        let mut ledger = Ledger::new(&self.topology);
+        for job in self.jobs.values() {
+            ledger.reserve(&Placement {
+                cluster: job.cluster,
+                hosts: job.hosts.clone(),
+                layout: job.layout.to_vec(),
+                limits: job.limits,
+            });
+        }
+        if ledger != *self.ledger {
+            return Err(RestoreError::ReservationsDisagree);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,293 @@
+//! The clock in the core: what a `Tick` does (graceful kills escalated,
+//! `-time` limits, the slice boundary with its gang rotation and usage
+//! samples), and when the next tick is needed ([`Core::next_deadline`],
+//! and for a replay [`Core::next_decision`] with the index of CPU time
+//! and residency crossings).
+#![forbid(unsafe_code)]
+
+use super::{usage_limited, Action, Core, FEW_RAN, RAN_COMPACT_AT, SIGKILL};
+use crate::command::QueueMode;
+use crate::ids::{JobId, Tick};
+use crate::job::{EndCause, Job, Phase};
+use crate::units::format_duration;
+
+impl Core {
+    /// The next time the core needs a `Tick`, if any.
+    pub fn next_deadline(&self) -> Option<Tick> {
+        let slice = if self.jobs.is_empty() {
+            None
+        } else {
+            Some(self.next_slice)
+        };
+        Tick::earliest(self.timer_deadline(), slice)
+    }
+
+    /// The earliest graceful-kill escalation or `-time` limit.
+    pub(super) fn timer_deadline(&self) -> Option<Tick> {
+        let kill = self.kill_deadlines.first().map(|(deadline, _)| *deadline);
+        let time = self.time_deadlines.first().map(|(deadline, _)| *deadline);
+        Tick::earliest(kill, time)
+    }
+
+    /// The next time at which a `Tick` could change what runs, which can be
+    /// much later than [`Core::next_deadline`]: a slice boundary matters
+    /// only while a gang queue has a runnable job that is not running (the
+    /// rotation then changes the active set), or when a limit on CPU time
+    /// or residency could be crossed by then, assuming a job's CPU time
+    /// grows by at most one second per process per second of running and
+    /// its memory and disk use stay as last sampled. The daemon ticks at
+    /// every slice (its listings show fresh usage); a replay with a virtual
+    /// clock jumps to this time instead, which changes no decision.
+    pub fn next_decision(&self, now: Tick) -> Option<Tick> {
+        let timers = self.timer_deadline();
+        if self.jobs.is_empty() {
+            return timers;
+        }
+        // Every job running (all live, none being stopped): none waits.
+        let all_running = self.n_stopping == 0 && self.live.len() == self.jobs.len();
+        let rotation_matters = !all_running
+            && self.queues.iter().any(|queue| {
+                queue.activated
+                    && queue.mode == QueueMode::Gang
+                    && queue.order().any(|job| {
+                        self.jobs.get(&job).is_some_and(|record| {
+                            record.phase() != Phase::Running
+                                && !record.is_ending()
+                                && !record.held()
+                        })
+                    })
+            });
+        if rotation_matters {
+            return Tick::earliest(timers, Some(self.next_slice));
+        }
+        // The earliest time a sample could show a CPU time or residency
+        // limit crossed: a job's CPU time grows by at most one second per
+        // process per second since the last sample, so the job with the
+        // least left per process crosses first.
+        let crossing = self.crossings.first().map(|&(left, _)| {
+            if now >= self.sampled_at {
+                Tick(self.sampled_at.0.saturating_add(left)).max(now)
+            } else {
+                Tick(now.0.saturating_add(left))
+            }
+        });
+        let slice = crossing.map(|at| {
+            if at <= self.next_slice {
+                return self.next_slice;
+            }
+            let length = self.config.timeslice.as_micros().max(1) as u64;
+            let elapsed = at.0.saturating_sub(self.slice_anchor.0);
+            Tick(self.slice_anchor.0 + elapsed.div_ceil(length) * length)
+        });
+        Tick::earliest(timers, slice)
+    }
+
+    /// Whether a usage sample of `job` can change a decision: the job has
+    /// a CPU time, memory or disk limit, or its queue demotes by residency.
+    /// (The daemon samples every running job each slice anyway, for its
+    /// listings; a replay answers only the samples that matter.)
+    pub fn usage_matters(&self, job: JobId) -> bool {
+        self.jobs.get(&job).is_some_and(|record| {
+            usage_limited(&record.limits)
+                || self
+                    .queues
+                    .get(record.queue as usize)
+                    .is_some_and(|queue| queue.residency.is_some())
+        })
+    }
+
+    /// How much CPU time per process a live job has left before it crosses
+    /// its CPU time limit or its queue's residency, in microseconds, by its
+    /// last sample; `None` if it has neither.
+    pub(super) fn crossing_key(&self, record: &Job) -> Option<u64> {
+        let residency = self
+            .queues
+            .get(record.queue as usize)
+            .and_then(|queue| queue.residency)
+            .filter(|_| (record.queue as usize) + 1 < self.queues.len())
+            .map(|residency| residency + record.residency_base);
+        let per_second = u64::from(record.nprocs().max(1));
+        let cpu = record.usage.cpu.as_micros() as u64;
+        [record.limits.cputime, residency]
+            .into_iter()
+            .flatten()
+            .map(|threshold| (threshold.as_micros() as u64).saturating_sub(cpu) / per_second)
+            .min()
+    }
+
+    /// Brings a job's entry in `crossings` up to date: after it becomes
+    /// live or stops being live, after a sample, after a move.
+    #[inline]
+    pub(super) fn refresh_crossing(&mut self, job: JobId) {
+        // Nothing indexed, and nothing to index: no job has a CPU time
+        // limit and no queue demotes by residency (a job enters and leaves
+        // `live` at every switch; this keeps that free of look-ups).
+        if self.crossing_of.is_empty()
+            && self.n_cputime_limited == 0
+            && self.queues.iter().all(|queue| queue.residency.is_none())
+        {
+            return;
+        }
+        self.refresh_crossing_of(job);
+    }
+
+    #[inline(never)]
+    pub(super) fn refresh_crossing_of(&mut self, job: JobId) {
+        let key = self
+            .live
+            .contains(&job)
+            .then(|| self.jobs.get(&job))
+            .flatten()
+            .and_then(|record| self.crossing_key(record));
+        let old = match key {
+            Some(key) => self.crossing_of.insert(job, key),
+            None => self.crossing_of.remove(&job),
+        };
+        if old != key {
+            if let Some(old) = old {
+                self.crossings.remove(&(old, job));
+            }
+            if let Some(key) = key {
+                self.crossings.insert((key, job));
+            }
+        }
+    }
+
+    pub(super) fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
+        // Escalate graceful kills whose grace is over.
+        while let Some(&(deadline, job)) = self.kill_deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.kill_deadlines.pop_first();
+            if let Some(record) = self.jobs.get_mut(&job) {
+                record.harden_kill();
+                out.push(Action::Signal {
+                    job,
+                    signal: SIGKILL,
+                });
+            }
+        }
+        // End jobs whose run time reached their -time limit.
+        while let Some(&(deadline, job)) = self.time_deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.time_deadlines.pop_first();
+            let Some(record) = self.jobs.get_mut(&job) else {
+                continue;
+            };
+            record.time_limit_reached();
+            let limit = record.estimate.unwrap_or_default();
+            let why = format!(
+                "run time reached the time limit of {} (-time)",
+                format_duration(limit)
+            );
+            tracing::info!(job = %job, reason = %why, "time limit reached; killing the job");
+            self.begin_kill(job, EndCause::Limit(why), false, now, out);
+        }
+        if now < self.next_slice {
+            return;
+        }
+        // Slice boundaries keep a fixed cadence from the anchor, however
+        // late this tick is and however long the last switch took.
+        let slice = self.config.timeslice.as_micros().max(1) as u64;
+        let elapsed = now.0.saturating_sub(self.slice_anchor.0);
+        self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
+        let mut ran = std::mem::take(&mut self.ran);
+        ran.sort_unstable();
+        ran.dedup();
+        if !ran.is_empty() {
+            // A few jobs ran (gang jobs of a busy machine): comparing each
+            // queued job with them costs less than hashing it.
+            let mut few = std::mem::take(&mut self.spare.ran);
+            few.clear();
+            let mut many = std::mem::take(&mut self.spare.ran_set);
+            many.clear();
+            if ran.len() <= FEW_RAN {
+                few.extend(ran.iter().copied());
+            } else {
+                many.extend(ran.iter().copied());
+            }
+            // Most queued jobs did not run: one bit per id modulo 64 tells
+            // most of them apart from the few that did with one AND.
+            let filter = few
+                .iter()
+                .fold(0u64, |bits, job| bits | (1 << (job.0 % 64)));
+            // How many of the few are in each queue (a job's record names
+            // its queue, which holds it once), so that a rotation stops at
+            // the last of them; one whose record is gone counts for all.
+            let mut per_queue = std::mem::take(&mut self.spare.ran_per_queue);
+            per_queue.clear();
+            per_queue.resize(self.queues.len(), 0);
+            for job in &few {
+                match self.jobs.get(job) {
+                    Some(record) => {
+                        if let Some(count) = per_queue.get_mut(record.queue as usize) {
+                            *count += 1;
+                        }
+                    }
+                    None => per_queue.iter_mut().for_each(|count| *count += 1),
+                }
+            }
+            let rotated = &mut self.spare.rotated;
+            let positions = &mut self.spare.positions;
+            let scratch = &self.scratch;
+            self.queues.modify_all(|queues| {
+                for (idx, (queue, at_most)) in queues.iter_mut().zip(&per_queue).enumerate() {
+                    // Debug builds check the shortcuts against a full pass.
+                    let expected = cfg!(debug_assertions).then(|| {
+                        let mut copy = queue.clone();
+                        copy.rotate(|job| ran.contains(&job));
+                        copy
+                    });
+                    if ran.len() <= FEW_RAN {
+                        let ran =
+                            |job: JobId| filter & (1 << (job.0 % 64)) != 0 && few.contains(&job);
+                        // Where the last decision took them, if that still
+                        // holds; else a pass up to the last of them.
+                        if !queue.rotate_placed(
+                            scratch.placed_in(idx),
+                            *at_most,
+                            ran,
+                            rotated,
+                            positions,
+                        ) {
+                            queue.rotate_at_most(ran, *at_most, rotated);
+                        }
+                    } else {
+                        queue.rotate_with(|job| many.contains(&job), rotated);
+                    }
+                    if let Some(expected) = expected {
+                        assert_eq!(*queue, expected, "the rotation of queue {idx}");
+                    }
+                }
+            });
+            self.spare.ran_per_queue = per_queue;
+            few.clear();
+            self.spare.ran = few;
+            many.clear();
+            self.spare.ran_set = many;
+        }
+        // The set is refilled at once by `reschedule`: keep its table.
+        ran.clear();
+        self.ran = ran;
+        self.ran_compact_at = RAN_COMPACT_AT;
+        self.ran_refill = true;
+        // The set restarts with the new slice; `reschedule`, which always
+        // follows, fills it again with every job that runs in it.
+        self.sampled_at = now;
+        // Without a limit or a residency anywhere, no sample matters.
+        let every = self.config.sample_every_slice;
+        if every
+            || self.n_usage_limited > 0
+            || self.queues.iter().any(|queue| queue.residency.is_some())
+        {
+            for &job in &self.live {
+                if every || self.usage_matters(job) {
+                    out.push(Action::Sample(job));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! Ranks between fork and exec: the report pipe each one writes its
+//! failure to (end of file: the exec happened), watched as one epoll set;
+//! the executable counted in the job's disk use; a rank that takes
+//! longer than [`EXEC_TIMEOUT`] killed; a failed launch reported once.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::rc::Rc;
+use std::time::Instant;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::core::Input;
+use crate::ids::JobId;
+
+use super::launch::launch_error;
+use super::{spawn, sys, OsActuator, EXEC_TIMEOUT};
+
+/// A rank between its fork and its exec: the read end of its report pipe
+/// (see `spawn.rs`), watched through `OsActuator::exec_watch`.
+#[derive(Debug)]
+pub(super) struct PendingExec {
+    pub(super) job: JobId,
+    pub(super) rank: u32,
+    /// The user it runs as.
+    pub(super) uid: u32,
+    /// Open until the pipe said something: end of file (the exec
+    /// succeeded) or a failure.
+    pub(super) report: Option<OwnedFd>,
+    /// When it is killed if it has not exec'd (pushed back while its job
+    /// is switched out).
+    pub(super) deadline: Instant,
+    /// It failed (or was killed for taking too long): its exit is not a
+    /// rank's exit, and its launch failure has been reported.
+    pub(super) failed: bool,
+    /// The program and working directory, for the message.
+    pub(super) program: Rc<str>,
+    pub(super) cwd: Rc<str>,
+}
+
+impl OsActuator {
+    /// Reads the report pipes of ranks between fork and exec that are
+    /// ready (the loop saw `exec_watch` readable, or it polls).
+    pub(super) fn collect_exec_reports(&mut self, out: &mut Vec<Input>) {
+        if self.execs.is_empty() {
+            return;
+        }
+        let mut ready = [0u64; 64];
+        loop {
+            let n = match sys::epoll_ready(&self.exec_watch, &mut ready) {
+                Ok(n) => n,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the set of exec reports");
+                    0
+                }
+            };
+            for &pid in &ready[..n] {
+                self.exec_report(pid as i32, out);
+            }
+            if n < ready.len() {
+                break;
+            }
+        }
+    }
+
+    /// What a rank's report pipe says now: nothing yet, its exec (its
+    /// executable is then counted in the job's disk use), or a failure.
+    pub(super) fn exec_report(&mut self, pid: i32, out: &mut Vec<Input>) {
+        let Some(report) = self
+            .execs
+            .get(&pid)
+            .and_then(|pending| pending.report.as_ref())
+        else {
+            return;
+        };
+        match spawn::read_report(report) {
+            spawn::Report::Pending => {}
+            spawn::Report::Execd => {
+                if let Some(pending) = self.execs.remove(&pid) {
+                    let job = pending.job;
+                    close_report(&self.exec_watch, pending.report);
+                    self.exec_settled(job);
+                    self.count_executable(job, pid);
+                }
+            }
+            spawn::Report::Failed(step, errno) => self.exec_failed(pid, step, errno, out),
+        }
+    }
+
+    /// One of the job's ranks in flight has reported (or will never):
+    /// room for the next in its launch's window.
+    pub(super) fn exec_settled(&mut self, job: JobId) {
+        if let Some(procs) = self.jobs.get_mut(&job) {
+            procs.execs_in_flight = procs.execs_in_flight.saturating_sub(1);
+        }
+    }
+
+    /// Adds the size of a rank's executable to its job's disk use, once
+    /// per executable and stage.
+    pub(super) fn count_executable(&mut self, job: JobId, pid: i32) {
+        let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) else {
+            return;
+        };
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if procs.seen_exes.insert(exe.clone()) {
+            procs.exe_bytes += fs::metadata(&exe).map(|meta| meta.len()).unwrap_or(0);
+        }
+    }
+
+    /// A rank reported that a step before its exec failed: its job's
+    /// launch fails with the message a rank that cannot run gets.
+    pub(super) fn exec_failed(
+        &mut self,
+        pid: i32,
+        step: spawn::Step,
+        errno: i32,
+        out: &mut Vec<Input>,
+    ) {
+        let Some(pending) = self.execs.get_mut(&pid) else {
+            return;
+        };
+        let report = pending.report.take();
+        let settled = report.is_some();
+        close_report(&self.exec_watch, report);
+        pending.failed = true;
+        let (job, rank) = (pending.job, pending.rank);
+        if settled {
+            self.exec_settled(job);
+        }
+        let Some(pending) = self.execs.get(&pid) else {
+            return;
+        };
+        let error = io::Error::from_raw_os_error(errno);
+        tracing::info!(job = %job, pid, rank, step = step.describe(), %error, "a rank could not exec");
+        let (message, status) =
+            if step == spawn::Step::Privileges && errno == sys::PRIVILEGES_REMAIN {
+                let uid = self.jobs.get(&job).map_or(0, |procs| procs.uid);
+                (
+                    format!(
+                        "refusing to run '{}' as uid {uid}: capabilities or securebits \
+                     remain after the change of user",
+                        pending.program
+                    ),
+                    crate::exitcode::NOT_EXECUTABLE,
+                )
+            } else if step == spawn::Step::Stdio {
+                // A descriptor numbered above what the rank may have
+                // (scored's own descriptor limit, when it cannot raise it).
+                (
+                    format!(
+                        "cannot give '{}' the descriptors its scrun passed: {error}",
+                        pending.program
+                    ),
+                    crate::exitcode::NOT_EXECUTABLE,
+                )
+            } else {
+                launch_error(&pending.program, &pending.cwd, &error)
+            };
+        self.fail_launch(job, message, status, out);
+    }
+
+    /// Ranks that have not exec'd within [`EXEC_TIMEOUT`] of running time
+    /// are killed, and their jobs' launches fail.
+    pub(super) fn expire_execs(&mut self, now: Instant, out: &mut Vec<Input>) {
+        let jobs = &self.jobs;
+        let expired: Vec<i32> = self
+            .execs
+            .iter()
+            .filter(|(_, pending)| {
+                !pending.failed
+                    && pending.deadline <= now
+                    && !jobs
+                        .get(&pending.job)
+                        .is_some_and(|procs| procs.hold.switched_out)
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in expired {
+            // A last look: it may have exec'd or failed just now.
+            self.exec_report(pid, out);
+            let Some(pending) = self.execs.get_mut(&pid).filter(|pending| !pending.failed) else {
+                continue;
+            };
+            // An unreaped child of ours: its pid is still its own. SIGKILL
+            // ends a stopped process too.
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            pending.failed = true;
+            close_report(&self.exec_watch, pending.report.take());
+            let (job, rank) = (pending.job, pending.rank);
+            let program = Rc::clone(&pending.program);
+            self.exec_settled(job);
+            let message = format!(
+                "rank {rank} of job {job} had not started '{}' {}s after it was created \
+                 (stopped before its exec?): killed",
+                program,
+                EXEC_TIMEOUT.as_secs()
+            );
+            tracing::warn!(job = %job, pid, rank, "a rank did not exec in time; killed");
+            self.fail_launch(job, message, crate::exitcode::NOT_EXECUTABLE, out);
+        }
+    }
+
+    /// The job's launch failed: says so once, creates nothing more, and
+    /// kills what exists (the job ends once all of it is reaped).
+    pub(super) fn fail_launch(
+        &mut self,
+        job: JobId,
+        message: String,
+        status: i32,
+        out: &mut Vec<Input>,
+    ) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if procs.launch_failed {
+            return;
+        }
+        procs.launch_failed = true;
+        tracing::info!(job = %job, %message, "launch failed");
+        out.push(Input::SpawnFailed {
+            job,
+            message,
+            status,
+        });
+        if let Some(launch) = procs.launch.as_mut() {
+            launch.aborted = true;
+        }
+        self.send(job, Signal::SIGKILL);
+    }
+
+    /// A rank that ended: whether it ended before its exec because a step
+    /// failed or it was killed for taking too long (reading its report
+    /// now if the loop had not yet). One killed by someone else before
+    /// its exec ends as killed by that signal, as it would in a shell.
+    pub(super) fn exec_never_happened(&mut self, pid: i32, out: &mut Vec<Input>) -> bool {
+        if !self.execs.contains_key(&pid) {
+            return false;
+        }
+        self.exec_report(pid, out);
+        match self.execs.remove(&pid) {
+            Some(pending) => {
+                let (job, failed) = (pending.job, pending.failed);
+                let settled = pending.report.is_some();
+                close_report(&self.exec_watch, pending.report);
+                if settled {
+                    self.exec_settled(job);
+                }
+                failed
+            }
+            None => false,
+        }
+    }
+}
+
+/// Closes a rank's report pipe, first removing it from the set the loop
+/// watches: a copy of it in another process would keep its registration,
+/// and so its reports, alive after the daemon's descriptor is gone.
+pub(super) fn close_report(watch: &OwnedFd, report: Option<OwnedFd>) {
+    if let Some(report) = report {
+        if let Err(error) = sys::epoll_remove(watch, report.as_raw_fd()) {
+            tracing::debug!(%error, "cannot remove a report pipe from the watched set");
+        }
+    }
+}
+
+/// How many ranks of `uid`'s jobs are between fork and exec with their
+/// report still awaited.
+pub(super) fn user_execs_in_flight(execs: &HashMap<i32, PendingExec>, uid: u32) -> usize {
+    execs
+        .values()
+        .filter(|pending| pending.uid == uid && pending.report.is_some())
+        .count()
+}

@@ -1,0 +1,256 @@
+//! The ends of a job's processes: each child's state change from wait4
+//! turned into core inputs, the processes a finished job left behind
+//! killed and drained, its final accounting, and what is left of it
+//! removed.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::core::Input;
+use crate::ids::JobId;
+use crate::job::ExitStatus;
+
+use super::procfs::Stat;
+use super::{
+    procfs, statedir, sys, Actuator, Drain, JobProcs, OsActuator, DISK_ENTRIES_PER_SAMPLE,
+};
+
+impl OsActuator {
+    pub(super) fn reap_children(&mut self, out: &mut Vec<Input>) {
+        loop {
+            match sys::wait_any() {
+                Ok(Some(waited)) => self.handle_waited(waited, out),
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::error!(%error, "wait4 failed");
+                    break;
+                }
+            }
+        }
+        self.poll(Instant::now(), out);
+    }
+
+    pub(super) fn release_job(&mut self, job: JobId) {
+        let Some(procs) = self.jobs.remove(&job) else {
+            return;
+        };
+        if !procs.children.is_empty() {
+            tracing::error!(job = %job, n = procs.children.len(), "releasing a job whose processes are alive; killing them");
+            for pid in &procs.children {
+                let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+            }
+        }
+        // Handles, not paths: the user may have planted links in the tree.
+        if let Err(error) = self.state.remove_scratch(job) {
+            if error.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(job = %job, path = %procs.scratch.display(), %error, "cannot remove the job's scratch directory");
+            }
+        }
+        if let Some(cgroups) = &self.cgroups {
+            cgroups.remove_job(job);
+        }
+    }
+
+    pub(super) fn kill_all_jobs(&mut self) {
+        for procs in self.jobs.values_mut() {
+            procs.launch = None;
+        }
+        let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
+        for job in &jobs {
+            // Pick up what escaped since the last sample, so it dies too.
+            self.discover(*job);
+            self.send(*job, Signal::SIGKILL);
+            if let Some(procs) = self.jobs.get(job) {
+                for extra in procs.extras.values() {
+                    let _ = sys::pidfd_send_signal(&extra.pidfd, libc::SIGKILL);
+                }
+            }
+        }
+        // Any other child of ours is a job descendant that came to us as an
+        // orphan: scored forks nothing else. Signalling it by pid is safe,
+        // since an unreaped child's pid cannot be reused.
+        for pid in self.orphans() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut events = Vec::new();
+        while (!self.children.is_empty() || !self.orphans().is_empty()) && Instant::now() < deadline
+        {
+            self.reap(&mut events);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for job in jobs {
+            self.release(job);
+        }
+    }
+
+    /// Turns one state change of a child into core inputs.
+    pub(super) fn handle_waited(&mut self, waited: sys::Waited, out: &mut Vec<Input>) {
+        let pid = waited.pid;
+        match (self.children.get(&pid).copied(), waited.event) {
+            (Some(child), sys::WaitEvent::Stopped) => {
+                if let Some(entry) = self.children.get_mut(&pid) {
+                    entry.stopped = true;
+                }
+                if let Some(wait) = self
+                    .jobs
+                    .get_mut(&child.job)
+                    .and_then(|procs| procs.stop_wait.as_mut())
+                {
+                    wait.children.remove(&pid);
+                }
+                self.check_stop(child.job, out);
+            }
+            (Some(child), sys::WaitEvent::Continued) => {
+                if let Some(entry) = self.children.get_mut(&pid) {
+                    entry.stopped = false;
+                }
+                let switched_out = self
+                    .jobs
+                    .get(&child.job)
+                    .is_some_and(|procs| procs.hold.switched_out);
+                if switched_out {
+                    self.continued_from_outside(child.job, pid, out);
+                }
+            }
+            (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_))
+                if self.exec_never_happened(pid, out) =>
+            {
+                // It failed before its exec (its launch failure is
+                // reported): not a rank's exit.
+                self.children.remove(&pid);
+                self.rank_reaped(child.job, pid, out);
+            }
+            (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)) => {
+                self.children.remove(&pid);
+                let status = match waited.event {
+                    sys::WaitEvent::Exited(code) => ExitStatus::Code(code),
+                    sys::WaitEvent::Signaled(signal) => ExitStatus::Signal(signal),
+                    _ => unreachable!("matched above"),
+                };
+                tracing::debug!(job = %child.job, pid, rank = child.rank, ?status, "rank exited");
+                out.push(Input::RankExited {
+                    job: child.job,
+                    stage: child.stage,
+                    rank: child.rank,
+                    status,
+                });
+                if let Some(procs) = self.jobs.get_mut(&child.job) {
+                    procs.reaped_cpu += waited.cpu;
+                    procs.reaped_peak[child.slot] += waited.max_rss;
+                }
+                self.rank_reaped(child.job, pid, out);
+            }
+            (None, event) => {
+                // A descendant that was orphaned and came to us (we are
+                // the child subreaper): account its CPU to its job.
+                if matches!(
+                    event,
+                    sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)
+                ) {
+                    for procs in self.jobs.values_mut() {
+                        if procs.extras.remove(&pid).is_some() {
+                            procs.reaped_cpu += waited.cpu;
+                            if let Some(wait) = procs.stop_wait.as_mut() {
+                                wait.extras.remove(&pid);
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Collects the child state changes already pending, without waiting.
+    pub(super) fn reap_pending(&mut self, out: &mut Vec<Input>) {
+        while let Ok(Some(waited)) = sys::wait_any() {
+            self.handle_waited(waited, out);
+        }
+    }
+
+    /// The last rank of the job is gone: kill whatever is left, then wait
+    /// for it before reporting the job's processes gone.
+    /// A reaped rank of `job` leaves its job's books: its pid, and so its
+    /// group's id, may now be reused. Ends the job's processes if it was
+    /// the last, else sees whether a stop under way is now complete.
+    pub(super) fn rank_reaped(&mut self, job: JobId, pid: i32, out: &mut Vec<Input>) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        procs.children.remove(&pid);
+        procs.groups.remove(&pid);
+        if let Some(wait) = procs.stop_wait.as_mut() {
+            wait.children.remove(&pid);
+        }
+        if procs.children.is_empty() && procs.launch.is_none() {
+            self.last_child_gone(job, out);
+        } else {
+            self.check_stop(job, out);
+        }
+    }
+
+    pub(super) fn last_child_gone(&mut self, job: JobId, out: &mut Vec<Input>) {
+        self.thaw(job);
+        let leftovers: Vec<Stat> = self.discover(job);
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        procs.stop_wait = None;
+        for extra in procs.extras.values() {
+            let _ = sys::pidfd_send_signal(&extra.pidfd, libc::SIGKILL);
+        }
+        let pids: Vec<(i32, u64)> = leftovers
+            .iter()
+            .filter(|stat| !stat.is_dead())
+            .map(|stat| (stat.pid, stat.start))
+            .collect();
+        if !pids.is_empty() {
+            tracing::debug!(job = %job, n = pids.len(), "killing processes left behind by the job");
+            procs.drain = Some(Drain {
+                pids,
+                since: Instant::now(),
+            });
+        } else {
+            procs.extras.clear();
+            Self::gone(job, procs, &self.state, out);
+        }
+    }
+
+    /// Reports the job's final accounting, then that its processes are gone.
+    /// The scratch directory's size comes from one more step of its walk
+    /// (bounded like a sample), so that a job too short to be sampled
+    /// still reports it.
+    pub(super) fn gone(
+        job: JobId,
+        procs: &mut JobProcs,
+        state: &statedir::StateDir,
+        out: &mut Vec<Input>,
+    ) {
+        let mut spent = 0;
+        let scratch_size = procs.disk_walk.advance(
+            || state.open_scratch(job),
+            DISK_ENTRIES_PER_SAMPLE,
+            &mut spent,
+        );
+        out.push(Input::FinalUsage {
+            job,
+            cpu: procs.reaped_cpu,
+            peak_memory: procs.reaped_peak.clone(),
+            disk: procs.exe_bytes + scratch_size,
+        });
+        out.push(Input::ProcessesGone(job));
+    }
+
+    /// Our children that are not ranks: orphaned job descendants, not yet reaped.
+    pub(super) fn orphans(&self) -> Vec<i32> {
+        procfs::all_processes()
+            .into_iter()
+            .filter(|stat| stat.ppid == self.daemon_pid && !self.children.contains_key(&stat.pid))
+            .map(|stat| stat.pid)
+            .collect()
+    }
+}

@@ -1,0 +1,440 @@
+//! Stopping, holding and continuing a job: SIGSTOP to its groups and
+//! escaped descendants, the confirmation of every stop (wait4 for ranks,
+//! /proc for the others, the freezer when a stop is not confirmed in
+//! time), and a switched-out job held against SIGCONT from outside it.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+
+use crate::core::Input;
+use crate::ids::JobId;
+
+use super::{
+    procfs, sys, Actuator, OsActuator, StopWait, ALARM_EVERY, CONFIRM_FALLBACK, DRAIN_TIMEOUT,
+    EXEC_TIMEOUT, FREEZE_AFTER, FRESH_DISCOVERY, POLL_INTERVAL, ROGUE_CONTINUE_LIMIT, STOP_TIMEOUT,
+};
+
+impl OsActuator {
+    pub(super) fn stop_job(&mut self, job: JobId, out: &mut Vec<Input>) {
+        // At a slice boundary the job was sampled just before this stop, so
+        // its descendants are known; otherwise look at its cgroup again.
+        let fresh = self
+            .jobs
+            .get(&job)
+            .and_then(|procs| procs.discovered_at)
+            .is_some_and(|at| at.elapsed() < FRESH_DISCOVERY);
+        if !fresh {
+            self.adopt_new_members(job);
+        }
+        self.note_stopped_by_job(job);
+        // Our own SIGCONTs of the last `cont` are reported as continues:
+        // take them now, so that a continue seen from here on was someone
+        // else's.
+        self.reap_pending(out);
+        self.send(job, Signal::SIGSTOP);
+        let freeze = self
+            .jobs
+            .get(&job)
+            .is_some_and(|procs| procs.hold.freeze_on_stop)
+            && self.freeze(job);
+        let children = &self.children;
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            out.push(Input::Stopped(job));
+            return;
+        };
+        procs.hold.switched_out = true;
+        procs.hold.rogue_continues = 0;
+        if let Some(launch) = procs.launch.as_mut() {
+            launch.paused = true;
+        }
+        let pending_children: BTreeSet<i32> = procs
+            .children
+            .iter()
+            .copied()
+            .filter(|pid| children.get(pid).is_some_and(|child| !child.stopped))
+            .collect();
+        // Descendants in the job's groups got the group signal, escaped ones
+        // theirs through their pidfd; all are confirmed through /proc.
+        let pending_extras: BTreeSet<i32> = procs.extras.keys().copied().collect();
+        procs.stop_wait = Some(StopWait {
+            children: pending_children,
+            extras: pending_extras,
+            since: Instant::now(),
+            freezing: freeze,
+        });
+        // Descendants are confirmed through /proc right away when they
+        // already stopped; the rest at the next poll.
+        self.poll_job(job, Instant::now(), false, out);
+    }
+
+    pub(super) fn continue_job(&mut self, job: JobId) {
+        self.thaw(job);
+        // The time a rank spent switched out before its exec does not count.
+        let deadline = Instant::now() + EXEC_TIMEOUT;
+        for pending in self.execs.values_mut().filter(|pending| pending.job == job) {
+            pending.deadline = deadline;
+        }
+        if let Some(procs) = self.jobs.get_mut(&job) {
+            procs.hold.switched_out = false;
+            procs.stop_wait = None;
+            if let Some(launch) = procs.launch.as_mut() {
+                launch.paused = false;
+            }
+            for pid in &procs.children {
+                if let Some(child) = self.children.get_mut(pid) {
+                    child.stopped = false;
+                }
+            }
+        }
+        self.send(job, Signal::SIGCONT);
+    }
+
+    pub(super) fn signal_job(&mut self, job: JobId, signal: i32) {
+        if signal == libc::SIGKILL || signal == libc::SIGTERM {
+            // A job being killed gets no more processes.
+            if let Some(launch) = self
+                .jobs
+                .get_mut(&job)
+                .and_then(|procs| procs.launch.as_mut())
+            {
+                launch.aborted = true;
+            }
+        }
+        match signal_from(signal) {
+            Some(signal) => self.send(job, signal),
+            None => tracing::warn!(job = %job, signal, "not a signal; nothing sent"),
+        }
+    }
+
+    pub(super) fn wait_for_stops(&mut self, max: Duration, out: &mut Vec<Input>) {
+        let deadline = Instant::now() + max;
+        // Only ranks pending: block in wait4 for them, one system call per
+        // child as a plain killpg/waitpid program does, bounded by an alarm.
+        let only_ranks = self.jobs.values().all(|procs| {
+            procs
+                .stop_wait
+                .as_ref()
+                .is_none_or(|wait| wait.extras.is_empty())
+        });
+        if only_ranks && self.pending_stops() > 0 && sys::set_alarm(ALARM_EVERY).is_ok() {
+            let pending: Vec<i32> = self
+                .jobs
+                .values()
+                .filter_map(|procs| procs.stop_wait.as_ref())
+                .flat_map(|wait| wait.children.iter().copied())
+                .collect();
+            'waiting: for pid in pending {
+                // Each pending rank in turn; whatever it reports first (its
+                // stop, or its end) is handled. The periodic alarm
+                // interrupts every blocking wait, and the deadline is
+                // checked after each interruption.
+                while self.children.get(&pid).is_some_and(|child| !child.stopped) {
+                    match sys::wait_pid_blocking(pid) {
+                        Ok(Some(waited)) => self.handle_waited(waited, out),
+                        Ok(None) if Instant::now() < deadline => {}
+                        // Out of time: the rest is confirmed asynchronously.
+                        Ok(None) => break 'waiting,
+                        Err(error) => {
+                            tracing::warn!(pid, %error, "waiting for a rank failed");
+                            break 'waiting;
+                        }
+                    }
+                }
+            }
+            let _ = sys::set_alarm(Duration::ZERO);
+            // Not `poll`: the state directory's check (due every second)
+            // would then fall between a switch's stops and its continues.
+            self.poll_waiting_jobs(Instant::now(), out);
+            return;
+        }
+        while self.pending_stops() > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            // Descendants other than ranks send no SIGCHLD: look at /proc
+            // for them every so often.
+            let step = POLL_INTERVAL.min(deadline - now);
+            match sys::wait_sigchld(step) {
+                Ok(_) => self.reap(out),
+                Err(error) => {
+                    tracing::warn!(%error, "waiting for SIGCHLD failed");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Signals the process group of every unreaped rank (see
+    /// `JobProcs::groups` for why that id is still the rank's), and every
+    /// other descendant outside those groups through its pidfd.
+    pub(super) fn send(&mut self, job: JobId, signal: Signal) {
+        if signal == Signal::SIGKILL {
+            // A frozen process acts on no signal, SIGKILL included, until
+            // it is thawed.
+            self.thaw(job);
+        }
+        let Some(procs) = self.jobs.get(&job) else {
+            return;
+        };
+        for &pgid in procs.groups.keys() {
+            if let Err(error) = killpg(Pid::from_raw(pgid), signal) {
+                tracing::debug!(job = %job, pgid, %error, "killpg failed");
+            }
+        }
+        // A rank between fork and exec may not lead its session yet, so
+        // that its group's signal misses it: it is signalled by pid too
+        // (an unreaped child's pid is still its own).
+        if !self.execs.is_empty() {
+            for pid in procs
+                .children
+                .iter()
+                .filter(|pid| self.execs.contains_key(pid))
+            {
+                let _ = kill(Pid::from_raw(*pid), signal);
+            }
+        }
+        for extra in procs.extras.values() {
+            if signal == Signal::SIGCONT && extra.stopped_by_job {
+                continue;
+            }
+            if !procs.groups.contains_key(&extra.pgrp) {
+                let _ = sys::pidfd_send_signal(&extra.pidfd, signal as i32);
+            }
+        }
+    }
+
+    /// Before a gang stop, looks at every held descendant again: its
+    /// process group now (a shell of the job may have moved it into a group
+    /// of its own since it was found, out of reach of the ranks' group
+    /// signals), and whether it is stopped already. Stopped outside the
+    /// ranks' groups means the job stopped it itself (job control in a
+    /// shell of the job), and continuing the gang must not undo that; one
+    /// found running again loses the mark at the next stop.
+    pub(super) fn note_stopped_by_job(&mut self, job: JobId) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let groups = &procs.groups;
+        for (pid, extra) in procs.extras.iter_mut() {
+            let stat = procfs::read_stat(*pid).filter(|stat| stat.start == extra.start);
+            if let Some(stat) = stat {
+                extra.pgrp = stat.pgrp;
+            }
+            extra.stopped_by_job = !groups.contains_key(&extra.pgrp)
+                && stat.is_some_and(|stat| matches!(stat.state, b'T' | b't'));
+        }
+    }
+
+    pub(super) fn check_stop(&mut self, job: JobId, out: &mut Vec<Input>) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let done = procs
+            .stop_wait
+            .as_ref()
+            .is_some_and(|wait| wait.children.is_empty() && wait.extras.is_empty());
+        if done {
+            if let Some(wait) = procs.stop_wait.take() {
+                tracing::debug!(job = %job, confirm_us = wait.since.elapsed().as_micros() as u64, "stop confirmed");
+            }
+            out.push(Input::Stopped(job));
+        }
+    }
+
+    /// Freezes the job's cgroup; whether it could.
+    pub(super) fn freeze(&mut self, job: JobId) -> bool {
+        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else {
+            return false;
+        };
+        if procs.cgroup_procs.is_none() {
+            return false;
+        }
+        if procs.hold.frozen {
+            return true;
+        }
+        match cgroups.set_frozen(job, true) {
+            Ok(()) => {
+                procs.hold.frozen = true;
+                true
+            }
+            Err(error) => {
+                tracing::warn!(job = %job, %error, "cannot freeze the job's cgroup");
+                false
+            }
+        }
+    }
+
+    /// Thaws the job's cgroup if it is frozen.
+    pub(super) fn thaw(&mut self, job: JobId) {
+        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else {
+            return;
+        };
+        if !procs.hold.frozen {
+            return;
+        }
+        match cgroups.set_frozen(job, false) {
+            Ok(()) => procs.hold.frozen = false,
+            Err(error) => tracing::error!(job = %job, %error, "cannot thaw the job's cgroup"),
+        }
+    }
+
+    /// A rank of a switched-out job was continued, by someone other than
+    /// scored (its owner can send its processes SIGCONT): the job must not
+    /// run on hosts that another job now holds. Its cgroup is frozen,
+    /// which no signal undoes, now and at every later stop; without a
+    /// cgroup it is stopped again, and killed if this keeps happening.
+    pub(super) fn continued_from_outside(&mut self, job: JobId, pid: i32, out: &mut Vec<Input>) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        procs.hold.rogue_continues += 1;
+        let first = !procs.hold.freeze_on_stop;
+        procs.hold.freeze_on_stop = true;
+        if first {
+            tracing::warn!(job = %job, pid, frozen = procs.cgroup_procs.is_some(), "a switched-out job was continued from outside; freezing it (or stopping it again without a cgroup)");
+        }
+        if self.freeze(job) {
+            return;
+        }
+        self.send(job, Signal::SIGSTOP);
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if procs.hold.rogue_continues > ROGUE_CONTINUE_LIMIT {
+            procs.hold.switched_out = false;
+            procs.stop_wait = None;
+            out.push(Input::StopFailed {
+                job,
+                reason: format!(
+                    "its processes were continued from outside {} times while it was switched \
+                     out, and no freezer can hold it",
+                    procs.hold.rogue_continues
+                ),
+            });
+        }
+    }
+
+    /// Polls the jobs with stops or a drain to confirm.
+    pub(super) fn poll_waiting_jobs(&mut self, now: Instant, out: &mut Vec<Input>) {
+        let jobs: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, procs)| procs.stop_wait.is_some() || procs.drain.is_some())
+            .map(|(job, _)| *job)
+            .collect();
+        for job in jobs {
+            self.poll_job(job, now, true, out);
+        }
+    }
+
+    pub(super) fn poll_job(
+        &mut self,
+        job: JobId,
+        now: Instant,
+        fallback: bool,
+        out: &mut Vec<Input>,
+    ) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if let Some(wait) = procs.stop_wait.as_mut() {
+            let extras = &procs.extras;
+            wait.extras
+                .retain(|pid| match (extras.get(pid), procfs::read_stat(*pid)) {
+                    (Some(extra), Some(stat)) => {
+                        stat.start == extra.start && !procfs::cannot_run(&stat)
+                    }
+                    _ => false,
+                });
+            let waited = now.duration_since(wait.since);
+            if wait.freezing
+                && self
+                    .cgroups
+                    .as_ref()
+                    .is_some_and(|cgroups| cgroups.is_frozen(job))
+            {
+                // Frozen: none of its processes can run until thawed.
+                wait.children.clear();
+                wait.extras.clear();
+            } else if fallback
+                && !wait.freezing
+                && waited >= FREEZE_AFTER
+                && procs.cgroup_procs.is_some()
+                && !(wait.children.is_empty() && wait.extras.is_empty())
+            {
+                if let Some(cgroups) = &self.cgroups {
+                    match cgroups.set_frozen(job, true) {
+                        Ok(()) => {
+                            tracing::warn!(
+                                job = %job,
+                                "the job's stop was not confirmed within {}ms (something may be continuing it from outside); freezing it",
+                                FREEZE_AFTER.as_millis()
+                            );
+                            wait.freezing = true;
+                            procs.hold.frozen = true;
+                            procs.hold.freeze_on_stop = true;
+                        }
+                        Err(error) => {
+                            tracing::warn!(job = %job, %error, "cannot freeze the job's cgroup")
+                        }
+                    }
+                }
+            }
+            if fallback && waited >= STOP_TIMEOUT {
+                let left = wait.children.len() + wait.extras.len();
+                if left > 0 {
+                    tracing::warn!(job = %job, left, "the job's stop was not confirmed in time; killing it");
+                    procs.stop_wait = None;
+                    out.push(Input::StopFailed {
+                        job,
+                        reason: format!(
+                            "{left} of its processes did not stop within {}s of being switched \
+                             out (something kept continuing them, or they could not stop)",
+                            STOP_TIMEOUT.as_secs()
+                        ),
+                    });
+                    return;
+                }
+            }
+        }
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if let Some(wait) = procs.stop_wait.as_mut() {
+            if fallback && now.duration_since(wait.since) >= CONFIRM_FALLBACK {
+                // wait4 should have reported these; trust /proc if it says
+                // stopped, or if the child can only stop later (a vfork()
+                // parent whose child is stopped: it never reports a stop
+                // until its job is continued, and waiting for it stalled
+                // every switch of its hosts).
+                wait.children.retain(|pid| {
+                    procfs::read_stat(*pid).is_none_or(|stat| !procfs::cannot_run(&stat))
+                });
+            }
+        }
+        if let Some(drain) = procs.drain.as_mut() {
+            drain.pids.retain(|(pid, start)| {
+                procfs::read_stat(*pid).is_some_and(|stat| stat.start == *start && !stat.is_dead())
+            });
+            let timed_out = now.duration_since(drain.since) >= DRAIN_TIMEOUT;
+            if drain.pids.is_empty() || timed_out {
+                if timed_out {
+                    tracing::warn!(job = %job, left = drain.pids.len(), "processes of a finished job would not die");
+                }
+                procs.drain = None;
+                procs.extras.clear();
+                Self::gone(job, procs, &self.state, out);
+                return;
+            }
+        }
+        self.check_stop(job, out);
+    }
+}
+
+fn signal_from(signal: i32) -> Option<Signal> {
+    Signal::try_from(signal).ok()
+}

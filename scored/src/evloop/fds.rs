@@ -1,0 +1,137 @@
+//! Descriptors: the daemon's limit raised at start-up with a reserve kept
+//! for its own files, and the descriptors clients pass with a submission
+//! kept once per open file (jobs launched from one terminal share them).
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::rc::{Rc, Weak};
+
+/// The descriptor limits the daemon found and what it raised them to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdLimits {
+    /// Soft and hard RLIMIT_NOFILE at start, which jobs get back before exec.
+    pub original: (u64, u64),
+    /// The soft limit the daemon now runs with.
+    pub current: u64,
+}
+
+/// Raises the daemon's descriptor limit: every admitted job holds its
+/// client's socket and three descriptors. Root raises the hard limit too
+/// (up to `fs.nr_open`, at most 2^20); others go up to their hard limit.
+pub fn raise_fd_limit() -> FdLimits {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return FdLimits {
+            original: (1024, 1024),
+            current: 1024,
+        };
+    };
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(hard)
+        .min(1 << 20);
+    let wanted = hard.max(ceiling);
+    let current = if setrlimit(Resource::RLIMIT_NOFILE, wanted, wanted).is_ok() {
+        wanted
+    } else if setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        soft
+    };
+    FdLimits {
+        original: (soft, hard),
+        current,
+    }
+}
+
+/// Keeps one descriptor per open file description among the stdio that
+/// clients pass: jobs launched from one terminal share its description, so
+/// ten thousand queued jobs need ten thousand sockets, not forty thousand
+/// descriptors. Two descriptors are the same description when
+/// `kcmp(KCMP_FILE)` says so, which is exact; without kcmp nothing is shared.
+#[derive(Default)]
+pub(super) struct FdPool {
+    pub(super) by_inode: HashMap<(u64, u64), Vec<Weak<OwnedFd>>>,
+    pub(super) kcmp_missing: bool,
+}
+
+impl FdPool {
+    pub(super) fn intern(&mut self, fd: OwnedFd) -> Rc<OwnedFd> {
+        if self.kcmp_missing {
+            return Rc::new(fd);
+        }
+        let Ok(stat) = nix::sys::stat::fstat(&fd) else {
+            return Rc::new(fd);
+        };
+        let key = (stat.st_dev, stat.st_ino);
+        let bucket = self.by_inode.entry(key).or_default();
+        bucket.retain(|weak| weak.strong_count() > 0);
+        for weak in bucket.iter() {
+            let Some(existing) = weak.upgrade() else {
+                continue;
+            };
+            match same_description(existing.as_raw_fd(), fd.as_raw_fd()) {
+                Ok(true) => return existing,
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::debug!(%error, "kcmp unavailable; passed descriptors are not shared");
+                    self.kcmp_missing = true;
+                    break;
+                }
+            }
+        }
+        let shared = Rc::new(fd);
+        bucket.push(Rc::downgrade(&shared));
+        if bucket.len() == 1 && self.by_inode.len() > 4096 {
+            self.by_inode
+                .retain(|_, bucket| bucket.iter().any(|weak| weak.strong_count() > 0));
+        }
+        shared
+    }
+}
+
+/// Whether two of our descriptors refer to the same open file description.
+pub(super) fn same_description(first: RawFd, second: RawFd) -> io::Result<bool> {
+    const KCMP_FILE: libc::c_long = 0;
+    let pid = std::process::id() as libc::c_long;
+    // SAFETY: kcmp takes integers only: our own pid twice, the comparison
+    // kind and two descriptor numbers; it reads no memory of ours.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            pid,
+            pid,
+            KCMP_FILE,
+            first as libc::c_long,
+            second as libc::c_long,
+        )
+    };
+    match ret {
+        0 => Ok(true),
+        1..=3 => Ok(false),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+pub(super) fn spare_descriptor() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
+/// Checks the stdin of a `-pty` submission: it must be a terminal that
+/// is no session's controlling terminal, which the job's first rank can
+/// then take without taking it from anyone (scrun sends the slave of a
+/// pseudo-terminal it has just opened).
+pub(super) fn check_job_terminal(stdin: &OwnedFd) -> Result<(), String> {
+    if !nix::unistd::isatty(stdin).unwrap_or(false) {
+        return Err("-pty: the standard input sent with the job is not a terminal".into());
+    }
+    match crate::actuator::sys::terminal_session(stdin.as_fd()) {
+        Ok(None) => Ok(()),
+        Ok(Some(session)) => Err(format!(
+            "-pty: the terminal sent with the job is already the controlling terminal of session {session}"
+        )),
+        Err(error) => Err(format!("-pty: cannot inspect the terminal sent with the job: {error}")),
+    }
+}

@@ -1,0 +1,130 @@
+//! The loop's side of the job journal: the records the core hands back
+//! after each event appended to it, and the console commands answered from
+//! it (`history`, and `jobs all` and `job ID` of jobs no longer in memory).
+
+use super::Daemon;
+use crate::actuator::Actuator;
+use crate::command;
+use crate::ids::{Cred, Tick};
+use crate::journal::Journal;
+use crate::proto::Reply;
+
+impl<A: Actuator> Daemon<A> {
+    /// Keeps the job journal: the core's job events are appended to it
+    /// after each event, and `history`, `jobs all` and `job ID` read it.
+    pub fn with_journal(mut self, journal: Journal) -> Daemon<A> {
+        self.core.record_journal();
+        self.journal = Some(journal);
+        self
+    }
+
+    /// Appends what the core recorded to the journal. It runs after the
+    /// actions of an event are carried out, so never between the stops and
+    /// the continues of a switch.
+    pub(super) fn write_journal(&mut self) {
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        let events = self.core.take_journal();
+        if events.is_empty() {
+            return;
+        }
+        if journal.wants_rotation() {
+            let now = Tick(self.start.elapsed().as_micros() as u64);
+            let open = self.core.open_records(now);
+            if let Err(error) = journal.rotate(self.core.next_job_id(), open) {
+                tracing::error!(%error, "cannot rotate the job journal");
+            }
+        }
+        if let Err(error) = journal.record(events) {
+            tracing::error!(%error, "cannot write to the job journal");
+        }
+    }
+
+    /// Answers the console commands that read the journal: `history`, and
+    /// `jobs all` and `job ID` for jobs that ended before this daemon's
+    /// memory of them. `None`: the core answers.
+    pub(super) fn journal_command(
+        &mut self,
+        command: &command::Command,
+        json: bool,
+        now: Tick,
+        cred: &Cred,
+    ) -> Option<Reply> {
+        let journal = self.journal.as_mut()?;
+        let console = |reply: command::reply::Reply, json: bool| Reply::Console {
+            ok: !reply.is_error(),
+            text: reply.to_text(),
+            json: json.then(|| reply.to_json()),
+        };
+        // The command, exit status and reason of another user's job are
+        // shown only to root and operators, as `job ID` does.
+        let operator = self.core.is_operator(cred);
+        let may_see = |record: &serde_json::Value| {
+            operator || record["uid"].as_u64() == Some(u64::from(cred.uid))
+        };
+        match command {
+            command::Command::History { user, since } => {
+                let uid = match user.as_deref().map(resolve_user) {
+                    None => None,
+                    Some(Ok(uid)) => Some(uid),
+                    Some(Err(message)) => {
+                        return Some(console(command::reply::Reply::error(message), json))
+                    }
+                };
+                let (mut records, left_out) = journal.history(uid, *since);
+                for record in &mut records {
+                    if !may_see(record) {
+                        crate::journal::redact(record);
+                    }
+                }
+                let table = crate::journal::history_table(&records);
+                let mut text = command::reply::Reply::Table(table).to_text();
+                if left_out > 0 {
+                    text.push_str(&crate::journal::left_out_note(left_out));
+                }
+                Some(Reply::Console {
+                    ok: true,
+                    text,
+                    json: json.then(|| serde_json::Value::Array(records)),
+                })
+            }
+            command::Command::Jobs { all: true } => {
+                let reply = self.core.jobs_table(cred, false, now);
+                let command::reply::Reply::Table(current) = reply else {
+                    return None;
+                };
+                let mut table = command::reply::Table {
+                    columns: current.columns.clone(),
+                    rows: Vec::new(),
+                };
+                journal.recent_rows(&mut table, &may_see);
+                table.rows.extend(current.rows);
+                Some(console(command::reply::Reply::Table(table), json))
+            }
+            command::Command::Job(id) if self.core.job(crate::ids::JobId(*id)).is_none() => {
+                let mut record = journal.ended(*id)?;
+                if !may_see(&record) {
+                    crate::journal::redact(&mut record);
+                }
+                Some(console(
+                    command::reply::Reply::Record(crate::journal::record_fields(&record)),
+                    json,
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A user named on the console (a name or a uid): its uid.
+fn resolve_user(user: &str) -> Result<u32, String> {
+    if let Ok(uid) = user.parse::<u32>() {
+        return Ok(uid);
+    }
+    match nix::unistd::User::from_name(user) {
+        Ok(Some(found)) => Ok(found.uid.as_raw()),
+        Ok(None) => Err(format!("no user named '{user}'")),
+        Err(error) => Err(format!("cannot look up user '{user}': {error}")),
+    }
+}

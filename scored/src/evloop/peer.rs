@@ -1,0 +1,90 @@
+//! Who is at the other end of a connection: the peer's credentials from
+//! the kernel (`SO_PEERCRED`, and its groups), and names of users and
+//! groups from the system's databases.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+
+use mio::net::UnixStream;
+
+use crate::command::GroupRef;
+use crate::core::{Directory, GroupError};
+use crate::ids::Cred;
+
+/// Names from the system's user and group databases.
+pub struct SystemDirectory;
+
+impl Directory for SystemDirectory {
+    fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), GroupError> {
+        match group {
+            GroupRef::Gid(gid) => {
+                let name = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(*gid))
+                    .ok()
+                    .flatten()
+                    .map(|g| g.name);
+                Ok((*gid, name))
+            }
+            GroupRef::Name(name) => match nix::unistd::Group::from_name(name) {
+                Ok(Some(group)) => Ok((group.gid.as_raw(), Some(group.name))),
+                Ok(None) => Err(GroupError::NotFound { name: name.clone() }),
+                Err(error) => Err(GroupError::Lookup {
+                    name: name.clone(),
+                    source: Box::new(error),
+                }),
+            },
+        }
+    }
+}
+
+/// The name of a user, or its number.
+pub fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |user| user.name)
+}
+
+/// The peer's credentials (SO_PEERCRED) and supplementary groups (SO_PEERGROUPS).
+pub(super) fn peer_cred(stream: &UnixStream) -> io::Result<Cred> {
+    let creds = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)?;
+    Ok(Cred {
+        pid: creds.pid(),
+        uid: creds.uid(),
+        gid: creds.gid(),
+        groups: peer_groups(stream.as_raw_fd()),
+    })
+}
+
+/// SO_PEERGROUPS: the supplementary groups the peer had when it connected.
+pub(super) fn peer_groups(fd: RawFd) -> Vec<u32> {
+    let mut groups = vec![0 as libc::gid_t; 256];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is a writable buffer of `len` bytes that lives
+        // across the call; getsockopt writes at most `len` bytes into it and
+        // stores the size it needs in `len`.
+        let ret = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let count = len as usize / std::mem::size_of::<libc::gid_t>();
+        if ret == 0 {
+            groups.truncate(count);
+            // Kept for the connection's life: hold only what was returned.
+            groups.shrink_to_fit();
+            return groups;
+        }
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() == Some(libc::ERANGE) && count > groups.len() && count <= 65_536 {
+            groups.resize(count, 0);
+            continue;
+        }
+        tracing::debug!(%error, "SO_PEERGROUPS failed; supplementary groups unknown");
+        return Vec::new();
+    }
+}
