@@ -97,6 +97,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
                 let mut side = PtySide {
                     relay: Relay::new(pty),
                     raw: None,
+                    started: false,
                 };
                 let end = session::run(
                     &mut connection,

@@ -27,13 +27,14 @@ use scored_proto::proto::{Reply, Request};
 use crate::error::describe_io;
 use crate::report::{final_report, lost_connection, Final};
 use crate::signals::{exit_status, is_terminating, Signals};
-use crate::terminal::{RawMode, Relay};
+use crate::terminal::{in_foreground, RawMode, Relay};
 
 /// How long scrun waits for scored to confirm a hold before it stops anyway.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(2);
 /// The same interrupt twice within this time kills the job (SIGTERM, then
 /// SIGKILL after the daemon's kill grace) instead of passing it on again:
-/// the way out of a job that handles the signal and does not end.
+/// the way out of a job that handles the signal and does not end (as
+/// `srun` does on a second Ctrl-C within a second). SIGHUP excepted.
 pub const ESCALATE_WITHIN: Duration = Duration::from_secs(1);
 /// How long an admitted job may go without starting before scrun says it
 /// waits for its hosts (as `srun` says a job is queued).
@@ -245,7 +246,10 @@ impl Session {
                 Action::Say(format!("interrupted; killing job {job}")),
             ];
         }
-        if let Some((last, at)) = self.passed {
+        // A hang-up often comes twice (from the terminal, and from the
+        // shell passing it on to its jobs), as it does to the program run
+        // directly: it never escalates.
+        if let Some((last, at)) = self.passed.filter(|_| signal != Signal::SIGHUP) {
             if last == signal && now.saturating_duration_since(at) < ESCALATE_WITHIN {
                 self.killing = true;
                 return vec![
@@ -332,6 +336,25 @@ pub struct PtySide {
     /// when scrun has no terminal). Until then keys typed still signal
     /// scrun, so that Ctrl-C withdraws a job waiting for admission.
     pub raw: Option<RawMode>,
+    /// The job has started (raw mode is due whenever scrun is in the
+    /// foreground).
+    pub started: bool,
+}
+
+impl PtySide {
+    /// Puts scrun's terminal in raw mode if the job runs and scrun is in
+    /// the terminal's foreground (after a start, a continue, an `fg`); a
+    /// background scrun leaves it alone (see `terminal::in_foreground`).
+    fn sync_raw(&mut self) {
+        if !self.started || !in_foreground() {
+            return;
+        }
+        match self.raw.as_mut() {
+            None => self.raw = RawMode::enter(),
+            Some(raw) if !raw.is_active() => raw.resume(),
+            Some(_) => {}
+        }
+    }
 }
 
 /// How long, after the job's end, scrun waits for the pty to hand over the
@@ -355,10 +378,14 @@ pub fn run(
             Err(end) => return end,
         };
         for event in events {
-            if let (Event::Reply(Reply::Started { .. }), Some(side)) = (&event, pty.as_deref_mut())
-            {
-                if side.raw.is_none() {
-                    side.raw = RawMode::enter();
+            if let Some(side) = pty.as_deref_mut() {
+                match &event {
+                    Event::Reply(Reply::Started { .. }) => {
+                        side.started = true;
+                        side.sync_raw();
+                    }
+                    Event::Signal(Signal::SIGCONT) => side.sync_raw(),
+                    _ => {}
                 }
             }
             for action in session.handle(event, Instant::now()) {
@@ -393,9 +420,7 @@ pub fn run(
                             say(&format!("cannot stop scrun: {}", errno.desc()));
                         }
                         if let Some(side) = pty.as_deref_mut() {
-                            if let Some(raw) = side.raw.as_mut() {
-                                raw.resume();
-                            }
+                            side.sync_raw();
                             // The window may have changed meanwhile.
                             side.relay.pty().follow_size();
                         }
@@ -487,7 +512,9 @@ fn wait(
                 master_idx = Some(fds.len());
                 fds.push(PollFd::new(relay.master(), flags));
             }
-            if interest.stdin {
+            // Read only in the foreground: a background program that
+            // reads its terminal is stopped, and scrun reads for the job.
+            if interest.stdin && in_foreground() {
                 stdin_idx = Some(fds.len());
                 fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
             }

@@ -55,6 +55,19 @@ fn on_outer_terminal<T>(read: impl Fn(BorrowedFd<'_>) -> Option<T>) -> Option<T>
     None
 }
 
+/// Whether scrun may use its stdin as a terminal now: it is not one, or
+/// scrun is in its foreground process group. A background scrun leaves
+/// the terminal's modes and input alone (changing them, or reading, would
+/// stop it, as it stops any background program), and its output is
+/// written or stops it as the terminal's `tostop` says.
+pub fn in_foreground() -> bool {
+    let stdin = io::stdin();
+    if !nix::unistd::isatty(stdin.as_fd()).unwrap_or(false) {
+        return true;
+    }
+    nix::unistd::tcgetpgrp(stdin.as_fd()).is_ok_and(|group| group == nix::unistd::getpgrp())
+}
+
 /// The size of scrun's terminal, if it has one.
 fn outer_size() -> Option<rustix::termios::Winsize> {
     on_outer_terminal(|fd| rustix::termios::tcgetwinsize(fd).ok())
@@ -96,8 +109,13 @@ impl Pty {
         let eof = termios::tcgetattr(&pair.slave)
             .map(|modes| modes.control_chars[SpecialCharacterIndices::VEOF as usize])
             .unwrap_or(4);
-        let peek = pair.slave.try_clone()?;
-        nix::fcntl::fcntl(&peek, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+        // An open file description of its own, non-blocking: the job's is
+        // the slave's, which must stay blocking.
+        let peek = nix::fcntl::open(
+            &nix::unistd::ttyname(&pair.slave)?,
+            OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )?;
         Ok(Pty {
             master: pair.master,
             slave: Some(pair.slave),

@@ -17,6 +17,7 @@ mod replay;
 mod restart;
 mod security;
 mod sessions;
+mod shell_child;
 mod shell_parity;
 mod spawn;
 mod startup;

@@ -43,6 +43,8 @@ pub enum ExitStatus {
     Code(i32),
     /// It was killed by this signal.
     Signal(i32),
+    /// It was killed by this signal, which wrote a core file (WCOREDUMP).
+    Dumped(i32),
 }
 
 impl ExitStatus {
@@ -50,7 +52,27 @@ impl ExitStatus {
     pub fn as_shell(self) -> i32 {
         match self {
             ExitStatus::Code(code) => code,
-            ExitStatus::Signal(signal) => crate::exitcode::from_signal(signal),
+            ExitStatus::Signal(signal) | ExitStatus::Dumped(signal) => {
+                crate::exitcode::from_signal(signal)
+            }
+        }
+    }
+
+    /// The signal that killed the process, if one did.
+    pub fn signal(self) -> Option<i32> {
+        match self {
+            ExitStatus::Code(_) => None,
+            ExitStatus::Signal(signal) | ExitStatus::Dumped(signal) => Some(signal),
+        }
+    }
+
+    /// How the signal that killed it reads, with `core dumped` when it
+    /// wrote a core file; `None` for an exit.
+    pub fn describe_signal(self) -> Option<String> {
+        match self {
+            ExitStatus::Code(_) => None,
+            ExitStatus::Signal(signal) => Some(crate::signame::describe_death(signal, false)),
+            ExitStatus::Dumped(signal) => Some(crate::signame::describe_death(signal, true)),
         }
     }
 

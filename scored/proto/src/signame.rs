@@ -63,6 +63,18 @@ pub fn describe(signal: i32) -> String {
     format!("signal {signal}")
 }
 
+/// [`describe`] with `, core dumped` inside its parentheses when the
+/// process wrote a core file (`SIGSEGV (segmentation fault, core dumped)`),
+/// as a shell says `(core dumped)`.
+pub fn describe_death(signal: i32, core_dumped: bool) -> String {
+    let text = describe(signal);
+    match (core_dumped, text.strip_suffix(')')) {
+        (false, _) => text,
+        (true, Some(open)) => format!("{open}, core dumped)"),
+        (true, None) => format!("{text} (core dumped)"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +91,11 @@ mod tests {
         assert_eq!(describe(32), "signal 32");
         assert_eq!(describe(65), "signal 65");
         assert_eq!(describe(-1), "signal -1");
+        assert_eq!(
+            describe_death(11, true),
+            "SIGSEGV (segmentation fault, core dumped)"
+        );
+        assert_eq!(describe_death(11, false), "SIGSEGV (segmentation fault)");
+        assert_eq!(describe_death(99, true), "signal 99 (core dumped)");
     }
 }

@@ -116,7 +116,7 @@ impl OsActuator {
                     self.continued_from_outside(child.job, pid, out);
                 }
             }
-            (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_))
+            (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(..))
                 if self.exec_never_happened(pid, out) =>
             {
                 // It failed before its exec (its launch failure is
@@ -124,11 +124,12 @@ impl OsActuator {
                 self.children.remove(&pid);
                 self.rank_reaped(child.job, pid, out);
             }
-            (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)) => {
+            (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(..)) => {
                 self.children.remove(&pid);
                 let status = match waited.event {
                     sys::WaitEvent::Exited(code) => ExitStatus::Code(code),
-                    sys::WaitEvent::Signaled(signal) => ExitStatus::Signal(signal),
+                    sys::WaitEvent::Signaled(signal, false) => ExitStatus::Signal(signal),
+                    sys::WaitEvent::Signaled(signal, true) => ExitStatus::Dumped(signal),
                     _ => unreachable!("matched above"),
                 };
                 tracing::debug!(job = %child.job, pid, rank = child.rank, ?status, "rank exited");
@@ -149,7 +150,7 @@ impl OsActuator {
                 // the child subreaper): account its CPU to its job.
                 if matches!(
                     event,
-                    sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(_)
+                    sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(..)
                 ) {
                     for procs in self.jobs.values_mut() {
                         if procs.extras.remove(&pid).is_some() {

@@ -23,8 +23,8 @@ fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
 pub enum WaitEvent {
     /// It exited with a code.
     Exited(i32),
-    /// It was killed by a signal.
-    Signaled(i32),
+    /// It was killed by a signal; whether it wrote a core file.
+    Signaled(i32, bool),
     /// It stopped.
     Stopped,
     /// It continued.
@@ -93,7 +93,7 @@ fn wait4_pid(target: i32, flags: libc::c_int) -> io::Result<Option<Waited>> {
     let event = if libc::WIFEXITED(status) {
         WaitEvent::Exited(libc::WEXITSTATUS(status))
     } else if libc::WIFSIGNALED(status) {
-        WaitEvent::Signaled(libc::WTERMSIG(status))
+        WaitEvent::Signaled(libc::WTERMSIG(status), libc::WCOREDUMP(status))
     } else if libc::WIFSTOPPED(status) {
         WaitEvent::Stopped
     } else {

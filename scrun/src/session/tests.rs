@@ -280,6 +280,23 @@ fn the_same_interrupt_within_a_second_kills_and_a_third_leaves() {
 }
 
 #[test]
+fn a_hang_up_twice_is_passed_on_twice() {
+    check(
+        "started 7
+        SIGHUP
+        SIGHUP
+        ended-by SIGHUP",
+        "started 7
+        SIGHUP
+          send SIGHUP
+        SIGHUP
+          send SIGHUP
+        ended-by SIGHUP
+          finish 129 by SIGHUP: ",
+    );
+}
+
+#[test]
 fn interrupts_apart_or_of_different_kinds_are_each_passed_on() {
     check(
         "started 7

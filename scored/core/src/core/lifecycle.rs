@@ -35,7 +35,7 @@ impl Core {
         // consumer stopped reading, is no failure at all.
         let producer =
             record.spec.joiner == Joiner::Pipe && stage + 1 < record.spec.launch.n_stages();
-        let normal = matches!(status, ExitStatus::Code(_) | ExitStatus::Signal(SIGPIPE));
+        let normal = matches!(status, ExitStatus::Code(_)) || status.signal() == Some(SIGPIPE);
         if producer && (normal || record.is_ending()) {
             return;
         }
@@ -44,7 +44,7 @@ impl Core {
         }
         // A rank killed by a signal is an abnormal end of the parallel
         // program: the others would wait for it forever, so the job ends.
-        if let ExitStatus::Signal(signal) = status {
+        if let Some(signal) = status.signal() {
             if !record.is_ending() {
                 self.n_ending += 1;
                 record.begin_end(EndCause::RankSignalled, None);
@@ -340,7 +340,7 @@ impl Core {
         };
         let signal = match (record.ending(), record.failure()) {
             (Some(EndCause::LaunchFailed { .. } | EndCause::Limit(_)), _) => None,
-            (_, Some(ExitStatus::Signal(signal))) => Some(signal),
+            (_, Some(status)) => status.signal(),
             _ => None,
         };
         let accounting = self.accounting(&record, now);
@@ -475,10 +475,10 @@ pub(super) fn describe_exit(job: &Job) -> String {
         Some(ExitStatus::Code(code)) => {
             format!("{} exited with status {code}", failed_process(job))
         }
-        Some(ExitStatus::Signal(signal)) => format!(
+        Some(status) => format!(
             "{} killed by {}",
             failed_process(job),
-            crate::signame::describe(signal)
+            status.describe_signal().unwrap_or_default()
         ),
     }
 }
@@ -504,12 +504,12 @@ pub(super) fn asked_to_end(job: &Job, who: &str, default_signal: i32) -> (i32, S
                 failed_process(job)
             ),
         ),
-        Some(ExitStatus::Signal(signal)) => (
-            crate::exitcode::from_signal(signal),
+        Some(status) => (
+            status.as_shell(),
             format!(
                 "killed {who}: {} ended by {}",
                 failed_process(job),
-                crate::signame::describe(signal)
+                status.describe_signal().unwrap_or_default()
             ),
         ),
     }

@@ -93,6 +93,7 @@ enum EndSnapshot {
 enum StatusSnapshot {
     Code(i32),
     Signal(i32),
+    Dumped(i32),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -208,6 +209,7 @@ fn status_out(status: ExitStatus) -> StatusSnapshot {
     match status {
         ExitStatus::Code(code) => StatusSnapshot::Code(code),
         ExitStatus::Signal(signal) => StatusSnapshot::Signal(signal),
+        ExitStatus::Dumped(signal) => StatusSnapshot::Dumped(signal),
     }
 }
 

@@ -208,6 +208,7 @@ pub(super) fn status_in(status: &StatusSnapshot) -> ExitStatus {
     match *status {
         StatusSnapshot::Code(code) => ExitStatus::Code(code),
         StatusSnapshot::Signal(signal) => ExitStatus::Signal(signal),
+        StatusSnapshot::Dumped(signal) => ExitStatus::Dumped(signal),
     }
 }
 
