@@ -749,3 +749,79 @@ fn a_raw_client_is_refused_in_the_words_scrun_prints() {
     serves_normally(&daemon, "after the refusals");
     assert_no_panic(&mut daemon);
 }
+
+/// What a client may pass on to its job, and ask to be delivered to it,
+/// is bounded and checked: more descriptors than a submission may carry,
+/// numbers that are not a passed descriptor's, a closed descriptor that is
+/// not a standard one, a signal that no terminal sends. Each gets a clear
+/// answer naming what is wrong, and the daemon serves on.
+#[test]
+fn passed_descriptors_and_signals_are_bounded_and_checked() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    let with = |change: &dyn Fn(&mut proto::Submit)| {
+        let mut request = submit_request(&daemon);
+        if let Request::Submit { submit, .. } = &mut request {
+            change(submit);
+        }
+        proto::encode(&request)
+    };
+    // Three standard descriptors and 65 others: more than may be pending.
+    let mut stream = connect(&daemon.socket);
+    let numbers: Vec<i32> = (3..3 + proto::MAX_INHERITED_FDS as i32 + 1).collect();
+    let fds = vec![null.as_raw_fd(); 3 + numbers.len()];
+    send_with_fds(&stream, &with(&|submit| submit.fds = numbers.clone()), &fds);
+    expect_error(
+        &mut stream,
+        "68 descriptors",
+        "a submission carries at most its 3 standard ones and 64 others",
+    );
+    // Numbers the validator refuses, with as many descriptors as they say.
+    for (change, expected) in [
+        (
+            &(|submit: &mut proto::Submit| submit.fds = vec![2]) as &dyn Fn(&mut proto::Submit),
+            "passed descriptor 2 is not between 3 and 1048576",
+        ),
+        (
+            &|submit: &mut proto::Submit| submit.fds = vec![9, 9],
+            "passed descriptor 9 is out of order or given twice",
+        ),
+        (
+            &|submit: &mut proto::Submit| {
+                submit.closed_stdio = vec![5];
+                submit.fds = vec![4];
+            },
+            "closed descriptor 5 is not a standard one (0, 1 or 2)",
+        ),
+    ] {
+        let frame = with(change);
+        let count = match proto::decode::<Request>(&mut frame.clone(), proto::MAX_REQUEST) {
+            Ok(Some(Request::Submit { submit, .. })) => submit.descriptor_count(),
+            other => panic!("not a submission: {other:?}"),
+        };
+        let mut stream = connect(&daemon.socket);
+        send_with_fds(&stream, &frame, &vec![null.as_raw_fd(); count]);
+        match last_word(&mut stream) {
+            Some(Reply::Rejected { reason, .. }) => {
+                assert!(reason.contains(expected), "{expected:?} in {reason:?}")
+            }
+            other => panic!("expected a rejection naming {expected:?}, got {other:?}"),
+        }
+    }
+    // A count that does not match the layout.
+    let mut stream = connect(&daemon.socket);
+    send_with_fds(
+        &stream,
+        &with(&|submit| submit.fds = vec![3, 4]),
+        &[null.as_raw_fd(); 3],
+    );
+    expect_error(&mut stream, "a short layout", "must carry 5 descriptors");
+    // A signal no terminal or shell sends, asked on a job's connection.
+    let mut stream = connect(&daemon.socket);
+    stream
+        .write_all(&proto::encode(&Request::Signal { signal: 9 }))
+        .expect("write");
+    expect_error(&mut stream, "SIGKILL", "signal 9 cannot be passed to a job");
+    serves_normally(&daemon, "after the refused descriptors and signals");
+    assert_no_panic(&mut daemon);
+}
