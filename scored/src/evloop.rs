@@ -195,12 +195,12 @@ pub struct Daemon<A: Actuator> {
     held_answers: Vec<(Token, Reply)>,
     /// Where `read_available` receives, allocated once: a buffer on the
     /// stack would be zeroed at every read (64 KiB, twice per request:
-    /// the read and the one that finds the socket drained), which was
-    /// the largest single cost of admitting a job.
+    /// the read and the one that finds the socket drained), more than
+    /// any other part of admitting a job costs.
     read_chunk: Box<[u8]>,
     /// Every connection that may be paused (and some that no longer are,
     /// pruned by `resumable`): the loop looks at these after each round
-    /// instead of at every connection, which made each round cost the
+    /// rather than at every connection, so that a round does not cost the
     /// number of clients (10,000 scrun waiting in a queue are 10,000).
     maybe_paused: BTreeSet<Token>,
 }

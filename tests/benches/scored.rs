@@ -32,7 +32,7 @@
 //!    latency with that load and the launch latency, with and without the
 //!    checkpoint (`SCORED_NO_CHECKPOINT=1`), in the same run.
 //!
-//! 9. What may block the loop (issue 10): `history` and `job ID` on a
+//! 9. What may block the loop: `history` and `job ID` on a
 //!    journal of the default size, `status` while other clients flood
 //!    them, the journal's sync, a user-name lookup, and start-up on that
 //!    journal.
@@ -1775,7 +1775,7 @@ fn main() {
                     "within 1.2×",
                 ));
             }
-            // The freezer as the switch's stop (issue 13, finding 6):
+            // The freezer as the switch's stop:
             // measured here to choose between it and SIGSTOP.
             for (freezer, name) in [
                 (Freezer::V1, "cgroup v1 freezer.state"),

@@ -1,4 +1,4 @@
-//! Issue 5: faults. A job that ignores SIGTERM is killed after the grace; a
+//! Faults. A job that ignores SIGTERM is killed after the grace; a
 //! process that escapes its process group is stopped with its job and
 //! killed at its end (with a cgroup, and without one through /proc); a job
 //! that forks without pause does not stall switching; scored under SIGTERM

@@ -1,4 +1,4 @@
-//! Issue 12: scored restarts without losing a job. The job journal keeps
+//! scored restarts without losing a job. The job journal keeps
 //! finished jobs and job ids across restarts and crashes (`history`,
 //! `jobs all`, `job ID`); after a SIGKILL the next scored records the dead
 //! daemon's jobs as lost, kills what it left and never reuses an id or a
@@ -787,7 +787,7 @@ fn panic_after(daemon: &Daemon, line: &str) {
     );
 }
 
-/// Issue 12, item 2: a panic after the core applied a console command
+/// A panic after the core applied a console command
 /// (and before the reply) restarts scored from the state before that
 /// command: the time slice it set is not kept.
 #[test]
@@ -805,7 +805,7 @@ fn a_panic_after_a_command_restores_the_state_before_it() {
     assert_ne!(daemon_status(&daemon)["timeslice"], before);
 }
 
-/// Issue 12, item 2: `suspend` stopped the job before the panic; the state
+/// `suspend` stopped the job before the panic; the state
 /// before it holds the job as running, so the restart continues it, its
 /// scrun stays connected, and the job ends with its own status.
 #[test]
@@ -826,7 +826,7 @@ fn a_panic_after_a_hold_leaves_the_job_running() {
     assert_eq!(status.code(), Some(7), "{stderr}");
 }
 
-/// Issue 12, item 2: `kill` sent SIGTERM before the panic. The signal
+/// `kill` sent SIGTERM before the panic. The signal
 /// cannot be taken back, but the kill is not carried on: a job that
 /// ignores SIGTERM is not sent SIGKILL after the grace, and ends with its
 /// own status.
@@ -843,7 +843,7 @@ fn a_panic_after_a_kill_does_not_carry_the_kill_on() {
     assert_eq!(status.code(), Some(0), "{stderr}");
 }
 
-/// Issue 12, item 2: a panic in the middle of a switch, after the first
+/// A panic in the middle of a switch, after the first
 /// of two leaving jobs was stopped and before the second was. scored
 /// restarts from the state before the switch: no job that it holds as
 /// running is stopped, rotation goes on (a state taken at the panic would
@@ -942,7 +942,7 @@ fn a_panic_in_the_middle_of_a_switch_leaves_no_job_stopped() {
     assert!(all_gone(&all, Duration::from_secs(5)));
 }
 
-/// Issue 12: a restart asked for while a job's processes are still being
+/// A restart asked for while a job's processes are still being
 /// created (a batched launch, whose pipes and plan cannot be handed over)
 /// waits for the launch to finish, then happens; no process is lost.
 #[test]
@@ -981,7 +981,7 @@ fn a_restart_during_a_launch_waits_for_it() {
     assert!(all_gone(&pids, Duration::from_secs(10)));
 }
 
-/// Issue 12, item 2: a panic after a rank's exit was reaped and before the
+/// A panic after a rank's exit was reaped and before the
 /// core heard of it. The kernel will not report that exit again, so the
 /// restored state is told it again: the job ends with its own status
 /// through its scrun, and the other job runs on.
@@ -1020,7 +1020,7 @@ fn an_exit_reaped_by_an_event_that_panicked_is_reported() {
     assert_eq!(status.code(), Some(137));
 }
 
-/// Issue 12, item 2: `queue 2 activate` started a queued job (its process
+/// `queue 2 activate` started a queued job (its process
 /// was created) before the panic. The state before it holds the queue as
 /// deactivated and the job as never started, so the process is killed and
 /// reaped; the job starts for real once the queue is activated again and

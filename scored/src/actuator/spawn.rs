@@ -393,13 +393,12 @@ fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> nix::Result<()> {
 /// real-time priority (or nice value) reach a job. Until here the child
 /// ran at the daemon's priority (the daemon does not set
 /// SCHED_RESET_ON_FORK), so that its few hundred microseconds of pre-exec
-/// work do not wait for a CPU behind a busy machine's processes. The daemon
-/// no longer waits for it (`spawn.rs`), but its launch window does
-/// (`EXEC_WINDOW`), and a launch of 1,500 ranks left the console more
-/// responsive with real-time children than with children at normal
-/// priority (BENCHMARKS.md, *A spawn that does not wait*). Lowering one's
-/// own priority needs no privilege, so this works after the change of
-/// user too. Only system calls.
+/// work do not wait for a CPU behind a busy machine's processes: the daemon
+/// does not wait for a child's exec, but its launch window does
+/// (`EXEC_WINDOW`), and the console stays more responsive during a large
+/// launch with children at the daemon's priority than at normal priority.
+/// Lowering one's own priority needs no privilege, so this works after the
+/// change of user too. Only system calls.
 fn drop_daemon_priority() -> io::Result<()> {
     sys::set_scheduler(None, false)?;
     sys::set_nice(0)

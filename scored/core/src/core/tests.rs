@@ -1203,7 +1203,7 @@ fn a_snapshot_for_other_hosts_is_refused() {
     assert!(error.starts_with("the hosts changed"), "{error}");
 }
 
-/// Issue 13, finding 6: a stop the actuator cannot complete (or a job it
+/// A stop the actuator cannot complete (or a job it
 /// cannot keep stopped) kills the job with the reason, and the job that
 /// waits for its host then runs.
 #[test]
@@ -1488,7 +1488,7 @@ fn a_stream_of_small_jobs_cannot_starve_a_wide_one() {
     }
 }
 
-/// Issue 12: the loop's checkpoint of the core (`Core::commit`) is the
+/// The loop's checkpoint of the core (`Core::commit`) is the
 /// state before an event; what the event changes afterwards, in the jobs
 /// or elsewhere, is undone by `Core::rollback`.
 #[test]
@@ -1740,7 +1740,7 @@ fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
     ));
 }
 
-/// Issue 10: the start-up script's lines are console inputs; every line is
+/// The start-up script's lines are console inputs; every line is
 /// tried, each refusal names the script and line and changes nothing, and
 /// what accepted lines ask of the shell is returned, not dropped.
 #[test]

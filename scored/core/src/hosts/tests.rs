@@ -289,7 +289,7 @@ fn comments_of_three_kinds() {
     );
 }
 
-/// Issue 11 item 10: values that may not be meant are accepted with a
+/// Values that may not be meant are accepted with a
 /// warning naming FILE:LINE; CPUs that are not online are refused.
 #[test]
 fn typos_and_memory_beyond_the_machine_are_warned_about() {
