@@ -34,7 +34,16 @@ pub fn bin(name: &str) -> PathBuf {
             .to_path_buf();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
         let mut command = Command::new(cargo);
-        command.args(["build", "--quiet", "--bins", "--workspace"]);
+        // The daemon with its fault injection, which the tests of the
+        // recovery from a panic use; a release build has none.
+        command.args([
+            "build",
+            "--quiet",
+            "--bins",
+            "--workspace",
+            "--features",
+            "scored/fault-injection",
+        ]);
         if dir.file_name().is_some_and(|name| name == "release") {
             command.arg("--release");
         }

@@ -180,7 +180,8 @@ extern "C" {
 /// program; returns its pid and the read end of its report pipe
 /// (non-blocking, close-on-exec). Never waits for the child.
 ///
-/// The daemon must be single-threaded (it is: see ARCHITECTURE.md).
+/// The daemon must be single-threaded: the tidy test keeps threads out
+/// of its sources, and debug builds check it at every fork.
 pub fn spawn(setup: &ChildSetup) -> io::Result<(i32, OwnedFd)> {
     let (report_read, report_write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
@@ -203,6 +204,14 @@ pub fn spawn(setup: &ChildSetup) -> io::Result<(i32, OwnedFd)> {
         .map(|entry| entry.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
+    // The fork below is safe only in a single-threaded process; the tidy
+    // test keeps threads out of the daemon's sources, and debug builds of
+    // the daemon check here that none was started.
+    #[cfg(all(debug_assertions, not(test)))]
+    assert!(
+        super::procfs::thread_count().is_none_or(|threads| threads == 1),
+        "the daemon forks a rank with more than one thread"
+    );
     // SAFETY: the daemon is single-threaded, so the child inherits no lock
     // held by another thread; the child runs only `child`, which makes
     // system calls on data prepared above and never returns.
