@@ -5,6 +5,18 @@
 //! processes; the core only knows ranks, hosts and states. A job's
 //! programs, environment and working directory are packed into one shared
 //! [`Launch`] (`launch.rs`).
+//!
+//! A job's state is a record of states, each carrying what only it has, so
+//! that a combination that means nothing cannot be written: [`Life`] is
+//! queued or started (the first run, the current `::` stage, the ranks left
+//! and the first failed rank exist only once processes were created); where
+//! the processes are is [`Procs`] (a running stretch carries when it began
+//! and its `-time` deadline); a job being killed has a [`Killing`] (a
+//! graceful kill without a deadline cannot be written). These are changed
+//! only through the transitions of [`Job`] and read through accessors, so
+//! the core's invariant checks need only cover relations between a job and
+//! the rest of the core. Holds (by an operator, by the owner) are two
+//! flags, since every combination of them is a state.
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;

@@ -2,14 +2,22 @@
 //! before it, and an `exec`, without ever waiting for the child.
 //!
 //! `std::process::Command::spawn` blocks until the child has exec'd (it
-//! reads a close-on-exec pipe to learn whether exec failed), so a launch
-//! was serialized with every child's whole pre-exec work, and a user who
-//! stopped their own child between its `setuid` and its `exec` (a loop of
-//! `kill(-1, SIGSTOP)` is enough) stalled the whole daemon. Here the child
-//! reports a failure through such a pipe too, but the parent only reads it
-//! when the event loop says it is readable ([`read_report`]): end of file
-//! means the exec succeeded, eight bytes name the step that failed and its
-//! errno.
+//! reads a close-on-exec pipe to learn whether exec failed), which would
+//! serialize a launch with every child's whole pre-exec work, and let a
+//! user who stops their own child between its `setuid` and its `exec` (a
+//! loop of `kill(-1, SIGSTOP)` is enough) stall the whole daemon. Here the
+//! child reports a failure through such a pipe too, but the parent only
+//! reads it when the event loop says it is readable ([`read_report`]): end
+//! of file means the exec succeeded, eight bytes name the step that failed
+//! and its errno.
+//!
+//! Why a plain `fork`: a `clone(CLONE_VM)` child without `CLONE_VFORK`
+//! would run beside the daemon in the same memory and with the same thread
+//! pointer, so glibc's `errno`, which every system call wrapper writes,
+//! would be the daemon's own; each child in flight would need a stack of
+//! its own; and a mistake would corrupt the daemon rather than a copy.
+//! `clone(CLONE_VM | CLONE_VFORK)`, what `posix_spawn` does, suspends the
+//! daemon until the exec, which is the stall again.
 //!
 //! Architecture invariant: the child allocates nothing, frees nothing,
 //! takes no lock and does not log. Everything it touches (argument and
