@@ -243,7 +243,7 @@ pub struct ProcPlan {
     pub stage: usize,
     /// Its rank within the stage (0-based); `SCORE_RANK`.
     pub rank: u32,
-    /// Its host.
+    /// The host it runs on, whose CPUs it is pinned to (`SCORE_HOST`).
     pub host: HostId,
     /// Index of the host among the job's hosts; the process group key.
     pub host_slot: usize,
@@ -252,7 +252,7 @@ pub struct ProcPlan {
 /// Everything the actuator needs to create processes of a job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaunchPlan {
-    /// The job.
+    /// The job the processes belong to (`SCORE_JOBID`).
     pub job: JobId,
     /// The client whose descriptors the job uses as stdin, stdout and stderr.
     pub client: ClientToken,
@@ -294,10 +294,11 @@ pub struct JobLimits {
 /// same 24 bytes as a `Vec`); longer lists go to the heap.
 pub type Small<T> = SmallVec<[T; 4]>;
 
-/// An admitted job.
+/// An admitted job: what it asked for, where it runs, what it used, and
+/// its state (private fields, changed only through its transitions).
 #[derive(Debug, Clone)]
 pub struct Job {
-    /// Its id.
+    /// Its id, handed out in admission order and never reused.
     pub id: JobId,
     /// Its owner's name (shared among the owner's jobs).
     pub user: Rc<str>,
@@ -307,11 +308,11 @@ pub struct Job {
     pub client: Option<ClientToken>,
     /// What it runs.
     pub spec: JobSpec,
-    /// Its current queue.
+    /// Its current queue (residency and `move` change it).
     pub queue: u32,
     /// Queues it has been in, in order.
     pub queues_visited: Small<u32>,
-    /// Its cluster.
+    /// The cluster admission chose; its hosts are all in it.
     pub cluster: ClusterId,
     /// Its hosts, in slot order. A `Vec`, not a `Small`: the decision
     /// reads every queued job's hosts, and jobs of more and fewer than four
@@ -607,7 +608,7 @@ impl Job {
         }
     }
 
-    /// A rank exited.
+    /// A rank exited: one rank fewer left.
     pub fn rank_exited(&mut self) {
         if let Some(started) = self.started_mut() {
             started.ranks_left = started.ranks_left.saturating_sub(1);

@@ -219,7 +219,7 @@ pub enum Request {
     Submit {
         /// Protocol revision of the client.
         version: u32,
-        /// The job.
+        /// What to run, and how (checked again by the daemon).
         submit: Submit,
     },
     /// Run one console command line.
@@ -308,9 +308,9 @@ pub enum Reply {
     },
     /// The job was admitted.
     Admitted {
-        /// Its id.
+        /// The id the job was given.
         job: u64,
-        /// Its queue.
+        /// The queue it went to (its priority).
         queue: u32,
         /// The cluster it runs on.
         cluster: String,
@@ -326,7 +326,7 @@ pub enum Reply {
     },
     /// The job's processes were created (its first scheduling).
     Started {
-        /// The job.
+        /// The job whose processes now exist.
         job: u64,
         /// The daemon takes [`Request::Winch`] for this job. An older
         /// daemon leaves it out (false), and scrun then never sends a
@@ -336,12 +336,12 @@ pub enum Reply {
     },
     /// The job is held (acknowledges `Hold`).
     Held {
-        /// The job.
+        /// The job now held.
         job: u64,
     },
     /// The job ended; this is the last message for a scrun connection.
     Ended {
-        /// The job.
+        /// The job that ended.
         job: u64,
         /// How it ended.
         kind: EndKind,
@@ -353,7 +353,7 @@ pub enum Reply {
         /// if a signal did (scrun names it).
         #[serde(default)]
         signal: Option<i32>,
-        /// Its accounting.
+        /// What it waited, ran and used.
         accounting: Accounting,
     },
     /// The reply to a console line.
@@ -379,7 +379,7 @@ pub enum FrameError {
     TooLarge {
         /// Announced length.
         len: usize,
-        /// The limit.
+        /// The most this side accepts.
         max: usize,
     },
     /// The payload is not a valid message.
