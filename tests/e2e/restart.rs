@@ -193,7 +193,7 @@ fn after_kill_9_the_next_scored_records_jobs_lost_and_cleans_up() {
             daemon.log()
         );
     } else {
-        println!("no cgroups here: the grandchild is a known survivor (ARCHITECTURE.md, Faults)");
+        println!("no cgroups here: the grandchild is a known survivor (see actuator/cgroup.rs)");
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(grandchild),
             nix::sys::signal::Signal::SIGKILL,
