@@ -30,8 +30,11 @@ fn start_in(dir: &Path, user: Option<&TestUser>, args: &[&str]) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut child = command.spawn().expect("start scored");
+    // Listening, not merely bound: the socket's file appears at bind(2),
+    // a moment before listen(2), and a client in between is refused.
     let up = wait_until(Duration::from_secs(20), || {
-        socket.exists() || matches!(child.try_wait(), Ok(Some(_)))
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+            || matches!(child.try_wait(), Ok(Some(_)))
     });
     assert!(up, "scored neither listened nor exited");
     child
