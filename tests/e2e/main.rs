@@ -12,6 +12,7 @@ mod hostile;
 mod isolation;
 mod launch;
 mod limits;
+mod recovery;
 mod replay;
 mod restart;
 mod security;
