@@ -65,7 +65,7 @@ impl Answer {
 pub enum DaemonError {
     /// The daemon's socket could not be connected to.
     Unreachable {
-        /// The socket.
+        /// The socket path tried.
         path: PathBuf,
         /// Why.
         source: io::Error,
@@ -178,7 +178,7 @@ impl Daemon {
         }
     }
 
-    /// The socket.
+    /// The socket path this session connects to.
     pub fn path(&self) -> &Path {
         &self.path
     }

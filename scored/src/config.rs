@@ -120,7 +120,7 @@ pub struct FileSettings {
     journal: Option<bool>,
 }
 
-/// The resolved settings.
+/// The daemon's settings, the flags over the TOML file over the defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// Hosts database, if any.
@@ -164,7 +164,7 @@ pub struct Settings {
 pub enum ConfigError {
     /// The file is not valid TOML for scored.
     File {
-        /// The file.
+        /// The configuration file that failed to parse.
         path: PathBuf,
         /// The line the parser stopped at, when it says.
         line: Option<usize>,
@@ -180,7 +180,7 @@ pub enum ConfigError {
     },
     /// A duration outside its range.
     OutOfRange {
-        /// The flag.
+        /// The flag (or the file's key of the same name).
         flag: &'static str,
         /// The value, as given back.
         value: Duration,
@@ -189,7 +189,7 @@ pub enum ConfigError {
     },
     /// A count that must be at least 1 is 0.
     Zero {
-        /// The flag.
+        /// The flag (or the file's key of the same name).
         flag: &'static str,
     },
     /// A journal size that is refused.

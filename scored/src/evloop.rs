@@ -11,6 +11,29 @@
 //! One bad client never takes the daemon down: a malformed or oversized
 //! frame gets an error reply and closes that connection only.
 //!
+//! What may still hold the loop, and what bounds it:
+//! - confirming a switch's stops (`Actuator::await_stops`): a wait in
+//!   `wait4` for each stopping rank, bounded by an interval timer and
+//!   `STOP_WAIT`; the rest is confirmed later through SIGCHLD and /proc;
+//! - usage samples at a slice boundary: one read of /proc per process, and
+//!   a scratch walk bounded in entries per sample and per window;
+//! - a launch: a batch of about `actuator::LAUNCH_BATCH` of work per event,
+//!   with at most `actuator::EXEC_WINDOW` ranks of a job between fork and
+//!   exec; the loop never waits for an exec;
+//! - removing a finished job's scratch tree, which is not bounded: a job
+//!   that leaves many files holds the loop while they are removed;
+//! - the journal: one `write` per record, and at most one `fdatasync` per
+//!   `journal::SYNC_INTERVAL`; `history` and `job ID` read only the lines
+//!   they show, through the index;
+//! - a user-name lookup through NSS, once per uid for the daemon's life;
+//! - an in-place restart: writing the handover and the new binary's check;
+//! - console views, in proportion to the jobs they list.
+//!
+//! Answers to console commands wait until no stop is pending, so that a
+//! command that switched jobs (`suspend`, `queue Q deactivate`) is answered
+//! once its switch is done; a stop never confirmed is given up after
+//! `actuator::STOP_TIMEOUT`, which bounds the wait.
+//!
 //! Where to look: this file holds the [`Daemon`], its poll loop and the
 //! carrying out of the core's actions. Connections and their requests are
 //! in `connection.rs`, what one user may hold of the daemon in
@@ -198,12 +221,12 @@ pub struct Daemon<A: Actuator> {
     held_answers: Vec<(Token, Reply)>,
     /// Where `read_available` receives, allocated once: a buffer on the
     /// stack would be zeroed at every read (64 KiB, twice per request:
-    /// the read and the one that finds the socket drained), which was
-    /// the largest single cost of admitting a job.
+    /// the read and the one that finds the socket drained), more than
+    /// any other part of admitting a job costs.
     read_chunk: Box<[u8]>,
     /// Every connection that may be paused (and some that no longer are,
     /// pruned by `resumable`): the loop looks at these after each round
-    /// instead of at every connection, which made each round cost the
+    /// rather than at every connection, so that a round does not cost the
     /// number of clients (10,000 scrun waiting in a queue are 10,000).
     maybe_paused: BTreeSet<Token>,
 }

@@ -51,7 +51,7 @@ pub struct Handover {
 /// The event loop's part.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ConnectionsSnapshot {
-    /// The listening socket.
+    /// The listening socket, kept open across the execve.
     pub listener: RawFd,
     /// The next connection token.
     pub next_token: usize,
@@ -61,7 +61,7 @@ pub struct ConnectionsSnapshot {
     pub terminations: u32,
     /// The connection that asked for the restart, and whether it wants JSON.
     pub reply_to: Option<(usize, bool)>,
-    /// The connections.
+    /// Every client connection, with what it had buffered.
     pub connections: Vec<ConnectionSnapshot>,
 }
 
@@ -70,7 +70,7 @@ pub struct ConnectionsSnapshot {
 pub struct ConnectionSnapshot {
     /// Its token (the core's `ClientToken`).
     pub token: usize,
-    /// Its socket.
+    /// Its socket, kept open across the execve.
     pub fd: RawFd,
     /// Peer credentials: pid, uid, gid, groups.
     pub cred: (i32, u32, u32, Vec<u32>),
@@ -125,33 +125,33 @@ pub fn write(state_dir: &Path, handover: &Handover) -> io::Result<PathBuf> {
 pub enum ReadError {
     /// The file could not be read.
     Read {
-        /// The file.
+        /// The handover file.
         path: PathBuf,
         /// What reading it said.
         source: io::Error,
     },
     /// The file is not JSON with a format field.
     NotHandover {
-        /// The file.
+        /// The file that is not a handover.
         path: PathBuf,
         /// What parsing it said.
         source: serde_json::Error,
     },
     /// The file is of another format than this binary's.
     OtherFormat {
-        /// The file.
+        /// The handover file.
         path: PathBuf,
-        /// Its format.
+        /// The format it declares.
         format: u64,
     },
     /// The file names no format.
     NoFormat {
-        /// The file.
+        /// The file without a format.
         path: PathBuf,
     },
     /// The file is of this format but its contents do not parse.
     Contents {
-        /// The file.
+        /// The handover file.
         path: PathBuf,
         /// What parsing it said.
         source: serde_json::Error,

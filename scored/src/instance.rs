@@ -29,7 +29,7 @@ pub const FILE: &str = "daemon";
 pub struct Identity {
     /// `/proc/sys/kernel/random/boot_id`: which boot of the machine.
     pub boot_id: String,
-    /// Its pid.
+    /// The daemon's pid.
     pub pid: i32,
     /// Field 22 of /proc/PID/stat: when it started, in ticks since boot.
     pub start_time: u64,
@@ -122,7 +122,7 @@ pub enum ClaimError {
     InUse {
         /// That daemon's pid.
         pid: i32,
-        /// The state directory.
+        /// The state directory it holds.
         state_dir: PathBuf,
     },
     /// The record could not be written.

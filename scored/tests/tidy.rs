@@ -13,7 +13,9 @@
 //!   console language never use: the clock (`Instant::now`, `SystemTime`),
 //!   processes, files, sockets and threads;
 //! - the replay crate depends on neither the daemon nor nix, libc, mio or
-//!   sysinfo, and its library is as pure as the core.
+//!   sysinfo, and its library is as pure as the core;
+//! - the daemon never starts a thread, and its test-only fault injection
+//!   stays in the one module that compiles it only for the tests.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -120,6 +122,82 @@ fn unsafe_lives_only_in_the_actuator_and_the_event_loop() {
     assert!(
         offenders.is_empty(),
         "unsafe outside actuator and evloop:\n{}",
+        offenders.join("\n")
+    );
+}
+
+/// The daemon's sources: its crate and the two it links.
+fn daemon_sources() -> impl Iterator<Item = (PathBuf, String)> {
+    all_sources().into_iter().filter(|(path, _)| {
+        let text = path.display().to_string();
+        let is_test = text.ends_with("tests.rs") || text.contains("/tests/");
+        !is_test
+            && ["scored/src/", "scored/core/src/", "scored/proto/src/"]
+                .iter()
+                .any(|prefix| text.starts_with(prefix))
+    })
+}
+
+#[test]
+fn the_daemon_never_starts_a_thread() {
+    // The fork of a rank is safe only in a single-threaded process: a
+    // thread holding a lock (the allocator's, say) at the fork would leave
+    // it held forever in the child. The spawn path also checks, in debug
+    // builds, that the process has one thread when it forks.
+    let forbidden = [
+        "thread::spawn",
+        "thread::scope",
+        "thread::Builder",
+        "rayon::",
+        "tokio::",
+        "crossbeam",
+    ];
+    let mut offenders = Vec::new();
+    for (path, text) in daemon_sources() {
+        for (line_no, line) in code_lines(&text) {
+            for word in forbidden {
+                if line.contains(word) {
+                    offenders.push(format!("{}:{line_no}: {word}", path.display()));
+                }
+            }
+        }
+    }
+    let lock = fs::read_to_string(workspace().join("Cargo.lock")).expect("read Cargo.lock");
+    for name in ["rayon", "tokio", "threadpool"] {
+        if lock.contains(&format!("name = \"{name}\"")) {
+            offenders.push(format!("Cargo.lock: {name}"));
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "the daemon must stay single-threaded:\n{}",
+        offenders.join("\n")
+    );
+}
+
+#[test]
+fn fault_injection_lives_only_in_its_module() {
+    // faults.rs compiles its hooks only with the `fault-injection`
+    // feature; a hook anywhere else would reach release builds.
+    let mut offenders = Vec::new();
+    for (path, text) in daemon_sources() {
+        if path == Path::new("scored/src/evloop/faults.rs") {
+            continue;
+        }
+        for (line_no, line) in text.lines().enumerate() {
+            if line.contains("SCORED_TEST_") || line.contains("SCORED_NO_CHECKPOINT") {
+                offenders.push(format!(
+                    "{}:{}: {}",
+                    path.display(),
+                    line_no + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "test-only hooks outside evloop/faults.rs:\n{}",
         offenders.join("\n")
     );
 }

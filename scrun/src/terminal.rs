@@ -23,6 +23,16 @@
 //!
 //! Nothing here blocks on the master: it is non-blocking, and bytes for it
 //! wait in a buffer until it can take them.
+//!
+//! Terminal job control and gang scheduling stay apart because they use
+//! different tools. The scheduler sends only SIGSTOP and SIGCONT, which are
+//! not job-control stops, and ranks lead orphaned process groups (their
+//! parent, scored, is in another session), so the kernel discards SIGTSTP,
+//! SIGTTIN and SIGTTOU sent to a rank's group. Inside a `-pty` job, a shell
+//! stops its foreground program on Ctrl-Z; the gang's stop notes which
+//! processes outside the ranks' groups were stopped already, and the
+//! gang's continue leaves them stopped, so the shell's `fg` stays the only
+//! way to resume them.
 #![forbid(unsafe_code)]
 
 use std::io::{self, Write};

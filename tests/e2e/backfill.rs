@@ -1,4 +1,4 @@
-//! Issue 14: `scrun -time` as a limit, and exclusive queues on real
+//! `scrun -time` as a limit, and exclusive queues on real
 //! processes: first come, first served without backfill, and EASY
 //! backfilling with it (a short job started in a hole before a reserved
 //! wide job, which is not delayed).

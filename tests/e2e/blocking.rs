@@ -1,4 +1,4 @@
-//! Issue 10: what may block the event loop. A local user must not be able
+//! What may block the event loop. A local user must not be able
 //! to hold the loop (and with it every switch and every other client) by
 //! asking for what costs the daemon the most to answer: `history` and
 //! `job ID` on a journal of the default size.

@@ -1,4 +1,4 @@
-//! Issue 5: listings in text and JSON carry the same facts; both shutdown
+//! Listings in text and JSON carry the same facts; both shutdown
 //! forms leave no job process and tell scrun why.
 
 use std::time::Duration;
@@ -210,13 +210,13 @@ fn sigterm_to_scored_kills_every_job_even_stopped_ones() {
     second.wait(Duration::from_secs(10));
 }
 
-/// Issue 10: a console command is an input like any other, so a switch it
+/// A console command is an input like any other, so a switch it
 /// causes is carried out as a tick's is: the stop is waited for and the job
 /// that takes the hosts enters before the reply goes out. When `suspend`
 /// is answered, the suspended job's processes are stopped and the other
 /// job's run (the kernel's word, read the moment the reply arrives).
 #[test]
-fn r10_a_suspend_is_answered_once_its_switch_is_done() {
+fn a_suspend_is_answered_once_its_switch_is_done() {
     let daemon = Daemon::builder()
         .hosts(&two_hosts())
         .timeslice("100ms")

@@ -1,4 +1,4 @@
-//! Issue 5: faults. A job that ignores SIGTERM is killed after the grace; a
+//! Faults. A job that ignores SIGTERM is killed after the grace; a
 //! process that escapes its process group is stopped with its job and
 //! killed at its end (with a cgroup, and without one through /proc); a job
 //! that forks without pause does not stall switching; scored under SIGTERM
@@ -375,8 +375,9 @@ fn when_scored_is_killed_its_job_processes_die_with_it() {
 /// running (a stopped one is hung up by the kernel when its process group
 /// is orphaned). Where cgroups are in use, the next daemon kills what the
 /// dead one left in them (the test after this one). Closing the gap in
-/// between needs a process that outlives the daemon (ARCHITECTURE.md,
-/// Faults). This test pins today's behaviour so that a fix shows up here.
+/// between needs a process that outlives the daemon (the module doc of
+/// `scored/src/actuator/cgroup.rs`). This test pins that behaviour so that
+/// a fix shows up here.
 #[test]
 fn when_scored_is_killed_a_grandchild_survives() {
     let mut daemon = Daemon::builder().hosts(&two_hosts()).start();

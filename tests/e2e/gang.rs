@@ -1,4 +1,4 @@
-//! Issue 3: gang scheduling on real CPU-bound processes, witnessed through
+//! Gang scheduling on real CPU-bound processes, witnessed through
 //! /proc: alternation, space partitioning, exclusive mode, preemption,
 //! queue states, holds, and jobs that leave their session.
 

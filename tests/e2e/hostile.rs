@@ -1,10 +1,10 @@
-//! Issue 5: hostile clients. Random bytes, truncated and oversized frames,
+//! Hostile clients. Random bytes, truncated and oversized frames,
 //! garbage JSON, submissions with too few or too many descriptors, hundreds
 //! of idle connections, connections past the limit, clients that stall
 //! half-way through a frame or never read their replies: each gets an error
 //! frame or is closed, and none stops scored from serving a normal scrun
 //! and sc_console at the same time. A submission that breaks a rule is
-//! refused in the words scrun prints for the same mistake (issue 10).
+//! refused in the words scrun prints for the same mistake.
 
 use std::io::{IoSlice, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -616,7 +616,7 @@ fn by_default_the_connection_limit_follows_the_descriptor_limit() {
     assert_no_panic(&mut daemon);
 }
 
-/// Issue 10: every rule of a submission is checked by one validator
+/// Every rule of a submission is checked by one validator
 /// (`scored::submit`), which scrun applies before sending and scored to
 /// what it receives, so a raw client is refused in the words scrun prints
 /// for the same mistake, and nothing is admitted.

@@ -1,5 +1,4 @@
-//! Issue 13 (findings 5, 6, 8) and issue 11 (item 9): what one local user
-//! can do to the daemon and to other users' jobs, and what a job still
+//! What one local user can do to the daemon and to other users' jobs, and what a job still
 //! inherits from root. Tests that need other users skip, with a printed
 //! reason, when not run as root.
 
@@ -19,12 +18,12 @@ fn keyring_of(out: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Issue 13, finding 8: every job gets a session keyring of its own, not
+/// Every job gets a session keyring of its own, not
 /// scored's (which it would possess, with every key in it) and not another
 /// job's. scored inherits the test's session keyring, so the keyring of
 /// the same program run here, without scrun, is scored's.
 #[test]
-fn r13_8_each_job_has_a_session_keyring_of_its_own() {
+fn each_job_has_a_session_keyring_of_its_own() {
     let direct = std::process::Command::new(testprog())
         .arg("keyring")
         .output()
@@ -48,7 +47,7 @@ fn r13_8_each_job_has_a_session_keyring_of_its_own() {
         );
         seen.push(job);
     }
-    let Some(users) = test_users("r13_8_each_job_has_a_session_keyring_of_its_own") else {
+    let Some(users) = test_users("each_job_has_a_session_keyring_of_its_own") else {
         return;
     };
     let output = daemon
@@ -86,7 +85,7 @@ fn r13_8_each_job_has_a_session_keyring_of_its_own() {
     );
 }
 
-// ----- finding 5: connections -----
+// ----- connections -----
 
 /// `scored-testprog connect` run as `user`: its output lines arrive on the
 /// returned channel; the child is for the caller to end.
@@ -149,12 +148,12 @@ fn end(mut child: std::process::Child) {
     let _ = child.wait();
 }
 
-/// Issue 13, finding 5: a plain user who takes every connection open to
+/// A plain user who takes every connection open to
 /// users does not lock root out: root's console and scrun still work
 /// (through the reserve), while other plain users are told why they wait.
 #[test]
-fn r13_5_a_user_holding_1000_connections_does_not_lock_out_root() {
-    let Some(users) = test_users("r13_5_a_user_holding_1000_connections") else {
+fn a_user_holding_1000_connections_does_not_lock_out_root() {
+    let Some(users) = test_users("a_user_holding_1000_connections") else {
         return;
     };
     // 1000 connections for users, and the reserve of 64 for root and the
@@ -217,12 +216,12 @@ fn r13_5_a_user_holding_1000_connections_does_not_lock_out_root() {
     daemon.stop();
 }
 
-/// Issue 13, finding 5: one user may hold at most
+/// One user may hold at most
 /// `--max-connections-per-user` connections; the next is refused with a
 /// message naming the user and the limit, and other users are not affected.
 #[test]
-fn r13_5_the_per_user_connection_limit_refuses_clearly() {
-    let Some(users) = test_users("r13_5_the_per_user_connection_limit") else {
+fn the_per_user_connection_limit_refuses_clearly() {
+    let Some(users) = test_users("the_per_user_connection_limit") else {
         return;
     };
     let mut daemon = Daemon::builder()
@@ -288,12 +287,12 @@ fn status_request() -> Vec<u8> {
     })
 }
 
-/// Issue 13, finding 5: a connection that begins a request and does not
+/// A connection that begins a request and does not
 /// finish it is closed after `--request-timeout`, with a message; clients
 /// that sent whole requests, or nothing yet, and wait are never cut, and a
 /// job longer than the timeout runs to its end.
 #[test]
-fn r13_5_an_unfinished_request_is_cut_after_the_timeout() {
+fn an_unfinished_request_is_cut_after_the_timeout() {
     let mut daemon = Daemon::builder()
         .hosts(&two_hosts())
         .arg("--request-timeout")
@@ -366,7 +365,7 @@ fn r13_5_an_unfinished_request_is_cut_after_the_timeout() {
     daemon.stop();
 }
 
-// ----- finding 6: a stop that never confirms -----
+// ----- a stop that never confirms -----
 
 /// One host shared by two one-process gang jobs, so that they alternate.
 const ONE_HOST: &str = "host0 cores=1\n";
@@ -407,13 +406,13 @@ fn sample_states(pid_a: i32, pid_b: i32, daemon: &Daemon) -> (u32, u32, u32, u32
     (samples, a_running, b_running, both_running)
 }
 
-/// Issue 13, finding 6: user A keeps sending SIGCONT to its own job's
+/// User A keeps sending SIGCONT to its own job's
 /// switched-out rank from outside the job. Where cgroups are in use the
 /// job is frozen instead: B's job still gets its slices, and A's job never
 /// runs while B's does.
 #[test]
-fn r13_6_sigcont_from_outside_does_not_steal_another_users_slices() {
-    let Some(users) = test_users("r13_6_sigcont_from_outside") else {
+fn sigcont_from_outside_does_not_steal_another_users_slices() {
+    let Some(users) = test_users("sigcont_from_outside") else {
         return;
     };
     let mut daemon = Daemon::builder().hosts(ONE_HOST).timeslice("100ms").start();
@@ -457,13 +456,13 @@ fn r13_6_sigcont_from_outside_does_not_steal_another_users_slices() {
     daemon.stop();
 }
 
-/// Issue 13, finding 6, without cgroups: nothing can hold a job against
+/// Without cgroups: nothing can hold a job against
 /// its owner's SIGCONT, so a job that keeps being continued from outside
 /// is stopped again and, when it goes on, killed with a reason; the other
 /// user's job then has the host.
 #[test]
-fn r13_6_without_a_freezer_a_job_continued_from_outside_is_killed() {
-    let Some(users) = test_users("r13_6_without_a_freezer") else {
+fn without_a_freezer_a_job_continued_from_outside_is_killed() {
+    let Some(users) = test_users("without_a_freezer") else {
         return;
     };
     let mut daemon = Daemon::builder()
@@ -501,13 +500,13 @@ fn r13_6_without_a_freezer_a_job_continued_from_outside_is_killed() {
     daemon.stop();
 }
 
-// ----- issue 11, item 9: a large launch -----
+// ----- a large launch -----
 
-/// Issue 11, item 9: while a job of 1,500 processes is being created, the
+/// While a job of 1,500 processes is being created, the
 /// console answers promptly (the launch goes a batch at a time between
 /// events), every rank starts, and the job ends as it should.
 #[test]
-fn r11_9_the_console_answers_while_a_large_job_launches() {
+fn the_console_answers_while_a_large_job_launches() {
     const N: usize = 1500;
     let hosts: String = (0..N).map(|idx| format!("h{idx} cores=1\n")).collect();
     let mut daemon = Daemon::builder().hosts(&hosts).log("scored=info").start();
@@ -572,13 +571,13 @@ fn job_lines(job: &mut Job, prefix: &str) -> usize {
     job.count_lines(prefix)
 }
 
-/// Issue 11, item 9, gang semantics: a job switched out while its
+/// Gang semantics: a job switched out while its
 /// processes are still being created is held whole: the ranks that exist
 /// are stopped during the other job's slices, and no new rank appears
 /// running meanwhile; its launch resumes in its own slices and it ends as
 /// it should.
 #[test]
-fn r11_9_a_job_switched_out_during_its_launch_is_stopped_whole() {
+fn a_job_switched_out_during_its_launch_is_stopped_whole() {
     const N: usize = 400;
     let hosts: String = (0..N).map(|idx| format!("h{idx} cores=1\n")).collect();
     let mut daemon = Daemon::builder()
@@ -664,12 +663,12 @@ fn nice_and_policy(stat: &str) -> Option<(i64, u32)> {
     Some((fields.get(16)?.parse().ok()?, fields.get(38)?.parse().ok()?))
 }
 
-/// Issue 11, item 9: a job's processes are created at the daemon's
+/// A job's processes are created at the daemon's
 /// priority, so that creating them does not wait behind a busy machine;
 /// the program itself, as root or as a plain user, always runs at normal
 /// priority (SCHED_OTHER, nice 0).
 #[test]
-fn r11_9_jobs_run_at_normal_priority_though_created_at_the_daemons() {
+fn jobs_run_at_normal_priority_though_created_at_the_daemons() {
     let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
     let daemon_stat =
         std::fs::read_to_string(format!("/proc/{}/stat", daemon.pid())).expect("scored's stat");
@@ -691,7 +690,7 @@ fn r11_9_jobs_run_at_normal_priority_though_created_at_the_daemons() {
         }
     };
     check(daemon.run(&["-nodes=2", "cat", "/proc/self/stat"]), "root");
-    if let Some(users) = test_users("r11_9_jobs_run_at_normal_priority") {
+    if let Some(users) = test_users("jobs_run_at_normal_priority") {
         check(
             daemon
                 .scrun_as(&users.a, &["-nodes=2", "cat", "/proc/self/stat"])
@@ -703,13 +702,13 @@ fn r11_9_jobs_run_at_normal_priority_though_created_at_the_daemons() {
     daemon.stop();
 }
 
-/// Issue 13, finding 5: what one plain user's unfinished requests make
+/// What one plain user's unfinished requests make
 /// scored hold is bounded over all of that user's connections (4 MiB): the
 /// connection that goes past it is closed with a message, the others and
 /// other users are served.
 #[test]
-fn r13_5_unfinished_requests_of_one_user_are_bounded() {
-    let Some(users) = test_users("r13_5_unfinished_requests_of_one_user") else {
+fn unfinished_requests_of_one_user_are_bounded() {
+    let Some(users) = test_users("unfinished_requests_of_one_user") else {
         return;
     };
     let mut daemon = Daemon::builder().hosts(&two_hosts()).start();

@@ -1,4 +1,4 @@
-//! Issue 2: scrun runs real parallel jobs through scored; exit statuses,
+//! scrun runs real parallel jobs through scored; exit statuses,
 //! interrupts and client death; admission of jobs that cannot fit.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Issue 4: limits and accounting on real processes — memory shares at
+//! Limits and accounting on real processes — memory shares at
 //! admission, waiting for resources, memory, CPU time and disk limits,
 //! residency demotion, cluster choice by speed, `::` and `==` jobs, and
 //! `scrun -stat`.

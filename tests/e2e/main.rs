@@ -13,6 +13,7 @@ mod isolation;
 mod launch;
 mod limits;
 mod private_daemon;
+mod recovery;
 mod replay;
 mod restart;
 mod security;

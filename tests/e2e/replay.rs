@@ -1,4 +1,4 @@
-//! Issue 14: the sc_replay program on small traces whose answers are
+//! The sc_replay program on small traces whose answers are
 //! worked out by hand (first come, first served and EASY backfilling on
 //! five jobs), gzip input, malformed lines, the generator, the picture,
 //! and the workload built to starve.

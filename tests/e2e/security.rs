@@ -1,6 +1,5 @@
-//! Issue 13 (local users cannot hurt each other, the daemon or root) and
-//! issue 11 items 8 and 10: the start-up script's origin, the state
-//! directory, the client's trust in its socket, disk accounting, what
+//! Local users cannot hurt each other, the daemon or root: the start-up
+//! script's origin, the state directory, the client's trust in its socket, disk accounting, what
 //! listings show to whom, and values that cannot be meant.
 
 use std::os::unix::fs::PermissionsExt;
@@ -31,8 +30,11 @@ fn start_in(dir: &Path, user: Option<&TestUser>, args: &[&str]) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut child = command.spawn().expect("start scored");
+    // Listening, not merely bound: the socket's file appears at bind(2),
+    // a moment before listen(2), and a client in between is refused.
     let up = wait_until(Duration::from_secs(20), || {
-        socket.exists() || matches!(child.try_wait(), Ok(Some(_)))
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+            || matches!(child.try_wait(), Ok(Some(_)))
     });
     assert!(up, "scored neither listened nor exited");
     child
@@ -68,14 +70,12 @@ fn user_dir(sandbox: &Sandbox, user: &TestUser) -> std::path::PathBuf {
     dir
 }
 
-/// Issue 13 finding 10: a root daemon does not run `./scored.rc` from its
+/// A root daemon does not run `./scored.rc` from its
 /// working directory, where anyone able to write there could plant one.
 #[test]
-fn r13_10_root_does_not_run_scored_rc_from_its_working_directory() {
+fn root_does_not_run_scored_rc_from_its_working_directory() {
     if !is_root() {
-        println!(
-            "skipped: r13_10_root_does_not_run_scored_rc_from_its_working_directory needs root"
-        );
+        println!("skipped: root_does_not_run_scored_rc_from_its_working_directory needs root");
         return;
     }
     let sandbox = Sandbox::new();
@@ -87,11 +87,11 @@ fn r13_10_root_does_not_run_scored_rc_from_its_working_directory() {
     assert!(!log.contains("ran the start-up script"), "{log}");
 }
 
-/// Issue 13 finding 10: root takes `--rc` only as an absolute path.
+/// Root takes `--rc` only as an absolute path.
 #[test]
-fn r13_10_root_refuses_a_relative_rc_path() {
+fn root_refuses_a_relative_rc_path() {
     if !is_root() {
-        println!("skipped: r13_10_root_refuses_a_relative_rc_path needs root");
+        println!("skipped: root_refuses_a_relative_rc_path needs root");
         return;
     }
     let sandbox = Sandbox::new();
@@ -112,8 +112,8 @@ fn r13_10_root_refuses_a_relative_rc_path() {
 /// SCore-D's `./scored.rc` still works for a daemon that is not root, and
 /// a script that another user could have written is refused.
 #[test]
-fn r13_10_a_plain_users_daemon_reads_its_own_scored_rc_only() {
-    let Some(users) = test_users("r13_10_a_plain_users_daemon_reads_its_own_scored_rc_only") else {
+fn a_plain_users_daemon_reads_its_own_scored_rc_only() {
+    let Some(users) = test_users("a_plain_users_daemon_reads_its_own_scored_rc_only") else {
         return;
     };
     let sandbox = Sandbox::new();
@@ -174,10 +174,10 @@ fn refused_state_dir(prepare: impl FnOnce(&Path)) -> String {
     log
 }
 
-/// Issue 13 finding 1: a `jobs` symbolic link planted in the state
+/// A `jobs` symbolic link planted in the state
 /// directory is refused, and what it points to is left alone.
 #[test]
-fn r13_1_a_planted_jobs_symlink_is_refused() {
+fn a_planted_jobs_symlink_is_refused() {
     let victim = Sandbox::new();
     let target = victim.path.join("precious");
     std::fs::create_dir(&target).expect("mkdir");
@@ -197,12 +197,12 @@ fn r13_1_a_planted_jobs_symlink_is_refused() {
     );
 }
 
-/// Issue 13 finding 1: a root daemon refuses a state directory shared with
+/// A root daemon refuses a state directory shared with
 /// other users (sticky, as /tmp) or one that others may write.
 #[test]
-fn r13_1_root_refuses_a_sticky_or_shared_state_directory() {
+fn root_refuses_a_sticky_or_shared_state_directory() {
     if !is_root() {
-        println!("skipped: r13_1_root_refuses_a_sticky_or_shared_state_directory needs root");
+        println!("skipped: root_refuses_a_sticky_or_shared_state_directory needs root");
         return;
     }
     for (mode, expected) in [
@@ -219,12 +219,12 @@ fn r13_1_root_refuses_a_sticky_or_shared_state_directory() {
     }
 }
 
-/// Issue 13 finding 1: links a job plants in its scratch directory, and a
+/// Links a job plants in its scratch directory, and a
 /// leftover scratch directory of an earlier daemon, never make root follow
 /// them when it removes the tree or hands it over.
 #[test]
-fn r13_1_scratch_trees_are_removed_without_following_links() {
-    let Some(users) = test_users("r13_1_scratch_trees_are_removed_without_following_links") else {
+fn scratch_trees_are_removed_without_following_links() {
+    let Some(users) = test_users("scratch_trees_are_removed_without_following_links") else {
         return;
     };
     let victim = Sandbox::new();
@@ -278,10 +278,10 @@ fn r13_1_scratch_trees_are_removed_without_following_links() {
     assert_eq!(std::fs::metadata(&target).unwrap().uid(), 0);
 }
 
-/// Issue 11 item 8: the state directory, or its `jobs` directory, removed
+/// The state directory, or its `jobs` directory, removed
 /// while scored runs is made again, and later jobs run.
 #[test]
-fn r11_8_a_removed_state_directory_is_recreated() {
+fn a_removed_state_directory_is_recreated() {
     let daemon = Daemon::start();
     let state = daemon.sandbox.path.join("state");
     for removed in [state.join("jobs"), state.clone()] {
@@ -304,12 +304,12 @@ fn r11_8_a_removed_state_directory_is_recreated() {
     );
 }
 
-/// Issue 11 item 8: when the state directory cannot be made usable again
+/// When the state directory cannot be made usable again
 /// (here, `jobs` replaced by a link), jobs are refused with a message that
 /// names the path, never blamed on the program (126), and `status` says
 /// so; once repaired, jobs run again.
 #[test]
-fn r11_8_an_unusable_state_directory_refuses_jobs_and_says_why() {
+fn an_unusable_state_directory_refuses_jobs_and_says_why() {
     let daemon = Daemon::start();
     let jobs = daemon.sandbox.path.join("state/jobs");
     std::fs::remove_dir_all(&jobs).expect("remove jobs");
@@ -349,10 +349,10 @@ fn r11_8_an_unusable_state_directory_refuses_jobs_and_says_why() {
     assert_eq!(code(&daemon.run(&["true"])), Some(0));
 }
 
-/// Issue 13 finding 7: a link to `/` (and to /usr) in the scratch directory
+/// A link to `/` (and to /usr) in the scratch directory
 /// is not followed: the job's disk use stays what it wrote.
 #[test]
-fn r13_7_a_link_to_root_in_the_scratch_directory_is_not_followed() {
+fn a_link_to_root_in_the_scratch_directory_is_not_followed() {
     let daemon = Daemon::builder().timeslice("50ms").start();
     let mut job = daemon.spawn(&[
         "sh",
@@ -378,11 +378,11 @@ fn r13_7_a_link_to_root_in_the_scratch_directory_is_not_followed() {
     job.wait(Duration::from_secs(30));
 }
 
-/// Issue 13 finding 7: a job with fifty thousand files neither stalls
+/// A job with fifty thousand files neither stalls
 /// the console nor escapes its disk limit: the walk is spread over samples
 /// and still finds the large file.
 #[test]
-fn r13_7_many_files_neither_stall_the_daemon_nor_escape_the_limit() {
+fn many_files_neither_stall_the_daemon_nor_escape_the_limit() {
     let daemon = Daemon::builder()
         .timeslice("50ms")
         .rc("cluster 0 limit disk=1G\nqueue 1 set disk=100%\n")
@@ -410,10 +410,10 @@ fn r13_7_many_files_neither_stall_the_daemon_nor_escape_the_limit() {
     assert!(text.contains("disk"), "{text}");
 }
 
-/// Issue 13 finding 7: a job without a disk limit of its own is still
+/// A job without a disk limit of its own is still
 /// killed before it takes more than half of the cluster's disk pool.
 #[test]
-fn r13_7_a_job_without_a_disk_limit_cannot_take_the_whole_pool() {
+fn a_job_without_a_disk_limit_cannot_take_the_whole_pool() {
     let daemon = Daemon::builder()
         .timeslice("50ms")
         .rc("cluster 0 limit disk=8M\n")
@@ -494,12 +494,12 @@ fn received(mut server: Child) -> String {
     stdout(&output)
 }
 
-/// Issue 13 finding 2: scrun and sc_console refuse a socket in a directory
+/// scrun and sc_console refuse a socket in a directory
 /// that belongs to another user, and one whose server runs as another
 /// (non-root) user, before sending anything.
 #[test]
-fn r13_2_clients_refuse_a_socket_another_user_planted() {
-    let Some(users) = test_users("r13_2_clients_refuse_a_socket_another_user_planted") else {
+fn clients_refuse_a_socket_another_user_planted() {
+    let Some(users) = test_users("clients_refuse_a_socket_another_user_planted") else {
         return;
     };
     let sandbox = Sandbox::new();
@@ -530,7 +530,7 @@ fn r13_2_clients_refuse_a_socket_another_user_planted() {
         ),
     ] {
         let Some(server) = fake_server(socket, &users.b) else {
-            println!("skipped: r13_2_clients_refuse_a_socket_another_user_planted needs python3");
+            println!("skipped: clients_refuse_a_socket_another_user_planted needs python3");
             return;
         };
         let output = command_as(&users.a, &bin("scrun"), &["true"])
@@ -577,8 +577,8 @@ fn r13_2_clients_refuse_a_socket_another_user_planted() {
 /// The checks let the ordinary cases through: a root daemon for a plain
 /// user, and a plain user's own private daemon (single-user mode).
 #[test]
-fn r13_2_clients_still_reach_root_and_their_own_daemon() {
-    let Some(users) = test_users("r13_2_clients_still_reach_root_and_their_own_daemon") else {
+fn clients_still_reach_root_and_their_own_daemon() {
+    let Some(users) = test_users("clients_still_reach_root_and_their_own_daemon") else {
         return;
     };
     let daemon = Daemon::start();
@@ -627,12 +627,12 @@ fn r13_2_clients_still_reach_root_and_their_own_daemon() {
     end_private_daemon(&runtime);
 }
 
-/// Issue 13 finding 9: another user's `jobs`, `job ID` and `history`, in text and
+/// Another user's `jobs`, `job ID` and `history`, in text and
 /// JSON, show who runs what where and when, but not the command, the exit
 /// status or the reason (which may name files); the owner and root see all.
 #[test]
-fn r13_9_other_users_see_no_command_exit_or_reason() {
-    let Some(users) = test_users("r13_9_other_users_see_no_command_exit_or_reason") else {
+fn other_users_see_no_command_exit_or_reason() {
+    let Some(users) = test_users("other_users_see_no_command_exit_or_reason") else {
         return;
     };
     let daemon = Daemon::start();
@@ -684,11 +684,11 @@ fn r13_9_other_users_see_no_command_exit_or_reason() {
     running.wait(Duration::from_secs(30));
 }
 
-/// Issue 11 item 10: in the hosts database, CPUs that are not online are
+/// In the hosts database, CPUs that are not online are
 /// refused with FILE:LINE; a typo'd attribute and a memory larger than the
 /// machine's are accepted with warnings in the log that name FILE:LINE.
 #[test]
-fn r11_10_hosts_database_values_that_cannot_be_meant() {
+fn hosts_database_values_that_cannot_be_meant() {
     start_fails_with(
         "h0 cpus=0-1000\n",
         &[
@@ -729,11 +729,11 @@ fn start_fails_with(hosts: &str, expected: &[&str]) {
     }
 }
 
-/// Issue 11 item 10: the console and scored.rc refuse a limit of 0 and a
+/// The console and scored.rc refuse a limit of 0 and a
 /// queue share without `%`, and accept a memory limit above the machine's
 /// with a warning (in the reply, and in the log for scored.rc).
 #[test]
-fn r11_10_console_and_rc_values_that_cannot_be_meant() {
+fn console_and_rc_values_that_cannot_be_meant() {
     let daemon = Daemon::builder().rc("cluster 0 limit memory=99T\n").start();
     let log = daemon.log();
     assert!(
@@ -792,7 +792,7 @@ fn r11_10_console_and_rc_values_that_cannot_be_meant() {
 /// Disk use of a job too short to be sampled still reaches its record:
 /// the walk takes one more bounded step when the job's processes are gone.
 #[test]
-fn r13_7_a_short_job_reports_its_scratch_use() {
+fn a_short_job_reports_its_scratch_use() {
     let daemon = Daemon::start();
     let output = daemon.run(&["sh", "-c", "head -c 200000 /dev/zero > \"$SCORE_TMPDIR/f\""]);
     assert_eq!(code(&output), Some(0), "{}", stderr(&output));

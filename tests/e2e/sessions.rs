@@ -1,4 +1,4 @@
-//! Issue 13, findings 3 and 4: every rank leads a session of its own, so a
+//! Every rank leads a session of its own, so a
 //! job cannot reach the terminal scored was started from and no process of
 //! one user can join another user's job's process group; and scored never
 //! signals a process group whose id was handed to a stranger after the
@@ -19,7 +19,8 @@ fn controlling_terminal(pid: i32) -> Option<u64> {
     fields.get(4)?.parse().ok()
 }
 
-/// Regression (issue 13, finding 4): ranks used to share scored's session.
+/// No rank shares scored's session, nor another job's: each leads a
+/// session of its own.
 #[test]
 fn every_rank_leads_a_session_of_its_own_apart_from_scored_and_other_jobs() {
     let daemon = Daemon::builder()
@@ -45,8 +46,9 @@ fn every_rank_leads_a_session_of_its_own_apart_from_scored_and_other_jobs() {
     second.wait(Duration::from_secs(30));
 }
 
-/// Regression (issue 13, finding 4): a job could open (read, inject into)
-/// the terminal of the shell that started scored.
+/// A job cannot open (to read it, or to inject input into it) the
+/// terminal of the shell that started scored: no rank is in scored's
+/// session.
 #[test]
 fn a_job_cannot_open_the_terminal_scored_was_started_from() {
     let pty = nix::pty::openpty(None, None).expect("a pseudo-terminal");
@@ -67,9 +69,10 @@ fn a_job_cannot_open_the_terminal_scored_was_started_from() {
     drop(pty);
 }
 
-/// Regression (issue 13, finding 4): in one session, user A's process could
-/// move itself into user B's job's process group (setpgid checks no uid),
-/// counting against B's job and stalling its stops.
+/// A process of user A cannot move itself into user B's job's process
+/// group: setpgid checks no uid, only that both are in one session, and no
+/// two jobs share a session. Joined, it would count against B's job and
+/// stall its stops.
 #[test]
 fn a_process_of_one_user_cannot_join_another_users_job_group() {
     let Some(users) = test_users("a_process_of_one_user_cannot_join_another_users_job_group")
@@ -123,11 +126,10 @@ fn stranger_with_pid(wanted: i32, script: &str) -> Option<std::process::Child> {
     None
 }
 
-/// Issue 13, finding 3: rank 0's pid was the host's process-group id. Once
-/// rank 0 was reaped and the other rank on the host had left the group
-/// (setsid), the id was free; a stranger given that pid led a group of the
-/// same id, and scored, counting live ranks rather than group members, sent
-/// it the job's SIGSTOP, SIGCONT, SIGTERM and SIGKILL.
+/// A group is signalled only while its leader, a rank, is unreaped: once
+/// rank 0 is reaped and the other rank on its host has left the group
+/// (setsid), a stranger given that pid leads a group of the same id, and
+/// gets none of the job's SIGSTOP, SIGCONT, SIGTERM and SIGKILL.
 fn a_reused_group_id_never_reaches_a_stranger(builder: DaemonBuilder) {
     if !is_root() {
         println!("skipped: choosing a pid (ns_last_pid) needs root");

@@ -1,4 +1,4 @@
-//! Issue 11: a job under scrun behaves as the same program run from the
+//! A job under scrun behaves as the same program run from the
 //! user's shell. Each test runs a command with and without scrun and
 //! compares what the kernel says (the `SigBlk:`/`SigIgn:` lines of
 //! /proc/self/status, /proc/self/limits, `umask`) or what ordinary

@@ -1,4 +1,4 @@
-//! Issue 10: the daemon's spawn never waits for a child to exec. A user
+//! The daemon's spawn never waits for a child to exec. A user
 //! who stops their own ranks between the change of user and the exec (a
 //! loop of `kill(-1, SIGSTOP)` as that user does it) must not stall the
 //! daemon: other users' requests are answered meanwhile, a rank that has
@@ -126,7 +126,7 @@ fn kill_and_reap(mut child: Child) {
 }
 
 #[test]
-fn r10_a_user_stopping_their_own_launching_ranks_does_not_stall_the_daemon() {
+fn a_user_stopping_their_own_launching_ranks_does_not_stall_the_daemon() {
     if !is_root() {
         println!("skipped: needs root (to run a job as another user)");
         return;

@@ -1,4 +1,4 @@
-//! Issue 2: start-up — the embedded default, hosts database errors with
+//! Start-up — the embedded default, hosts database errors with
 //! FILE:LINE, and the rc file applied or refused.
 
 use scored_tests::*;

@@ -1,4 +1,4 @@
-//! Issue 11, item 5: terminals. scrun runs in a real terminal (a tmux pane);
+//! Terminals. scrun runs in a real terminal (a tmux pane);
 //! without `-pty` the job shares it from its own session and SIGWINCH is
 //! passed on, and with `-pty` rank 0 gets a pseudo-terminal of its own as
 //! its controlling terminal: `/dev/tty` works, the size follows the

@@ -1,4 +1,4 @@
-//! Issue 5: identity and rights. Jobs run as the user who submitted them,
+//! Identity and rights. Jobs run as the user who submitted them,
 //! with that user's groups and nothing of the daemon's (capabilities,
 //! descriptors); users may touch only their own jobs, operators any; queues
 //! with `group=` admit only members; and the socket path cannot be
@@ -466,7 +466,7 @@ fn scored_refuses_a_state_directory_others_may_write() {
 
 /// A daemon that is not root cannot change credentials, so it runs only
 /// its own user's jobs; another user's submission is refused by the core
-/// (issue 10 moved the policy there from the loop) with a reason naming
+/// (the policy is the core's, not the loop's) with a reason naming
 /// the daemon's user. scrun itself never talks to another user's daemon,
 /// so the refused submission comes from a raw client (root's).
 #[test]

@@ -18,7 +18,7 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 /// A fresh directory under the system temp dir (Unix socket paths must stay
 /// short), removed at the end.
 pub struct Sandbox {
-    /// The directory.
+    /// The sandbox directory, removed when dropped.
     pub dir: PathBuf,
 }
 

@@ -170,7 +170,7 @@ impl Ledger {
 /// Where and with which limits a job is admitted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Placement {
-    /// The cluster.
+    /// The cluster chosen; the hosts are all in it.
     pub cluster: ClusterId,
     /// The hosts, in slot order.
     pub hosts: Vec<HostId>,

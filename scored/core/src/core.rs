@@ -331,12 +331,12 @@ impl Core {
             .collect()
     }
 
-    /// The topology.
+    /// The hosts and clusters, as resolved at start-up.
     pub fn topology(&self) -> &Topology {
         &self.topology
     }
 
-    /// The queues.
+    /// The queues, by number (0 is the highest priority).
     pub fn queues(&self) -> &[Queue] {
         &self.queues
     }

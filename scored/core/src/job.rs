@@ -5,6 +5,18 @@
 //! processes; the core only knows ranks, hosts and states. A job's
 //! programs, environment and working directory are packed into one shared
 //! [`Launch`] (`launch.rs`).
+//!
+//! A job's state is a record of states, each carrying what only it has, so
+//! that a combination that means nothing cannot be written: [`Life`] is
+//! queued or started (the first run, the current `::` stage, the ranks left
+//! and the first failed rank exist only once processes were created); where
+//! the processes are is [`Procs`] (a running stretch carries when it began
+//! and its `-time` deadline); a job being killed has a [`Killing`] (a
+//! graceful kill without a deadline cannot be written). These are changed
+//! only through the transitions of [`Job`] and read through accessors, so
+//! the core's invariant checks need only cover relations between a job and
+//! the rest of the core. Holds (by an operator, by the owner) are two
+//! flags, since every combination of them is a state.
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -253,7 +265,7 @@ pub struct ProcPlan {
     pub stage: usize,
     /// Its rank within the stage (0-based); `SCORE_RANK`.
     pub rank: u32,
-    /// Its host.
+    /// The host it runs on, whose CPUs it is pinned to (`SCORE_HOST`).
     pub host: HostId,
     /// Index of the host among the job's hosts; the process group key.
     pub host_slot: usize,
@@ -262,7 +274,7 @@ pub struct ProcPlan {
 /// Everything the actuator needs to create processes of a job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaunchPlan {
-    /// The job.
+    /// The job the processes belong to (`SCORE_JOBID`).
     pub job: JobId,
     /// The client whose descriptors the job uses as stdin, stdout and stderr.
     pub client: ClientToken,
@@ -304,10 +316,11 @@ pub struct JobLimits {
 /// same 24 bytes as a `Vec`); longer lists go to the heap.
 pub type Small<T> = SmallVec<[T; 4]>;
 
-/// An admitted job.
+/// An admitted job: what it asked for, where it runs, what it used, and
+/// its state (private fields, changed only through its transitions).
 #[derive(Debug, Clone)]
 pub struct Job {
-    /// Its id.
+    /// Its id, handed out in admission order and never reused.
     pub id: JobId,
     /// Its owner's name (shared among the owner's jobs).
     pub user: Rc<str>,
@@ -317,11 +330,11 @@ pub struct Job {
     pub client: Option<ClientToken>,
     /// What it runs.
     pub spec: JobSpec,
-    /// Its current queue.
+    /// Its current queue (residency and `move` change it).
     pub queue: u32,
     /// Queues it has been in, in order.
     pub queues_visited: Small<u32>,
-    /// Its cluster.
+    /// The cluster admission chose; its hosts are all in it.
     pub cluster: ClusterId,
     /// Its hosts, in slot order. A `Vec`, not a `Small`: the decision
     /// reads every queued job's hosts, and jobs of more and fewer than four
@@ -617,7 +630,7 @@ impl Job {
         }
     }
 
-    /// A rank exited.
+    /// A rank exited: one rank fewer left.
     pub fn rank_exited(&mut self) {
         if let Some(started) = self.started_mut() {
             started.ranks_left = started.ranks_left.saturating_sub(1);

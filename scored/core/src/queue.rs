@@ -23,7 +23,7 @@ pub const DEFAULT_QUEUES: u32 = 3;
 /// One priority queue. Queue 0 is the most favoured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Queue {
-    /// Its number.
+    /// Its number, which is its priority (0 first).
     pub number: u32,
     /// Accepts submissions.
     pub enabled: bool,

@@ -133,7 +133,8 @@ const MASK_HOSTS: usize = 512;
 /// that whether a job of a gang queue is turned away costs a few word
 /// ANDs with the taken hosts rather than a scan of its hosts and a read of
 /// its record. On a fragmented machine the walk turns away most of a gang
-/// queue at every decision, which was most of a decision's cost.
+/// queue at every decision, and scanning their hosts would be most of a
+/// decision's cost.
 ///
 /// A cache: each job id has one slot (`id mod` the number of slots, so
 /// that the consecutive ids of a queue do not collide), and an empty cache

@@ -107,7 +107,7 @@ impl<T: Clone> Undo for UndoCell<T> {
 
 /// The set operations the undo log needs.
 pub trait SetLike: Default {
-    /// The element.
+    /// What the set holds.
     type Item: Clone;
     /// Inserts; true if it was absent.
     fn insert_item(&mut self, item: Self::Item) -> bool;

@@ -270,7 +270,7 @@ pub enum Request {
     Submit {
         /// Protocol revision of the client.
         version: u32,
-        /// The job.
+        /// What to run, and how (checked again by the daemon).
         submit: Submit,
     },
     /// Run one console command line.
@@ -367,9 +367,9 @@ pub enum Reply {
     },
     /// The job was admitted.
     Admitted {
-        /// Its id.
+        /// The id the job was given.
         job: u64,
-        /// Its queue.
+        /// The queue it went to (its priority).
         queue: u32,
         /// The cluster it runs on.
         cluster: String,
@@ -385,7 +385,7 @@ pub enum Reply {
     },
     /// The job's processes were created (its first scheduling).
     Started {
-        /// The job.
+        /// The job whose processes now exist.
         job: u64,
         /// The daemon takes [`Request::Winch`] for this job. An older
         /// daemon leaves it out (false), and scrun then never sends a
@@ -400,12 +400,12 @@ pub enum Reply {
     },
     /// The job is held (acknowledges `Hold`).
     Held {
-        /// The job.
+        /// The job now held.
         job: u64,
     },
     /// The job ended; this is the last message for a scrun connection.
     Ended {
-        /// The job.
+        /// The job that ended.
         job: u64,
         /// How it ended.
         kind: EndKind,
@@ -417,7 +417,7 @@ pub enum Reply {
         /// if a signal did (scrun names it).
         #[serde(default)]
         signal: Option<i32>,
-        /// Its accounting.
+        /// What it waited, ran and used.
         accounting: Accounting,
     },
     /// The reply to a console line.
@@ -443,7 +443,7 @@ pub enum FrameError {
     TooLarge {
         /// Announced length.
         len: usize,
-        /// The limit.
+        /// The most this side accepts.
         max: usize,
     },
     /// The payload is not a valid message.

@@ -53,7 +53,7 @@ use swf::Trace;
 /// How a replay is set up.
 #[derive(Debug, Clone)]
 pub struct Setup {
-    /// The machine.
+    /// The machine the trace is replayed on: its hosts and clusters.
     pub topology: Topology,
     /// The gang time slice.
     pub timeslice: Duration,

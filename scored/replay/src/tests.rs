@@ -68,8 +68,8 @@ fn five_jobs_first_come_first_served() {
 /// Eight jobs on 4 processors, gang scheduled with 1 s slices that cost
 /// 0.25 s, and residency demotion after 5 s of CPU time: six jobs sink to
 /// queue 2 while short ones finish in queue 1. The figures are pinned so
-/// that a cheaper scheduling decision (issue 14's replay speed) cannot
-/// change what the decision is.
+/// that a cheaper way to reach a scheduling decision cannot change what
+/// the decision is.
 #[test]
 fn gang_with_residency_demotion_is_pinned() {
     const EIGHT: &str = "\

@@ -9,7 +9,14 @@
 //! child subreaper) and is attributed to its job by its uid and the
 //! `SCORE_JOBID` in its environment. One that also rewrote its environment
 //! is missed while the daemon runs (it is neither stopped nor killed with
-//! its job), and is killed only when scored exits (ARCHITECTURE.md, Faults).
+//! its job), and is killed only when scored exits.
+//!
+//! If scored itself is killed with SIGKILL, ranks die by their
+//! parent-death signal, but their running descendants survive (the kernel
+//! clears that signal at fork) until the next scored of the state
+//! directory starts and kills what is left in the dead daemon's job
+//! cgroups, thawing them first (`a_job_frozen_when_scored_is_killed_dies_when_the_next_scored_starts`).
+//! Closing that gap would need a process that outlives the daemon.
 //!
 //! The cgroup v1 freezer hierarchy is used where mounted; otherwise a pure
 //! cgroup v2 hierarchy at /sys/fs/cgroup. Membership is what we use on the

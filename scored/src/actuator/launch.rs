@@ -256,7 +256,7 @@ impl OsActuator {
     }
 
     /// Runs one batch of a launch; keeps it for later batches if it is not
-    /// complete, reports a failure as the old single-shot spawn did.
+    /// complete, and reports a failure as `Input::SpawnFailed`.
     pub(super) fn run_launch(
         &mut self,
         mut launch: Launch,

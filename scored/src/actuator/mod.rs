@@ -362,7 +362,8 @@ struct JobProcs {
     execs_in_flight: usize,
 }
 
-/// The real actuator.
+/// The actuator of real processes: what it knows of each job's ranks and
+/// descendants, and the state directory and cgroups it works in.
 pub struct OsActuator {
     config: ActuatorConfig,
     hosts: Vec<(String, nix::sched::CpuSet)>,

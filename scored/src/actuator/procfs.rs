@@ -146,6 +146,12 @@ pub fn parse_pids(text: &str) -> Vec<i32> {
         .collect()
 }
 
+/// How many threads the calling process has (the entries of
+/// /proc/self/task); `None` where /proc cannot be read.
+pub fn thread_count() -> Option<usize> {
+    Some(fs::read_dir("/proc/self/task").ok()?.count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,14 +2,22 @@
 //! before it, and an `exec`, without ever waiting for the child.
 //!
 //! `std::process::Command::spawn` blocks until the child has exec'd (it
-//! reads a close-on-exec pipe to learn whether exec failed), so a launch
-//! was serialized with every child's whole pre-exec work, and a user who
-//! stopped their own child between its `setuid` and its `exec` (a loop of
-//! `kill(-1, SIGSTOP)` is enough) stalled the whole daemon. Here the child
-//! reports a failure through such a pipe too, but the parent only reads it
-//! when the event loop says it is readable ([`read_report`]): end of file
-//! means the exec succeeded, eight bytes name the step that failed and its
-//! errno.
+//! reads a close-on-exec pipe to learn whether exec failed), which would
+//! serialize a launch with every child's whole pre-exec work, and let a
+//! user who stops their own child between its `setuid` and its `exec` (a
+//! loop of `kill(-1, SIGSTOP)` is enough) stall the whole daemon. Here the
+//! child reports a failure through such a pipe too, but the parent only
+//! reads it when the event loop says it is readable ([`read_report`]): end
+//! of file means the exec succeeded, eight bytes name the step that failed
+//! and its errno.
+//!
+//! Why a plain `fork`: a `clone(CLONE_VM)` child without `CLONE_VFORK`
+//! would run beside the daemon in the same memory and with the same thread
+//! pointer, so glibc's `errno`, which every system call wrapper writes,
+//! would be the daemon's own; each child in flight would need a stack of
+//! its own; and a mistake would corrupt the daemon rather than a copy.
+//! `clone(CLONE_VM | CLONE_VFORK)`, what `posix_spawn` does, suspends the
+//! daemon until the exec, which is the stall again.
 //!
 //! Architecture invariant: the child allocates nothing, frees nothing,
 //! takes no lock and does not log. Everything it touches (argument and
@@ -199,7 +207,8 @@ extern "C" {
 /// program; returns its pid and the read end of its report pipe
 /// (non-blocking, close-on-exec). Never waits for the child.
 ///
-/// The daemon must be single-threaded (it is: see ARCHITECTURE.md).
+/// The daemon must be single-threaded: the tidy test keeps threads out
+/// of its sources, and debug builds check it at every fork.
 pub fn spawn(setup: &ChildSetup) -> io::Result<(i32, OwnedFd)> {
     let (report_read, report_write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
@@ -222,6 +231,14 @@ pub fn spawn(setup: &ChildSetup) -> io::Result<(i32, OwnedFd)> {
         .map(|entry| entry.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
+    // The fork below is safe only in a single-threaded process; the tidy
+    // test keeps threads out of the daemon's sources, and debug builds of
+    // the daemon check here that none was started.
+    #[cfg(all(debug_assertions, not(test)))]
+    assert!(
+        super::procfs::thread_count().is_none_or(|threads| threads == 1),
+        "the daemon forks a rank with more than one thread"
+    );
     // SAFETY: the daemon is single-threaded, so the child inherits no lock
     // held by another thread; the child runs only `child`, which makes
     // system calls on data prepared above and never returns.
@@ -457,14 +474,13 @@ fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> nix::Result<()> {
 /// real-time priority (or nice value) reach a job. Until here the child
 /// ran at the daemon's priority (the daemon does not set
 /// SCHED_RESET_ON_FORK), so that its few hundred microseconds of pre-exec
-/// work do not wait for a CPU behind a busy machine's processes. The daemon
-/// no longer waits for it (`spawn.rs`), but its launch window does
-/// (`EXEC_WINDOW`), and a launch of 1,500 ranks left the console more
-/// responsive with real-time children than with children at normal
-/// priority (BENCHMARKS.md, *A spawn that does not wait*). Lowering one's
-/// own priority needs no privilege, so this works after the change of
-/// user too. Then the caller's nice value and I/O priority, as far as the
-/// kernel lets the user have them (raising one's priority needs
+/// work do not wait for a CPU behind a busy machine's processes: the daemon
+/// does not wait for a child's exec, but its launch window does
+/// (`EXEC_WINDOW`), and the console stays more responsive during a large
+/// launch with children at the daemon's priority than at normal priority.
+/// Lowering one's own priority needs no privilege, so this works after the
+/// change of user too. Then the caller's nice value and I/O priority, as far
+/// as the kernel lets the user have them (raising one's priority needs
 /// CAP_SYS_NICE or RLIMIT_NICE, an I/O class of real time CAP_SYS_ADMIN):
 /// where it refuses, the process keeps what it has, as `nice` and `ionice`
 /// leave a program they could not change, never a failed launch. A

@@ -52,7 +52,7 @@ fn open_dir_at(
 pub enum StateDirError {
     /// A directory could not be created.
     Create {
-        /// The directory.
+        /// The directory that could not be made.
         path: PathBuf,
         /// It is the state directory itself (not `jobs`).
         state_dir: bool,
@@ -65,37 +65,37 @@ pub enum StateDirError {
     NotDirectory(PathBuf),
     /// The directory could not be opened.
     Open {
-        /// The directory.
+        /// The directory that could not be opened.
         path: PathBuf,
         /// What the kernel said.
         source: io::Error,
     },
     /// The open directory could not be inspected.
     Inspect {
-        /// The directory.
+        /// The directory that could not be inspected.
         path: PathBuf,
         /// What the kernel said.
         source: io::Error,
     },
     /// It belongs to another user than the daemon's or root.
     Owner {
-        /// The directory.
+        /// The directory of another owner.
         path: PathBuf,
-        /// Its owner.
+        /// The uid that owns it.
         uid: u32,
     },
     /// Other users may write it.
     Writable {
-        /// The directory.
+        /// The directory others may write.
         path: PathBuf,
-        /// Its permission bits.
+        /// Its permission bits, as `ls` would show them.
         mode: u32,
     },
     /// It has the sticky bit where that is refused.
     Sticky {
-        /// The directory.
+        /// The sticky directory.
         path: PathBuf,
-        /// Its permission bits.
+        /// Its permission bits, as `ls` would show them.
         mode: u32,
     },
 }

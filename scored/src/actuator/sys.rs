@@ -34,7 +34,7 @@ pub enum WaitEvent {
 /// One result of [`wait_any`].
 #[derive(Debug, Clone, Copy)]
 pub struct Waited {
-    /// The child.
+    /// The child the event is about.
     pub pid: i32,
     /// What happened.
     pub event: WaitEvent,

@@ -18,25 +18,25 @@ pub enum BindError {
     },
     /// The socket's directory belongs to someone else.
     DirectoryOwner {
-        /// The socket.
+        /// The socket path asked for.
         path: PathBuf,
         /// The directory's owner.
         uid: u32,
     },
     /// The socket's directory is writable by other users and not sticky.
     DirectoryWritable {
-        /// The socket.
+        /// The socket path asked for.
         path: PathBuf,
-        /// The directory.
+        /// Its directory, which others may write.
         dir: PathBuf,
     },
     /// Something other than a socket is at the path.
     NotSocket(PathBuf),
     /// A socket of another user is at the path.
     SocketOwner {
-        /// The socket.
+        /// The socket path asked for.
         path: PathBuf,
-        /// Its owner.
+        /// The uid that owns the socket there.
         uid: u32,
     },
     /// A daemon answers on the socket.

@@ -30,8 +30,8 @@ impl<A: Actuator> Daemon<A> {
             self.recovery.event_done(&mut self.core);
         }
         if let Err(panic) = outcome {
-            // Described only now: formatting every event cost an
-            // admission 2,400 instructions.
+            // Described only on a panic: formatting every event would cost
+            // more than admitting a job.
             let described = format!("{event:?}");
             let message = panic
                 .downcast_ref::<&str>()

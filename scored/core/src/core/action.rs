@@ -53,7 +53,7 @@ impl From<&Accounting> for crate::proto::Accounting {
 /// The end of a job, as told to its client.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ending {
-    /// The job.
+    /// The job that ended.
     pub job: JobId,
     /// How it ended.
     pub kind: EndKind,
@@ -64,20 +64,20 @@ pub struct Ending {
     /// The signal that ended the process whose status is the job's, if a
     /// signal did.
     pub signal: Option<i32>,
-    /// Its accounting.
+    /// What it waited, ran, used and how often it was switched out.
     pub accounting: Accounting,
 }
 
 /// Something a client is told.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClientEvent {
-    /// The job waits for resources.
+    /// The job waits for resources; the sentence says which.
     Waiting(String),
     /// The job was admitted.
     Admitted {
-        /// Its id.
+        /// The id it was given.
         job: JobId,
-        /// Its queue.
+        /// The queue it went to (its priority).
         queue: u32,
         /// Its cluster's name.
         cluster: String,
@@ -95,7 +95,7 @@ pub enum ClientEvent {
     Started(JobId),
     /// The job is held.
     Held(JobId),
-    /// The job ended.
+    /// The job ended: its status, reason and accounting.
     Ended(Box<Ending>),
     /// The reply to the client's console command.
     Answer(Reply),
@@ -104,7 +104,7 @@ pub enum ClientEvent {
 /// Something to tell a client.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Notice {
-    /// The client.
+    /// The connection to tell.
     pub client: ClientToken,
     /// What to tell.
     pub event: ClientEvent,
@@ -131,9 +131,10 @@ pub enum Action {
     Continue(JobId),
     /// Send a signal to every process of the job.
     Signal {
-        /// The job.
+        /// The job whose processes get it.
         job: JobId,
-        /// The signal number.
+        /// Its number (`SIGTERM`, `SIGKILL`, `SIGWINCH` or one a console
+        /// `signal` command names).
         signal: i32,
     },
     /// Measure the job's usage and report `Input::Usage`.

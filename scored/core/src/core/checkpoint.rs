@@ -2,6 +2,17 @@
 //! commits after each event that changed the core, and a panic while
 //! handling the next one restarts the daemon from the committed state
 //! rather than from what the bug left.
+//!
+//! A commit does not copy the core: the containers that grow with the jobs
+//! log what they overwrite from then on (`crate::undo`), and the job table
+//! keeps a job's record as it was before its first change, so a commit costs
+//! what the last event changed (a submission: its job, its queue entry, its
+//! client), not what the daemon holds. Only what does not grow with the
+//! queued jobs (counters, clocks, the decision's scratch) is copied. Persistent
+//! containers would share structure as well, but the decision, which reads
+//! the job table and sets for every queued job, would then look them up
+//! through trees; the log leaves the containers the decision reads as they
+//! are.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;

@@ -58,17 +58,17 @@ pub trait Directory {
 pub enum GroupError {
     /// The directory knows no names (groups must be given by number).
     NoNames {
-        /// The name given.
+        /// The group's name as the command gave it.
         name: String,
     },
     /// The group database has no such group.
     NotFound {
-        /// The name given.
+        /// The group's name as the command gave it.
         name: String,
     },
     /// The group database could not be read.
     Lookup {
-        /// The name given.
+        /// The group's name as the command gave it.
         name: String,
         /// What the lookup said.
         source: Box<dyn std::error::Error + Send + Sync>,

@@ -16,7 +16,7 @@ use crate::job::{ExitStatus, JobRequest, Usage};
 pub enum JobEvent {
     /// The job was admitted (it was submitted `waited` earlier).
     Admitted {
-        /// The job.
+        /// The id it was given.
         job: JobId,
         /// How long it waited for admission.
         waited: Duration,
@@ -27,7 +27,7 @@ pub enum JobEvent {
     Started(JobId),
     /// It moved to another queue.
     Moved {
-        /// The job.
+        /// The job that moved.
         job: JobId,
         /// From this queue.
         from: u32,
@@ -38,7 +38,7 @@ pub enum JobEvent {
     },
     /// It was held (`by`: `operator` or `owner`).
     Held {
-        /// The job.
+        /// The job now held.
         job: JobId,
         /// Who holds it.
         by: &'static str,
@@ -47,9 +47,9 @@ pub enum JobEvent {
     Released(JobId),
     /// It ended: its whole `job ID` record, with `exit` and `reason`.
     Ended {
-        /// The job.
+        /// The job that ended.
         job: JobId,
-        /// The record.
+        /// Every field of its `job ID` record, in the order shown.
         record: Vec<(String, Value)>,
     },
 }
@@ -61,11 +61,11 @@ pub enum Input {
     /// `Some` names the path and the problem (jobs are refused meanwhile),
     /// `None` says that it works again.
     StateDir(Option<String>),
-    /// A job submission.
+    /// A job submission, already validated.
     Submit {
-        /// The submitting connection.
+        /// The connection it came on, which is told what becomes of it.
         client: ClientToken,
-        /// Its credentials.
+        /// The submitting process's credentials, from the kernel.
         cred: Cred,
         /// The submitting user's name.
         user: Rc<str>,
@@ -73,7 +73,7 @@ pub enum Input {
         /// and the others are a few words).
         request: Box<JobRequest>,
     },
-    /// A connection closed.
+    /// A connection closed: its job, if it has one, is killed.
     ClientGone(ClientToken),
     /// scrun was suspended: hold its job.
     Hold(ClientToken),
@@ -92,20 +92,20 @@ pub enum Input {
     },
     /// Every process of a job is stopped.
     Stopped(JobId),
-    /// A rank exited.
+    /// A rank exited (it was reaped).
     RankExited {
-        /// The job.
+        /// The job it belongs to.
         job: JobId,
-        /// The stage.
+        /// Its stage, from 0 (`SCORE_STAGE`).
         stage: usize,
-        /// The rank within the stage.
+        /// Its rank within the stage (`SCORE_RANK`).
         rank: u32,
         /// How it ended.
         status: ExitStatus,
     },
     /// Creating the job's processes failed; the actuator killed the ones it made.
     SpawnFailed {
-        /// The job.
+        /// The job whose launch failed.
         job: JobId,
         /// What failed.
         message: String,
@@ -119,23 +119,23 @@ pub enum Input {
     /// switched out, with no freezer to hold it): it is killed, so that
     /// the jobs sharing its hosts get them.
     StopFailed {
-        /// The job.
+        /// The job that could not be kept stopped.
         job: JobId,
         /// Why, for the job's end reason.
         reason: String,
     },
-    /// A usage measurement.
+    /// A usage sample, which limits and residency are checked against.
     Usage {
-        /// The job.
+        /// The job sampled.
         job: JobId,
-        /// What was measured.
+        /// Its CPU time so far, memory per host and disk use.
         usage: Usage,
     },
     /// The kernel's final word on a job's processes once they are all
     /// reaped: their CPU time and, per host, the sum of their peak memory.
     /// It only completes the accounting; no limit is checked against it.
     FinalUsage {
-        /// The job.
+        /// The job whose processes are all reaped.
         job: JobId,
         /// CPU time of every reaped process.
         cpu: Duration,
@@ -146,12 +146,12 @@ pub enum Input {
     },
     /// A switch's latency, measured by the shell.
     SwitchMeasured {
-        /// The switch.
+        /// The number `Action::SwitchBegin` gave it.
         id: u64,
         /// From its first SIGSTOP to its last SIGCONT.
         latency: Duration,
     },
-    /// A deadline passed.
+    /// A deadline the core asked for passed (see `Core::next_deadline`).
     Tick,
     /// A console command (from `sc_console`, or a line of the start-up
     /// script): its reply goes to `client` as [`ClientEvent::Answer`](super::ClientEvent::Answer), its

@@ -10,6 +10,11 @@
 //! deadlines, the launch interner) is rebuilt on restore (`restore.rs`),
 //! and the restored core checks its invariants before it is used.
 //!
+//! A job's state is written as the flags and times every build has written
+//! (`phase`, `started`, `ending`, `kill_deadline`, ...) and made into the
+//! job's states on the way in, so that a snapshot an older build wrote is
+//! still read (`testdata/` holds one, which a test restores).
+//!
 //! This snapshot crosses an `execve`; the checkpoint that a panic rolls
 //! back to stays in memory and is `checkpoint.rs`.
 #![forbid(unsafe_code)]

@@ -21,7 +21,7 @@ pub(super) struct Pos {
 /// A word of a line and where it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Tok {
-    /// The word.
+    /// The word as it is written in the file.
     pub text: String,
     /// Where its first character is.
     pub pos: Pos,

@@ -268,7 +268,7 @@ impl FileId {
 /// the macro's name where it was used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Span {
-    /// The file.
+    /// The file, by its index among the files read.
     pub file: FileId,
     /// The 1-based line.
     pub line: usize,
@@ -282,7 +282,7 @@ pub struct SourceFile {
     /// Its path: the main path as given, or an include path with `.` and `..`
     /// removed.
     pub path: PathBuf,
-    /// Its text.
+    /// Its whole text, as read.
     pub text: Arc<str>,
 }
 

@@ -158,7 +158,7 @@ pub enum Command {
     Job(u64),
     /// `kill ID [SIGNAL]`.
     Kill {
-        /// The job.
+        /// The id of the job to kill.
         job: u64,
         /// A signal number; `None` means SIGTERM, then SIGKILL after a grace.
         signal: Option<i32>,
@@ -169,7 +169,7 @@ pub enum Command {
     Resume(u64),
     /// `move ID Q`.
     Move {
-        /// The job.
+        /// The id of the job to move.
         job: u64,
         /// The queue to move it to.
         queue: u32,

@@ -53,14 +53,14 @@ pub enum RestoreError {
     JobDoesNotFit(JobId),
     /// A job's phase is none of `idle`, `running`, `stopping`, `stopped`.
     UnknownPhase {
-        /// The job.
+        /// The job whose phase is unknown.
         job: JobId,
         /// The phase it has.
         phase: String,
     },
     /// A job's state flags and times are a combination no build writes.
     JobState {
-        /// The job.
+        /// The job whose state cannot be made.
         job: JobId,
         /// What does not fit (`runs but never started`).
         what: &'static str,
@@ -69,14 +69,14 @@ pub enum RestoreError {
     DuplicateJob(JobId),
     /// A queue holds a job that the state does not have.
     QueueHoldsUnknownJob {
-        /// The queue.
+        /// The queue that lists it.
         queue: u32,
-        /// The job id.
+        /// The id the state has no job of.
         job: u64,
     },
     /// A queue holds a job that belongs to another queue.
     JobInOtherQueue {
-        /// The job.
+        /// The job listed in the wrong queue.
         job: u64,
         /// The queue that holds it.
         queue: u32,
@@ -87,16 +87,16 @@ pub enum RestoreError {
     HostTaken {
         /// The job that has it first.
         first: JobId,
-        /// The other job.
+        /// The job that has it too.
         second: JobId,
-        /// The host.
+        /// The host both hold.
         host: HostId,
     },
     /// A job is not in its queue exactly once.
     NotInQueueOnce {
-        /// The job.
+        /// The job listed twice, or not at all.
         job: JobId,
-        /// Its queue.
+        /// The queue it belongs to.
         queue: u32,
     },
     /// The queues hold other jobs than the state's.

@@ -247,7 +247,7 @@ fn queue_setting_errors() {
     check("queue 1 set residency=0ms", "InvalidValue: bad setting 'residency=0ms' in 'queue 1 set residency=0ms': residency must be longer than 0; use residency=none to remove it");
     check("queue 1 set cputime=5x", "InvalidValue: bad setting 'cputime=5x' in 'queue 1 set cputime=5x': invalid duration '5x': expected a number with an optional ms, s, m, h or d suffix (e.g. 500ms)");
     check("queue 1 set memory=101%", "InvalidValue: bad setting 'memory=101%' in 'queue 1 set memory=101%': percentage '101%' is out of range: it must be between 0% and 100%");
-    // Issue 11 item 10: values that cannot be meant.
+    // Values that cannot be meant.
     check("cluster 0 limit memory=0", "InvalidValue: bad setting 'memory=0' in 'cluster 0 limit memory=0': a memory limit of 0 would kill every job at its first sample; give a size above 0, or memory=none for no limit");
     check("cluster 0 limit disk=0K", "InvalidValue: bad setting 'disk=0K' in 'cluster 0 limit disk=0K': a disk limit of 0 would kill every job at its first sample; give a size above 0, or disk=none for no limit");
     check("queue 1 set memory=50", "InvalidValue: bad setting 'memory=50' in 'queue 1 set memory=50': a queue's memory limit is a share of the cluster's, written with %: memory=50%");

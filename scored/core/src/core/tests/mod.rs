@@ -1,0 +1,357 @@
+//! Scenario and property tests of the scheduling core.
+//!
+//! A small simulator plays the actuator: it confirms stops, kills processes
+//! on SIGKILL (and on SIGTERM once they run), and reports exits. Scenarios
+//! assert on the rendered timeline of actions; property tests drive random
+//! event sequences and check the invariants after every step.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::cluster::{Cluster, Host};
+use crate::command::parse_line;
+use crate::ids::ClusterId;
+use crate::job::{ExitStatus, Joiner, Life, ProcRequest, Usage};
+use crate::units::CpuSet;
+
+mod checkpoint;
+mod exclusive;
+mod properties;
+mod restore;
+mod scenarios;
+mod startup;
+
+fn topology(n_hosts: u32) -> Topology {
+    let mut topo = Topology::default();
+    let mut cluster = Cluster {
+        id: ClusterId(0),
+        name: "c".into(),
+        cpugen: "c".into(),
+        speed: 1.0,
+        cores: 1,
+        hosts: Vec::new(),
+    };
+    for idx in 0..n_hosts {
+        topo.hosts.push(Host {
+            id: HostId(idx),
+            name: format!("h{idx}"),
+            cluster: ClusterId(0),
+            cpus: CpuSet::from_cpus([idx % 2]),
+            cores: 1,
+            speed: 1.0,
+            cpugen: "c".into(),
+            memory: 1 << 30,
+            watchfs: Vec::new(),
+            groups: Vec::new(),
+        });
+        cluster.hosts.push(HostId(idx));
+    }
+    topo.clusters.push(cluster);
+    topo
+}
+
+fn root() -> Cred {
+    Cred {
+        pid: 1,
+        uid: 0,
+        gid: 0,
+        groups: vec![],
+    }
+}
+
+fn user(uid: u32) -> Cred {
+    Cred {
+        pid: 1,
+        uid,
+        gid: uid,
+        groups: vec![],
+    }
+}
+
+/// What the simulated processes of a job are doing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Procs {
+    Running,
+    Stopped,
+    /// Stopped with a SIGTERM pending: it dies as soon as it is continued.
+    StoppedDoomed,
+}
+
+#[derive(Clone)]
+struct Sim {
+    core: Core,
+    now: Tick,
+    log: Vec<String>,
+    procs: BTreeMap<JobId, (Procs, u32)>,
+    /// Stop confirmations held back (to test switches in flight).
+    hold_confirmations: bool,
+    unconfirmed: Vec<JobId>,
+    /// Jobs that ignore SIGTERM.
+    stubborn: Vec<JobId>,
+    clients: BTreeMap<u64, Vec<String>>,
+    next_client: u64,
+}
+
+impl Sim {
+    fn new(n_hosts: u32, slice_ms: u64) -> Sim {
+        let config = CoreConfig {
+            timeslice: Duration::from_millis(slice_ms),
+            kill_grace: Duration::from_millis(1000),
+            daemon_uid: 0,
+            ..CoreConfig::default()
+        };
+        Sim {
+            core: Core::new(config, topology(n_hosts), vec![Some(1 << 30)]),
+            now: Tick(0),
+            log: Vec::new(),
+            procs: BTreeMap::new(),
+            hold_confirmations: false,
+            unconfirmed: Vec::new(),
+            stubborn: Vec::new(),
+            clients: BTreeMap::new(),
+            next_client: 1,
+        }
+    }
+
+    fn input(&mut self, input: Input) {
+        let mut inputs = VecDeque::from([input]);
+        while let Some(input) = inputs.pop_front() {
+            let actions = self.core.handle(input, self.now);
+            self.core.check_invariants();
+            self.apply(actions, &mut inputs);
+        }
+    }
+
+    fn apply(&mut self, actions: Vec<Action>, inputs: &mut VecDeque<Input>) {
+        for action in actions {
+            match action {
+                Action::Spawn(plan) => {
+                    self.log.push(format!(
+                        "spawn {} stage {} x{}",
+                        plan.job,
+                        plan.first_stage,
+                        plan.procs.len()
+                    ));
+                    self.procs
+                        .insert(plan.job, (Procs::Running, plan.procs.len() as u32));
+                }
+                Action::Stop(job) => {
+                    self.log.push(format!("stop {job}"));
+                    let entry = self
+                        .procs
+                        .get_mut(&job)
+                        .expect("stopping a job with processes");
+                    assert_eq!(entry.0, Procs::Running, "job {job} stopped twice");
+                    entry.0 = Procs::Stopped;
+                    if self.hold_confirmations {
+                        self.unconfirmed.push(job);
+                    } else {
+                        inputs.push_back(Input::Stopped(job));
+                    }
+                }
+                Action::Continue(job) => {
+                    self.log.push(format!("cont {job}"));
+                    let entry = self
+                        .procs
+                        .get_mut(&job)
+                        .expect("continuing a job with processes");
+                    match entry.0 {
+                        Procs::Stopped => entry.0 = Procs::Running,
+                        Procs::StoppedDoomed => self.kill_all(job, 15, inputs),
+                        Procs::Running => panic!("job {job} continued while running"),
+                    }
+                }
+                Action::Signal { job, signal } => {
+                    self.log.push(format!("signal {job} {signal}"));
+                    let Some(entry) = self.procs.get_mut(&job) else {
+                        continue;
+                    };
+                    match (signal, entry.0) {
+                        (9, _) => self.kill_all(job, 9, inputs),
+                        (15, _) if self.stubborn.contains(&job) => {}
+                        (15, Procs::Running) => self.kill_all(job, 15, inputs),
+                        (15, _) => entry.0 = Procs::StoppedDoomed,
+                        _ => {}
+                    }
+                }
+                Action::Sample(_) => {}
+                Action::Release(job) => self.log.push(format!("release {job}")),
+                Action::SwitchBegin(_) | Action::SwitchEnd(_) => {}
+                Action::Notify(notice) => {
+                    let Notice { client, event } = *notice;
+                    let text = match &event {
+                        ClientEvent::Waiting(_) => "waiting".to_string(),
+                        ClientEvent::Admitted { job, .. } => format!("admitted {job}"),
+                        ClientEvent::Rejected { kind, .. } => format!("rejected {kind:?}"),
+                        ClientEvent::Started(job) => format!("started {job}"),
+                        ClientEvent::Held(job) => format!("held {job}"),
+                        ClientEvent::Answer(reply) => format!("answer {}", reply.to_text()),
+                        ClientEvent::Ended(ending) => {
+                            format!("ended {} {:?} {}", ending.job, ending.kind, ending.status)
+                        }
+                    };
+                    self.clients.entry(client.0).or_default().push(text);
+                }
+                Action::Exit => self.log.push("exit".into()),
+            }
+        }
+    }
+
+    fn kill_all(&mut self, job: JobId, signal: i32, inputs: &mut VecDeque<Input>) {
+        if let Some((_, n)) = self.procs.remove(&job) {
+            for rank in 0..n {
+                inputs.push_back(Input::RankExited {
+                    job,
+                    stage: 0,
+                    rank,
+                    status: ExitStatus::Signal(signal),
+                });
+            }
+            inputs.push_back(Input::ProcessesGone(job));
+        }
+    }
+
+    fn confirm_stops(&mut self) {
+        for job in std::mem::take(&mut self.unconfirmed) {
+            self.input(Input::Stopped(job));
+        }
+    }
+
+    fn submit_with(
+        &mut self,
+        cred: Cred,
+        procs: ProcRequest,
+        queue: Option<u32>,
+        wait: bool,
+    ) -> u64 {
+        self.submit_timed(cred, procs, queue, wait, None)
+    }
+
+    /// Submits a job with a `-time` estimate.
+    fn submit_timed(
+        &mut self,
+        cred: Cred,
+        procs: ProcRequest,
+        queue: Option<u32>,
+        wait: bool,
+        time: Option<Duration>,
+    ) -> u64 {
+        let client = self.next_client;
+        self.next_client += 1;
+        let request = JobRequest {
+            stages: vec![vec![OsString::from("prog")]],
+            joiner: Joiner::Sequence,
+            procs,
+            priority: queue,
+            wait,
+            memory: None,
+            disk: None,
+            time,
+            env: vec![],
+            cwd: OsString::from("/"),
+            inherited: Default::default(),
+        };
+        self.input(Input::Submit {
+            client: ClientToken(client),
+            cred,
+            user: "u".into(),
+            request: Box::new(request),
+        });
+        client
+    }
+
+    fn submit(&mut self, nodes: u32, queue: Option<u32>) -> u64 {
+        self.submit_with(root(), ProcRequest::Nodes(nodes), queue, false)
+    }
+
+    /// Every rank of the job exits with `code`.
+    fn exit(&mut self, job: u64, code: i32) {
+        let job = JobId(job);
+        let (state, n) = self.procs.remove(&job).expect("job has processes");
+        assert_eq!(state, Procs::Running, "a stopped job cannot exit");
+        for rank in 0..n {
+            self.input(Input::RankExited {
+                job,
+                stage: 0,
+                rank,
+                status: ExitStatus::Code(code),
+            });
+        }
+        self.input(Input::ProcessesGone(job));
+    }
+
+    fn advance(&mut self, ms: u64) {
+        let end = Tick(self.now.0 + ms * 1000);
+        while let Some(deadline) = self.core.next_deadline() {
+            if deadline > end {
+                break;
+            }
+            self.now = deadline.max(self.now);
+            self.input(Input::Tick);
+        }
+        self.now = end;
+    }
+
+    fn cmd(&mut self, cred: &Cred, line: &str) -> String {
+        let command = parse_line(line).expect("valid command").expect("a command");
+        let console = ClientToken(u64::MAX);
+        let input = Input::Console {
+            client: console,
+            cred: cred.clone(),
+            command: Box::new(command),
+        };
+        let mut reply = None;
+        let mut actions = Vec::new();
+        for action in self.core.handle(input, self.now) {
+            match action {
+                Action::Notify(notice)
+                    if notice.client == console
+                        && matches!(notice.event, ClientEvent::Answer(_)) =>
+                {
+                    if let ClientEvent::Answer(answer) = notice.event {
+                        reply = Some(answer);
+                    }
+                }
+                action => actions.push(action),
+            }
+        }
+        let reply = reply.expect("a console command is answered");
+        self.core.check_invariants();
+        let mut inputs = VecDeque::new();
+        self.apply(actions, &mut inputs);
+        while let Some(input) = inputs.pop_front() {
+            self.input(input);
+        }
+        reply.to_text()
+    }
+
+    fn take_log(&mut self) -> String {
+        std::mem::take(&mut self.log).join(", ")
+    }
+
+    fn running(&self) -> Vec<u64> {
+        self.procs
+            .iter()
+            .filter(|(_, (state, _))| *state == Procs::Running)
+            .map(|(job, _)| job.0)
+            .collect()
+    }
+
+    fn client(&self, client: u64) -> String {
+        self.clients
+            .get(&client)
+            .map(|events| events.join(", "))
+            .unwrap_or_default()
+    }
+}
+
+fn check(actual: &str, expected: &str) {
+    assert_eq!(
+        actual, expected,
+        "\n--- expected ---\n{expected}\n--- actual ---\n{actual}\n"
+    );
+}

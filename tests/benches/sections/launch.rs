@@ -1,0 +1,199 @@
+//! Launch latency against fork+exec+wait, and the console and a gang
+//! pair while a job of 3,000 processes starts.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use crate::{hosts_file, median, ms, row, scaled, Row};
+use nix::sys::signal::Signal;
+use scored_tests::*;
+
+pub(crate) fn time_command(mut make: impl FnMut() -> bool, rounds: u64) -> f64 {
+    let mut samples = Vec::new();
+    for _ in 0..rounds {
+        let start = Instant::now();
+        assert!(make(), "command failed");
+        samples.push(start.elapsed().as_secs_f64());
+    }
+    median(&mut samples)
+}
+
+pub(crate) fn launch(rows: &mut Vec<Row>) {
+    let daemon = Daemon::builder()
+        .log("scored=info")
+        .hosts(&hosts_file(4, 4))
+        .start();
+    let rounds = scaled(40, 8);
+    for n in [1u32, 16] {
+        let nodes = format!("-nodes={n}");
+        let scrun = time_command(|| daemon.run(&[&nodes, "true"]).status.success(), rounds);
+        let fork = time_command(
+            || {
+                let children: Vec<Child> = (0..n)
+                    .map(|_| Command::new("true").spawn().expect("true"))
+                    .collect();
+                children
+                    .into_iter()
+                    .all(|mut child| child.wait().is_ok_and(|status| status.success()))
+            },
+            rounds,
+        );
+        rows.push(row(
+            &format!(
+                "launch `scrun true`, {n} process{}",
+                if n == 1 { "" } else { "es" }
+            ),
+            ms(scrun),
+            format!("{} (fork+exec+wait)", ms(fork)),
+            format!("+{} over", ms(scrun - fork)),
+            "a few ms over fork+exec",
+        ));
+    }
+}
+
+/// One `status` on an open connection: how long the answer took.
+pub(crate) fn console_latency(stream: &mut UnixStream) -> f64 {
+    let request = scored::proto::encode(&scored::proto::Request::Console {
+        version: scored::proto::VERSION,
+        line: "status".into(),
+        json: true,
+    });
+    let start = Instant::now();
+    stream.write_all(&request).expect("send status");
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Ok(Some(reply)) =
+            scored::proto::decode::<scored::proto::Reply>(&mut bytes, scored::proto::MAX_REPLY)
+        {
+            assert!(
+                matches!(reply, scored::proto::Reply::Console { ok: true, .. }),
+                "{reply:?}"
+            );
+            return start.elapsed().as_secs_f64();
+        }
+        let len = stream.read(&mut chunk).expect("read status");
+        assert!(len > 0, "the daemon closed the console connection");
+        bytes.extend_from_slice(&chunk[..len]);
+    }
+}
+
+/// Asks for the status every 20 ms while `busy` holds; returns the
+/// latencies and the pair's switches over that time.
+pub(crate) fn console_while(
+    daemon: &Daemon,
+    stream: &mut UnixStream,
+    mut busy: impl FnMut() -> bool,
+) -> (Vec<f64>, u64, f64) {
+    let switches = |daemon: &Daemon| daemon.json("status")["switches"].as_u64().unwrap_or(0);
+    let before = switches(daemon);
+    let start = Instant::now();
+    let mut latencies = Vec::new();
+    while busy() {
+        latencies.push(console_latency(stream));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    (latencies, switches(daemon) - before, elapsed)
+}
+
+pub(crate) fn big_launch(rows: &mut Vec<Row>) {
+    let n = scaled(3000, 500) as usize;
+    // The pair shares h0 and switches every 50 ms; the large job holds h1
+    // to hn. Placement takes the emptiest hosts, so: the first of the pair
+    // takes h0; the large job, admitted to a deactivated queue (hosts are
+    // fixed at admission), takes h1 to hn; the second of the pair then
+    // finds every host with one process and takes the lowest, h0.
+    let hosts: String = (0..=n).map(|idx| format!("h{idx} cores=1\n")).collect();
+    let daemon = Daemon::builder()
+        .log("scored=info")
+        .hosts(&hosts)
+        .timeslice("50ms")
+        .start();
+    daemon.ok("queue 2 deactivate");
+    let mut pair = vec![daemon.spawn(&["-nodes=1,priority=1", &testprog(), "spin", "0"])];
+    pair[0].wait_pids(1);
+    let nodes = format!("-nodes={n},priority=2");
+    let mut large = daemon.spawn(&[&nodes, &testprog(), "ignore-term", "2"]);
+    assert!(
+        wait_until(Duration::from_secs(30), || daemon
+            .json("jobs")
+            .as_array()
+            .is_some_and(|jobs| jobs.len() == 2)),
+        "the large job is admitted"
+    );
+    pair.push(daemon.spawn(&["-nodes=1,priority=1", &testprog(), "spin", "0"]));
+    pair[1].wait_pids(1);
+    let mut stream = UnixStream::connect(&daemon.socket).expect("connect");
+    std::thread::sleep(Duration::from_millis(500));
+    // Before: the same for as long as the launch will take, roughly.
+    let quiet_until = Instant::now() + Duration::from_secs(scaled(3, 1));
+    let (mut quiet, quiet_switches, quiet_secs) =
+        console_while(&daemon, &mut stream, || Instant::now() < quiet_until);
+    // The command that starts the launch is answered after the decision
+    // it causes is carried out: its latency counts too.
+    let switches_before = daemon.json("status")["switches"].as_u64().unwrap_or(0);
+    let launched = Instant::now();
+    daemon.ok("queue 2 activate");
+    let activate = launched.elapsed().as_secs_f64();
+    let (mut during, _, _) = console_while(&daemon, &mut stream, || large.count_lines("pid ") < n);
+    during.push(activate);
+    let launch_secs = launched.elapsed().as_secs_f64();
+    let launch_switches = daemon.json("status")["switches"].as_u64().unwrap_or(0) - switches_before;
+    let all_started = launched.elapsed().as_secs_f64();
+    let status = daemon.json("status");
+    let switch_max = status["switch latency"]["max"].as_f64().unwrap_or(f64::NAN);
+    let switch_median = status["switch latency"]["median"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
+    let (end, _) = large.wait(Duration::from_secs(600));
+    assert!(end.success(), "the large job failed");
+    for job in &pair {
+        job.signal(Signal::SIGINT);
+    }
+    for job in &mut pair {
+        job.wait(Duration::from_secs(30));
+    }
+    let max = |values: &[f64]| values.iter().copied().fold(0.0, f64::max);
+    rows.push(row(
+        &format!(
+            "`status` while {n} processes start ({} s for all)",
+            format_args!("{all_started:.1}")
+        ),
+        format!(
+            "{} median, {} max ({} asked; `queue 2 activate`, which starts it, {})",
+            ms(median(&mut during.clone())),
+            ms(max(&during)),
+            during.len(),
+            ms(activate)
+        ),
+        format!(
+            "{} median, {} max (before the launch)",
+            ms(median(&mut quiet)),
+            ms(max(&quiet))
+        ),
+        format!("max {:.1}×", max(&during) / max(&quiet).max(1e-6)),
+        "< 50 ms",
+    ));
+    during.clear();
+    rows.push(row(
+        &format!("switches of a gang pair at 50 ms slices while {n} processes start"),
+        format!(
+            "{:.1}/s (median latency {}, max {})",
+            launch_switches as f64 / launch_secs,
+            ms(switch_median),
+            ms(switch_max)
+        ),
+        format!(
+            "{:.1}/s (before the launch)",
+            quiet_switches as f64 / quiet_secs
+        ),
+        format!(
+            "{:.2}×",
+            (launch_switches as f64 / launch_secs) / (quiet_switches as f64 / quiet_secs)
+        ),
+        "keeps its cadence",
+    ));
+}

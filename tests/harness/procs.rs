@@ -1,0 +1,64 @@
+//! What the kernel says about a process (`/proc/PID/stat`), the witness
+//! the end-to-end tests believe.
+
+/// The fields of `/proc/PID/stat` the tests look at.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcStat {
+    /// One-letter state.
+    pub state: char,
+    /// Process group.
+    pub pgrp: i32,
+    /// Session.
+    pub session: i32,
+    /// utime + stime in clock ticks.
+    pub cpu_ticks: u64,
+}
+
+/// Whether the kernel shows `pid` stopped (state `T`).
+pub fn stopped(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|stat| stat.state == 'T')
+}
+
+/// Reads `/proc/PID/stat`, or `None` if the process is gone.
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = text[text.rfind(')')? + 2..].split_whitespace().collect();
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
+        cpu_ticks: fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?,
+    })
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|stat| stat.state != 'Z' && stat.state != 'X')
+}
+
+/// Processes whose environment carries `SCORED_TEST_TAG=tag` (and `SCORE_JOBID=job`).
+pub fn tagged_processes(tag: &str, job: Option<u64>) -> Vec<i32> {
+    let tag_entry = format!("SCORED_TEST_TAG={tag}");
+    let job_entry = job.map(|job| format!("SCORE_JOBID={job}"));
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+                return false;
+            };
+            let vars: Vec<&[u8]> = environ.split(|&b| b == 0).collect();
+            vars.contains(&tag_entry.as_bytes())
+                && match &job_entry {
+                    Some(entry) => vars.contains(&entry.as_bytes()),
+                    // Job processes, not the scrun that carries the tag too.
+                    None => vars.iter().any(|var| var.starts_with(b"SCORE_JOBID=")),
+                }
+                && alive(*pid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
