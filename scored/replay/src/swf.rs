@@ -448,7 +448,7 @@ mod tests {
     fn many_bad_lines_are_counted_and_a_few_kept() {
         let long = "1 ".repeat(MAX_LINE_LEN);
         let mut lines = vec![long.as_str()];
-        lines.extend(std::iter::repeat("x").take(1000));
+        lines.extend(std::iter::repeat_n("x", 1000));
         let (trace, errors) = parse(lines);
         assert!(trace.jobs.is_empty());
         assert_eq!(errors.count, 1001);
