@@ -799,3 +799,32 @@ fn a_short_job_reports_its_scratch_use() {
     let peak = daemon.job_field(1, "peak disk").as_u64().unwrap_or(0);
     assert!((200_000..5_000_000).contains(&peak), "peak disk {peak}");
 }
+
+#[test]
+fn a_working_directory_with_newlines_cannot_forge_a_log_line() {
+    let daemon = Daemon::start();
+    let forged = "2026-01-01T00:00:00.000000Z  WARN operator root granted";
+    let dir = daemon.sandbox.path.join(format!("d\n{forged}\r\u{2028}x"));
+    std::fs::create_dir(&dir).expect("make the directory");
+    let output = daemon
+        .scrun(&["no-such-program-for-the-log"])
+        .current_dir(&dir)
+        .output()
+        .expect("run scrun");
+    assert_ne!(code(&output), Some(0), "{}", stderr(&output));
+    let logged = wait_until(Duration::from_secs(10), || {
+        daemon.log().contains("operator root granted")
+    });
+    let log = daemon.log();
+    assert!(logged, "the failed launch was not logged:\n{log}");
+    for line in log.lines() {
+        assert!(
+            !line.starts_with(forged) && !line.contains("granted\r"),
+            "a user's directory wrote a line of its own into the log:\n{log}"
+        );
+    }
+    assert!(
+        log.contains(&format!("d\\n{forged}\\r\\u{{2028}}x")),
+        "the directory is not shown escaped:\n{log}"
+    );
+}
