@@ -245,7 +245,7 @@ impl Core {
     pub fn snapshot(&self) -> CoreSnapshot {
         let mut launches = Launches::default();
         let jobs = self
-            .jobs
+            .logged.jobs
             .values()
             .map(|job| JobSnapshot {
                 id: job.id.0,
@@ -308,7 +308,7 @@ impl Core {
             })
             .collect();
         let waiting = self
-            .waiting
+            .logged.waiting
             .iter()
             .map(|waiter| {
                 let request = &waiter.request;
@@ -336,9 +336,9 @@ impl Core {
             })
             .collect();
         CoreSnapshot {
-            timeslice_us: us(self.config.timeslice),
+            timeslice_us: us(self.logged.config.timeslice),
             hosts: self
-                .topology
+                .logged.topology
                 .hosts
                 .iter()
                 .map(|host| host.name.clone())
@@ -349,7 +349,7 @@ impl Core {
                 .map(|limits| (limits.memory, limits.disk, limits.jobs))
                 .collect(),
             queues: self
-                .queues
+                .logged.queues
                 .iter()
                 .map(|queue| QueueSnapshot {
                     enabled: queue.enabled,
