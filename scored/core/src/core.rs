@@ -295,7 +295,8 @@ impl Core {
     /// The `job ID` facts of every unfinished job, for the head of a new
     /// journal file.
     pub fn open_records(&self, now: Tick) -> Vec<Vec<(String, Value)>> {
-        self.logged.jobs
+        self.logged
+            .jobs
             .values()
             .map(|job| self.job_fields(job, command_line(job), job.state(), None, now, true))
             .collect()
@@ -378,7 +379,8 @@ impl Core {
         // last active set standing (a job being killed is placed first).
         let keeps_decision = match &input {
             Input::Stopped(job) => self
-                .logged.jobs
+                .logged
+                .jobs
                 .get(job)
                 .is_some_and(|record| !record.is_ending() && record.kill_deadline().is_none()),
             _ => false,
@@ -403,14 +405,18 @@ impl Core {
                         }
                     }
                     out.push(Action::notify(client, ClientEvent::Held(job)));
-                } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client == client) {
-                    self.logged.waiting
+                } else if let Some(idx) =
+                    self.logged.waiting.iter().position(|w| w.client == client)
+                {
+                    self.logged
+                        .waiting
                         .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = true);
                 }
             }
             Input::Release(client) => {
                 if let Some(record) = self
-                    .logged.by_client
+                    .logged
+                    .by_client
                     .get(&client)
                     .and_then(|job| self.logged.jobs.get_mut(job))
                 {
@@ -419,8 +425,11 @@ impl Core {
                         let job = record.id;
                         self.journal(JobEvent::Released(job));
                     }
-                } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client == client) {
-                    self.logged.waiting
+                } else if let Some(idx) =
+                    self.logged.waiting.iter().position(|w| w.client == client)
+                {
+                    self.logged
+                        .waiting
                         .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = false);
                 }
             }
@@ -433,7 +442,9 @@ impl Core {
                         now,
                         out,
                     );
-                } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client == client) {
+                } else if let Some(idx) =
+                    self.logged.waiting.iter().position(|w| w.client == client)
+                {
                     self.logged.waiting.modify(|waiting| waiting.remove(idx));
                     out.push(Action::notify(
                         client,
@@ -543,7 +554,9 @@ impl Core {
     /// event loop holds these to no per-user connection limit and keeps a
     /// reserve of connections for them.
     pub fn is_privileged(&self, uid: u32) -> bool {
-        uid == 0 || uid == self.logged.config.daemon_uid || self.logged.config.operators.contains(&uid)
+        uid == 0
+            || uid == self.logged.config.daemon_uid
+            || self.logged.config.operators.contains(&uid)
     }
 
     /// Whether `cred` is root, the daemon's user or an operator.

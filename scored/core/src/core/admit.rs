@@ -39,8 +39,8 @@ impl Core {
                 ClientEvent::Rejected { kind, reason },
             ));
         };
-        let duplicate =
-            self.logged.by_client.contains_key(&client) || self.logged.waiting.iter().any(|w| w.client == client);
+        let duplicate = self.logged.by_client.contains_key(&client)
+            || self.logged.waiting.iter().any(|w| w.client == client);
         if duplicate {
             // The loop lets a connection submit once (its "one job only"
             // refusal), so this is a bug: the job that came first keeps its
@@ -104,8 +104,16 @@ impl Core {
             let reason = format!(
                 "{} job{} already wait{} for resources ahead of this one",
                 self.logged.waiting.len(),
-                if self.logged.waiting.len() == 1 { "" } else { "s" },
-                if self.logged.waiting.len() == 1 { "s" } else { "" }
+                if self.logged.waiting.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
+                if self.logged.waiting.len() == 1 {
+                    "s"
+                } else {
+                    ""
+                }
             );
             return self.short(waiter, reason, out);
         }
@@ -184,7 +192,13 @@ impl Core {
             memory: waiter.request.memory,
             disk: waiter.request.disk,
         };
-        admission::decide(ask, queue, &self.logged.topology, &self.limits, &self.logged.ledger)
+        admission::decide(
+            ask,
+            queue,
+            &self.logged.topology,
+            &self.limits,
+            &self.logged.ledger,
+        )
     }
 
     pub(super) fn admit(
@@ -312,7 +326,8 @@ impl Core {
         );
         let key = launch_key(&launch);
         if let Some(existing) = self
-            .logged.launches
+            .logged
+            .launches
             .get(&key)
             .and_then(|bucket| bucket.iter().find(|known| **known == launch))
         {

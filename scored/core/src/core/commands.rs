@@ -342,7 +342,8 @@ impl Core {
         };
         let started_in_order: Vec<JobId> = {
             let mut started: Vec<&Job> = self
-                .logged.jobs
+                .logged
+                .jobs
                 .values()
                 .filter(|job| job.queue == queue && job.started())
                 .collect();
@@ -354,7 +355,12 @@ impl Core {
             // that have not started give back the hosts admission chose.
             let unstarted: Vec<JobId> = self.logged.queues[queue as usize]
                 .order()
-                .filter(|job| self.logged.jobs.get(job).is_some_and(|record| !record.started()))
+                .filter(|job| {
+                    self.logged
+                        .jobs
+                        .get(job)
+                        .is_some_and(|record| !record.started())
+                })
                 .collect();
             for job in unstarted {
                 self.unbind(job);

@@ -41,13 +41,15 @@ impl Core {
             );
         }
         let stopping = self
-            .logged.jobs
+            .logged
+            .jobs
             .values()
             .filter(|job| job.phase() == Phase::Stopping)
             .count();
         assert_eq!(stopping, self.n_stopping, "count of stopping jobs");
         let cputime = self
-            .logged.jobs
+            .logged
+            .jobs
             .values()
             .filter(|job| job.limits.cputime.is_some());
         assert_eq!(
@@ -55,7 +57,11 @@ impl Core {
             self.n_cputime_limited,
             "jobs with a CPU time limit"
         );
-        let limited = self.logged.jobs.values().filter(|job| usage_limited(&job.limits));
+        let limited = self
+            .logged
+            .jobs
+            .values()
+            .filter(|job| usage_limited(&job.limits));
         assert_eq!(
             limited.count(),
             self.n_usage_limited,
@@ -65,7 +71,8 @@ impl Core {
         assert_eq!(ending.count(), self.n_ending, "jobs being killed");
         for job in self.logged.jobs.values() {
             let key = self
-                .logged.live
+                .logged
+                .live
                 .contains(&job.id)
                 .then(|| self.crossing_key(job))
                 .flatten();
@@ -104,19 +111,30 @@ impl Core {
                 limits: job.limits,
             });
         }
-        assert_eq!(ledger, *self.logged.ledger, "the ledger matches the admitted jobs");
+        assert_eq!(
+            ledger, *self.logged.ledger,
+            "the ledger matches the admitted jobs"
+        );
         // The deadline indexes hold exactly the jobs' own deadlines.
         let kill: SortedSet<(Tick, JobId)> = self
-            .logged.jobs
+            .logged
+            .jobs
             .values()
             .filter_map(|job| job.kill_deadline().map(|deadline| (deadline, job.id)))
             .collect();
-        assert_eq!(kill, *self.logged.kill_deadlines, "graceful kills in progress");
+        assert_eq!(
+            kill, *self.logged.kill_deadlines,
+            "graceful kills in progress"
+        );
         let time: SortedSet<(Tick, JobId)> = self
-            .logged.jobs
+            .logged
+            .jobs
             .values()
             .filter_map(|job| job.time_deadline().map(|deadline| (deadline, job.id)))
             .collect();
-        assert_eq!(time, *self.logged.time_deadlines, "-time limits of running jobs");
+        assert_eq!(
+            time, *self.logged.time_deadlines,
+            "-time limits of running jobs"
+        );
     }
 }

@@ -161,7 +161,12 @@ impl Core {
         // Residency: a job whose CPU time in its queue exceeds the queue's
         // residency time sinks to the next lower queue, and the clock restarts.
         let queue = record.queue;
-        if let Some(residency) = self.logged.queues.get(queue as usize).and_then(|q| q.residency) {
+        if let Some(residency) = self
+            .logged
+            .queues
+            .get(queue as usize)
+            .and_then(|q| q.residency)
+        {
             if cpu.saturating_sub(record.residency_base) > residency
                 && (queue as usize) + 1 < self.logged.queues.len()
             {
@@ -412,8 +417,14 @@ impl Core {
     }
 
     pub(super) fn client_gone(&mut self, client: ClientToken, now: Tick, out: &mut Vec<Action>) {
-        if self.logged.waiting.iter().any(|waiter| waiter.client == client) {
-            self.logged.waiting
+        if self
+            .logged
+            .waiting
+            .iter()
+            .any(|waiter| waiter.client == client)
+        {
+            self.logged
+                .waiting
                 .modify(|waiting| waiting.retain(|waiter| waiter.client != client));
         }
         if let Some(job) = self.logged.by_client.remove(&client) {
@@ -427,7 +438,11 @@ impl Core {
     /// Starts a shutdown; returns how many jobs are being killed.
     pub(super) fn shutdown(&mut self, now_kill: bool, now: Tick, out: &mut Vec<Action>) -> usize {
         if !self.shutting_down {
-            tracing::info!(kill = now_kill, jobs = self.logged.jobs.len(), "shutting down");
+            tracing::info!(
+                kill = now_kill,
+                jobs = self.logged.jobs.len(),
+                "shutting down"
+            );
         }
         self.shutting_down = true;
         for waiter in self.logged.waiting.modify(std::mem::take) {
@@ -442,9 +457,12 @@ impl Core {
         // Jobs that cannot progress (held, or in a deactivated queue) would
         // keep a graceful shutdown waiting forever: they are killed too.
         let victims: Vec<JobId> = self
-            .logged.jobs
+            .logged
+            .jobs
             .values()
-            .filter(|job| now_kill || job.held() || !self.logged.queues[job.queue as usize].activated)
+            .filter(|job| {
+                now_kill || job.held() || !self.logged.queues[job.queue as usize].activated
+            })
             .map(|job| job.id)
             .collect();
         let n_victims = victims.len();

@@ -245,7 +245,8 @@ impl Core {
     pub fn snapshot(&self) -> CoreSnapshot {
         let mut launches = Launches::default();
         let jobs = self
-            .logged.jobs
+            .logged
+            .jobs
             .values()
             .map(|job| JobSnapshot {
                 id: job.id.0,
@@ -308,7 +309,8 @@ impl Core {
             })
             .collect();
         let waiting = self
-            .logged.waiting
+            .logged
+            .waiting
             .iter()
             .map(|waiter| {
                 let request = &waiter.request;
@@ -338,7 +340,8 @@ impl Core {
         CoreSnapshot {
             timeslice_us: us(self.logged.config.timeslice),
             hosts: self
-                .logged.topology
+                .logged
+                .topology
                 .hosts
                 .iter()
                 .map(|host| host.name.clone())
@@ -349,7 +352,8 @@ impl Core {
                 .map(|limits| (limits.memory, limits.disk, limits.jobs))
                 .collect(),
             queues: self
-                .logged.queues
+                .logged
+                .queues
                 .iter()
                 .map(|queue| QueueSnapshot {
                     enabled: queue.enabled,

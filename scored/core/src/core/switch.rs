@@ -37,11 +37,11 @@ impl Core {
             assert_eq!(fresh, active, "the kept active set is out of date");
             assert!(bindings.is_empty(), "the kept active set binds no host");
         }
-        let keep = bindings.is_empty()
-            && self
-                .logged.queues
-                .iter()
-                .all(|queue| !queue.activated || queue.mode == QueueMode::Gang || queue.is_empty());
+        let keep =
+            bindings.is_empty()
+                && self.logged.queues.iter().all(|queue| {
+                    !queue.activated || queue.mode == QueueMode::Gang || queue.is_empty()
+                });
         for (job, hosts) in bindings.drain(..) {
             self.bind(job, hosts);
         }
@@ -144,7 +144,8 @@ impl Core {
             // Every running job is a chosen one: phase one stopped the others.
             for job in &self.active {
                 if self
-                    .logged.jobs
+                    .logged
+                    .jobs
                     .get(job)
                     .is_some_and(|record| record.phase() == Phase::Running)
                 {
@@ -152,9 +153,11 @@ impl Core {
                 }
             }
             debug_assert!(
-                self.logged.live
+                self.logged
+                    .live
                     .iter()
-                    .all(|job| self.logged.jobs[job].phase() != Phase::Running || self.ran.contains(job)),
+                    .all(|job| self.logged.jobs[job].phase() != Phase::Running
+                        || self.ran.contains(job)),
                 "a running job is missing from the jobs that ran"
             );
         }
@@ -183,7 +186,8 @@ impl Core {
         first.extend(self.logged.kill_deadlines.iter().map(|(_, job)| *job));
         if self.n_ending > 0 {
             first.extend(
-                self.logged.live
+                self.logged
+                    .live
                     .iter()
                     .copied()
                     .filter(|job| jobs[job].is_ending()),
@@ -218,7 +222,8 @@ impl Core {
             return;
         };
         self.scratch.forget(job);
-        self.logged.ledger
+        self.logged
+            .ledger
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory = smallvec::smallvec![0; hosts.len()];
         record.hosts = hosts;
@@ -237,7 +242,8 @@ impl Core {
         }
         let hosts = std::mem::take(&mut record.hosts);
         self.scratch.forget(job);
-        self.logged.ledger
+        self.logged
+            .ledger
             .unbind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory.clear();
     }

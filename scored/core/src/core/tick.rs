@@ -24,8 +24,16 @@ impl Core {
 
     /// The earliest graceful-kill escalation or `-time` limit.
     pub(super) fn timer_deadline(&self) -> Option<Tick> {
-        let kill = self.logged.kill_deadlines.first().map(|(deadline, _)| *deadline);
-        let time = self.logged.time_deadlines.first().map(|(deadline, _)| *deadline);
+        let kill = self
+            .logged
+            .kill_deadlines
+            .first()
+            .map(|(deadline, _)| *deadline);
+        let time = self
+            .logged
+            .time_deadlines
+            .first()
+            .map(|(deadline, _)| *deadline);
         Tick::earliest(kill, time)
     }
 
@@ -90,7 +98,8 @@ impl Core {
         self.logged.jobs.get(&job).is_some_and(|record| {
             usage_limited(&record.limits)
                 || self
-                    .logged.queues
+                    .logged
+                    .queues
                     .get(record.queue as usize)
                     .is_some_and(|queue| queue.residency.is_some())
         })
@@ -101,7 +110,8 @@ impl Core {
     /// last sample; `None` if it has neither.
     pub(super) fn crossing_key(&self, record: &Job) -> Option<u64> {
         let residency = self
-            .logged.queues
+            .logged
+            .queues
             .get(record.queue as usize)
             .and_then(|queue| queue.residency)
             .filter(|_| (record.queue as usize) + 1 < self.logged.queues.len())
@@ -124,7 +134,11 @@ impl Core {
         // `live` at every switch; this keeps that free of look-ups).
         if self.logged.crossing_of.is_empty()
             && self.n_cputime_limited == 0
-            && self.logged.queues.iter().all(|queue| queue.residency.is_none())
+            && self
+                .logged
+                .queues
+                .iter()
+                .all(|queue| queue.residency.is_none())
         {
             return;
         }
@@ -134,7 +148,8 @@ impl Core {
     #[inline(never)]
     pub(super) fn refresh_crossing_of(&mut self, job: JobId) {
         let key = self
-            .logged.live
+            .logged
+            .live
             .contains(&job)
             .then(|| self.logged.jobs.get(&job))
             .flatten()
@@ -281,7 +296,11 @@ impl Core {
         let every = self.logged.config.sample_every_slice;
         if every
             || self.n_usage_limited > 0
-            || self.logged.queues.iter().any(|queue| queue.residency.is_some())
+            || self
+                .logged
+                .queues
+                .iter()
+                .any(|queue| queue.residency.is_some())
         {
             for &job in &self.logged.live {
                 if every || self.usage_matters(job) {

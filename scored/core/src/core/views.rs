@@ -46,7 +46,10 @@ impl Core {
                     (None, false) => "accepting jobs".to_string(),
                 }),
             ),
-            ("timeslice".into(), Value::Duration(self.logged.config.timeslice)),
+            (
+                "timeslice".into(),
+                Value::Duration(self.logged.config.timeslice),
+            ),
             (
                 "clusters".into(),
                 Value::Map(vec![
@@ -63,7 +66,8 @@ impl Core {
             (
                 "queues".into(),
                 Value::List(
-                    self.logged.queues
+                    self.logged
+                        .queues
                         .iter()
                         .map(|queue| {
                             Value::text(format!("{}:{}", queue.number, queue.state_word()))
@@ -72,8 +76,14 @@ impl Core {
                 ),
             ),
             ("jobs".into(), jobs_value),
-            ("waiting".into(), Value::Uint(self.logged.waiting.len() as u64)),
-            ("finished".into(), Value::Uint(self.logged.finished.len() as u64)),
+            (
+                "waiting".into(),
+                Value::Uint(self.logged.waiting.len() as u64),
+            ),
+            (
+                "finished".into(),
+                Value::Uint(self.logged.finished.len() as u64),
+            ),
             (
                 "reserved".into(),
                 Value::Map(vec![

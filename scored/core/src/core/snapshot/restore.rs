@@ -583,7 +583,9 @@ impl Core {
                 }
                 restored.push(JobId(id), started.contains(&id));
             }
-            core.logged.queues.modify_all(|queues| queues.push(restored));
+            core.logged
+                .queues
+                .modify_all(|queues| queues.push(restored));
         }
         for record in snapshot.waiting {
             let (stages, env, cwd, inherited) = launch_of(record.launch)?;
