@@ -87,7 +87,10 @@ mod tests {
             escape_record("a\tb\x1b[2Kc\x07d\u{85}e\u{2028}f\u{2029}g é ✓\n", false),
             "a\tb\\x1b[2Kc\\x07d\\u{85}e\\u{2028}f\\u{2029}g é ✓\n"
         );
-        assert_eq!(escape_record("\x1b[32mINFO\x1b[0m x\n", true), "\x1b[32mINFO\x1b[0m x\n");
+        assert_eq!(
+            escape_record("\x1b[32mINFO\x1b[0m x\n", true),
+            "\x1b[32mINFO\x1b[0m x\n"
+        );
         assert_eq!(escape_record("no newline", false), "no newline");
     }
 }
