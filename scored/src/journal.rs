@@ -317,7 +317,7 @@ impl Journal {
     /// unfinished jobs).
     pub fn rotate(&mut self, next_id: u64, open: Vec<Vec<(String, Value)>>) -> io::Result<()> {
         self.sync()?;
-        let carried = self.to_carry();
+        let carried = self.records_to_carry();
         let path = self.dir.join(FILE);
         fs::rename(&path, self.dir.join(ROTATED))?;
         if let Some(index) = &mut self.index {
@@ -363,7 +363,7 @@ impl Journal {
     /// maximum size, taken a job of each user in turn, most recent first,
     /// so that a user with many carries none of the others' out; returned
     /// in order of end.
-    fn to_carry(&mut self) -> Vec<Json> {
+    fn records_to_carry(&mut self) -> Vec<Json> {
         use std::collections::HashMap;
         let budget = self.max_size / 2;
         let index = self.index();

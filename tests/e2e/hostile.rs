@@ -836,11 +836,12 @@ fn submit_until_end(daemon: &Daemon, request: &Request) -> Reply {
         .send_with_fds(request, &[null.as_fd(), null.as_fd(), null.as_fd()])
         .expect("send");
     loop {
-        match connection.recv().expect("a reply") {
-            reply @ (Reply::Rejected { .. } | Reply::Error { .. } | Reply::Ended { .. }) => {
-                return reply
-            }
-            _ => {}
+        let reply = connection.recv().expect("a reply");
+        if matches!(
+            reply,
+            Reply::Rejected { .. } | Reply::Error { .. } | Reply::Ended { .. }
+        ) {
+            return reply;
         }
     }
 }
