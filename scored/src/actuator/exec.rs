@@ -228,6 +228,7 @@ impl OsActuator {
         status: i32,
         out: &mut Vec<Input>,
     ) {
+        let message = crate::core::cap_reason(message);
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
