@@ -207,10 +207,11 @@ impl OsActuator {
             return;
         }
         procs.launch_failed = true;
-        tracing::info!(job = %job, error = %failure, "launch failed");
+        let message = failure.message();
+        tracing::info!(job = %job, %message, "launch failed");
         out.push(Input::SpawnFailed {
             job,
-            message: failure.to_string(),
+            message,
             status: failure.status(),
         });
         if let Some(launch) = procs.launch.as_mut() {

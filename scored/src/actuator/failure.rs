@@ -78,6 +78,13 @@ impl LaunchError {
             _ => exitcode::NOT_EXECUTABLE,
         }
     }
+
+    /// The text the core, the log and the job's scrun get: cut to the
+    /// length of a reason, since programs, directories and arguments are
+    /// the user's.
+    pub fn message(&self) -> String {
+        crate::core::cap_reason(self.to_string())
+    }
 }
 
 impl fmt::Display for LaunchError {
@@ -182,6 +189,18 @@ mod tests {
             error.to_string(),
             "cannot prepare job 4: /var/scored/jobs: permission denied"
         );
+    }
+
+    #[test]
+    fn a_message_naming_a_huge_program_is_cut() {
+        let error = LaunchError::Run {
+            program: "p".repeat(100_000).into(),
+            cwd: "/".into(),
+            error: io::Error::from_raw_os_error(libc::ENOENT),
+        };
+        let message = error.message();
+        assert!(message.len() < 10_000, "{} bytes", message.len());
+        assert!(message.starts_with("cannot run 'ppp"), "{message}");
     }
 
     #[test]

@@ -82,10 +82,11 @@ impl OsActuator {
                     job: plan.job,
                     problem,
                 };
-                tracing::info!(job = %plan.job, %error, "launch failed");
+                let message = error.message();
+                tracing::info!(job = %plan.job, %message, "launch failed");
                 out.push(Input::SpawnFailed {
                     job: plan.job,
-                    message: error.to_string(),
+                    message,
                     status: error.status(),
                 });
                 out.push(Input::ProcessesGone(plan.job));
@@ -274,10 +275,11 @@ impl OsActuator {
             deadline,
         );
         if let Err(error) = result {
-            tracing::info!(job = %job, %error, "launch failed");
+            let message = error.message();
+            tracing::info!(job = %job, %message, "launch failed");
             out.push(Input::SpawnFailed {
                 job,
-                message: error.to_string(),
+                message,
                 status: error.status(),
             });
             let alive = self
