@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -16,6 +17,7 @@ use nix::unistd::Pid;
 use crate::core::Input;
 use crate::ids::JobId;
 
+use super::failure::LaunchError;
 use super::launch::launch_error;
 use super::{spawn, sys, OsActuator, EXEC_TIMEOUT};
 
@@ -99,16 +101,29 @@ impl OsActuator {
     }
 
     /// Adds the size of a rank's executable to its job's disk use, once
-    /// per executable and stage.
+    /// per executable (by device and inode) and stage.
+    ///
+    /// The executable is opened through the kernel's link (`O_PATH` on
+    /// `/proc/PID/exe`, which reaches the file the rank runs even when it
+    /// was deleted or renamed) and measured with `fstat`: the link's text
+    /// names a path the user controls (`/home/u/prog (deleted)` can be a
+    /// symbolic link they planted), and root must not follow it.
     pub(super) fn count_executable(&mut self, job: JobId, pid: i32) {
-        let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) else {
+        let Ok(exe) = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(format!("/proc/{pid}/exe"))
+        else {
+            return;
+        };
+        let Ok(meta) = exe.metadata() else {
             return;
         };
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
-        if procs.seen_exes.insert(exe.clone()) {
-            procs.exe_bytes += fs::metadata(&exe).map(|meta| meta.len()).unwrap_or(0);
+        if procs.seen_exes.insert((meta.dev(), meta.ino())) {
+            procs.exe_bytes += meta.len();
         }
     }
 
@@ -137,31 +152,22 @@ impl OsActuator {
         };
         let error = io::Error::from_raw_os_error(errno);
         tracing::info!(job = %job, pid, rank, step = step.describe(), %error, "a rank could not exec");
-        let (message, status) =
-            if step == spawn::Step::Privileges && errno == sys::PRIVILEGES_REMAIN {
-                let uid = self.jobs.get(&job).map_or(0, |procs| procs.uid);
-                (
-                    format!(
-                        "refusing to run '{}' as uid {uid}: capabilities or securebits \
-                     remain after the change of user",
-                        pending.program
-                    ),
-                    crate::exitcode::NOT_EXECUTABLE,
-                )
-            } else if step == spawn::Step::Stdio {
-                // A descriptor numbered above what the rank may have
-                // (scored's own descriptor limit, when it cannot raise it).
-                (
-                    format!(
-                        "cannot give '{}' the descriptors its scrun passed: {error}",
-                        pending.program
-                    ),
-                    crate::exitcode::NOT_EXECUTABLE,
-                )
-            } else {
-                launch_error(&pending.program, &pending.cwd, &error)
-            };
-        self.fail_launch(job, message, status, out);
+        let failure = if step == spawn::Step::Privileges && errno == sys::PRIVILEGES_REMAIN {
+            LaunchError::PrivilegesRemain {
+                program: Rc::clone(&pending.program),
+                uid: self.jobs.get(&job).map_or(0, |procs| procs.uid),
+            }
+        } else if step == spawn::Step::Stdio {
+            // A descriptor numbered above what the rank may have
+            // (scored's own descriptor limit, when it cannot raise it).
+            LaunchError::Descriptors {
+                program: Rc::clone(&pending.program),
+                error,
+            }
+        } else {
+            launch_error(&pending.program, &pending.cwd, error)
+        };
+        self.fail_launch(job, failure, out);
     }
 
     /// Ranks that have not exec'd within [`EXEC_TIMEOUT`] of running time
@@ -194,26 +200,20 @@ impl OsActuator {
             let (job, rank) = (pending.job, pending.rank);
             let program = Rc::clone(&pending.program);
             self.exec_settled(job);
-            let message = format!(
-                "rank {rank} of job {job} had not started '{}' {}s after it was created \
-                 (stopped before its exec?): killed",
-                program,
-                EXEC_TIMEOUT.as_secs()
-            );
             tracing::warn!(job = %job, pid, rank, "a rank did not exec in time; killed");
-            self.fail_launch(job, message, crate::exitcode::NOT_EXECUTABLE, out);
+            let failure = LaunchError::ExecTimeout {
+                job,
+                rank,
+                program,
+                after: EXEC_TIMEOUT,
+            };
+            self.fail_launch(job, failure, out);
         }
     }
 
     /// The job's launch failed: says so once, creates nothing more, and
     /// kills what exists (the job ends once all of it is reaped).
-    pub(super) fn fail_launch(
-        &mut self,
-        job: JobId,
-        message: String,
-        status: i32,
-        out: &mut Vec<Input>,
-    ) {
+    pub(super) fn fail_launch(&mut self, job: JobId, failure: LaunchError, out: &mut Vec<Input>) {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
@@ -221,11 +221,12 @@ impl OsActuator {
             return;
         }
         procs.launch_failed = true;
+        let message = failure.message();
         tracing::info!(job = %job, %message, "launch failed");
         out.push(Input::SpawnFailed {
             job,
             message,
-            status,
+            status: failure.status(),
         });
         if let Some(launch) = procs.launch.as_mut() {
             launch.aborted = true;
