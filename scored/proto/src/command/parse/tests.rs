@@ -232,7 +232,7 @@ fn queue_setting_errors() {
     check("queue 1 set colour=red", "UnknownSetting: unknown queue setting 'colour' in 'queue 1 set colour=red': expected mode, cputime, residency, memory, disk, group, backfill or mpl");
     check("queue 1 set memroy=5%", "UnknownSetting: unknown queue setting 'memroy' in 'queue 1 set memroy=5%': did you mean 'memory'? expected mode, cputime, residency, memory, disk, group, backfill or mpl");
     check("queue 1 set", "MissingArgument: missing queue settings in 'queue 1 set': usage: queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none");
-    check("queue 1 set gang", "MissingEquals: queue setting 'gang' without '=' in 'queue 1 set gang': expected KEY=VALUE with a key from mode, cputime, residency, memory, disk, group or backfill");
+    check("queue 1 set gang", "MissingEquals: queue setting 'gang' without '=' in 'queue 1 set gang': expected KEY=VALUE with a key from mode, cputime, residency, memory, disk, group, backfill or mpl");
     check("queue 1 set cputime", "MissingEquals: queue setting 'cputime' without '=' in 'queue 1 set cputime': expected cputime=DUR|none");
     check(
         "queue 1 set group=",
