@@ -107,6 +107,7 @@ fn submit_request(daemon: &Daemon) -> Request {
             ioprio: None,
             closed_stdio: Vec::new(),
             fds: Vec::new(),
+            pmi_ranks: 0,
         },
     }
 }
