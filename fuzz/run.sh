@@ -14,7 +14,8 @@
 # When a target crashes (a panic, a sanitizer report, a timeout or running
 # out of memory), libFuzzer stops it and leaves the input in
 # fuzz/artifacts/TARGET/; this script copies it to fuzz/regressions/TARGET/,
-# where `cargo test -p scored --test fuzz_regressions` (or `-p scrun`)
+# where `cargo test -p scored --test fuzz_regressions` (or `-p scrun`, or
+# `-p scored-replay` for swf)
 # replays it, and exits with status 1 after running the other targets.
 # Reproduce one with: cargo +nightly fuzz run TARGET fuzz/regressions/TARGET/FILE
 #
@@ -23,7 +24,7 @@
 set -euo pipefail
 
 fuzz_dir=$(cd "$(dirname "$0")" && pwd)
-all_targets=(hosts console scrun_options protocol submit)
+all_targets=(hosts console scrun_options protocol submit swf)
 
 seconds=${FUZZ_SECONDS:-60}
 if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then

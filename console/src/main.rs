@@ -45,8 +45,8 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let (path, _source) = client::socket_path(args.socket);
-    let mut daemon = Daemon::new(path);
+    let (path, source) = client::socket_path(args.socket);
+    let mut daemon = Daemon::new(path, source);
     let mut send = |line: &str, json: bool| daemon.send(line, json);
     let status = if let Some(line) = &args.command {
         batch::run_line(

@@ -11,7 +11,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use scored_proto::client::Connection;
+use scored_proto::client::{self, Connection, SocketSource};
 use scored_proto::command::reply::Reply;
 use scored_proto::command::{help, parse_line, Command};
 use scored_proto::exitcode;
@@ -166,19 +166,24 @@ pub fn execute(
 /// so `help` and comment-only scripts work without one.
 pub struct Daemon {
     path: PathBuf,
+    source: SocketSource,
     connection: Option<Connection>,
 }
 
 impl Daemon {
-    /// A daemon at this socket, not connected yet.
-    pub fn new(path: PathBuf) -> Daemon {
+    /// A daemon at this socket, not connected yet; a default socket where
+    /// no daemon answers gives way to the shared one (see
+    /// [`client::shared_socket`]).
+    pub fn new(path: PathBuf, source: SocketSource) -> Daemon {
         Daemon {
             path,
+            source,
             connection: None,
         }
     }
 
-    /// The socket path this session connects to.
+    /// The socket path this session connects to (the one it reached, once
+    /// connected).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -188,11 +193,12 @@ impl Daemon {
         match self.connection {
             Some(ref mut connection) => Ok(connection),
             None => {
-                let connection =
-                    Connection::connect(&self.path).map_err(|source| DaemonError::Unreachable {
+                let (connection, reached) = client::connect_default(&self.path, self.source)
+                    .map_err(|source| DaemonError::Unreachable {
                         path: self.path.clone(),
                         source,
                     })?;
+                self.path = reached;
                 Ok(self.connection.insert(connection))
             }
         }

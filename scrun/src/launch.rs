@@ -178,9 +178,9 @@ fn connect(
     signals: &Signals,
     verbose: bool,
 ) -> Result<Connection, Fatal> {
-    match Connection::connect(path) {
-        Ok(connection) => Ok(connection),
-        Err(error) if source == SocketSource::Default && single::means_no_daemon(&error) => {
+    match client::connect_default(path, source) {
+        Ok((connection, _)) => Ok(connection),
+        Err(error) if source == SocketSource::Default && client::means_no_daemon(&error) => {
             let uid = nix::unistd::geteuid().as_raw();
             let paths = PrivatePaths::new(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid);
             single::connect(&paths, path, signals, verbose)

@@ -43,7 +43,7 @@ use nix::fcntl::{Flock, FlockArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::sys::stat::Mode;
-use scored_proto::client::Connection;
+use scored_proto::client::{means_no_daemon, Connection};
 use scored_proto::exitcode;
 
 use crate::error::{describe_io, Fatal};
@@ -92,16 +92,6 @@ impl PrivatePaths {
     fn log(&self) -> PathBuf {
         self.dir.join(LOG_NAME)
     }
-}
-
-/// Whether a failure to connect to the default socket means that no
-/// daemon runs there (nothing at the path, or a stale socket), which is
-/// when scrun turns to the private daemon.
-pub fn means_no_daemon(error: &io::Error) -> bool {
-    matches!(
-        error.raw_os_error(),
-        Some(libc::ENOENT) | Some(libc::ECONNREFUSED)
-    )
 }
 
 /// Connects to the user's private daemon, starting it when none runs.
@@ -529,15 +519,6 @@ mod tests {
             PrivatePaths::new(None, 1000).socket,
             scored_proto::paths::default_socket(1000, None)
         );
-    }
-
-    #[test]
-    fn only_a_missing_or_stale_socket_means_no_daemon() {
-        let errno = io::Error::from_raw_os_error;
-        assert!(means_no_daemon(&errno(libc::ENOENT)));
-        assert!(means_no_daemon(&errno(libc::ECONNREFUSED)));
-        assert!(!means_no_daemon(&errno(libc::EACCES)));
-        assert!(!means_no_daemon(&errno(libc::ENOTSOCK)));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::io::{IoSlice, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
@@ -825,4 +826,83 @@ fn passed_descriptors_and_signals_are_bounded_and_checked() {
     expect_error(&mut stream, "SIGKILL", "signal 9 cannot be passed to a job");
     serves_normally(&daemon, "after the refused descriptors and signals");
     assert_no_panic(&mut daemon);
+}
+
+#[test]
+fn crafted_traces_get_a_clear_error_never_an_abort() {
+    let sandbox = Sandbox::new();
+    let job = "1 0 -1 10 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1";
+    let cases = [
+        (
+            "maxprocs.swf",
+            format!("; MaxProcs: 4294967295\n{job}\n"),
+            "sc_replay: maxprocs.swf:1: header MaxProcs is '4294967295'; \
+             expected a whole number from 1 to 262144\n",
+        ),
+        (
+            "forever.swf",
+            "; MaxProcs: 4\n1 0 -1 1e300 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1\n".to_string(),
+            "sc_replay: forever.swf:2: field 4 (run time) is '1e300'; \
+             expected -1 (unknown) or seconds up to 4294967295\n",
+        ),
+        (
+            "wide.swf",
+            "; MaxProcs: 4\n1 0 -1 10 4294967295 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1\n".to_string(),
+            "sc_replay: wide.swf:2: field 5 (allocated processors) is '4294967295'; \
+             expected -1 (unknown) or a whole number of processors up to 262144\n",
+        ),
+        (
+            "long.swf",
+            format!("; MaxProcs: 4\n{}\n{job}\n", "1 ".repeat(100_000)),
+            "sc_replay: long.swf:2: the line is longer than 64 KiB; nothing more is read\n",
+        ),
+    ];
+    for (name, text, first) in cases {
+        sandbox.write(name, &text);
+        let output = Command::new(bin("sc_replay"))
+            .args([name, "--json"])
+            .current_dir(&sandbox.path)
+            .output()
+            .expect("run sc_replay");
+        assert_eq!(
+            code(&output),
+            Some(scored::exitcode::FAILURE),
+            "{name}: {}",
+            stderr(&output)
+        );
+        assert_eq!(
+            stderr(&output),
+            format!("{first}sc_replay: 1 malformed line in {name}; nothing replayed\n"),
+            "{name}"
+        );
+        assert_eq!(stdout(&output), "", "{name}");
+    }
+    let many = format!("; MaxProcs: 4\n{}", "1 0 -1 -7\n".repeat(100_000));
+    sandbox.write("many.swf", &many);
+    let output = Command::new(bin("sc_replay"))
+        .args(["many.swf"])
+        .current_dir(&sandbox.path)
+        .output()
+        .expect("run sc_replay");
+    assert_eq!(code(&output), Some(scored::exitcode::FAILURE));
+    let text = stderr(&output);
+    assert_eq!(text.lines().count(), 22, "{text}");
+    assert!(
+        text.ends_with(
+            "sc_replay: ... and 99980 more\n\
+             sc_replay: 100000 malformed lines in many.swf; nothing replayed\n"
+        ),
+        "{text}"
+    );
+    sandbox.write("ok.swf", &format!("{job}\n"));
+    let flag = Command::new(bin("sc_replay"))
+        .args(["ok.swf", "--procs", "4294967295"])
+        .current_dir(&sandbox.path)
+        .output()
+        .expect("run sc_replay");
+    assert_eq!(code(&flag), Some(scored::exitcode::FAILURE));
+    assert_eq!(
+        stderr(&flag),
+        "sc_replay: --procs 4294967295: must be from 1 to 262144\n"
+    );
 }

@@ -287,3 +287,71 @@ fn the_private_daemon_outlives_a_job_longer_than_its_idle_time_then_exits_when_i
         },
     );
 }
+
+/// With a shared (root) daemon at its default socket, a plain user's
+/// scrun and sc_console use it rather than a private daemon: the user's
+/// jobs share the machine's hosts with everyone's. The shared daemon runs
+/// in a mount namespace of the test's own, with a fresh /run, so that no
+/// other test's client sees it.
+#[test]
+fn a_plain_users_clients_use_the_shared_daemon_before_a_private_one() {
+    let Some(users) =
+        test_users("a_plain_users_clients_use_the_shared_daemon_before_a_private_one")
+    else {
+        return;
+    };
+    let user = &users.a;
+    let runtime = Runtime::new(Some(user));
+    let state = runtime._sandbox.path.join("shared-state");
+    let script = format!(
+        r#"mount -t tmpfs -o mode=755 tmpfs /run || exit 77
+"$SCORED" --socket /run/scored/scored.sock --state-dir {state} 2>{log} &
+daemon=$!
+trap 'kill $daemon; wait $daemon' EXIT
+i=0
+while ! "$SC_CONSOLE" -c status >/dev/null 2>&1; do
+    i=$((i + 1)); [ $i -lt 400 ] || exit 78; sleep 0.05
+done
+as_user() {{ setpriv --reuid={uid} --regid={gid} --init-groups -- env -u SCORED_SOCKET XDG_RUNTIME_DIR={run} "$@"; }}
+as_user "$SCRUN" sh -c 'echo job $SCORE_JOBID'
+echo "scrun=$?"
+as_user "$SC_CONSOLE" -c 'jobs all'
+echo "console=$?"
+echo "root sees:"
+"$SC_CONSOLE" -c 'jobs all'
+"#,
+        state = state.display(),
+        log = runtime._sandbox.path.join("shared.log").display(),
+        uid = user.uid,
+        gid = user.gid,
+        run = runtime.dir.display(),
+    );
+    let output = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env_remove("SCORED_SOCKET")
+        .env_remove("SCORE_OPTIONS")
+        .env("SCORED", bin("scored"))
+        .env("SCRUN", bin("scrun"))
+        .env("SC_CONSOLE", bin("sc_console"))
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run unshare");
+    if code(&output) == Some(77) || stderr(&output).starts_with("unshare:") {
+        println!(
+            "skipped: no private mount namespace here\n{}",
+            shown(&output)
+        );
+        return;
+    }
+    let text = stdout(&output);
+    assert!(text.contains("job 1\nscrun=0\n"), "{}", shown(&output));
+    assert!(text.contains("console=0"), "{}", shown(&output));
+    let root_sees = text.split("root sees:").nth(1).unwrap_or_default();
+    assert!(root_sees.contains(&user.name), "{}", shown(&output));
+    assert!(
+        runtime.daemon().is_none() && !runtime.dir.join("scored-private").exists(),
+        "a private daemon was started\n{}",
+        shown(&output)
+    );
+}

@@ -30,7 +30,6 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeSet, VecDeque};
-use std::hash::BuildHasherDefault;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -38,12 +37,11 @@ use crate::admission::{ClusterLimits, Ledger};
 use crate::cluster::Topology;
 use crate::command::reply::Value;
 use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
-use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, Launch, Phase};
-use crate::jobset::{JobIdHasher, JobSet};
+use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, Phase};
+use crate::jobset::JobSet;
 use crate::queue::Queue;
 use crate::sched::Scratch;
-use crate::sorted::SortedSet;
-use crate::undo::{UndoCell, UndoDeque, UndoLedger, UndoMap, UndoQueues, UndoSet};
+use crate::undo::{UndoCell, UndoLedger, UndoQueues};
 
 /// SIGTERM, SIGKILL: the two signals the core itself decides to send.
 pub const SIGTERM: i32 = 15;
@@ -100,24 +98,13 @@ struct Switches {
 /// own changes).
 #[derive(Clone)]
 pub struct Core {
-    config: UndoCell<CoreConfig>,
-    topology: UndoCell<Topology>,
+    /// The containers that grow with the jobs, which log their own
+    /// changes for the checkpoint (see [`Logged`]).
+    logged: Logged,
     limits: Vec<ClusterLimits>,
-    ledger: UndoLedger,
-    queues: UndoQueues,
-    jobs: JobTable,
-    by_client: UndoMap<ClientToken, JobId>,
-    waiting: UndoDeque<Rc<Waiter>>,
-    finished: UndoDeque<Rc<Finished>>,
-    /// Jobs whose processes may be running: phase Running or Stopping.
-    live: UndoSet<SortedSet<JobId>>,
-    /// How many of them are Stopping: with none, and every job live,
+    /// How many live jobs are Stopping: with none, and every job live,
     /// nothing waits to run (`next_decision` need not look at the queues).
     n_stopping: usize,
-    /// Graceful kills in progress, by the time they turn into SIGKILL.
-    kill_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
-    /// Running jobs with a `-time` limit, by the time it is reached.
-    time_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
     /// Jobs whose hosts were chosen by the last decision but that have not
     /// started yet (their hosts were still being vacated); they choose again
     /// at the next decision.
@@ -137,13 +124,6 @@ pub struct Core {
     /// Unfinished jobs with a CPU time, memory or disk limit (whose usage
     /// samples can change a decision).
     n_usage_limited: usize,
-    /// Live jobs with a CPU time limit or a residency to cross, by how far
-    /// from it their last sample left them ([`Core::crossing_key`]), so
-    /// that `next_decision` finds the earliest crossing without looking at
-    /// every running job.
-    crossings: UndoSet<BTreeSet<(u64, JobId)>>,
-    /// Each indexed job's key in `crossings`.
-    crossing_of: UndoMap<JobId, u64, BuildHasherDefault<JobIdHasher>>,
     /// Jobs that ran during the current slice (gang rotation), in no
     /// order and perhaps more than once: a switch adds a few, where a
     /// hashed set would hash each (the slice boundary sorts them once).
@@ -151,9 +131,6 @@ pub struct Core {
     /// Past this length, `ran` is sorted and its repeats dropped, so that
     /// it cannot grow with the switches of a slice that is not ending.
     ran_compact_at: usize,
-    /// Launch data of unfinished jobs by content hash, so identical
-    /// submissions share one copy.
-    launches: UndoMap<u64, Vec<Launch>>,
     next_job: u64,
     slice_anchor: Tick,
     next_slice: Tick,
@@ -236,19 +213,15 @@ impl Core {
         let ledger = Ledger::new(&topology);
         Core {
             next_slice: Tick::default().after(config.timeslice),
-            config: UndoCell::new(config),
-            topology: UndoCell::new(topology),
+            logged: Logged {
+                config: UndoCell::new(config),
+                topology: UndoCell::new(topology),
+                ledger: UndoLedger::new(ledger),
+                queues: UndoQueues::new(Queue::defaults()),
+                ..Logged::default()
+            },
             limits,
-            ledger: UndoLedger::new(ledger),
-            queues: UndoQueues::new(Queue::defaults()),
-            jobs: JobTable::default(),
-            by_client: UndoMap::default(),
-            waiting: UndoDeque::default(),
-            finished: UndoDeque::default(),
-            live: UndoSet::default(),
             n_stopping: 0,
-            kill_deadlines: UndoSet::default(),
-            time_deadlines: UndoSet::default(),
             bound_waiting: BTreeSet::new(),
             bindings: Vec::new(),
             sampled_at: Tick::default(),
@@ -256,11 +229,8 @@ impl Core {
             n_cputime_limited: 0,
             n_ending: 0,
             n_usage_limited: 0,
-            crossings: UndoSet::default(),
-            crossing_of: UndoMap::default(),
             ran: Vec::new(),
             ran_compact_at: RAN_COMPACT_AT,
-            launches: UndoMap::default(),
             next_job: 1,
             slice_anchor: Tick::default(),
             switches: Switches::default(),
@@ -312,7 +282,7 @@ impl Core {
     /// this state directory handed out), so that no id is ever reused.
     /// Only raises the next id, and only before any job is admitted.
     pub fn continue_ids_after(&mut self, last: u64) {
-        if self.jobs.is_empty() {
+        if self.logged.jobs.is_empty() {
             self.next_job = self.next_job.max(last.saturating_add(1));
         }
     }
@@ -325,7 +295,8 @@ impl Core {
     /// The `job ID` facts of every unfinished job, for the head of a new
     /// journal file.
     pub fn open_records(&self, now: Tick) -> Vec<Vec<(String, Value)>> {
-        self.jobs
+        self.logged
+            .jobs
             .values()
             .map(|job| self.job_fields(job, command_line(job), job.state(), None, now, true))
             .collect()
@@ -333,27 +304,27 @@ impl Core {
 
     /// The hosts and clusters, as resolved at start-up.
     pub fn topology(&self) -> &Topology {
-        &self.topology
+        &self.logged.topology
     }
 
     /// The queues, by number (0 is the highest priority).
     pub fn queues(&self) -> &[Queue] {
-        &self.queues
+        &self.logged.queues
     }
 
     /// An admitted, unfinished job.
     pub fn job(&self, id: JobId) -> Option<&Job> {
-        self.jobs.get(&id)
+        self.logged.jobs.get(&id)
     }
 
     /// Admitted, unfinished jobs.
     pub fn jobs(&self) -> impl Iterator<Item = &Job> {
-        self.jobs.values()
+        self.logged.jobs.values()
     }
 
     /// Number of admitted, unfinished jobs.
     pub fn n_jobs(&self) -> usize {
-        self.jobs.len()
+        self.logged.jobs.len()
     }
 
     /// Whether a shutdown is under way.
@@ -363,7 +334,7 @@ impl Core {
 
     /// The current time slice.
     pub fn timeslice(&self) -> Duration {
-        self.config.timeslice
+        self.logged.config.timeslice
     }
 
     /// How many switches the core has made.
@@ -408,6 +379,7 @@ impl Core {
         // last active set standing (a job being killed is placed first).
         let keeps_decision = match &input {
             Input::Stopped(job) => self
+                .logged
                 .jobs
                 .get(job)
                 .is_some_and(|record| !record.is_ending() && record.kill_deadline().is_none()),
@@ -425,37 +397,44 @@ impl Core {
             } => self.submit(client, cred, user, *request, now, out),
             Input::ClientGone(client) => self.client_gone(client, now, out),
             Input::Hold(client) => {
-                if let Some(&job) = self.by_client.get(&client) {
-                    if let Some(record) = self.jobs.get_mut(&job) {
+                if let Some(&job) = self.logged.by_client.get(&client) {
+                    if let Some(record) = self.logged.jobs.get_mut(&job) {
                         if !record.is_ending() && !record.owner_hold {
                             record.owner_hold = true;
                             self.journal(JobEvent::Held { job, by: "owner" });
                         }
                     }
                     out.push(Action::notify(client, ClientEvent::Held(job)));
-                } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
-                    self.waiting
+                } else if let Some(idx) =
+                    self.logged.waiting.iter().position(|w| w.client == client)
+                {
+                    self.logged
+                        .waiting
                         .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = true);
                 }
             }
             Input::Release(client) => {
                 if let Some(record) = self
+                    .logged
                     .by_client
                     .get(&client)
-                    .and_then(|job| self.jobs.get_mut(job))
+                    .and_then(|job| self.logged.jobs.get_mut(job))
                 {
                     if record.owner_hold {
                         record.owner_hold = false;
                         let job = record.id;
                         self.journal(JobEvent::Released(job));
                     }
-                } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
-                    self.waiting
+                } else if let Some(idx) =
+                    self.logged.waiting.iter().position(|w| w.client == client)
+                {
+                    self.logged
+                        .waiting
                         .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = false);
                 }
             }
             Input::Interrupt(client) => {
-                if let Some(&job) = self.by_client.get(&client) {
+                if let Some(&job) = self.logged.by_client.get(&client) {
                     self.begin_kill(
                         job,
                         EndCause::Killed("by its scrun (interrupted)".into()),
@@ -463,8 +442,10 @@ impl Core {
                         now,
                         out,
                     );
-                } else if let Some(idx) = self.waiting.iter().position(|w| w.client == client) {
-                    self.waiting.modify(|waiting| waiting.remove(idx));
+                } else if let Some(idx) =
+                    self.logged.waiting.iter().position(|w| w.client == client)
+                {
+                    self.logged.waiting.modify(|waiting| waiting.remove(idx));
                     out.push(Action::notify(
                         client,
                         ClientEvent::Rejected {
@@ -477,8 +458,8 @@ impl Core {
             Input::Deliver { client, signal } => {
                 // Only a job with processes, and not one being killed; a
                 // stopped job gets the signal when it is continued.
-                let job = self.by_client.get(&client).copied();
-                if let Some(record) = job.and_then(|job| self.jobs.get(&job)) {
+                let job = self.logged.by_client.get(&client).copied();
+                if let Some(record) = job.and_then(|job| self.logged.jobs.get(&job)) {
                     if record.phase() != Phase::Idle && !record.is_ending() {
                         out.push(Action::Signal {
                             job: record.id,
@@ -488,10 +469,10 @@ impl Core {
                 }
             }
             Input::Stopped(job) => {
-                if let Some(record) = self.jobs.get_mut(&job) {
+                if let Some(record) = self.logged.jobs.get_mut(&job) {
                     if record.stopped() {
                         self.n_stopping -= 1;
-                        self.live.remove(&job);
+                        self.logged.live.remove(&job);
                         let mask = self.scratch.mask_of(job);
                         set_busy(&mut self.busy, mask, &record.hosts, false);
                         self.refresh_crossing(job);
@@ -509,7 +490,7 @@ impl Core {
                 message,
                 status,
             } => {
-                if let Some(record) = self.jobs.get_mut(&job) {
+                if let Some(record) = self.logged.jobs.get_mut(&job) {
                     if !record.is_ending() {
                         self.n_ending += 1;
                     }
@@ -530,7 +511,7 @@ impl Core {
                 peak_memory,
                 disk,
             } => {
-                if let Some(record) = self.jobs.get_mut(&job) {
+                if let Some(record) = self.logged.jobs.get_mut(&job) {
                     record.usage.cpu = record.usage.cpu.max(cpu);
                     record.peak_disk = record.peak_disk.max(disk);
                     for (peak, last) in record.peak_memory.iter_mut().zip(peak_memory) {
@@ -573,14 +554,16 @@ impl Core {
     /// event loop holds these to no per-user connection limit and keeps a
     /// reserve of connections for them.
     pub fn is_privileged(&self, uid: u32) -> bool {
-        uid == 0 || uid == self.config.daemon_uid || self.config.operators.contains(&uid)
+        uid == 0
+            || uid == self.logged.config.daemon_uid
+            || self.logged.config.operators.contains(&uid)
     }
 
     /// Whether `cred` is root, the daemon's user or an operator.
     pub fn is_operator(&self, cred: &Cred) -> bool {
         cred.uid == 0
-            || cred.uid == self.config.daemon_uid
-            || self.config.operators.contains(&cred.uid)
+            || cred.uid == self.logged.config.daemon_uid
+            || self.logged.config.operators.contains(&cred.uid)
     }
 }
 
@@ -616,6 +599,7 @@ pub use lifecycle::unlimited_disk_backstop;
 pub use script::{ScriptError, ScriptProblem, ScriptRun};
 pub use snapshot::{CoreSnapshot, RestoreError};
 
+use checkpoint::Logged;
 use switch::set_busy;
 use table::JobTable;
 use views::{command_line, queue_group_name};

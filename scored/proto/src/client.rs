@@ -43,6 +43,50 @@ pub fn socket_path(explicit: Option<PathBuf>) -> (PathBuf, SocketSource) {
     )
 }
 
+/// The shared daemon's socket, for a client that found no daemon at its
+/// own default socket: a plain user's clients turn to the root daemon,
+/// which serves every user of the machine, before scrun starts a private
+/// one. None for root, whose default socket is that one already, and for
+/// a socket named by a flag or `SCORED_SOCKET`, which is used alone.
+pub fn shared_socket(uid: u32, source: SocketSource) -> Option<PathBuf> {
+    (source == SocketSource::Default && uid != 0).then(|| PathBuf::from(crate::paths::ROOT_SOCKET))
+}
+
+/// Whether a failure to connect means that no daemon runs at the socket
+/// (nothing at the path, or a stale socket), which is when a client tries
+/// the next place: the shared daemon, then scrun's private one.
+pub fn means_no_daemon(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(code) if code == nix::errno::Errno::ENOENT as i32
+            || code == nix::errno::Errno::ECONNREFUSED as i32
+    )
+}
+
+/// Connects to the daemon at `path`; when none runs there and the path is
+/// the default one, to the shared daemon (see [`shared_socket`]). Returns
+/// the connection and the socket it reached; a failure is that of `path`
+/// (and `None` tells the caller nothing answered at either).
+pub fn connect_default(
+    path: &Path,
+    source: SocketSource,
+) -> Result<(Connection, PathBuf), io::Error> {
+    match Connection::connect(path) {
+        Ok(connection) => Ok((connection, path.to_path_buf())),
+        Err(error) if means_no_daemon(&error) => {
+            let uid = nix::unistd::geteuid().as_raw();
+            match shared_socket(uid, source) {
+                Some(shared) => match Connection::connect(&shared) {
+                    Ok(connection) => Ok((connection, shared)),
+                    Err(_) => Err(error),
+                },
+                None => Err(error),
+            }
+        }
+        Err(error) => Err(error),
+    }
+}
+
 /// A connection to the daemon.
 pub struct Connection {
     stream: UnixStream,
@@ -269,4 +313,27 @@ pub fn check_server(stream: &UnixStream, path: &Path, me: u32) -> io::Result<()>
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_users_default_socket_gives_way_to_the_shared_one() {
+        let shared = Some(PathBuf::from(crate::paths::ROOT_SOCKET));
+        assert_eq!(shared_socket(1000, SocketSource::Default), shared);
+        assert_eq!(shared_socket(0, SocketSource::Default), None);
+        assert_eq!(shared_socket(1000, SocketSource::Explicit), None);
+        assert_eq!(shared_socket(1000, SocketSource::Environment), None);
+    }
+
+    #[test]
+    fn only_a_missing_or_stale_socket_means_no_daemon() {
+        let errno = |code| io::Error::from_raw_os_error(code as i32);
+        assert!(means_no_daemon(&errno(nix::errno::Errno::ENOENT)));
+        assert!(means_no_daemon(&errno(nix::errno::Errno::ECONNREFUSED)));
+        assert!(!means_no_daemon(&errno(nix::errno::Errno::EACCES)));
+        assert!(!means_no_daemon(&errno(nix::errno::Errno::ENOTSOCK)));
+    }
 }

@@ -72,6 +72,10 @@ struct Flags {
     seed: Option<u64>,
 }
 
+/// The largest `--arrival-scale`: the latest submission of a trace
+/// ([`swf::MAX_SECONDS`]) scaled by it still fits the core's clock.
+const MAX_ARRIVAL_SCALE: f64 = 1000.0;
+
 fn main() -> ExitCode {
     let flags = Flags::parse();
     match run(flags) {
@@ -94,7 +98,12 @@ fn run(flags: Flags) -> Result<(), String> {
     let trace = read_trace(&path)?;
     let topology = match (&flags.hosts, flags.procs) {
         (Some(db), _) => load_hosts(db)?,
-        (None, Some(0)) => return Err("--procs must be at least 1".into()),
+        (None, Some(n_procs)) if !(1..=swf::MAX_PROCS).contains(&u64::from(n_procs)) => {
+            return Err(format!(
+                "--procs {n_procs}: must be from 1 to {}",
+                swf::MAX_PROCS
+            ))
+        }
         (None, Some(n_procs)) => replay::uniform_machine(n_procs, host_memory(&trace)),
         (None, None) => match trace.max_procs.and_then(|n| u32::try_from(n).ok()) {
             Some(n_procs) => replay::uniform_machine(n_procs, host_memory(&trace)),
@@ -119,8 +128,10 @@ fn run(flags: Flags) -> Result<(), String> {
             parse_duration(text).map_err(|error| format!("--switch-cost: {error}"))?;
     }
     if let Some(scale) = flags.arrival_scale {
-        if !(scale.is_finite() && scale > 0.0) {
-            return Err(format!("--arrival-scale {scale}: must be a number above 0"));
+        if !(scale.is_finite() && scale > 0.0 && scale <= MAX_ARRIVAL_SCALE) {
+            return Err(format!(
+                "--arrival-scale {scale}: must be a number above 0 and at most {MAX_ARRIVAL_SCALE}"
+            ));
         }
         setup.arrival_scale = scale;
     }
@@ -177,8 +188,8 @@ fn write_generated(n_jobs: usize, flags: &Flags) -> Result<(), String> {
     let model = generate::Model {
         jobs: n_jobs,
         procs: match flags.procs {
-            Some(0) => return Err("--procs must be at least 1".into()),
-            Some(n) => n,
+            Some(n) if (1..=swf::MAX_PROCS).contains(&u64::from(n)) => n,
+            Some(n) => return Err(format!("--procs {n}: must be from 1 to {}", swf::MAX_PROCS)),
             None => 128,
         },
         load,
@@ -211,47 +222,55 @@ fn read_trace(path: &Path) -> Result<swf::Trace, String> {
     let mut reader = BufReader::with_capacity(1 << 16, reader);
     let mut parser = swf::Parser::default();
     let mut buffer = Vec::new();
-    let mut line_no = 0usize;
-    let mut encoding_errors = Vec::new();
     loop {
         buffer.clear();
-        let n_bytes = reader
+        // One byte past the longest line, so that a longer one is seen
+        // without reading it whole.
+        let n_bytes = (&mut reader)
+            .take(swf::MAX_LINE_LEN as u64 + 2)
             .read_until(b'\n', &mut buffer)
             .map_err(|error| format!("cannot read {show}: {error}"))?;
         if n_bytes == 0 {
             break;
         }
-        line_no += 1;
-        match std::str::from_utf8(&buffer) {
-            Ok(text) => parser.line(text.trim_end_matches(['\n', '\r'])),
-            Err(_) => {
-                parser.line("");
-                encoding_errors.push(swf::SwfError {
-                    line: line_no,
-                    message: "the line is not valid UTF-8 text".into(),
-                });
-            }
+        let ended = buffer.ends_with(b"\n");
+        let line = if ended {
+            &buffer[..buffer.len() - 1]
+        } else {
+            &buffer[..]
+        };
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.len() > swf::MAX_LINE_LEN {
+            parser.bad_line(format!(
+                "the line is longer than {} KiB; nothing more is read",
+                swf::MAX_LINE_LEN / 1024
+            ));
+            break;
+        }
+        match std::str::from_utf8(line) {
+            Ok(text) => parser.line(text),
+            Err(_) => parser.bad_line("the line is not valid UTF-8 text"),
         }
     }
-    let (trace, mut errors) = parser.finish();
-    errors.extend(encoding_errors);
-    errors.sort_by_key(|error| error.line);
+    let (trace, errors) = parser.finish();
     if errors.is_empty() {
         return Ok(trace);
     }
-    const SHOWN: usize = 20;
     let mut message: Vec<String> = errors
+        .first
         .iter()
-        .take(SHOWN)
         .map(|error| format!("{show}:{error}"))
         .collect();
-    if errors.len() > SHOWN {
-        message.push(format!("... and {} more", errors.len() - SHOWN));
+    if errors.count > errors.first.len() {
+        message.push(format!(
+            "... and {} more",
+            errors.count - errors.first.len()
+        ));
     }
     message.push(format!(
         "{} malformed line{} in {show}; nothing replayed",
-        errors.len(),
-        if errors.len() == 1 { "" } else { "s" }
+        errors.count,
+        if errors.count == 1 { "" } else { "s" }
     ));
     // The first line has no program prefix of its own; main adds it.
     Err(message.join("\nsc_replay: "))

@@ -54,12 +54,36 @@ pub struct SwfJob {
     pub queue: Option<i64>,
 }
 
+/// The most processors a trace may name (fields 5 and 8, and the
+/// `MaxProcs` and `MaxNodes` headers): the replay builds one host per
+/// processor, so a larger number is refused rather than allocated.
+pub const MAX_PROCS: u64 = 1 << 18;
+
+/// The longest time a field may give, in seconds (about 136 years).
+pub const MAX_SECONDS: f64 = 4_294_967_295.0;
+
+/// The most memory per processor a field may give, in kilobytes (1 PiB).
+pub const MAX_MEMORY_KB: f64 = (1u64 << 40) as f64;
+
+/// The largest number an identifier field may hold (job, user, group,
+/// application, queue, partition and preceding job numbers, and status):
+/// the largest whole number a double holds exactly.
+pub const MAX_NUMBER: f64 = ((1u64 << 53) - 1) as f64;
+
+/// The longest line, in bytes; a longer one is not SWF.
+pub const MAX_LINE_LEN: usize = 64 * 1024;
+
+/// How many malformed lines are kept with their messages; the others are
+/// only counted.
+pub const MAX_REPORTED: usize = 20;
+
 /// A parsed trace.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Trace {
     /// The jobs, in file order.
     pub jobs: Vec<SwfJob>,
-    /// The header's `MaxProcs` (else `MaxNodes`), if given.
+    /// The header's `MaxProcs` (else `MaxNodes`), if given: at most
+    /// [`MAX_PROCS`].
     pub max_procs: Option<u64>,
 }
 
@@ -78,8 +102,32 @@ impl fmt::Display for SwfError {
     }
 }
 
-/// Parses a whole trace; returns it with every malformed line's error.
-pub fn parse<'a>(lines: impl IntoIterator<Item = &'a str>) -> (Trace, Vec<SwfError>) {
+/// The malformed lines of a trace: the first [`MAX_REPORTED`] with their
+/// messages, in line order, and how many there were in all.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Errors {
+    /// The first malformed lines.
+    pub first: Vec<SwfError>,
+    /// All malformed lines, reported or not.
+    pub count: usize,
+}
+
+impl Errors {
+    /// Whether the trace had no malformed line.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn push(&mut self, error: SwfError) {
+        self.count += 1;
+        if self.first.len() < MAX_REPORTED {
+            self.first.push(error);
+        }
+    }
+}
+
+/// Parses a whole trace; returns it with its malformed lines.
+pub fn parse<'a>(lines: impl IntoIterator<Item = &'a str>) -> (Trace, Errors) {
     let mut parser = Parser::default();
     for line in lines {
         parser.line(line);
@@ -91,7 +139,7 @@ pub fn parse<'a>(lines: impl IntoIterator<Item = &'a str>) -> (Trace, Vec<SwfErr
 #[derive(Debug, Default)]
 pub struct Parser {
     trace: Trace,
-    errors: Vec<SwfError>,
+    errors: Errors,
     line_no: usize,
     max_nodes: Option<u64>,
 }
@@ -100,79 +148,182 @@ impl Parser {
     /// Feeds the next line (without its newline).
     pub fn line(&mut self, line: &str) {
         self.line_no += 1;
+        if line.len() > MAX_LINE_LEN {
+            self.bad(format!(
+                "the line is longer than {} KiB",
+                MAX_LINE_LEN / 1024
+            ));
+            return;
+        }
         let text = line.trim();
         if text.is_empty() {
             return;
         }
-        if let Some(comment) = text.strip_prefix(';') {
-            self.header(comment);
-            return;
-        }
-        match job(self.line_no, text) {
-            Ok(job) => self.trace.jobs.push(job),
-            Err(message) => self.errors.push(SwfError {
-                line: self.line_no,
-                message,
-            }),
+        let result = match text.strip_prefix(';') {
+            Some(comment) => self.header(comment),
+            None => job(self.line_no, text).map(|job| self.trace.jobs.push(job)),
+        };
+        if let Err(message) = result {
+            self.bad(message);
         }
     }
 
-    /// The trace and the errors found.
-    pub fn finish(mut self) -> (Trace, Vec<SwfError>) {
+    /// Counts the next line as malformed for a reason found before parsing
+    /// (such as bytes that are not text).
+    pub fn bad_line(&mut self, message: impl Into<String>) {
+        self.line_no += 1;
+        self.bad(message.into());
+    }
+
+    /// The number of the last line fed.
+    pub fn line_no(&self) -> usize {
+        self.line_no
+    }
+
+    /// The trace and the malformed lines.
+    pub fn finish(mut self) -> (Trace, Errors) {
         if self.trace.max_procs.is_none() {
             self.trace.max_procs = self.max_nodes;
         }
         (self.trace, self.errors)
     }
 
-    fn header(&mut self, comment: &str) {
+    fn bad(&mut self, message: String) {
+        self.errors.push(SwfError {
+            line: self.line_no,
+            message,
+        });
+    }
+
+    fn header(&mut self, comment: &str) -> Result<(), String> {
         let Some((key, value)) = comment.split_once(':') else {
-            return;
+            return Ok(());
         };
-        let value = value.trim().parse::<u64>().ok().filter(|n| *n > 0);
-        match key.trim() {
-            "MaxProcs" => self.trace.max_procs = value.or(self.trace.max_procs),
-            "MaxNodes" => self.max_nodes = value,
-            _ => {}
+        let key = key.trim();
+        if key != "MaxProcs" && key != "MaxNodes" {
+            return Ok(());
+        }
+        let value = value.trim();
+        let count = value
+            .parse::<u64>()
+            .ok()
+            .filter(|count| (1..=MAX_PROCS).contains(count))
+            .ok_or_else(|| {
+                format!(
+                    "header {key} is {}; expected a whole number from 1 to {MAX_PROCS}",
+                    crate::units::quote(value)
+                )
+            })?;
+        match key {
+            "MaxProcs" => self.trace.max_procs = Some(count),
+            _ => self.max_nodes = Some(count),
+        }
+        Ok(())
+    }
+}
+
+/// What one field may hold besides -1 (unknown).
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// A whole number from 0 to [`MAX_NUMBER`].
+    Number,
+    /// Seconds, from 0 to [`MAX_SECONDS`].
+    Seconds,
+    /// A whole number of processors, from 0 to [`MAX_PROCS`].
+    Procs,
+    /// Kilobytes, from 0 to [`MAX_MEMORY_KB`].
+    Memory,
+}
+
+/// The kind of each field, in the order of [`FIELD_NAMES`].
+const KINDS: [Kind; FIELDS] = [
+    Kind::Number,
+    Kind::Seconds,
+    Kind::Seconds,
+    Kind::Seconds,
+    Kind::Procs,
+    Kind::Seconds,
+    Kind::Memory,
+    Kind::Procs,
+    Kind::Seconds,
+    Kind::Memory,
+    Kind::Number,
+    Kind::Number,
+    Kind::Number,
+    Kind::Number,
+    Kind::Number,
+    Kind::Number,
+    Kind::Number,
+    Kind::Seconds,
+];
+
+impl Kind {
+    /// The largest value and whether it must be whole.
+    fn bound(self) -> (f64, bool) {
+        match self {
+            Kind::Number => (MAX_NUMBER, true),
+            Kind::Seconds => (MAX_SECONDS, false),
+            Kind::Procs => (MAX_PROCS as f64, true),
+            Kind::Memory => (MAX_MEMORY_KB, false),
+        }
+    }
+
+    fn expected(self) -> String {
+        match self {
+            Kind::Number => format!("a whole number up to {MAX_NUMBER}"),
+            Kind::Seconds => format!("seconds up to {MAX_SECONDS}"),
+            Kind::Procs => format!("a whole number of processors up to {MAX_PROCS}"),
+            Kind::Memory => format!("kilobytes up to {MAX_MEMORY_KB}"),
         }
     }
 }
 
-fn job(line: usize, text: &str) -> Result<SwfJob, String> {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    if words.len() != FIELDS {
+/// Checks one field: a number, -1 for unknown, else within its kind's
+/// range.
+fn field(idx: usize, word: &str) -> Result<f64, String> {
+    let kind = KINDS[idx];
+    let name = || format!("field {} ({})", idx + 1, FIELD_NAMES[idx]);
+    let value = word
+        .parse::<f64>()
+        .ok()
+        .filter(|value| value.is_finite())
+        .ok_or_else(|| format!("{} is not a number: {}", name(), crate::units::quote(word)))?;
+    if value == -1.0 {
+        return Ok(value);
+    }
+    let (max, whole) = kind.bound();
+    if !(0.0..=max).contains(&value) || (whole && value.fract() != 0.0) {
         return Err(format!(
-            "expected {FIELDS} fields, found {}: {}",
-            words.len(),
+            "{} is {}; expected -1 (unknown) or {}",
+            name(),
+            crate::units::quote(word),
+            kind.expected()
+        ));
+    }
+    Ok(value)
+}
+
+fn job(line: usize, text: &str) -> Result<SwfJob, String> {
+    let found = text.split_whitespace().count();
+    if found != FIELDS {
+        return Err(format!(
+            "expected {FIELDS} fields, found {found}: {}",
             crate::units::quote(text)
         ));
     }
     let mut values = [0f64; FIELDS];
-    for (idx, word) in words.iter().enumerate() {
-        values[idx] = match word.parse::<f64>() {
-            Ok(value) if value.is_finite() => value,
-            _ => {
-                return Err(format!(
-                    "field {} ({}) is not a number: {}",
-                    idx + 1,
-                    FIELD_NAMES[idx],
-                    crate::units::quote(word)
-                ))
-            }
-        };
+    for (idx, word) in text.split_whitespace().enumerate() {
+        values[idx] = field(idx, word)?;
     }
     let known = |value: f64| (value >= 0.0).then_some(value);
     let submit = values[1];
     if submit < 0.0 {
-        return Err(format!(
-            "field 2 (submit time) is {}; a job needs a submit time",
-            words[1]
-        ));
+        return Err("field 2 (submit time) is -1; a job needs a submit time".to_string());
     }
     let procs = [values[4], values[7]]
         .into_iter()
         .find(|value| *value > 0.0)
-        .map(|value| value.round() as i64);
+        .map(|value| value as i64);
     Ok(SwfJob {
         line,
         number: values[0] as i64,
@@ -199,7 +350,7 @@ mod tests {
             "1 0 5 100 4 -1 -1 4 200 -1 1 1 1 1 1 -1 -1 -1",
             "2 10 -1 -1 -1 -1 2048 8 -1 4096 0 2 1 1 3 -1 -1 -1",
         ]);
-        assert_eq!(errors, vec![]);
+        assert_eq!(errors, Errors::default());
         assert_eq!(trace.max_procs, Some(128));
         assert_eq!(trace.jobs[0].procs, Some(4));
         assert_eq!(trace.jobs[0].requested_time, Some(200.0));
@@ -220,14 +371,92 @@ mod tests {
             "4 -5 5 100 4 -1 -1 4 200 -1 1 1 1 1 1 -1 -1 -1",
         ]);
         assert_eq!(trace.jobs.len(), 1);
-        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let text: Vec<String> = errors.first.iter().map(ToString::to_string).collect();
         assert_eq!(
             text,
             vec![
                 "2: expected 18 fields, found 4: '2 0 5 100'",
                 "3: field 4 (run time) is not a number: 'abc'",
-                "4: field 2 (submit time) is -5; a job needs a submit time",
+                "4: field 2 (submit time) is '-5'; expected -1 (unknown) or seconds up to 4294967295",
             ]
         );
+    }
+
+    /// A line of 18 fields with `value` in field `number` (1-based).
+    fn with_field(number: usize, value: &str) -> String {
+        let mut words: Vec<&str> = "1 0 -1 10 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1"
+            .split(' ')
+            .collect();
+        words[number - 1] = value;
+        words.join(" ")
+    }
+
+    #[test]
+    fn every_field_is_checked_against_its_range() {
+        let cases = [
+            (2, "-1", "field 2 (submit time) is -1; a job needs a submit time"),
+            (4, "1e300", "field 4 (run time) is '1e300'; expected -1 (unknown) or seconds up to 4294967295"),
+            (4, "-2", "field 4 (run time) is '-2'; expected -1 (unknown) or seconds up to 4294967295"),
+            (4, "inf", "field 4 (run time) is not a number: 'inf'"),
+            (4, "NaN", "field 4 (run time) is not a number: 'NaN'"),
+            (5, "2.5", "field 5 (allocated processors) is '2.5'; expected -1 (unknown) or a whole number of processors up to 262144"),
+            (8, "4294967295", "field 8 (requested processors) is '4294967295'; expected -1 (unknown) or a whole number of processors up to 262144"),
+            (9, "1e10", "field 9 (requested time) is '1e10'; expected -1 (unknown) or seconds up to 4294967295"),
+            (10, "1e300", "field 10 (requested memory) is '1e300'; expected -1 (unknown) or kilobytes up to 1099511627776"),
+            (1, "1e19", "field 1 (job number) is '1e19'; expected -1 (unknown) or a whole number up to 9007199254740991"),
+            (15, "-7", "field 15 (queue) is '-7'; expected -1 (unknown) or a whole number up to 9007199254740991"),
+            (18, "1e300", "field 18 (think time) is '1e300'; expected -1 (unknown) or seconds up to 4294967295"),
+        ];
+        for (number, value, expected) in cases {
+            let line = with_field(number, value);
+            let (trace, errors) = parse([line.as_str()]);
+            assert!(trace.jobs.is_empty(), "{line}");
+            assert_eq!(errors.count, 1, "{line}");
+            assert_eq!(errors.first[0].to_string(), format!("1: {expected}"));
+        }
+        let largest = with_field(4, "4294967295");
+        let (trace, errors) = parse([largest.as_str()]);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(trace.jobs[0].run, Some(MAX_SECONDS));
+    }
+
+    #[test]
+    fn processor_headers_are_bounded() {
+        for header in [
+            "; MaxProcs: 4294967295",
+            "; MaxProcs: 0",
+            "; MaxNodes: many",
+            "; MaxProcs: 262145",
+        ] {
+            let (trace, errors) = parse([header]);
+            assert_eq!(trace.max_procs, None, "{header}");
+            assert_eq!(errors.count, 1, "{header}");
+            assert!(
+                errors.first[0]
+                    .message
+                    .ends_with("expected a whole number from 1 to 262144"),
+                "{}",
+                errors.first[0]
+            );
+        }
+        let (trace, errors) = parse(["; MaxNodes: 262144", "; Note: anything: at all"]);
+        assert!(errors.is_empty());
+        assert_eq!(trace.max_procs, Some(MAX_PROCS));
+    }
+
+    #[test]
+    fn many_bad_lines_are_counted_and_a_few_kept() {
+        let long = "1 ".repeat(MAX_LINE_LEN);
+        let mut lines = vec![long.as_str()];
+        lines.extend(std::iter::repeat_n("x", 1000));
+        let (trace, errors) = parse(lines);
+        assert!(trace.jobs.is_empty());
+        assert_eq!(errors.count, 1001);
+        assert_eq!(errors.first.len(), MAX_REPORTED);
+        assert_eq!(
+            errors.first[0].to_string(),
+            "1: the line is longer than 64 KiB"
+        );
+        assert_eq!(errors.first[1].line, 2);
     }
 }

@@ -20,7 +20,7 @@ const FIVE: &str = "\
 
 fn replay(text: &str, n_hosts: u32, rc: &str) -> Outcome {
     let (trace, errors) = swf::parse(text.lines());
-    assert_eq!(errors, vec![]);
+    assert!(errors.is_empty(), "{errors:?}");
     let mut setup = Setup::new(uniform_machine(n_hosts, 1 << 30));
     setup.rc = Some(("test.rc".into(), rc.into()));
     run(&trace, &setup, &mut |_, _| {}).expect("replay")
@@ -84,7 +84,7 @@ fn gang_with_residency_demotion_is_pinned() {
 8 20 -1 4 4 -1 -1 4 10 -1 1 1 1 1 1 -1 -1 -1
 ";
     let (trace, errors) = swf::parse(EIGHT.lines());
-    assert_eq!(errors, vec![]);
+    assert!(errors.is_empty(), "{errors:?}");
     let mut setup = Setup::new(uniform_machine(4, 1 << 30));
     setup.switch_cost = Duration::from_millis(250);
     setup.rc = Some((

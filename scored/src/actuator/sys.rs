@@ -576,10 +576,50 @@ pub fn reset_signals(ignored: u64, change: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// The kernel's `struct sigaction`, as `rt_sigaction(2)` reads it (not the
+/// C library's): the handler, the flags, the restorer on the architectures
+/// that have one, and a 64-signal mask in words of `unsigned long`, so that
+/// the structure is 20 bytes on 32-bit x86 and ARM, 24 on RISC-V and 32 on
+/// x86-64 and AArch64.
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64"
+))]
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    #[cfg(not(target_arch = "riscv64"))]
+    restorer: usize,
+    mask: [libc::c_ulong; SIGSET_BYTES / std::mem::size_of::<libc::c_ulong>()],
+}
+
+/// The size of the kernel's signal set (64 signals), the last argument of
+/// `rt_sigaction(2)`.
+const SIGSET_BYTES: usize = 8;
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+const KERNEL_SIGACTION_SIZE: usize = 32;
+#[cfg(target_arch = "riscv64")]
+const KERNEL_SIGACTION_SIZE: usize = 24;
+#[cfg(any(target_arch = "x86", target_arch = "arm"))]
+const KERNEL_SIGACTION_SIZE: usize = 20;
+
+// The layout above is the kernel's on every architecture it is built for.
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64"
+))]
+const _: () = assert!(std::mem::size_of::<KernelSigaction>() == KERNEL_SIGACTION_SIZE);
+
 /// `rt_sigaction(signal, {handler, no flags, empty mask})` without the C
-/// library, for the signals it keeps to itself. The kernel's structure
-/// starts with the handler on these architectures, and every other field
-/// (flags, restorer where there is one, mask) is zero.
+/// library, for the signals it keeps to itself.
 #[cfg(any(
     target_arch = "x86_64",
     target_arch = "x86",
@@ -588,33 +628,25 @@ pub fn reset_signals(ignored: u64, change: u64) -> io::Result<()> {
     target_arch = "riscv64"
 ))]
 fn raw_set_disposition(signal: i32, handler: libc::sighandler_t) -> io::Result<()> {
-    let action: [usize; 4] = [handler, 0, 0, 0];
-    // SAFETY: `action` outlives the call and is at least as large as the
-    // kernel's sigaction on these architectures; its handler is SIG_DFL or
-    // SIG_IGN, so no code is installed. 8 is the size of the kernel's
-    // signal set.
+    let action = KernelSigaction {
+        handler,
+        flags: 0,
+        #[cfg(not(target_arch = "riscv64"))]
+        restorer: 0,
+        mask: [0; SIGSET_BYTES / std::mem::size_of::<libc::c_ulong>()],
+    };
+    // SAFETY: `action` outlives the call and has the layout and size of the
+    // kernel's sigaction on this architecture (checked above at compile
+    // time); its handler is SIG_DFL or SIG_IGN, so no code is installed.
     cvt(unsafe {
         libc::syscall(
             libc::SYS_rt_sigaction,
             signal,
-            action.as_ptr(),
-            std::ptr::null_mut::<usize>(),
-            8usize,
+            &action as *const KernelSigaction,
+            std::ptr::null_mut::<KernelSigaction>(),
+            SIGSET_BYTES,
         )
     })?;
-    Ok(())
-}
-
-/// Elsewhere the kernel's structure differs; those signals keep what the
-/// daemon had.
-#[cfg(not(any(
-    target_arch = "x86_64",
-    target_arch = "x86",
-    target_arch = "aarch64",
-    target_arch = "arm",
-    target_arch = "riscv64"
-)))]
-fn raw_set_disposition(_signal: i32, _handler: libc::sighandler_t) -> io::Result<()> {
     Ok(())
 }
 
@@ -751,4 +783,53 @@ pub fn epoll_ready(epoll: &OwnedFd, ready: &mut [u64]) -> io::Result<usize> {
         *slot = event.u64;
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel writes back exactly the structure `raw_set_disposition`
+    /// hands it: no more (it would read past the end of ours), no less.
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64"
+    ))]
+    #[test]
+    fn the_kernel_sigaction_is_the_size_the_kernel_uses() {
+        const CANARY: u8 = 0xa5;
+        let mut old = [CANARY; 64];
+        // SAFETY: no new action is set; `old` has room for any kernel
+        // sigaction (at most 32 bytes) and lives across the call.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                libc::SIGURG,
+                std::ptr::null::<KernelSigaction>(),
+                old.as_mut_ptr(),
+                SIGSET_BYTES,
+            )
+        };
+        assert_eq!(ret, 0, "{}", io::Error::last_os_error());
+        // The kernel writes every field, the zeros of the mask last.
+        let written = old
+            .iter()
+            .rposition(|&byte| byte != CANARY)
+            .map_or(0, |at| at + 1);
+        assert_eq!(written, std::mem::size_of::<KernelSigaction>());
+
+        // SIGURG is ignored by default: setting it is harmless to the other
+        // tests of this process.
+        raw_set_disposition(libc::SIGURG, libc::SIG_IGN).expect("set SIGURG");
+        // SAFETY: an all-zero sigaction is a valid value to fill in.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: no new action is set; `action` is written by the call.
+        let ret = unsafe { libc::sigaction(libc::SIGURG, std::ptr::null(), &mut action) };
+        assert_eq!(ret, 0, "{}", io::Error::last_os_error());
+        assert_eq!(action.sa_sigaction, libc::SIG_IGN);
+        raw_set_disposition(libc::SIGURG, libc::SIG_DFL).expect("reset SIGURG");
+    }
 }

@@ -17,10 +17,10 @@ use crate::job::{Job, JobRequest, JobSpec, Launch, Life, Usage};
 
 impl Core {
     pub(super) fn default_queue(&self) -> u32 {
-        if self.queues.len() > 1 {
+        if self.logged.queues.len() > 1 {
             1
         } else {
-            self.queues.len().saturating_sub(1) as u32
+            self.logged.queues.len().saturating_sub(1) as u32
         }
     }
 
@@ -39,8 +39,8 @@ impl Core {
                 ClientEvent::Rejected { kind, reason },
             ));
         };
-        let duplicate =
-            self.by_client.contains_key(&client) || self.waiting.iter().any(|w| w.client == client);
+        let duplicate = self.logged.by_client.contains_key(&client)
+            || self.logged.waiting.iter().any(|w| w.client == client);
         if duplicate {
             // The loop lets a connection submit once (its "one job only"
             // refusal), so this is a bug: the job that came first keeps its
@@ -52,14 +52,14 @@ impl Core {
             );
             return;
         }
-        if self.config.daemon_uid != 0 && cred.uid != self.config.daemon_uid {
+        if self.logged.config.daemon_uid != 0 && cred.uid != self.logged.config.daemon_uid {
             // A daemon that is not root cannot change credentials, so it
             // would run the job as itself.
             return reject(
                 Rejection::Permission,
                 format!(
                     "this scored runs as {} and can only run that user's jobs",
-                    self.config.daemon_user
+                    self.logged.config.daemon_user
                 ),
                 out,
             );
@@ -95,7 +95,7 @@ impl Core {
         // Waiting jobs are admitted in submission order: a newcomer may not
         // take what they wait for. One that reserves nothing (no memory,
         // no disk, no job-count limit) takes nothing from them.
-        if !self.waiting.is_empty()
+        if !self.logged.waiting.is_empty()
             && !matches!(&decision, Decision::Admit(placement) if self.reserves_nothing(placement))
         {
             if let Decision::TooBig(reason) = decision {
@@ -103,9 +103,17 @@ impl Core {
             }
             let reason = format!(
                 "{} job{} already wait{} for resources ahead of this one",
-                self.waiting.len(),
-                if self.waiting.len() == 1 { "" } else { "s" },
-                if self.waiting.len() == 1 { "s" } else { "" }
+                self.logged.waiting.len(),
+                if self.logged.waiting.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
+                if self.logged.waiting.len() == 1 {
+                    "s"
+                } else {
+                    ""
+                }
             );
             return self.short(waiter, reason, out);
         }
@@ -127,7 +135,7 @@ impl Core {
     pub(super) fn short(&mut self, waiter: Waiter, reason: String, out: &mut Vec<Action>) {
         let client = waiter.client;
         if waiter.request.wait {
-            self.waiting.push_back(Rc::new(waiter));
+            self.logged.waiting.push_back(Rc::new(waiter));
             out.push(Action::notify(client, ClientEvent::Waiting(reason)));
         } else {
             out.push(Action::notify(
@@ -146,12 +154,12 @@ impl Core {
 
     pub(super) fn check_queue(&self, waiter: &Waiter) -> Result<(), (Rejection, String)> {
         let number = self.queue_of(&waiter.request);
-        let Some(queue) = self.queues.get(number as usize) else {
+        let Some(queue) = self.logged.queues.get(number as usize) else {
             return Err((
                 Rejection::Invalid,
                 format!(
                     "no queue {number}: queues are 0 to {}",
-                    self.queues.len().saturating_sub(1)
+                    self.logged.queues.len().saturating_sub(1)
                 ),
             ));
         };
@@ -178,13 +186,19 @@ impl Core {
     }
 
     pub(super) fn decide(&self, waiter: &Waiter) -> Decision {
-        let queue = &self.queues[self.queue_of(&waiter.request) as usize];
+        let queue = &self.logged.queues[self.queue_of(&waiter.request) as usize];
         let ask = Ask {
             procs: waiter.request.procs,
             memory: waiter.request.memory,
             disk: waiter.request.disk,
         };
-        admission::decide(ask, queue, &self.topology, &self.limits, &self.ledger)
+        admission::decide(
+            ask,
+            queue,
+            &self.logged.topology,
+            &self.limits,
+            &self.logged.ledger,
+        )
     }
 
     pub(super) fn admit(
@@ -197,7 +211,7 @@ impl Core {
         let id = JobId(self.next_job);
         self.next_job += 1;
         let queue = self.queue_of(&waiter.request);
-        self.ledger.reserve(&placement);
+        self.logged.ledger.reserve(&placement);
         let n_slots = placement.hosts.len();
         let job = Job {
             id,
@@ -232,9 +246,9 @@ impl Core {
         let hosts = job
             .hosts
             .iter()
-            .map(|host| self.topology.host(*host).name.clone())
+            .map(|host| self.logged.topology.host(*host).name.clone())
             .collect();
-        let cluster = self.topology.cluster(job.cluster).name.clone();
+        let cluster = self.logged.topology.cluster(job.cluster).name.clone();
         out.push(Action::notify(
             waiter.client,
             ClientEvent::Admitted {
@@ -244,14 +258,14 @@ impl Core {
                 hosts,
             },
         ));
-        if self.jobs.is_empty() {
+        if self.logged.jobs.is_empty() {
             // Restart the slice cadence when the daemon leaves idleness, so
             // that the first job gets a whole slice.
             self.slice_anchor = now;
-            self.next_slice = now.after(self.config.timeslice);
+            self.next_slice = now.after(self.logged.config.timeslice);
         }
-        self.queues.push_job(queue as usize, id, false);
-        self.by_client.insert(waiter.client, id);
+        self.logged.queues.push_job(queue as usize, id, false);
+        self.logged.by_client.insert(waiter.client, id);
         if self.journal.is_some() {
             let record = self.job_fields(&job, command_line(&job), job.state(), None, now, true);
             self.journal(JobEvent::Admitted {
@@ -266,14 +280,14 @@ impl Core {
         if usage_limited(&job.limits) {
             self.n_usage_limited += 1;
         }
-        self.jobs.insert(id, job);
+        self.logged.jobs.insert(id, job);
     }
 
     pub(super) fn admit_waiters(&mut self, now: Tick, out: &mut Vec<Action>) {
-        while let Some(front) = self.waiting.front() {
+        while let Some(front) = self.logged.waiting.front() {
             if let Err((kind, reason)) = self.check_queue(front) {
                 let client = front.client;
-                self.waiting.pop_front();
+                self.logged.waiting.pop_front();
                 out.push(Action::notify(
                     client,
                     ClientEvent::Rejected { kind, reason },
@@ -282,13 +296,13 @@ impl Core {
             }
             match self.decide(front) {
                 Decision::Admit(placement) => {
-                    let waiter = self.waiting.pop_front().expect("front exists");
+                    let waiter = self.logged.waiting.pop_front().expect("front exists");
                     let waiter = Rc::try_unwrap(waiter).unwrap_or_else(|shared| (*shared).clone());
                     self.admit(waiter, placement, now, out);
                 }
                 Decision::TooBig(reason) => {
                     let client = front.client;
-                    self.waiting.pop_front();
+                    self.logged.waiting.pop_front();
                     out.push(Action::notify(
                         client,
                         ClientEvent::Rejected {
@@ -312,16 +326,17 @@ impl Core {
         );
         let key = launch_key(&launch);
         if let Some(existing) = self
+            .logged
             .launches
             .get(&key)
             .and_then(|bucket| bucket.iter().find(|known| **known == launch))
         {
             return existing.clone();
         }
-        match self.launches.get_mut(&key) {
+        match self.logged.launches.get_mut(&key) {
             Some(bucket) => bucket.push(launch.clone()),
             None => {
-                self.launches.insert(key, vec![launch.clone()]);
+                self.logged.launches.insert(key, vec![launch.clone()]);
             }
         }
         launch
@@ -335,10 +350,10 @@ impl Core {
             return;
         }
         let key = launch_key(launch);
-        if let Some(bucket) = self.launches.get_mut(&key) {
+        if let Some(bucket) = self.logged.launches.get_mut(&key) {
             bucket.retain(|known| !known.same(launch));
             if bucket.is_empty() {
-                self.launches.remove(&key);
+                self.logged.launches.remove(&key);
             }
         }
     }

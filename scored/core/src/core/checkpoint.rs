@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
+use std::hash::BuildHasherDefault;
 use std::rc::Rc;
 
 use super::{Core, CoreConfig, Finished, JobTable, Waiter};
@@ -25,7 +26,69 @@ use crate::job::Launch;
 use crate::jobset::JobIdHasher;
 use crate::sorted::SortedSet;
 use crate::undo::{Undo, UndoCell, UndoDeque, UndoLedger, UndoMap, UndoQueues, UndoSet};
-use std::hash::BuildHasherDefault;
+
+/// Declares [`Logged`] from one list of containers, and its commit and
+/// rollback from the same list, so that a container cannot be declared
+/// without being committed and rolled back.
+macro_rules! logged {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty,)*) => {
+        /// The parts of the core that log their own changes (`crate::undo`):
+        /// everything that grows with the jobs, and the larger fixed parts.
+        /// A commit starts each one's log afresh instead of copying it; the
+        /// rest of [`Core`] is copied. A container that grows with the jobs
+        /// belongs here, in one line; `tests::checkpoint` fails if a
+        /// container that logs its changes is a field of `Core` instead.
+        #[derive(Clone, Default)]
+        pub(super) struct Logged {
+            $($(#[$doc])* pub(super) $field: $ty,)*
+        }
+
+        impl Undo for Logged {
+            fn commit(&mut self) {
+                $(self.$field.commit();)*
+            }
+
+            fn rollback(&mut self) {
+                $(self.$field.rollback();)*
+            }
+        }
+    };
+}
+
+logged! {
+    /// The core's settings.
+    config: UndoCell<CoreConfig>,
+    /// Hosts and clusters.
+    topology: UndoCell<Topology>,
+    /// Reservations of hosts and cluster capacity.
+    ledger: UndoLedger,
+    /// The queues, with their settings and orders.
+    queues: UndoQueues,
+    /// Unfinished jobs.
+    jobs: JobTable,
+    /// The job each connected client submitted.
+    by_client: UndoMap<ClientToken, JobId>,
+    /// Clients waiting for admission.
+    waiting: UndoDeque<Rc<Waiter>>,
+    /// Finished jobs remembered for listings.
+    finished: UndoDeque<Rc<Finished>>,
+    /// Jobs whose processes may be running: phase Running or Stopping.
+    live: UndoSet<SortedSet<JobId>>,
+    /// Graceful kills in progress, by the time they turn into SIGKILL.
+    kill_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
+    /// Running jobs with a `-time` limit, by the time it is reached.
+    time_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
+    /// Live jobs with a CPU time limit or a residency to cross, by how far
+    /// from it their last sample left them ([`Core::crossing_key`]), so
+    /// that `next_decision` finds the earliest crossing without looking at
+    /// every running job.
+    crossings: UndoSet<BTreeSet<(u64, JobId)>>,
+    /// Each indexed job's key in `crossings`.
+    crossing_of: UndoMap<JobId, u64, BuildHasherDefault<JobIdHasher>>,
+    /// Launch data of unfinished jobs by content hash, so identical
+    /// submissions share one copy.
+    launches: UndoMap<u64, Vec<Launch>>,
+}
 
 impl Core {
     /// Makes the current state the one [`Core::rollback`] returns to: the
@@ -33,39 +96,22 @@ impl Core {
     /// that when handling an event panics, the daemon restarts from the
     /// state before that event, not as the bug left it.
     ///
-    /// The containers that grow with the jobs (the job table, the queues'
-    /// orders, clients by job, waiting and finished jobs, the live and
-    /// deadline sets, the crossing index, the launch interner) and the
-    /// larger fixed ones (the topology, the ledger, the configuration)
-    /// log what they overwrite from now on (`crate::undo`), so a commit
-    /// drops the last event's log instead of copying them; the rest of the
-    /// state (counters, clocks, the last decision's scratch and active
-    /// set, the busy hosts: nothing that grows with the queued jobs) is
-    /// copied here. Journal events are not part of the checkpoint: the
+    /// The containers of [`Logged`] log what they overwrite from now on,
+    /// so a commit drops the last event's log instead of copying them; the
+    /// rest of the state (counters, clocks, the last decision's scratch and
+    /// active set, the busy hosts: nothing that grows with the queued jobs)
+    /// is copied here. Journal events are not part of the checkpoint: the
     /// loop takes them at the end of each event, and a rollback drops the
     /// ones not taken yet.
     pub fn commit(&mut self) {
-        let logged = self.take_logged();
+        let logged = std::mem::take(&mut self.logged);
         let journal = self.journal.take();
         self.saved = None;
         let rest = Box::new(self.clone());
         self.saved = Some(rest);
         self.journal = journal;
-        self.put_logged(logged);
-        self.jobs.commit();
-        self.queues.commit();
-        self.by_client.commit();
-        self.waiting.commit();
-        self.finished.commit();
-        self.live.commit();
-        self.kill_deadlines.commit();
-        self.time_deadlines.commit();
-        self.crossings.commit();
-        self.crossing_of.commit();
-        self.launches.commit();
-        self.topology.commit();
-        self.ledger.commit();
-        self.config.commit();
+        self.logged = logged;
+        self.logged.commit();
     }
 
     /// Goes back to the state of the last [`Core::commit`]; false (and
@@ -75,101 +121,15 @@ impl Core {
         let Some(saved) = self.saved.take() else {
             return false;
         };
-        self.jobs.rollback();
-        self.queues.rollback();
-        self.by_client.rollback();
-        self.waiting.rollback();
-        self.finished.rollback();
-        self.live.rollback();
-        self.kill_deadlines.rollback();
-        self.time_deadlines.rollback();
-        self.crossings.rollback();
-        self.crossing_of.rollback();
-        self.launches.rollback();
-        self.topology.rollback();
-        self.ledger.rollback();
-        self.config.rollback();
-        let logged = self.take_logged();
+        self.logged.rollback();
+        let logged = std::mem::take(&mut self.logged);
         // Journal events not taken yet were recorded by the changes
         // undone here: they go too, and recording goes on.
         let journal = self.journal.take().map(|_| Vec::new());
         *self = Core::clone(&saved);
         self.saved = Some(saved);
         self.journal = journal;
-        self.put_logged(logged);
+        self.logged = logged;
         true
     }
-
-    /// Moves the logged containers out, leaving empty ones, so that the
-    /// rest of the core is copied at the cost of the rest.
-    fn take_logged(&mut self) -> Logged {
-        Logged {
-            config: std::mem::take(&mut self.config),
-            topology: std::mem::take(&mut self.topology),
-            ledger: std::mem::take(&mut self.ledger),
-            queues: std::mem::take(&mut self.queues),
-            jobs: std::mem::take(&mut self.jobs),
-            by_client: std::mem::take(&mut self.by_client),
-            waiting: std::mem::take(&mut self.waiting),
-            finished: std::mem::take(&mut self.finished),
-            live: std::mem::take(&mut self.live),
-            kill_deadlines: std::mem::take(&mut self.kill_deadlines),
-            time_deadlines: std::mem::take(&mut self.time_deadlines),
-            crossings: std::mem::take(&mut self.crossings),
-            crossing_of: std::mem::take(&mut self.crossing_of),
-            launches: std::mem::take(&mut self.launches),
-        }
-    }
-
-    /// Puts back what [`Core::take_logged`] took.
-    fn put_logged(&mut self, logged: Logged) {
-        let Logged {
-            config,
-            topology,
-            ledger,
-            queues,
-            jobs,
-            by_client,
-            waiting,
-            finished,
-            live,
-            kill_deadlines,
-            time_deadlines,
-            crossings,
-            crossing_of,
-            launches,
-        } = logged;
-        self.config = config;
-        self.topology = topology;
-        self.ledger = ledger;
-        self.queues = queues;
-        self.jobs = jobs;
-        self.by_client = by_client;
-        self.waiting = waiting;
-        self.finished = finished;
-        self.live = live;
-        self.kill_deadlines = kill_deadlines;
-        self.time_deadlines = time_deadlines;
-        self.crossings = crossings;
-        self.crossing_of = crossing_of;
-        self.launches = launches;
-    }
-}
-
-/// The parts of the core that log their own changes (see `Core::commit`).
-struct Logged {
-    config: UndoCell<CoreConfig>,
-    topology: UndoCell<Topology>,
-    ledger: UndoLedger,
-    queues: UndoQueues,
-    jobs: JobTable,
-    by_client: UndoMap<ClientToken, JobId>,
-    waiting: UndoDeque<Rc<Waiter>>,
-    finished: UndoDeque<Rc<Finished>>,
-    live: UndoSet<SortedSet<JobId>>,
-    kill_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
-    time_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
-    crossings: UndoSet<BTreeSet<(u64, JobId)>>,
-    crossing_of: UndoMap<JobId, u64, BuildHasherDefault<JobIdHasher>>,
-    launches: UndoMap<u64, Vec<Launch>>,
 }

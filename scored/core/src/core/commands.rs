@@ -34,7 +34,7 @@ impl Core {
         let reply = self.run_command(cred, command, now, &*directory, out);
         if !reply.is_error() {
             // A command can change a queue's residency or move jobs.
-            let live: Vec<JobId> = self.live.iter().copied().collect();
+            let live: Vec<JobId> = self.logged.live.iter().copied().collect();
             for job in live {
                 self.refresh_crossing(job);
             }
@@ -88,7 +88,7 @@ impl Core {
                      (and not with --no-journal)",
             ),
             Command::ClusterLimit { cluster, limits } => {
-                let Some(id) = self.topology.find_cluster(&cluster) else {
+                let Some(id) = self.logged.topology.find_cluster(&cluster) else {
                     return Reply::error(format!("no cluster {}", describe_cluster_ref(&cluster)));
                 };
                 let current = &mut self.limits[id.idx()];
@@ -96,13 +96,13 @@ impl Core {
                 apply(&mut current.disk, limits.disk);
                 apply(&mut current.jobs, limits.jobs);
                 let summary = describe_limits(current);
-                let name = self.topology.cluster(id).name.clone();
+                let name = self.logged.topology.cluster(id).name.clone();
                 let warnings = self.limit_warnings(id, &limits);
                 self.admit_waiters(now, out);
                 Reply::Done(format!("cluster {name}: {summary}{warnings}"))
             }
             Command::QueueState { queue, action } => {
-                let Some(record) = self.queues.get_mut(queue as usize) else {
+                let Some(record) = self.logged.queues.get_mut(queue as usize) else {
                     return self.no_queue(queue);
                 };
                 match action {
@@ -129,7 +129,7 @@ impl Core {
                 if let Err(reply) = self.may_touch(cred, id) {
                     return reply;
                 }
-                let by = if operator && self.jobs[&id].owner.uid != cred.uid {
+                let by = if operator && self.logged.jobs[&id].owner.uid != cred.uid {
                     "by an operator".to_string()
                 } else {
                     "by its owner".to_string()
@@ -139,7 +139,7 @@ impl Core {
                         self.begin_kill(id, EndCause::Killed(by), true, now, out);
                         Reply::Done(format!(
                             "job {job}: killing (SIGTERM, then SIGKILL after {})",
-                            format_duration(self.config.kill_grace)
+                            format_duration(self.logged.config.kill_grace)
                         ))
                     }
                     Some(SIGKILL) => {
@@ -151,7 +151,7 @@ impl Core {
                          use suspend {job} or resume {job}"
                     )),
                     Some(signal) => {
-                        if self.jobs[&id].phase() == Phase::Idle {
+                        if self.logged.jobs[&id].phase() == Phase::Idle {
                             return Reply::error(format!("job {job} has no process to signal yet"));
                         }
                         out.push(Action::Signal { job: id, signal });
@@ -164,7 +164,7 @@ impl Core {
                 if let Err(reply) = self.may_touch(cred, id) {
                     return reply;
                 }
-                let record = self.jobs.get_mut(&id).expect("checked");
+                let record = self.logged.jobs.get_mut(&id).expect("checked");
                 if record.is_ending() {
                     return Reply::error(format!("job {job} is ending"));
                 }
@@ -183,7 +183,7 @@ impl Core {
                 if let Err(reply) = self.may_touch(cred, id) {
                     return reply;
                 }
-                let record = self.jobs.get_mut(&id).expect("checked");
+                let record = self.logged.jobs.get_mut(&id).expect("checked");
                 if !record.held() {
                     return Reply::error(format!("job {job} is not held"));
                 }
@@ -203,16 +203,16 @@ impl Core {
             }
             Command::Move { job, queue } => {
                 let id = JobId(job);
-                if !self.jobs.contains_key(&id) {
+                if !self.logged.jobs.contains_key(&id) {
                     return self.no_job(id);
                 }
-                if queue as usize >= self.queues.len() {
+                if queue as usize >= self.logged.queues.len() {
                     return self.no_queue(queue);
                 }
-                if self.jobs[&id].queue == queue {
+                if self.logged.jobs[&id].queue == queue {
                     return Reply::error(format!("job {job} is already in queue {queue}"));
                 }
-                let from = self.jobs[&id].queue;
+                let from = self.logged.jobs[&id].queue;
                 self.move_job(id, queue);
                 self.journal(JobEvent::Moved {
                     job: id,
@@ -224,20 +224,20 @@ impl Core {
             }
             Command::Timeslice(None) => Reply::Record(vec![(
                 "timeslice".into(),
-                Value::Duration(self.config.timeslice),
+                Value::Duration(self.logged.config.timeslice),
             )]),
             Command::Timeslice(Some(slice)) => {
                 if slice < Duration::from_millis(1) {
                     return Reply::error("the time slice must be at least 1ms");
                 }
-                self.config.get_mut().timeslice = slice;
+                self.logged.config.get_mut().timeslice = slice;
                 self.slice_anchor = now;
                 self.next_slice = now.after(slice);
                 Reply::Done(format!("timeslice: {}", format_duration(slice)))
             }
             Command::Shutdown { now: kill } => {
                 let plural = |n: usize| if n == 1 { "" } else { "s" };
-                let before = self.jobs.len();
+                let before = self.logged.jobs.len();
                 let killing = self.shutdown(kill, now, out);
                 let finishing = before - killing;
                 Reply::Done(if kill {
@@ -262,7 +262,7 @@ impl Core {
     }
 
     fn no_job(&self, id: JobId) -> Reply {
-        if self.finished.iter().any(|done| done.job.id == id) {
+        if self.logged.finished.iter().any(|done| done.job.id == id) {
             Reply::error(format!("job {id} has already ended"))
         } else {
             Reply::error(format!("no job {id}"))
@@ -272,7 +272,7 @@ impl Core {
     fn no_queue(&self, queue: u32) -> Reply {
         Reply::error(format!(
             "no queue {queue}: queues are 0 to {}",
-            self.queues.len().saturating_sub(1)
+            self.logged.queues.len().saturating_sub(1)
         ))
     }
 
@@ -283,7 +283,7 @@ impl Core {
     fn limit_warnings(&self, id: crate::ids::ClusterId, limits: &command::ClusterLimits) -> String {
         let mut text = String::new();
         if let (Some(Setting::Set(memory)), Some(machine)) =
-            (&limits.memory, self.config.machine_memory)
+            (&limits.memory, self.logged.config.machine_memory)
         {
             if *memory > machine {
                 text.push_str(&format!(
@@ -294,7 +294,7 @@ impl Core {
             }
         }
         if let (Some(Setting::Set(disk)), Some(Some(free))) =
-            (&limits.disk, self.config.disk.get(id.idx()))
+            (&limits.disk, self.logged.config.disk.get(id.idx()))
         {
             if disk > free {
                 text.push_str(&format!(
@@ -308,7 +308,7 @@ impl Core {
     }
 
     fn may_touch(&self, cred: &Cred, id: JobId) -> Result<(), Reply> {
-        let Some(job) = self.jobs.get(&id) else {
+        let Some(job) = self.logged.jobs.get(&id) else {
             return Err(self.no_job(id));
         };
         if self.is_operator(cred) || job.owner.uid == cred.uid {
@@ -328,7 +328,7 @@ impl Core {
         dir: &dyn Directory,
         out: &mut Vec<Action>,
     ) -> Reply {
-        if queue as usize >= self.queues.len() {
+        if queue as usize >= self.logged.queues.len() {
             return self.no_queue(queue);
         }
         // Resolve everything first, so that an error changes nothing.
@@ -342,6 +342,7 @@ impl Core {
         };
         let started_in_order: Vec<JobId> = {
             let mut started: Vec<&Job> = self
+                .logged
                 .jobs
                 .values()
                 .filter(|job| job.queue == queue && job.started())
@@ -352,15 +353,20 @@ impl Core {
         if settings.mode == Some(QueueMode::Exclusive) {
             // An exclusive queue chooses a job's hosts when it starts: jobs
             // that have not started give back the hosts admission chose.
-            let unstarted: Vec<JobId> = self.queues[queue as usize]
+            let unstarted: Vec<JobId> = self.logged.queues[queue as usize]
                 .order()
-                .filter(|job| self.jobs.get(job).is_some_and(|record| !record.started()))
+                .filter(|job| {
+                    self.logged
+                        .jobs
+                        .get(job)
+                        .is_some_and(|record| !record.started())
+                })
                 .collect();
             for job in unstarted {
                 self.unbind(job);
             }
         }
-        let record = &mut self.queues[queue as usize];
+        let record = &mut self.logged.queues[queue as usize];
         if let Some(mode) = settings.mode {
             record.set_mode(mode);
             if mode == QueueMode::Exclusive {
@@ -381,12 +387,12 @@ impl Core {
             self.group_names_set(queue, group.and_then(|(_, name)| name));
         }
         self.admit_waiters(now, out);
-        let record = &self.queues[queue as usize];
+        let record = &self.logged.queues[queue as usize];
         Reply::Done(format!("queue {queue}: {}", describe_queue(record)))
     }
 
     fn group_names_set(&mut self, queue: u32, name: Option<String>) {
-        self.queues[queue as usize].group_name = name;
+        self.logged.queues[queue as usize].group_name = name;
     }
 }
 

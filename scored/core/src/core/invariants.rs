@@ -15,11 +15,11 @@ impl Core {
     /// Checks the core's invariants; tests call it after every step.
     pub fn check_invariants(&self) {
         let mut owner: HashMap<HostId, JobId> = HashMap::new();
-        for job in self.jobs.values() {
+        for job in self.logged.jobs.values() {
             let live = matches!(job.phase(), Phase::Running | Phase::Stopping);
             assert_eq!(
                 live,
-                self.live.contains(&job.id),
+                self.logged.live.contains(&job.id),
                 "live set out of date for job {}",
                 job.id
             );
@@ -30,7 +30,7 @@ impl Core {
                     }
                 }
             }
-            let in_queue = self.queues[job.queue as usize]
+            let in_queue = self.logged.queues[job.queue as usize]
                 .order()
                 .filter(|&queued| queued == job.id)
                 .count();
@@ -41,12 +41,14 @@ impl Core {
             );
         }
         let stopping = self
+            .logged
             .jobs
             .values()
             .filter(|job| job.phase() == Phase::Stopping)
             .count();
         assert_eq!(stopping, self.n_stopping, "count of stopping jobs");
         let cputime = self
+            .logged
             .jobs
             .values()
             .filter(|job| job.limits.cputime.is_some());
@@ -55,48 +57,53 @@ impl Core {
             self.n_cputime_limited,
             "jobs with a CPU time limit"
         );
-        let limited = self.jobs.values().filter(|job| usage_limited(&job.limits));
+        let limited = self
+            .logged
+            .jobs
+            .values()
+            .filter(|job| usage_limited(&job.limits));
         assert_eq!(
             limited.count(),
             self.n_usage_limited,
             "jobs with a usage limit"
         );
-        let ending = self.jobs.values().filter(|job| job.is_ending());
+        let ending = self.logged.jobs.values().filter(|job| job.is_ending());
         assert_eq!(ending.count(), self.n_ending, "jobs being killed");
-        for job in self.jobs.values() {
+        for job in self.logged.jobs.values() {
             let key = self
+                .logged
                 .live
                 .contains(&job.id)
                 .then(|| self.crossing_key(job))
                 .flatten();
             assert_eq!(
-                self.crossing_of.get(&job.id).copied(),
+                self.logged.crossing_of.get(&job.id).copied(),
                 key,
                 "crossing of job {} out of date",
                 job.id
             );
         }
-        assert_eq!(self.crossing_of.len(), self.crossings.len());
-        let mut busy = vec![0; self.topology.hosts.len().div_ceil(64)];
-        for job in &self.live {
-            set_busy(&mut busy, None, &self.jobs[job].hosts, true);
+        assert_eq!(self.logged.crossing_of.len(), self.logged.crossings.len());
+        let mut busy = vec![0; self.logged.topology.hosts.len().div_ceil(64)];
+        for job in &self.logged.live {
+            set_busy(&mut busy, None, &self.logged.jobs[job].hosts, true);
         }
         assert_eq!(busy, self.busy, "busy hosts are the live jobs' hosts");
-        for (key, job) in &self.crossings {
+        for (key, job) in &self.logged.crossings {
             assert_eq!(
-                self.crossing_of.get(job),
+                self.logged.crossing_of.get(job),
                 Some(key),
                 "crossing of job {job}"
             );
         }
-        let queued: usize = self.queues.iter().map(Queue::len).sum();
+        let queued: usize = self.logged.queues.iter().map(Queue::len).sum();
         assert_eq!(
             queued,
-            self.jobs.len(),
+            self.logged.jobs.len(),
             "queues hold exactly the unfinished jobs"
         );
-        let mut ledger = Ledger::new(&self.topology);
-        for job in self.jobs.values() {
+        let mut ledger = Ledger::new(&self.logged.topology);
+        for job in self.logged.jobs.values() {
             ledger.reserve(&Placement {
                 cluster: job.cluster,
                 hosts: job.hosts.clone(),
@@ -104,19 +111,30 @@ impl Core {
                 limits: job.limits,
             });
         }
-        assert_eq!(ledger, *self.ledger, "the ledger matches the admitted jobs");
+        assert_eq!(
+            ledger, *self.logged.ledger,
+            "the ledger matches the admitted jobs"
+        );
         // The deadline indexes hold exactly the jobs' own deadlines.
         let kill: SortedSet<(Tick, JobId)> = self
+            .logged
             .jobs
             .values()
             .filter_map(|job| job.kill_deadline().map(|deadline| (deadline, job.id)))
             .collect();
-        assert_eq!(kill, *self.kill_deadlines, "graceful kills in progress");
+        assert_eq!(
+            kill, *self.logged.kill_deadlines,
+            "graceful kills in progress"
+        );
         let time: SortedSet<(Tick, JobId)> = self
+            .logged
             .jobs
             .values()
             .filter_map(|job| job.time_deadline().map(|deadline| (deadline, job.id)))
             .collect();
-        assert_eq!(time, *self.time_deadlines, "-time limits of running jobs");
+        assert_eq!(
+            time, *self.logged.time_deadlines,
+            "-time limits of running jobs"
+        );
     }
 }

@@ -24,7 +24,7 @@ impl Core {
         status: ExitStatus,
         out: &mut Vec<Action>,
     ) {
-        let Some(record) = self.jobs.get_mut(&job) else {
+        let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
         record.rank_exited();
@@ -60,7 +60,7 @@ impl Core {
     }
 
     pub(super) fn processes_gone(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
-        let Some(record) = self.jobs.get_mut(&job) else {
+        let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
         let (phase, time_deadline) = record.processes_gone(now);
@@ -68,14 +68,14 @@ impl Core {
             self.n_stopping -= 1;
         }
         if let Some(deadline) = time_deadline {
-            self.time_deadlines.remove(&(deadline, job));
+            self.logged.time_deadlines.remove(&(deadline, job));
         }
-        if self.live.remove(&job) {
+        if self.logged.live.remove(&job) {
             let mask = self.scratch.mask_of(job);
             set_busy(&mut self.busy, mask, &record.hosts, false);
         }
         self.refresh_crossing(job);
-        let Some(record) = self.jobs.get_mut(&job) else {
+        let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
         let more_stages = record.spec.joiner == Joiner::Sequence
@@ -88,7 +88,7 @@ impl Core {
     }
 
     pub(super) fn usage(&mut self, job: JobId, usage: Usage, now: Tick, out: &mut Vec<Action>) {
-        let Some(record) = self.jobs.get_mut(&job) else {
+        let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
         for (peak, current) in record.peak_memory.iter_mut().zip(&usage.memory) {
@@ -117,7 +117,7 @@ impl Core {
                     let host = record
                         .hosts
                         .get(slot)
-                        .map(|h| self.topology.host(*h).name.as_str())
+                        .map(|h| self.logged.topology.host(*h).name.as_str())
                         .unwrap_or("?");
                     violation = Some(format!(
                         "memory {} over the limit of {} on {host}",
@@ -149,7 +149,7 @@ impl Core {
                     "disk {} over {}, half of cluster {}'s disk limit (the job has no disk limit of its own)",
                     format_size(record.usage.disk),
                     format_size(backstop),
-                    self.topology.cluster(record.cluster).name
+                    self.logged.topology.cluster(record.cluster).name
                 ));
             }
         }
@@ -161,9 +161,14 @@ impl Core {
         // Residency: a job whose CPU time in its queue exceeds the queue's
         // residency time sinks to the next lower queue, and the clock restarts.
         let queue = record.queue;
-        if let Some(residency) = self.queues.get(queue as usize).and_then(|q| q.residency) {
+        if let Some(residency) = self
+            .logged
+            .queues
+            .get(queue as usize)
+            .and_then(|q| q.residency)
+        {
             if cpu.saturating_sub(record.residency_base) > residency
-                && (queue as usize) + 1 < self.queues.len()
+                && (queue as usize) + 1 < self.logged.queues.len()
             {
                 tracing::info!(job = %job, from = queue, to = queue + 1, "residency exceeded; moving down");
                 self.move_job(job, queue + 1);
@@ -178,7 +183,7 @@ impl Core {
     }
 
     pub(super) fn move_job(&mut self, job: JobId, to: u32) {
-        let Some(record) = self.jobs.get_mut(&job) else {
+        let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
         let from = record.queue;
@@ -186,8 +191,8 @@ impl Core {
         record.queues_visited.push(to);
         record.residency_base = record.usage.cpu;
         let started = record.started();
-        self.queues[from as usize].remove(job);
-        self.queues.push_job(to as usize, job, started);
+        self.logged.queues[from as usize].remove(job);
+        self.logged.queues.push_job(to as usize, job, started);
     }
     /// Starts killing a job. A graceful kill sends SIGTERM and lets the job
     /// run (ahead of every queue) to handle it, then SIGKILL after the grace.
@@ -199,8 +204,8 @@ impl Core {
         now: Tick,
         out: &mut Vec<Action>,
     ) {
-        let grace = self.config.kill_grace;
-        let Some(record) = self.jobs.get_mut(&job) else {
+        let grace = self.logged.config.kill_grace;
+        let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
         if !record.is_ending() {
@@ -212,7 +217,7 @@ impl Core {
             // Already being killed; a harder kill may still escalate it.
             if !graceful {
                 if let Some(deadline) = record.harden_kill() {
-                    self.kill_deadlines.remove(&(deadline, job));
+                    self.logged.kill_deadlines.remove(&(deadline, job));
                     out.push(Action::Signal {
                         job,
                         signal: SIGKILL,
@@ -229,7 +234,7 @@ impl Core {
         }
         if graceful {
             record.begin_end(cause, Some(now.after(grace)));
-            self.kill_deadlines.insert((now.after(grace), job));
+            self.logged.kill_deadlines.insert((now.after(grace), job));
             out.push(Action::Signal {
                 job,
                 signal: SIGTERM,
@@ -244,7 +249,7 @@ impl Core {
     }
 
     pub(super) fn finish(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
-        let Some(mut record) = self.jobs.remove(&job) else {
+        let Some(mut record) = self.logged.jobs.remove(&job) else {
             return;
         };
         if record.is_ending() {
@@ -256,10 +261,10 @@ impl Core {
             self.n_stopping -= 1;
         }
         if let Some(deadline) = record.harden_kill() {
-            self.kill_deadlines.remove(&(deadline, job));
+            self.logged.kill_deadlines.remove(&(deadline, job));
         }
         if let Some(deadline) = time_deadline {
-            self.time_deadlines.remove(&(deadline, job));
+            self.logged.time_deadlines.remove(&(deadline, job));
         }
         self.bound_waiting.remove(&job);
         if record.limits.cputime.is_some() {
@@ -269,20 +274,20 @@ impl Core {
             self.n_usage_limited = self.n_usage_limited.saturating_sub(1);
         }
         self.ran.retain(|other| *other != job);
-        if self.live.remove(&job) {
+        if self.logged.live.remove(&job) {
             let mask = self.scratch.mask_of(job);
             set_busy(&mut self.busy, mask, &record.hosts, false);
         }
         self.refresh_crossing(job);
-        self.queues[record.queue as usize].remove(job);
-        self.ledger.release(&Placement {
+        self.logged.queues[record.queue as usize].remove(job);
+        self.logged.ledger.release(&Placement {
             cluster: record.cluster,
             hosts: record.hosts.clone(),
             layout: record.layout.to_vec(),
             limits: record.limits,
         });
         if let Some(client) = record.client {
-            self.by_client.remove(&client);
+            self.logged.by_client.remove(&client);
         }
         let first_failure = record.failure().map(ExitStatus::as_shell);
         let (kind, status, reason, state) = match record.ending() {
@@ -376,10 +381,10 @@ impl Core {
         let command = command_line(&record);
         self.forget_launch(&record.spec.launch);
         record.spec.launch = Launch::pack(&[], &[], std::ffi::OsStr::new(""));
-        if self.finished.len() == HISTORY {
-            self.finished.pop_front();
+        if self.logged.finished.len() == HISTORY {
+            self.logged.finished.pop_front();
         }
-        self.finished.push_back(Rc::new(Finished {
+        self.logged.finished.push_back(Rc::new(Finished {
             job: record,
             command,
             state,
@@ -405,19 +410,25 @@ impl Core {
                 .hosts
                 .iter()
                 .zip(&job.peak_memory)
-                .map(|(host, peak)| (self.topology.host(*host).name.clone(), *peak))
+                .map(|(host, peak)| (self.logged.topology.host(*host).name.clone(), *peak))
                 .collect(),
             peak_disk: job.peak_disk,
         }
     }
 
     pub(super) fn client_gone(&mut self, client: ClientToken, now: Tick, out: &mut Vec<Action>) {
-        if self.waiting.iter().any(|waiter| waiter.client == client) {
-            self.waiting
+        if self
+            .logged
+            .waiting
+            .iter()
+            .any(|waiter| waiter.client == client)
+        {
+            self.logged
+                .waiting
                 .modify(|waiting| waiting.retain(|waiter| waiter.client != client));
         }
-        if let Some(job) = self.by_client.remove(&client) {
-            if let Some(record) = self.jobs.get_mut(&job) {
+        if let Some(job) = self.logged.by_client.remove(&client) {
+            if let Some(record) = self.logged.jobs.get_mut(&job) {
                 record.client = None;
             }
             self.begin_kill(job, EndCause::ClientGone, false, now, out);
@@ -427,10 +438,14 @@ impl Core {
     /// Starts a shutdown; returns how many jobs are being killed.
     pub(super) fn shutdown(&mut self, now_kill: bool, now: Tick, out: &mut Vec<Action>) -> usize {
         if !self.shutting_down {
-            tracing::info!(kill = now_kill, jobs = self.jobs.len(), "shutting down");
+            tracing::info!(
+                kill = now_kill,
+                jobs = self.logged.jobs.len(),
+                "shutting down"
+            );
         }
         self.shutting_down = true;
-        for waiter in self.waiting.modify(std::mem::take) {
+        for waiter in self.logged.waiting.modify(std::mem::take) {
             out.push(Action::notify(
                 waiter.client,
                 ClientEvent::Rejected {
@@ -442,9 +457,12 @@ impl Core {
         // Jobs that cannot progress (held, or in a deactivated queue) would
         // keep a graceful shutdown waiting forever: they are killed too.
         let victims: Vec<JobId> = self
+            .logged
             .jobs
             .values()
-            .filter(|job| now_kill || job.held() || !self.queues[job.queue as usize].activated)
+            .filter(|job| {
+                now_kill || job.held() || !self.logged.queues[job.queue as usize].activated
+            })
             .map(|job| job.id)
             .collect();
         let n_victims = victims.len();

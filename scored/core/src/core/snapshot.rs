@@ -245,6 +245,7 @@ impl Core {
     pub fn snapshot(&self) -> CoreSnapshot {
         let mut launches = Launches::default();
         let jobs = self
+            .logged
             .jobs
             .values()
             .map(|job| JobSnapshot {
@@ -308,6 +309,7 @@ impl Core {
             })
             .collect();
         let waiting = self
+            .logged
             .waiting
             .iter()
             .map(|waiter| {
@@ -336,8 +338,9 @@ impl Core {
             })
             .collect();
         CoreSnapshot {
-            timeslice_us: us(self.config.timeslice),
+            timeslice_us: us(self.logged.config.timeslice),
             hosts: self
+                .logged
                 .topology
                 .hosts
                 .iter()
@@ -349,6 +352,7 @@ impl Core {
                 .map(|limits| (limits.memory, limits.disk, limits.jobs))
                 .collect(),
             queues: self
+                .logged
                 .queues
                 .iter()
                 .map(|queue| QueueSnapshot {

@@ -37,11 +37,11 @@ impl Core {
             assert_eq!(fresh, active, "the kept active set is out of date");
             assert!(bindings.is_empty(), "the kept active set binds no host");
         }
-        let keep = bindings.is_empty()
-            && self
-                .queues
-                .iter()
-                .all(|queue| !queue.activated || queue.mode == QueueMode::Gang || queue.is_empty());
+        let keep =
+            bindings.is_empty()
+                && self.logged.queues.iter().all(|queue| {
+                    !queue.activated || queue.mode == QueueMode::Gang || queue.is_empty()
+                });
         for (job, hosts) in bindings.drain(..) {
             self.bind(job, hosts);
         }
@@ -54,8 +54,8 @@ impl Core {
         // when it was made, and only stops were confirmed since.
         let mut leaving = std::mem::take(&mut self.spare.leaving);
         if !reuse || cfg!(debug_assertions) {
-            leaving.extend(self.live.iter().copied().filter(|job| {
-                let record = &self.jobs[job];
+            leaving.extend(self.logged.live.iter().copied().filter(|job| {
+                let record = &self.logged.jobs[job];
                 record.phase() == Phase::Running
                     && !record
                         .hosts
@@ -75,11 +75,11 @@ impl Core {
                 self.switches.count += 1;
                 out.push(Action::SwitchBegin(id));
             }
-            let record = self.jobs.get_mut(&job).expect("live jobs exist");
+            let record = self.logged.jobs.get_mut(&job).expect("live jobs exist");
             let time_deadline = record.stop(now);
             self.n_stopping += 1;
             if let Some(deadline) = time_deadline {
-                self.time_deadlines.remove(&(deadline, job));
+                self.logged.time_deadlines.remove(&(deadline, job));
             }
             out.push(Action::Stop(job));
         }
@@ -95,7 +95,7 @@ impl Core {
         let mut blocked = false;
         let mut entering = std::mem::take(&mut self.spare.entering);
         for &job in &active {
-            let record = &self.jobs[&job];
+            let record = &self.logged.jobs[&job];
             if matches!(record.phase(), Phase::Running | Phase::Stopping) {
                 continue;
             }
@@ -124,7 +124,7 @@ impl Core {
         // (Entering jobs are Stopped or Idle, and continuing one changes
         // no other's phase: the second pass takes exactly the Idle ones.)
         for &job in &entering {
-            if self.jobs[&job].phase() == Phase::Stopped {
+            if self.logged.jobs[&job].phase() == Phase::Stopped {
                 self.enter(job, now, out);
             }
         }
@@ -135,7 +135,7 @@ impl Core {
             }
         }
         for job in entering.drain(..) {
-            if self.jobs[&job].phase() == Phase::Idle {
+            if self.logged.jobs[&job].phase() == Phase::Idle {
                 self.enter(job, now, out);
             }
         }
@@ -144,6 +144,7 @@ impl Core {
             // Every running job is a chosen one: phase one stopped the others.
             for job in &self.active {
                 if self
+                    .logged
                     .jobs
                     .get(job)
                     .is_some_and(|record| record.phase() == Phase::Running)
@@ -152,13 +153,15 @@ impl Core {
                 }
             }
             debug_assert!(
-                self.live
+                self.logged
+                    .live
                     .iter()
-                    .all(|job| self.jobs[job].phase() != Phase::Running || self.ran.contains(job)),
+                    .all(|job| self.logged.jobs[job].phase() != Phase::Running
+                        || self.ran.contains(job)),
                 "a running job is missing from the jobs that ran"
             );
         }
-        if self.shutting_down && self.jobs.is_empty() {
+        if self.shutting_down && self.logged.jobs.is_empty() {
             out.push(Action::Exit);
         }
         #[cfg(debug_assertions)]
@@ -174,16 +177,17 @@ impl Core {
         active: &mut Vec<JobId>,
         bindings: &mut Vec<(JobId, Vec<HostId>)>,
     ) {
-        let jobs = &self.jobs;
-        let queues = &self.queues;
+        let jobs = &self.logged.jobs;
+        let queues = &self.logged.queues;
         // Jobs being killed take their hosts first: a graceful kill must
         // let the job run to handle SIGTERM, and a job whose processes
         // may still run must keep its hosts until they are gone.
         let mut first = std::mem::take(&mut self.spare.first);
-        first.extend(self.kill_deadlines.iter().map(|(_, job)| *job));
+        first.extend(self.logged.kill_deadlines.iter().map(|(_, job)| *job));
         if self.n_ending > 0 {
             first.extend(
-                self.live
+                self.logged
+                    .live
                     .iter()
                     .copied()
                     .filter(|job| jobs[job].is_ending()),
@@ -193,15 +197,15 @@ impl Core {
         first.dedup();
         let view = View {
             jobs,
-            topology: &self.topology,
-            ledger: &self.ledger,
+            topology: &self.logged.topology,
+            ledger: &self.logged.ledger,
             limits: &self.limits,
             busy,
             now,
         };
         sched::active_set(
             queues,
-            self.topology.hosts.len(),
+            self.logged.topology.hosts.len(),
             first.drain(..),
             &view,
             now.0,
@@ -214,11 +218,12 @@ impl Core {
 
     /// Gives a job that had none the hosts the decision chose for it.
     pub(super) fn bind(&mut self, job: JobId, hosts: Vec<HostId>) {
-        let Some(record) = self.jobs.get_mut(&job) else {
+        let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
         self.scratch.forget(job);
-        self.ledger
+        self.logged
+            .ledger
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory = smallvec::smallvec![0; hosts.len()];
         record.hosts = hosts;
@@ -229,7 +234,7 @@ impl Core {
 
     /// Takes back the hosts of a job that never started.
     pub(super) fn unbind(&mut self, job: JobId) {
-        let Some(record) = self.jobs.get_mut(&job) else {
+        let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
         if record.started() || record.phase() != Phase::Idle {
@@ -237,7 +242,8 @@ impl Core {
         }
         let hosts = std::mem::take(&mut record.hosts);
         self.scratch.forget(job);
-        self.ledger
+        self.logged
+            .ledger
             .unbind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory.clear();
     }
@@ -245,7 +251,7 @@ impl Core {
     /// Continues a stopped job or creates the processes of an idle one.
     pub(super) fn enter(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
         self.bound_waiting.remove(&job);
-        let record = self.jobs.get_mut(&job).expect("chosen jobs exist");
+        let record = self.logged.jobs.get_mut(&job).expect("chosen jobs exist");
         let phase = record.phase();
         if phase == Phase::Stopping {
             self.n_stopping -= 1;
@@ -261,9 +267,9 @@ impl Core {
             self.ran_compact_at = (2 * self.ran.len()).max(RAN_COMPACT_AT);
         }
         if let Some(deadline) = time_deadline {
-            self.time_deadlines.insert((deadline, job));
+            self.logged.time_deadlines.insert((deadline, job));
         }
-        self.live.insert(job);
+        self.logged.live.insert(job);
         let mask = self.scratch.mask_of(job);
         set_busy(&mut self.busy, mask, &record.hosts, true);
         match phase {
@@ -276,7 +282,7 @@ impl Core {
                 out.push(Action::Spawn(Box::new(plan)));
                 if first_time {
                     self.journal(JobEvent::Started(job));
-                    self.queues[queue as usize].mark_started(job);
+                    self.logged.queues[queue as usize].mark_started(job);
                     if let Some(client) = client {
                         out.push(Action::notify(client, ClientEvent::Started(job)));
                     }
@@ -290,14 +296,14 @@ impl Core {
     /// up to date as jobs change (the busy hosts, the count of stopping
     /// jobs, the crossing index), for a core rebuilt from a snapshot.
     pub(super) fn rebuild_schedule_state(&mut self) {
-        self.busy = vec![0; self.topology.hosts.len().div_ceil(64)];
+        self.busy = vec![0; self.logged.topology.hosts.len().div_ceil(64)];
         self.n_stopping = 0;
-        self.crossings.clear();
-        self.crossing_of.clear();
+        self.logged.crossings.clear();
+        self.logged.crossing_of.clear();
         self.decision_current = false;
-        let live: Vec<JobId> = self.live.iter().copied().collect();
+        let live: Vec<JobId> = self.logged.live.iter().copied().collect();
         for job in live {
-            let Some(record) = self.jobs.get(&job) else {
+            let Some(record) = self.logged.jobs.get(&job) else {
                 continue;
             };
             for host in &record.hosts {

@@ -14,7 +14,7 @@ use crate::units::format_duration;
 impl Core {
     /// The next time the core needs a `Tick`, if any.
     pub fn next_deadline(&self) -> Option<Tick> {
-        let slice = if self.jobs.is_empty() {
+        let slice = if self.logged.jobs.is_empty() {
             None
         } else {
             Some(self.next_slice)
@@ -24,8 +24,16 @@ impl Core {
 
     /// The earliest graceful-kill escalation or `-time` limit.
     pub(super) fn timer_deadline(&self) -> Option<Tick> {
-        let kill = self.kill_deadlines.first().map(|(deadline, _)| *deadline);
-        let time = self.time_deadlines.first().map(|(deadline, _)| *deadline);
+        let kill = self
+            .logged
+            .kill_deadlines
+            .first()
+            .map(|(deadline, _)| *deadline);
+        let time = self
+            .logged
+            .time_deadlines
+            .first()
+            .map(|(deadline, _)| *deadline);
         Tick::earliest(kill, time)
     }
 
@@ -40,17 +48,17 @@ impl Core {
     /// clock jumps to this time instead, which changes no decision.
     pub fn next_decision(&self, now: Tick) -> Option<Tick> {
         let timers = self.timer_deadline();
-        if self.jobs.is_empty() {
+        if self.logged.jobs.is_empty() {
             return timers;
         }
         // Every job running (all live, none being stopped): none waits.
-        let all_running = self.n_stopping == 0 && self.live.len() == self.jobs.len();
+        let all_running = self.n_stopping == 0 && self.logged.live.len() == self.logged.jobs.len();
         let rotation_matters = !all_running
-            && self.queues.iter().any(|queue| {
+            && self.logged.queues.iter().any(|queue| {
                 queue.activated
                     && queue.mode == QueueMode::Gang
                     && queue.order().any(|job| {
-                        self.jobs.get(&job).is_some_and(|record| {
+                        self.logged.jobs.get(&job).is_some_and(|record| {
                             record.phase() != Phase::Running
                                 && !record.is_ending()
                                 && !record.held()
@@ -64,7 +72,7 @@ impl Core {
         // limit crossed: a job's CPU time grows by at most one second per
         // process per second since the last sample, so the job with the
         // least left per process crosses first.
-        let crossing = self.crossings.first().map(|&(left, _)| {
+        let crossing = self.logged.crossings.first().map(|&(left, _)| {
             if now >= self.sampled_at {
                 Tick(self.sampled_at.0.saturating_add(left)).max(now)
             } else {
@@ -75,7 +83,7 @@ impl Core {
             if at <= self.next_slice {
                 return self.next_slice;
             }
-            let length = self.config.timeslice.as_micros().max(1) as u64;
+            let length = self.logged.config.timeslice.as_micros().max(1) as u64;
             let elapsed = at.0.saturating_sub(self.slice_anchor.0);
             Tick(self.slice_anchor.0 + elapsed.div_ceil(length) * length)
         });
@@ -87,9 +95,10 @@ impl Core {
     /// (The daemon samples every running job each slice anyway, for its
     /// listings; a replay answers only the samples that matter.)
     pub fn usage_matters(&self, job: JobId) -> bool {
-        self.jobs.get(&job).is_some_and(|record| {
+        self.logged.jobs.get(&job).is_some_and(|record| {
             usage_limited(&record.limits)
                 || self
+                    .logged
                     .queues
                     .get(record.queue as usize)
                     .is_some_and(|queue| queue.residency.is_some())
@@ -101,10 +110,11 @@ impl Core {
     /// last sample; `None` if it has neither.
     pub(super) fn crossing_key(&self, record: &Job) -> Option<u64> {
         let residency = self
+            .logged
             .queues
             .get(record.queue as usize)
             .and_then(|queue| queue.residency)
-            .filter(|_| (record.queue as usize) + 1 < self.queues.len())
+            .filter(|_| (record.queue as usize) + 1 < self.logged.queues.len())
             .map(|residency| residency + record.residency_base);
         let per_second = u64::from(record.nprocs().max(1));
         let cpu = record.usage.cpu.as_micros() as u64;
@@ -122,9 +132,13 @@ impl Core {
         // Nothing indexed, and nothing to index: no job has a CPU time
         // limit and no queue demotes by residency (a job enters and leaves
         // `live` at every switch; this keeps that free of look-ups).
-        if self.crossing_of.is_empty()
+        if self.logged.crossing_of.is_empty()
             && self.n_cputime_limited == 0
-            && self.queues.iter().all(|queue| queue.residency.is_none())
+            && self
+                .logged
+                .queues
+                .iter()
+                .all(|queue| queue.residency.is_none())
         {
             return;
         }
@@ -134,33 +148,34 @@ impl Core {
     #[inline(never)]
     pub(super) fn refresh_crossing_of(&mut self, job: JobId) {
         let key = self
+            .logged
             .live
             .contains(&job)
-            .then(|| self.jobs.get(&job))
+            .then(|| self.logged.jobs.get(&job))
             .flatten()
             .and_then(|record| self.crossing_key(record));
         let old = match key {
-            Some(key) => self.crossing_of.insert(job, key),
-            None => self.crossing_of.remove(&job),
+            Some(key) => self.logged.crossing_of.insert(job, key),
+            None => self.logged.crossing_of.remove(&job),
         };
         if old != key {
             if let Some(old) = old {
-                self.crossings.remove(&(old, job));
+                self.logged.crossings.remove(&(old, job));
             }
             if let Some(key) = key {
-                self.crossings.insert((key, job));
+                self.logged.crossings.insert((key, job));
             }
         }
     }
 
     pub(super) fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
         // Escalate graceful kills whose grace is over.
-        while let Some(&(deadline, job)) = self.kill_deadlines.first() {
+        while let Some(&(deadline, job)) = self.logged.kill_deadlines.first() {
             if deadline > now {
                 break;
             }
-            self.kill_deadlines.pop_first();
-            if let Some(record) = self.jobs.get_mut(&job) {
+            self.logged.kill_deadlines.pop_first();
+            if let Some(record) = self.logged.jobs.get_mut(&job) {
                 record.harden_kill();
                 out.push(Action::Signal {
                     job,
@@ -169,12 +184,12 @@ impl Core {
             }
         }
         // End jobs whose run time reached their -time limit.
-        while let Some(&(deadline, job)) = self.time_deadlines.first() {
+        while let Some(&(deadline, job)) = self.logged.time_deadlines.first() {
             if deadline > now {
                 break;
             }
-            self.time_deadlines.pop_first();
-            let Some(record) = self.jobs.get_mut(&job) else {
+            self.logged.time_deadlines.pop_first();
+            let Some(record) = self.logged.jobs.get_mut(&job) else {
                 continue;
             };
             record.time_limit_reached();
@@ -191,7 +206,7 @@ impl Core {
         }
         // Slice boundaries keep a fixed cadence from the anchor, however
         // late this tick is and however long the last switch took.
-        let slice = self.config.timeslice.as_micros().max(1) as u64;
+        let slice = self.logged.config.timeslice.as_micros().max(1) as u64;
         let elapsed = now.0.saturating_sub(self.slice_anchor.0);
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
         let mut ran = std::mem::take(&mut self.ran);
@@ -219,9 +234,9 @@ impl Core {
             // the last of them; one whose record is gone counts for all.
             let mut per_queue = std::mem::take(&mut self.spare.ran_per_queue);
             per_queue.clear();
-            per_queue.resize(self.queues.len(), 0);
+            per_queue.resize(self.logged.queues.len(), 0);
             for job in &few {
-                match self.jobs.get(job) {
+                match self.logged.jobs.get(job) {
                     Some(record) => {
                         if let Some(count) = per_queue.get_mut(record.queue as usize) {
                             *count += 1;
@@ -233,7 +248,7 @@ impl Core {
             let rotated = &mut self.spare.rotated;
             let positions = &mut self.spare.positions;
             let scratch = &self.scratch;
-            self.queues.modify_all(|queues| {
+            self.logged.queues.modify_all(|queues| {
                 for (idx, (queue, at_most)) in queues.iter_mut().zip(&per_queue).enumerate() {
                     // Debug builds check the shortcuts against a full pass.
                     let expected = cfg!(debug_assertions).then(|| {
@@ -278,12 +293,16 @@ impl Core {
         // follows, fills it again with every job that runs in it.
         self.sampled_at = now;
         // Without a limit or a residency anywhere, no sample matters.
-        let every = self.config.sample_every_slice;
+        let every = self.logged.config.sample_every_slice;
         if every
             || self.n_usage_limited > 0
-            || self.queues.iter().any(|queue| queue.residency.is_some())
+            || self
+                .logged
+                .queues
+                .iter()
+                .any(|queue| queue.residency.is_some())
         {
-            for &job in &self.live {
+            for &job in &self.logged.live {
                 if every || self.usage_matters(job) {
                     out.push(Action::Sample(job));
                 }

@@ -15,7 +15,7 @@ use crate::queue::Queue;
 impl Core {
     pub(super) fn status(&self, now: Tick) -> Reply {
         let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-        for job in self.jobs.values() {
+        for job in self.logged.jobs.values() {
             *counts.entry(job.state().as_str()).or_default() += 1;
         }
         let jobs_value = Value::Map(
@@ -32,8 +32,8 @@ impl Core {
         let mut recent: Vec<Duration> = self.switches.recent.iter().copied().collect();
         recent.sort_unstable();
         let median = recent.get(recent.len() / 2).copied();
-        let reserved_memory: u64 = self.ledger.host_memory.iter().sum();
-        let reserved_disk: u64 = self.ledger.cluster_disk.iter().sum();
+        let reserved_memory: u64 = self.logged.ledger.host_memory.iter().sum();
+        let reserved_disk: u64 = self.logged.ledger.cluster_disk.iter().sum();
         Reply::Record(vec![
             ("uptime".into(), Value::Duration(now.since(Tick::default()))),
             ("version".into(), Value::text(&self.build.0)),
@@ -46,24 +46,28 @@ impl Core {
                     (None, false) => "accepting jobs".to_string(),
                 }),
             ),
-            ("timeslice".into(), Value::Duration(self.config.timeslice)),
+            (
+                "timeslice".into(),
+                Value::Duration(self.logged.config.timeslice),
+            ),
             (
                 "clusters".into(),
                 Value::Map(vec![
                     (
                         "count".into(),
-                        Value::Uint(self.topology.clusters.len() as u64),
+                        Value::Uint(self.logged.topology.clusters.len() as u64),
                     ),
                     (
                         "hosts".into(),
-                        Value::Uint(self.topology.hosts.len() as u64),
+                        Value::Uint(self.logged.topology.hosts.len() as u64),
                     ),
                 ]),
             ),
             (
                 "queues".into(),
                 Value::List(
-                    self.queues
+                    self.logged
+                        .queues
                         .iter()
                         .map(|queue| {
                             Value::text(format!("{}:{}", queue.number, queue.state_word()))
@@ -72,8 +76,14 @@ impl Core {
                 ),
             ),
             ("jobs".into(), jobs_value),
-            ("waiting".into(), Value::Uint(self.waiting.len() as u64)),
-            ("finished".into(), Value::Uint(self.finished.len() as u64)),
+            (
+                "waiting".into(),
+                Value::Uint(self.logged.waiting.len() as u64),
+            ),
+            (
+                "finished".into(),
+                Value::Uint(self.logged.finished.len() as u64),
+            ),
             (
                 "reserved".into(),
                 Value::Map(vec![
@@ -102,24 +112,24 @@ impl Core {
             "host", "name", "cluster", "cpus", "cores", "speed", "memory", "jobs", "running",
             "state",
         ]);
-        let mut admitted = vec![0u64; self.topology.hosts.len()];
-        for job in self.jobs.values() {
+        let mut admitted = vec![0u64; self.logged.topology.hosts.len()];
+        for job in self.logged.jobs.values() {
             for host in &job.hosts {
                 admitted[host.idx()] += 1;
             }
         }
-        let mut running: Vec<Option<JobId>> = vec![None; self.topology.hosts.len()];
-        for job in &self.live {
-            for host in &self.jobs[job].hosts {
+        let mut running: Vec<Option<JobId>> = vec![None; self.logged.topology.hosts.len()];
+        for job in &self.logged.live {
+            for host in &self.logged.jobs[job].hosts {
                 running[host.idx()] = Some(*job);
             }
         }
-        for host in &self.topology.hosts {
+        for host in &self.logged.topology.hosts {
             let busy = running[host.id.idx()];
             table.push(vec![
                 Value::Uint(u64::from(host.id.0)),
                 Value::text(&host.name),
-                Value::text(&self.topology.cluster(host.cluster).name),
+                Value::text(&self.logged.topology.cluster(host.cluster).name),
                 Value::text(host.cpus.to_string()),
                 Value::Uint(u64::from(host.cores)),
                 Value::Float(host.speed),
@@ -146,12 +156,12 @@ impl Core {
             "jobs",
             "jobs limit",
         ]);
-        for cluster in &self.topology.clusters {
+        for cluster in &self.logged.topology.clusters {
             let limits = self.limits[cluster.id.idx()];
             let reserved_memory = cluster
                 .hosts
                 .iter()
-                .map(|host| self.ledger.host_memory[host.idx()])
+                .map(|host| self.logged.ledger.host_memory[host.idx()])
                 .max()
                 .unwrap_or(0);
             table.push(vec![
@@ -163,8 +173,8 @@ impl Core {
                 Value::opt(limits.memory.map(Value::Size)),
                 Value::Size(reserved_memory),
                 Value::opt(limits.disk.map(Value::Size)),
-                Value::Size(self.ledger.cluster_disk[cluster.id.idx()]),
-                Value::Uint(self.ledger.cluster_jobs[cluster.id.idx()]),
+                Value::Size(self.logged.ledger.cluster_disk[cluster.id.idx()]),
+                Value::Uint(self.logged.ledger.cluster_jobs[cluster.id.idx()]),
                 Value::opt(limits.jobs.map(Value::Uint)),
             ]);
         }
@@ -188,9 +198,9 @@ impl Core {
             "stopped",
             "held",
         ]);
-        for queue in &self.queues {
+        for queue in &self.logged.queues {
             let mut counts = [0u64; 4];
-            for job in queue.order().filter_map(|id| self.jobs.get(&id)) {
+            for job in queue.order().filter_map(|id| self.logged.jobs.get(&id)) {
                 match job.state() {
                     JobState::Queued => counts[0] += 1,
                     JobState::Running | JobState::Ending => counts[1] += 1,
@@ -237,7 +247,7 @@ impl Core {
             "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "command",
         ]);
         if all {
-            for done in &self.finished {
+            for done in &self.logged.finished {
                 let job = &done.job;
                 let details = self.may_see_details(cred, job);
                 table.push(vec![
@@ -262,7 +272,7 @@ impl Core {
                 ]);
             }
         }
-        for job in self.jobs.values() {
+        for job in self.logged.jobs.values() {
             table.push(vec![
                 Value::Uint(job.id.0),
                 Value::text(&*job.user),
@@ -289,14 +299,14 @@ impl Core {
     fn host_names(&self, job: &Job) -> Vec<String> {
         job.hosts
             .iter()
-            .map(|host| self.topology.host(*host).name.clone())
+            .map(|host| self.logged.topology.host(*host).name.clone())
             .collect()
     }
 
     pub(super) fn job_record(&self, cred: &Cred, id: JobId, now: Tick) -> Reply {
-        let (job, command, state, ending, end_time) = match self.jobs.get(&id) {
+        let (job, command, state, ending, end_time) = match self.logged.jobs.get(&id) {
             Some(job) => (job, command_line(job), job.state(), None, now),
-            None => match self.finished.iter().find(|done| done.job.id == id) {
+            None => match self.logged.finished.iter().find(|done| done.job.id == id) {
                 Some(done) => (
                     &done.job,
                     done.command.clone(),
@@ -344,7 +354,7 @@ impl Core {
             ),
             (
                 "cluster".into(),
-                Value::text(&self.topology.cluster(job.cluster).name),
+                Value::text(&self.logged.topology.cluster(job.cluster).name),
             ),
             (
                 "hosts".into(),

@@ -438,9 +438,9 @@ impl Core {
         let mut started: BTreeSet<u64> = BTreeSet::new();
         for record in snapshot.jobs {
             let id = JobId(record.id);
-            let n_hosts = core.topology.hosts.len() as u32;
+            let n_hosts = core.logged.topology.hosts.len() as u32;
             if record.hosts.iter().any(|host| *host >= n_hosts)
-                || record.cluster as usize >= core.topology.clusters.len()
+                || record.cluster as usize >= core.logged.topology.clusters.len()
                 || record.queue as usize >= snapshot.queues.len()
                 || record.hosts.len() != record.layout.len()
                 || record.hosts.len() != record.peak_memory.len()
@@ -519,23 +519,23 @@ impl Core {
                 peak_disk: record.peak_disk,
                 residency_base: from_us(record.residency_base_us),
             };
-            core.ledger.reserve(&Placement {
+            core.logged.ledger.reserve(&Placement {
                 cluster: job.cluster,
                 hosts: job.hosts.clone(),
                 layout: job.layout.to_vec(),
                 limits: job.limits,
             });
             if let Some(client) = job.client {
-                core.by_client.insert(client, id);
+                core.logged.by_client.insert(client, id);
             }
             if matches!(job.phase(), Phase::Running | Phase::Stopping) {
-                core.live.insert(id);
+                core.logged.live.insert(id);
             }
             if let Some(deadline) = job.kill_deadline() {
-                core.kill_deadlines.insert((deadline, id));
+                core.logged.kill_deadlines.insert((deadline, id));
             }
             if let Some(deadline) = job.time_deadline() {
-                core.time_deadlines.insert((deadline, id));
+                core.logged.time_deadlines.insert((deadline, id));
             }
             if job.limits.cputime.is_some() {
                 core.n_cputime_limited += 1;
@@ -546,12 +546,12 @@ impl Core {
             if job.is_ending() {
                 core.n_ending += 1;
             }
-            if core.jobs.contains_key(&id) || id.0 >= snapshot.next_job {
+            if core.logged.jobs.contains_key(&id) || id.0 >= snapshot.next_job {
                 return Err(RestoreError::DuplicateJob(id));
             }
-            core.jobs.insert(id, job);
+            core.logged.jobs.insert(id, job);
         }
-        core.queues = crate::undo::UndoQueues::new(Vec::new());
+        core.logged.queues = crate::undo::UndoQueues::new(Vec::new());
         for (number, queue) in snapshot.queues.into_iter().enumerate() {
             let mode = if queue.exclusive {
                 QueueMode::Exclusive
@@ -568,7 +568,7 @@ impl Core {
             restored.group = queue.group;
             restored.group_name = queue.group_name;
             for id in queue.order {
-                let Some(job) = core.jobs.get(&JobId(id)) else {
+                let Some(job) = core.logged.jobs.get(&JobId(id)) else {
                     return Err(RestoreError::QueueHoldsUnknownJob {
                         queue: number as u32,
                         job: id,
@@ -583,11 +583,13 @@ impl Core {
                 }
                 restored.push(JobId(id), started.contains(&id));
             }
-            core.queues.modify_all(|queues| queues.push(restored));
+            core.logged
+                .queues
+                .modify_all(|queues| queues.push(restored));
         }
         for record in snapshot.waiting {
             let (stages, env, cwd, inherited) = launch_of(record.launch)?;
-            core.waiting.push_back(Rc::new(Waiter {
+            core.logged.waiting.push_back(Rc::new(Waiter {
                 client: ClientToken(record.client),
                 cred: cred_in(record.cred),
                 user: Rc::from(record.user.as_str()),
@@ -640,7 +642,7 @@ impl Core {
     /// The invariants of `check_invariants`, as an error instead of a panic.
     fn check_restored(&self) -> Result<(), RestoreError> {
         let mut owner: HashMap<HostId, JobId> = HashMap::new();
-        for job in self.jobs.values() {
+        for job in self.logged.jobs.values() {
             if matches!(job.phase(), Phase::Running | Phase::Stopping) {
                 for host in &job.hosts {
                     if let Some(other) = owner.insert(*host, job.id) {
@@ -652,7 +654,7 @@ impl Core {
                     }
                 }
             }
-            let in_queue = self.queues[job.queue as usize]
+            let in_queue = self.logged.queues[job.queue as usize]
                 .order()
                 .filter(|&queued| queued == job.id)
                 .count();
@@ -663,12 +665,12 @@ impl Core {
                 });
             }
         }
-        let queued: usize = self.queues.iter().map(Queue::len).sum();
-        if queued != self.jobs.len() {
+        let queued: usize = self.logged.queues.iter().map(Queue::len).sum();
+        if queued != self.logged.jobs.len() {
             return Err(RestoreError::QueuesDisagree);
         }
-        let mut ledger = Ledger::new(&self.topology);
-        for job in self.jobs.values() {
+        let mut ledger = Ledger::new(&self.logged.topology);
+        for job in self.logged.jobs.values() {
             ledger.reserve(&Placement {
                 cluster: job.cluster,
                 hosts: job.hosts.clone(),
@@ -676,7 +678,7 @@ impl Core {
                 limits: job.limits,
             });
         }
-        if ledger != *self.ledger {
+        if ledger != *self.logged.ledger {
             return Err(RestoreError::ReservationsDisagree);
         }
         Ok(())

@@ -198,3 +198,80 @@ proptest! {
         }
     }
 }
+
+/// The types whose values log their own changes: those that implement
+/// `Undo`, found in the crate's sources.
+fn logging_types() -> Vec<String> {
+    let mut types = Vec::new();
+    let mut dirs = vec![std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("the crate's sources are readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                for (at, found) in text.match_indices(" Undo for ") {
+                    let name: String = text[at + found.len()..]
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if !name.is_empty() && name != "Logged" {
+                        types.push(name);
+                    }
+                }
+            }
+        }
+    }
+    types.sort();
+    types.dedup();
+    types
+}
+
+/// The fields of `Core` whose type logs its own changes. Such a field
+/// outside `Logged` would be copied whole at each commit and never start
+/// its log: every logged container is declared in `Logged`'s one list.
+fn logged_fields_outside_the_checkpoint(core_source: &str, types: &[String]) -> Vec<String> {
+    let start = core_source
+        .find("pub struct Core {")
+        .expect("core.rs declares Core");
+    let body = &core_source[start..];
+    let body = &body[..body.find("\n}\n").expect("Core's declaration ends")];
+    body.lines()
+        .map(str::trim)
+        .filter(|line| !line.starts_with("//"))
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(_, ty)| {
+            ty.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .any(|word| types.iter().any(|t| t == word))
+        })
+        .map(|(field, _)| field.trim_start_matches("pub ").to_string())
+        .collect()
+}
+
+/// Every container that logs its own changes is one of the checkpoint's
+/// (`Logged`), so a commit starts its log and a rollback undoes it.
+#[test]
+fn every_logged_container_is_in_the_checkpoint_block() {
+    let types = logging_types();
+    assert!(
+        types.iter().any(|t| t == "JobTable") && types.iter().any(|t| t == "UndoSet"),
+        "the types that implement Undo were not found: {types:?}"
+    );
+    let core_source = include_str!("../../core.rs");
+    let misplaced = logged_fields_outside_the_checkpoint(core_source, &types);
+    assert!(
+        misplaced.is_empty(),
+        "fields of Core that log their changes but are not in Logged \
+         (core/checkpoint.rs), so no commit starts their log: {misplaced:?}"
+    );
+    // The check sees such a field where one is declared.
+    let with_one = core_source.replace(
+        "    limits: Vec<ClusterLimits>,\n",
+        "    limits: Vec<ClusterLimits>,\n    extra: UndoSet<BTreeSet<JobId>>,\n",
+    );
+    assert_eq!(
+        logged_fields_outside_the_checkpoint(&with_one, &types),
+        ["extra"]
+    );
+}
