@@ -51,6 +51,15 @@ pub const SYNC_INTERVAL: Duration = Duration::from_millis(100);
 /// The most jobs one `history` lists (the last that match), so that one
 /// request costs the loop a bounded time however long the journal is.
 pub const HISTORY_LIMIT: usize = 1000;
+/// The most bytes of one journal line: longer strings of a record are cut
+/// (with a marker), then its largest fields replaced by a note.
+pub const MAX_RECORD: usize = 16 * 1024;
+/// The strings of a record over [`MAX_RECORD`] are cut to this many bytes.
+const CUT_STRING: usize = 256;
+/// The ended jobs of each user that a rotation keeps, whatever other users
+/// did: those of a user's last ones that would leave with the older file are
+/// carried into the new one.
+pub const HISTORY_PER_USER: usize = 100;
 
 /// Where the ended record of a job lies, and what `history` filters on.
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +99,9 @@ pub struct Journal {
     file: File,
     size: u64,
     max_size: u64,
+    /// The size at which the file is rotated: the maximum size past what a
+    /// rotation carried into it.
+    rotate_at: u64,
     /// A job's end was written since the last sync.
     unsynced: bool,
     /// When the file was last synced.
@@ -215,10 +227,11 @@ impl Journal {
             file,
             size,
             max_size,
+            rotate_at: max_size,
             unsynced: false,
             last_sync: Instant::now(),
             recent,
-            index: Some(index),
+            index: Some(sorted_by_end(index)),
         };
         if size > 0 && !ends_with_newline(&path)? {
             // A crash tore the last record: end its line, so that the next
@@ -244,6 +257,7 @@ impl Journal {
             file,
             size,
             max_size,
+            rotate_at: max_size,
             unsynced: false,
             last_sync: Instant::now(),
             recent,
@@ -260,6 +274,12 @@ impl Journal {
     /// job's end.
     fn append(&mut self, record: &Json) -> io::Result<()> {
         let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
+        // A checkpoint holds every unfinished job: it is as long as they are.
+        if line.len() > MAX_RECORD && record["event"] != "checkpoint" {
+            let mut record = record.clone();
+            fit_record(&mut record, line.len());
+            line = serde_json::to_vec(&record).map_err(io::Error::other)?;
+        }
         let offset = self.size;
         let len = line.len();
         line.push(b'\n');
@@ -289,7 +309,7 @@ impl Journal {
 
     /// Whether the next records should go to a new file.
     pub fn wants_rotation(&self) -> bool {
-        self.size >= self.max_size
+        self.size >= self.rotate_at
     }
 
     /// Starts a new file: the current one becomes `journal.1`, and the new
@@ -297,6 +317,7 @@ impl Journal {
     /// unfinished jobs).
     pub fn rotate(&mut self, next_id: u64, open: Vec<Vec<(String, Value)>>) -> io::Result<()> {
         self.sync()?;
+        let carried = self.records_to_carry();
         let path = self.dir.join(FILE);
         fs::rename(&path, self.dir.join(ROTATED))?;
         if let Some(index) = &mut self.index {
@@ -319,9 +340,69 @@ impl Journal {
             "next_job": next_id,
             "open": open,
         }))?;
+        let now = unix_now();
+        let n_carried = carried.len();
+        for record in carried {
+            let id = record["id"].clone();
+            self.append(&json!({
+                "t": now, "event": "ended", "job": id, "record": record, "carried": true,
+            }))?;
+        }
+        if let Some(index) = self.index.take() {
+            self.index = Some(sorted_by_end(index));
+        }
+        self.rotate_at = self.size + self.max_size;
         self.sync()?;
-        tracing::info!(path = %path.display(), "journal rotated");
+        tracing::info!(path = %path.display(), carried = n_carried, "journal rotated");
         Ok(())
+    }
+
+    /// The ended records a rotation must carry into the new file: for each
+    /// user, the last of their [`HISTORY_PER_USER`] jobs that are only in
+    /// the older file (which the rotation replaces). Within half the
+    /// maximum size, taken a job of each user in turn, most recent first,
+    /// so that a user with many carries none of the others' out; returned
+    /// in order of end.
+    fn records_to_carry(&mut self) -> Vec<Json> {
+        use std::collections::HashMap;
+        let budget = self.max_size / 2;
+        let index = self.index();
+        let mut kept: HashMap<Option<u32>, usize> = HashMap::new();
+        for entry in index.iter().filter(|entry| !entry.rotated) {
+            *kept.entry(entry.uid).or_default() += 1;
+        }
+        // Per user, most recent first, the records to carry.
+        let mut wanted: HashMap<Option<u32>, Vec<(usize, EndedAt)>> = HashMap::new();
+        for (position, entry) in index.iter().enumerate().rev() {
+            if !entry.rotated {
+                continue;
+            }
+            let room = HISTORY_PER_USER.saturating_sub(kept.get(&entry.uid).copied().unwrap_or(0));
+            let list = wanted.entry(entry.uid).or_default();
+            if list.len() < room {
+                list.push((position, *entry));
+            }
+        }
+        let mut users: Vec<_> = wanted.into_values().collect();
+        users.sort_by_key(|list| list.first().map(|(position, _)| usize::MAX - position));
+        let mut chosen = Vec::new();
+        let mut bytes = 0u64;
+        let deepest = users.iter().map(Vec::len).max().unwrap_or(0);
+        'depth: for depth in 0..deepest {
+            for list in &users {
+                let Some((position, entry)) = list.get(depth) else {
+                    continue;
+                };
+                if bytes + u64::from(entry.len) > budget {
+                    break 'depth;
+                }
+                bytes += u64::from(entry.len);
+                chosen.push((*position, *entry));
+            }
+        }
+        chosen.sort_by_key(|(position, _)| *position);
+        let chosen: Vec<EndedAt> = chosen.into_iter().map(|(_, entry)| entry).collect();
+        self.read_records(&chosen)
     }
 
     /// Appends the core's job events, stamped with the wall-clock time.
@@ -338,7 +419,15 @@ impl Journal {
                     // `Json` tree first (a map whose keys are hashed, then
                     // walked and freed) cost a third of an admission. The
                     // line is the same, byte for byte.
-                    let mut line = admitted_line(now, job.0, waited, &record)?;
+                    let line = admitted_line(now, job.0, waited, &record)?;
+                    if line.len() > MAX_RECORD {
+                        let mut parsed: Json =
+                            serde_json::from_slice(&line).map_err(io::Error::other)?;
+                        fit_record(&mut parsed, line.len());
+                        self.append(&parsed)?;
+                        continue;
+                    }
+                    let mut line = line;
                     line.push(b'\n');
                     self.append_raw(&line)?;
                     continue;
@@ -457,7 +546,7 @@ impl Journal {
                     tracing::warn!(file = name, %error, "cannot read the journal");
                 }
             }
-            index
+            sorted_by_end(index)
         })
     }
 
@@ -509,6 +598,8 @@ impl Journal {
             Some(Since::Unix(secs)) => secs as f64,
             Some(Since::Ago(ago)) => unix_now() - ago.as_secs_f64(),
         };
+        // The index is in order of end (a rotation's carried records
+        // sorted in among the older file's).
         let mut matching: Vec<EndedAt> = self
             .index()
             .iter()
@@ -753,12 +844,71 @@ fn absorb(entry: &Json, recovered: &mut Recovered, recent: &mut VecDeque<Recent>
             if let Some(id) = id {
                 recovered.open.remove(&id);
             }
+            if entry["carried"] == true {
+                // Kept for `history` across a rotation; it ended long ago.
+                return;
+            }
             if recent.len() == HISTORY {
                 recent.pop_front();
             }
             recent.push_back(Recent::of(&entry["record"]));
         }
         _ => {}
+    }
+}
+
+/// The index ordered by end time (stable: file order among equal ones).
+fn sorted_by_end(mut index: Vec<EndedAt>) -> Vec<EndedAt> {
+    index.sort_by(|a, b| a.ended.total_cmp(&b.ended));
+    index
+}
+
+/// Makes a journal line of `len` bytes fit in [`MAX_RECORD`]: every string
+/// of the job's record is cut to [`CUT_STRING`] bytes with a marker, then,
+/// while it is still too long, its largest fields are replaced by a note.
+fn fit_record(line: &mut Json, len: usize) {
+    fn cut_strings(value: &mut Json) {
+        match value {
+            Json::String(text) if text.len() > CUT_STRING => {
+                *text = crate::core::cap_text(std::mem::take(text), CUT_STRING);
+            }
+            Json::Array(items) => items.iter_mut().for_each(cut_strings),
+            Json::Object(map) => map.values_mut().for_each(cut_strings),
+            _ => {}
+        }
+    }
+    tracing::warn!(
+        bytes = len,
+        max = MAX_RECORD,
+        "a journal record over the budget is cut"
+    );
+    cut_strings(line);
+    let size = |value: &Json| serde_json::to_vec(value).map_or(0, |text| text.len());
+    while size(line) > MAX_RECORD {
+        let fields = match line {
+            Json::Object(map) if matches!(map.get("record"), Some(Json::Object(_))) => {
+                match map.get_mut("record") {
+                    Some(Json::Object(fields)) => fields,
+                    _ => return,
+                }
+            }
+            Json::Object(map) => map,
+            _ => return,
+        };
+        let Some((key, bytes)) = fields
+            .iter()
+            .map(|(key, value)| (key.clone(), size(value)))
+            .filter(|(_, bytes)| *bytes > 64)
+            .max_by_key(|(_, bytes)| *bytes)
+        else {
+            return;
+        };
+        fields.insert(
+            key,
+            json!(format!(
+                "(cut: {bytes} bytes over the journal's record budget)"
+            )),
+        );
     }
 }
 

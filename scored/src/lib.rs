@@ -16,6 +16,7 @@ pub mod handover;
 pub mod hostsfile;
 pub mod instance;
 pub mod journal;
+pub mod logline;
 pub mod version;
 
 pub use scored_core::{admission, cluster, core, hosts, ids, job, queue, sched};

@@ -341,13 +341,13 @@ fn init_logging(verbose: u8) {
         _ => "scored=trace",
     };
     let filter = EnvFilter::try_from_env("SCORED_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
+    // Each record escaped into one line: users' strings cannot forge one.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty()),
-        )
-        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_writer(move || scored::logline::OneLine { ansi })
         .with_target(false)
         .init();
 }

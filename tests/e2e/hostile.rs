@@ -829,6 +829,120 @@ fn passed_descriptors_and_signals_are_bounded_and_checked() {
     assert_no_panic(&mut daemon);
 }
 
+/// Submits `request` as the caller (root) with /dev/null as its standard
+/// descriptors, and returns the reply that ends its story: a rejection, an
+/// error or the job's end.
+fn submit_until_end(daemon: &Daemon, request: &Request) -> Reply {
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    let mut connection = scored::client::Connection::connect(&daemon.socket).expect("connect");
+    connection
+        .send_with_fds(request, &[null.as_fd(), null.as_fd(), null.as_fd()])
+        .expect("send");
+    loop {
+        let reply = connection.recv().expect("a reply");
+        if matches!(
+            reply,
+            Reply::Rejected { .. } | Reply::Error { .. } | Reply::Ended { .. }
+        ) {
+            return reply;
+        }
+    }
+}
+
+/// A flood of submissions naming long working directories that do not
+/// exist: a path longer than PATH_MAX is refused with a message naming the
+/// budget, the reason of a launch that failed in a long path is cut with a
+/// marker, scored's memory stays bounded, and another user's `history`
+/// survives the journal rotations that a user's many jobs cause.
+#[test]
+fn a_flood_of_failing_jobs_keeps_memory_bounded_and_others_history() {
+    let Some(users) = test_users("a_flood_of_failing_jobs_keeps_memory_bounded") else {
+        return;
+    };
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--journal-size")
+        .arg("16K")
+        .start();
+    for _ in 0..3 {
+        let output = daemon
+            .scrun_as(&users.b, &["true"])
+            .output()
+            .expect("scrun as b");
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    }
+    let with_cwd = |cwd: String| {
+        let mut request = submit_request(&daemon);
+        if let Request::Submit { submit, .. } = &mut request {
+            submit.cwd = cwd.as_str().into();
+        }
+        request
+    };
+    let huge = with_cwd(format!("/{}", "x".repeat(1_000_000)));
+    for _ in 0..40 {
+        match submit_until_end(&daemon, &huge) {
+            Reply::Rejected { reason, .. } => assert!(
+                reason.contains("1000001 bytes long") && reason.contains("(PATH_MAX)"),
+                "the refusal names the budget: {reason}"
+            ),
+            other => panic!(
+                "a 1 MB working directory must be refused, got {:.300}",
+                format!("{other:?}")
+            ),
+        }
+    }
+    let rss = daemon_rss(&daemon);
+    assert!(rss < 64 << 20, "scored's peak memory reached {rss} bytes");
+    match submit_until_end(
+        &daemon,
+        &with_cwd(format!("/nonexistent-{}", "d".repeat(4000))),
+    ) {
+        Reply::Ended { reason, .. } => {
+            assert!(
+                reason.len() <= 1024,
+                "{} bytes: {reason:.300}",
+                reason.len()
+            );
+            assert!(
+                reason.contains("/nonexistent-ddd") && reason.ends_with("bytes cut]"),
+                "the reason is cut with a marker: {reason}"
+            );
+        }
+        other => panic!(
+            "a job in a missing directory fails at launch, got {:.300}",
+            format!("{other:?}")
+        ),
+    }
+    // User a's many jobs rotate the journal several times.
+    for _ in 0..40 {
+        let output = daemon
+            .scrun_as(&users.a, &["true"])
+            .output()
+            .expect("scrun as a");
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    }
+    assert!(
+        std::fs::read_to_string(daemon.sandbox.path.join("state/journal.1")).is_ok(),
+        "the journal rotated"
+    );
+    let listed = |text: &str| {
+        text.lines()
+            .filter(|line| line.contains(&users.b.name))
+            .count()
+    };
+    let output = daemon.console_as(&users.b, "history");
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        listed(&stdout(&output)),
+        3,
+        "b's history:\n{}",
+        stdout(&output)
+    );
+    let text = daemon.ok(&format!("history --user {}", users.b.name));
+    assert_eq!(listed(&text), 3, "b's history as root:\n{text}");
+    assert_no_panic(&mut daemon);
+}
+
 #[test]
 fn crafted_traces_get_a_clear_error_never_an_abort() {
     let sandbox = Sandbox::new();

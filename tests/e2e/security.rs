@@ -799,3 +799,73 @@ fn a_short_job_reports_its_scratch_use() {
     let peak = daemon.job_field(1, "peak disk").as_u64().unwrap_or(0);
     assert!((200_000..5_000_000).contains(&peak), "peak disk {peak}");
 }
+
+#[test]
+fn a_working_directory_with_newlines_cannot_forge_a_log_line() {
+    let daemon = Daemon::start();
+    let forged = "2026-01-01T00:00:00.000000Z  WARN operator root granted";
+    let dir = daemon.sandbox.path.join(format!("d\n{forged}\r\u{2028}x"));
+    std::fs::create_dir(&dir).expect("make the directory");
+    let output = daemon
+        .scrun(&["no-such-program-for-the-log"])
+        .current_dir(&dir)
+        .output()
+        .expect("run scrun");
+    assert_ne!(code(&output), Some(0), "{}", stderr(&output));
+    let logged = wait_until(Duration::from_secs(10), || {
+        daemon.log().contains("operator root granted")
+    });
+    let log = daemon.log();
+    assert!(logged, "the failed launch was not logged:\n{log}");
+    for line in log.lines() {
+        assert!(
+            !line.starts_with(forged) && !line.contains("granted\r"),
+            "a user's directory wrote a line of its own into the log:\n{log}"
+        );
+    }
+    assert!(
+        log.contains(&format!("d\\n{forged}\\r\\u{{2028}}x")),
+        "the directory is not shown escaped:\n{log}"
+    );
+}
+
+#[test]
+fn disk_use_never_follows_the_text_of_a_rank_s_exe_link() {
+    let daemon = Daemon::start();
+    let dir = &daemon.sandbox.path;
+    // A secret in a directory only root may enter, whose size must not leak.
+    let private = dir.join("private");
+    std::fs::create_dir(&private).expect("private directory");
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let secret = private.join("secret");
+    const SECRET_SIZE: u64 = 3 << 30;
+    std::fs::File::create(&secret)
+        .and_then(|file| file.set_len(SECRET_SIZE))
+        .expect("sparse secret");
+    std::fs::copy("/bin/sleep", dir.join("prog")).expect("copy sleep");
+    // The rank runs a deleted file, so that /proc/PID/exe reads
+    // ".../prog (deleted)", a name the user then plants as a link.
+    let script = r#"exec 3<prog && rm prog && ln -s "$SECRET" "prog (deleted)" && exec "$SCRUN" /proc/self/fd/3 1"#;
+    let output = Command::new("sh")
+        .args(["-c", script])
+        .env("SECRET", &secret)
+        .env("SCRUN", bin("scrun"))
+        .env("SCORED_SOCKET", &daemon.socket)
+        .env("SCORED_TEST_TAG", &daemon.tag)
+        .env_remove("SCORE_OPTIONS")
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run scrun");
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert!(
+        std::fs::read_link(dir.join("prog (deleted)")).is_ok(),
+        "the link was not planted"
+    );
+    let peak = daemon.job_field(1, "peak disk").as_u64().unwrap_or(0);
+    let sleep_size = std::fs::metadata("/bin/sleep").expect("/bin/sleep").len();
+    assert!(
+        peak >= sleep_size && peak < SECRET_SIZE,
+        "peak disk {peak}: the executable is {sleep_size} bytes, the secret {SECRET_SIZE}"
+    );
+}

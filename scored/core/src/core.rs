@@ -494,12 +494,13 @@ impl Core {
                     if !record.is_ending() {
                         self.n_ending += 1;
                     }
+                    let message = cap_reason(message);
                     record.end_unless_ending(EndCause::LaunchFailed { message, status });
                 }
             }
             Input::ProcessesGone(job) => self.processes_gone(job, now, out),
             Input::StopFailed { job, reason } => {
-                self.begin_kill(job, EndCause::Limit(reason), false, now, out);
+                self.begin_kill(job, EndCause::Limit(cap_reason(reason)), false, now, out);
             }
             Input::Usage { job, usage } => {
                 self.usage(job, usage, now, out);
@@ -579,6 +580,7 @@ pub fn limits_of(job: &Job) -> JobLimits {
 
 mod action;
 mod admit;
+mod budget;
 mod checkpoint;
 mod commands;
 mod config;
@@ -593,6 +595,7 @@ mod tick;
 mod views;
 
 pub use action::{Accounting, Action, ClientEvent, EndKind, Ending, Notice, Rejection};
+pub use budget::{cap_reason, cap_text, MAX_REASON};
 pub use config::{CoreConfig, Directory, GroupError, NoDirectory};
 pub use input::{Input, JobEvent};
 pub use lifecycle::unlimited_disk_backstop;

@@ -14,7 +14,8 @@
 //! is not empty, no NUL byte in an argument; one to [`MAX_PROCS`]
 //! processes; memory and disk limits of at least one byte, a time limit of
 //! at least one millisecond; an absolute working directory without a NUL
-//! byte; and the inherited fields of [`crate::inherit::check`].
+//! byte, at most [`MAX_PATH_BYTES`] long; arguments and environment entries
+//! of at most [`MAX_STRING_BYTES`] each; and the inherited fields of [`crate::inherit::check`].
 //! Environment entries that no process environment can hold (a NUL byte
 //! anywhere, an empty name, or `=` in the name) are left out rather than
 //! refused, as execve(2) would have no way to pass them; scrun never sends
@@ -121,6 +122,18 @@ pub enum SubmitError {
     RelativeCwd,
     /// A working directory holding a NUL byte.
     NulInCwd,
+    /// A working directory longer than any path the kernel takes.
+    CwdTooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// An argument or environment entry longer than execve(2) passes.
+    StringTooLong {
+        /// `an argument of stage N` or `environment variable NAME`.
+        what: String,
+        /// Its length in bytes.
+        len: usize,
+    },
     /// A bad ignored signal, resource limit or umask.
     Inherit(InheritError),
     /// PMI descriptors for a count of ranks the request does not have.
@@ -206,6 +219,17 @@ impl fmt::Display for SubmitError {
                 f.write_str("the working directory must be an absolute path")
             }
             SubmitError::NulInCwd => f.write_str("the working directory contains a NUL byte"),
+            SubmitError::CwdTooLong { len } => write!(
+                f,
+                "the working directory is {len} bytes long; the budget for a path is {} bytes \
+                 (PATH_MAX)",
+                MAX_PATH_BYTES
+            ),
+            SubmitError::StringTooLong { what, len } => write!(
+                f,
+                "{what} is {len} bytes long; the budget for one argument or environment entry \
+                 is {MAX_STRING_BYTES} bytes (MAX_ARG_STRLEN)"
+            ),
             SubmitError::Inherit(error) => error.fmt(f),
             SubmitError::PmiRanks { pmi_ranks, asked } => write!(
                 f,
@@ -324,8 +348,19 @@ pub fn check_time(ms: u64, asked: impl FnOnce() -> String) -> Result<u64, Submit
     Ok(ms)
 }
 
-/// The rule on the working directory: an absolute path without a NUL byte.
+/// The longest working directory a submission may name: PATH_MAX (4096,
+/// with its terminating NUL), the longest path the kernel takes.
+pub const MAX_PATH_BYTES: usize = 4095;
+/// The longest argument or environment entry (`NAME=value`):
+/// MAX_ARG_STRLEN, the longest string execve(2) passes.
+pub const MAX_STRING_BYTES: usize = 128 * 1024;
+
+/// The rule on the working directory: an absolute path without a NUL
+/// byte, at most [`MAX_PATH_BYTES`] long.
 fn check_cwd(cwd: &[u8]) -> Result<(), SubmitError> {
+    if cwd.len() > MAX_PATH_BYTES {
+        return Err(SubmitError::CwdTooLong { len: cwd.len() });
+    }
     if cwd.first() != Some(&b'/') {
         return Err(SubmitError::RelativeCwd);
     }
@@ -364,6 +399,37 @@ pub fn check_pmi(submit: &Submit) -> Result<(), SubmitError> {
     Ok(())
 }
 
+/// The rule on the length of each argument and environment entry: at
+/// most [`MAX_STRING_BYTES`], which is all execve(2) would pass.
+fn check_strings(submit: &Submit) -> Result<(), SubmitError> {
+    for (stage_idx, argv) in submit.stages.iter().enumerate() {
+        if let Some(arg) = argv
+            .iter()
+            .find(|arg| arg.as_bytes().len() > MAX_STRING_BYTES)
+        {
+            return Err(SubmitError::StringTooLong {
+                what: format!("an argument of stage {}", stage_idx + 1),
+                len: arg.as_bytes().len(),
+            });
+        }
+    }
+    for (key, value) in &submit.env {
+        let len = key.as_bytes().len() + 1 + value.as_bytes().len();
+        if len > MAX_STRING_BYTES {
+            let name = String::from_utf8_lossy(key.as_bytes());
+            let mut shown: String = name.chars().take(64).collect();
+            if shown.len() < name.len() {
+                shown.push_str("...");
+            }
+            return Err(SubmitError::StringTooLong {
+                what: format!("environment variable {shown}"),
+                len,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Whether an environment entry can be passed to a process: no NUL byte,
 /// and a name that is not empty and holds no `=`.
 pub fn passes_environment(key: &[u8], value: &[u8]) -> bool {
@@ -389,6 +455,7 @@ fn validate(submit: &Submit) -> Result<Inherited, SubmitError> {
         check_time(ms, || format!("{ms}ms"))?;
     }
     check_cwd(submit.cwd.as_bytes())?;
+    check_strings(submit)?;
     check_pmi(submit)?;
     inherit::check_descriptors(&submit.closed_stdio, &submit.fds, submit.options.pty)?;
     Ok(inherit::check(

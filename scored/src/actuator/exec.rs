@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -99,16 +100,29 @@ impl OsActuator {
     }
 
     /// Adds the size of a rank's executable to its job's disk use, once
-    /// per executable and stage.
+    /// per executable (by device and inode) and stage.
+    ///
+    /// The executable is opened through the kernel's link (`O_PATH` on
+    /// `/proc/PID/exe`, which reaches the file the rank runs even when it
+    /// was deleted or renamed) and measured with `fstat`: the link's text
+    /// names a path the user controls (`/home/u/prog (deleted)` can be a
+    /// symbolic link they planted), and root must not follow it.
     pub(super) fn count_executable(&mut self, job: JobId, pid: i32) {
-        let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) else {
+        let Ok(exe) = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(format!("/proc/{pid}/exe"))
+        else {
+            return;
+        };
+        let Ok(meta) = exe.metadata() else {
             return;
         };
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
-        if procs.seen_exes.insert(exe.clone()) {
-            procs.exe_bytes += fs::metadata(&exe).map(|meta| meta.len()).unwrap_or(0);
+        if procs.seen_exes.insert((meta.dev(), meta.ino())) {
+            procs.exe_bytes += meta.len();
         }
     }
 
@@ -214,6 +228,7 @@ impl OsActuator {
         status: i32,
         out: &mut Vec<Input>,
     ) {
+        let message = crate::core::cap_reason(message);
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };

@@ -271,6 +271,7 @@ impl OsActuator {
             deadline,
         );
         if let Err((message, status)) = result {
+            let message = crate::core::cap_reason(message);
             tracing::info!(job = %job, %message, "launch failed");
             out.push(Input::SpawnFailed {
                 job,
@@ -679,5 +680,9 @@ pub(super) fn launch_error(program: &str, cwd: &str, error: &io::Error) -> (Stri
         io::ErrorKind::NotFound => crate::exitcode::NOT_FOUND,
         _ => crate::exitcode::NOT_EXECUTABLE,
     };
-    (format!("cannot run '{program}' in {cwd}: {error}"), status)
+    // The program and directory are the user's: cut before logging.
+    (
+        crate::core::cap_reason(format!("cannot run '{program}' in {cwd}: {error}")),
+        status,
+    )
 }

@@ -390,8 +390,9 @@ struct JobProcs {
     reaped_peak: Vec<u64>,
     /// Size of the executables of the job's programs.
     exe_bytes: u64,
-    /// Executables already counted in `exe_bytes` (this stage).
-    seen_exes: BTreeSet<PathBuf>,
+    /// Executables already counted in `exe_bytes` (this stage), by device
+    /// and inode.
+    seen_exes: BTreeSet<(u64, u64)>,
     scratch: PathBuf,
     /// The size walk of the scratch directory, resumed at each sample.
     disk_walk: statedir::DiskWalk,

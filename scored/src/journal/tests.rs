@@ -219,10 +219,23 @@ fn ended_records_are_found_through_the_index_across_rotation_and_reopening() {
     assert_eq!(ids(&all), (1..=id).collect::<Vec<_>>());
     assert_eq!(left_out, 0);
     assert_eq!(ids(&journal.history(Some(7), None).0), vec![id]);
-    // A second rotation drops what journal.1 held.
+    // A second rotation drops what journal.1 held, but for the last jobs
+    // of each user, carried into the new file within half its size.
     journal.rotate(id + 1, Vec::new()).expect("rotate");
-    assert_eq!(ids(&journal.history(None, None).0), vec![id]);
-    assert!(journal.ended(before_rotation).is_none());
+    assert_eq!(ids(&journal.history(Some(7), None).0), vec![id]);
+    let carried = ids(&journal.history(Some(1000), None).0);
+    assert!(
+        !carried.is_empty() && carried.len() < before_rotation as usize,
+        "{carried:?}"
+    );
+    let first = before_rotation + 1 - carried.len() as u64;
+    assert_eq!(carried, (first..=before_rotation).collect::<Vec<_>>());
+    assert!(journal.ended(first - 1).is_none());
+    assert_eq!(
+        ids(&journal.history(None, None).0).last(),
+        Some(&id),
+        "the carried records are listed before the newer ones"
+    );
     drop(journal);
     // After an in-place restart the index is built on first use.
     let mut journal = Journal::reopen(&dir, 4096, Vec::new()).expect("reopen");
@@ -277,4 +290,96 @@ fn sizes_below_a_record_are_refused() {
         .to_string()
         .contains("at least 4K"));
     assert!(parse_max_size("lots").is_err());
+}
+
+fn ended_as(id: u64, uid: u32, reason: &str) -> JobEvent {
+    let mut fields = record(id, uid);
+    fields.push(("reason".into(), Value::text(reason)));
+    JobEvent::Ended {
+        job: JobId(id),
+        record: fields,
+    }
+}
+
+/// One user's flood of ended jobs, through many rotations, does not push
+/// another user's last jobs out of `history`, and restarting from the
+/// files keeps them too.
+#[test]
+fn a_flood_of_one_user_keeps_the_last_jobs_of_the_others() {
+    let dir = temp_dir("flood");
+    let max = 64 * 1024;
+    let (mut journal, _) = Journal::open(&dir, max).expect("open");
+    for id in 1..=3 {
+        journal
+            .record(vec![ended_as(id, 7, "mine")])
+            .expect("record");
+    }
+    let mut id = 3;
+    let mut rotations = 0;
+    while rotations < 5 {
+        id += 1;
+        journal
+            .record(vec![ended_as(id, 1000, &"x".repeat(900))])
+            .expect("record");
+        if journal.wants_rotation() {
+            journal.rotate(id + 1, Vec::new()).expect("rotate");
+            rotations += 1;
+        }
+    }
+    assert_eq!(ids(&journal.history(Some(7), None).0), vec![1, 2, 3]);
+    let flooder = ids(&journal.history(Some(1000), None).0);
+    assert_eq!(flooder.last(), Some(&id));
+    assert!(flooder.len() >= HISTORY_PER_USER, "{}", flooder.len());
+    drop(journal);
+    let (mut journal, _) = Journal::open(&dir, max).expect("reopen");
+    assert_eq!(ids(&journal.history(Some(7), None).0), vec![1, 2, 3]);
+    assert!(
+        !journal.recent.iter().any(|recent| recent.id == Some(1)),
+        "a carried record is history, not a recent end"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A record longer than the budget is cut: its long strings end with a
+/// marker, and the line fits.
+#[test]
+fn a_record_over_the_budget_is_cut_with_a_marker() {
+    let dir = temp_dir("cut");
+    let (mut journal, _) = Journal::open(&dir, DEFAULT_MAX_SIZE).expect("open");
+    let reason = format!("cannot run 'x' in /{}", "d".repeat(100_000));
+    journal
+        .record(vec![admitted(1), ended_as(1, 7, &reason)])
+        .expect("record");
+    let mut hosts = record(2, 7);
+    hosts.push((
+        "hosts".into(),
+        Value::List((0..5000).map(|n| Value::text(format!("host{n}"))).collect()),
+    ));
+    journal
+        .record(vec![JobEvent::Ended {
+            job: JobId(2),
+            record: hosts,
+        }])
+        .expect("record");
+    drop(journal);
+    let text = fs::read_to_string(dir.join(FILE)).expect("read");
+    for line in text.lines() {
+        assert!(line.len() <= MAX_RECORD, "{} bytes", line.len());
+    }
+    let (mut journal, _) = Journal::open(&dir, DEFAULT_MAX_SIZE).expect("reopen");
+    journal.recent.clear();
+    let one = journal.ended(1).expect("job 1");
+    let kept = one["reason"].as_str().expect("a reason");
+    assert!(kept.starts_with("cannot run 'x' in /ddd"), "{kept}");
+    assert!(kept.ends_with("bytes cut]"), "{kept}");
+    let two = journal.ended(2).expect("job 2");
+    assert!(
+        two["hosts"]
+            .as_str()
+            .is_some_and(|note| note.contains("over the journal's record budget")),
+        "{}",
+        two["hosts"]
+    );
+    assert_eq!(two["uid"], json!(7));
+    let _ = fs::remove_dir_all(&dir);
 }

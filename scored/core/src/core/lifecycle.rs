@@ -348,6 +348,9 @@ impl Core {
             (_, Some(status)) => status.signal(),
             _ => None,
         };
+        // What a user's paths and programs made long is cut before it is
+        // logged, journalled, told or kept.
+        let reason = super::cap_reason(reason);
         let accounting = self.accounting(&record, now);
         let ending = Ending {
             job,

@@ -78,6 +78,9 @@ fn each_rule_is_refused_with_its_message() {
     check(|s| s.cwd = "".into(), "the working directory must be an absolute path");
     check(|s| s.cwd = "tmp".into(), "the working directory must be an absolute path");
     check(|s| s.cwd = WireBytes::Raw(b"/tmp\0/x".to_vec()), "the working directory contains a NUL byte");
+    check(|s| s.cwd = format!("/{}", "d".repeat(4095)).as_str().into(), "the working directory is 4096 bytes long; the budget for a path is 4095 bytes (PATH_MAX)");
+    check(|s| s.stages = vec![vec!["echo".into(), "x".repeat(131_073).as_str().into()]], "an argument of stage 1 is 131073 bytes long; the budget for one argument or environment entry is 131072 bytes (MAX_ARG_STRLEN)");
+    check(|s| s.env = vec![("HUGE".into(), "v".repeat(131_068).as_str().into())], "environment variable HUGE is 131073 bytes long; the budget for one argument or environment entry is 131072 bytes (MAX_ARG_STRLEN)");
     check(|s| s.ignored_signals = vec![0], "ignored signal 0 is not a signal number (1-64)");
     check(|s| s.ignored_signals = vec![19], "signal 19 cannot be ignored");
     check(|s| s.rlimits = vec![WireRlimit { resource: "nofile".into(), soft: Some(10), hard: Some(5) }], "resource limit nofile: soft limit 10 is above the hard limit 5");
@@ -125,6 +128,16 @@ fn the_edges_of_each_rule_pass() {
     submit.options.time_ms = Some(1);
     submit.cwd = WireBytes::Raw(vec![b'/', 0xff]);
     assert_eq!(super::check(&submit), Ok(()));
+    let mut long = good();
+    long.cwd = format!("/{}", "d".repeat(MAX_PATH_BYTES - 1))
+        .as_str()
+        .into();
+    long.stages = vec![vec![
+        "echo".into(),
+        "x".repeat(MAX_STRING_BYTES).as_str().into(),
+    ]];
+    long.env = vec![("V".into(), "v".repeat(MAX_STRING_BYTES - 2).as_str().into())];
+    assert_eq!(super::check(&long), Ok(()));
     let request = JobRequest::try_from(submit).expect("valid");
     assert_eq!(request.stages.len(), MAX_STAGES);
     assert_eq!(request.procs_total(), 65_536);
