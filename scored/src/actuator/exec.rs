@@ -17,6 +17,7 @@ use nix::unistd::Pid;
 use crate::core::Input;
 use crate::ids::JobId;
 
+use super::failure::LaunchError;
 use super::launch::launch_error;
 use super::{spawn, sys, OsActuator, EXEC_TIMEOUT};
 
@@ -151,31 +152,22 @@ impl OsActuator {
         };
         let error = io::Error::from_raw_os_error(errno);
         tracing::info!(job = %job, pid, rank, step = step.describe(), %error, "a rank could not exec");
-        let (message, status) =
-            if step == spawn::Step::Privileges && errno == sys::PRIVILEGES_REMAIN {
-                let uid = self.jobs.get(&job).map_or(0, |procs| procs.uid);
-                (
-                    format!(
-                        "refusing to run '{}' as uid {uid}: capabilities or securebits \
-                     remain after the change of user",
-                        pending.program
-                    ),
-                    crate::exitcode::NOT_EXECUTABLE,
-                )
-            } else if step == spawn::Step::Stdio {
-                // A descriptor numbered above what the rank may have
-                // (scored's own descriptor limit, when it cannot raise it).
-                (
-                    format!(
-                        "cannot give '{}' the descriptors its scrun passed: {error}",
-                        pending.program
-                    ),
-                    crate::exitcode::NOT_EXECUTABLE,
-                )
-            } else {
-                launch_error(&pending.program, &pending.cwd, &error)
-            };
-        self.fail_launch(job, message, status, out);
+        let failure = if step == spawn::Step::Privileges && errno == sys::PRIVILEGES_REMAIN {
+            LaunchError::PrivilegesRemain {
+                program: Rc::clone(&pending.program),
+                uid: self.jobs.get(&job).map_or(0, |procs| procs.uid),
+            }
+        } else if step == spawn::Step::Stdio {
+            // A descriptor numbered above what the rank may have
+            // (scored's own descriptor limit, when it cannot raise it).
+            LaunchError::Descriptors {
+                program: Rc::clone(&pending.program),
+                error,
+            }
+        } else {
+            launch_error(&pending.program, &pending.cwd, error)
+        };
+        self.fail_launch(job, failure, out);
     }
 
     /// Ranks that have not exec'd within [`EXEC_TIMEOUT`] of running time
@@ -208,27 +200,20 @@ impl OsActuator {
             let (job, rank) = (pending.job, pending.rank);
             let program = Rc::clone(&pending.program);
             self.exec_settled(job);
-            let message = format!(
-                "rank {rank} of job {job} had not started '{}' {}s after it was created \
-                 (stopped before its exec?): killed",
-                program,
-                EXEC_TIMEOUT.as_secs()
-            );
             tracing::warn!(job = %job, pid, rank, "a rank did not exec in time; killed");
-            self.fail_launch(job, message, crate::exitcode::NOT_EXECUTABLE, out);
+            let failure = LaunchError::ExecTimeout {
+                job,
+                rank,
+                program,
+                after: EXEC_TIMEOUT,
+            };
+            self.fail_launch(job, failure, out);
         }
     }
 
     /// The job's launch failed: says so once, creates nothing more, and
     /// kills what exists (the job ends once all of it is reaped).
-    pub(super) fn fail_launch(
-        &mut self,
-        job: JobId,
-        message: String,
-        status: i32,
-        out: &mut Vec<Input>,
-    ) {
-        let message = crate::core::cap_reason(message);
+    pub(super) fn fail_launch(&mut self, job: JobId, failure: LaunchError, out: &mut Vec<Input>) {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
@@ -236,11 +221,12 @@ impl OsActuator {
             return;
         }
         procs.launch_failed = true;
+        let message = failure.message();
         tracing::info!(job = %job, %message, "launch failed");
         out.push(Input::SpawnFailed {
             job,
             message,
-            status,
+            status: failure.status(),
         });
         if let Some(launch) = procs.launch.as_mut() {
             launch.aborted = true;

@@ -21,6 +21,7 @@ use crate::ids::JobId;
 use crate::inherit;
 use crate::job::LaunchPlan;
 
+use super::failure::LaunchError;
 use super::{
     spawn, statedir, sys, user_execs_in_flight, Child, Hold, JobProcs, JobStdio, OsActuator,
     PendingExec, EXEC_TIMEOUT, EXEC_WINDOW, LAUNCH_BATCH, STATE_DIR_CHECK, USER_EXEC_WINDOW,
@@ -77,12 +78,16 @@ impl OsActuator {
         if !self.jobs.contains_key(&plan.job) {
             // Not the program's fault: the status says the daemon failed.
             if let Err(problem) = self.check_state_dir(out) {
-                let message = format!("cannot prepare job {}: {problem}", plan.job);
+                let error = LaunchError::Prepare {
+                    job: plan.job,
+                    problem,
+                };
+                let message = error.message();
                 tracing::info!(job = %plan.job, %message, "launch failed");
                 out.push(Input::SpawnFailed {
                     job: plan.job,
                     message,
-                    status: crate::exitcode::INTERNAL,
+                    status: error.status(),
                 });
                 out.push(Input::ProcessesGone(plan.job));
                 return;
@@ -95,11 +100,11 @@ impl OsActuator {
             paused: false,
             aborted: false,
         };
-        self.run_launch(launch, Instant::now() + LAUNCH_BATCH, out);
+        self.run_launch(launch, self.clock.now() + LAUNCH_BATCH, out);
     }
 
     pub(super) fn run_due_launches(&mut self, out: &mut Vec<Input>) {
-        let deadline = Instant::now() + LAUNCH_BATCH;
+        let deadline = self.clock.now() + LAUNCH_BATCH;
         let due: Vec<JobId> = self
             .jobs
             .iter()
@@ -127,7 +132,7 @@ impl OsActuator {
                 }
                 continue;
             }
-            if Instant::now() >= deadline {
+            if self.clock.now() >= deadline {
                 if let Some(procs) = self.jobs.get_mut(&job) {
                     procs.launch = Some(launch);
                 }
@@ -141,7 +146,7 @@ impl OsActuator {
     /// still there and ours, recreating what was removed; tells the core
     /// when it stops or starts working again.
     pub(super) fn check_state_dir(&mut self, out: &mut Vec<Input>) -> Result<(), String> {
-        self.state_check_at = Instant::now() + STATE_DIR_CHECK;
+        self.state_check_at = self.clock.now() + STATE_DIR_CHECK;
         match self.state.ensure().map_err(|error| error.to_string()) {
             Ok(reopened) => {
                 if reopened {
@@ -221,14 +226,13 @@ impl OsActuator {
         &mut self,
         plan: &LaunchPlan,
         pipes: &mut Vec<Vec<(Option<OwnedFd>, Option<OwnedFd>)>>,
-    ) -> Result<(), (String, i32)> {
+    ) -> Result<(), LaunchError> {
         // Not the program's fault: the status says the daemon failed.
-        self.prepare_job(plan).map_err(|error| {
-            (
-                format!("cannot prepare job {}: {error}", plan.job),
-                crate::exitcode::INTERNAL,
-            )
-        })?;
+        self.prepare_job(plan)
+            .map_err(|error| LaunchError::Prepare {
+                job: plan.job,
+                problem: error.to_string(),
+            })?;
         let last_stage = plan.first_stage + plan.argv.len() - 1;
         // Pipes between stages, rank by rank: pipes[s][r] joins stage s's
         // rank r (writer) to stage s+1's rank r (reader).
@@ -237,7 +241,7 @@ impl OsActuator {
                 let mut stage_pipes = Vec::new();
                 for _ in 0..plan.nprocs {
                     let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-                        .map_err(|error| (format!("cannot create a pipe: {error}"), 126))?;
+                        .map_err(LaunchError::Pipe)?;
                     stage_pipes.push((Some(read), Some(write)));
                 }
                 pipes.push(stage_pipes);
@@ -270,13 +274,13 @@ impl OsActuator {
             &mut launch.progress,
             deadline,
         );
-        if let Err((message, status)) = result {
-            let message = crate::core::cap_reason(message);
+        if let Err(error) = result {
+            let message = error.message();
             tracing::info!(job = %job, %message, "launch failed");
             out.push(Input::SpawnFailed {
                 job,
                 message,
-                status,
+                status: error.status(),
             });
             let alive = self
                 .jobs
@@ -316,7 +320,7 @@ impl OsActuator {
         stdio: Option<&JobStdio>,
         progress: &mut LaunchProgress,
         deadline: Instant,
-    ) -> Result<(), (String, i32)> {
+    ) -> Result<(), LaunchError> {
         let first = progress.next;
         if !progress.prepared {
             // Once a launch: its first call may create no process (its
@@ -327,12 +331,8 @@ impl OsActuator {
         // The submission validator refuses a NUL byte in the working
         // directory (scored_proto::submit), so this conversion only fails
         // on a bug; the launch then fails rather than the daemon.
-        let cwd = CString::new(plan.cwd.as_bytes()).map_err(|_| {
-            (
-                "internal error: the job's working directory holds a NUL byte".to_string(),
-                126,
-            )
-        })?;
+        let cwd = CString::new(plan.cwd.as_bytes())
+            .map_err(|_| LaunchError::Nul("the job's working directory"))?;
         let last_stage = plan.first_stage + plan.argv.len() - 1;
         let pipes = &mut progress.pipes;
         let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
@@ -385,7 +385,7 @@ impl OsActuator {
             .into();
         let mut argv_cache: Option<(usize, Vec<CString>, Rc<str>)> = None;
         for proc_plan in &plan.procs[first..] {
-            if progress.next > first && Instant::now() >= deadline {
+            if progress.next > first && self.clock.now() >= deadline {
                 // The rest in later batches, between events.
                 return Ok(());
             }
@@ -407,12 +407,7 @@ impl OsActuator {
                     .iter()
                     .map(|arg| CString::new(arg.as_bytes()))
                     .collect::<Result<_, _>>()
-                    .map_err(|_| {
-                        (
-                            "internal error: an argument holds a NUL byte".to_string(),
-                            126,
-                        )
-                    })?;
+                    .map_err(|_| LaunchError::Nul("an argument"))?;
                 let program: Rc<str> = Path::new(&argv[0]).display().to_string().into();
                 argv_cache = Some((stage_idx, args, program));
             }
@@ -493,7 +488,7 @@ impl OsActuator {
                 (None, Some(io)) if reads_client => closed(&io.stdin),
                 _ => hold(
                     &mut owned,
-                    open_null(false).map_err(|error| launch_error(program, &cwd_text, &error))?,
+                    open_null(false).map_err(|error| launch_error(program, &cwd_text, error))?,
                 ),
             };
             let stdout = if plan.pipe && proc_plan.stage < last_stage {
@@ -506,20 +501,20 @@ impl OsActuator {
                 (None, Some(io)) => closed(&io.stdout),
                 (None, None) => hold(
                     &mut owned,
-                    open_null(true).map_err(|error| launch_error(program, &cwd_text, &error))?,
+                    open_null(true).map_err(|error| launch_error(program, &cwd_text, error))?,
                 ),
             };
             let stderr_fd = match stdio {
                 Some(io) => closed(&io.stderr),
                 None => hold(
                     &mut owned,
-                    open_null(true).map_err(|error| launch_error(program, &cwd_text, &error))?,
+                    open_null(true).map_err(|error| launch_error(program, &cwd_text, error))?,
                 ),
             };
             let mut stdio_fds = [stdin_fd, stdout_fd, stderr_fd];
             for fd in &mut stdio_fds {
                 if let Some(copy) = spawn::ChildSetup::stdio_fd(*fd)
-                    .map_err(|error| launch_error(program, &cwd_text, &error))?
+                    .map_err(|error| launch_error(program, &cwd_text, error))?
                 {
                     *fd = hold(&mut owned, copy);
                 }
@@ -586,7 +581,7 @@ impl OsActuator {
                 rlimits: &rlimits,
             };
             let (pid, report) =
-                spawn::spawn(&setup).map_err(|error| launch_error(program, &cwd_text, &error))?;
+                spawn::spawn(&setup).map_err(|error| launch_error(program, &cwd_text, error))?;
             drop(owned);
             let watched = sys::epoll_add(&self.exec_watch, report.as_raw_fd(), pid as u64);
             if let Err(error) = watched {
@@ -615,7 +610,7 @@ impl OsActuator {
                     rank: proc_plan.rank,
                     uid: plan.user.uid,
                     report: Some(report),
-                    deadline: Instant::now() + EXEC_TIMEOUT,
+                    deadline: self.clock.now() + EXEC_TIMEOUT,
                     failed: false,
                     program: Rc::clone(program),
                     cwd: Rc::clone(&cwd_text),
@@ -675,14 +670,10 @@ fn open_null(write: bool) -> io::Result<OwnedFd> {
 
 /// A launch that failed in the daemon (a descriptor, a fork), in the words
 /// of a rank that failed to run: the program, the directory and why.
-pub(super) fn launch_error(program: &str, cwd: &str, error: &io::Error) -> (String, i32) {
-    let status = match error.kind() {
-        io::ErrorKind::NotFound => crate::exitcode::NOT_FOUND,
-        _ => crate::exitcode::NOT_EXECUTABLE,
-    };
-    // The program and directory are the user's: cut before logging.
-    (
-        crate::core::cap_reason(format!("cannot run '{program}' in {cwd}: {error}")),
-        status,
-    )
+pub(super) fn launch_error(program: &Rc<str>, cwd: &Rc<str>, error: io::Error) -> LaunchError {
+    LaunchError::Run {
+        program: Rc::clone(program),
+        cwd: Rc::clone(cwd),
+        error,
+    }
 }

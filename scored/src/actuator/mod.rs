@@ -33,8 +33,11 @@
 //! (reading /proc in `procfs.rs`); children's ends and a job's release in
 //! `reap.rs`; the scratch directories in `statedir.rs`; the daemon's own
 //! set-up in `daemon.rs`; the handover of an in-place restart in
-//! `snapshot.rs` and `recover.rs`; every system call that needs `unsafe`
-//! in `sys.rs`.
+//! `snapshot.rs` and `recover.rs`; why a launch fails, with the status
+//! its scrun reports, in `failure.rs` ([`LaunchError`]); every system
+//! call that needs `unsafe` in `sys.rs`. Every timeout reads the time
+//! through the [`Clock`] the actuator was made with, so that tests move
+//! time themselves.
 
 pub mod cgroup;
 pub mod procfs;
@@ -46,6 +49,7 @@ pub mod sys;
 
 mod daemon;
 mod exec;
+mod failure;
 mod launch;
 mod reap;
 mod sample;
@@ -53,6 +57,7 @@ mod stop;
 
 pub use daemon::{become_subreaper, check_handover, elevate_priority, seal_inherited_descriptors};
 use exec::{user_execs_in_flight, PendingExec};
+pub use failure::LaunchError;
 use launch::Launch;
 pub use recover::input_job;
 pub use snapshot::ActuatorSnapshot;
@@ -443,18 +448,52 @@ pub struct OsActuator {
     /// An epoll set of their report pipes, which the event loop watches
     /// as one source (`Actuator::exec_watch_fd`).
     exec_watch: OwnedFd,
+    /// Where every timeout and deadline of the actuator reads the time.
+    clock: Box<dyn Clock>,
+}
+
+/// The time as the actuator reads it, so that its timeouts (a stop not
+/// confirmed, leftovers that will not die, a rank that does not exec)
+/// can be tested with a clock that moves only when a test moves it.
+pub trait Clock {
+    /// The current instant.
+    fn now(&self) -> Instant;
+}
+
+/// The system's monotonic clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
 }
 
 impl OsActuator {
     /// Prepares the actuator: the scratch root, the cgroup hierarchy, and the
     /// CPU masks of the hosts.
     pub fn new(config: ActuatorConfig, topology: &Topology) -> io::Result<OsActuator> {
-        OsActuator::prepare(config, topology, true)
+        OsActuator::prepare(config, topology, true, Box::new(SystemClock))
+    }
+
+    /// `new`, reading the time from `clock` for every timeout.
+    pub fn with_clock(
+        config: ActuatorConfig,
+        topology: &Topology,
+        clock: Box<dyn Clock>,
+    ) -> io::Result<OsActuator> {
+        OsActuator::prepare(config, topology, true, clock)
     }
 
     /// `new`, with a fresh cgroup hierarchy only when `fresh` (an in-place
-    /// restart adopts the one in use instead).
-    fn prepare(config: ActuatorConfig, topology: &Topology, fresh: bool) -> io::Result<OsActuator> {
+    /// restart adopts the one in use instead), reading the time from `clock`.
+    fn prepare(
+        config: ActuatorConfig,
+        topology: &Topology,
+        fresh: bool,
+        clock: Box<dyn Clock>,
+    ) -> io::Result<OsActuator> {
         // SIGALRM bounds the blocking wait for stops (`await_stops`).
         sys::install_alarm_handler()?;
         let daemon_uid = nix::unistd::geteuid().as_raw();
@@ -493,9 +532,10 @@ impl OsActuator {
             cgroups,
             state,
             state_problem: None,
-            state_check_at: Instant::now() + STATE_DIR_CHECK,
+            state_check_at: clock.now() + STATE_DIR_CHECK,
             disk_spent: 0,
-            disk_window: Instant::now(),
+            disk_window: clock.now(),
+            clock,
             daemon_pid: std::process::id() as i32,
             daemon_uid,
             clock_ticks: sys::clock_ticks(),
@@ -574,9 +614,9 @@ impl Actuator for OsActuator {
             .values()
             .any(|procs| procs.launch_due(&self.execs));
         if launching {
-            return Some(Instant::now());
+            return Some(self.clock.now());
         }
-        let poll = busy.then(|| Instant::now() + POLL_INTERVAL);
+        let poll = busy.then(|| self.clock.now() + POLL_INTERVAL);
         let next = poll.map_or(self.state_check_at, |poll| poll.min(self.state_check_at));
         // The first rank that may still fail to exec in time.
         let exec = self

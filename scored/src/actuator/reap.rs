@@ -4,7 +4,7 @@
 //! removed.
 
 use std::io;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -30,7 +30,7 @@ impl OsActuator {
                 }
             }
         }
-        self.poll(Instant::now(), out);
+        self.poll(self.clock.now(), out);
     }
 
     pub(super) fn release_job(&mut self, job: JobId) {
@@ -75,9 +75,10 @@ impl OsActuator {
         for pid in self.orphans() {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = self.clock.now() + Duration::from_secs(5);
         let mut events = Vec::new();
-        while (!self.children.is_empty() || !self.orphans().is_empty()) && Instant::now() < deadline
+        while (!self.children.is_empty() || !self.orphans().is_empty())
+            && self.clock.now() < deadline
         {
             self.reap(&mut events);
             std::thread::sleep(Duration::from_millis(1));
@@ -213,7 +214,7 @@ impl OsActuator {
             tracing::debug!(job = %job, n = pids.len(), "killing processes left behind by the job");
             procs.drain = Some(Drain {
                 pids,
-                since: Instant::now(),
+                since: self.clock.now(),
             });
         } else {
             procs.extras.clear();

@@ -12,7 +12,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
@@ -76,7 +76,7 @@ impl OsActuator {
                 }
             }
         }
-        let deadline = Instant::now() + DISCARD_WAIT;
+        let deadline = self.clock.now() + DISCARD_WAIT;
         let mut events = Vec::new();
         loop {
             self.reap(&mut events);
@@ -85,7 +85,7 @@ impl OsActuator {
                     .get(job)
                     .is_some_and(|procs| !procs.children.is_empty() || procs.drain.is_some())
             });
-            let now = Instant::now();
+            let now = self.clock.now();
             if !left || now >= deadline {
                 if left {
                     tracing::warn!("processes of a lost event did not die in time; their reports will be dropped when they come");

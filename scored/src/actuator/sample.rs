@@ -3,7 +3,7 @@
 //! pidfds, and its CPU time, memory per host and disk use measured.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::ids::JobId;
 use crate::job::Usage;
@@ -45,7 +45,7 @@ impl OsActuator {
         }
         let live_cpu =
             Duration::from_micros(ticks.saturating_mul(1_000_000) / self.clock_ticks.max(1));
-        let now = Instant::now();
+        let now = self.clock.now();
         if now.duration_since(self.disk_window) >= DISK_WINDOW {
             self.disk_window = now;
             self.disk_spent = 0;
@@ -151,7 +151,7 @@ impl OsActuator {
             }
         };
         let procs = self.jobs.get_mut(&job).expect("checked above");
-        procs.discovered_at = Some(Instant::now());
+        procs.discovered_at = Some(self.clock.now());
         let present: HashMap<i32, u64> =
             members.iter().map(|stat| (stat.pid, stat.start)).collect();
         procs

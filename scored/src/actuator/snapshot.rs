@@ -83,12 +83,13 @@ struct JobProcsSnapshot {
     uid: u32,
 }
 
-fn age_us(since: Instant) -> u64 {
-    since.elapsed().as_micros().min(u128::from(u64::MAX)) as u64
+fn age_us(since: Instant, now: Instant) -> u64 {
+    now.saturating_duration_since(since)
+        .as_micros()
+        .min(u128::from(u64::MAX)) as u64
 }
 
-fn since_age(age: u64) -> Instant {
-    let now = Instant::now();
+fn since_age(age: u64, now: Instant) -> Instant {
     now.checked_sub(Duration::from_micros(age)).unwrap_or(now)
 }
 
@@ -96,6 +97,7 @@ impl OsActuator {
     /// The state to hand over, and the descriptors that must survive execve.
     pub fn snapshot(&self) -> (ActuatorSnapshot, Vec<RawFd>) {
         let mut fds = Vec::new();
+        let now = self.clock.now();
         let jobs = self
             .jobs
             .iter()
@@ -126,7 +128,7 @@ impl OsActuator {
                     (
                         wait.children.iter().copied().collect(),
                         wait.extras.iter().copied().collect(),
-                        age_us(wait.since),
+                        age_us(wait.since, now),
                     )
                 }),
                 stop_freezing: procs.stop_wait.as_ref().is_some_and(|wait| wait.freezing),
@@ -139,7 +141,7 @@ impl OsActuator {
                 drain: procs
                     .drain
                     .as_ref()
-                    .map(|drain| (drain.pids.clone(), age_us(drain.since))),
+                    .map(|drain| (drain.pids.clone(), age_us(drain.since, now))),
                 reaped_cpu_us: procs.reaped_cpu.as_micros() as u64,
                 reaped_peak: procs.reaped_peak.clone(),
                 exe_bytes: procs.exe_bytes,
@@ -183,7 +185,9 @@ impl OsActuator {
         snapshot: ActuatorSnapshot,
     ) -> io::Result<OsActuator> {
         config.job_nofile = snapshot.job_nofile;
-        let mut actuator = OsActuator::prepare(config, topology, false)?;
+        let mut actuator =
+            OsActuator::prepare(config, topology, false, Box::new(super::SystemClock))?;
+        let now = actuator.clock.now();
         actuator.cgroups = snapshot
             .cgroup_base
             .map(|base| Cgroups::adopt(base, snapshot.cgroup_v1_freezer));
@@ -217,12 +221,12 @@ impl OsActuator {
                     stop_wait: record.stop_wait.map(|(children, extras, age)| StopWait {
                         children: children.into_iter().collect::<BTreeSet<_>>(),
                         extras: extras.into_iter().collect::<BTreeSet<_>>(),
-                        since: since_age(age),
+                        since: since_age(age, now),
                         freezing: record.stop_freezing,
                     }),
                     drain: record.drain.map(|(pids, age)| Drain {
                         pids,
-                        since: since_age(age),
+                        since: since_age(age, now),
                     }),
                     reaped_cpu: Duration::from_micros(record.reaped_cpu_us),
                     discovered_at: None,

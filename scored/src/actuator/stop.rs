@@ -21,11 +21,12 @@ impl OsActuator {
     pub(super) fn stop_job(&mut self, job: JobId, out: &mut Vec<Input>) {
         // At a slice boundary the job was sampled just before this stop, so
         // its descendants are known; otherwise look at its cgroup again.
+        let now = self.clock.now();
         let fresh = self
             .jobs
             .get(&job)
             .and_then(|procs| procs.discovered_at)
-            .is_some_and(|at| at.elapsed() < FRESH_DISCOVERY);
+            .is_some_and(|at| now.duration_since(at) < FRESH_DISCOVERY);
         if !fresh {
             self.adopt_new_members(job);
         }
@@ -62,18 +63,18 @@ impl OsActuator {
         procs.stop_wait = Some(StopWait {
             children: pending_children,
             extras: pending_extras,
-            since: Instant::now(),
+            since: self.clock.now(),
             freezing: freeze,
         });
         // Descendants are confirmed through /proc right away when they
         // already stopped; the rest at the next poll.
-        self.poll_job(job, Instant::now(), false, out);
+        self.poll_job(job, self.clock.now(), false, out);
     }
 
     pub(super) fn continue_job(&mut self, job: JobId) {
         self.thaw(job);
         // The time a rank spent switched out before its exec does not count.
-        let deadline = Instant::now() + EXEC_TIMEOUT;
+        let deadline = self.clock.now() + EXEC_TIMEOUT;
         for pending in self.execs.values_mut().filter(|pending| pending.job == job) {
             pending.deadline = deadline;
         }
@@ -110,7 +111,7 @@ impl OsActuator {
     }
 
     pub(super) fn wait_for_stops(&mut self, max: Duration, out: &mut Vec<Input>) {
-        let deadline = Instant::now() + max;
+        let deadline = self.clock.now() + max;
         // Only ranks pending: block in wait4 for them, one system call per
         // child as a plain killpg/waitpid program does, bounded by an alarm.
         let only_ranks = self.jobs.values().all(|procs| {
@@ -134,7 +135,7 @@ impl OsActuator {
                 while self.children.get(&pid).is_some_and(|child| !child.stopped) {
                     match sys::wait_pid_blocking(pid) {
                         Ok(Some(waited)) => self.handle_waited(waited, out),
-                        Ok(None) if Instant::now() < deadline => {}
+                        Ok(None) if self.clock.now() < deadline => {}
                         // Out of time: the rest is confirmed asynchronously.
                         Ok(None) => break 'waiting,
                         Err(error) => {
@@ -147,11 +148,11 @@ impl OsActuator {
             let _ = sys::set_alarm(Duration::ZERO);
             // Not `poll`: the state directory's check (due every second)
             // would then fall between a switch's stops and its continues.
-            self.poll_waiting_jobs(Instant::now(), out);
+            self.poll_waiting_jobs(self.clock.now(), out);
             return;
         }
         while self.pending_stops() > 0 {
-            let now = Instant::now();
+            let now = self.clock.now();
             if now >= deadline {
                 break;
             }
@@ -239,7 +240,7 @@ impl OsActuator {
             .is_some_and(|wait| wait.children.is_empty() && wait.extras.is_empty());
         if done {
             if let Some(wait) = procs.stop_wait.take() {
-                tracing::debug!(job = %job, confirm_us = wait.since.elapsed().as_micros() as u64, "stop confirmed");
+                tracing::debug!(job = %job, confirm_us = self.clock.now().duration_since(wait.since).as_micros() as u64, "stop confirmed");
             }
             out.push(Input::Stopped(job));
         }
@@ -437,4 +438,208 @@ impl OsActuator {
 
 fn signal_from(signal: i32) -> Option<Signal> {
     Signal::try_from(signal).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The stop's timeouts, on a clock that moves only when the test moves
+    //! it. The job's one rank is a `sleep` the test starts itself (the
+    //! actuator's own fork refuses a test harness's threads), recorded as
+    //! the actuator records a rank it forked.
+
+    use std::cell::Cell;
+    use std::collections::{BTreeSet, HashMap};
+    use std::path::PathBuf;
+    use std::rc::Rc;
+    use std::time::{Duration, Instant};
+
+    use super::super::{
+        statedir, ActuatorConfig, Child, Clock, Hold, JobProcs, OsActuator, CONFIRM_FALLBACK,
+        STOP_TIMEOUT,
+    };
+    use crate::actuator::Actuator;
+    use crate::cluster::Topology;
+    use crate::core::Input;
+    use crate::ids::JobId;
+
+    /// A clock that stands still until `advance`.
+    #[derive(Clone)]
+    struct FakeClock(Rc<Cell<Instant>>);
+
+    impl FakeClock {
+        fn advance(&self, by: Duration) {
+            self.0.set(self.0.get() + by);
+        }
+    }
+
+    impl Clock for FakeClock {
+        fn now(&self) -> Instant {
+            self.0.get()
+        }
+    }
+
+    /// A rank of job 1 that sleeps: the actuator, its clock, the process.
+    struct Fixture {
+        actuator: OsActuator,
+        clock: FakeClock,
+        rank: std::process::Child,
+        state_dir: PathBuf,
+    }
+
+    const JOB: JobId = JobId(1);
+
+    impl Fixture {
+        fn new(name: &str) -> Fixture {
+            let state_dir =
+                std::env::temp_dir().join(format!("scored-stop-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&state_dir);
+            let clock = FakeClock(Rc::new(Cell::new(Instant::now())));
+            let config = ActuatorConfig {
+                state_dir: state_dir.clone(),
+                use_cgroups: false,
+                job_nofile: None,
+            };
+            let mut actuator =
+                OsActuator::with_clock(config, &Topology::default(), Box::new(clock.clone()))
+                    .expect("an actuator on a fresh state directory");
+            // The leader of a process group of its own, as a rank is.
+            let rank = std::os::unix::process::CommandExt::process_group(
+                &mut std::process::Command::new("sleep"),
+                0,
+            )
+            .arg("60")
+            .spawn()
+            .expect("sleep starts");
+            let pid = rank.id() as i32;
+            actuator.children.insert(
+                pid,
+                Child {
+                    job: JOB,
+                    stage: 0,
+                    rank: 0,
+                    slot: 0,
+                    stopped: false,
+                },
+            );
+            actuator.jobs.insert(
+                JOB,
+                JobProcs {
+                    groups: HashMap::from([(pid, 0)]),
+                    children: BTreeSet::from([pid]),
+                    extras: HashMap::new(),
+                    stop_wait: None,
+                    drain: None,
+                    reaped_cpu: Duration::ZERO,
+                    discovered_at: Some(clock.now()),
+                    reaped_peak: vec![0],
+                    exe_bytes: 0,
+                    seen_exes: BTreeSet::new(),
+                    scratch: state_dir.join("jobs/1"),
+                    disk_walk: statedir::DiskWalk::default(),
+                    cgroup_procs: None,
+                    uid: 0,
+                    hold: Hold::default(),
+                    launch: None,
+                    launch_failed: false,
+                    execs_in_flight: 0,
+                },
+            );
+            Fixture {
+                actuator,
+                clock,
+                rank,
+                state_dir,
+            }
+        }
+
+        fn pid(&self) -> i32 {
+            self.rank.id() as i32
+        }
+
+        /// Waits (in real time, 10 s at most) until /proc shows the rank
+        /// stopped, or running again.
+        fn wait_until_stopped(&self, stopped: bool) {
+            let started = Instant::now();
+            while super::procfs::read_stat(self.pid())
+                .is_none_or(|stat| stat.is_stopped() != stopped)
+            {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "the rank never became {}",
+                    if stopped { "stopped" } else { "running" }
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+
+        fn poll(&mut self) -> Vec<Input> {
+            let mut out = Vec::new();
+            self.actuator.poll(self.clock.now(), &mut out);
+            out
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = self.rank.kill();
+            let _ = self.rank.wait();
+            let _ = std::fs::remove_dir_all(&self.state_dir);
+        }
+    }
+
+    /// A rank that wait4 has not reported stopped is taken as stopped on
+    /// /proc's word only once the fallback delay has passed on the
+    /// actuator's clock, however long ago in real time it stopped.
+    #[test]
+    fn a_stop_is_confirmed_through_proc_once_the_fallback_delay_has_passed() {
+        let mut fixture = Fixture::new("fallback");
+        let mut out = Vec::new();
+        fixture.actuator.stop(JOB, &mut out);
+        assert_eq!(out, []);
+        fixture.wait_until_stopped(true);
+        assert_eq!(fixture.poll(), [], "confirmed before the fallback delay");
+        fixture
+            .clock
+            .advance(CONFIRM_FALLBACK - Duration::from_millis(1));
+        assert_eq!(fixture.poll(), [], "confirmed before the fallback delay");
+        fixture.clock.advance(Duration::from_millis(1));
+        assert_eq!(fixture.poll(), [Input::Stopped(JOB)]);
+        assert_eq!(fixture.actuator.pending_stops(), 0);
+    }
+
+    /// A rank continued from outside right after its stop never confirms
+    /// it: the job's stop fails once the stop timeout has passed on the
+    /// actuator's clock, not before, naming how many processes ran on.
+    #[test]
+    fn a_stop_not_confirmed_within_the_stop_timeout_fails_the_job() {
+        let mut fixture = Fixture::new("timeout");
+        let mut out = Vec::new();
+        fixture.actuator.stop(JOB, &mut out);
+        fixture.wait_until_stopped(true);
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(fixture.pid()),
+            nix::sys::signal::Signal::SIGCONT,
+        )
+        .expect("SIGCONT to our own child");
+        fixture.wait_until_stopped(false);
+        fixture.clock.advance(CONFIRM_FALLBACK);
+        assert_eq!(fixture.poll(), []);
+        fixture
+            .clock
+            .advance(STOP_TIMEOUT - CONFIRM_FALLBACK - Duration::from_millis(1));
+        assert_eq!(fixture.poll(), [], "failed before the stop timeout");
+        assert_eq!(fixture.actuator.pending_stops(), 1);
+        fixture.clock.advance(Duration::from_millis(1));
+        let out = fixture.poll();
+        assert_eq!(
+            out,
+            [Input::StopFailed {
+                job: JOB,
+                reason: "1 of its processes did not stop within 5s of being switched out \
+                         (something kept continuing them, or they could not stop)"
+                    .to_string(),
+            }]
+        );
+        assert_eq!(fixture.actuator.pending_stops(), 0);
+    }
 }

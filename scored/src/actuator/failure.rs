@@ -1,0 +1,213 @@
+//! Why a job's processes could not be created: [`LaunchError`], one
+//! variant for each thing that can fail between a `Spawn` and the last
+//! rank's exec, each with the exit status its scrun reports.
+
+use std::fmt;
+use std::io;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::exitcode;
+use crate::ids::JobId;
+
+/// A launch that failed; the core is told its text and [`LaunchError::status`].
+#[derive(Debug)]
+pub enum LaunchError {
+    /// The state directory, or the job's scratch directory or cgroup,
+    /// could not be prepared: the daemon's fault, not the program's.
+    Prepare {
+        /// The job being launched.
+        job: JobId,
+        /// What was wrong, naming the path.
+        problem: String,
+    },
+    /// A pipe between `==` stages could not be created.
+    Pipe(nix::errno::Errno),
+    /// A working directory or argument holds a NUL byte, which the
+    /// submission validator refuses: only a bug gets here.
+    Nul(&'static str),
+    /// A program could not be run in its directory (a descriptor, a fork,
+    /// the exec itself).
+    Run {
+        /// The program as the user named it.
+        program: Rc<str>,
+        /// The working directory.
+        cwd: Rc<str>,
+        /// Why.
+        error: io::Error,
+    },
+    /// The change of user left capabilities or securebits: the program is
+    /// not run with them.
+    PrivilegesRemain {
+        /// The program.
+        program: Rc<str>,
+        /// The user it was to run as.
+        uid: u32,
+    },
+    /// A descriptor its scrun passed could not be given to the rank (a
+    /// number above the rank's descriptor limit).
+    Descriptors {
+        /// The program.
+        program: Rc<str>,
+        /// Why.
+        error: io::Error,
+    },
+    /// A rank had not exec'd its program within the exec timeout of
+    /// running time (stopped by its user before its exec?), and was killed.
+    ExecTimeout {
+        /// The job.
+        job: JobId,
+        /// The rank.
+        rank: u32,
+        /// The program.
+        program: Rc<str>,
+        /// The timeout.
+        after: Duration,
+    },
+}
+
+impl LaunchError {
+    /// The exit status scrun reports for the job: 127 for a program not
+    /// found, 70 for the daemon's own failure, 126 otherwise.
+    pub fn status(&self) -> i32 {
+        match self {
+            LaunchError::Prepare { .. } => exitcode::INTERNAL,
+            LaunchError::Run { error, .. } if error.kind() == io::ErrorKind::NotFound => {
+                exitcode::NOT_FOUND
+            }
+            _ => exitcode::NOT_EXECUTABLE,
+        }
+    }
+
+    /// The text the core, the log and the job's scrun get: cut to the
+    /// length of a reason, since programs, directories and arguments are
+    /// the user's.
+    pub fn message(&self) -> String {
+        crate::core::cap_reason(self.to_string())
+    }
+}
+
+impl fmt::Display for LaunchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LaunchError::Prepare { job, problem } => {
+                write!(f, "cannot prepare job {job}: {problem}")
+            }
+            LaunchError::Pipe(error) => write!(f, "cannot create a pipe: {error}"),
+            LaunchError::Nul(what) => write!(f, "internal error: {what} holds a NUL byte"),
+            LaunchError::Run {
+                program,
+                cwd,
+                error,
+            } => write!(f, "cannot run '{program}' in {cwd}: {error}"),
+            LaunchError::PrivilegesRemain { program, uid } => write!(
+                f,
+                "refusing to run '{program}' as uid {uid}: capabilities or securebits \
+                 remain after the change of user"
+            ),
+            LaunchError::Descriptors { program, error } => write!(
+                f,
+                "cannot give '{program}' the descriptors its scrun passed: {error}"
+            ),
+            LaunchError::ExecTimeout {
+                job,
+                rank,
+                program,
+                after,
+            } => write!(
+                f,
+                "rank {rank} of job {job} had not started '{program}' {}s after it was created \
+                 (stopped before its exec?): killed",
+                after.as_secs()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LaunchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LaunchError::Pipe(error) => Some(error),
+            LaunchError::Run { error, .. } | LaunchError::Descriptors { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(error: io::Error) -> LaunchError {
+        LaunchError::Run {
+            program: "prog".into(),
+            cwd: "/home/u".into(),
+            error,
+        }
+    }
+
+    #[test]
+    fn a_program_not_found_is_status_127_and_names_the_program_and_directory() {
+        let error = run(io::Error::from_raw_os_error(libc::ENOENT));
+        assert_eq!(error.status(), 127);
+        assert_eq!(
+            error.to_string(),
+            "cannot run 'prog' in /home/u: No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
+    fn a_program_that_cannot_run_is_status_126() {
+        assert_eq!(
+            run(io::Error::from_raw_os_error(libc::EACCES)).status(),
+            126
+        );
+        assert_eq!(LaunchError::Pipe(nix::errno::Errno::EMFILE).status(), 126);
+        assert_eq!(LaunchError::Nul("an argument").status(), 126);
+        let timeout = LaunchError::ExecTimeout {
+            job: JobId(7),
+            rank: 3,
+            program: "prog".into(),
+            after: Duration::from_secs(5),
+        };
+        assert_eq!(timeout.status(), 126);
+        assert_eq!(
+            timeout.to_string(),
+            "rank 3 of job 7 had not started 'prog' 5s after it was created \
+             (stopped before its exec?): killed"
+        );
+    }
+
+    #[test]
+    fn the_daemons_own_failure_is_status_70_and_names_the_job() {
+        let error = LaunchError::Prepare {
+            job: JobId(4),
+            problem: "/var/scored/jobs: permission denied".into(),
+        };
+        assert_eq!(error.status(), 70);
+        assert_eq!(
+            error.to_string(),
+            "cannot prepare job 4: /var/scored/jobs: permission denied"
+        );
+    }
+
+    #[test]
+    fn a_message_naming_a_huge_program_is_cut() {
+        let error = LaunchError::Run {
+            program: "p".repeat(100_000).into(),
+            cwd: "/".into(),
+            error: io::Error::from_raw_os_error(libc::ENOENT),
+        };
+        let message = error.message();
+        assert!(message.len() < 10_000, "{} bytes", message.len());
+        assert!(message.starts_with("cannot run 'ppp"), "{message}");
+    }
+
+    #[test]
+    fn the_cause_of_a_failed_run_is_its_source() {
+        use std::error::Error;
+        let error = run(io::Error::from_raw_os_error(libc::EACCES));
+        assert!(error.source().is_some());
+        assert!(LaunchError::Nul("an argument").source().is_none());
+    }
+}

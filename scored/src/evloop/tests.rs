@@ -1,0 +1,242 @@
+//! The loop's glue, with a recording fake actuator in place of the
+//! system: what the loop asks of the actuator for the core's actions, and
+//! in what order, without a process.
+
+use std::ffi::OsString;
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+
+use super::*;
+use crate::actuator::{ActuatorSnapshot, HandoverError, JobStdio};
+use crate::core::CoreConfig;
+use crate::ids::{ClientToken, Cred, JobId};
+use crate::job::{JobRequest, Joiner, LaunchPlan, ProcRequest, Usage};
+
+/// What the loop asked of the actuator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Spawn(JobId),
+    Stop(JobId),
+    Cont(JobId),
+    Signal(JobId, i32),
+    Release(JobId),
+    AwaitStops,
+}
+
+/// An actuator that records each call and, if told to, confirms the
+/// stops it was asked for when the loop waits for them.
+#[derive(Default)]
+struct RecordingActuator {
+    calls: Vec<Call>,
+    /// Stops asked for and not confirmed yet.
+    stopping: Vec<JobId>,
+    confirm_stops: bool,
+}
+
+impl Actuator for RecordingActuator {
+    fn spawn(&mut self, plan: &LaunchPlan, _stdio: Option<&JobStdio>, _out: &mut Vec<Input>) {
+        self.calls.push(Call::Spawn(plan.job));
+    }
+    fn stop(&mut self, job: JobId, _out: &mut Vec<Input>) {
+        self.calls.push(Call::Stop(job));
+        self.stopping.push(job);
+    }
+    fn cont(&mut self, job: JobId) {
+        self.calls.push(Call::Cont(job));
+    }
+    fn signal(&mut self, job: JobId, signal: i32) {
+        self.calls.push(Call::Signal(job, signal));
+    }
+    fn sample(&mut self, _job: JobId) -> Option<Usage> {
+        None
+    }
+    fn release(&mut self, job: JobId) {
+        self.calls.push(Call::Release(job));
+    }
+    fn reap(&mut self, _out: &mut Vec<Input>) {}
+    fn poll(&mut self, _now: Instant, _out: &mut Vec<Input>) {}
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
+    fn pending_stops(&self) -> usize {
+        self.stopping.len()
+    }
+    fn await_stops(&mut self, _max: Duration, out: &mut Vec<Input>) {
+        self.calls.push(Call::AwaitStops);
+        if self.confirm_stops {
+            out.extend(self.stopping.drain(..).map(Input::Stopped));
+        }
+    }
+    fn kill_everything(&mut self) {}
+    fn handover(&self) -> Result<(ActuatorSnapshot, Vec<RawFd>), HandoverError> {
+        Err(HandoverError::Unsupported)
+    }
+}
+
+/// A loop on one host with 100 ms slices, the fake actuator, and a socket
+/// of its own that no client connects to.
+fn daemon(name: &str, confirm_stops: bool) -> (Daemon<RecordingActuator>, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("scored-glue-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory for the socket");
+    let socket = dir.join("sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let config = CoreConfig {
+        timeslice: Duration::from_millis(100),
+        daemon_uid: 0,
+        ..CoreConfig::default()
+    };
+    let topology = scored_test_topology();
+    let core = Core::new(config, topology, vec![None]);
+    let actuator = RecordingActuator {
+        confirm_stops,
+        ..RecordingActuator::default()
+    };
+    let config = LoopConfig {
+        socket,
+        idle_exit: None,
+        max_connections: 16,
+        max_connections_per_user: 16,
+        request_timeout: Duration::from_secs(10),
+    };
+    let daemon = Daemon::new(core, actuator, listener, config, SigSet::empty()).expect("a loop");
+    (daemon, dir)
+}
+
+/// One host of one CPU.
+fn scored_test_topology() -> crate::cluster::Topology {
+    use crate::cluster::{Cluster, Host, Topology};
+    use crate::ids::{ClusterId, HostId};
+    Topology {
+        hosts: vec![Host {
+            id: HostId(0),
+            name: "h0".to_string(),
+            cluster: ClusterId(0),
+            cpus: crate::units::CpuSet::from_cpus([0]),
+            cores: 1,
+            speed: 1.0,
+            cpugen: "test".to_string(),
+            memory: 1 << 30,
+            watchfs: Vec::new(),
+            groups: Vec::new(),
+        }],
+        clusters: vec![Cluster {
+            id: ClusterId(0),
+            name: "test".to_string(),
+            cpugen: "test".to_string(),
+            speed: 1.0,
+            cores: 1,
+            hosts: vec![HostId(0)],
+        }],
+    }
+}
+
+/// A one-process job from client `client`, as root.
+fn submit(client: u64) -> Input {
+    Input::Submit {
+        client: ClientToken(client),
+        cred: Cred {
+            uid: 0,
+            gid: 0,
+            pid: 100 + client as i32,
+            groups: Vec::new(),
+        },
+        user: "root".into(),
+        request: Box::new(JobRequest {
+            stages: vec![vec![OsString::from("prog")]],
+            joiner: Joiner::Sequence,
+            procs: ProcRequest::Nodes(1),
+            priority: None,
+            wait: false,
+            memory: None,
+            disk: None,
+            time: None,
+            env: vec![],
+            cwd: OsString::from("/"),
+            inherited: Default::default(),
+        }),
+    }
+}
+
+/// Lets a slice pass on the loop's clock, then handles the deadline.
+fn end_slice(daemon: &mut Daemon<RecordingActuator>) {
+    daemon.start -= Duration::from_millis(150);
+    daemon.handle_event(Event::Deadline);
+}
+
+/// At a slice boundary the loop stops the running job, waits for the
+/// stop, and only once it is confirmed starts the job whose turn it is.
+#[test]
+fn a_job_enters_only_after_the_loop_has_waited_for_the_leaving_jobs_stop() {
+    let (mut daemon, dir) = daemon("switch", true);
+    daemon.feed(vec![submit(1), submit(2)]);
+    assert_eq!(daemon.actuator.calls, [Call::Spawn(JobId(1))]);
+    end_slice(&mut daemon);
+    assert_eq!(
+        daemon.actuator.calls,
+        [
+            Call::Spawn(JobId(1)),
+            Call::Stop(JobId(1)),
+            Call::AwaitStops,
+            Call::Spawn(JobId(2)),
+        ]
+    );
+    std::fs::remove_dir_all(dir).expect("clean up");
+}
+
+/// A stop the actuator has not confirmed keeps the next job out, however
+/// many deadlines pass; its confirmation, whenever it comes, lets it in.
+#[test]
+fn an_unconfirmed_stop_keeps_the_next_job_out_until_it_is_confirmed() {
+    let (mut daemon, dir) = daemon("unconfirmed", false);
+    daemon.feed(vec![submit(1), submit(2)]);
+    end_slice(&mut daemon);
+    end_slice(&mut daemon);
+    assert!(
+        !daemon.actuator.calls.contains(&Call::Spawn(JobId(2))),
+        "{:?}",
+        daemon.actuator.calls
+    );
+    assert_eq!(
+        daemon.actuator.calls[..3],
+        [
+            Call::Spawn(JobId(1)),
+            Call::Stop(JobId(1)),
+            Call::AwaitStops
+        ]
+    );
+    daemon.actuator.stopping.clear();
+    daemon.feed(vec![Input::Stopped(JobId(1))]);
+    assert_eq!(daemon.actuator.calls.last(), Some(&Call::Spawn(JobId(2))));
+    std::fs::remove_dir_all(dir).expect("clean up");
+}
+
+/// A connection that goes away takes its job with it: the loop passes the
+/// core's kill on to the actuator as a signal to the job.
+#[test]
+fn a_client_gone_has_its_job_signalled() {
+    let (mut daemon, dir) = daemon("gone", true);
+    daemon.feed(vec![submit(1)]);
+    daemon.feed(vec![Input::ClientGone(ClientToken(1))]);
+    assert!(
+        daemon
+            .actuator
+            .calls
+            .iter()
+            .any(|call| matches!(call, Call::Signal(JobId(1), _))),
+        "{:?}",
+        daemon.actuator.calls
+    );
+    std::fs::remove_dir_all(dir).expect("clean up");
+}
+
+#[test]
+fn a_deadline_taken_before_the_timeout_is_due_at_once() {
+    // As the actuator asks while a launch is under way: "now".
+    let deadline = Instant::now();
+    assert_eq!(poll_timeout(Some(deadline)), Some(Duration::ZERO));
+    assert_eq!(poll_timeout(None), None);
+    let later = poll_timeout(Some(Instant::now() + Duration::from_secs(60)))
+        .expect("a deadline gives a timeout");
+    assert!(later > Duration::from_secs(59), "{later:?}");
+}
