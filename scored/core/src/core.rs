@@ -608,7 +608,10 @@ mod tick;
 mod views;
 
 pub use action::{Accounting, Action, ClientEvent, EndKind, Ending, Notice, Rejection};
-pub use budget::{cap_reason, cap_text, MAX_REASON};
+pub use budget::{
+    cap_reason, cap_text, request_bytes, MAX_REASON, STRING_COST, TOTAL_BYTES, TOTAL_JOBS,
+    TOTAL_WAITING, USER_BYTES, USER_JOBS, USER_WAITING,
+};
 pub use config::{CoreConfig, Directory, GroupError, NoDirectory};
 pub use input::{Input, JobEvent};
 pub use lifecycle::unlimited_disk_backstop;
