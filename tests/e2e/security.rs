@@ -1013,13 +1013,13 @@ fn stop_a_rank_before_its_exec(parent: u32, exe: &Path) -> Option<i32> {
 
 #[test]
 fn a_rank_stopped_before_its_exec_does_not_hold_up_a_restart() {
-    let n = 400;
+    let n = 200;
     let daemon = Daemon::builder()
         .hosts(&format!("host0 cores={n}\n"))
         .start();
     let exe = std::fs::canonicalize(bin("scored")).expect("scored's path");
     let nodes = format!("-nodes={n}");
-    let mut job = daemon.spawn(&[&nodes, "sh", "-c", "echo pid $$; exec sleep 60"]);
+    let mut job = daemon.spawn(&[&nodes, "sleep", "60"]);
     let Some(pid) = stop_a_rank_before_its_exec(daemon.pid(), &exe) else {
         daemon.ok("kill 1 KILL");
         let _ = job.wait(Duration::from_secs(30));
@@ -1042,7 +1042,7 @@ fn a_rank_stopped_before_its_exec_does_not_hold_up_a_restart() {
     let (status, text) = job.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(126), "{text}");
     assert!(
-        text.contains("was stopped before it started 'sh' when scored restarted in place"),
+        text.contains("was stopped before it started 'sleep' when scored restarted in place"),
         "{text}"
     );
 }
