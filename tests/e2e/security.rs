@@ -879,8 +879,7 @@ fn a_user_s_queued_jobs_cannot_make_a_restart_fail() {
     first.wait_pids(2);
     let mut second = daemon.spawn(&["-priority=0", "-nodes=2", "sh", "-c", "exit 7"]);
     assert!(
-        wait_until(Duration::from_secs(10), || daemon
-            .ok("job 2")
+        wait_until(Duration::from_secs(20), || stdout(&daemon.console("job 2"))
             .contains("state: queued")),
         "{}",
         daemon.ok("jobs")
@@ -961,8 +960,10 @@ fn a_rank_its_user_resumes_with_ptrace_is_held_by_the_freezer() {
         share >= 0.40,
         "the gang partner got {victim_ticks} ticks, the traced job {attacker_ticks}:\n{log}"
     );
+    // Noticed as traced when its stop was confirmed, or, on a loaded
+    // machine, frozen first because its stop took too long to confirm.
     assert!(
-        log.contains("is traced by process"),
+        log.contains("is traced by process") || log.contains("was not confirmed within"),
         "the traced job was not noticed:\n{log}"
     );
     assert!(daemon.running());
