@@ -53,7 +53,11 @@ pub fn check(data: &[u8]) {
             }
         }
         assert!(ends <= 1, "the job ended {ends} times");
-        assert_eq!(ends == 1, world.ended(), "ended() disagrees with the effects");
+        assert_eq!(
+            ends == 1,
+            world.ended(),
+            "ended() disagrees with the effects"
+        );
         for rank in 0..size {
             let held = world.buffered(rank);
             assert!(
@@ -61,7 +65,11 @@ pub fn check(data: &[u8]) {
                 "rank {rank} holds {held} undecoded bytes"
             );
         }
-        assert!(world.kvs_bytes() <= LIMITS.bytes, "{} bytes stored", world.kvs_bytes());
+        assert!(
+            world.kvs_bytes() <= LIMITS.bytes,
+            "{} bytes stored",
+            world.kvs_bytes()
+        );
     }
 }
 
@@ -82,5 +90,8 @@ fn check_reply(bytes: &[u8]) {
         .and_then(|prefix| prefix.trim().parse().ok())
         .unwrap_or_else(|| panic!("a PMI-2 reply without its length: {bytes:?}"));
     assert_eq!(len, bytes.len() - 6, "a PMI-2 length prefix that lies");
-    assert!(bytes[6..].starts_with(b"cmd="), "a PMI-2 reply without cmd=");
+    assert!(
+        bytes[6..].starts_with(b"cmd="),
+        "a PMI-2 reply without cmd="
+    );
 }
