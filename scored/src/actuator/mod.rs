@@ -89,6 +89,13 @@ const FRESH_DISCOVERY: Duration = Duration::from_millis(2);
 const ALARM_EVERY: Duration = Duration::from_millis(1);
 /// How often the state directory is checked (and healed) between launches.
 const STATE_DIR_CHECK: Duration = Duration::from_secs(1);
+/// The time one wakeup of the loop spends removing finished jobs' scratch
+/// trees; the rest waits for the next wakeup, which comes at once while any
+/// is left. A tree of hundreds of thousands of files so costs the loop
+/// slices of this length, between which clients and ticks are served.
+pub const SWEEP_SLICE: Duration = Duration::from_millis(2);
+/// The entries removed between two readings of the clock in a slice.
+const SWEEP_STEP: usize = 64;
 /// Disk accounting examines at most this many directory entries per
 /// window, across all jobs, so that scratch trees of millions of files cost
 /// the daemon a bounded amount of work; walks resume where they stopped.
@@ -382,6 +389,9 @@ pub struct OsActuator {
     state_problem: Option<String>,
     /// When the state directory is next checked.
     state_check_at: Instant,
+    /// Finished jobs' scratch trees, taken from their users and being
+    /// removed a slice at a time (`sweep`).
+    removals: std::collections::VecDeque<statedir::Removal>,
     /// Directory entries the disk walks examined in the current window.
     disk_spent: usize,
     disk_window: Instant,
@@ -476,12 +486,14 @@ impl OsActuator {
             }
             None => {}
         }
+        let removals = state.unfinished_removals().into();
         Ok(OsActuator {
             config,
             hosts,
             jobs: HashMap::new(),
             children: HashMap::new(),
             cgroups,
+            removals,
             state,
             state_problem: None,
             state_check_at: clock.now() + STATE_DIR_CHECK,
@@ -551,6 +563,7 @@ impl Actuator for OsActuator {
             let _ = self.check_state_dir(out);
         }
         self.poll_waiting_jobs(now, out);
+        self.sweep();
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -565,7 +578,7 @@ impl Actuator for OsActuator {
             .jobs
             .values()
             .any(|procs| procs.launch_due(&self.execs));
-        if launching {
+        if launching || !self.removals.is_empty() {
             return Some(self.clock.now());
         }
         let poll = busy.then(|| self.clock.now() + POLL_INTERVAL);
