@@ -126,8 +126,8 @@ const USER_OUTPUT_BUDGET: usize = 16 << 20;
 /// plus one reply, instead of every reply to everything it sent.
 const PAUSE_OUTPUT: usize = 64 * 1024;
 /// Descriptors a client may have sent and not yet used: a submission's
-/// standard ones and the most it may pass on.
-const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS + proto::MAX_INHERITED_FDS;
+/// standard ones, the most it may pass on, and its PMI descriptors.
+const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS + proto::MAX_INHERITED_FDS + proto::MAX_PMI_FDS;
 /// The most descriptors one message can carry (SCM_MAX_FD in the kernel's
 /// include/net/scm.h). The receive buffer has room for all of them: when it
 /// is too small the kernel still installs the descriptors that fit but sets

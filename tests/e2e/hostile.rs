@@ -108,6 +108,7 @@ fn submit_request(daemon: &Daemon) -> Request {
             ioprio: None,
             closed_stdio: Vec::new(),
             fds: Vec::new(),
+            pmi_ranks: 0,
         },
     }
 }
@@ -767,15 +768,16 @@ fn passed_descriptors_and_signals_are_bounded_and_checked() {
         }
         proto::encode(&request)
     };
-    // Three standard descriptors and 65 others: more than may be pending.
+    // Three standard descriptors, 64 others and 129 for PMI: more than
+    // may be pending.
     let mut stream = connect(&daemon.socket);
-    let numbers: Vec<i32> = (3..3 + proto::MAX_INHERITED_FDS as i32 + 1).collect();
-    let fds = vec![null.as_raw_fd(); 3 + numbers.len()];
+    let numbers: Vec<i32> = (3..3 + proto::MAX_INHERITED_FDS as i32).collect();
+    let fds = vec![null.as_raw_fd(); 3 + numbers.len() + proto::MAX_PMI_FDS + 1];
     send_with_fds(&stream, &with(&|submit| submit.fds = numbers.clone()), &fds);
     expect_error(
         &mut stream,
-        "68 descriptors",
-        "a submission carries at most its 3 standard ones and 64 others",
+        "196 descriptors",
+        "a submission carries at most its 3 standard ones, 64 others and 128 for PMI",
     );
     // Numbers the validator refuses, with as many descriptors as they say.
     for (change, expected) in [

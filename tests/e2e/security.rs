@@ -987,3 +987,43 @@ fn renames_from_outside_do_not_keep_a_scratch_tree() {
         daemon.log()
     );
 }
+
+#[test]
+fn a_user_s_queued_jobs_cannot_make_a_restart_fail() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    // Two jobs of the exclusive queue 0, each on every host: the second is
+    // admitted and waits without hosts.
+    let mut first = daemon.spawn(&["-priority=0", "-nodes=2", &testprog(), "spin", "0"]);
+    first.wait_pids(2);
+    let mut second = daemon.spawn(&["-priority=0", "-nodes=2", "sh", "-c", "exit 7"]);
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon
+            .ok("job 2")
+            .contains("state: queued")),
+        "{}",
+        daemon.ok("jobs")
+    );
+    let output = daemon.console("restart");
+    assert!(
+        output.status.success(),
+        "restart failed: {}{}\n{}",
+        stdout(&output),
+        stderr(&output),
+        daemon.log()
+    );
+    assert!(
+        stdout(&output).contains("restarted in place"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(daemon.ok("job 2").contains("state: queued"));
+    daemon.ok("kill 1 KILL");
+    let (status, _) = first.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(137));
+    let (status, _) = second.wait(Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "the waiting job runs after the restart"
+    );
+}

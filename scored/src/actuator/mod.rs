@@ -188,6 +188,53 @@ pub struct JobStdio {
     /// The client's other descriptors, for the process that reads stdin:
     /// the number each has there (increasing, above 2), and the descriptor.
     pub inherited: Vec<(RawFd, Rc<OwnedFd>)>,
+    /// The ranks' PMI descriptors (`scrun -mpi=`), none without PMI.
+    pub pmi: PmiFds,
+}
+
+/// A job's PMI descriptors, one per rank of each stage, each connected to
+/// scrun's PMI server. Rank `r` of stage `s` takes the one at
+/// `s * per_stage + r` as it is spawned, and the daemon keeps no copy
+/// after that fork: scrun then sees the end of a rank as the end of its
+/// connection. Shared between the client's connection and the launch.
+#[derive(Debug, Default, Clone)]
+pub struct PmiFds {
+    per_stage: usize,
+    fds: Rc<std::cell::RefCell<Vec<Option<OwnedFd>>>>,
+}
+
+impl PmiFds {
+    /// `per_stage` descriptors for each stage, stage by stage in rank order.
+    pub fn new(per_stage: usize, fds: Vec<Option<OwnedFd>>) -> PmiFds {
+        PmiFds {
+            per_stage,
+            fds: Rc::new(std::cell::RefCell::new(fds)),
+        }
+    }
+
+    /// Ranks of each stage with a PMI descriptor (0 without PMI).
+    pub fn per_stage(&self) -> usize {
+        self.per_stage
+    }
+
+    /// Takes rank `rank`'s descriptor of stage `stage`, if it has one left.
+    pub fn take(&self, stage: usize, rank: usize) -> Option<OwnedFd> {
+        if rank >= self.per_stage {
+            return None;
+        }
+        let idx = stage.checked_mul(self.per_stage)?.checked_add(rank)?;
+        self.fds.borrow_mut().get_mut(idx).and_then(Option::take)
+    }
+
+    /// The numbers of the descriptors not yet taken (-1 for a taken one),
+    /// for the handover of a restart.
+    pub fn raw(&self) -> Vec<RawFd> {
+        self.fds
+            .borrow()
+            .iter()
+            .map(|fd| fd.as_ref().map_or(-1, AsRawFd::as_raw_fd))
+            .collect()
+    }
 }
 
 impl JobStdio {
@@ -199,6 +246,7 @@ impl JobStdio {
             stderr: self.stderr.clone(),
             controlling_terminal: self.controlling_terminal,
             inherited: self.inherited.clone(),
+            pmi: self.pmi.clone(),
         }
     }
 }

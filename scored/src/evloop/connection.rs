@@ -381,14 +381,16 @@ impl<A: Actuator> Daemon<A> {
                 }
                 if conn.fds.len() != submit.descriptor_count() {
                     return refuse(conn, format!(
-                        "this submission must carry {} descriptors (the standard ones not closed, then the {} passed), it carried {}",
+                        "this submission must carry {} descriptors (the standard ones not closed, then the {} passed, then {} for PMI), it carried {}",
                         submit.descriptor_count(),
                         submit.fds.len(),
+                        submit.pmi_fd_count(),
                         conn.fds.len()
                     ));
                 }
                 let wants_terminal = submit.options.pty;
                 let (closed, numbers) = (submit.closed_stdio.clone(), submit.fds.clone());
+                let pmi_ranks = submit.pmi_ranks as usize;
                 // The boundary: the one validator of a submission (the
                 // protocol crate's, which scrun runs too), and the only
                 // way to the core's request.
@@ -411,6 +413,7 @@ impl<A: Actuator> Daemon<A> {
                     fds,
                     &closed,
                     &numbers,
+                    pmi_ranks,
                     wants_terminal,
                     &mut self.fd_pool,
                 ) else {
@@ -655,9 +658,10 @@ pub(super) fn read_available(conn: &mut Connection, chunk: &mut [u8]) -> io::Res
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "too many descriptors sent ({}): a submission carries at most its 3 standard ones and {} others",
+                    "too many descriptors sent ({}): a submission carries at most its 3 standard ones, {} others and {} for PMI",
                     conn.fds.len(),
-                    proto::MAX_INHERITED_FDS
+                    proto::MAX_INHERITED_FDS,
+                    proto::MAX_PMI_FDS
                 ),
             ));
         }

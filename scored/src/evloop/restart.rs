@@ -14,7 +14,7 @@ use mio::net::UnixStream;
 use mio::{Interest, Token};
 
 use super::{queue_reply, Connection, Daemon, FIRST_CLIENT};
-use crate::actuator::{Actuator, JobStdio};
+use crate::actuator::{Actuator, JobStdio, PmiFds};
 use crate::ids::Cred;
 use crate::journal::Journal;
 use crate::proto::Reply;
@@ -97,6 +97,15 @@ impl<A: Actuator> Daemon<A> {
                             .iter()
                             .map(|&(target, raw)| Ok((target, take(raw)?)))
                             .collect::<io::Result<_>>()?,
+                        pmi: PmiFds::new(
+                            record.pmi.0,
+                            record
+                                .pmi
+                                .1
+                                .iter()
+                                .map(|&raw| (raw >= 0).then(|| adopt_descriptor(raw)).transpose())
+                                .collect::<io::Result<_>>()?,
+                        ),
                     })
                 }
                 None => None,
@@ -255,6 +264,10 @@ impl<A: Actuator> Daemon<A> {
                     .collect()
             });
             fds.extend(inherited.iter().map(|(_, fd)| *fd));
+            let pmi = conn.stdio.as_ref().map_or((0, Vec::new()), |stdio| {
+                (stdio.pmi.per_stage(), stdio.pmi.raw())
+            });
+            fds.extend(pmi.1.iter().filter(|fd| **fd >= 0));
             connections.push(ConnectionSnapshot {
                 token: token.0,
                 fd: conn.stream.as_raw_fd(),
@@ -270,6 +283,7 @@ impl<A: Actuator> Daemon<A> {
                 fds: pending,
                 stdio,
                 inherited,
+                pmi,
                 controlling_terminal: conn
                     .stdio
                     .as_ref()
