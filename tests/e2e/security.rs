@@ -380,7 +380,8 @@ fn a_link_to_root_in_the_scratch_directory_is_not_followed() {
 
 /// A job with fifty thousand files neither stalls
 /// the console nor escapes its disk limit: the walk is spread over samples
-/// and still finds the large file.
+/// and still finds the large file. (The files count 4 KiB each: 200 MB of
+/// the limit.)
 #[test]
 fn many_files_neither_stall_the_daemon_nor_escape_the_limit() {
     let daemon = Daemon::builder()
@@ -388,11 +389,11 @@ fn many_files_neither_stall_the_daemon_nor_escape_the_limit() {
         .rc("cluster 0 limit disk=1G\nqueue 1 set disk=100%\n")
         .start();
     let mut job = daemon.spawn(&[
-        "-priority=1,disk=20M",
+        "-priority=1,disk=260M",
         "sh",
         "-c",
         "set -e; cd \"$SCORE_TMPDIR\"; mkdir many; cd many; seq 50000 | xargs touch; \
-         cd ..; echo ready; sleep 2; head -c 30000000 /dev/zero > big; sleep 60",
+         cd ..; echo ready; sleep 2; head -c 80000000 /dev/zero > big; sleep 60",
     ]);
     job.wait_lines("ready", 1);
     // While the files are being walked, the console answers promptly.
