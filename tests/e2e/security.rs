@@ -1028,3 +1028,61 @@ fn a_user_s_queued_jobs_cannot_make_a_restart_fail() {
         "the waiting job runs after the restart"
     );
 }
+
+#[test]
+fn a_rank_its_user_resumes_with_ptrace_is_held_by_the_freezer() {
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("500ms")
+        .start();
+    let mut victim = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    let victim_pids = victim.wait_pids(2);
+    let mut attacker = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    let attacker_pids = attacker.wait_pids(2);
+    let mut tracer = Command::new(testprog())
+        .arg("ptrace-resume")
+        .args(attacker_pids.iter().map(ToString::to_string))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the tracer");
+    let mut seized = String::new();
+    let mut reader = std::io::BufReader::new(tracer.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or(0) > 0 {
+        seized.push_str(&line);
+        if line.starts_with("seized") {
+            break;
+        }
+        line.clear();
+    }
+    assert!(
+        seized.contains("seized 2"),
+        "the tracer did not seize: {seized}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let (victim_before, attacker_before) = (
+        crate::restart::cpu_ticks(&victim_pids),
+        crate::restart::cpu_ticks(&attacker_pids),
+    );
+    std::thread::sleep(Duration::from_secs(8));
+    let victim_ticks = crate::restart::cpu_ticks(&victim_pids) - victim_before;
+    let attacker_ticks = crate::restart::cpu_ticks(&attacker_pids) - attacker_before;
+    let share = victim_ticks as f64 / (victim_ticks + attacker_ticks).max(1) as f64;
+    let log = daemon.log();
+    daemon.ok("kill 1 KILL");
+    daemon.ok("kill 2 KILL");
+    let _ = victim.wait(Duration::from_secs(10));
+    let _ = attacker.wait(Duration::from_secs(10));
+    let _ = tracer.kill();
+    let _ = tracer.wait();
+    assert!(
+        share >= 0.40,
+        "the gang partner got {victim_ticks} ticks, the traced job {attacker_ticks}:\n{log}"
+    );
+    assert!(
+        log.contains("is traced by process"),
+        "the traced job was not noticed:\n{log}"
+    );
+    assert!(daemon.running());
+}
