@@ -154,6 +154,12 @@ pub struct Core {
     /// `reschedule`). The switch's second decision, once the stops are
     /// confirmed, then costs no walk of the queues.
     decision_current: bool,
+    /// The waiting jobs of gang queues with a level were considered by a
+    /// decision since the last input that could let one start: only a
+    /// slice boundary, a confirmed stop or a usage sample came since. Such
+    /// jobs start when a job arrives or ends or a command changes
+    /// something, not at every slice (sc_console(8)).
+    waiting_current: bool,
     /// Hosts where a job's processes run or are being stopped: the hosts of
     /// the live jobs (which never share one), kept as jobs enter and leave
     /// `live` so that a decision does not gather them again.
@@ -242,6 +248,7 @@ impl Core {
             build: (env!("CARGO_PKG_VERSION").to_string(), 0),
             directory: Rc::new(NoDirectory),
             decision_current: false,
+            waiting_current: false,
             busy: vec![0; n_hosts.div_ceil(64)],
             spare: Spare::default(),
             saved: None,
@@ -387,6 +394,12 @@ impl Core {
         };
         if !keeps_decision {
             self.decision_current = false;
+        }
+        if !matches!(
+            input,
+            Input::Tick | Input::Stopped(_) | Input::Usage { .. } | Input::SwitchMeasured { .. }
+        ) {
+            self.waiting_current = false;
         }
         match input {
             Input::Submit {

@@ -83,6 +83,12 @@ pub struct Scratch {
     /// index, the job's position in its order, and the job, in the order
     /// of the walk (so by queue, then position).
     placed: Vec<(usize, usize, JobId)>,
+    /// The hosts taken before a gang queue with a level took its started
+    /// jobs (one bit a host).
+    hard: Vec<u64>,
+    /// The matrix as the waiting jobs of a gang queue with a level see it
+    /// (see [`Matrix`]), rebuilt at each decision that considers them.
+    matrix: Matrix,
 }
 
 impl Scratch {
@@ -331,6 +337,11 @@ struct Reservation {
 /// either ends by then or leaves enough hosts for the reservation (EASY).
 /// Lower queues then fill what is left (space partitioning); they cannot
 /// delay a higher queue's job, since a higher queue takes its hosts first.
+///
+/// A gang queue with a multiprogramming level (`mpl`) first starts its
+/// waiting jobs, when `waiting` says to consider them (see
+/// [`start_waiting`]), then takes its started jobs in rotation order,
+/// first fit.
 #[allow(clippy::too_many_arguments)]
 pub fn active_set(
     queues: &[Queue],
@@ -338,6 +349,7 @@ pub fn active_set(
     first: impl IntoIterator<Item = JobId>,
     view: &impl JobView,
     now: u64,
+    waiting: bool,
     scratch: &mut Scratch,
     out: &mut Vec<JobId>,
     bind: &mut Vec<(JobId, Vec<HostId>)>,
@@ -383,14 +395,30 @@ pub fn active_set(
             continue;
         }
         let exclusive = queue.mode == QueueMode::Exclusive;
+        let level = queue.level();
+        // A gang queue with a level walks only its started jobs; its
+        // waiting ones start here, before the rotation takes the others.
+        let limit = match level {
+            Some(_) => {
+                // The hosts higher queues took: a waiting job may not have them.
+                scratch.hard.clear();
+                scratch.hard.extend_from_slice(&scratch.taken);
+                queue.n_started()
+            }
+            None => usize::MAX,
+        };
         let mut reservation: Option<Reservation> = None;
         let (front, back) = queue.slices();
         'queue: for (part, offset) in [(front, 0), (back, front.len())] {
+            let part = &part[..part.len().min(limit.saturating_sub(offset))];
             let mut idx = 0;
             while idx < part.len() {
                 // Once every host is taken nothing more can join: tens of
                 // thousands of queued jobs cost nothing then.
                 if free_hosts == 0 {
+                    if level.is_some() {
+                        break 'queue;
+                    }
                     return;
                 }
                 // A gang queue's job is turned away when one of its hosts
@@ -478,6 +506,16 @@ pub fn active_set(
                         }
                     }
                 }
+            }
+        }
+        if let Some(level) = level {
+            if waiting && queue.len() > queue.n_started() {
+                free_hosts = free_hosts.saturating_sub(start_waiting(
+                    queues, queue, level, view, now, scratch, out, bind,
+                ));
+            }
+            if free_hosts == 0 {
+                return;
             }
         }
     }
@@ -641,6 +679,325 @@ fn reserve(
     })
 }
 
+/// The time-sharing matrix as a gang queue with a level sees it when it
+/// starts waiting jobs: which jobs are resident on each host (every job
+/// with hosts, of any queue), and when each host is predicted to have a
+/// free place (fewer residents than the level) and to be idle (none).
+///
+/// A resident job's end is predicted from the estimates: its own remaining
+/// time plus the remaining time of every job that shares one of its hosts,
+/// since in each slice the job does not run, one of those runs instead.
+#[derive(Debug, Default, Clone)]
+struct Matrix {
+    /// Per host, its residents: `first[h]..first[h + 1]` in `residents`.
+    first: Vec<u32>,
+    residents: Vec<JobId>,
+    /// Per host, when it will have a free place, and when it will be idle (µs;
+    /// `u64::MAX`: a resident has no estimate).
+    free_at: Vec<u64>,
+    idle_at: Vec<u64>,
+    /// Per host, how many jobs reside there (grows as waiting jobs start).
+    count: Vec<u32>,
+    /// Partners of one job, while its end is predicted.
+    partners: Vec<JobId>,
+    times: Vec<u64>,
+}
+
+impl Matrix {
+    /// Gathers the residents of every host from the queues, and predicts
+    /// when each host frees a place and empties.
+    fn build(
+        &mut self,
+        queues: &[Queue],
+        level: u32,
+        view: &impl JobView,
+        now: u64,
+        n_hosts: usize,
+    ) {
+        let resident = |queue: &Queue| -> usize {
+            if queue.starts_late() {
+                queue.n_started()
+            } else {
+                queue.len()
+            }
+        };
+        self.count.clear();
+        self.count.resize(n_hosts, 0);
+        for queue in queues {
+            for job in queue.order().take(resident(queue)) {
+                for host in view.hosts(job) {
+                    if let Some(count) = self.count.get_mut(host.idx()) {
+                        *count += 1;
+                    }
+                }
+            }
+        }
+        self.first.clear();
+        let mut total = 0u32;
+        for count in &self.count {
+            self.first.push(total);
+            total += count;
+        }
+        self.first.push(total);
+        self.residents.clear();
+        self.residents.resize(total as usize, JobId(0));
+        let mut filled = vec![0u32; n_hosts];
+        for queue in queues {
+            for job in queue.order().take(resident(queue)) {
+                for host in view.hosts(job) {
+                    if let Some(slot) = filled.get_mut(host.idx()) {
+                        self.residents[(self.first[host.idx()] + *slot) as usize] = job;
+                        *slot += 1;
+                    }
+                }
+            }
+        }
+        self.free_at.clear();
+        self.idle_at.clear();
+        for host in 0..n_hosts {
+            let (from, to) = (self.first[host] as usize, self.first[host + 1] as usize);
+            let mut times = std::mem::take(&mut self.times);
+            times.clear();
+            for idx in from..to {
+                let job = self.residents[idx];
+                times.push(self.predicted_end(job, view, now));
+            }
+            times.sort_unstable();
+            let idle = times.last().copied().unwrap_or(now);
+            // A place frees when enough residents have left that fewer
+            // than the level remain.
+            let free = if times.len() < level as usize {
+                now
+            } else {
+                times[times.len() - level as usize]
+            };
+            self.free_at.push(free);
+            self.idle_at.push(idle);
+            self.times = times;
+        }
+    }
+
+    /// When `job`, resident now, is predicted to end: its remaining
+    /// estimate plus those of the jobs sharing its hosts.
+    fn predicted_end(&mut self, job: JobId, view: &impl JobView, now: u64) -> u64 {
+        let Some(end) = view.expected_end(job) else {
+            return u64::MAX;
+        };
+        let mut total = end.max(now);
+        self.partners.clear();
+        for host in view.hosts(job) {
+            let idx = host.idx();
+            if idx + 1 >= self.first.len() {
+                continue;
+            }
+            for other in &self.residents[self.first[idx] as usize..self.first[idx + 1] as usize] {
+                if *other != job {
+                    self.partners.push(*other);
+                }
+            }
+        }
+        self.partners.sort_unstable();
+        self.partners.dedup();
+        for other in &self.partners {
+            match view.expected_end(*other) {
+                Some(end) => total = total.saturating_add(end.saturating_sub(now)),
+                None => return u64::MAX,
+            }
+        }
+        total
+    }
+}
+
+/// The reservation of a gang queue's first waiting job that cannot start.
+#[derive(Debug, Clone, Copy)]
+struct Reserved {
+    cluster: usize,
+    /// When it is predicted to start (µs).
+    at: u64,
+    /// Hosts of its cluster available then beyond what it needs.
+    extra: usize,
+}
+
+/// Starts waiting jobs of a gang queue with a multiprogramming level, in
+/// submission order; returns how many hosts they took.
+///
+/// A job starts on hosts of its cluster that nothing took in this
+/// decision and where fewer than `level` jobs reside, idle hosts first
+/// (lowest number first), then the hosts with fewest residents. It
+/// time-shares (starts with a host that has a resident) only when that
+/// helps it: when it has no estimate, or when the hosts it needs are not
+/// predicted to be idle before its estimate has elapsed (waiting longer
+/// than it runs would more than double its time, which time-sharing with
+/// one partner does not).
+///
+/// The first job that cannot start gets a reservation: the time it is
+/// predicted to start (when enough hosts have a free place, or are idle if
+/// it would rather wait for those), by the predicted ends of the residents
+/// ([`Matrix`]). A later job then starts only on idle hosts, and only if
+/// its estimate ends it by the reservation or the hosts it takes are not
+/// needed by then; without a reservation (a resident has no estimate) the
+/// later jobs wait (first come, first served).
+#[allow(clippy::too_many_arguments)]
+fn start_waiting(
+    queues: &[Queue],
+    queue: &Queue,
+    level: u32,
+    view: &impl JobView,
+    now: u64,
+    scratch: &mut Scratch,
+    out: &mut Vec<JobId>,
+    bind: &mut Vec<(JobId, Vec<HostId>)>,
+) -> usize {
+    let n_hosts = scratch.holder.len();
+    let mut matrix = std::mem::take(&mut scratch.matrix);
+    matrix.build(queues, level, view, now, n_hosts);
+    let mut taken_total = 0;
+    let mut reserved: Option<Reserved> = None;
+    let mut chosen: Vec<HostId> = Vec::new();
+    for job in queue.order().skip(queue.n_started()) {
+        let seen = view.seen(job);
+        if !seen.runnable {
+            continue;
+        }
+        if !seen.hosts.is_empty() {
+            // Hosts given earlier (a restored queue): it starts on them or waits.
+            let hosts = seen.hosts;
+            if reserved.is_none()
+                && hosts.iter().all(|host| {
+                    !scratch.is_taken(*host)
+                        && matrix.count.get(host.idx()).is_some_and(|n| *n <= level)
+                })
+            {
+                taken_total += take_bound(job, hosts, scratch, out);
+            }
+            continue;
+        }
+        let (cluster, n_needed) = view.need(job);
+        let cluster_hosts = view.cluster_hosts(cluster);
+        if n_needed == 0 || n_needed > cluster_hosts.len() {
+            continue;
+        }
+        let checks_memory = view.checks_memory(job);
+        let usable = |host: &HostId, scratch: &Scratch, matrix: &Matrix| {
+            scratch
+                .hard
+                .get(host.idx() / 64)
+                .is_some_and(|word| word & (1 << (host.idx() % 64)) == 0)
+                && matrix.count[host.idx()] < level
+                && (!checks_memory || view.fits_on(job, *host))
+        };
+        let mut idle = 0;
+        let mut open = 0;
+        for host in cluster_hosts {
+            if usable(host, scratch, &matrix) {
+                open += 1;
+                if matrix.count[host.idx()] == 0 {
+                    idle += 1;
+                }
+            }
+        }
+        let estimate = view.estimate(job);
+        if let Some(held) = reserved {
+            // Backfilling: ending by the reservation even if time-shared
+            // (its estimate once more for each job beside it on a host), or
+            // on idle hosts it leaves spare.
+            if open < n_needed {
+                continue;
+            }
+            chosen.clear();
+            chosen.extend(
+                cluster_hosts
+                    .iter()
+                    .filter(|host| usable(host, scratch, &matrix)),
+            );
+            chosen.sort_by_key(|host| (matrix.count[host.idx()], host.0));
+            chosen.truncate(n_needed);
+            let beside = chosen
+                .iter()
+                .map(|host| matrix.count[host.idx()])
+                .max()
+                .unwrap_or(0);
+            let in_time = estimate.is_some_and(|estimate| {
+                now.saturating_add(estimate.saturating_mul(u64::from(beside) + 1)) <= held.at
+            });
+            let spare = beside == 0 && (cluster != held.cluster || n_needed <= held.extra);
+            if !in_time && !spare {
+                continue;
+            }
+            if !in_time && cluster == held.cluster {
+                if let Some(held) = reserved.as_mut() {
+                    held.extra -= n_needed;
+                }
+            }
+        } else {
+            // When the hosts it needs are predicted to be idle, and to have
+            // a free place.
+            let nth = |times: &[u64], scratch: &mut Scratch| -> u64 {
+                scratch.ends.clear();
+                scratch
+                    .ends
+                    .extend(cluster_hosts.iter().map(|host| times[host.idx()].max(now)));
+                scratch.ends.sort_unstable();
+                scratch.ends[n_needed - 1]
+            };
+            let helps = |idle_at: u64| {
+                estimate.is_none_or(|estimate| idle_at >= now.saturating_add(estimate))
+            };
+            if idle >= n_needed || (open >= n_needed && helps(nth(&matrix.idle_at, scratch))) {
+                chosen.clear();
+                chosen.extend(
+                    cluster_hosts
+                        .iter()
+                        .filter(|host| usable(host, scratch, &matrix)),
+                );
+                // Idle hosts first, then the fewest residents; lowest number first.
+                chosen.sort_by_key(|host| (matrix.count[host.idx()], host.0));
+                chosen.truncate(n_needed);
+            } else {
+                let idle_at = nth(&matrix.idle_at, scratch);
+                let free_at = nth(&matrix.free_at, scratch);
+                if free_at == u64::MAX {
+                    // No prediction: first come, first served.
+                    break;
+                }
+                let waits_for_idle = idle_at != u64::MAX
+                    && estimate.is_some_and(|estimate| idle_at - free_at < estimate);
+                let (at, times) = if waits_for_idle {
+                    (idle_at, &matrix.idle_at)
+                } else {
+                    (free_at, &matrix.free_at)
+                };
+                let available = cluster_hosts
+                    .iter()
+                    .filter(|host| times[host.idx()].max(now) <= at)
+                    .count();
+                reserved = Some(Reserved {
+                    cluster,
+                    at,
+                    extra: available.saturating_sub(n_needed),
+                });
+                continue;
+            }
+        }
+        chosen.sort_unstable();
+        for host in &chosen {
+            matrix.count[host.idx()] += 1;
+        }
+        // It joins the matrix now, and runs now if its hosts are free in
+        // this slice; else from a later slice, by the rotation.
+        if chosen.iter().all(|host| !scratch.is_taken(*host)) {
+            for host in &chosen {
+                mark(scratch, *host, job);
+            }
+            taken_total += chosen.len();
+            out.push(job);
+        }
+        bind.push((job, chosen.clone()));
+    }
+    scratch.matrix = matrix;
+    taken_total
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -712,6 +1069,7 @@ mod tests {
             [],
             view,
             0,
+            true,
             &mut Scratch::default(),
             &mut out,
             &mut bind,
@@ -893,7 +1251,7 @@ mod tests {
         let mut scratch = Scratch::default();
         let decide = |view: &Jobs, scratch: &mut Scratch| {
             let (mut out, mut bind) = (Vec::new(), Vec::new());
-            active_set(&queues, 3, [], view, 0, scratch, &mut out, &mut bind);
+            active_set(&queues, 3, [], view, 0, true, scratch, &mut out, &mut bind);
             out.into_iter().map(|job| job.0).collect::<Vec<_>>()
         };
         assert_eq!(decide(&view, &mut scratch), vec![1]);
@@ -929,6 +1287,7 @@ mod tests {
             [],
             &view,
             0,
+            true,
             &mut scratch,
             &mut out,
             &mut bind,

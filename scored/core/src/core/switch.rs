@@ -16,6 +16,9 @@ impl Core {
     pub(super) fn reschedule(&mut self, now: Tick, out: &mut Vec<Action>) {
         // Jobs given hosts by the last decision that could not start yet
         // choose again, so that none waits for particular hosts.
+        if !self.bound_waiting.is_empty() {
+            self.waiting_current = false;
+        }
         for job in std::mem::take(&mut self.bound_waiting) {
             self.unbind(job);
         }
@@ -209,11 +212,13 @@ impl Core {
             first.drain(..),
             &view,
             now.0,
+            !self.waiting_current,
             &mut self.scratch,
             active,
             bindings,
         );
         self.spare.first = first;
+        self.waiting_current = true;
     }
 
     /// Gives a job that had none the hosts the decision chose for it.
@@ -227,7 +232,18 @@ impl Core {
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory = smallvec::smallvec![0; hosts.len()];
         record.hosts = hosts;
-        if !record.started() {
+        let queue = record.queue as usize;
+        let started = record.started();
+        if self
+            .logged
+            .queues
+            .get(queue)
+            .is_some_and(|queue| queue.level().is_some())
+        {
+            // A gang queue with a level: the job joins the matrix on these
+            // hosts for life, and the rotation runs it from now on.
+            self.logged.queues[queue].mark_started(job);
+        } else if !started {
             self.bound_waiting.insert(job);
         }
     }
@@ -301,6 +317,7 @@ impl Core {
         self.logged.crossings.clear();
         self.logged.crossing_of.clear();
         self.decision_current = false;
+        self.waiting_current = false;
         let live: Vec<JobId> = self.logged.live.iter().copied().collect();
         for job in live {
             let Some(record) = self.logged.jobs.get(&job) else {

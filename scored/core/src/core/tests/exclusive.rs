@@ -106,7 +106,7 @@ fn backfill_starts_a_short_job_in_the_hole_without_delaying_the_wide_one() {
     let mut sim = Sim::new(4, 100);
     check(
         &sim.cmd(&root(), "queue 0 set backfill=on"),
-        "queue 0: mode=exclusive cputime=none residency=none memory=none disk=none group=none backfill=on\n",
+        "queue 0: mode=exclusive cputime=none residency=none memory=none disk=none group=none backfill=on mpl=none\n",
     );
     timed(&mut sim, 2, 0, 1050); // job 1: hosts 0-1, at most until 1050
     timed(&mut sim, 4, 0, 1000); // job 2: reserved at 1050
