@@ -20,8 +20,8 @@
 //! - a launch: a batch of about `actuator::LAUNCH_BATCH` of work per event,
 //!   with at most `actuator::EXEC_WINDOW` ranks of a job between fork and
 //!   exec; the loop never waits for an exec;
-//! - removing a finished job's scratch tree, which is not bounded: a job
-//!   that leaves many files holds the loop while they are removed;
+//! - removing a finished job's scratch tree: renamed aside at once, then
+//!   removed in slices of `actuator::SWEEP_SLICE` per wakeup;
 //! - the journal: one `write` per record, and at most one `fdatasync` per
 //!   `journal::SYNC_INTERVAL`; `history` and `job ID` read only the lines
 //!   they show, through the index;

@@ -89,6 +89,13 @@ const FRESH_DISCOVERY: Duration = Duration::from_millis(2);
 const ALARM_EVERY: Duration = Duration::from_millis(1);
 /// How often the state directory is checked (and healed) between launches.
 const STATE_DIR_CHECK: Duration = Duration::from_secs(1);
+/// The time one wakeup of the loop spends removing finished jobs' scratch
+/// trees; the rest waits for the next wakeup, which comes at once while any
+/// is left. A tree of hundreds of thousands of files so costs the loop
+/// slices of this length, between which clients and ticks are served.
+pub const SWEEP_SLICE: Duration = Duration::from_millis(2);
+/// The entries removed between two readings of the clock in a slice.
+const SWEEP_STEP: usize = 64;
 /// Disk accounting examines at most this many directory entries per
 /// window, across all jobs, so that scratch trees of millions of files cost
 /// the daemon a bounded amount of work; walks resume where they stopped.
@@ -452,6 +459,9 @@ pub struct OsActuator {
     state_problem: Option<String>,
     /// When the state directory is next checked.
     state_check_at: Instant,
+    /// Finished jobs' scratch trees, taken from their users and being
+    /// removed a slice at a time (`sweep`).
+    removals: std::collections::VecDeque<statedir::Removal>,
     /// When switched-out jobs are next checked for CPU time used.
     escape_check_at: Instant,
     /// Directory entries the disk walks examined in the current window.
@@ -548,12 +558,14 @@ impl OsActuator {
             }
             None => {}
         }
+        let removals = state.unfinished_removals().into();
         Ok(OsActuator {
             config,
             hosts,
             jobs: HashMap::new(),
             children: HashMap::new(),
             cgroups,
+            removals,
             state,
             state_problem: None,
             state_check_at: clock.now() + STATE_DIR_CHECK,
@@ -632,6 +644,7 @@ impl Actuator for OsActuator {
             self.escape_check_at = now + ESCAPE_CHECK_EVERY;
             self.check_switched_out(out);
         }
+        self.sweep();
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -646,7 +659,7 @@ impl Actuator for OsActuator {
             .jobs
             .values()
             .any(|procs| procs.launch_due(&self.execs));
-        if launching {
+        if launching || !self.removals.is_empty() {
             return Some(self.clock.now());
         }
         let poll = busy.then(|| self.clock.now() + POLL_INTERVAL);
