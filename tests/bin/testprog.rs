@@ -16,6 +16,9 @@
 //!                                      print `open N`, then `refused K` and each refusal's text
 //! scored-testprog partial PATH N BYTES SECS  the same, each connection first sending the header
 //!                                      of a 1 MiB request and BYTES of it, and no more
+//! scored-testprog flood PATH N LINE SECS  open N connections to the socket PATH and, for SECS,
+//!                                      keep 8 console requests LINE outstanding on each,
+//!                                      reading the replies as they come; print `served K`
 //! ```
 //!
 //! It prints `pid PID` on stdout first (except `env`), so tests can find it.
@@ -135,6 +138,7 @@ fn main() {
             arg(3).parse().unwrap_or(0),
             secs(4),
         ),
+        "flood" => flood(&arg(1), arg(2).parse().unwrap_or(0), &arg(3), secs(4)),
         "ptrace-resume" => ptrace_resume(&args[1..]),
         "keyring" => match session_keyring() {
             Some(id) => println!("keyring {id}"),
@@ -151,6 +155,58 @@ fn main() {
 /// daemon refused (it writes an error frame and closes), then holds the
 /// others open for `seconds`, then reports again (`closed K`: closed by the
 /// daemon meanwhile).
+/// Keeps `n` connections busy with pipelined console requests `line` for
+/// `seconds`, eight outstanding on each, and prints how many replies came.
+fn flood(path: &str, n: usize, line: &str, seconds: f64) {
+    use scored::proto::{self, Request};
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+    let frame = proto::encode(&Request::Console {
+        version: proto::VERSION,
+        line: line.to_string(),
+        json: false,
+    });
+    let mut streams: Vec<(UnixStream, usize, Vec<u8>)> = Vec::new();
+    for _ in 0..n {
+        let Ok(stream) = UnixStream::connect(path) else {
+            break;
+        };
+        let _ = stream.set_nonblocking(true);
+        streams.push((stream, 0, Vec::new()));
+    }
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut served = 0usize;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while Instant::now() < end {
+        for (stream, outstanding, buffer) in &mut streams {
+            while *outstanding < 8 {
+                if stream.write_all(&frame).is_err() {
+                    break;
+                }
+                *outstanding += 1;
+            }
+            while let Ok(len) = stream.read(&mut chunk) {
+                if len == 0 {
+                    break;
+                }
+                buffer.extend_from_slice(&chunk[..len]);
+            }
+            // Count whole frames and drop them.
+            while buffer.len() >= 4 {
+                let len = u32::from_be_bytes([buffer[0], buffer[1], buffer[2], buffer[3]]) as usize;
+                if buffer.len() < 4 + len {
+                    break;
+                }
+                buffer.drain(..4 + len);
+                *outstanding = outstanding.saturating_sub(1);
+                served += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!("served {served}");
+}
+
 fn hold_connections(path: &str, n: usize, partial: usize, seconds: f64) {
     use std::io::Read;
     use std::os::unix::net::UnixStream;
