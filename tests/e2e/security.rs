@@ -997,9 +997,9 @@ fn a_user_s_queued_jobs_cannot_make_a_restart_fail() {
     let mut first = daemon.spawn(&["-priority=0", "-nodes=2", &testprog(), "spin", "0"]);
     first.wait_pids(2);
     let mut second = daemon.spawn(&["-priority=0", "-nodes=2", "sh", "-c", "exit 7"]);
+    // Until its scrun has submitted it, there is no job 2 to ask about.
     assert!(
-        wait_until(Duration::from_secs(10), || daemon
-            .ok("job 2")
+        wait_until(Duration::from_secs(10), || stdout(&daemon.console("job 2"))
             .contains("state: queued")),
         "{}",
         daemon.ok("jobs")
