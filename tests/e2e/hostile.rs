@@ -1110,3 +1110,56 @@ fn queued_environments_are_bounded_per_user() {
     }
     assert_no_panic(&mut daemon);
 }
+
+/// One user's hundred connections pipelining `history` without pause: each
+/// user is served a bounded share per wakeup, so root's `status` is
+/// answered promptly meanwhile, and the flood is still served.
+#[test]
+fn a_console_flood_of_one_user_delays_only_that_user() {
+    let Some(users) = test_users("a_console_flood_of_one_user_delays_only_that_user") else {
+        return;
+    };
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    // A history worth reading.
+    for _ in 0..100 {
+        let output = daemon
+            .scrun_as(&users.a, &["true"])
+            .output()
+            .expect("scrun as a");
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    }
+    let socket = daemon.socket.display().to_string();
+    let flood = command_as(
+        &users.a,
+        Path::new(&testprog()),
+        &["flood", &socket, "100", "history", "8"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .expect("start the flood");
+    std::thread::sleep(Duration::from_secs(1));
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let output = daemon.console("status");
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let output = flood.wait_with_output().expect("the flood ends");
+    let served: usize = stdout(&output)
+        .lines()
+        .find_map(|line| line.strip_prefix("served "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        served > 100,
+        "the flood itself is served: {}",
+        stdout(&output)
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "root's status took {slowest:?} during the flood"
+    );
+    assert_no_panic(&mut daemon);
+}

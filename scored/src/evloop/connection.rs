@@ -321,6 +321,7 @@ impl<A: Actuator> Daemon<A> {
 
     pub(super) fn process_requests(&mut self, token: Token, inputs: &mut Vec<Input>) {
         loop {
+            let turn_over = self.turn_over();
             let Some(conn) = self.connections.get_mut(&token) else {
                 return;
             };
@@ -331,6 +332,11 @@ impl<A: Actuator> Daemon<A> {
                 // The rest waits until the client has read its replies.
                 conn.paused = true;
                 self.maybe_paused.insert(token);
+                return;
+            }
+            if !conn.input.is_empty() && turn_over {
+                // The user's turn is over: the rest at the next wakeup.
+                self.deferred.insert(token);
                 return;
             }
             let request: Request = match conn.input.decode(proto::MAX_REQUEST) {
@@ -358,6 +364,9 @@ impl<A: Actuator> Daemon<A> {
             };
             // A whole request arrived: what follows it starts a new one.
             self.partial.remove(&token);
+            if let Some((left, _)) = &mut self.turn {
+                *left = left.saturating_sub(1);
+            }
             self.request(token, request, inputs);
         }
     }

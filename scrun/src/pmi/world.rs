@@ -139,6 +139,11 @@ impl World {
         self.ended
     }
 
+    /// Bytes of keys and values stored.
+    pub fn kvs_bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Bytes the rank's decoder holds (the caller bounds its reads by it).
     pub fn buffered(&self, rank: usize) -> usize {
         self.ranks.get(rank).map_or(0, |r| r.decoder.buffered())
