@@ -38,7 +38,7 @@
 //!    journal.
 //!
 //! `BENCH_QUICK=1` shortens every run (for a smoke test of the benchmark);
-//! `BENCH_ONLY=switch,launch,fairness,slices,scale,biglaunch,restart,journal,checkpoint,blocking`
+//! `BENCH_ONLY=switch,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking`
 //! runs only those sections. `SCORED_TEST_BIN_DIR=DIR` runs the daemons of
 //! DIR (an earlier build) instead of this build's, to compare.
 //!
@@ -51,7 +51,7 @@ use sections::{
     fairness::{fairness, slice_overhead},
     launch::{big_launch, launch},
     restart::{checkpoint_cost, journal_cost, restart_under_load},
-    scale::{machine, scale},
+    scale::{decision_time, machine, scale},
     switch::{
         switch_baseline, switch_baseline_with, switch_freezer, switch_scored, Freezer, Groups,
     },
@@ -277,6 +277,10 @@ fn main() {
     if wanted("scale") {
         eprintln!("5. scale");
         scale(&mut rows);
+    } else if wanted("decision") {
+        // The pure core's decision alone, without the daemons of `scale`.
+        eprintln!("5. the decision at 10,000 jobs");
+        decision_time(&mut rows);
     }
     if wanted("biglaunch") {
         eprintln!("6. a large launch");
