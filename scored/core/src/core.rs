@@ -102,10 +102,6 @@ pub struct Core {
     /// changes for the checkpoint (see [`Logged`]).
     logged: Logged,
     limits: Vec<ClusterLimits>,
-    /// How many live jobs are Stopping: with none, and every job live,
-    /// nothing waits to run (`next_decision` need not look at the queues).
-    /// Kept because `next_decision` asks at every event of a replay.
-    n_stopping: usize,
     /// Jobs whose hosts were chosen by the last decision but that have not
     /// started yet (their hosts were still being vacated); they choose again
     /// at the next decision.
@@ -125,8 +121,6 @@ pub struct Core {
     /// Jobs that ran during the current slice: the gang rotation at the
     /// slice boundary moves them to the back of their queues.
     ran: JobSet,
-    /// What the gang rotation reuses at each slice boundary.
-    rotation: Rotation,
     next_job: u64,
     slice_anchor: Tick,
     next_slice: Tick,
@@ -144,20 +138,35 @@ pub struct Core {
     /// Names of groups for console commands (`NoDirectory` until the shell
     /// gives one).
     directory: Rc<dyn Directory>,
+    /// The state of the last `commit` but for the containers that log
+    /// their changes (see `Core::commit`).
+    saved: Option<Box<Core>>,
+
+    // The derived caches. Each is a function of the jobs that
+    // `check_invariants` recomputes, kept only for the speed it buys on a
+    // named benchmark, measured against the plain computation in the same
+    // run (BENCHMARKS.md, "What each kept cache buys"). One that stops
+    // buying 10 % goes. (The decision's own, `scratch`, is `sched`'s.)
+    /// How many live jobs are Stopping: with none, and every job live,
+    /// nothing waits to run. `next_decision`, which a replay asks at every
+    /// event, would count the live jobs (LCG gang replay).
+    n_stopping: usize,
+    /// Hosts where a job's processes run or are being stopped: the hosts of
+    /// the live jobs (which never share one), kept as jobs enter and leave
+    /// `live` so that a decision does not gather them again. One bit a
+    /// host (LCG and generated gang replays).
+    busy: Vec<u64>,
     /// The last decision's active set still holds: since it was computed
     /// only stops of jobs not being killed were confirmed, and the active
     /// set of gang queues depends on nothing those change (see
     /// `reschedule`). The switch's second decision, once the stops are
-    /// confirmed, then costs no walk of the queues.
+    /// confirmed, then costs no walk of the queues (generated gang replays).
     decision_current: bool,
-    /// Hosts where a job's processes run or are being stopped: the hosts of
-    /// the live jobs (which never share one), kept as jobs enter and leave
-    /// `live` so that a decision does not gather them again.
-    /// One bit a host (64 hosts a word).
-    busy: Vec<u64>,
-    /// The state of the last `commit` but for the containers that log
-    /// their changes (see `Core::commit`).
-    saved: Option<Box<Core>>,
+    /// The gang rotation's shortcuts: where the last decision placed the
+    /// jobs that ran, and buffers reused at each slice boundary, so that a
+    /// rotation costs the front of a queue, not all of it (generated gang
+    /// replays).
+    rotation: Rotation,
 }
 
 /// Buffers the gang rotation fills and empties again at every slice
