@@ -2,6 +2,7 @@
 //! turned into core inputs, the processes a finished job left behind
 //! killed and drained, its final accounting, and what is left of it
 //! removed.
+#![forbid(unsafe_code)]
 
 use std::io;
 use std::time::Duration;

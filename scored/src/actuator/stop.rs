@@ -2,6 +2,7 @@
 //! escaped descendants, the confirmation of every stop (wait4 for ranks,
 //! /proc for the others, the freezer when a stop is not confirmed in
 //! time), and a switched-out job held against SIGCONT from outside it.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
