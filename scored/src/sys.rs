@@ -788,55 +788,6 @@ pub fn epoll_ready(epoll: &OwnedFd, ready: &mut [u64]) -> io::Result<usize> {
     Ok(n)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The kernel writes back exactly the structure `raw_set_disposition`
-    /// hands it: no more (it would read past the end of ours), no less.
-    #[cfg(any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "aarch64",
-        target_arch = "arm",
-        target_arch = "riscv64"
-    ))]
-    #[test]
-    fn the_kernel_sigaction_is_the_size_the_kernel_uses() {
-        const CANARY: u8 = 0xa5;
-        let mut old = [CANARY; 64];
-        // SAFETY: no new action is set; `old` has room for any kernel
-        // sigaction (at most 32 bytes) and lives across the call.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                libc::SIGURG,
-                std::ptr::null::<KernelSigaction>(),
-                old.as_mut_ptr(),
-                SIGSET_BYTES,
-            )
-        };
-        assert_eq!(ret, 0, "{}", io::Error::last_os_error());
-        // The kernel writes every field, the zeros of the mask last.
-        let written = old
-            .iter()
-            .rposition(|&byte| byte != CANARY)
-            .map_or(0, |at| at + 1);
-        assert_eq!(written, std::mem::size_of::<KernelSigaction>());
-
-        // SIGURG is ignored by default: setting it is harmless to the other
-        // tests of this process.
-        raw_set_disposition(libc::SIGURG, libc::SIG_IGN).expect("set SIGURG");
-        // SAFETY: an all-zero sigaction is a valid value to fill in.
-        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: no new action is set; `action` is written by the call.
-        let ret = unsafe { libc::sigaction(libc::SIGURG, std::ptr::null(), &mut action) };
-        assert_eq!(ret, 0, "{}", io::Error::last_os_error());
-        assert_eq!(action.sa_sigaction, libc::SIG_IGN);
-        raw_set_disposition(libc::SIGURG, libc::SIG_DFL).expect("reset SIGURG");
-    }
-}
-
 /// Whether two of our descriptors refer to the same open file description
 /// (`kcmp(KCMP_FILE)`). Not for use between fork and exec.
 pub fn same_description(first: RawFd, second: RawFd) -> io::Result<bool> {
@@ -917,5 +868,54 @@ pub fn peer_groups(fd: RawFd) -> Vec<u32> {
         }
         tracing::debug!(%error, "SO_PEERGROUPS failed; supplementary groups unknown");
         return Vec::new();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel writes back exactly the structure `raw_set_disposition`
+    /// hands it: no more (it would read past the end of ours), no less.
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64"
+    ))]
+    #[test]
+    fn the_kernel_sigaction_is_the_size_the_kernel_uses() {
+        const CANARY: u8 = 0xa5;
+        let mut old = [CANARY; 64];
+        // SAFETY: no new action is set; `old` has room for any kernel
+        // sigaction (at most 32 bytes) and lives across the call.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                libc::SIGURG,
+                std::ptr::null::<KernelSigaction>(),
+                old.as_mut_ptr(),
+                SIGSET_BYTES,
+            )
+        };
+        assert_eq!(ret, 0, "{}", io::Error::last_os_error());
+        // The kernel writes every field, the zeros of the mask last.
+        let written = old
+            .iter()
+            .rposition(|&byte| byte != CANARY)
+            .map_or(0, |at| at + 1);
+        assert_eq!(written, std::mem::size_of::<KernelSigaction>());
+
+        // SIGURG is ignored by default: setting it is harmless to the other
+        // tests of this process.
+        raw_set_disposition(libc::SIGURG, libc::SIG_IGN).expect("set SIGURG");
+        // SAFETY: an all-zero sigaction is a valid value to fill in.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: no new action is set; `action` is written by the call.
+        let ret = unsafe { libc::sigaction(libc::SIGURG, std::ptr::null(), &mut action) };
+        assert_eq!(ret, 0, "{}", io::Error::last_os_error());
+        assert_eq!(action.sa_sigaction, libc::SIG_IGN);
+        raw_set_disposition(libc::SIGURG, libc::SIG_DFL).expect("reset SIGURG");
     }
 }
