@@ -24,7 +24,7 @@
 set -euo pipefail
 
 fuzz_dir=$(cd "$(dirname "$0")" && pwd)
-all_targets=(hosts console scrun_options protocol submit swf)
+all_targets=(hosts console scrun_options protocol submit swf pmi)
 
 seconds=${FUZZ_SECONDS:-60}
 if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then

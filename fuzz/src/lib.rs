@@ -14,6 +14,7 @@
 
 pub mod console;
 pub mod hosts;
+pub mod pmi;
 pub mod protocol;
 pub mod replay;
 pub mod scrun_options;

@@ -135,6 +135,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
         time_ms,
         stat,
         pty,
+        mpi,
         scored,
         verbose,
     } = &invocation.options;
@@ -150,6 +151,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
     items.extend(time_ms.map(|ms| format!("time={ms}ms")));
     items.extend(stat.then(|| "stat".to_string()));
     items.extend(pty.then(|| "pty".to_string()));
+    items.push(format!("mpi={}", mpi.name()));
     items.extend(verbose.then(|| "verbose".to_string()));
     let mut words = Vec::new();
     let mut option_word = format!("-{}", items.join(","));

@@ -302,6 +302,7 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
     let fds = (0..reader.byte() % 4)
         .map(|_| reader.u32() as i32)
         .collect();
+    let pmi_ranks = reader.u32() % 256;
     Submit {
         stages,
         joiner,
@@ -315,5 +316,6 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
         ioprio,
         closed_stdio,
         fds,
+        pmi_ranks,
     }
 }

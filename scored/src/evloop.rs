@@ -20,14 +20,18 @@
 //! - a launch: a batch of about `actuator::LAUNCH_BATCH` of work per event,
 //!   with at most `actuator::EXEC_WINDOW` ranks of a job between fork and
 //!   exec; the loop never waits for an exec;
-//! - removing a finished job's scratch tree, which is not bounded: a job
-//!   that leaves many files holds the loop while they are removed;
+//! - removing a finished job's scratch tree: renamed aside at once, then
+//!   removed in slices of `actuator::SWEEP_SLICE` per wakeup;
 //! - the journal: one `write` per record, and at most one `fdatasync` per
 //!   `journal::SYNC_INTERVAL`; `history` and `job ID` read only the lines
-//!   they show, through the index;
+//!   they show, through the index, at most `journal::HISTORY_BYTES`;
 //! - a user-name lookup through NSS, once per uid for the daemon's life;
 //! - an in-place restart: writing the handover and the new binary's check;
-//! - console views, in proportion to the jobs they list.
+//! - console views, in proportion to the jobs they list;
+//! - clients' requests: each user's are served up to
+//!   [`USER_REQUESTS_PER_WAKEUP`] and [`USER_TIME_PER_WAKEUP`] per wakeup,
+//!   a user at a time, with due ticks run between users at least every
+//!   `TICK_EVERY`; the rest wait for the next wakeup (`serve_round`).
 //!
 //! Answers to console commands wait until no stop is pending, so that a
 //! command that switched jobs (`suspend`, `queue Q deactivate`) is answered
@@ -127,8 +131,8 @@ const USER_OUTPUT_BUDGET: usize = 16 << 20;
 /// plus one reply, instead of every reply to everything it sent.
 const PAUSE_OUTPUT: usize = 64 * 1024;
 /// Descriptors a client may have sent and not yet used: a submission's
-/// standard ones and the most it may pass on.
-const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS + proto::MAX_INHERITED_FDS;
+/// standard ones, the most it may pass on, and its PMI descriptors.
+const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS + proto::MAX_INHERITED_FDS + proto::MAX_PMI_FDS;
 /// The most descriptors one message can carry (SCM_MAX_FD in the kernel's
 /// include/net/scm.h). The receive buffer has room for all of them: when it
 /// is too small the kernel still installs the descriptors that fit but sets
@@ -138,6 +142,16 @@ const MAX_PENDING_FDS: usize = proto::SUBMIT_FDS + proto::MAX_INHERITED_FDS;
 const SCM_MAX_FD: usize = 253;
 /// The most bytes one `recvmsg` takes from a client.
 const READ_CHUNK: usize = 64 * 1024;
+/// The requests of one user served per wakeup of the loop, over all of
+/// their connections; the rest wait for the next wakeup (at once), after
+/// every other user's turn and the ticks that are due.
+pub const USER_REQUESTS_PER_WAKEUP: usize = 16;
+/// The time one user's requests may take per wakeup (a request begun is
+/// finished).
+pub const USER_TIME_PER_WAKEUP: Duration = Duration::from_millis(5);
+/// While clients are served, due ticks and the actuator's work run at least
+/// this often.
+const TICK_EVERY: Duration = Duration::from_millis(5);
 
 /// Everything the loop reacts to.
 #[derive(Debug, Clone, Copy)]
@@ -230,6 +244,14 @@ pub struct Daemon<A: Actuator> {
     /// rather than at every connection, so that a round does not cost the
     /// number of clients (10,000 scrun waiting in a queue are 10,000).
     maybe_paused: BTreeSet<Token>,
+    /// Connections with requests left over when their user's turn ran out:
+    /// served first at the next wakeup, which comes at once.
+    deferred: BTreeSet<Token>,
+    /// The turn of the user whose connections are being served: requests
+    /// left and until when (`None` outside a round).
+    turn: Option<(usize, Instant)>,
+    /// Where the next round of users starts, so that no user is always first.
+    round_start: u32,
 }
 
 /// How a console client wants the answer to the command it sent.
@@ -320,6 +342,9 @@ impl<A: Actuator> Daemon<A> {
             held_answers: Vec::new(),
             read_chunk: vec![0u8; READ_CHUNK].into_boxed_slice(),
             maybe_paused: BTreeSet::new(),
+            deferred: BTreeSet::new(),
+            turn: None,
+            round_start: 0,
         })
     }
 
@@ -369,7 +394,7 @@ impl<A: Actuator> Daemon<A> {
                 deadline = Some(deadline.map_or(idle, |other| other.min(idle)));
             }
             let mut timeout = poll_timeout(deadline);
-            if !self.resumable().is_empty() {
+            if !self.resumable().is_empty() || !self.deferred.is_empty() {
                 // A paused client's replies were written: serve its next
                 // requests now, since its socket will not wake us.
                 timeout = Some(Duration::ZERO);
@@ -390,17 +415,70 @@ impl<A: Actuator> Daemon<A> {
                     token => Some(Event::Client(token)),
                 })
                 .collect();
+            let mut clients = std::mem::take(&mut self.deferred);
             for event in ready {
-                self.handle_event_guarded(event);
+                match event {
+                    Event::Client(token) => {
+                        clients.insert(token);
+                    }
+                    event => self.handle_event_guarded(event),
+                }
             }
-            for token in self.resumable() {
-                self.handle_event_guarded(Event::Client(token));
-            }
+            clients.extend(self.resumable());
+            self.serve_round(clients);
             self.handle_event_guarded(Event::Deadline);
             self.check_idle();
         }
         self.finish();
         Ok(())
+    }
+
+    /// Serves the connections that are ready, a user at a time (starting
+    /// with a different user each round): each user's requests up to
+    /// [`USER_REQUESTS_PER_WAKEUP`] and [`USER_TIME_PER_WAKEUP`], the rest
+    /// deferred to the next wakeup; due ticks run at least every
+    /// [`TICK_EVERY`] meanwhile. So one user's flood of requests delays that
+    /// user's own, and neither other users' nor the schedule.
+    fn serve_round(&mut self, clients: BTreeSet<Token>) {
+        let mut by_user: std::collections::BTreeMap<u32, Vec<Token>> = Default::default();
+        for token in clients {
+            let uid = self
+                .connections
+                .get(&token)
+                .map_or(u32::MAX, |conn| conn.cred.uid);
+            by_user.entry(uid).or_default().push(token);
+        }
+        let start = self.round_start;
+        self.round_start = self.round_start.wrapping_add(1);
+        let (after, before): (Vec<_>, Vec<_>) =
+            by_user.into_iter().partition(|(uid, _)| *uid >= start);
+        let mut ticked = Instant::now();
+        for (_, tokens) in after.into_iter().chain(before) {
+            self.turn = Some((
+                USER_REQUESTS_PER_WAKEUP,
+                Instant::now() + USER_TIME_PER_WAKEUP,
+            ));
+            for token in tokens {
+                if self.turn_over() {
+                    self.deferred.insert(token);
+                    continue;
+                }
+                self.handle_event_guarded(Event::Client(token));
+                if ticked.elapsed() >= TICK_EVERY {
+                    let turn = self.turn.take();
+                    self.handle_event_guarded(Event::Deadline);
+                    self.turn = turn;
+                    ticked = Instant::now();
+                }
+            }
+        }
+        self.turn = None;
+    }
+
+    /// Whether the current user's turn has no request or time left.
+    fn turn_over(&self) -> bool {
+        self.turn
+            .is_some_and(|(left, until)| left == 0 || Instant::now() >= until)
     }
 
     /// The one place where the daemon's state changes.

@@ -93,6 +93,10 @@ pub struct ConnectionSnapshot {
     /// controlling terminal (`scrun -pty`).
     #[serde(default)]
     pub controlling_terminal: bool,
+    /// The job's PMI descriptors: ranks per stage, and the descriptors
+    /// not yet taken by a rank (-1 for a taken one).
+    #[serde(default)]
+    pub pmi: (usize, Vec<RawFd>),
     /// A job was submitted on it.
     pub submitted: bool,
     /// Close once the output is written.

@@ -51,6 +51,10 @@ pub const SYNC_INTERVAL: Duration = Duration::from_millis(100);
 /// The most jobs one `history` lists (the last that match), so that one
 /// request costs the loop a bounded time however long the journal is.
 pub const HISTORY_LIMIT: usize = 1000;
+/// The most bytes of the journal one `history` reads (the last records
+/// that match, within [`HISTORY_LIMIT`]), so that one request costs the
+/// loop a bounded time whatever the records hold.
+pub const HISTORY_BYTES: u64 = 1 << 20;
 /// The most bytes of one journal line: longer strings of a record are cut
 /// (with a marker), then its largest fields replaced by a note.
 pub const MAX_RECORD: usize = 16 * 1024;
@@ -606,8 +610,21 @@ impl Journal {
             .filter(|entry| entry.ended >= from && uid.is_none_or(|uid| entry.uid == Some(uid)))
             .copied()
             .collect();
-        let left_out = matching.len().saturating_sub(HISTORY_LIMIT);
+        let mut left_out = matching.len().saturating_sub(HISTORY_LIMIT);
         matching.drain(..left_out);
+        // At most HISTORY_BYTES read from the files per request.
+        let mut bytes = 0u64;
+        let fit = matching
+            .iter()
+            .rev()
+            .take_while(|entry| {
+                bytes += u64::from(entry.len);
+                bytes <= HISTORY_BYTES
+            })
+            .count();
+        let cut = matching.len() - fit;
+        matching.drain(..cut);
+        left_out += cut;
         (self.read_records(&matching), left_out)
     }
 }
@@ -637,7 +654,7 @@ pub fn redact(record: &mut Json) {
 }
 
 /// The line `history` adds under its table when it lists only the last
-/// [`HISTORY_LIMIT`] matching jobs.
+/// [`HISTORY_LIMIT`] matching jobs (or those within [`HISTORY_BYTES`]).
 pub fn left_out_note(left_out: usize) -> String {
     format!(
         "({left_out} earlier job{} not listed: at most {HISTORY_LIMIT} are; narrow with --since or --user)\n",

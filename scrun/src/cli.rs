@@ -21,6 +21,8 @@ use scored_proto::proto::{JobOptions, Joiner, ProcRequest};
 use scored_proto::submit::{self, ProcCounts, SubmitError};
 use scored_proto::units::{parse_duration, parse_size, quote};
 
+use crate::pmi::Mode;
+
 // The tests are one `check(...)` call per line, a table to read down;
 // rustfmt would fold the long ones and not the short ones.
 #[cfg(test)]
@@ -49,6 +51,7 @@ options:
   -time=DUR        run-time estimate and limit, such as 90s or 2h (ended at DUR, exit 76)
   -stat            print the job's accounting to stderr at exit
   -pty             give rank 0 a pseudo-terminal as its controlling terminal
+  -mpi=MODE        the ranks' PMI for MPI: auto (default), pmi1, pmi2 or none
   -scored=PATH     the daemon's socket (default: SCORED_SOCKET, then the standard path)
   -verbose, -v     say when a private scored is started
   -help, -h        print this text
@@ -67,7 +70,7 @@ pub const MAX_PRIORITY: u64 = 255;
 
 /// The keys an option word may hold, listed in the hint of an unknown-option error.
 const VALID_KEYS: &str =
-    "nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored, verbose";
+    "nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, verbose";
 
 /// What the command line asks scrun to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +114,8 @@ pub struct Options {
     pub stat: bool,
     /// Run rank 0 on a pseudo-terminal that scrun allocates and relays (`pty`).
     pub pty: bool,
+    /// The PMI wire protocols scrun serves the ranks (`mpi=`).
+    pub mpi: Mode,
     /// The daemon's socket (`scored=`); `None` leaves the choice to the caller.
     pub scored: Option<PathBuf>,
     /// Say what scrun does on its own account, such as starting a
@@ -130,6 +135,7 @@ impl Default for Options {
             time_ms: None,
             stat: false,
             pty: false,
+            mpi: Mode::Auto,
             scored: None,
             verbose: false,
         }
@@ -421,6 +427,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
     let mut wait = None;
     let mut stat = None;
     let mut pty = None;
+    let mut mpi = None;
     let mut memory = None;
     let mut disk = None;
     let mut time_ms = None;
@@ -456,6 +463,10 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
             "pty" => {
                 let value = parse_flag("pty", setting)?;
                 pty.get_or_insert(value);
+            }
+            "mpi" => {
+                let value = parse_mpi(setting)?;
+                mpi.get_or_insert(value);
             }
             "verbose" | "v" => {
                 let value = parse_flag("verbose", setting)?;
@@ -504,6 +515,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
         time_ms,
         stat: stat.unwrap_or(false),
         pty: pty.unwrap_or(false),
+        mpi: mpi.unwrap_or_default(),
         scored,
         verbose: verbose.unwrap_or(false),
     })
@@ -679,6 +691,21 @@ fn parse_time(setting: &Setting) -> Result<u64, UsageError> {
     let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
     submit::check_time(ms, || quote(value))
         .map_err(|error| invalid("time", setting, error.to_string()))
+}
+
+/// `mpi=auto|pmi1|pmi2|none`.
+fn parse_mpi(setting: &Setting) -> Result<Mode, UsageError> {
+    let value = required("mpi", "pmi2", setting)?;
+    [Mode::Auto, Mode::Pmi1, Mode::Pmi2, Mode::None]
+        .into_iter()
+        .find(|mode| mode.name() == value)
+        .ok_or_else(|| {
+            invalid(
+                "mpi",
+                setting,
+                format!("{} is not auto, pmi1, pmi2 or none", quote(value)),
+            )
+        })
 }
 
 /// The spelling of a joiner's separator word.

@@ -1,7 +1,7 @@
 //! One run of scrun, from a parsed command line to an exit status:
 //! build the request, block signals, reach scored (or start a private
-//! one), submit with the standard descriptors, follow the session, and
-//! clean up.
+//! one), submit with the standard descriptors (and the ranks' PMI
+//! connections), follow the session, and clean up.
 //!
 //! This is the only module that decides the order of those steps; the
 //! steps themselves live in [`crate::submit`], [`crate::signals`],
@@ -9,7 +9,7 @@
 #![forbid(unsafe_code)]
 
 use std::io::{self, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use scored_proto::client::{self, Connection, SocketSource};
@@ -19,6 +19,7 @@ use scrun::cli::Invocation;
 
 use crate::caller::Caller;
 use crate::error::{chain, Fatal};
+use crate::pmi_server::PmiServer;
 use crate::report::Final;
 use crate::session::{self, PtySide};
 use crate::signals::Signals;
@@ -88,7 +89,38 @@ pub fn run(invocation: &Invocation) -> Outcome {
     } else {
         None
     };
-    let end = match submit(&mut connection, &request, &path, pty.as_ref(), &caller) {
+    // With PMI, one socketpair per rank of each stage: the ranks' ends go
+    // with the submission, scrun serves the others until the job ends.
+    let pmi_ranks = match &request {
+        Request::Submit { submit, .. } => submit.pmi_ranks as usize,
+        _ => 0,
+    };
+    let (mut pmi, rank_ends) = if pmi_ranks > 0 {
+        match PmiServer::create(invocation.options.mpi, pmi_ranks, invocation.stages.len()) {
+            Ok((server, ends)) => (Some(server), ends),
+            Err(error) => {
+                return report_fatal(&Fatal::with_source(
+                    exitcode::INTERNAL,
+                    "cannot create the ranks' PMI connections",
+                    error,
+                ))
+            }
+        }
+    } else {
+        (None, Vec::new())
+    };
+    let sent = submit(
+        &mut connection,
+        &request,
+        &path,
+        pty.as_ref(),
+        &caller,
+        &rank_ends,
+    );
+    // scored holds the ranks' ends now: a rank's end is then the end of
+    // its connection.
+    drop(rank_ends);
+    let end = match sent {
         Ok(()) => match pty {
             Some(mut pty) => {
                 // scored holds the slave now; the job's end is the end of
@@ -104,13 +136,20 @@ pub fn run(invocation: &Invocation) -> Outcome {
                     &signals,
                     invocation.options.stat,
                     Some(&mut side),
+                    pmi.as_mut(),
                 );
                 // Dropping the side restores scrun's terminal before
                 // anything more is said on it.
                 drop(side);
                 end
             }
-            None => session::run(&mut connection, &signals, invocation.options.stat, None),
+            None => session::run(
+                &mut connection,
+                &signals,
+                invocation.options.stat,
+                None,
+                pmi.as_mut(),
+            ),
         },
         Err(fatal) => Final {
             stderr: format!("scrun: {}\n", chain(&fatal)),
@@ -157,13 +196,15 @@ fn connect(
 /// Sends the submission with its descriptors attached, in the order the
 /// protocol gives (`Submit::descriptor_count`): stdin, stdout and stderr
 /// (scrun's own that were not closed, or with `-pty` the pty's slave as
-/// all three), then the other descriptors scrun inherited.
+/// all three), then the other descriptors scrun inherited, then the
+/// ranks' ends of their PMI connections.
 fn submit(
     connection: &mut Connection,
     request: &Request,
     path: &Path,
     pty: Option<&Pty>,
     caller: &Caller,
+    pmi: &[OwnedFd],
 ) -> Result<(), Fatal> {
     let stdin = io::stdin();
     let stdout = io::stdout();
@@ -178,6 +219,7 @@ fn submit(
             .collect(),
     };
     fds.extend(caller.descriptors.iter().map(|&fd| crate::sys::borrow(fd)));
+    fds.extend(pmi.iter().map(AsFd::as_fd));
     match connection.send_with_fds(request, &fds) {
         Ok(()) => Ok(()),
         // scored hung up while we were sending, which it does after an

@@ -12,6 +12,7 @@
 mod caller;
 mod error;
 mod launch;
+mod pmi_server;
 mod report;
 mod session;
 mod signals;

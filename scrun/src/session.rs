@@ -7,7 +7,8 @@
 //! for `Held` after Ctrl-Z) goes out through [`Session::deadline`].
 //! [`run`] is the imperative shell: it polls the connection and the
 //! signalfd (and, for a `-pty` job, the pty master and scrun's stdin,
-//! whose bytes it relays without involving the core), feeds what it reads
+//! whose bytes it relays without involving the core; with PMI, the
+//! ranks' PMI connections, served by [`PmiServer`]), feeds what it reads
 //! to the core, and carries out the actions. It never sleeps; `poll` waits
 //! for data, a signal or the core's deadline.
 #![forbid(unsafe_code)]
@@ -25,6 +26,7 @@ use scored_proto::exitcode;
 use scored_proto::proto::{Reply, Request};
 
 use crate::error::describe_io;
+use crate::pmi_server::PmiServer;
 use crate::report::{final_report, lost_connection, Final};
 use crate::signals::{exit_status, is_terminating, Signals};
 use crate::terminal::{in_foreground, RawMode, Relay};
@@ -55,6 +57,14 @@ pub enum Event {
     Lost,
     /// scored sent bytes that are not a reply; the text says what was wrong.
     Garbled(String),
+    /// A rank ended the job through PMI (its abort, or a fault of it):
+    /// the job is killed and scrun exits with `code`.
+    Pmi {
+        /// scrun's exit status.
+        code: i32,
+        /// What happened, naming the rank.
+        message: String,
+    },
     /// Time passed; the core checks its deadline.
     Tick,
 }
@@ -110,6 +120,9 @@ pub struct Session {
     /// scrun asked scored to kill the job; one more interrupt makes it
     /// leave at once.
     killing: bool,
+    /// The status a rank's PMI abort or fault gave the job, which scrun
+    /// exits with once scored confirms the job's end.
+    pmi_end: Option<i32>,
     hold: Hold,
 }
 
@@ -128,6 +141,7 @@ impl Session {
             queued_notice: None,
             passed: None,
             killing: false,
+            pmi_end: None,
             hold: Hold::Idle,
         }
     }
@@ -152,13 +166,34 @@ impl Session {
             Event::OutputGone => self.on_output_gone(now),
             Event::Lost => vec![Action::Finish(lost_connection(self.job))],
             Event::Garbled(why) => vec![Action::Finish(Final::line(exitcode::INTERNAL, why))],
+            Event::Pmi { code, message } => self.on_pmi_end(code, message),
             Event::Tick => self.on_tick(now),
         }
     }
 
+    /// A rank aborted, or broke the PMI protocol: the message now, the job
+    /// killed, and scrun's status the rank's (see scrun(1), MPI).
+    fn on_pmi_end(&mut self, code: i32, message: String) -> Vec<Action> {
+        if self.pmi_end.is_some() {
+            return Vec::new();
+        }
+        self.pmi_end = Some(code);
+        self.killing = true;
+        vec![Action::Say(message), Action::Send(Request::Kill)]
+    }
+
     fn on_reply(&mut self, reply: Reply, now: Instant) -> Vec<Action> {
         let passed = self.passed.map(|(signal, _)| signal as i32);
-        if let Some(end) = final_report(&reply, self.stat, passed) {
+        if let Some(mut end) = final_report(&reply, self.stat, passed) {
+            if let (Some(code), Reply::Ended { .. }) = (self.pmi_end, &reply) {
+                // The kill was scrun's, for the rank's PMI end said
+                // already: its status, and no second story.
+                end = Final {
+                    stderr: if self.stat { end.stderr } else { String::new() },
+                    code,
+                    reraise: None,
+                };
+            }
             return vec![Action::Finish(end)];
         }
         match reply {
@@ -370,10 +405,17 @@ pub fn run(
     signals: &Signals,
     stat: bool,
     mut pty: Option<&mut PtySide>,
+    mut pmi: Option<&mut PmiServer>,
 ) -> Final {
     let mut session = Session::new(stat, pty.is_some());
     loop {
-        let events = match wait(connection, signals, session.deadline(), pty.as_deref_mut()) {
+        let events = match wait(
+            connection,
+            signals,
+            session.deadline(),
+            pty.as_deref_mut(),
+            pmi.as_deref_mut(),
+        ) {
             Ok(events) => events,
             Err(end) => return end,
         };
@@ -484,6 +526,7 @@ fn wait(
     signals: &Signals,
     deadline: Option<Instant>,
     pty: Option<&mut PtySide>,
+    pmi: Option<&mut PmiServer>,
 ) -> Result<Vec<Event>, Final> {
     let timeout = match deadline {
         None => PollTimeout::NONE,
@@ -495,7 +538,7 @@ fn wait(
         }
     };
     let relay = pty.map(|side| &mut side.relay);
-    let (connection_ready, signals_ready, master_ready, stdin_ready) = {
+    let (connection_ready, signals_ready, master_ready, stdin_ready, pmi_ready) = {
         let stdin = io::stdin();
         let mut fds = vec![
             PollFd::new(connection.as_fd(), PollFlags::POLLIN),
@@ -519,6 +562,13 @@ fn wait(
                 fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
             }
         }
+        let pmi_fds = pmi.as_deref().map(PmiServer::poll_fds).unwrap_or_default();
+        let pmi_first = fds.len();
+        fds.extend(
+            pmi_fds
+                .iter()
+                .map(|(_, fd, flags)| PollFd::new(*fd, *flags)),
+        );
         match poll(&mut fds, timeout) {
             Ok(_) => {}
             Err(Errno::EINTR) => return Ok(vec![Event::Tick]),
@@ -530,11 +580,21 @@ fn wait(
             }
         }
         let ready = |fd: &PollFd| fd.revents().is_some_and(|revents| !revents.is_empty());
+        let pmi_ready: Vec<(usize, PollFlags)> = pmi_fds
+            .iter()
+            .zip(&fds[pmi_first..])
+            .filter_map(|((idx, _, _), fd)| {
+                fd.revents()
+                    .filter(|revents| !revents.is_empty())
+                    .map(|revents| (*idx, revents))
+            })
+            .collect();
         (
             ready(&fds[0]),
             ready(&fds[1]),
             master_idx.is_some_and(|idx| ready(&fds[idx])),
             stdin_idx.is_some_and(|idx| ready(&fds[idx])),
+            pmi_ready,
         )
     };
     let mut output_gone = false;
@@ -551,6 +611,16 @@ fn wait(
     let mut events = Vec::new();
     if connection_ready {
         read_replies(connection, &mut events);
+    }
+    if let Some(server) = pmi {
+        for (idx, revents) in pmi_ready {
+            if let Some(end) = server.service(idx, revents) {
+                events.push(Event::Pmi {
+                    code: end.code,
+                    message: end.message,
+                });
+            }
+        }
     }
     if signals_ready {
         match signals.drain() {

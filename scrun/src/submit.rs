@@ -11,9 +11,10 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use scored_proto::exitcode;
-use scored_proto::proto::{self, Request, Submit, WireBytes};
+use scored_proto::proto::{self, ProcRequest, Request, Submit, WireBytes};
 use scored_proto::submit;
 use scrun::cli::Invocation;
+use scrun::pmi::Mode;
 
 use crate::caller::Caller;
 use crate::error::Fatal;
@@ -40,10 +41,51 @@ pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal>
             submit.closed_stdio = caller.closed_stdio.clone();
         }
         submit.fds = caller.descriptors.clone();
+        submit.pmi_ranks = pmi_ranks(invocation)?;
     }
     check_size(&request)?;
     check_rules(&request)?;
     Ok(request)
+}
+
+/// How many ranks of each stage get a PMI descriptor (`-mpi=`): each
+/// rank of a job whose rank count scrun knows (`-nodes=N`, `-nodes=NxM`)
+/// within [`proto::MAX_PMI_FDS`] in all; none with `-mpi=none`. The
+/// default `auto` quietly serves no PMI where it cannot; `pmi1` and
+/// `pmi2` say why.
+pub fn pmi_ranks(invocation: &Invocation) -> Result<u32, Fatal> {
+    let mode = invocation.options.mpi;
+    if mode == Mode::None {
+        return Ok(0);
+    }
+    let refuse = |why: String| {
+        if mode == Mode::Auto {
+            Ok(0)
+        } else {
+            Err(Fatal::new(
+                exitcode::USAGE,
+                format!("-mpi={}: {why}", mode.name()),
+            ))
+        }
+    };
+    let ranks = match invocation.options.procs {
+        ProcRequest::Nodes(n) => u64::from(n),
+        ProcRequest::Grid { hosts, per_host } => u64::from(hosts) * u64::from(per_host),
+        ProcRequest::Hosts(h) => {
+            return refuse(format!(
+                "the number of ranks of hosts={h} is known only once placed; use -nodes=N or -nodes=NxM"
+            ))
+        }
+    };
+    let stages = invocation.stages.len() as u64;
+    if ranks * stages > proto::MAX_PMI_FDS as u64 {
+        return refuse(format!(
+            "PMI serves at most {} ranks in all stages of a job, this one has {}",
+            proto::MAX_PMI_FDS,
+            ranks * stages
+        ));
+    }
+    Ok(ranks as u32)
 }
 
 /// Refuses a request that breaks a rule of the submission validator, with
@@ -89,6 +131,7 @@ pub fn submit_request(
             ioprio: None,
             closed_stdio: Vec::new(),
             fds: Vec::new(),
+            pmi_ranks: 0,
         },
     }
 }
@@ -183,6 +226,27 @@ mod tests {
         assert_eq!(
             refused(|submit| submit.ignored_signals = vec![9]),
             "job rejected: signal 9 cannot be ignored"
+        );
+    }
+
+    #[test]
+    fn pmi_goes_to_each_rank_of_a_known_count_or_is_refused_when_asked() {
+        let ranks = |args: &[&str]| pmi_ranks(&invocation(args)).map_err(|f| f.to_string());
+        assert_eq!(ranks(&["-nodes=4", "a"]), Ok(4));
+        assert_eq!(ranks(&["-nodes=2x3", "a", "::", "b"]), Ok(6));
+        assert_eq!(ranks(&["-nodes=4,mpi=none", "a"]), Ok(0));
+        assert_eq!(ranks(&["-hosts=2", "a"]), Ok(0));
+        assert_eq!(ranks(&["-nodes=129", "a"]), Ok(0));
+        assert_eq!(
+            ranks(&["-hosts=2,mpi=pmi1", "a"]),
+            Err("-mpi=pmi1: the number of ranks of hosts=2 is known only once placed; use -nodes=N or -nodes=NxM".to_string())
+        );
+        assert_eq!(
+            ranks(&["-nodes=65,mpi=pmi2", "a", "::", "b"]),
+            Err(
+                "-mpi=pmi2: PMI serves at most 128 ranks in all stages of a job, this one has 130"
+                    .to_string()
+            )
         );
     }
 

@@ -17,3 +17,12 @@ fn scrun_options_inputs_keep_their_property() {
     let fuzz_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
     replay::replay(&fuzz_dir, "scrun_options", scrun_options::check);
 }
+
+#[path = "../../fuzz/src/pmi.rs"]
+mod pmi;
+
+#[test]
+fn pmi_inputs_keep_their_property() {
+    let fuzz_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    replay::replay(&fuzz_dir, "pmi", pmi::check);
+}

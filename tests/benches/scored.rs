@@ -37,8 +37,13 @@
 //!    them, the journal's sync, a user-name lookup, and start-up on that
 //!    journal.
 //!
+//! 10. What gang scheduling is for: two MPI jobs of busy-polling ranks
+//!     (MPICH: allreduce, ping-pong), one alone, both under the kernel, and
+//!     both under scored at 500, 100 and 10 ms slices; and the launch cost
+//!     of PMI against `-mpi=none`.
+//!
 //! `BENCH_QUICK=1` shortens every run (for a smoke test of the benchmark);
-//! `BENCH_ONLY=switch,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking`
+//! `BENCH_ONLY=switch,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi`
 //! runs only those sections. `SCORED_TEST_BIN_DIR=DIR` runs the daemons of
 //! DIR (an earlier build) instead of this build's, to compare.
 //!
@@ -50,6 +55,7 @@ use sections::{
     blocking::blocking,
     fairness::{fairness, slice_overhead},
     launch::{big_launch, launch},
+    mpi::mpi,
     restart::{checkpoint_cost, journal_cost, restart_under_load},
     scale::{decision_time, machine, scale},
     switch::{
@@ -61,6 +67,7 @@ mod sections {
     pub mod blocking;
     pub mod fairness;
     pub mod launch;
+    pub mod mpi;
     pub mod restart;
     pub mod scale;
     pub mod switch;
@@ -301,6 +308,10 @@ fn main() {
     if wanted("blocking") {
         eprintln!("9. what may block the loop");
         blocking(&mut rows);
+    }
+    if wanted("mpi") {
+        eprintln!("10. MPI under gang scheduling");
+        mpi(&mut rows);
     }
 
     println!("Machine: {}\n", machine());

@@ -10,10 +10,15 @@
 //! scored-testprog forks SECS           fork short-lived children as fast as possible for SECS
 //! scored-testprog env                  print the SCORE_* environment
 //! scored-testprog keyring              print `keyring ID`, the serial of its session keyring
+//! scored-testprog ptrace-resume PID... seize each process with ptrace and resume it 30ms
+//!                                      after each of its stops, without SIGCONT
 //! scored-testprog connect PATH N SECS  open N connections to the socket PATH and hold them SECS;
 //!                                      print `open N`, then `refused K` and each refusal's text
 //! scored-testprog partial PATH N BYTES SECS  the same, each connection first sending the header
 //!                                      of a 1 MiB request and BYTES of it, and no more
+//! scored-testprog flood PATH N LINE SECS  open N connections to the socket PATH and, for SECS,
+//!                                      keep 8 console requests LINE outstanding on each,
+//!                                      reading the replies as they come; print `served K`
 //! ```
 //!
 //! It prints `pid PID` on stdout first (except `env`), so tests can find it.
@@ -133,6 +138,8 @@ fn main() {
             arg(3).parse().unwrap_or(0),
             secs(4),
         ),
+        "flood" => flood(&arg(1), arg(2).parse().unwrap_or(0), &arg(3), secs(4)),
+        "ptrace-resume" => ptrace_resume(&args[1..]),
         "keyring" => match session_keyring() {
             Some(id) => println!("keyring {id}"),
             None => println!("keyring none"),
@@ -148,6 +155,58 @@ fn main() {
 /// daemon refused (it writes an error frame and closes), then holds the
 /// others open for `seconds`, then reports again (`closed K`: closed by the
 /// daemon meanwhile).
+/// Keeps `n` connections busy with pipelined console requests `line` for
+/// `seconds`, eight outstanding on each, and prints how many replies came.
+fn flood(path: &str, n: usize, line: &str, seconds: f64) {
+    use scored::proto::{self, Request};
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+    let frame = proto::encode(&Request::Console {
+        version: proto::VERSION,
+        line: line.to_string(),
+        json: false,
+    });
+    let mut streams: Vec<(UnixStream, usize, Vec<u8>)> = Vec::new();
+    for _ in 0..n {
+        let Ok(stream) = UnixStream::connect(path) else {
+            break;
+        };
+        let _ = stream.set_nonblocking(true);
+        streams.push((stream, 0, Vec::new()));
+    }
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut served = 0usize;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while Instant::now() < end {
+        for (stream, outstanding, buffer) in &mut streams {
+            while *outstanding < 8 {
+                if stream.write_all(&frame).is_err() {
+                    break;
+                }
+                *outstanding += 1;
+            }
+            while let Ok(len) = stream.read(&mut chunk) {
+                if len == 0 {
+                    break;
+                }
+                buffer.extend_from_slice(&chunk[..len]);
+            }
+            // Count whole frames and drop them.
+            while buffer.len() >= 4 {
+                let len = u32::from_be_bytes([buffer[0], buffer[1], buffer[2], buffer[3]]) as usize;
+                if buffer.len() < 4 + len {
+                    break;
+                }
+                buffer.drain(..4 + len);
+                *outstanding = outstanding.saturating_sub(1);
+                served += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!("served {served}");
+}
+
 fn hold_connections(path: &str, n: usize, partial: usize, seconds: f64) {
     use std::io::Read;
     use std::os::unix::net::UnixStream;
@@ -257,5 +316,50 @@ fn cpu_time() -> f64 {
 fn sleep(seconds: f64) {
     if seconds > 0.0 {
         std::thread::sleep(Duration::from_secs_f64(seconds));
+    }
+}
+
+/// Seizes each process with ptrace; passes on every signal it gets, and
+/// resumes it 30 ms after each of its stops, as a user's own tracer may:
+/// the stop is seen and reported, then undone without any SIGCONT. Prints
+/// `seized N` once it holds them all; ends when they are gone.
+fn ptrace_resume(pids: &[String]) {
+    let pids: Vec<libc::pid_t> = pids.iter().filter_map(|pid| pid.parse().ok()).collect();
+    for &pid in &pids {
+        // SAFETY: PTRACE_SEIZE takes no address or data pointer.
+        let ret = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0usize, 0usize) };
+        if ret != 0 {
+            panic!("PTRACE_SEIZE {pid}: {}", std::io::Error::last_os_error());
+        }
+    }
+    println!("seized {}", pids.len());
+    let _ = std::io::stdout().flush();
+    let mut left = pids.len();
+    while left > 0 {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into the integer it is given.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL) };
+        if pid < 0 {
+            break;
+        }
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            left -= 1;
+            continue;
+        }
+        if !libc::WIFSTOPPED(status) {
+            continue;
+        }
+        let signal = libc::WSTOPSIG(status);
+        let group_stop = status >> 16 == libc::PTRACE_EVENT_STOP;
+        let pass = if group_stop {
+            std::thread::sleep(Duration::from_millis(30));
+            0
+        } else {
+            // A signal on its way: delivered as it came (a SIGSTOP then
+            // stops the process, which its parent is told).
+            signal
+        };
+        // SAFETY: PTRACE_CONT takes no address; its data is a signal number.
+        unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0usize, pass as usize) };
     }
 }

@@ -108,6 +108,7 @@ fn submit_request(daemon: &Daemon) -> Request {
             ioprio: None,
             closed_stdio: Vec::new(),
             fds: Vec::new(),
+            pmi_ranks: 0,
         },
     }
 }
@@ -767,15 +768,16 @@ fn passed_descriptors_and_signals_are_bounded_and_checked() {
         }
         proto::encode(&request)
     };
-    // Three standard descriptors and 65 others: more than may be pending.
+    // Three standard descriptors, 64 others and 129 for PMI: more than
+    // may be pending.
     let mut stream = connect(&daemon.socket);
-    let numbers: Vec<i32> = (3..3 + proto::MAX_INHERITED_FDS as i32 + 1).collect();
-    let fds = vec![null.as_raw_fd(); 3 + numbers.len()];
+    let numbers: Vec<i32> = (3..3 + proto::MAX_INHERITED_FDS as i32).collect();
+    let fds = vec![null.as_raw_fd(); 3 + numbers.len() + proto::MAX_PMI_FDS + 1];
     send_with_fds(&stream, &with(&|submit| submit.fds = numbers.clone()), &fds);
     expect_error(
         &mut stream,
-        "68 descriptors",
-        "a submission carries at most its 3 standard ones and 64 others",
+        "196 descriptors",
+        "a submission carries at most its 3 standard ones, 64 others and 128 for PMI",
     );
     // Numbers the validator refuses, with as many descriptors as they say.
     for (change, expected) in [
@@ -1018,4 +1020,146 @@ fn crafted_traces_get_a_clear_error_never_an_abort() {
         stderr(&flag),
         "sc_replay: --procs 4294967295: must be from 1 to 262144\n"
     );
+}
+
+/// A user who queues jobs with large environments is refused, with a
+/// message naming the budget, once their jobs keep 8 MiB; another user is
+/// still admitted, and scored's memory stays bounded.
+#[test]
+fn queued_environments_are_bounded_per_user() {
+    let Some(users) = test_users("queued_environments_are_bounded_per_user") else {
+        return;
+    };
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .rc("queue 1 deactivate\n")
+        .start();
+    // About 840 KB of environment, in entries execve(2) takes.
+    let big_env = |command: &mut std::process::Command, tag: usize| {
+        for idx in 0..7 {
+            command.env(
+                format!("BIG_{idx}"),
+                format!("{tag}{}", "e".repeat(120_000)),
+            );
+        }
+    };
+    let queued = |user: &TestUser| {
+        daemon
+            .ok("jobs")
+            .lines()
+            .filter(|line| line.contains(&user.name))
+            .count()
+    };
+    let mut children = Vec::new();
+    let mut refusals = Vec::new();
+    for tag in 0..12 {
+        let mut command = daemon.scrun_as(&users.a, &["true"]);
+        big_env(&mut command, tag);
+        let mut child = command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("scrun as a");
+        let before = children.len();
+        let settled = wait_until(Duration::from_secs(20), || {
+            queued(&users.a) > before || matches!(child.try_wait(), Ok(Some(_)))
+        });
+        assert!(settled, "submission {tag} was neither queued nor refused");
+        if let Ok(Some(_)) = child.try_wait() {
+            let mut text = String::new();
+            child
+                .stderr
+                .take()
+                .expect("stderr")
+                .read_to_string(&mut text)
+                .expect("read stderr");
+            refusals.push(text);
+        } else {
+            children.push(child);
+        }
+    }
+    assert!(
+        (8..=10).contains(&children.len()),
+        "{} queued",
+        children.len()
+    );
+    assert_eq!(refusals.len(), 12 - children.len(), "{refusals:?}");
+    for text in &refusals {
+        assert!(
+            text.contains("more than the budget of 8192 KiB per user"),
+            "the refusal names the budget: {text:.400}"
+        );
+    }
+    let mut command = daemon.scrun_as(&users.b, &["true"]);
+    big_env(&mut command, 99);
+    let other = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("scrun as b");
+    assert!(
+        wait_until(Duration::from_secs(20), || queued(&users.b) == 1),
+        "user b is admitted"
+    );
+    let rss = daemon_rss(&daemon);
+    assert!(rss < 64 << 20, "scored's peak memory reached {rss} bytes");
+    children.push(other);
+    for mut child in children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert_no_panic(&mut daemon);
+}
+
+/// One user's hundred connections pipelining `history` without pause: each
+/// user is served a bounded share per wakeup, so root's `status` is
+/// answered promptly meanwhile, and the flood is still served.
+#[test]
+fn a_console_flood_of_one_user_delays_only_that_user() {
+    let Some(users) = test_users("a_console_flood_of_one_user_delays_only_that_user") else {
+        return;
+    };
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    // A history worth reading.
+    for _ in 0..100 {
+        let output = daemon
+            .scrun_as(&users.a, &["true"])
+            .output()
+            .expect("scrun as a");
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    }
+    let socket = daemon.socket.display().to_string();
+    let flood = command_as(
+        &users.a,
+        Path::new(&testprog()),
+        &["flood", &socket, "100", "history", "8"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .expect("start the flood");
+    std::thread::sleep(Duration::from_secs(1));
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let output = daemon.console("status");
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let output = flood.wait_with_output().expect("the flood ends");
+    let served: usize = stdout(&output)
+        .lines()
+        .find_map(|line| line.strip_prefix("served "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        served > 100,
+        "the flood itself is served: {}",
+        stdout(&output)
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "root's status took {slowest:?} during the flood"
+    );
+    assert_no_panic(&mut daemon);
 }

@@ -12,6 +12,7 @@ mod hostile;
 mod isolation;
 mod launch;
 mod limits;
+mod mpi;
 mod private_daemon;
 mod recovery;
 mod replay;

@@ -380,7 +380,8 @@ fn a_link_to_root_in_the_scratch_directory_is_not_followed() {
 
 /// A job with fifty thousand files neither stalls
 /// the console nor escapes its disk limit: the walk is spread over samples
-/// and still finds the large file.
+/// and still finds the large file. (The files count 4 KiB each: 200 MB of
+/// the limit.)
 #[test]
 fn many_files_neither_stall_the_daemon_nor_escape_the_limit() {
     let daemon = Daemon::builder()
@@ -388,11 +389,11 @@ fn many_files_neither_stall_the_daemon_nor_escape_the_limit() {
         .rc("cluster 0 limit disk=1G\nqueue 1 set disk=100%\n")
         .start();
     let mut job = daemon.spawn(&[
-        "-priority=1,disk=20M",
+        "-priority=1,disk=260M",
         "sh",
         "-c",
         "set -e; cd \"$SCORE_TMPDIR\"; mkdir many; cd many; seq 50000 | xargs touch; \
-         cd ..; echo ready; sleep 2; head -c 30000000 /dev/zero > big; sleep 60",
+         cd ..; echo ready; sleep 2; head -c 80000000 /dev/zero > big; sleep 60",
     ]);
     job.wait_lines("ready", 1);
     // While the files are being walked, the console answers promptly.
@@ -867,5 +868,301 @@ fn disk_use_never_follows_the_text_of_a_rank_s_exe_link() {
     assert!(
         peak >= sleep_size && peak < SECRET_SIZE,
         "peak disk {peak}: the executable is {sleep_size} bytes, the secret {SECRET_SIZE}"
+    );
+}
+
+/// The entries of `state/removing`, where finished jobs' trees wait for
+/// their removal.
+fn trees_being_removed(daemon: &Daemon) -> usize {
+    std::fs::read_dir(daemon.sandbox.path.join("state/removing"))
+        .map(|dir| dir.count())
+        .unwrap_or(0)
+}
+
+/// A job that leaves 200,000 empty files: each counts towards its disk use
+/// while it runs, and once it ends the tree is taken from the user (root's,
+/// mode 0700, out of `jobs`) and removed in slices, so that root's `status`
+/// is answered while the removal is still under way.
+#[test]
+fn many_files_count_as_disk_use_and_their_removal_does_not_hold_the_loop() {
+    let Some(users) = test_users("many_files_count_as_disk_use") else {
+        return;
+    };
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("50ms")
+        .start();
+    let mut job = daemon.spawn_as(
+        &users.a,
+        &[
+            "sh",
+            "-c",
+            "mkdir \"$SCORE_TMPDIR/w\" && cd \"$SCORE_TMPDIR/w\" && seq 1 200000 | xargs touch \
+             && echo ready && sleep 60",
+        ],
+    );
+    assert!(
+        wait_until(Duration::from_secs(120), || job.count_lines("ready") == 1),
+        "the job did not make its files"
+    );
+    let disk = || daemon.job_field(1, "disk").as_u64().unwrap_or(0);
+    assert!(
+        wait_until(Duration::from_secs(60), || disk() >= 100_000 * 4096),
+        "empty files do not count: disk use {}",
+        disk()
+    );
+    job.signal(nix::sys::signal::Signal::SIGINT);
+    job.wait(Duration::from_secs(30));
+    assert!(!daemon.sandbox.path.join("state/jobs/1").exists());
+    let started = std::time::Instant::now();
+    let output = daemon.console("status");
+    let took = started.elapsed();
+    let removing = trees_being_removed(&daemon);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert!(
+        removing == 1,
+        "status was answered only after the tree was removed ({took:?})"
+    );
+    assert!(took < Duration::from_secs(2), "status took {took:?}");
+    use std::os::unix::fs::MetadataExt;
+    let removing_dir = daemon.sandbox.path.join("state/removing");
+    let meta = std::fs::metadata(&removing_dir).expect("removing");
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o700));
+    assert!(
+        wait_until(Duration::from_secs(120), || trees_being_removed(&daemon)
+            == 0),
+        "the tree was never removed"
+    );
+    assert!(!daemon.log().contains("cannot remove"), "{}", daemon.log());
+}
+
+/// A process outside the job, working inside its scratch tree, keeps
+/// moving directories in it while the tree is removed: the removal takes
+/// each directory from the user as it enters it and walks again what was
+/// moved in, so that no user directory stays under the state directory.
+#[test]
+fn renames_from_outside_do_not_keep_a_scratch_tree() {
+    let Some(users) = test_users("renames_from_outside_do_not_keep_a_scratch_tree") else {
+        return;
+    };
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let mut job = daemon.spawn_as(
+        &users.a,
+        &[
+            "sh",
+            "-c",
+            "mkdir \"$SCORE_TMPDIR/w\" && cd \"$SCORE_TMPDIR/w\" && seq 1 20000 | xargs touch \
+             && echo ready && sleep 60",
+        ],
+    );
+    job.wait_lines("ready", 1);
+    let inside = daemon.sandbox.path.join("state/jobs/1/w");
+    let mut renamer = command_as(
+        &users.a,
+        Path::new("/bin/sh"),
+        &[
+            "-c",
+            "cd \"$1\" || exit 1; i=0; while :; do mkdir -p a/b; touch a/b/f; mv a n$i; \
+             i=$((i+1)); done",
+            "renamer",
+            &inside.display().to_string(),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("start the renamer");
+    std::thread::sleep(Duration::from_millis(300));
+    job.signal(nix::sys::signal::Signal::SIGINT);
+    job.wait(Duration::from_secs(30));
+    let gone = wait_until(Duration::from_secs(60), || {
+        !daemon.sandbox.path.join("state/jobs/1").exists() && trees_being_removed(&daemon) == 0
+    });
+    let _ = renamer.kill();
+    let _ = renamer.wait();
+    assert!(
+        gone,
+        "the tree stayed: jobs/1 {}, {} in removing\n{}",
+        daemon.sandbox.path.join("state/jobs/1").exists(),
+        trees_being_removed(&daemon),
+        daemon.log()
+    );
+}
+
+#[test]
+fn a_user_s_queued_jobs_cannot_make_a_restart_fail() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    // Two jobs of the exclusive queue 0, each on every host: the second is
+    // admitted and waits without hosts.
+    let mut first = daemon.spawn(&["-priority=0", "-nodes=2", &testprog(), "spin", "0"]);
+    first.wait_pids(2);
+    let mut second = daemon.spawn(&["-priority=0", "-nodes=2", "sh", "-c", "exit 7"]);
+    assert!(
+        wait_until(Duration::from_secs(20), || stdout(&daemon.console("job 2"))
+            .contains("state: queued")),
+        "{}",
+        daemon.ok("jobs")
+    );
+    let output = daemon.console("restart");
+    assert!(
+        output.status.success(),
+        "restart failed: {}{}\n{}",
+        stdout(&output),
+        stderr(&output),
+        daemon.log()
+    );
+    assert!(
+        stdout(&output).contains("restarted in place"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(daemon.ok("job 2").contains("state: queued"));
+    daemon.ok("kill 1 KILL");
+    let (status, _) = first.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(137));
+    let (status, _) = second.wait(Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "the waiting job runs after the restart"
+    );
+}
+
+#[test]
+fn a_rank_its_user_resumes_with_ptrace_is_held_by_the_freezer() {
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("500ms")
+        .start();
+    let mut victim = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    let victim_pids = victim.wait_pids(2);
+    let mut attacker = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    let attacker_pids = attacker.wait_pids(2);
+    let mut tracer = Command::new(testprog())
+        .arg("ptrace-resume")
+        .args(attacker_pids.iter().map(ToString::to_string))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the tracer");
+    let mut seized = String::new();
+    let mut reader = std::io::BufReader::new(tracer.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or(0) > 0 {
+        seized.push_str(&line);
+        if line.starts_with("seized") {
+            break;
+        }
+        line.clear();
+    }
+    assert!(
+        seized.contains("seized 2"),
+        "the tracer did not seize: {seized}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let (victim_before, attacker_before) = (
+        crate::restart::cpu_ticks(&victim_pids),
+        crate::restart::cpu_ticks(&attacker_pids),
+    );
+    std::thread::sleep(Duration::from_secs(8));
+    let victim_ticks = crate::restart::cpu_ticks(&victim_pids) - victim_before;
+    let attacker_ticks = crate::restart::cpu_ticks(&attacker_pids) - attacker_before;
+    let share = victim_ticks as f64 / (victim_ticks + attacker_ticks).max(1) as f64;
+    let log = daemon.log();
+    daemon.ok("kill 1 KILL");
+    daemon.ok("kill 2 KILL");
+    let _ = victim.wait(Duration::from_secs(10));
+    let _ = attacker.wait(Duration::from_secs(10));
+    let _ = tracer.kill();
+    let _ = tracer.wait();
+    assert!(
+        share >= 0.40,
+        "the gang partner got {victim_ticks} ticks, the traced job {attacker_ticks}:\n{log}"
+    );
+    // Noticed as traced when its stop was confirmed, or, on a loaded
+    // machine, frozen first because its stop took too long to confirm.
+    assert!(
+        log.contains("is traced by process") || log.contains("was not confirmed within"),
+        "the traced job was not noticed:\n{log}"
+    );
+    assert!(daemon.running());
+}
+
+/// A child of `parent` that still runs `exe` (a rank of scored's between
+/// its fork and its exec), stopped; `None` if none was caught in time.
+fn stop_a_rank_before_its_exec(parent: u32, exe: &Path) -> Option<i32> {
+    let is_pre_exec = |pid: i32| {
+        std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|link| link == exe)
+            && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok())
+                    == Some(parent)
+            })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return None;
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| name.parse().ok())
+            else {
+                continue;
+            };
+            if !is_pre_exec(pid) {
+                continue;
+            }
+            let pid_t = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::kill(pid_t, nix::sys::signal::Signal::SIGSTOP);
+            let stopped = wait_until(Duration::from_secs(2), || {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|stat| stat.contains(") T "))
+            });
+            if stopped && is_pre_exec(pid) {
+                return Some(pid);
+            }
+            // It exec'd first: it is a rank like the others.
+            let _ = nix::sys::signal::kill(pid_t, nix::sys::signal::Signal::SIGCONT);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_rank_stopped_before_its_exec_does_not_hold_up_a_restart() {
+    let n = 200;
+    let daemon = Daemon::builder()
+        .hosts(&format!("host0 cores={n}\n"))
+        .start();
+    let exe = std::fs::canonicalize(bin("scored")).expect("scored's path");
+    let nodes = format!("-nodes={n}");
+    let mut job = daemon.spawn(&[&nodes, "sleep", "60"]);
+    let Some(pid) = stop_a_rank_before_its_exec(daemon.pid(), &exe) else {
+        daemon.ok("kill 1 KILL");
+        let _ = job.wait(Duration::from_secs(30));
+        eprintln!("skipped: no rank was caught between its fork and its exec");
+        return;
+    };
+    let output = daemon.console("restart");
+    let log = daemon.log();
+    assert!(
+        output.status.success() && stdout(&output).contains("restarted in place"),
+        "restart failed: {}{}\n{log}",
+        stdout(&output),
+        stderr(&output)
+    );
+    assert!(
+        log.contains("a rank stopped before its exec holds up a restart; killed")
+            && !log.contains("did not exec in time"),
+        "the restart waited for rank {pid}, stopped before its exec:\n{log}"
+    );
+    let (status, text) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(126), "{text}");
+    assert!(
+        text.contains("was stopped before it started 'sleep' when scored restarted in place"),
+        "{text}"
     );
 }

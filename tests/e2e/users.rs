@@ -32,8 +32,8 @@ fn denied(output: &Output, line: &str) {
 }
 
 /// Checks one rank's report: `id -u`, `id -g`, `id -G`, the `Cap*` lines
-/// of /proc/self/status, `ls -l /proc/self/fd` and the owner and mode of
-/// `$SCORE_TMPDIR`.
+/// of /proc/self/status, `ls -l /proc/self/fd`, `PMI_FD` and the owner
+/// and mode of `$SCORE_TMPDIR`.
 fn check_identity(users: &TestUsers, report: &[&str], out: &str) {
     assert!(report.len() >= 3, "a rank did not report:\n{out}");
     assert_eq!(report[0], users.a.uid.to_string(), "uid:\n{out}");
@@ -62,8 +62,13 @@ fn check_identity(users: &TestUsers, report: &[&str], out: &str) {
         );
     }
     // `ls -l /proc/self/fd` lists ls's own descriptors: the job's stdio
-    // (stdout is the pipe to sed here), and the directory ls is reading.
+    // (stdout is the pipe to sed here), the directory ls is reading, and
+    // the rank's connection to scrun's PMI server, at `PMI_FD`.
     // Anything else leaked from scored.
+    let pmi_fd = report
+        .iter()
+        .find_map(|line| line.strip_prefix("pmi_fd "))
+        .unwrap_or_else(|| panic!("no pmi_fd line:\n{out}"));
     let fds: Vec<(&str, &str)> = report
         .iter()
         .filter_map(|line| line.split_once(" -> "))
@@ -74,7 +79,8 @@ fn check_identity(users: &TestUsers, report: &[&str], out: &str) {
         .filter(|(fd, target)| {
             let stdio = ["0", "1", "2"].contains(fd);
             let ls_reading = target.starts_with("/proc/") && target.ends_with("/fd");
-            !stdio && !ls_reading
+            let pmi = *fd == pmi_fd && target.starts_with("socket:");
+            !stdio && !ls_reading && !pmi
         })
         .collect();
     assert!(
@@ -108,7 +114,8 @@ fn a_job_runs_as_its_user_with_its_groups_and_nothing_of_the_daemon() {
     // Each rank reports through one sed, its lines prefixed with its rank,
     // so that the two reports can be told apart however they interleave.
     let script = "{ id -u; id -g; id -G; grep '^Cap' /proc/self/status; \
-                  ls -l /proc/self/fd; stat -c 'tmpdir %u %g %a' \"$SCORE_TMPDIR\"; } 2>&1 \
+                  ls -l /proc/self/fd; echo \"pmi_fd $PMI_FD\"; \
+                  stat -c 'tmpdir %u %g %a' \"$SCORE_TMPDIR\"; } 2>&1 \
                   | sed \"s/^/rank$SCORE_RANK /\"";
     let output = daemon
         .scrun_as(&users.a, &["-nodes=2", "sh", "-c", script])
@@ -538,6 +545,7 @@ fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
             ioprio: None,
             closed_stdio: Vec::new(),
             fds: Vec::new(),
+            pmi_ranks: 0,
         },
     };
     let null = std::fs::File::open("/dev/null").expect("/dev/null");

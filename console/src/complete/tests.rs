@@ -280,14 +280,14 @@ fn hints_show_the_rest_of_the_usage() {
         "queue 1 set ",
         Some(
             "mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none \
-             disk=PCT%|none group=NAME|GID|none backfill=on|off",
+             disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none",
         ),
     );
     check_hint(
         "queue 1 set mode=gang memory=50% ",
         Some(
             "cputime=DUR|none residency=DUR|none disk=PCT%|none group=NAME|GID|none \
-             backfill=on|off",
+             backfill=on|off mpl=N|none",
         ),
     );
     check_hint(

@@ -14,7 +14,6 @@
 use std::collections::BTreeSet;
 
 use crate::cluster::Topology;
-use crate::command::QueueMode;
 use crate::ids::{ClusterId, HostId};
 use crate::job::{JobLimits, ProcRequest};
 use crate::queue::Queue;
@@ -205,9 +204,9 @@ pub struct Ask {
 /// Decides where a job goes. `queue` supplies the percentages and the CPU
 /// time limit the job inherits.
 ///
-/// In a gang queue the job's hosts are chosen now: it keeps its place in
-/// the time-sharing matrix for life. In an exclusive queue they are left
-/// empty, to be chosen from the free hosts of the cluster when the job
+/// In a gang queue without a multiprogramming level the job's hosts are
+/// chosen now: it keeps its place in the time-sharing matrix for life. In
+/// an exclusive queue, and a gang queue with a level, they are left empty, to be chosen from the free hosts of the cluster when the job
 /// starts (so that first-come-first-served and backfilling are not defeated
 /// by fragmentation); admission then checks the cluster's job and disk
 /// limits, and the per-host memory limit only against an empty host.
@@ -241,7 +240,7 @@ pub fn decide(
             cluster_limits,
             ledger,
             job_limits,
-            queue.mode == QueueMode::Gang,
+            !queue.starts_late(),
         ) {
             Ok(placement) => {
                 let cluster = topology.cluster(cluster_id);
@@ -442,6 +441,7 @@ fn plural(count: u64) -> &'static str {
 mod tests {
     use super::*;
     use crate::cluster::{Cluster, Host};
+    use crate::command::QueueMode;
     use crate::units::CpuSet;
 
     fn topology(clusters: &[(&str, f64, usize)]) -> Topology {

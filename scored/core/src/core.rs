@@ -141,6 +141,12 @@ pub struct Core {
     /// The state of the last `commit` but for the containers that log
     /// their changes (see `Core::commit`).
     saved: Option<Box<Core>>,
+    /// The waiting jobs of gang queues with a level were considered by a
+    /// decision since the last input that could let one start: only a
+    /// slice boundary, a confirmed stop or a usage sample came since. Such
+    /// jobs start when a job arrives or ends or a command changes
+    /// something, not at every slice (sc_console(8)).
+    waiting_current: bool,
 
     // The derived caches. Each is a function of the jobs that
     // `check_invariants` recomputes, kept only for the speed it buys on a
@@ -236,6 +242,7 @@ impl Core {
             build: (env!("CARGO_PKG_VERSION").to_string(), 0),
             directory: Rc::new(NoDirectory),
             decision_current: false,
+            waiting_current: false,
             busy: vec![0; n_hosts.div_ceil(64)],
             saved: None,
         }
@@ -380,6 +387,12 @@ impl Core {
         };
         if !keeps_decision {
             self.decision_current = false;
+        }
+        if !matches!(
+            input,
+            Input::Tick | Input::Stopped(_) | Input::Usage { .. } | Input::SwitchMeasured { .. }
+        ) {
+            self.waiting_current = false;
         }
         match input {
             Input::Submit {
@@ -582,7 +595,10 @@ mod tick;
 mod views;
 
 pub use action::{Accounting, Action, ClientEvent, EndKind, Ending, Notice, Rejection};
-pub use budget::{cap_reason, cap_text, MAX_REASON};
+pub use budget::{
+    cap_reason, cap_text, request_bytes, MAX_REASON, STRING_COST, TOTAL_BYTES, TOTAL_JOBS,
+    TOTAL_WAITING, USER_BYTES, USER_JOBS, USER_WAITING,
+};
 pub use config::{CoreConfig, Directory, GroupError, NoDirectory};
 pub use input::{Input, JobEvent};
 pub use lifecycle::unlimited_disk_backstop;

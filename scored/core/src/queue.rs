@@ -20,6 +20,11 @@ use crate::ids::JobId;
 /// The number of queues scored has, as SCore-D boots.
 pub const DEFAULT_QUEUES: u32 = 3;
 
+/// The multiprogramming level that `mode=gang` sets when no `mpl=` comes
+/// with it: at most this many of a gang queue's jobs on a host (the best
+/// level by the replays of BENCHMARKS.md).
+pub const DEFAULT_MPL: u32 = 2;
+
 /// One priority queue. Queue 0 is the most favoured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Queue {
@@ -47,11 +52,18 @@ pub struct Queue {
     /// reservation, and later jobs start out of order only if they do not
     /// delay it.
     pub backfill: bool,
+    /// Gang queues: the multiprogramming level, at most this many jobs on
+    /// a host (`None`, as queues boot: unbounded, every job placed at
+    /// admission; `mode=gang` sets [`DEFAULT_MPL`]).
+    pub mpl: Option<u32>,
     /// Its unfinished jobs in scheduling order. In a gang queue the jobs that
-    /// ran in a slice move to the back at its end; in an exclusive queue the
-    /// started jobs stay in front, in the order they started.
+    /// ran in a slice move to the back at its end; in an exclusive queue,
+    /// and in a gang queue with a level, the started jobs stay in front (in
+    /// the order they started, or rotating), the waiting ones behind them
+    /// in submission order.
     order: VecDeque<JobId>,
-    /// How many jobs at the front of `order` have started (exclusive queues only).
+    /// How many jobs at the front of `order` have started (queues whose
+    /// jobs get hosts when they start only).
     started_prefix: usize,
 }
 
@@ -70,6 +82,7 @@ impl Queue {
             group: None,
             group_name: None,
             backfill: false,
+            mpl: None,
             order: VecDeque::new(),
             started_prefix: 0,
         }
@@ -102,6 +115,34 @@ impl Queue {
         }
     }
 
+    /// Whether the queue's jobs get their hosts when they start, so that
+    /// its order keeps the started jobs in front of the waiting ones: an
+    /// exclusive queue, or a gang queue with a multiprogramming level.
+    pub fn starts_late(&self) -> bool {
+        self.mode == QueueMode::Exclusive || self.mpl.is_some()
+    }
+
+    /// The level of a gang queue that has one.
+    pub fn level(&self) -> Option<u32> {
+        (self.mode == QueueMode::Gang).then_some(self.mpl).flatten()
+    }
+
+    /// How many jobs at the front of the order have started (those of a
+    /// queue that [`Queue::starts_late`]; 0 otherwise).
+    pub fn n_started(&self) -> usize {
+        self.started_prefix
+    }
+
+    /// How many jobs from the front of the order a gang rotation moves:
+    /// the started ones of a queue with a level, else all.
+    fn rotating(&self) -> usize {
+        if self.starts_late() {
+            self.started_prefix
+        } else {
+            self.order.len()
+        }
+    }
+
     /// The jobs in scheduling order.
     pub fn order(&self) -> impl Iterator<Item = JobId> + '_ {
         self.order.iter().copied()
@@ -127,7 +168,7 @@ impl Queue {
     /// Adds a job at the back; `started` says whether it already ran (a job
     /// moved in from another queue).
     pub fn push(&mut self, job: JobId, started: bool) {
-        if self.mode == QueueMode::Exclusive && started {
+        if self.starts_late() && started {
             self.order.insert(self.started_prefix, job);
             self.started_prefix += 1;
         } else {
@@ -138,7 +179,7 @@ impl Queue {
     /// Undoes the [`Queue::push`] that was the last change to the queue
     /// (a rollback of the panic checkpoint, `crate::undo`).
     pub fn unpush(&mut self, started: bool) {
-        if self.mode == QueueMode::Exclusive && started && self.started_prefix > 0 {
+        if self.starts_late() && started && self.started_prefix > 0 {
             self.started_prefix -= 1;
             self.order.remove(self.started_prefix);
         } else {
@@ -160,10 +201,11 @@ impl Queue {
         }
     }
 
-    /// Records that a job started: in an exclusive queue it joins the
-    /// started jobs in front, after those that started earlier.
+    /// Records that a job started: in a queue that [`Queue::starts_late`]
+    /// it joins the started jobs in front, after those that started earlier
+    /// (in a gang queue, at the back of the rotation).
     pub fn mark_started(&mut self, job: JobId) {
-        if self.mode != QueueMode::Exclusive {
+        if !self.starts_late() {
             return;
         }
         if let Some(idx) = self.order.iter().position(|&queued| queued == job) {
@@ -208,7 +250,31 @@ impl Queue {
         // around is moved once, which costs what the pass costs; after a
         // rotation it mostly has not).
         spare.clear();
+        let limit = self.rotating();
+        let partial = limit < self.order.len();
         let order = self.order.make_contiguous();
+        if partial {
+            // Only the started jobs in front rotate: the jobs that ran go
+            // to the back of them, the waiting ones behind stay put.
+            let order = &mut order[..limit];
+            let mut kept = 0;
+            let mut idx = 0;
+            while idx < order.len() && spare.len() < at_most {
+                let job = order[idx];
+                if ran(job) {
+                    spare.push(job);
+                } else {
+                    order[kept] = job;
+                    kept += 1;
+                }
+                idx += 1;
+            }
+            order.copy_within(idx.., kept);
+            let from = order.len() - spare.len();
+            order[from..].copy_from_slice(spare);
+            spare.clear();
+            return;
+        }
         let mut kept = 0;
         let mut idx = 0;
         while idx < order.len() && spare.len() < at_most {
@@ -264,12 +330,27 @@ impl Queue {
             positions.clear();
             return false;
         }
+        let limit = self.rotating();
+        if positions.last().is_some_and(|last| *last >= limit) {
+            spare.clear();
+            positions.clear();
+            return false;
+        }
+        let partial = limit < self.order.len();
         let order = self.order.make_contiguous();
         // Each stretch after a job that ran moves left by the number of
         // jobs that ran before it.
+        let rotating = &mut order[..limit];
         for (nth, &position) in positions.iter().enumerate() {
-            let end = positions.get(nth + 1).copied().unwrap_or(order.len());
-            order.copy_within(position + 1..end, position - nth);
+            let end = positions.get(nth + 1).copied().unwrap_or(rotating.len());
+            rotating.copy_within(position + 1..end, position - nth);
+        }
+        if partial {
+            let from = limit - spare.len();
+            rotating[from..].copy_from_slice(spare);
+            spare.clear();
+            positions.clear();
+            return true;
         }
         let len = order.len() - spare.len();
         self.order.truncate(len);
@@ -282,6 +363,13 @@ impl Queue {
     /// jobs are recomputed by the caller through `mark_started`.
     pub fn set_mode(&mut self, mode: QueueMode) {
         self.mode = mode;
+        self.started_prefix = 0;
+    }
+
+    /// Changes the multiprogramming level; like [`Queue::set_mode`], the
+    /// caller recomputes the started jobs through `mark_started`.
+    pub fn set_mpl(&mut self, mpl: Option<u32>) {
+        self.mpl = mpl;
         self.started_prefix = 0;
     }
 }

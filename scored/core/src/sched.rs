@@ -83,6 +83,12 @@ pub struct Scratch {
     /// index, the job's position in its order, and the job, in the order
     /// of the walk (so by queue, then position).
     placed: Vec<(usize, usize, JobId)>,
+    /// The hosts taken before a gang queue with a level took its started
+    /// jobs (one bit a host).
+    hard: Vec<u64>,
+    /// The matrix as the waiting jobs of a gang queue with a level see it
+    /// (see [`Matrix`]), rebuilt at each decision that considers them.
+    matrix: Matrix,
 }
 
 impl Scratch {
@@ -331,6 +337,11 @@ struct Reservation {
 /// either ends by then or leaves enough hosts for the reservation (EASY).
 /// Lower queues then fill what is left (space partitioning); they cannot
 /// delay a higher queue's job, since a higher queue takes its hosts first.
+///
+/// A gang queue with a multiprogramming level (`mpl`) first starts its
+/// waiting jobs, when `waiting` says to consider them (see
+/// [`start_waiting`]), then takes its started jobs in rotation order,
+/// first fit.
 #[allow(clippy::too_many_arguments)]
 pub fn active_set(
     queues: &[Queue],
@@ -338,6 +349,7 @@ pub fn active_set(
     first: impl IntoIterator<Item = JobId>,
     view: &impl JobView,
     now: u64,
+    waiting: bool,
     scratch: &mut Scratch,
     out: &mut Vec<JobId>,
     bind: &mut Vec<(JobId, Vec<HostId>)>,
@@ -383,14 +395,30 @@ pub fn active_set(
             continue;
         }
         let exclusive = queue.mode == QueueMode::Exclusive;
+        let level = queue.level();
+        // A gang queue with a level walks only its started jobs; its
+        // waiting ones start here, before the rotation takes the others.
+        let limit = match level {
+            Some(_) => {
+                // The hosts higher queues took: a waiting job may not have them.
+                scratch.hard.clear();
+                scratch.hard.extend_from_slice(&scratch.taken);
+                queue.n_started()
+            }
+            None => usize::MAX,
+        };
         let mut reservation: Option<Reservation> = None;
         let (front, back) = queue.slices();
         'queue: for (part, offset) in [(front, 0), (back, front.len())] {
+            let part = &part[..part.len().min(limit.saturating_sub(offset))];
             let mut idx = 0;
             while idx < part.len() {
                 // Once every host is taken nothing more can join: tens of
                 // thousands of queued jobs cost nothing then.
                 if free_hosts == 0 {
+                    if level.is_some() {
+                        break 'queue;
+                    }
                     return;
                 }
                 // A gang queue's job is turned away when one of its hosts
@@ -478,6 +506,16 @@ pub fn active_set(
                         }
                     }
                 }
+            }
+        }
+        if let Some(level) = level {
+            if waiting && queue.len() > queue.n_started() {
+                free_hosts = free_hosts.saturating_sub(start_waiting(
+                    queues, queue, level, view, now, scratch, out, bind,
+                ));
+            }
+            if free_hosts == 0 {
+                return;
             }
         }
     }
@@ -641,6 +679,378 @@ fn reserve(
     })
 }
 
+/// The time-sharing matrix as a gang queue with a level sees it when it
+/// starts waiting jobs: which jobs are resident on each host (every job
+/// with hosts, of any queue), and when each host is predicted to have a
+/// free place (fewer residents than the level) and to be idle (none).
+///
+/// A resident job's end is predicted from the estimates: its own remaining
+/// time plus the remaining time of every job that shares one of its hosts,
+/// since in each slice the job does not run, one of those runs instead.
+#[derive(Debug, Default, Clone)]
+struct Matrix {
+    /// Per host, its residents: `first[h]..first[h + 1]` in `residents`.
+    first: Vec<u32>,
+    residents: Vec<JobId>,
+    /// Per host, when it will have a free place, and when it will be idle (µs;
+    /// `u64::MAX`: a resident has no estimate).
+    free_at: Vec<u64>,
+    idle_at: Vec<u64>,
+    /// Per host, how many jobs reside there (grows as waiting jobs start).
+    count: Vec<u32>,
+    /// Partners of one job, while its end is predicted.
+    partners: Vec<JobId>,
+    times: Vec<u64>,
+}
+
+impl Matrix {
+    /// Gathers the residents of every host from the queues, and predicts
+    /// when each host frees a place and empties.
+    fn build(
+        &mut self,
+        queues: &[Queue],
+        level: u32,
+        view: &impl JobView,
+        now: u64,
+        n_hosts: usize,
+    ) {
+        let resident = |queue: &Queue| -> usize {
+            if queue.starts_late() {
+                queue.n_started()
+            } else {
+                queue.len()
+            }
+        };
+        self.count.clear();
+        self.count.resize(n_hosts, 0);
+        for queue in queues {
+            for job in queue.order().take(resident(queue)) {
+                for host in view.hosts(job) {
+                    if let Some(count) = self.count.get_mut(host.idx()) {
+                        *count += 1;
+                    }
+                }
+            }
+        }
+        self.first.clear();
+        let mut total = 0u32;
+        for count in &self.count {
+            self.first.push(total);
+            total += count;
+        }
+        self.first.push(total);
+        self.residents.clear();
+        self.residents.resize(total as usize, JobId(0));
+        let mut filled = vec![0u32; n_hosts];
+        for queue in queues {
+            for job in queue.order().take(resident(queue)) {
+                for host in view.hosts(job) {
+                    if let Some(slot) = filled.get_mut(host.idx()) {
+                        self.residents[(self.first[host.idx()] + *slot) as usize] = job;
+                        *slot += 1;
+                    }
+                }
+            }
+        }
+        self.free_at.clear();
+        self.idle_at.clear();
+        for host in 0..n_hosts {
+            let (from, to) = (self.first[host] as usize, self.first[host + 1] as usize);
+            let mut times = std::mem::take(&mut self.times);
+            times.clear();
+            for idx in from..to {
+                let job = self.residents[idx];
+                times.push(self.predicted_end(job, view, now));
+            }
+            times.sort_unstable();
+            let idle = times.last().copied().unwrap_or(now);
+            // A place frees when enough residents have left that fewer
+            // than the level remain.
+            let free = if times.len() < level as usize {
+                now
+            } else {
+                times[times.len() - level as usize]
+            };
+            self.free_at.push(free);
+            self.idle_at.push(idle);
+            self.times = times;
+        }
+    }
+
+    /// When `job`, resident now, is predicted to end: its remaining
+    /// estimate plus those of the jobs sharing its hosts.
+    fn predicted_end(&mut self, job: JobId, view: &impl JobView, now: u64) -> u64 {
+        let Some(end) = view.expected_end(job) else {
+            return u64::MAX;
+        };
+        let mut total = end.max(now);
+        self.partners.clear();
+        for host in view.hosts(job) {
+            let idx = host.idx();
+            if idx + 1 >= self.first.len() {
+                continue;
+            }
+            for other in &self.residents[self.first[idx] as usize..self.first[idx + 1] as usize] {
+                if *other != job {
+                    self.partners.push(*other);
+                }
+            }
+        }
+        self.partners.sort_unstable();
+        self.partners.dedup();
+        for other in &self.partners {
+            match view.expected_end(*other) {
+                Some(end) => total = total.saturating_add(end.saturating_sub(now)),
+                None => return u64::MAX,
+            }
+        }
+        total
+    }
+}
+
+/// The reservation of a gang queue's first waiting job that cannot start.
+#[derive(Debug, Clone, Copy)]
+struct Reserved {
+    cluster: usize,
+    /// When it is predicted to start (µs).
+    at: u64,
+    /// Hosts of its cluster available then beyond what it needs.
+    extra: usize,
+}
+
+/// Starts waiting jobs of a gang queue with a multiprogramming level, in
+/// submission order; returns how many hosts they took in this slice.
+///
+/// Hosts are those of the job's cluster that no higher queue took and
+/// where fewer than `level` jobs reside. The first waiting job starts on
+/// idle hosts (lowest numbers first) or gets a reservation: the time
+/// enough hosts are predicted to be idle, by the predicted ends of the
+/// residents ([`Matrix`]); without a prediction (a resident has no
+/// estimate) the later jobs wait (first come, first served).
+///
+/// Behind a reservation, the later jobs are tried shortest estimate first
+/// (ties, and jobs without one, in submission order). One starts on idle
+/// hosts when its estimate ends it by the reservation or the hosts it
+/// takes are not needed then. Time-sharing only helps such a job: when
+/// idle hosts are too few it may start beside whole columns of the matrix
+/// (open hosts that share one set of residents, each of which lies
+/// entirely on them, so that in the others' slices their hosts are all
+/// busy and no processor is wasted), with idle hosts for the rest, but
+/// only if its estimate, doubled, still ends it by the reservation: the
+/// reserved job is not delayed, and a short job passes instead of waiting.
+///
+/// A job that starts runs at once where its hosts are free in this slice,
+/// else from a later slice, by the rotation.
+#[allow(clippy::too_many_arguments)]
+fn start_waiting(
+    queues: &[Queue],
+    queue: &Queue,
+    level: u32,
+    view: &impl JobView,
+    now: u64,
+    scratch: &mut Scratch,
+    out: &mut Vec<JobId>,
+    bind: &mut Vec<(JobId, Vec<HostId>)>,
+) -> usize {
+    let n_hosts = scratch.holder.len();
+    let mut matrix = std::mem::take(&mut scratch.matrix);
+    matrix.build(queues, level, view, now, n_hosts);
+    let hard = std::mem::take(&mut scratch.hard);
+    let open = |host: HostId, matrix: &Matrix| {
+        hard.get(host.idx() / 64)
+            .is_some_and(|word| word & (1 << (host.idx() % 64)) == 0)
+            && matrix.count[host.idx()] < level
+    };
+    // Per cluster: idle hosts, and columns: open hosts that share one set
+    // of residents, each of which lies entirely on them.
+    let n_clusters = scratch.cluster_free.len();
+    let mut idle: Vec<Vec<HostId>> = vec![Vec::new(); n_clusters];
+    let mut blocks: Vec<Vec<Vec<HostId>>> = vec![Vec::new(); n_clusters];
+    let residents_of = |host: HostId, matrix: &Matrix| -> std::ops::Range<usize> {
+        matrix.first[host.idx()] as usize..matrix.first[host.idx() + 1] as usize
+    };
+    for (cluster, (idle, blocks)) in idle.iter_mut().zip(blocks.iter_mut()).enumerate() {
+        let mut shared: Vec<HostId> = Vec::new();
+        for host in view.cluster_hosts(cluster) {
+            if !open(*host, &matrix) {
+                continue;
+            }
+            if matrix.count[host.idx()] == 0 {
+                idle.push(*host);
+            } else {
+                shared.push(*host);
+            }
+        }
+        let key = |host: &HostId| {
+            let mut key: Vec<JobId> = matrix.residents[residents_of(*host, &matrix)].to_vec();
+            key.sort_unstable();
+            key
+        };
+        shared.sort_by_cached_key(|host| (key(host), host.0));
+        let mut start = 0;
+        while start < shared.len() {
+            let residents = key(&shared[start]);
+            let mut end = start + 1;
+            while end < shared.len() && key(&shared[end]) == residents {
+                end += 1;
+            }
+            let width = end - start;
+            if residents.iter().all(|job| view.hosts(*job).len() == width) {
+                blocks.push(shared[start..end].to_vec());
+            }
+            start = end;
+        }
+        // The widest first, then by first host.
+        blocks.sort_by_key(|hosts| {
+            (
+                std::cmp::Reverse(hosts.len()),
+                hosts.first().map(|host| host.0),
+            )
+        });
+    }
+    let mut taken_total = 0;
+    let mut reserved: Option<Reserved> = None;
+    let mut chosen: Vec<HostId> = Vec::new();
+    let mut joined: Vec<usize> = Vec::new();
+    let mut waiting: Vec<JobId> = queue.order().skip(queue.n_started()).collect();
+    let mut next = 0;
+    let mut shortest_first = false;
+    while next < waiting.len() {
+        if reserved.is_some() && !shortest_first {
+            // Behind the reservation, the shortest estimates first (ties,
+            // and jobs without one, in submission order).
+            waiting[next..].sort_by_cached_key(|job| view.estimate(*job).unwrap_or(u64::MAX));
+            shortest_first = true;
+        }
+        let job = waiting[next];
+        next += 1;
+        let seen = view.seen(job);
+        if !seen.runnable || !seen.hosts.is_empty() {
+            continue;
+        }
+        let (cluster, n_needed) = view.need(job);
+        if n_needed == 0 || n_needed > view.cluster_hosts(cluster).len() || cluster >= n_clusters {
+            continue;
+        }
+        let estimate = view.estimate(job);
+        let n_idle = idle[cluster].len();
+        // Whole jobs to join (indices into the cluster's blocks) so that,
+        // with idle hosts, it has exactly what it needs.
+        joined.clear();
+        if n_idle < n_needed {
+            let mut width = 0;
+            for (idx, block) in blocks[cluster].iter().enumerate() {
+                let block = block.len();
+                if width + block <= n_needed {
+                    joined.push(idx);
+                    width += block;
+                    if width + n_idle >= n_needed {
+                        break;
+                    }
+                }
+            }
+            if width + n_idle < n_needed {
+                joined.clear();
+            }
+        }
+        let fits = n_idle >= n_needed || !joined.is_empty();
+        let shares = n_idle < n_needed;
+        let start = match reserved {
+            Some(held) => {
+                if !fits {
+                    continue;
+                }
+                let runs = estimate.map(|estimate| {
+                    if shares {
+                        estimate.saturating_mul(2)
+                    } else {
+                        estimate
+                    }
+                });
+                let in_time = runs.is_some_and(|runs| now.saturating_add(runs) <= held.at);
+                let spare = !shares && (cluster != held.cluster || n_needed <= held.extra);
+                if !in_time && !spare {
+                    continue;
+                }
+                if !in_time && cluster == held.cluster {
+                    if let Some(held) = reserved.as_mut() {
+                        held.extra -= n_needed;
+                    }
+                }
+                true
+            }
+            None => {
+                let hosts = view.cluster_hosts(cluster);
+                let nth = |times: &[u64], ends: &mut Vec<u64>| -> u64 {
+                    ends.clear();
+                    ends.extend(hosts.iter().map(|host| times[host.idx()].max(now)));
+                    ends.sort_unstable();
+                    ends[n_needed - 1]
+                };
+                // The first waiting job never time-shares: it starts on idle
+                // hosts, or gets the reservation.
+                if !shares {
+                    true
+                } else {
+                    let idle_at = nth(&matrix.idle_at, &mut scratch.ends);
+                    if idle_at == u64::MAX {
+                        // No prediction: first come, first served.
+                        break;
+                    }
+                    let (at, times) = (idle_at, &matrix.idle_at);
+                    let available = hosts
+                        .iter()
+                        .filter(|host| times[host.idx()].max(now) <= at)
+                        .count();
+                    reserved = Some(Reserved {
+                        cluster,
+                        at,
+                        extra: available.saturating_sub(n_needed),
+                    });
+                    false
+                }
+            }
+        };
+        if !start {
+            continue;
+        }
+        chosen.clear();
+        let mut width = 0;
+        for &idx in &joined {
+            chosen.extend_from_slice(&blocks[cluster][idx]);
+            width += blocks[cluster][idx].len();
+        }
+        let from_idle = n_needed - width;
+        chosen.extend(idle[cluster].drain(..from_idle));
+        if view.checks_memory(job) && !chosen.iter().all(|host| view.fits_on(job, *host)) {
+            // Memory it cannot have: give the idle hosts back, in order.
+            let given: Vec<HostId> = chosen[width..].to_vec();
+            idle[cluster].splice(0..0, given);
+            continue;
+        }
+        for idx in joined.iter().rev() {
+            blocks[cluster].remove(*idx);
+        }
+        chosen.sort_unstable();
+        for host in &chosen {
+            matrix.count[host.idx()] += 1;
+        }
+        // It joins the matrix now, and runs now if its hosts are free in
+        // this slice; else from a later slice, by the rotation.
+        if chosen.iter().all(|host| !scratch.is_taken(*host)) {
+            for host in &chosen {
+                mark(scratch, *host, job);
+            }
+            taken_total += chosen.len();
+            out.push(job);
+        }
+        bind.push((job, chosen.clone()));
+    }
+    scratch.hard = hard;
+    scratch.matrix = matrix;
+    taken_total
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -712,6 +1122,7 @@ mod tests {
             [],
             view,
             0,
+            true,
             &mut Scratch::default(),
             &mut out,
             &mut bind,
@@ -893,7 +1304,7 @@ mod tests {
         let mut scratch = Scratch::default();
         let decide = |view: &Jobs, scratch: &mut Scratch| {
             let (mut out, mut bind) = (Vec::new(), Vec::new());
-            active_set(&queues, 3, [], view, 0, scratch, &mut out, &mut bind);
+            active_set(&queues, 3, [], view, 0, true, scratch, &mut out, &mut bind);
             out.into_iter().map(|job| job.0).collect::<Vec<_>>()
         };
         assert_eq!(decide(&view, &mut scratch), vec![1]);
@@ -929,6 +1340,7 @@ mod tests {
             [],
             &view,
             0,
+            true,
             &mut scratch,
             &mut out,
             &mut bind,
@@ -979,6 +1391,87 @@ mod tests {
         assert_eq!(masks.slots, MASK_SLOTS_MAX);
         assert_eq!(masks.get(beyond), Some(&[1 << 4, 0][..]));
         assert_eq!(masks.get(last), None);
+    }
+
+    /// A gang queue with level 2 on `n_hosts`: started jobs `(id, hosts,
+    /// end)`, then waiting jobs `(id, size, estimate)` in submission order;
+    /// gives the active set and the hosts bound.
+    fn leveled(
+        n_hosts: u32,
+        running: &[(u64, &[u32], u64)],
+        waiting: &[(u64, usize, Option<u64>)],
+    ) -> (Vec<u64>, Vec<(u64, Vec<u32>)>) {
+        let mut queues = vec![Queue::new(0, QueueMode::Gang)];
+        queues[0].mpl = Some(2);
+        let mut view = Jobs {
+            hosts: HashMap::new(),
+            need: HashMap::new(),
+            estimate: HashMap::new(),
+            started: Vec::new(),
+            all_hosts: (0..n_hosts).map(HostId).collect(),
+        };
+        for (id, hosts, end) in running {
+            queues[0].push(JobId(*id), true);
+            view.hosts
+                .insert(JobId(*id), hosts.iter().map(|&h| HostId(h)).collect());
+            view.estimate.insert(JobId(*id), *end);
+            view.started.push(JobId(*id));
+        }
+        for (id, size, estimate) in waiting {
+            queues[0].push(JobId(*id), false);
+            view.need.insert(JobId(*id), *size);
+            if let Some(estimate) = estimate {
+                view.estimate.insert(JobId(*id), *estimate);
+            }
+        }
+        run(&queues, &view, n_hosts as usize)
+    }
+
+    #[test]
+    fn a_short_job_time_shares_a_whole_column_when_doubled_it_ends_by_the_reservation() {
+        // Job 1 holds every host until 100: job 2 (4 hosts) is reserved at
+        // 100. Job 3 (4 hosts, 40) would end by 80 at half speed: it joins
+        // job 1's column, bound now, running from a later slice.
+        let (active, bound) = leveled(
+            4,
+            &[(1, &[0, 1, 2, 3], 100)],
+            &[(2, 4, Some(10)), (3, 4, Some(40))],
+        );
+        assert_eq!(active, vec![1]);
+        assert_eq!(bound, vec![(3, vec![0, 1, 2, 3])]);
+        // At 60, doubled it would end at 120, after the reservation: it waits.
+        let (_, bound) = leveled(
+            4,
+            &[(1, &[0, 1, 2, 3], 100)],
+            &[(2, 4, Some(10)), (3, 4, Some(60))],
+        );
+        assert_eq!(bound, vec![]);
+    }
+
+    #[test]
+    fn the_first_waiting_job_waits_for_idle_hosts_rather_than_time_share() {
+        // Job 2 could share job 1's column with the two idle hosts, but it is
+        // the first waiting job: it waits; job 3 backfills the idle hosts.
+        let (active, bound) = leveled(
+            4,
+            &[(1, &[0, 1], 100)],
+            &[(2, 4, Some(10)), (3, 2, Some(50))],
+        );
+        assert_eq!(active, vec![1, 3]);
+        assert_eq!(bound, vec![(3, vec![2, 3])]);
+    }
+
+    #[test]
+    fn a_job_never_joins_hosts_at_the_level_nor_part_of_a_column() {
+        // Hosts 0-1 hold two jobs (the level); job 3 lies on hosts 2-3, so a
+        // 1-host job could only take part of its column: nothing starts
+        // beside them, and the 1-host job waits though it is short.
+        let (_, bound) = leveled(
+            4,
+            &[(1, &[0, 1], 100), (2, &[0, 1], 100), (3, &[2, 3], 100)],
+            &[(4, 4, Some(10)), (5, 1, Some(1))],
+        );
+        assert_eq!(bound, vec![]);
     }
 
     #[test]

@@ -34,6 +34,12 @@ pub const SUBMIT_FDS: usize = 3;
 /// and a make jobserver need, and few enough that a client cannot make the
 /// daemon hold many descriptors per connection.
 pub const MAX_INHERITED_FDS: usize = 64;
+/// The most PMI descriptors one submission may carry ([`Submit::pmi_ranks`]
+/// times its stages): one per rank of each stage that scrun serves with
+/// its process-management interface. With the standard and inherited
+/// descriptors, one message still holds them all (the kernel passes at
+/// most 253).
+pub const MAX_PMI_FDS: usize = 128;
 /// The highest descriptor number a submission may name (the largest
 /// `/proc/sys/fs/nr_open` a kernel accepts by default).
 pub const MAX_FD_NUMBER: i32 = 1 << 20;
@@ -230,19 +236,33 @@ pub struct Submit {
     /// number (see [`Submit::descriptor_count`] for where they travel).
     #[serde(default)]
     pub fds: Vec<i32>,
+    /// How many ranks of each stage get a descriptor connected to scrun's
+    /// PMI server (`scrun -mpi=`): 0, or the stage's process count. Those
+    /// descriptors travel last, stage by stage in rank order; rank `r` of
+    /// stage `s` gets the one at `s * pmi_ranks + r`.
+    #[serde(default)]
+    pub pmi_ranks: u32,
 }
 
 impl Submit {
     /// How many descriptors the frame carrying this submission holds, in
     /// this order: the standard descriptors that are not closed (stdin,
     /// stdout, stderr; with `pty`, the terminal three times), then the
-    /// descriptors of [`Submit::fds`], in their order.
+    /// descriptors of [`Submit::fds`], in their order, then the PMI
+    /// descriptors ([`Submit::pmi_fd_count`]).
     pub fn descriptor_count(&self) -> usize {
         let closed = [0, 1, 2]
             .iter()
             .filter(|fd| self.closed_stdio.contains(fd))
             .count();
-        SUBMIT_FDS - closed + self.fds.len()
+        SUBMIT_FDS - closed + self.fds.len() + self.pmi_fd_count()
+    }
+
+    /// How many PMI descriptors the frame carries: [`Submit::pmi_ranks`]
+    /// for each stage (saturating: the validator refuses more than
+    /// [`MAX_PMI_FDS`]).
+    pub fn pmi_fd_count(&self) -> usize {
+        (self.pmi_ranks as usize).saturating_mul(self.stages.len())
     }
 }
 
@@ -622,6 +642,7 @@ mod tests {
                 ioprio: Some(0x6007),
                 closed_stdio: vec![1],
                 fds: vec![3, 63],
+                pmi_ranks: 0,
             },
         }
     }
@@ -725,6 +746,10 @@ mod tests {
         };
         // stdin and stderr, then descriptors 3 and 63.
         assert_eq!(submit.descriptor_count(), 4);
+        // Then two PMI descriptors for each of the one stage.
+        submit.pmi_ranks = 2;
+        assert_eq!(submit.descriptor_count(), 6);
+        submit.pmi_ranks = 0;
         submit.closed_stdio = vec![0, 1, 2];
         submit.fds.clear();
         assert_eq!(submit.descriptor_count(), 0);

@@ -29,7 +29,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::inherit::{self, InheritError, Inherited};
-use crate::proto::{Joiner, ProcRequest, Submit, WireBytes, MAX_PROCS, MAX_STAGES};
+use crate::proto::{Joiner, ProcRequest, Submit, WireBytes, MAX_PMI_FDS, MAX_PROCS, MAX_STAGES};
 
 /// A submission that keeps every rule, as the scheduling core takes it.
 ///
@@ -136,6 +136,20 @@ pub enum SubmitError {
     },
     /// A bad ignored signal, resource limit or umask.
     Inherit(InheritError),
+    /// PMI descriptors for a count of ranks the request does not have.
+    PmiRanks {
+        /// Ranks per stage given a PMI descriptor.
+        pmi_ranks: u32,
+        /// The request, as scrun spells it.
+        asked: String,
+    },
+    /// More PMI descriptors than [`MAX_PMI_FDS`] in all.
+    TooManyPmi {
+        /// Ranks per stage given a PMI descriptor.
+        pmi_ranks: u32,
+        /// The number of stages.
+        stages: usize,
+    },
 }
 
 /// What is wrong with the numbers of a process request.
@@ -217,6 +231,14 @@ impl fmt::Display for SubmitError {
                  is {MAX_STRING_BYTES} bytes (MAX_ARG_STRLEN)"
             ),
             SubmitError::Inherit(error) => error.fmt(f),
+            SubmitError::PmiRanks { pmi_ranks, asked } => write!(
+                f,
+                "PMI descriptors for {pmi_ranks} ranks do not match {asked}: a PMI world needs the rank count of nodes=N or nodes=NxM"
+            ),
+            SubmitError::TooManyPmi { pmi_ranks, stages } => write!(
+                f,
+                "PMI for {pmi_ranks} ranks in each of {stages} stages is over the limit of {MAX_PMI_FDS} ranks in all"
+            ),
         }
     }
 }
@@ -348,6 +370,35 @@ fn check_cwd(cwd: &[u8]) -> Result<(), SubmitError> {
     Ok(())
 }
 
+/// The rule on PMI descriptors: none, or one per rank of each stage of a
+/// request whose rank count is known before admission (`nodes=N`,
+/// `nodes=NxM`), [`MAX_PMI_FDS`] at most in all.
+pub fn check_pmi(submit: &Submit) -> Result<(), SubmitError> {
+    let pmi_ranks = submit.pmi_ranks;
+    if pmi_ranks == 0 {
+        return Ok(());
+    }
+    let procs = submit.options.procs;
+    let ranks = match procs {
+        ProcRequest::Nodes(n) => Some(u64::from(n)),
+        ProcRequest::Grid { hosts, per_host } => Some(u64::from(hosts) * u64::from(per_host)),
+        ProcRequest::Hosts(_) => None,
+    };
+    if ranks != Some(u64::from(pmi_ranks)) {
+        return Err(SubmitError::PmiRanks {
+            pmi_ranks,
+            asked: procs.describe(),
+        });
+    }
+    if submit.pmi_fd_count() > MAX_PMI_FDS {
+        return Err(SubmitError::TooManyPmi {
+            pmi_ranks,
+            stages: submit.stages.len(),
+        });
+    }
+    Ok(())
+}
+
 /// The rule on the length of each argument and environment entry: at
 /// most [`MAX_STRING_BYTES`], which is all execve(2) would pass.
 fn check_strings(submit: &Submit) -> Result<(), SubmitError> {
@@ -405,6 +456,7 @@ fn validate(submit: &Submit) -> Result<Inherited, SubmitError> {
     }
     check_cwd(submit.cwd.as_bytes())?;
     check_strings(submit)?;
+    check_pmi(submit)?;
     inherit::check_descriptors(&submit.closed_stdio, &submit.fds, submit.options.pty)?;
     Ok(inherit::check(
         &submit.ignored_signals,

@@ -359,6 +359,13 @@ impl OsActuator {
         for key in SCORE_KEYS {
             base.remove(key.as_bytes());
         }
+        // With PMI, the ranks' own `PMI_*` entries replace any of the
+        // caller's (a scrun run inside another launcher's job).
+        if stdio.is_some_and(|io| io.pmi.per_stage() > 0) {
+            for key in PMI_KEYS {
+                base.remove(key.as_bytes());
+            }
+        }
         // Entries no environment can hold were left out by the submission
         // validator (scored_proto::submit); one that slips through is
         // dropped rather than failing the launch.
@@ -427,6 +434,27 @@ impl OsActuator {
                 ),
                 (b"SCORE_TMPDIR", score_entry("SCORE_TMPDIR", &scratch)),
             ];
+            // The rank's end of its connection to scrun's PMI server, at
+            // the lowest number above rank 0's passed descriptors.
+            let pmi = stdio.and_then(|io| {
+                let fd = io.pmi.take(proc_plan.stage, proc_plan.rank as usize)?;
+                let number = io.inherited.last().map_or(3, |(last, _)| last + 1).max(3);
+                Some((number, fd, io.pmi.per_stage()))
+            });
+            if let Some((number, _, size)) = &pmi {
+                own.push((
+                    b"PMI_FD",
+                    score_entry("PMI_FD", number.to_string().as_bytes()),
+                ));
+                own.push((
+                    b"PMI_RANK",
+                    score_entry("PMI_RANK", proc_plan.rank.to_string().as_bytes()),
+                ));
+                own.push((
+                    b"PMI_SIZE",
+                    score_entry("PMI_SIZE", size.to_string().as_bytes()),
+                ));
+            }
             if plan.pipe {
                 own.push((
                     b"SCORE_STAGE",
@@ -492,7 +520,7 @@ impl OsActuator {
                     *fd = hold(&mut owned, copy);
                 }
             }
-            let passed_fds: Vec<(RawFd, RawFd)> = match stdio {
+            let mut passed_fds: Vec<(RawFd, RawFd)> = match stdio {
                 Some(io) if reads_client => io
                     .inherited
                     .iter()
@@ -500,6 +528,12 @@ impl OsActuator {
                     .collect(),
                 _ => Vec::new(),
             };
+            // Above every passed number, so the list stays increasing;
+            // closed here once the rank is forked, so that the rank's end
+            // is the connection's end for scrun.
+            if let Some((number, fd, _)) = pmi {
+                passed_fds.push((number, hold(&mut owned, fd)));
+            }
             let slot = proc_plan.host_slot;
             // The process whose stdin is the client's takes it as its
             // controlling terminal when the client asked for that (`-pty`).
@@ -601,7 +635,12 @@ const SCORE_KEYS: [&str; 7] = [
     "SCORE_STAGE",
 ];
 
-/// `KEY=value` for one of [`SCORE_KEYS`]; its values (numbers, a host
+/// The environment variables the daemon sets for a rank with PMI
+/// (`scrun -mpi=`), over the caller's: what MPICH's PMI-1 and PMI-2
+/// clients read to find their server, rank and world size.
+const PMI_KEYS: [&str; 3] = ["PMI_FD", "PMI_RANK", "PMI_SIZE"];
+
+/// `KEY=value` for one of [`SCORE_KEYS`] or [`PMI_KEYS`]; its values (numbers, a host
 /// name, the scratch path) hold no NUL byte, and one that did would give
 /// an empty entry rather than a failed launch.
 fn score_entry(key: &str, value: &[u8]) -> CString {

@@ -89,6 +89,13 @@ const FRESH_DISCOVERY: Duration = Duration::from_millis(2);
 const ALARM_EVERY: Duration = Duration::from_millis(1);
 /// How often the state directory is checked (and healed) between launches.
 const STATE_DIR_CHECK: Duration = Duration::from_secs(1);
+/// The time one wakeup of the loop spends removing finished jobs' scratch
+/// trees; the rest waits for the next wakeup, which comes at once while any
+/// is left. A tree of hundreds of thousands of files so costs the loop
+/// slices of this length, between which clients and ticks are served.
+pub const SWEEP_SLICE: Duration = Duration::from_millis(2);
+/// The entries removed between two readings of the clock in a slice.
+const SWEEP_STEP: usize = 64;
 /// Disk accounting examines at most this many directory entries per
 /// window, across all jobs, so that scratch trees of millions of files cost
 /// the daemon a bounded amount of work; walks resume where they stopped.
@@ -132,6 +139,17 @@ pub const USER_EXEC_WINDOW: usize = 64;
 /// Without a freezer, how many times a switched-out job may be found
 /// continued by someone else (and stopped again) before it is killed.
 const ROGUE_CONTINUE_LIMIT: u32 = 20;
+/// Without a freezer, how many stops a job may get out of otherwise (a
+/// tracer resuming its ranks, CPU time used while switched out) before it
+/// is killed.
+const ESCAPE_LIMIT: u32 = 3;
+/// How often the CPU time of switched-out jobs that are not frozen is
+/// looked at: a job that used CPU time while switched out got out of its
+/// stop somehow.
+const ESCAPE_CHECK_EVERY: Duration = Duration::from_millis(100);
+/// CPU time (clock ticks) a stopped job may still be charged: the tick in
+/// progress when it stopped.
+const ESCAPE_TICKS: u64 = 2;
 
 /// Why an actuator cannot hand its processes over to the next image of an
 /// in-place restart now; the text is what the operator who asked for the
@@ -181,6 +199,53 @@ pub struct JobStdio {
     /// The client's other descriptors, for the process that reads stdin:
     /// the number each has there (increasing, above 2), and the descriptor.
     pub inherited: Vec<(RawFd, Rc<OwnedFd>)>,
+    /// The ranks' PMI descriptors (`scrun -mpi=`), none without PMI.
+    pub pmi: PmiFds,
+}
+
+/// A job's PMI descriptors, one per rank of each stage, each connected to
+/// scrun's PMI server. Rank `r` of stage `s` takes the one at
+/// `s * per_stage + r` as it is spawned, and the daemon keeps no copy
+/// after that fork: scrun then sees the end of a rank as the end of its
+/// connection. Shared between the client's connection and the launch.
+#[derive(Debug, Default, Clone)]
+pub struct PmiFds {
+    per_stage: usize,
+    fds: Rc<std::cell::RefCell<Vec<Option<OwnedFd>>>>,
+}
+
+impl PmiFds {
+    /// `per_stage` descriptors for each stage, stage by stage in rank order.
+    pub fn new(per_stage: usize, fds: Vec<Option<OwnedFd>>) -> PmiFds {
+        PmiFds {
+            per_stage,
+            fds: Rc::new(std::cell::RefCell::new(fds)),
+        }
+    }
+
+    /// Ranks of each stage with a PMI descriptor (0 without PMI).
+    pub fn per_stage(&self) -> usize {
+        self.per_stage
+    }
+
+    /// Takes rank `rank`'s descriptor of stage `stage`, if it has one left.
+    pub fn take(&self, stage: usize, rank: usize) -> Option<OwnedFd> {
+        if rank >= self.per_stage {
+            return None;
+        }
+        let idx = stage.checked_mul(self.per_stage)?.checked_add(rank)?;
+        self.fds.borrow_mut().get_mut(idx).and_then(Option::take)
+    }
+
+    /// The numbers of the descriptors not yet taken (-1 for a taken one),
+    /// for the handover of a restart.
+    pub fn raw(&self) -> Vec<RawFd> {
+        self.fds
+            .borrow()
+            .iter()
+            .map(|fd| fd.as_ref().map_or(-1, AsRawFd::as_raw_fd))
+            .collect()
+    }
 }
 
 impl JobStdio {
@@ -192,6 +257,7 @@ impl JobStdio {
             stderr: self.stderr.clone(),
             controlling_terminal: self.controlling_terminal,
             inherited: self.inherited.clone(),
+            pmi: self.pmi.clone(),
         }
     }
 }
@@ -262,6 +328,10 @@ pub trait Actuator {
     fn launching(&self) -> bool {
         false
     }
+    /// Ends the ranks that their user stopped between fork and exec (an
+    /// in-place restart cannot hand them over and does not wait for them),
+    /// failing their jobs' launches.
+    fn end_stopped_execs(&mut self, _out: &mut Vec<Input>) {}
     /// A descriptor that is readable while some rank between fork and
     /// exec has something to report (its exec, or a failure); the loop
     /// then calls `poll`.
@@ -319,6 +389,13 @@ struct Hold {
     freeze_on_stop: bool,
     /// Continues from outside seen since it was switched out.
     rogue_continues: u32,
+    /// Stops it got out of other than by SIGCONT (traced ranks, CPU time
+    /// used while switched out), over its whole life.
+    escapes: u32,
+    /// Its processes (pid, start time) and the CPU time each had used
+    /// (clock ticks) when its last stop was confirmed, while it is switched
+    /// out and not frozen.
+    stopped_cpu: Option<Vec<(i32, u64, u64)>>,
 }
 
 #[derive(Debug)]
@@ -382,6 +459,11 @@ pub struct OsActuator {
     state_problem: Option<String>,
     /// When the state directory is next checked.
     state_check_at: Instant,
+    /// Finished jobs' scratch trees, taken from their users and being
+    /// removed a slice at a time (`sweep`).
+    removals: std::collections::VecDeque<statedir::Removal>,
+    /// When switched-out jobs are next checked for CPU time used.
+    escape_check_at: Instant,
     /// Directory entries the disk walks examined in the current window.
     disk_spent: usize,
     disk_window: Instant,
@@ -476,15 +558,18 @@ impl OsActuator {
             }
             None => {}
         }
+        let removals = state.unfinished_removals().into();
         Ok(OsActuator {
             config,
             hosts,
             jobs: HashMap::new(),
             children: HashMap::new(),
             cgroups,
+            removals,
             state,
             state_problem: None,
             state_check_at: clock.now() + STATE_DIR_CHECK,
+            escape_check_at: clock.now() + ESCAPE_CHECK_EVERY,
             disk_spent: 0,
             disk_window: clock.now(),
             clock,
@@ -526,6 +611,10 @@ impl Actuator for OsActuator {
         Some(self.exec_watch.as_raw_fd())
     }
 
+    fn end_stopped_execs(&mut self, out: &mut Vec<Input>) {
+        OsActuator::end_stopped_execs(self, out);
+    }
+
     fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {
         // A launch in progress holds pipes and a plan that the new image
         // could not take over; it lasts a few seconds at most.
@@ -551,6 +640,11 @@ impl Actuator for OsActuator {
             let _ = self.check_state_dir(out);
         }
         self.poll_waiting_jobs(now, out);
+        if now >= self.escape_check_at {
+            self.escape_check_at = now + ESCAPE_CHECK_EVERY;
+            self.check_switched_out(out);
+        }
+        self.sweep();
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -565,11 +659,18 @@ impl Actuator for OsActuator {
             .jobs
             .values()
             .any(|procs| procs.launch_due(&self.execs));
-        if launching {
+        if launching || !self.removals.is_empty() {
             return Some(self.clock.now());
         }
         let poll = busy.then(|| self.clock.now() + POLL_INTERVAL);
-        let next = poll.map_or(self.state_check_at, |poll| poll.min(self.state_check_at));
+        let mut next = poll.map_or(self.state_check_at, |poll| poll.min(self.state_check_at));
+        if self
+            .jobs
+            .values()
+            .any(|procs| procs.hold.stopped_cpu.is_some())
+        {
+            next = next.min(self.escape_check_at);
+        }
         // The first rank that may still fail to exec in time.
         let exec = self
             .execs

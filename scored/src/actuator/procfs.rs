@@ -72,6 +72,19 @@ pub fn read_stat(pid: i32) -> Option<Stat> {
     parse_stat(std::str::from_utf8(&buffer[..len]).ok()?)
 }
 
+/// The pid of the process tracing this one (`TracerPid` of
+/// `/proc/PID/status`), 0 when none; `None` if it cannot be read.
+pub fn parse_tracer(text: &str) -> Option<i32> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("TracerPid:"))
+        .and_then(|pid| pid.trim().parse().ok())
+}
+
+/// Reads the tracer of a process (see [`parse_tracer`]).
+pub fn read_tracer(pid: i32) -> Option<i32> {
+    parse_tracer(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
 /// Whether SIGSTOP is pending for the process, from the text of
 /// `/proc/PID/status` (the `SigPnd` and `ShdPnd` masks, bit N-1 for signal N).
 pub fn parse_stop_pending(text: &str) -> bool {
@@ -155,6 +168,15 @@ pub fn thread_count() -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tracer_is_read_from_the_status() {
+        let status = "Name:\tprog\nState:\tt (tracing stop)\nTgid:\t42\nPid:\t42\nPPid:\t1\nTracerPid:\t4711\nUid:\t0\t0\t0\t0\n";
+        assert_eq!(parse_tracer(status), Some(4711));
+        assert_eq!(parse_tracer("Name:\tprog\nTracerPid:\t0\n"), Some(0));
+        assert_eq!(parse_tracer("Name:\tprog\n"), None);
+        assert_eq!(read_tracer(std::process::id() as i32), Some(0));
+    }
 
     #[test]
     fn parses_names_with_spaces_and_parentheses() {

@@ -4,7 +4,6 @@
 //! removed.
 #![forbid(unsafe_code)]
 
-use std::io;
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
@@ -17,6 +16,7 @@ use crate::job::ExitStatus;
 use super::procfs::Stat;
 use super::{
     procfs, statedir, sys, Actuator, Drain, JobProcs, OsActuator, DISK_ENTRIES_PER_SAMPLE,
+    SWEEP_SLICE, SWEEP_STEP,
 };
 
 impl OsActuator {
@@ -44,14 +44,42 @@ impl OsActuator {
                 let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
             }
         }
-        // Handles, not paths: the user may have planted links in the tree.
-        if let Err(error) = self.state.remove_scratch(job) {
-            if error.kind() != io::ErrorKind::NotFound {
-                tracing::warn!(job = %job, path = %procs.scratch.display(), %error, "cannot remove the job's scratch directory");
+        // Taken from the user now, removed in slices (`sweep`); handles,
+        // not paths: the user may have planted links in the tree.
+        match self.state.take_scratch(job) {
+            Ok(Some(removal)) => self.removals.push_back(removal),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(job = %job, path = %procs.scratch.display(), %error, "cannot take the job's scratch directory away for removal");
             }
         }
         if let Some(cgroups) = &self.cgroups {
             cgroups.remove_job(job);
+        }
+    }
+
+    /// Removes finished jobs' scratch trees for at most [`SWEEP_SLICE`].
+    pub(super) fn sweep(&mut self) {
+        let start = self.clock.now();
+        while let Some(removal) = self.removals.front_mut() {
+            match removal.step(SWEEP_STEP) {
+                Ok(false) => {}
+                Ok(true) => {
+                    tracing::debug!(
+                        tree = removal.name(),
+                        entries = removal.removed,
+                        "scratch tree removed"
+                    );
+                    self.removals.pop_front();
+                }
+                Err(error) => {
+                    tracing::warn!(tree = removal.name(), %error, "cannot remove a finished job's scratch tree");
+                    self.removals.pop_front();
+                }
+            }
+            if self.clock.now().duration_since(start) >= SWEEP_SLICE {
+                break;
+            }
         }
     }
 

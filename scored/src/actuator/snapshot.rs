@@ -240,6 +240,9 @@ impl OsActuator {
                         frozen: record.hold.1,
                         freeze_on_stop: record.hold.2,
                         rogue_continues: record.hold.3,
+                        // Counted again by this image.
+                        escapes: 0,
+                        stopped_cpu: None,
                     },
                     // A launch in progress is never handed over.
                     launch: None,

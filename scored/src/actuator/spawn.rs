@@ -364,8 +364,9 @@ fn install_descriptors(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (St
     Ok(())
 }
 
-/// The most descriptors passed to one rank (the protocol's bound).
-const MAX_PASSED: usize = crate::proto::MAX_INHERITED_FDS;
+/// The most descriptors passed to one rank: the protocol's bound, and
+/// the rank's PMI descriptor.
+const MAX_PASSED: usize = crate::proto::MAX_INHERITED_FDS + 1;
 
 /// The pre-exec steps, in order. Only system calls.
 fn steps(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)> {

@@ -29,9 +29,22 @@ use crate::ids::JobId;
 /// How deep the size walk goes; deeper directories are not opened (each
 /// level holds a descriptor while it is walked).
 pub const MAX_WALK_DEPTH: usize = 64;
+/// What each entry of a scratch tree counts at least towards the job's disk
+/// use (a block): directories, empty files, links and the rest cost an
+/// inode and a directory entry, and a tree of many of them costs the
+/// daemon time to remove, so the disk limit caps their number too.
+pub const ENTRY_BYTES: u64 = 4096;
 /// How deep the removal walk holds descriptors; a deeper directory is moved
 /// up to the top of the tree being removed and removed from there.
 const MAX_REMOVE_DEPTH: usize = 64;
+/// Where finished jobs' scratch trees wait for their removal, in the state
+/// directory: the daemon's own, mode 0700, so that no user reaches a tree
+/// by its path once it is there.
+pub const REMOVING: &str = "removing";
+/// The passes a removal makes over a tree that keeps being refilled (by a
+/// process outside the job holding a directory of it open) before it is
+/// left for the next start of the daemon.
+const MAX_REMOVE_PASSES: u32 = 100;
 
 const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_DIRECTORY)
@@ -338,10 +351,90 @@ impl StateDir {
         Ok(self.scratch_path(job))
     }
 
-    /// Removes job `job`'s scratch directory and everything in it, without
-    /// following any symbolic link. A missing directory is no error.
-    pub fn remove_scratch(&self, job: JobId) -> io::Result<()> {
-        remove_tree_at(self.jobs.as_fd(), OsStr::new(&job.to_string()))
+    /// Opens (creating it if missing) the directory where trees wait for
+    /// their removal, checked as the state directory is.
+    fn removing_dir(&self) -> io::Result<OwnedFd> {
+        match mkdirat(
+            self.state.as_fd(),
+            REMOVING,
+            Mode::from_bits_truncate(0o700),
+        ) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(errno) => return Err(errno.into()),
+        }
+        let dir = open_dir_at(self.state.as_fd(), REMOVING)?;
+        let stat = fstat(dir.as_fd())?;
+        if stat.st_uid != self.uid || stat.st_mode & 0o077 != 0 {
+            return Err(io::Error::other(format!(
+                "{} is not scored's own private directory",
+                self.path.join(REMOVING).display()
+            )));
+        }
+        Ok(dir)
+    }
+
+    /// Takes job `job`'s scratch tree away from its user, first thing: it
+    /// is renamed into `STATE_DIR/removing` (which only scored may enter)
+    /// and its top given to scored, mode 0700, so that nothing more can be
+    /// made in it by path, and the removal that follows, in slices, works
+    /// on what scored holds. `None` when the job has no tree.
+    pub fn take_scratch(&self, job: JobId) -> io::Result<Option<Removal>> {
+        let name = job.to_string();
+        let removing = self.removing_dir()?;
+        let mut attempt = 0u32;
+        let target = loop {
+            let target = if attempt == 0 {
+                name.clone()
+            } else {
+                format!("{name}.{attempt}")
+            };
+            match nix::fcntl::renameat2(
+                self.jobs.as_fd(),
+                name.as_str(),
+                removing.as_fd(),
+                target.as_str(),
+                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+            ) {
+                Ok(()) => break target,
+                Err(Errno::ENOENT) => return Ok(None),
+                Err(Errno::EEXIST) if attempt < 1000 => attempt += 1,
+                Err(errno) => return Err(errno.into()),
+            }
+        };
+        let removal = Removal::new(removing, target, self.uid)?;
+        if let Some(top) = &removal.top {
+            // Only scored can write `jobs`, so the tree is a directory, ours
+            // to take: its top becomes the daemon's.
+            take_dir(top.as_fd(), self.uid)?;
+        }
+        Ok(Some(removal))
+    }
+
+    /// The removals a daemon left unfinished in `STATE_DIR/removing` (it
+    /// restarted in place, or gave up on a tree that kept being refilled).
+    pub fn unfinished_removals(&self) -> Vec<Removal> {
+        let Ok(removing) = open_dir_at(self.state.as_fd(), REMOVING) else {
+            return Vec::new();
+        };
+        let Ok(dup) = removing.try_clone() else {
+            return Vec::new();
+        };
+        let Ok(dir) = Dir::from_fd(dup) else {
+            return Vec::new();
+        };
+        let names: Vec<String> = dir
+            .into_iter()
+            .flatten()
+            .filter(|entry| !is_dot(entry.file_name()))
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let parent = removing.try_clone().ok()?;
+                Removal::new(parent, name, self.uid).ok()
+            })
+            .collect()
     }
 
     /// Opens job `job`'s scratch directory for a size walk.
@@ -471,10 +564,197 @@ pub fn remove_tree_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
     }
 }
 
+/// The removal of one tree, a slice at a time: each call of [`Removal::step`]
+/// removes at most a given number of entries and returns, so that a tree of
+/// a million files never holds the loop. Like [`remove_tree_at`], it walks
+/// handles and never follows a link; a directory that is not empty when its
+/// walk ends (something was moved into it meanwhile) is walked again in the
+/// next pass, rather than failing.
+pub struct Removal {
+    parent: OwnedFd,
+    name: String,
+    /// The tree's top, `None` for a file (removed at the first step).
+    top: Option<OwnedFd>,
+    stack: Vec<OpenDir>,
+    /// Names of directories to remove once their walk ends, per level.
+    names: Vec<std::ffi::CString>,
+    moved: u64,
+    /// The pass under way found work that needs another one.
+    again: bool,
+    passes: u32,
+    /// The daemon's uid: each directory is made its own (mode 0700) as the
+    /// walk enters it, so that a process outside the job that holds one
+    /// open (its working directory) can no longer add to it.
+    uid: u32,
+    /// Entries removed so far.
+    pub removed: u64,
+}
+
+impl std::fmt::Debug for Removal {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Removal")
+            .field("name", &self.name)
+            .field("depth", &self.stack.len())
+            .field("passes", &self.passes)
+            .field("removed", &self.removed)
+            .finish()
+    }
+}
+
+impl Removal {
+    /// The removal of `name` in `parent`.
+    fn new(parent: OwnedFd, name: String, uid: u32) -> io::Result<Removal> {
+        let top = match open_dir_at(parent.as_fd(), name.as_str()) {
+            Ok(fd) => Some(fd),
+            Err(Errno::ELOOP | Errno::ENOTDIR | Errno::ENOENT) => None,
+            Err(errno) => return Err(errno.into()),
+        };
+        Ok(Removal {
+            parent,
+            name,
+            top,
+            stack: Vec::new(),
+            names: Vec::new(),
+            moved: 0,
+            again: false,
+            passes: 0,
+            uid,
+            removed: 0,
+        })
+    }
+
+    /// The tree's name in its parent, for messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Removes at most `budget` entries; `Ok(true)` once the tree is gone.
+    pub fn step(&mut self, budget: usize) -> io::Result<bool> {
+        let Some(top) = &self.top else {
+            return match unlinkat(
+                self.parent.as_fd(),
+                self.name.as_str(),
+                UnlinkatFlags::NoRemoveDir,
+            ) {
+                Ok(()) | Err(Errno::ENOENT) => Ok(true),
+                Err(errno) => Err(errno.into()),
+            };
+        };
+        let mut spent = 0usize;
+        loop {
+            if self.stack.is_empty() {
+                if self.passes > 0 && !self.again {
+                    match unlinkat(
+                        self.parent.as_fd(),
+                        self.name.as_str(),
+                        UnlinkatFlags::RemoveDir,
+                    ) {
+                        Ok(()) | Err(Errno::ENOENT) => return Ok(true),
+                        Err(Errno::ENOTEMPTY | Errno::EEXIST) => {}
+                        Err(errno) => return Err(errno.into()),
+                    }
+                }
+                if self.passes >= MAX_REMOVE_PASSES {
+                    return Err(io::Error::other(format!(
+                        "still refilled after {MAX_REMOVE_PASSES} passes; left for the next start"
+                    )));
+                }
+                // A new open of the top each pass, so that its reading
+                // starts over and sees what was moved into it.
+                self.stack
+                    .push(OpenDir::new(open_dir_at(top.as_fd(), ".")?)?);
+                self.names.clear();
+                self.again = false;
+                self.passes += 1;
+            }
+            if spent >= budget {
+                return Ok(false);
+            }
+            let depth = self.stack.len();
+            let current = self.stack.last_mut().expect("not empty");
+            let Some(entry) = current.entries.next() else {
+                self.stack.pop();
+                if let (Some(dir_name), Some(up)) = (self.names.pop(), self.stack.last()) {
+                    spent += 1;
+                    match unlinkat(up.fd.as_fd(), dir_name.as_c_str(), UnlinkatFlags::RemoveDir) {
+                        Ok(()) => self.removed += 1,
+                        Err(Errno::ENOENT) => {}
+                        // Something was moved into it meanwhile.
+                        Err(Errno::ENOTEMPTY | Errno::EEXIST) => self.again = true,
+                        Err(errno) => return Err(errno.into()),
+                    }
+                }
+                continue;
+            };
+            spent += 1;
+            let entry = entry?;
+            let entry_name = entry.file_name();
+            if is_dot(entry_name) {
+                continue;
+            }
+            match unlinkat(current.fd.as_fd(), entry_name, UnlinkatFlags::NoRemoveDir) {
+                Ok(()) => {
+                    self.removed += 1;
+                    continue;
+                }
+                Err(Errno::ENOENT) => continue,
+                Err(Errno::EISDIR) => {}
+                Err(errno) => return Err(errno.into()),
+            }
+            if depth >= MAX_REMOVE_DEPTH {
+                self.again = true;
+                loop {
+                    let new_name = format!(".scored-deep-{}", self.moved);
+                    self.moved += 1;
+                    match nix::fcntl::renameat2(
+                        current.fd.as_fd(),
+                        entry_name,
+                        top.as_fd(),
+                        new_name.as_str(),
+                        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+                    ) {
+                        Ok(()) | Err(Errno::ENOENT) => break,
+                        Err(Errno::EEXIST) => continue,
+                        Err(errno) => return Err(errno.into()),
+                    }
+                }
+                continue;
+            }
+            match open_dir_at(current.fd.as_fd(), entry_name) {
+                Ok(fd) => {
+                    take_dir(fd.as_fd(), self.uid)?;
+                    let name = entry_name.to_owned();
+                    self.stack.push(OpenDir::new(fd)?);
+                    self.names.push(name);
+                }
+                Err(Errno::ENOENT) => {}
+                Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                    match unlinkat(current.fd.as_fd(), entry_name, UnlinkatFlags::NoRemoveDir) {
+                        Ok(()) => self.removed += 1,
+                        Err(Errno::ENOENT) => {}
+                        Err(errno) => return Err(errno.into()),
+                    }
+                }
+                Err(errno) => return Err(errno.into()),
+            }
+        }
+    }
+}
+
+/// Makes the directory `dir` the daemon's own, mode 0700: nobody else may
+/// add to it any more, even through a handle held open.
+fn take_dir(dir: BorrowedFd<'_>, uid: u32) -> io::Result<()> {
+    fchown(dir, Some(Uid::from_raw(uid)), None)?;
+    fchmod(dir, Mode::from_bits_truncate(0o700))?;
+    Ok(())
+}
+
 /// A size walk of one scratch tree that can stop after a number of
 /// entries and resume there at the next sample, so that a tree of a
 /// million files costs the daemon a bounded amount of work per sample.
 /// It never follows a symbolic link: a link counts its own size only.
+/// Every entry counts at least [`ENTRY_BYTES`].
 #[derive(Default)]
 pub struct DiskWalk {
     stack: Vec<OpenDir>,
@@ -551,6 +831,7 @@ impl DiskWalk {
                 continue;
             };
             let kind = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
+            let mut bytes = ENTRY_BYTES;
             if kind == SFlag::S_IFDIR {
                 if depth < MAX_WALK_DEPTH {
                     if let Ok(dir) = open_dir_at(current.fd.as_fd(), entry_name)
@@ -561,8 +842,9 @@ impl DiskWalk {
                     }
                 }
             } else if kind == SFlag::S_IFREG || kind == SFlag::S_IFLNK {
-                self.partial = self.partial.saturating_add(stat.st_size.max(0) as u64);
+                bytes = bytes.max(stat.st_size.max(0) as u64);
             }
+            self.partial = self.partial.saturating_add(bytes);
         }
         *used += spent;
         self.total.max(self.partial)
@@ -625,7 +907,9 @@ mod tests {
         std::fs::write(root.join("sub/big"), vec![0u8; 10_000]).expect("write");
         std::os::unix::fs::symlink("/", root.join("sub/root")).expect("symlink");
         std::os::unix::fs::symlink("/usr", root.join("usr")).expect("symlink");
-        let expected = 50 * 100 + 10_000 + "/".len() as u64 + "/usr".len() as u64;
+        // Every entry counts at least a block: 50 small files, the
+        // directory, its big file and two links.
+        let expected = 50 * ENTRY_BYTES + ENTRY_BYTES + 10_000 + 2 * ENTRY_BYTES;
         let mut walk = DiskWalk::default();
         let mut used = 0;
         let mut rounds = 0;
@@ -648,6 +932,52 @@ mod tests {
             walk.advance(|| Ok(open_path(&root)), 1, &mut used),
             expected
         );
+        std::fs::remove_dir_all(&root).expect("clean up");
+    }
+
+    /// A removal in slices removes at most its budget of entries per step,
+    /// and finishes even when directories are moved into the tree between
+    /// its steps (which made a one-shot removal fail with "Directory not
+    /// empty").
+    #[test]
+    fn a_removal_in_slices_survives_what_is_moved_into_the_tree() {
+        let root = scratch_root("slices");
+        let tree = root.join("tree");
+        for dir in 0..20 {
+            let sub = tree.join(format!("d{dir}/e"));
+            std::fs::create_dir_all(&sub).expect("mkdir");
+            for file in 0..50 {
+                std::fs::write(sub.join(format!("f{file}")), b"").expect("write");
+            }
+        }
+        let outside = root.join("outside");
+        let parent = open_path(&root);
+        let uid = nix::unistd::geteuid().as_raw();
+        let mut removal = Removal::new(parent, "tree".into(), uid).expect("open");
+        let mut steps = 0;
+        let mut refilled = 0;
+        while !removal.step(16).expect("a step") {
+            steps += 1;
+            assert!(steps < 10_000, "the removal never ends");
+            // Keep moving prepared directories into the tree.
+            if refilled < 10 && steps % 5 == 0 {
+                std::fs::create_dir_all(outside.join("x/y")).expect("mkdir");
+                std::fs::write(outside.join("x/y/z"), b"").expect("write");
+                let into = (0..20)
+                    .map(|dir| tree.join(format!("d{dir}/e")))
+                    .find(|dir| dir.exists());
+                if let Some(into) = into {
+                    if std::fs::rename(outside.join("x"), into.join(format!("m{refilled}"))).is_ok()
+                    {
+                        refilled += 1;
+                    }
+                }
+            }
+        }
+        assert!(!tree.exists(), "the tree is gone");
+        assert!(refilled > 0, "nothing was moved in");
+        assert!(steps > 1_000 / 16, "{steps} steps for over 1,000 entries");
+        assert!(removal.removed >= 20 * 52, "{}", removal.removed);
         std::fs::remove_dir_all(&root).expect("clean up");
     }
 }

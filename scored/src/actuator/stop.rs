@@ -1,7 +1,8 @@
 //! Stopping, holding and continuing a job: SIGSTOP to its groups and
 //! escaped descendants, the confirmation of every stop (wait4 for ranks,
 //! /proc for the others, the freezer when a stop is not confirmed in
-//! time), and a switched-out job held against SIGCONT from outside it.
+//! time), and a switched-out job held against SIGCONT from outside it, a
+//! tracer that resumes it, or anything else that lets it use CPU time.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
@@ -15,7 +16,8 @@ use crate::ids::JobId;
 
 use super::{
     procfs, sys, Actuator, OsActuator, StopWait, ALARM_EVERY, CONFIRM_FALLBACK, DRAIN_TIMEOUT,
-    EXEC_TIMEOUT, FREEZE_AFTER, FRESH_DISCOVERY, POLL_INTERVAL, ROGUE_CONTINUE_LIMIT, STOP_TIMEOUT,
+    ESCAPE_LIMIT, ESCAPE_TICKS, EXEC_TIMEOUT, FREEZE_AFTER, FRESH_DISCOVERY, POLL_INTERVAL,
+    ROGUE_CONTINUE_LIMIT, STOP_TIMEOUT,
 };
 
 impl OsActuator {
@@ -49,6 +51,7 @@ impl OsActuator {
         };
         procs.hold.switched_out = true;
         procs.hold.rogue_continues = 0;
+        procs.hold.stopped_cpu = None;
         if let Some(launch) = procs.launch.as_mut() {
             launch.paused = true;
         }
@@ -81,6 +84,7 @@ impl OsActuator {
         }
         if let Some(procs) = self.jobs.get_mut(&job) {
             procs.hold.switched_out = false;
+            procs.hold.stopped_cpu = None;
             procs.stop_wait = None;
             if let Some(launch) = procs.launch.as_mut() {
                 launch.paused = false;
@@ -243,7 +247,117 @@ impl OsActuator {
             if let Some(wait) = procs.stop_wait.take() {
                 tracing::debug!(job = %job, confirm_us = self.clock.now().duration_since(wait.since).as_micros() as u64, "stop confirmed");
             }
+            let frozen = procs.hold.frozen;
             out.push(Input::Stopped(job));
+            if !frozen {
+                self.check_held(job, out);
+            }
+        }
+    }
+
+    /// Right after a job's stop is confirmed, checks that the stop holds:
+    /// a process with a tracer can be resumed by it without any SIGCONT
+    /// (a stop that the tracer sees first and lets go), so a traced job is
+    /// held in its frozen cgroup instead. Otherwise it notes the CPU time
+    /// of each process, which must not grow until the job is continued
+    /// ([`Self::check_switched_out`]).
+    fn check_held(&mut self, job: JobId, out: &mut Vec<Input>) {
+        let Some(procs) = self.jobs.get(&job) else {
+            return;
+        };
+        let pids: Vec<i32> = procs
+            .children
+            .iter()
+            .chain(procs.extras.keys())
+            .copied()
+            .collect();
+        let mut cpu = Vec::with_capacity(pids.len());
+        for pid in pids {
+            let Some(stat) = procfs::read_stat(pid) else {
+                continue;
+            };
+            let tracer = procfs::read_tracer(pid).filter(|tracer| *tracer != 0);
+            if stat.state == b't' || tracer.is_some() {
+                let by = tracer.map_or(String::new(), |tracer| format!(" by process {tracer}"));
+                self.escaped(job, pid, &format!("process {pid} is traced{by}"), out);
+                return;
+            }
+            cpu.push((pid, stat.start, stat.own_ticks));
+        }
+        if let Some(procs) = self.jobs.get_mut(&job) {
+            procs.hold.stopped_cpu = Some(cpu);
+        }
+    }
+
+    /// Looks at the CPU time of the processes of switched-out jobs that are
+    /// not frozen: a process that used CPU time since its stop was
+    /// confirmed got out of it (a tracer that attached later, say), and its
+    /// job is held as a traced one.
+    pub(super) fn check_switched_out(&mut self, out: &mut Vec<Input>) {
+        let jobs: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, procs)| procs.hold.switched_out && !procs.hold.frozen)
+            .filter(|(_, procs)| procs.hold.stopped_cpu.is_some())
+            .map(|(job, _)| *job)
+            .collect();
+        for job in jobs {
+            let Some(cpu) = self
+                .jobs
+                .get(&job)
+                .and_then(|procs| procs.hold.stopped_cpu.clone())
+            else {
+                continue;
+            };
+            let ran = cpu.iter().find_map(|&(pid, start, ticks)| {
+                procfs::read_stat(pid)
+                    .filter(|stat| stat.start == start && stat.own_ticks > ticks + ESCAPE_TICKS)
+                    .map(|stat| (pid, stat.own_ticks - ticks))
+            });
+            if let Some((pid, ticks)) = ran {
+                let ms = ticks.saturating_mul(1000) / self.clock_ticks.max(1);
+                self.escaped(
+                    job,
+                    pid,
+                    &format!("process {pid} used {ms}ms of CPU time while switched out"),
+                    out,
+                );
+            }
+        }
+    }
+
+    /// A switched-out job got out of its stop other than by SIGCONT (see
+    /// [`Self::check_held`]): it is frozen, now and at every later stop;
+    /// without a freezer it is stopped again, and killed after
+    /// `ESCAPE_LIMIT` such escapes.
+    fn escaped(&mut self, job: JobId, pid: i32, what: &str, out: &mut Vec<Input>) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        procs.hold.escapes += 1;
+        procs.hold.stopped_cpu = None;
+        let first = !procs.hold.freeze_on_stop;
+        procs.hold.freeze_on_stop = true;
+        if first {
+            tracing::warn!(job = %job, pid, frozen = procs.cgroup_procs.is_some(), "a switched-out job can get out of its stop ({what}); freezing it (or stopping it again without a cgroup)");
+        }
+        if self.freeze(job) {
+            return;
+        }
+        self.send(job, Signal::SIGSTOP);
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if procs.hold.escapes >= ESCAPE_LIMIT {
+            procs.hold.switched_out = false;
+            procs.stop_wait = None;
+            out.push(Input::StopFailed {
+                job,
+                reason: format!(
+                    "it got out of {} of its stops ({what}), and no freezer can hold it",
+                    procs.hold.escapes
+                ),
+            });
         }
     }
 

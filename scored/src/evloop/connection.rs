@@ -321,6 +321,7 @@ impl<A: Actuator> Daemon<A> {
 
     pub(super) fn process_requests(&mut self, token: Token, inputs: &mut Vec<Input>) {
         loop {
+            let turn_over = self.turn_over();
             let Some(conn) = self.connections.get_mut(&token) else {
                 return;
             };
@@ -331,6 +332,11 @@ impl<A: Actuator> Daemon<A> {
                 // The rest waits until the client has read its replies.
                 conn.paused = true;
                 self.maybe_paused.insert(token);
+                return;
+            }
+            if !conn.input.is_empty() && turn_over {
+                // The user's turn is over: the rest at the next wakeup.
+                self.deferred.insert(token);
                 return;
             }
             let request: Request = match conn.input.decode(proto::MAX_REQUEST) {
@@ -358,6 +364,9 @@ impl<A: Actuator> Daemon<A> {
             };
             // A whole request arrived: what follows it starts a new one.
             self.partial.remove(&token);
+            if let Some((left, _)) = &mut self.turn {
+                *left = left.saturating_sub(1);
+            }
             self.request(token, request, inputs);
         }
     }
@@ -381,14 +390,16 @@ impl<A: Actuator> Daemon<A> {
                 }
                 if conn.fds.len() != submit.descriptor_count() {
                     return refuse(conn, format!(
-                        "this submission must carry {} descriptors (the standard ones not closed, then the {} passed), it carried {}",
+                        "this submission must carry {} descriptors (the standard ones not closed, then the {} passed, then {} for PMI), it carried {}",
                         submit.descriptor_count(),
                         submit.fds.len(),
+                        submit.pmi_fd_count(),
                         conn.fds.len()
                     ));
                 }
                 let wants_terminal = submit.options.pty;
                 let (closed, numbers) = (submit.closed_stdio.clone(), submit.fds.clone());
+                let pmi_ranks = submit.pmi_ranks as usize;
                 // The boundary: the one validator of a submission (the
                 // protocol crate's, which scrun runs too), and the only
                 // way to the core's request.
@@ -411,6 +422,7 @@ impl<A: Actuator> Daemon<A> {
                     fds,
                     &closed,
                     &numbers,
+                    pmi_ranks,
                     wants_terminal,
                     &mut self.fd_pool,
                 ) else {
@@ -651,9 +663,10 @@ pub(super) fn read_available(conn: &mut Connection, chunk: &mut [u8]) -> io::Res
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "too many descriptors sent ({}): a submission carries at most its 3 standard ones and {} others",
+                    "too many descriptors sent ({}): a submission carries at most its 3 standard ones, {} others and {} for PMI",
                     conn.fds.len(),
-                    proto::MAX_INHERITED_FDS
+                    proto::MAX_INHERITED_FDS,
+                    proto::MAX_PMI_FDS
                 ),
             ));
         }

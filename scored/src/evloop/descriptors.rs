@@ -3,7 +3,8 @@
 //! (stdin, stdout, stderr, each absent when closed), then the others it
 //! passes on, numbered by `Submit::fds`. They become the job's
 //! [`JobStdio`], each interned in the loop's `FdPool` so that jobs launched
-//! from one terminal keep one descriptor per open file.
+//! from one terminal keep one descriptor per open file; last, the ranks'
+//! PMI descriptors (`Submit::pmi_ranks` for each stage), each used once.
 //!
 //! The submission validator has checked the numbers; the loop has checked
 //! that the count matches. Nothing here reads or writes a descriptor.
@@ -12,7 +13,7 @@
 use std::os::fd::{OwnedFd, RawFd};
 
 use super::fds::FdPool;
-use crate::actuator::JobStdio;
+use crate::actuator::{JobStdio, PmiFds};
 
 /// Builds the job's descriptors from those the frame carried, in order.
 /// `None` if there are fewer than the layout needs (the caller checked the
@@ -21,6 +22,7 @@ pub(super) fn job_stdio(
     fds: Vec<OwnedFd>,
     closed: &[i32],
     numbers: &[i32],
+    pmi_ranks: usize,
     controlling_terminal: bool,
     pool: &mut FdPool,
 ) -> Option<JobStdio> {
@@ -35,6 +37,7 @@ pub(super) fn job_stdio(
         .iter()
         .map(|&number| Some((number as RawFd, pool.intern(fds.next()?))))
         .collect::<Option<Vec<_>>>()?;
+    let pmi = PmiFds::new(pmi_ranks, fds.map(Some).collect());
     let [stdin, stdout, stderr] = standard;
     Some(JobStdio {
         stdin,
@@ -42,6 +45,7 @@ pub(super) fn job_stdio(
         stderr,
         controlling_terminal,
         inherited,
+        pmi,
     })
 }
 
@@ -68,7 +72,7 @@ mod tests {
         let mut pool = FdPool::default();
         // stdout closed: stdin, stderr, then 3 and 9.
         let (fds, raw) = pipes(4);
-        let stdio = job_stdio(fds, &[1], &[3, 9], false, &mut pool).unwrap();
+        let stdio = job_stdio(fds, &[1], &[3, 9], 0, false, &mut pool).unwrap();
         assert_eq!(stdio.stdin.as_ref().map(|fd| fd.as_raw_fd()), Some(raw[0]));
         assert!(stdio.stdout.is_none());
         assert_eq!(stdio.stderr.as_ref().map(|fd| fd.as_raw_fd()), Some(raw[1]));
@@ -80,6 +84,13 @@ mod tests {
         assert_eq!(passed, vec![(3, raw[2]), (9, raw[3])]);
         // Too few for the layout.
         let (fds, _) = pipes(2);
-        assert!(job_stdio(fds, &[], &[3], false, &mut pool).is_none());
+        assert!(job_stdio(fds, &[], &[3], 0, false, &mut pool).is_none());
+        // Two PMI descriptors after the standard ones: each taken once.
+        let (fds, raw) = pipes(5);
+        let stdio = job_stdio(fds, &[], &[], 1, false, &mut pool).unwrap();
+        assert_eq!(stdio.pmi.raw(), vec![raw[3], raw[4]]);
+        assert_eq!(stdio.pmi.take(1, 0).map(|fd| fd.as_raw_fd()), Some(raw[4]));
+        assert!(stdio.pmi.take(1, 0).is_none() && stdio.pmi.take(0, 1).is_none());
+        assert_eq!(stdio.pmi.raw(), vec![raw[3], -1]);
     }
 }

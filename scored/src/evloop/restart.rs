@@ -14,7 +14,7 @@ use mio::net::UnixStream;
 use mio::{Interest, Token};
 
 use super::{queue_reply, Connection, Daemon, FIRST_CLIENT};
-use crate::actuator::{Actuator, JobStdio};
+use crate::actuator::{Actuator, JobStdio, PmiFds};
 use crate::ids::Cred;
 use crate::journal::Journal;
 use crate::proto::Reply;
@@ -97,6 +97,15 @@ impl<A: Actuator> Daemon<A> {
                             .iter()
                             .map(|&(target, raw)| Ok((target, take(raw)?)))
                             .collect::<io::Result<_>>()?,
+                        pmi: PmiFds::new(
+                            record.pmi.0,
+                            record
+                                .pmi
+                                .1
+                                .iter()
+                                .map(|&raw| (raw >= 0).then(|| adopt_descriptor(raw)).transpose())
+                                .collect::<io::Result<_>>()?,
+                        ),
                     })
                 }
                 None => None,
@@ -179,9 +188,19 @@ impl<A: Actuator> Daemon<A> {
     /// While a job's processes are still being created a batch at a time
     /// (its pipes and plan cannot be handed over), the restart waits for
     /// the launch to finish, up to [`LAUNCH_WAIT`]; it is retried after
-    /// each event meanwhile. A launch that does not finish by then (one
+    /// each event meanwhile. Ranks that their user stopped before their
+    /// exec are not waited for: they are killed and their launch fails. A launch that does not finish by then (one
     /// switched out, or held) makes the restart fail with that reason.
     pub(super) fn restart_in_place(&mut self, requester: Option<(Token, bool)>) {
+        if self.actuator.launching() {
+            // Ranks their users keep stopped before their exec would hold
+            // the restart up as long as they like: they are ended.
+            let mut inputs = Vec::new();
+            self.actuator.end_stopped_execs(&mut inputs);
+            if !inputs.is_empty() {
+                self.feed(inputs);
+            }
+        }
         if self.actuator.launching() {
             let since = match self.recovery.restart_wait {
                 Some(since) => since,
@@ -255,6 +274,10 @@ impl<A: Actuator> Daemon<A> {
                     .collect()
             });
             fds.extend(inherited.iter().map(|(_, fd)| *fd));
+            let pmi = conn.stdio.as_ref().map_or((0, Vec::new()), |stdio| {
+                (stdio.pmi.per_stage(), stdio.pmi.raw())
+            });
+            fds.extend(pmi.1.iter().filter(|fd| **fd >= 0));
             connections.push(ConnectionSnapshot {
                 token: token.0,
                 fd: conn.stream.as_raw_fd(),
@@ -270,6 +293,7 @@ impl<A: Actuator> Daemon<A> {
                 fds: pending,
                 stdio,
                 inherited,
+                pmi,
                 controlling_terminal: conn
                     .stdio
                     .as_ref()

@@ -383,3 +383,25 @@ fn a_record_over_the_budget_is_cut_with_a_marker() {
     assert_eq!(two["uid"], json!(7));
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// One `history` reads at most `HISTORY_BYTES` of the journal: the newest
+/// records that fit, the older ones counted as left out.
+#[test]
+fn history_reads_a_bounded_number_of_bytes() {
+    let dir = temp_dir("bytes");
+    let (mut journal, _) = Journal::open(&dir, 64 << 20).expect("open");
+    let reason = "r".repeat(4000);
+    for id in 1..=600 {
+        journal
+            .record(vec![ended_as(id, 7, &reason)])
+            .expect("record");
+    }
+    let (records, left_out) = journal.history(Some(7), None);
+    let listed = ids(&records);
+    assert!(listed.len() < 600 && listed.len() > 100, "{}", listed.len());
+    assert_eq!(listed.last(), Some(&600));
+    assert_eq!(left_out + listed.len(), 600);
+    let bytes: usize = records.iter().map(|r| r.to_string().len()).sum();
+    assert!(bytes as u64 <= HISTORY_BYTES, "{bytes}");
+    let _ = fs::remove_dir_all(&dir);
+}

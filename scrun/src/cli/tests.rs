@@ -44,6 +44,9 @@ fn render(result: Result<Parsed, UsageError>) -> String {
     if options.pty {
         parts.push("pty".to_string());
     }
+    if options.mpi != crate::pmi::Mode::Auto {
+        parts.push(format!("mpi={}", options.mpi.name()));
+    }
     if options.verbose {
         parts.push("verbose".to_string());
     }
@@ -110,7 +113,7 @@ fn raw(bytes: &[u8]) -> OsString {
     OsString::from_vec(bytes.to_vec())
 }
 
-const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored, verbose";
+const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, verbose";
 
 #[test]
 fn program_only() {
@@ -224,7 +227,7 @@ fn scored_socket() {
 fn lists_equal_separate_words() {
     check("-nodes=2x3,wait,priority=0,stat a", "nodes=2x3 priority=0 wait stat | a");
     check("-nodes=2x3 -wait -priority=0 -stat a", "nodes=2x3 priority=0 wait stat | a");
-    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, scored, verbose");
+    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, verbose");
 }
 
 #[test]
@@ -540,4 +543,15 @@ proptest! {
         let env = env.map(|env_words| env_words.join(&b' '));
         assert_no_panic_and_sane(args, env.as_deref().map(OsStr::from_bytes));
     }
+}
+
+#[test]
+fn mpi() {
+    check("a", "nodes=1 | a");
+    check("-mpi=pmi2,nodes=2 a", "nodes=2 mpi=pmi2 | a");
+    check("-mpi=pmi1 a", "nodes=1 mpi=pmi1 | a");
+    check("-mpi=none a", "nodes=1 mpi=none | a");
+    check("-mpi=auto a", "nodes=1 | a");
+    check("-mpi=pmix a", "error: option 'mpi' on the command line: 'pmix' is not auto, pmi1, pmi2 or none");
+    check("-mpi a", "error: option 'mpi' on the command line needs a value, such as -mpi=pmi2");
 }

@@ -45,6 +45,7 @@ pub(crate) fn submit_raw(
         ioprio: None,
         closed_stdio: Vec::new(),
         fds: Vec::new(),
+        pmi_ranks: 0,
     };
     let frame = scored::proto::encode(&scored::proto::Request::Submit {
         version: scored::proto::VERSION,

@@ -33,6 +33,7 @@ pub(crate) fn submit_frame() -> Vec<u8> {
         ioprio: None,
         closed_stdio: Vec::new(),
         fds: Vec::new(),
+        pmi_ranks: 0,
     };
     scored::proto::encode(&scored::proto::Request::Submit {
         version: scored::proto::VERSION,

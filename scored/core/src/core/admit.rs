@@ -91,6 +91,10 @@ impl Core {
         if let Err((kind, reason)) = self.check_queue(&waiter) {
             return reject(kind, reason, out);
         }
+        if let Err(reason) = self.check_budgets(&waiter, false) {
+            tracing::info!(uid = waiter.cred.uid, %reason, "submission over a budget");
+            return reject(Rejection::Resources, reason, out);
+        }
         let decision = self.decide(&waiter);
         // Waiting jobs are admitted in submission order: a newcomer may not
         // take what they wait for. One that reserves nothing (no memory,
@@ -135,6 +139,17 @@ impl Core {
     pub(super) fn short(&mut self, waiter: Waiter, reason: String, out: &mut Vec<Action>) {
         let client = waiter.client;
         if waiter.request.wait {
+            if let Err(reason) = self.check_budgets(&waiter, true) {
+                tracing::info!(uid = waiter.cred.uid, %reason, "submission over a budget");
+                out.push(Action::notify(
+                    client,
+                    ClientEvent::Rejected {
+                        kind: Rejection::Resources,
+                        reason,
+                    },
+                ));
+                return;
+            }
             self.logged.waiting.push_back(Rc::new(waiter));
             out.push(Action::notify(client, ClientEvent::Waiting(reason)));
         } else {

@@ -14,7 +14,7 @@ use crate::command::reply::{Reply, Value};
 use crate::command::{self, Command, QueueAction, QueueMode, Setting};
 use crate::ids::{ClientToken, Cred, JobId, Tick};
 use crate::job::{EndCause, Job, Phase};
-use crate::queue::Queue;
+use crate::queue::{Queue, DEFAULT_MPL};
 use crate::units::{format_duration, format_size};
 
 impl Core {
@@ -343,9 +343,21 @@ impl Core {
             started.sort_by_key(|job| job.first_run_at());
             started.into_iter().map(|job| job.id).collect()
         };
-        if settings.mode == Some(QueueMode::Exclusive) {
-            // An exclusive queue chooses a job's hosts when it starts: jobs
-            // that have not started give back the hosts admission chose.
+        let mut after = self.logged.queues[queue as usize].clone();
+        if let Some(mode) = settings.mode {
+            after.mode = mode;
+        }
+        match settings.mpl {
+            Some(Setting::Set(level)) => after.mpl = Some(level),
+            Some(Setting::Clear) => after.mpl = None,
+            // `mode=gang` brings the mode's level unless one is given.
+            None if settings.mode == Some(QueueMode::Gang) => after.mpl = Some(DEFAULT_MPL),
+            None => {}
+        }
+        if after.starts_late() {
+            // A queue that chooses a job's hosts when it starts (exclusive,
+            // or gang with a level): jobs that have not started give back
+            // the hosts admission chose.
             let unstarted: Vec<JobId> = self.logged.queues[queue as usize]
                 .order()
                 .filter(|job| {
@@ -360,12 +372,11 @@ impl Core {
             }
         }
         let record = &mut self.logged.queues[queue as usize];
-        if let Some(mode) = settings.mode {
-            record.set_mode(mode);
-            if mode == QueueMode::Exclusive {
-                for job in &started_in_order {
-                    record.mark_started(*job);
-                }
+        if settings.mode.is_some() || settings.mpl.is_some() {
+            record.set_mode(after.mode);
+            record.set_mpl(after.mpl);
+            for job in &started_in_order {
+                record.mark_started(*job);
             }
         }
         if let Some(backfill) = settings.backfill {
@@ -417,7 +428,7 @@ fn describe_queue(queue: &Queue) -> String {
     let opt_duration = |value: Option<Duration>| value.map_or("none".to_string(), format_duration);
     let opt_pct = |value: Option<f64>| value.map_or("none".to_string(), |pct| format!("{pct}%"));
     format!(
-        "mode={} cputime={} residency={} memory={} disk={} group={} backfill={}",
+        "mode={} cputime={} residency={} memory={} disk={} group={} backfill={} mpl={}",
         queue.mode.as_str(),
         opt_duration(queue.cputime),
         opt_duration(queue.residency),
@@ -429,5 +440,8 @@ fn describe_queue(queue: &Queue) -> String {
             "none".to_string()
         },
         if queue.backfill { "on" } else { "off" },
+        queue
+            .mpl
+            .map_or("none".to_string(), |level| level.to_string()),
     )
 }

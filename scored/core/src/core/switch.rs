@@ -16,6 +16,9 @@ impl Core {
     pub(super) fn reschedule(&mut self, now: Tick, out: &mut Vec<Action>) {
         // Jobs given hosts by the last decision that could not start yet
         // choose again, so that none waits for particular hosts.
+        if !self.bound_waiting.is_empty() {
+            self.waiting_current = false;
+        }
         for job in std::mem::take(&mut self.bound_waiting) {
             self.unbind(job);
         }
@@ -205,10 +208,12 @@ impl Core {
             first.drain(..),
             &view,
             now.0,
+            !self.waiting_current,
             &mut self.scratch,
             active,
             bindings,
         );
+        self.waiting_current = true;
     }
 
     /// Gives a job that had none the hosts the decision chose for it.
@@ -222,7 +227,18 @@ impl Core {
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
         record.peak_memory = smallvec::smallvec![0; hosts.len()];
         record.hosts = hosts;
-        if !record.started() {
+        let queue = record.queue as usize;
+        let started = record.started();
+        if self
+            .logged
+            .queues
+            .get(queue)
+            .is_some_and(|queue| queue.level().is_some())
+        {
+            // A gang queue with a level: the job joins the matrix on these
+            // hosts for life, and the rotation runs it from now on.
+            self.logged.queues[queue].mark_started(job);
+        } else if !started {
             self.bound_waiting.insert(job);
         }
     }
@@ -289,6 +305,7 @@ impl Core {
         self.busy = vec![0; self.logged.topology.hosts.len().div_ceil(64)];
         self.decision_current = false;
         self.n_stopping = 0;
+        self.waiting_current = false;
         let live: Vec<JobId> = self.logged.live.iter().copied().collect();
         for job in live {
             let Some(record) = self.logged.jobs.get(&job) else {

@@ -57,7 +57,9 @@ impl Core {
             && self.logged.queues.iter().any(|queue| {
                 queue.activated
                     && queue.mode == QueueMode::Gang
-                    && queue.order().any(|job| {
+                    // A queue with a level rotates its started jobs only;
+                    // its waiting ones start at events, not slices.
+                    && queue.order().take(if queue.starts_late() { queue.n_started() } else { usize::MAX }).any(|job| {
                         self.logged.jobs.get(&job).is_some_and(|record| {
                             record.phase() != Phase::Running
                                 && !record.is_ending()

@@ -119,7 +119,7 @@ static ENTRIES: &[HelpEntry] = &[
         name: "queue",
         usage: "queue Q enable|disable|activate|deactivate\n\
                 queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none \
-                memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off",
+                memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none",
         summary: "change a queue's state or attributes",
         description: "Changes queue Q: disable only refuses new submissions (admitted jobs \
                       keep being scheduled while the queue is activated), enable accepts \
@@ -132,7 +132,10 @@ static ENTRIES: &[HelpEntry] = &[
                       group whose members alone may submit, where none removes a setting, \
                       and backfilling: an exclusive queue with backfill=on reserves the \
                       earliest start for its first waiting job and starts later jobs that \
-                      declared -time out of order only when they do not delay it.",
+                      declared -time out of order only when they do not delay it, \
+                      and the multiprogramming level of a gang queue: at most N of its \
+                      jobs time-share a host, a job gets its hosts when it starts, and \
+                      mpl=none places every job at admission with no level.",
         access: Access::Operator,
         example: "queue 2 set mode=gang cputime=1h residency=10m memory=50%",
     },

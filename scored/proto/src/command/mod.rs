@@ -104,6 +104,8 @@ pub struct QueueSettings {
     pub group: Option<Setting<GroupRef>>,
     /// `backfill=on|off`: EASY backfilling in an exclusive queue.
     pub backfill: Option<bool>,
+    /// `mpl=N|none`: a gang queue's multiprogramming level.
+    pub mpl: Option<Setting<u32>>,
 }
 
 /// The start of the period `history --since` covers.

@@ -147,6 +147,7 @@ const QUEUE_SETTINGS: &[&str] = &[
     "disk",
     "group",
     "backfill",
+    "mpl",
 ];
 const QUEUE_ACTIONS: &[&str] = &["enable", "disable", "activate", "deactivate", "set"];
 

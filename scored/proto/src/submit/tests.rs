@@ -29,6 +29,7 @@ fn good() -> Submit {
         ioprio: None,
         closed_stdio: Vec::new(),
         fds: Vec::new(),
+        pmi_ranks: 0,
     }
 }
 
@@ -247,4 +248,23 @@ fn counts_as_typed_are_checked_before_narrowing() {
         check_counts(ProcCounts::Hosts(1 << 40)),
         Err(ProcsProblem::TooManyHosts)
     );
+}
+
+#[test]
+#[rustfmt::skip]
+fn pmi_descriptors_match_a_known_rank_count_and_are_bounded() {
+    let mut two = good();
+    two.options.procs = ProcRequest::Nodes(2);
+    two.pmi_ranks = 2;
+    assert_eq!(super::check(&two), Ok(()));
+    two.options.procs = ProcRequest::Grid { hosts: 2, per_host: 3 };
+    two.pmi_ranks = 6;
+    two.stages = vec![vec!["true".into()]; 2];
+    assert_eq!(super::check(&two), Ok(()));
+    check(|s| { s.options.procs = ProcRequest::Nodes(2); s.pmi_ranks = 3 },
+        "PMI descriptors for 3 ranks do not match nodes=2: a PMI world needs the rank count of nodes=N or nodes=NxM");
+    check(|s| { s.options.procs = ProcRequest::Hosts(2); s.pmi_ranks = 2 },
+        "PMI descriptors for 2 ranks do not match hosts=2: a PMI world needs the rank count of nodes=N or nodes=NxM");
+    check(|s| { s.options.procs = ProcRequest::Nodes(65); s.pmi_ranks = 65; s.stages = vec![vec!["true".into()]; 2] },
+        "PMI for 65 ranks in each of 2 stages is over the limit of 128 ranks in all");
 }

@@ -439,11 +439,19 @@ impl Core {
         for record in snapshot.jobs {
             let id = JobId(record.id);
             let n_hosts = core.logged.topology.hosts.len() as u32;
+            // A job has hosts for each entry of its layout, or, admitted
+            // and waiting to be placed (an exclusive queue's job behind
+            // another), none yet.
+            let bound = record.hosts.len() == record.layout.len()
+                && record.hosts.len() == record.peak_memory.len();
+            let unbound = record.hosts.is_empty()
+                && record.peak_memory.is_empty()
+                && !record.started
+                && record.phase == "idle";
             if record.hosts.iter().any(|host| *host >= n_hosts)
                 || record.cluster as usize >= core.logged.topology.clusters.len()
                 || record.queue as usize >= snapshot.queues.len()
-                || record.hosts.len() != record.layout.len()
-                || record.hosts.len() != record.peak_memory.len()
+                || !(bound || unbound)
             {
                 return Err(RestoreError::JobDoesNotFit(id));
             }

@@ -18,6 +18,7 @@ use crate::ids::ClusterId;
 use crate::job::{ExitStatus, Joiner, Life, ProcRequest, Usage};
 use crate::units::CpuSet;
 
+mod budgets;
 mod checkpoint;
 mod exclusive;
 mod properties;

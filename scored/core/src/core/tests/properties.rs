@@ -129,3 +129,58 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// A gang queue with a multiprogramming level never has more of its
+    /// jobs on a host than the level, never runs two jobs on a host in a
+    /// slice (`check_invariants` after every input), and ends every job.
+    #[test]
+    fn a_gang_queue_never_exceeds_its_level(
+        level in 1u32..=3,
+        ops in proptest::collection::vec((op(), 1u64..2_000), 1..80),
+    ) {
+        let mut sim = Sim::new(4, 100);
+        sim.cmd(&root(), &format!("queue 1 set mpl={level}"));
+        for (op, time_ms) in ops {
+            match op {
+                Op::Submit { nodes, .. } => {
+                    let time = (time_ms % 3 != 0).then(|| Duration::from_millis(time_ms));
+                    sim.submit_timed(root(), ProcRequest::Nodes(nodes), Some(1), false, time);
+                }
+                Op::Exit { pick: idx } => {
+                    if let Some(job) = pick(&sim, idx) {
+                        if sim.procs.get(&job).is_some_and(|(state, _)| *state == Procs::Running) {
+                            sim.exit(job.0, 0);
+                        }
+                    }
+                }
+                Op::Advance { ms } => sim.advance(ms),
+                Op::Hold { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("suspend {job}")); },
+                Op::Release { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("resume {job}")); },
+                Op::Toggle { .. } | Op::Kill { .. } => {}
+                Op::Confirm => sim.confirm_stops(),
+            }
+            let mut residents = [0u32; 4];
+            for job in sim.core.jobs() {
+                for host in &job.hosts {
+                    residents[host.idx()] += 1;
+                }
+            }
+            prop_assert!(residents.iter().all(|n| *n <= level), "residents {:?} above level {}", residents, level);
+        }
+        sim.confirm_stops();
+        let held: Vec<JobId> = sim.core.jobs().filter(|job| job.held()).map(|job| job.id).collect();
+        for job in held { sim.cmd(&root(), &format!("resume {job}")); }
+        for _ in 0..10_000 {
+            if sim.core.n_jobs() == 0 { break; }
+            if let Some(job) = sim.running().first().copied() {
+                sim.exit(job, 0);
+            } else {
+                sim.advance(100);
+            }
+        }
+        prop_assert_eq!(sim.core.n_jobs(), 0, "every job ends");
+    }
+}

@@ -1,6 +1,7 @@
 //! The restart snapshot: a restored core answers and decides as the
 //! original, and snapshots that do not fit are refused.
 
+use super::properties::{op, pick, Op};
 use super::scenarios::submit_stages;
 use super::*;
 
@@ -295,4 +296,196 @@ fn a_snapshot_with_a_job_in_no_state_is_refused() {
             .unwrap_or_else(|| panic!("job {job} with {field} changed is refused"));
         assert_eq!(error.to_string(), message);
     }
+}
+
+/// What a user or an operator can do to the core, beyond the events of the
+/// invariants' property: submissions that wait for admission, cluster
+/// limits, owners' holds and vanished clients, queue modes, a rank that
+/// fails, a kill a job resists.
+#[derive(Debug, Clone)]
+enum StateOp {
+    Base(Op),
+    SubmitWaiting { nodes: u32, queue: u32, timed: bool },
+    Limit { jobs: Option<u32> },
+    OwnerHold { pick: usize },
+    ClientGone { pick: usize },
+    StubbornKill { pick: usize },
+    FailRank { pick: usize },
+    Mode { queue: u32, exclusive: bool },
+}
+
+fn state_op() -> impl Strategy<Value = StateOp> {
+    prop_oneof![
+        12 => op().prop_map(StateOp::Base),
+        2 => (1u32..=4, 0u32..3, any::<bool>())
+            .prop_map(|(nodes, queue, timed)| StateOp::SubmitWaiting { nodes, queue, timed }),
+        1 => proptest::option::of(1u32..4).prop_map(|jobs| StateOp::Limit { jobs }),
+        1 => any::<usize>().prop_map(|pick| StateOp::OwnerHold { pick }),
+        1 => any::<usize>().prop_map(|pick| StateOp::ClientGone { pick }),
+        1 => any::<usize>().prop_map(|pick| StateOp::StubbornKill { pick }),
+        1 => any::<usize>().prop_map(|pick| StateOp::FailRank { pick }),
+        1 => (0u32..3, any::<bool>()).prop_map(|(queue, exclusive)| StateOp::Mode { queue, exclusive }),
+    ]
+}
+
+fn apply_state_op(sim: &mut Sim, op: StateOp) {
+    match op {
+        StateOp::Base(Op::Submit { nodes, queue }) => {
+            sim.submit(nodes, Some(queue));
+        }
+        StateOp::Base(Op::Exit { pick: idx }) => {
+            if let Some(job) = pick(sim, idx) {
+                if sim
+                    .procs
+                    .get(&job)
+                    .is_some_and(|(state, _)| *state == Procs::Running)
+                {
+                    sim.exit(job.0, 0);
+                }
+            }
+        }
+        StateOp::Base(Op::Advance { ms }) => sim.advance(ms),
+        StateOp::Base(Op::Hold { pick: idx }) => {
+            if let Some(job) = pick(sim, idx) {
+                sim.cmd(&root(), &format!("suspend {job}"));
+            }
+        }
+        StateOp::Base(Op::Release { pick: idx }) => {
+            if let Some(job) = pick(sim, idx) {
+                sim.cmd(&root(), &format!("resume {job}"));
+            }
+        }
+        StateOp::Base(Op::Toggle { queue }) => {
+            let active = sim.core.queues()[queue as usize].activated;
+            let verb = if active { "deactivate" } else { "activate" };
+            sim.cmd(&root(), &format!("queue {queue} {verb}"));
+        }
+        StateOp::Base(Op::Kill { pick: idx }) => {
+            if let Some(job) = pick(sim, idx) {
+                sim.cmd(&root(), &format!("kill {job}"));
+            }
+        }
+        StateOp::Base(Op::Confirm) => sim.confirm_stops(),
+        StateOp::SubmitWaiting {
+            nodes,
+            queue,
+            timed,
+        } => {
+            sim.submit_timed(
+                root(),
+                ProcRequest::Nodes(nodes),
+                Some(queue),
+                true,
+                timed.then_some(Duration::from_secs(30)),
+            );
+        }
+        StateOp::Limit { jobs } => {
+            let jobs = jobs.map_or("none".to_string(), |n| n.to_string());
+            sim.cmd(&root(), &format!("cluster 0 limit jobs={jobs}"));
+        }
+        StateOp::OwnerHold { pick: idx } => {
+            let client = pick(sim, idx).and_then(|job| sim.core.job(job)?.client);
+            if let Some(client) = client {
+                sim.input(Input::Hold(client));
+            }
+        }
+        StateOp::ClientGone { pick: idx } => {
+            let client = pick(sim, idx).and_then(|job| sim.core.job(job)?.client);
+            if let Some(client) = client {
+                sim.input(Input::ClientGone(client));
+            }
+        }
+        StateOp::StubbornKill { pick: idx } => {
+            if let Some(job) = pick(sim, idx) {
+                sim.stubborn.push(job);
+                sim.cmd(&root(), &format!("kill {job}"));
+            }
+        }
+        StateOp::FailRank { pick: idx } => {
+            let Some(job) = pick(sim, idx) else { return };
+            let Some((Procs::Running, n)) = sim.procs.get(&job).copied() else {
+                return;
+            };
+            if n < 2 {
+                return;
+            }
+            sim.input(Input::RankExited {
+                job,
+                stage: 0,
+                rank: n - 1,
+                status: ExitStatus::Code(3),
+            });
+            if let Some(entry) = sim.procs.get_mut(&job) {
+                entry.1 = n - 1;
+            }
+        }
+        StateOp::Mode { queue, exclusive } => {
+            let mode = if exclusive { "exclusive" } else { "gang" };
+            sim.cmd(&root(), &format!("queue {queue} set mode={mode}"));
+        }
+    }
+}
+
+/// Restores `sim`'s core from its snapshot (through its JSON text, as the
+/// handover file carries it) and checks that the restored core writes the
+/// same snapshot back.
+fn round_trip(sim: &Sim) -> Result<Core, String> {
+    let snapshot = sim.core.snapshot();
+    let text = serde_json::to_string(&snapshot).expect("serialize");
+    let read: CoreSnapshot = serde_json::from_str(&text).expect("deserialize");
+    let config = CoreConfig {
+        timeslice: Duration::from_millis(100),
+        kill_grace: Duration::from_millis(1000),
+        daemon_uid: 0,
+        ..CoreConfig::default()
+    };
+    let restored = Core::restore(config, topology(4), read).map_err(|error| error.to_string())?;
+    restored.check_invariants();
+    let again = serde_json::to_string(&restored.snapshot()).expect("serialize");
+    if again != text {
+        return Err(format!(
+            "the restored core writes another snapshot:\n{text}\n{again}"
+        ));
+    }
+    Ok(restored)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Whatever users and operators did, the state after every event
+    /// survives a restart: restored, it is the same state.
+    #[test]
+    fn every_reachable_state_survives_a_restart(
+        ops in proptest::collection::vec(state_op(), 1..60),
+        delayed in any::<bool>(),
+    ) {
+        let mut sim = Sim::new(4, 100);
+        sim.hold_confirmations = delayed;
+        for op in ops {
+            apply_state_op(&mut sim, op);
+            if let Err(error) = round_trip(&sim) {
+                prop_assert!(false, "{}\n{}", error, sim.cmd(&root(), "jobs"));
+            }
+        }
+    }
+}
+
+/// Two jobs of the exclusive queue 0 that each take every host: the second
+/// is admitted and waits for hosts, and a restart keeps it so.
+#[test]
+fn an_exclusive_job_waiting_for_hosts_survives_a_restart() {
+    let mut sim = Sim::new(2, 100);
+    sim.submit(2, Some(0));
+    sim.submit(2, Some(0));
+    sim.advance(10);
+    assert!(sim
+        .core
+        .job(JobId(2))
+        .is_some_and(|job| job.hosts.is_empty()));
+    let mut restored = Sim::new(2, 100);
+    restored.now = sim.now;
+    restored.core =
+        Core::restore(CoreConfig::default(), topology(2), sim.core.snapshot()).expect("restore");
+    assert_eq!(restored.cmd(&root(), "jobs"), sim.cmd(&root(), "jobs"));
 }

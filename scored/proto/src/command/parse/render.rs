@@ -80,6 +80,7 @@ pub fn render(command: &Command) -> String {
                     " backfill=off"
                 });
             }
+            push_setting(&mut text, "mpl", settings.mpl, |level| level.to_string());
             text
         }
         Command::Jobs { all: false } => "jobs".to_string(),

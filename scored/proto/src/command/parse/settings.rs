@@ -157,6 +157,30 @@ impl<'a> Parser<'a> {
                         }
                     })
                 }
+                "mpl" => {
+                    settings.mpl = Some(if value == "none" {
+                        Setting::Clear
+                    } else {
+                        match parse_digits(value).and_then(|n| u32::try_from(n).ok()) {
+                            Some(0) => {
+                                return Err(self.bad_setting(
+                                    word,
+                                    "a level of 0 would let no job run; give mpl=1 or more, or mpl=none for no level".into(),
+                                ))
+                            }
+                            Some(level) => Setting::Set(level),
+                            None => {
+                                return Err(self.bad_setting(
+                                    word,
+                                    format!(
+                                        "{} is not a whole number; expected mpl=N|none",
+                                        quote(value)
+                                    ),
+                                ))
+                            }
+                        }
+                    })
+                }
                 "cputime" | "residency" => {
                     let setting = if value == "none" {
                         Setting::Clear

@@ -180,13 +180,13 @@ fn queue_states() {
     check("queue 1 disable", "queue 1 disable");
     check("queue 0 activate", "queue 0 activate");
     check("queue 255 deactivate", "queue 255 deactivate");
-    check("queue", "MissingArgument: missing queue number in 'queue': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off");
-    check("queue 1", "MissingArgument: missing an action (enable, disable, activate, deactivate or set) in 'queue 1': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off");
+    check("queue", "MissingArgument: missing queue number in 'queue': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none");
+    check("queue 1", "MissingArgument: missing an action (enable, disable, activate, deactivate or set) in 'queue 1': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none");
     check("queue 256 enable", "InvalidValue: invalid queue number '256' in 'queue 256 enable': expected a number from 0 to 255");
     check("queue -1 enable", "InvalidValue: invalid queue number '-1' in 'queue -1 enable': expected a number from 0 to 255");
     check("queue one enable", "InvalidValue: invalid queue number 'one' in 'queue one enable': expected a number from 0 to 255");
-    check("queue 1 enabel", "UnknownKeyword: unexpected 'enabel' in 'queue 1 enabel': did you mean 'enable'? expected enable, disable, activate, deactivate or set; usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off");
-    check("queue 1 enable now", "ExtraArgument: extra argument 'now' in 'queue 1 enable now': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off");
+    check("queue 1 enabel", "UnknownKeyword: unexpected 'enabel' in 'queue 1 enabel': did you mean 'enable'? expected enable, disable, activate, deactivate or set; usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none");
+    check("queue 1 enable now", "ExtraArgument: extra argument 'now' in 'queue 1 enable now': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none");
 }
 
 #[test]
@@ -229,16 +229,20 @@ fn queue_setting_lines() {
 
 #[test]
 fn queue_setting_errors() {
-    check("queue 1 set colour=red", "UnknownSetting: unknown queue setting 'colour' in 'queue 1 set colour=red': expected mode, cputime, residency, memory, disk, group or backfill");
-    check("queue 1 set memroy=5%", "UnknownSetting: unknown queue setting 'memroy' in 'queue 1 set memroy=5%': did you mean 'memory'? expected mode, cputime, residency, memory, disk, group or backfill");
-    check("queue 1 set", "MissingArgument: missing queue settings in 'queue 1 set': usage: queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off");
-    check("queue 1 set gang", "MissingEquals: queue setting 'gang' without '=' in 'queue 1 set gang': expected KEY=VALUE with a key from mode, cputime, residency, memory, disk, group or backfill");
+    check("queue 1 set colour=red", "UnknownSetting: unknown queue setting 'colour' in 'queue 1 set colour=red': expected mode, cputime, residency, memory, disk, group, backfill or mpl");
+    check("queue 1 set memroy=5%", "UnknownSetting: unknown queue setting 'memroy' in 'queue 1 set memroy=5%': did you mean 'memory'? expected mode, cputime, residency, memory, disk, group, backfill or mpl");
+    check("queue 1 set", "MissingArgument: missing queue settings in 'queue 1 set': usage: queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none");
+    check("queue 1 set gang", "MissingEquals: queue setting 'gang' without '=' in 'queue 1 set gang': expected KEY=VALUE with a key from mode, cputime, residency, memory, disk, group, backfill or mpl");
     check("queue 1 set cputime", "MissingEquals: queue setting 'cputime' without '=' in 'queue 1 set cputime': expected cputime=DUR|none");
     check(
         "queue 1 set group=",
         "EmptyValue: empty value for group in 'queue 1 set group=': expected group=NAME|GID|none",
     );
     check("queue 1 set mode=gang mode=exclusive", "DuplicateSetting: queue setting mode given twice in 'queue 1 set mode=gang mode=exclusive': give each setting at most once");
+    check("queue 1 set mpl=0", "InvalidValue: bad setting 'mpl=0' in 'queue 1 set mpl=0': a level of 0 would let no job run; give mpl=1 or more, or mpl=none for no level");
+    check("queue 1 set mpl=two", "InvalidValue: bad setting 'mpl=two' in 'queue 1 set mpl=two': 'two' is not a whole number; expected mpl=N|none");
+    check("queue 1 set mpl=2", "queue 1 set mpl=2");
+    check("queue 1 set mpl=none", "queue 1 set mpl=none");
     check("queue 1 set backfill=yes", "InvalidValue: bad setting 'backfill=yes' in 'queue 1 set backfill=yes': unknown value 'yes'; expected backfill=on|off");
     check("queue 1 set mode=fast", "InvalidValue: bad setting 'mode=fast' in 'queue 1 set mode=fast': unknown mode 'fast'; expected mode=gang|exclusive");
     check("queue 1 set mode=Gang", "InvalidValue: bad setting 'mode=Gang' in 'queue 1 set mode=Gang': did you mean 'gang'? unknown mode 'Gang'; expected mode=gang|exclusive");
@@ -552,9 +556,10 @@ fn queue_settings() -> impl Strategy<Value = QueueSettings> {
         setting(percent()),
         setting(group_ref()),
         prop::option::of(any::<bool>()),
+        setting(1u32..=64),
     )
         .prop_map(
-            |(mode, cputime, residency, memory, disk, group, backfill)| QueueSettings {
+            |(mode, cputime, residency, memory, disk, group, backfill, mpl)| QueueSettings {
                 mode,
                 cputime,
                 residency,
@@ -562,6 +567,7 @@ fn queue_settings() -> impl Strategy<Value = QueueSettings> {
                 disk,
                 group,
                 backfill,
+                mpl,
             },
         )
         .prop_filter("at least one setting", |settings| {

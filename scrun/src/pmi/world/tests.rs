@@ -1,0 +1,314 @@
+//! A world driven by hand-written ranks: the exchanges MPICH makes, and
+//! ranks that break the protocol or leave.
+
+use super::*;
+use crate::pmi::wire;
+
+fn text(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .map(|effect| match effect {
+            Effect::Send { rank, bytes } => {
+                format!("{rank}< {}", String::from_utf8_lossy(bytes).trim_end())
+            }
+            Effect::Abort {
+                rank,
+                code,
+                message,
+            } => format!("abort {rank} {code} {message:?}"),
+            Effect::Fault { rank, message } => format!("fault {rank}: {message}"),
+        })
+        .collect()
+}
+
+fn send(world: &mut World, rank: usize, line: &str) -> Vec<String> {
+    text(&world.received(rank, line.as_bytes()))
+}
+
+#[test]
+fn mpich_wire_up_of_two_ranks_over_pmi1() {
+    let mut world = World::new(2, "kvs_7_0".into(), Mode::Auto);
+    for rank in 0..2 {
+        assert_eq!(
+            send(
+                &mut world,
+                rank,
+                "cmd=init pmi_version=1 pmi_subversion=1\n"
+            ),
+            [format!(
+                "{rank}< cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1"
+            )]
+        );
+        assert_eq!(
+            send(&mut world, rank, "cmd=get_maxes\n"),
+            [format!(
+                "{rank}< cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024"
+            )]
+        );
+        assert_eq!(
+            send(&mut world, rank, "cmd=get_appnum\ncmd=get_my_kvsname\n"),
+            [
+                format!("{rank}< cmd=appnum rc=0 appnum=0"),
+                format!("{rank}< cmd=my_kvsname rc=0 kvsname=kvs_7_0")
+            ]
+        );
+        assert_eq!(
+            send(
+                &mut world,
+                rank,
+                "cmd=get kvsname=kvs_7_0 key=PMI_process_mapping\n"
+            ),
+            [format!(
+                "{rank}< cmd=get_result rc=0 msg=success value=(vector,(0,1,2))"
+            )]
+        );
+        let put = format!("cmd=put kvsname=kvs_7_0 key=card-{rank} value=addr#{rank}$\n");
+        assert_eq!(
+            send(&mut world, rank, &put),
+            [format!("{rank}< cmd=put_result rc=0 msg=success")]
+        );
+    }
+    assert!(send(&mut world, 1, "cmd=barrier_in\n").is_empty());
+    assert_eq!(
+        send(&mut world, 0, "cmd=barrier_in\n"),
+        ["0< cmd=barrier_out rc=0", "1< cmd=barrier_out rc=0"]
+    );
+    assert_eq!(
+        send(&mut world, 0, "cmd=get kvsname=kvs_7_0 key=card-1\n"),
+        ["0< cmd=get_result rc=0 msg=success value=addr#1$"]
+    );
+    assert_eq!(
+        send(&mut world, 0, "cmd=get kvsname=kvs_7_0 key=nothing\n"),
+        ["0< cmd=get_result rc=-1 msg=key_\"nothing\"_not_found"]
+    );
+    for rank in 0..2 {
+        assert_eq!(
+            send(&mut world, rank, "cmd=finalize\n"),
+            [format!("{rank}< cmd=finalize_ack rc=0")]
+        );
+        assert!(world.closed(rank).is_empty());
+    }
+    assert!(!world.ended());
+}
+
+#[test]
+fn pmi2_after_a_v1_opening_and_directly() {
+    let mut world = World::new(2, "kvs".into(), Mode::Auto);
+    assert_eq!(
+        send(&mut world, 0, "cmd=init pmi_version=2 pmi_subversion=0\n"),
+        ["0< cmd=response_to_init rc=0 pmi_version=2 pmi_subversion=0"]
+    );
+    let frame = |cmd: &str, attrs: &[(&str, &str)]| {
+        String::from_utf8(wire::encode(Wire::V2, cmd, attrs)).unwrap()
+    };
+    assert_eq!(
+        send(&mut world, 0, &frame("fullinit", &[("pmirank", "0")])),
+        ["0< 113   cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;rank=0;size=2;appnum=0;debugged=FALSE;pmiverbose=FALSE;"]
+    );
+    // Rank 1 opens with a frame at once.
+    assert_eq!(
+        send(&mut world, 1, &frame("fullinit", &[("pmirank", "1")])).len(),
+        1
+    );
+    assert_eq!(
+        send(
+            &mut world,
+            1,
+            &frame("info-getjobattr", &[("key", "PMI_process_mapping")])
+        ),
+        ["1< 68    cmd=info-getjobattr-response;rc=0;found=TRUE;value=(vector,(0,1,2));"]
+    );
+    assert_eq!(
+        send(
+            &mut world,
+            0,
+            &frame("kvs-put", &[("key", "a"), ("value", "x;y")])
+        ),
+        ["0< 26    cmd=kvs-put-response;rc=0;"]
+    );
+    assert!(send(&mut world, 0, &frame("kvs-fence", &[])).is_empty());
+    assert_eq!(send(&mut world, 1, &frame("kvs-fence", &[])).len(), 2);
+    assert_eq!(
+        send(
+            &mut world,
+            1,
+            &frame("kvs-get", &[("jobid", "kvs"), ("srcid", "0"), ("key", "a")])
+        ),
+        ["1< 48    cmd=kvs-get-response;rc=0;found=TRUE;value=x;;y;"]
+    );
+    // A node attribute waited for is answered when it is put.
+    assert!(send(
+        &mut world,
+        1,
+        &frame("info-getnodeattr", &[("key", "shm"), ("wait", "TRUE")])
+    )
+    .is_empty());
+    assert_eq!(
+        send(
+            &mut world,
+            0,
+            &frame("info-putnodeattr", &[("key", "shm"), ("value", "seg1")])
+        ),
+        [
+            "0< 35    cmd=info-putnodeattr-response;rc=0;",
+            "1< 57    cmd=info-getnodeattr-response;rc=0;found=TRUE;value=seg1;"
+        ]
+    );
+    assert_eq!(
+        send(
+            &mut world,
+            0,
+            &frame("abort", &[("isworld", "TRUE"), ("msg", "bad input")])
+        ),
+        ["abort 0 1 Some(\"bad input\")"]
+    );
+    assert!(world.ended());
+    assert!(send(&mut world, 1, &frame("finalize", &[])).is_empty());
+}
+
+#[test]
+fn abort_carries_the_code_and_ends_the_world() {
+    let mut world = World::new(1, "kvs".into(), Mode::Pmi1);
+    send(&mut world, 0, "cmd=init pmi_version=1 pmi_subversion=1\n");
+    assert_eq!(
+        send(&mut world, 0, "cmd=abort exitcode=7\n"),
+        ["abort 0 7 None"]
+    );
+    assert!(world.ended());
+}
+
+#[test]
+fn a_mode_refuses_the_other_protocol() {
+    let mut world = World::new(1, "kvs".into(), Mode::Pmi1);
+    assert_eq!(
+        send(&mut world, 0, "cmd=init pmi_version=2 pmi_subversion=0\n"),
+        [
+            "0< cmd=response_to_init rc=-1 pmi_version=1 pmi_subversion=1",
+            "fault 0: sent init for PMI-2, but scrun serves PMI-1 only (-mpi=)"
+        ]
+    );
+    let mut world = World::new(1, "kvs".into(), Mode::Pmi2);
+    assert_eq!(
+        send(&mut world, 0, "cmd=init pmi_version=1 pmi_subversion=1\n")[1],
+        "fault 0: sent init for PMI-1, but scrun serves PMI-2 only (-mpi=)"
+    );
+}
+
+#[test]
+fn garbage_and_misbehaviour_end_the_world_naming_the_rank() {
+    let fault = |bytes: &[u8]| {
+        let mut world = World::new(2, "kvs".into(), Mode::Auto);
+        text(&world.received(1, bytes)).pop().unwrap()
+    };
+    assert_eq!(
+        fault(b"hello\n"),
+        "fault 1: sent what is not PMI on its PMI descriptor: \"hello\" where a key=value pair belongs"
+    );
+    assert_eq!(
+        fault(b"cmd=put key=a value=b\n"),
+        "fault 1: sent \"put\" before init on its PMI descriptor"
+    );
+    assert_eq!(
+        fault(&[b'a'; 5000]),
+        "fault 1: sent what is not PMI on its PMI descriptor: a PMI-1 line longer than 1024 bytes"
+    );
+    let mut world = World::new(2, "kvs".into(), Mode::Auto);
+    send(&mut world, 1, "cmd=init pmi_version=1 pmi_subversion=1\n");
+    assert_eq!(
+        send(&mut world, 1, "cmd=frobnicate\n"),
+        ["fault 1: sent the unknown PMI command \"frobnicate\" on its PMI descriptor"]
+    );
+}
+
+#[test]
+fn a_rank_that_leaves_mid_barrier_or_never_comes_is_named() {
+    let mut world = World::new(3, "kvs".into(), Mode::Auto);
+    for rank in 0..3 {
+        send(
+            &mut world,
+            rank,
+            "cmd=init pmi_version=1 pmi_subversion=1\n",
+        );
+    }
+    send(&mut world, 0, "cmd=barrier_in\n");
+    assert_eq!(
+        text(&world.closed(2)),
+        ["fault 2: ended its PMI connection without finalize (did it exit or crash inside MPI?)"]
+    );
+    let mut world = World::new(2, "kvs".into(), Mode::Auto);
+    send(&mut world, 0, "cmd=init pmi_version=1 pmi_subversion=1\n");
+    send(&mut world, 0, "cmd=barrier_in\n");
+    assert_eq!(
+        text(&world.closed(0)),
+        ["fault 0: ended its PMI connection while waiting at the barrier"]
+    );
+    // A rank that never used PMI ends quietly, unless others wait for it.
+    let mut world = World::new(2, "kvs".into(), Mode::Auto);
+    assert!(world.closed(1).is_empty());
+    send(&mut world, 0, "cmd=init pmi_version=1 pmi_subversion=1\n");
+    assert_eq!(
+        send(&mut world, 0, "cmd=barrier_in\n"),
+        ["fault 1: ended without ever using its PMI descriptor while rank 0 waits at the PMI barrier"]
+    );
+    // A program that never uses PMI costs nothing.
+    let mut world = World::new(2, "kvs".into(), Mode::Auto);
+    assert!(world.closed(0).is_empty() && world.closed(1).is_empty());
+    assert!(!world.ended());
+}
+
+#[test]
+fn every_limit_is_an_error_to_the_rank_and_memory_stays_bounded() {
+    let mut world = World::new(1, "kvs".into(), Mode::Auto);
+    send(&mut world, 0, "cmd=init pmi_version=1 pmi_subversion=1\n");
+    let long_key = "k".repeat(65);
+    assert_eq!(
+        send(&mut world, 0, &format!("cmd=put key={long_key} value=v\n")),
+        ["0< cmd=put_result rc=-1 msg=key_of_65_bytes:_keys_are_1_to_64_bytes"]
+    );
+    assert_eq!(
+        send(&mut world, 0, "cmd=put kvsname=other key=a value=v\n"),
+        ["0< cmd=put_result rc=-1 msg=kvsname_\"other\"_is_not_this_job's_kvs"]
+    );
+    for n in 0..256 {
+        assert_eq!(
+            send(&mut world, 0, &format!("cmd=put key=k{n} value=v\n")),
+            ["0< cmd=put_result rc=0 msg=success"]
+        );
+    }
+    // Overwriting a key is not a new key.
+    assert_eq!(
+        send(&mut world, 0, "cmd=put key=k0 value=w\n"),
+        ["0< cmd=put_result rc=0 msg=success"]
+    );
+    assert_eq!(
+        send(&mut world, 0, "cmd=put key=k256 value=v\n"),
+        ["0< cmd=put_result rc=-1 msg=more_than_256_keys_put_by_one_rank"]
+    );
+    // The bytes of the world: 128 ranks of 255 values of 1000 bytes are
+    // over the limit of a megabyte well before the end.
+    let mut world = World::new(128, "kvs".into(), Mode::Auto);
+    let value = "v".repeat(1000);
+    let mut refused = 0;
+    for rank in 0..128 {
+        send(
+            &mut world,
+            rank,
+            "cmd=init pmi_version=2 pmi_subversion=0\n",
+        );
+        for n in 0..255 {
+            let frame = wire::encode(
+                Wire::V2,
+                "kvs-put",
+                &[("key", &format!("k{rank}.{n}")), ("value", &value)],
+            );
+            let reply = text(&world.received(rank, &frame));
+            if reply[0]
+                .contains("rc=-1;errmsg=the job's key-value space would exceed 1048576 bytes")
+            {
+                refused += 1;
+            }
+        }
+    }
+    assert!(world.bytes <= LIMITS.bytes, "{}", world.bytes);
+    assert!(refused > 100 * 255, "{refused}");
+}

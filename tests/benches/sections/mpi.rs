@@ -1,0 +1,278 @@
+//! What gang scheduling is for: two MPI jobs of `cores` busy-polling
+//! ranks each (MPICH, a tight allreduce loop and a ping-pong), one alone,
+//! both at once under the kernel (`mpiexec` twice, oversubscribed), and
+//! both under scored at 500, 100 and 10 ms slices; the time until both
+//! finish against twice one alone, and the time per message. Then the
+//! launch cost of PMI: `scrun -nodes=2 true` with and without it.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::sections::launch::time_command;
+use crate::{ms, online_cpus, pinned_hosts, quick, row, scaled, Row};
+use scored_tests::*;
+
+/// The loop: `loop allreduce|pingpong N` prints `... X us each` from rank 0.
+const LOOP: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    int rank, i, n = atoi(argv[2]), pingpong = strcmp(argv[1], "pingpong") == 0;
+    double t0, t, x = 1.0, y = 0.0;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    for (i = 0; i < n; i++) {
+        if (!pingpong) {
+            MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        } else if (rank == 0) {
+            MPI_Send(&x, 1, MPI_DOUBLE, 1, 0, MPI_COMM_WORLD);
+            MPI_Recv(&y, 1, MPI_DOUBLE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else if (rank == 1) {
+            MPI_Recv(&y, 1, MPI_DOUBLE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(&x, 1, MPI_DOUBLE, 0, 0, MPI_COMM_WORLD);
+        }
+    }
+    t = MPI_Wtime() - t0;
+    if (rank == 0)
+        printf("%.3f us each\n", t / n * 1e6);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+/// Compiles the loop into `dir`, or `None` without MPICH.
+fn compile(dir: &Path) -> Option<PathBuf> {
+    Command::new("mpicc.mpich").arg("-v").output().ok()?;
+    let src = dir.join("loop.c");
+    std::fs::write(&src, LOOP).expect("write loop.c");
+    let exe = dir.join("mpi_loop");
+    let status = Command::new("mpicc.mpich")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("mpicc.mpich");
+    status.success().then_some(exe)
+}
+
+/// Runs `commands` at once; the time until all end and the largest
+/// per-message time they printed, or `None` if they did not end within
+/// `cap` (then they are killed).
+fn run_together(commands: Vec<Command>, cap: Duration) -> Option<(f64, f64)> {
+    let start = Instant::now();
+    let mut children: Vec<Child> = commands
+        .into_iter()
+        .map(|mut command| {
+            command
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let mut done = vec![false; children.len()];
+    while !done.iter().all(|d| *d) {
+        if start.elapsed() > cap {
+            for child in &mut children {
+                // The whole group: mpiexec and its ranks.
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(child.id() as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                let _ = child.wait();
+            }
+            return None;
+        }
+        for (child, done) in children.iter_mut().zip(done.iter_mut()) {
+            if !*done && child.try_wait().expect("try_wait").is_some() {
+                *done = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut per_message: f64 = 0.0;
+    for child in &mut children {
+        let mut out = String::new();
+        if let Some(mut stdout) = child.stdout.take() {
+            let _ = stdout.read_to_string(&mut out);
+        }
+        let us: f64 = out
+            .split_whitespace()
+            .next()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("the loop printed {out:?}"));
+        per_message = per_message.max(us);
+    }
+    Some((elapsed, per_message))
+}
+
+fn mpiexec(exe: &Path, ranks: usize, kind: &str, iterations: u64) -> Command {
+    // Rank i on core i, as scored pins rank i to host i's CPU: the two
+    // cases differ only in who decides when each rank runs.
+    let mut command = Command::new("mpiexec.mpich");
+    command
+        .args(["-bind-to", "core", "-n", &ranks.to_string()])
+        .arg(exe)
+        .args([kind, &iterations.to_string()]);
+    command
+}
+
+pub(crate) fn mpi(rows: &mut Vec<Row>) {
+    let sandbox = Sandbox::new();
+    let Some(exe) = compile(&sandbox.path) else {
+        eprintln!("  skipped: mpicc.mpich is not installed");
+        rows.push(row(
+            "MPI under gang scheduling",
+            "not measured: no MPICH".into(),
+            "-".into(),
+            "-".into(),
+            "-",
+        ));
+        return;
+    };
+    let cores = online_cpus().len().max(1);
+    let ranks = cores.min(2);
+    // One daemon per slice length, two hosts of one CPU each.
+    let slices = ["500ms", "100ms", "10ms"];
+    let daemons: Vec<Daemon> = slices
+        .iter()
+        .map(|slice| {
+            Daemon::builder()
+                .log("scored=info")
+                .hosts(&pinned_hosts())
+                .timeslice(slice)
+                .start()
+        })
+        .collect();
+    let nodes = format!("-nodes={ranks}");
+    for (kind, iterations) in [
+        ("allreduce", scaled(600_000, 200_000)),
+        ("pingpong", scaled(600_000, 200_000)),
+    ] {
+        let count = iterations.to_string();
+        let scrun = |daemon: &Daemon| {
+            let mut command =
+                daemon.scrun(&[&nodes, exe.to_str().expect("UTF-8 path"), kind, &count]);
+            command.stdin(Stdio::null());
+            command
+        };
+        let unpinned = || {
+            let mut command = Command::new("mpiexec.mpich");
+            command
+                .args(["-n", &ranks.to_string()])
+                .arg(&exe)
+                .args([kind, &count]);
+            command
+        };
+        // Each configuration once per round, the rounds interleaved, so
+        // that the machine's other load falls on all alike; medians.
+        let names = [
+            "one job alone under the kernel (mpiexec, rank i on core i)",
+            "two jobs under the kernel, pinned alike (mpiexec twice)",
+            "two jobs under the kernel, unpinned (mpiexec twice)",
+            "one job alone under scored",
+            "two jobs under scored, 500 ms slices",
+            "two jobs under scored, 100 ms slices",
+            "two jobs under scored, 10 ms slices",
+        ];
+        let mut times: Vec<Vec<Option<(f64, f64)>>> = vec![Vec::new(); names.len()];
+        let mut cap = Duration::from_secs(scaled(60, 20));
+        for _ in 0..scaled(3, 1) {
+            let alone = run_together(vec![mpiexec(&exe, ranks, kind, iterations)], cap);
+            if let Some((seconds, _)) = alone {
+                // The kernel may take minutes: stopped at 10 times the ideal.
+                cap = Duration::from_secs_f64((20.0 * seconds).max(10.0));
+            }
+            times[0].push(alone);
+            times[1].push(run_together(
+                vec![
+                    mpiexec(&exe, ranks, kind, iterations),
+                    mpiexec(&exe, ranks, kind, iterations),
+                ],
+                cap,
+            ));
+            times[2].push(run_together(vec![unpinned(), unpinned()], cap));
+            times[3].push(run_together(vec![scrun(&daemons[1])], cap));
+            for (idx, daemon) in daemons.iter().enumerate() {
+                times[4 + idx].push(run_together(vec![scrun(daemon), scrun(daemon)], cap));
+            }
+        }
+        let med = |samples: &[Option<(f64, f64)>]| -> Option<(f64, f64)> {
+            if samples.iter().any(Option::is_none) {
+                return None;
+            }
+            let mut seconds: Vec<f64> = samples.iter().flatten().map(|s| s.0).collect();
+            let mut us: Vec<f64> = samples.iter().flatten().map(|s| s.1).collect();
+            Some((crate::median(&mut seconds), crate::median(&mut us)))
+        };
+        let alone = med(&times[0]).expect("one job alone ends").0;
+        let ideal = 2.0 * alone;
+        for (idx, name) in names.iter().enumerate() {
+            let single = idx == 0 || idx == 3;
+            let base = if single { alone } else { ideal };
+            let (value, ratio) = match med(&times[idx]) {
+                Some((seconds, us)) => (
+                    format!("{seconds:.2} s, {us:.2} µs per message"),
+                    format!("{:.2}×", seconds / base),
+                ),
+                None => (
+                    format!("> {:.0} s (stopped)", cap.as_secs_f64()),
+                    format!("> {:.1}×", cap.as_secs_f64() / base),
+                ),
+            };
+            let target = match idx {
+                5 => "within 1.05×",
+                6 => "within 1.1×",
+                _ => "for comparison",
+            };
+            rows.push(row(
+                &format!("MPI {kind} ({ranks} ranks, {iterations} iterations): {name}"),
+                value,
+                if single {
+                    format!("{alone:.2} s (one alone under the kernel)")
+                } else {
+                    format!("{ideal:.2} s (twice one alone)")
+                },
+                ratio,
+                target,
+            ));
+        }
+    }
+    // The launch cost of PMI, for a program that never uses it.
+    let daemon = Daemon::builder()
+        .log("scored=info")
+        .hosts(&pinned_hosts())
+        .start();
+    let rounds = scaled(40, 10);
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    // Interleaved, so that the machine's other load falls on both alike.
+    for _ in 0..if quick() { 2 } else { 4 } {
+        with.push(time_command(
+            || daemon.run(&["-nodes=2", "true"]).status.success(),
+            rounds,
+        ));
+        without.push(time_command(
+            || daemon.run(&["-nodes=2,mpi=none", "true"]).status.success(),
+            rounds,
+        ));
+    }
+    let with = crate::median(&mut with);
+    let without = crate::median(&mut without);
+    rows.push(row(
+        "launch `scrun -nodes=2 true` with PMI (default)",
+        ms(with),
+        format!("{} (-mpi=none)", ms(without)),
+        format!("{:+.3} ms", (with - without) * 1e3),
+        "nothing measurable",
+    ));
+}

@@ -1,0 +1,265 @@
+//! MPI under scrun: real MPICH programs compiled here find one world of
+//! their ranks through scrun's PMI server; hand-written PMI clients (bash
+//! on the rank's descriptor) show the PMI-2 wire and what a hostile or
+//! dying rank does to its job, and to nothing else. The MPICH tests print
+//! why they are skipped where `mpicc.mpich` is absent.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use scored_tests::*;
+
+/// An MPI program: `rank R of N score S sum X`, where X is the allreduce
+/// of rank+1 and S is SCORE_RANK; with an argument A, rank A calls
+/// MPI_Abort(MPI_COMM_WORLD, 7) after the allreduce.
+const HELLO: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    int rank, size, one, sum = 0;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    one = rank + 1;
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("rank %d of %d score %s sum %d\n", rank, size, getenv("SCORE_RANK"), sum);
+    fflush(stdout);
+    if (argc > 1 && rank == atoi(argv[1]))
+        MPI_Abort(MPI_COMM_WORLD, 7);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+/// Compiles `source` with MPICH's compiler into the sandbox, or says why
+/// the test is skipped and returns `None`.
+fn mpicc(dir: &Path, name: &str, source: &str) -> Option<PathBuf> {
+    let found = Command::new("mpicc.mpich").arg("-v").output();
+    if found.is_err() {
+        eprintln!("skipped: mpicc.mpich is not installed (apt-get install mpich libmpich-dev)");
+        return None;
+    }
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).expect("write the MPI source");
+    let exe = dir.join(name);
+    let output = Command::new("mpicc.mpich")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run mpicc.mpich");
+    assert!(output.status.success(), "mpicc.mpich: {}", stderr(&output));
+    Some(exe)
+}
+
+fn sorted_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+/// Waits for the job processes of `daemon` to be gone.
+fn assert_no_process_left(daemon: &Daemon) {
+    let gone = wait_until(Duration::from_secs(10), || daemon.all_job_pids().is_empty());
+    assert!(gone, "processes left: {:?}", daemon.all_job_pids());
+}
+
+#[test]
+fn mpich_ranks_form_one_world_in_rank_order_and_reduce() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(hello) = mpicc(&daemon.sandbox.path, "hello", HELLO) else {
+        return;
+    };
+    let hello = hello.to_str().unwrap();
+    let output = daemon.run(&["-nodes=2", hello]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        sorted_lines(&stdout(&output)),
+        ["rank 0 of 2 score 0 sum 3", "rank 1 of 2 score 1 sum 3"]
+    );
+    // Each `::` stage is a world of its own.
+    let output = daemon.run(&["-nodes=2", hello, "::", hello]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let lines = sorted_lines(&stdout(&output));
+    let expected: Vec<String> = (0..2)
+        .flat_map(|rank| vec![format!("rank {rank} of 2 score {rank} sum 3"); 2])
+        .collect();
+    assert_eq!(lines, expected);
+    // Without PMI each rank is a singleton.
+    let output = daemon.run(&["-nodes=2,mpi=none", hello]);
+    assert_eq!(
+        sorted_lines(&stdout(&output)),
+        ["rank 0 of 1 score 0 sum 1", "rank 0 of 1 score 1 sum 1"]
+    );
+    assert_no_process_left(&daemon);
+}
+
+#[test]
+fn mpi_abort_ends_the_job_with_the_ranks_code_and_a_message() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(hello) = mpicc(&daemon.sandbox.path, "hello", HELLO) else {
+        return;
+    };
+    let output = daemon.run(&["-nodes=2", hello.to_str().unwrap(), "1"]);
+    assert_eq!(code(&output), Some(7), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("scrun: rank 1 called abort with exit code 7\n"),
+        "{}",
+        stderr(&output)
+    );
+    assert_no_process_left(&daemon);
+}
+
+/// bash functions for a rank that speaks PMI by hand on `$PMI_FD`.
+const CLIENT: &str = r#"
+send1() { printf '%s\n' "$1" >&$PMI_FD; }
+recv1() { read -r line <&$PMI_FD; echo "$PMI_RANK: $line"; }
+send2() { printf '%-6d%s' ${#1} "$1" >&$PMI_FD; }
+recv2() { read -r -N 6 len <&$PMI_FD; read -r -N $len body <&$PMI_FD; echo "$PMI_RANK: $body"; }
+"#;
+
+fn client(script: &str) -> String {
+    format!("{CLIENT}\n{script}")
+}
+
+#[test]
+fn a_pmi2_client_puts_fences_and_gets_across_ranks() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let script = client(
+        r#"
+send2 "cmd=fullinit;pmirank=$PMI_RANK;threaded=FALSE;"; recv2
+send2 "cmd=info-getjobattr;key=PMI_process_mapping;"; recv2
+send2 "cmd=kvs-put;key=card$PMI_RANK;value=addr;;$PMI_RANK;"; recv2
+send2 "cmd=kvs-fence;"; recv2
+send2 "cmd=kvs-get;jobid=x;srcid=-1;key=card$((1 - PMI_RANK));"; recv2
+send2 "cmd=finalize;"; recv2
+"#,
+    );
+    let output = daemon.run(&["-nodes=2", "bash", "-c", &script]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let mut expected = Vec::new();
+    for rank in 0..2 {
+        let other = 1 - rank;
+        expected.extend([
+            format!("{rank}: cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;rank={rank};size=2;appnum=0;debugged=FALSE;pmiverbose=FALSE;"),
+            format!("{rank}: cmd=info-getjobattr-response;rc=0;found=TRUE;value=(vector,(0,1,2));"),
+            format!("{rank}: cmd=kvs-put-response;rc=0;"),
+            format!("{rank}: cmd=kvs-fence-response;rc=0;"),
+            format!("{rank}: cmd=kvs-get-response;rc=0;found=TRUE;value=addr;;{other};"),
+            format!("{rank}: cmd=finalize-response;rc=0;"),
+        ]);
+    }
+    expected.sort();
+    assert_eq!(sorted_lines(&stdout(&output)), expected);
+    // Served PMI-1 only, a PMI-2 client is told so, and its job ends.
+    let output = daemon.run(&["-nodes=2,mpi=pmi1", "bash", "-c", &script]);
+    assert_eq!(code(&output), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("sent a PMI-2 fullinit, but scrun serves PMI-1 only (-mpi=pmi1)"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// A job of two ranks whose rank 1 runs `rank1` (bash, with the client
+/// functions) while rank 0 initializes with PMI-1 and waits at the barrier.
+fn hostile_job(daemon: &Daemon, rank1: &str) -> std::process::Output {
+    let script = client(&format!(
+        r#"
+if [ "$PMI_RANK" = 1 ]; then
+{rank1}
+else
+  send1 "cmd=init pmi_version=1 pmi_subversion=1"; recv1
+  send1 "cmd=barrier_in"; recv1
+  sleep 60
+fi
+"#
+    ));
+    daemon.run(&["-nodes=2", "bash", "-c", &script])
+}
+
+#[test]
+fn garbage_or_a_flood_from_a_rank_ends_its_job_only_naming_the_rank() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    // A job of another user's kind that must run on untouched.
+    let mut bystander = daemon.spawn(&["-nodes=2", "sh", "-c", "echo up; exec sleep 60"]);
+    bystander.wait_lines("up", 2);
+    let sockets = || daemon.fd_listing().matches("socket:").count();
+    let sockets_before = sockets();
+    let cases = [
+        (
+            "echo garbage >&$PMI_FD; sleep 60",
+            "scrun: rank 1 sent what is not PMI on its PMI descriptor: \"garbage\" where a key=value pair belongs",
+        ),
+        (
+            "head -c 100000 /dev/zero >&$PMI_FD; sleep 60",
+            "scrun: rank 1 sent what is not PMI on its PMI descriptor: a PMI-1 line longer than 1024 bytes",
+        ),
+        (
+            "send1 'cmd=init pmi_version=1 pmi_subversion=1'; yes cmd=get_maxes >&$PMI_FD",
+            "scrun: rank 1 left more than 256 KiB of PMI replies unread (a flood of requests)",
+        ),
+        (
+            "send1 'cmd=init pmi_version=1 pmi_subversion=1'; recv1; exit 3",
+            "scrun: rank 1 ended its PMI connection without finalize (did it exit or crash inside MPI?)",
+        ),
+        (
+            "exit 0",
+            "scrun: rank 1 ended without ever using its PMI descriptor while rank 0 waits at the PMI barrier",
+        ),
+    ];
+    for (rank1, message) in cases {
+        let output = hostile_job(&daemon, rank1);
+        assert_eq!(code(&output), Some(1), "{rank1}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(message),
+            "{rank1}: {}",
+            stderr(&output)
+        );
+        let left = wait_until(Duration::from_secs(10), || {
+            daemon.all_job_pids().len() == bystander_pids(&daemon)
+        });
+        assert!(left, "{rank1}: processes left: {:?}", daemon.all_job_pids());
+    }
+    // The daemon holds no connection of those jobs, and the bystander runs on.
+    assert!(
+        wait_until(Duration::from_secs(5), || sockets() <= sockets_before),
+        "{} sockets, {sockets_before} before\n{}",
+        sockets(),
+        daemon.fd_listing()
+    );
+    assert_eq!(daemon.job_pids(1).len(), 2, "the bystander lost a rank");
+    bystander.signal(nix::sys::signal::Signal::SIGINT);
+}
+
+/// The bystander's processes (job 1's).
+fn bystander_pids(daemon: &Daemon) -> usize {
+    daemon.job_pids(1).len()
+}
+
+#[test]
+fn a_rank_past_a_limit_gets_an_error_reply_saying_which() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let long_key = "k".repeat(65);
+    let script = client(&format!(
+        r#"
+send1 "cmd=init pmi_version=1 pmi_subversion=1"; recv1
+send1 "cmd=put kvsname=x key=a value=b"; recv1
+send1 "cmd=put key={long_key} value=b"; recv1
+send1 "cmd=finalize"; recv1
+"#
+    ));
+    let output = daemon.run(&["-nodes=1", "bash", "-c", &script]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let pid_name = stdout(&output);
+    assert!(
+        pid_name.contains("0: cmd=put_result rc=-1 msg=kvsname_\"x\"_is_not_this_job's_scrun_"),
+        "{pid_name}"
+    );
+    assert!(
+        pid_name.contains("0: cmd=put_result rc=-1 msg=key_of_65_bytes:_keys_are_1_to_64_bytes"),
+        "{pid_name}"
+    );
+}
