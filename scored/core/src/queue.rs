@@ -20,6 +20,11 @@ use crate::ids::JobId;
 /// The number of queues scored has, as SCore-D boots.
 pub const DEFAULT_QUEUES: u32 = 3;
 
+/// The multiprogramming level that `mode=gang` sets when no `mpl=` comes
+/// with it: at most this many of a gang queue's jobs on a host (the best
+/// level by the replays of BENCHMARKS.md).
+pub const DEFAULT_MPL: u32 = 2;
+
 /// One priority queue. Queue 0 is the most favoured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Queue {
@@ -48,8 +53,8 @@ pub struct Queue {
     /// delay it.
     pub backfill: bool,
     /// Gang queues: the multiprogramming level, at most this many jobs on
-    /// a host (`None`, the default: unbounded, every job placed at
-    /// admission; the replays of BENCHMARKS.md find no level better yet).
+    /// a host (`None`, as queues boot: unbounded, every job placed at
+    /// admission; `mode=gang` sets [`DEFAULT_MPL`]).
     pub mpl: Option<u32>,
     /// Its unfinished jobs in scheduling order. In a gang queue the jobs that
     /// ran in a slice move to the back at its end; in an exclusive queue,

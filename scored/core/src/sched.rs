@@ -819,24 +819,28 @@ struct Reserved {
 }
 
 /// Starts waiting jobs of a gang queue with a multiprogramming level, in
-/// submission order; returns how many hosts they took.
+/// submission order; returns how many hosts they took in this slice.
 ///
-/// A job starts on hosts of its cluster that nothing took in this
-/// decision and where fewer than `level` jobs reside, idle hosts first
-/// (lowest number first), then the hosts with fewest residents. It
-/// time-shares (starts with a host that has a resident) only when that
-/// helps it: when it has no estimate, or when the hosts it needs are not
-/// predicted to be idle before its estimate has elapsed (waiting longer
-/// than it runs would more than double its time, which time-sharing with
-/// one partner does not).
+/// Hosts are those of the job's cluster that no higher queue took and
+/// where fewer than `level` jobs reside. The first waiting job starts on
+/// idle hosts (lowest numbers first) or gets a reservation: the time
+/// enough hosts are predicted to be idle, by the predicted ends of the
+/// residents ([`Matrix`]); without a prediction (a resident has no
+/// estimate) the later jobs wait (first come, first served).
 ///
-/// The first job that cannot start gets a reservation: the time it is
-/// predicted to start (when enough hosts have a free place, or are idle if
-/// it would rather wait for those), by the predicted ends of the residents
-/// ([`Matrix`]). A later job then starts only on idle hosts, and only if
-/// its estimate ends it by the reservation or the hosts it takes are not
-/// needed by then; without a reservation (a resident has no estimate) the
-/// later jobs wait (first come, first served).
+/// Behind a reservation, the later jobs are tried shortest estimate first
+/// (ties, and jobs without one, in submission order). One starts on idle
+/// hosts when its estimate ends it by the reservation or the hosts it
+/// takes are not needed then. Time-sharing only helps such a job: when
+/// idle hosts are too few it may start beside whole columns of the matrix
+/// (open hosts that share one set of residents, each of which lies
+/// entirely on them, so that in the others' slices their hosts are all
+/// busy and no processor is wasted), with idle hosts for the rest, but
+/// only if its estimate, doubled, still ends it by the reservation: the
+/// reserved job is not delayed, and a short job passes instead of waiting.
+///
+/// A job that starts runs at once where its hosts are free in this slice,
+/// else from a later slice, by the rotation.
 #[allow(clippy::too_many_arguments)]
 fn start_waiting(
     queues: &[Queue],
@@ -851,133 +855,181 @@ fn start_waiting(
     let n_hosts = scratch.holder.len();
     let mut matrix = std::mem::take(&mut scratch.matrix);
     matrix.build(queues, level, view, now, n_hosts);
+    let hard = std::mem::take(&mut scratch.hard);
+    let open = |host: HostId, matrix: &Matrix| {
+        hard.get(host.idx() / 64)
+            .is_some_and(|word| word & (1 << (host.idx() % 64)) == 0)
+            && matrix.count[host.idx()] < level
+    };
+    // Per cluster: idle hosts, and columns: open hosts that share one set
+    // of residents, each of which lies entirely on them.
+    let n_clusters = scratch.cluster_free.len();
+    let mut idle: Vec<Vec<HostId>> = vec![Vec::new(); n_clusters];
+    let mut blocks: Vec<Vec<Vec<HostId>>> = vec![Vec::new(); n_clusters];
+    let residents_of = |host: HostId, matrix: &Matrix| -> std::ops::Range<usize> {
+        matrix.first[host.idx()] as usize..matrix.first[host.idx() + 1] as usize
+    };
+    for (cluster, (idle, blocks)) in idle.iter_mut().zip(blocks.iter_mut()).enumerate() {
+        let mut shared: Vec<HostId> = Vec::new();
+        for host in view.cluster_hosts(cluster) {
+            if !open(*host, &matrix) {
+                continue;
+            }
+            if matrix.count[host.idx()] == 0 {
+                idle.push(*host);
+            } else {
+                shared.push(*host);
+            }
+        }
+        let key = |host: &HostId| {
+            let mut key: Vec<JobId> = matrix.residents[residents_of(*host, &matrix)].to_vec();
+            key.sort_unstable();
+            key
+        };
+        shared.sort_by_cached_key(|host| (key(host), host.0));
+        let mut start = 0;
+        while start < shared.len() {
+            let residents = key(&shared[start]);
+            let mut end = start + 1;
+            while end < shared.len() && key(&shared[end]) == residents {
+                end += 1;
+            }
+            let width = end - start;
+            if residents.iter().all(|job| view.hosts(*job).len() == width) {
+                blocks.push(shared[start..end].to_vec());
+            }
+            start = end;
+        }
+        // The widest first, then by first host.
+        blocks.sort_by_key(|hosts| {
+            (
+                std::cmp::Reverse(hosts.len()),
+                hosts.first().map(|host| host.0),
+            )
+        });
+    }
     let mut taken_total = 0;
     let mut reserved: Option<Reserved> = None;
     let mut chosen: Vec<HostId> = Vec::new();
-    for job in queue.order().skip(queue.n_started()) {
-        let seen = view.seen(job);
-        if !seen.runnable {
-            continue;
+    let mut joined: Vec<usize> = Vec::new();
+    let mut waiting: Vec<JobId> = queue.order().skip(queue.n_started()).collect();
+    let mut next = 0;
+    let mut shortest_first = false;
+    while next < waiting.len() {
+        if reserved.is_some() && !shortest_first {
+            // Behind the reservation, the shortest estimates first (ties,
+            // and jobs without one, in submission order).
+            waiting[next..].sort_by_cached_key(|job| view.estimate(*job).unwrap_or(u64::MAX));
+            shortest_first = true;
         }
-        if !seen.hosts.is_empty() {
-            // Hosts given earlier (a restored queue): it starts on them or waits.
-            let hosts = seen.hosts;
-            if reserved.is_none()
-                && hosts.iter().all(|host| {
-                    !scratch.is_taken(*host)
-                        && matrix.count.get(host.idx()).is_some_and(|n| *n <= level)
-                })
-            {
-                taken_total += take_bound(job, hosts, scratch, out);
-            }
+        let job = waiting[next];
+        next += 1;
+        let seen = view.seen(job);
+        if !seen.runnable || !seen.hosts.is_empty() {
             continue;
         }
         let (cluster, n_needed) = view.need(job);
-        let cluster_hosts = view.cluster_hosts(cluster);
-        if n_needed == 0 || n_needed > cluster_hosts.len() {
+        if n_needed == 0 || n_needed > view.cluster_hosts(cluster).len() || cluster >= n_clusters {
             continue;
         }
-        let checks_memory = view.checks_memory(job);
-        let usable = |host: &HostId, scratch: &Scratch, matrix: &Matrix| {
-            scratch
-                .hard
-                .get(host.idx() / 64)
-                .is_some_and(|word| word & (1 << (host.idx() % 64)) == 0)
-                && matrix.count[host.idx()] < level
-                && (!checks_memory || view.fits_on(job, *host))
-        };
-        let mut idle = 0;
-        let mut open = 0;
-        for host in cluster_hosts {
-            if usable(host, scratch, &matrix) {
-                open += 1;
-                if matrix.count[host.idx()] == 0 {
-                    idle += 1;
+        let estimate = view.estimate(job);
+        let n_idle = idle[cluster].len();
+        // Whole jobs to join (indices into the cluster's blocks) so that,
+        // with idle hosts, it has exactly what it needs.
+        joined.clear();
+        if n_idle < n_needed {
+            let mut width = 0;
+            for (idx, block) in blocks[cluster].iter().enumerate() {
+                let block = block.len();
+                if width + block <= n_needed {
+                    joined.push(idx);
+                    width += block;
+                    if width + n_idle >= n_needed {
+                        break;
+                    }
                 }
+            }
+            if width + n_idle < n_needed {
+                joined.clear();
             }
         }
-        let estimate = view.estimate(job);
-        if let Some(held) = reserved {
-            // Backfilling: ending by the reservation even if time-shared
-            // (its estimate once more for each job beside it on a host), or
-            // on idle hosts it leaves spare.
-            if open < n_needed {
-                continue;
-            }
-            chosen.clear();
-            chosen.extend(
-                cluster_hosts
-                    .iter()
-                    .filter(|host| usable(host, scratch, &matrix)),
-            );
-            chosen.sort_by_key(|host| (matrix.count[host.idx()], host.0));
-            chosen.truncate(n_needed);
-            let beside = chosen
-                .iter()
-                .map(|host| matrix.count[host.idx()])
-                .max()
-                .unwrap_or(0);
-            let in_time = estimate.is_some_and(|estimate| {
-                now.saturating_add(estimate.saturating_mul(u64::from(beside) + 1)) <= held.at
-            });
-            let spare = beside == 0 && (cluster != held.cluster || n_needed <= held.extra);
-            if !in_time && !spare {
-                continue;
-            }
-            if !in_time && cluster == held.cluster {
-                if let Some(held) = reserved.as_mut() {
-                    held.extra -= n_needed;
+        let fits = n_idle >= n_needed || !joined.is_empty();
+        let shares = n_idle < n_needed;
+        let start = match reserved {
+            Some(held) => {
+                if !fits {
+                    continue;
                 }
-            }
-        } else {
-            // When the hosts it needs are predicted to be idle, and to have
-            // a free place.
-            let nth = |times: &[u64], scratch: &mut Scratch| -> u64 {
-                scratch.ends.clear();
-                scratch
-                    .ends
-                    .extend(cluster_hosts.iter().map(|host| times[host.idx()].max(now)));
-                scratch.ends.sort_unstable();
-                scratch.ends[n_needed - 1]
-            };
-            let helps = |idle_at: u64| {
-                estimate.is_none_or(|estimate| idle_at >= now.saturating_add(estimate))
-            };
-            if idle >= n_needed || (open >= n_needed && helps(nth(&matrix.idle_at, scratch))) {
-                chosen.clear();
-                chosen.extend(
-                    cluster_hosts
-                        .iter()
-                        .filter(|host| usable(host, scratch, &matrix)),
-                );
-                // Idle hosts first, then the fewest residents; lowest number first.
-                chosen.sort_by_key(|host| (matrix.count[host.idx()], host.0));
-                chosen.truncate(n_needed);
-            } else {
-                let idle_at = nth(&matrix.idle_at, scratch);
-                let free_at = nth(&matrix.free_at, scratch);
-                if free_at == u64::MAX {
-                    // No prediction: first come, first served.
-                    break;
-                }
-                let waits_for_idle = idle_at != u64::MAX
-                    && estimate.is_some_and(|estimate| idle_at - free_at < estimate);
-                let (at, times) = if waits_for_idle {
-                    (idle_at, &matrix.idle_at)
-                } else {
-                    (free_at, &matrix.free_at)
-                };
-                let available = cluster_hosts
-                    .iter()
-                    .filter(|host| times[host.idx()].max(now) <= at)
-                    .count();
-                reserved = Some(Reserved {
-                    cluster,
-                    at,
-                    extra: available.saturating_sub(n_needed),
+                let runs = estimate.map(|estimate| {
+                    if shares {
+                        estimate.saturating_mul(2)
+                    } else {
+                        estimate
+                    }
                 });
-                continue;
+                let in_time = runs.is_some_and(|runs| now.saturating_add(runs) <= held.at);
+                let spare = !shares && (cluster != held.cluster || n_needed <= held.extra);
+                if !in_time && !spare {
+                    continue;
+                }
+                if !in_time && cluster == held.cluster {
+                    if let Some(held) = reserved.as_mut() {
+                        held.extra -= n_needed;
+                    }
+                }
+                true
             }
+            None => {
+                let hosts = view.cluster_hosts(cluster);
+                let nth = |times: &[u64], ends: &mut Vec<u64>| -> u64 {
+                    ends.clear();
+                    ends.extend(hosts.iter().map(|host| times[host.idx()].max(now)));
+                    ends.sort_unstable();
+                    ends[n_needed - 1]
+                };
+                // The first waiting job never time-shares: it starts on idle
+                // hosts, or gets the reservation.
+                if !shares {
+                    true
+                } else {
+                    let idle_at = nth(&matrix.idle_at, &mut scratch.ends);
+                    if idle_at == u64::MAX {
+                        // No prediction: first come, first served.
+                        break;
+                    }
+                    let (at, times) = (idle_at, &matrix.idle_at);
+                    let available = hosts
+                        .iter()
+                        .filter(|host| times[host.idx()].max(now) <= at)
+                        .count();
+                    reserved = Some(Reserved {
+                        cluster,
+                        at,
+                        extra: available.saturating_sub(n_needed),
+                    });
+                    false
+                }
+            }
+        };
+        if !start {
+            continue;
+        }
+        chosen.clear();
+        let mut width = 0;
+        for &idx in &joined {
+            chosen.extend_from_slice(&blocks[cluster][idx]);
+            width += blocks[cluster][idx].len();
+        }
+        let from_idle = n_needed - width;
+        chosen.extend(idle[cluster].drain(..from_idle));
+        if view.checks_memory(job) && !chosen.iter().all(|host| view.fits_on(job, *host)) {
+            // Memory it cannot have: give the idle hosts back, in order.
+            let given: Vec<HostId> = chosen[width..].to_vec();
+            idle[cluster].splice(0..0, given);
+            continue;
+        }
+        for idx in joined.iter().rev() {
+            blocks[cluster].remove(*idx);
         }
         chosen.sort_unstable();
         for host in &chosen {
@@ -994,6 +1046,7 @@ fn start_waiting(
         }
         bind.push((job, chosen.clone()));
     }
+    scratch.hard = hard;
     scratch.matrix = matrix;
     taken_total
 }
@@ -1338,6 +1391,87 @@ mod tests {
         assert_eq!(masks.slots, MASK_SLOTS_MAX);
         assert_eq!(masks.get(beyond), Some(&[1 << 4, 0][..]));
         assert_eq!(masks.get(last), None);
+    }
+
+    /// A gang queue with level 2 on `n_hosts`: started jobs `(id, hosts,
+    /// end)`, then waiting jobs `(id, size, estimate)` in submission order;
+    /// gives the active set and the hosts bound.
+    fn leveled(
+        n_hosts: u32,
+        running: &[(u64, &[u32], u64)],
+        waiting: &[(u64, usize, Option<u64>)],
+    ) -> (Vec<u64>, Vec<(u64, Vec<u32>)>) {
+        let mut queues = vec![Queue::new(0, QueueMode::Gang)];
+        queues[0].mpl = Some(2);
+        let mut view = Jobs {
+            hosts: HashMap::new(),
+            need: HashMap::new(),
+            estimate: HashMap::new(),
+            started: Vec::new(),
+            all_hosts: (0..n_hosts).map(HostId).collect(),
+        };
+        for (id, hosts, end) in running {
+            queues[0].push(JobId(*id), true);
+            view.hosts
+                .insert(JobId(*id), hosts.iter().map(|&h| HostId(h)).collect());
+            view.estimate.insert(JobId(*id), *end);
+            view.started.push(JobId(*id));
+        }
+        for (id, size, estimate) in waiting {
+            queues[0].push(JobId(*id), false);
+            view.need.insert(JobId(*id), *size);
+            if let Some(estimate) = estimate {
+                view.estimate.insert(JobId(*id), *estimate);
+            }
+        }
+        run(&queues, &view, n_hosts as usize)
+    }
+
+    #[test]
+    fn a_short_job_time_shares_a_whole_column_when_doubled_it_ends_by_the_reservation() {
+        // Job 1 holds every host until 100: job 2 (4 hosts) is reserved at
+        // 100. Job 3 (4 hosts, 40) would end by 80 at half speed: it joins
+        // job 1's column, bound now, running from a later slice.
+        let (active, bound) = leveled(
+            4,
+            &[(1, &[0, 1, 2, 3], 100)],
+            &[(2, 4, Some(10)), (3, 4, Some(40))],
+        );
+        assert_eq!(active, vec![1]);
+        assert_eq!(bound, vec![(3, vec![0, 1, 2, 3])]);
+        // At 60, doubled it would end at 120, after the reservation: it waits.
+        let (_, bound) = leveled(
+            4,
+            &[(1, &[0, 1, 2, 3], 100)],
+            &[(2, 4, Some(10)), (3, 4, Some(60))],
+        );
+        assert_eq!(bound, vec![]);
+    }
+
+    #[test]
+    fn the_first_waiting_job_waits_for_idle_hosts_rather_than_time_share() {
+        // Job 2 could share job 1's column with the two idle hosts, but it is
+        // the first waiting job: it waits; job 3 backfills the idle hosts.
+        let (active, bound) = leveled(
+            4,
+            &[(1, &[0, 1], 100)],
+            &[(2, 4, Some(10)), (3, 2, Some(50))],
+        );
+        assert_eq!(active, vec![1, 3]);
+        assert_eq!(bound, vec![(3, vec![2, 3])]);
+    }
+
+    #[test]
+    fn a_job_never_joins_hosts_at_the_level_nor_part_of_a_column() {
+        // Hosts 0-1 hold two jobs (the level); job 3 lies on hosts 2-3, so a
+        // 1-host job could only take part of its column: nothing starts
+        // beside them, and the 1-host job waits though it is short.
+        let (_, bound) = leveled(
+            4,
+            &[(1, &[0, 1], 100), (2, &[0, 1], 100), (3, &[2, 3], 100)],
+            &[(4, 4, Some(10)), (5, 1, Some(1))],
+        );
+        assert_eq!(bound, vec![]);
     }
 
     #[test]

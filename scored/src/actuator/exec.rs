@@ -19,7 +19,7 @@ use crate::ids::JobId;
 
 use super::failure::LaunchError;
 use super::launch::launch_error;
-use super::{spawn, sys, OsActuator, EXEC_TIMEOUT};
+use super::{procfs, spawn, sys, OsActuator, EXEC_TIMEOUT};
 
 /// A rank between its fork and its exec: the read end of its report pipe
 /// (see `spawn.rs`), watched through `OsActuator::exec_watch`.
@@ -207,6 +207,44 @@ impl OsActuator {
                 program,
                 after: EXEC_TIMEOUT,
             };
+            self.fail_launch(job, failure, out);
+        }
+    }
+
+    /// Kills the ranks between fork and exec that are stopped while their
+    /// job runs (their user stopped them; scored stops such ranks only
+    /// with their switched-out job), failing their launches: an in-place
+    /// restart cannot hand them over and does not wait for them.
+    pub(super) fn end_stopped_execs(&mut self, out: &mut Vec<Input>) {
+        let jobs = &self.jobs;
+        let stopped: Vec<i32> = self
+            .execs
+            .iter()
+            .filter(|(_, pending)| {
+                !pending.failed
+                    && !jobs
+                        .get(&pending.job)
+                        .is_some_and(|procs| procs.hold.switched_out)
+            })
+            .map(|(pid, _)| *pid)
+            .filter(|pid| {
+                procfs::read_stat(*pid).is_some_and(|stat| matches!(stat.state, b'T' | b't'))
+            })
+            .collect();
+        for pid in stopped {
+            // A last look: it may have exec'd or failed just now.
+            self.exec_report(pid, out);
+            let Some(pending) = self.execs.get_mut(&pid).filter(|pending| !pending.failed) else {
+                continue;
+            };
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            pending.failed = true;
+            close_report(&self.exec_watch, pending.report.take());
+            let (job, rank) = (pending.job, pending.rank);
+            let program = Rc::clone(&pending.program);
+            self.exec_settled(job);
+            tracing::warn!(job = %job, pid, rank, "a rank stopped before its exec holds up a restart; killed");
+            let failure = LaunchError::StoppedBeforeExec { job, rank, program };
             self.fail_launch(job, failure, out);
         }
     }

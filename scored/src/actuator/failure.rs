@@ -64,6 +64,17 @@ pub enum LaunchError {
         /// The timeout.
         after: Duration,
     },
+    /// A rank was found stopped before its exec (by its own user: scored
+    /// stops none while its job runs) when an in-place restart was asked
+    /// for, which does not wait for it.
+    StoppedBeforeExec {
+        /// The job.
+        job: JobId,
+        /// The rank.
+        rank: u32,
+        /// The program.
+        program: Rc<str>,
+    },
 }
 
 impl LaunchError {
@@ -120,6 +131,11 @@ impl fmt::Display for LaunchError {
                  (stopped before its exec?): killed",
                 after.as_secs()
             ),
+            LaunchError::StoppedBeforeExec { job, rank, program } => write!(
+                f,
+                "rank {rank} of job {job} was stopped before it started '{program}' when \
+                 scored restarted in place, which does not wait for it: killed"
+            ),
         }
     }
 }
@@ -175,6 +191,17 @@ mod tests {
             timeout.to_string(),
             "rank 3 of job 7 had not started 'prog' 5s after it was created \
              (stopped before its exec?): killed"
+        );
+        let stopped = LaunchError::StoppedBeforeExec {
+            job: JobId(7),
+            rank: 3,
+            program: "prog".into(),
+        };
+        assert_eq!(stopped.status(), 126);
+        assert_eq!(
+            stopped.to_string(),
+            "rank 3 of job 7 was stopped before it started 'prog' when scored restarted \
+             in place, which does not wait for it: killed"
         );
     }
 

@@ -328,6 +328,10 @@ pub trait Actuator {
     fn launching(&self) -> bool {
         false
     }
+    /// Ends the ranks that their user stopped between fork and exec (an
+    /// in-place restart cannot hand them over and does not wait for them),
+    /// failing their jobs' launches.
+    fn end_stopped_execs(&mut self, _out: &mut Vec<Input>) {}
     /// A descriptor that is readable while some rank between fork and
     /// exec has something to report (its exec, or a failure); the loop
     /// then calls `poll`.
@@ -605,6 +609,10 @@ impl Actuator for OsActuator {
 
     fn exec_watch_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.exec_watch.as_raw_fd())
+    }
+
+    fn end_stopped_execs(&mut self, out: &mut Vec<Input>) {
+        OsActuator::end_stopped_execs(self, out);
     }
 
     fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {

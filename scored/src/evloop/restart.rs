@@ -188,9 +188,19 @@ impl<A: Actuator> Daemon<A> {
     /// While a job's processes are still being created a batch at a time
     /// (its pipes and plan cannot be handed over), the restart waits for
     /// the launch to finish, up to [`LAUNCH_WAIT`]; it is retried after
-    /// each event meanwhile. A launch that does not finish by then (one
+    /// each event meanwhile. Ranks that their user stopped before their
+    /// exec are not waited for: they are killed and their launch fails. A launch that does not finish by then (one
     /// switched out, or held) makes the restart fail with that reason.
     pub(super) fn restart_in_place(&mut self, requester: Option<(Token, bool)>) {
+        if self.actuator.launching() {
+            // Ranks their users keep stopped before their exec would hold
+            // the restart up as long as they like: they are ended.
+            let mut inputs = Vec::new();
+            self.actuator.end_stopped_execs(&mut inputs);
+            if !inputs.is_empty() {
+                self.feed(inputs);
+            }
+        }
         if self.actuator.launching() {
             let since = match self.recovery.restart_wait {
                 Some(since) => since,

@@ -11,10 +11,10 @@ use super::{
 };
 use crate::admission::ClusterLimits;
 use crate::command::reply::{Reply, Value};
-use crate::command::{self, Command, QueueAction, Setting};
+use crate::command::{self, Command, QueueAction, QueueMode, Setting};
 use crate::ids::{ClientToken, Cred, JobId, Tick};
 use crate::job::{EndCause, Job, Phase};
-use crate::queue::Queue;
+use crate::queue::{Queue, DEFAULT_MPL};
 use crate::units::{format_duration, format_size};
 
 impl Core {
@@ -357,6 +357,8 @@ impl Core {
         match settings.mpl {
             Some(Setting::Set(level)) => after.mpl = Some(level),
             Some(Setting::Clear) => after.mpl = None,
+            // `mode=gang` brings the mode's level unless one is given.
+            None if settings.mode == Some(QueueMode::Gang) => after.mpl = Some(DEFAULT_MPL),
             None => {}
         }
         if after.starts_late() {

@@ -260,3 +260,36 @@ fn a_stream_of_small_jobs_cannot_starve_a_wide_one() {
         assert!(sim.now <= Tick(1_100_000), "at {:?}", sim.now);
     }
 }
+
+#[test]
+fn mode_gang_brings_its_level_and_queues_shows_it() {
+    let mut sim = Sim::new(4, 100);
+    check(
+        &sim.cmd(&root(), "queue 1 set mode=gang"),
+        "queue 1: mode=gang cputime=none residency=none memory=none disk=none group=none backfill=off mpl=2\n",
+    );
+    check(
+        &sim.cmd(&root(), "queue 1 set mpl=none"),
+        "queue 1: mode=gang cputime=none residency=none memory=none disk=none group=none backfill=off mpl=none\n",
+    );
+    check(
+        &sim.cmd(&root(), "queue 1 set mode=gang mpl=3"),
+        "queue 1: mode=gang cputime=none residency=none memory=none disk=none group=none backfill=off mpl=3\n",
+    );
+    let queues = sim.cmd(&root(), "queues");
+    assert!(
+        queues
+            .lines()
+            .nth(2)
+            .is_some_and(|row| row.contains(" off         3 ")),
+        "{queues}"
+    );
+    // With a level, a job gets its hosts when it starts: the two 4-host jobs
+    // share the hosts within the level, and a third waits.
+    sim.cmd(&root(), "queue 1 set mpl=1");
+    sim.submit(4, Some(1));
+    sim.submit(4, Some(1));
+    check(&sim.take_log(), "spawn 1 stage 0 x4");
+    let hosts: Vec<usize> = sim.core.jobs().map(|job| job.hosts.len()).collect();
+    assert_eq!(hosts, vec![4, 0], "the second job has no hosts yet");
+}
