@@ -87,8 +87,7 @@ pub(crate) fn attacks(rows: &mut Vec<Row>) {
                 pmi_ranks: 0,
             },
         };
-        let mut connection =
-            scored::client::Connection::connect(&daemon.socket).expect("connect");
+        let mut connection = scored::client::Connection::connect(&daemon.socket).expect("connect");
         connection
             .send_with_fds(&request, &[null.as_fd(), null.as_fd(), null.as_fd()])
             .expect("send");
@@ -100,7 +99,10 @@ pub(crate) fn attacks(rows: &mut Vec<Row>) {
     for tag in 0..40 {
         let mut command = daemon.scrun_as(&users.a, &["true"]);
         for idx in 0..7 {
-            command.env(format!("BIG_{idx}"), format!("{tag}{}", "e".repeat(120_000)));
+            command.env(
+                format!("BIG_{idx}"),
+                format!("{tag}{}", "e".repeat(120_000)),
+            );
         }
         let mut child = command
             .stdout(Stdio::null())
@@ -159,7 +161,9 @@ pub(crate) fn attacks(rows: &mut Vec<Row>) {
         .find_map(|line| line.strip_prefix("served ").map(str::to_string))
         .unwrap_or_default();
     rows.push(row(
-        &format!("root's `status` while a user's 100 connections pipeline `history` ({served} served)"),
+        &format!(
+            "root's `status` while a user's 100 connections pipeline `history` ({served} served)"
+        ),
         format!("{} (max {})", ms(flooded), ms(flooded_max)),
         format!("{} (max {}, alone)", ms(status_alone), ms(status_alone_max)),
         format!("{:.0}×", flooded / status_alone),
