@@ -36,21 +36,33 @@ int main(int argc, char **argv) {
 /// Compiles `source` with MPICH's compiler into the sandbox, or says why
 /// the test is skipped and returns `None`.
 fn mpicc(dir: &Path, name: &str, source: &str) -> Option<PathBuf> {
-    let found = Command::new("mpicc.mpich").arg("-v").output();
+    compile_with("mpicc.mpich", "mpich libmpich-dev", dir, name, source)
+}
+
+/// Compiles `source` with `compiler`, or says why the test is skipped
+/// (the Debian packages to install) and returns `None`.
+fn compile_with(
+    compiler: &str,
+    packages: &str,
+    dir: &Path,
+    name: &str,
+    source: &str,
+) -> Option<PathBuf> {
+    let found = Command::new(compiler).arg("--version").output();
     if found.is_err() {
-        eprintln!("skipped: mpicc.mpich is not installed (apt-get install mpich libmpich-dev)");
+        eprintln!("skipped: {compiler} is not installed (apt-get install {packages})");
         return None;
     }
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, source).expect("write the MPI source");
     let exe = dir.join(name);
-    let output = Command::new("mpicc.mpich")
+    let output = Command::new(compiler)
         .arg("-o")
         .arg(&exe)
         .arg(&src)
         .output()
         .expect("run mpicc.mpich");
-    assert!(output.status.success(), "mpicc.mpich: {}", stderr(&output));
+    assert!(output.status.success(), "{compiler}: {}", stderr(&output));
     Some(exe)
 }
 
@@ -261,5 +273,108 @@ send1 "cmd=finalize"; recv1
     assert!(
         pid_name.contains("0: cmd=put_result rc=-1 msg=key_of_65_bytes:_keys_are_1_to_64_bytes"),
         "{pid_name}"
+    );
+}
+
+#[test]
+fn openmpi_runs_its_own_launcher_as_the_jobs_process() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(hello) = compile_with(
+        "mpicc.openmpi",
+        "openmpi-bin libopenmpi-dev",
+        &daemon.sandbox.path,
+        "hello_ompi",
+        HELLO,
+    ) else {
+        return;
+    };
+    let hello = hello.to_str().unwrap();
+    // As scrun(1) says, on hosts of one CPU each; as root, mpirun asks
+    // for these two variables.
+    let mpirun = |args: &[&str]| {
+        let mut words = vec![
+            "-nodes=1",
+            "mpirun.openmpi",
+            "-q",
+            "--oversubscribe",
+            "-n",
+            "2",
+            hello,
+        ];
+        words.extend_from_slice(args);
+        daemon
+            .scrun(&words)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .output()
+            .expect("scrun")
+    };
+    let output = mpirun(&[]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    // Both ranks are mpirun's children, so both carry scored's rank 0.
+    assert_eq!(
+        sorted_lines(&stdout(&output)),
+        ["rank 0 of 2 score 0 sum 3", "rank 1 of 2 score 0 sum 3"]
+    );
+    assert!(
+        !stderr(&output).contains("Forwarding signal"),
+        "{}",
+        stderr(&output)
+    );
+    // MPI_Abort: mpirun ends the world and the job with the code.
+    let output = mpirun(&["1"]);
+    assert_eq!(code(&output), Some(7), "{}", stderr(&output));
+    assert_no_process_left(&daemon);
+}
+
+#[test]
+fn a_queued_jobs_pmi_connections_survive_an_in_place_restart() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    // The exclusive queue 0: the second job waits, its PMI descriptors
+    // held by the daemon, while the first runs.
+    let mut first = daemon.spawn(&["-priority=0", "-nodes=2", &testprog(), "spin", "0"]);
+    first.wait_pids(2);
+    let script = client(
+        r#"
+send1 "cmd=init pmi_version=1 pmi_subversion=1"; recv1
+send1 "cmd=put kvsname=x key=r$PMI_RANK value=v$PMI_RANK" >/dev/null; read -r _ <&$PMI_FD
+send1 "cmd=barrier_in"; recv1
+send1 "cmd=get key=r$((1 - PMI_RANK))"; recv1
+send1 "cmd=finalize"; recv1
+"#,
+    )
+    .replace("kvsname=x ", "");
+    let mut second = daemon.spawn(&["-priority=0", "-nodes=2", "bash", "-c", &script]);
+    assert!(
+        wait_until(Duration::from_secs(20), || stdout(&daemon.console("job 2"))
+            .contains("state: queued")),
+        "{}",
+        daemon.ok("jobs")
+    );
+    let output = daemon.console("restart");
+    assert!(
+        stdout(&output).contains("restarted in place"),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    daemon.ok("kill 1 KILL");
+    first.wait(Duration::from_secs(10));
+    let mut lines = second.wait_lines("", 8);
+    let (status, errors) = second.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{errors}");
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "0: cmd=barrier_out rc=0",
+            "0: cmd=finalize_ack rc=0",
+            "0: cmd=get_result rc=0 msg=success value=v1",
+            "0: cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1",
+            "1: cmd=barrier_out rc=0",
+            "1: cmd=finalize_ack rc=0",
+            "1: cmd=get_result rc=0 msg=success value=v0",
+            "1: cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1",
+        ]
     );
 }

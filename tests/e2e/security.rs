@@ -1028,19 +1028,12 @@ fn a_user_s_queued_jobs_cannot_make_a_restart_fail() {
     );
 }
 
-#[test]
-fn a_rank_its_user_resumes_with_ptrace_is_held_by_the_freezer() {
-    let mut daemon = Daemon::builder()
-        .hosts(&two_hosts())
-        .timeslice("500ms")
-        .start();
-    let mut victim = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
-    let victim_pids = victim.wait_pids(2);
-    let mut attacker = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
-    let attacker_pids = attacker.wait_pids(2);
+/// Starts a tracer that resumes each of `pids` 30 ms after each of its
+/// stops, once it has seized them all.
+fn start_tracer(pids: &[i32]) -> Child {
     let mut tracer = Command::new(testprog())
         .arg("ptrace-resume")
-        .args(attacker_pids.iter().map(ToString::to_string))
+        .args(pids.iter().map(ToString::to_string))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -1056,9 +1049,48 @@ fn a_rank_its_user_resumes_with_ptrace_is_held_by_the_freezer() {
         line.clear();
     }
     assert!(
-        seized.contains("seized 2"),
+        seized.contains(&format!("seized {}", pids.len())),
         "the tracer did not seize: {seized}"
     );
+    tracer
+}
+
+#[test]
+fn without_cgroups_a_job_its_user_keeps_resuming_with_ptrace_is_killed() {
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("200ms")
+        .arg("--no-cgroups")
+        .start();
+    let mut victim = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    victim.wait_pids(2);
+    let mut attacker = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    let attacker_pids = attacker.wait_pids(2);
+    let mut tracer = start_tracer(&attacker_pids);
+    let (status, text) = attacker.wait(Duration::from_secs(60));
+    let _ = tracer.kill();
+    let _ = tracer.wait();
+    daemon.ok("kill 1 KILL");
+    let _ = victim.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(76), "{text}\n{}", daemon.log());
+    assert!(
+        text.contains("it got out of 3 of its stops (process ")
+            && text.contains(" is traced by process "),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_rank_its_user_resumes_with_ptrace_is_held_by_the_freezer() {
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("500ms")
+        .start();
+    let mut victim = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    let victim_pids = victim.wait_pids(2);
+    let mut attacker = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0"]);
+    let attacker_pids = attacker.wait_pids(2);
+    let mut tracer = start_tracer(&attacker_pids);
     std::thread::sleep(Duration::from_secs(1));
     let (victim_before, attacker_before) = (
         crate::restart::cpu_ticks(&victim_pids),
