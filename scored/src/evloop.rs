@@ -46,6 +46,7 @@
 //! in `bind.rs`, the loop's side of the job journal in `journal.rs`, the
 //! in-place restart in `restart.rs`, the recovery from a panic in
 //! `recovery.rs`, and the faults the end-to-end tests inject in `faults.rs`.
+#![forbid(unsafe_code)]
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io;

@@ -27,6 +27,7 @@ pub mod hostsfile;
 pub mod instance;
 pub mod journal;
 pub mod logline;
+pub mod sys;
 pub mod version;
 
 pub use scored_core::{admission, cluster, core, hosts, ids, job, queue, sched};

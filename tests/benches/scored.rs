@@ -42,8 +42,13 @@
 //!     both under scored at 500, 100 and 10 ms slices; and the launch cost
 //!     of PMI against `-mpi=none`.
 //!
+//! 11. What a plain user can make a root scored spend: memory through
+//!     floods of oversize submissions and queued environments, root's
+//!     `status` while the user floods the console or has 300,000 files
+//!     removed (needs root, for the test users).
+//!
 //! `BENCH_QUICK=1` shortens every run (for a smoke test of the benchmark);
-//! `BENCH_ONLY=switch,launch,fairness,slices,scale,biglaunch,restart,journal,checkpoint,blocking,mpi`
+//! `BENCH_ONLY=switch,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi,attacks`
 //! runs only those sections. `SCORED_TEST_BIN_DIR=DIR` runs the daemons of
 //! DIR (an earlier build) instead of this build's, to compare.
 //!
@@ -52,18 +57,20 @@
 
 use scored_tests::*;
 use sections::{
+    attacks::attacks,
     blocking::blocking,
     fairness::{fairness, slice_overhead},
     launch::{big_launch, launch},
     mpi::mpi,
     restart::{checkpoint_cost, journal_cost, restart_under_load},
-    scale::{machine, scale},
+    scale::{decision_time, machine, scale},
     switch::{
         switch_baseline, switch_baseline_with, switch_freezer, switch_scored, Freezer, Groups,
     },
 };
 
 mod sections {
+    pub mod attacks;
     pub mod blocking;
     pub mod fairness;
     pub mod launch;
@@ -284,6 +291,10 @@ fn main() {
     if wanted("scale") {
         eprintln!("5. scale");
         scale(&mut rows);
+    } else if wanted("decision") {
+        // The pure core's decision alone, without the daemons of `scale`.
+        eprintln!("5. the decision at 10,000 jobs");
+        decision_time(&mut rows);
     }
     if wanted("biglaunch") {
         eprintln!("6. a large launch");
@@ -308,6 +319,10 @@ fn main() {
     if wanted("mpi") {
         eprintln!("10. MPI under gang scheduling");
         mpi(&mut rows);
+    }
+    if wanted("attacks") {
+        eprintln!("11. what a plain user can make root's scored spend");
+        attacks(&mut rows);
     }
 
     println!("Machine: {}\n", machine());

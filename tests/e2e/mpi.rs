@@ -326,3 +326,55 @@ fn openmpi_runs_its_own_launcher_as_the_jobs_process() {
     assert_eq!(code(&output), Some(7), "{}", stderr(&output));
     assert_no_process_left(&daemon);
 }
+
+#[test]
+fn a_queued_jobs_pmi_connections_survive_an_in_place_restart() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    // The exclusive queue 0: the second job waits, its PMI descriptors
+    // held by the daemon, while the first runs.
+    let mut first = daemon.spawn(&["-priority=0", "-nodes=2", &testprog(), "spin", "0"]);
+    first.wait_pids(2);
+    let script = client(
+        r#"
+send1 "cmd=init pmi_version=1 pmi_subversion=1"; recv1
+send1 "cmd=put kvsname=x key=r$PMI_RANK value=v$PMI_RANK" >/dev/null; read -r _ <&$PMI_FD
+send1 "cmd=barrier_in"; recv1
+send1 "cmd=get key=r$((1 - PMI_RANK))"; recv1
+send1 "cmd=finalize"; recv1
+"#,
+    )
+    .replace("kvsname=x ", "");
+    let mut second = daemon.spawn(&["-priority=0", "-nodes=2", "bash", "-c", &script]);
+    assert!(
+        wait_until(Duration::from_secs(20), || stdout(&daemon.console("job 2"))
+            .contains("state: queued")),
+        "{}",
+        daemon.ok("jobs")
+    );
+    let output = daemon.console("restart");
+    assert!(
+        stdout(&output).contains("restarted in place"),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    daemon.ok("kill 1 KILL");
+    first.wait(Duration::from_secs(10));
+    let mut lines = second.wait_lines("", 8);
+    let (status, errors) = second.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{errors}");
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "0: cmd=barrier_out rc=0",
+            "0: cmd=finalize_ack rc=0",
+            "0: cmd=get_result rc=0 msg=success value=v1",
+            "0: cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1",
+            "1: cmd=barrier_out rc=0",
+            "1: cmd=finalize_ack rc=0",
+            "1: cmd=get_result rc=0 msg=success value=v0",
+            "1: cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1",
+        ]
+    );
+}

@@ -102,9 +102,6 @@ pub struct Core {
     /// changes for the checkpoint (see [`Logged`]).
     logged: Logged,
     limits: Vec<ClusterLimits>,
-    /// How many live jobs are Stopping: with none, and every job live,
-    /// nothing waits to run (`next_decision` need not look at the queues).
-    n_stopping: usize,
     /// Jobs whose hosts were chosen by the last decision but that have not
     /// started yet (their hosts were still being vacated); they choose again
     /// at the next decision.
@@ -118,19 +115,12 @@ pub struct Core {
     ran_refill: bool,
     /// Unfinished jobs with a CPU time limit.
     n_cputime_limited: usize,
-    /// Unfinished jobs being killed (whose `ending` is set): with none, a
-    /// decision places no job ahead of the queues.
-    n_ending: usize,
     /// Unfinished jobs with a CPU time, memory or disk limit (whose usage
     /// samples can change a decision).
     n_usage_limited: usize,
-    /// Jobs that ran during the current slice (gang rotation), in no
-    /// order and perhaps more than once: a switch adds a few, where a
-    /// hashed set would hash each (the slice boundary sorts them once).
-    ran: Vec<JobId>,
-    /// Past this length, `ran` is sorted and its repeats dropped, so that
-    /// it cannot grow with the switches of a slice that is not ending.
-    ran_compact_at: usize,
+    /// Jobs that ran during the current slice: the gang rotation at the
+    /// slice boundary moves them to the back of their queues.
+    ran: JobSet,
     next_job: u64,
     slice_anchor: Tick,
     next_slice: Tick,
@@ -148,42 +138,50 @@ pub struct Core {
     /// Names of groups for console commands (`NoDirectory` until the shell
     /// gives one).
     directory: Rc<dyn Directory>,
-    /// The last decision's active set still holds: since it was computed
-    /// only stops of jobs not being killed were confirmed, and the active
-    /// set of gang queues depends on nothing those change (see
-    /// `reschedule`). The switch's second decision, once the stops are
-    /// confirmed, then costs no walk of the queues.
-    decision_current: bool,
+    /// The state of the last `commit` but for the containers that log
+    /// their changes (see `Core::commit`).
+    saved: Option<Box<Core>>,
     /// The waiting jobs of gang queues with a level were considered by a
     /// decision since the last input that could let one start: only a
     /// slice boundary, a confirmed stop or a usage sample came since. Such
     /// jobs start when a job arrives or ends or a command changes
     /// something, not at every slice (sc_console(8)).
     waiting_current: bool,
+
+    // The derived caches. Each is a function of the jobs that
+    // `check_invariants` recomputes, kept only for the speed it buys on a
+    // named benchmark, measured against the plain computation in the same
+    // run (BENCHMARKS.md, "What each kept cache buys"). One that stops
+    // buying 10 % goes. (The decision's own, `scratch`, is `sched`'s.)
+    /// How many live jobs are Stopping: with none, and every job live,
+    /// nothing waits to run. `next_decision`, which a replay asks at every
+    /// event, would count the live jobs (LCG gang replay).
+    n_stopping: usize,
     /// Hosts where a job's processes run or are being stopped: the hosts of
     /// the live jobs (which never share one), kept as jobs enter and leave
-    /// `live` so that a decision does not gather them again.
-    /// One bit a host (64 hosts a word).
+    /// `live` so that a decision does not gather them again. One bit a
+    /// host (LCG and generated gang replays).
     busy: Vec<u64>,
-    /// Buffers the scheduling decision reuses (see [`Spare`]).
-    spare: Spare,
-    /// The state of the last `commit` but for the containers that log
-    /// their changes (see `Core::commit`).
-    saved: Option<Box<Core>>,
+    /// The last decision's active set still holds: since it was computed
+    /// only stops of jobs not being killed were confirmed, and the active
+    /// set of gang queues depends on nothing those change (see
+    /// `reschedule`). The switch's second decision, once the stops are
+    /// confirmed, then costs no walk of the queues (generated gang replays).
+    decision_current: bool,
+    /// The gang rotation's shortcuts: where the last decision placed the
+    /// jobs that ran, and buffers reused at each slice boundary, so that a
+    /// rotation costs the front of a queue, not all of it (generated gang
+    /// replays).
+    rotation: Rotation,
 }
 
-/// Lists the scheduling decision fills and empties again at every switch,
-/// kept so that a switch allocates nothing (a replay makes tens of millions
-/// of them). Empty between decisions, so a copy of the core copies nothing
+/// Buffers the gang rotation fills and empties again at every slice
+/// boundary. Empty between slices, so a copy of the core copies nothing
 /// of them.
 #[derive(Debug, Default, Clone)]
-struct Spare {
-    /// Jobs placed before any queue.
-    first: Vec<JobId>,
-    /// Running jobs that left the active set.
-    leaving: Vec<JobId>,
-    /// Chosen jobs whose hosts are free.
-    entering: Vec<JobId>,
+struct Rotation {
+    /// The jobs that ran in the slice, sorted.
+    ran_sorted: Vec<JobId>,
     /// The jobs that ran, set aside by a queue's rotation.
     rotated: Vec<JobId>,
     /// The jobs that ran in the slice, when they are few ([`FEW_RAN`]).
@@ -199,9 +197,6 @@ struct Spare {
 /// Up to this many jobs that ran in a slice, a rotation compares queued
 /// jobs with a list of them rather than looking each up in a hashed set.
 const FEW_RAN: usize = 16;
-
-/// The least length at which the list of jobs that ran is compacted.
-const RAN_COMPACT_AT: usize = 64;
 
 impl Core {
     /// A core with the default queues.
@@ -233,10 +228,9 @@ impl Core {
             sampled_at: Tick::default(),
             ran_refill: false,
             n_cputime_limited: 0,
-            n_ending: 0,
             n_usage_limited: 0,
-            ran: Vec::new(),
-            ran_compact_at: RAN_COMPACT_AT,
+            ran: JobSet::default(),
+            rotation: Rotation::default(),
             next_job: 1,
             slice_anchor: Tick::default(),
             switches: Switches::default(),
@@ -250,7 +244,6 @@ impl Core {
             decision_current: false,
             waiting_current: false,
             busy: vec![0; n_hosts.div_ceil(64)],
-            spare: Spare::default(),
             saved: None,
         }
     }
@@ -488,7 +481,6 @@ impl Core {
                         self.logged.live.remove(&job);
                         let mask = self.scratch.mask_of(job);
                         set_busy(&mut self.busy, mask, &record.hosts, false);
-                        self.refresh_crossing(job);
                     }
                 }
             }
@@ -504,9 +496,6 @@ impl Core {
                 status,
             } => {
                 if let Some(record) = self.logged.jobs.get_mut(&job) {
-                    if !record.is_ending() {
-                        self.n_ending += 1;
-                    }
                     let message = cap_reason(message);
                     record.end_unless_ending(EndCause::LaunchFailed { message, status });
                 }
@@ -517,7 +506,6 @@ impl Core {
             }
             Input::Usage { job, usage } => {
                 self.usage(job, usage, now, out);
-                self.refresh_crossing(job);
             }
             Input::FinalUsage {
                 job,
@@ -532,7 +520,6 @@ impl Core {
                         *peak = (*peak).max(last);
                     }
                 }
-                self.refresh_crossing(job);
             }
             Input::SwitchMeasured { latency, .. } => {
                 let switches = &mut self.switches;

@@ -4,48 +4,10 @@
 //! of elements in sets of a few dozen, where a search of a short array
 //! and a shift of a few words cost less than a B-tree's node handling;
 //! iteration is in order, as a `BTreeSet`'s (the live set's order is the
-//! order in which stops are sent). Sets that grow with every running job
-//! of a large machine and change at each usage sample (the crossing index)
-//! stay B-trees.
+//! order in which stops are sent).
 //!
 //! Pure: no clock, no system calls.
 #![forbid(unsafe_code)]
-
-/// Up to this many elements after the place of an insertion or a
-/// removal, they are moved one by one: `Vec::insert` and `Vec::remove`
-/// call the C library's `memmove`, whose choice among copy strategies by
-/// size costs more than moving a few words (and is mispredicted, since
-/// the sizes vary from call to call).
-const SHORT_SHIFT: usize = 16;
-
-/// Inserts `item` at `at` (at most the length), moving the elements after
-/// it one place up.
-#[inline]
-pub fn insert_at<T>(items: &mut Vec<T>, at: usize, item: T) {
-    if items.len() - at > SHORT_SHIFT {
-        items.insert(at, item);
-        return;
-    }
-    items.push(item);
-    let mut idx = items.len() - 1;
-    while idx > at {
-        items.swap(idx, idx - 1);
-        idx -= 1;
-    }
-}
-
-/// Removes the element at `at` (below the length), moving the elements
-/// after it one place down.
-#[inline]
-pub fn remove_at<T>(items: &mut Vec<T>, at: usize) -> T {
-    if items.len() - at > SHORT_SHIFT {
-        return items.remove(at);
-    }
-    for idx in at..items.len() - 1 {
-        items.swap(idx, idx + 1);
-    }
-    items.pop().expect("the element exists")
-}
 
 /// A set of ordered elements in a sorted vector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +27,7 @@ impl<T: Ord> SortedSet<T> {
         match self.items.binary_search(&item) {
             Ok(_) => false,
             Err(at) => {
-                insert_at(&mut self.items, at, item);
+                self.items.insert(at, item);
                 true
             }
         }
@@ -75,7 +37,7 @@ impl<T: Ord> SortedSet<T> {
     pub fn remove(&mut self, item: &T) -> bool {
         match self.items.binary_search(item) {
             Ok(at) => {
-                remove_at(&mut self.items, at);
+                self.items.remove(at);
                 true
             }
             Err(_) => false,

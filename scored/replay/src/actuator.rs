@@ -8,8 +8,6 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use scored_core::sorted::{insert_at, remove_at};
-
 use crate::ids::{JobId, Tick};
 
 /// A simulated job's processes.
@@ -88,14 +86,14 @@ impl SimActuator {
     /// Lists a running job's end.
     fn add_end(&mut self, entry: (Tick, JobId)) {
         let at = self.ends.partition_point(|listed| *listed > entry);
-        insert_at(&mut self.ends, at, entry);
+        self.ends.insert(at, entry);
     }
 
     /// Takes a stopped or finished job's end off the list.
     fn remove_end(&mut self, entry: (Tick, JobId)) {
         let at = self.ends.partition_point(|listed| *listed > entry);
         if self.ends.get(at) == Some(&entry) {
-            remove_at(&mut self.ends, at);
+            self.ends.remove(at);
         }
     }
 

@@ -1,10 +1,10 @@
 //! Setting the daemon up at start-up: its scheduling priority, its
 //! inherited descriptors sealed, the reaper of its jobs' orphans, and the
 //! check a new binary makes before an in-place restart.
+#![forbid(unsafe_code)]
 
 use std::fs;
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -50,14 +50,7 @@ pub fn check_handover(
         .arg("--check-state")
         .arg(path)
         .stdin(Stdio::null());
-    // SAFETY: the closure makes one system call (sched_setscheduler), which
-    // allocates nothing and takes no lock, between fork and exec.
-    unsafe {
-        check.pre_exec(|| {
-            let _ = sys::set_scheduler(Some(10), true);
-            Ok(())
-        });
-    }
+    sys::set_fifo_priority_in_child(&mut check, 10);
     check.output()
 }
 

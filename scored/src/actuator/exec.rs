@@ -2,6 +2,7 @@
 //! failure to (end of file: the exec happened), watched as one epoll set;
 //! the executable counted in the job's disk use; a rank that takes
 //! longer than [`EXEC_TIMEOUT`] killed; a failed launch reported once.
+#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::fs;

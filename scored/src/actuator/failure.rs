@@ -1,6 +1,7 @@
 //! Why a job's processes could not be created: [`LaunchError`], one
 //! variant for each thing that can fail between a `Spawn` and the last
 //! rank's exec, each with the exit status its scrun reports.
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::io;

@@ -2,6 +2,7 @@
 //! then its ranks a batch at a time (at most [`LAUNCH_BATCH`] of work
 //! between events, and at most [`EXEC_WINDOW`] ranks between fork and
 //! exec), each set up in the child between fork and exec.
+#![forbid(unsafe_code)]
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::{CString, OsStr};

@@ -35,7 +35,7 @@
 //! set-up in `daemon.rs`; the handover of an in-place restart in
 //! `snapshot.rs` and `recover.rs`; why a launch fails, with the status
 //! its scrun reports, in `failure.rs` ([`LaunchError`]); every system
-//! call that needs `unsafe` in `sys.rs`. Every timeout reads the time
+//! call that needs `unsafe` in the crate's `sys.rs`. Every timeout reads the time
 //! through the [`Clock`] the actuator was made with, so that tests move
 //! time themselves.
 
@@ -45,7 +45,6 @@ mod recover;
 mod snapshot;
 mod spawn;
 pub mod statedir;
-pub mod sys;
 
 mod daemon;
 mod exec;
@@ -76,6 +75,7 @@ use crate::ids::JobId;
 use crate::job::{LaunchPlan, Usage};
 
 use self::cgroup::Cgroups;
+use crate::sys;
 
 /// How long a stop may go unconfirmed by `wait4` before /proc is consulted.
 const CONFIRM_FALLBACK: Duration = Duration::from_millis(20);

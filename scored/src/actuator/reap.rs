@@ -2,8 +2,9 @@
 //! turned into core inputs, the processes a finished job left behind
 //! killed and drained, its final accounting, and what is left of it
 //! removed.
+#![forbid(unsafe_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -59,7 +60,7 @@ impl OsActuator {
 
     /// Removes finished jobs' scratch trees for at most [`SWEEP_SLICE`].
     pub(super) fn sweep(&mut self) {
-        let start = Instant::now();
+        let start = self.clock.now();
         while let Some(removal) = self.removals.front_mut() {
             match removal.step(SWEEP_STEP) {
                 Ok(false) => {}
@@ -76,7 +77,7 @@ impl OsActuator {
                     self.removals.pop_front();
                 }
             }
-            if start.elapsed() >= SWEEP_SLICE {
+            if self.clock.now().duration_since(start) >= SWEEP_SLICE {
                 break;
             }
         }

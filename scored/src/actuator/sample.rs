@@ -1,6 +1,7 @@
 //! What a job's processes are and use: its descendants found (from its
 //! cgroup, or by walking /proc from its live ranks) and held through
 //! pidfds, and its CPU time, memory per host and disk use measured.
+#![forbid(unsafe_code)]
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;

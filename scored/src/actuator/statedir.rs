@@ -10,6 +10,7 @@
 //! a handle (`fchown`, `fchmod`) after checking that it is the directory we
 //! made. A scratch tree is removed, and measured, by walking those handles,
 //! never by path.
+#![forbid(unsafe_code)]
 
 use std::ffi::{CStr, OsStr};
 use std::io;

@@ -3,6 +3,7 @@
 //! /proc for the others, the freezer when a stop is not confirmed in
 //! time), and a switched-out job held against SIGCONT from outside it, a
 //! tracer that resumes it, or anything else that lets it use CPU time.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSliceMut, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -640,11 +640,7 @@ pub(super) fn read_available(conn: &mut Connection, chunk: &mut [u8]) -> io::Res
             if let Ok(cmsgs) = message.cmsgs() {
                 for cmsg in cmsgs {
                     if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                        for fd in raw {
-                            // SAFETY: the kernel just installed this descriptor in our
-                            // table for this message (SCM_RIGHTS); nothing else owns it.
-                            fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
-                        }
+                        fds.extend(raw.into_iter().map(crate::sys::own_received_descriptor));
                     }
                 }
             }

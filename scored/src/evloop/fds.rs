@@ -3,8 +3,7 @@
 //! kept once per open file (jobs launched from one terminal share them).
 
 use std::collections::HashMap;
-use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::rc::{Rc, Weak};
 
 /// The descriptor limits the daemon found and what it raised them to.
@@ -72,7 +71,7 @@ impl FdPool {
             let Some(existing) = weak.upgrade() else {
                 continue;
             };
-            match same_description(existing.as_raw_fd(), fd.as_raw_fd()) {
+            match crate::sys::same_description(existing.as_raw_fd(), fd.as_raw_fd()) {
                 Ok(true) => return existing,
                 Ok(false) => {}
                 Err(error) => {
@@ -92,29 +91,6 @@ impl FdPool {
     }
 }
 
-/// Whether two of our descriptors refer to the same open file description.
-pub(super) fn same_description(first: RawFd, second: RawFd) -> io::Result<bool> {
-    const KCMP_FILE: libc::c_long = 0;
-    let pid = std::process::id() as libc::c_long;
-    // SAFETY: kcmp takes integers only: our own pid twice, the comparison
-    // kind and two descriptor numbers; it reads no memory of ours.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_kcmp,
-            pid,
-            pid,
-            KCMP_FILE,
-            first as libc::c_long,
-            second as libc::c_long,
-        )
-    };
-    match ret {
-        0 => Ok(true),
-        1..=3 => Ok(false),
-        _ => Err(io::Error::last_os_error()),
-    }
-}
-
 pub(super) fn spare_descriptor() -> Option<std::fs::File> {
     std::fs::File::open("/dev/null").ok()
 }
@@ -127,7 +103,7 @@ pub(super) fn check_job_terminal(stdin: &OwnedFd) -> Result<(), String> {
     if !nix::unistd::isatty(stdin).unwrap_or(false) {
         return Err("-pty: the standard input sent with the job is not a terminal".into());
     }
-    match crate::actuator::sys::terminal_session(stdin.as_fd()) {
+    match crate::sys::terminal_session(stdin.as_fd()) {
         Ok(None) => Ok(()),
         Ok(Some(session)) => Err(format!(
             "-pty: the terminal sent with the job is already the controlling terminal of session {session}"

@@ -3,7 +3,7 @@
 //! groups from the system's databases.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 
 use mio::net::UnixStream;
 
@@ -51,40 +51,6 @@ pub(super) fn peer_cred(stream: &UnixStream) -> io::Result<Cred> {
         pid: creds.pid(),
         uid: creds.uid(),
         gid: creds.gid(),
-        groups: peer_groups(stream.as_raw_fd()),
+        groups: crate::sys::peer_groups(stream.as_raw_fd()),
     })
-}
-
-/// SO_PEERGROUPS: the supplementary groups the peer had when it connected.
-pub(super) fn peer_groups(fd: RawFd) -> Vec<u32> {
-    let mut groups = vec![0 as libc::gid_t; 256];
-    loop {
-        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
-        // SAFETY: `groups` is a writable buffer of `len` bytes that lives
-        // across the call; getsockopt writes at most `len` bytes into it and
-        // stores the size it needs in `len`.
-        let ret = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_PEERGROUPS,
-                groups.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        let count = len as usize / std::mem::size_of::<libc::gid_t>();
-        if ret == 0 {
-            groups.truncate(count);
-            // Kept for the connection's life: hold only what was returned.
-            groups.shrink_to_fit();
-            return groups;
-        }
-        let error = io::Error::last_os_error();
-        if error.raw_os_error() == Some(libc::ERANGE) && count > groups.len() && count <= 65_536 {
-            groups.resize(count, 0);
-            continue;
-        }
-        tracing::debug!(%error, "SO_PEERGROUPS failed; supplementary groups unknown");
-        return Vec::new();
-    }
 }

@@ -47,7 +47,7 @@ impl<A: Actuator> Daemon<A> {
         snapshot: crate::handover::ConnectionsSnapshot,
         tick_us: u64,
     ) -> io::Result<Daemon<A>> {
-        use crate::actuator::sys::adopt_descriptor;
+        use crate::sys::adopt_descriptor;
         let now = Instant::now();
         self.start = now
             .checked_sub(Duration::from_micros(tick_us))
@@ -240,8 +240,8 @@ impl<A: Actuator> Daemon<A> {
         &mut self,
         requester: Option<(Token, bool)>,
     ) -> Result<std::convert::Infallible, String> {
-        use crate::actuator::sys;
         use crate::handover::{self, ConnectionSnapshot, ConnectionsSnapshot, Handover};
+        use crate::sys;
         let began = Instant::now();
         let setup = self
             .restart
@@ -416,6 +416,6 @@ const LAUNCH_WAIT: Duration = Duration::from_secs(10);
 /// The listening socket an earlier image of this process handed over.
 pub fn adopt_listener(fd: RawFd) -> io::Result<std::os::unix::net::UnixListener> {
     Ok(std::os::unix::net::UnixListener::from(
-        crate::actuator::sys::adopt_descriptor(fd)?,
+        crate::sys::adopt_descriptor(fd)?,
     ))
 }

@@ -139,8 +139,7 @@ pub(crate) fn switch_baseline_with(n: u32, grouping: Groups) -> f64 {
     let (groups_a, mut children_a) = spawn_set();
     let (groups_b, mut children_b) = spawn_set();
     stop_and_confirm(&groups_b, &children_b);
-    scored::actuator::sys::set_scheduler(Some(10), true)
-        .expect("SCHED_FIFO for the baseline (run as root)");
+    scored::sys::set_scheduler(Some(10), true).expect("SCHED_FIFO for the baseline (run as root)");
     let mut samples = Vec::new();
     let rounds = scaled(100, 30);
     let mut running_a = true;
@@ -157,7 +156,7 @@ pub(crate) fn switch_baseline_with(n: u32, grouping: Groups) -> f64 {
         samples.push(start.elapsed().as_secs_f64());
         running_a = !running_a;
     }
-    let _ = scored::actuator::sys::set_scheduler(None, false);
+    let _ = scored::sys::set_scheduler(None, false);
     for child in children_a.iter_mut().chain(children_b.iter_mut()) {
         let _ = child.kill();
         let _ = nix::sys::signal::kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
@@ -262,8 +261,7 @@ pub(crate) fn switch_freezer(n: u32, freezer: Freezer) -> Option<f64> {
         }
     };
     freeze_and_confirm(1);
-    scored::actuator::sys::set_scheduler(Some(10), true)
-        .expect("SCHED_FIFO for the baseline (run as root)");
+    scored::sys::set_scheduler(Some(10), true).expect("SCHED_FIFO for the baseline (run as root)");
     let mut samples = Vec::new();
     let mut running = 0;
     for _ in 0..scaled(100, 30) {
@@ -274,7 +272,7 @@ pub(crate) fn switch_freezer(n: u32, freezer: Freezer) -> Option<f64> {
         samples.push(start.elapsed().as_secs_f64());
         running = 1 - running;
     }
-    let _ = scored::actuator::sys::set_scheduler(None, false);
+    let _ = scored::sys::set_scheduler(None, false);
     for (dir, children) in dirs.iter().zip(sets.iter_mut()) {
         write(dir, thawed_value);
         for child in children.iter_mut() {

@@ -46,7 +46,6 @@ impl Core {
         // program: the others would wait for it forever, so the job ends.
         if let Some(signal) = status.signal() {
             if !record.is_ending() {
-                self.n_ending += 1;
                 record.begin_end(EndCause::RankSignalled, None);
                 tracing::debug!(job = %job, stage, rank, signal, "rank killed by a signal; killing the job");
                 if record.ranks_left() > 0 {
@@ -74,7 +73,6 @@ impl Core {
             let mask = self.scratch.mask_of(job);
             set_busy(&mut self.busy, mask, &record.hosts, false);
         }
-        self.refresh_crossing(job);
         let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
@@ -208,11 +206,6 @@ impl Core {
         let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
-        if !record.is_ending() {
-            // Every path below sets its ending but the one that returns at
-            // once, for a job already ending.
-            self.n_ending += 1;
-        }
         if record.is_ending() && !matches!(record.ending(), Some(EndCause::RankSignalled)) {
             // Already being killed; a harder kill may still escalate it.
             if !graceful {
@@ -252,9 +245,6 @@ impl Core {
         let Some(mut record) = self.logged.jobs.remove(&job) else {
             return;
         };
-        if record.is_ending() {
-            self.n_ending -= 1;
-        }
         self.scratch.forget(job);
         let (phase, time_deadline) = record.processes_gone(now);
         if phase == Phase::Stopping {
@@ -273,12 +263,11 @@ impl Core {
         if usage_limited(&record.limits) {
             self.n_usage_limited = self.n_usage_limited.saturating_sub(1);
         }
-        self.ran.retain(|other| *other != job);
+        self.ran.remove(&job);
         if self.logged.live.remove(&job) {
             let mask = self.scratch.mask_of(job);
             set_busy(&mut self.busy, mask, &record.hosts, false);
         }
-        self.refresh_crossing(job);
         self.logged.queues[record.queue as usize].remove(job);
         self.logged.ledger.release(&Placement {
             cluster: record.cluster,

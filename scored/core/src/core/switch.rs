@@ -3,7 +3,7 @@
 //! only once no running or stopping job holds any of its hosts).
 #![forbid(unsafe_code)]
 
-use super::{Action, ClientEvent, Core, JobEvent, JobTable, RAN_COMPACT_AT};
+use super::{Action, ClientEvent, Core, JobEvent, JobTable};
 use crate::admission::{ClusterLimits, Ledger};
 use crate::cluster::Topology;
 use crate::command::QueueMode;
@@ -55,7 +55,7 @@ impl Core {
         // decision's scratch says which job took each chosen job's first host).
         // With the last decision kept, none leaves: its stops were sent
         // when it was made, and only stops were confirmed since.
-        let mut leaving = std::mem::take(&mut self.spare.leaving);
+        let mut leaving = Vec::new();
         if !reuse || cfg!(debug_assertions) {
             leaving.extend(self.logged.live.iter().copied().filter(|job| {
                 let record = &self.logged.jobs[job];
@@ -86,7 +86,6 @@ impl Core {
             }
             out.push(Action::Stop(job));
         }
-        self.spare.leaving = leaving;
 
         // Phase two: start or continue chosen jobs whose hosts are free of
         // every job that is running or still stopping.
@@ -96,7 +95,7 @@ impl Core {
         // second decision of a switch, once the stops are confirmed).
         let none_stopping = self.n_stopping == 0;
         let mut blocked = false;
-        let mut entering = std::mem::take(&mut self.spare.entering);
+        let mut entering = Vec::new();
         for &job in &active {
             let record = &self.logged.jobs[&job];
             if matches!(record.phase(), Phase::Running | Phase::Stopping) {
@@ -142,7 +141,6 @@ impl Core {
                 self.enter(job, now, out);
             }
         }
-        self.spare.entering = entering;
         if std::mem::take(&mut self.ran_refill) {
             // Every running job is a chosen one: phase one stopped the others.
             for job in &self.active {
@@ -152,7 +150,7 @@ impl Core {
                     .get(job)
                     .is_some_and(|record| record.phase() == Phase::Running)
                 {
-                    self.ran.push(*job);
+                    self.ran.insert(*job);
                 }
             }
             debug_assert!(
@@ -185,17 +183,15 @@ impl Core {
         // Jobs being killed take their hosts first: a graceful kill must
         // let the job run to handle SIGTERM, and a job whose processes
         // may still run must keep its hosts until they are gone.
-        let mut first = std::mem::take(&mut self.spare.first);
+        let mut first = Vec::new();
         first.extend(self.logged.kill_deadlines.iter().map(|(_, job)| *job));
-        if self.n_ending > 0 {
-            first.extend(
-                self.logged
-                    .live
-                    .iter()
-                    .copied()
-                    .filter(|job| jobs[job].is_ending()),
-            );
-        }
+        first.extend(
+            self.logged
+                .live
+                .iter()
+                .copied()
+                .filter(|job| jobs[job].is_ending()),
+        );
         first.sort_unstable();
         first.dedup();
         let view = View {
@@ -217,7 +213,6 @@ impl Core {
             active,
             bindings,
         );
-        self.spare.first = first;
         self.waiting_current = true;
     }
 
@@ -276,12 +271,7 @@ impl Core {
             .estimate
             .map(|estimate| now.after(estimate.saturating_sub(record.run_time)));
         let first_time = record.run(now, time_deadline);
-        self.ran.push(job);
-        if self.ran.len() >= self.ran_compact_at {
-            self.ran.sort_unstable();
-            self.ran.dedup();
-            self.ran_compact_at = (2 * self.ran.len()).max(RAN_COMPACT_AT);
-        }
+        self.ran.insert(job);
         if let Some(deadline) = time_deadline {
             self.logged.time_deadlines.insert((deadline, job));
         }
@@ -306,17 +296,15 @@ impl Core {
             }
             Phase::Running | Phase::Stopping => {}
         }
-        self.refresh_crossing(job);
     }
+
     /// Recomputes from the jobs themselves what the scheduling path keeps
     /// up to date as jobs change (the busy hosts, the count of stopping
-    /// jobs, the crossing index), for a core rebuilt from a snapshot.
+    /// jobs), for a core rebuilt from a snapshot.
     pub(super) fn rebuild_schedule_state(&mut self) {
         self.busy = vec![0; self.logged.topology.hosts.len().div_ceil(64)];
-        self.n_stopping = 0;
-        self.logged.crossings.clear();
-        self.logged.crossing_of.clear();
         self.decision_current = false;
+        self.n_stopping = 0;
         self.waiting_current = false;
         let live: Vec<JobId> = self.logged.live.iter().copied().collect();
         for job in live {
@@ -329,7 +317,6 @@ impl Core {
             if record.phase() == Phase::Stopping {
                 self.n_stopping += 1;
             }
-            self.refresh_crossing(job);
         }
     }
 }

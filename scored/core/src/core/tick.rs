@@ -1,11 +1,11 @@
 //! The clock in the core: what a `Tick` does (graceful kills escalated,
 //! `-time` limits, the slice boundary with its gang rotation and usage
 //! samples), and when the next tick is needed ([`Core::next_deadline`],
-//! and for a replay [`Core::next_decision`] with the index of CPU time
-//! and residency crossings).
+//! and for a replay [`Core::next_decision`], which finds when a CPU time
+//! or residency limit could be crossed).
 #![forbid(unsafe_code)]
 
-use super::{usage_limited, Action, Core, FEW_RAN, RAN_COMPACT_AT, SIGKILL};
+use super::{usage_limited, Action, Core, FEW_RAN, SIGKILL};
 use crate::command::QueueMode;
 use crate::ids::{JobId, Tick};
 use crate::job::{EndCause, Job, Phase};
@@ -52,7 +52,7 @@ impl Core {
             return timers;
         }
         // Every job running (all live, none being stopped): none waits.
-        let all_running = self.n_stopping == 0 && self.logged.live.len() == self.logged.jobs.len();
+        let all_running = self.logged.live.len() == self.logged.jobs.len() && self.n_stopping == 0;
         let rotation_matters = !all_running
             && self.logged.queues.iter().any(|queue| {
                 queue.activated
@@ -74,7 +74,22 @@ impl Core {
         // limit crossed: a job's CPU time grows by at most one second per
         // process per second since the last sample, so the job with the
         // least left per process crosses first.
-        let crossing = self.logged.crossings.first().map(|&(left, _)| {
+        let limited = self.n_cputime_limited > 0
+            || self
+                .logged
+                .queues
+                .iter()
+                .any(|queue| queue.residency.is_some());
+        let least_left = if limited {
+            self.logged
+                .live
+                .iter()
+                .filter_map(|job| self.crossing_key(&self.logged.jobs[job]))
+                .min()
+        } else {
+            None
+        };
+        let crossing = least_left.map(|left| {
             if now >= self.sampled_at {
                 Tick(self.sampled_at.0.saturating_add(left)).max(now)
             } else {
@@ -127,49 +142,6 @@ impl Core {
             .min()
     }
 
-    /// Brings a job's entry in `crossings` up to date: after it becomes
-    /// live or stops being live, after a sample, after a move.
-    #[inline]
-    pub(super) fn refresh_crossing(&mut self, job: JobId) {
-        // Nothing indexed, and nothing to index: no job has a CPU time
-        // limit and no queue demotes by residency (a job enters and leaves
-        // `live` at every switch; this keeps that free of look-ups).
-        if self.logged.crossing_of.is_empty()
-            && self.n_cputime_limited == 0
-            && self
-                .logged
-                .queues
-                .iter()
-                .all(|queue| queue.residency.is_none())
-        {
-            return;
-        }
-        self.refresh_crossing_of(job);
-    }
-
-    #[inline(never)]
-    pub(super) fn refresh_crossing_of(&mut self, job: JobId) {
-        let key = self
-            .logged
-            .live
-            .contains(&job)
-            .then(|| self.logged.jobs.get(&job))
-            .flatten()
-            .and_then(|record| self.crossing_key(record));
-        let old = match key {
-            Some(key) => self.logged.crossing_of.insert(job, key),
-            None => self.logged.crossing_of.remove(&job),
-        };
-        if old != key {
-            if let Some(old) = old {
-                self.logged.crossings.remove(&(old, job));
-            }
-            if let Some(key) = key {
-                self.logged.crossings.insert((key, job));
-            }
-        }
-    }
-
     pub(super) fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
         // Escalate graceful kills whose grace is over.
         while let Some(&(deadline, job)) = self.logged.kill_deadlines.first() {
@@ -211,15 +183,15 @@ impl Core {
         let slice = self.logged.config.timeslice.as_micros().max(1) as u64;
         let elapsed = now.0.saturating_sub(self.slice_anchor.0);
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
-        let mut ran = std::mem::take(&mut self.ran);
+        let mut ran = std::mem::take(&mut self.rotation.ran_sorted);
+        ran.extend(self.ran.drain());
         ran.sort_unstable();
-        ran.dedup();
         if !ran.is_empty() {
             // A few jobs ran (gang jobs of a busy machine): comparing each
             // queued job with them costs less than hashing it.
-            let mut few = std::mem::take(&mut self.spare.ran);
+            let mut few = std::mem::take(&mut self.rotation.ran);
             few.clear();
-            let mut many = std::mem::take(&mut self.spare.ran_set);
+            let mut many = std::mem::take(&mut self.rotation.ran_set);
             many.clear();
             if ran.len() <= FEW_RAN {
                 few.extend(ran.iter().copied());
@@ -234,7 +206,7 @@ impl Core {
             // How many of the few are in each queue (a job's record names
             // its queue, which holds it once), so that a rotation stops at
             // the last of them; one whose record is gone counts for all.
-            let mut per_queue = std::mem::take(&mut self.spare.ran_per_queue);
+            let mut per_queue = std::mem::take(&mut self.rotation.ran_per_queue);
             per_queue.clear();
             per_queue.resize(self.logged.queues.len(), 0);
             for job in &few {
@@ -247,8 +219,8 @@ impl Core {
                     None => per_queue.iter_mut().for_each(|count| *count += 1),
                 }
             }
-            let rotated = &mut self.spare.rotated;
-            let positions = &mut self.spare.positions;
+            let rotated = &mut self.rotation.rotated;
+            let positions = &mut self.rotation.positions;
             let scratch = &self.scratch;
             self.logged.queues.modify_all(|queues| {
                 for (idx, (queue, at_most)) in queues.iter_mut().zip(&per_queue).enumerate() {
@@ -280,16 +252,15 @@ impl Core {
                     }
                 }
             });
-            self.spare.ran_per_queue = per_queue;
+            self.rotation.ran_per_queue = per_queue;
             few.clear();
-            self.spare.ran = few;
+            self.rotation.ran = few;
             many.clear();
-            self.spare.ran_set = many;
+            self.rotation.ran_set = many;
         }
         // The set is refilled at once by `reschedule`: keep its table.
         ran.clear();
-        self.ran = ran;
-        self.ran_compact_at = RAN_COMPACT_AT;
+        self.rotation.ran_sorted = ran;
         self.ran_refill = true;
         // The set restarts with the new slice; `reschedule`, which always
         // follows, fills it again with every job that runs in it.

@@ -551,9 +551,6 @@ impl Core {
             if usage_limited(&job.limits) {
                 core.n_usage_limited += 1;
             }
-            if job.is_ending() {
-                core.n_ending += 1;
-            }
             if core.logged.jobs.contains_key(&id) || id.0 >= snapshot.next_job {
                 return Err(RestoreError::DuplicateJob(id));
             }

@@ -1,6 +1,9 @@
-//! System calls that `nix` does not wrap, each wrapped once so that call
-//! sites stay safe: `wait4` (with resource usage), pidfds, scheduling
-//! policy, the child-subreaper flag and the parent-death signal.
+//! The daemon's system calls that `nix` does not wrap safely, each wrapped
+//! once so that call sites stay safe: `wait4` (with resource usage),
+//! pidfds, scheduling policy, the child-subreaper flag, the parent-death
+//! signal, descriptors received or handed over, peer groups. With the
+//! child's side of a fork (`actuator/spawn.rs`), the only place of the
+//! daemon's crate with `unsafe`.
 //!
 //! Everything here may be called between `fork` and `exec` unless its doc
 //! says otherwise: no allocation, no locks, only the system call.
@@ -775,6 +778,89 @@ pub fn epoll_ready(epoll: &OwnedFd, ready: &mut [u64]) -> io::Result<usize> {
         *slot = event.u64;
     }
     Ok(n)
+}
+
+/// Whether two of our descriptors refer to the same open file description
+/// (`kcmp(KCMP_FILE)`). Not for use between fork and exec.
+pub fn same_description(first: RawFd, second: RawFd) -> io::Result<bool> {
+    const KCMP_FILE: libc::c_long = 0;
+    let pid = std::process::id() as libc::c_long;
+    // SAFETY: kcmp takes integers only: our own pid twice, the comparison
+    // kind and two descriptor numbers; it reads no memory of ours.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            pid,
+            pid,
+            KCMP_FILE,
+            first as libc::c_long,
+            second as libc::c_long,
+        )
+    };
+    match ret {
+        0 => Ok(true),
+        1..=3 => Ok(false),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Takes ownership of a descriptor the kernel has just installed in our
+/// table for a message received with SCM_RIGHTS. Only for the numbers of
+/// such a message, each once.
+pub fn own_received_descriptor(fd: RawFd) -> OwnedFd {
+    // SAFETY: the kernel installed this descriptor for the message the
+    // caller received (SCM_RIGHTS); no other owner knows its number.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Makes `command`'s child run at SCHED_FIFO `priority` (reset on fork)
+/// from before its exec; where that is refused it runs at normal priority.
+/// Not for use between fork and exec.
+pub fn set_fifo_priority_in_child(command: &mut std::process::Command, priority: i32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure makes one system call (sched_setscheduler), which
+    // allocates nothing and takes no lock, between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            let _ = set_scheduler(Some(priority), true);
+            Ok(())
+        });
+    }
+}
+
+/// SO_PEERGROUPS: the supplementary groups the peer had when it connected.
+/// Not for use between fork and exec.
+pub fn peer_groups(fd: RawFd) -> Vec<u32> {
+    let mut groups = vec![0 as libc::gid_t; 256];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is a writable buffer of `len` bytes that lives
+        // across the call; getsockopt writes at most `len` bytes into it and
+        // stores the size it needs in `len`.
+        let ret = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let count = len as usize / std::mem::size_of::<libc::gid_t>();
+        if ret == 0 {
+            groups.truncate(count);
+            // Kept for the connection's life: hold only what was returned.
+            groups.shrink_to_fit();
+            return groups;
+        }
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() == Some(libc::ERANGE) && count > groups.len() && count <= 65_536 {
+            groups.resize(count, 0);
+            continue;
+        }
+        tracing::debug!(%error, "SO_PEERGROUPS failed; supplementary groups unknown");
+        return Vec::new();
+    }
 }
 
 #[cfg(test)]
