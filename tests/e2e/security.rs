@@ -934,6 +934,13 @@ fn many_files_count_as_disk_use_and_their_removal_does_not_hold_the_loop() {
         "the tree was never removed"
     );
     assert!(!daemon.log().contains("cannot remove"), "{}", daemon.log());
+    assert!(
+        daemon
+            .log()
+            .contains("a large scratch tree is removed by a child process"),
+        "{}",
+        daemon.log()
+    );
 }
 
 /// A process outside the job, working inside its scratch tree, keeps

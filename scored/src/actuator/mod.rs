@@ -94,6 +94,9 @@ const STATE_DIR_CHECK: Duration = Duration::from_secs(1);
 /// is left. A tree of hundreds of thousands of files so costs the loop
 /// slices of this length, between which clients and ticks are served.
 pub const SWEEP_SLICE: Duration = Duration::from_millis(2);
+/// At most this many child processes remove large trees at once; further
+/// large trees wait for one to end.
+const MAX_REMOVERS: usize = 2;
 /// The entries removed between two readings of the clock in a slice.
 const SWEEP_STEP: usize = 64;
 /// Disk accounting examines at most this many directory entries per
@@ -462,6 +465,8 @@ pub struct OsActuator {
     /// Finished jobs' scratch trees, taken from their users and being
     /// removed a slice at a time (`sweep`).
     removals: std::collections::VecDeque<statedir::Removal>,
+    /// Child processes removing large trees (`sweep`): pid to tree name.
+    removers: HashMap<i32, String>,
     /// When switched-out jobs are next checked for CPU time used.
     escape_check_at: Instant,
     /// Directory entries the disk walks examined in the current window.
@@ -566,6 +571,7 @@ impl OsActuator {
             children: HashMap::new(),
             cgroups,
             removals,
+            removers: HashMap::new(),
             state,
             state_problem: None,
             state_check_at: clock.now() + STATE_DIR_CHECK,
@@ -659,7 +665,11 @@ impl Actuator for OsActuator {
             .jobs
             .values()
             .any(|procs| procs.launch_due(&self.execs));
-        if launching || !self.removals.is_empty() {
+        let removing = self
+            .removals
+            .front()
+            .is_some_and(|removal| !removal.is_large() || self.removers.len() < MAX_REMOVERS);
+        if launching || removing {
             return Some(self.clock.now());
         }
         let poll = busy.then(|| self.clock.now() + POLL_INTERVAL);

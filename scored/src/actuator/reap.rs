@@ -15,8 +15,8 @@ use crate::job::ExitStatus;
 
 use super::procfs::Stat;
 use super::{
-    procfs, statedir, sys, Actuator, Drain, JobProcs, OsActuator, DISK_ENTRIES_PER_SAMPLE,
-    SWEEP_SLICE, SWEEP_STEP,
+    procfs, spawn, statedir, sys, Actuator, Drain, JobProcs, OsActuator, DISK_ENTRIES_PER_SAMPLE,
+    MAX_REMOVERS, SWEEP_SLICE, SWEEP_STEP,
 };
 
 impl OsActuator {
@@ -58,10 +58,32 @@ impl OsActuator {
         }
     }
 
-    /// Removes finished jobs' scratch trees for at most [`SWEEP_SLICE`].
+    /// Removes finished jobs' scratch trees for at most [`SWEEP_SLICE`],
+    /// and hands a large tree (see `Removal::is_large`) to a child process
+    /// of its own, up to [`MAX_REMOVERS`] at once: one system call on a
+    /// directory that held hundreds of thousands of entries can take most
+    /// of a second, which no slice can divide. Should the fork fail, the
+    /// tree goes on being removed in slices.
     pub(super) fn sweep(&mut self) {
         let start = self.clock.now();
         while let Some(removal) = self.removals.front_mut() {
+            if removal.is_large() {
+                if self.removers.len() >= MAX_REMOVERS {
+                    break;
+                }
+                match spawn::spawn_remover(removal) {
+                    Ok(pid) => {
+                        let name = removal.name().to_string();
+                        tracing::debug!(tree = %name, pid, "a large scratch tree is removed by a child process");
+                        self.removers.insert(pid, name);
+                        self.removals.pop_front();
+                        continue;
+                    }
+                    Err(error) => {
+                        tracing::warn!(tree = removal.name(), %error, "cannot fork a remover; removing the tree in slices");
+                    }
+                }
+            }
             match removal.step(SWEEP_STEP) {
                 Ok(false) => {}
                 Ok(true) => {
@@ -174,6 +196,18 @@ impl OsActuator {
                     procs.reaped_peak[child.slot] += waited.max_rss;
                 }
                 self.rank_reaped(child.job, pid, out);
+            }
+            (None, sys::WaitEvent::Exited(code)) if self.removers.contains_key(&pid) => {
+                let tree = self.removers.remove(&pid).unwrap_or_default();
+                if code == 0 {
+                    tracing::debug!(%tree, "scratch tree removed");
+                } else {
+                    tracing::warn!(%tree, "cannot remove a finished job's scratch tree; it is left for the next start");
+                }
+            }
+            (None, sys::WaitEvent::Signaled(signal, _)) if self.removers.contains_key(&pid) => {
+                let tree = self.removers.remove(&pid).unwrap_or_default();
+                tracing::warn!(%tree, signal, "the remover of a scratch tree was killed; the tree is left for the next start");
             }
             (None, event) => {
                 // A descendant that was orphaned and came to us (we are

@@ -522,6 +522,43 @@ fn shed_root_leftovers(became_user: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Forks a child that removes the rest of a large scratch tree (see
+/// [`Removal::is_large`](super::statedir::Removal::is_large)) and exits: 0
+/// once the tree is gone, 1 if the removal failed (the tree then stays in
+/// `STATE_DIR/removing` for the next start). Its pid is returned for the
+/// reaper.
+///
+/// Unlike a rank's child, this one runs the daemon's own Rust code, which
+/// allocates: that is sound because the daemon is single-threaded, so no
+/// allocator lock is held by another thread at the fork, and the child
+/// never returns into the daemon's loop (it ends with `_exit`, running no
+/// destructor and flushing nothing of the daemon's). It runs at the lowest
+/// priority (the daemon's scheduling class is reset on fork), so that the
+/// disk work competes with no job.
+pub fn spawn_remover(removal: &mut super::statedir::Removal) -> io::Result<i32> {
+    #[cfg(all(debug_assertions, not(test)))]
+    assert!(
+        super::procfs::thread_count().is_none_or(|threads| threads == 1),
+        "the daemon forks a remover with more than one thread"
+    );
+    // SAFETY: the daemon is single-threaded, so the child inherits no lock
+    // held by another thread; the child only removes the tree through the
+    // descriptors it inherited and ends with `_exit`.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => {
+            let _ = sys::set_nice(19);
+            let code = match removal.finish() {
+                Ok(()) => 0,
+                Err(_) => 1,
+            };
+            // SAFETY: `_exit` ends the child without running the daemon's
+            // exit handlers or destructors, which belong to the parent.
+            unsafe { libc::_exit(code) }
+        }
+        nix::unistd::ForkResult::Parent { child } => Ok(child.as_raw()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

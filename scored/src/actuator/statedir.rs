@@ -588,6 +588,21 @@ pub struct Removal {
     uid: u32,
     /// Entries removed so far.
     pub removed: u64,
+    /// A directory of the tree is large (see [`Removal::is_large`]).
+    large_dir: bool,
+}
+
+/// A tree with more entries than this is removed by a child process
+/// rather than in the event loop's slices (see [`Removal::is_large`]).
+pub const LARGE_TREE_ENTRIES: u64 = 4096;
+/// A directory whose own size (its entry blocks, which the file system
+/// keeps after its entries go) exceeds this makes its tree large: reading
+/// it once emptied, or removing it, is one system call that can take most
+/// of a second on ext4.
+const LARGE_DIR_BYTES: i64 = 1 << 20;
+
+fn is_large_dir(dir: BorrowedFd<'_>) -> bool {
+    fstat(dir).is_ok_and(|stat| stat.st_size > LARGE_DIR_BYTES)
 }
 
 impl std::fmt::Debug for Removal {
@@ -610,7 +625,9 @@ impl Removal {
             Err(Errno::ELOOP | Errno::ENOTDIR | Errno::ENOENT) => None,
             Err(errno) => return Err(errno.into()),
         };
+        let large_dir = top.as_ref().is_some_and(|top| is_large_dir(top.as_fd()));
         Ok(Removal {
+            large_dir,
             parent,
             name,
             top,
@@ -627,6 +644,21 @@ impl Removal {
     /// The tree's name in its parent, for messages.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether the rest of the removal should go to a child process: the
+    /// tree has had more than [`LARGE_TREE_ENTRIES`] entries, or holds a
+    /// directory large enough that one system call on it could hold the
+    /// loop. Small trees, nearly every job's, are removed in the loop.
+    pub fn is_large(&self) -> bool {
+        self.large_dir || self.removed > LARGE_TREE_ENTRIES
+    }
+
+    /// Removes the whole tree, for the child process that takes a large
+    /// one: `Ok(())` once it is gone.
+    pub fn finish(&mut self) -> io::Result<()> {
+        while !self.step(usize::MAX)? {}
+        Ok(())
     }
 
     /// Removes at most `budget` entries; `Ok(true)` once the tree is gone.
@@ -724,6 +756,11 @@ impl Removal {
             match open_dir_at(current.fd.as_fd(), entry_name) {
                 Ok(fd) => {
                     take_dir(fd.as_fd(), self.uid)?;
+                    if is_large_dir(fd.as_fd()) {
+                        self.large_dir = true;
+                        // Handed to the child before a read of it.
+                        spent = budget;
+                    }
                     let name = entry_name.to_owned();
                     self.stack.push(OpenDir::new(fd)?);
                     self.names.push(name);
@@ -978,6 +1015,31 @@ mod tests {
         assert!(refilled > 0, "nothing was moved in");
         assert!(steps > 1_000 / 16, "{steps} steps for over 1,000 entries");
         assert!(removal.removed >= 20 * 52, "{}", removal.removed);
+        std::fs::remove_dir_all(&root).expect("clean up");
+    }
+
+    #[test]
+    fn a_tree_of_many_entries_is_large_and_finished_in_one_call() {
+        let root = scratch_root("large");
+        let tree = root.join("tree");
+        let files = LARGE_TREE_ENTRIES as usize + 100;
+        std::fs::create_dir_all(tree.join("w")).expect("mkdir");
+        for file in 0..files {
+            std::fs::write(tree.join(format!("w/f{file}")), b"").expect("write");
+        }
+        let uid = nix::unistd::geteuid().as_raw();
+        let mut removal = Removal::new(open_path(&root), "tree".into(), uid).expect("open");
+        assert!(!removal.is_large(), "nothing is known of the tree yet");
+        while !removal.is_large() {
+            assert!(
+                !removal.step(64).expect("a step"),
+                "removed before it was large"
+            );
+        }
+        assert!(tree.exists());
+        removal.finish().expect("the rest");
+        assert!(!tree.exists(), "the tree is gone");
+        assert!(removal.removed as usize > files, "{}", removal.removed);
         std::fs::remove_dir_all(&root).expect("clean up");
     }
 }
