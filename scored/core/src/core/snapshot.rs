@@ -66,6 +66,10 @@ struct QueueSnapshot {
     disk_pct: Option<f64>,
     group: Option<u32>,
     group_name: Option<String>,
+    #[serde(default)]
+    backfill: bool,
+    #[serde(default)]
+    mpl: Option<u32>,
     order: Vec<u64>,
 }
 
@@ -365,6 +369,8 @@ impl Core {
                     disk_pct: queue.disk_pct,
                     group: queue.group,
                     group_name: queue.group_name.clone(),
+                    backfill: queue.backfill,
+                    mpl: queue.mpl,
                     order: queue.order().map(|job| job.0).collect(),
                 })
                 .collect(),

@@ -572,6 +572,8 @@ impl Core {
             restored.disk_pct = queue.disk_pct;
             restored.group = queue.group;
             restored.group_name = queue.group_name;
+            restored.backfill = queue.backfill;
+            restored.mpl = queue.mpl;
             for id in queue.order {
                 let Some(job) = core.logged.jobs.get(&JobId(id)) else {
                     return Err(RestoreError::QueueHoldsUnknownJob {

@@ -489,3 +489,24 @@ fn an_exclusive_job_waiting_for_hosts_survives_a_restart() {
         Core::restore(CoreConfig::default(), topology(2), sim.core.snapshot()).expect("restore");
     assert_eq!(restored.cmd(&root(), "jobs"), sim.cmd(&root(), "jobs"));
 }
+
+/// A queue's level and backfilling are settings an operator made: a
+/// restart keeps them, and the jobs waiting under them.
+#[test]
+fn a_queues_level_and_backfilling_survive_a_restart() {
+    let mut sim = Sim::new(2, 100);
+    sim.cmd(&root(), "queue 1 set mode=gang mpl=1");
+    sim.cmd(&root(), "queue 0 set backfill=on");
+    sim.submit(2, Some(1));
+    sim.submit(2, Some(1));
+    sim.advance(10);
+    let before = sim.cmd(&root(), "queues");
+    assert!(before.contains("on"), "{before}");
+    let mut restored = Sim::new(2, 100);
+    restored.now = sim.now;
+    restored.core =
+        Core::restore(CoreConfig::default(), topology(2), sim.core.snapshot()).expect("restore");
+    restored.core.check_invariants();
+    assert_eq!(restored.cmd(&root(), "queues"), before);
+    assert_eq!(restored.cmd(&root(), "jobs"), sim.cmd(&root(), "jobs"));
+}
