@@ -481,6 +481,7 @@ impl Core {
                         self.logged.live.remove(&job);
                         let mask = self.scratch.mask_of(job);
                         set_busy(&mut self.busy, mask, &record.hosts, false);
+                        self.refresh_crossing(job);
                     }
                 }
             }
@@ -506,6 +507,7 @@ impl Core {
             }
             Input::Usage { job, usage } => {
                 self.usage(job, usage, now, out);
+                self.refresh_crossing(job);
             }
             Input::FinalUsage {
                 job,
@@ -520,6 +522,7 @@ impl Core {
                         *peak = (*peak).max(last);
                     }
                 }
+                self.refresh_crossing(job);
             }
             Input::SwitchMeasured { latency, .. } => {
                 let switches = &mut self.switches;
