@@ -152,7 +152,8 @@ pub struct Core {
     // `check_invariants` recomputes, kept only for the speed it buys on a
     // named benchmark, measured against the plain computation in the same
     // run (BENCHMARKS.md, "What each kept cache buys"). One that stops
-    // buying 10 % goes. (The decision's own, `scratch`, is `sched`'s.)
+    // buying 10 % goes. (The crossing index logs its changes, so it is in
+    // `Logged`; the decision's own, `scratch`, is `sched`'s.)
     /// How many live jobs are Stopping: with none, and every job live,
     /// nothing waits to run. `next_decision`, which a replay asks at every
     /// event, would count the live jobs (LCG gang replay).
