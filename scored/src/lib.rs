@@ -9,6 +9,16 @@
 //! so that the daemon reads as one program. See ARCHITECTURE.md for the map.
 #![deny(missing_docs)]
 
+// The daemon hands the kernel 64-bit values throughout (resource limits,
+// device and inode numbers, the kernel's sigaction on the architectures it
+// lays out): a 32-bit build would be wrong where it compiled at all.
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!(
+    "scored supports 64-bit Linux targets only (x86_64, aarch64, riscv64): it passes \
+     resource limits, device and inode numbers and signal dispositions to the kernel as \
+     64-bit values"
+);
+
 pub mod actuator;
 pub mod config;
 pub mod evloop;

@@ -581,14 +581,12 @@ pub fn reset_signals(ignored: u64, change: u64) -> io::Result<()> {
 
 /// The kernel's `struct sigaction`, as `rt_sigaction(2)` reads it (not the
 /// C library's): the handler, the flags, the restorer on the architectures
-/// that have one, and a 64-signal mask in words of `unsigned long`, so that
-/// the structure is 20 bytes on 32-bit x86 and ARM, 24 on RISC-V and 32 on
-/// x86-64 and AArch64.
+/// that have one, and a 64-signal mask in words of `unsigned long`: 24
+/// bytes on RISC-V, 32 on x86-64 and AArch64 (the crate refuses 32-bit
+/// targets, see `lib.rs`).
 #[cfg(any(
     target_arch = "x86_64",
-    target_arch = "x86",
     target_arch = "aarch64",
-    target_arch = "arm",
     target_arch = "riscv64"
 ))]
 #[repr(C)]
@@ -608,15 +606,11 @@ const SIGSET_BYTES: usize = 8;
 const KERNEL_SIGACTION_SIZE: usize = 32;
 #[cfg(target_arch = "riscv64")]
 const KERNEL_SIGACTION_SIZE: usize = 24;
-#[cfg(any(target_arch = "x86", target_arch = "arm"))]
-const KERNEL_SIGACTION_SIZE: usize = 20;
 
 // The layout above is the kernel's on every architecture it is built for.
 #[cfg(any(
     target_arch = "x86_64",
-    target_arch = "x86",
     target_arch = "aarch64",
-    target_arch = "arm",
     target_arch = "riscv64"
 ))]
 const _: () = assert!(std::mem::size_of::<KernelSigaction>() == KERNEL_SIGACTION_SIZE);
@@ -625,9 +619,7 @@ const _: () = assert!(std::mem::size_of::<KernelSigaction>() == KERNEL_SIGACTION
 /// library, for the signals it keeps to itself.
 #[cfg(any(
     target_arch = "x86_64",
-    target_arch = "x86",
     target_arch = "aarch64",
-    target_arch = "arm",
     target_arch = "riscv64"
 ))]
 fn raw_set_disposition(signal: i32, handler: libc::sighandler_t) -> io::Result<()> {
@@ -879,9 +871,7 @@ mod tests {
     /// hands it: no more (it would read past the end of ours), no less.
     #[cfg(any(
         target_arch = "x86_64",
-        target_arch = "x86",
         target_arch = "aarch64",
-        target_arch = "arm",
         target_arch = "riscv64"
     ))]
     #[test]

@@ -38,6 +38,7 @@ fn pieces() -> Vec<Vec<u8>> {
         "cmd=get_my_kvsname\n",
         "cmd=put kvsname=kvs key=k value=v\n",
         "cmd=get kvsname=kvs key=k\n",
+        "cmd=get key=n\n",
         "cmd=barrier_in\n",
         "cmd=finalize\n",
         "cmd=abort exitcode=3\n",
@@ -47,6 +48,7 @@ fn pieces() -> Vec<Vec<u8>> {
     let frames = [
         "cmd=fullinit;pmirank=0;",
         "cmd=kvs-put;key=a;value=;;b;",
+        "cmd=kvs-put;key=n;value=x\ny;",
         "cmd=kvs-get;key=a;",
         "cmd=kvs-fence;",
         "cmd=info-putnodeattr;key=a;value=1;",
@@ -74,7 +76,7 @@ proptest::proptest! {
         records in proptest::collection::vec(
             (
                 proptest::prelude::any::<u8>(),
-                proptest::collection::vec(0..19usize, 0..4),
+                proptest::collection::vec(0..21usize, 0..4),
                 proptest::collection::vec(proptest::prelude::any::<u8>(), 0..8),
             ),
             0..40,

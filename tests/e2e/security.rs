@@ -1198,3 +1198,43 @@ fn a_rank_stopped_before_its_exec_does_not_hold_up_a_restart() {
         "{text}"
     );
 }
+
+#[test]
+fn the_restart_after_a_caught_panic_keeps_a_job_waiting_for_hosts() {
+    let daemon = Daemon::builder()
+        .hosts("host0 cpus=0\n")
+        .env("SCORED_TEST_PANIC_ON", "after:timeslice 300ms")
+        .start();
+    let mut first = daemon.spawn(&["-priority=0", &testprog(), "spin", "0"]);
+    first.wait_pids(1);
+    let mut second = daemon.spawn(&["-priority=0", "sh", "-c", "exit 7"]);
+    assert!(
+        wait_until(Duration::from_secs(20), || stdout(&daemon.console("job 2"))
+            .contains("state: queued")),
+        "{}",
+        daemon.ok("jobs")
+    );
+    let output = daemon.console("timeslice 300ms");
+    assert!(
+        stdout(&output).contains("scored hit a bug")
+            || stderr(&output).contains("scored hit a bug")
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || crate::restart::daemon_status(
+            &daemon
+        )["restarts"]
+            == 1),
+        "no restart after the panic:\n{}",
+        daemon.log()
+    );
+    assert!(daemon.ok("job 2").contains("state: queued"));
+    daemon.ok("kill 1 KILL");
+    let (status, _) = first.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(137));
+    let (status, _) = second.wait(Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "the waiting job runs after the restart"
+    );
+}

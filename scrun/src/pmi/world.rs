@@ -533,6 +533,11 @@ impl World {
                 LIMITS.key
             ));
         }
+        if key.contains(['\n', '\0']) || value.contains(['\n', '\0']) {
+            // A PMI-1 reply is one line: a newline would end another
+            // rank's reply to a get in the middle.
+            return Err("keys and values hold no newline or NUL".to_string());
+        }
         if value.len() > LIMITS.value {
             return Err(format!(
                 "value of {} bytes over the limit of {}",

@@ -133,9 +133,7 @@ static ENTRIES: &[HelpEntry] = &[
                       and backfilling: an exclusive queue with backfill=on reserves the \
                       earliest start for its first waiting job and starts later jobs that \
                       declared -time out of order only when they do not delay it, \
-                      and the multiprogramming level of a gang queue: at most N of its \
-                      jobs time-share a host, a job gets its hosts when it starts, and \
-                      mpl=none places every job at admission with no level.",
+                      and a gang queue's multiprogramming level (mpl).",
         access: Access::Operator,
         example: "queue 2 set mode=gang cputime=1h residency=10m memory=50%",
     },

@@ -312,3 +312,18 @@ fn every_limit_is_an_error_to_the_rank_and_memory_stays_bounded() {
     assert!(world.bytes <= LIMITS.bytes, "{}", world.bytes);
     assert!(refused > 100 * 255, "{refused}");
 }
+
+#[test]
+fn a_value_that_would_break_another_ranks_line_is_refused() {
+    let mut world = World::new(1, "kvs".into(), Mode::Auto);
+    send(&mut world, 0, "cmd=init pmi_version=2 pmi_subversion=0\n");
+    let frame = wire::encode(
+        Wire::V2,
+        "kvs-put",
+        &[("key", "k"), ("value", "a\ncmd=barrier_out")],
+    );
+    assert_eq!(
+        text(&world.received(0, &frame)),
+        ["0< 73    cmd=kvs-put-response;rc=-1;errmsg=keys and values hold no newline or NUL;"]
+    );
+}
