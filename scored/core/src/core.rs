@@ -152,7 +152,8 @@ pub struct Core {
     // `check_invariants` recomputes, kept only for the speed it buys on a
     // named benchmark, measured against the plain computation in the same
     // run (BENCHMARKS.md, "What each kept cache buys"). One that stops
-    // buying 10 % goes. (The decision's own, `scratch`, is `sched`'s.)
+    // buying 10 % goes. (The crossing index logs its changes, so it is in
+    // `Logged`; the decision's own, `scratch`, is `sched`'s.)
     /// How many live jobs are Stopping: with none, and every job live,
     /// nothing waits to run. `next_decision`, which a replay asks at every
     /// event, would count the live jobs (LCG gang replay).
@@ -481,6 +482,7 @@ impl Core {
                         self.logged.live.remove(&job);
                         let mask = self.scratch.mask_of(job);
                         set_busy(&mut self.busy, mask, &record.hosts, false);
+                        self.refresh_crossing(job);
                     }
                 }
             }
@@ -506,6 +508,7 @@ impl Core {
             }
             Input::Usage { job, usage } => {
                 self.usage(job, usage, now, out);
+                self.refresh_crossing(job);
             }
             Input::FinalUsage {
                 job,
@@ -520,6 +523,7 @@ impl Core {
                         *peak = (*peak).max(last);
                     }
                 }
+                self.refresh_crossing(job);
             }
             Input::SwitchMeasured { latency, .. } => {
                 let switches = &mut self.switches;

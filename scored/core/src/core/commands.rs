@@ -32,6 +32,13 @@ impl Core {
         // the core while it reads names through it.
         let directory = std::rc::Rc::clone(&self.directory);
         let reply = self.run_command(cred, command, now, &*directory, out);
+        if !reply.is_error() {
+            // A command can change a queue's residency or move jobs.
+            let live: Vec<JobId> = self.logged.live.iter().copied().collect();
+            for job in live {
+                self.refresh_crossing(job);
+            }
+        }
         out.push(Action::notify(client, ClientEvent::Answer(reply)));
     }
 

@@ -67,6 +67,28 @@ impl Core {
             self.n_usage_limited,
             "jobs with a usage limit"
         );
+        for job in self.logged.jobs.values() {
+            let key = self
+                .logged
+                .live
+                .contains(&job.id)
+                .then(|| self.crossing_key(job))
+                .flatten();
+            assert_eq!(
+                self.logged.crossing_of.get(&job.id).copied(),
+                key,
+                "crossing of job {} out of date",
+                job.id
+            );
+        }
+        assert_eq!(self.logged.crossing_of.len(), self.logged.crossings.len());
+        for (key, job) in &self.logged.crossings {
+            assert_eq!(
+                self.logged.crossing_of.get(job),
+                Some(key),
+                "crossing of job {job}"
+            );
+        }
         let mut busy = vec![0; self.logged.topology.hosts.len().div_ceil(64)];
         for job in &self.logged.live {
             set_busy(&mut busy, None, &self.logged.jobs[job].hosts, true);

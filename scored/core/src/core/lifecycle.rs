@@ -73,6 +73,7 @@ impl Core {
             let mask = self.scratch.mask_of(job);
             set_busy(&mut self.busy, mask, &record.hosts, false);
         }
+        self.refresh_crossing(job);
         let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
@@ -268,6 +269,7 @@ impl Core {
             let mask = self.scratch.mask_of(job);
             set_busy(&mut self.busy, mask, &record.hosts, false);
         }
+        self.refresh_crossing(job);
         self.logged.queues[record.queue as usize].remove(job);
         self.logged.ledger.release(&Placement {
             cluster: record.cluster,

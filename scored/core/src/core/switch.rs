@@ -296,16 +296,19 @@ impl Core {
             }
             Phase::Running | Phase::Stopping => {}
         }
+        self.refresh_crossing(job);
     }
 
     /// Recomputes from the jobs themselves what the scheduling path keeps
     /// up to date as jobs change (the busy hosts, the count of stopping
-    /// jobs), for a core rebuilt from a snapshot.
+    /// jobs, the crossing index), for a core rebuilt from a snapshot.
     pub(super) fn rebuild_schedule_state(&mut self) {
         self.busy = vec![0; self.logged.topology.hosts.len().div_ceil(64)];
         self.decision_current = false;
         self.n_stopping = 0;
         self.waiting_current = false;
+        self.logged.crossings.clear();
+        self.logged.crossing_of.clear();
         let live: Vec<JobId> = self.logged.live.iter().copied().collect();
         for job in live {
             let Some(record) = self.logged.jobs.get(&job) else {
@@ -317,6 +320,7 @@ impl Core {
             if record.phase() == Phase::Stopping {
                 self.n_stopping += 1;
             }
+            self.refresh_crossing(job);
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The clock in the core: what a `Tick` does (graceful kills escalated,
 //! `-time` limits, the slice boundary with its gang rotation and usage
 //! samples), and when the next tick is needed ([`Core::next_deadline`],
-//! and for a replay [`Core::next_decision`], which finds when a CPU time
-//! or residency limit could be crossed).
+//! and for a replay [`Core::next_decision`] with the index of CPU time
+//! and residency crossings).
 #![forbid(unsafe_code)]
 
 use super::{usage_limited, Action, Core, FEW_RAN, SIGKILL};
@@ -74,22 +74,7 @@ impl Core {
         // limit crossed: a job's CPU time grows by at most one second per
         // process per second since the last sample, so the job with the
         // least left per process crosses first.
-        let limited = self.n_cputime_limited > 0
-            || self
-                .logged
-                .queues
-                .iter()
-                .any(|queue| queue.residency.is_some());
-        let least_left = if limited {
-            self.logged
-                .live
-                .iter()
-                .filter_map(|job| self.crossing_key(&self.logged.jobs[job]))
-                .min()
-        } else {
-            None
-        };
-        let crossing = least_left.map(|left| {
+        let crossing = self.logged.crossings.first().map(|&(left, _)| {
             if now >= self.sampled_at {
                 Tick(self.sampled_at.0.saturating_add(left)).max(now)
             } else {
@@ -140,6 +125,49 @@ impl Core {
             .flatten()
             .map(|threshold| (threshold.as_micros() as u64).saturating_sub(cpu) / per_second)
             .min()
+    }
+
+    /// Brings a job's entry in `crossings` up to date: after it becomes
+    /// live or stops being live, after a sample, after a move.
+    #[inline]
+    pub(super) fn refresh_crossing(&mut self, job: JobId) {
+        // Nothing indexed, and nothing to index: no job has a CPU time
+        // limit and no queue demotes by residency (a job enters and leaves
+        // `live` at every switch; this keeps that free of look-ups).
+        if self.logged.crossing_of.is_empty()
+            && self.n_cputime_limited == 0
+            && self
+                .logged
+                .queues
+                .iter()
+                .all(|queue| queue.residency.is_none())
+        {
+            return;
+        }
+        self.refresh_crossing_of(job);
+    }
+
+    #[inline(never)]
+    pub(super) fn refresh_crossing_of(&mut self, job: JobId) {
+        let key = self
+            .logged
+            .live
+            .contains(&job)
+            .then(|| self.logged.jobs.get(&job))
+            .flatten()
+            .and_then(|record| self.crossing_key(record));
+        let old = match key {
+            Some(key) => self.logged.crossing_of.insert(job, key),
+            None => self.logged.crossing_of.remove(&job),
+        };
+        if old != key {
+            if let Some(old) = old {
+                self.logged.crossings.remove(&(old, job));
+            }
+            if let Some(key) = key {
+                self.logged.crossings.insert((key, job));
+            }
+        }
     }
 
     pub(super) fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
