@@ -681,8 +681,7 @@ fn reserve(
 
 /// The time-sharing matrix as a gang queue with a level sees it when it
 /// starts waiting jobs: which jobs are resident on each host (every job
-/// with hosts, of any queue), and when each host is predicted to have a
-/// free place (fewer residents than the level) and to be idle (none).
+/// with hosts, of any queue), and when each host is predicted to be idle.
 ///
 /// A resident job's end is predicted from the estimates: its own remaining
 /// time plus the remaining time of every job that shares one of its hosts,
@@ -692,28 +691,21 @@ struct Matrix {
     /// Per host, its residents: `first[h]..first[h + 1]` in `residents`.
     first: Vec<u32>,
     residents: Vec<JobId>,
-    /// Per host, when it will have a free place, and when it will be idle (µs;
-    /// `u64::MAX`: a resident has no estimate).
-    free_at: Vec<u64>,
+    /// Per host, when it will be idle (µs; `u64::MAX`: a resident has no
+    /// estimate), once [`Matrix::predict`] has run.
     idle_at: Vec<u64>,
     /// Per host, how many jobs reside there (grows as waiting jobs start).
     count: Vec<u32>,
     /// Partners of one job, while its end is predicted.
     partners: Vec<JobId>,
-    times: Vec<u64>,
+    /// Per host, residents placed so far while gathering them.
+    filled: Vec<u32>,
 }
 
 impl Matrix {
     /// Gathers the residents of every host from the queues, and predicts
     /// when each host frees a place and empties.
-    fn build(
-        &mut self,
-        queues: &[Queue],
-        level: u32,
-        view: &impl JobView,
-        now: u64,
-        n_hosts: usize,
-    ) {
+    fn build(&mut self, queues: &[Queue], view: &impl JobView, n_hosts: usize) {
         let resident = |queue: &Queue| -> usize {
             if queue.starts_late() {
                 queue.n_started()
@@ -741,7 +733,9 @@ impl Matrix {
         self.first.push(total);
         self.residents.clear();
         self.residents.resize(total as usize, JobId(0));
-        let mut filled = vec![0u32; n_hosts];
+        let mut filled = std::mem::take(&mut self.filled);
+        filled.clear();
+        filled.resize(n_hosts, 0);
         for queue in queues {
             for job in queue.order().take(resident(queue)) {
                 for host in view.hosts(job) {
@@ -752,28 +746,24 @@ impl Matrix {
                 }
             }
         }
-        self.free_at.clear();
+        self.filled = filled;
+    }
+
+    /// Predicts when each host empties, from the residents [`Matrix::build`]
+    /// gathered. Only the first waiting job that cannot start on idle hosts
+    /// needs it, so it is made only then: on a machine of tens of thousands
+    /// of hosts, most decisions start a job on idle hosts and predict
+    /// nothing.
+    fn predict(&mut self, view: &impl JobView, now: u64, n_hosts: usize) {
         self.idle_at.clear();
         for host in 0..n_hosts {
             let (from, to) = (self.first[host] as usize, self.first[host + 1] as usize);
-            let mut times = std::mem::take(&mut self.times);
-            times.clear();
+            let mut idle = now;
             for idx in from..to {
                 let job = self.residents[idx];
-                times.push(self.predicted_end(job, view, now));
+                idle = idle.max(self.predicted_end(job, view, now));
             }
-            times.sort_unstable();
-            let idle = times.last().copied().unwrap_or(now);
-            // A place frees when enough residents have left that fewer
-            // than the level remain.
-            let free = if times.len() < level as usize {
-                now
-            } else {
-                times[times.len() - level as usize]
-            };
-            self.free_at.push(free);
             self.idle_at.push(idle);
-            self.times = times;
         }
     }
 
@@ -854,7 +844,8 @@ fn start_waiting(
 ) -> usize {
     let n_hosts = scratch.holder.len();
     let mut matrix = std::mem::take(&mut scratch.matrix);
-    matrix.build(queues, level, view, now, n_hosts);
+    matrix.build(queues, view, n_hosts);
+    let mut predicted = false;
     let hard = std::mem::take(&mut scratch.hard);
     let open = |host: HostId, matrix: &Matrix| {
         hard.get(host.idx() / 64)
@@ -869,8 +860,8 @@ fn start_waiting(
     let residents_of = |host: HostId, matrix: &Matrix| -> std::ops::Range<usize> {
         matrix.first[host.idx()] as usize..matrix.first[host.idx() + 1] as usize
     };
-    for (cluster, (idle, blocks)) in idle.iter_mut().zip(blocks.iter_mut()).enumerate() {
-        let mut shared: Vec<HostId> = Vec::new();
+    let mut shared: Vec<Vec<HostId>> = vec![Vec::new(); n_clusters];
+    for (cluster, (idle, shared)) in idle.iter_mut().zip(shared.iter_mut()).enumerate() {
         for host in view.cluster_hosts(cluster) {
             if !open(*host, &matrix) {
                 continue;
@@ -881,33 +872,43 @@ fn start_waiting(
                 shared.push(*host);
             }
         }
-        let key = |host: &HostId| {
-            let mut key: Vec<JobId> = matrix.residents[residents_of(*host, &matrix)].to_vec();
-            key.sort_unstable();
-            key
-        };
-        shared.sort_by_cached_key(|host| (key(host), host.0));
-        let mut start = 0;
-        while start < shared.len() {
-            let residents = key(&shared[start]);
-            let mut end = start + 1;
-            while end < shared.len() && key(&shared[end]) == residents {
-                end += 1;
-            }
-            let width = end - start;
-            if residents.iter().all(|job| view.hosts(*job).len() == width) {
-                blocks.push(shared[start..end].to_vec());
-            }
-            start = end;
-        }
-        // The widest first, then by first host.
-        blocks.sort_by_key(|hosts| {
-            (
-                std::cmp::Reverse(hosts.len()),
-                hosts.first().map(|host| host.0),
-            )
-        });
     }
+    // The columns are made the first time a job lacks idle hosts (from
+    // the hosts that were shared at the start, as their residents have not
+    // changed since): on a machine of many idle hosts, never.
+    let mut columns_made = false;
+    let make_columns = |shared: &mut [Vec<HostId>],
+                        blocks: &mut [Vec<Vec<HostId>>],
+                        matrix: &Matrix| {
+        for (shared, blocks) in shared.iter_mut().zip(blocks.iter_mut()) {
+            let key = |host: &HostId| {
+                let mut key: Vec<JobId> = matrix.residents[residents_of(*host, matrix)].to_vec();
+                key.sort_unstable();
+                key
+            };
+            shared.sort_by_cached_key(|host| (key(host), host.0));
+            let mut start = 0;
+            while start < shared.len() {
+                let residents = key(&shared[start]);
+                let mut end = start + 1;
+                while end < shared.len() && key(&shared[end]) == residents {
+                    end += 1;
+                }
+                let width = end - start;
+                if residents.iter().all(|job| view.hosts(*job).len() == width) {
+                    blocks.push(shared[start..end].to_vec());
+                }
+                start = end;
+            }
+            // The widest first, then by first host.
+            blocks.sort_by_key(|hosts| {
+                (
+                    std::cmp::Reverse(hosts.len()),
+                    hosts.first().map(|host| host.0),
+                )
+            });
+        }
+    };
     let mut taken_total = 0;
     let mut reserved: Option<Reserved> = None;
     let mut chosen: Vec<HostId> = Vec::new();
@@ -938,6 +939,10 @@ fn start_waiting(
         // with idle hosts, it has exactly what it needs.
         joined.clear();
         if n_idle < n_needed {
+            if !columns_made {
+                make_columns(&mut shared, &mut blocks, &matrix);
+                columns_made = true;
+            }
             let mut width = 0;
             for (idx, block) in blocks[cluster].iter().enumerate() {
                 let block = block.len();
@@ -992,6 +997,10 @@ fn start_waiting(
                 if !shares {
                     true
                 } else {
+                    if !predicted {
+                        matrix.predict(view, now, n_hosts);
+                        predicted = true;
+                    }
                     let idle_at = nth(&matrix.idle_at, &mut scratch.ends);
                     if idle_at == u64::MAX {
                         // No prediction: first come, first served.
