@@ -66,9 +66,9 @@ struct QueueSnapshot {
     disk_pct: Option<f64>,
     group: Option<u32>,
     group_name: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     backfill: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     mpl: Option<u32>,
     order: Vec<u64>,
 }
