@@ -24,8 +24,8 @@ use crate::job::LaunchPlan;
 
 use super::failure::LaunchError;
 use super::{
-    spawn, statedir, sys, user_execs_in_flight, Child, Hold, JobProcs, JobStdio, OsActuator,
-    PendingExec, EXEC_TIMEOUT, EXEC_WINDOW, LAUNCH_BATCH, STATE_DIR_CHECK, USER_EXEC_WINDOW,
+    spawn, statedir, sys, user_execs_in_flight, Child, JobProcs, JobStdio, OsActuator, PendingExec,
+    SwitchedOutHold, EXEC_TIMEOUT, EXEC_WINDOW, LAUNCH_BATCH, STATE_DIR_CHECK, USER_EXEC_WINDOW,
 };
 
 /// Where a launch stands: what `spawn_all` needs from one batch to the next.
@@ -46,7 +46,7 @@ pub(super) struct LaunchProgress {
 /// (the ones that exist are stopped like any job's), so no part of it runs
 /// outside its slices.
 #[derive(Debug)]
-pub(super) struct Launch {
+pub(super) struct LaunchInProgress {
     pub(super) plan: LaunchPlan,
     pub(super) stdio: Option<JobStdio>,
     pub(super) progress: LaunchProgress,
@@ -94,7 +94,7 @@ impl OsActuator {
                 return;
             }
         }
-        let launch = Launch {
+        let launch = LaunchInProgress {
             plan: plan.clone(),
             stdio: stdio.map(JobStdio::share),
             progress: LaunchProgress::default(),
@@ -212,7 +212,7 @@ impl OsActuator {
                 disk_walk: statedir::DiskWalk::default(),
                 cgroup_procs,
                 uid: plan.user.uid,
-                hold: Hold::default(),
+                hold: SwitchedOutHold::default(),
                 launch: None,
                 launch_failed: false,
                 execs_in_flight: 0,
@@ -264,7 +264,7 @@ impl OsActuator {
     /// complete, and reports a failure as `Input::SpawnFailed`.
     pub(super) fn run_launch(
         &mut self,
-        mut launch: Launch,
+        mut launch: LaunchInProgress,
         deadline: Instant,
         out: &mut Vec<Input>,
     ) {

@@ -57,7 +57,7 @@ mod stop;
 pub use daemon::{become_subreaper, check_handover, elevate_priority, seal_inherited_descriptors};
 use exec::{user_execs_in_flight, PendingExec};
 pub use failure::LaunchError;
-use launch::Launch;
+use launch::LaunchInProgress;
 pub use recover::input_job;
 pub use snapshot::ActuatorSnapshot;
 
@@ -381,7 +381,7 @@ struct StopWait {
 
 /// How a switched-out job is held against SIGCONT from outside it.
 #[derive(Debug, Default)]
-struct Hold {
+struct SwitchedOutHold {
     /// The core has been told (or will be) that the job is stopped: until
     /// the next `cont`, any of its ranks seen continued was continued by
     /// someone else.
@@ -437,9 +437,9 @@ struct JobProcs {
     /// The user the job runs as.
     uid: u32,
     /// Holding it stopped while it is switched out.
-    hold: Hold,
+    hold: SwitchedOutHold,
     /// Its processes still being created, a batch at a time.
-    launch: Option<Launch>,
+    launch: Option<LaunchInProgress>,
     /// Its launch failed (a rank could not exec, or took too long to):
     /// reported once, and the rest is being killed.
     launch_failed: bool,

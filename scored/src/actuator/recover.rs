@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::{sys, Actuator, Hold, OsActuator};
+use super::{sys, Actuator, OsActuator, SwitchedOutHold};
 use crate::core::Input;
 use crate::ids::JobId;
 
@@ -108,7 +108,7 @@ impl OsActuator {
             } else if let Some(procs) = self.jobs.get_mut(&job) {
                 procs.stop_wait = None;
                 procs.drain = None;
-                procs.hold = Hold::default();
+                procs.hold = SwitchedOutHold::default();
             }
         }
     }

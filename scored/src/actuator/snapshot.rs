@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::Cgroups;
-use super::{sys, ActuatorConfig, Child, Drain, Extra, Hold, JobProcs, OsActuator, StopWait};
+use super::{
+    sys, ActuatorConfig, Child, Drain, Extra, JobProcs, OsActuator, StopWait, SwitchedOutHold,
+};
 use crate::cluster::Topology;
 use crate::ids::JobId;
 
@@ -235,7 +237,7 @@ impl OsActuator {
                     scratch: record.scratch,
                     // The walk of the scratch directory starts again.
                     disk_walk: super::statedir::DiskWalk::default(),
-                    hold: Hold {
+                    hold: SwitchedOutHold {
                         switched_out: record.hold.0,
                         frozen: record.hold.1,
                         freeze_on_stop: record.hold.2,

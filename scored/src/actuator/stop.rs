@@ -569,8 +569,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::super::{
-        statedir, ActuatorConfig, Child, Clock, Hold, JobProcs, OsActuator, CONFIRM_FALLBACK,
-        STOP_TIMEOUT,
+        statedir, ActuatorConfig, Child, Clock, JobProcs, OsActuator, SwitchedOutHold,
+        CONFIRM_FALLBACK, STOP_TIMEOUT,
     };
     use crate::actuator::Actuator;
     use crate::cluster::Topology;
@@ -653,7 +653,7 @@ mod tests {
                     disk_walk: statedir::DiskWalk::default(),
                     cgroup_procs: None,
                     uid: 0,
-                    hold: Hold::default(),
+                    hold: SwitchedOutHold::default(),
                     launch: None,
                     launch_failed: false,
                     execs_in_flight: 0,
