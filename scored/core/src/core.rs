@@ -151,7 +151,7 @@ pub struct Core {
     // The derived caches. Each is a function of the jobs that
     // `check_invariants` recomputes, kept only for the speed it buys on a
     // named benchmark, measured against the plain computation in the same
-    // run (BENCHMARKS.md, "What each kept cache buys"). One that stops
+    // run (BENCHMARKS.md, "Replay speed and the core's caches"). One that stops
     // buying 10 % goes. (The crossing index logs its changes, so it is in
     // `Logged`; the decision's own, `scratch`, is `sched`'s.)
     /// How many live jobs are Stopping: with none, and every job live,
