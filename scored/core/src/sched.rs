@@ -17,7 +17,7 @@ use crate::queue::Queue;
 
 /// A job as the decision sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct Seen<'a> {
+pub struct JobFacts<'a> {
     /// The job's hosts; empty while they are not chosen (a job of an
     /// exclusive queue that has not started).
     pub hosts: &'a [HostId],
@@ -30,10 +30,10 @@ pub struct Seen<'a> {
 /// What the decision needs to know about jobs and hosts; the core supplies it.
 pub trait JobView {
     /// The job, in one look-up (the decision's hot path).
-    fn seen(&self, job: JobId) -> Seen<'_>;
+    fn facts(&self, job: JobId) -> JobFacts<'_>;
     /// The job's hosts; empty while they are not chosen.
     fn hosts(&self, job: JobId) -> &[HostId] {
-        self.seen(job).hosts
+        self.facts(job).hosts
     }
     /// For a job whose hosts are not chosen: its cluster (index) and how
     /// many hosts it needs.
@@ -441,16 +441,16 @@ pub fn active_set(
                 }
                 let job = part[idx];
                 idx += 1;
-                let seen = view.seen(job);
-                if !seen.runnable {
+                let facts = view.facts(job);
+                if !facts.runnable {
                     continue;
                 }
-                let waiting = exclusive && !seen.started;
+                let waiting = exclusive && !facts.started;
                 if !waiting {
-                    let taken = if seen.hosts.is_empty() {
+                    let taken = if facts.hosts.is_empty() {
                         take_free(job, view, scratch, out, bind)
                     } else {
-                        take_bound(job, seen.hosts, scratch, out)
+                        take_bound(job, facts.hosts, scratch, out)
                     };
                     if taken > 0 && !exclusive {
                         scratch.placed.push((queue_idx, offset + idx - 1, job));
@@ -458,11 +458,11 @@ pub fn active_set(
                     free_hosts = free_hosts.saturating_sub(taken);
                     continue;
                 }
-                let bound = !seen.hosts.is_empty();
+                let bound = !facts.hosts.is_empty();
                 match reservation {
                     None => {
                         let taken = if bound {
-                            take_bound(job, seen.hosts, scratch, out)
+                            take_bound(job, facts.hosts, scratch, out)
                         } else {
                             take_free(job, view, scratch, out, bind)
                         };
@@ -925,8 +925,8 @@ fn start_waiting(
         }
         let job = waiting[next];
         next += 1;
-        let seen = view.seen(job);
-        if !seen.runnable || !seen.hosts.is_empty() {
+        let facts = view.facts(job);
+        if !facts.runnable || !facts.hosts.is_empty() {
             continue;
         }
         let (cluster, n_needed) = view.need(job);
@@ -1077,8 +1077,8 @@ mod tests {
     }
 
     impl JobView for Jobs {
-        fn seen(&self, job: JobId) -> Seen<'_> {
-            Seen {
+        fn facts(&self, job: JobId) -> JobFacts<'_> {
+            JobFacts {
                 hosts: self.hosts.get(&job).map_or(&[][..], Vec::as_slice),
                 runnable: true,
                 started: self.started.contains(&job),

@@ -12,7 +12,7 @@ use crate::ids::{JobId, Tick};
 
 /// A simulated job's processes.
 #[derive(Debug, Clone, PartialEq)]
-struct Procs {
+struct Simulated {
     /// Processes per stage (ranks to report on exit).
     ranks: u32,
     /// Work left, in microseconds of running, at `since` (or now, if stopped).
@@ -23,7 +23,7 @@ struct Procs {
     since: Option<Tick>,
 }
 
-impl Procs {
+impl Simulated {
     /// When the job finishes if it keeps running (`None` while stopped).
     fn end(&self) -> Option<Tick> {
         self.since
@@ -52,7 +52,7 @@ pub enum Happening {
 #[derive(Debug, Default)]
 pub struct SimActuator {
     /// Processes by job id.
-    procs: Vec<Option<Procs>>,
+    procs: Vec<Option<Simulated>>,
     /// How many jobs have processes.
     n_procs: usize,
     /// When running jobs finish, latest first (so the next to finish is
@@ -75,11 +75,11 @@ impl SimActuator {
         }
     }
 
-    fn get(&self, job: JobId) -> Option<&Procs> {
+    fn get(&self, job: JobId) -> Option<&Simulated> {
         self.procs.get(usize::try_from(job.0).ok()?)?.as_ref()
     }
 
-    fn get_mut(&mut self, job: JobId) -> Option<&mut Procs> {
+    fn get_mut(&mut self, job: JobId) -> Option<&mut Simulated> {
         self.procs.get_mut(usize::try_from(job.0).ok()?)?.as_mut()
     }
 
@@ -106,7 +106,7 @@ impl SimActuator {
         if self.procs.len() <= idx {
             self.procs.resize(idx + 1, None);
         }
-        let procs = Procs {
+        let procs = Simulated {
             ranks,
             left: total,
             total,
@@ -160,7 +160,7 @@ impl SimActuator {
     }
 
     /// Takes a job's processes away, leaving its end listed.
-    fn forget(&mut self, job: JobId) -> Option<Procs> {
+    fn forget(&mut self, job: JobId) -> Option<Simulated> {
         let idx = usize::try_from(job.0).ok()?;
         let procs = self.procs.get_mut(idx)?.take()?;
         self.n_procs -= 1;
@@ -171,7 +171,7 @@ impl SimActuator {
     }
 
     /// Takes a job's processes away.
-    fn take(&mut self, job: JobId) -> Option<Procs> {
+    fn take(&mut self, job: JobId) -> Option<Simulated> {
         let procs = self.forget(job)?;
         if let Some(end) = procs.end() {
             self.remove_end((end, job));

@@ -355,7 +355,7 @@ struct Child {
 
 /// A descendant that is not a direct child, held through a pidfd.
 #[derive(Debug)]
-struct Extra {
+struct Descendant {
     pidfd: OwnedFd,
     start: u64,
     slot: usize,
@@ -416,7 +416,7 @@ struct JobProcs {
     /// unreaped, which is what makes signalling the group safe.
     groups: HashMap<i32, usize>,
     children: BTreeSet<i32>,
-    extras: HashMap<i32, Extra>,
+    extras: HashMap<i32, Descendant>,
     stop_wait: Option<StopWait>,
     drain: Option<Drain>,
     /// CPU time of reaped processes (with their waited-for descendants).

@@ -11,7 +11,7 @@ use crate::job::Usage;
 
 use super::procfs::Stat;
 use super::{
-    procfs, sys, Extra, OsActuator, DISK_ENTRIES_MIN, DISK_ENTRIES_PER_SAMPLE,
+    procfs, sys, Descendant, OsActuator, DISK_ENTRIES_MIN, DISK_ENTRIES_PER_SAMPLE,
     DISK_ENTRIES_PER_WINDOW, DISK_WINDOW,
 };
 
@@ -191,7 +191,7 @@ impl OsActuator {
             }
             procs.extras.insert(
                 stat.pid,
-                Extra {
+                Descendant {
                     pidfd,
                     start: stat.start,
                     slot: slot.unwrap_or(0),
@@ -231,7 +231,7 @@ impl OsActuator {
             let slot = procs.groups.get(&stat.session).copied().unwrap_or(0);
             procs.extras.insert(
                 pid,
-                Extra {
+                Descendant {
                     pidfd,
                     start: stat.start,
                     slot,

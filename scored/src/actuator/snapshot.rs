@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cgroup::Cgroups;
 use super::{
-    sys, ActuatorConfig, Child, Drain, Extra, JobProcs, OsActuator, StopWait, SwitchedOutHold,
+    sys, ActuatorConfig, Child, Descendant, Drain, JobProcs, OsActuator, StopWait, SwitchedOutHold,
 };
 use crate::cluster::Topology;
 use crate::ids::JobId;
@@ -199,7 +199,7 @@ impl OsActuator {
                 let pidfd = sys::adopt_descriptor(extra.pidfd)?;
                 extras.insert(
                     extra.pid,
-                    Extra {
+                    Descendant {
                         pidfd,
                         start: extra.start,
                         slot: extra.slot,

@@ -377,14 +377,14 @@ pub(super) struct View<'a> {
 }
 
 impl sched::JobView for View<'_> {
-    fn seen(&self, job: JobId) -> sched::Seen<'_> {
+    fn facts(&self, job: JobId) -> sched::JobFacts<'_> {
         match self.jobs.get(&job) {
-            Some(record) => sched::Seen {
+            Some(record) => sched::JobFacts {
                 hosts: &record.hosts,
                 runnable: !record.is_ending() && !record.held(),
                 started: record.started(),
             },
-            None => sched::Seen {
+            None => sched::JobFacts {
                 hosts: &[],
                 runnable: false,
                 started: false,

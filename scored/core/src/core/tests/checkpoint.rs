@@ -105,7 +105,7 @@ fn apply_op(sim: &mut Sim, op: &Op) {
                 if sim
                     .procs
                     .get(&job)
-                    .is_some_and(|(state, _)| *state == Procs::Running)
+                    .is_some_and(|(state, _)| *state == SimProcs::Running)
                 {
                     sim.exit(job.0, 0);
                 }

@@ -75,7 +75,7 @@ fn user(uid: u32) -> Cred {
 
 /// What the simulated processes of a job are doing.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Procs {
+enum SimProcs {
     Running,
     Stopped,
     /// Stopped with a SIGTERM pending: it dies as soon as it is continued.
@@ -87,7 +87,7 @@ struct Sim {
     core: Core,
     now: Tick,
     log: Vec<String>,
-    procs: BTreeMap<JobId, (Procs, u32)>,
+    procs: BTreeMap<JobId, (SimProcs, u32)>,
     /// Stop confirmations held back (to test switches in flight).
     hold_confirmations: bool,
     unconfirmed: Vec<JobId>,
@@ -138,7 +138,7 @@ impl Sim {
                         plan.procs.len()
                     ));
                     self.procs
-                        .insert(plan.job, (Procs::Running, plan.procs.len() as u32));
+                        .insert(plan.job, (SimProcs::Running, plan.procs.len() as u32));
                 }
                 Action::Stop(job) => {
                     self.log.push(format!("stop {job}"));
@@ -146,8 +146,8 @@ impl Sim {
                         .procs
                         .get_mut(&job)
                         .expect("stopping a job with processes");
-                    assert_eq!(entry.0, Procs::Running, "job {job} stopped twice");
-                    entry.0 = Procs::Stopped;
+                    assert_eq!(entry.0, SimProcs::Running, "job {job} stopped twice");
+                    entry.0 = SimProcs::Stopped;
                     if self.hold_confirmations {
                         self.unconfirmed.push(job);
                     } else {
@@ -161,9 +161,9 @@ impl Sim {
                         .get_mut(&job)
                         .expect("continuing a job with processes");
                     match entry.0 {
-                        Procs::Stopped => entry.0 = Procs::Running,
-                        Procs::StoppedDoomed => self.kill_all(job, 15, inputs),
-                        Procs::Running => panic!("job {job} continued while running"),
+                        SimProcs::Stopped => entry.0 = SimProcs::Running,
+                        SimProcs::StoppedDoomed => self.kill_all(job, 15, inputs),
+                        SimProcs::Running => panic!("job {job} continued while running"),
                     }
                 }
                 Action::Signal { job, signal } => {
@@ -174,8 +174,8 @@ impl Sim {
                     match (signal, entry.0) {
                         (9, _) => self.kill_all(job, 9, inputs),
                         (15, _) if self.stubborn.contains(&job) => {}
-                        (15, Procs::Running) => self.kill_all(job, 15, inputs),
-                        (15, _) => entry.0 = Procs::StoppedDoomed,
+                        (15, SimProcs::Running) => self.kill_all(job, 15, inputs),
+                        (15, _) => entry.0 = SimProcs::StoppedDoomed,
                         _ => {}
                     }
                 }
@@ -273,7 +273,7 @@ impl Sim {
     fn exit(&mut self, job: u64, code: i32) {
         let job = JobId(job);
         let (state, n) = self.procs.remove(&job).expect("job has processes");
-        assert_eq!(state, Procs::Running, "a stopped job cannot exit");
+        assert_eq!(state, SimProcs::Running, "a stopped job cannot exit");
         for rank in 0..n {
             self.input(Input::RankExited {
                 job,
@@ -337,7 +337,7 @@ impl Sim {
     fn running(&self) -> Vec<u64> {
         self.procs
             .iter()
-            .filter(|(_, (state, _))| *state == Procs::Running)
+            .filter(|(_, (state, _))| *state == SimProcs::Running)
             .map(|(job, _)| job.0)
             .collect()
     }

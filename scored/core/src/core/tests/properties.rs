@@ -47,7 +47,7 @@ proptest! {
                 Op::Submit { nodes, queue } => { sim.submit(nodes, Some(queue)); }
                 Op::Exit { pick: idx } => {
                     if let Some(job) = pick(&sim, idx) {
-                        if sim.procs.get(&job).is_some_and(|(state, _)| *state == Procs::Running) {
+                        if sim.procs.get(&job).is_some_and(|(state, _)| *state == SimProcs::Running) {
                             sim.exit(job.0, 0);
                         }
                     }
@@ -151,7 +151,7 @@ proptest! {
                 }
                 Op::Exit { pick: idx } => {
                     if let Some(job) = pick(&sim, idx) {
-                        if sim.procs.get(&job).is_some_and(|(state, _)| *state == Procs::Running) {
+                        if sim.procs.get(&job).is_some_and(|(state, _)| *state == SimProcs::Running) {
                             sim.exit(job.0, 0);
                         }
                     }

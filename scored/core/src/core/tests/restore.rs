@@ -338,7 +338,7 @@ fn apply_state_op(sim: &mut Sim, op: StateOp) {
                 if sim
                     .procs
                     .get(&job)
-                    .is_some_and(|(state, _)| *state == Procs::Running)
+                    .is_some_and(|(state, _)| *state == SimProcs::Running)
                 {
                     sim.exit(job.0, 0);
                 }
@@ -403,7 +403,7 @@ fn apply_state_op(sim: &mut Sim, op: StateOp) {
         }
         StateOp::FailRank { pick: idx } => {
             let Some(job) = pick(sim, idx) else { return };
-            let Some((Procs::Running, n)) = sim.procs.get(&job).copied() else {
+            let Some((SimProcs::Running, n)) = sim.procs.get(&job).copied() else {
                 return;
             };
             if n < 2 {
