@@ -324,7 +324,7 @@ impl StateDir {
         match mkdirat(self.jobs.as_fd(), name.as_str(), mode) {
             Ok(()) => {}
             Err(Errno::EEXIST) => {
-                remove_tree_at(self.jobs.as_fd(), OsStr::new(&name))?;
+                remove_tree_at(self.jobs.as_fd(), OsStr::new(&name), self.uid)?;
                 mkdirat(self.jobs.as_fd(), name.as_str(), mode)?;
             }
             Err(errno) => return Err(errno.into()),
@@ -465,108 +465,17 @@ fn is_dot(name: &CStr) -> bool {
 }
 
 /// Removes `name` in `parent` and, if it is a directory, everything below
-/// it, walking with handles and never following a symbolic link. Depth
-/// costs no recursion: directories are walked with an explicit stack, and
-/// one nested deeper than the stack holds is first moved up into the top
-/// directory of the tree.
-pub fn remove_tree_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
-    match unlinkat(parent, name, UnlinkatFlags::NoRemoveDir) {
-        Ok(()) | Err(Errno::ENOENT) => return Ok(()),
-        Err(Errno::EISDIR) => {}
-        Err(errno) => return Err(errno.into()),
-    }
-    let top = match open_dir_at(parent, name) {
-        Ok(fd) => fd,
-        Err(Errno::ENOENT) => return Ok(()),
-        // Replaced by a file or a link meanwhile: remove that.
-        Err(Errno::ELOOP | Errno::ENOTDIR) => {
-            return match unlinkat(parent, name, UnlinkatFlags::NoRemoveDir) {
-                Ok(()) | Err(Errno::ENOENT) => Ok(()),
-                Err(errno) => Err(errno.into()),
-            };
-        }
-        Err(errno) => return Err(errno.into()),
-    };
-    let mut moved = 0u64;
-    // Each pass empties the tree down to MAX_REMOVE_DEPTH, moving deeper
-    // directories up; a pass that moves nothing has emptied it.
-    loop {
-        // A new open of the top each pass, so that its reading starts over
-        // and sees what earlier passes moved up.
-        let mut stack = vec![OpenDir::new(open_dir_at(top.as_fd(), ".")?)?];
-        let mut moved_this_pass = false;
-        // Names of directories to remove once their walk ends, per level.
-        let mut names: Vec<std::ffi::CString> = Vec::new();
-        while !stack.is_empty() {
-            let depth = stack.len();
-            let current = stack.last_mut().expect("not empty");
-            let Some(entry) = current.entries.next() else {
-                stack.pop();
-                if let (Some(dir_name), Some(up)) = (names.pop(), stack.last()) {
-                    match unlinkat(up.fd.as_fd(), dir_name.as_c_str(), UnlinkatFlags::RemoveDir) {
-                        Ok(()) | Err(Errno::ENOENT) => {}
-                        Err(errno) => return Err(errno.into()),
-                    }
-                }
-                continue;
-            };
-            let entry = entry?;
-            let entry_name = entry.file_name();
-            if is_dot(entry_name) {
-                continue;
-            }
-            match unlinkat(current.fd.as_fd(), entry_name, UnlinkatFlags::NoRemoveDir) {
-                Ok(()) | Err(Errno::ENOENT) => continue,
-                Err(Errno::EISDIR) => {}
-                Err(errno) => return Err(errno.into()),
-            }
-            if depth >= MAX_REMOVE_DEPTH {
-                moved_this_pass = true;
-                loop {
-                    let new_name = format!(".scored-deep-{moved}");
-                    moved += 1;
-                    match nix::fcntl::renameat2(
-                        current.fd.as_fd(),
-                        entry_name,
-                        top.as_fd(),
-                        new_name.as_str(),
-                        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-                    ) {
-                        Ok(()) | Err(Errno::ENOENT) => break,
-                        Err(Errno::EEXIST) => continue,
-                        Err(errno) => return Err(errno.into()),
-                    }
-                }
-                continue;
-            }
-            match open_dir_at(current.fd.as_fd(), entry_name) {
-                Ok(fd) => {
-                    names.push(entry_name.to_owned());
-                    stack.push(OpenDir::new(fd)?);
-                }
-                Err(Errno::ENOENT) => {}
-                Err(Errno::ELOOP | Errno::ENOTDIR) => {
-                    match unlinkat(current.fd.as_fd(), entry_name, UnlinkatFlags::NoRemoveDir) {
-                        Ok(()) | Err(Errno::ENOENT) => {}
-                        Err(errno) => return Err(errno.into()),
-                    }
-                }
-                Err(errno) => return Err(errno.into()),
-            }
-        }
-        if !moved_this_pass {
-            break;
-        }
-    }
-    match unlinkat(parent, name, UnlinkatFlags::RemoveDir) {
-        Ok(()) | Err(Errno::ENOENT) => Ok(()),
-        Err(errno) => Err(errno.into()),
-    }
+/// it, at once: a [`Removal`] run to its end, so walking with handles and
+/// never following a symbolic link. Each directory is made `uid`'s as the
+/// walk enters it.
+pub fn remove_tree_at(parent: BorrowedFd<'_>, name: &OsStr, uid: u32) -> io::Result<()> {
+    let parent = parent.try_clone_to_owned()?;
+    Removal::new(parent, name.to_string_lossy().into_owned(), uid)?.finish()
 }
 
 /// The removal of one tree, a slice at a time: each call of [`Removal::step`]
 /// removes at most a given number of entries and returns, so that a tree of
-/// a million files never holds the loop. Like [`remove_tree_at`], it walks
+/// a million files never holds the loop. It walks
 /// handles and never follows a link; a directory that is not empty when its
 /// walk ends (something was moved into it meanwhile) is walked again in the
 /// next pass, rather than failing.
@@ -926,11 +835,12 @@ mod tests {
         std::os::unix::fs::symlink(&victim, tree.join("link")).expect("symlink");
         std::fs::write(dir.join("file"), "y").expect("write");
         let parent = open_path(&root);
-        remove_tree_at(parent.as_fd(), OsStr::new("tree")).expect("remove");
+        let uid = nix::unistd::geteuid().as_raw();
+        remove_tree_at(parent.as_fd(), OsStr::new("tree"), uid).expect("remove");
         assert!(!tree.exists());
         assert!(victim.join("keep").exists());
         // Missing, or a plain file: both fine.
-        remove_tree_at(parent.as_fd(), OsStr::new("tree")).expect("remove nothing");
+        remove_tree_at(parent.as_fd(), OsStr::new("tree"), uid).expect("remove nothing");
         std::fs::remove_dir_all(&root).expect("clean up");
     }
 
