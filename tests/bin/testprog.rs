@@ -151,10 +151,6 @@ fn main() {
     }
 }
 
-/// Opens `n` connections to a Unix socket, then reports which of them the
-/// daemon refused (it writes an error frame and closes), then holds the
-/// others open for `seconds`, then reports again (`closed K`: closed by the
-/// daemon meanwhile).
 /// Keeps `n` connections busy with pipelined console requests `line` for
 /// `seconds`, eight outstanding on each, and prints how many replies came.
 fn flood(path: &str, n: usize, line: &str, seconds: f64) {
@@ -207,8 +203,11 @@ fn flood(path: &str, n: usize, line: &str, seconds: f64) {
     println!("served {served}");
 }
 
+/// Opens `n` connections to a Unix socket, then reports which of them the
+/// daemon refused (it writes an error frame and closes), then holds the
+/// others open for `seconds`, then reports again (`closed K`: closed by the
+/// daemon meanwhile).
 fn hold_connections(path: &str, n: usize, partial: usize, seconds: f64) {
-    use std::io::Read;
     use std::os::unix::net::UnixStream;
     // Room for the connections: up to the hard descriptor limit.
     // SAFETY: an all-zero rlimit is valid and getrlimit/setrlimit only
@@ -220,7 +219,8 @@ fn hold_connections(path: &str, n: usize, partial: usize, seconds: f64) {
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
     }
-    let mut streams = Vec::new();
+    // Each connection with what the daemon sent on it so far.
+    let mut streams: Vec<(UnixStream, Vec<u8>)> = Vec::new();
     for _ in 0..n {
         match UnixStream::connect(path) {
             Ok(mut stream) => {
@@ -230,7 +230,7 @@ fn hold_connections(path: &str, n: usize, partial: usize, seconds: f64) {
                     bytes.resize(4 + partial, b' ');
                     let _ = stream.write_all(&bytes);
                 }
-                streams.push(stream);
+                streams.push((stream, Vec::new()));
             }
             Err(error) => {
                 println!("connect failed: {error}");
@@ -240,38 +240,15 @@ fn hold_connections(path: &str, n: usize, partial: usize, seconds: f64) {
     }
     println!("open {}", streams.len());
     let _ = std::io::stdout().flush();
-    // Whatever the daemon said to each: nothing yet (served), or an error
-    // frame and a close (refused).
-    let survey = |streams: &mut Vec<UnixStream>| -> Vec<String> {
-        let mut said = Vec::new();
-        streams.retain_mut(|stream| {
-            let _ = stream.set_nonblocking(true);
-            let mut bytes = Vec::new();
-            let mut chunk = [0u8; 4096];
-            loop {
-                match stream.read(&mut chunk) {
-                    Ok(0) => {
-                        said.push(
-                            String::from_utf8_lossy(bytes.get(4..).unwrap_or(&[])).into_owned(),
-                        );
-                        return false;
-                    }
-                    Ok(len) => bytes.extend_from_slice(&chunk[..len]),
-                    Err(_) => return true,
-                }
-            }
-        });
-        said
-    };
     sleep(0.5);
-    let mut refused = survey(&mut streams);
+    let mut refused = closed_by_daemon(&mut streams);
     // Partial requests of megabytes take the daemon several wakeups to
     // read (each user gets a share of each wakeup), longer on a loaded
     // machine: the first refusal is waited for, up to 10 s.
     let deadline = Instant::now() + Duration::from_secs(10);
     while partial > 0 && refused.is_empty() && Instant::now() < deadline {
         sleep(0.1);
-        refused = survey(&mut streams);
+        refused = closed_by_daemon(&mut streams);
     }
     println!("refused {}", refused.len());
     for text in &refused {
@@ -279,8 +256,64 @@ fn hold_connections(path: &str, n: usize, partial: usize, seconds: f64) {
     }
     let _ = std::io::stdout().flush();
     sleep(seconds);
-    let closed = survey(&mut streams);
+    let closed = closed_by_daemon(&mut streams);
     println!("closed {}", closed.len());
+}
+
+/// Reads what the daemon sent on each connection, without blocking; takes
+/// out the connections it closed and returns, for each, the payloads of
+/// the frames it sent before closing, as text (one line). What a
+/// connection received before the daemon closed it is kept from one call
+/// to the next: the daemon writes its error and closes right after, and a
+/// read may fall between the two.
+fn closed_by_daemon(streams: &mut Vec<(std::os::unix::net::UnixStream, Vec<u8>)>) -> Vec<String> {
+    use std::io::Read;
+    let mut said = Vec::new();
+    streams.retain_mut(|(stream, received)| {
+        let _ = stream.set_nonblocking(true);
+        let mut chunk = [0u8; 4096];
+        loop {
+            match stream.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(len) => received.extend_from_slice(&chunk[..len]),
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return true,
+                // Reset by the daemon: closed as well.
+                Err(_) => break,
+            }
+        }
+        said.push(frames_text(received));
+        false
+    });
+    said
+}
+
+/// The payloads of the length-prefixed frames in `bytes`, as one line of
+/// text; a trailing incomplete frame is shown as such.
+fn frames_text(bytes: &[u8]) -> String {
+    let mut texts = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let Some(header) = rest.get(..4) else {
+            texts.push(format!("(an incomplete frame header: {rest:?})"));
+            break;
+        };
+        let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let Some(payload) = rest.get(4..4 + len) else {
+            texts.push(format!(
+                "(an incomplete frame of {len} bytes: {})",
+                String::from_utf8_lossy(&rest[4..])
+            ));
+            break;
+        };
+        texts.push(String::from_utf8_lossy(payload).replace('\n', " "));
+        rest = &rest[4 + len..];
+    }
+    if texts.is_empty() {
+        "(closed without a message)".to_string()
+    } else {
+        texts.join(" | ")
+    }
 }
 
 /// The serial of the calling process's session keyring
