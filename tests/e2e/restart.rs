@@ -737,3 +737,83 @@ fn a_restart_during_a_launch_waits_for_it() {
     assert_eq!(status.code(), Some(137));
     assert!(all_gone(&pids, Duration::from_secs(10)));
 }
+
+/// The ranks (leaders of their own process groups) among `pids`.
+fn ranks_of(pids: &[i32]) -> Vec<i32> {
+    pids.iter()
+        .copied()
+        .filter(|pid| proc_stat(*pid).is_some_and(|stat| stat.pgrp == *pid))
+        .collect()
+}
+
+/// A job suspended while its processes are still being created does not
+/// make a restart fail: the restart has the launch finish first, its new
+/// ranks stopped as they exec. After the restart the job is suspended
+/// with every rank stopped; `resume` runs it to its end, whose status
+/// scrun reports, and nothing of it is left. The suspend is issued as soon
+/// as the job exists, again until it falls within the launch.
+#[test]
+fn a_restart_finishes_the_launch_of_a_job_suspended_during_it() {
+    let n = 200;
+    let daemon = Daemon::builder()
+        .hosts(&format!("host0 cores={n}\n"))
+        .start();
+    let mut hit = 0;
+    let mut id = 0;
+    while hit < 2 {
+        id += 1;
+        assert!(
+            id <= 10,
+            "no suspend fell within a launch of {n} ranks in {} attempts",
+            id - 1
+        );
+        let mut job = daemon.spawn(&[
+            &format!("-nodes={n}"),
+            // bash forks its child (dash's vfork parent could not show
+            // its stop until the child execs).
+            "bash",
+            "-c",
+            "echo pid $$; sleep 1; exit 3",
+        ]);
+        let suspended = wait_until(Duration::from_secs(20), || {
+            code(&daemon.console(&format!("suspend {id}"))) == Some(0)
+        });
+        assert!(suspended, "job {id} never suspended:\n{}", daemon.log());
+        // The ranks that exist now (a rank exists once it has exec'd).
+        let created = ranks_of(&daemon.job_pids(id)).len();
+        if created < n {
+            hit += 1;
+        }
+        let text = restart(&daemon);
+        assert!(text.contains("restarted in place"), "{text}");
+        assert_eq!(state_of(&daemon, id), "held", "job {id}");
+        let ranks = ranks_of(&daemon.job_pids(id));
+        assert_eq!(
+            ranks.len(),
+            n,
+            "job {id}: every rank exists after the restart ({created} before it)"
+        );
+        let pids = daemon.job_pids(id);
+        let running: Vec<i32> = pids.iter().copied().filter(|pid| !stopped(*pid)).collect();
+        assert!(
+            running.is_empty(),
+            "job {id}: processes of the suspended job run after the restart: {:?}\n{}",
+            running
+                .iter()
+                .map(|pid| (*pid, proc_stat(*pid)))
+                .collect::<Vec<_>>(),
+            daemon.log()
+        );
+        daemon.ok(&format!("resume {id}"));
+        // Every rank runs, and what it writes reaches scrun.
+        job.wait_pids(n);
+        let (status, stderr) = job.wait(Duration::from_secs(60));
+        assert_eq!(status.code(), Some(3), "job {id}: {stderr}");
+        assert!(
+            all_gone(&pids, Duration::from_secs(10)),
+            "job {id}: processes left behind"
+        );
+    }
+    assert_eq!(daemon_status(&daemon)["restarts"], id);
+    assert!(daemon.all_job_pids().is_empty());
+}

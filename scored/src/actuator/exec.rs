@@ -87,6 +87,7 @@ impl OsActuator {
                     close_report(&self.exec_watch, pending.report);
                     self.exec_settled(job);
                     self.count_executable(job, pid);
+                    self.stop_at_exec(job, pid);
                 }
             }
             spawn::Report::Failed(step, errno) => self.exec_failed(pid, step, errno, out),
@@ -175,15 +176,17 @@ impl OsActuator {
     /// are killed, and their jobs' launches fail.
     pub(super) fn expire_execs(&mut self, now: Instant, out: &mut Vec<Input>) {
         let jobs = &self.jobs;
+        let released = &self.released;
         let expired: Vec<i32> = self
             .execs
             .iter()
-            .filter(|(_, pending)| {
+            .filter(|(pid, pending)| {
                 !pending.failed
                     && pending.deadline <= now
-                    && !jobs
-                        .get(&pending.job)
-                        .is_some_and(|procs| procs.hold.switched_out)
+                    && (released.contains(pid)
+                        || !jobs
+                            .get(&pending.job)
+                            .is_some_and(|procs| procs.hold.switched_out))
             })
             .map(|(pid, _)| *pid)
             .collect();

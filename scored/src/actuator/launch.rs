@@ -44,7 +44,8 @@ pub(super) struct LaunchProgress {
 /// of thousands of processes does not stall the loop. The job holds its
 /// hosts from the start; while it is switched out no process is created
 /// (the ones that exist are stopped like any job's), so no part of it runs
-/// outside its slices.
+/// outside its slices; only an in-place restart has it finish (see
+/// `finish_launches` in `stop.rs`).
 #[derive(Debug)]
 pub(super) struct LaunchInProgress {
     pub(super) plan: LaunchPlan,
@@ -57,12 +58,13 @@ pub(super) struct LaunchInProgress {
 }
 
 impl JobProcs {
-    /// Whether its launch has processes to create now: not switched out,
-    /// with room in its window (or it was aborted, which drops it).
-    pub(super) fn launch_due(&self, execs: &HashMap<i32, PendingExec>) -> bool {
+    /// Whether its launch has processes to create now: not switched out
+    /// (unless launches are being `finishing` for a restart), with room in
+    /// its window (or it was aborted, which drops it).
+    pub(super) fn launch_due(&self, execs: &HashMap<i32, PendingExec>, finishing: bool) -> bool {
         self.launch.as_ref().is_some_and(|launch| {
             launch.aborted
-                || (!launch.paused
+                || ((!launch.paused || finishing)
                     && self.execs_in_flight < EXEC_WINDOW
                     && user_execs_in_flight(execs, self.uid) < USER_EXEC_WINDOW)
         })
@@ -109,7 +111,7 @@ impl OsActuator {
         let due: Vec<JobId> = self
             .jobs
             .iter()
-            .filter(|(_, procs)| procs.launch_due(&self.execs))
+            .filter(|(_, procs)| procs.launch_due(&self.execs, self.finishing))
             .map(|(job, _)| *job)
             .collect();
         for job in due {
@@ -594,6 +596,11 @@ impl OsActuator {
             procs_state.groups.insert(pid, slot);
             procs_state.children.insert(pid);
             procs_state.execs_in_flight += 1;
+            if self.finishing && procs_state.hold.switched_out {
+                // Created while its launch is finished for a restart: it
+                // is stopped as it execs.
+                self.released.insert(pid);
+            }
             self.children.insert(
                 pid,
                 Child {

@@ -335,6 +335,11 @@ pub trait Actuator {
     /// in-place restart cannot hand them over and does not wait for them),
     /// failing their jobs' launches.
     fn end_stopped_execs(&mut self, _out: &mut Vec<Input>) {}
+    /// An in-place restart waits for the launches in progress (`true`),
+    /// or no longer does: meanwhile the launches of switched-out jobs go
+    /// on to their end too, each of their ranks stopped as it execs, so
+    /// that no launch waits for its job to be continued.
+    fn finish_launches(&mut self, _on: bool) {}
     /// A descriptor that is readable while some rank between fork and
     /// exec has something to report (its exec, or a failure); the loop
     /// then calls `poll`.
@@ -489,6 +494,18 @@ pub struct OsActuator {
     exec_watch: OwnedFd,
     /// Where every timeout and deadline of the actuator reads the time.
     clock: Box<dyn Clock>,
+    /// An in-place restart waits for the launches in progress: those of
+    /// switched-out jobs go on to their end as well (`finish_launches`).
+    finishing: bool,
+    /// Ranks of switched-out jobs let go on to their exec (continued
+    /// before it, or created since) while launches are finished: scored's
+    /// own continue, not one from outside; each is stopped as it execs.
+    released: BTreeSet<i32>,
+    /// Released ranks stopped at their exec whose stop is not yet seen.
+    restops: BTreeSet<i32>,
+    /// Switched-out jobs whose launch is being finished, and whether each
+    /// was thawed for it (it is frozen again once the launch is over).
+    settling: HashMap<JobId, bool>,
 }
 
 /// The time as the actuator reads it, so that its timeouts (a stop not
@@ -586,6 +603,10 @@ impl OsActuator {
             ignored_signals: sys::ignored_signals(),
             execs: HashMap::new(),
             exec_watch: sys::epoll_create()?,
+            finishing: false,
+            released: BTreeSet::new(),
+            restops: BTreeSet::new(),
+            settling: HashMap::new(),
         })
     }
 
@@ -610,7 +631,14 @@ impl Actuator for OsActuator {
     }
 
     fn launching(&self) -> bool {
-        self.jobs.values().any(|procs| procs.launch.is_some()) || !self.execs.is_empty()
+        self.jobs.values().any(|procs| procs.launch.is_some())
+            || !self.execs.is_empty()
+            || !self.restops.is_empty()
+            || !self.settling.is_empty()
+    }
+
+    fn finish_launches(&mut self, on: bool) {
+        OsActuator::finish_launches(self, on);
     }
 
     fn exec_watch_fd(&self) -> Option<std::os::fd::RawFd> {
@@ -636,12 +664,23 @@ impl Actuator for OsActuator {
         if let Some(pending) = self.execs.values().next() {
             return Err(HandoverError::Launching(pending.job));
         }
+        // A rank stopped at its exec, its stop not yet seen, or a job
+        // thawed for its launch and not yet frozen again.
+        let settling = self
+            .restops
+            .iter()
+            .find_map(|pid| self.children.get(pid).map(|child| child.job))
+            .or_else(|| self.settling.keys().next().copied());
+        if let Some(job) = settling {
+            return Err(HandoverError::Launching(job));
+        }
         Ok(self.snapshot())
     }
 
     fn poll(&mut self, now: Instant, out: &mut Vec<Input>) {
         self.collect_exec_reports(out);
         self.expire_execs(now, out);
+        self.settle_launches(out);
         if now >= self.state_check_at {
             let _ = self.check_state_dir(out);
         }
@@ -660,11 +699,12 @@ impl Actuator for OsActuator {
                     .stop_wait
                     .as_ref()
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
-        });
+        }) || !self.restops.is_empty()
+            || !self.settling.is_empty();
         let launching = self
             .jobs
             .values()
-            .any(|procs| procs.launch_due(&self.execs));
+            .any(|procs| procs.launch_due(&self.execs, self.finishing));
         let removing = self
             .removals
             .front()
@@ -684,15 +724,16 @@ impl Actuator for OsActuator {
         // The first rank that may still fail to exec in time.
         let exec = self
             .execs
-            .values()
-            .filter(|pending| {
+            .iter()
+            .filter(|(pid, pending)| {
                 !pending.failed
-                    && !self
-                        .jobs
-                        .get(&pending.job)
-                        .is_some_and(|procs| procs.hold.switched_out)
+                    && (self.released.contains(pid)
+                        || !self
+                            .jobs
+                            .get(&pending.job)
+                            .is_some_and(|procs| procs.hold.switched_out))
             })
-            .map(|pending| pending.deadline)
+            .map(|(_, pending)| pending.deadline)
             .min();
         Some(exec.map_or(next, |exec| exec.min(next)))
     }

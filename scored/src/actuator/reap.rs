@@ -142,10 +142,20 @@ impl OsActuator {
     /// Turns one state change of a child into core inputs.
     pub(super) fn handle_waited(&mut self, waited: sys::Waited, out: &mut Vec<Input>) {
         let pid = waited.pid;
+        if matches!(
+            waited.event,
+            sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(..)
+        ) {
+            self.released.remove(&pid);
+            self.restops.remove(&pid);
+        }
         match (self.children.get(&pid).copied(), waited.event) {
             (Some(child), sys::WaitEvent::Stopped) => {
                 if let Some(entry) = self.children.get_mut(&pid) {
                     entry.stopped = true;
+                }
+                if self.restops.remove(&pid) {
+                    self.released.remove(&pid);
                 }
                 if let Some(wait) = self
                     .jobs
@@ -164,7 +174,8 @@ impl OsActuator {
                     .jobs
                     .get(&child.job)
                     .is_some_and(|procs| procs.hold.switched_out);
-                if switched_out {
+                // Not from outside: scored let it go on to its exec.
+                if switched_out && !self.released.contains(&pid) {
                     self.continued_from_outside(child.job, pid, out);
                 }
             }

@@ -73,6 +73,7 @@ impl OsActuator {
         // Descendants are confirmed through /proc right away when they
         // already stopped; the rest at the next poll.
         self.poll_job(job, self.clock.now(), false, out);
+        self.release_execs(job);
     }
 
     pub(super) fn continue_job(&mut self, job: JobId) {
@@ -82,6 +83,12 @@ impl OsActuator {
         for pending in self.execs.values_mut().filter(|pending| pending.job == job) {
             pending.deadline = deadline;
         }
+        // Its ranks stopped at their exec are continued with the rest.
+        let children = &self.children;
+        let of_job = |pid: &i32| children.get(pid).is_some_and(|child| child.job == job);
+        self.restops.retain(|pid| !of_job(pid));
+        self.released.retain(|pid| !of_job(pid));
+        self.settling.remove(&job);
         if let Some(procs) = self.jobs.get_mut(&job) {
             procs.hold.switched_out = false;
             procs.hold.stopped_cpu = None;
@@ -431,6 +438,165 @@ impl OsActuator {
                     procs.hold.rogue_continues
                 ),
             });
+        }
+    }
+
+    /// An in-place restart waits for the launches in progress (`on`), or
+    /// gave up waiting. While it waits, the launch of a switched-out job
+    /// goes on to its end instead of waiting for the job to be continued:
+    /// its ranks between fork and exec are continued so that they exec,
+    /// its other ranks are created, and each is stopped as it execs
+    /// (`stop_at_exec`). Once none is left to exec or to stop, the job is
+    /// switched out as before, with every rank stopped, and the restart can
+    /// hand it over.
+    pub(super) fn finish_launches(&mut self, on: bool) {
+        if self.finishing == on {
+            return;
+        }
+        self.finishing = on;
+        if !on {
+            // What was created stays, stopped; the rest waits for the
+            // job's continue again.
+            return;
+        }
+        let jobs: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, procs)| procs.hold.switched_out)
+            .map(|(job, _)| *job)
+            .collect();
+        for job in jobs {
+            self.release_execs(job);
+        }
+    }
+
+    /// While launches are finished for a restart, lets the ranks of the
+    /// switched-out `job` that are between fork and exec go on to their
+    /// exec, with a fresh exec deadline. A frozen job is thawed for it (its
+    /// other processes held by SIGSTOP) and frozen again once its launch
+    /// is over.
+    pub(super) fn release_execs(&mut self, job: JobId) {
+        if !self.finishing {
+            return;
+        }
+        let pids: Vec<i32> = self
+            .execs
+            .iter()
+            .filter(|(_, pending)| pending.job == job && !pending.failed)
+            .map(|(pid, _)| *pid)
+            .collect();
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if !procs.hold.switched_out || (pids.is_empty() && procs.launch.is_none()) {
+            return;
+        }
+        // The CPU time the new ranks use up to their stop is the
+        // launch's, not an escape: it is noted again once they are stopped.
+        procs.hold.stopped_cpu = None;
+        let frozen = procs.hold.frozen;
+        let thawed = self.settling.entry(job).or_insert(false);
+        *thawed |= frozen;
+        if frozen {
+            self.thaw(job);
+            self.send(job, Signal::SIGSTOP);
+        }
+        let deadline = self.clock.now() + EXEC_TIMEOUT;
+        for pid in pids {
+            if let Some(pending) = self.execs.get_mut(&pid) {
+                pending.deadline = deadline;
+            }
+            if let Some(child) = self.children.get_mut(&pid) {
+                child.stopped = false;
+            }
+            self.released.insert(pid);
+            // An unreaped child of ours: its pid is still its own.
+            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+        }
+    }
+
+    /// A rank released while its job is switched out has exec'd: it is
+    /// stopped at once (with its group, which it leads since before its
+    /// exec), and the restart waits until the stop is seen.
+    pub(super) fn stop_at_exec(&mut self, job: JobId, pid: i32) {
+        if !self.released.contains(&pid)
+            || !self
+                .jobs
+                .get(&job)
+                .is_some_and(|procs| procs.hold.switched_out)
+        {
+            return;
+        }
+        if self.children.get(&pid).is_some_and(|child| child.stopped) {
+            // Stopped already, and seen so.
+            self.released.remove(&pid);
+            return;
+        }
+        if let Err(error) = killpg(Pid::from_raw(pid), Signal::SIGSTOP) {
+            tracing::debug!(job = %job, pid, %error, "killpg failed");
+        }
+        self.restops.insert(pid);
+    }
+
+    /// The launches being finished for a restart: the stops at exec that
+    /// /proc shows done (wait4 reports them too, see `handle_waited`),
+    /// and the jobs whose launch is over, which are held as any
+    /// switched-out job again: frozen if they were, their processes' CPU
+    /// time noted otherwise.
+    pub(super) fn settle_launches(&mut self, out: &mut Vec<Input>) {
+        if !self.restops.is_empty() {
+            let children = &mut self.children;
+            let released = &mut self.released;
+            self.restops.retain(|pid| {
+                match procfs::read_stat(*pid).filter(|stat| !stat.is_dead()) {
+                    Some(stat) if stat.is_stopped() => {
+                        if let Some(child) = children.get_mut(pid) {
+                            child.stopped = true;
+                        }
+                        released.remove(pid);
+                        false
+                    }
+                    Some(_) => true,
+                    None => {
+                        released.remove(pid);
+                        false
+                    }
+                }
+            });
+        }
+        if self.settling.is_empty() {
+            return;
+        }
+        let execs = &self.execs;
+        let children = &self.children;
+        let restops = &self.restops;
+        let done: Vec<(JobId, bool)> = self
+            .settling
+            .iter()
+            .filter(|(job, _)| {
+                self.jobs.get(job).is_none_or(|procs| {
+                    procs.launch.is_none()
+                        && !execs.values().any(|pending| pending.job == **job)
+                        && !restops
+                            .iter()
+                            .any(|pid| children.get(pid).is_some_and(|child| child.job == **job))
+                })
+            })
+            .map(|(job, thawed)| (*job, *thawed))
+            .collect();
+        for (job, thawed) in done {
+            self.settling.remove(&job);
+            if !self
+                .jobs
+                .get(&job)
+                .is_some_and(|procs| procs.hold.switched_out)
+            {
+                continue;
+            }
+            tracing::debug!(job = %job, "the launch of a switched-out job finished, its ranks stopped");
+            if !(thawed && self.freeze(job)) {
+                self.check_held(job, out);
+            }
         }
     }
 

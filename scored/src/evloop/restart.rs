@@ -188,9 +188,13 @@ impl<A: Actuator> Daemon<A> {
     /// While a job's processes are still being created a batch at a time
     /// (its pipes and plan cannot be handed over), the restart waits for
     /// the launch to finish, up to [`LAUNCH_WAIT`]; it is retried after
-    /// each event meanwhile. Ranks that their user stopped before their
-    /// exec are not waited for: they are killed and their launch fails. A launch that does not finish by then (one
-    /// switched out, or held) makes the restart fail with that reason.
+    /// each event meanwhile. The launch of a job switched out (suspended,
+    /// held, or out of its slice) goes on to its end meanwhile, its ranks
+    /// stopped as they exec, so that it is handed over stopped as any
+    /// switched-out job. Ranks that their user stopped before their exec
+    /// are not waited for: they are killed and their launch fails. A
+    /// launch that does not finish by then makes the restart fail with
+    /// that reason.
     pub(super) fn restart_in_place(&mut self, requester: Option<(Token, bool)>) {
         if self.actuator.launching() {
             // Ranks their users keep stopped before their exec would hold
@@ -202,6 +206,7 @@ impl<A: Actuator> Daemon<A> {
             }
         }
         if self.actuator.launching() {
+            self.actuator.finish_launches(true);
             let since = match self.recovery.restart_wait {
                 Some(since) => since,
                 None => {
@@ -217,6 +222,7 @@ impl<A: Actuator> Daemon<A> {
         self.recovery.restart_wait = None;
         let asked = Instant::now();
         let Err(reason) = self.hand_over(requester);
+        self.actuator.finish_launches(false);
         tracing::error!(%reason, elapsed_us = asked.elapsed().as_micros() as u64, "in-place restart failed; carrying on");
         if let Some((token, json)) = requester {
             if let Some(conn) = self.connections.get_mut(&token) {
