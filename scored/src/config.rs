@@ -72,6 +72,18 @@ pub struct Flags {
     /// How long a client may take to finish sending a request it has begun (default 10s).
     #[arg(long, value_name = "DUR")]
     pub request_timeout: Option<String>,
+    /// The most unfinished jobs one user other than root and the operators may have (default 1000).
+    #[arg(long, value_name = "N")]
+    pub max_jobs_per_user: Option<usize>,
+    /// The most unfinished jobs such users may have together (default 10000).
+    #[arg(long, value_name = "N")]
+    pub max_jobs: Option<usize>,
+    /// The most submissions one such user may have waiting for resources (default 100).
+    #[arg(long, value_name = "N")]
+    pub max_waiting_per_user: Option<usize>,
+    /// The most submissions such users may have waiting for resources together (default 1000).
+    #[arg(long, value_name = "N")]
+    pub max_waiting: Option<usize>,
     /// Run as scrun's private daemon for one user: no start-up script, and exit when idle (see --idle-exit).
     #[arg(long)]
     pub single_user: bool,
@@ -114,6 +126,10 @@ pub struct FileSettings {
     max_connections: Option<usize>,
     max_connections_per_user: Option<usize>,
     request_timeout: Option<String>,
+    max_jobs_per_user: Option<usize>,
+    max_jobs: Option<usize>,
+    max_waiting_per_user: Option<usize>,
+    max_waiting: Option<usize>,
     idle_exit: Option<String>,
     verbose: Option<u8>,
     journal_size: Option<String>,
@@ -151,6 +167,9 @@ pub struct Settings {
     pub max_connections_per_user: usize,
     /// How long a begun request may take to arrive whole.
     pub request_timeout: Duration,
+    /// The budgets of unfinished jobs and waiting submissions of users
+    /// other than root and the operators.
+    pub budgets: crate::core::Budgets,
     /// Verbosity.
     pub verbose: u8,
     /// Size at which the job journal is rotated.
@@ -324,6 +343,41 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError
             None => DEFAULT_MAX_CONNECTIONS_PER_USER,
         },
         request_timeout,
+        budgets: {
+            let defaults = crate::core::Budgets::default();
+            let count = |flag: Option<usize>, key: Option<usize>, name, default| match flag.or(key)
+            {
+                Some(0) => Err(ConfigError::Zero { flag: name }),
+                Some(n) => Ok(n),
+                None => Ok(default),
+            };
+            crate::core::Budgets {
+                user_jobs: count(
+                    flags.max_jobs_per_user,
+                    file.max_jobs_per_user,
+                    "max-jobs-per-user",
+                    defaults.user_jobs,
+                )?,
+                total_jobs: count(
+                    flags.max_jobs,
+                    file.max_jobs,
+                    "max-jobs",
+                    defaults.total_jobs,
+                )?,
+                user_waiting: count(
+                    flags.max_waiting_per_user,
+                    file.max_waiting_per_user,
+                    "max-waiting-per-user",
+                    defaults.user_waiting,
+                )?,
+                total_waiting: count(
+                    flags.max_waiting,
+                    file.max_waiting,
+                    "max-waiting",
+                    defaults.total_waiting,
+                )?,
+            }
+        },
         verbose: flags.verbose.max(file.verbose.unwrap_or(0)),
         journal_size: match flags.journal_size.or(file.journal_size) {
             Some(text) => {
@@ -362,7 +416,7 @@ mod tests {
     fn file_errors_name_file_and_line() {
         assert_eq!(
             settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
-            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `request_timeout`, `idle_exit`, `verbose`, `journal_size`, `journal`"
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `request_timeout`, `max_jobs_per_user`, `max_jobs`, `max_waiting_per_user`, `max_waiting`, `idle_exit`, `verbose`, `journal_size`, `journal`"
         );
         assert!(settings(&[], "timeslice = 5")
             .unwrap_err()
@@ -391,6 +445,30 @@ mod tests {
         assert!(settings(&["--request-timeout", "1ms"], "")
             .unwrap_err()
             .starts_with("--request-timeout: '1ms' is out of range"));
+    }
+
+    #[test]
+    fn budgets_have_defaults_and_are_checked() {
+        let resolved = settings(&[], "").unwrap();
+        assert_eq!(resolved.budgets, crate::core::Budgets::default());
+        let resolved = settings(
+            &["--max-jobs", "50", "--max-waiting-per-user", "2"],
+            "max_jobs = 70\nmax_jobs_per_user = 5\nmax_waiting = 9\n",
+        )
+        .unwrap();
+        assert_eq!(
+            resolved.budgets,
+            crate::core::Budgets {
+                user_jobs: 5,
+                total_jobs: 50,
+                user_waiting: 2,
+                total_waiting: 9,
+            }
+        );
+        assert_eq!(
+            settings(&[], "max_waiting_per_user = 0\n").unwrap_err(),
+            "--max-waiting-per-user: must be at least 1"
+        );
     }
 
     #[test]

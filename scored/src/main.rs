@@ -106,6 +106,7 @@ fn run() -> Result<(), String> {
         disk,
         machine_memory: Some(machine.total_memory),
         sample_every_slice: true,
+        budgets: settings.budgets,
     };
     if let Some(path) = check_state {
         // A new binary checks, in a process of its own, that it can take

@@ -769,3 +769,171 @@ fn unfinished_requests_of_one_user_are_bounded() {
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
     daemon.stop();
 }
+
+/// Runs scrun as `user` (or root) to its end and returns its exit code and
+/// stderr: for a submission expected to be refused.
+fn refused_submission(daemon: &Daemon, user: Option<&TestUser>, args: &[&str]) -> String {
+    let output = match user {
+        Some(user) => daemon.scrun_as(user, args).output(),
+        None => daemon.scrun(args).output(),
+    }
+    .expect("run scrun");
+    let text = stderr(&output);
+    assert_ne!(code(&output), Some(0), "the submission ran: {text}");
+    text
+}
+
+/// The number of submissions the daemon holds waiting for resources.
+fn waiting_count(daemon: &Daemon) -> u64 {
+    daemon.json("status")["waiting"]
+        .as_u64()
+        .unwrap_or(u64::MAX)
+}
+
+/// A plain user who has as many submissions waiting for resources as the
+/// per-user budget allows is refused the next one, in words naming that
+/// budget, and nothing changes: the waiting ones keep waiting and later
+/// run. Another user is not refused because of the first, until the two
+/// reach the total budget, which the refusal names in turn; root is held
+/// to neither.
+#[test]
+fn a_user_over_the_waiting_budget_is_refused_and_others_are_not() {
+    let Some(users) = test_users("a_user_over_the_waiting_budget") else {
+        return;
+    };
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--max-waiting-per-user=2")
+        .arg("--max-waiting=3")
+        .start();
+    // Root's job fills the cluster's one admitted job: what follows with
+    // -wait waits for it.
+    let mut running = daemon.spawn(&["-nodes=1", "sh", "-c", "echo pid $$; exec sleep 60"]);
+    let running_pid = running.wait_pids(1)[0];
+    daemon.ok("cluster 0 limit jobs=1");
+    let wait_args = ["-wait", "-nodes=1", "sh", "-c", "exit 7"];
+    let mut waiting = Vec::new();
+    for n in 1..=2 {
+        waiting.push(daemon.spawn_as(&users.a, &wait_args));
+        assert!(
+            wait_until(Duration::from_secs(20), || waiting_count(&daemon) == n),
+            "user a's submission {n} does not wait:\n{}",
+            daemon.log()
+        );
+    }
+    let text = refused_submission(&daemon, Some(&users.a), &wait_args);
+    assert!(
+        text.contains(&format!(
+            "user {} has 2 submissions waiting for resources",
+            users.a.name
+        )) && text.contains("the budget of 2 waiting submissions per user"),
+        "the refusal names the per-user budget: {text}"
+    );
+    assert_eq!(waiting_count(&daemon), 2, "the refusal changed nothing");
+    // User b is not held to user a's budget.
+    waiting.push(daemon.spawn_as(&users.b, &wait_args));
+    assert!(
+        wait_until(Duration::from_secs(20), || waiting_count(&daemon) == 3),
+        "user b's submission does not wait:\n{}",
+        daemon.log()
+    );
+    // The total budget holds for every user.
+    let text = refused_submission(&daemon, Some(&users.b), &wait_args);
+    assert!(
+        text.contains("scored holds 3 submissions of users waiting for resources")
+            && text.contains("the budget of 3 waiting submissions in total"),
+        "the refusal names the total budget: {text}"
+    );
+    // Root is held to none.
+    waiting.push(daemon.spawn(&wait_args));
+    assert!(
+        wait_until(Duration::from_secs(20), || waiting_count(&daemon) == 4),
+        "root's submission does not wait:\n{}",
+        daemon.log()
+    );
+    assert!(alive(running_pid), "the running job was touched");
+    // Once room is made, every waiting submission runs to its end.
+    daemon.ok("cluster 0 limit jobs=none");
+    daemon.ok("kill 1 KILL");
+    let (status, _) = running.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(137));
+    for mut job in waiting {
+        let (status, text) = job.wait(Duration::from_secs(30));
+        assert_eq!(status.code(), Some(7), "{text}");
+    }
+    assert_eq!(waiting_count(&daemon), 0);
+}
+
+/// A plain user with as many unfinished jobs as the per-user budget allows
+/// is refused the next submission, in words naming that budget; their
+/// jobs run on, and once one ends the user may submit again. Another user
+/// is not refused because of the first, until the users reach the total
+/// budget, which the refusal names; root is held to neither.
+#[test]
+fn a_user_over_the_jobs_budget_is_refused_and_others_are_not() {
+    let Some(users) = test_users("a_user_over_the_jobs_budget") else {
+        return;
+    };
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--max-jobs-per-user=2")
+        .arg("--max-jobs=3")
+        .start();
+    let args = ["-nodes=1", "sh", "-c", "echo pid $$; exec sleep 60"];
+    let mut jobs = Vec::new();
+    let mut pids = Vec::new();
+    for _ in 0..2 {
+        let mut job = daemon.spawn_as(&users.a, &args);
+        pids.push(job.wait_pids(1)[0]);
+        jobs.push(job);
+    }
+    let text = refused_submission(&daemon, Some(&users.a), &args);
+    assert!(
+        text.contains(&format!("user {} has 2 unfinished jobs", users.a.name))
+            && text.contains("the budget of 2 jobs per user"),
+        "the refusal names the per-user budget: {text}"
+    );
+    // User b is not held to user a's budget.
+    let mut job = daemon.spawn_as(&users.b, &args);
+    pids.push(job.wait_pids(1)[0]);
+    jobs.push(job);
+    // The total budget holds for every user.
+    let text = refused_submission(&daemon, Some(&users.b), &args);
+    assert!(
+        text.contains("scored holds 3 unfinished jobs of users")
+            && text.contains("the budget of 3 jobs in total"),
+        "the refusal names the total budget: {text}"
+    );
+    // Root is held to none.
+    let mut job = daemon.spawn(&args);
+    pids.push(job.wait_pids(1)[0]);
+    jobs.push(job);
+    assert!(
+        pids.iter().all(|pid| alive(*pid)),
+        "the refusals touched the jobs"
+    );
+    // The refused submissions left no job behind.
+    let listed = daemon.ok("jobs");
+    assert_eq!(
+        listed.lines().filter(|line| line.contains("sh -c")).count(),
+        4,
+        "{listed}"
+    );
+    // A user whose job ended may submit again.
+    let first = jobs.remove(0);
+    drop(first);
+    assert!(
+        wait_until(Duration::from_secs(20), || !alive(pids[0])),
+        "user a's first job did not end with its scrun"
+    );
+    let mut job = daemon.spawn_as(&users.a, &args);
+    pids.push(job.wait_pids(1)[0]);
+    jobs.push(job);
+    drop(jobs);
+    assert!(
+        wait_until(Duration::from_secs(20), || pids
+            .iter()
+            .all(|pid| !alive(*pid))),
+        "processes left behind"
+    );
+}

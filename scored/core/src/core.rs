@@ -603,7 +603,7 @@ pub use budget::{
     cap_reason, cap_text, request_bytes, MAX_REASON, STRING_COST, TOTAL_BYTES, TOTAL_JOBS,
     TOTAL_WAITING, USER_BYTES, USER_JOBS, USER_WAITING,
 };
-pub use config::{CoreConfig, Directory, GroupError, NoDirectory};
+pub use config::{Budgets, CoreConfig, Directory, GroupError, NoDirectory};
 pub use input::{Input, JobEvent};
 pub use lifecycle::unlimited_disk_backstop;
 pub use script::{ScriptError, ScriptProblem, ScriptRun};

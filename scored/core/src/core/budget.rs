@@ -16,13 +16,14 @@ use std::collections::HashSet;
 use super::{Core, Waiter};
 use crate::job::JobRequest;
 
-/// The unfinished jobs (queued, running or waiting) one user may have.
+/// The unfinished jobs (queued, running or waiting) one user may have,
+/// unless configured otherwise ([`Budgets`](super::Budgets)).
 pub const USER_JOBS: usize = 1000;
-/// The unfinished jobs all users held to budgets may have together.
+/// The unfinished jobs all users held to budgets may have together, by default.
 pub const TOTAL_JOBS: usize = 10_000;
-/// The submissions one user may have waiting for resources (`-wait`).
+/// The submissions one user may have waiting for resources (`-wait`), by default.
 pub const USER_WAITING: usize = 100;
-/// The submissions all users held to budgets may have waiting together.
+/// The submissions all users held to budgets may have waiting together, by default.
 pub const TOTAL_WAITING: usize = 1000;
 /// The bytes one user's unfinished submissions may keep (see [`request_bytes`]).
 pub const USER_BYTES: usize = 8 << 20;
@@ -133,21 +134,22 @@ impl Core {
             return Ok(());
         }
         let (mine, all) = self.held(uid);
+        let budgets = self.logged.config.budgets;
         let user = &waiter.user;
         let bytes = request_bytes(&waiter.request);
         let kib = |bytes: usize| bytes.div_ceil(1024);
-        if mine.jobs >= USER_JOBS {
+        if mine.jobs >= budgets.user_jobs {
             return Err(format!(
                 "user {user} has {} unfinished jobs, the most one user may have \
-                 (the budget of {USER_JOBS} jobs per user); submit again once some have ended",
-                mine.jobs
+                 (the budget of {} jobs per user); submit again once some have ended",
+                mine.jobs, budgets.user_jobs
             ));
         }
-        if all.jobs >= TOTAL_JOBS {
+        if all.jobs >= budgets.total_jobs {
             return Err(format!(
                 "scored holds {} unfinished jobs of users, the most it keeps \
-                 (the budget of {TOTAL_JOBS} jobs in total); submit again once some have ended",
-                all.jobs
+                 (the budget of {} jobs in total); submit again once some have ended",
+                all.jobs, budgets.total_jobs
             ));
         }
         if mine.bytes + bytes > USER_BYTES {
@@ -170,18 +172,18 @@ impl Core {
                 kib(TOTAL_BYTES)
             ));
         }
-        if waits && mine.waiting >= USER_WAITING {
+        if waits && mine.waiting >= budgets.user_waiting {
             return Err(format!(
                 "user {user} has {} submissions waiting for resources, the most one user may \
-                 have (the budget of {USER_WAITING} waiting submissions per user)",
-                mine.waiting
+                 have (the budget of {} waiting submissions per user)",
+                mine.waiting, budgets.user_waiting
             ));
         }
-        if waits && all.waiting >= TOTAL_WAITING {
+        if waits && all.waiting >= budgets.total_waiting {
             return Err(format!(
                 "scored holds {} submissions of users waiting for resources, the most it keeps \
-                 (the budget of {TOTAL_WAITING} waiting submissions in total)",
-                all.waiting
+                 (the budget of {} waiting submissions in total)",
+                all.waiting, budgets.total_waiting
             ));
         }
         Ok(())

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::budget::{TOTAL_JOBS, TOTAL_WAITING, USER_JOBS, USER_WAITING};
 use crate::command::GroupRef;
 
 /// Settings of the core fixed at start-up (the time slice can change later).
@@ -30,6 +31,37 @@ pub struct CoreConfig {
     /// usage can change a decision ([`Core::usage_matters`](super::Core::usage_matters); a replay,
     /// which answers no other sample).
     pub sample_every_slice: bool,
+    /// What users other than root, the daemon's user and the operators
+    /// may keep in the core.
+    pub budgets: Budgets,
+}
+
+/// The budgets of unfinished jobs and of submissions waiting for
+/// resources that users other than root, the daemon's user and the
+/// operators are held to, per user and over all of them (see
+/// `budget.rs`); the defaults are [`USER_JOBS`], [`TOTAL_JOBS`],
+/// [`USER_WAITING`] and [`TOTAL_WAITING`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budgets {
+    /// Unfinished jobs (queued, running or waiting) one user may have.
+    pub user_jobs: usize,
+    /// Unfinished jobs all such users may have together.
+    pub total_jobs: usize,
+    /// Submissions one user may have waiting for resources (`-wait`).
+    pub user_waiting: usize,
+    /// Submissions all such users may have waiting together.
+    pub total_waiting: usize,
+}
+
+impl Default for Budgets {
+    fn default() -> Budgets {
+        Budgets {
+            user_jobs: USER_JOBS,
+            total_jobs: TOTAL_JOBS,
+            user_waiting: USER_WAITING,
+            total_waiting: TOTAL_WAITING,
+        }
+    }
 }
 
 impl Default for CoreConfig {
@@ -43,6 +75,7 @@ impl Default for CoreConfig {
             disk: Vec::new(),
             machine_memory: None,
             sample_every_slice: true,
+            budgets: Budgets::default(),
         }
     }
 }
