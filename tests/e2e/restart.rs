@@ -751,13 +751,15 @@ fn ranks_of(pids: &[i32]) -> Vec<i32> {
 /// ranks stopped as they exec. After the restart the job is suspended
 /// with every rank stopped; `resume` runs it to its end, whose status
 /// scrun reports, and nothing of it is left. The suspend is issued as soon
-/// as the job exists, again until it falls within the launch.
+/// as the job exists, again until it falls within the launch. The job is a
+/// plain user's when the tests can make one.
 #[test]
 fn a_restart_finishes_the_launch_of_a_job_suspended_during_it() {
     let n = 200;
     let daemon = Daemon::builder()
         .hosts(&format!("host0 cores={n}\n"))
         .start();
+    let users = test_users("a_restart_finishes_the_launch (as root instead)");
     let mut hit = 0;
     let mut id = 0;
     while hit < 2 {
@@ -767,14 +769,14 @@ fn a_restart_finishes_the_launch_of_a_job_suspended_during_it() {
             "no suspend fell within a launch of {n} ranks in {} attempts",
             id - 1
         );
-        let mut job = daemon.spawn(&[
-            &format!("-nodes={n}"),
-            // bash forks its child (dash's vfork parent could not show
-            // its stop until the child execs).
-            "bash",
-            "-c",
-            "echo pid $$; sleep 1; exit 3",
-        ]);
+        let nodes = format!("-nodes={n}");
+        // bash forks its child (dash's vfork parent could not show its
+        // stop until the child execs).
+        let args = [&nodes, "bash", "-c", "echo pid $$; sleep 1; exit 3"];
+        let mut job = match &users {
+            Some(users) => daemon.spawn_as(&users.a, &args),
+            None => daemon.spawn(&args),
+        };
         let suspended = wait_until(Duration::from_secs(20), || {
             code(&daemon.console(&format!("suspend {id}"))) == Some(0)
         });

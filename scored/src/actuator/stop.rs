@@ -455,8 +455,14 @@ impl OsActuator {
         }
         self.finishing = on;
         if !on {
-            // What was created stays, stopped; the rest waits for the
-            // job's continue again.
+            // What was created stays, stopped (the ranks released on
+            // their way to their exec are stopped there still); the rest
+            // waits for the job's continue again, frozen again if it was.
+            for (job, thawed) in std::mem::take(&mut self.settling) {
+                if thawed && !self.freeze(job) {
+                    tracing::warn!(job = %job, "cannot freeze again a job thawed for its launch");
+                }
+            }
             return;
         }
         let jobs: Vec<JobId> = self
