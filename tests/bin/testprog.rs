@@ -262,10 +262,14 @@ fn hold_connections(path: &str, n: usize, partial: usize, seconds: f64) {
 
 /// Reads what the daemon sent on each connection, without blocking; takes
 /// out the connections it closed and returns, for each, the payloads of
-/// the frames it sent before closing, as text (one line). What a
-/// connection received before the daemon closed it is kept from one call
-/// to the next: the daemon writes its error and closes right after, and a
-/// read may fall between the two.
+/// the frames it sent before closing, as text (one line).
+///
+/// A connection that the daemon closed while bytes written on it were
+/// still unread there (the client wrote on while the daemon dropped it)
+/// reads as its frames, then one `ECONNRESET`, then end of file: the
+/// reset is a close too, and the frames read before it are its message.
+/// What a connection received is also kept from one call to the next,
+/// for a read that falls between the daemon's error and its close.
 fn closed_by_daemon(streams: &mut Vec<(std::os::unix::net::UnixStream, Vec<u8>)>) -> Vec<String> {
     use std::io::Read;
     let mut said = Vec::new();
@@ -278,7 +282,7 @@ fn closed_by_daemon(streams: &mut Vec<(std::os::unix::net::UnixStream, Vec<u8>)>
                 Ok(len) => received.extend_from_slice(&chunk[..len]),
                 Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return true,
-                // Reset by the daemon: closed as well.
+                // Closed with our bytes unread: the frames are in `received`.
                 Err(_) => break,
             }
         }
