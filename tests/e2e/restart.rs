@@ -819,3 +819,73 @@ fn a_restart_finishes_the_launch_of_a_job_suspended_during_it() {
     assert_eq!(daemon_status(&daemon)["restarts"], id);
     assert!(daemon.all_job_pids().is_empty());
 }
+
+/// A job that scored froze (a rank continued from outside while it was
+/// suspended) with its launch still in progress: the restart thaws it for
+/// the launch to finish, each new rank stopped at its exec, and freezes it
+/// again, so that after the restart it is frozen with every rank; `resume`
+/// then runs it to its end.
+#[test]
+fn a_restart_finishes_the_launch_of_a_frozen_job_and_freezes_it_again() {
+    let n = 200;
+    let daemon = Daemon::builder()
+        .hosts(&format!("host0 cores={n}\n"))
+        .log("scored=info")
+        .start();
+    let nodes = format!("-nodes={n}");
+    let args = [nodes.as_str(), "bash", "-c", "echo pid $$; sleep 1; exit 3"];
+    let mut id = 0;
+    let (mut job, rank) = loop {
+        id += 1;
+        assert!(id <= 10, "no suspend fell within a launch of {n} ranks");
+        let job = daemon.spawn(&args);
+        assert!(wait_until(Duration::from_secs(20), || {
+            code(&daemon.console(&format!("suspend {id}"))) == Some(0)
+        }));
+        let ranks = ranks_of(&daemon.job_pids(id));
+        if !ranks.is_empty() && ranks.len() < n {
+            break (job, ranks[0]);
+        }
+        daemon.ok(&format!("kill {id} KILL"));
+        drop(job);
+    };
+    let Some(state_file) =
+        freezer_state_file(rank).filter(|_| daemon.log().contains("jobs are held in cgroups"))
+    else {
+        println!("no v1 freezer cgroups here: scored never freezes a job");
+        return;
+    };
+    let frozen =
+        || std::fs::read_to_string(&state_file).is_ok_and(|state| state.trim() == "FROZEN");
+    assert!(wait_until(Duration::from_secs(10), || stopped(rank)));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(rank),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .expect("SIGCONT to the rank");
+    assert!(
+        wait_until(Duration::from_secs(10), frozen),
+        "scored never froze the job:\n{}",
+        daemon.log()
+    );
+    let text = restart(&daemon);
+    assert!(text.contains("restarted in place"), "{text}");
+    assert_eq!(state_of(&daemon, id), "held");
+    let ranks = ranks_of(&daemon.job_pids(id));
+    assert_eq!(ranks.len(), n, "every rank exists after the restart");
+    assert!(frozen(), "the job is not frozen again:\n{}", daemon.log());
+    assert!(
+        ranks
+            .iter()
+            .all(|pid| freezer_state_file(*pid).as_ref() == Some(&state_file)),
+        "every rank is in the job's frozen cgroup"
+    );
+    daemon.ok(&format!("resume {id}"));
+    job.wait_pids(n);
+    let (status, stderr) = job.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon.all_job_pids().is_empty()),
+        "processes left behind"
+    );
+}
