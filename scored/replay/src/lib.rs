@@ -574,7 +574,6 @@ fn arrivals(trace: &Trace, setup: &Setup, skipped: &mut Vec<Skipped>) -> Vec<Arr
         let estimate = job
             .requested_time
             .map(|requested| Duration::from_secs_f64(requested.max(run)))
-            .filter(|estimate| !estimate.is_zero())
             .map(|estimate| estimate.max(Duration::from_millis(1)));
         let queue = job
             .queue

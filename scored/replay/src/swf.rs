@@ -46,7 +46,7 @@ pub struct SwfJob {
     pub run: Option<f64>,
     /// Field 5, else field 8.
     pub procs: Option<i64>,
-    /// Field 9, seconds.
+    /// Field 9, seconds (0 is a request of no time, not an unknown).
     pub requested_time: Option<f64>,
     /// Field 10, else field 7: kilobytes per processor.
     pub memory_kb: Option<f64>,
@@ -330,7 +330,7 @@ fn job(line: usize, text: &str) -> Result<SwfJob, String> {
         submit,
         run: known(values[3]),
         procs,
-        requested_time: known(values[8]).filter(|time| *time > 0.0),
+        requested_time: known(values[8]),
         memory_kb: [values[9], values[6]]
             .into_iter()
             .find(|value| *value > 0.0),

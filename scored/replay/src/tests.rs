@@ -132,6 +132,30 @@ fn five_jobs_easy_backfilling() {
 }
 
 #[test]
+fn a_job_that_asked_for_no_time_backfills_as_a_job_of_no_length() {
+    // Job 2 is reserved at 100. Job 3 requested 0 s and ran 0 s: its
+    // estimate is 0 (1 ms), so it backfills at once. Job 4 requested
+    // nothing (-1): it has no estimate, cannot be shown to end by the
+    // reservation, and waits for job 2.
+    let trace = "\
+1 0 -1 100 2 -1 -1 2 100 -1 1 1 1 1 1 -1 -1 -1
+2 10 -1 50 4 -1 -1 4 50 -1 1 1 1 1 1 -1 -1 -1
+3 20 -1 0 2 -1 -1 2 0 -1 1 1 1 1 1 -1 -1 -1
+4 30 -1 0 2 -1 -1 2 -1 -1 1 1 1 1 1 -1 -1 -1
+";
+    let outcome = replay(trace, 4, EASY);
+    assert_eq!(
+        starts(&outcome),
+        vec![
+            (1, 0.0, 100.0),
+            (2, 100.0, 150.0),
+            (3, 20.0, 20.0),
+            (4, 150.0, 150.0)
+        ]
+    );
+}
+
+#[test]
 fn gang_time_sharing_stretches_jobs_by_the_slices_they_wait() {
     // Two full-width jobs of 10 s on one gang queue with 1 s slices: they
     // alternate, and each ends after about twice its run time.
