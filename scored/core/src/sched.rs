@@ -767,6 +767,31 @@ impl Matrix {
         }
     }
 
+    /// Counts a job that starts now on `hosts` with `estimate` in the
+    /// predictions: an idle host is busy until it ends; on a shared one
+    /// every resident is slowed by its run.
+    fn occupy(&mut self, hosts: &[HostId], estimate: Option<u64>, now: u64) {
+        for host in hosts {
+            let after = self.after(*host, estimate, now);
+            if let Some(idle) = self.idle_at.get_mut(host.idx()) {
+                *idle = after;
+            }
+        }
+    }
+
+    /// When `host` is predicted to be idle if a job with `estimate` starts
+    /// on it now.
+    fn after(&self, host: HostId, estimate: Option<u64>, now: u64) -> u64 {
+        let idle = self.idle_at.get(host.idx()).copied().unwrap_or(now);
+        match estimate {
+            None => u64::MAX,
+            Some(run) if idle <= now => now.saturating_add(run),
+            Some(run) => idle
+                .saturating_add(run)
+                .max(now.saturating_add(run.saturating_mul(2))),
+        }
+    }
+
     /// When `job`, resident now, is predicted to end: its remaining
     /// estimate plus those of the jobs sharing its hosts.
     fn predicted_end(&mut self, job: JobId, view: &impl JobView, now: u64) -> u64 {
@@ -798,6 +823,14 @@ impl Matrix {
     }
 }
 
+/// The longest estimate of a short job (µs): one that may time-share
+/// hosts it does not fill, and is tried first behind a reservation.
+pub const SHORT_JOB: u64 = 60_000_000;
+
+/// The longest estimate of a brief job (µs): one that may delay the
+/// reservation by slowing the jobs it time-shares with.
+pub const BRIEF_JOB: u64 = 600_000_000;
+
 /// The reservation of a gang queue's first waiting job that cannot start.
 #[derive(Debug, Clone, Copy)]
 struct Reserved {
@@ -818,16 +851,25 @@ struct Reserved {
 /// residents ([`Matrix`]); without a prediction (a resident has no
 /// estimate) the later jobs wait (first come, first served).
 ///
-/// Behind a reservation, the later jobs are tried shortest estimate first
-/// (ties, and jobs without one, in submission order). One starts on idle
-/// hosts when its estimate ends it by the reservation or the hosts it
-/// takes are not needed then. Time-sharing only helps such a job: when
-/// idle hosts are too few it may start beside whole columns of the matrix
-/// (open hosts that share one set of residents, each of which lies
-/// entirely on them, so that in the others' slices their hosts are all
-/// busy and no processor is wasted), with idle hosts for the rest, but
-/// only if its estimate, doubled, still ends it by the reservation: the
-/// reserved job is not delayed, and a short job passes instead of waiting.
+/// Behind a reservation, short jobs ([`SHORT_JOB`]) are tried first,
+/// shortest first, then the others in submission order. A job takes idle
+/// hosts when there are enough; else it may time-share one whole column
+/// of the matrix of exactly its width (open hosts that share one set of
+/// residents, each of which lies entirely on them, so that in every slice
+/// all of their hosts are busy and no processor is wasted); else, if it is
+/// short, the open hosts whose residents are narrowest, with the idle
+/// hosts (what its slices leave idle lasts at most twice its estimate).
+///
+/// What it may take behind the reservation: a brief job ([`BRIEF_JOB`])
+/// must end by the reservation (its estimate doubled if it time-shares)
+/// or take idle hosts the reservation can spare; the jobs it slows may
+/// delay the reservation by its estimate at most. A longer job may keep
+/// a host the reservation counts on busy past it (idle hosts it would
+/// hold, or residents it would slow) only where the reservation has
+/// hosts to spare: it never delays the reserved job.
+///
+/// Jobs that start in a decision count in the predictions of a
+/// reservation made later in it ([`Matrix::occupy`]).
 ///
 /// A job that starts runs at once where its hosts are free in this slice,
 /// else from a later slice, by the rotation.
@@ -912,16 +954,30 @@ fn start_waiting(
     let mut taken_total = 0;
     let mut reserved: Option<Reserved> = None;
     let mut chosen: Vec<HostId> = Vec::new();
-    let mut joined: Vec<usize> = Vec::new();
+    // The open shared hosts of each cluster, narrowest residents first
+    // (made the first time a short job needs them).
+    let mut narrow: Option<Vec<Vec<(usize, HostId)>>> = None;
+    let mut partial: Vec<HostId> = Vec::new();
+    let mut no_partial: Vec<usize> = vec![usize::MAX; n_clusters];
     let mut waiting: Vec<JobId> = queue.order().skip(queue.n_started()).collect();
     let mut next = 0;
-    let mut shortest_first = false;
+    let mut short_first = false;
+    let mut started_here: Vec<(Vec<HostId>, Option<u64>)> = Vec::new();
+    let is_short = |estimate: Option<u64>| estimate.is_some_and(|run| run <= SHORT_JOB);
+    let is_brief = |estimate: Option<u64>| estimate.is_some_and(|run| run <= BRIEF_JOB);
     while next < waiting.len() {
-        if reserved.is_some() && !shortest_first {
-            // Behind the reservation, the shortest estimates first (ties,
-            // and jobs without one, in submission order).
-            waiting[next..].sort_by_cached_key(|job| view.estimate(*job).unwrap_or(u64::MAX));
-            shortest_first = true;
+        if reserved.is_some() && !short_first {
+            // Behind the reservation, short jobs first, shortest first;
+            // then the others in submission order.
+            waiting[next..].sort_by_cached_key(|job| {
+                let estimate = view.estimate(*job);
+                if is_short(estimate) {
+                    estimate.unwrap_or(u64::MAX)
+                } else {
+                    u64::MAX
+                }
+            });
+            short_first = true;
         }
         let job = waiting[next];
         next += 1;
@@ -935,30 +991,58 @@ fn start_waiting(
         }
         let estimate = view.estimate(job);
         let n_idle = idle[cluster].len();
-        // Whole jobs to join (indices into the cluster's blocks) so that,
-        // with idle hosts, it has exactly what it needs.
-        joined.clear();
+        // Without enough idle hosts: one whole column of exactly its
+        // width, else, for a short job, the open hosts whose residents
+        // are narrowest.
+        let mut column = None;
+        partial.clear();
         if n_idle < n_needed {
             if !columns_made {
                 make_columns(&mut shared, &mut blocks, &matrix);
                 columns_made = true;
             }
-            let mut width = 0;
-            for (idx, block) in blocks[cluster].iter().enumerate() {
-                let block = block.len();
-                if width + block <= n_needed {
-                    joined.push(idx);
-                    width += block;
-                    if width + n_idle >= n_needed {
-                        break;
-                    }
+            // The blocks are widest first: a binary search finds the width.
+            let at = blocks[cluster].partition_point(|block| block.len() > n_needed);
+            column = blocks[cluster]
+                .get(at)
+                .is_some_and(|block| block.len() == n_needed)
+                .then_some(at);
+            // Open hosts only fill up during a decision: a size that found
+            // too few finds too few again.
+            if column.is_none() && is_short(estimate) && n_needed < no_partial[cluster] {
+                let narrow = narrow.get_or_insert_with(|| {
+                    shared
+                        .iter()
+                        .map(|hosts| {
+                            let mut ranked: Vec<(usize, HostId)> = hosts
+                                .iter()
+                                .map(|host| {
+                                    let width = matrix.residents[residents_of(*host, &matrix)]
+                                        .iter()
+                                        .map(|job| view.hosts(*job).len())
+                                        .sum();
+                                    (width, *host)
+                                })
+                                .collect();
+                            ranked.sort_unstable();
+                            ranked
+                        })
+                        .collect()
+                });
+                partial.extend(
+                    narrow[cluster]
+                        .iter()
+                        .map(|(_, host)| *host)
+                        .filter(|host| matrix.count[host.idx()] < level)
+                        .take(n_needed - n_idle),
+                );
+                if partial.len() + n_idle < n_needed {
+                    partial.clear();
+                    no_partial[cluster] = n_needed;
                 }
             }
-            if width + n_idle < n_needed {
-                joined.clear();
-            }
         }
-        let fits = n_idle >= n_needed || !joined.is_empty();
+        let fits = n_idle >= n_needed || column.is_some() || !partial.is_empty();
         let shares = n_idle < n_needed;
         let start = match reserved {
             Some(held) => {
@@ -973,13 +1057,40 @@ fn start_waiting(
                     }
                 });
                 let in_time = runs.is_some_and(|runs| now.saturating_add(runs) <= held.at);
-                let spare = !shares && (cluster != held.cluster || n_needed <= held.extra);
-                if !in_time && !spare {
-                    continue;
-                }
-                if !in_time && cluster == held.cluster {
+                if is_brief(estimate) {
+                    // A brief job ends by the reservation (at half speed if
+                    // it shares), or takes hosts the reservation can spare;
+                    // the partners it slows are not counted.
+                    let spare = !shares && (cluster != held.cluster || n_needed <= held.extra);
+                    if !in_time && !spare {
+                        continue;
+                    }
+                    if !in_time && cluster == held.cluster {
+                        if let Some(held) = reserved.as_mut() {
+                            held.extra -= n_needed;
+                        }
+                    }
+                } else if cluster == held.cluster {
+                    // A longer job: every host the reservation counts on
+                    // that it would keep busy past the reservation (idle
+                    // hosts it holds too long, a column whose residents it
+                    // slows) must be one the reservation can spare.
+                    let slowed = column
+                        .iter()
+                        .flat_map(|&idx| blocks[cluster][idx].iter())
+                        .filter(|host| {
+                            matrix.idle_at[host.idx()].max(now) <= held.at
+                                && matrix.after(**host, estimate, now) > held.at
+                        })
+                        .count();
+                    let width = column.map_or(0, |idx| blocks[cluster][idx].len());
+                    let held_idle = if in_time { 0 } else { n_needed - width };
+                    let needed = slowed + held_idle;
+                    if needed > held.extra {
+                        continue;
+                    }
                     if let Some(held) = reserved.as_mut() {
-                        held.extra -= n_needed;
+                        held.extra -= needed;
                     }
                 }
                 true
@@ -1000,6 +1111,9 @@ fn start_waiting(
                     if !predicted {
                         matrix.predict(view, now, n_hosts);
                         predicted = true;
+                        for (hosts, runs) in started_here.drain(..) {
+                            matrix.occupy(&hosts, runs, now);
+                        }
                     }
                     let idle_at = nth(&matrix.idle_at, &mut scratch.ends);
                     if idle_at == u64::MAX {
@@ -1024,11 +1138,11 @@ fn start_waiting(
             continue;
         }
         chosen.clear();
-        let mut width = 0;
-        for &idx in &joined {
+        if let Some(idx) = column {
             chosen.extend_from_slice(&blocks[cluster][idx]);
-            width += blocks[cluster][idx].len();
         }
+        chosen.extend_from_slice(&partial);
+        let width = chosen.len();
         let from_idle = n_needed - width;
         chosen.extend(idle[cluster].drain(..from_idle));
         if view.checks_memory(job) && !chosen.iter().all(|host| view.fits_on(job, *host)) {
@@ -1037,12 +1151,30 @@ fn start_waiting(
             idle[cluster].splice(0..0, given);
             continue;
         }
-        for idx in joined.iter().rev() {
-            blocks[cluster].remove(*idx);
+        if let Some(idx) = column {
+            blocks[cluster].remove(idx);
+        }
+        if !partial.is_empty() {
+            // Columns it took part of are columns no longer.
+            partial.sort_unstable();
+            blocks[cluster]
+                .retain(|block| !block.iter().any(|host| partial.binary_search(host).is_ok()));
         }
         chosen.sort_unstable();
         for host in &chosen {
             matrix.count[host.idx()] += 1;
+        }
+        if !partial.is_empty() {
+            if let Some(narrow) = narrow.as_mut() {
+                narrow[cluster].retain(|(_, host)| matrix.count[host.idx()] < level);
+            }
+        }
+        // The hosts it takes are busy until it ends: a reservation made
+        // after it starts counts them so.
+        if predicted {
+            matrix.occupy(&chosen, estimate, now);
+        } else {
+            started_here.push((chosen.clone(), estimate));
         }
         // It joins the matrix now, and runs now if its hosts are free in
         // this slice; else from a later slice, by the rotation.
@@ -1470,17 +1602,81 @@ mod tests {
         assert_eq!(bound, vec![(3, vec![2, 3])]);
     }
 
+    /// One second, in the decision's microseconds.
+    const S: u64 = 1_000_000;
+
     #[test]
-    fn a_job_never_joins_hosts_at_the_level_nor_part_of_a_column() {
+    fn a_job_that_is_not_short_never_joins_hosts_at_the_level_nor_part_of_a_column() {
         // Hosts 0-1 hold two jobs (the level); job 3 lies on hosts 2-3, so a
-        // 1-host job could only take part of its column: nothing starts
-        // beside them, and the 1-host job waits though it is short.
+        // 1-host job could only take part of its column: a job longer than
+        // a short one waits, though it would end before the reservation.
         let (_, bound) = leveled(
             4,
-            &[(1, &[0, 1], 100), (2, &[0, 1], 100), (3, &[2, 3], 100)],
-            &[(4, 4, Some(10)), (5, 1, Some(1))],
+            &[
+                (1, &[0, 1], 1000 * S),
+                (2, &[0, 1], 1000 * S),
+                (3, &[2, 3], 1000 * S),
+            ],
+            &[(4, 4, Some(10 * S)), (5, 1, Some(2 * SHORT_JOB))],
         );
         assert_eq!(bound, vec![]);
+    }
+
+    #[test]
+    fn a_short_job_shares_the_hosts_of_the_narrowest_residents() {
+        // Job 4 (all 8 hosts) is reserved. Job 5 (3 hosts, short) finds
+        // one idle host and no column of width 3: it takes host 6 (a
+        // 1-host resident), then host 4 (a 2-host one), and the idle host.
+        // Job 6, as wide but not short, waits.
+        let (active, bound) = leveled(
+            8,
+            &[
+                (1, &[0, 1, 2, 3], 100 * S),
+                (2, &[4, 5], 100 * S),
+                (3, &[6], 1000 * S),
+            ],
+            &[
+                (4, 8, Some(10 * S)),
+                (5, 3, Some(SHORT_JOB)),
+                (6, 3, Some(SHORT_JOB + 1)),
+            ],
+        );
+        assert_eq!(bound, vec![(5, vec![4, 6, 7])]);
+        // Its hosts are taken in this slice by jobs 2 and 3: it runs from
+        // a later slice.
+        assert_eq!(active, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn only_a_brief_job_may_delay_the_reservation_by_slowing_a_column() {
+        // Job 3 (4 hosts) is reserved at 2000 s, when job 1 ends; nothing
+        // is spare then. Joining job 1's column slows it past 2000 s.
+        let run = |estimate: u64| {
+            leveled(
+                4,
+                &[(1, &[0, 1], 2000 * S), (2, &[2, 3], 1000 * S)],
+                &[(3, 4, Some(10 * S)), (4, 2, Some(estimate))],
+            )
+            .1
+        };
+        // A brief job ends by the reservation at half speed: it joins, and
+        // the reserved job waits its estimate longer at most.
+        assert_eq!(run(BRIEF_JOB), vec![(4, vec![0, 1])]);
+        // A longer one would delay the reserved job: it waits.
+        assert_eq!(run(BRIEF_JOB + S), vec![]);
+    }
+
+    #[test]
+    fn jobs_started_in_a_decision_count_in_its_reservation() {
+        // Job 2 starts on the idle hosts 2-3 until 1000 µs; job 3 (4 hosts)
+        // is then reserved at 1000, not at 100 when job 1 ends. Job 4
+        // (short, 1 host) shares host 0 and, doubled, ends by 1000.
+        let (_, bound) = leveled(
+            4,
+            &[(1, &[0, 1], 100)],
+            &[(2, 2, Some(1000)), (3, 4, Some(10)), (4, 1, Some(500))],
+        );
+        assert_eq!(bound, vec![(2, vec![2, 3]), (4, vec![0])]);
     }
 
     #[test]
