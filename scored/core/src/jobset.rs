@@ -1,18 +1,19 @@
 //! Sets and maps of job ids with constant-time look-ups, for what the
 //! scheduling decision consults once per queued or running job (the jobs
-//! that ran in the current slice, each running job's crossing time).
+//! that ran in the current slice, each running job's crossing time), and
+//! an ordered set of them as bits (`JobBits`, the live jobs).
 //!
 //! Job ids are handed out in order, so they need no protection against
 //! crafted collisions (a client cannot choose its job's id): a
 //! multiplicative hash spreads them over the table at a fraction of the
 //! cost of the standard library's SipHash, and far below an ordered set's
-//! walk down its tree. No decision iterates them, so the order of their
-//! elements cannot leak into one (the restart snapshot sorts what it writes).
+//! walk down its tree. No decision iterates the hashed ones, so the order
+//! of their elements cannot leak into one (the restart snapshot sorts what it writes).
 //!
 //! Pure: no clock, no system calls.
 #![forbid(unsafe_code)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::ids::JobId;
@@ -46,6 +47,143 @@ pub type JobSet = HashSet<JobId, BuildHasherDefault<JobIdHasher>>;
 /// A map keyed by job id, hashed the same way.
 pub type JobMap<V> = HashMap<JobId, V, BuildHasherDefault<JobIdHasher>>;
 
+/// An ordered set of job ids as one bit an id, for the live jobs, which
+/// a gang switch takes out and puts back by the thousand on a machine of
+/// many hosts: an insertion or removal sets or clears a bit, where a
+/// sorted set searches and shifts. Iteration is in increasing id order, as
+/// an ordered set's (the order in which stops are sent), and reads one
+/// word per 64 ids between the least and the greatest element: ids are
+/// handed out in order and live jobs are recent ones, so that span stays
+/// near the number of jobs (the bits outside it are not kept).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobBits {
+    /// The index (id / 64) of the first word; meaningless while empty.
+    base: u64,
+    /// Bit `id % 64` of word `id / 64 - base` is set when `id` is in the
+    /// set; the first and last words are never zero.
+    words: VecDeque<u64>,
+    /// How many ids are set.
+    len: usize,
+}
+
+impl JobBits {
+    /// The word and bit of `job`, if its word is kept.
+    fn place(&self, job: JobId) -> Option<(usize, u64)> {
+        let word = (job.0 / 64).checked_sub(self.base)?;
+        let word = usize::try_from(word)
+            .ok()
+            .filter(|word| *word < self.words.len())?;
+        Some((word, 1 << (job.0 % 64)))
+    }
+
+    /// Inserts `job`; true if it was absent.
+    pub fn insert(&mut self, job: JobId) -> bool {
+        let word = job.0 / 64;
+        if self.words.is_empty() {
+            self.base = word;
+            self.words.push_back(0);
+        }
+        while word < self.base {
+            self.words.push_front(0);
+            self.base -= 1;
+        }
+        while word - self.base >= self.words.len() as u64 {
+            self.words.push_back(0);
+        }
+        let Some((idx, bit)) = self.place(job) else {
+            return false;
+        };
+        let absent = self.words[idx] & bit == 0;
+        self.words[idx] |= bit;
+        self.len += usize::from(absent);
+        absent
+    }
+
+    /// Removes `job`; true if it was present.
+    pub fn remove(&mut self, job: &JobId) -> bool {
+        let Some((idx, bit)) = self.place(*job) else {
+            return false;
+        };
+        if self.words[idx] & bit == 0 {
+            return false;
+        }
+        self.words[idx] &= !bit;
+        self.len -= 1;
+        while self.words.front() == Some(&0) {
+            self.words.pop_front();
+            self.base += 1;
+        }
+        while self.words.back() == Some(&0) {
+            self.words.pop_back();
+        }
+        true
+    }
+
+    /// Whether `job` is in the set.
+    pub fn contains(&self, job: &JobId) -> bool {
+        self.place(*job)
+            .is_some_and(|(idx, bit)| self.words[idx] & bit != 0)
+    }
+
+    /// How many ids the set has.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The ids in increasing order.
+    pub fn iter(&self) -> JobBitsIter<'_> {
+        JobBitsIter {
+            words: self.words.iter(),
+            word: self.base,
+            bits: 0,
+        }
+    }
+
+    /// Removes every id, returning them in order.
+    pub fn take_all(&mut self) -> Vec<JobId> {
+        let all = self.iter().collect();
+        *self = JobBits::default();
+        all
+    }
+}
+
+/// The ids of a [`JobBits`] in increasing order.
+#[derive(Debug, Clone)]
+pub struct JobBitsIter<'a> {
+    words: std::collections::vec_deque::Iter<'a, u64>,
+    /// The index of the word `bits` comes from (one past it once read).
+    word: u64,
+    /// The bits of the current word not yet returned.
+    bits: u64,
+}
+
+impl Iterator for JobBitsIter<'_> {
+    type Item = JobId;
+
+    fn next(&mut self) -> Option<JobId> {
+        while self.bits == 0 {
+            self.bits = *self.words.next()?;
+            self.word += 1;
+        }
+        let bit = u64::from(self.bits.trailing_zeros());
+        self.bits &= self.bits - 1;
+        Some(JobId((self.word - 1) * 64 + bit))
+    }
+}
+
+impl<'a> IntoIterator for &'a JobBits {
+    type Item = JobId;
+    type IntoIter = JobBitsIter<'a>;
+    fn into_iter(self) -> JobBitsIter<'a> {
+        self.iter()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,5 +209,48 @@ mod tests {
         };
         let tops: std::collections::BTreeSet<u64> = (1..=64).map(hash).collect();
         assert!(tops.len() > 32, "{tops:?}");
+    }
+
+    proptest::proptest! {
+        /// Any sequence of inserts and removals leaves the same ids, in the
+        /// same order, as a `BTreeSet` given the same; the kept words span
+        /// exactly the least to the greatest id.
+        #[test]
+        fn job_bits_behave_as_an_ordered_set(
+            ops in proptest::collection::vec((0u8..2, 0u64..1500), 0..600),
+        ) {
+            let mut bits = JobBits::default();
+            let mut model = std::collections::BTreeSet::new();
+            for (op, id) in ops {
+                if op == 0 {
+                    proptest::prop_assert_eq!(bits.insert(JobId(id)), model.insert(id));
+                } else {
+                    proptest::prop_assert_eq!(bits.remove(&JobId(id)), model.remove(&id));
+                }
+                proptest::prop_assert_eq!(bits.contains(&JobId(id)), model.contains(&id));
+                proptest::prop_assert_eq!(bits.len(), model.len());
+                let span = match (model.first(), model.last()) {
+                    (Some(first), Some(last)) => (last / 64 - first / 64 + 1) as usize,
+                    _ => 0,
+                };
+                proptest::prop_assert_eq!(bits.words.len(), span);
+            }
+            proptest::prop_assert!(bits.iter().map(|job| job.0).eq(model.iter().copied()));
+            let all: Vec<u64> = bits.take_all().into_iter().map(|job| job.0).collect();
+            proptest::prop_assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+            proptest::prop_assert!(bits.is_empty() && bits.iter().next().is_none());
+        }
+    }
+
+    #[test]
+    fn job_bits_reach_the_largest_ids() {
+        let mut bits = JobBits::default();
+        assert!(bits.insert(JobId(u64::MAX)));
+        assert!(bits.insert(JobId(u64::MAX - 64)));
+        assert!(!bits.insert(JobId(u64::MAX)));
+        let all: Vec<JobId> = bits.iter().collect();
+        assert_eq!(all, [JobId(u64::MAX - 64), JobId(u64::MAX)]);
+        assert!(bits.remove(&JobId(u64::MAX)) && !bits.contains(&JobId(u64::MAX)));
+        assert!(!bits.remove(&JobId(0)));
     }
 }

@@ -22,6 +22,7 @@ use std::ops::Deref;
 
 use crate::admission::{Ledger, Placement};
 use crate::ids::{ClusterId, HostId, JobId};
+use crate::jobset::{JobBits, JobBitsIter};
 use crate::queue::Queue;
 use crate::sorted::SortedSet;
 
@@ -143,6 +144,19 @@ impl<T: Ord + Clone> SetLike for SortedSet<T> {
     }
 }
 
+impl SetLike for JobBits {
+    type Item = JobId;
+    fn insert_item(&mut self, item: JobId) -> bool {
+        self.insert(item)
+    }
+    fn remove_item(&mut self, item: &JobId) -> bool {
+        self.remove(item)
+    }
+    fn drain_items(&mut self) -> Vec<JobId> {
+        self.take_all()
+    }
+}
+
 impl<T: Eq + Hash + Clone, S: BuildHasher + Default> SetLike for HashSet<T, S> {
     type Item = T;
     fn insert_item(&mut self, item: T) -> bool {
@@ -186,6 +200,14 @@ impl<'a, T: Ord + Clone> IntoIterator for &'a UndoSet<BTreeSet<T>> {
 impl<'a, T: Ord + Clone> IntoIterator for &'a UndoSet<SortedSet<T>> {
     type Item = &'a T;
     type IntoIter = crate::sorted::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.set.iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a UndoSet<JobBits> {
+    type Item = JobId;
+    type IntoIter = JobBitsIter<'a>;
     fn into_iter(self) -> Self::IntoIter {
         self.set.iter()
     }

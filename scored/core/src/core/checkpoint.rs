@@ -23,7 +23,7 @@ use super::{Core, CoreConfig, Finished, JobTable, Waiter};
 use crate::cluster::Topology;
 use crate::ids::{ClientToken, JobId, Tick};
 use crate::job::Launch;
-use crate::jobset::JobIdHasher;
+use crate::jobset::{JobBits, JobIdHasher};
 use crate::sorted::SortedSet;
 use crate::undo::{Undo, UndoCell, UndoDeque, UndoLedger, UndoMap, UndoQueues, UndoSet};
 
@@ -73,7 +73,7 @@ logged! {
     /// Finished jobs remembered for listings.
     finished: UndoDeque<Rc<Finished>>,
     /// Jobs whose processes may be running: phase Running or Stopping.
-    live: UndoSet<SortedSet<JobId>>,
+    live: UndoSet<JobBits>,
     /// Graceful kills in progress, by the time they turn into SIGKILL.
     kill_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
     /// Running jobs with a `-time` limit, by the time it is reached.

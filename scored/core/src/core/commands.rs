@@ -34,7 +34,7 @@ impl Core {
         let reply = self.run_command(cred, command, now, &*directory, out);
         if !reply.is_error() {
             // A command can change a queue's residency or move jobs.
-            let live: Vec<JobId> = self.logged.live.iter().copied().collect();
+            let live: Vec<JobId> = self.logged.live.iter().collect();
             for job in live {
                 self.refresh_crossing(job);
             }

@@ -91,7 +91,7 @@ impl Core {
         }
         let mut busy = vec![0; self.logged.topology.hosts.len().div_ceil(64)];
         for job in &self.logged.live {
-            set_busy(&mut busy, None, &self.logged.jobs[job].hosts, true);
+            set_busy(&mut busy, None, &self.logged.jobs[&job].hosts, true);
         }
         assert_eq!(busy, self.busy, "busy hosts are the live jobs' hosts");
         let queued: usize = self.logged.queues.iter().map(Queue::len).sum();

@@ -57,7 +57,7 @@ impl Core {
         // when it was made, and only stops were confirmed since.
         let mut leaving = Vec::new();
         if !reuse || cfg!(debug_assertions) {
-            leaving.extend(self.logged.live.iter().copied().filter(|job| {
+            leaving.extend(self.logged.live.iter().filter(|job| {
                 let record = &self.logged.jobs[job];
                 record.phase() == Phase::Running
                     && !record
@@ -157,8 +157,8 @@ impl Core {
                 self.logged
                     .live
                     .iter()
-                    .all(|job| self.logged.jobs[job].phase() != Phase::Running
-                        || self.ran.contains(job)),
+                    .all(|job| self.logged.jobs[&job].phase() != Phase::Running
+                        || self.ran.contains(&job)),
                 "a running job is missing from the jobs that ran"
             );
         }
@@ -185,13 +185,7 @@ impl Core {
         // may still run must keep its hosts until they are gone.
         let mut first = Vec::new();
         first.extend(self.logged.kill_deadlines.iter().map(|(_, job)| *job));
-        first.extend(
-            self.logged
-                .live
-                .iter()
-                .copied()
-                .filter(|job| jobs[job].is_ending()),
-        );
+        first.extend(self.logged.live.iter().filter(|job| jobs[job].is_ending()));
         first.sort_unstable();
         first.dedup();
         let view = View {
@@ -309,7 +303,7 @@ impl Core {
         self.waiting_current = false;
         self.logged.crossings.clear();
         self.logged.crossing_of.clear();
-        let live: Vec<JobId> = self.logged.live.iter().copied().collect();
+        let live: Vec<JobId> = self.logged.live.iter().collect();
         for job in live {
             let Some(record) = self.logged.jobs.get(&job) else {
                 continue;

@@ -303,7 +303,7 @@ impl Core {
                 .iter()
                 .any(|queue| queue.residency.is_some())
         {
-            for &job in &self.logged.live {
+            for job in &self.logged.live {
                 if every || self.usage_matters(job) {
                     out.push(Action::Sample(job));
                 }

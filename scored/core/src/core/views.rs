@@ -120,8 +120,8 @@ impl Core {
         }
         let mut running: Vec<Option<JobId>> = vec![None; self.logged.topology.hosts.len()];
         for job in &self.logged.live {
-            for host in &self.logged.jobs[job].hosts {
-                running[host.idx()] = Some(*job);
+            for host in &self.logged.jobs[&job].hosts {
+                running[host.idx()] = Some(job);
             }
         }
         for host in &self.logged.topology.hosts {
