@@ -185,7 +185,7 @@ impl<'a, T: Ord + Clone> IntoIterator for &'a UndoSet<BTreeSet<T>> {
 
 impl<'a, T: Ord + Clone> IntoIterator for &'a UndoSet<SortedSet<T>> {
     type Item = &'a T;
-    type IntoIter = std::slice::Iter<'a, T>;
+    type IntoIter = crate::sorted::Iter<'a, T>;
     fn into_iter(self) -> Self::IntoIter {
         self.set.iter()
     }

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::ids::{JobId, Tick};
+use scored_core::sorted::SortedSet;
 
 /// A simulated job's processes.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,8 +46,8 @@ pub enum Happening {
 /// A switch stops and continues jobs by the dozen, tens of millions of
 /// times in a replay, so neither costs a search: processes are found by
 /// job id in a table (the core hands ids out in order from 1), the running
-/// jobs' ends are kept sorted (a machine runs at most a job per host at a
-/// time, so the list is short and an insertion moves little), and stops
+/// jobs' ends are kept in a sorted set (a machine runs at most a job per
+/// host at a time, but a machine has thousands of hosts), and stops
 /// are confirmed in the order they were made, since they all take the
 /// same switch cost.
 #[derive(Debug, Default)]
@@ -55,9 +56,8 @@ pub struct SimActuator {
     procs: Vec<Option<Simulated>>,
     /// How many jobs have processes.
     n_procs: usize,
-    /// When running jobs finish, latest first (so the next to finish is
-    /// the last): each running job once, no other.
-    ends: Vec<(Tick, JobId)>,
+    /// When running jobs finish: each running job once, no other.
+    ends: SortedSet<(Tick, JobId)>,
     /// When pending stops are confirmed, in the order they were made (so in
     /// time order).
     stops: VecDeque<(Tick, JobId)>,
@@ -85,16 +85,12 @@ impl SimActuator {
 
     /// Lists a running job's end.
     fn add_end(&mut self, entry: (Tick, JobId)) {
-        let at = self.ends.partition_point(|listed| *listed > entry);
-        self.ends.insert(at, entry);
+        self.ends.insert(entry);
     }
 
     /// Takes a stopped or finished job's end off the list.
     fn remove_end(&mut self, entry: (Tick, JobId)) {
-        let at = self.ends.partition_point(|listed| *listed > entry);
-        if self.ends.get(at) == Some(&entry) {
-            self.ends.remove(at);
-        }
+        self.ends.remove(&entry);
     }
 
     /// Creates a job's processes with `work` to do; they run from `now`.
@@ -211,7 +207,7 @@ impl SimActuator {
 
     /// When the next thing happens, if anything is under way.
     pub fn next(&self) -> Option<Tick> {
-        let end = self.ends.last().map(|(at, _)| *at);
+        let end = self.ends.first().map(|(at, _)| *at);
         let stop = self.stops.front().map(|(at, _)| *at);
         Tick::earliest(end, stop)
     }
@@ -234,11 +230,11 @@ impl SimActuator {
                 last = Some((at, job));
             }
         }
-        while let Some(&(at, job)) = self.ends.last() {
+        while let Some(&(at, job)) = self.ends.first() {
             if at > now {
                 break;
             }
-            self.ends.pop();
+            self.ends.pop_first();
             self.forget(job);
             out.push(Happening::Finished(job));
         }
