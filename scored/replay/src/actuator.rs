@@ -5,11 +5,11 @@
 //! Pure: time is a [`Tick`] handed in; nothing here forks or signals.
 #![forbid(unsafe_code)]
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use crate::ids::{JobId, Tick};
-use scored_core::sorted::SortedSet;
 
 /// A simulated job's processes.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,8 +46,9 @@ pub enum Happening {
 /// A switch stops and continues jobs by the dozen, tens of millions of
 /// times in a replay, so neither costs a search: processes are found by
 /// job id in a table (the core hands ids out in order from 1), the running
-/// jobs' ends are kept in a sorted set (a machine runs at most a job per
-/// host at a time, but a machine has thousands of hosts), and stops
+/// jobs' ends are kept in a heap from which a stopped job's end is not
+/// taken out (a machine of thousands of hosts runs thousands of jobs, and
+/// most of the ends listed at a switch are never the earliest), and stops
 /// are confirmed in the order they were made, since they all take the
 /// same switch cost.
 #[derive(Debug, Default)]
@@ -56,8 +57,11 @@ pub struct SimActuator {
     procs: Vec<Option<Simulated>>,
     /// How many jobs have processes.
     n_procs: usize,
-    /// When running jobs finish: each running job once, no other.
-    ends: SortedSet<(Tick, JobId)>,
+    /// When running jobs finish, earliest first: each running job's end,
+    /// and ends that no longer hold (the job was stopped, killed or
+    /// finished), which are dropped when they come first and all at once
+    /// when they outnumber the jobs. The first one always holds.
+    ends: BinaryHeap<Reverse<(Tick, JobId)>>,
     /// When pending stops are confirmed, in the order they were made (so in
     /// time order).
     stops: VecDeque<(Tick, JobId)>,
@@ -85,12 +89,31 @@ impl SimActuator {
 
     /// Lists a running job's end.
     fn add_end(&mut self, entry: (Tick, JobId)) {
-        self.ends.insert(entry);
+        self.ends.push(Reverse(entry));
     }
 
-    /// Takes a stopped or finished job's end off the list.
-    fn remove_end(&mut self, entry: (Tick, JobId)) {
-        self.ends.remove(&entry);
+    /// Whether a listed end is the end of a running job.
+    fn holds(&self, (at, job): (Tick, JobId)) -> bool {
+        self.get(job).and_then(Simulated::end) == Some(at)
+    }
+
+    /// A job's end stopped holding: drop the ends that no longer hold from
+    /// the front of the list, or from all of it once they are the most.
+    fn drop_ended(&mut self) {
+        if self.ends.len() > 2 * self.n_procs + 64 {
+            // A job stopped and continued at one instant is listed twice.
+            let mut ends = std::mem::take(&mut self.ends).into_vec();
+            ends.retain(|Reverse(entry)| self.holds(*entry));
+            ends.sort_unstable();
+            ends.dedup();
+            self.ends = BinaryHeap::from(ends);
+        }
+        while let Some(&Reverse(entry)) = self.ends.peek() {
+            if self.holds(entry) {
+                break;
+            }
+            self.ends.pop();
+        }
     }
 
     /// Creates a job's processes with `work` to do; they run from `now`.
@@ -112,15 +135,15 @@ impl SimActuator {
         if let Some(old) = self.procs[idx].replace(procs) {
             // A job's processes are created once; should they be created
             // again, the new ones replace the old.
-            if let Some(old_end) = old.end() {
+            if old.end().is_some() {
                 self.busy -= u64::from(old.ranks);
-                self.remove_end((old_end, job));
             }
         } else {
             self.n_procs += 1;
         }
         self.busy += u64::from(ranks);
         self.add_end((end, job));
+        self.drop_ended();
     }
 
     /// Stops a running job at `now`: its work pauses at once, and the stop
@@ -135,8 +158,8 @@ impl SimActuator {
             let ranks = procs.ranks;
             self.busy -= u64::from(ranks);
         }
-        if let Some(end) = end {
-            self.remove_end((end, job));
+        if end.is_some() {
+            self.drop_ended();
         }
         self.stops.push_back((now.after(self.switch_cost), job));
     }
@@ -155,7 +178,7 @@ impl SimActuator {
         }
     }
 
-    /// Takes a job's processes away, leaving its end listed.
+    /// Takes a job's processes away (their end, if listed, no longer holds).
     fn forget(&mut self, job: JobId) -> Option<Simulated> {
         let idx = usize::try_from(job.0).ok()?;
         let procs = self.procs.get_mut(idx)?.take()?;
@@ -169,9 +192,7 @@ impl SimActuator {
     /// Takes a job's processes away.
     fn take(&mut self, job: JobId) -> Option<Simulated> {
         let procs = self.forget(job)?;
-        if let Some(end) = procs.end() {
-            self.remove_end((end, job));
-        }
+        self.drop_ended();
         Some(procs)
     }
 
@@ -207,7 +228,7 @@ impl SimActuator {
 
     /// When the next thing happens, if anything is under way.
     pub fn next(&self) -> Option<Tick> {
-        let end = self.ends.first().map(|(at, _)| *at);
+        let end = self.ends.peek().map(|Reverse((at, _))| *at);
         let stop = self.stops.front().map(|(at, _)| *at);
         Tick::earliest(end, stop)
     }
@@ -230,13 +251,13 @@ impl SimActuator {
                 last = Some((at, job));
             }
         }
-        while let Some(&(at, job)) = self.ends.first() {
+        while let Some(&Reverse((at, job))) = self.ends.peek() {
             if at > now {
                 break;
             }
-            self.ends.pop_first();
             self.forget(job);
             out.push(Happening::Finished(job));
+            self.drop_ended();
         }
     }
 
@@ -345,6 +366,51 @@ mod tests {
         }
         // 10 ms before the first stop, then 5 ms of each slice.
         assert_eq!(sim.done(job, ms(100_000)), Duration::from_millis(50_005));
+    }
+
+    #[test]
+    fn ends_that_no_longer_hold_are_dropped() {
+        // Jobs stopped and continued at every slice (some at one instant),
+        // none of whose ends comes first, leave a bounded list behind.
+        let mut sim = SimActuator::new(Duration::ZERO);
+        let mut due = Vec::new();
+        sim.spawn(JobId(1), 1, Duration::from_secs(100), ms(0));
+        for job in 2..=20 {
+            sim.spawn(JobId(job), 1, Duration::from_secs(1_000 + job), ms(0));
+        }
+        for slice in 1..2_000 {
+            for job in 2..=20 {
+                sim.stop(JobId(job), ms(slice * 10));
+                let pause = if job % 2 == 0 { 0 } else { 5 };
+                sim.resume(JobId(job), ms(slice * 10 + pause));
+            }
+            sim.take_due(ms(slice * 10 + 5), &mut due);
+            assert!(due
+                .drain(..)
+                .all(|happening| matches!(happening, Happening::Stopped(_))));
+            let bound = 2 * 20 + 64 + 1;
+            assert!(sim.ends.len() <= bound, "{} ends listed", sim.ends.len());
+        }
+        assert_eq!(sim.next(), Some(ms(100_000)));
+        sim.take_due(ms(10_000_000), &mut due);
+        // Each odd job lost 5 ms a slice; each finishes once, in order.
+        let mut expected: Vec<(u64, u64)> = (2..=20u64)
+            .map(|job| {
+                (
+                    (1_000 + job) * 1000 + if job % 2 == 0 { 0 } else { 5 * 1999 },
+                    job,
+                )
+            })
+            .collect();
+        expected.sort_unstable();
+        let mut finished = vec![Happening::Finished(JobId(1))];
+        finished.extend(
+            expected
+                .into_iter()
+                .map(|(_, job)| Happening::Finished(JobId(job))),
+        );
+        assert_eq!(due, finished);
+        assert!(sim.is_empty() && sim.ends.is_empty());
     }
 
     #[derive(Debug, Clone)]
