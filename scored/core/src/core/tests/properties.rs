@@ -184,3 +184,66 @@ proptest! {
         prop_assert_eq!(sim.core.n_jobs(), 0, "every job ends");
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// In a gang queue at its default level, only brief jobs time-share:
+    /// a host never holds two jobs longer than a brief one (or without an
+    /// estimate), and every job ends.
+    #[test]
+    fn only_brief_jobs_time_share(
+        ops in proptest::collection::vec((op(), 1u64..2_000), 1..80),
+    ) {
+        let brief = Duration::from_micros(crate::sched::BRIEF_JOB);
+        let mut sim = Sim::new(4, 100);
+        sim.cmd(&root(), "queue 1 set mode=gang");
+        for (op, time_ms) in ops {
+            match op {
+                Op::Submit { nodes, .. } => {
+                    let time = match time_ms % 3 {
+                        0 => None,
+                        1 => Some(Duration::from_millis(time_ms)),
+                        _ => Some(brief + Duration::from_secs(time_ms)),
+                    };
+                    sim.submit_timed(root(), ProcRequest::Nodes(nodes), Some(1), false, time);
+                }
+                Op::Exit { pick: idx } => {
+                    if let Some(job) = pick(&sim, idx) {
+                        if sim.procs.get(&job).is_some_and(|(state, _)| *state == SimProcs::Running) {
+                            sim.exit(job.0, 0);
+                        }
+                    }
+                }
+                Op::Advance { ms } => sim.advance(ms),
+                Op::Hold { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("suspend {job}")); },
+                Op::Release { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("resume {job}")); },
+                Op::Toggle { .. } | Op::Kill { .. } => {}
+                Op::Confirm => sim.confirm_stops(),
+            }
+            let mut long = [0u32; 4];
+            let mut residents = [0u32; 4];
+            for job in sim.core.jobs() {
+                let is_long = job.estimate.is_none_or(|estimate| estimate > brief);
+                for host in &job.hosts {
+                    residents[host.idx()] += 1;
+                    long[host.idx()] += u32::from(is_long);
+                }
+            }
+            prop_assert!(residents.iter().all(|n| *n <= 2), "residents {:?} above level 2", residents);
+            prop_assert!(long.iter().all(|n| *n <= 1), "two long jobs share a host: {:?}", long);
+        }
+        sim.confirm_stops();
+        let held: Vec<JobId> = sim.core.jobs().filter(|job| job.held()).map(|job| job.id).collect();
+        for job in held { sim.cmd(&root(), &format!("resume {job}")); }
+        for _ in 0..10_000 {
+            if sim.core.n_jobs() == 0 { break; }
+            if let Some(job) = sim.running().first().copied() {
+                sim.exit(job, 0);
+            } else {
+                sim.advance(100);
+            }
+        }
+        prop_assert_eq!(sim.core.n_jobs(), 0, "every job ends");
+    }
+}
