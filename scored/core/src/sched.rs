@@ -747,6 +747,12 @@ impl Matrix {
             }
         }
         self.filled = filled;
+        // Each host's residents in id order, so that hosts with the same
+        // residents compare equal as slices.
+        for host in 0..n_hosts {
+            let (from, to) = (self.first[host] as usize, self.first[host + 1] as usize);
+            self.residents[from..to].sort_unstable();
+        }
     }
 
     /// Predicts when each host empties, from the residents [`Matrix::build`]
@@ -918,38 +924,33 @@ fn start_waiting(
     // the hosts that were shared at the start, as their residents have not
     // changed since): on a machine of many idle hosts, never.
     let mut columns_made = false;
-    let make_columns = |shared: &mut [Vec<HostId>],
-                        blocks: &mut [Vec<Vec<HostId>>],
-                        matrix: &Matrix| {
-        for (shared, blocks) in shared.iter_mut().zip(blocks.iter_mut()) {
-            let key = |host: &HostId| {
-                let mut key: Vec<JobId> = matrix.residents[residents_of(*host, matrix)].to_vec();
-                key.sort_unstable();
-                key
-            };
-            shared.sort_by_cached_key(|host| (key(host), host.0));
-            let mut start = 0;
-            while start < shared.len() {
-                let residents = key(&shared[start]);
-                let mut end = start + 1;
-                while end < shared.len() && key(&shared[end]) == residents {
-                    end += 1;
+    let make_columns =
+        |shared: &mut [Vec<HostId>], blocks: &mut [Vec<Vec<HostId>>], matrix: &Matrix| {
+            for (shared, blocks) in shared.iter_mut().zip(blocks.iter_mut()) {
+                let key = |host: &HostId| &matrix.residents[residents_of(*host, matrix)];
+                shared.sort_unstable_by(|a, b| key(a).cmp(key(b)).then(a.0.cmp(&b.0)));
+                let mut start = 0;
+                while start < shared.len() {
+                    let residents = key(&shared[start]);
+                    let mut end = start + 1;
+                    while end < shared.len() && key(&shared[end]) == residents {
+                        end += 1;
+                    }
+                    let width = end - start;
+                    if residents.iter().all(|job| view.hosts(*job).len() == width) {
+                        blocks.push(shared[start..end].to_vec());
+                    }
+                    start = end;
                 }
-                let width = end - start;
-                if residents.iter().all(|job| view.hosts(*job).len() == width) {
-                    blocks.push(shared[start..end].to_vec());
-                }
-                start = end;
+                // The widest first, then by first host.
+                blocks.sort_by_key(|hosts| {
+                    (
+                        std::cmp::Reverse(hosts.len()),
+                        hosts.first().map(|host| host.0),
+                    )
+                });
             }
-            // The widest first, then by first host.
-            blocks.sort_by_key(|hosts| {
-                (
-                    std::cmp::Reverse(hosts.len()),
-                    hosts.first().map(|host| host.0),
-                )
-            });
-        }
-    };
+        };
     let mut taken_total = 0;
     let mut reserved: Option<Reserved> = None;
     let mut chosen: Vec<HostId> = Vec::new();
