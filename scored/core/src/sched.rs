@@ -823,12 +823,12 @@ impl Matrix {
     }
 }
 
-/// The longest estimate of a short job (µs): one that may time-share
-/// hosts it does not fill, and is tried first behind a reservation.
+/// The longest estimate of a short job (µs): one that is tried first
+/// behind a reservation and may time-share hosts it does not fill.
 pub const SHORT_JOB: u64 = 60_000_000;
 
-/// The longest estimate of a brief job (µs): one that may delay the
-/// reservation by slowing the jobs it time-shares with.
+/// The longest estimate of a brief job (µs): one that may time-share a
+/// whole column, and so delay the reservation by slowing its partners.
 pub const BRIEF_JOB: u64 = 600_000_000;
 
 /// The reservation of a gang queue's first waiting job that cannot start.
@@ -853,20 +853,19 @@ struct Reserved {
 ///
 /// Behind a reservation, short jobs ([`SHORT_JOB`]) are tried first,
 /// shortest first, then the others in submission order. A job takes idle
-/// hosts when there are enough; else it may time-share one whole column
-/// of the matrix of exactly its width (open hosts that share one set of
-/// residents, each of which lies entirely on them, so that in every slice
-/// all of their hosts are busy and no processor is wasted); else, if it is
-/// short, the open hosts whose residents are narrowest, with the idle
-/// hosts (what its slices leave idle lasts at most twice its estimate).
+/// hosts when there are enough. Else a brief job ([`BRIEF_JOB`]) may
+/// time-share one whole column of the matrix of exactly its width (open
+/// hosts that share one set of residents, each of which lies entirely on
+/// them, so that in every slice all of their hosts are busy and no
+/// processor is wasted), and a short one the open hosts whose residents
+/// are narrowest, with the idle hosts (what its slices leave idle lasts at
+/// most twice its estimate). A longer job never time-shares: it would
+/// stretch itself and its partners by more than it could wait.
 ///
-/// What it may take behind the reservation: a brief job ([`BRIEF_JOB`])
-/// must end by the reservation (its estimate doubled if it time-shares)
-/// or take idle hosts the reservation can spare; the jobs it slows may
-/// delay the reservation by its estimate at most. A longer job may keep
-/// a host the reservation counts on busy past it (idle hosts it would
-/// hold, or residents it would slow) only where the reservation has
-/// hosts to spare: it never delays the reserved job.
+/// Behind the reservation a job must end by it (its estimate doubled if
+/// it time-shares) or take idle hosts the reservation can spare; the
+/// partners a brief job slows may delay the reserved job by its estimate
+/// at most.
 ///
 /// Jobs that start in a decision count in the predictions of a
 /// reservation made later in it ([`Matrix::occupy`]).
@@ -991,12 +990,14 @@ fn start_waiting(
         }
         let estimate = view.estimate(job);
         let n_idle = idle[cluster].len();
-        // Without enough idle hosts: one whole column of exactly its
-        // width, else, for a short job, the open hosts whose residents
-        // are narrowest.
+        // Without enough idle hosts, a brief job may time-share one whole
+        // column of exactly its width, and a short one the open hosts
+        // whose residents are narrowest; a longer job waits for idle
+        // hosts (sharing would stretch it and its partners by more than
+        // it could wait).
         let mut column = None;
         partial.clear();
-        if n_idle < n_needed {
+        if n_idle < n_needed && is_brief(estimate) {
             if !columns_made {
                 make_columns(&mut shared, &mut blocks, &matrix);
                 columns_made = true;
@@ -1057,40 +1058,17 @@ fn start_waiting(
                     }
                 });
                 let in_time = runs.is_some_and(|runs| now.saturating_add(runs) <= held.at);
-                if is_brief(estimate) {
-                    // A brief job ends by the reservation (at half speed if
-                    // it shares), or takes hosts the reservation can spare;
-                    // the partners it slows are not counted.
-                    let spare = !shares && (cluster != held.cluster || n_needed <= held.extra);
-                    if !in_time && !spare {
-                        continue;
-                    }
-                    if !in_time && cluster == held.cluster {
-                        if let Some(held) = reserved.as_mut() {
-                            held.extra -= n_needed;
-                        }
-                    }
-                } else if cluster == held.cluster {
-                    // A longer job: every host the reservation counts on
-                    // that it would keep busy past the reservation (idle
-                    // hosts it holds too long, a column whose residents it
-                    // slows) must be one the reservation can spare.
-                    let slowed = column
-                        .iter()
-                        .flat_map(|&idx| blocks[cluster][idx].iter())
-                        .filter(|host| {
-                            matrix.idle_at[host.idx()].max(now) <= held.at
-                                && matrix.after(**host, estimate, now) > held.at
-                        })
-                        .count();
-                    let width = column.map_or(0, |idx| blocks[cluster][idx].len());
-                    let held_idle = if in_time { 0 } else { n_needed - width };
-                    let needed = slowed + held_idle;
-                    if needed > held.extra {
-                        continue;
-                    }
+                // It ends by the reservation (at half speed if it shares),
+                // or takes idle hosts the reservation can spare; the
+                // partners a brief job slows may delay the reserved job by
+                // its estimate at most.
+                let spare = !shares && (cluster != held.cluster || n_needed <= held.extra);
+                if !in_time && !spare {
+                    continue;
+                }
+                if !in_time && cluster == held.cluster {
                     if let Some(held) = reserved.as_mut() {
-                        held.extra -= needed;
+                        held.extra -= n_needed;
                     }
                 }
                 true
@@ -1648,21 +1626,34 @@ mod tests {
     }
 
     #[test]
-    fn only_a_brief_job_may_delay_the_reservation_by_slowing_a_column() {
+    fn a_brief_job_may_delay_the_reservation_by_slowing_a_column() {
         // Job 3 (4 hosts) is reserved at 2000 s, when job 1 ends; nothing
-        // is spare then. Joining job 1's column slows it past 2000 s.
+        // is spare then. Job 4, brief, ends by then at half speed beside
+        // job 1: it joins, though job 1 then ends its estimate later.
+        let (_, bound) = leveled(
+            4,
+            &[(1, &[0, 1], 2000 * S), (2, &[2, 3], 1000 * S)],
+            &[(3, 4, Some(10 * S)), (4, 2, Some(BRIEF_JOB))],
+        );
+        assert_eq!(bound, vec![(4, vec![0, 1])]);
+    }
+
+    #[test]
+    fn a_job_longer_than_a_brief_one_never_time_shares() {
+        // Job 3 (4 hosts) is reserved at 9000 s, when job 2 ends. Job 4
+        // (2 hosts) could join job 1's column and, doubled, still end by
+        // then without delaying the reservation.
         let run = |estimate: u64| {
             leveled(
                 4,
-                &[(1, &[0, 1], 2000 * S), (2, &[2, 3], 1000 * S)],
+                &[(1, &[0, 1], 100 * S), (2, &[2, 3], 9000 * S)],
                 &[(3, 4, Some(10 * S)), (4, 2, Some(estimate))],
             )
             .1
         };
-        // A brief job ends by the reservation at half speed: it joins, and
-        // the reserved job waits its estimate longer at most.
         assert_eq!(run(BRIEF_JOB), vec![(4, vec![0, 1])]);
-        // A longer one would delay the reserved job: it waits.
+        // A longer one would stretch itself and job 1 by more than it
+        // could wait: it waits for idle hosts.
         assert_eq!(run(BRIEF_JOB + S), vec![]);
     }
 
