@@ -38,7 +38,7 @@ use crate::cluster::Topology;
 use crate::command::reply::Value;
 use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
 use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, Phase};
-use crate::jobset::JobSet;
+use crate::jobset::{JobBits, JobSet};
 use crate::queue::Queue;
 use crate::sched::Scratch;
 use crate::undo::{UndoCell, UndoLedger, UndoQueues};
@@ -119,8 +119,8 @@ pub struct Core {
     /// samples can change a decision).
     n_usage_limited: usize,
     /// Jobs that ran during the current slice: the gang rotation at the
-    /// slice boundary moves them to the back of their queues.
-    ran: JobSet,
+    /// slice boundary moves them to the back of their queues, in id order.
+    ran: JobBits,
     next_job: u64,
     slice_anchor: Tick,
     next_slice: Tick,
@@ -230,7 +230,7 @@ impl Core {
             ran_refill: false,
             n_cputime_limited: 0,
             n_usage_limited: 0,
-            ran: JobSet::default(),
+            ran: JobBits::default(),
             rotation: Rotation::default(),
             next_job: 1,
             slice_anchor: Tick::default(),

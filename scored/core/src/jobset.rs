@@ -1,7 +1,7 @@
 //! Sets and maps of job ids with constant-time look-ups, for what the
-//! scheduling decision consults once per queued or running job (the jobs
-//! that ran in the current slice, each running job's crossing time), and
-//! an ordered set of them as bits (`JobBits`, the live jobs).
+//! scheduling decision consults once per queued or running job (each
+//! running job's crossing time), and an ordered set of them as bits
+//! (`JobBits`: the live jobs, the jobs that ran in the current slice).
 //!
 //! Job ids are handed out in order, so they need no protection against
 //! crafted collisions (a client cannot choose its job's id): a
@@ -144,6 +144,12 @@ impl JobBits {
         }
     }
 
+    /// Removes every id.
+    pub fn clear(&mut self) {
+        self.words.clear();
+        self.len = 0;
+    }
+
     /// Removes every id, returning them in order.
     pub fn take_all(&mut self) -> Vec<JobId> {
         let all = self.iter().collect();
@@ -173,6 +179,16 @@ impl Iterator for JobBitsIter<'_> {
         let bit = u64::from(self.bits.trailing_zeros());
         self.bits &= self.bits - 1;
         Some(JobId((self.word - 1) * 64 + bit))
+    }
+}
+
+impl FromIterator<JobId> for JobBits {
+    fn from_iter<I: IntoIterator<Item = JobId>>(iter: I) -> JobBits {
+        let mut bits = JobBits::default();
+        for job in iter {
+            bits.insert(job);
+        }
+        bits
     }
 }
 
@@ -252,5 +268,9 @@ mod tests {
         assert_eq!(all, [JobId(u64::MAX - 64), JobId(u64::MAX)]);
         assert!(bits.remove(&JobId(u64::MAX)) && !bits.contains(&JobId(u64::MAX)));
         assert!(!bits.remove(&JobId(0)));
+        bits.clear();
+        assert!(bits.is_empty() && !bits.contains(&JobId(u64::MAX - 64)));
+        let again: JobBits = [JobId(3), JobId(1), JobId(3)].into_iter().collect();
+        assert_eq!(again.iter().collect::<Vec<_>>(), [JobId(1), JobId(3)]);
     }
 }

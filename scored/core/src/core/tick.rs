@@ -212,8 +212,8 @@ impl Core {
         let elapsed = now.0.saturating_sub(self.slice_anchor.0);
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
         let mut ran = std::mem::take(&mut self.rotation.ran_sorted);
-        ran.extend(self.ran.drain());
-        ran.sort_unstable();
+        ran.extend(&self.ran);
+        self.ran.clear();
         if !ran.is_empty() {
             // A few jobs ran (gang jobs of a busy machine): comparing each
             // queued job with them costs less than hashing it.
