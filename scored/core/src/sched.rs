@@ -1263,8 +1263,21 @@ mod tests {
         running: &[(u64, &[u32], u64)],
         waiting: &[(u64, usize, Option<u64>)],
     ) -> Vec<(u64, Vec<u32>)> {
-        let mut queues = vec![Queue::new(0, QueueMode::Exclusive)];
-        queues[0].backfill = backfill;
+        let mut queue = Queue::new(0, QueueMode::Exclusive);
+        queue.backfill = backfill;
+        one_queue(queue, n_hosts, running, waiting).1
+    }
+
+    /// `queue` alone on `n_hosts`: started jobs `(id, hosts, end)`, then
+    /// waiting jobs `(id, size, estimate)` in submission order; gives the
+    /// active set and the hosts bound.
+    fn one_queue(
+        queue: Queue,
+        n_hosts: u32,
+        running: &[(u64, &[u32], u64)],
+        waiting: &[(u64, usize, Option<u64>)],
+    ) -> (Vec<u64>, Vec<(u64, Vec<u32>)>) {
+        let mut queues = vec![queue];
         let mut view = Jobs {
             hosts: HashMap::new(),
             need: HashMap::new(),
@@ -1286,7 +1299,7 @@ mod tests {
                 view.estimate.insert(JobId(*id), *estimate);
             }
         }
-        run(&queues, &view, n_hosts as usize).1
+        run(&queues, &view, n_hosts as usize)
     }
 
     #[test]
@@ -1521,30 +1534,9 @@ mod tests {
         running: &[(u64, &[u32], u64)],
         waiting: &[(u64, usize, Option<u64>)],
     ) -> (Vec<u64>, Vec<(u64, Vec<u32>)>) {
-        let mut queues = vec![Queue::new(0, QueueMode::Gang)];
-        queues[0].mpl = Some(2);
-        let mut view = Jobs {
-            hosts: HashMap::new(),
-            need: HashMap::new(),
-            estimate: HashMap::new(),
-            started: Vec::new(),
-            all_hosts: (0..n_hosts).map(HostId).collect(),
-        };
-        for (id, hosts, end) in running {
-            queues[0].push(JobId(*id), true);
-            view.hosts
-                .insert(JobId(*id), hosts.iter().map(|&h| HostId(h)).collect());
-            view.estimate.insert(JobId(*id), *end);
-            view.started.push(JobId(*id));
-        }
-        for (id, size, estimate) in waiting {
-            queues[0].push(JobId(*id), false);
-            view.need.insert(JobId(*id), *size);
-            if let Some(estimate) = estimate {
-                view.estimate.insert(JobId(*id), *estimate);
-            }
-        }
-        run(&queues, &view, n_hosts as usize)
+        let mut queue = Queue::new(0, QueueMode::Gang);
+        queue.mpl = Some(2);
+        one_queue(queue, n_hosts, running, waiting)
     }
 
     #[test]

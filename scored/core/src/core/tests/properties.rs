@@ -130,6 +130,65 @@ proptest! {
     }
 }
 
+/// One step of a run on a gang queue with a level: jobs go to queue 1
+/// with the estimate `time`; kills and queue switches are left out.
+fn leveled_step(sim: &mut Sim, op: Op, time: Option<Duration>) {
+    match op {
+        Op::Submit { nodes, .. } => {
+            sim.submit_timed(root(), ProcRequest::Nodes(nodes), Some(1), false, time);
+        }
+        Op::Exit { pick: idx } => {
+            if let Some(job) = pick(sim, idx) {
+                if sim
+                    .procs
+                    .get(&job)
+                    .is_some_and(|(state, _)| *state == SimProcs::Running)
+                {
+                    sim.exit(job.0, 0);
+                }
+            }
+        }
+        Op::Advance { ms } => sim.advance(ms),
+        Op::Hold { pick: idx } => {
+            if let Some(job) = pick(sim, idx) {
+                sim.cmd(&root(), &format!("suspend {job}"));
+            }
+        }
+        Op::Release { pick: idx } => {
+            if let Some(job) = pick(sim, idx) {
+                sim.cmd(&root(), &format!("resume {job}"));
+            }
+        }
+        Op::Toggle { .. } | Op::Kill { .. } => {}
+        Op::Confirm => sim.confirm_stops(),
+    }
+}
+
+/// Resumes every held job and lets the running ones exit until none is
+/// left (or a bound is reached).
+fn finish_all(sim: &mut Sim) {
+    sim.confirm_stops();
+    let held: Vec<JobId> = sim
+        .core
+        .jobs()
+        .filter(|job| job.held())
+        .map(|job| job.id)
+        .collect();
+    for job in held {
+        sim.cmd(&root(), &format!("resume {job}"));
+    }
+    for _ in 0..10_000 {
+        if sim.core.n_jobs() == 0 {
+            break;
+        }
+        if let Some(job) = sim.running().first().copied() {
+            sim.exit(job, 0);
+        } else {
+            sim.advance(100);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
@@ -144,24 +203,7 @@ proptest! {
         let mut sim = Sim::new(4, 100);
         sim.cmd(&root(), &format!("queue 1 set mpl={level}"));
         for (op, time_ms) in ops {
-            match op {
-                Op::Submit { nodes, .. } => {
-                    let time = (time_ms % 3 != 0).then(|| Duration::from_millis(time_ms));
-                    sim.submit_timed(root(), ProcRequest::Nodes(nodes), Some(1), false, time);
-                }
-                Op::Exit { pick: idx } => {
-                    if let Some(job) = pick(&sim, idx) {
-                        if sim.procs.get(&job).is_some_and(|(state, _)| *state == SimProcs::Running) {
-                            sim.exit(job.0, 0);
-                        }
-                    }
-                }
-                Op::Advance { ms } => sim.advance(ms),
-                Op::Hold { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("suspend {job}")); },
-                Op::Release { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("resume {job}")); },
-                Op::Toggle { .. } | Op::Kill { .. } => {}
-                Op::Confirm => sim.confirm_stops(),
-            }
+            leveled_step(&mut sim, op, (time_ms % 3 != 0).then(|| Duration::from_millis(time_ms)));
             let mut residents = [0u32; 4];
             for job in sim.core.jobs() {
                 for host in &job.hosts {
@@ -170,17 +212,7 @@ proptest! {
             }
             prop_assert!(residents.iter().all(|n| *n <= level), "residents {:?} above level {}", residents, level);
         }
-        sim.confirm_stops();
-        let held: Vec<JobId> = sim.core.jobs().filter(|job| job.held()).map(|job| job.id).collect();
-        for job in held { sim.cmd(&root(), &format!("resume {job}")); }
-        for _ in 0..10_000 {
-            if sim.core.n_jobs() == 0 { break; }
-            if let Some(job) = sim.running().first().copied() {
-                sim.exit(job, 0);
-            } else {
-                sim.advance(100);
-            }
-        }
+        finish_all(&mut sim);
         prop_assert_eq!(sim.core.n_jobs(), 0, "every job ends");
     }
 }
@@ -199,28 +231,12 @@ proptest! {
         let mut sim = Sim::new(4, 100);
         sim.cmd(&root(), "queue 1 set mode=gang");
         for (op, time_ms) in ops {
-            match op {
-                Op::Submit { nodes, .. } => {
-                    let time = match time_ms % 3 {
-                        0 => None,
-                        1 => Some(Duration::from_millis(time_ms)),
-                        _ => Some(brief + Duration::from_secs(time_ms)),
-                    };
-                    sim.submit_timed(root(), ProcRequest::Nodes(nodes), Some(1), false, time);
-                }
-                Op::Exit { pick: idx } => {
-                    if let Some(job) = pick(&sim, idx) {
-                        if sim.procs.get(&job).is_some_and(|(state, _)| *state == SimProcs::Running) {
-                            sim.exit(job.0, 0);
-                        }
-                    }
-                }
-                Op::Advance { ms } => sim.advance(ms),
-                Op::Hold { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("suspend {job}")); },
-                Op::Release { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("resume {job}")); },
-                Op::Toggle { .. } | Op::Kill { .. } => {}
-                Op::Confirm => sim.confirm_stops(),
-            }
+            let time = match time_ms % 3 {
+                0 => None,
+                1 => Some(Duration::from_millis(time_ms)),
+                _ => Some(brief + Duration::from_secs(time_ms)),
+            };
+            leveled_step(&mut sim, op, time);
             let mut long = [0u32; 4];
             let mut residents = [0u32; 4];
             for job in sim.core.jobs() {
@@ -233,17 +249,7 @@ proptest! {
             prop_assert!(residents.iter().all(|n| *n <= 2), "residents {:?} above level 2", residents);
             prop_assert!(long.iter().all(|n| *n <= 1), "two long jobs share a host: {:?}", long);
         }
-        sim.confirm_stops();
-        let held: Vec<JobId> = sim.core.jobs().filter(|job| job.held()).map(|job| job.id).collect();
-        for job in held { sim.cmd(&root(), &format!("resume {job}")); }
-        for _ in 0..10_000 {
-            if sim.core.n_jobs() == 0 { break; }
-            if let Some(job) = sim.running().first().copied() {
-                sim.exit(job, 0);
-            } else {
-                sim.advance(100);
-            }
-        }
+        finish_all(&mut sim);
         prop_assert_eq!(sim.core.n_jobs(), 0, "every job ends");
     }
 }
