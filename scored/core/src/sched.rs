@@ -89,6 +89,12 @@ pub struct Scratch {
     /// The matrix as the waiting jobs of a gang queue with a level see it
     /// (see [`Matrix`]), rebuilt at each decision that considers them.
     matrix: Matrix,
+    /// Per queue (by index), its waiting jobs as the last decision that
+    /// considered them saw them (see [`Waiting`]).
+    waiting: Vec<Waiting>,
+    /// Positions in a [`Waiting`] of the jobs behind a reservation that
+    /// could start, in the order they are tried (empty between decisions).
+    behind: Vec<usize>,
 }
 
 impl Scratch {
@@ -311,6 +317,109 @@ impl Scratch {
     }
 }
 
+/// What a decision asks of a waiting job: fixed for the job's life.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct WaitInfo {
+    /// Its cluster (index) and how many hosts it needs ([`JobView::need`]).
+    cluster: usize,
+    n_needed: usize,
+    /// Its estimate ([`JobView::estimate`]).
+    estimate: Option<u64>,
+}
+
+/// The waiting jobs of a gang queue with a level, in submission order,
+/// each with its [`WaitInfo`], so that a decision over thousands of them
+/// reads no job's record but those that could start.
+///
+/// A cache: [`Waiting::sync`] makes it the queue's waiting jobs whatever
+/// changed, reading the records only of jobs it has not seen. A copy (the
+/// panic checkpoint) starts empty rather than copying it at every event.
+#[derive(Debug, Default)]
+struct Waiting {
+    jobs: Vec<JobId>,
+    info: Vec<WaitInfo>,
+}
+
+impl Clone for Waiting {
+    fn clone(&self) -> Waiting {
+        Waiting::default()
+    }
+}
+
+impl Waiting {
+    /// Makes `jobs` the waiting jobs of `queue`, in order. Between two
+    /// decisions jobs leave (they start or end) and arrive at the back:
+    /// kept jobs keep their information, from the first job not found
+    /// further on, the rest is read afresh (whatever the change, the result
+    /// is the queue's waiting jobs).
+    fn sync(&mut self, queue: &Queue, view: &impl JobView) {
+        let (front, back) = queue.slices();
+        let started = queue.n_started();
+        let (first, second) = match front.get(started..) {
+            Some(front) => (front, back),
+            None => (back.get(started - front.len()..).unwrap_or(&[]), &[][..]),
+        };
+        let n_old = self.jobs.len();
+        if n_old == first.len() + second.len()
+            && self.jobs[..first.len()] == *first
+            && self.jobs[first.len()..] == *second
+        {
+            return;
+        }
+        let (mut read, mut write) = (0, 0);
+        let mut appending = false;
+        for &job in first.iter().chain(second) {
+            if !appending {
+                let found = self.jobs[read..n_old]
+                    .iter()
+                    .position(|old| *old == job)
+                    .map(|skip| read + skip);
+                match found {
+                    Some(at) => {
+                        self.jobs[write] = job;
+                        self.info[write] = self.info[at];
+                        write += 1;
+                        read = at + 1;
+                        continue;
+                    }
+                    None => {
+                        appending = true;
+                        self.jobs.truncate(write);
+                        self.info.truncate(write);
+                    }
+                }
+            }
+            let (cluster, n_needed) = view.need(job);
+            self.jobs.push(job);
+            self.info.push(WaitInfo {
+                cluster,
+                n_needed,
+                estimate: view.estimate(job),
+            });
+        }
+        if !appending {
+            self.jobs.truncate(write);
+            self.info.truncate(write);
+        }
+        if cfg!(debug_assertions) {
+            let fresh: Vec<JobId> = first.iter().chain(second).copied().collect();
+            assert_eq!(self.jobs, fresh, "the waiting jobs are not the queue's");
+            for (job, info) in self.jobs.iter().zip(&self.info) {
+                let (cluster, n_needed) = view.need(*job);
+                assert_eq!(
+                    *info,
+                    WaitInfo {
+                        cluster,
+                        n_needed,
+                        estimate: view.estimate(*job),
+                    },
+                    "the waiting information of job {job} is stale"
+                );
+            }
+        }
+    }
+}
+
 /// The reservation of an exclusive queue's first waiting job (EASY).
 #[derive(Debug, Clone, Copy)]
 struct Reservation {
@@ -511,7 +620,7 @@ pub fn active_set(
         if let Some(level) = level {
             if waiting && queue.len() > queue.n_started() {
                 free_hosts = free_hosts.saturating_sub(start_waiting(
-                    queues, queue, level, view, now, scratch, out, bind,
+                    queues, queue, queue_idx, level, view, now, scratch, out, bind,
                 ));
             }
             if free_hosts == 0 {
@@ -882,6 +991,7 @@ struct Reserved {
 fn start_waiting(
     queues: &[Queue],
     queue: &Queue,
+    queue_idx: usize,
     level: u32,
     view: &impl JobView,
     now: u64,
@@ -920,6 +1030,13 @@ fn start_waiting(
             }
         }
     }
+    // Without an open host no waiting job can start: the first one would
+    // only get its reservation, which outlives no decision.
+    if idle.iter().chain(&shared).all(Vec::is_empty) {
+        scratch.hard = hard;
+        scratch.matrix = matrix;
+        return 0;
+    }
     // The columns are made the first time a job lacks idle hosts (from
     // the hosts that were shared at the start, as their residents have not
     // changed since): on a machine of many idle hosts, never.
@@ -951,45 +1068,59 @@ fn start_waiting(
                 });
             }
         };
+    if scratch.waiting.len() <= queue_idx {
+        scratch.waiting.resize_with(queue_idx + 1, Waiting::default);
+    }
+    let mut waiting = std::mem::take(&mut scratch.waiting[queue_idx]);
+    waiting.sync(queue, view);
+    let mut behind = std::mem::take(&mut scratch.behind);
+    behind.clear();
     let mut taken_total = 0;
     let mut reserved: Option<Reserved> = None;
+    // The first waiting job that cannot start on idle hosts (its cluster
+    // and size), once met: its reservation is predicted only when a later
+    // job could start behind it.
+    let mut reserving: Option<(usize, usize)> = None;
     let mut chosen: Vec<HostId> = Vec::new();
     // The open shared hosts of each cluster, narrowest residents first
     // (made the first time a short job needs them).
     let mut narrow: Option<Vec<Vec<(usize, HostId)>>> = None;
     let mut partial: Vec<HostId> = Vec::new();
     let mut no_partial: Vec<usize> = vec![usize::MAX; n_clusters];
-    let mut waiting: Vec<JobId> = queue.order().skip(queue.n_started()).collect();
     let mut next = 0;
-    let mut short_first = false;
+    let mut next_behind = 0;
     let mut started_here: Vec<(Vec<HostId>, Option<u64>)> = Vec::new();
     let is_short = |estimate: Option<u64>| estimate.is_some_and(|run| run <= SHORT_JOB);
     let is_brief = |estimate: Option<u64>| estimate.is_some_and(|run| run <= BRIEF_JOB);
-    while next < waiting.len() {
-        if reserved.is_some() && !short_first {
-            // Behind the reservation, short jobs first, shortest first;
-            // then the others in submission order.
-            waiting[next..].sort_by_cached_key(|job| {
-                let estimate = view.estimate(*job);
-                if is_short(estimate) {
-                    estimate.unwrap_or(u64::MAX)
-                } else {
-                    u64::MAX
-                }
-            });
-            short_first = true;
-        }
-        let job = waiting[next];
-        next += 1;
+    loop {
+        // In submission order until the reservation, then the jobs behind
+        // it that could start at all.
+        let at = if reserving.is_none() {
+            if next == waiting.jobs.len() {
+                break;
+            }
+            next += 1;
+            next - 1
+        } else {
+            let Some(at) = behind.get(next_behind) else {
+                break;
+            };
+            next_behind += 1;
+            *at
+        };
+        let job = waiting.jobs[at];
+        let WaitInfo {
+            cluster,
+            n_needed,
+            estimate,
+        } = waiting.info[at];
         let facts = view.facts(job);
         if !facts.runnable || !facts.hosts.is_empty() {
             continue;
         }
-        let (cluster, n_needed) = view.need(job);
         if n_needed == 0 || n_needed > view.cluster_hosts(cluster).len() || cluster >= n_clusters {
             continue;
         }
-        let estimate = view.estimate(job);
         let n_idle = idle[cluster].len();
         // Without enough idle hosts, a brief job may time-share one whole
         // column of exactly its width, and a short one the open hosts
@@ -1046,11 +1177,48 @@ fn start_waiting(
         }
         let fits = n_idle >= n_needed || column.is_some() || !partial.is_empty();
         let shares = n_idle < n_needed;
-        let start = match reserved {
-            Some(held) => {
+        let start = match reserving {
+            Some((reserved_cluster, reserved_needed)) => {
                 if !fits {
                     continue;
                 }
+                let held = match reserved {
+                    Some(held) => held,
+                    None => {
+                        // The reservation: when enough hosts of its cluster
+                        // are predicted to be idle, counting the jobs that
+                        // started before it in this decision.
+                        if !predicted {
+                            matrix.predict(view, now, n_hosts);
+                            predicted = true;
+                            for (hosts, runs) in started_here.drain(..) {
+                                matrix.occupy(&hosts, runs, now);
+                            }
+                        }
+                        let times = &matrix.idle_at;
+                        let hosts = view.cluster_hosts(reserved_cluster);
+                        let ends = &mut scratch.ends;
+                        ends.clear();
+                        ends.extend(hosts.iter().map(|host| times[host.idx()].max(now)));
+                        ends.sort_unstable();
+                        let at = ends[reserved_needed - 1];
+                        if at == u64::MAX {
+                            // No prediction: first come, first served.
+                            break;
+                        }
+                        let available = hosts
+                            .iter()
+                            .filter(|host| times[host.idx()].max(now) <= at)
+                            .count();
+                        let held = Reserved {
+                            cluster: reserved_cluster,
+                            at,
+                            extra: available.saturating_sub(reserved_needed),
+                        };
+                        reserved = Some(held);
+                        held
+                    }
+                };
                 let runs = estimate.map(|estimate| {
                     if shares {
                         estimate.saturating_mul(2)
@@ -1075,39 +1243,38 @@ fn start_waiting(
                 true
             }
             None => {
-                let hosts = view.cluster_hosts(cluster);
-                let nth = |times: &[u64], ends: &mut Vec<u64>| -> u64 {
-                    ends.clear();
-                    ends.extend(hosts.iter().map(|host| times[host.idx()].max(now)));
-                    ends.sort_unstable();
-                    ends[n_needed - 1]
-                };
                 // The first waiting job never time-shares: it starts on idle
                 // hosts, or gets the reservation.
                 if !shares {
                     true
                 } else {
-                    if !predicted {
-                        matrix.predict(view, now, n_hosts);
-                        predicted = true;
-                        for (hosts, runs) in started_here.drain(..) {
-                            matrix.occupy(&hosts, runs, now);
+                    reserving = Some((cluster, n_needed));
+                    // Behind it, short jobs first, shortest first; then the
+                    // others in submission order. Open hosts only fill up
+                    // during a decision, so a job needing more than its
+                    // cluster's idle hosts (or, if brief, than its idle and
+                    // shared open hosts) at the start never starts in it.
+                    for (idx, info) in waiting.info.iter().enumerate().skip(next) {
+                        let Some(idle) = idle.get(info.cluster) else {
+                            continue;
+                        };
+                        let room = if is_brief(info.estimate) {
+                            idle.len() + shared[info.cluster].len()
+                        } else {
+                            idle.len()
+                        };
+                        if info.n_needed <= room {
+                            behind.push(idx);
                         }
                     }
-                    let idle_at = nth(&matrix.idle_at, &mut scratch.ends);
-                    if idle_at == u64::MAX {
-                        // No prediction: first come, first served.
-                        break;
-                    }
-                    let (at, times) = (idle_at, &matrix.idle_at);
-                    let available = hosts
-                        .iter()
-                        .filter(|host| times[host.idx()].max(now) <= at)
-                        .count();
-                    reserved = Some(Reserved {
-                        cluster,
-                        at,
-                        extra: available.saturating_sub(n_needed),
+                    let info = &waiting.info;
+                    behind.sort_by_key(|idx| {
+                        let estimate = info[*idx].estimate;
+                        if is_short(estimate) {
+                            estimate.unwrap_or(u64::MAX)
+                        } else {
+                            u64::MAX
+                        }
                     });
                     false
                 }
@@ -1166,6 +1333,9 @@ fn start_waiting(
         }
         bind.push((job, chosen.clone()));
     }
+    scratch.waiting[queue_idx] = waiting;
+    behind.clear();
+    scratch.behind = behind;
     scratch.hard = hard;
     scratch.matrix = matrix;
     taken_total
