@@ -1013,7 +1013,9 @@ fn start_waiting(
     // of residents, each of which lies entirely on them.
     let n_clusters = scratch.cluster_free.len();
     let mut idle: Vec<Vec<HostId>> = vec![Vec::new(); n_clusters];
-    let mut blocks: Vec<Vec<Vec<HostId>>> = vec![Vec::new(); n_clusters];
+    // Per cluster, its columns as (offset in `column_hosts`, width).
+    let mut blocks: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n_clusters];
+    let mut column_hosts: Vec<HostId> = Vec::new();
     let residents_of = |host: HostId, matrix: &Matrix| -> std::ops::Range<usize> {
         matrix.first[host.idx()] as usize..matrix.first[host.idx() + 1] as usize
     };
@@ -1041,33 +1043,51 @@ fn start_waiting(
     // the hosts that were shared at the start, as their residents have not
     // changed since): on a machine of many idle hosts, never.
     let mut columns_made = false;
-    let make_columns =
-        |shared: &mut [Vec<HostId>], blocks: &mut [Vec<Vec<HostId>>], matrix: &Matrix| {
-            for (shared, blocks) in shared.iter_mut().zip(blocks.iter_mut()) {
-                let key = |host: &HostId| &matrix.residents[residents_of(*host, matrix)];
-                shared.sort_unstable_by(|a, b| key(a).cmp(key(b)).then(a.0.cmp(&b.0)));
-                let mut start = 0;
-                while start < shared.len() {
-                    let residents = key(&shared[start]);
-                    let mut end = start + 1;
-                    while end < shared.len() && key(&shared[end]) == residents {
-                        end += 1;
-                    }
-                    let width = end - start;
-                    if residents.iter().all(|job| view.hosts(*job).len() == width) {
-                        blocks.push(shared[start..end].to_vec());
-                    }
-                    start = end;
-                }
-                // The widest first, then by first host.
-                blocks.sort_by_key(|hosts| {
-                    (
-                        std::cmp::Reverse(hosts.len()),
-                        hosts.first().map(|host| host.0),
-                    )
-                });
-            }
+    // A column's residents all lie on exactly its hosts, so it is the
+    // hosts of any of its residents: each open shared host whose smallest
+    // resident has it as first host proposes that resident's hosts, which
+    // are a column when all of them are open and shared with the same
+    // residents, and every resident is as wide.
+    let make_columns = |shared: &[Vec<HostId>],
+                        blocks: &mut [Vec<(usize, usize)>],
+                        column_hosts: &mut Vec<HostId>,
+                        matrix: &Matrix| {
+        let mut is_shared = vec![0u64; n_hosts.div_ceil(64)];
+        for host in shared.iter().flatten() {
+            is_shared[host.idx() / 64] |= 1 << (host.idx() % 64);
+        }
+        let shared_at = |host: HostId| {
+            is_shared
+                .get(host.idx() / 64)
+                .is_some_and(|word| word & (1 << (host.idx() % 64)) != 0)
         };
+        for (shared, blocks) in shared.iter().zip(blocks.iter_mut()) {
+            for host in shared {
+                let residents = &matrix.residents[residents_of(*host, matrix)];
+                let Some(smallest) = residents.first() else {
+                    continue;
+                };
+                let hosts = view.hosts(*smallest);
+                if hosts.iter().min() != Some(host) {
+                    continue;
+                }
+                let width = hosts.len();
+                let column = hosts.iter().all(|other| {
+                    shared_at(*other) && matrix.residents[residents_of(*other, matrix)] == *residents
+                }) && residents.iter().all(|job| view.hosts(*job).len() == width);
+                if column {
+                    let from = column_hosts.len();
+                    column_hosts.extend_from_slice(hosts);
+                    column_hosts[from..].sort_unstable();
+                    blocks.push((from, width));
+                }
+            }
+            // The widest first, then by first host.
+            blocks.sort_unstable_by_key(|&(from, width)| {
+                (std::cmp::Reverse(width), column_hosts[from].0)
+            });
+        }
+    };
     if scratch.waiting.len() <= queue_idx {
         scratch.waiting.resize_with(queue_idx + 1, Waiting::default);
     }
@@ -1131,14 +1151,14 @@ fn start_waiting(
         partial.clear();
         if n_idle < n_needed && is_brief(estimate) {
             if !columns_made {
-                make_columns(&mut shared, &mut blocks, &matrix);
+                make_columns(&shared, &mut blocks, &mut column_hosts, &matrix);
                 columns_made = true;
             }
             // The blocks are widest first: a binary search finds the width.
-            let at = blocks[cluster].partition_point(|block| block.len() > n_needed);
+            let at = blocks[cluster].partition_point(|&(_, width)| width > n_needed);
             column = blocks[cluster]
                 .get(at)
-                .is_some_and(|block| block.len() == n_needed)
+                .is_some_and(|&(_, width)| width == n_needed)
                 .then_some(at);
             // Open hosts only fill up during a decision: a size that found
             // too few finds too few again.
@@ -1285,7 +1305,8 @@ fn start_waiting(
         }
         chosen.clear();
         if let Some(idx) = column {
-            chosen.extend_from_slice(&blocks[cluster][idx]);
+            let (from, width) = blocks[cluster][idx];
+            chosen.extend_from_slice(&column_hosts[from..from + width]);
         }
         chosen.extend_from_slice(&partial);
         let width = chosen.len();
@@ -1303,8 +1324,11 @@ fn start_waiting(
         if !partial.is_empty() {
             // Columns it took part of are columns no longer.
             partial.sort_unstable();
-            blocks[cluster]
-                .retain(|block| !block.iter().any(|host| partial.binary_search(host).is_ok()));
+            blocks[cluster].retain(|&(from, width)| {
+                !column_hosts[from..from + width]
+                    .iter()
+                    .any(|host| partial.binary_search(host).is_ok())
+            });
         }
         chosen.sort_unstable();
         for host in &chosen {
