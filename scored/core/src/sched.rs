@@ -401,21 +401,24 @@ impl Waiting {
             self.jobs.truncate(write);
             self.info.truncate(write);
         }
-        if cfg!(debug_assertions) {
-            let fresh: Vec<JobId> = first.iter().chain(second).copied().collect();
-            assert_eq!(self.jobs, fresh, "the waiting jobs are not the queue's");
-            for (job, info) in self.jobs.iter().zip(&self.info) {
-                let (cluster, n_needed) = view.need(*job);
-                assert_eq!(
-                    *info,
-                    WaitInfo {
-                        cluster,
-                        n_needed,
-                        estimate: view.estimate(*job),
-                    },
-                    "the waiting information of job {job} is stale"
-                );
-            }
+    }
+
+    /// Panics unless `jobs` are the waiting jobs of `queue` with their
+    /// information (a check of debug builds).
+    fn check(&self, queue: &Queue, view: &impl JobView) {
+        let fresh: Vec<JobId> = queue.order().skip(queue.n_started()).collect();
+        assert_eq!(self.jobs, fresh, "the waiting jobs are not the queue's");
+        for (job, info) in self.jobs.iter().zip(&self.info) {
+            let (cluster, n_needed) = view.need(*job);
+            assert_eq!(
+                *info,
+                WaitInfo {
+                    cluster,
+                    n_needed,
+                    estimate: view.estimate(*job),
+                },
+                "the waiting information of job {job} is stale"
+            );
         }
     }
 }
@@ -1073,7 +1076,8 @@ fn start_waiting(
                 }
                 let width = hosts.len();
                 let column = hosts.iter().all(|other| {
-                    shared_at(*other) && matrix.residents[residents_of(*other, matrix)] == *residents
+                    shared_at(*other)
+                        && matrix.residents[residents_of(*other, matrix)] == *residents
                 }) && residents.iter().all(|job| view.hosts(*job).len() == width);
                 if column {
                     let from = column_hosts.len();
@@ -1093,6 +1097,9 @@ fn start_waiting(
     }
     let mut waiting = std::mem::take(&mut scratch.waiting[queue_idx]);
     waiting.sync(queue, view);
+    if cfg!(debug_assertions) {
+        waiting.check(queue, view);
+    }
     let mut behind = std::mem::take(&mut scratch.behind);
     behind.clear();
     let mut taken_total = 0;
@@ -1723,6 +1730,154 @@ mod tests {
     /// A gang queue with level 2 on `n_hosts`: started jobs `(id, hosts,
     /// end)`, then waiting jobs `(id, size, estimate)` in submission order;
     /// gives the active set and the hosts bound.
+    /// A gang queue with a level whose first `n_started` jobs started,
+    /// the others waiting in the order given.
+    fn leveled_queue(order: &[u64], n_started: usize) -> Queue {
+        let mut queue = Queue::new(0, QueueMode::Gang);
+        queue.mpl = Some(2);
+        for (idx, id) in order.iter().enumerate() {
+            queue.push(JobId(*id), idx < n_started);
+        }
+        queue
+    }
+
+    /// A view of jobs `id` needing `id % 5 + 1` hosts with estimate `id * 10`,
+    /// counting how many times a job's record is read.
+    struct Counted {
+        jobs: Jobs,
+        reads: std::cell::Cell<usize>,
+    }
+
+    impl Counted {
+        fn new() -> Counted {
+            Counted {
+                jobs: Jobs {
+                    hosts: HashMap::new(),
+                    need: (1..100)
+                        .map(|id| (JobId(id), id as usize % 5 + 1))
+                        .collect(),
+                    estimate: (1..100).map(|id| (JobId(id), id * 10)).collect(),
+                    started: Vec::new(),
+                    all_hosts: (0..8).map(HostId).collect(),
+                },
+                reads: std::cell::Cell::new(0),
+            }
+        }
+
+        fn check(&self, waiting: &Waiting, ids: &[u64]) {
+            let jobs: Vec<u64> = waiting.jobs.iter().map(|job| job.0).collect();
+            assert_eq!(jobs, ids);
+            for (job, info) in waiting.jobs.iter().zip(&waiting.info) {
+                assert_eq!(info.n_needed, job.0 as usize % 5 + 1, "size of job {job}");
+                assert_eq!(info.estimate, Some(job.0 * 10), "estimate of job {job}");
+            }
+        }
+    }
+
+    impl JobView for Counted {
+        fn facts(&self, job: JobId) -> JobFacts<'_> {
+            self.jobs.facts(job)
+        }
+        fn need(&self, job: JobId) -> (usize, usize) {
+            self.reads.set(self.reads.get() + 1);
+            self.jobs.need(job)
+        }
+        fn cluster_hosts(&self, cluster: usize) -> &[HostId] {
+            self.jobs.cluster_hosts(cluster)
+        }
+        fn fits_on(&self, job: JobId, host: HostId) -> bool {
+            self.jobs.fits_on(job, host)
+        }
+        fn checks_memory(&self, job: JobId) -> bool {
+            self.jobs.checks_memory(job)
+        }
+        fn host_rank(&self, host: HostId) -> (bool, u64, u32) {
+            self.jobs.host_rank(host)
+        }
+        fn estimate(&self, job: JobId) -> Option<u64> {
+            self.jobs.estimate(job)
+        }
+        fn expected_end(&self, job: JobId) -> Option<u64> {
+            self.jobs.expected_end(job)
+        }
+    }
+
+    #[test]
+    fn the_kept_waiting_jobs_follow_the_queue_reading_only_new_jobs() {
+        let view = Counted::new();
+        let mut waiting = Waiting::default();
+        // Jobs 1 and 2 started; 3 to 7 wait.
+        let mut queue = leveled_queue(&[1, 2, 3, 4, 5, 6, 7], 2);
+        waiting.sync(&queue, &view);
+        view.check(&waiting, &[3, 4, 5, 6, 7]);
+        let reads = view.reads.get();
+        // Unchanged: nothing is read.
+        waiting.sync(&queue, &view);
+        view.check(&waiting, &[3, 4, 5, 6, 7]);
+        assert_eq!(view.reads.get(), reads);
+        // Jobs 3 and 6 start, 5 ends, 8 and 9 arrive: only 8 and 9 are read.
+        queue.mark_started(JobId(3));
+        queue.mark_started(JobId(6));
+        queue.remove(JobId(5));
+        queue.push(JobId(8), false);
+        queue.push(JobId(9), false);
+        waiting.sync(&queue, &view);
+        view.check(&waiting, &[4, 7, 8, 9]);
+        assert_eq!(view.reads.get(), reads + 2);
+        // Every waiting job leaves.
+        for id in [4, 7, 8, 9] {
+            queue.remove(JobId(id));
+        }
+        waiting.sync(&queue, &view);
+        view.check(&waiting, &[]);
+    }
+
+    #[test]
+    fn the_kept_waiting_jobs_follow_any_reordering() {
+        // A change that is not departures and arrivals at the back (a
+        // queue restored, or made of other jobs): the result is still the
+        // queue's waiting jobs, each with its own information.
+        let view = Counted::new();
+        let mut waiting = Waiting::default();
+        waiting.sync(&leveled_queue(&[1, 2, 3, 4, 5, 6], 1), &view);
+        view.check(&waiting, &[2, 3, 4, 5, 6]);
+        for (order, n_started, expected) in [
+            (&[1, 9, 2, 3, 4, 5, 6][..], 1, &[9, 2, 3, 4, 5, 6][..]),
+            (&[6, 5, 4, 3, 2][..], 0, &[6, 5, 4, 3, 2][..]),
+            (&[6, 5, 4, 3, 2][..], 2, &[4, 3, 2][..]),
+            (&[10, 11, 4, 12, 3][..], 1, &[11, 4, 12, 3][..]),
+            (&[20, 21][..], 0, &[20, 21][..]),
+        ] {
+            waiting.sync(&leveled_queue(order, n_started), &view);
+            view.check(&waiting, expected);
+        }
+    }
+
+    #[test]
+    fn the_kept_waiting_jobs_of_a_wrapped_queue_are_its_waiting_jobs() {
+        // The queue's deque wraps around its storage: the waiting jobs may
+        // start in either of its two slices.
+        let view = Counted::new();
+        let mut waiting = Waiting::default();
+        let mut queue = leveled_queue(&[], 0);
+        let mut model: Vec<u64> = Vec::new();
+        for id in 1..60u64 {
+            queue.push(JobId(id), false);
+            model.push(id);
+            if id % 2 == 0 {
+                // The oldest waiting job starts, the oldest started one ends.
+                queue.mark_started(JobId(model[0]));
+                model.remove(0);
+                if queue.n_started() > 3 {
+                    let first = queue.order().next().expect("a started job");
+                    queue.remove(first);
+                }
+            }
+            waiting.sync(&queue, &view);
+            view.check(&waiting, &model);
+        }
+    }
+
     fn leveled(
         n_hosts: u32,
         running: &[(u64, &[u32], u64)],
