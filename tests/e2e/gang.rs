@@ -383,3 +383,74 @@ fn a_job_in_a_new_session_is_still_stopped() {
         "escaped processes survived"
     );
 }
+
+/// The state of job `job` in the daemon's `job` listing.
+fn job_state(daemon: &Daemon, job: u64) -> String {
+    daemon
+        .job_field(job, "state")
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A gang queue at level 2 (`mode=gang` brings it): two jobs without an
+/// estimate time-share their hosts as in any gang queue, never running at
+/// once; a third that needs the same hosts waits, and starts when one of
+/// them ends. `queues` shows the level.
+#[test]
+fn at_level_two_two_jobs_time_share_and_a_third_waits() {
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("100ms")
+        .rc("queue 1 set mode=gang\n")
+        .start();
+    let queues = daemon.json("queues");
+    let level = queues
+        .as_array()
+        .and_then(|queues| queues.iter().find(|queue| queue["queue"] == 1))
+        .map(|queue| queue["mpl"].clone());
+    assert_eq!(level, Some(serde_json::json!(2)), "queues: {queues}");
+    let mut first = daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]);
+    let a = first.wait_pids(2);
+    let mut second = daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]);
+    let b = second.wait_pids(2);
+    let (cpu_a, cpu_b) = (cpu(&a), cpu(&b));
+    let (both, samples) = overlap(&a, &b, Duration::from_secs(3));
+    assert_eq!(
+        both, 0,
+        "processes of both jobs were running at once in {both} of {samples} samples"
+    );
+    assert!(
+        cpu(&a) > cpu_a && cpu(&b) > cpu_b,
+        "both jobs run in turn: {} and {} ticks",
+        cpu(&a) - cpu_a,
+        cpu(&b) - cpu_b
+    );
+    let mut third = daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]);
+    assert!(
+        wait_until(Duration::from_secs(20), || job_state(&daemon, 3)
+            == "queued"),
+        "job 3 is {}",
+        job_state(&daemon, 3)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        job_state(&daemon, 3),
+        "queued",
+        "a third job above the level"
+    );
+    assert!(daemon.job_pids(3).is_empty(), "job 3 has processes");
+    first.signal(Signal::SIGINT);
+    first.wait(Duration::from_secs(30));
+    let c = third.wait_pids(2);
+    let (both, samples) = overlap(&b, &c, Duration::from_secs(2));
+    assert_eq!(
+        both, 0,
+        "jobs 2 and 3 overlapped in {both} of {samples} samples"
+    );
+    for job in [&second, &third] {
+        job.signal(Signal::SIGINT);
+    }
+    second.wait(Duration::from_secs(30));
+    third.wait(Duration::from_secs(30));
+}
