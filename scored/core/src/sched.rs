@@ -53,6 +53,9 @@ pub trait JobView {
     /// When the job would end, in microseconds, if it ran from now on
     /// without a stop: now plus what is left of its estimate.
     fn expected_end(&self, job: JobId) -> Option<u64>;
+    /// The gang time slice, in microseconds: a job that time-shares may
+    /// wait up to one for its first turn.
+    fn slice(&self) -> u64;
 }
 
 /// Scratch space for [`active_set`], kept between calls so that a decision
@@ -865,11 +868,13 @@ struct Reserved {
 /// them, so that in every slice all of their hosts are busy and no
 /// processor is wasted), and a short one the open hosts whose residents
 /// are narrowest, with the idle hosts (what its slices leave idle lasts at
-/// most twice its estimate). A longer job never time-shares: it would
-/// stretch itself and its partners by more than it could wait.
+/// most twice its estimate rounded up to whole slices). A longer job never
+/// time-shares: it would stretch itself and its partners by more than it
+/// could wait.
 ///
-/// Behind the reservation a job must end by it (its estimate doubled if
-/// it time-shares) or take idle hosts the reservation can spare; the
+/// Behind the reservation a job must end by it (if it time-shares, its
+/// estimate rounded up to whole slices and doubled: its first turn may
+/// come a slice later) or take idle hosts the reservation can spare; the
 /// partners a brief job slows may delay the reserved job by its estimate
 /// at most.
 ///
@@ -1051,9 +1056,16 @@ fn start_waiting(
                 if !fits {
                     continue;
                 }
+                // A job that shares runs in every other slice at least,
+                // from its first turn (which may come a slice later): it
+                // ends within twice its estimate rounded up to whole slices.
                 let runs = estimate.map(|estimate| {
                     if shares {
-                        estimate.saturating_mul(2)
+                        let slice = view.slice().max(1);
+                        estimate
+                            .div_ceil(slice)
+                            .saturating_mul(slice)
+                            .saturating_mul(2)
                     } else {
                         estimate
                     }
@@ -1185,6 +1197,7 @@ mod tests {
         estimate: HashMap<JobId, u64>,
         started: Vec<JobId>,
         all_hosts: Vec<HostId>,
+        slice: u64,
     }
 
     impl JobView for Jobs {
@@ -1220,6 +1233,9 @@ mod tests {
         fn expected_end(&self, job: JobId) -> Option<u64> {
             self.estimate.get(&job).copied()
         }
+        fn slice(&self) -> u64 {
+            self.slice
+        }
     }
 
     fn decide(queues: &[Queue], jobs: &HashMap<JobId, Vec<HostId>>, n_hosts: usize) -> Vec<u64> {
@@ -1229,6 +1245,7 @@ mod tests {
             estimate: HashMap::new(),
             started: Vec::new(),
             all_hosts: (0..n_hosts as u32).map(HostId).collect(),
+            slice: 0,
         };
         run(queues, &view, n_hosts).0
     }
@@ -1265,15 +1282,16 @@ mod tests {
     ) -> Vec<(u64, Vec<u32>)> {
         let mut queue = Queue::new(0, QueueMode::Exclusive);
         queue.backfill = backfill;
-        one_queue(queue, n_hosts, running, waiting).1
+        one_queue(queue, n_hosts, 0, running, waiting).1
     }
 
-    /// `queue` alone on `n_hosts`: started jobs `(id, hosts, end)`, then
-    /// waiting jobs `(id, size, estimate)` in submission order; gives the
-    /// active set and the hosts bound.
+    /// `queue` alone on `n_hosts` with gang slices of `slice`: started jobs
+    /// `(id, hosts, end)`, then waiting jobs `(id, size, estimate)` in
+    /// submission order; gives the active set and the hosts bound.
     fn one_queue(
         queue: Queue,
         n_hosts: u32,
+        slice: u64,
         running: &[(u64, &[u32], u64)],
         waiting: &[(u64, usize, Option<u64>)],
     ) -> (Vec<u64>, Vec<(u64, Vec<u32>)>) {
@@ -1284,6 +1302,7 @@ mod tests {
             estimate: HashMap::new(),
             started: Vec::new(),
             all_hosts: (0..n_hosts).map(HostId).collect(),
+            slice,
         };
         for (id, hosts, end) in running {
             queues[0].push(JobId(*id), true);
@@ -1344,6 +1363,7 @@ mod tests {
             estimate: HashMap::from([(JobId(10), 100)]),
             started: vec![JobId(10)],
             all_hosts: (0..4).map(HostId).collect(),
+            slice: 0,
         };
         let (active, bound) = run(&queues, &view, 4);
         assert_eq!(active, vec![10]);
@@ -1433,6 +1453,7 @@ mod tests {
             estimate: HashMap::new(),
             started: Vec::new(),
             all_hosts: (0..3).map(HostId).collect(),
+            slice: 0,
         };
         let mut scratch = Scratch::default();
         let decide = |view: &Jobs, scratch: &mut Scratch| {
@@ -1464,6 +1485,7 @@ mod tests {
             estimate: HashMap::new(),
             started: Vec::new(),
             all_hosts: (0..n_hosts as u32 + 100).map(HostId).collect(),
+            slice: 0,
         };
         let mut scratch = Scratch::default();
         let (mut out, mut bind) = (Vec::new(), Vec::new());
@@ -1536,7 +1558,7 @@ mod tests {
     ) -> (Vec<u64>, Vec<(u64, Vec<u32>)>) {
         let mut queue = Queue::new(0, QueueMode::Gang);
         queue.mpl = Some(2);
-        one_queue(queue, n_hosts, running, waiting)
+        one_queue(queue, n_hosts, 0, running, waiting)
     }
 
     #[test]
@@ -1648,6 +1670,29 @@ mod tests {
         // A longer one would stretch itself and job 1 by more than it
         // could wait: it waits for idle hosts.
         assert_eq!(run(BRIEF_JOB + S), vec![]);
+    }
+
+    #[test]
+    fn a_job_that_shares_behind_the_reservation_ends_by_it_in_whole_slices() {
+        // Job 3 (2 hosts) is reserved at 30 s, when job 2 ends. Job 4 (1 s,
+        // short) would share hosts 0 and 1 and take the idle host 2: at
+        // half speed it ends by then, but its first turn may be a slice
+        // away, and it keeps host 2 from job 3 until it ends. With slices of
+        // 1 s it joins; with slices of 60 s it waits.
+        let run = |slice: u64| {
+            let mut queue = Queue::new(0, QueueMode::Gang);
+            queue.mpl = Some(2);
+            one_queue(
+                queue,
+                3,
+                slice,
+                &[(1, &[0], 1000 * S), (2, &[1], 30 * S)],
+                &[(3, 2, Some(10 * S)), (4, 3, Some(S))],
+            )
+            .1
+        };
+        assert_eq!(run(S), vec![(4, vec![0, 1, 2])]);
+        assert_eq!(run(60 * S), vec![]);
     }
 
     #[test]
