@@ -221,6 +221,9 @@ pub struct Daemon<A: Actuator> {
     pending_restart: Option<Option<(Token, bool)>>,
     /// Connections and buffered bytes per uid.
     per_user: HashMap<u32, UserUse>,
+    /// Connections of users other than root and the operators, which
+    /// alone count against the users' share of the connection table.
+    plain_connections: usize,
     /// Connections holding part of a request, for the request timeout.
     partial: HashMap<Token, Instant>,
     /// The core before the current event, to recover from a panic.
@@ -335,6 +338,7 @@ impl<A: Actuator> Daemon<A> {
             restart: None,
             pending_restart: None,
             per_user: HashMap::new(),
+            plain_connections: 0,
             partial: HashMap::new(),
             recovery: recovery::Recovery::default(),
             panic_after: None,

@@ -96,14 +96,22 @@ fn hold_connections_as(
     secs: u32,
 ) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
     let socket = socket.display().to_string();
-    let mut child = command_as(
+    hold(command_as(
         user,
         Path::new(&testprog()),
         &["connect", &socket, &n.to_string(), &secs.to_string()],
-    )
-    .stdout(Stdio::piped())
-    .spawn()
-    .expect("run testprog connect");
+    ))
+}
+
+/// Runs a `scored-testprog connect` command, its output lines sent to the
+/// returned channel.
+fn hold(
+    mut command: std::process::Command,
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run testprog connect");
     let stdout = child.stdout.take().expect("piped");
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -151,6 +159,7 @@ fn end(mut child: std::process::Child) {
 /// A plain user who takes every connection open to
 /// users does not lock root out: root's console and scrun still work
 /// (through the reserve), while other plain users are told why they wait.
+/// Connections root already holds do not shrink the users' share.
 #[test]
 fn a_user_holding_1000_connections_does_not_lock_out_root() {
     let Some(users) = test_users("a_user_holding_1000_connections") else {
@@ -165,6 +174,17 @@ fn a_user_holding_1000_connections_does_not_lock_out_root() {
         .arg("--max-connections-per-user")
         .arg("5000")
         .start();
+    // Root holds connections of its own first; they are accepted before
+    // the user's, which queue behind them.
+    let mut command = std::process::Command::new(testprog());
+    command.args(["connect", &daemon.socket.display().to_string(), "3", "120"]);
+    let (root_holder, root_lines) = hold(command);
+    let (open, refused) = refusals(&root_lines);
+    assert_eq!(
+        (open, refused.len()),
+        (3, 0),
+        "root's connections: {refused:?}"
+    );
     let (holder, lines) = hold_connections_as(&users.a, &daemon.socket, 1001, 120);
     let (open, refused) = refusals(&lines);
     assert_eq!(open, 1001, "every connect() succeeds at the socket level");
@@ -204,6 +224,7 @@ fn a_user_holding_1000_connections_does_not_lock_out_root() {
         stderr(&output)
     );
     end(holder);
+    end(root_holder);
     assert!(
         wait_until(Duration::from_secs(20), || daemon
             .console_as(&users.b, "status")

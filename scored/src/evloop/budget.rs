@@ -25,7 +25,9 @@ pub(super) struct UserUse {
 
 impl<A: Actuator> Daemon<A> {
     /// Whether a new connection of `uid` may be served: the table has
-    /// room, and for a plain user, room outside the reserve and under the
+    /// room, and for a plain user, room in the users' share (the table less
+    /// the reserve, counting only plain users' connections, so that root's
+    /// and the operators' own connections never shrink it) and under the
     /// per-user limit. The error says which limit, for the client.
     pub(super) fn admit_connection(&self, uid: u32, privileged: bool) -> Result<(), String> {
         let total = self.connections.len();
@@ -39,7 +41,7 @@ impl<A: Actuator> Daemon<A> {
             return Ok(());
         }
         let reserve = PRIVILEGED_RESERVE.min(limit / 2);
-        if total >= limit - reserve {
+        if self.plain_connections >= limit - reserve {
             return Err(format!(
                 "scored serves at most {} connections at once for users other than root and the \
                  operators ({reserve} more are kept for them); try again later",

@@ -252,6 +252,9 @@ impl<A: Actuator> Daemon<A> {
                 }),
             );
             self.per_user.entry(cred_uid).or_default().connections += 1;
+            if !privileged {
+                self.plain_connections += 1;
+            }
         }
     }
 
@@ -529,6 +532,9 @@ impl<A: Actuator> Daemon<A> {
         self.partial.remove(&token);
         if let Some(mut conn) = self.connections.remove(&token) {
             let uid = conn.cred.uid;
+            if !conn.privileged {
+                self.plain_connections = self.plain_connections.saturating_sub(1);
+            }
             if let Some(usage) = self.per_user.get_mut(&uid) {
                 usage.connections = usage.connections.saturating_sub(1);
                 usage.input = usage.input.saturating_sub(conn.counted.0 as usize);

@@ -148,6 +148,9 @@ impl<A: Actuator> Daemon<A> {
             }
             // The per-user totals are rebuilt from the connections.
             self.per_user.entry(uid).or_default().connections += 1;
+            if !privileged {
+                self.plain_connections += 1;
+            }
             self.recount(token);
             self.dirty.push(token);
         }
