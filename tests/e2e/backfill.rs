@@ -115,26 +115,43 @@ fn time_spent_stopped_does_not_count_against_the_time_limit() {
     other.wait(Duration::from_secs(30));
 }
 
-/// Two hosts, queue 0 exclusive: job 1 holds one host, job 2 needs both.
-/// Returns the daemon and the two scruns.
-fn wide_job_waiting(rc: &str) -> (Daemon, Job, Job) {
+/// Two hosts, queue 0 exclusive: job 1 holds one host until the test
+/// ends it (declaring 60s), job 2 needs both and waits. Returns the daemon,
+/// the two scruns and what ends job 1: the test decides when, so that the
+/// order it checks does not depend on how fast a loaded machine gets there.
+fn wide_job_waiting(rc: &str) -> (Daemon, Job, Job, Release) {
     let daemon = Daemon::builder().hosts(&two_hosts()).rc(rc).start();
-    let first = daemon.spawn(&["-priority=0,time=20s", "sleep", "3"]);
+    let release = Release(daemon.sandbox.path.join("release-job-1"));
+    let wait_for_release = format!(
+        "until [ -e '{}' ]; do sleep 0.05; done",
+        release.0.display()
+    );
+    let first = daemon.spawn(&["-priority=0,time=60s", "sh", "-c", &wait_for_release]);
     wait_state(&daemon, 1, &["running"]);
     let wide = daemon.spawn(&["-priority=0,nodes=2,time=20s", "sleep", "1"]);
     wait_state(&daemon, 2, &["queued"]);
-    (daemon, first, wide)
+    (daemon, first, wide, release)
+}
+
+/// The file whose creation ends job 1 of [`wide_job_waiting`].
+struct Release(std::path::PathBuf);
+
+impl Release {
+    fn job_1(&self) {
+        std::fs::write(&self.0, "").expect("create the release file");
+    }
 }
 
 #[test]
 fn an_exclusive_queue_without_backfill_is_first_come_first_served() {
-    let (daemon, mut first, mut wide) = wide_job_waiting("");
+    let (daemon, mut first, mut wide, release) = wide_job_waiting("");
     // Job 3 fits on the idle host, but job 2 came first.
     let mut small = daemon.spawn(&["-priority=0,time=2s", "sleep", "1"]);
     wait_state(&daemon, 3, &["queued"]);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(state(&daemon, 3), "queued", "job 3 did not pass job 2");
     assert_eq!(state(&daemon, 2), "queued");
+    release.job_1();
     let (status, message) = first.wait(Duration::from_secs(30));
     assert!(status.success(), "{message}");
     wait_state(&daemon, 2, &["running", "done"]);
@@ -144,7 +161,8 @@ fn an_exclusive_queue_without_backfill_is_first_come_first_served() {
     assert!(status.success(), "{message}");
     let wide_wait = seconds(&daemon.job_field(2, "wait"));
     let small_wait = seconds(&daemon.job_field(3, "wait"));
-    // Job 3 started only once job 2 had run (1s).
+    // Job 3 started only once job 2 had run (1s), itself started only
+    // once job 1 ended, at least 0.5s after job 3 came.
     assert!(
         small_wait >= 1.5,
         "job 3 waited {small_wait}s, job 2 {wide_wait}s"
@@ -153,14 +171,14 @@ fn an_exclusive_queue_without_backfill_is_first_come_first_served() {
 
 #[test]
 fn backfill_starts_a_short_job_in_the_hole_without_delaying_the_wide_one() {
-    let (daemon, mut first, mut wide) = wide_job_waiting("queue 0 set backfill=on\n");
-    // Job 2 is reserved for when job 1's estimate runs out (20s, though it
-    // ends at 3s). Job 3 declares 2s: it ends before that, so it starts
-    // now on the idle host; job 4 declares 60s and would delay job 2.
+    let (daemon, mut first, mut wide, release) = wide_job_waiting("queue 0 set backfill=on\n");
+    // Job 2 is reserved for when job 1's estimate runs out (60s, though it
+    // ends sooner). Job 3 declares 2s: it ends before that, so it starts
+    // now on the idle host; job 4 declares 120s and would delay job 2.
     let mut short = daemon.spawn(&["-priority=0,time=2s", "sleep", "1"]);
     // Admitted before the next one is submitted, so that it is job 3.
     wait_state(&daemon, 3, &["queued", "running", "done"]);
-    let mut long = daemon.spawn(&["-priority=0,time=60s", "sleep", "1"]);
+    let mut long = daemon.spawn(&["-priority=0,time=120s", "sleep", "1"]);
     wait_state(&daemon, 4, &["queued"]);
     assert!(
         ["running", "done"].contains(&state(&daemon, 3).as_str()),
@@ -171,14 +189,15 @@ fn backfill_starts_a_short_job_in_the_hole_without_delaying_the_wide_one() {
     assert_eq!(state(&daemon, 4), "queued", "job 4 would delay job 2");
     let (status, message) = short.wait(Duration::from_secs(30));
     assert!(status.success(), "{message}");
+    release.job_1();
     let (status, message) = first.wait(Duration::from_secs(30));
     assert!(status.success(), "{message}");
     let (status, message) = wide.wait(Duration::from_secs(30));
     assert!(status.success(), "{message}");
     let (status, message) = long.wait(Duration::from_secs(30));
     assert!(status.success(), "{message}");
-    // Job 2 started as soon as job 1 ended (about 3s after it), as it
-    // would have without job 3; job 4 only after job 2.
+    // Job 2 started as soon as job 1 ended, as it would have without
+    // job 3; job 4 only after job 2.
     let first_wall = seconds(&daemon.job_field(1, "wall"));
     let wide_wait = seconds(&daemon.job_field(2, "wait"));
     assert!(

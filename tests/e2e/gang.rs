@@ -13,19 +13,29 @@ fn running(pids: &[i32]) -> usize {
         .count()
 }
 
+/// The longest a sample of process states may take to count: well under
+/// the shortest time slice these tests use (100 ms), so that no switch
+/// and switch back can fall within one. A sample that took longer (the
+/// test was preempted on a loaded machine) says nothing and is dropped.
+const SAMPLE_BOUND: Duration = Duration::from_millis(20);
+
 /// How many of `pids` are running, from two passes over their states
-/// that agree; `None` when a state changed between them. The reads of
-/// /proc are not atomic: a switch between reading the job it stops and
-/// the one it continues would show both running. States that are the
-/// same in both passes held together at the moment between the passes.
+/// that agree; `None` when a state changed between them, or when the
+/// passes took longer than [`SAMPLE_BOUND`]. The reads of /proc are not
+/// atomic: a switch between reading the job it stops and the one it
+/// continues would show both running. States that are the same in both
+/// passes held together at the moment between the passes.
 fn running_at_once(pids: &[i32]) -> Option<usize> {
     let states = || -> Vec<Option<char>> {
         pids.iter()
             .map(|pid| proc_stat(*pid).map(|stat| stat.state))
             .collect()
     };
+    let started = Instant::now();
     let first = states();
-    (states() == first).then(|| first.iter().filter(|state| **state == Some('R')).count())
+    let agree = states() == first;
+    (agree && started.elapsed() < SAMPLE_BOUND)
+        .then(|| first.iter().filter(|state| **state == Some('R')).count())
 }
 
 fn cpu(pids: &[i32]) -> u64 {
@@ -42,17 +52,25 @@ fn cpu(pids: &[i32]) -> u64 {
 /// when `a` ran at both ends: the reads of /proc are not atomic, and if the
 /// test were preempted between reading `a` and `b`, a switch completed
 /// meanwhile would look like overlap. `a` cannot be stopped and continued
-/// again within one sample, since that takes a whole time slice.
+/// again within one sample, since that takes a whole time slice: a sample
+/// that took longer than [`SAMPLE_BOUND`] is dropped. Panics if fewer than
+/// ten samples were taken.
 fn overlap(a: &[i32], b: &[i32], duration: Duration) -> (u64, u64) {
     let end = Instant::now() + duration;
     let (mut both, mut samples) = (0, 0);
     while Instant::now() < end {
-        if running(a) > 0 && running(b) > 0 && running(a) > 0 {
-            both += 1;
+        let started = Instant::now();
+        let seen = running(a) > 0 && running(b) > 0 && running(a) > 0;
+        if started.elapsed() < SAMPLE_BOUND {
+            both += u64::from(seen);
+            samples += 1;
         }
-        samples += 1;
         std::thread::sleep(Duration::from_millis(2));
     }
+    assert!(
+        samples >= 10,
+        "only {samples} samples of process states in {duration:?} took less than {SAMPLE_BOUND:?}"
+    );
     (both, samples)
 }
 
@@ -184,7 +202,7 @@ fn an_exclusive_job_is_never_stopped_by_equal_or_lower_priority() {
 fn a_higher_queue_preempts_at_once_and_the_lower_job_continues_after() {
     let daemon = Daemon::builder()
         .hosts(&two_hosts())
-        .timeslice("10s")
+        .timeslice("60s")
         .start();
     let mut low = daemon.spawn(&["-nodes=2,priority=2", &testprog(), "spin", "0"]);
     let a = low.wait_pids(2);
@@ -195,9 +213,10 @@ fn a_higher_queue_preempts_at_once_and_the_lower_job_continues_after() {
         wait_until(Duration::from_secs(5), || a.iter().all(|pid| stopped(*pid))),
         "the lower job was not stopped"
     );
-    // "At once": well before the 10 s slice would end.
-    assert!(submitted.elapsed() < Duration::from_secs(5));
-    let (both, _) = overlap(&a, &b, Duration::from_millis(300));
+    // "At once": well before the 60 s slice would end, however loaded
+    // the machine.
+    assert!(submitted.elapsed() < Duration::from_secs(20));
+    let (both, _) = overlap(&a, &b, Duration::from_millis(500));
     assert_eq!(both, 0);
     let (status, _) = high.wait(Duration::from_secs(30));
     assert!(status.success());
@@ -363,4 +382,75 @@ fn a_job_in_a_new_session_is_still_stopped() {
         wait_until(Duration::from_secs(10), || a.iter().all(|pid| !alive(*pid))),
         "escaped processes survived"
     );
+}
+
+/// The state of job `job` in the daemon's `job` listing.
+fn job_state(daemon: &Daemon, job: u64) -> String {
+    daemon
+        .job_field(job, "state")
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A gang queue at level 2 (`mode=gang` brings it): two jobs without an
+/// estimate time-share their hosts as in any gang queue, never running at
+/// once; a third that needs the same hosts waits, and starts when one of
+/// them ends. `queues` shows the level.
+#[test]
+fn at_level_two_two_jobs_time_share_and_a_third_waits() {
+    let daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .timeslice("100ms")
+        .rc("queue 1 set mode=gang\n")
+        .start();
+    let queues = daemon.json("queues");
+    let level = queues
+        .as_array()
+        .and_then(|queues| queues.iter().find(|queue| queue["queue"] == 1))
+        .map(|queue| queue["mpl"].clone());
+    assert_eq!(level, Some(serde_json::json!(2)), "queues: {queues}");
+    let mut first = daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]);
+    let a = first.wait_pids(2);
+    let mut second = daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]);
+    let b = second.wait_pids(2);
+    let (cpu_a, cpu_b) = (cpu(&a), cpu(&b));
+    let (both, samples) = overlap(&a, &b, Duration::from_secs(3));
+    assert_eq!(
+        both, 0,
+        "processes of both jobs were running at once in {both} of {samples} samples"
+    );
+    assert!(
+        cpu(&a) > cpu_a && cpu(&b) > cpu_b,
+        "both jobs run in turn: {} and {} ticks",
+        cpu(&a) - cpu_a,
+        cpu(&b) - cpu_b
+    );
+    let mut third = daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]);
+    assert!(
+        wait_until(Duration::from_secs(20), || job_state(&daemon, 3)
+            == "queued"),
+        "job 3 is {}",
+        job_state(&daemon, 3)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        job_state(&daemon, 3),
+        "queued",
+        "a third job above the level"
+    );
+    assert!(daemon.job_pids(3).is_empty(), "job 3 has processes");
+    first.signal(Signal::SIGINT);
+    first.wait(Duration::from_secs(30));
+    let c = third.wait_pids(2);
+    let (both, samples) = overlap(&b, &c, Duration::from_secs(2));
+    assert_eq!(
+        both, 0,
+        "jobs 2 and 3 overlapped in {both} of {samples} samples"
+    );
+    for job in [&second, &third] {
+        job.signal(Signal::SIGINT);
+    }
+    second.wait(Duration::from_secs(30));
+    third.wait(Duration::from_secs(30));
 }

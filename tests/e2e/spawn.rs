@@ -105,21 +105,6 @@ fn answer_time(daemon: &Daemon, line: &str, limit: Duration) -> Option<Duration>
     }
 }
 
-/// The daemon's direct children now.
-fn daemon_children(daemon: &Daemon) -> Vec<i32> {
-    std::fs::read_dir(format!("/proc/{}/task", daemon.pid()))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|text| {
-            text.split_whitespace()
-                .filter_map(|pid| pid.parse::<i32>().ok())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 fn kill_and_reap(mut child: Child) {
     let _ = child.kill();
     let _ = child.wait();
@@ -270,11 +255,11 @@ fn a_user_stopping_their_own_launching_ranks_does_not_stall_the_daemon() {
     assert!(
         wait_until(Duration::from_secs(10), || daemon.all_job_pids().is_empty()
             && processes_of(uid).is_empty()
-            && daemon_children(&daemon).is_empty()),
+            && daemon.children().is_empty()),
         "processes left: job {:?}, user {:?}, daemon's children {:?}",
         daemon.all_job_pids(),
         processes_of(uid),
-        daemon_children(&daemon)
+        daemon.children()
     );
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
 }

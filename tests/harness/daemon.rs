@@ -304,6 +304,21 @@ impl Daemon {
         self.child.as_ref().map_or(0, Child::id)
     }
 
+    /// The daemon's own child processes, job processes or not.
+    pub fn children(&self) -> Vec<i32> {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid()))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+            .flat_map(|text| {
+                text.split_whitespace()
+                    .filter_map(|pid| pid.parse::<i32>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// The daemon's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

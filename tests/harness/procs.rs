@@ -12,6 +12,8 @@ pub struct ProcStat {
     pub session: i32,
     /// utime + stime in clock ticks.
     pub cpu_ticks: u64,
+    /// Scheduling policy (`SCHED_OTHER` 0, `SCHED_FIFO` 1, ...).
+    pub policy: i32,
 }
 
 /// Whether the kernel shows `pid` stopped (state `T`).
@@ -28,6 +30,7 @@ pub fn proc_stat(pid: i32) -> Option<ProcStat> {
         pgrp: fields.get(2)?.parse().ok()?,
         session: fields.get(3)?.parse().ok()?,
         cpu_ticks: fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?,
+        policy: fields.get(38)?.parse().ok()?,
     })
 }
 

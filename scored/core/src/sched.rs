@@ -870,7 +870,11 @@ struct Reserved {
 /// are narrowest, with the idle hosts (what its slices leave idle lasts at
 /// most twice its estimate rounded up to whole slices). A longer job never
 /// time-shares: it would stretch itself and its partners by more than it
-/// could wait.
+/// could wait. A job without an estimate is interactive: while no
+/// reservation is made it starts where the level lets it, as in a queue
+/// without a level (idle hosts, else a column of its width, else the
+/// narrowest open hosts); behind a reservation it only takes idle hosts the
+/// reservation spares.
 ///
 /// Behind the reservation a job must end by it (if it time-shares, its
 /// estimate rounded up to whole slices and doubled: its first turn may
@@ -970,6 +974,9 @@ fn start_waiting(
     let mut started_here: Vec<(Vec<HostId>, Option<u64>)> = Vec::new();
     let is_short = |estimate: Option<u64>| estimate.is_some_and(|run| run <= SHORT_JOB);
     let is_brief = |estimate: Option<u64>| estimate.is_some_and(|run| run <= BRIEF_JOB);
+    // A job without an estimate may share as a short one may.
+    let may_share = |estimate: Option<u64>| estimate.is_none() || is_brief(estimate);
+    let may_share_part = |estimate: Option<u64>| estimate.is_none() || is_short(estimate);
     while next < waiting.len() {
         if reserved.is_some() && !short_first {
             // Behind the reservation, short jobs first, shortest first;
@@ -997,13 +1004,13 @@ fn start_waiting(
         let estimate = view.estimate(job);
         let n_idle = idle[cluster].len();
         // Without enough idle hosts, a brief job may time-share one whole
-        // column of exactly its width, and a short one the open hosts
-        // whose residents are narrowest; a longer job waits for idle
-        // hosts (sharing would stretch it and its partners by more than
-        // it could wait).
+        // column of exactly its width, and a short one (or one without an
+        // estimate) the open hosts whose residents are narrowest; a longer
+        // job waits for idle hosts (sharing would stretch it and its
+        // partners by more than it could wait).
         let mut column = None;
         partial.clear();
-        if n_idle < n_needed && is_brief(estimate) {
+        if n_idle < n_needed && may_share(estimate) {
             if !columns_made {
                 make_columns(&mut shared, &mut blocks, &matrix);
                 columns_made = true;
@@ -1016,7 +1023,7 @@ fn start_waiting(
                 .then_some(at);
             // Open hosts only fill up during a decision: a size that found
             // too few finds too few again.
-            if column.is_none() && is_short(estimate) && n_needed < no_partial[cluster] {
+            if column.is_none() && may_share_part(estimate) && n_needed < no_partial[cluster] {
                 let narrow = narrow.get_or_insert_with(|| {
                     shared
                         .iter()
@@ -1095,8 +1102,9 @@ fn start_waiting(
                     ends[n_needed - 1]
                 };
                 // The first waiting job never time-shares: it starts on idle
-                // hosts, or gets the reservation.
-                if !shares {
+                // hosts, or gets the reservation. One without an estimate
+                // starts where the level lets it, as in a queue without one.
+                if !shares || (estimate.is_none() && fits) {
                     true
                 } else {
                     if !predicted {
@@ -1693,6 +1701,38 @@ mod tests {
         };
         assert_eq!(run(S), vec![(4, vec![0, 1, 2])]);
         assert_eq!(run(60 * S), vec![]);
+    }
+
+    #[test]
+    fn jobs_without_an_estimate_time_share_within_the_level_as_they_come() {
+        // As in a gang queue without a level: job 3 joins job 1's column,
+        // job 4 job 2's; job 5 finds every host at the level and waits.
+        let (_, bound) = leveled(
+            4,
+            &[(1, &[0, 1], 100), (2, &[2, 3], 100)],
+            &[(3, 2, None), (4, 2, None), (5, 2, None)],
+        );
+        assert_eq!(bound, vec![(3, vec![0, 1]), (4, vec![2, 3])]);
+        // A job with an estimate longer than a brief one waits instead.
+        let (_, bound) = leveled(
+            4,
+            &[(1, &[0, 1], 100), (2, &[2, 3], 100)],
+            &[(3, 2, Some(BRIEF_JOB + S))],
+        );
+        assert_eq!(bound, vec![]);
+    }
+
+    #[test]
+    fn behind_a_reservation_a_job_without_an_estimate_does_not_time_share() {
+        // Job 3 (4 hosts) is reserved at 1000, when job 2 ends. Job 4, with
+        // no estimate, could join a column but might never end: it waits;
+        // job 5, brief, joins job 1's column and ends by then.
+        let (_, bound) = leveled(
+            4,
+            &[(1, &[0, 1], 100), (2, &[2, 3], 1000)],
+            &[(3, 4, Some(10)), (4, 2, None), (5, 2, Some(40))],
+        );
+        assert_eq!(bound, vec![(5, vec![0, 1])]);
     }
 
     #[test]

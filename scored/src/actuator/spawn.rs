@@ -532,9 +532,13 @@ fn shed_root_leftovers(became_user: bool) -> io::Result<()> {
 /// allocates: that is sound because the daemon is single-threaded, so no
 /// allocator lock is held by another thread at the fork, and the child
 /// never returns into the daemon's loop (it ends with `_exit`, running no
-/// destructor and flushing nothing of the daemon's). It runs at the lowest
-/// priority (the daemon's scheduling class is reset on fork), so that the
-/// disk work competes with no job.
+/// destructor and flushing nothing of the daemon's). It first leaves the
+/// daemon's real-time class, which a fork keeps (the daemon does not set
+/// SCHED_RESET_ON_FORK, see `drop_daemon_priority`), for the lowest normal
+/// priority: removing hundreds of thousands of files takes seconds of CPU
+/// without a pause, and at real-time priority it held its CPU for all of
+/// them, ahead of every job and of the ranks that wait there for their exec
+/// (which were then killed for not starting in time).
 pub fn spawn_remover(removal: &mut super::statedir::Removal) -> io::Result<i32> {
     #[cfg(all(debug_assertions, not(test)))]
     assert!(
@@ -546,6 +550,12 @@ pub fn spawn_remover(removal: &mut super::statedir::Removal) -> io::Result<i32> 
     // descriptors it inherited and ends with `_exit`.
     match unsafe { nix::unistd::fork() }? {
         nix::unistd::ForkResult::Child => {
+            if sys::set_scheduler(None, false).is_err() {
+                // Never remove a tree at the daemon's real-time priority.
+                // SAFETY: `_exit` ends the child without running the
+                // daemon's exit handlers or destructors.
+                unsafe { libc::_exit(1) }
+            }
             let _ = sys::set_nice(19);
             let code = match removal.finish() {
                 Ok(()) => 0,

@@ -588,7 +588,10 @@ impl Core {
                         belongs: job.queue,
                     });
                 }
-                restored.push(JobId(id), started.contains(&id));
+                // In a gang queue with a level, a job that has its hosts
+                // is in the matrix and the rotation, run yet or not.
+                let in_matrix = restored.level().is_some() && !job.hosts.is_empty();
+                restored.push(JobId(id), started.contains(&id) || in_matrix);
             }
             core.logged
                 .queues

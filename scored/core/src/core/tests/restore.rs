@@ -510,3 +510,52 @@ fn a_queues_level_and_backfilling_survive_a_restart() {
     assert_eq!(restored.cmd(&root(), "queues"), before);
     assert_eq!(restored.cmd(&root(), "jobs"), sim.cmd(&root(), "jobs"));
 }
+
+/// A job placed in a gang queue's matrix that has not run yet (its hosts
+/// were busy in the slice it joined) keeps its place in the rotation over
+/// a restart, and runs in the next slice as it would have.
+#[test]
+fn a_job_placed_in_the_matrix_but_not_yet_run_survives_a_restart() {
+    let scenario = || {
+        let mut sim = Sim::new(2, 100);
+        sim.cmd(&root(), "queue 1 set mode=gang");
+        for minutes in [5, 5, 1] {
+            sim.submit_timed(
+                root(),
+                ProcRequest::Nodes(2),
+                Some(1),
+                false,
+                Some(Duration::from_secs(60 * minutes)),
+            );
+        }
+        sim.advance(10);
+        sim
+    };
+    let mut original = scenario();
+    let placed = original.core.job(JobId(3)).expect("job 3");
+    assert!(
+        !placed.hosts.is_empty() && !placed.started(),
+        "job 3 is in the matrix and has not run"
+    );
+    let mut restarted = scenario();
+    restarted.core = Core::restore(
+        CoreConfig {
+            timeslice: Duration::from_millis(100),
+            ..CoreConfig::default()
+        },
+        topology(2),
+        restarted.core.snapshot(),
+    )
+    .expect("restore");
+    restarted.core.check_invariants();
+    original.take_log();
+    restarted.take_log();
+    for sim in [&mut original, &mut restarted] {
+        sim.advance(150);
+        sim.confirm_stops();
+        sim.advance(100);
+    }
+    let log = original.take_log();
+    assert!(log.contains("spawn 3"), "{log}");
+    assert_eq!(restarted.take_log(), log);
+}
