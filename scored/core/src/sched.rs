@@ -778,8 +778,32 @@ impl Matrix {
 
     /// Counts a job that starts now on `hosts` with `estimate` in the
     /// predictions: an idle host is busy until it ends; on a shared one
-    /// every resident is slowed by its run.
-    fn occupy(&mut self, hosts: &[HostId], estimate: Option<u64>, now: u64) {
+    /// every resident is slowed by its run, on all of its hosts (without an
+    /// estimate, they have no prediction).
+    fn occupy(&mut self, hosts: &[HostId], estimate: Option<u64>, now: u64, view: &impl JobView) {
+        let mut partners = std::mem::take(&mut self.partners);
+        partners.clear();
+        for host in hosts {
+            let idx = host.idx();
+            if idx + 1 < self.first.len() {
+                partners.extend_from_slice(
+                    &self.residents[self.first[idx] as usize..self.first[idx + 1] as usize],
+                );
+            }
+        }
+        partners.sort_unstable();
+        partners.dedup();
+        for partner in &partners {
+            for host in view.hosts(*partner) {
+                if hosts.contains(host) {
+                    continue;
+                }
+                if let Some(idle) = self.idle_at.get_mut(host.idx()) {
+                    *idle = estimate.map_or(u64::MAX, |run| idle.saturating_add(run));
+                }
+            }
+        }
+        self.partners = partners;
         for host in hosts {
             let after = self.after(*host, estimate, now);
             if let Some(idle) = self.idle_at.get_mut(host.idx()) {
@@ -1111,7 +1135,7 @@ fn start_waiting(
                         matrix.predict(view, now, n_hosts);
                         predicted = true;
                         for (hosts, runs) in started_here.drain(..) {
-                            matrix.occupy(&hosts, runs, now);
+                            matrix.occupy(&hosts, runs, now, view);
                         }
                     }
                     let idle_at = nth(&matrix.idle_at, &mut scratch.ends);
@@ -1171,7 +1195,7 @@ fn start_waiting(
         // The hosts it takes are busy until it ends: a reservation made
         // after it starts counts them so.
         if predicted {
-            matrix.occupy(&chosen, estimate, now);
+            matrix.occupy(&chosen, estimate, now, view);
         } else {
             started_here.push((chosen.clone(), estimate));
         }
@@ -1720,6 +1744,19 @@ mod tests {
             &[(3, 2, Some(BRIEF_JOB + S))],
         );
         assert_eq!(bound, vec![]);
+    }
+
+    #[test]
+    fn a_job_without_an_estimate_sharing_first_leaves_its_partners_unpredicted() {
+        // Job 2, interactive, starts beside job 1 on host 0 and slows it
+        // for as long as it runs: job 1's hosts have no prediction then,
+        // so job 3 gets no reservation and job 4 waits behind it.
+        let (_, bound) = leveled(
+            3,
+            &[(1, &[0, 1, 2], 100)],
+            &[(2, 1, None), (3, 2, Some(10)), (4, 1, Some(1))],
+        );
+        assert_eq!(bound, vec![(2, vec![0])]);
     }
 
     #[test]
