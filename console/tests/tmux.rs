@@ -107,6 +107,27 @@ impl Tmux {
         }
     }
 
+    /// Waits until the last line of the screen that is not blank is the
+    /// bare prompt `prompt`: sc_console reads the terminal again. Keys typed
+    /// before then may be lost (read with the Ctrl-C or Enter that ended the
+    /// line before, and dropped with it) or echoed by the terminal's cooked
+    /// mode, as at a real terminal.
+    #[track_caller]
+    fn wait_for_prompt(&self, session: &str, prompt: &str) {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen(session);
+            let last = screen.lines().rev().find(|line| !line.trim().is_empty());
+            if last.is_some_and(|line| line.trim_end() == prompt) {
+                return;
+            }
+            if start.elapsed() > DEADLINE {
+                panic!("timed out waiting for the prompt {prompt:?}\n--- screen ---\n{screen}--- end ---");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     #[track_caller]
     fn wait_for(&self, session: &str, line: &str) {
         self.wait_for_line(session, &format!("the line {line:?}"), |shown| {
@@ -163,13 +184,14 @@ fn completes_runs_help_and_keeps_history_across_sessions() {
 
     // First session.
     tmux.start("one", &command);
-    tmux.wait_for("one", prompt);
+    tmux.wait_for_prompt("one", prompt);
 
     // A command word: `sta` completes to `status`. Only the completed line
     // reaches the daemon; `sta` alone would fail to parse locally.
     tmux.type_text("one", "sta");
     tmux.press("one", &["Tab", "Enter"]);
     tmux.wait_for("one", "done: status");
+    tmux.wait_for_prompt("one", prompt);
 
     // A job id, asked of the daemon at completion time.
     tmux.type_text("one", "job 1");
@@ -177,6 +199,7 @@ fn completes_runs_help_and_keeps_history_across_sessions() {
     tmux.wait_for("one", &format!("{prompt} job 12"));
     tmux.press("one", &["Enter"]);
     tmux.wait_for("one", "done: job 12");
+    tmux.wait_for_prompt("one", prompt);
 
     // Two candidates: the second Tab lists them; Ctrl-C drops the line.
     tmux.type_text("one", "kill ");
@@ -185,11 +208,13 @@ fn completes_runs_help_and_keeps_history_across_sessions() {
         line.split_whitespace().collect::<Vec<_>>() == ["7", "12"]
     });
     tmux.press("one", &["C-c"]);
+    tmux.wait_for_prompt("one", prompt);
 
     // Help comes from the table compiled into sc_console.
     tmux.type_text("one", "help queue");
     tmux.press("one", &["Enter"]);
     tmux.wait_for("one", "usage: queue Q enable|disable|activate|deactivate");
+    tmux.wait_for_prompt("one", prompt);
 
     tmux.press("one", &["C-d"]);
     tmux.wait_for("one", "[exited 0]");
@@ -212,13 +237,14 @@ fn completes_runs_help_and_keeps_history_across_sessions() {
 
     // Second session: the history of the first is there, newest first.
     tmux.start("two", &command);
-    tmux.wait_for("two", prompt);
+    tmux.wait_for_prompt("two", prompt);
     tmux.press("two", &["Up"]);
     tmux.wait_for("two", &format!("{prompt} help queue"));
     tmux.press("two", &["Up"]);
     tmux.wait_for("two", &format!("{prompt} job 12"));
     tmux.press("two", &["Enter"]);
     tmux.wait_for("two", "done: job 12");
+    tmux.wait_for_prompt("two", prompt);
     tmux.type_text("two", "quit");
     tmux.press("two", &["Enter"]);
     tmux.wait_for("two", "[exited 0]");

@@ -7,25 +7,12 @@ use std::time::{Duration, Instant};
 
 use scored_tests::*;
 
-/// The job's state, or "" while it is not admitted yet.
-fn state(daemon: &Daemon, job: u64) -> String {
-    let output = daemon.console(&format!("job {job}"));
-    if !output.status.success() {
-        return String::new();
-    }
-    daemon
-        .job_field(job, "state")
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
 fn wait_state(daemon: &Daemon, job: u64, wanted: &[&str]) {
     assert!(
         wait_until(Duration::from_secs(20), || wanted
-            .contains(&state(daemon, job).as_str())),
+            .contains(&daemon.job_state(job).as_str())),
         "job {job} never reached {wanted:?}; it is {}",
-        state(daemon, job)
+        daemon.job_state(job)
     );
 }
 
@@ -60,7 +47,7 @@ fn a_job_past_its_time_limit_is_ended_with_status_76_and_a_message() {
         (Duration::from_millis(900)..Duration::from_secs(10)).contains(&elapsed),
         "ended after {elapsed:?}"
     );
-    assert_eq!(state(&daemon, 1), "killed");
+    assert_eq!(daemon.job_state(1), "killed");
     assert!(
         wait_until(Duration::from_secs(10), || daemon.job_pids(1).is_empty()),
         "the job's processes (the shell and its sleep) are all gone"
@@ -149,8 +136,8 @@ fn an_exclusive_queue_without_backfill_is_first_come_first_served() {
     let mut small = daemon.spawn(&["-priority=0,time=2s", "sleep", "1"]);
     wait_state(&daemon, 3, &["queued"]);
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(state(&daemon, 3), "queued", "job 3 did not pass job 2");
-    assert_eq!(state(&daemon, 2), "queued");
+    assert_eq!(daemon.job_state(3), "queued", "job 3 did not pass job 2");
+    assert_eq!(daemon.job_state(2), "queued");
     release.job_1();
     let (status, message) = first.wait(Duration::from_secs(30));
     assert!(status.success(), "{message}");
@@ -181,12 +168,12 @@ fn backfill_starts_a_short_job_in_the_hole_without_delaying_the_wide_one() {
     let mut long = daemon.spawn(&["-priority=0,time=120s", "sleep", "1"]);
     wait_state(&daemon, 4, &["queued"]);
     assert!(
-        ["running", "done"].contains(&state(&daemon, 3).as_str()),
+        ["running", "done"].contains(&daemon.job_state(3).as_str()),
         "job 3 backfilled: {}",
-        state(&daemon, 3)
+        daemon.job_state(3)
     );
-    assert_eq!(state(&daemon, 2), "queued");
-    assert_eq!(state(&daemon, 4), "queued", "job 4 would delay job 2");
+    assert_eq!(daemon.job_state(2), "queued");
+    assert_eq!(daemon.job_state(4), "queued", "job 4 would delay job 2");
     let (status, message) = short.wait(Duration::from_secs(30));
     assert!(status.success(), "{message}");
     release.job_1();

@@ -384,15 +384,6 @@ fn a_job_in_a_new_session_is_still_stopped() {
     );
 }
 
-/// The state of job `job` in the daemon's `job` listing.
-fn job_state(daemon: &Daemon, job: u64) -> String {
-    daemon
-        .job_field(job, "state")
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// A gang queue at level 2 (`mode=gang` brings it): two jobs without an
 /// estimate time-share their hosts as in any gang queue, never running at
 /// once; a third that needs the same hosts waits, and starts when one of
@@ -428,17 +419,12 @@ fn at_level_two_two_jobs_time_share_and_a_third_waits() {
     );
     let mut third = daemon.spawn(&["-nodes=2,priority=1", &testprog(), "spin", "0"]);
     assert!(
-        wait_until(Duration::from_secs(20), || job_state(&daemon, 3)
-            == "queued"),
+        wait_until(Duration::from_secs(20), || daemon.job_state(3) == "queued"),
         "job 3 is {}",
-        job_state(&daemon, 3)
+        daemon.job_state(3)
     );
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(
-        job_state(&daemon, 3),
-        "queued",
-        "a third job above the level"
-    );
+    assert_eq!(daemon.job_state(3), "queued", "a third job above the level");
     assert!(daemon.job_pids(3).is_empty(), "job 3 has processes");
     first.signal(Signal::SIGINT);
     first.wait(Duration::from_secs(30));

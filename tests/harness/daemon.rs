@@ -382,9 +382,8 @@ impl Daemon {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
-    /// The JSON form of a console line's reply.
-    pub fn json(&self, line: &str) -> serde_json::Value {
-        let output = Command::new(bin("sc_console"))
+    fn json_output(&self, line: &str) -> Output {
+        Command::new(bin("sc_console"))
             .arg("--socket")
             .arg(&self.socket)
             .arg("--json")
@@ -392,11 +391,17 @@ impl Daemon {
             .arg(line)
             .stdin(Stdio::null())
             .output()
-            .expect("run sc_console");
+            .expect("run sc_console")
+    }
+
+    /// The JSON form of a console line's reply.
+    pub fn json(&self, line: &str) -> serde_json::Value {
+        let output = self.json_output(line);
         serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
             panic!(
-                "sc_console --json -c '{line}' printed no JSON ({error}): {}",
-                String::from_utf8_lossy(&output.stdout)
+                "sc_console --json -c '{line}' printed no JSON ({error}): {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
             )
         })
     }
@@ -404,6 +409,20 @@ impl Daemon {
     /// A field of `job ID` in JSON.
     pub fn job_field(&self, job: u64, field: &str) -> serde_json::Value {
         self.json(&format!("job {job}"))[field].clone()
+    }
+
+    /// The state of `job ID`, or "" while the daemon does not know the job
+    /// (its scrun has not submitted it yet): for waiting until a job just
+    /// started in the background reaches a state.
+    pub fn job_state(&self, job: u64) -> String {
+        let output = self.json_output(&format!("job {job}"));
+        if !output.status.success() {
+            return String::new();
+        }
+        serde_json::from_slice::<serde_json::Value>(&output.stdout)
+            .ok()
+            .and_then(|reply| reply["state"].as_str().map(str::to_string))
+            .unwrap_or_default()
     }
 
     /// Processes of this daemon's job `job`, found by their environment.
