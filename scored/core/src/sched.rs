@@ -53,6 +53,9 @@ pub trait JobView {
     /// When the job would end, in microseconds, if it ran from now on
     /// without a stop: now plus what is left of its estimate.
     fn expected_end(&self, job: JobId) -> Option<u64>;
+    /// The gang time slice, in microseconds: a job that time-shares may
+    /// wait up to one for its first turn.
+    fn slice(&self) -> u64;
 }
 
 /// Scratch space for [`active_set`], kept between calls so that a decision
@@ -887,8 +890,32 @@ impl Matrix {
 
     /// Counts a job that starts now on `hosts` with `estimate` in the
     /// predictions: an idle host is busy until it ends; on a shared one
-    /// every resident is slowed by its run.
-    fn occupy(&mut self, hosts: &[HostId], estimate: Option<u64>, now: u64) {
+    /// every resident is slowed by its run, on all of its hosts (without an
+    /// estimate, they have no prediction).
+    fn occupy(&mut self, hosts: &[HostId], estimate: Option<u64>, now: u64, view: &impl JobView) {
+        let mut partners = std::mem::take(&mut self.partners);
+        partners.clear();
+        for host in hosts {
+            let idx = host.idx();
+            if idx + 1 < self.first.len() {
+                partners.extend_from_slice(
+                    &self.residents[self.first[idx] as usize..self.first[idx + 1] as usize],
+                );
+            }
+        }
+        partners.sort_unstable();
+        partners.dedup();
+        for partner in &partners {
+            for host in view.hosts(*partner) {
+                if hosts.contains(host) {
+                    continue;
+                }
+                if let Some(idle) = self.idle_at.get_mut(host.idx()) {
+                    *idle = estimate.map_or(u64::MAX, |run| idle.saturating_add(run));
+                }
+            }
+        }
+        self.partners = partners;
         for host in hosts {
             let after = self.after(*host, estimate, now);
             if let Some(idle) = self.idle_at.get_mut(host.idx()) {
@@ -977,15 +1004,17 @@ struct Reserved {
 /// them, so that in every slice all of their hosts are busy and no
 /// processor is wasted), and a short one the open hosts whose residents
 /// are narrowest, with the idle hosts (what its slices leave idle lasts at
-/// most twice its estimate). A longer job never time-shares: it would
-/// stretch itself and its partners by more than it could wait. A job
-/// without an estimate is interactive: while no reservation is made it
-/// starts where the level lets it, as in a queue without a level (idle
-/// hosts, else a column of its width, else the narrowest open hosts);
-/// behind a reservation it only takes idle hosts the reservation spares.
+/// most its estimate rounded up to whole slices times the level). A longer job never
+/// time-shares: it would stretch itself and its partners by more than it
+/// could wait. A job without an estimate is interactive: while no
+/// reservation is made it starts where the level lets it, as in a queue
+/// without a level (idle hosts, else a column of its width, else the
+/// narrowest open hosts); behind a reservation it only takes idle hosts the
+/// reservation spares.
 ///
-/// Behind the reservation a job must end by it (its estimate doubled if
-/// it time-shares) or take idle hosts the reservation can spare; the
+/// Behind the reservation a job must end by it (if it time-shares, its
+/// estimate rounded up to whole slices times the level: it may run one
+/// slice in `level`, from a first turn a slice later) or take idle hosts the reservation can spare; the
 /// partners a brief job slows may delay the reserved job by its estimate
 /// at most.
 ///
@@ -1226,7 +1255,7 @@ fn start_waiting(
                             matrix.predict(view, now, n_hosts);
                             predicted = true;
                             for (hosts, runs) in started_here.drain(..) {
-                                matrix.occupy(&hosts, runs, now);
+                                matrix.occupy(&hosts, runs, now, view);
                             }
                         }
                         let times = &matrix.idle_at;
@@ -1253,15 +1282,23 @@ fn start_waiting(
                         held
                     }
                 };
+                // A job that shares runs one slice in `level` at least (its
+                // hosts hold fewer than `level` other jobs), from its first
+                // turn, which may come a slice later: it ends within its
+                // estimate rounded up to whole slices, times the level.
                 let runs = estimate.map(|estimate| {
                     if shares {
-                        estimate.saturating_mul(2)
+                        let slice = view.slice().max(1);
+                        estimate
+                            .div_ceil(slice)
+                            .saturating_mul(slice)
+                            .saturating_mul(u64::from(level))
                     } else {
                         estimate
                     }
                 });
                 let in_time = runs.is_some_and(|runs| now.saturating_add(runs) <= held.at);
-                // It ends by the reservation (at half speed if it shares),
+                // It ends by the reservation (slowed if it shares),
                 // or takes idle hosts the reservation can spare; the
                 // partners a brief job slows may delay the reserved job by
                 // its estimate at most.
@@ -1358,7 +1395,7 @@ fn start_waiting(
         // The hosts it takes are busy until it ends: a reservation made
         // after it starts counts them so.
         if predicted {
-            matrix.occupy(&chosen, estimate, now);
+            matrix.occupy(&chosen, estimate, now, view);
         } else {
             started_here.push((chosen.clone(), estimate));
         }
@@ -1395,6 +1432,7 @@ mod tests {
         estimate: HashMap<JobId, u64>,
         started: Vec<JobId>,
         all_hosts: Vec<HostId>,
+        slice: u64,
     }
 
     impl JobView for Jobs {
@@ -1430,6 +1468,9 @@ mod tests {
         fn expected_end(&self, job: JobId) -> Option<u64> {
             self.estimate.get(&job).copied()
         }
+        fn slice(&self) -> u64 {
+            self.slice
+        }
     }
 
     fn decide(queues: &[Queue], jobs: &HashMap<JobId, Vec<HostId>>, n_hosts: usize) -> Vec<u64> {
@@ -1439,6 +1480,7 @@ mod tests {
             estimate: HashMap::new(),
             started: Vec::new(),
             all_hosts: (0..n_hosts as u32).map(HostId).collect(),
+            slice: 0,
         };
         run(queues, &view, n_hosts).0
     }
@@ -1475,15 +1517,16 @@ mod tests {
     ) -> Vec<(u64, Vec<u32>)> {
         let mut queue = Queue::new(0, QueueMode::Exclusive);
         queue.backfill = backfill;
-        one_queue(queue, n_hosts, running, waiting).1
+        one_queue(queue, n_hosts, 0, running, waiting).1
     }
 
-    /// `queue` alone on `n_hosts`: started jobs `(id, hosts, end)`, then
-    /// waiting jobs `(id, size, estimate)` in submission order; gives the
-    /// active set and the hosts bound.
+    /// `queue` alone on `n_hosts` with gang slices of `slice`: started jobs
+    /// `(id, hosts, end)`, then waiting jobs `(id, size, estimate)` in
+    /// submission order; gives the active set and the hosts bound.
     fn one_queue(
         queue: Queue,
         n_hosts: u32,
+        slice: u64,
         running: &[(u64, &[u32], u64)],
         waiting: &[(u64, usize, Option<u64>)],
     ) -> (Vec<u64>, Vec<(u64, Vec<u32>)>) {
@@ -1494,6 +1537,7 @@ mod tests {
             estimate: HashMap::new(),
             started: Vec::new(),
             all_hosts: (0..n_hosts).map(HostId).collect(),
+            slice,
         };
         for (id, hosts, end) in running {
             queues[0].push(JobId(*id), true);
@@ -1554,6 +1598,7 @@ mod tests {
             estimate: HashMap::from([(JobId(10), 100)]),
             started: vec![JobId(10)],
             all_hosts: (0..4).map(HostId).collect(),
+            slice: 0,
         };
         let (active, bound) = run(&queues, &view, 4);
         assert_eq!(active, vec![10]);
@@ -1643,6 +1688,7 @@ mod tests {
             estimate: HashMap::new(),
             started: Vec::new(),
             all_hosts: (0..3).map(HostId).collect(),
+            slice: 0,
         };
         let mut scratch = Scratch::default();
         let decide = |view: &Jobs, scratch: &mut Scratch| {
@@ -1674,6 +1720,7 @@ mod tests {
             estimate: HashMap::new(),
             started: Vec::new(),
             all_hosts: (0..n_hosts as u32 + 100).map(HostId).collect(),
+            slice: 0,
         };
         let mut scratch = Scratch::default();
         let (mut out, mut bind) = (Vec::new(), Vec::new());
@@ -1768,6 +1815,7 @@ mod tests {
                     estimate: (1..100).map(|id| (JobId(id), id * 10)).collect(),
                     started: Vec::new(),
                     all_hosts: (0..8).map(HostId).collect(),
+                    slice: 0,
                 },
                 reads: std::cell::Cell::new(0),
             }
@@ -1808,6 +1856,9 @@ mod tests {
         }
         fn expected_end(&self, job: JobId) -> Option<u64> {
             self.jobs.expected_end(job)
+        }
+        fn slice(&self) -> u64 {
+            self.jobs.slice()
         }
     }
 
@@ -1894,7 +1945,7 @@ mod tests {
     ) -> (Vec<u64>, Vec<(u64, Vec<u32>)>) {
         let mut queue = Queue::new(0, QueueMode::Gang);
         queue.mpl = Some(2);
-        one_queue(queue, n_hosts, running, waiting)
+        one_queue(queue, n_hosts, 0, running, waiting)
     }
 
     #[test]
@@ -2009,6 +2060,29 @@ mod tests {
     }
 
     #[test]
+    fn a_job_that_shares_behind_the_reservation_ends_by_it_in_whole_slices() {
+        // Job 3 (2 hosts) is reserved at 30 s, when job 2 ends. Job 4 (1 s,
+        // short) would share hosts 0 and 1 and take the idle host 2: at
+        // half speed it ends by then, but its first turn may be a slice
+        // away, and it keeps host 2 from job 3 until it ends. With slices of
+        // 1 s it joins; with slices of 60 s it waits.
+        let run = |slice: u64| {
+            let mut queue = Queue::new(0, QueueMode::Gang);
+            queue.mpl = Some(2);
+            one_queue(
+                queue,
+                3,
+                slice,
+                &[(1, &[0], 1000 * S), (2, &[1], 30 * S)],
+                &[(3, 2, Some(10 * S)), (4, 3, Some(S))],
+            )
+            .1
+        };
+        assert_eq!(run(S), vec![(4, vec![0, 1, 2])]);
+        assert_eq!(run(60 * S), vec![]);
+    }
+
+    #[test]
     fn jobs_without_an_estimate_time_share_within_the_level_as_they_come() {
         // As in a gang queue without a level: job 3 joins job 1's column,
         // job 4 job 2's; job 5 finds every host at the level and waits.
@@ -2025,6 +2099,19 @@ mod tests {
             &[(3, 2, Some(BRIEF_JOB + S))],
         );
         assert_eq!(bound, vec![]);
+    }
+
+    #[test]
+    fn a_job_without_an_estimate_sharing_first_leaves_its_partners_unpredicted() {
+        // Job 2, interactive, starts beside job 1 on host 0 and slows it
+        // for as long as it runs: job 1's hosts have no prediction then,
+        // so job 3 gets no reservation and job 4 waits behind it.
+        let (_, bound) = leveled(
+            3,
+            &[(1, &[0, 1, 2], 100)],
+            &[(2, 1, None), (3, 2, Some(10)), (4, 1, Some(1))],
+        );
+        assert_eq!(bound, vec![(2, vec![0])]);
     }
 
     #[test]

@@ -195,6 +195,7 @@ impl Core {
             limits: &self.limits,
             busy,
             now,
+            slice: self.logged.config.timeslice.as_micros() as u64,
         };
         sched::active_set(
             queues,
@@ -368,6 +369,8 @@ pub(super) struct View<'a> {
     /// Hosts where a job's processes run or are being stopped.
     busy: &'a [u64],
     now: Tick,
+    /// The gang time slice (µs).
+    slice: u64,
 }
 
 impl sched::JobView for View<'_> {
@@ -438,6 +441,10 @@ impl sched::JobView for View<'_> {
             .estimate?
             .saturating_sub(record.run_time_at(self.now));
         Some(self.now.after(left).0)
+    }
+
+    fn slice(&self) -> u64 {
+        self.slice
     }
 }
 

@@ -241,6 +241,21 @@ impl Sim {
         wait: bool,
         time: Option<Duration>,
     ) -> u64 {
+        let (client, input) = self.submission(cred, procs, queue, wait, time);
+        self.input(input);
+        client
+    }
+
+    /// The input that submits a job with a `-time` estimate, from a new
+    /// client (returned).
+    fn submission(
+        &mut self,
+        cred: Cred,
+        procs: ProcRequest,
+        queue: Option<u32>,
+        wait: bool,
+        time: Option<Duration>,
+    ) -> (u64, Input) {
         let client = self.next_client;
         self.next_client += 1;
         let request = JobRequest {
@@ -256,13 +271,13 @@ impl Sim {
             cwd: OsString::from("/"),
             inherited: Default::default(),
         };
-        self.input(Input::Submit {
+        let input = Input::Submit {
             client: ClientToken(client),
             cred,
             user: "u".into(),
             request: Box::new(request),
-        });
-        client
+        };
+        (client, input)
     }
 
     fn submit(&mut self, nodes: u32, queue: Option<u32>) -> u64 {
