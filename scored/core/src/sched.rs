@@ -1138,8 +1138,8 @@ fn start_waiting(
     let mut taken_total = 0;
     let mut reserved: Option<Reserved> = None;
     // The first waiting job that cannot start on idle hosts (its cluster
-    // and size), once met: its reservation is predicted only when a later
-    // job could start behind it.
+    // and size), once met: its reservation is predicted only when a job
+    // that could start behind it is tried.
     let mut reserving: Option<(usize, usize)> = None;
     let mut chosen: Vec<HostId> = Vec::new();
     // The open shared hosts of each cluster, narrowest residents first
@@ -1154,6 +1154,23 @@ fn start_waiting(
     let is_brief = |estimate: Option<u64>| estimate.is_some_and(|run| run <= BRIEF_JOB);
     // A job without an estimate may share as a short one may.
     let may_share = |estimate: Option<u64>| estimate.is_none() || is_brief(estimate);
+    // A job that shares runs one slice in `level` at least (its hosts hold
+    // fewer than `level` other jobs), from its first turn, which may come a
+    // slice later: it ends within its estimate rounded up to whole slices,
+    // times the level.
+    let runs = |estimate: Option<u64>, shares: bool| {
+        estimate.map(|estimate| {
+            if shares {
+                let slice = view.slice().max(1);
+                estimate
+                    .div_ceil(slice)
+                    .saturating_mul(slice)
+                    .saturating_mul(u64::from(level))
+            } else {
+                estimate
+            }
+        })
+    };
     let may_share_part = |estimate: Option<u64>| estimate.is_none() || is_short(estimate);
     loop {
         // In submission order until the reservation, then the jobs behind
@@ -1177,6 +1194,53 @@ fn start_waiting(
             n_needed,
             estimate,
         } = waiting.info[at];
+        if let Some((reserved_cluster, reserved_needed)) = reserving {
+            if reserved.is_none() {
+                // The reservation: when enough hosts of its cluster are
+                // predicted to be idle, counting the jobs that started
+                // before it in this decision.
+                if !predicted {
+                    matrix.predict(view, now, n_hosts);
+                    predicted = true;
+                    for (hosts, runs) in started_here.drain(..) {
+                        matrix.occupy(&hosts, runs, now, view);
+                    }
+                }
+                let times = &matrix.idle_at;
+                let hosts = view.cluster_hosts(reserved_cluster);
+                let ends = &mut scratch.ends;
+                ends.clear();
+                ends.extend(hosts.iter().map(|host| times[host.idx()].max(now)));
+                ends.sort_unstable();
+                let at = ends[reserved_needed - 1];
+                if at == u64::MAX {
+                    // No prediction: first come, first served.
+                    break;
+                }
+                let available = hosts
+                    .iter()
+                    .filter(|host| times[host.idx()].max(now) <= at)
+                    .count();
+                reserved = Some(Reserved {
+                    cluster: reserved_cluster,
+                    at,
+                    extra: available.saturating_sub(reserved_needed),
+                });
+            }
+            // Behind the reservation a job starts only if it ends by it
+            // (slowed if it must share) or takes idle hosts the reservation
+            // spares (see below): most jobs behind it are turned away here,
+            // with no look at their record.
+            if let Some(held) = reserved {
+                let shares = idle.get(cluster).is_none_or(|idle| idle.len() < n_needed);
+                let in_time =
+                    runs(estimate, shares).is_some_and(|runs| now.saturating_add(runs) <= held.at);
+                let spare = !shares && (cluster != held.cluster || n_needed <= held.extra);
+                if !in_time && !spare {
+                    continue;
+                }
+            }
+        }
         let facts = view.facts(job);
         if !facts.runnable || !facts.hosts.is_empty() {
             continue;
@@ -1241,62 +1305,18 @@ fn start_waiting(
         let fits = n_idle >= n_needed || column.is_some() || !partial.is_empty();
         let shares = n_idle < n_needed;
         let start = match reserving {
-            Some((reserved_cluster, reserved_needed)) => {
+            Some(_) => {
                 if !fits {
                     continue;
                 }
-                let held = match reserved {
-                    Some(held) => held,
-                    None => {
-                        // The reservation: when enough hosts of its cluster
-                        // are predicted to be idle, counting the jobs that
-                        // started before it in this decision.
-                        if !predicted {
-                            matrix.predict(view, now, n_hosts);
-                            predicted = true;
-                            for (hosts, runs) in started_here.drain(..) {
-                                matrix.occupy(&hosts, runs, now, view);
-                            }
-                        }
-                        let times = &matrix.idle_at;
-                        let hosts = view.cluster_hosts(reserved_cluster);
-                        let ends = &mut scratch.ends;
-                        ends.clear();
-                        ends.extend(hosts.iter().map(|host| times[host.idx()].max(now)));
-                        ends.sort_unstable();
-                        let at = ends[reserved_needed - 1];
-                        if at == u64::MAX {
-                            // No prediction: first come, first served.
-                            break;
-                        }
-                        let available = hosts
-                            .iter()
-                            .filter(|host| times[host.idx()].max(now) <= at)
-                            .count();
-                        let held = Reserved {
-                            cluster: reserved_cluster,
-                            at,
-                            extra: available.saturating_sub(reserved_needed),
-                        };
-                        reserved = Some(held);
-                        held
-                    }
+                let Some(held) = reserved else {
+                    break;
                 };
                 // A job that shares runs one slice in `level` at least (its
                 // hosts hold fewer than `level` other jobs), from its first
                 // turn, which may come a slice later: it ends within its
                 // estimate rounded up to whole slices, times the level.
-                let runs = estimate.map(|estimate| {
-                    if shares {
-                        let slice = view.slice().max(1);
-                        estimate
-                            .div_ceil(slice)
-                            .saturating_mul(slice)
-                            .saturating_mul(u64::from(level))
-                    } else {
-                        estimate
-                    }
-                });
+                let runs = runs(estimate, shares);
                 let in_time = runs.is_some_and(|runs| now.saturating_add(runs) <= held.at);
                 // It ends by the reservation (slowed if it shares),
                 // or takes idle hosts the reservation can spare; the
