@@ -892,7 +892,7 @@ struct Reserved {
 /// them, so that in every slice all of their hosts are busy and no
 /// processor is wasted), and a short one the open hosts whose residents
 /// are narrowest, with the idle hosts (what its slices leave idle lasts at
-/// most twice its estimate rounded up to whole slices). A longer job never
+/// most its estimate rounded up to whole slices times the level). A longer job never
 /// time-shares: it would stretch itself and its partners by more than it
 /// could wait. A job without an estimate is interactive: while no
 /// reservation is made it starts where the level lets it, as in a queue
@@ -901,8 +901,8 @@ struct Reserved {
 /// reservation spares.
 ///
 /// Behind the reservation a job must end by it (if it time-shares, its
-/// estimate rounded up to whole slices and doubled: its first turn may
-/// come a slice later) or take idle hosts the reservation can spare; the
+/// estimate rounded up to whole slices times the level: it may run one
+/// slice in `level`, from a first turn a slice later) or take idle hosts the reservation can spare; the
 /// partners a brief job slows may delay the reserved job by its estimate
 /// at most.
 ///
@@ -1087,22 +1087,23 @@ fn start_waiting(
                 if !fits {
                     continue;
                 }
-                // A job that shares runs in every other slice at least,
-                // from its first turn (which may come a slice later): it
-                // ends within twice its estimate rounded up to whole slices.
+                // A job that shares runs one slice in `level` at least (its
+                // hosts hold fewer than `level` other jobs), from its first
+                // turn, which may come a slice later: it ends within its
+                // estimate rounded up to whole slices, times the level.
                 let runs = estimate.map(|estimate| {
                     if shares {
                         let slice = view.slice().max(1);
                         estimate
                             .div_ceil(slice)
                             .saturating_mul(slice)
-                            .saturating_mul(2)
+                            .saturating_mul(u64::from(level))
                     } else {
                         estimate
                     }
                 });
                 let in_time = runs.is_some_and(|runs| now.saturating_add(runs) <= held.at);
-                // It ends by the reservation (at half speed if it shares),
+                // It ends by the reservation (slowed if it shares),
                 // or takes idle hosts the reservation can spare; the
                 // partners a brief job slows may delay the reserved job by
                 // its estimate at most.
