@@ -272,7 +272,10 @@ fn planned() -> impl Strategy<Value = Planned> {
     let estimate = prop_oneof![
         3 => (1u64..=60).prop_map(Some),
         3 => (61u64..=600).prop_map(Some),
-        2 => (601u64..=2_000).prop_map(Some),
+        // Long: some just over brief, some long enough for those to fit
+        // twice before the reservation they make.
+        1 => (601u64..=900).prop_map(Some),
+        1 => (1_200u64..=2_000).prop_map(Some),
         1 => Just(None),
     ];
     // Many run exactly their estimate, where a broken promise shows.
@@ -630,7 +633,7 @@ proptest! {
         n_hosts in 2u32..=5,
         level in 2u32..=3,
         slice_s in prop_oneof![1 => Just(1u64), 2 => Just(10), 2 => Just(60)],
-        plan in proptest::collection::vec(planned(), 2..10),
+        plan in proptest::collection::vec(planned(), 2..14),
     ) {
         let seen = run_plan(n_hosts, level, slice_s, &plan);
         prop_assert!(seen.broken.is_none(), "{}", seen.broken.unwrap_or_default());
