@@ -381,10 +381,19 @@ fn hundreds_of_idle_connections_and_one_past_the_limit() {
     let mut refused = connect(&daemon.socket);
     expect_error(&mut refused, "connection past the limit", "at most");
     // Everybody waits while the table is full; once a slot frees, service
-    // resumes.
+    // resumes: once the daemon has seen the connections go (a client
+    // arriving at the same time may find the table still full, as the
+    // refusal says, and try again later).
+    let gone = |daemon: &Daemon| daemon.log().matches("client gone").count();
+    let gone_before = gone(&daemon);
     for _ in 0..10 {
         idle.pop();
     }
+    assert!(
+        wait_until(Duration::from_secs(20), || gone(&daemon)
+            >= gone_before + 10),
+        "the daemon did not see 10 connections close"
+    );
     serves_normally(&daemon, "after freeing a few connections");
     // The connections held all along still work.
     let mut old = idle.swap_remove(0);
@@ -1152,6 +1161,10 @@ fn a_console_flood_of_one_user_delays_only_that_user() {
     .spawn()
     .expect("start the flood");
     std::thread::sleep(Duration::from_secs(1));
+    // A job of both hosts submitted meanwhile starts and runs, though the
+    // daemon, at its real-time priority, keeps one CPU busy with the flood
+    // and the rank created there waits for it.
+    let mut job = daemon.spawn(&["-nodes=2", &testprog(), "spin", "0.1"]);
     // Root's `status` on a fresh connection each time, as sc_console asks
     // it (without the noise of starting a program under load).
     let status = proto::encode(&Request::Console {
@@ -1172,6 +1185,11 @@ fn a_console_flood_of_one_user_delays_only_that_user() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let output = flood.wait_with_output().expect("the flood ends");
+    let (status, text) = job.wait(Duration::from_secs(60));
+    assert!(
+        status.success(),
+        "a job submitted during the flood did not run: {status:?} {text}"
+    );
     let served: usize = stdout(&output)
         .lines()
         .find_map(|line| line.strip_prefix("served "))

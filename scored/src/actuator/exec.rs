@@ -1,7 +1,9 @@
 //! Ranks between fork and exec: the report pipe each one writes its
 //! failure to (end of file: the exec happened), watched as one epoll set;
 //! the executable counted in the job's disk use; a rank that takes
-//! longer than [`EXEC_TIMEOUT`] killed; a failed launch reported once.
+//! longer than [`EXEC_TIMEOUT`] killed (unless it is not stopped, and so
+//! waits for the machine);
+//! a failed launch reported once.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -22,6 +24,16 @@ use super::failure::LaunchError;
 use super::launch::launch_error;
 use super::{procfs, spawn, sys, OsActuator, EXEC_TIMEOUT};
 
+/// How many times a rank that is not stopped at its deadline gets another
+/// [`EXEC_TIMEOUT`]: a minute in all. Such a rank waits for the machine: a
+/// CPU that real-time work holds (this daemon, or another, serving a flood
+/// of requests, ahead of which the rank, still at the daemon's priority and
+/// pinned to its host's CPUs, cannot run), or a kernel lock that another
+/// rank holds while it waits for one (the cgroup attach). Only a stop is
+/// its user's doing; a minute bounds whatever else (a file system that
+/// never answers) could hold it.
+const MACHINE_WAITS: u32 = 11;
+
 /// A rank between its fork and its exec: the read end of its report pipe
 /// (see `spawn.rs`), watched through `OsActuator::exec_watch`.
 #[derive(Debug)]
@@ -34,8 +46,11 @@ pub(super) struct PendingExec {
     /// succeeded) or a failure.
     pub(super) report: Option<OwnedFd>,
     /// When it is killed if it has not exec'd (pushed back while its job
-    /// is switched out).
+    /// is switched out, and while it waits for the machine).
     pub(super) deadline: Instant,
+    /// How many times its deadline came while it was not stopped, waiting
+    /// for the machine, and was pushed back (at most [`MACHINE_WAITS`]).
+    pub(super) machine_waits: u32,
     /// It failed (or was killed for taking too long): its exit is not a
     /// rank's exit, and its launch failure has been reported.
     pub(super) failed: bool,
@@ -173,7 +188,9 @@ impl OsActuator {
     }
 
     /// Ranks that have not exec'd within [`EXEC_TIMEOUT`] of running time
-    /// are killed, and their jobs' launches fail.
+    /// are killed, and their jobs' launches fail; one that is not stopped
+    /// then waits for the machine and gets more time (see
+    /// [`MACHINE_WAITS`]).
     pub(super) fn expire_execs(&mut self, now: Instant, out: &mut Vec<Input>) {
         let jobs = &self.jobs;
         let released = &self.released;
@@ -196,6 +213,14 @@ impl OsActuator {
             let Some(pending) = self.execs.get_mut(&pid).filter(|pending| !pending.failed) else {
                 continue;
             };
+            // Not stopped by its user: waiting for the machine.
+            let state = procfs::read_stat(pid).map_or('?', |stat| char::from(stat.state));
+            if pending.machine_waits < MACHINE_WAITS && !matches!(state, 'T' | 't') {
+                pending.machine_waits += 1;
+                pending.deadline = now + EXEC_TIMEOUT;
+                tracing::debug!(job = %pending.job, pid, rank = pending.rank, %state, "a rank waits for the machine before its exec; its deadline is pushed back");
+                continue;
+            }
             // An unreaped child of ours: its pid is still its own. SIGKILL
             // ends a stopped process too.
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
@@ -204,7 +229,8 @@ impl OsActuator {
             let (job, rank) = (pending.job, pending.rank);
             let program = Rc::clone(&pending.program);
             self.exec_settled(job);
-            tracing::warn!(job = %job, pid, rank, "a rank did not exec in time; killed");
+            let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+            tracing::warn!(job = %job, pid, rank, %state, %wchan, "a rank did not exec in time; killed");
             let failure = LaunchError::ExecTimeout {
                 job,
                 rank,

@@ -619,6 +619,7 @@ impl OsActuator {
                     uid: plan.user.uid,
                     report: Some(report),
                     deadline: self.clock.now() + EXEC_TIMEOUT,
+                    machine_waits: 0,
                     failed: false,
                     program: Rc::clone(program),
                     cwd: Rc::clone(&cwd_text),

@@ -125,7 +125,9 @@ pub const LAUNCH_BATCH: Duration = Duration::from_millis(5);
 /// (the time it is switched out does not count) before it is killed with
 /// SIGKILL and its job's launch fails. A rank takes well under a
 /// millisecond; one that takes seconds was stopped by its own user
-/// between its change of user and its exec.
+/// between its change of user and its exec; one that is not stopped then
+/// waits for the machine (a CPU that real-time work holds) and gets more
+/// time (`exec::MACHINE_WAITS`).
 pub const EXEC_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many of a job's ranks may be between fork and exec at once: the
 /// next is forked when one of them reports. The daemon does not wait for
