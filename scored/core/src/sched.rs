@@ -1138,8 +1138,8 @@ fn start_waiting(
     let mut taken_total = 0;
     let mut reserved: Option<Reserved> = None;
     // The first waiting job that cannot start on idle hosts (its cluster
-    // and size), once met: its reservation is predicted only when a job
-    // that could start behind it is tried.
+    // and size), once met: its reservation is predicted only when a later
+    // job could start behind it.
     let mut reserving: Option<(usize, usize)> = None;
     let mut chosen: Vec<HostId> = Vec::new();
     // The open shared hosts of each cluster, narrowest residents first
@@ -1194,51 +1194,17 @@ fn start_waiting(
             n_needed,
             estimate,
         } = waiting.info[at];
-        if let Some((reserved_cluster, reserved_needed)) = reserving {
-            if reserved.is_none() {
-                // The reservation: when enough hosts of its cluster are
-                // predicted to be idle, counting the jobs that started
-                // before it in this decision.
-                if !predicted {
-                    matrix.predict(view, now, n_hosts);
-                    predicted = true;
-                    for (hosts, runs) in started_here.drain(..) {
-                        matrix.occupy(&hosts, runs, now, view);
-                    }
-                }
-                let times = &matrix.idle_at;
-                let hosts = view.cluster_hosts(reserved_cluster);
-                let ends = &mut scratch.ends;
-                ends.clear();
-                ends.extend(hosts.iter().map(|host| times[host.idx()].max(now)));
-                ends.sort_unstable();
-                let at = ends[reserved_needed - 1];
-                if at == u64::MAX {
-                    // No prediction: first come, first served.
-                    break;
-                }
-                let available = hosts
-                    .iter()
-                    .filter(|host| times[host.idx()].max(now) <= at)
-                    .count();
-                reserved = Some(Reserved {
-                    cluster: reserved_cluster,
-                    at,
-                    extra: available.saturating_sub(reserved_needed),
-                });
-            }
-            // Behind the reservation a job starts only if it ends by it
-            // (slowed if it must share) or takes idle hosts the reservation
-            // spares (see below): most jobs behind it are turned away here,
-            // with no look at their record.
-            if let Some(held) = reserved {
-                let shares = idle.get(cluster).is_none_or(|idle| idle.len() < n_needed);
-                let in_time =
-                    runs(estimate, shares).is_some_and(|runs| now.saturating_add(runs) <= held.at);
-                let spare = !shares && (cluster != held.cluster || n_needed <= held.extra);
-                if !in_time && !spare {
-                    continue;
-                }
+        // Behind the reservation a job starts only if it ends by it
+        // (slowed if it must share) or takes idle hosts the reservation
+        // spares (see below): once it is predicted, most jobs behind it are
+        // turned away here, with no look at their record.
+        if let Some(held) = reserved {
+            let shares = idle.get(cluster).is_none_or(|idle| idle.len() < n_needed);
+            let in_time =
+                runs(estimate, shares).is_some_and(|runs| now.saturating_add(runs) <= held.at);
+            let spare = !shares && (cluster != held.cluster || n_needed <= held.extra);
+            if !in_time && !spare {
+                continue;
             }
         }
         let facts = view.facts(job);
@@ -1305,17 +1271,45 @@ fn start_waiting(
         let fits = n_idle >= n_needed || column.is_some() || !partial.is_empty();
         let shares = n_idle < n_needed;
         let start = match reserving {
-            Some(_) => {
+            Some((reserved_cluster, reserved_needed)) => {
                 if !fits {
                     continue;
+                }
+                if reserved.is_none() {
+                    // The reservation: when enough hosts of its cluster are
+                    // predicted to be idle, counting the jobs that started
+                    // before it in this decision.
+                    if !predicted {
+                        matrix.predict(view, now, n_hosts);
+                        predicted = true;
+                        for (hosts, runs) in started_here.drain(..) {
+                            matrix.occupy(&hosts, runs, now, view);
+                        }
+                    }
+                    let times = &matrix.idle_at;
+                    let hosts = view.cluster_hosts(reserved_cluster);
+                    let ends = &mut scratch.ends;
+                    ends.clear();
+                    ends.extend(hosts.iter().map(|host| times[host.idx()].max(now)));
+                    ends.sort_unstable();
+                    let at = ends[reserved_needed - 1];
+                    if at == u64::MAX {
+                        // No prediction: first come, first served.
+                        break;
+                    }
+                    let available = hosts
+                        .iter()
+                        .filter(|host| times[host.idx()].max(now) <= at)
+                        .count();
+                    reserved = Some(Reserved {
+                        cluster: reserved_cluster,
+                        at,
+                        extra: available.saturating_sub(reserved_needed),
+                    });
                 }
                 let Some(held) = reserved else {
                     break;
                 };
-                // A job that shares runs one slice in `level` at least (its
-                // hosts hold fewer than `level` other jobs), from its first
-                // turn, which may come a slice later: it ends within its
-                // estimate rounded up to whole slices, times the level.
                 let runs = runs(estimate, shares);
                 let in_time = runs.is_some_and(|runs| now.saturating_add(runs) <= held.at);
                 // It ends by the reservation (slowed if it shares),
