@@ -102,13 +102,7 @@ fn apply_op(sim: &mut Sim, op: &Op) {
         }
         Op::Exit { pick: idx } => {
             if let Some(job) = pick(sim, idx) {
-                if sim
-                    .procs
-                    .get(&job)
-                    .is_some_and(|(state, _)| *state == SimProcs::Running)
-                {
-                    sim.exit(job.0, 0);
-                }
+                sim.exit_if_running(job);
             }
         }
         Op::Advance { ms } => sim.advance(ms),

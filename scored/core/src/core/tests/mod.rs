@@ -300,6 +300,18 @@ impl Sim {
         self.input(Input::ProcessesGone(job));
     }
 
+    /// Ends job `job` with status 0 if its processes are running (a
+    /// stopped job cannot exit).
+    fn exit_if_running(&mut self, job: JobId) {
+        if self
+            .procs
+            .get(&job)
+            .is_some_and(|(state, _)| *state == SimProcs::Running)
+        {
+            self.exit(job.0, 0);
+        }
+    }
+
     fn advance(&mut self, ms: u64) {
         let end = Tick(self.now.0 + ms * 1000);
         while let Some(deadline) = self.core.next_deadline() {

@@ -335,13 +335,7 @@ fn apply_state_op(sim: &mut Sim, op: StateOp) {
         }
         StateOp::Base(Op::Exit { pick: idx }) => {
             if let Some(job) = pick(sim, idx) {
-                if sim
-                    .procs
-                    .get(&job)
-                    .is_some_and(|(state, _)| *state == SimProcs::Running)
-                {
-                    sim.exit(job.0, 0);
-                }
+                sim.exit_if_running(job);
             }
         }
         StateOp::Base(Op::Advance { ms }) => sim.advance(ms),
