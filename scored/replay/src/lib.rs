@@ -549,7 +549,7 @@ fn arrivals(trace: &Trace, setup: &Setup, skipped: &mut Vec<Skipped>) -> Vec<Arr
     let first = trace
         .jobs
         .iter()
-        .map(|job| job.submit)
+        .filter_map(|job| job.submit)
         .fold(f64::INFINITY, f64::min);
     let mut out = Vec::with_capacity(trace.jobs.len());
     for (trace_idx, job) in trace.jobs.iter().enumerate() {
@@ -557,6 +557,10 @@ fn arrivals(trace: &Trace, setup: &Setup, skipped: &mut Vec<Skipped>) -> Vec<Arr
             number: job.number,
             line: job.line,
             reason: reason.to_string(),
+        };
+        let Some(submit) = job.submit else {
+            skipped.push(skip("unknown submit time"));
+            continue;
         };
         let Some(run) = job.run else {
             skipped.push(skip("unknown run time"));
@@ -566,7 +570,7 @@ fn arrivals(trace: &Trace, setup: &Setup, skipped: &mut Vec<Skipped>) -> Vec<Arr
             skipped.push(skip("unknown processor count"));
             continue;
         };
-        let offset = (job.submit - first) * setup.arrival_scale;
+        let offset = (submit - first) * setup.arrival_scale;
         let at = Tick((offset * MICROS).round().max(0.0) as u64);
         let work = Duration::from_secs_f64(run);
         // A job never exceeds its estimate in a replay: traces record jobs

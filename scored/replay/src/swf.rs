@@ -40,8 +40,9 @@ pub struct SwfJob {
     pub line: usize,
     /// Field 1.
     pub number: i64,
-    /// Field 2, seconds from the start of the trace.
-    pub submit: f64,
+    /// Field 2, seconds from the start of the trace (`None`: unknown, so
+    /// the replay skips the job, as archive traces have such jobs).
+    pub submit: Option<f64>,
     /// Field 4, seconds.
     pub run: Option<f64>,
     /// Field 5, else field 8.
@@ -203,8 +204,13 @@ impl Parser {
         if key != "MaxProcs" && key != "MaxNodes" {
             return Ok(());
         }
+        // The archive's headers may follow the number with a remark, as
+        // "MaxNodes: 338 (batch partition; 512 total)".
         let value = value.trim();
         let count = value
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
             .parse::<u64>()
             .ok()
             .filter(|count| (1..=MAX_PROCS).contains(count))
@@ -233,6 +239,9 @@ enum Kind {
     Procs,
     /// Kilobytes, from 0 to [`MAX_MEMORY_KB`].
     Memory,
+    /// A whole number of either sign up to [`MAX_NUMBER`]: archive traces
+    /// give statuses below -1 (as -2 and -4) that the format does not name.
+    Code,
 }
 
 /// The kind of each field, in the order of [`FIELD_NAMES`].
@@ -247,7 +256,7 @@ const KINDS: [Kind; FIELDS] = [
     Kind::Procs,
     Kind::Seconds,
     Kind::Memory,
-    Kind::Number,
+    Kind::Code,
     Kind::Number,
     Kind::Number,
     Kind::Number,
@@ -261,7 +270,7 @@ impl Kind {
     /// The largest value and whether it must be whole.
     fn bound(self) -> (f64, bool) {
         match self {
-            Kind::Number => (MAX_NUMBER, true),
+            Kind::Number | Kind::Code => (MAX_NUMBER, true),
             Kind::Seconds => (MAX_SECONDS, false),
             Kind::Procs => (MAX_PROCS as f64, true),
             Kind::Memory => (MAX_MEMORY_KB, false),
@@ -274,6 +283,7 @@ impl Kind {
             Kind::Seconds => format!("seconds up to {MAX_SECONDS}"),
             Kind::Procs => format!("a whole number of processors up to {MAX_PROCS}"),
             Kind::Memory => format!("kilobytes up to {MAX_MEMORY_KB}"),
+            Kind::Code => format!("a whole number from -{MAX_NUMBER} to {MAX_NUMBER}"),
         }
     }
 }
@@ -292,7 +302,12 @@ fn field(idx: usize, word: &str) -> Result<f64, String> {
         return Ok(value);
     }
     let (max, whole) = kind.bound();
-    if !(0.0..=max).contains(&value) || (whole && value.fract() != 0.0) {
+    let min = if matches!(kind, Kind::Code) {
+        -max
+    } else {
+        0.0
+    };
+    if !(min..=max).contains(&value) || (whole && value.fract() != 0.0) {
         return Err(format!(
             "{} is {}; expected -1 (unknown) or {}",
             name(),
@@ -316,10 +331,6 @@ fn job(line: usize, text: &str) -> Result<SwfJob, String> {
         values[idx] = field(idx, word)?;
     }
     let known = |value: f64| (value >= 0.0).then_some(value);
-    let submit = values[1];
-    if submit < 0.0 {
-        return Err("field 2 (submit time) is -1; a job needs a submit time".to_string());
-    }
     let procs = [values[4], values[7]]
         .into_iter()
         .find(|value| *value > 0.0)
@@ -327,7 +338,7 @@ fn job(line: usize, text: &str) -> Result<SwfJob, String> {
     Ok(SwfJob {
         line,
         number: values[0] as i64,
-        submit,
+        submit: known(values[1]),
         run: known(values[3]),
         procs,
         requested_time: known(values[8]),
@@ -394,7 +405,6 @@ mod tests {
     #[test]
     fn every_field_is_checked_against_its_range() {
         let cases = [
-            (2, "-1", "field 2 (submit time) is -1; a job needs a submit time"),
             (4, "1e300", "field 4 (run time) is '1e300'; expected -1 (unknown) or seconds up to 4294967295"),
             (4, "-2", "field 4 (run time) is '-2'; expected -1 (unknown) or seconds up to 4294967295"),
             (4, "inf", "field 4 (run time) is not a number: 'inf'"),
@@ -406,6 +416,8 @@ mod tests {
             (1, "1e19", "field 1 (job number) is '1e19'; expected -1 (unknown) or a whole number up to 9007199254740991"),
             (15, "-7", "field 15 (queue) is '-7'; expected -1 (unknown) or a whole number up to 9007199254740991"),
             (18, "1e300", "field 18 (think time) is '1e300'; expected -1 (unknown) or seconds up to 4294967295"),
+            (11, "2.5", "field 11 (status) is '2.5'; expected -1 (unknown) or a whole number from -9007199254740991 to 9007199254740991"),
+            (11, "-1e16", "field 11 (status) is '-1e16'; expected -1 (unknown) or a whole number from -9007199254740991 to 9007199254740991"),
         ];
         for (number, value, expected) in cases {
             let line = with_field(number, value);
@@ -418,6 +430,14 @@ mod tests {
         let (trace, errors) = parse([largest.as_str()]);
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(trace.jobs[0].run, Some(MAX_SECONDS));
+        // Archive traces hold statuses the format does not name, and jobs
+        // without a submit time: both are read (the replay skips the latter).
+        let odd = [with_field(11, "-4"), with_field(2, "-1")];
+        let (trace, errors) = parse(odd.iter().map(String::as_str));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(trace.jobs.len(), 2);
+        assert_eq!(trace.jobs[0].submit, Some(0.0));
+        assert_eq!(trace.jobs[1].submit, None);
     }
 
     #[test]
@@ -426,6 +446,8 @@ mod tests {
             "; MaxProcs: 4294967295",
             "; MaxProcs: 0",
             "; MaxNodes: many",
+            "; MaxNodes: (338)",
+            "; MaxProcs: 12x (dual)",
             "; MaxProcs: 262145",
         ] {
             let (trace, errors) = parse([header]);
@@ -442,6 +464,12 @@ mod tests {
         let (trace, errors) = parse(["; MaxNodes: 262144", "; Note: anything: at all"]);
         assert!(errors.is_empty());
         assert_eq!(trace.max_procs, Some(MAX_PROCS));
+        let (trace, errors) = parse(["; MaxNodes: 338 (batch partition; 512 total)"]);
+        assert!(errors.is_empty(), "{:?}", errors.first);
+        assert_eq!(trace.max_procs, Some(338));
+        let (trace, errors) = parse(["; MaxProcs: 1664 (72, 1368, 224)", "; MaxNodes: 184"]);
+        assert!(errors.is_empty(), "{:?}", errors.first);
+        assert_eq!(trace.max_procs, Some(1664));
     }
 
     #[test]

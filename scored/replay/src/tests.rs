@@ -199,6 +199,7 @@ fn jobs_that_cannot_be_replayed_are_skipped_with_the_reason() {
 2 0 -1 -1 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1
 3 0 -1 10 -1 -1 -1 -1 -1 -1 1 1 1 1 1 -1 -1 -1
 4 0 -1 0 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1
+5 -1 -1 10 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1
 ";
     let outcome = replay(trace, 4, "");
     let reasons: Vec<(i64, String)> = outcome
@@ -211,6 +212,7 @@ fn jobs_that_cannot_be_replayed_are_skipped_with_the_reason() {
         vec![
             (2, "unknown run time".to_string()),
             (3, "unknown processor count".to_string()),
+            (5, "unknown submit time".to_string()),
             (
                 1,
                 "rejected: nodes=8 needs 8 hosts with 1 process each, but cluster replay has 4 hosts with 1 core"
