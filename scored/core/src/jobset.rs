@@ -51,50 +51,68 @@ pub type JobMap<V> = HashMap<JobId, V, BuildHasherDefault<JobIdHasher>>;
 /// a gang switch takes out and puts back by the thousand on a machine of
 /// many hosts: an insertion or removal sets or clears a bit, where a
 /// sorted set searches and shifts. Iteration is in increasing id order, as
-/// an ordered set's (the order in which stops are sent), and reads one
-/// word per 64 ids between the least and the greatest element: ids are
-/// handed out in order and live jobs are recent ones, so that span stays
-/// near the number of jobs (the bits outside it are not kept).
+/// an ordered set's (the order in which stops are sent). Ids are handed out
+/// in order, but on a busy machine a long job can stay live while tens of
+/// thousands of later ones pass, so the bits are kept in chunks of 64
+/// words (4,096 ids) with one summary bit a word that says whether the word
+/// holds an id: iteration reads one summary word per chunk between the
+/// least and the greatest element, and only the words that hold ids.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobBits {
-    /// The index (id / 64) of the first word; meaningless while empty.
+    /// The index (id / 4,096) of the first chunk; meaningless while empty.
     base: u64,
-    /// Bit `id % 64` of word `id / 64 - base` is set when `id` is in the
-    /// set; the first and last words are never zero.
+    /// Bit `id % 64` of word `id / 64 - 64 * base` is set when `id` is in
+    /// the set; 64 words a chunk.
     words: VecDeque<u64>,
+    /// Bit `w % 64` of word `w / 64` is set when word `w` is not zero: one
+    /// word a chunk; the first and last are never zero.
+    summary: VecDeque<u64>,
     /// How many ids are set.
     len: usize,
 }
 
+/// Ids a chunk of [`JobBits`] covers (64 words of 64 bits).
+const CHUNK_IDS: u64 = 64 * 64;
+
 impl JobBits {
-    /// The word and bit of `job`, if its word is kept.
+    /// The index of `job`'s word in `words`, and its bit, if its chunk is kept.
     fn place(&self, job: JobId) -> Option<(usize, u64)> {
-        let word = (job.0 / 64).checked_sub(self.base)?;
-        let word = usize::try_from(word)
+        let chunk = (job.0 / CHUNK_IDS).checked_sub(self.base)?;
+        let chunk = usize::try_from(chunk)
             .ok()
-            .filter(|word| *word < self.words.len())?;
-        Some((word, 1 << (job.0 % 64)))
+            .filter(|chunk| *chunk < self.summary.len())?;
+        Some((chunk * 64 + ((job.0 / 64) % 64) as usize, 1 << (job.0 % 64)))
     }
 
     /// Inserts `job`; true if it was absent.
     pub fn insert(&mut self, job: JobId) -> bool {
-        let word = job.0 / 64;
-        if self.words.is_empty() {
-            self.base = word;
-            self.words.push_back(0);
+        let chunk = job.0 / CHUNK_IDS;
+        if self.summary.is_empty() {
+            self.base = chunk;
+            self.summary.push_back(0);
+            self.words.resize(64, 0);
         }
-        while word < self.base {
-            self.words.push_front(0);
-            self.base -= 1;
+        if chunk < self.base {
+            // Zero chunks in front, in one move of the kept words.
+            let missing = self.base - chunk;
+            let words = usize::try_from(missing * 64).expect("a span that fits in memory");
+            self.words.resize(self.words.len() + words, 0);
+            self.words.rotate_right(words);
+            for _ in 0..missing {
+                self.summary.push_front(0);
+            }
+            self.base = chunk;
         }
-        while word - self.base >= self.words.len() as u64 {
-            self.words.push_back(0);
+        while chunk - self.base >= self.summary.len() as u64 {
+            self.summary.push_back(0);
+            self.words.resize(self.words.len() + 64, 0);
         }
         let Some((idx, bit)) = self.place(job) else {
             return false;
         };
         let absent = self.words[idx] & bit == 0;
         self.words[idx] |= bit;
+        self.summary[idx / 64] |= 1 << (idx % 64);
         self.len += usize::from(absent);
         absent
     }
@@ -109,12 +127,17 @@ impl JobBits {
         }
         self.words[idx] &= !bit;
         self.len -= 1;
-        while self.words.front() == Some(&0) {
-            self.words.pop_front();
+        if self.words[idx] == 0 {
+            self.summary[idx / 64] &= !(1 << (idx % 64));
+        }
+        while self.summary.front() == Some(&0) {
+            self.summary.pop_front();
+            self.words.drain(..64);
             self.base += 1;
         }
-        while self.words.back() == Some(&0) {
-            self.words.pop_back();
+        while self.summary.back() == Some(&0) {
+            self.summary.pop_back();
+            self.words.truncate(self.words.len() - 64);
         }
         true
     }
@@ -138,8 +161,12 @@ impl JobBits {
     /// The ids in increasing order.
     pub fn iter(&self) -> JobBitsIter<'_> {
         JobBitsIter {
-            words: self.words.iter(),
-            word: self.base,
+            words: &self.words,
+            summary: self.summary.iter(),
+            first_word: self.base.wrapping_mul(64),
+            chunk: 0,
+            pending: 0,
+            word: 0,
             bits: 0,
         }
     }
@@ -147,6 +174,7 @@ impl JobBits {
     /// Removes every id.
     pub fn clear(&mut self) {
         self.words.clear();
+        self.summary.clear();
         self.len = 0;
     }
 
@@ -161,9 +189,17 @@ impl JobBits {
 /// The ids of a [`JobBits`] in increasing order.
 #[derive(Debug, Clone)]
 pub struct JobBitsIter<'a> {
-    words: std::collections::vec_deque::Iter<'a, u64>,
-    /// The index of the word `bits` comes from (one past it once read).
-    word: u64,
+    words: &'a VecDeque<u64>,
+    summary: std::collections::vec_deque::Iter<'a, u64>,
+    /// The index (id / 64) of the set's first word.
+    first_word: u64,
+    /// The index in `summary` of the word `pending` comes from (one past it
+    /// once read).
+    chunk: usize,
+    /// The summary bits of the current chunk not yet read.
+    pending: u64,
+    /// The index in `words` of the word `bits` comes from.
+    word: usize,
     /// The bits of the current word not yet returned.
     bits: u64,
 }
@@ -173,12 +209,17 @@ impl Iterator for JobBitsIter<'_> {
 
     fn next(&mut self) -> Option<JobId> {
         while self.bits == 0 {
-            self.bits = *self.words.next()?;
-            self.word += 1;
+            while self.pending == 0 {
+                self.pending = *self.summary.next()?;
+                self.chunk += 1;
+            }
+            self.word = (self.chunk - 1) * 64 + self.pending.trailing_zeros() as usize;
+            self.pending &= self.pending - 1;
+            self.bits = self.words[self.word];
         }
         let bit = u64::from(self.bits.trailing_zeros());
         self.bits &= self.bits - 1;
-        Some(JobId((self.word - 1) * 64 + bit))
+        Some(JobId((self.first_word + self.word as u64) * 64 + bit))
     }
 }
 
@@ -229,11 +270,14 @@ mod tests {
 
     proptest::proptest! {
         /// Any sequence of inserts and removals leaves the same ids, in the
-        /// same order, as a `BTreeSet` given the same; the kept words span
+        /// same order, as a `BTreeSet` given the same; the kept chunks span
         /// exactly the least to the greatest id.
         #[test]
         fn job_bits_behave_as_an_ordered_set(
-            ops in proptest::collection::vec((0u8..2, 0u64..1500), 0..600),
+            ops in proptest::collection::vec(
+                (0u8..2, proptest::prop_oneof![0u64..300, 0u64..20_000]),
+                0..600,
+            ),
         ) {
             let mut bits = JobBits::default();
             let mut model = std::collections::BTreeSet::new();
@@ -246,10 +290,11 @@ mod tests {
                 proptest::prop_assert_eq!(bits.contains(&JobId(id)), model.contains(&id));
                 proptest::prop_assert_eq!(bits.len(), model.len());
                 let span = match (model.first(), model.last()) {
-                    (Some(first), Some(last)) => (last / 64 - first / 64 + 1) as usize,
+                    (Some(first), Some(last)) => (last / CHUNK_IDS - first / CHUNK_IDS + 1) as usize,
                     _ => 0,
                 };
-                proptest::prop_assert_eq!(bits.words.len(), span);
+                proptest::prop_assert_eq!(bits.summary.len(), span);
+                proptest::prop_assert_eq!(bits.words.len(), span * 64);
             }
             proptest::prop_assert!(bits.iter().map(|job| job.0).eq(model.iter().copied()));
             let all: Vec<u64> = bits.take_all().into_iter().map(|job| job.0).collect();

@@ -13,6 +13,7 @@
 
 use crate::command::QueueMode;
 use crate::ids::{HostId, JobId};
+use crate::jobset::{JobMap, JobSet};
 use crate::queue::Queue;
 
 /// A job as the decision sees it.
@@ -815,6 +816,12 @@ struct Matrix {
     partners: Vec<JobId>,
     /// Per host, residents placed so far while gathering them.
     filled: Vec<u32>,
+    /// The predicted end of each resident, while [`Matrix::predict`] runs:
+    /// a job on many hosts is predicted once, not once a host.
+    ends: JobMap<u64>,
+    /// Residents whose hosts were proposed as a column, while the columns
+    /// are made: each is looked at once, not once a host it holds.
+    proposed: JobSet,
 }
 
 impl Matrix {
@@ -877,15 +884,26 @@ impl Matrix {
     /// nothing.
     fn predict(&mut self, view: &impl JobView, now: u64, n_hosts: usize) {
         self.idle_at.clear();
+        let mut ends = std::mem::take(&mut self.ends);
+        ends.clear();
         for host in 0..n_hosts {
             let (from, to) = (self.first[host] as usize, self.first[host + 1] as usize);
             let mut idle = now;
             for idx in from..to {
                 let job = self.residents[idx];
-                idle = idle.max(self.predicted_end(job, view, now));
+                let end = match ends.get(&job) {
+                    Some(end) => *end,
+                    None => {
+                        let end = self.predicted_end(job, view, now);
+                        ends.insert(job, end);
+                        end
+                    }
+                };
+                idle = idle.max(end);
             }
             self.idle_at.push(idle);
         }
+        self.ends = ends;
     }
 
     /// Counts a job that starts now on `hosts` with `estimate` in the
@@ -1080,14 +1098,16 @@ fn start_waiting(
     // changed since): on a machine of many idle hosts, never.
     let mut columns_made = false;
     // A column's residents all lie on exactly its hosts, so it is the
-    // hosts of any of its residents: each open shared host whose smallest
-    // resident has it as first host proposes that resident's hosts, which
-    // are a column when all of them are open and shared with the same
+    // hosts of any of its residents: the smallest resident of each open
+    // shared host proposes its hosts (once, at the first of them met),
+    // which are a column when all of them are open and shared with the same
     // residents, and every resident is as wide.
     let make_columns = |shared: &[Vec<HostId>],
                         blocks: &mut [Vec<(usize, usize)>],
                         column_hosts: &mut Vec<HostId>,
-                        matrix: &Matrix| {
+                        matrix: &Matrix,
+                        proposed: &mut JobSet| {
+        proposed.clear();
         let mut is_shared = vec![0u64; n_hosts.div_ceil(64)];
         for host in shared.iter().flatten() {
             is_shared[host.idx() / 64] |= 1 << (host.idx() % 64);
@@ -1104,7 +1124,8 @@ fn start_waiting(
                     continue;
                 };
                 let hosts = view.hosts(*smallest);
-                if hosts.iter().min() != Some(host) {
+                // The answer is the same at any of its hosts.
+                if hosts.len() > 1 && !proposed.insert(*smallest) {
                     continue;
                 }
                 let width = hosts.len();
@@ -1224,7 +1245,15 @@ fn start_waiting(
         partial.clear();
         if n_idle < n_needed && may_share(estimate) {
             if !columns_made {
-                make_columns(&shared, &mut blocks, &mut column_hosts, &matrix);
+                let mut proposed = std::mem::take(&mut matrix.proposed);
+                make_columns(
+                    &shared,
+                    &mut blocks,
+                    &mut column_hosts,
+                    &matrix,
+                    &mut proposed,
+                );
+                matrix.proposed = proposed;
                 columns_made = true;
             }
             // The blocks are widest first: a binary search finds the width.
