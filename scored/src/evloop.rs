@@ -420,16 +420,24 @@ impl<A: Actuator> Daemon<A> {
                 })
                 .collect();
             let mut clients = std::mem::take(&mut self.deferred);
+            let mut accept = false;
             for event in ready {
                 match event {
                     Event::Client(token) => {
                         clients.insert(token);
                     }
+                    Event::Accept => accept = true,
                     event => self.handle_event_guarded(event),
                 }
             }
             clients.extend(self.resumable());
             self.serve_round(clients);
+            // New clients after the ready ones: a connection that hung up
+            // in this wake-up frees its place for them, so a client that
+            // connects at the cap just as another leaves is not refused.
+            if accept {
+                self.handle_event_guarded(Event::Accept);
+            }
             self.handle_event_guarded(Event::Deadline);
             self.check_idle();
         }

@@ -156,6 +156,57 @@ fn end(mut child: std::process::Child) {
     let _ = child.wait();
 }
 
+/// A client that connects when the table is full, just as another
+/// client leaves, is served: the daemon, stopped meanwhile, sees the
+/// hang-up and the new connection in one wake-up, and frees the place
+/// before it accepts.
+#[test]
+fn a_place_freed_in_the_same_wakeup_goes_to_the_next_client() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--max-connections")
+        .arg("4")
+        .start();
+    let connect = |n: &str| {
+        let mut command = std::process::Command::new(testprog());
+        command.args(["connect", &daemon.socket.display().to_string(), n, "120"]);
+        command
+    };
+    let (holder, lines) = hold(connect("3"));
+    assert_eq!(refusals(&lines), (3, Vec::new()));
+    let (leaver, lines) = hold(connect("1"));
+    assert_eq!(refusals(&lines), (1, Vec::new()), "the table is now full");
+    let scored = Pid::from_raw(daemon.pid() as i32);
+    kill(scored, Signal::SIGSTOP).expect("stop scored");
+    end(leaver);
+    let console = std::process::Command::new(bin("sc_console"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .arg("-c")
+        .arg("status")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sc_console");
+    // Its connect() completes in the listen backlog while scored is stopped.
+    std::thread::sleep(Duration::from_millis(500));
+    kill(scored, Signal::SIGCONT).expect("continue scored");
+    let output = console.wait_with_output().expect("sc_console ends");
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "the client that came as another left is served: {}",
+        stderr(&output)
+    );
+    assert!(stdout(&output).contains("uptime"), "{}", stdout(&output));
+    end(holder);
+    assert!(daemon.running(), "scored died:\n{}", daemon.log());
+    daemon.stop();
+}
+
 /// A plain user who takes every connection open to
 /// users does not lock root out: root's console and scrun still work
 /// (through the reserve), while other plain users are told why they wait.
