@@ -1397,7 +1397,11 @@ fn start_waiting(
                         let Some(&(plain, brief)) = rooms.get(info.cluster) else {
                             continue;
                         };
-                        let room = if is_brief(info.estimate) { brief } else { plain };
+                        let room = if is_brief(info.estimate) {
+                            brief
+                        } else {
+                            plain
+                        };
                         if info.n_needed <= room {
                             match info.estimate {
                                 Some(run) if is_short(info.estimate) => shorts.push((run, idx)),
