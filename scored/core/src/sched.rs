@@ -99,6 +99,8 @@ pub struct Scratch {
     /// Positions in a [`Waiting`] of the jobs behind a reservation that
     /// could start, in the order they are tried (empty between decisions).
     behind: Vec<usize>,
+    /// The short ones among them with their estimates, while they are sorted.
+    shorts: Vec<(u64, usize)>,
 }
 
 impl Scratch {
@@ -370,29 +372,32 @@ impl Waiting {
         {
             return;
         }
-        let (mut read, mut write) = (0, 0);
-        let mut appending = false;
-        for &job in first.iter().chain(second) {
-            if !appending {
-                let found = self.jobs[read..n_old]
-                    .iter()
-                    .position(|old| *old == job)
-                    .map(|skip| read + skip);
-                match found {
-                    Some(at) => {
-                        self.jobs[write] = job;
-                        self.info[write] = self.info[at];
-                        write += 1;
-                        read = at + 1;
-                        continue;
-                    }
-                    None => {
-                        appending = true;
-                        self.jobs.truncate(write);
-                        self.info.truncate(write);
-                    }
+        // Kept jobs come in runs (only the jobs that left break them): each
+        // run is found by comparing ids and moved in one copy.
+        let (mut read, mut write, mut pos) = (0, 0, 0);
+        let n_new = first.len() + second.len();
+        while pos < n_new {
+            let new = match first.get(pos..) {
+                Some(rest) if !rest.is_empty() => rest,
+                _ => &second[pos - first.len()..],
+            };
+            let run = common_prefix(new, &self.jobs[read..n_old]);
+            if run > 0 {
+                if write != read {
+                    self.jobs.copy_within(read..read + run, write);
+                    self.info.copy_within(read..read + run, write);
                 }
+                (read, write, pos) = (read + run, write + run, pos + run);
+                continue;
             }
+            match self.jobs[read..n_old].iter().position(|old| *old == new[0]) {
+                Some(skip) => read += skip,
+                None => break,
+            }
+        }
+        self.jobs.truncate(write);
+        self.info.truncate(write);
+        for &job in first.iter().chain(second).skip(pos) {
             let (cluster, n_needed) = view.need(job);
             self.jobs.push(job);
             self.info.push(WaitInfo {
@@ -400,10 +405,6 @@ impl Waiting {
                 n_needed,
                 estimate: view.estimate(job),
             });
-        }
-        if !appending {
-            self.jobs.truncate(write);
-            self.info.truncate(write);
         }
     }
 
@@ -425,6 +426,21 @@ impl Waiting {
             );
         }
     }
+}
+
+/// How many ids `a` and `b` share from their first.
+fn common_prefix(a: &[JobId], b: &[JobId]) -> usize {
+    let n = a.len().min(b.len());
+    // Blocks of ids first: comparing a block costs little more than one id.
+    let mut at = 0;
+    while at + 16 <= n && a[at..at + 16] == b[at..at + 16] {
+        at += 16;
+    }
+    at + a[at..n]
+        .iter()
+        .zip(&b[at..n])
+        .take_while(|(a, b)| a == b)
+        .count()
 }
 
 /// The reservation of an exclusive queue's first waiting job (EASY).
@@ -1370,28 +1386,34 @@ fn start_waiting(
                     // cluster's idle hosts (or, if brief, than its idle and
                     // shared open hosts) at the start never starts in it
                     // (nor shares one without an estimate).
+                    let rooms: Vec<(usize, usize)> = idle
+                        .iter()
+                        .zip(&shared)
+                        .map(|(idle, shared)| (idle.len(), idle.len() + shared.len()))
+                        .collect();
+                    let mut shorts = std::mem::take(&mut scratch.shorts);
+                    shorts.clear();
                     for (idx, info) in waiting.info.iter().enumerate().skip(next) {
-                        let Some(idle) = idle.get(info.cluster) else {
+                        let Some(&(plain, brief)) = rooms.get(info.cluster) else {
                             continue;
                         };
                         let room = if is_brief(info.estimate) {
-                            idle.len() + shared[info.cluster].len()
+                            brief
                         } else {
-                            idle.len()
+                            plain
                         };
                         if info.n_needed <= room {
-                            behind.push(idx);
+                            match info.estimate {
+                                Some(run) if is_short(info.estimate) => shorts.push((run, idx)),
+                                _ => behind.push(idx),
+                            }
                         }
                     }
-                    let info = &waiting.info;
-                    behind.sort_by_key(|idx| {
-                        let estimate = info[*idx].estimate;
-                        if is_short(estimate) {
-                            estimate.unwrap_or(u64::MAX)
-                        } else {
-                            u64::MAX
-                        }
-                    });
+                    // By estimate, then in submission order; the others
+                    // stay in submission order behind them.
+                    shorts.sort_unstable();
+                    behind.splice(0..0, shorts.iter().map(|&(_, idx)| idx));
+                    scratch.shorts = shorts;
                     false
                 }
             }
