@@ -540,6 +540,11 @@ pub fn active_set(
             None => usize::MAX,
         };
         let mut reservation: Option<Reservation> = None;
+        // Behind an exclusive queue's reservation, its waiting jobs as kept
+        // (see [`Waiting`]): one that cannot start is turned away from its
+        // kept need and estimate, with no read of its record.
+        let mut kept: Option<Waiting> = None;
+        let n_started = queue.n_started();
         let (front, back) = queue.slices();
         'queue: for (part, offset) in [(front, 0), (back, front.len())] {
             let part = &part[..part.len().min(limit.saturating_sub(offset))];
@@ -551,7 +556,36 @@ pub fn active_set(
                     if level.is_some() {
                         break 'queue;
                     }
+                    if let Some(kept) = kept {
+                        scratch.waiting[queue_idx] = kept;
+                    }
                     return;
+                }
+                if let (Some(held), Some(kept)) = (&reservation, &kept) {
+                    // Jobs behind the started ones have not started: one
+                    // whose cluster lacks the free hosts it needs, or that
+                    // neither ends by the reservation nor leaves it enough
+                    // hosts, is passed over as below.
+                    if let Some(info) = (offset + idx)
+                        .checked_sub(n_started)
+                        .and_then(|at| kept.info.get(at))
+                    {
+                        let free = scratch.cluster_free.get(info.cluster).copied();
+                        let in_time = info
+                            .estimate
+                            .is_some_and(|estimate| now.saturating_add(estimate) <= held.shadow);
+                        let spare = info.cluster != held.cluster || info.n_needed <= held.extra;
+                        if free.unwrap_or(0) < info.n_needed || (!in_time && !spare) {
+                            debug_assert_eq!(kept.jobs[offset + idx - n_started], part[idx]);
+                            debug_assert!(
+                                !view.facts(part[idx]).started,
+                                "job {} behind the started ones has started",
+                                part[idx]
+                            );
+                            idx += 1;
+                            continue;
+                        }
+                    }
                 }
                 // A gang queue's job is turned away when one of its hosts
                 // is taken, whether or not it is runnable: with its hosts'
@@ -609,7 +643,18 @@ pub fn active_set(
                             .then(|| reserve(job, view, now, scratch))
                             .flatten()
                         {
-                            Some(made) => reservation = Some(made),
+                            Some(made) => {
+                                reservation = Some(made);
+                                if scratch.waiting.len() <= queue_idx {
+                                    scratch.waiting.resize_with(queue_idx + 1, Waiting::default);
+                                }
+                                let mut waiting = std::mem::take(&mut scratch.waiting[queue_idx]);
+                                waiting.sync(queue, view);
+                                if cfg!(debug_assertions) {
+                                    waiting.check(queue, view);
+                                }
+                                kept = Some(waiting);
+                            }
                             None => break 'queue,
                         }
                     }
@@ -639,6 +684,9 @@ pub fn active_set(
                     }
                 }
             }
+        }
+        if let Some(kept) = kept {
+            scratch.waiting[queue_idx] = kept;
         }
         if let Some(level) = level {
             if waiting && queue.len() > queue.n_started() {
