@@ -152,6 +152,15 @@ pub const USER_TIME_PER_WAKEUP: Duration = Duration::from_millis(5);
 /// While clients are served, due ticks and the actuator's work run at least
 /// this often.
 const TICK_EVERY: Duration = Duration::from_millis(5);
+/// The requests of users other than root and the operators are served for
+/// at most [`PLAIN_BUSY_PER_WINDOW`] of each such window; the rest wait
+/// for the next one. The daemon runs at real-time priority, which the
+/// kernel lets hold a CPU against every ordinary process: a flood of
+/// requests would otherwise take that CPU from everyone for as long as it
+/// lasts.
+pub const PLAIN_WINDOW: Duration = Duration::from_millis(100);
+/// See [`PLAIN_WINDOW`]: half a CPU at most.
+pub const PLAIN_BUSY_PER_WINDOW: Duration = Duration::from_millis(50);
 
 /// Everything the loop reacts to.
 #[derive(Debug, Clone, Copy)]
@@ -248,13 +257,17 @@ pub struct Daemon<A: Actuator> {
     /// number of clients (10,000 scrun waiting in a queue are 10,000).
     maybe_paused: BTreeSet<Token>,
     /// Connections with requests left over when their user's turn ran out:
-    /// served first at the next wakeup, which comes at once.
+    /// served first at the next wakeup, which comes at once (for a user
+    /// whose share of the [`PLAIN_WINDOW`] is spent, when the next opens).
     deferred: BTreeSet<Token>,
     /// The turn of the user whose connections are being served: requests
     /// left and until when (`None` outside a round).
     turn: Option<(usize, Instant)>,
     /// Where the next round of users starts, so that no user is always first.
     round_start: u32,
+    /// The start of the current [`PLAIN_WINDOW`] and the time spent in it
+    /// serving users other than root and the operators.
+    plain_window: (Instant, Duration),
 }
 
 /// How a console client wants the answer to the command it sent.
@@ -349,6 +362,7 @@ impl<A: Actuator> Daemon<A> {
             deferred: BTreeSet::new(),
             turn: None,
             round_start: 0,
+            plain_window: (Instant::now(), Duration::ZERO),
         })
     }
 
@@ -398,10 +412,20 @@ impl<A: Actuator> Daemon<A> {
                 deadline = Some(deadline.map_or(idle, |other| other.min(idle)));
             }
             let mut timeout = poll_timeout(deadline);
-            if !self.resumable().is_empty() || !self.deferred.is_empty() {
-                // A paused client's replies were written: serve its next
-                // requests now, since its socket will not wake us.
-                timeout = Some(Duration::ZERO);
+            let mut waiting = self.resumable();
+            waiting.extend(self.deferred.iter().copied());
+            if !waiting.is_empty() {
+                // A paused client's replies were written, or a client's
+                // turn was over: serve its next requests now, since its
+                // socket will not wake us; if only users whose share of
+                // this window is spent wait, when the next window opens.
+                let now = Instant::now();
+                let wait = if waiting.iter().any(|token| self.served_now(*token, now)) {
+                    Duration::ZERO
+                } else {
+                    (self.plain_window.0 + PLAIN_WINDOW).saturating_duration_since(now)
+                };
+                timeout = Some(timeout.map_or(wait, |other| other.min(wait)));
             }
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => self.wakeups += 1,
@@ -450,7 +474,10 @@ impl<A: Actuator> Daemon<A> {
     /// [`USER_REQUESTS_PER_WAKEUP`] and [`USER_TIME_PER_WAKEUP`], the rest
     /// deferred to the next wakeup; due ticks run at least every
     /// [`TICK_EVERY`] meanwhile. So one user's flood of requests delays that
-    /// user's own, and neither other users' nor the schedule.
+    /// user's own, and neither other users' nor the schedule. Users other
+    /// than root and the operators are served at most
+    /// [`PLAIN_BUSY_PER_WINDOW`] of each [`PLAIN_WINDOW`], so that their
+    /// requests cannot hold a CPU at the daemon's real-time priority.
     fn serve_round(&mut self, clients: BTreeSet<Token>) {
         let mut by_user: std::collections::BTreeMap<u32, Vec<Token>> = Default::default();
         for token in clients {
@@ -465,11 +492,19 @@ impl<A: Actuator> Daemon<A> {
         let (after, before): (Vec<_>, Vec<_>) =
             by_user.into_iter().partition(|(uid, _)| *uid >= start);
         let mut ticked = Instant::now();
-        for (_, tokens) in after.into_iter().chain(before) {
-            self.turn = Some((
-                USER_REQUESTS_PER_WAKEUP,
-                Instant::now() + USER_TIME_PER_WAKEUP,
-            ));
+        for (uid, tokens) in after.into_iter().chain(before) {
+            let began = Instant::now();
+            let plain = !self.core.is_privileged(uid);
+            if plain {
+                if began.saturating_duration_since(self.plain_window.0) >= PLAIN_WINDOW {
+                    self.plain_window = (began, Duration::ZERO);
+                }
+                if self.plain_window.1 >= PLAIN_BUSY_PER_WINDOW {
+                    self.deferred.extend(tokens);
+                    continue;
+                }
+            }
+            self.turn = Some((USER_REQUESTS_PER_WAKEUP, began + USER_TIME_PER_WAKEUP));
             for token in tokens {
                 if self.turn_over() {
                     self.deferred.insert(token);
@@ -483,8 +518,24 @@ impl<A: Actuator> Daemon<A> {
                     ticked = Instant::now();
                 }
             }
+            if plain {
+                self.plain_window.1 += began.elapsed();
+            }
         }
         self.turn = None;
+    }
+
+    /// Whether a waiting client would be served if the loop went round
+    /// now: root's and the operators' always, other users' while their
+    /// share of the [`PLAIN_WINDOW`] is not spent.
+    fn served_now(&self, token: Token, now: Instant) -> bool {
+        let uid = self
+            .connections
+            .get(&token)
+            .map_or(u32::MAX, |conn| conn.cred.uid);
+        self.core.is_privileged(uid)
+            || now.saturating_duration_since(self.plain_window.0) >= PLAIN_WINDOW
+            || self.plain_window.1 < PLAIN_BUSY_PER_WINDOW
     }
 
     /// Whether the current user's turn has no request or time left.
