@@ -38,7 +38,7 @@ use crate::cluster::Topology;
 use crate::command::reply::Value;
 use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
 use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, Phase};
-use crate::jobset::{JobBits, JobSet};
+use crate::jobset::JobBits;
 use crate::queue::Queue;
 use crate::sched::Scratch;
 use crate::undo::{UndoCell, UndoLedger, UndoQueues};
@@ -185,10 +185,9 @@ struct Rotation {
     ran_sorted: Vec<JobId>,
     /// The jobs that ran, set aside by a queue's rotation.
     rotated: Vec<JobId>,
-    /// The jobs that ran in the slice, when they are few ([`FEW_RAN`]).
+    /// The jobs that ran in the slice, when they are few ([`FEW_RAN`]);
+    /// when they are many, the core's own set of them is asked.
     ran: Vec<JobId>,
-    /// The jobs that ran in the slice, when they are many.
-    ran_set: JobSet,
     /// How many of those each queue holds.
     ran_per_queue: Vec<usize>,
     /// Positions in a queue's order, for a rotation.
@@ -196,7 +195,7 @@ struct Rotation {
 }
 
 /// Up to this many jobs that ran in a slice, a rotation compares queued
-/// jobs with a list of them rather than looking each up in a hashed set.
+/// jobs with a list of them rather than looking each up in their set.
 const FEW_RAN: usize = 16;
 
 impl Core {

@@ -213,18 +213,16 @@ impl Core {
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
         let mut ran = std::mem::take(&mut self.rotation.ran_sorted);
         ran.extend(&self.ran);
-        self.ran.clear();
+        // Kept through the rotation (a membership test is a bit), then
+        // emptied for the new slice.
+        let ran_bits = std::mem::take(&mut self.ran);
         if !ran.is_empty() {
             // A few jobs ran (gang jobs of a busy machine): comparing each
             // queued job with them costs less than hashing it.
             let mut few = std::mem::take(&mut self.rotation.ran);
             few.clear();
-            let mut many = std::mem::take(&mut self.rotation.ran_set);
-            many.clear();
             if ran.len() <= FEW_RAN {
                 few.extend(ran.iter().copied());
-            } else {
-                many.extend(ran.iter().copied());
             }
             // Most queued jobs did not run: one bit per id modulo 64 tells
             // most of them apart from the few that did with one AND.
@@ -273,7 +271,7 @@ impl Core {
                             queue.rotate_at_most(ran, *at_most, rotated);
                         }
                     } else {
-                        queue.rotate_with(|job| many.contains(&job), rotated);
+                        queue.rotate_with(|job| ran_bits.contains(&job), rotated);
                     }
                     if let Some(expected) = expected {
                         assert_eq!(*queue, expected, "the rotation of queue {idx}");
@@ -283,10 +281,11 @@ impl Core {
             self.rotation.ran_per_queue = per_queue;
             few.clear();
             self.rotation.ran = few;
-            many.clear();
-            self.rotation.ran_set = many;
         }
-        // The set is refilled at once by `reschedule`: keep its table.
+        // The set is refilled at once by `reschedule`: keep its tables.
+        let mut ran_bits = ran_bits;
+        ran_bits.clear();
+        self.ran = ran_bits;
         ran.clear();
         self.rotation.ran_sorted = ran;
         self.ran_refill = true;
