@@ -145,7 +145,11 @@ const MASK_SLOTS: usize = 1024;
 const MASK_SLOTS_MAX: usize = 16384;
 
 /// Up to this many hosts, [`Masks`] keeps the jobs' hosts as bits.
-const MASK_HOSTS: usize = 512;
+/// Masks pay for the wide jobs of parallel machines (a job of hundreds of
+/// hosts is checked and taken a word at a time); on larger machines, of
+/// one-host jobs by the thousand, reading a mask costs more than the one
+/// host it stands for.
+const MASK_HOSTS: usize = 1152;
 
 /// The hosts of jobs the walk has met, as bit masks (one bit a host), so
 /// that whether a job of a gang queue is turned away costs a few word
@@ -162,7 +166,7 @@ const MASK_HOSTS: usize = 512;
 /// [`MASK_SLOTS_MAX`]; beyond that, the later job takes the slot). The
 /// core drops the mask of a job that finishes or whose hosts change
 /// ([`Scratch::forget`]), so a mask always holds the job's hosts. Kept only
-/// on machines of at most [`MASK_HOSTS`] hosts (a mask is then at most 8
+/// on machines of at most [`MASK_HOSTS`] hosts (a mask is then at most 18
 /// words). A copy of the core (the panic checkpoint) starts with an empty
 /// cache rather than copying it at every event.
 #[derive(Debug, Default)]
@@ -272,8 +276,27 @@ impl Masks {
             6 => self.turned_away_w::<6>(jobs, taken),
             7 => self.turned_away_w::<7>(jobs, taken),
             8 => self.turned_away_w::<8>(jobs, taken),
-            _ => 0,
+            _ => self.turned_away_wide(jobs, taken),
         }
+    }
+
+    /// [`Masks::turned_away`] for masks of more than 8 words.
+    fn turned_away_wide(&self, jobs: &[JobId], taken: &[u64]) -> usize {
+        let words = self.words;
+        let Some(taken) = taken.get(..words) else {
+            return 0;
+        };
+        let slot_mask = self.slots - 1;
+        for (idx, job) in jobs.iter().enumerate() {
+            let base = ((job.0 as usize) & slot_mask) * (1 + words);
+            let Some(entry) = self.table.get(base..base + 1 + words) else {
+                return idx;
+            };
+            if entry[0] != job.0.wrapping_add(1) || !overlaps(&entry[1..], taken) {
+                return idx;
+            }
+        }
+        jobs.len()
     }
 
     fn turned_away_w<const W: usize>(&self, jobs: &[JobId], taken: &[u64]) -> usize {
