@@ -333,9 +333,10 @@ struct WaitInfo {
     estimate: Option<u64>,
 }
 
-/// The waiting jobs of a gang queue with a level, in submission order,
-/// each with its [`WaitInfo`], so that a decision over thousands of them
-/// reads no job's record but those that could start.
+/// The waiting jobs of a gang queue with a level (or of an exclusive
+/// queue, behind its reservation), in submission order, each with its
+/// [`WaitInfo`], so that a decision over thousands of them reads no job's
+/// record but those that could start.
 ///
 /// A cache: [`Waiting::sync`] makes it the queue's waiting jobs whatever
 /// changed, reading the records only of jobs it has not seen. A copy (the
