@@ -1134,6 +1134,44 @@ fn last_word_of_one(stream: &mut UnixStream) -> Reply {
     }
 }
 
+/// Gives `user` a history of `jobs` jobs worth reading, then starts
+/// their hundred connections pipelining `history` for `seconds`.
+fn start_history_flood(
+    daemon: &Daemon,
+    user: &TestUser,
+    jobs: usize,
+    seconds: &str,
+) -> std::process::Child {
+    for _ in 0..jobs {
+        let output = daemon
+            .scrun_as(user, &["true"])
+            .output()
+            .expect("scrun as the user");
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    }
+    let socket = daemon.socket.display().to_string();
+    command_as(
+        user,
+        Path::new(&testprog()),
+        &["flood", &socket, "100", "history", seconds],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .expect("start the flood")
+}
+
+/// Waits for a flood to end: how many replies it got, and its report.
+fn flood_served(flood: std::process::Child) -> (usize, String) {
+    let output = flood.wait_with_output().expect("the flood ends");
+    let report = stdout(&output);
+    let served = report
+        .lines()
+        .find_map(|line| line.strip_prefix("served "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    (served, report.to_string())
+}
+
 /// One user's flood of console requests takes at most about half of a
 /// CPU, although scored runs at real-time priority, which the kernel lets
 /// hold a CPU against every ordinary process: users other than root and
@@ -1151,23 +1189,7 @@ fn a_console_flood_of_one_user_takes_at_most_half_a_cpu() {
         daemon.stop();
         return;
     }
-    // A history worth reading.
-    for _ in 0..40 {
-        let output = daemon
-            .scrun_as(&users.a, &["true"])
-            .output()
-            .expect("scrun as a");
-        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
-    }
-    let socket = daemon.socket.display().to_string();
-    let flood = command_as(
-        &users.a,
-        Path::new(&testprog()),
-        &["flood", &socket, "100", "history", "5"],
-    )
-    .stdout(std::process::Stdio::piped())
-    .spawn()
-    .expect("start the flood");
+    let flood = start_history_flood(&daemon, &users.a, 40, "5");
     std::thread::sleep(Duration::from_millis(1500));
     let ticks = || proc_stat(pid).expect("scored runs").cpu_ticks;
     let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
@@ -1177,13 +1199,8 @@ fn a_console_flood_of_one_user_takes_at_most_half_a_cpu() {
     let (before, started) = (ticks(), Instant::now());
     std::thread::sleep(Duration::from_millis(2500));
     let share = (ticks() - before) as f64 / per_second / started.elapsed().as_secs_f64();
-    let output = flood.wait_with_output().expect("the flood ends");
-    let served: usize = stdout(&output)
-        .lines()
-        .find_map(|line| line.strip_prefix("served "))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(served > 100, "the flood is served: {}", stdout(&output));
+    let (served, report) = flood_served(flood);
+    assert!(served > 100, "the flood is served: {report}");
     assert!(
         share < 0.7,
         "scored used {share:.2} of a CPU serving one user's flood"
@@ -1202,23 +1219,7 @@ fn a_console_flood_of_one_user_delays_only_that_user() {
         return;
     };
     let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
-    // A history worth reading.
-    for _ in 0..100 {
-        let output = daemon
-            .scrun_as(&users.a, &["true"])
-            .output()
-            .expect("scrun as a");
-        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
-    }
-    let socket = daemon.socket.display().to_string();
-    let flood = command_as(
-        &users.a,
-        Path::new(&testprog()),
-        &["flood", &socket, "100", "history", "8"],
-    )
-    .stdout(std::process::Stdio::piped())
-    .spawn()
-    .expect("start the flood");
+    let flood = start_history_flood(&daemon, &users.a, 100, "8");
     std::thread::sleep(Duration::from_secs(1));
     // A job of both hosts submitted meanwhile starts and runs, though the
     // daemon spends half a CPU at its real-time priority on the flood.
@@ -1242,22 +1243,13 @@ fn a_console_flood_of_one_user_delays_only_that_user() {
         slowest = slowest.max(started.elapsed());
         std::thread::sleep(Duration::from_millis(200));
     }
-    let output = flood.wait_with_output().expect("the flood ends");
+    let (served, report) = flood_served(flood);
     let (status, text) = job.wait(Duration::from_secs(60));
     assert!(
         status.success(),
         "a job submitted during the flood did not run: {status:?} {text}"
     );
-    let served: usize = stdout(&output)
-        .lines()
-        .find_map(|line| line.strip_prefix("served "))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(
-        served > 100,
-        "the flood itself is served: {}",
-        stdout(&output)
-    );
+    assert!(served > 100, "the flood itself is served: {report}");
     assert!(
         slowest < Duration::from_secs(3),
         "root's status took {slowest:?} during the flood"
