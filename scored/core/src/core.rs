@@ -590,6 +590,7 @@ mod config;
 mod input;
 mod invariants;
 mod lifecycle;
+mod repeat;
 mod script;
 mod snapshot;
 mod switch;
@@ -605,6 +606,7 @@ pub use budget::{
 pub use config::{Budgets, CoreConfig, Directory, GroupError, NoDirectory};
 pub use input::{Input, JobEvent};
 pub use lifecycle::unlimited_disk_backstop;
+pub use repeat::RotationMark;
 pub use script::{ScriptError, ScriptProblem, ScriptRun};
 pub use snapshot::{CoreSnapshot, RestoreError};
 

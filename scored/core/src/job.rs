@@ -570,6 +570,37 @@ impl Job {
         }
     }
 
+    /// Moves a started job `periods` repetitions of a gang rotation period
+    /// ahead, as the slices of those periods would: each adds `ran` µs to
+    /// its run time and `switched` to its switches, and a running stretch that
+    /// began within the period (`moved_by`: the periods' length, else
+    /// `None`) begins that much later, with its `-time` deadline from its
+    /// new start as [`Job::run`]'s caller computes it. Returns the stretch's
+    /// old and new deadline when it moved.
+    pub fn repeat(
+        &mut self,
+        periods: u64,
+        ran: u64,
+        switched: u64,
+        moved_by: Option<u64>,
+    ) -> Option<(Tick, Tick)> {
+        self.run_time += Duration::from_micros(ran.saturating_mul(periods));
+        self.switches = self
+            .switches
+            .saturating_add(switched.saturating_mul(periods));
+        let estimate = self.estimate;
+        let run_time = self.run_time;
+        let started = self.started_mut()?;
+        let (Procs::Running(stretch), Some(moved_by)) = (&mut started.procs, moved_by) else {
+            return None;
+        };
+        stretch.since = Tick(stretch.since.0 + moved_by);
+        let old = stretch.time_deadline;
+        stretch.time_deadline =
+            estimate.map(|estimate| stretch.since.after(estimate.saturating_sub(run_time)));
+        old.zip(stretch.time_deadline)
+    }
+
     /// Processes of `ranks` ranks were just created for it.
     pub fn spawned(&mut self, ranks: u32) {
         if let Some(started) = self.started_mut() {

@@ -25,11 +25,26 @@ struct Simulated {
 }
 
 impl Simulated {
+    /// Work left at `now`.
+    fn left_at(&self, now: Tick) -> u64 {
+        match self.since {
+            Some(since) => self.left.saturating_sub(now.0.saturating_sub(since.0)),
+            None => self.left,
+        }
+    }
+
     /// When the job finishes if it keeps running (`None` while stopped).
     fn end(&self) -> Option<Tick> {
         self.since
             .map(|since| Tick(since.0.saturating_add(self.left)))
     }
+}
+
+/// The work left of every job at one instant ([`SimActuator::mark`]).
+#[derive(Debug, Clone, Default)]
+pub struct SimMark {
+    at: Tick,
+    jobs: Vec<(JobId, u64)>,
 }
 
 /// What became of a job's processes at some instant.
@@ -259,6 +274,72 @@ impl SimActuator {
             out.push(Happening::Finished(job));
             self.drop_ended();
         }
+    }
+
+    /// What [`SimActuator::repeat`] needs of an instant: the work left
+    /// then of `jobs`, which should be every job with processes.
+    pub fn mark(&self, now: Tick, jobs: impl Iterator<Item = JobId>) -> SimMark {
+        let jobs = jobs
+            .filter_map(|job| Some((job, self.get(job)?.left_at(now))))
+            .collect();
+        SimMark { at: now, jobs }
+    }
+
+    /// How many more periods like the one from `mark` to `now` pass with
+    /// no job finishing by their end (none if a stop is pending or a job
+    /// came or went).
+    pub fn repeats(&self, mark: &SimMark, now: Tick) -> u64 {
+        if !self.stops.is_empty() || mark.jobs.len() != self.n_procs {
+            return 0;
+        }
+        let mut most = u64::MAX;
+        for &(job, left_at_mark) in &mark.jobs {
+            let Some(procs) = self.get(job) else {
+                return 0;
+            };
+            let left = procs.left_at(now);
+            let per_period = left_at_mark.saturating_sub(left);
+            if per_period > 0 {
+                most = most.min(left.saturating_sub(1) / per_period);
+            }
+        }
+        most
+    }
+
+    /// Moves the processes `periods` periods ahead of `now`, each like the
+    /// one from `mark` to `now` (in which only stops and continues came,
+    /// each confirmed at once, and for which [`SimActuator::repeats`] allows
+    /// as many): each job does the work of one period that
+    /// many times, and a job that ran through the whole period keeps
+    /// running as it does.
+    pub fn repeat(&mut self, mark: &SimMark, now: Tick, periods: u64) {
+        let shift = now.0.saturating_sub(mark.at.0).saturating_mul(periods);
+        for &(job, left_at_mark) in &mark.jobs {
+            let Some(procs) = self.get_mut(job) else {
+                continue;
+            };
+            let per_period = left_at_mark.saturating_sub(procs.left_at(now));
+            match procs.since {
+                Some(since) if since <= mark.at => {}
+                Some(since) => {
+                    procs.since = Some(Tick(since.0.saturating_add(shift)));
+                    procs.left = procs
+                        .left
+                        .saturating_sub(per_period.saturating_mul(periods));
+                }
+                None => {
+                    procs.left = procs
+                        .left
+                        .saturating_sub(per_period.saturating_mul(periods));
+                }
+            }
+        }
+        let ends: Vec<Reverse<(Tick, JobId)>> = mark
+            .jobs
+            .iter()
+            .filter_map(|&(job, _)| Some(Reverse((self.get(job)?.end()?, job))))
+            .collect();
+        self.ends = BinaryHeap::from(ends);
     }
 
     /// Processes running now.

@@ -42,12 +42,14 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::cluster::{Cluster, Host, Topology};
-use crate::core::{Action, ClientEvent, Core, CoreConfig, EndKind, Input, Notice, ScriptError};
+use crate::core::{
+    Action, ClientEvent, Core, CoreConfig, EndKind, Input, Notice, RotationMark, ScriptError,
+};
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
 use crate::job::{ExitStatus, JobRequest, Joiner, ProcRequest, Usage};
 use crate::units::CpuSet;
 
-use actuator::{Happening, SimActuator};
+use actuator::{Happening, SimActuator, SimMark};
 use swf::Trace;
 
 /// How a replay is set up.
@@ -176,6 +178,9 @@ pub struct Outcome {
     pub hosts: usize,
     /// Times the core was fed inputs.
     pub decisions: u64,
+    /// Slice boundaries passed over by repeating whole periods of the gang
+    /// rotation at once rather than stepping through them.
+    pub repeated: u64,
     /// Busy processors and waiting jobs over time, at most a few thousand
     /// points.
     pub timeline: Vec<Point>,
@@ -271,6 +276,17 @@ pub fn run(
     setup: &Setup,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Outcome, ReplayError> {
+    replay(trace, setup, progress, true)
+}
+
+/// [`run`], repeating whole periods of the gang rotation at once when
+/// `repeat` says so, else stepping through every slice.
+fn replay(
+    trace: &Trace,
+    setup: &Setup,
+    progress: &mut dyn FnMut(usize, usize),
+    repeat: bool,
+) -> Result<Outcome, ReplayError> {
     let memory_limits = setup
         .topology
         .clusters
@@ -325,13 +341,37 @@ pub fn run(
     let resolution = arrivals
         .last()
         .map_or(0.0, |last| seconds(last.at) / TIMELINE_POINTS);
+    let mut cycle = Cycle {
+        on: repeat,
+        ..Cycle::default()
+    };
+    // Whether the instant being handled brought a slice boundary, and
+    // nothing but the stops and continues of a switch.
+    let mut ticked = false;
+    let mut quiet = true;
+    let mut handled = false;
     loop {
         let arrival_at = arrivals.get(next_arrival).map(|arrival| arrival.at);
         let decision_at = core.next_decision(now);
         let Some(next) = Tick::earliest(Tick::earliest(arrival_at, sim.next()), decision_at) else {
             break;
         };
+        if next > now && handled && cycle.on {
+            // The instant `now` is over.
+            let found = if ticked && quiet {
+                cycle.boundary(&core, &sim, now, arrival_at, outcome.decisions)
+            } else {
+                cycle.reset();
+                None
+            };
+            (ticked, quiet, handled) = (false, true, false);
+            if let Some(found) = found {
+                now = found.repeat(&mut core, &mut sim, &mut outcome, now, resolution, waiting);
+                continue;
+            }
+        }
         now = now.max(next);
+        handled = true;
         while let Some(arrival) = arrivals.get(next_arrival).filter(|a| a.at <= now) {
             let client = ClientToken(next_arrival as u64 + 1);
             records.insert(
@@ -346,6 +386,7 @@ pub fn run(
                 },
             );
             waiting += 1;
+            quiet = false;
             inputs.push(Input::Submit {
                 client,
                 cred: root.clone(),
@@ -358,15 +399,19 @@ pub fn run(
         for happening in happenings.drain(..) {
             match happening {
                 Happening::Stopped(job) => inputs.push(Input::Stopped(job)),
-                Happening::Finished(job) => exited(
-                    job,
-                    sim_ranks_of(&records, &by_job, job),
-                    ExitStatus::Code(0),
-                    &mut inputs,
-                ),
+                Happening::Finished(job) => {
+                    quiet = false;
+                    exited(
+                        job,
+                        sim_ranks_of(&records, &by_job, job),
+                        ExitStatus::Code(0),
+                        &mut inputs,
+                    )
+                }
             }
         }
         if decision_at.is_some_and(|at| at <= now) {
+            ticked = true;
             inputs.push(Input::Tick);
         }
         // Feed the core until it has nothing more to say at this instant.
@@ -374,6 +419,13 @@ pub fn run(
             outcome.decisions += 1;
             core.handle_all_into(inputs.drain(..), now, &mut actions);
             for action in actions.drain(..) {
+                quiet &= matches!(
+                    action,
+                    Action::Stop(_)
+                        | Action::Continue(_)
+                        | Action::SwitchBegin(_)
+                        | Action::SwitchEnd(_)
+                );
                 match action {
                     Action::Spawn(plan) => {
                         let work = by_job
@@ -487,6 +539,7 @@ pub fn run(
                 waiting,
             });
         }
+        cycle.step(now, sim.busy());
     }
     progress(finished, total);
     outcome.switches = core.switch_count();
@@ -503,6 +556,198 @@ pub fn run(
         });
     }
     Ok(outcome)
+}
+
+/// The longest stretch of slice boundaries since the last event that a
+/// replay looks through for a repeated rotation state: a rotation that has
+/// not repeated by then is stepped through to the next event.
+const CYCLE_LOOK: usize = 256;
+
+/// Finds repeating periods of the gang rotation between events (see
+/// [`Core::rotation_state`]): once the rotation state at a slice boundary
+/// is one met before, the period between them is marked, stepped through
+/// once more to see it repeat, and then repeated at once as many times as
+/// end before the next arrival, job end or `-time` limit.
+#[derive(Default)]
+struct Cycle {
+    on: bool,
+    /// The rotation states of the boundaries since the last event, with
+    /// their instants.
+    seen: HashMap<Vec<u64>, Tick>,
+    state: Vec<u64>,
+    /// A period being stepped through once more.
+    marked: Option<Marked>,
+    /// Nothing more to look for until the next event.
+    done: bool,
+}
+
+/// A period being stepped through from its mark.
+struct Marked {
+    length: u64,
+    state: Vec<u64>,
+    core: RotationMark,
+    sim: SimMark,
+    decisions: u64,
+    /// Slice boundaries in the period.
+    boundaries: u64,
+    /// Each step of the loop since the mark: its instant (from the mark)
+    /// and the processes running after it.
+    steps: Vec<(u64, u64)>,
+}
+
+/// A period to repeat, and how many times.
+struct Repeat {
+    marked: Marked,
+    periods: u64,
+}
+
+impl Cycle {
+    /// Something other than slice boundaries happened.
+    fn reset(&mut self) {
+        if !self.seen.is_empty() {
+            self.seen.clear();
+        }
+        self.marked = None;
+        self.done = false;
+    }
+
+    /// A step of the loop ended at `now` with `busy` processes running.
+    fn step(&mut self, now: Tick, busy: u64) {
+        if let Some(marked) = &mut self.marked {
+            marked
+                .steps
+                .push((now.0.saturating_sub(marked.core_at()), busy));
+        }
+    }
+
+    /// The slice boundary `now` is over and nothing else happened at it:
+    /// the period to repeat, if one is found.
+    fn boundary(
+        &mut self,
+        core: &Core,
+        sim: &SimActuator,
+        now: Tick,
+        arrival: Option<Tick>,
+        decisions: u64,
+    ) -> Option<Repeat> {
+        if self.done {
+            return None;
+        }
+        if !core.rotation_state(&mut self.state) {
+            self.reset();
+            return None;
+        }
+        if let Some(marked) = self.marked.take() {
+            let end = marked.core_at().saturating_add(marked.length);
+            let mut marked = marked;
+            marked.boundaries += 1;
+            if now.0 < end {
+                self.marked = Some(marked);
+                return None;
+            }
+            self.done = true;
+            if now.0 > end || self.state != marked.state {
+                return None;
+            }
+            let before_arrival = arrival.map_or(u64::MAX, |at| {
+                at.0.saturating_sub(now.0).saturating_sub(1) / marked.length
+            });
+            let periods = core
+                .rotation_repeats(&marked.core, now)
+                .min(sim.repeats(&marked.sim, now))
+                .min(before_arrival);
+            if periods == 0 {
+                return None;
+            }
+            marked.decisions = decisions.saturating_sub(marked.decisions);
+            return Some(Repeat { marked, periods });
+        }
+        if let Some(&earlier) = self.seen.get(&self.state) {
+            let core_mark = core.mark_rotation(now);
+            let sim_mark = sim.mark(now, core_mark.jobs());
+            self.marked = Some(Marked {
+                length: now.0.saturating_sub(earlier.0),
+                state: self.state.clone(),
+                core: core_mark,
+                sim: sim_mark,
+                decisions,
+                boundaries: 0,
+                steps: Vec::new(),
+            });
+            self.seen.clear();
+        } else if self.seen.len() < CYCLE_LOOK {
+            self.seen.insert(self.state.clone(), now);
+        } else {
+            self.done = true;
+        }
+        None
+    }
+}
+
+impl Marked {
+    fn core_at(&self) -> u64 {
+        self.core.at().0
+    }
+}
+
+impl Repeat {
+    /// Moves the core, the processes and the figures on by the periods
+    /// from the boundary `now`, which ends the marked period; returns the
+    /// boundary they end at.
+    fn repeat(
+        self,
+        core: &mut Core,
+        sim: &mut SimActuator,
+        outcome: &mut Outcome,
+        now: Tick,
+        resolution: f64,
+        waiting: u64,
+    ) -> Tick {
+        let Repeat { marked, periods } = self;
+        core.repeat_rotation(&marked.core, now, periods);
+        sim.repeat(&marked.sim, now, periods);
+        outcome.decisions = outcome
+            .decisions
+            .saturating_add(marked.decisions.saturating_mul(periods));
+        outcome.repeated = outcome
+            .repeated
+            .saturating_add(marked.boundaries.saturating_mul(periods));
+        // The timeline's points as the steps of the repeated periods would
+        // have added them: the first step at least `resolution` after the
+        // last point, again and again.
+        let steps = &marked.steps;
+        let total = (steps.len() as u64).saturating_mul(periods);
+        let at = |idx: u64| {
+            let (offset, busy) = steps[(idx % steps.len() as u64) as usize];
+            let period = idx / steps.len() as u64;
+            (Tick(now.0 + period * marked.length + offset), busy)
+        };
+        let mut idx = 0;
+        while idx < total {
+            let Some(last) = outcome.timeline.last().map(|point| point.time) else {
+                break;
+            };
+            // Steps of periods that end a millisecond before the next
+            // point is due cannot add it.
+            let due = ((last + resolution) * MICROS - 1000.0).max(0.0) as u64;
+            let before = due.saturating_sub(now.0) / marked.length;
+            idx = idx.max(before.saturating_sub(1).saturating_mul(steps.len() as u64));
+            while idx < total {
+                let (instant, busy) = at(idx);
+                idx += 1;
+                let time = seconds(instant);
+                if time - last >= resolution {
+                    outcome.timeline.push(Point {
+                        time,
+                        busy,
+                        waiting,
+                    });
+                    break;
+                }
+            }
+        }
+        Tick(now.0 + marked.length * periods)
+    }
 }
 
 fn sim_ranks_of(

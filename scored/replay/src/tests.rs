@@ -26,6 +26,28 @@ fn replay(text: &str, n_hosts: u32, rc: &str) -> Outcome {
     run(&trace, &setup, &mut |_, _| {}).expect("replay")
 }
 
+/// The replay as [`run`] makes it and stepped through every slice
+/// boundary, each without its count of boundaries passed over, and the
+/// count of the first.
+fn repeated_and_stepped(text: &str, n_hosts: u32, rc: &str) -> (Outcome, Outcome, u64) {
+    let (trace, errors) = swf::parse(text.lines());
+    assert!(errors.is_empty(), "{errors:?}");
+    let mut setup = Setup::new(uniform_machine(n_hosts, 1 << 30));
+    setup.rc = Some(("test.rc".into(), rc.into()));
+    let repeated = run(&trace, &setup, &mut |_, _| {}).expect("replay");
+    let stepped = super::replay(&trace, &setup, &mut |_, _| {}, false).expect("replay");
+    assert_eq!(stepped.repeated, 0);
+    let count = repeated.repeated;
+    (
+        Outcome {
+            repeated: 0,
+            ..repeated
+        },
+        stepped,
+        count,
+    )
+}
+
 /// (number, start, end) of every job, in trace order.
 fn starts(outcome: &Outcome) -> Vec<(i64, f64, f64)> {
     let mut rows: Vec<(i64, f64, f64)> = outcome
@@ -192,6 +214,35 @@ fn the_switch_cost_delays_the_entering_job() {
     assert!(rows[1].2 > 21.5 && rows[1].2 < 22.5, "{rows:?}");
 }
 
+/// Repeating whole periods of the gang rotation between events changes
+/// nothing a replay reports (every job's start and end, the switches, the
+/// decisions, the timeline), with and without a multiprogramming level and
+/// with `-time` limits met exactly; and it does pass over most of the
+/// slice boundaries.
+#[test]
+fn repeating_rotation_periods_changes_no_figure() {
+    for (seed, rc) in [
+        (1, "queue 1 set mode=gang\n"),
+        (2, "queue 1 set mode=gang mpl=3\n"),
+        (3, "timeslice 2s\n"),
+    ] {
+        let model = generate::Model {
+            jobs: 300,
+            procs: 32,
+            load: 0.95,
+            seed,
+        };
+        let text = generate::to_swf(&model, &generate::generate(&model));
+        let (repeated, stepped, count) = repeated_and_stepped(&text, 32, rc);
+        assert_eq!(repeated, stepped, "seed {seed}, {rc:?}");
+        assert!(
+            repeated.switches > 0 && count > repeated.switches / 2,
+            "seed {seed}: {} switches, {count} boundaries repeated",
+            repeated.switches,
+        );
+    }
+}
+
 #[test]
 fn jobs_that_cannot_be_replayed_are_skipped_with_the_reason() {
     let trace = "\
@@ -354,5 +405,17 @@ proptest! {
         }
         let report = report(&outcome);
         prop_assert!(report.all.utilisation <= 1.0 + 1e-9);
+    }
+
+    /// Gang replays give the same outcome whether whole rotation periods
+    /// are repeated at once or every slice is stepped through.
+    #[test]
+    fn repeated_rotation_periods_are_the_stepped_ones(
+        jobs in proptest::collection::vec((0u32..50, 0u32..100, 1u32..=4, 0u32..3), 1..20),
+        policy in 0usize..3,
+    ) {
+        let rc = ["queue 1 set mode=gang\n", "timeslice 1s\n", "queue 1 set mode=gang mpl=3\n"][policy];
+        let (repeated, stepped, _) = repeated_and_stepped(&random_trace(&jobs), 4, rc);
+        prop_assert_eq!(repeated, stepped);
     }
 }
