@@ -887,9 +887,8 @@ fn reserve(
 /// starts waiting jobs: which jobs are resident on each host (every job
 /// with hosts, of any queue), and when each host is predicted to be idle.
 ///
-/// A resident job's end is predicted from the estimates: its own remaining
-/// time plus the remaining time of every job that shares one of its hosts,
-/// since in each slice the job does not run, one of those runs instead.
+/// A resident job's end is predicted from the estimates
+/// ([`Matrix::predicted_end`]).
 #[derive(Debug, Default, Clone)]
 struct Matrix {
     /// Per host, its residents: `first[h]..first[h + 1]` in `residents`.
@@ -970,7 +969,7 @@ impl Matrix {
     /// needs it, so it is made only then: on a machine of tens of thousands
     /// of hosts, most decisions start a job on idle hosts and predict
     /// nothing.
-    fn predict(&mut self, view: &impl JobView, now: u64, n_hosts: usize) {
+    fn predict(&mut self, view: &impl JobView, now: u64, n_hosts: usize, level: u32) {
         self.idle_at.clear();
         let mut ends = std::mem::take(&mut self.ends);
         ends.clear();
@@ -982,7 +981,7 @@ impl Matrix {
                 let end = match ends.get(&job) {
                     Some(end) => *end,
                     None => {
-                        let end = self.predicted_end(job, view, now);
+                        let end = self.predicted_end(job, view, now, level);
                         ends.insert(job, end);
                         end
                     }
@@ -1043,13 +1042,22 @@ impl Matrix {
         }
     }
 
-    /// When `job`, resident now, is predicted to end: its remaining
-    /// estimate plus those of the jobs sharing its hosts.
-    fn predicted_end(&mut self, job: JobId, view: &impl JobView, now: u64) -> u64 {
+    /// When `job`, resident now, is predicted to end: the earlier of two
+    /// bounds. In every slice it runs or a job sharing one of its hosts
+    /// does, so it ends within its remaining estimate plus those of its
+    /// partners. And it runs one slice in `level` at least, from a turn
+    /// that may come a slice later, so it ends within a slice plus its
+    /// remaining estimate rounded up to whole slices, times the level. The
+    /// second keeps a job that shares with a long one predicted by its own
+    /// run: with the first alone, its hosts would look busy until the long
+    /// job ends, and a reservation made then would admit jobs that keep
+    /// the reserved one waiting past the time it was promised.
+    fn predicted_end(&mut self, job: JobId, view: &impl JobView, now: u64, level: u32) -> u64 {
         let Some(end) = view.expected_end(job) else {
             return u64::MAX;
         };
-        let mut total = end.max(now);
+        let end = end.max(now);
+        let mut total = end;
         self.partners.clear();
         for host in view.hosts(job) {
             let idx = host.idx();
@@ -1062,6 +1070,9 @@ impl Matrix {
                 }
             }
         }
+        if self.partners.is_empty() {
+            return end;
+        }
         self.partners.sort_unstable();
         self.partners.dedup();
         for other in &self.partners {
@@ -1070,7 +1081,14 @@ impl Matrix {
                 None => return u64::MAX,
             }
         }
-        total
+        let slice = view.slice().max(1);
+        let slowed = (end - now)
+            .div_ceil(slice)
+            .saturating_mul(slice)
+            .saturating_mul(u64::from(level))
+            .saturating_add(slice)
+            .saturating_add(now);
+        total.min(slowed)
     }
 }
 
@@ -1397,7 +1415,7 @@ fn start_waiting(
                     // predicted to be idle, counting the jobs that started
                     // before it in this decision.
                     if !predicted {
-                        matrix.predict(view, now, n_hosts);
+                        matrix.predict(view, now, n_hosts, level);
                         predicted = true;
                         for (hosts, runs) in started_here.drain(..) {
                             matrix.occupy(&hosts, runs, now, view);

@@ -672,3 +672,32 @@ fn a_job_sharing_with_two_residents_counts_a_third_of_the_slices() {
     assert_eq!(seen.broken, None);
     assert!(seen.kept > 0);
 }
+
+/// A job that shares with a long one is predicted by its own run, not the
+/// long one's. Job 4 (four hosts) is reserved at 601 s, when job 3 ends;
+/// job 7 (14 s) joins job 1 (1,200 s) on host 0 and takes idle host 1 at
+/// 448 s. Job 3 ends early, at 475 s: job 7, one slice in two, ends by
+/// 477 s, so the reservation comes earlier, and job 8 (173 s) must not
+/// take a host job 4 needs.
+#[test]
+fn a_job_sharing_with_a_long_one_is_predicted_by_its_own_run() {
+    let job = |gap, nodes, estimate, percent| Planned {
+        gap,
+        nodes,
+        estimate: Some(estimate),
+        percent,
+    };
+    let plan = [
+        job(0, 1, 1200, 100),
+        job(0, 1, 1, 100),
+        job(0, 3, 601, 79),
+        job(0, 4, 1, 100),
+        job(0, 1, 1, 100),
+        job(233, 1, 1, 100),
+        job(215, 2, 14, 100),
+        job(0, 1, 173, 100),
+    ];
+    let seen = run_plan(5, 2, 1, &plan);
+    assert_eq!(seen.broken, None);
+    assert!(seen.kept > 0);
+}
