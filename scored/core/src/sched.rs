@@ -1334,10 +1334,6 @@ fn start_waiting(
                 continue;
             }
         }
-        let facts = view.facts(job);
-        if !facts.runnable || !facts.hosts.is_empty() {
-            continue;
-        }
         if n_needed == 0 || n_needed > view.cluster_hosts(cluster).len() || cluster >= n_clusters {
             continue;
         }
@@ -1405,6 +1401,18 @@ fn start_waiting(
         }
         let fits = n_idle >= n_needed || column.is_some() || !partial.is_empty();
         let shares = n_idle < n_needed;
+        // Behind the first job that could not start, one that fits nowhere
+        // is passed over before its record is read: the hosts it was
+        // measured against (and the columns and narrowest hosts found on
+        // the way, which depend on the hosts alone) are the same whether
+        // or not it could run.
+        if reserving.is_some() && !fits {
+            continue;
+        }
+        let facts = view.facts(job);
+        if !facts.runnable || !facts.hosts.is_empty() {
+            continue;
+        }
         let start = match reserving {
             Some((reserved_cluster, reserved_needed)) => {
                 if !fits {

@@ -299,8 +299,8 @@ impl SimActuator {
             };
             let left = procs.left_at(now);
             let per_period = left_at_mark.saturating_sub(left);
-            if per_period > 0 {
-                most = most.min(left.saturating_sub(1) / per_period);
+            if let Some(periods) = left.saturating_sub(1).checked_div(per_period) {
+                most = most.min(periods);
             }
         }
         most
