@@ -142,16 +142,15 @@ impl Core {
             }
         }
         if std::mem::take(&mut self.ran_refill) {
-            // Every running job is a chosen one: phase one stopped the others.
+            // The jobs chosen at the slice boundary take their turn in the
+            // slice, whether they run at once or once the stops they wait
+            // for are confirmed. A job that enters later in the slice (in
+            // what a job that ended left of it, or on hosts free when it
+            // starts) keeps its place in the rotation: a remnant is not a
+            // turn, so every job of a column of `level` runs a whole slice
+            // in `level`.
             for job in &self.active {
-                if self
-                    .logged
-                    .jobs
-                    .get(job)
-                    .is_some_and(|record| record.phase() == Phase::Running)
-                {
-                    self.ran.insert(*job);
-                }
+                self.ran.insert(*job);
             }
             debug_assert!(
                 self.logged
@@ -266,7 +265,14 @@ impl Core {
             .estimate
             .map(|estimate| now.after(estimate.saturating_sub(record.run_time)));
         let first_time = record.run(now, time_deadline);
-        self.ran.insert(job);
+        // Entering at the slice's start is a turn (and so is entering once
+        // the stops of a switch at the boundary are confirmed: those jobs
+        // are counted with the chosen ones); a job entering later, in the
+        // remnant of a slice, keeps its place in the rotation.
+        let slice = self.logged.config.timeslice.as_micros() as u64;
+        if now.0 <= self.next_slice.0.saturating_sub(slice) {
+            self.ran.insert(job);
+        }
         if let Some(deadline) = time_deadline {
             self.logged.time_deadlines.insert((deadline, job));
         }
