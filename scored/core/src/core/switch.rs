@@ -149,8 +149,18 @@ impl Core {
             // starts) keeps its place in the rotation: a remnant is not a
             // turn, so every job of a column of `level` runs a whole slice
             // in `level`.
+            self.turn_pending.clear();
             for job in &self.active {
-                self.ran.insert(*job);
+                let running = self
+                    .logged
+                    .jobs
+                    .get(job)
+                    .is_some_and(|record| record.phase() == Phase::Running);
+                if running {
+                    self.ran.insert(*job);
+                } else {
+                    self.turn_pending.insert(*job);
+                }
             }
             debug_assert!(
                 self.logged
@@ -265,12 +275,13 @@ impl Core {
             .estimate
             .map(|estimate| now.after(estimate.saturating_sub(record.run_time)));
         let first_time = record.run(now, time_deadline);
-        // Entering at the slice's start is a turn (and so is entering once
-        // the stops of a switch at the boundary are confirmed: those jobs
-        // are counted with the chosen ones); a job entering later, in the
-        // remnant of a slice, keeps its place in the rotation.
+        // Entering at the slice's start is a turn, and so is entering once
+        // the stops of the boundary's switch are confirmed; a job entering
+        // later, in the remnant of a slice, keeps its place in the rotation.
         let slice = self.logged.config.timeslice.as_micros() as u64;
-        if now.0 <= self.next_slice.0.saturating_sub(slice) {
+        let at_start = now.0 <= self.next_slice.0.saturating_sub(slice);
+        let chosen_at_start = self.turn_pending.remove(&job);
+        if at_start || chosen_at_start {
             self.ran.insert(job);
         }
         if let Some(deadline) = time_deadline {
