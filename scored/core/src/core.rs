@@ -126,6 +126,10 @@ pub struct Core {
     /// Jobs chosen at the current slice's boundary that wait for stops to
     /// be confirmed before they enter: entering, they take their turn.
     turn_pending: JobBits,
+    /// Jobs that entered in the remnant of a slice since the last
+    /// boundary: the next boundary counts them as running, so a replay
+    /// does not skip it ([`Core::next_decision`]).
+    remnant_entries: usize,
     next_job: u64,
     slice_anchor: Tick,
     next_slice: Tick,
@@ -236,6 +240,7 @@ impl Core {
             n_usage_limited: 0,
             ran: JobBits::default(),
             turn_pending: JobBits::default(),
+            remnant_entries: 0,
             rotation: Rotation::default(),
             next_job: 1,
             slice_anchor: Tick::default(),

@@ -150,6 +150,7 @@ impl Core {
             // turn, so every job of a column of `level` runs a whole slice
             // in `level`.
             self.turn_pending.clear();
+            self.remnant_entries = 0;
             for job in &self.active {
                 let running = self
                     .logged
@@ -266,6 +267,12 @@ impl Core {
     /// Continues a stopped job or creates the processes of an idle one.
     pub(super) fn enter(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
         self.bound_waiting.remove(&job);
+        let gang = self
+            .logged
+            .jobs
+            .get(&job)
+            .and_then(|record| self.logged.queues.get(record.queue as usize))
+            .is_some_and(|queue| queue.mode == QueueMode::Gang);
         let record = self.logged.jobs.get_mut(&job).expect("chosen jobs exist");
         let phase = record.phase();
         if phase == Phase::Stopping {
@@ -278,11 +285,13 @@ impl Core {
         // Entering at the slice's start is a turn, and so is entering once
         // the stops of the boundary's switch are confirmed; a job entering
         // later, in the remnant of a slice, keeps its place in the rotation.
-        let slice = self.logged.config.timeslice.as_micros() as u64;
-        let at_start = now.0 <= self.next_slice.0.saturating_sub(slice);
+        let slice = self.logged.config.timeslice.as_micros().max(1) as u64;
+        let at_start = now.0.saturating_sub(self.slice_anchor.0) % slice == 0;
         let chosen_at_start = self.turn_pending.remove(&job);
         if at_start || chosen_at_start {
             self.ran.insert(job);
+        } else if gang {
+            self.remnant_entries += 1;
         }
         if let Some(deadline) = time_deadline {
             self.logged.time_deadlines.insert((deadline, job));

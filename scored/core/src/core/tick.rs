@@ -67,7 +67,9 @@ impl Core {
                         })
                     })
             });
-        if rotation_matters {
+        // A job that entered in the remnant of a slice is counted at the
+        // next boundary, which changes the rotation order.
+        if rotation_matters || self.remnant_entries > 0 {
             return Tick::earliest(timers, Some(self.next_slice));
         }
         // The earliest time a sample could show a CPU time or residency
