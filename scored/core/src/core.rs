@@ -111,16 +111,25 @@ pub struct Core {
     /// When usage was last asked for (each slice boundary with live jobs).
     sampled_at: Tick,
     /// `ran` was emptied by a slice boundary: the next decision refills it
-    /// with every running job (later ones add only the jobs that enter).
+    /// with every running job (later ones add the chosen jobs that enter
+    /// once the boundary's stops are confirmed).
     ran_refill: bool,
     /// Unfinished jobs with a CPU time limit.
     n_cputime_limited: usize,
     /// Unfinished jobs with a CPU time, memory or disk limit (whose usage
     /// samples can change a decision).
     n_usage_limited: usize,
-    /// Jobs that ran during the current slice: the gang rotation at the
-    /// slice boundary moves them to the back of their queues, in id order.
+    /// Jobs that took their turn in the current slice: the gang rotation
+    /// at the slice boundary moves them to the back of their queues, in id
+    /// order.
     ran: JobBits,
+    /// Jobs chosen at the current slice's boundary that wait for stops to
+    /// be confirmed before they enter: entering, they take their turn.
+    turn_pending: JobBits,
+    /// Jobs that entered in the remnant of a slice since the last
+    /// boundary: the next boundary counts them as running, so a replay
+    /// does not skip it ([`Core::next_decision`]).
+    remnant_entries: usize,
     next_job: u64,
     slice_anchor: Tick,
     next_slice: Tick,
@@ -230,6 +239,8 @@ impl Core {
             n_cputime_limited: 0,
             n_usage_limited: 0,
             ran: JobBits::default(),
+            turn_pending: JobBits::default(),
+            remnant_entries: 0,
             rotation: Rotation::default(),
             next_job: 1,
             slice_anchor: Tick::default(),

@@ -1045,8 +1045,8 @@ impl Matrix {
     /// When `job`, resident now, is predicted to end: the earlier of two
     /// bounds. In every slice it runs or a job sharing one of its hosts
     /// does, so it ends within its remaining estimate plus those of its
-    /// partners. And it runs one slice in `level` at least, from a turn
-    /// that may come a slice later, so it ends within a slice plus its
+    /// partners. And it runs one whole slice in `level` at least, after
+    /// what is left of the current one, so it ends within a slice plus its
     /// remaining estimate rounded up to whole slices, times the level. The
     /// second keeps a job that shares with a long one predicted by its own
     /// run: with the first alone, its hosts would look busy until the long
@@ -1128,7 +1128,8 @@ struct Reserved {
 /// them, so that in every slice all of their hosts are busy and no
 /// processor is wasted), and a short one the open hosts whose residents
 /// are narrowest, with the idle hosts (what its slices leave idle lasts at
-/// most its estimate rounded up to whole slices times the level). A longer job never
+/// most a slice plus its estimate rounded up to whole slices times the
+/// level). A longer job never
 /// time-shares: it would stretch itself and its partners by more than it
 /// could wait. A job without an estimate is interactive: while no
 /// reservation is made it starts where the level lets it, as in a queue
@@ -1136,9 +1137,10 @@ struct Reserved {
 /// narrowest open hosts); behind a reservation it only takes idle hosts the
 /// reservation spares.
 ///
-/// Behind the reservation a job must end by it (if it time-shares, its
-/// estimate rounded up to whole slices times the level: it may run one
-/// slice in `level`, from a first turn a slice later) or take idle hosts the reservation can spare; the
+/// Behind the reservation a job must end by it (if it time-shares, a
+/// slice plus its estimate rounded up to whole slices times the level: it
+/// runs one whole slice in `level`, after what is left of the current
+/// one) or take idle hosts the reservation can spare; the
 /// partners a brief job slows may delay the reserved job by its estimate
 /// at most.
 ///
@@ -1281,10 +1283,10 @@ fn start_waiting(
     let is_brief = |estimate: Option<u64>| estimate.is_some_and(|run| run <= BRIEF_JOB);
     // A job without an estimate may share as a short one may.
     let may_share = |estimate: Option<u64>| estimate.is_none() || is_brief(estimate);
-    // A job that shares runs one slice in `level` at least (its hosts hold
-    // fewer than `level` other jobs), from its first turn, which may come a
-    // slice later: it ends within its estimate rounded up to whole slices,
-    // times the level.
+    // A job that shares runs one whole slice in `level` at least (its hosts
+    // hold fewer than `level` other jobs), after what is left of the
+    // current slice: it ends within a slice plus its estimate rounded up
+    // to whole slices, times the level.
     let runs = |estimate: Option<u64>, shares: bool| {
         estimate.map(|estimate| {
             if shares {
@@ -1293,6 +1295,7 @@ fn start_waiting(
                     .div_ceil(slice)
                     .saturating_mul(slice)
                     .saturating_mul(u64::from(level))
+                    .saturating_add(slice)
             } else {
                 estimate
             }
@@ -2294,11 +2297,12 @@ mod tests {
     fn jobs_started_in_a_decision_count_in_its_reservation() {
         // Job 2 starts on the idle hosts 2-3 until 1000 µs; job 3 (4 hosts)
         // is then reserved at 1000, not at 100 when job 1 ends. Job 4
-        // (short, 1 host) shares host 0 and, doubled, ends by 1000.
+        // (short, 1 host) shares host 0 and, doubled, after a slice of
+        // 1 µs, ends by 1000.
         let (_, bound) = leveled(
             4,
             &[(1, &[0, 1], 100)],
-            &[(2, 2, Some(1000)), (3, 4, Some(10)), (4, 1, Some(500))],
+            &[(2, 2, Some(1000)), (3, 4, Some(10)), (4, 1, Some(499))],
         );
         assert_eq!(bound, vec![(2, vec![2, 3]), (4, vec![0])]);
     }

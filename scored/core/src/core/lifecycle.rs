@@ -265,6 +265,7 @@ impl Core {
             self.n_usage_limited = self.n_usage_limited.saturating_sub(1);
         }
         self.ran.remove(&job);
+        self.turn_pending.remove(&job);
         if self.logged.live.remove(&job) {
             let mask = self.scratch.mask_of(job);
             set_busy(&mut self.busy, mask, &record.hosts, false);

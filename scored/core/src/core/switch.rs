@@ -142,15 +142,25 @@ impl Core {
             }
         }
         if std::mem::take(&mut self.ran_refill) {
-            // Every running job is a chosen one: phase one stopped the others.
+            // The jobs chosen at the slice boundary take their turn in the
+            // slice, whether they run at once or once the stops they wait
+            // for are confirmed. A job that enters later in the slice (in
+            // what a job that ended left of it, or on hosts free when it
+            // starts) keeps its place in the rotation: a remnant is not a
+            // turn, so every job of a column of `level` runs a whole slice
+            // in `level`.
+            self.turn_pending.clear();
+            self.remnant_entries = 0;
             for job in &self.active {
-                if self
+                let running = self
                     .logged
                     .jobs
                     .get(job)
-                    .is_some_and(|record| record.phase() == Phase::Running)
-                {
+                    .is_some_and(|record| record.phase() == Phase::Running);
+                if running {
                     self.ran.insert(*job);
+                } else {
+                    self.turn_pending.insert(*job);
                 }
             }
             debug_assert!(
@@ -257,6 +267,12 @@ impl Core {
     /// Continues a stopped job or creates the processes of an idle one.
     pub(super) fn enter(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
         self.bound_waiting.remove(&job);
+        let gang = self
+            .logged
+            .jobs
+            .get(&job)
+            .and_then(|record| self.logged.queues.get(record.queue as usize))
+            .is_some_and(|queue| queue.mode == QueueMode::Gang);
         let record = self.logged.jobs.get_mut(&job).expect("chosen jobs exist");
         let phase = record.phase();
         if phase == Phase::Stopping {
@@ -266,7 +282,17 @@ impl Core {
             .estimate
             .map(|estimate| now.after(estimate.saturating_sub(record.run_time)));
         let first_time = record.run(now, time_deadline);
-        self.ran.insert(job);
+        // Entering at the slice's start is a turn, and so is entering once
+        // the stops of the boundary's switch are confirmed; a job entering
+        // later, in the remnant of a slice, keeps its place in the rotation.
+        let slice = self.logged.config.timeslice.as_micros().max(1) as u64;
+        let at_start = now.0.saturating_sub(self.slice_anchor.0) % slice == 0;
+        let chosen_at_start = self.turn_pending.remove(&job);
+        if at_start || chosen_at_start {
+            self.ran.insert(job);
+        } else if gang {
+            self.remnant_entries += 1;
+        }
         if let Some(deadline) = time_deadline {
             self.logged.time_deadlines.insert((deadline, job));
         }

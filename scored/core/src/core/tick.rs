@@ -40,7 +40,9 @@ impl Core {
     /// The next time at which a `Tick` could change what runs, which can be
     /// much later than [`Core::next_deadline`]: a slice boundary matters
     /// only while a gang queue has a runnable job that is not running (the
-    /// rotation then changes the active set), or when a limit on CPU time
+    /// rotation then changes the active set), after a job entered in the
+    /// remnant of a slice (counting its turn changes the rotation order),
+    /// or when a limit on CPU time
     /// or residency could be crossed by then, assuming a job's CPU time
     /// grows by at most one second per process per second of running and
     /// its memory and disk use stay as last sampled. The daemon ticks at
@@ -67,7 +69,9 @@ impl Core {
                         })
                     })
             });
-        if rotation_matters {
+        // A job that entered in the remnant of a slice is counted at the
+        // next boundary, which changes the rotation order.
+        if rotation_matters || self.remnant_entries > 0 {
             return Tick::earliest(timers, Some(self.next_slice));
         }
         // The earliest time a sample could show a CPU time or residency

@@ -18,6 +18,29 @@ fn two_full_width_gang_jobs_alternate_each_slice() {
 }
 
 #[test]
+fn a_job_entering_in_the_remnant_of_a_slice_keeps_its_turn() {
+    // Three jobs on one host take turns. Job 2 ends halfway through its
+    // slice and job 3 runs the rest of it: that remnant is not its turn,
+    // so it runs the next whole slice too, before job 1's turn comes.
+    let mut sim = Sim::new(1, 100);
+    for _ in 0..3 {
+        sim.submit(1, Some(1));
+    }
+    assert_eq!(sim.running(), vec![1]);
+    sim.advance(100);
+    assert_eq!(sim.running(), vec![2]);
+    sim.advance(50);
+    sim.exit(2, 0);
+    assert_eq!(sim.running(), vec![3]);
+    sim.advance(50);
+    assert_eq!(sim.running(), vec![3]);
+    sim.advance(100);
+    assert_eq!(sim.running(), vec![1]);
+    sim.advance(100);
+    assert_eq!(sim.running(), vec![3]);
+}
+
+#[test]
 fn many_jobs_that_ran_all_move_to_the_back() {
     // 20 hosts, 40 one-host jobs: the two halves alternate.
     let mut sim = Sim::new(20, 100);
