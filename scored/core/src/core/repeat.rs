@@ -53,9 +53,11 @@ fn micros(duration: std::time::Duration) -> u64 {
 impl Core {
     /// At a slice boundary: writes to `out` all that the next slices'
     /// decisions depend on while only slice boundaries come (each gang
-    /// queue's rotating order and the running jobs), and returns true;
+    /// queue's rotating order, the jobs that took their turn in the slice
+    /// and the running jobs), and returns true;
     /// returns false when something else could change them (a kill, a
-    /// limit or residency, a stop not yet confirmed, hosts chosen for a
+    /// limit or residency, a stop not yet confirmed, a job that entered
+    /// without its turn or waits for one, hosts chosen for a
     /// job that waits, waiting jobs not yet considered, an exclusive queue
     /// with jobs, a journal to write).
     pub fn rotation_state(&self, out: &mut Vec<u64>) -> bool {
@@ -65,6 +67,8 @@ impl Core {
             || self.state_dir_problem.is_some()
             || self.logged.config.sample_every_slice
             || self.n_stopping != 0
+            || !self.turn_pending.is_empty()
+            || self.remnant_entries != 0
             || self.switches.open.is_some()
             || !self.waiting_current
             || !self.bound_waiting.is_empty()
@@ -86,6 +90,10 @@ impl Core {
             out.extend([u64::from(queue.number), queue.len() as u64, rotating as u64]);
             out.extend(queue.order().take(rotating).map(|job| job.0));
         }
+        // The jobs that took their turn in the slice, which its end moves
+        // to the back, and the running ones.
+        out.push(u64::MAX);
+        out.extend(self.ran.iter().map(|job| job.0));
         out.push(u64::MAX);
         for job in &self.logged.live {
             match self.logged.jobs.get(&job) {
