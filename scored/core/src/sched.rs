@@ -993,7 +993,7 @@ impl Matrix {
         self.ends = ends;
     }
 
-    /// Counts a job that starts now on `hosts` with `estimate` in the
+    /// Counts a job that starts now on `hosts` (sorted) with `estimate` in the
     /// predictions: an idle host is busy until it ends; on a shared one
     /// every resident is slowed by its run, on all of its hosts (without an
     /// estimate, they have no prediction).
@@ -1010,9 +1010,12 @@ impl Matrix {
         }
         partners.sort_unstable();
         partners.dedup();
+        // `hosts` is sorted: a partner's host is looked up in it by halves,
+        // as jobs of thousands of hosts share with partners as wide.
+        debug_assert!(hosts.is_sorted(), "the hosts a job occupies are sorted");
         for partner in &partners {
             for host in view.hosts(*partner) {
-                if hosts.contains(host) {
+                if hosts.binary_search(host).is_ok() {
                     continue;
                 }
                 if let Some(idle) = self.idle_at.get_mut(host.idx()) {
