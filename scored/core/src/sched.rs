@@ -282,21 +282,9 @@ impl Masks {
 
     /// [`Masks::turned_away`] for masks of more than 8 words.
     fn turned_away_wide(&self, jobs: &[JobId], taken: &[u64]) -> usize {
-        let words = self.words;
-        let Some(taken) = taken.get(..words) else {
-            return 0;
-        };
-        let slot_mask = self.slots - 1;
-        for (idx, job) in jobs.iter().enumerate() {
-            let base = ((job.0 as usize) & slot_mask) * (1 + words);
-            let Some(entry) = self.table.get(base..base + 1 + words) else {
-                return idx;
-            };
-            if entry[0] != job.0.wrapping_add(1) || !overlaps(&entry[1..], taken) {
-                return idx;
-            }
-        }
-        jobs.len()
+        jobs.iter()
+            .position(|job| !self.get(*job).is_some_and(|mask| overlaps(mask, taken)))
+            .unwrap_or(jobs.len())
     }
 
     fn turned_away_w<const W: usize>(&self, jobs: &[JobId], taken: &[u64]) -> usize {
