@@ -16,6 +16,10 @@ use crate::ids::{HostId, JobId};
 use crate::jobset::{JobMap, JobSet};
 use crate::queue::Queue;
 
+mod waiting;
+
+use waiting::{Behind, WaitInfo, Waiting};
+
 /// A job as the decision sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct JobFacts<'a> {
@@ -96,11 +100,9 @@ pub struct Scratch {
     /// Per queue (by index), its waiting jobs as the last decision that
     /// considered them saw them (see [`Waiting`]).
     waiting: Vec<Waiting>,
-    /// Positions in a [`Waiting`] of the jobs behind a reservation that
-    /// could start, in the order they are tried (empty between decisions).
-    behind: Vec<usize>,
-    /// The short ones among them with their estimates, while they are sorted.
-    shorts: Vec<(u64, usize)>,
+    /// The jobs behind a gang queue's reservation, in the order they are
+    /// tried (see [`Behind`]).
+    behind: Behind,
 }
 
 impl Scratch {
@@ -332,127 +334,6 @@ impl Scratch {
     pub fn forget(&mut self, job: JobId) {
         self.masks.forget(job);
     }
-}
-
-/// What a decision asks of a waiting job: fixed for the job's life.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct WaitInfo {
-    /// Its cluster (index) and how many hosts it needs ([`JobView::need`]).
-    cluster: usize,
-    n_needed: usize,
-    /// Its estimate ([`JobView::estimate`]).
-    estimate: Option<u64>,
-}
-
-/// The waiting jobs of a gang queue with a level (or of an exclusive
-/// queue, behind its reservation), in submission order, each with its
-/// [`WaitInfo`], so that a decision over thousands of them reads no job's
-/// record but those that could start.
-///
-/// A cache: [`Waiting::sync`] makes it the queue's waiting jobs whatever
-/// changed, reading the records only of jobs it has not seen. A copy (the
-/// panic checkpoint) starts empty rather than copying it at every event.
-#[derive(Debug, Default)]
-struct Waiting {
-    jobs: Vec<JobId>,
-    info: Vec<WaitInfo>,
-}
-
-impl Clone for Waiting {
-    fn clone(&self) -> Waiting {
-        Waiting::default()
-    }
-}
-
-impl Waiting {
-    /// Makes `jobs` the waiting jobs of `queue`, in order. Between two
-    /// decisions jobs leave (they start or end) and arrive at the back:
-    /// kept jobs keep their information, from the first job not found
-    /// further on, the rest is read afresh (whatever the change, the result
-    /// is the queue's waiting jobs).
-    fn sync(&mut self, queue: &Queue, view: &impl JobView) {
-        let (front, back) = queue.slices();
-        let started = queue.n_started();
-        let (first, second) = match front.get(started..) {
-            Some(front) => (front, back),
-            None => (back.get(started - front.len()..).unwrap_or(&[]), &[][..]),
-        };
-        let n_old = self.jobs.len();
-        if n_old == first.len() + second.len()
-            && self.jobs[..first.len()] == *first
-            && self.jobs[first.len()..] == *second
-        {
-            return;
-        }
-        // Kept jobs come in runs (only the jobs that left break them): each
-        // run is found by comparing ids and moved in one copy.
-        let (mut read, mut write, mut pos) = (0, 0, 0);
-        let n_new = first.len() + second.len();
-        while pos < n_new {
-            let new = match first.get(pos..) {
-                Some(rest) if !rest.is_empty() => rest,
-                _ => &second[pos - first.len()..],
-            };
-            let run = common_prefix(new, &self.jobs[read..n_old]);
-            if run > 0 {
-                if write != read {
-                    self.jobs.copy_within(read..read + run, write);
-                    self.info.copy_within(read..read + run, write);
-                }
-                (read, write, pos) = (read + run, write + run, pos + run);
-                continue;
-            }
-            match self.jobs[read..n_old].iter().position(|old| *old == new[0]) {
-                Some(skip) => read += skip,
-                None => break,
-            }
-        }
-        self.jobs.truncate(write);
-        self.info.truncate(write);
-        for &job in first.iter().chain(second).skip(pos) {
-            let (cluster, n_needed) = view.need(job);
-            self.jobs.push(job);
-            self.info.push(WaitInfo {
-                cluster,
-                n_needed,
-                estimate: view.estimate(job),
-            });
-        }
-    }
-
-    /// Panics unless `jobs` are the waiting jobs of `queue` with their
-    /// information (a check of debug builds).
-    fn check(&self, queue: &Queue, view: &impl JobView) {
-        let fresh: Vec<JobId> = queue.order().skip(queue.n_started()).collect();
-        assert_eq!(self.jobs, fresh, "the waiting jobs are not the queue's");
-        for (job, info) in self.jobs.iter().zip(&self.info) {
-            let (cluster, n_needed) = view.need(*job);
-            assert_eq!(
-                *info,
-                WaitInfo {
-                    cluster,
-                    n_needed,
-                    estimate: view.estimate(*job),
-                },
-                "the waiting information of job {job} is stale"
-            );
-        }
-    }
-}
-
-/// How many ids `a` and `b` share from their first.
-fn common_prefix(a: &[JobId], b: &[JobId]) -> usize {
-    let n = a.len().min(b.len());
-    // Blocks of ids first: comparing a block costs little more than one id.
-    let mut at = 0;
-    while at + 16 <= n && a[at..at + 16] == b[at..at + 16] {
-        at += 16;
-    }
-    at + a[at..n]
-        .iter()
-        .zip(&b[at..n])
-        .take_while(|(a, b)| a == b)
-        .count()
 }
 
 /// The reservation of an exclusive queue's first waiting job (EASY).
@@ -1254,7 +1135,6 @@ fn start_waiting(
         waiting.check(queue, view);
     }
     let mut behind = std::mem::take(&mut scratch.behind);
-    behind.clear();
     let mut taken_total = 0;
     let mut reserved: Option<Reserved> = None;
     // The first waiting job that cannot start on idle hosts (its cluster
@@ -1268,7 +1148,6 @@ fn start_waiting(
     let mut partial: Vec<HostId> = Vec::new();
     let mut no_partial: Vec<usize> = vec![usize::MAX; n_clusters];
     let mut next = 0;
-    let mut next_behind = 0;
     let mut started_here: Vec<(Vec<HostId>, Option<u64>)> = Vec::new();
     let is_short = |estimate: Option<u64>| estimate.is_some_and(|run| run <= SHORT_JOB);
     let is_brief = |estimate: Option<u64>| estimate.is_some_and(|run| run <= BRIEF_JOB);
@@ -1296,25 +1175,41 @@ fn start_waiting(
     loop {
         // In submission order until the reservation, then the jobs behind
         // it that could start at all.
-        let at = if reserving.is_none() {
+        let (job, info) = if reserving.is_none() {
             if next == waiting.jobs.len() {
                 break;
             }
             next += 1;
-            next - 1
+            (waiting.jobs[next - 1], waiting.info[next - 1])
         } else {
-            let Some(at) = behind.get(next_behind) else {
+            // Long jobs that cannot start are passed over unseen: one
+            // needs idle hosts, and ends by the reservation or takes only
+            // hosts it spares (with one cluster; with more, by size alone).
+            let (max_n, max_n_any, max_estimate) = match idle.as_slice() {
+                [idle] => (
+                    idle.len(),
+                    reserved.map_or(usize::MAX, |held| held.extra),
+                    reserved.map_or(u64::MAX, |held| held.at.saturating_sub(now)),
+                ),
+                clusters => (
+                    clusters.iter().map(Vec::len).max().unwrap_or(0),
+                    usize::MAX,
+                    u64::MAX,
+                ),
+            };
+            let Some((job, info)) = behind
+                .next(&waiting, max_n, max_n_any, max_estimate)
+                .and_then(|number| waiting.get(number))
+            else {
                 break;
             };
-            next_behind += 1;
-            *at
+            (job, info)
         };
-        let job = waiting.jobs[at];
         let WaitInfo {
             cluster,
             n_needed,
             estimate,
-        } = waiting.info[at];
+        } = info;
         // Behind the reservation a job starts only if it ends by it
         // (slowed if it must share) or takes idle hosts the reservation
         // spares (see below): once it is predicted, most jobs behind it are
@@ -1483,29 +1378,21 @@ fn start_waiting(
                         .zip(&shared)
                         .map(|(idle, shared)| (idle.len(), idle.len() + shared.len()))
                         .collect();
-                    let mut shorts = std::mem::take(&mut scratch.shorts);
-                    shorts.clear();
-                    for (idx, info) in waiting.info.iter().enumerate().skip(next) {
-                        let Some(&(plain, brief)) = rooms.get(info.cluster) else {
-                            continue;
-                        };
-                        let room = if is_brief(info.estimate) {
-                            brief
-                        } else {
-                            plain
-                        };
-                        if info.n_needed <= room {
-                            match info.estimate {
-                                Some(run) if is_short(info.estimate) => shorts.push((run, idx)),
-                                _ => behind.push(idx),
-                            }
-                        }
-                    }
-                    // By estimate, then in submission order; the others
-                    // stay in submission order behind them.
-                    shorts.sort_unstable();
-                    behind.splice(0..0, shorts.iter().map(|&(_, idx)| idx));
-                    scratch.shorts = shorts;
+                    behind.start(
+                        &waiting,
+                        waiting.number(next - 1),
+                        |info| {
+                            rooms.get(info.cluster).is_some_and(|&(plain, brief)| {
+                                info.n_needed
+                                    <= if is_brief(info.estimate) {
+                                        brief
+                                    } else {
+                                        plain
+                                    }
+                            })
+                        },
+                        |info| is_short(info.estimate),
+                    );
                     false
                 }
             }
@@ -1568,7 +1455,6 @@ fn start_waiting(
         bind.push((job, chosen.clone()));
     }
     scratch.waiting[queue_idx] = waiting;
-    behind.clear();
     scratch.behind = behind;
     scratch.hard = hard;
     scratch.matrix = matrix;
