@@ -111,6 +111,10 @@ pub struct Session {
     winch: bool,
     /// scored takes `Signal` for the job (it said so when the job started).
     signals: bool,
+    /// The reader of scrun's output went away before scored said the job
+    /// started: what the job gets for it waits for `Started`, which says
+    /// whether scored can pass it SIGPIPE.
+    output_gone_early: bool,
     told_waiting: bool,
     /// When to say that the admitted job waits for its hosts.
     queued_notice: Option<Instant>,
@@ -137,6 +141,7 @@ impl Session {
             started: false,
             winch: false,
             signals: false,
+            output_gone_early: false,
             told_waiting: false,
             queued_notice: None,
             passed: None,
@@ -156,6 +161,15 @@ impl Session {
             (Some(hold), Some(notice)) => Some(hold.min(notice)),
             (hold, notice) => hold.or(notice),
         }
+    }
+
+    /// Whether the shell reads the job's output now: not while the end of
+    /// its reader waits for `Started`. The job then waits on its full
+    /// terminal, as it cannot run on past a write to a pipe without a
+    /// reader, instead of running on to an end of its own before the
+    /// SIGPIPE reaches it.
+    pub fn reads_output(&self) -> bool {
+        !self.output_gone_early
     }
 
     /// Handles one event at time `now`.
@@ -218,6 +232,9 @@ impl Session {
                 self.queued_notice = None;
                 self.winch = winch;
                 self.signals = signals;
+                if std::mem::take(&mut self.output_gone_early) {
+                    return self.on_output_gone(now);
+                }
                 Vec::new()
             }
             // A `Held` that comes after the deadline (or unasked) changes
@@ -305,12 +322,20 @@ impl Session {
 
     /// The reader of scrun's output went away: the job gets SIGPIPE, as it
     /// would writing to that pipe itself, and if that ends it, scrun ends
-    /// by SIGPIPE too.
+    /// by SIGPIPE too. scored spawns a job's processes before it tells
+    /// scrun that they started, so their output (and its reader's end) can
+    /// come first: then the SIGPIPE waits for `Started`. A job that never
+    /// starts had no output; its end or withdrawal ends the session as
+    /// ever, and a job whose scrun dies meanwhile is killed by scored.
     fn on_output_gone(&mut self, now: Instant) -> Vec<Action> {
         if self.killing || matches!(self.passed, Some((Signal::SIGPIPE, _))) {
             return Vec::new();
         }
-        if !self.started || !self.signals {
+        if !self.started {
+            self.output_gone_early = true;
+            return Vec::new();
+        }
+        if !self.signals {
             self.killing = true;
             return vec![Action::Send(Request::Kill)];
         }
@@ -413,6 +438,7 @@ pub fn run(
             connection,
             signals,
             session.deadline(),
+            session.reads_output(),
             pty.as_deref_mut(),
             pmi.as_deref_mut(),
         ) {
@@ -520,11 +546,13 @@ fn drain_pty(relay: &mut Relay) {
 /// Waits for the connection, a signal, the deadline or (with a pty) the
 /// terminal, and returns what happened: replies first (so that a job's end
 /// that raced a signal wins), then signals, then a tick. Bytes between
-/// scrun's terminal and the pty are moved here, as they come.
+/// scrun's terminal and the pty are moved here, as they come; the job's
+/// output only if `read_output`.
 fn wait(
     connection: &mut Connection,
     signals: &Signals,
     deadline: Option<Instant>,
+    read_output: bool,
     pty: Option<&mut PtySide>,
     pmi: Option<&mut PmiServer>,
 ) -> Result<Vec<Event>, Final> {
@@ -547,7 +575,7 @@ fn wait(
         let (mut master_idx, mut stdin_idx) = (None, None);
         if let Some(relay) = relay.as_deref() {
             let interest = relay.interest();
-            if relay.master_open() {
+            if relay.master_open() && read_output {
                 let mut flags = PollFlags::POLLIN;
                 if interest.master_out {
                     flags |= PollFlags::POLLOUT;

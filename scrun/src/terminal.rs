@@ -221,6 +221,8 @@ fn read_all(fd: &OwnedFd, into: &mut Vec<u8>) {
 /// The byte relay between scrun's stdin and stdout and the pty master.
 pub struct Relay {
     pty: Pty,
+    /// Where the job's output goes: scrun's stdout.
+    output: Box<dyn Write>,
     /// Typed bytes the master has not taken yet.
     to_job: Vec<u8>,
     /// scrun's stdin is still open (and worth reading).
@@ -246,8 +248,14 @@ pub struct Interest {
 impl Relay {
     /// A relay for `pty`, whose slave has been handed to scored.
     pub fn new(pty: Pty) -> Relay {
+        Relay::writing_to(pty, Box::new(io::stdout()))
+    }
+
+    /// A relay for `pty` that writes the job's output to `output`.
+    fn writing_to(pty: Pty, output: Box<dyn Write>) -> Relay {
         Relay {
             pty,
+            output,
             to_job: Vec::new(),
             stdin_open: true,
             stdout_open: true,
@@ -325,12 +333,20 @@ impl Relay {
     }
 
     /// Copies what the job wrote to scrun's stdout, until the master has
-    /// nothing more for now or reports its end.
+    /// nothing more for now or reports its end, or the output turns out
+    /// to have no reader: that is told at once (see
+    /// [`Relay::take_output_gone`]), before the job writes more, since a
+    /// job that writes without pause could otherwise be read to its very
+    /// end before it gets its SIGPIPE.
     pub fn relay_output(&mut self) {
         let mut buffer = [0u8; 16 * 1024];
         while self.master_open {
             match nix::unistd::read(self.pty.master.as_fd(), &mut buffer) {
-                Ok(len) if len > 0 => self.write_output(&buffer[..len]),
+                Ok(len) if len > 0 => {
+                    if self.write_output(&buffer[..len]) {
+                        return;
+                    }
+                }
                 Err(Errno::EINTR) => {}
                 Err(Errno::EAGAIN) => return,
                 // EIO (or an end of file): nothing holds the slave any more
@@ -340,18 +356,21 @@ impl Relay {
         }
     }
 
-    fn write_output(&mut self, bytes: &[u8]) {
+    /// Writes the job's output to scrun's stdout, or drops it once that
+    /// failed; true when this write found that the pipe's reader went away.
+    fn write_output(&mut self, bytes: &[u8]) -> bool {
         if !self.stdout_open {
-            return;
+            return false;
         }
-        let mut stdout = io::stdout().lock();
-        if let Err(error) = stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        let output = &mut self.output;
+        if let Err(error) = output.write_all(bytes).and_then(|()| output.flush()) {
             // The rest of the output is dropped, as a terminal that went
             // away drops it. A pipe whose reader went away is said once:
             // the job would have got SIGPIPE writing there itself.
             self.stdout_open = false;
             self.output_gone = error.kind() == io::ErrorKind::BrokenPipe;
         }
+        self.output_gone
     }
 
     /// What was typed and the job did not read, in order, and forgets it:
@@ -398,3 +417,6 @@ impl Relay {
         std::mem::take(&mut self.output_gone)
     }
 }
+
+#[cfg(test)]
+mod tests;

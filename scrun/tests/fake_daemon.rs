@@ -51,22 +51,43 @@ impl FakeDaemon {
 
     /// Starts scrun on this daemon's socket with `args` before the program `true`.
     fn scrun(&self, args: &[&str]) -> Child {
-        Command::new(env!("CARGO_BIN_EXE_scrun"))
+        self.command(args)
+            .arg("true")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// scrun on this daemon's socket with `args`, its stdin empty and its
+    /// stderr piped.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_scrun"));
+        command
             .arg(format!("-scored={}", self.socket.display()))
             .args(args)
-            .arg("true")
             .env_remove("SCORE_OPTIONS")
             .env_remove("SCORED_SOCKET")
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+            .stderr(Stdio::piped());
+        command
     }
 
     /// Accepts scrun's connection and reads its submission, checking that
     /// its three standard descriptors came with it.
     fn accept(&self, scrun: &Child) -> (Client, Request) {
+        let (client, request, received) = self.accept_passing();
+        // Each received descriptor is the same open file as scrun's own.
+        for (idx, file) in received.iter().enumerate().take(3) {
+            let theirs = std::fs::read_link(format!("/proc/{}/fd/{idx}", scrun.id())).unwrap();
+            assert_eq!(file, &theirs, "descriptor {idx}");
+        }
+        (client, request)
+    }
+
+    /// Accepts scrun's connection and reads its submission; returns the
+    /// files the descriptors that came with it (at least the standard
+    /// three) were open on.
+    fn accept_passing(&self) -> (Client, Request, Vec<PathBuf>) {
         let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
         let ready = poll(&mut fds, PollTimeout::try_from(TIMEOUT).unwrap()).unwrap();
         assert_eq!(ready, 1, "scrun did not connect");
@@ -97,23 +118,19 @@ impl FakeDaemon {
             received.len() >= 3,
             "scrun must pass stdin, stdout and stderr, it passed {received:?}"
         );
-        // Each received descriptor is the same open file as scrun's own.
-        for (idx, fd) in received.iter().enumerate() {
-            if idx < 3 {
-                let ours = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
-                let theirs = std::fs::read_link(format!("/proc/{}/fd/{idx}", scrun.id())).unwrap();
-                assert_eq!(ours, theirs, "descriptor {idx}");
-            }
+        let mut files = Vec::new();
+        for fd in received {
+            files.push(std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap());
             // Closing them matters: a copy of scrun's stderr pipe held here
             // would keep the test from ever seeing its end.
-            nix::unistd::close(*fd).unwrap();
+            nix::unistd::close(fd).unwrap();
         }
         let mut client = Client {
             stream,
             buffer: buffer[..len].to_vec(),
         };
         let request = client.request();
-        (client, request)
+        (client, request, files)
     }
 }
 
@@ -139,6 +156,26 @@ impl Client {
             let len = self.stream.read(&mut chunk).unwrap();
             assert!(len > 0, "scrun closed the connection");
             self.buffer.extend_from_slice(&chunk[..len]);
+        }
+    }
+
+    /// The next request if it comes within `within`.
+    fn request_within(&mut self, within: Duration) -> Option<Request> {
+        if let Some(request) = proto::decode(&mut self.buffer, proto::MAX_REQUEST).unwrap() {
+            return Some(request);
+        }
+        self.stream.set_read_timeout(Some(within)).unwrap();
+        let mut chunk = [0u8; 64 * 1024];
+        let read = self.stream.read(&mut chunk);
+        self.stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        match read {
+            Ok(len) => {
+                assert!(len > 0, "scrun closed the connection");
+                self.buffer.extend_from_slice(&chunk[..len]);
+                Some(self.request())
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => None,
+            Err(error) => panic!("reading scrun's request: {error}"),
         }
     }
 
@@ -443,4 +480,68 @@ fn usage_errors_and_unreachable_sockets_have_their_statuses() {
             )
         )
     );
+}
+
+#[test]
+fn on_a_pty_a_reader_gone_before_the_start_is_heard_is_the_jobs_sigpipe() {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::process::ExitStatusExt;
+    let daemon = FakeDaemon::new();
+    // scrun's stdout: a pipe whose reader went away, as after `| head -1`.
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    drop(reader);
+    let scrun = daemon
+        .command(&["-pty", "yes"])
+        .stdout(Stdio::from(writer))
+        .spawn()
+        .unwrap();
+    let (mut client, _, files) = daemon.accept_passing();
+    // The job's terminal, which it got as its stdout.
+    let mut terminal = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+        .open(&files[1])
+        .unwrap();
+    // scored spawns the job, then says that it was admitted and started:
+    // the job writes first.
+    let mut write = || terminal.write(b"y\ny\ny\n");
+    write().unwrap();
+    assert_eq!(
+        client.request_within(Duration::from_secs(1)),
+        None,
+        "scrun must not act on the job before it hears that it started"
+    );
+    // The job writes on until its terminal takes no more: it must not
+    // write on past the reader's end (as it cannot on a pipe) until it
+    // gets its SIGPIPE.
+    let mut written = 0;
+    let mut progress = Instant::now();
+    while progress.elapsed() < Duration::from_millis(500) {
+        match write() {
+            Ok(len) => {
+                written += len;
+                progress = Instant::now();
+                assert!(written < 4 << 20, "scrun read on from the job's terminal");
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    client.admit(7);
+    assert_eq!(
+        client.request(),
+        Request::Signal {
+            signal: Signal::SIGPIPE as i32
+        }
+    );
+    // A job that ignores its SIGPIPE writes on, to nobody.
+    let deadline = Instant::now() + TIMEOUT;
+    while write().is_err() {
+        assert!(Instant::now() < deadline, "the job's terminal stays full");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(terminal);
+    client.send(ended_by(7, Signal::SIGPIPE));
+    let Output { status, stderr, .. } = scrun.wait_with_output().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}");
+    assert_eq!(String::from_utf8_lossy(&stderr), "");
 }

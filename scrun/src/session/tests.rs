@@ -396,6 +396,115 @@ fn a_reader_gone_from_a_pty_jobs_output_is_its_sigpipe() {
 }
 
 #[test]
+fn a_reader_gone_before_the_start_is_heard_is_the_jobs_sigpipe_once_it_is() {
+    // scored spawns the processes, then says they started: their output
+    // and its reader's end can come first.
+    check_pty(
+        "admitted 7
+        output-gone
+        output-gone
+        started 7
+        output-gone
+        ended-by SIGPIPE",
+        "admitted 7
+        output-gone
+        output-gone
+        started 7
+          send SIGPIPE
+        output-gone
+        ended-by SIGPIPE
+          finish 141 by SIGPIPE: ",
+    );
+    check_pty(
+        "output-gone
+        admitted 7
+        started 7
+        ended-by SIGPIPE",
+        "output-gone
+        admitted 7
+        started 7
+          send SIGPIPE
+        ended-by SIGPIPE
+          finish 141 by SIGPIPE: ",
+    );
+    // A daemon that cannot pass it on is asked to kill the job instead.
+    check_pty(
+        "admitted 7
+        output-gone
+        started-by-an-older-daemon 7
+        output-gone
+        ended killed 143 killed by its owner",
+        "admitted 7
+        output-gone
+        started-by-an-older-daemon 7
+          send kill
+        output-gone
+        ended killed 143 killed by its owner
+          finish 143: scrun: job 7 killed by its owner",
+    );
+}
+
+#[test]
+fn the_output_is_not_read_while_its_readers_end_waits_for_the_start() {
+    let mut session = Session::new(false, true);
+    let now = Instant::now();
+    assert!(session.reads_output());
+    session.handle(Event::OutputGone, now);
+    assert!(!session.reads_output(), "the job waits on its terminal");
+    session.handle(
+        Event::Reply(Reply::Started {
+            job: 7,
+            winch: true,
+            signals: true,
+        }),
+        now,
+    );
+    // A job that ignores its SIGPIPE writes on, to nobody.
+    assert!(session.reads_output());
+    session.handle(Event::OutputGone, now);
+    assert!(session.reads_output());
+}
+
+#[test]
+fn a_reader_gone_before_the_start_leaves_every_other_end_as_it_is() {
+    check_pty(
+        "admitted 7
+        output-gone
+        SIGINT",
+        "admitted 7
+        output-gone
+        SIGINT
+          send kill
+          finish 130 by SIGINT: ",
+    );
+    check_pty(
+        "output-gone
+        rejected queue 0 is disabled",
+        "output-gone
+        rejected queue 0 is disabled
+          finish 75: scrun: job rejected: queue 0 is disabled",
+    );
+    check_pty(
+        "admitted 7
+        output-gone
+        ended exited 0 exited",
+        "admitted 7
+        output-gone
+        ended exited 0 exited
+          finish 0: ",
+    );
+    check_pty(
+        "admitted 7
+        output-gone
+        lost",
+        "admitted 7
+        output-gone
+        lost
+          finish 69: scrun: scored died: lost the connection to it before job 7 ended",
+    );
+}
+
+#[test]
 fn suspend_waits_for_held_then_stops_and_continue_releases() {
     check(
         "admitted 7
