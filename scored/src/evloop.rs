@@ -619,9 +619,18 @@ impl<A: Actuator> Daemon<A> {
             let before = inputs.len();
             match action {
                 Action::Spawn(plan) => {
+                    let token = Token(plan.client.0 as usize);
+                    if let Some(conn) = self.connections.get_mut(&token) {
+                        // What the client was told, the job's start among
+                        // it, goes out before the processes exist (see
+                        // `Action::Spawn`). A failure is left to the flush
+                        // at the end of the batch, which closes the
+                        // connection.
+                        let _ = flush(conn);
+                    }
                     let stdio = self
                         .connections
-                        .get(&Token(plan.client.0 as usize))
+                        .get(&token)
                         .and_then(|conn| conn.stdio.as_ref());
                     self.actuator.spawn(&plan, stdio, inputs);
                 }

@@ -403,7 +403,9 @@ pub enum Reply {
         /// Why, for scrun's exit status.
         kind: RejectKind,
     },
-    /// The job's processes were created (its first scheduling).
+    /// The job's processes are created (its first scheduling). Sent
+    /// before they exist, so that nothing they do (their output, a signal
+    /// sent to scrun in answer to it) reaches the client before it.
     Started {
         /// The job whose processes now exist.
         job: u64,

@@ -31,11 +31,23 @@ struct RecordingActuator {
     /// Stops asked for and not confirmed yet.
     stopping: Vec<JobId>,
     confirm_stops: bool,
+    /// A client's end of its connection, and the replies it could read
+    /// there when each job's processes were created.
+    client: Option<(std::os::unix::net::UnixStream, Vec<Reply>)>,
 }
 
 impl Actuator for RecordingActuator {
     fn spawn(&mut self, plan: &LaunchPlan, _stdio: Option<&JobStdio>, _out: &mut Vec<Input>) {
         self.calls.push(Call::Spawn(plan.job));
+        if let Some((stream, told)) = &mut self.client {
+            use std::io::Read;
+            stream.set_nonblocking(true).expect("non-blocking");
+            let mut bytes = Vec::new();
+            let _ = stream.read_to_end(&mut bytes);
+            while let Some(reply) = proto::decode(&mut bytes, proto::MAX_REPLY).expect("a reply") {
+                told.push(reply);
+            }
+        }
     }
     fn stop(&mut self, job: JobId, _out: &mut Vec<Input>) {
         self.calls.push(Call::Stop(job));
@@ -226,6 +238,49 @@ fn a_client_gone_has_its_job_signalled() {
             .any(|call| matches!(call, Call::Signal(JobId(1), _))),
         "{:?}",
         daemon.actuator.calls
+    );
+    std::fs::remove_dir_all(dir).expect("clean up");
+}
+
+/// A client hears that its job started before the job's processes
+/// exist, so that nothing they do (their output, which reaches the client
+/// directly, or a signal sent to scrun in answer to it) comes first.
+#[test]
+fn a_client_is_told_its_job_started_before_the_processes_exist() {
+    let (mut daemon, dir) = daemon("told", true);
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+    let cred = Cred {
+        uid: 0,
+        gid: 0,
+        pid: 101,
+        groups: Vec::new(),
+    };
+    daemon.connections.insert(
+        Token(1),
+        Box::new(Connection {
+            stream: mio::net::UnixStream::from_std(theirs),
+            cred,
+            user: "root".into(),
+            input: proto::FrameBuffer::new(),
+            output: VecDeque::new(),
+            fds: Vec::new(),
+            stdio: None,
+            submitted: true,
+            closing: false,
+            writing: false,
+            paused: false,
+            privileged: true,
+            counted: (0, 0),
+        }),
+    );
+    daemon.actuator.client = Some((ours, Vec::new()));
+    daemon.feed(vec![submit(1)]);
+    assert_eq!(daemon.actuator.calls, [Call::Spawn(JobId(1))]);
+    let told = &daemon.actuator.client.as_ref().expect("the client").1;
+    assert!(
+        told.iter()
+            .any(|reply| matches!(reply, Reply::Started { job: 1, .. })),
+        "{told:?}"
     );
     std::fs::remove_dir_all(dir).expect("clean up");
 }

@@ -91,7 +91,8 @@ pub enum ClientEvent {
         /// What was asked and what exists.
         reason: String,
     },
-    /// The job's processes were created.
+    /// The job's processes are created (its first scheduling); told
+    /// before they exist.
     Started(JobId),
     /// The job is held.
     Held(JobId),
@@ -123,7 +124,10 @@ impl Action {
 /// What the core asks the shell to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    /// Create processes.
+    /// Create processes. The client's `Started`, when the job has one,
+    /// comes before it among the actions and is sent before they are
+    /// created: the client hears of the start before anything the
+    /// processes do can reach it.
     Spawn(Box<LaunchPlan>),
     /// SIGSTOP every process of the job and report `Input::Stopped` once all are stopped.
     Stop(JobId),

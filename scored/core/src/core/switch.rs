@@ -306,14 +306,17 @@ impl Core {
                 record.spawned(plan.procs.len() as u32);
                 let client = record.client;
                 let queue = record.queue;
-                out.push(Action::Spawn(Box::new(plan)));
                 if first_time {
                     self.journal(JobEvent::Started(job));
                     self.logged.queues[queue as usize].mark_started(job);
+                    // Told before the processes exist, so that nothing of
+                    // theirs (output, or a signal sent to scrun in answer
+                    // to it) can reach the client before its start.
                     if let Some(client) = client {
                         out.push(Action::notify(client, ClientEvent::Started(job)));
                     }
                 }
+                out.push(Action::Spawn(Box::new(plan)));
             }
             Phase::Running | Phase::Stopping => {}
         }
