@@ -487,9 +487,9 @@ pub fn active_set(
                     // whose cluster lacks the free hosts it needs, or that
                     // neither ends by the reservation nor leaves it enough
                     // hosts, is passed over as below.
-                    if let Some(info) = (offset + idx)
+                    if let Some((_, info)) = (offset + idx)
                         .checked_sub(n_started)
-                        .and_then(|at| kept.info.get(at))
+                        .and_then(|at| kept.at(at))
                     {
                         let free = scratch.cluster_free.get(info.cluster).copied();
                         let in_time = info
@@ -1226,7 +1226,10 @@ fn start_waiting(
                 break;
             }
             next += 1;
-            (waiting.jobs[next - 1], waiting.info[next - 1])
+            match waiting.at(next - 1) {
+                Some(entry) => entry,
+                None => continue,
+            }
         } else {
             // Long jobs that cannot start are passed over unseen: one
             // needs idle hosts, and ends by the reservation or takes only
@@ -1920,7 +1923,8 @@ mod tests {
         fn check(&self, waiting: &Waiting, ids: &[u64]) {
             let jobs: Vec<u64> = waiting.jobs.iter().map(|job| job.0).collect();
             assert_eq!(jobs, ids);
-            for (job, info) in waiting.jobs.iter().zip(&waiting.info) {
+            for (at, job) in waiting.jobs.iter().enumerate() {
+                let (_, info) = waiting.at(at).expect("every waiting job is indexed");
                 assert_eq!(info.n_needed, job.0 as usize % 5 + 1, "size of job {job}");
                 assert_eq!(info.estimate, Some(job.0 * 10), "estimate of job {job}");
             }

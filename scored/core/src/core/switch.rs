@@ -355,7 +355,7 @@ pub(super) fn launch_plan(job: &Job) -> LaunchPlan {
         Joiner::Sequence => vec![job.stage()],
         Joiner::Pipe => (0..job.spec.launch.n_stages()).collect(),
     };
-    let mut procs = Vec::new();
+    let mut procs = Vec::with_capacity(stages.len() * job.nprocs() as usize);
     for &stage in &stages {
         let mut rank = 0u32;
         for (slot, (host, count)) in job.hosts.iter().zip(&job.layout).enumerate() {

@@ -43,10 +43,10 @@ impl WaitInfo {
 #[derive(Debug, Default)]
 pub(super) struct Waiting {
     pub(super) jobs: Vec<JobId>,
-    pub(super) info: Vec<WaitInfo>,
     /// Per position, the job's number: numbers grow along the positions
     /// and are never reused, so a job keeps its number while jobs before
-    /// it leave.
+    /// it leave. (Its information is found by number: when a job leaves,
+    /// the jobs behind it move up, and the less each carries the faster.)
     numbers: Vec<u64>,
     next_number: u64,
     /// The job and information of each number from `base` (`None` once
@@ -98,7 +98,6 @@ impl Waiting {
             if run > 0 {
                 if write != read {
                     self.jobs.copy_within(read..read + run, write);
-                    self.info.copy_within(read..read + run, write);
                     self.numbers.copy_within(read..read + run, write);
                 }
                 (read, write, pos) = (read + run, write + run, pos + run);
@@ -118,7 +117,6 @@ impl Waiting {
             self.remove(at);
         }
         self.jobs.truncate(write);
-        self.info.truncate(write);
         self.numbers.truncate(write);
         for &job in first.iter().chain(second).skip(pos) {
             let (cluster, n_needed) = view.need(job);
@@ -137,11 +135,14 @@ impl Waiting {
     /// position is overwritten or cut by the caller).
     fn remove(&mut self, at: usize) {
         let number = self.numbers[at];
-        let Some(slot) = self.slots.get_mut((number - self.base) as usize) else {
+        let Some((_, info)) = self
+            .slots
+            .get_mut((number - self.base) as usize)
+            .and_then(Option::take)
+        else {
             return;
         };
-        *slot = None;
-        if self.info[at].is_long() {
+        if info.is_long() {
             self.long.clear((number - self.base) as usize);
         } else if let Ok(idx) = self.sharers.binary_search(&number) {
             self.sharers.remove(idx);
@@ -153,11 +154,9 @@ impl Waiting {
         let number = self.next_number;
         self.next_number += 1;
         self.jobs.push(job);
-        self.info.push(info);
         self.numbers.push(number);
         if (number - self.base) as usize >= self.slots.len() {
             self.renumber_from();
-            return;
         }
         self.index(number, job, info);
     }
@@ -174,24 +173,37 @@ impl Waiting {
         }
     }
 
-    /// Rebuilds the index from the positions, with room for as many more
-    /// numbers as there are live ones: slots start at the first live job.
+    /// Rebuilds the index with room for as many more numbers as there are
+    /// live ones: slots start at the first live job. (A job at a position
+    /// but not in the index, the one being pushed, is left to the caller.)
     fn renumber_from(&mut self) {
+        let old_base = self.base;
         self.base = self.numbers.first().copied().unwrap_or(self.next_number);
         let span = (self.next_number - self.base) as usize;
         let size = (2 * span).max(64).next_power_of_two();
-        self.slots.clear();
+        // The jobs numbered before the new base have left (their slots are
+        // empty): the slots move down to it, keeping their jobs.
+        let shift = usize::try_from(self.base.saturating_sub(old_base)).unwrap_or(usize::MAX);
+        self.slots.drain(..shift.min(self.slots.len()));
         self.slots.resize(size, None);
         self.sharers.clear();
         self.long.reset(size);
-        for at in 0..self.jobs.len() {
-            self.index(self.numbers[at], self.jobs[at], self.info[at]);
+        for at in 0..self.numbers.len() {
+            let number = self.numbers[at];
+            if let Some((job, info)) = self.get(number) {
+                self.index(number, job, info);
+            }
         }
     }
 
     /// The number of the job at position `at`.
     pub(super) fn number(&self, at: usize) -> u64 {
         self.numbers[at]
+    }
+
+    /// The job at position `at` and its information.
+    pub(super) fn at(&self, at: usize) -> Option<(JobId, WaitInfo)> {
+        self.numbers.get(at).and_then(|number| self.get(*number))
     }
 
     /// The waiting job with `number` and its information.
@@ -208,15 +220,15 @@ impl Waiting {
     pub(super) fn check(&self, queue: &Queue, view: &impl JobView) {
         let fresh: Vec<JobId> = queue.order().skip(queue.n_started()).collect();
         assert_eq!(self.jobs, fresh, "the waiting jobs are not the queue's");
-        for (job, info) in self.jobs.iter().zip(&self.info) {
+        for (at, job) in self.jobs.iter().enumerate() {
             let (cluster, n_needed) = view.need(*job);
             assert_eq!(
-                *info,
-                WaitInfo {
+                self.at(at).map(|(_, info)| info),
+                Some(WaitInfo {
                     cluster,
                     n_needed,
                     estimate: view.estimate(*job),
-                },
+                }),
                 "the waiting information of job {job} is stale"
             );
         }
@@ -224,17 +236,25 @@ impl Waiting {
             self.numbers.is_sorted_by(|a, b| a < b),
             "numbers do not grow"
         );
+        assert_eq!(
+            self.numbers.len(),
+            self.jobs.len(),
+            "jobs and numbers differ in length"
+        );
         for at in 0..self.jobs.len() {
             assert_eq!(
-                self.get(self.numbers[at]),
-                Some((self.jobs[at], self.info[at])),
+                self.at(at).map(|(job, _)| job),
+                Some(self.jobs[at]),
                 "the index lost job {}",
                 self.jobs[at]
             );
         }
         let live = self.slots.iter().filter(|slot| slot.is_some()).count();
         assert_eq!(live, self.jobs.len(), "the index keeps jobs that left");
-        let n_long = self.info.iter().filter(|info| info.is_long()).count();
+        let n_long = (0..self.jobs.len())
+            .filter_map(|at| self.at(at))
+            .filter(|(_, info)| info.is_long())
+            .count();
         assert_eq!(
             self.sharers.len() + n_long,
             self.jobs.len(),
