@@ -103,6 +103,34 @@ pub struct Scratch {
     /// The jobs behind a gang queue's reservation, in the order they are
     /// tried (see [`Behind`]).
     behind: Behind,
+    /// The lists a gang queue's decision over its waiting jobs fills.
+    lists: Lists,
+}
+
+/// The lists [`start_waiting`] fills, kept between decisions so that one
+/// allocates none once they have grown; each is emptied before use.
+#[derive(Debug, Default, Clone)]
+struct Lists {
+    /// Per cluster, its idle open hosts.
+    idle: Vec<Vec<HostId>>,
+    /// Per cluster, its open hosts that have residents.
+    shared: Vec<Vec<HostId>>,
+    /// Per cluster, its columns as (offset in `column_hosts`, width).
+    blocks: Vec<Vec<(usize, usize)>>,
+    column_hosts: Vec<HostId>,
+    /// The hosts given to a job.
+    chosen: Vec<HostId>,
+    /// The open shared hosts given to a short job.
+    partial: Vec<HostId>,
+    /// Per cluster, the least size for which its open hosts fell short.
+    no_partial: Vec<usize>,
+}
+
+/// One empty list per cluster, in what `lists` allocated.
+fn per_cluster<T>(mut lists: Vec<Vec<T>>, n_clusters: usize) -> Vec<Vec<T>> {
+    lists.resize_with(n_clusters, Vec::new);
+    lists.iter_mut().for_each(Vec::clear);
+    lists
 }
 
 impl Scratch {
@@ -1046,14 +1074,23 @@ fn start_waiting(
     // Per cluster: idle hosts, and columns: open hosts that share one set
     // of residents, each of which lies entirely on them.
     let n_clusters = scratch.cluster_free.len();
-    let mut idle: Vec<Vec<HostId>> = vec![Vec::new(); n_clusters];
+    let Lists {
+        idle,
+        shared,
+        blocks,
+        mut column_hosts,
+        mut chosen,
+        mut partial,
+        mut no_partial,
+    } = std::mem::take(&mut scratch.lists);
+    let mut idle = per_cluster(idle, n_clusters);
     // Per cluster, its columns as (offset in `column_hosts`, width).
-    let mut blocks: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n_clusters];
-    let mut column_hosts: Vec<HostId> = Vec::new();
+    let mut blocks = per_cluster(blocks, n_clusters);
+    column_hosts.clear();
     let residents_of = |host: HostId, matrix: &Matrix| -> std::ops::Range<usize> {
         matrix.first[host.idx()] as usize..matrix.first[host.idx() + 1] as usize
     };
-    let mut shared: Vec<Vec<HostId>> = vec![Vec::new(); n_clusters];
+    let mut shared = per_cluster(shared, n_clusters);
     for (cluster, (idle, shared)) in idle.iter_mut().zip(shared.iter_mut()).enumerate() {
         for host in view.cluster_hosts(cluster) {
             if !open(*host, &matrix) {
@@ -1071,6 +1108,15 @@ fn start_waiting(
     if idle.iter().chain(&shared).all(Vec::is_empty) {
         scratch.hard = hard;
         scratch.matrix = matrix;
+        scratch.lists = Lists {
+            idle,
+            shared,
+            blocks,
+            column_hosts,
+            chosen,
+            partial,
+            no_partial,
+        };
         return 0;
     }
     // The columns are made the first time a job lacks idle hosts (from
@@ -1141,14 +1187,14 @@ fn start_waiting(
     // and size), once met: its reservation is predicted only when a later
     // job could start behind it.
     let mut reserving: Option<(usize, usize)> = None;
-    let mut chosen: Vec<HostId> = Vec::new();
     // The open shared hosts of each cluster, narrowest residents first
     // (made the first time a short job needs them).
     let mut narrow: Option<Vec<Vec<(usize, HostId)>>> = None;
-    let mut partial: Vec<HostId> = Vec::new();
-    let mut no_partial: Vec<usize> = vec![usize::MAX; n_clusters];
+    no_partial.clear();
+    no_partial.resize(n_clusters, usize::MAX);
     let mut next = 0;
-    let mut started_here: Vec<(Vec<HostId>, Option<u64>)> = Vec::new();
+    // The jobs started in this decision are bound from here on.
+    let started_from = bind.len();
     let is_short = |estimate: Option<u64>| estimate.is_some_and(|run| run <= SHORT_JOB);
     let is_brief = |estimate: Option<u64>| estimate.is_some_and(|run| run <= BRIEF_JOB);
     // A job without an estimate may share as a short one may.
@@ -1314,8 +1360,8 @@ fn start_waiting(
                     if !predicted {
                         matrix.predict(view, now, n_hosts, level);
                         predicted = true;
-                        for (hosts, runs) in started_here.drain(..) {
-                            matrix.occupy(&hosts, runs, now, view);
+                        for (started, hosts) in &bind[started_from..] {
+                            matrix.occupy(hosts, view.estimate(*started), now, view);
                         }
                     }
                     let times = &matrix.idle_at;
@@ -1437,11 +1483,9 @@ fn start_waiting(
             }
         }
         // The hosts it takes are busy until it ends: a reservation made
-        // after it starts counts them so.
+        // after it starts counts them so (a later one, from `bind`).
         if predicted {
             matrix.occupy(&chosen, estimate, now, view);
-        } else {
-            started_here.push((chosen.clone(), estimate));
         }
         // It joins the matrix now, and runs now if its hosts are free in
         // this slice; else from a later slice, by the rotation.
@@ -1458,6 +1502,15 @@ fn start_waiting(
     scratch.behind = behind;
     scratch.hard = hard;
     scratch.matrix = matrix;
+    scratch.lists = Lists {
+        idle,
+        shared,
+        blocks,
+        column_hosts,
+        chosen,
+        partial,
+        no_partial,
+    };
     taken_total
 }
 

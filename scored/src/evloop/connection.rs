@@ -92,7 +92,7 @@ impl<A: Actuator> Daemon<A> {
                     status: ending.status,
                     reason: ending.reason.clone(),
                     signal: ending.signal,
-                    accounting: proto::Accounting::from(&ending.accounting),
+                    accounting: ending.accounting.to_proto(self.core.topology()),
                 },
                 true,
             ),

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use crate::cluster::Topology;
 use crate::command::reply::Reply;
-use crate::ids::{ClientToken, JobId};
+use crate::ids::{ClientToken, HostId, JobId};
 use crate::job::LaunchPlan;
 
 // Why a submission was refused, and how a job ended, are told to clients
@@ -28,24 +29,32 @@ pub struct Accounting {
     pub stopped: Duration,
     /// Times switched out.
     pub switches: u64,
-    /// Peak memory per host (host name, bytes).
-    pub peak_memory: Vec<(String, u64)>,
+    /// Peak memory per host (host, bytes). Hosts are named only when a
+    /// client is told: most endings, and every one a replay makes, are
+    /// never told, and naming every host of every job cost a string each.
+    pub peak_memory: Vec<(HostId, u64)>,
     /// Peak disk use.
     pub peak_disk: u64,
 }
 
-impl From<&Accounting> for crate::proto::Accounting {
-    /// The accounting as the protocol carries it: durations in seconds.
-    fn from(accounting: &Accounting) -> crate::proto::Accounting {
+impl Accounting {
+    /// The accounting as the protocol carries it: durations in seconds,
+    /// hosts by their names in `topology` (the one the job ran on: it never
+    /// changes).
+    pub fn to_proto(&self, topology: &Topology) -> crate::proto::Accounting {
         crate::proto::Accounting {
-            queues: accounting.queues.clone(),
-            wait_secs: accounting.wait.as_secs_f64(),
-            wall_secs: accounting.wall.as_secs_f64(),
-            cpu_secs: accounting.cpu.as_secs_f64(),
-            stopped_secs: accounting.stopped.as_secs_f64(),
-            switches: accounting.switches,
-            peak_memory: accounting.peak_memory.clone(),
-            peak_disk: accounting.peak_disk,
+            queues: self.queues.clone(),
+            wait_secs: self.wait.as_secs_f64(),
+            wall_secs: self.wall.as_secs_f64(),
+            cpu_secs: self.cpu.as_secs_f64(),
+            stopped_secs: self.stopped.as_secs_f64(),
+            switches: self.switches,
+            peak_memory: self
+                .peak_memory
+                .iter()
+                .map(|(host, peak)| (topology.host(*host).name.clone(), *peak))
+                .collect(),
+            peak_disk: self.peak_disk,
         }
     }
 }

@@ -404,8 +404,8 @@ impl Core {
             peak_memory: job
                 .hosts
                 .iter()
-                .zip(&job.peak_memory)
-                .map(|(host, peak)| (self.logged.topology.host(*host).name.clone(), *peak))
+                .copied()
+                .zip(job.peak_memory.iter().copied())
                 .collect(),
             peak_disk: job.peak_disk,
         }

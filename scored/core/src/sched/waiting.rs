@@ -313,21 +313,29 @@ impl MinTree {
             let n = self.n_needed[node];
             n <= max_n && (n <= max_n_any || self.estimate[node] <= max_estimate)
         };
-        // Down from the root, left first, skipping nodes wholly before
-        // `from` or after `to`, and nodes where no job can match.
-        let mut stack = vec![(1usize, 0usize, self.size)];
-        while let Some((node, lo, hi)) = stack.pop() {
-            if hi <= from || lo >= to || !may(node) {
-                continue;
-            }
-            if hi - lo == 1 {
-                return Some(lo);
-            }
-            let mid = (lo + hi) / 2;
-            stack.push((2 * node + 1, mid, hi));
-            stack.push((2 * node, lo, mid));
+        self.first_below(1, (0, self.size), (from, to), &may)
+    }
+
+    /// [`MinTree::first`] below `node`, which covers the indexes `lo..hi`:
+    /// down from it, left first, skipping nodes wholly before `from` or
+    /// after `to`, and nodes where no job can match. Recursive, as deep as
+    /// the tree: called many times a decision, it allocates nothing.
+    fn first_below(
+        &self,
+        node: usize,
+        (lo, hi): (usize, usize),
+        (from, to): (usize, usize),
+        may: &impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        if hi <= from || lo >= to || !may(node) {
+            return None;
         }
-        None
+        if hi - lo == 1 {
+            return Some(lo);
+        }
+        let mid = (lo + hi) / 2;
+        self.first_below(2 * node, (lo, mid), (from, to), may)
+            .or_else(|| self.first_below(2 * node + 1, (mid, hi), (from, to), may))
     }
 }
 
