@@ -174,12 +174,17 @@ impl Scratch {
 const MASK_SLOTS: usize = 1024;
 const MASK_SLOTS_MAX: usize = 16384;
 
-/// Up to this many hosts, [`Masks`] keeps the jobs' hosts as bits.
+/// Up to this many hosts, [`Masks`] keeps every job's hosts as bits.
 /// Masks pay for the wide jobs of parallel machines (a job of hundreds of
 /// hosts is checked and taken a word at a time); on larger machines, of
 /// one-host jobs by the thousand, reading a mask costs more than the one
 /// host it stands for.
 const MASK_HOSTS: usize = 1152;
+
+/// Up to this many hosts, [`Masks`] keeps the hosts of jobs of at least
+/// half as many hosts as a mask has words, where a mask is still cheaper
+/// to read than the hosts.
+const WIDE_MASK_HOSTS: usize = 16384;
 
 /// The hosts of jobs the walk has met, as bit masks (one bit a host), so
 /// that whether a job of a gang queue is turned away costs a few word
@@ -195,15 +200,17 @@ const MASK_HOSTS: usize = 1152;
 /// when a job takes the slot of another that has not finished (up to
 /// [`MASK_SLOTS_MAX`]; beyond that, the later job takes the slot). The
 /// core drops the mask of a job that finishes or whose hosts change
-/// ([`Scratch::forget`]), so a mask always holds the job's hosts. Kept only
-/// on machines of at most [`MASK_HOSTS`] hosts (a mask is then at most 18
-/// words). A copy of the core (the panic checkpoint) starts with an empty
+/// ([`Scratch::forget`]), so a mask always holds the job's hosts. Kept for
+/// every job on machines of at most [`MASK_HOSTS`] hosts (a mask is then at
+/// most 18 words), for wide jobs only up to [`WIDE_MASK_HOSTS`]. A copy of the core (the panic checkpoint) starts with an empty
 /// cache rather than copying it at every event.
 #[derive(Debug, Default)]
 struct Masks {
     /// Words per mask; 0 until the first decision sizes the cache (and
     /// while the machine is too large for it).
     words: usize,
+    /// The fewest hosts of a job that keeps a mask.
+    min_width: usize,
     /// How many slots the table has (a power of two, or 0).
     slots: usize,
     /// Per slot, `1 + words` words: the job's id plus one (0: empty), then
@@ -225,10 +232,15 @@ impl Masks {
 
     /// Sizes the cache for `n_hosts`, emptying it if that changes.
     fn size_for(&mut self, n_hosts: usize) {
-        let words = if n_hosts <= MASK_HOSTS {
+        let words = if n_hosts <= WIDE_MASK_HOSTS {
             n_hosts.div_ceil(64).max(1)
         } else {
             0
+        };
+        self.min_width = if n_hosts <= MASK_HOSTS {
+            0
+        } else {
+            words.div_ceil(2)
         };
         if words != self.words || (words > 0 && self.slots == 0) {
             self.words = words;
@@ -635,7 +647,10 @@ fn take_bound(job: JobId, hosts: &[HostId], scratch: &mut Scratch, out: &mut Vec
     if hosts.is_empty() {
         return 0;
     }
-    if scratch.masks.words > 0 && scratch.masks.get(job).is_none() {
+    if scratch.masks.words > 0
+        && hosts.len() >= scratch.masks.min_width
+        && scratch.masks.get(job).is_none()
+    {
         scratch.masks.put(job, hosts);
     }
     match scratch.masks.get(job) {
@@ -1811,7 +1826,7 @@ mod tests {
 
     #[test]
     fn machines_too_large_for_masks_decide_by_scanning_hosts() {
-        let n_hosts = MASK_HOSTS + 1;
+        let n_hosts = WIDE_MASK_HOSTS + 1;
         let (queues, jobs) = setup(&[(1, 1, &[0, 600]), (1, 2, &[600]), (1, 3, &[1])]);
         let view = Jobs {
             hosts: jobs,
@@ -1836,6 +1851,41 @@ mod tests {
         );
         assert_eq!(out, vec![JobId(1), JobId(3)]);
         assert!(scratch.masks.get(JobId(2)).is_none());
+    }
+
+    #[test]
+    fn on_large_machines_only_wide_jobs_keep_masks() {
+        // 1,153 hosts: masks of 19 words, kept for jobs of 10 hosts or more.
+        let n_hosts = MASK_HOSTS + 1;
+        let wide: Vec<u32> = (0..12).collect();
+        let (queues, jobs) = setup(&[(1, 1, &wide), (1, 2, &[5]), (1, 3, &[20]), (1, 4, &[1100])]);
+        let view = Jobs {
+            hosts: jobs,
+            need: HashMap::new(),
+            estimate: HashMap::new(),
+            started: Vec::new(),
+            all_hosts: (0..n_hosts as u32).map(HostId).collect(),
+            slice: 0,
+        };
+        let mut scratch = Scratch::default();
+        for _ in 0..2 {
+            let (mut out, mut bind) = (Vec::new(), Vec::new());
+            active_set(
+                &queues,
+                n_hosts,
+                [],
+                &view,
+                0,
+                true,
+                &mut scratch,
+                &mut out,
+                &mut bind,
+            );
+            assert_eq!(out, vec![JobId(1), JobId(3), JobId(4)]);
+        }
+        assert_eq!(scratch.masks.get(JobId(1)).map(<[u64]>::len), Some(19));
+        assert!(scratch.masks.get(JobId(3)).is_none());
+        assert!(scratch.masks.get(JobId(4)).is_none());
     }
 
     #[test]
