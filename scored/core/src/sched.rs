@@ -202,8 +202,9 @@ const WIDE_MASK_HOSTS: usize = 16384;
 /// core drops the mask of a job that finishes or whose hosts change
 /// ([`Scratch::forget`]), so a mask always holds the job's hosts. Kept for
 /// every job on machines of at most [`MASK_HOSTS`] hosts (a mask is then at
-/// most 18 words), for wide jobs only up to [`WIDE_MASK_HOSTS`]. A copy of the core (the panic checkpoint) starts with an empty
-/// cache rather than copying it at every event.
+/// most 18 words), for wide jobs only up to [`WIDE_MASK_HOSTS`]. A copy
+/// of the core (the panic checkpoint) starts with an empty cache rather
+/// than copying it at every event.
 #[derive(Debug, Default)]
 struct Masks {
     /// Words per mask; 0 until the first decision sizes the cache (and
