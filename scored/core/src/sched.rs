@@ -1119,22 +1119,10 @@ fn start_waiting(
             }
         }
     }
-    // Without an open host no waiting job can start: the first one would
-    // only get its reservation, which outlives no decision.
-    if idle.iter().chain(&shared).all(Vec::is_empty) {
-        scratch.hard = hard;
-        scratch.matrix = matrix;
-        scratch.lists = Lists {
-            idle,
-            shared,
-            blocks,
-            column_hosts,
-            chosen,
-            partial,
-            no_partial,
-        };
-        return 0;
-    }
+    // Without an open host no waiting job can start (the first one would
+    // only get its reservation, which outlives no decision): none is
+    // looked at.
+    let any_open = !idle.iter().chain(&shared).all(Vec::is_empty);
     // The columns are made the first time a job lacks idle hosts (from
     // the hosts that were shared at the start, as their residents have not
     // changed since): on a machine of many idle hosts, never.
@@ -1192,9 +1180,11 @@ fn start_waiting(
         scratch.waiting.resize_with(queue_idx + 1, Waiting::default);
     }
     let mut waiting = std::mem::take(&mut scratch.waiting[queue_idx]);
-    waiting.sync(queue, view);
-    if cfg!(debug_assertions) {
-        waiting.check(queue, view);
+    if any_open {
+        waiting.sync(queue, view);
+        if cfg!(debug_assertions) {
+            waiting.check(queue, view);
+        }
     }
     let mut behind = std::mem::take(&mut scratch.behind);
     let mut taken_total = 0;
@@ -1238,7 +1228,7 @@ fn start_waiting(
         // In submission order until the reservation, then the jobs behind
         // it that could start at all.
         let (job, info) = if reserving.is_none() {
-            if next == waiting.jobs.len() {
+            if !any_open || next == waiting.jobs.len() {
                 break;
             }
             next += 1;
