@@ -13,11 +13,12 @@
 
 use crate::command::QueueMode;
 use crate::ids::{HostId, JobId};
-use crate::jobset::{JobMap, JobSet};
 use crate::queue::Queue;
 
+mod matrix;
 mod waiting;
 
+use matrix::Matrix;
 use waiting::{Behind, WaitInfo, Waiting};
 
 /// A job as the decision sees it.
@@ -83,6 +84,10 @@ pub struct Scratch {
     decision: u64,
     /// The cluster of each host, and free hosts per cluster.
     host_cluster: Vec<usize>,
+    /// Whether every host is in one cluster and each cluster's hosts are
+    /// in increasing order, so that the machine's hosts taken in order
+    /// are each cluster's in its order.
+    clusters_in_order: bool,
     cluster_free: Vec<usize>,
     candidates: Vec<HostId>,
     ends: Vec<u64>,
@@ -374,6 +379,7 @@ impl Scratch {
     /// finishes.
     pub fn forget(&mut self, job: JobId) {
         self.masks.forget(job);
+        self.matrix.forget(job);
     }
 }
 
@@ -438,14 +444,23 @@ pub fn active_set(
     if scratch.host_cluster.len() != n_hosts {
         scratch.host_cluster = vec![0; n_hosts];
         let mut cluster = 0;
+        let mut listed = vec![false; n_hosts];
+        let mut in_order = true;
         while !view.cluster_hosts(cluster).is_empty() {
-            for host in view.cluster_hosts(cluster) {
-                if let Some(slot) = scratch.host_cluster.get_mut(host.idx()) {
-                    *slot = cluster;
+            let hosts = view.cluster_hosts(cluster);
+            in_order &= hosts.windows(2).all(|pair| pair[0] < pair[1]);
+            for host in hosts {
+                match listed.get_mut(host.idx()) {
+                    Some(seen) if !*seen => {
+                        *seen = true;
+                        scratch.host_cluster[host.idx()] = cluster;
+                    }
+                    _ => in_order = false,
                 }
             }
             cluster += 1;
         }
+        scratch.clusters_in_order = in_order && listed.iter().all(|seen| *seen);
         scratch.cluster_free = vec![0; cluster];
     }
     for (cluster, free) in scratch.cluster_free.iter_mut().enumerate() {
@@ -796,218 +811,6 @@ fn reserve(
     })
 }
 
-/// The time-sharing matrix as a gang queue with a level sees it when it
-/// starts waiting jobs: which jobs are resident on each host (every job
-/// with hosts, of any queue), and when each host is predicted to be idle.
-///
-/// A resident job's end is predicted from the estimates
-/// ([`Matrix::predicted_end`]).
-#[derive(Debug, Default, Clone)]
-struct Matrix {
-    /// Per host, its residents: `first[h]..first[h + 1]` in `residents`.
-    first: Vec<u32>,
-    residents: Vec<JobId>,
-    /// Per host, when it will be idle (µs; `u64::MAX`: a resident has no
-    /// estimate), once [`Matrix::predict`] has run.
-    idle_at: Vec<u64>,
-    /// Per host, how many jobs reside there (grows as waiting jobs start).
-    count: Vec<u32>,
-    /// Partners of one job, while its end is predicted.
-    partners: Vec<JobId>,
-    /// Per host, residents placed so far while gathering them.
-    filled: Vec<u32>,
-    /// The predicted end of each resident, while [`Matrix::predict`] runs:
-    /// a job on many hosts is predicted once, not once a host.
-    ends: JobMap<u64>,
-    /// Residents whose hosts were proposed as a column, while the columns
-    /// are made: each is looked at once, not once a host it holds.
-    proposed: JobSet,
-}
-
-impl Matrix {
-    /// Gathers the residents of every host from the queues, and predicts
-    /// when each host frees a place and empties.
-    fn build(&mut self, queues: &[Queue], view: &impl JobView, n_hosts: usize) {
-        let resident = |queue: &Queue| -> usize {
-            if queue.starts_late() {
-                queue.n_started()
-            } else {
-                queue.len()
-            }
-        };
-        self.count.clear();
-        self.count.resize(n_hosts, 0);
-        for queue in queues {
-            for job in queue.order().take(resident(queue)) {
-                for host in view.hosts(job) {
-                    if let Some(count) = self.count.get_mut(host.idx()) {
-                        *count += 1;
-                    }
-                }
-            }
-        }
-        self.first.clear();
-        let mut total = 0u32;
-        for count in &self.count {
-            self.first.push(total);
-            total += count;
-        }
-        self.first.push(total);
-        self.residents.clear();
-        self.residents.resize(total as usize, JobId(0));
-        let mut filled = std::mem::take(&mut self.filled);
-        filled.clear();
-        filled.resize(n_hosts, 0);
-        for queue in queues {
-            for job in queue.order().take(resident(queue)) {
-                for host in view.hosts(job) {
-                    if let Some(slot) = filled.get_mut(host.idx()) {
-                        self.residents[(self.first[host.idx()] + *slot) as usize] = job;
-                        *slot += 1;
-                    }
-                }
-            }
-        }
-        self.filled = filled;
-        // Each host's residents in id order, so that hosts with the same
-        // residents compare equal as slices.
-        for host in 0..n_hosts {
-            let (from, to) = (self.first[host] as usize, self.first[host + 1] as usize);
-            self.residents[from..to].sort_unstable();
-        }
-    }
-
-    /// Predicts when each host empties, from the residents [`Matrix::build`]
-    /// gathered. Only the first waiting job that cannot start on idle hosts
-    /// needs it, so it is made only then: on a machine of tens of thousands
-    /// of hosts, most decisions start a job on idle hosts and predict
-    /// nothing.
-    fn predict(&mut self, view: &impl JobView, now: u64, n_hosts: usize, level: u32) {
-        self.idle_at.clear();
-        let mut ends = std::mem::take(&mut self.ends);
-        ends.clear();
-        for host in 0..n_hosts {
-            let (from, to) = (self.first[host] as usize, self.first[host + 1] as usize);
-            let mut idle = now;
-            for idx in from..to {
-                let job = self.residents[idx];
-                let end = match ends.get(&job) {
-                    Some(end) => *end,
-                    None => {
-                        let end = self.predicted_end(job, view, now, level);
-                        ends.insert(job, end);
-                        end
-                    }
-                };
-                idle = idle.max(end);
-            }
-            self.idle_at.push(idle);
-        }
-        self.ends = ends;
-    }
-
-    /// Counts a job that starts now on `hosts` (sorted) with `estimate` in the
-    /// predictions: an idle host is busy until it ends; on a shared one
-    /// every resident is slowed by its run, on all of its hosts (without an
-    /// estimate, they have no prediction).
-    fn occupy(&mut self, hosts: &[HostId], estimate: Option<u64>, now: u64, view: &impl JobView) {
-        let mut partners = std::mem::take(&mut self.partners);
-        partners.clear();
-        for host in hosts {
-            let idx = host.idx();
-            if idx + 1 < self.first.len() {
-                partners.extend_from_slice(
-                    &self.residents[self.first[idx] as usize..self.first[idx + 1] as usize],
-                );
-            }
-        }
-        partners.sort_unstable();
-        partners.dedup();
-        // `hosts` is sorted: a partner's host is looked up in it by halves,
-        // as jobs of thousands of hosts share with partners as wide.
-        debug_assert!(hosts.is_sorted(), "the hosts a job occupies are sorted");
-        for partner in &partners {
-            for host in view.hosts(*partner) {
-                if hosts.binary_search(host).is_ok() {
-                    continue;
-                }
-                if let Some(idle) = self.idle_at.get_mut(host.idx()) {
-                    *idle = estimate.map_or(u64::MAX, |run| idle.saturating_add(run));
-                }
-            }
-        }
-        self.partners = partners;
-        for host in hosts {
-            let after = self.after(*host, estimate, now);
-            if let Some(idle) = self.idle_at.get_mut(host.idx()) {
-                *idle = after;
-            }
-        }
-    }
-
-    /// When `host` is predicted to be idle if a job with `estimate` starts
-    /// on it now.
-    fn after(&self, host: HostId, estimate: Option<u64>, now: u64) -> u64 {
-        let idle = self.idle_at.get(host.idx()).copied().unwrap_or(now);
-        match estimate {
-            None => u64::MAX,
-            Some(run) if idle <= now => now.saturating_add(run),
-            Some(run) => idle
-                .saturating_add(run)
-                .max(now.saturating_add(run.saturating_mul(2))),
-        }
-    }
-
-    /// When `job`, resident now, is predicted to end: the earlier of two
-    /// bounds. In every slice it runs or a job sharing one of its hosts
-    /// does, so it ends within its remaining estimate plus those of its
-    /// partners. And it runs one whole slice in `level` at least, after
-    /// what is left of the current one, so it ends within a slice plus its
-    /// remaining estimate rounded up to whole slices, times the level. The
-    /// second keeps a job that shares with a long one predicted by its own
-    /// run: with the first alone, its hosts would look busy until the long
-    /// job ends, and a reservation made then would admit jobs that keep
-    /// the reserved one waiting past the time it was promised.
-    fn predicted_end(&mut self, job: JobId, view: &impl JobView, now: u64, level: u32) -> u64 {
-        let Some(end) = view.expected_end(job) else {
-            return u64::MAX;
-        };
-        let end = end.max(now);
-        let mut total = end;
-        self.partners.clear();
-        for host in view.hosts(job) {
-            let idx = host.idx();
-            if idx + 1 >= self.first.len() {
-                continue;
-            }
-            for other in &self.residents[self.first[idx] as usize..self.first[idx + 1] as usize] {
-                if *other != job {
-                    self.partners.push(*other);
-                }
-            }
-        }
-        if self.partners.is_empty() {
-            return end;
-        }
-        self.partners.sort_unstable();
-        self.partners.dedup();
-        for other in &self.partners {
-            match view.expected_end(*other) {
-                Some(end) => total = total.saturating_add(end.saturating_sub(now)),
-                None => return u64::MAX,
-            }
-        }
-        let slice = view.slice().max(1);
-        let slowed = (end - now)
-            .div_ceil(slice)
-            .saturating_mul(slice)
-            .saturating_mul(u64::from(level))
-            .saturating_add(slice)
-            .saturating_add(now);
-        total.min(slowed)
-    }
-}
-
 /// The longest estimate of a short job (µs): one that is tried first
 /// behind a reservation and may time-share hosts it does not fill.
 pub const SHORT_JOB: u64 = 60_000_000;
@@ -1079,14 +882,12 @@ fn start_waiting(
 ) -> usize {
     let n_hosts = scratch.holder.len();
     let mut matrix = std::mem::take(&mut scratch.matrix);
-    matrix.build(queues, view, n_hosts);
+    matrix.sync(queues, view, n_hosts);
+    if cfg!(debug_assertions) {
+        matrix.check(queues, view);
+    }
     let mut predicted = false;
     let hard = std::mem::take(&mut scratch.hard);
-    let open = |host: HostId, matrix: &Matrix| {
-        hard.get(host.idx() / 64)
-            .is_some_and(|word| word & (1 << (host.idx() % 64)) == 0)
-            && matrix.count[host.idx()] < level
-    };
     // Per cluster: idle hosts, and columns: open hosts that share one set
     // of residents, each of which lies entirely on them.
     let n_clusters = scratch.cluster_free.len();
@@ -1103,19 +904,36 @@ fn start_waiting(
     // Per cluster, its columns as (offset in `column_hosts`, width).
     let mut blocks = per_cluster(blocks, n_clusters);
     column_hosts.clear();
-    let residents_of = |host: HostId, matrix: &Matrix| -> std::ops::Range<usize> {
-        matrix.first[host.idx()] as usize..matrix.first[host.idx() + 1] as usize
-    };
     let mut shared = per_cluster(shared, n_clusters);
-    for (cluster, (idle, shared)) in idle.iter_mut().zip(shared.iter_mut()).enumerate() {
-        for host in view.cluster_hosts(cluster) {
-            if !open(*host, &matrix) {
-                continue;
-            }
-            if matrix.count[host.idx()] == 0 {
-                idle.push(*host);
-            } else {
-                shared.push(*host);
+    if scratch.clusters_in_order {
+        // A cluster's hosts are in increasing order, and every host is in
+        // one: the machine's open hosts in order are each cluster's.
+        let host_cluster = &scratch.host_cluster;
+        let (idle, shared) = (&mut idle, &mut shared);
+        matrix.open_hosts(
+            &hard,
+            level,
+            |host| idle[host_cluster[host.idx()]].push(host),
+            |host| shared[host_cluster[host.idx()]].push(host),
+        );
+    } else {
+        for (cluster, (idle, shared)) in idle.iter_mut().zip(shared.iter_mut()).enumerate() {
+            for host in view.cluster_hosts(cluster) {
+                let open = hard
+                    .get(host.idx() / 64)
+                    .is_some_and(|word| word & (1 << (host.idx() % 64)) == 0)
+                    && matrix
+                        .count
+                        .get(host.idx())
+                        .is_some_and(|count| *count < level);
+                if !open {
+                    continue;
+                }
+                if matrix.occupied(*host) {
+                    shared.push(*host);
+                } else {
+                    idle.push(*host);
+                }
             }
         }
     }
@@ -1129,15 +947,13 @@ fn start_waiting(
     let mut columns_made = false;
     // A column's residents all lie on exactly its hosts, so it is the
     // hosts of any of its residents: the smallest resident of each open
-    // shared host proposes its hosts (once, at the first of them met),
-    // which are a column when all of them are open and shared with the same
+    // shared host proposes its hosts (once, at its first host), which are
+    // a column when all of them are open and shared with the same
     // residents, and every resident is as wide.
     let make_columns = |shared: &[Vec<HostId>],
                         blocks: &mut [Vec<(usize, usize)>],
                         column_hosts: &mut Vec<HostId>,
-                        matrix: &Matrix,
-                        proposed: &mut JobSet| {
-        proposed.clear();
+                        matrix: &Matrix| {
         let mut is_shared = vec![0u64; n_hosts.div_ceil(64)];
         for host in shared.iter().flatten() {
             is_shared[host.idx() / 64] |= 1 << (host.idx() % 64);
@@ -1149,20 +965,21 @@ fn start_waiting(
         };
         for (shared, blocks) in shared.iter().zip(blocks.iter_mut()) {
             for host in shared {
-                let residents = &matrix.residents[residents_of(*host, matrix)];
+                let residents = matrix.on(*host);
                 let Some(smallest) = residents.first() else {
                     continue;
                 };
                 let hosts = view.hosts(*smallest);
-                // The answer is the same at any of its hosts.
-                if hosts.len() > 1 && !proposed.insert(*smallest) {
+                // The answer is the same at any of its hosts, and no
+                // column where its first host is not shared.
+                if hosts.first() != Some(host) {
                     continue;
                 }
                 let width = hosts.len();
-                let column = hosts.iter().all(|other| {
-                    shared_at(*other)
-                        && matrix.residents[residents_of(*other, matrix)] == *residents
-                }) && residents.iter().all(|job| view.hosts(*job).len() == width);
+                let column = hosts
+                    .iter()
+                    .all(|other| shared_at(*other) && matrix.on(*other) == residents)
+                    && residents.iter().all(|job| view.hosts(*job).len() == width);
                 if column {
                     let from = column_hosts.len();
                     column_hosts.extend_from_slice(hosts);
@@ -1291,15 +1108,7 @@ fn start_waiting(
         partial.clear();
         if n_idle < n_needed && may_share(estimate) {
             if !columns_made {
-                let mut proposed = std::mem::take(&mut matrix.proposed);
-                make_columns(
-                    &shared,
-                    &mut blocks,
-                    &mut column_hosts,
-                    &matrix,
-                    &mut proposed,
-                );
-                matrix.proposed = proposed;
+                make_columns(&shared, &mut blocks, &mut column_hosts, &matrix);
                 columns_made = true;
             }
             // The blocks are widest first: a binary search finds the width.
@@ -1318,7 +1127,8 @@ fn start_waiting(
                             let mut ranked: Vec<(usize, HostId)> = hosts
                                 .iter()
                                 .map(|host| {
-                                    let width = matrix.residents[residents_of(*host, &matrix)]
+                                    let width = matrix
+                                        .on(*host)
                                         .iter()
                                         .map(|job| view.hosts(*job).len())
                                         .sum();
@@ -1367,7 +1177,7 @@ fn start_waiting(
                     // predicted to be idle, counting the jobs that started
                     // before it in this decision.
                     if !predicted {
-                        matrix.predict(view, now, n_hosts, level);
+                        matrix.predict(view, now, level);
                         predicted = true;
                         for (started, hosts) in &bind[started_from..] {
                             matrix.occupy(hosts, view.estimate(*started), now, view);
@@ -1378,8 +1188,8 @@ fn start_waiting(
                     let ends = &mut scratch.ends;
                     ends.clear();
                     ends.extend(hosts.iter().map(|host| times[host.idx()].max(now)));
-                    ends.sort_unstable();
-                    let at = ends[reserved_needed - 1];
+                    // The time of the `reserved_needed`-th host to be idle.
+                    let (_, &mut at, _) = ends.select_nth_unstable(reserved_needed - 1);
                     if at == u64::MAX {
                         // No prediction: first come, first served.
                         break;
@@ -1484,7 +1294,7 @@ fn start_waiting(
         }
         chosen.sort_unstable();
         for host in &chosen {
-            matrix.count[host.idx()] += 1;
+            matrix.raise(*host);
         }
         if !partial.is_empty() {
             if let Some(narrow) = narrow.as_mut() {
@@ -1507,6 +1317,7 @@ fn start_waiting(
         }
         bind.push((job, chosen.clone()));
     }
+    matrix.settle();
     scratch.waiting[queue_idx] = waiting;
     scratch.behind = behind;
     scratch.hard = hard;
@@ -2288,5 +2099,101 @@ mod tests {
         queues[0].activated = false;
         assert_eq!(decide(&queues, &jobs, 1), vec![2]);
         assert_eq!(queues[0].mode, QueueMode::Exclusive);
+    }
+
+    /// A view of jobs on the hosts of `placed` (8 hosts, one cluster).
+    fn placed_view(placed: &[(u64, Vec<u32>)]) -> Jobs {
+        Jobs {
+            hosts: placed
+                .iter()
+                .map(|(id, hosts)| (JobId(*id), hosts.iter().copied().map(HostId).collect()))
+                .collect(),
+            need: HashMap::new(),
+            estimate: HashMap::new(),
+            started: Vec::new(),
+            all_hosts: (0..8).map(HostId).collect(),
+            slice: 1,
+        }
+    }
+
+    proptest::proptest! {
+        /// The kept matrix is the one the queues make, whatever starts,
+        /// ends or takes other hosts between two decisions (the core
+        /// forgets a job whose hosts change), and its open hosts are
+        /// those of its counts, at every level, counted or not.
+        #[test]
+        fn the_kept_matrix_is_the_queues_matrix(
+            steps in proptest::collection::vec(
+                proptest::collection::vec((1u64..12, proptest::collection::btree_set(0u32..8, 0..4), 0u8..4), 0..10),
+                1..12,
+            ),
+            hard in proptest::prelude::any::<u8>(),
+        ) {
+            let mut matrix = Matrix::default();
+            let mut placed: HashMap<u64, Vec<u32>> = HashMap::new();
+            for step in steps {
+                // Each entry starts, moves or ends a job of queue `id % 2`.
+                for (id, hosts, what) in step {
+                    match what {
+                        0 => {
+                            placed.remove(&id);
+                            matrix.forget(JobId(id));
+                        }
+                        _ => {
+                            let hosts: Vec<u32> = hosts.into_iter().collect();
+                            if placed.get(&id) != Some(&hosts) {
+                                matrix.forget(JobId(id));
+                            }
+                            placed.insert(id, hosts);
+                        }
+                    }
+                }
+                let mut sorted: Vec<(u64, Vec<u32>)> = placed.clone().into_iter().collect();
+                sorted.sort();
+                let view = placed_view(&sorted);
+                // Queue 0 gives jobs their hosts as they start (a level);
+                // queue 1 at admission, so each of its jobs resides.
+                let mut started = Queue::new(0, QueueMode::Gang);
+                started.mpl = Some(2);
+                let mut every = Queue::new(1, QueueMode::Gang);
+                for (id, _) in &sorted {
+                    if id % 2 == 0 {
+                        started.push(JobId(*id), true);
+                    } else {
+                        every.push(JobId(*id), false);
+                    }
+                }
+                // A waiting job of the level's queue resides nowhere.
+                started.push(JobId(100), false);
+                let queues = [started, every];
+                matrix.sync(&queues, &view, 8);
+                matrix.check(&queues, &view);
+                let hard = [u64::from(hard)];
+                for level in 1..=6u32 {
+                    let (mut idle, mut shared) = (Vec::new(), Vec::new());
+                    matrix.open_hosts(&hard, level, |host| idle.push(host.0), |host| shared.push(host.0));
+                    let open = |host: u32| hard[0] & (1 << host) == 0 && matrix.count[host as usize] < level;
+                    let expected_idle: Vec<u32> = (0..8).filter(|host| open(*host) && matrix.count[*host as usize] == 0).collect();
+                    let expected_shared: Vec<u32> = (0..8).filter(|host| open(*host) && matrix.count[*host as usize] > 0).collect();
+                    proptest::prop_assert_eq!(&idle, &expected_idle, "idle hosts at level {}", level);
+                    proptest::prop_assert_eq!(&shared, &expected_shared, "shared hosts at level {}", level);
+                }
+            }
+        }
+    }
+
+    /// The walk does not read a kept job's hosts again: a job whose hosts
+    /// change without being forgotten is still found on its old ones.
+    #[test]
+    #[should_panic(expected = "the residents of host")]
+    fn a_job_whose_hosts_change_unforgotten_is_found_out_by_the_check() {
+        let mut matrix = Matrix::default();
+        let mut queue = Queue::new(0, QueueMode::Gang);
+        queue.push(JobId(1), false);
+        let queues = [queue];
+        matrix.sync(&queues, &placed_view(&[(1, vec![0, 1])]), 8);
+        let moved = placed_view(&[(1, vec![2, 3])]);
+        matrix.sync(&queues, &moved, 8);
+        matrix.check(&queues, &moved);
     }
 }
