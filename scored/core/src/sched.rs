@@ -946,11 +946,9 @@ fn start_waiting(
     // changed since): on a machine of many idle hosts, never.
     let mut columns_made = false;
     // A column's residents all lie on exactly its hosts, so it is the
-    // hosts of any of its residents: the smallest resident of each open
-    // shared host proposes its hosts (once, at its first host), which are
-    // a column when all of them are open and shared with the same
-    // residents, and every resident is as wide.
+    // hosts of any of its residents ([`Matrix::columns`]).
     let make_columns = |shared: &[Vec<HostId>],
+                        host_cluster: &[usize],
                         blocks: &mut [Vec<(usize, usize)>],
                         column_hosts: &mut Vec<HostId>,
                         matrix: &Matrix| {
@@ -958,36 +956,21 @@ fn start_waiting(
         for host in shared.iter().flatten() {
             is_shared[host.idx() / 64] |= 1 << (host.idx() % 64);
         }
-        let shared_at = |host: HostId| {
-            is_shared
-                .get(host.idx() / 64)
-                .is_some_and(|word| word & (1 << (host.idx() % 64)) != 0)
-        };
-        for (shared, blocks) in shared.iter().zip(blocks.iter_mut()) {
-            for host in shared {
-                let residents = matrix.on(*host);
-                let Some(smallest) = residents.first() else {
-                    continue;
-                };
-                let hosts = view.hosts(*smallest);
-                // The answer is the same at any of its hosts, and no
-                // column where its first host is not shared.
-                if hosts.first() != Some(host) {
-                    continue;
-                }
-                let width = hosts.len();
-                let column = hosts
-                    .iter()
-                    .all(|other| shared_at(*other) && matrix.on(*other) == residents)
-                    && residents.iter().all(|job| view.hosts(*job).len() == width);
-                if column {
-                    let from = column_hosts.len();
-                    column_hosts.extend_from_slice(hosts);
-                    column_hosts[from..].sort_unstable();
-                    blocks.push((from, width));
-                }
-            }
-            // The widest first, then by first host.
+        matrix.columns(&is_shared, view, |hosts| {
+            // A job's hosts are all of its cluster.
+            let Some(blocks) = host_cluster
+                .get(hosts[0].idx())
+                .and_then(|cluster| blocks.get_mut(*cluster))
+            else {
+                return;
+            };
+            let from = column_hosts.len();
+            column_hosts.extend_from_slice(hosts);
+            column_hosts[from..].sort_unstable();
+            blocks.push((from, hosts.len()));
+        });
+        // The widest first, then by first host.
+        for blocks in blocks.iter_mut() {
             blocks.sort_unstable_by_key(|&(from, width)| {
                 (std::cmp::Reverse(width), column_hosts[from].0)
             });
@@ -1108,7 +1091,13 @@ fn start_waiting(
         partial.clear();
         if n_idle < n_needed && may_share(estimate) {
             if !columns_made {
-                make_columns(&shared, &mut blocks, &mut column_hosts, &matrix);
+                make_columns(
+                    &shared,
+                    &scratch.host_cluster,
+                    &mut blocks,
+                    &mut column_hosts,
+                    &matrix,
+                );
                 columns_made = true;
             }
             // The blocks are widest first: a binary search finds the width.
@@ -1126,14 +1115,7 @@ fn start_waiting(
                         .map(|hosts| {
                             let mut ranked: Vec<(usize, HostId)> = hosts
                                 .iter()
-                                .map(|host| {
-                                    let width = matrix
-                                        .on(*host)
-                                        .iter()
-                                        .map(|job| view.hosts(*job).len())
-                                        .sum();
-                                    (width, *host)
-                                })
+                                .map(|host| (matrix.widths(*host), *host))
                                 .collect();
                             ranked.sort_unstable();
                             ranked
@@ -2177,6 +2159,25 @@ mod tests {
                     let expected_shared: Vec<u32> = (0..8).filter(|host| open(*host) && matrix.count[*host as usize] > 0).collect();
                     proptest::prop_assert_eq!(&idle, &expected_idle, "idle hosts at level {}", level);
                     proptest::prop_assert_eq!(&shared, &expected_shared, "shared hosts at level {}", level);
+                    // The columns among the shared hosts, against their
+                    // definition host by host.
+                    let bits = [shared.iter().fold(0u64, |bits, host| bits | (1 << host))];
+                    let mut columns = Vec::new();
+                    matrix.columns(&bits, &view, |hosts| columns.push(hosts.to_vec()));
+                    columns.sort();
+                    let mut expected = Vec::new();
+                    for host in shared.iter().map(|host| HostId(*host)) {
+                        let residents = matrix.on(host);
+                        let hosts = view.hosts(residents[0]);
+                        if hosts[0] == host
+                            && hosts.iter().all(|other| bits[0] & (1 << other.0) != 0 && matrix.on(*other) == residents)
+                            && residents.iter().all(|job| view.hosts(*job).len() == hosts.len())
+                        {
+                            expected.push(hosts.to_vec());
+                        }
+                    }
+                    expected.sort();
+                    proptest::prop_assert_eq!(columns, expected, "columns at level {}", level);
                 }
             }
         }

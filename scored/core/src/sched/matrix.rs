@@ -34,6 +34,9 @@ struct Member {
     job: JobId,
     /// Its hosts (those of the machine) when it was added.
     hosts: Vec<HostId>,
+    /// How many hosts it has, and whether `hosts` are all of them.
+    width: usize,
+    whole: bool,
     /// The walk that last found it resident.
     seen: u64,
     /// Its predicted end, once [`Matrix::predict`] has run.
@@ -48,6 +51,8 @@ pub(super) struct Matrix {
     /// Per host, how many jobs reside there: its residents, and the jobs
     /// started in the current decision ([`Matrix::raise`]).
     pub(super) count: Vec<u32>,
+    /// Per host, how many hosts its residents have together.
+    widths: Vec<usize>,
     /// Bit `h` of `at_least[k]` is set when `k + 1` or more jobs reside on
     /// host `h` (without the jobs started in the current decision).
     at_least: [Vec<u64>; COUNTED],
@@ -91,6 +96,12 @@ impl Matrix {
             .map_or(&[], |residents| residents.as_slice())
     }
 
+    /// How many hosts the residents of `host` have together.
+    #[inline]
+    pub(super) fn widths(&self, host: HostId) -> usize {
+        self.widths.get(host.idx()).copied().unwrap_or(0)
+    }
+
     /// Whether a job resides on `host`.
     #[inline]
     pub(super) fn occupied(&self, host: HostId) -> bool {
@@ -105,6 +116,7 @@ impl Matrix {
             *self = Matrix::default();
             self.on.resize_with(n_hosts, SmallVec::new);
             self.count.resize(n_hosts, 0);
+            self.widths.resize(n_hosts, 0);
             for bits in &mut self.at_least {
                 bits.resize(n_hosts.div_ceil(64), 0);
             }
@@ -117,14 +129,14 @@ impl Matrix {
                 match self.index.get(&job) {
                     Some(&at) => self.members[at].seen = walk,
                     None => {
-                        let hosts: Vec<HostId> = view
-                            .hosts(job)
+                        let all = view.hosts(job);
+                        let hosts: Vec<HostId> = all
                             .iter()
                             .copied()
                             .filter(|host| host.idx() < n_hosts)
                             .collect();
                         if !hosts.is_empty() {
-                            self.add(job, hosts, walk);
+                            self.add(job, hosts, all.len(), walk);
                         }
                     }
                 }
@@ -156,6 +168,7 @@ impl Matrix {
                 residents.remove(pos);
                 let left = residents.len();
                 self.count[host.idx()] = left as u32;
+                self.widths[host.idx()] -= member.width;
                 if let Some(bits) = self.at_least.get_mut(left) {
                     clear_bit(bits, *host);
                 }
@@ -163,13 +176,15 @@ impl Matrix {
         }
     }
 
-    fn add(&mut self, job: JobId, hosts: Vec<HostId>, walk: u64) {
+    /// Puts `job` on `hosts`, those of the machine of its `width` hosts.
+    fn add(&mut self, job: JobId, hosts: Vec<HostId>, width: usize, walk: u64) {
         for host in &hosts {
             let residents = &mut self.on[host.idx()];
             if let Err(pos) = residents.binary_search(&job) {
                 residents.insert(pos, job);
                 let before = residents.len() - 1;
                 self.count[host.idx()] = residents.len() as u32;
+                self.widths[host.idx()] += width;
                 if let Some(bits) = self.at_least.get_mut(before) {
                     set_bit(bits, *host);
                 }
@@ -178,6 +193,8 @@ impl Matrix {
         self.index.insert(job, self.members.len());
         self.members.push(Member {
             job,
+            whole: hosts.len() == width,
+            width,
             hosts,
             seen: walk,
             end: 0,
@@ -234,6 +251,38 @@ impl Matrix {
                     shared(host);
                 }
             });
+        }
+    }
+
+    /// Gives `found` the hosts (in the job's order) of each column among
+    /// the open shared hosts `shared` (one bit a host): hosts that share
+    /// one set of residents, each of which lies on exactly them. A
+    /// column is the hosts of any of its residents, so each resident that
+    /// is the smallest on its first host proposes its hosts, which are a
+    /// column when all of them are shared, each with the same residents,
+    /// and every resident is as wide; each column is found once, by its
+    /// residents rather than by each of its hosts.
+    pub(super) fn columns(
+        &self,
+        shared: &[u64],
+        view: &impl JobView,
+        mut found: impl FnMut(&[HostId]),
+    ) {
+        for member in &self.members {
+            let first = member.hosts[0];
+            if !member.whole || !bit(shared, first) || self.on(first).first() != Some(&member.job) {
+                continue;
+            }
+            let residents = self.on(first);
+            let width = member.hosts.len();
+            let column = member
+                .hosts
+                .iter()
+                .all(|host| bit(shared, *host) && self.on(*host) == residents)
+                && residents.iter().all(|job| view.hosts(*job).len() == width);
+            if column {
+                found(&member.hosts);
+            }
         }
     }
 
@@ -387,6 +436,8 @@ impl Matrix {
                 residents.len(),
                 "the count of host {idx}"
             );
+            let widths: usize = residents.iter().map(|job| view.hosts(*job).len()).sum();
+            assert_eq!(self.widths[idx], widths, "the widths of host {idx}");
             for (k, bits) in self.at_least.iter().enumerate() {
                 assert_eq!(
                     bit(bits, host),
