@@ -118,8 +118,10 @@ pub struct Scratch {
 struct Lists {
     /// Per cluster, its idle open hosts.
     idle: Vec<Vec<HostId>>,
-    /// Per cluster, its open hosts that have residents.
-    shared: Vec<Vec<HostId>>,
+    /// The open hosts that have residents (one bit a host), and how many
+    /// each cluster has.
+    shared: Vec<u64>,
+    n_shared: Vec<usize>,
     /// Per cluster, its columns as (offset in `column_hosts`, width).
     blocks: Vec<Vec<(usize, usize)>>,
     column_hosts: Vec<HostId>,
@@ -893,7 +895,8 @@ fn start_waiting(
     let n_clusters = scratch.cluster_free.len();
     let Lists {
         idle,
-        shared,
+        mut shared,
+        mut n_shared,
         blocks,
         mut column_hosts,
         mut chosen,
@@ -904,20 +907,30 @@ fn start_waiting(
     // Per cluster, its columns as (offset in `column_hosts`, width).
     let mut blocks = per_cluster(blocks, n_clusters);
     column_hosts.clear();
-    let mut shared = per_cluster(shared, n_clusters);
+    n_shared.clear();
+    n_shared.resize(n_clusters, 0);
     if scratch.clusters_in_order {
         // A cluster's hosts are in increasing order, and every host is in
         // one: the machine's open hosts in order are each cluster's.
         let host_cluster = &scratch.host_cluster;
-        let (idle, shared) = (&mut idle, &mut shared);
+        let idle = &mut idle;
         matrix.open_hosts(
             &hard,
             level,
             |host| idle[host_cluster[host.idx()]].push(host),
-            |host| shared[host_cluster[host.idx()]].push(host),
+            &mut shared,
         );
+        if let [only] = n_shared.as_mut_slice() {
+            *only = shared.iter().map(|word| word.count_ones() as usize).sum();
+        } else {
+            for (word, bits) in shared.iter().enumerate() {
+                matrix::each_bit(*bits, word, |host| n_shared[host_cluster[host.idx()]] += 1);
+            }
+        }
     } else {
-        for (cluster, (idle, shared)) in idle.iter_mut().zip(shared.iter_mut()).enumerate() {
+        shared.clear();
+        shared.resize(n_hosts.div_ceil(64), 0);
+        for (cluster, idle) in idle.iter_mut().enumerate() {
             for host in view.cluster_hosts(cluster) {
                 let open = hard
                     .get(host.idx() / 64)
@@ -930,7 +943,8 @@ fn start_waiting(
                     continue;
                 }
                 if matrix.occupied(*host) {
-                    shared.push(*host);
+                    shared[host.idx() / 64] |= 1 << (host.idx() % 64);
+                    n_shared[cluster] += 1;
                 } else {
                     idle.push(*host);
                 }
@@ -940,23 +954,19 @@ fn start_waiting(
     // Without an open host no waiting job can start (the first one would
     // only get its reservation, which outlives no decision): none is
     // looked at.
-    let any_open = !idle.iter().chain(&shared).all(Vec::is_empty);
+    let any_open = idle.iter().any(|idle| !idle.is_empty()) || n_shared.iter().any(|n| *n > 0);
     // The columns are made the first time a job lacks idle hosts (from
     // the hosts that were shared at the start, as their residents have not
     // changed since): on a machine of many idle hosts, never.
     let mut columns_made = false;
     // A column's residents all lie on exactly its hosts, so it is the
     // hosts of any of its residents ([`Matrix::columns`]).
-    let make_columns = |shared: &[Vec<HostId>],
+    let make_columns = |shared: &[u64],
                         host_cluster: &[usize],
                         blocks: &mut [Vec<(usize, usize)>],
                         column_hosts: &mut Vec<HostId>,
                         matrix: &Matrix| {
-        let mut is_shared = vec![0u64; n_hosts.div_ceil(64)];
-        for host in shared.iter().flatten() {
-            is_shared[host.idx() / 64] |= 1 << (host.idx() % 64);
-        }
-        matrix.columns(&is_shared, view, |hosts| {
+        matrix.columns(shared, view, |hosts| {
             // A job's hosts are all of its cluster.
             let Some(blocks) = host_cluster
                 .get(hosts[0].idx())
@@ -1110,17 +1120,22 @@ fn start_waiting(
             // too few finds too few again.
             if column.is_none() && may_share_part(estimate) && n_needed < no_partial[cluster] {
                 let narrow = narrow.get_or_insert_with(|| {
-                    shared
-                        .iter()
-                        .map(|hosts| {
-                            let mut ranked: Vec<(usize, HostId)> = hosts
-                                .iter()
-                                .map(|host| (matrix.widths(*host), *host))
-                                .collect();
-                            ranked.sort_unstable();
-                            ranked
-                        })
-                        .collect()
+                    let mut ranked: Vec<Vec<(usize, HostId)>> = vec![Vec::new(); n_clusters];
+                    for (word, bits) in shared.iter().enumerate() {
+                        matrix::each_bit(*bits, word, |host| {
+                            if let Some(ranked) = scratch
+                                .host_cluster
+                                .get(host.idx())
+                                .and_then(|cluster| ranked.get_mut(*cluster))
+                            {
+                                ranked.push((matrix.widths(host), host));
+                            }
+                        });
+                    }
+                    for ranked in &mut ranked {
+                        ranked.sort_unstable();
+                    }
+                    ranked
                 });
                 partial.extend(
                     narrow[cluster]
@@ -1222,8 +1237,8 @@ fn start_waiting(
                     // (nor shares one without an estimate).
                     let rooms: Vec<(usize, usize)> = idle
                         .iter()
-                        .zip(&shared)
-                        .map(|(idle, shared)| (idle.len(), idle.len() + shared.len()))
+                        .zip(&n_shared)
+                        .map(|(idle, shared)| (idle.len(), idle.len() + shared))
                         .collect();
                     behind.start(
                         &waiting,
@@ -1307,6 +1322,7 @@ fn start_waiting(
     scratch.lists = Lists {
         idle,
         shared,
+        n_shared,
         blocks,
         column_hosts,
         chosen,
@@ -2152,8 +2168,9 @@ mod tests {
                 matrix.check(&queues, &view);
                 let hard = [u64::from(hard)];
                 for level in 1..=6u32 {
-                    let (mut idle, mut shared) = (Vec::new(), Vec::new());
-                    matrix.open_hosts(&hard, level, |host| idle.push(host.0), |host| shared.push(host.0));
+                    let (mut idle, mut bits) = (Vec::new(), Vec::new());
+                    matrix.open_hosts(&hard, level, |host| idle.push(host.0), &mut bits);
+                    let shared: Vec<u32> = (0..8).filter(|host| bits[0] & (1 << host) != 0).collect();
                     let open = |host: u32| hard[0] & (1 << host) == 0 && matrix.count[host as usize] < level;
                     let expected_idle: Vec<u32> = (0..8).filter(|host| open(*host) && matrix.count[*host as usize] == 0).collect();
                     let expected_shared: Vec<u32> = (0..8).filter(|host| open(*host) && matrix.count[*host as usize] > 0).collect();
@@ -2161,7 +2178,6 @@ mod tests {
                     proptest::prop_assert_eq!(&shared, &expected_shared, "shared hosts at level {}", level);
                     // The columns among the shared hosts, against their
                     // definition host by host.
-                    let bits = [shared.iter().fold(0u64, |bits, host| bits | (1 << host))];
                     let mut columns = Vec::new();
                     matrix.columns(&bits, &view, |hosts| columns.push(hosts.to_vec()));
                     columns.sort();

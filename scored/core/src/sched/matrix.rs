@@ -216,25 +216,29 @@ impl Matrix {
     }
 
     /// The open hosts (not in `hard`, fewer than `level` residents) of
-    /// the machine, in increasing order, each given to `idle` (no
-    /// resident) or `shared`; a word of 64 hosts at a time where the
-    /// level is counted ([`COUNTED`]).
+    /// the machine: each idle one (no resident) given to `idle` in
+    /// increasing order, the shared ones as bits in `shared` (one a host);
+    /// a word of 64 hosts at a time where the level is counted
+    /// ([`COUNTED`]).
     pub(super) fn open_hosts(
         &self,
         hard: &[u64],
         level: u32,
         mut idle: impl FnMut(HostId),
-        mut shared: impl FnMut(HostId),
+        shared: &mut Vec<u64>,
     ) {
+        shared.clear();
+        shared.resize(self.at_least[0].len(), 0);
         if level == 0 {
             return;
         }
         let n_hosts = self.on.len();
-        let occupied = &self.at_least[0];
         let full = (level as usize)
             .checked_sub(1)
             .and_then(|k| self.at_least.get(k));
-        for (word, &occupied) in occupied.iter().enumerate() {
+        for (word, (&occupied, sharing)) in
+            self.at_least[0].iter().zip(shared.iter_mut()).enumerate()
+        {
             let in_machine = if (word + 1) * 64 <= n_hosts {
                 u64::MAX
             } else {
@@ -245,12 +249,16 @@ impl Matrix {
             if level < 2 {
                 continue;
             }
-            let sharing = open & occupied & !full.map_or(0, |bits| bits[word]);
-            each_bit(sharing, word, |host| {
-                if full.is_some() || self.count[host.idx()] < level {
-                    shared(host);
-                }
-            });
+            *sharing = open & occupied & !full.map_or(0, |bits| bits[word]);
+            if full.is_none() {
+                // Beyond the counted levels, host by host.
+                let candidates = *sharing;
+                each_bit(candidates, word, |host| {
+                    if self.count[host.idx()] >= level {
+                        *sharing &= !(1 << (host.idx() % 64));
+                    }
+                });
+            }
         }
     }
 
@@ -464,8 +472,9 @@ impl Matrix {
     }
 }
 
+/// Whether `host`'s bit is set in `bits`.
 #[inline]
-fn bit(bits: &[u64], host: HostId) -> bool {
+pub(super) fn bit(bits: &[u64], host: HostId) -> bool {
     bits.get(host.idx() / 64)
         .is_some_and(|word| word & (1 << (host.idx() % 64)) != 0)
 }
@@ -483,7 +492,7 @@ fn clear_bit(bits: &mut [u64], host: HostId) {
 /// Calls `f` for each host of word `word` whose bit is set in `bits`, in
 /// increasing order.
 #[inline]
-fn each_bit(mut bits: u64, word: usize, mut f: impl FnMut(HostId)) {
+pub(super) fn each_bit(mut bits: u64, word: usize, mut f: impl FnMut(HostId)) {
     while bits != 0 {
         let host = word * 64 + bits.trailing_zeros() as usize;
         f(HostId(host as u32));
