@@ -43,6 +43,7 @@ struct Member {
     end: u64,
 }
 
+/// The matrix a decision sees (see the module documentation).
 #[derive(Debug, Default)]
 pub(super) struct Matrix {
     /// Per host, its residents in id order (so that hosts with the same
@@ -296,6 +297,8 @@ impl Matrix {
 
     /// Predicts when each host empties: the latest predicted end of its
     /// residents ([`Matrix::predicted_end`]), each resident predicted once.
+    /// Only the first waiting job that cannot start on idle hosts needs
+    /// it, so a decision makes it only then.
     pub(super) fn predict(&mut self, view: &impl JobView, now: u64, level: u32) {
         for at in 0..self.members.len() {
             let job = self.members[at].job;
