@@ -26,7 +26,7 @@ use crate::queue::Queue;
 /// How many residents a host is counted up to in the bits of
 /// [`Matrix::at_least`]: levels up to this find their open hosts a word
 /// at a time, higher ones host by host among the occupied.
-pub(super) const COUNTED: usize = 4;
+const COUNTED: usize = 4;
 
 /// A resident as the matrix keeps it.
 #[derive(Debug)]
@@ -477,7 +477,7 @@ impl Matrix {
 
 /// Whether `host`'s bit is set in `bits`.
 #[inline]
-pub(super) fn bit(bits: &[u64], host: HostId) -> bool {
+fn bit(bits: &[u64], host: HostId) -> bool {
     bits.get(host.idx() / 64)
         .is_some_and(|word| word & (1 << (host.idx() % 64)) != 0)
 }
