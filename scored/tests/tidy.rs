@@ -22,7 +22,9 @@
 //!   so that grep and go-to-definition lead to the crate that has them;
 //! - the product's rules are cited from the repository's own documents (the
 //!   man pages, ARCHITECTURE.md) or stated where they apply, never from a
-//!   specification the repository does not hold.
+//!   specification the repository does not hold;
+//! - a newcomer can read any part in one sitting: no source file but tests
+//!   is over 1,000 lines, and no function of the core over 150.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -460,4 +462,90 @@ fn comments_cite_only_the_repositorys_documents() {
         "comments citing a specification outside the repository (cite a man page or ARCHITECTURE.md, or state the rule):\n{}",
         offenders.join("\n")
     );
+}
+
+/// Whether a source file holds tests only.
+fn is_test_file(path: &Path) -> bool {
+    let text = path.display().to_string();
+    text.ends_with("tests.rs") || text.contains("/tests/")
+}
+
+#[test]
+fn no_source_file_is_over_a_thousand_lines() {
+    let offenders: Vec<String> = all_sources()
+        .into_iter()
+        .filter(|(path, text)| !is_test_file(path) && text.lines().count() > 1000)
+        .map(|(path, text)| format!("{}: {} lines", path.display(), text.lines().count()))
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "source files over 1,000 lines (split them by concept):\n{}",
+        offenders.join("\n")
+    );
+}
+
+/// The functions of `text` as (name, first line, length in lines): from a
+/// line that starts a function to the line, as rustfmt writes it, that
+/// closes it at the same indentation.
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let signature = ["pub(crate) ", "pub(super) ", "pub "]
+            .iter()
+            .fold(trimmed, |rest, visibility| {
+                rest.strip_prefix(visibility).unwrap_or(rest)
+            });
+        let Some(name) = signature.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = name
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // A declaration without a body, or a body on the same line.
+        if trimmed.ends_with(';') || trimmed.ends_with('}') {
+            found.push((name, at + 1, 1));
+            continue;
+        }
+        let close = format!("{indent}}}");
+        if let Some(end) = lines[at..].iter().position(|line| *line == close) {
+            found.push((name, at + 1, end + 1));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_function_of_the_core_is_over_150_lines() {
+    let offenders: Vec<String> = all_sources()
+        .into_iter()
+        .filter(|(path, _)| path.starts_with("scored/core/src") && !is_test_file(path))
+        .flat_map(|(path, text)| {
+            functions(&text)
+                .into_iter()
+                .filter(|(_, _, length)| *length > 150)
+                .map(move |(name, line, length)| {
+                    format!("{}:{line}: {name} is {length} lines", path.display())
+                })
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "functions of the core over 150 lines (split them into named steps):\n{}",
+        offenders.join("\n")
+    );
+}
+
+#[test]
+fn functions_are_measured_to_their_closing_brace() {
+    let text = "fn a() {\n    x();\n}\n\nimpl T {\n    fn c(&self) {}\n    fn d(&self);\n    pub(super) fn b(\n        y: u8,\n    ) {\n        if y {\n        }\n    }\n}\n";
+    let functions = functions(text);
+    let found: Vec<(&str, usize, usize)> = functions
+        .iter()
+        .map(|(name, line, length)| (name.as_str(), *line, *length))
+        .collect();
+    assert_eq!(found, [("a", 1, 3), ("c", 6, 1), ("d", 7, 1), ("b", 8, 6)]);
 }

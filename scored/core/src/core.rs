@@ -413,78 +413,10 @@ impl Core {
                 request,
             } => self.submit(client, cred, user, *request, now, out),
             Input::ClientGone(client) => self.client_gone(client, now, out),
-            Input::Hold(client) => {
-                if let Some(&job) = self.logged.by_client.get(&client) {
-                    if let Some(record) = self.logged.jobs.get_mut(&job) {
-                        if !record.is_ending() && !record.owner_hold {
-                            record.owner_hold = true;
-                            self.journal(JobEvent::Held { job, by: "owner" });
-                        }
-                    }
-                    out.push(Action::notify(client, ClientEvent::Held(job)));
-                } else if let Some(idx) =
-                    self.logged.waiting.iter().position(|w| w.client == client)
-                {
-                    self.logged
-                        .waiting
-                        .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = true);
-                }
-            }
-            Input::Release(client) => {
-                if let Some(record) = self
-                    .logged
-                    .by_client
-                    .get(&client)
-                    .and_then(|job| self.logged.jobs.get_mut(job))
-                {
-                    if record.owner_hold {
-                        record.owner_hold = false;
-                        let job = record.id;
-                        self.journal(JobEvent::Released(job));
-                    }
-                } else if let Some(idx) =
-                    self.logged.waiting.iter().position(|w| w.client == client)
-                {
-                    self.logged
-                        .waiting
-                        .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = false);
-                }
-            }
-            Input::Interrupt(client) => {
-                if let Some(&job) = self.logged.by_client.get(&client) {
-                    self.begin_kill(
-                        job,
-                        EndCause::Killed("by its scrun (interrupted)".into()),
-                        true,
-                        now,
-                        out,
-                    );
-                } else if let Some(idx) =
-                    self.logged.waiting.iter().position(|w| w.client == client)
-                {
-                    self.logged.waiting.modify(|waiting| waiting.remove(idx));
-                    out.push(Action::notify(
-                        client,
-                        ClientEvent::Rejected {
-                            kind: Rejection::Resources,
-                            reason: "interrupted while waiting for admission".into(),
-                        },
-                    ));
-                }
-            }
-            Input::Deliver { client, signal } => {
-                // Only a job with processes, and not one being killed; a
-                // stopped job gets the signal when it is continued.
-                let job = self.logged.by_client.get(&client).copied();
-                if let Some(record) = job.and_then(|job| self.logged.jobs.get(&job)) {
-                    if record.phase() != Phase::Idle && !record.is_ending() {
-                        out.push(Action::Signal {
-                            job: record.id,
-                            signal,
-                        });
-                    }
-                }
-            }
+            Input::Hold(client) => self.hold(client, out),
+            Input::Release(client) => self.release(client),
+            Input::Interrupt(client) => self.interrupt(client, now, out),
+            Input::Deliver { client, signal } => self.deliver(client, signal, out),
             Input::Stopped(job) => {
                 if let Some(record) = self.logged.jobs.get_mut(&job) {
                     if record.stopped() {
@@ -561,6 +493,81 @@ impl Core {
             }
             Input::Shutdown { now: kill } => {
                 self.shutdown(kill, now, out);
+            }
+        }
+    }
+
+    /// The job's scrun was suspended (Ctrl-Z): its owner holds the job, or
+    /// the submission is admitted held if it still waits.
+    fn hold(&mut self, client: ClientToken, out: &mut Vec<Action>) {
+        if let Some(&job) = self.logged.by_client.get(&client) {
+            if let Some(record) = self.logged.jobs.get_mut(&job) {
+                if !record.is_ending() && !record.owner_hold {
+                    record.owner_hold = true;
+                    self.journal(JobEvent::Held { job, by: "owner" });
+                }
+            }
+            out.push(Action::notify(client, ClientEvent::Held(job)));
+        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client == client) {
+            self.logged
+                .waiting
+                .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = true);
+        }
+    }
+
+    /// The job's scrun was resumed: its owner's hold ends.
+    fn release(&mut self, client: ClientToken) {
+        if let Some(record) = self
+            .logged
+            .by_client
+            .get(&client)
+            .and_then(|job| self.logged.jobs.get_mut(job))
+        {
+            if record.owner_hold {
+                record.owner_hold = false;
+                let job = record.id;
+                self.journal(JobEvent::Released(job));
+            }
+        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client == client) {
+            self.logged
+                .waiting
+                .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = false);
+        }
+    }
+
+    /// The job's scrun was interrupted: the job is killed gracefully, or
+    /// the waiting submission withdrawn.
+    fn interrupt(&mut self, client: ClientToken, now: Tick, out: &mut Vec<Action>) {
+        if let Some(&job) = self.logged.by_client.get(&client) {
+            self.begin_kill(
+                job,
+                EndCause::Killed("by its scrun (interrupted)".into()),
+                true,
+                now,
+                out,
+            );
+        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client == client) {
+            self.logged.waiting.modify(|waiting| waiting.remove(idx));
+            out.push(Action::notify(
+                client,
+                ClientEvent::Rejected {
+                    kind: Rejection::Resources,
+                    reason: "interrupted while waiting for admission".into(),
+                },
+            ));
+        }
+    }
+
+    /// A signal scrun received, for its job: only a job with processes,
+    /// and not one being killed; a stopped job gets it when continued.
+    fn deliver(&mut self, client: ClientToken, signal: i32, out: &mut Vec<Action>) {
+        let job = self.logged.by_client.get(&client).copied();
+        if let Some(record) = job.and_then(|job| self.logged.jobs.get(&job)) {
+            if record.phase() != Phase::Idle && !record.is_ending() {
+                out.push(Action::Signal {
+                    job: record.id,
+                    signal,
+                });
             }
         }
     }

@@ -88,140 +88,14 @@ impl Core {
                      (and not with --no-journal)",
             ),
             Command::ClusterLimit { cluster, limits } => {
-                let Some(id) = self.logged.topology.find_cluster(&cluster) else {
-                    return Reply::error(format!("no cluster {}", describe_cluster_ref(&cluster)));
-                };
-                let current = &mut self.limits[id.idx()];
-                apply(&mut current.memory, limits.memory);
-                apply(&mut current.disk, limits.disk);
-                apply(&mut current.jobs, limits.jobs);
-                let summary = describe_limits(current);
-                let name = self.logged.topology.cluster(id).name.clone();
-                let warnings = self.limit_warnings(id, &limits);
-                self.admit_waiters(now, out);
-                Reply::Done(format!("cluster {name}: {summary}{warnings}"))
+                self.cluster_limit(&cluster, &limits, now, out)
             }
-            Command::QueueState { queue, action } => {
-                let Some(record) = self.logged.queues.get_mut(queue as usize) else {
-                    return self.no_queue(queue);
-                };
-                match action {
-                    QueueAction::Enable => record.enabled = true,
-                    QueueAction::Disable => record.enabled = false,
-                    QueueAction::Activate => {
-                        record.enabled = true;
-                        record.activated = true;
-                    }
-                    QueueAction::Deactivate => record.activated = false,
-                }
-                let state = record.state_word();
-                let scheduling = if record.activated {
-                    "scheduled"
-                } else {
-                    "not scheduled"
-                };
-                self.admit_waiters(now, out);
-                Reply::Done(format!("queue {queue}: {state} (jobs {scheduling})"))
-            }
+            Command::QueueState { queue, action } => self.queue_state(queue, action, now, out),
             Command::QueueSet { queue, settings } => self.queue_set(queue, settings, now, dir, out),
-            Command::Kill { job, signal } => {
-                let id = JobId(job);
-                if let Err(reply) = self.may_touch(cred, id) {
-                    return reply;
-                }
-                let by = if operator && self.logged.jobs[&id].owner.uid != cred.uid {
-                    "by an operator".to_string()
-                } else {
-                    "by its owner".to_string()
-                };
-                match signal {
-                    None | Some(SIGTERM) => {
-                        self.begin_kill(id, EndCause::Killed(by), true, now, out);
-                        Reply::Done(format!(
-                            "job {job}: killing (SIGTERM, then SIGKILL after {})",
-                            format_duration(self.logged.config.kill_grace)
-                        ))
-                    }
-                    Some(SIGKILL) => {
-                        self.begin_kill(id, EndCause::Killed(by), false, now, out);
-                        Reply::Done(format!("job {job}: killed"))
-                    }
-                    Some(signal) if JOB_CONTROL_SIGNALS.contains(&signal) => Reply::error(format!(
-                        "signal {signal} would stop or continue job {job} behind the scheduler's back; \
-                         use suspend {job} or resume {job}"
-                    )),
-                    Some(signal) => {
-                        if self.logged.jobs[&id].phase() == Phase::Idle {
-                            return Reply::error(format!("job {job} has no process to signal yet"));
-                        }
-                        out.push(Action::Signal { job: id, signal });
-                        Reply::Done(format!("job {job}: sent signal {signal}"))
-                    }
-                }
-            }
-            Command::Suspend(job) => {
-                let id = JobId(job);
-                if let Err(reply) = self.may_touch(cred, id) {
-                    return reply;
-                }
-                let record = self.logged.jobs.get_mut(&id).expect("checked");
-                if record.is_ending() {
-                    return Reply::error(format!("job {job} is ending"));
-                }
-                let by = if operator {
-                    record.operator_hold = true;
-                    "operator"
-                } else {
-                    record.owner_hold = true;
-                    "owner"
-                };
-                self.journal(JobEvent::Held { job: id, by });
-                Reply::Done(format!("job {job}: held"))
-            }
-            Command::Resume(job) => {
-                let id = JobId(job);
-                if let Err(reply) = self.may_touch(cred, id) {
-                    return reply;
-                }
-                let record = self.logged.jobs.get_mut(&id).expect("checked");
-                if !record.held() {
-                    return Reply::error(format!("job {job} is not held"));
-                }
-                if operator {
-                    record.operator_hold = false;
-                    record.owner_hold = false;
-                } else {
-                    if record.operator_hold {
-                        return Reply::error(format!(
-                            "job {job} is held by an operator; only an operator can resume it"
-                        ));
-                    }
-                    record.owner_hold = false;
-                }
-                self.journal(JobEvent::Released(id));
-                Reply::Done(format!("job {job}: released"))
-            }
-            Command::Move { job, queue } => {
-                let id = JobId(job);
-                if !self.logged.jobs.contains_key(&id) {
-                    return self.no_job(id);
-                }
-                if queue as usize >= self.logged.queues.len() {
-                    return self.no_queue(queue);
-                }
-                if self.logged.jobs[&id].queue == queue {
-                    return Reply::error(format!("job {job} is already in queue {queue}"));
-                }
-                let from = self.logged.jobs[&id].queue;
-                self.move_job(id, queue);
-                self.journal(JobEvent::Moved {
-                    job: id,
-                    from,
-                    to: queue,
-                    by: "operator",
-                });
-                Reply::Done(format!("job {job}: moved to queue {queue}"))
-            }
+            Command::Kill { job, signal } => self.kill_command(cred, JobId(job), signal, now, out),
+            Command::Suspend(job) => self.suspend_command(cred, JobId(job)),
+            Command::Resume(job) => self.resume_command(cred, JobId(job)),
+            Command::Move { job, queue } => self.move_command(JobId(job), queue),
             Command::Timeslice(None) => Reply::Record(vec![(
                 "timeslice".into(),
                 Value::Duration(self.logged.config.timeslice),
@@ -259,6 +133,173 @@ impl Core {
                 })
             }
         }
+    }
+
+    /// `cluster C limit ...`.
+    fn cluster_limit(
+        &mut self,
+        cluster: &command::ClusterRef,
+        limits: &command::ClusterLimits,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) -> Reply {
+        let Some(id) = self.logged.topology.find_cluster(cluster) else {
+            return Reply::error(format!("no cluster {}", describe_cluster_ref(cluster)));
+        };
+        let current = &mut self.limits[id.idx()];
+        apply(&mut current.memory, limits.memory);
+        apply(&mut current.disk, limits.disk);
+        apply(&mut current.jobs, limits.jobs);
+        let summary = describe_limits(current);
+        let name = self.logged.topology.cluster(id).name.clone();
+        let warnings = self.limit_warnings(id, limits);
+        self.admit_waiters(now, out);
+        Reply::Done(format!("cluster {name}: {summary}{warnings}"))
+    }
+
+    /// `queue Q enable|disable|activate|deactivate`.
+    fn queue_state(
+        &mut self,
+        queue: u32,
+        action: QueueAction,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) -> Reply {
+        let Some(record) = self.logged.queues.get_mut(queue as usize) else {
+            return self.no_queue(queue);
+        };
+        match action {
+            QueueAction::Enable => record.enabled = true,
+            QueueAction::Disable => record.enabled = false,
+            QueueAction::Activate => {
+                record.enabled = true;
+                record.activated = true;
+            }
+            QueueAction::Deactivate => record.activated = false,
+        }
+        let state = record.state_word();
+        let scheduling = if record.activated {
+            "scheduled"
+        } else {
+            "not scheduled"
+        };
+        self.admit_waiters(now, out);
+        Reply::Done(format!("queue {queue}: {state} (jobs {scheduling})"))
+    }
+
+    /// `kill ID [SIGNAL]`, by the job's owner or an operator.
+    fn kill_command(
+        &mut self,
+        cred: &Cred,
+        id: JobId,
+        signal: Option<i32>,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) -> Reply {
+        let job = id.0;
+        if let Err(reply) = self.may_touch(cred, id) {
+            return reply;
+        }
+        let by = if self.is_operator(cred) && self.logged.jobs[&id].owner.uid != cred.uid {
+            "by an operator".to_string()
+        } else {
+            "by its owner".to_string()
+        };
+        match signal {
+            None | Some(SIGTERM) => {
+                self.begin_kill(id, EndCause::Killed(by), true, now, out);
+                Reply::Done(format!(
+                    "job {job}: killing (SIGTERM, then SIGKILL after {})",
+                    format_duration(self.logged.config.kill_grace)
+                ))
+            }
+            Some(SIGKILL) => {
+                self.begin_kill(id, EndCause::Killed(by), false, now, out);
+                Reply::Done(format!("job {job}: killed"))
+            }
+            Some(signal) if JOB_CONTROL_SIGNALS.contains(&signal) => Reply::error(format!(
+                "signal {signal} would stop or continue job {job} behind the scheduler's back; \
+                 use suspend {job} or resume {job}"
+            )),
+            Some(signal) => {
+                if self.logged.jobs[&id].phase() == Phase::Idle {
+                    return Reply::error(format!("job {job} has no process to signal yet"));
+                }
+                out.push(Action::Signal { job: id, signal });
+                Reply::Done(format!("job {job}: sent signal {signal}"))
+            }
+        }
+    }
+
+    /// `suspend ID`: the owner's or an operator's hold.
+    fn suspend_command(&mut self, cred: &Cred, id: JobId) -> Reply {
+        let job = id.0;
+        let operator = self.is_operator(cred);
+        if let Err(reply) = self.may_touch(cred, id) {
+            return reply;
+        }
+        let record = self.logged.jobs.get_mut(&id).expect("checked");
+        if record.is_ending() {
+            return Reply::error(format!("job {job} is ending"));
+        }
+        let by = if operator {
+            record.operator_hold = true;
+            "operator"
+        } else {
+            record.owner_hold = true;
+            "owner"
+        };
+        self.journal(JobEvent::Held { job: id, by });
+        Reply::Done(format!("job {job}: held"))
+    }
+
+    /// `resume ID`: an operator releases any hold, an owner their own.
+    fn resume_command(&mut self, cred: &Cred, id: JobId) -> Reply {
+        let job = id.0;
+        let operator = self.is_operator(cred);
+        if let Err(reply) = self.may_touch(cred, id) {
+            return reply;
+        }
+        let record = self.logged.jobs.get_mut(&id).expect("checked");
+        if !record.held() {
+            return Reply::error(format!("job {job} is not held"));
+        }
+        if operator {
+            record.operator_hold = false;
+            record.owner_hold = false;
+        } else {
+            if record.operator_hold {
+                return Reply::error(format!(
+                    "job {job} is held by an operator; only an operator can resume it"
+                ));
+            }
+            record.owner_hold = false;
+        }
+        self.journal(JobEvent::Released(id));
+        Reply::Done(format!("job {job}: released"))
+    }
+
+    /// `move ID Q`.
+    fn move_command(&mut self, id: JobId, queue: u32) -> Reply {
+        let job = id.0;
+        if !self.logged.jobs.contains_key(&id) {
+            return self.no_job(id);
+        }
+        if queue as usize >= self.logged.queues.len() {
+            return self.no_queue(queue);
+        }
+        if self.logged.jobs[&id].queue == queue {
+            return Reply::error(format!("job {job} is already in queue {queue}"));
+        }
+        let from = self.logged.jobs[&id].queue;
+        self.move_job(id, queue);
+        self.journal(JobEvent::Moved {
+            job: id,
+            from,
+            to: queue,
+            by: "operator",
+        });
+        Reply::Done(format!("job {job}: moved to queue {queue}"))
     }
 
     fn no_job(&self, id: JobId) -> Reply {

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Core;
 use crate::ids::Cred;
-use crate::job::{EndCause, ExitStatus, Joiner, Launch, Phase, ProcRequest};
+use crate::job::{EndCause, ExitStatus, Job, Joiner, Launch, Phase, ProcRequest};
 use scored_proto::command::QueueMode;
 
 mod restore;
@@ -244,6 +244,69 @@ impl Launches {
     }
 }
 
+/// A job as the snapshot writes it.
+fn job_out(job: &Job, launches: &mut Launches) -> JobSnapshot {
+    JobSnapshot {
+        id: job.id.0,
+        user: job.user.to_string(),
+        owner: cred_out(&job.owner),
+        client: job.client.map(|client| client.0),
+        pipe: job.spec.joiner == Joiner::Pipe,
+        procs: procs_out(job.spec.procs),
+        launch: launches.add(&job.spec.launch),
+        queue: job.queue,
+        queues_visited: job.queues_visited.to_vec(),
+        cluster: job.cluster.0,
+        hosts: job.hosts.iter().map(|host| host.0).collect(),
+        layout: job.layout.to_vec(),
+        limit_cputime_us: job.limits.cputime.map(us),
+        limit_memory: job.limits.memory,
+        limit_disk: job.limits.disk,
+        phase: match job.phase() {
+            Phase::Idle => "idle",
+            Phase::Running => "running",
+            Phase::Stopping => "stopping",
+            Phase::Stopped => "stopped",
+        }
+        .to_string(),
+        operator_hold: job.operator_hold,
+        owner_hold: job.owner_hold,
+        stage: job.stage(),
+        ranks_left: job.ranks_left(),
+        started: job.started(),
+        ending: job.ending().map(|cause| match cause {
+            EndCause::Limit(why) => EndSnapshot::Limit(why.clone()),
+            EndCause::Killed(by) => EndSnapshot::Killed(by.clone()),
+            EndCause::ClientGone => EndSnapshot::ClientGone,
+            EndCause::Shutdown => EndSnapshot::Shutdown,
+            EndCause::LaunchFailed { message, status } => {
+                EndSnapshot::LaunchFailed(message.clone(), *status)
+            }
+            EndCause::RankSignalled => EndSnapshot::RankSignalled,
+        }),
+        graceful_kill: job.graceful_kill(),
+        kill_deadline: job.kill_deadline().map(|tick| tick.0),
+        failure: job.failure().map(status_out),
+        failed_rank: job
+            .failed_rank()
+            .map(|(stage, rank)| (stage as usize, rank)),
+        estimate_us: job.estimate.map(us),
+        time_deadline: job.time_deadline().map(|tick| tick.0),
+        submitted_at: job.submitted_at.0,
+        admitted_at: job.admitted_at.0,
+        first_run_at: job.first_run_at().map(|tick| tick.0),
+        running_since: job.running_since().map(|tick| tick.0),
+        run_time_us: us(job.run_time),
+        switches: job.switches,
+        cpu_us: us(job.usage.cpu),
+        memory: job.usage.memory.clone(),
+        disk: job.usage.disk,
+        peak_memory: job.peak_memory.to_vec(),
+        peak_disk: job.peak_disk,
+        residency_base_us: us(job.residency_base),
+    }
+}
+
 impl Core {
     /// The state to hand to the next process.
     pub fn snapshot(&self) -> CoreSnapshot {
@@ -252,65 +315,7 @@ impl Core {
             .logged
             .jobs
             .values()
-            .map(|job| JobSnapshot {
-                id: job.id.0,
-                user: job.user.to_string(),
-                owner: cred_out(&job.owner),
-                client: job.client.map(|client| client.0),
-                pipe: job.spec.joiner == Joiner::Pipe,
-                procs: procs_out(job.spec.procs),
-                launch: launches.add(&job.spec.launch),
-                queue: job.queue,
-                queues_visited: job.queues_visited.to_vec(),
-                cluster: job.cluster.0,
-                hosts: job.hosts.iter().map(|host| host.0).collect(),
-                layout: job.layout.to_vec(),
-                limit_cputime_us: job.limits.cputime.map(us),
-                limit_memory: job.limits.memory,
-                limit_disk: job.limits.disk,
-                phase: match job.phase() {
-                    Phase::Idle => "idle",
-                    Phase::Running => "running",
-                    Phase::Stopping => "stopping",
-                    Phase::Stopped => "stopped",
-                }
-                .to_string(),
-                operator_hold: job.operator_hold,
-                owner_hold: job.owner_hold,
-                stage: job.stage(),
-                ranks_left: job.ranks_left(),
-                started: job.started(),
-                ending: job.ending().map(|cause| match cause {
-                    EndCause::Limit(why) => EndSnapshot::Limit(why.clone()),
-                    EndCause::Killed(by) => EndSnapshot::Killed(by.clone()),
-                    EndCause::ClientGone => EndSnapshot::ClientGone,
-                    EndCause::Shutdown => EndSnapshot::Shutdown,
-                    EndCause::LaunchFailed { message, status } => {
-                        EndSnapshot::LaunchFailed(message.clone(), *status)
-                    }
-                    EndCause::RankSignalled => EndSnapshot::RankSignalled,
-                }),
-                graceful_kill: job.graceful_kill(),
-                kill_deadline: job.kill_deadline().map(|tick| tick.0),
-                failure: job.failure().map(status_out),
-                failed_rank: job
-                    .failed_rank()
-                    .map(|(stage, rank)| (stage as usize, rank)),
-                estimate_us: job.estimate.map(us),
-                time_deadline: job.time_deadline().map(|tick| tick.0),
-                submitted_at: job.submitted_at.0,
-                admitted_at: job.admitted_at.0,
-                first_run_at: job.first_run_at().map(|tick| tick.0),
-                running_since: job.running_since().map(|tick| tick.0),
-                run_time_us: us(job.run_time),
-                switches: job.switches,
-                cpu_us: us(job.usage.cpu),
-                memory: job.usage.memory.clone(),
-                disk: job.usage.disk,
-                peak_memory: job.peak_memory.to_vec(),
-                peak_disk: job.peak_disk,
-                residency_base_us: us(job.residency_base),
-            })
+            .map(|job| job_out(job, &mut launches))
             .collect();
         let waiting = self
             .logged

@@ -142,41 +142,48 @@ impl Core {
             }
         }
         if std::mem::take(&mut self.ran_refill) {
-            // The jobs chosen at the slice boundary take their turn in the
-            // slice, whether they run at once or once the stops they wait
-            // for are confirmed. A job that enters later in the slice (in
-            // what a job that ended left of it, or on hosts free when it
-            // starts) keeps its place in the rotation: a remnant is not a
-            // turn, so every job of a column of `level` runs a whole slice
-            // in `level`.
-            self.turn_pending.clear();
-            self.remnant_entries = 0;
-            for job in &self.active {
-                let running = self
-                    .logged
-                    .jobs
-                    .get(job)
-                    .is_some_and(|record| record.phase() == Phase::Running);
-                if running {
-                    self.ran.insert(*job);
-                } else {
-                    self.turn_pending.insert(*job);
-                }
-            }
-            debug_assert!(
-                self.logged
-                    .live
-                    .iter()
-                    .all(|job| self.logged.jobs[&job].phase() != Phase::Running
-                        || self.ran.contains(&job)),
-                "a running job is missing from the jobs that ran"
-            );
+            self.take_turns();
         }
         if self.shutting_down && self.logged.jobs.is_empty() {
             out.push(Action::Exit);
         }
         #[cfg(debug_assertions)]
         self.check_invariants();
+    }
+
+    /// Counts the turns of a slice boundary's decision: the jobs it chose
+    /// take their turn in the slice, whether they run at once or once the
+    /// stops they wait for are confirmed.
+    fn take_turns(&mut self) {
+        // The jobs chosen at the slice boundary take their turn in the
+        // slice, whether they run at once or once the stops they wait
+        // for are confirmed. A job that enters later in the slice (in
+        // what a job that ended left of it, or on hosts free when it
+        // starts) keeps its place in the rotation: a remnant is not a
+        // turn, so every job of a column of `level` runs a whole slice
+        // in `level`.
+        self.turn_pending.clear();
+        self.remnant_entries = 0;
+        for job in &self.active {
+            let running = self
+                .logged
+                .jobs
+                .get(job)
+                .is_some_and(|record| record.phase() == Phase::Running);
+            if running {
+                self.ran.insert(*job);
+            } else {
+                self.turn_pending.insert(*job);
+            }
+        }
+        debug_assert!(
+            self.logged
+                .live
+                .iter()
+                .all(|job| self.logged.jobs[&job].phase() != Phase::Running
+                    || self.ran.contains(&job)),
+            "a running job is missing from the jobs that ran"
+        );
     }
 
     /// Computes the active set into `active`, and in `bindings` the hosts

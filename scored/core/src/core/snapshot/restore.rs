@@ -11,7 +11,10 @@ use std::os::unix::ffi::OsStringExt;
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::{CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot, StatusSnapshot};
+use super::{
+    CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot, QueueSnapshot, StatusSnapshot,
+    WaiterSnapshot,
+};
 use crate::admission::{ClusterLimits, Ledger, Placement};
 use crate::cluster::Topology;
 use crate::core::{usage_limited, Core, CoreConfig, CoreSnapshot, Switches, Waiter};
@@ -432,197 +435,22 @@ impl Core {
             .into_iter()
             .map(|text| unpack(unhex(&text)?))
             .collect::<Result<_, RestoreError>>()?;
-        let launch_of = |idx: usize| -> Result<&LaunchParts, RestoreError> {
-            launches.get(idx).ok_or(RestoreError::LaunchMissing(idx))
-        };
         let mut started: BTreeSet<u64> = BTreeSet::new();
         for record in snapshot.jobs {
-            let id = JobId(record.id);
-            let n_hosts = core.logged.topology.hosts.len() as u32;
-            // A job has hosts for each entry of its layout, or, admitted
-            // and waiting to be placed (an exclusive queue's job behind
-            // another), none yet.
-            let bound = record.hosts.len() == record.layout.len()
-                && record.hosts.len() == record.peak_memory.len();
-            let unbound = record.hosts.is_empty()
-                && record.peak_memory.is_empty()
-                && !record.started
-                && record.phase == "idle";
-            if record.hosts.iter().any(|host| *host >= n_hosts)
-                || record.cluster as usize >= core.logged.topology.clusters.len()
-                || record.queue as usize >= snapshot.queues.len()
-                || !(bound || unbound)
-            {
-                return Err(RestoreError::JobDoesNotFit(id));
-            }
-            let (stages, env, cwd, inherited) = launch_of(record.launch)?;
-            let request = JobRequest {
-                stages: stages.clone(),
-                joiner: if record.pipe {
-                    Joiner::Pipe
-                } else {
-                    Joiner::Sequence
-                },
-                procs: procs_in(record.procs),
-                priority: Some(record.queue),
-                wait: false,
-                memory: None,
-                disk: None,
-                time: record.estimate_us.map(from_us),
-                env: env.clone(),
-                cwd: cwd.clone(),
-                inherited: inherited.clone(),
-            };
-            let phase = match record.phase.as_str() {
-                "idle" => Phase::Idle,
-                "running" => Phase::Running,
-                "stopping" => Phase::Stopping,
-                "stopped" => Phase::Stopped,
-                other => {
-                    return Err(RestoreError::UnknownPhase {
-                        job: id,
-                        phase: other.to_string(),
-                    })
-                }
-            };
             if record.started {
                 started.insert(record.id);
             }
-            let (life, ending) = job_state_in(id, &record, phase)?;
-            let job = Job {
-                id,
-                user: Rc::from(record.user.as_str()),
-                owner: cred_in(record.owner),
-                client: record.client.map(ClientToken),
-                spec: JobSpec {
-                    joiner: request.joiner,
-                    procs: request.procs,
-                    launch: core.intern_launch(&request),
-                },
-                queue: record.queue,
-                queues_visited: record.queues_visited.into(),
-                cluster: ClusterId(record.cluster),
-                hosts: record.hosts.into_iter().map(HostId).collect(),
-                layout: record.layout.into(),
-                limits: JobLimits {
-                    cputime: record.limit_cputime_us.map(from_us),
-                    memory: record.limit_memory,
-                    disk: record.limit_disk,
-                },
-                operator_hold: record.operator_hold,
-                owner_hold: record.owner_hold,
-                life,
-                ending,
-                estimate: record.estimate_us.map(from_us),
-                submitted_at: Tick(record.submitted_at),
-                admitted_at: Tick(record.admitted_at),
-                run_time: from_us(record.run_time_us),
-                switches: record.switches,
-                usage: Usage {
-                    cpu: from_us(record.cpu_us),
-                    memory: record.memory,
-                    disk: record.disk,
-                },
-                peak_memory: record.peak_memory.into(),
-                peak_disk: record.peak_disk,
-                residency_base: from_us(record.residency_base_us),
-            };
-            core.logged.ledger.reserve(&Placement {
-                cluster: job.cluster,
-                hosts: job.hosts.clone(),
-                layout: job.layout.to_vec(),
-                limits: job.limits,
-            });
-            if let Some(client) = job.client {
-                core.logged.by_client.insert(client, id);
-            }
-            if matches!(job.phase(), Phase::Running | Phase::Stopping) {
-                core.logged.live.insert(id);
-            }
-            if let Some(deadline) = job.kill_deadline() {
-                core.logged.kill_deadlines.insert((deadline, id));
-            }
-            if let Some(deadline) = job.time_deadline() {
-                core.logged.time_deadlines.insert((deadline, id));
-            }
-            if job.limits.cputime.is_some() {
-                core.n_cputime_limited += 1;
-            }
-            if usage_limited(&job.limits) {
-                core.n_usage_limited += 1;
-            }
+            let job = core.restore_job(record, &launches, snapshot.queues.len())?;
+            let id = job.id;
             if core.logged.jobs.contains_key(&id) || id.0 >= snapshot.next_job {
                 return Err(RestoreError::DuplicateJob(id));
             }
-            core.logged.jobs.insert(id, job);
+            core.admit_restored(job);
         }
-        core.logged.queues = crate::undo::UndoQueues::new(Vec::new());
-        for (number, queue) in snapshot.queues.into_iter().enumerate() {
-            let mode = if queue.exclusive {
-                QueueMode::Exclusive
-            } else {
-                QueueMode::Gang
-            };
-            let mut restored = Queue::new(number as u32, mode);
-            restored.enabled = queue.enabled;
-            restored.activated = queue.activated;
-            restored.cputime = queue.cputime_us.map(from_us);
-            restored.residency = queue.residency_us.map(from_us);
-            restored.memory_pct = queue.memory_pct;
-            restored.disk_pct = queue.disk_pct;
-            restored.group = queue.group;
-            restored.group_name = queue.group_name;
-            restored.backfill = queue.backfill;
-            restored.mpl = queue.mpl;
-            for id in queue.order {
-                let Some(job) = core.logged.jobs.get(&JobId(id)) else {
-                    return Err(RestoreError::QueueHoldsUnknownJob {
-                        queue: number as u32,
-                        job: id,
-                    });
-                };
-                if job.queue != number as u32 {
-                    return Err(RestoreError::JobInOtherQueue {
-                        job: id,
-                        queue: number as u32,
-                        belongs: job.queue,
-                    });
-                }
-                // In a gang queue with a level, a job that has its hosts
-                // is in the matrix and the rotation, run yet or not.
-                let in_matrix = restored.level().is_some() && !job.hosts.is_empty();
-                restored.push(JobId(id), started.contains(&id) || in_matrix);
-            }
-            core.logged
-                .queues
-                .modify_all(|queues| queues.push(restored));
-        }
+        core.restore_queues(snapshot.queues, &started)?;
         for record in snapshot.waiting {
-            let (stages, env, cwd, inherited) = launch_of(record.launch)?;
-            core.logged.waiting.push_back(Rc::new(Waiter {
-                client: ClientToken(record.client),
-                cred: cred_in(record.cred),
-                user: Rc::from(record.user.as_str()),
-                request: JobRequest {
-                    stages: stages.clone(),
-                    joiner: if record.pipe {
-                        Joiner::Pipe
-                    } else {
-                        Joiner::Sequence
-                    },
-                    procs: procs_in(record.procs),
-                    priority: record.priority,
-                    wait: record.wait,
-                    memory: record.memory,
-                    disk: record.disk,
-                    time: record.time_us.map(from_us),
-                    env: env.clone(),
-                    cwd: cwd.clone(),
-                    inherited: inherited.clone(),
-                },
-                submitted_at: Tick(record.submitted_at),
-                held: record.held,
-            }));
+            let waiter = restore_waiter(record, &launches)?;
+            core.logged.waiting.push_back(Rc::new(waiter));
         }
         core.ran = snapshot.ran.into_iter().map(JobId).collect();
         core.bound_waiting = snapshot.bound_waiting.into_iter().map(JobId).collect();
@@ -647,6 +475,188 @@ impl Core {
         core.rebuild_schedule_state();
         core.check_restored()?;
         Ok(core)
+    }
+
+    /// A job of the snapshot, checked against the topology and the
+    /// `n_queues` queues.
+    fn restore_job(
+        &mut self,
+        record: JobSnapshot,
+        launches: &[LaunchParts],
+        n_queues: usize,
+    ) -> Result<Job, RestoreError> {
+        let id = JobId(record.id);
+        let n_hosts = self.logged.topology.hosts.len() as u32;
+        // A job has hosts for each entry of its layout, or, admitted
+        // and waiting to be placed (an exclusive queue's job behind
+        // another), none yet.
+        let bound = record.hosts.len() == record.layout.len()
+            && record.hosts.len() == record.peak_memory.len();
+        let unbound = record.hosts.is_empty()
+            && record.peak_memory.is_empty()
+            && !record.started
+            && record.phase == "idle";
+        if record.hosts.iter().any(|host| *host >= n_hosts)
+            || record.cluster as usize >= self.logged.topology.clusters.len()
+            || record.queue as usize >= n_queues
+            || !(bound || unbound)
+        {
+            return Err(RestoreError::JobDoesNotFit(id));
+        }
+        let (stages, env, cwd, inherited) = launches
+            .get(record.launch)
+            .ok_or(RestoreError::LaunchMissing(record.launch))?;
+        let request = JobRequest {
+            stages: stages.clone(),
+            joiner: if record.pipe {
+                Joiner::Pipe
+            } else {
+                Joiner::Sequence
+            },
+            procs: procs_in(record.procs),
+            priority: Some(record.queue),
+            wait: false,
+            memory: None,
+            disk: None,
+            time: record.estimate_us.map(from_us),
+            env: env.clone(),
+            cwd: cwd.clone(),
+            inherited: inherited.clone(),
+        };
+        let phase = match record.phase.as_str() {
+            "idle" => Phase::Idle,
+            "running" => Phase::Running,
+            "stopping" => Phase::Stopping,
+            "stopped" => Phase::Stopped,
+            other => {
+                return Err(RestoreError::UnknownPhase {
+                    job: id,
+                    phase: other.to_string(),
+                })
+            }
+        };
+        let (life, ending) = job_state_in(id, &record, phase)?;
+        let job = Job {
+            id,
+            user: Rc::from(record.user.as_str()),
+            owner: cred_in(record.owner),
+            client: record.client.map(ClientToken),
+            spec: JobSpec {
+                joiner: request.joiner,
+                procs: request.procs,
+                launch: self.intern_launch(&request),
+            },
+            queue: record.queue,
+            queues_visited: record.queues_visited.into(),
+            cluster: ClusterId(record.cluster),
+            hosts: record.hosts.into_iter().map(HostId).collect(),
+            layout: record.layout.into(),
+            limits: JobLimits {
+                cputime: record.limit_cputime_us.map(from_us),
+                memory: record.limit_memory,
+                disk: record.limit_disk,
+            },
+            operator_hold: record.operator_hold,
+            owner_hold: record.owner_hold,
+            life,
+            ending,
+            estimate: record.estimate_us.map(from_us),
+            submitted_at: Tick(record.submitted_at),
+            admitted_at: Tick(record.admitted_at),
+            run_time: from_us(record.run_time_us),
+            switches: record.switches,
+            usage: Usage {
+                cpu: from_us(record.cpu_us),
+                memory: record.memory,
+                disk: record.disk,
+            },
+            peak_memory: record.peak_memory.into(),
+            peak_disk: record.peak_disk,
+            residency_base: from_us(record.residency_base_us),
+        };
+        Ok(job)
+    }
+
+    /// Books a restored job: its reservations, client, live state,
+    /// deadlines and limits.
+    fn admit_restored(&mut self, job: Job) {
+        let id = job.id;
+        self.logged.ledger.reserve(&Placement {
+            cluster: job.cluster,
+            hosts: job.hosts.clone(),
+            layout: job.layout.to_vec(),
+            limits: job.limits,
+        });
+        if let Some(client) = job.client {
+            self.logged.by_client.insert(client, id);
+        }
+        if matches!(job.phase(), Phase::Running | Phase::Stopping) {
+            self.logged.live.insert(id);
+        }
+        if let Some(deadline) = job.kill_deadline() {
+            self.logged.kill_deadlines.insert((deadline, id));
+        }
+        if let Some(deadline) = job.time_deadline() {
+            self.logged.time_deadlines.insert((deadline, id));
+        }
+        if job.limits.cputime.is_some() {
+            self.n_cputime_limited += 1;
+        }
+        if usage_limited(&job.limits) {
+            self.n_usage_limited += 1;
+        }
+        self.logged.jobs.insert(id, job);
+    }
+
+    /// The queues of the snapshot, in rotation order (`started`: the jobs
+    /// that ran).
+    fn restore_queues(
+        &mut self,
+        queues: Vec<QueueSnapshot>,
+        started: &BTreeSet<u64>,
+    ) -> Result<(), RestoreError> {
+        self.logged.queues = crate::undo::UndoQueues::new(Vec::new());
+        for (number, queue) in queues.into_iter().enumerate() {
+            let mode = if queue.exclusive {
+                QueueMode::Exclusive
+            } else {
+                QueueMode::Gang
+            };
+            let mut restored = Queue::new(number as u32, mode);
+            restored.enabled = queue.enabled;
+            restored.activated = queue.activated;
+            restored.cputime = queue.cputime_us.map(from_us);
+            restored.residency = queue.residency_us.map(from_us);
+            restored.memory_pct = queue.memory_pct;
+            restored.disk_pct = queue.disk_pct;
+            restored.group = queue.group;
+            restored.group_name = queue.group_name;
+            restored.backfill = queue.backfill;
+            restored.mpl = queue.mpl;
+            for id in queue.order {
+                let Some(job) = self.logged.jobs.get(&JobId(id)) else {
+                    return Err(RestoreError::QueueHoldsUnknownJob {
+                        queue: number as u32,
+                        job: id,
+                    });
+                };
+                if job.queue != number as u32 {
+                    return Err(RestoreError::JobInOtherQueue {
+                        job: id,
+                        queue: number as u32,
+                        belongs: job.queue,
+                    });
+                }
+                // In a gang queue with a level, a job that has its hosts
+                // is in the matrix and the rotation, run yet or not.
+                let in_matrix = restored.level().is_some() && !job.hosts.is_empty();
+                restored.push(JobId(id), started.contains(&id) || in_matrix);
+            }
+            self.logged
+                .queues
+                .modify_all(|queues| queues.push(restored));
+        }
+        Ok(())
     }
 
     /// The invariants of `check_invariants`, as an error instead of a panic.
@@ -693,4 +703,38 @@ impl Core {
         }
         Ok(())
     }
+}
+
+/// A submission of the snapshot that waited for admission.
+fn restore_waiter(
+    record: WaiterSnapshot,
+    launches: &[LaunchParts],
+) -> Result<Waiter, RestoreError> {
+    let (stages, env, cwd, inherited) = launches
+        .get(record.launch)
+        .ok_or(RestoreError::LaunchMissing(record.launch))?;
+    Ok(Waiter {
+        client: ClientToken(record.client),
+        cred: cred_in(record.cred),
+        user: Rc::from(record.user.as_str()),
+        request: JobRequest {
+            stages: stages.clone(),
+            joiner: if record.pipe {
+                Joiner::Pipe
+            } else {
+                Joiner::Sequence
+            },
+            procs: procs_in(record.procs),
+            priority: record.priority,
+            wait: record.wait,
+            memory: record.memory,
+            disk: record.disk,
+            time: record.time_us.map(from_us),
+            env: env.clone(),
+            cwd: cwd.clone(),
+            inherited: inherited.clone(),
+        },
+        submitted_at: Tick(record.submitted_at),
+        held: record.held,
+    })
 }

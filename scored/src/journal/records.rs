@@ -1,0 +1,195 @@
+//! A journal record as text: the JSON of a `job ID` record read back as
+//! typed values (for `history` and `job ID`), what others may not see of
+//! it, and the `admitted` line, serialized from the core's fields.
+
+use std::io;
+use std::time::Duration;
+
+use serde_json::{Map, Value as Json};
+
+use super::HISTORY_LIMIT;
+use scored_proto::command::reply::{Table, Value};
+
+/// Leaves out of a `job ID` record what only the job's owner, root and
+/// operators may see: its command, exit status and reason (which may name
+/// its files). The keys stay, as null, as in `job ID`.
+pub fn redact(record: &mut Json) {
+    if let Json::Object(map) = record {
+        for key in ["command", "exit", "reason"] {
+            if let Some(value) = map.get_mut(key) {
+                *value = Json::Null;
+            }
+        }
+    }
+}
+
+/// The line `history` adds under its table when it lists only the last
+/// [`HISTORY_LIMIT`] matching jobs (or those within [`HISTORY_BYTES`](super::HISTORY_BYTES)).
+pub fn left_out_note(left_out: usize) -> String {
+    format!(
+        "({left_out} earlier job{} not listed: at most {HISTORY_LIMIT} are; narrow with --since or --user)\n",
+        if left_out == 1 { "" } else { "s" }
+    )
+}
+
+/// The text table `history` prints (its JSON is the full records).
+pub fn history_table(records: &[Json]) -> Table {
+    let mut table = Table::new(&[
+        "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "ended", "reason",
+    ]);
+    for record in records {
+        table.push(
+            table
+                .columns
+                .iter()
+                .map(|column| match column.as_str() {
+                    "ended" => {
+                        Value::text(record["ended"].as_f64().map_or("-".to_string(), |secs| {
+                            scored_proto::command::parse::format_utc(secs as u64)
+                        }))
+                    }
+                    key => value_of(key, &record[key]),
+                })
+                .collect(),
+        );
+    }
+    table
+}
+
+/// A `job ID` record read back from the journal, with its typed values.
+pub fn record_fields(record: &Json) -> Vec<(String, Value)> {
+    let Json::Object(map) = record else {
+        return Vec::new();
+    };
+    map.iter()
+        .map(|(key, value)| {
+            let value = match key.as_str() {
+                "ended" => Value::text(value.as_f64().map_or("-".to_string(), |secs| {
+                    scored_proto::command::parse::format_utc(secs as u64)
+                })),
+                key => value_of(key, value),
+            };
+            (key.clone(), value)
+        })
+        .collect()
+}
+
+/// The typed value of a `job ID` key, from its JSON (seconds, bytes).
+pub(super) fn value_of(key: &str, json: &Json) -> Value {
+    const DURATIONS: &[&str] = &[
+        "cpu",
+        "wall",
+        "run",
+        "stopped",
+        "wait",
+        "cputime limit",
+        "residency",
+    ];
+    const SIZES: &[&str] = &["disk", "peak disk", "memory limit", "disk limit"];
+    match json {
+        Json::Null => Value::None,
+        Json::Number(number) if DURATIONS.contains(&key) => Value::Duration(
+            Duration::from_secs_f64(number.as_f64().unwrap_or(0.0).max(0.0)),
+        ),
+        Json::Number(number) if SIZES.contains(&key) => Value::Size(number.as_u64().unwrap_or(0)),
+        Json::Number(number) => match (number.as_u64(), number.as_i64()) {
+            (Some(n), _) => Value::Uint(n),
+            (None, Some(n)) => Value::Int(n),
+            _ => Value::Float(number.as_f64().unwrap_or(0.0)),
+        },
+        Json::Bool(flag) => Value::Bool(*flag),
+        Json::String(text) => Value::text(text),
+        Json::Array(items) => Value::List(items.iter().map(|item| value_of("", item)).collect()),
+        Json::Object(map) => Value::Map(
+            map.iter()
+                .map(|(name, value)| {
+                    // Maps in a job record are per-host sizes.
+                    let value = match value.as_u64() {
+                        Some(bytes) if key.contains("memory") => Value::Size(bytes),
+                        _ => value_of("", value),
+                    };
+                    (name.clone(), value)
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// The `admitted` line of job `job`, without its newline: the text that
+/// `append` writes for `{"t", "event", "job", "submitted", "record"}` with
+/// the record as `fields_json` makes it, but serialized from the fields
+/// without building that tree (the core gives each key once).
+pub(super) fn admitted_line(
+    now: f64,
+    job: u64,
+    waited: Duration,
+    record: &[(String, Value)],
+) -> io::Result<Vec<u8>> {
+    use serde::ser::{SerializeMap, Serializer};
+    let mut line = Vec::with_capacity(1024);
+    let mut serializer = serde_json::Serializer::new(&mut line);
+    let mut map = serializer
+        .serialize_map(Some(5))
+        .map_err(io::Error::other)?;
+    map.serialize_entry("t", &now).map_err(io::Error::other)?;
+    map.serialize_entry("event", "admitted")
+        .map_err(io::Error::other)?;
+    map.serialize_entry("job", &job).map_err(io::Error::other)?;
+    map.serialize_entry("submitted", &(now - waited.as_secs_f64()))
+        .map_err(io::Error::other)?;
+    map.serialize_entry("record", &FieldsJson(record))
+        .map_err(io::Error::other)?;
+    map.end().map_err(io::Error::other)?;
+    Ok(line)
+}
+
+/// A record's fields serialized as the JSON object `fields_json` builds.
+struct FieldsJson<'a>(&'a [(String, Value)]);
+
+impl serde::Serialize for FieldsJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (key, value) in self.0 {
+            map.serialize_entry(key, &ValueJson(value))?;
+        }
+        map.end()
+    }
+}
+
+/// A value serialized as `Value::to_json` makes it, without building it.
+struct ValueJson<'a>(&'a Value);
+
+impl serde::Serialize for ValueJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        match self.0 {
+            Value::Text(text) => serializer.serialize_str(text),
+            Value::Uint(n) | Value::Size(n) => serializer.serialize_u64(*n),
+            Value::Int(n) => serializer.serialize_i64(*n),
+            Value::Float(x) | Value::Percent(x) => serializer.serialize_f64(*x),
+            Value::Duration(duration) => serializer.serialize_f64(duration.as_secs_f64()),
+            Value::Bool(flag) => serializer.serialize_bool(*flag),
+            Value::None => serializer.serialize_unit(),
+            Value::List(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&ValueJson(item))?;
+                }
+                seq.end()
+            }
+            // A map (memory per host) is small; through `to_json`, a key
+            // given twice keeps its first place and its last value, as in
+            // any other record.
+            map @ Value::Map(_) => map.to_json().serialize(serializer),
+        }
+    }
+}
+
+pub(super) fn fields_json(fields: &[(String, Value)]) -> Json {
+    let mut map = Map::new();
+    for (key, value) in fields {
+        map.insert(key.clone(), value.to_json());
+    }
+    Json::Object(map)
+}
