@@ -24,7 +24,9 @@
 //!   man pages, ARCHITECTURE.md) or stated where they apply, never from a
 //!   specification the repository does not hold;
 //! - a newcomer can read any part in one sitting: no source file but tests
-//!   is over 1,000 lines, and no function of the core over 150.
+//!   is over 1,000 lines, and no function of the core over 150;
+//! - the scheduler is one object: its state is private to `sched/`, so no
+//!   file of the core writes it, and `Core` keeps at most 20 fields.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -548,4 +550,49 @@ fn functions_are_measured_to_their_closing_brace() {
         .map(|(name, line, length)| (name.as_str(), *line, *length))
         .collect();
     assert_eq!(found, [("a", 1, 3), ("c", 6, 1), ("d", 7, 1), ("b", 8, 6)]);
+}
+
+/// The fields of `struct NAME` in `text` as rustfmt writes them: each
+/// line of its body that starts `    [pub ]name: Type`.
+fn struct_fields<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let head = format!("struct {name} {{");
+    let Some(start) = text.lines().position(|line| line.contains(&head)) else {
+        return Vec::new();
+    };
+    text.lines()
+        .skip(start + 1)
+        .take_while(|line| *line != "}")
+        .filter(|line| {
+            let field = line.strip_prefix("    ").unwrap_or("");
+            let field = field.strip_prefix("pub ").unwrap_or(field);
+            !field.starts_with(' ')
+                && field
+                    .split_once(':')
+                    .is_some_and(|(name, _)| name.chars().all(|c| c.is_alphanumeric() || c == '_'))
+        })
+        .collect()
+}
+
+#[test]
+fn the_scheduler_keeps_its_state_and_the_core_stays_small() {
+    let read = |path: &str| fs::read_to_string(workspace().join(path)).expect("read source");
+    let core = read("scored/core/src/core.rs");
+    let fields = struct_fields(&core, "Core");
+    assert!(
+        (5..=20).contains(&fields.len()),
+        "Core has {} fields (at most 20; a feature adds one struct of its own):\n{}",
+        fields.len(),
+        fields.join("\n")
+    );
+    let scheduler = read("scored/core/src/sched/scheduler.rs");
+    let fields = struct_fields(&scheduler, "Scheduler");
+    assert!(!fields.is_empty(), "the Scheduler's fields are found");
+    let public: Vec<&&str> = fields
+        .iter()
+        .filter(|line| line.trim_start().starts_with("pub"))
+        .collect();
+    assert!(
+        public.is_empty(),
+        "the Scheduler's state is private, so that the core changes it only through its methods: {public:?}"
+    );
 }

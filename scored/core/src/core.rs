@@ -7,8 +7,13 @@
 //! and for clients (notifications, and the reply to a console command), and
 //! with the next deadline it needs.
 //!
-//! A switch is two-phase: leaving jobs get `Stop`; a job enters (`Continue`
-//! or `Spawn`) only once no job that is running or still stopping holds any
+//! What runs is the scheduler's (`sched::Scheduler`): the core tells it
+//! what happened to the jobs (an input, a stop confirmed, processes gone, a
+//! job finished, its hosts changed, a slice boundary) and, after each
+//! batch of inputs, asks it once what to do, then carries the whole answer
+//! out (hosts bound, jobs stopped, continued, spawned). A switch is
+//! two-phase: leaving jobs get `Stop`; a job enters (`Continue` or
+//! `Spawn`) only once no job that is running or still stopping holds any
 //! of its hosts, i.e. after the actuator has confirmed the stops. So two
 //! jobs that share a host never run at once.
 //!
@@ -21,25 +26,24 @@
 //! [`Notice`]) and `config.rs` ([`CoreConfig`], [`Directory`]); this file
 //! holds the state ([`Core`]) and dispatches each input. Submission and
 //! admission are in `admit.rs`; a job's exits, usage, kill and end in
-//! `lifecycle.rs`; deadlines, the slice boundary and the gang rotation in
-//! `tick.rs`; the decision and the two-phase switch in `switch.rs`; the
+//! `lifecycle.rs`; deadlines, the slice boundary and the usage samples in
+//! `tick.rs`; the scheduler's decision carried out in `switch.rs`; the
 //! table of jobs in `table.rs`; console commands in `commands.rs`, their
 //! listings in `views.rs`, the start-up script in `script.rs`; the restart
 //! snapshot and the panic checkpoint in `snapshot.rs`; the invariants,
 //! checked after every step in debug builds, in `invariants.rs`.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Duration;
 
 use crate::admission::{ClusterLimits, Ledger};
 use crate::cluster::Topology;
-use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
+use crate::ids::{ClientToken, Cred, JobId, Tick};
 use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, Phase};
-use crate::jobset::JobBits;
 use crate::queue::Queue;
-use crate::sched::Scratch;
+use crate::sched::Scheduler;
 use crate::undo::{UndoCell, UndoLedger, UndoQueues};
 use scored_proto::command::reply::Value;
 
@@ -102,43 +106,21 @@ pub struct Core {
     /// changes for the checkpoint (see [`Logged`]).
     logged: Logged,
     limits: Vec<ClusterLimits>,
-    /// Jobs whose hosts were chosen by the last decision but that have not
-    /// started yet (their hosts were still being vacated); they choose again
-    /// at the next decision.
-    bound_waiting: BTreeSet<JobId>,
-    /// Hosts chosen for jobs that had none, from the last decision.
-    bindings: Vec<(JobId, Vec<HostId>)>,
     /// When usage was last asked for (each slice boundary with live jobs).
     sampled_at: Tick,
-    /// `ran` was emptied by a slice boundary: the next decision refills it
-    /// with every running job (later ones add the chosen jobs that enter
-    /// once the boundary's stops are confirmed).
-    ran_refill: bool,
     /// Unfinished jobs with a CPU time limit.
     n_cputime_limited: usize,
     /// Unfinished jobs with a CPU time, memory or disk limit (whose usage
     /// samples can change a decision).
     n_usage_limited: usize,
-    /// Jobs that took their turn in the current slice: the gang rotation
-    /// at the slice boundary moves them to the back of their queues, in id
-    /// order.
-    ran: JobBits,
-    /// Jobs chosen at the current slice's boundary that wait for stops to
-    /// be confirmed before they enter: entering, they take their turn.
-    turn_pending: JobBits,
-    /// Jobs that entered in the remnant of a slice since the last
-    /// boundary: the next boundary counts them as running, so a replay
-    /// does not skip it ([`Core::next_decision`]).
-    remnant_entries: usize,
     next_job: u64,
-    slice_anchor: Tick,
-    next_slice: Tick,
     switches: Switches,
     shutting_down: bool,
     /// Why jobs cannot be run now, when the state directory is unusable.
     state_dir_problem: Option<String>,
-    scratch: Scratch,
-    active: Vec<JobId>,
+    /// The scheduler: the rotation, the active set, the bindings, the
+    /// matrix and every cache the decisions read (`sched::Scheduler`).
+    sched: Scheduler,
     /// Job events not yet taken by the shell, when recording is on.
     journal: Option<Vec<JobEvent>>,
     /// The running binary's version and how many in-place restarts this
@@ -150,62 +132,7 @@ pub struct Core {
     /// The state of the last `commit` but for the containers that log
     /// their changes (see `Core::commit`).
     saved: Option<Box<Core>>,
-    /// The waiting jobs of gang queues with a level were considered by a
-    /// decision since the last input that could let one start: only a
-    /// slice boundary, a confirmed stop or a usage sample came since. Such
-    /// jobs start when a job arrives or ends or a command changes
-    /// something, not at every slice (sc_console(8)).
-    waiting_current: bool,
-
-    // The derived caches. Each is a function of the jobs that
-    // `check_invariants` recomputes, kept only for the speed it buys on a
-    // named benchmark, measured against the plain computation in the same
-    // run (BENCHMARKS.md, "Replay speed and the core's caches"). One that stops
-    // buying 10 % goes. (The crossing index logs its changes, so it is in
-    // `Logged`; the decision's own, `scratch`, is `sched`'s.)
-    /// How many live jobs are Stopping: with none, and every job live,
-    /// nothing waits to run. `next_decision`, which a replay asks at every
-    /// event, would count the live jobs (LCG gang replay).
-    n_stopping: usize,
-    /// Hosts where a job's processes run or are being stopped: the hosts of
-    /// the live jobs (which never share one), kept as jobs enter and leave
-    /// `live` so that a decision does not gather them again. One bit a
-    /// host (LCG and generated gang replays).
-    busy: Vec<u64>,
-    /// The last decision's active set still holds: since it was computed
-    /// only stops of jobs not being killed were confirmed, and the active
-    /// set of gang queues depends on nothing those change (see
-    /// `reschedule`). The switch's second decision, once the stops are
-    /// confirmed, then costs no walk of the queues (generated gang replays).
-    decision_current: bool,
-    /// The gang rotation's shortcuts: where the last decision placed the
-    /// jobs that ran, and buffers reused at each slice boundary, so that a
-    /// rotation costs the front of a queue, not all of it (generated gang
-    /// replays).
-    rotation: Rotation,
 }
-
-/// Buffers the gang rotation fills and empties again at every slice
-/// boundary. Empty between slices, so a copy of the core copies nothing
-/// of them.
-#[derive(Debug, Default, Clone)]
-struct Rotation {
-    /// The jobs that ran in the slice, sorted.
-    ran_sorted: Vec<JobId>,
-    /// The jobs that ran, set aside by a queue's rotation.
-    rotated: Vec<JobId>,
-    /// The jobs that ran in the slice, when they are few ([`FEW_RAN`]);
-    /// when they are many, the core's own set of them is asked.
-    ran: Vec<JobId>,
-    /// How many of those each queue holds.
-    ran_per_queue: Vec<usize>,
-    /// Positions in a queue's order, for a rotation.
-    positions: Vec<usize>,
-}
-
-/// Up to this many jobs that ran in a slice, a rotation compares queued
-/// jobs with a list of them rather than looking each up in their set.
-const FEW_RAN: usize = 16;
 
 impl Core {
     /// A core with the default queues.
@@ -221,8 +148,8 @@ impl Core {
             })
             .collect();
         let ledger = Ledger::new(&topology);
+        let sched = Scheduler::new(n_hosts, config.timeslice);
         Core {
-            next_slice: Tick::default().after(config.timeslice),
             logged: Logged {
                 config: UndoCell::new(config),
                 topology: UndoCell::new(topology),
@@ -231,30 +158,17 @@ impl Core {
                 ..Logged::default()
             },
             limits,
-            n_stopping: 0,
-            bound_waiting: BTreeSet::new(),
-            bindings: Vec::new(),
             sampled_at: Tick::default(),
-            ran_refill: false,
             n_cputime_limited: 0,
             n_usage_limited: 0,
-            ran: JobBits::default(),
-            turn_pending: JobBits::default(),
-            remnant_entries: 0,
-            rotation: Rotation::default(),
             next_job: 1,
-            slice_anchor: Tick::default(),
             switches: Switches::default(),
             shutting_down: false,
             state_dir_problem: None,
-            scratch: Scratch::default(),
-            active: Vec::new(),
+            sched,
             journal: None,
             build: (env!("CARGO_PKG_VERSION").to_string(), 0),
             directory: Rc::new(NoDirectory),
-            decision_current: false,
-            waiting_current: false,
-            busy: vec![0; n_hosts.div_ceil(64)],
             saved: None,
         }
     }
@@ -396,15 +310,11 @@ impl Core {
                 .is_some_and(|record| !record.is_ending() && record.kill_deadline().is_none()),
             _ => false,
         };
-        if !keeps_decision {
-            self.decision_current = false;
-        }
-        if !matches!(
+        let keeps_waiting = matches!(
             input,
             Input::Tick | Input::Stopped(_) | Input::Usage { .. } | Input::SwitchMeasured { .. }
-        ) {
-            self.waiting_current = false;
-        }
+        );
+        self.sched.input(keeps_decision, keeps_waiting);
         match input {
             Input::Submit {
                 client,
@@ -420,10 +330,8 @@ impl Core {
             Input::Stopped(job) => {
                 if let Some(record) = self.logged.jobs.get_mut(&job) {
                     if record.stopped() {
-                        self.n_stopping -= 1;
                         self.logged.live.remove(&job);
-                        let mask = self.scratch.mask_of(job);
-                        set_busy(&mut self.busy, mask, &record.hosts, false);
+                        self.sched.stopped(job, &record.hosts);
                         self.refresh_crossing(job);
                     }
                 }
@@ -629,7 +537,6 @@ pub use script::{ScriptError, ScriptProblem, ScriptRun};
 pub use snapshot::{CoreSnapshot, RestoreError};
 
 use checkpoint::Logged;
-use switch::set_busy;
 use table::JobTable;
 use views::{command_line, queue_group_name};
 

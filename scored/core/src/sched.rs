@@ -26,10 +26,12 @@ mod easy;
 mod level;
 mod masks;
 mod matrix;
+mod scheduler;
 mod waiting;
 mod walk;
 
 pub use level::{BRIEF_JOB, SHORT_JOB};
+pub use scheduler::{CoreView, Decision, Scheduler};
 pub use walk::{active_set, Scratch};
 
 #[cfg(test)]
@@ -64,10 +66,10 @@ pub trait JobView {
     fn fits_on(&self, job: JobId, host: HostId) -> bool;
     /// Whether [`JobView::fits_on`] can ever say no for this job.
     fn checks_memory(&self, job: JobId) -> bool;
-    /// Preference among free hosts when choosing: the first field says
-    /// whether a job runs there now (hosts where nothing runs are taken
-    /// first, lowest number first); among the others, lowest rank first.
-    fn host_rank(&self, host: HostId) -> (bool, u64, u32);
+    /// How many processes admitted jobs have on `host`: among free hosts
+    /// where a job runs now, a job without hosts takes the least loaded
+    /// first (those where nothing runs come before, lowest number first).
+    fn host_load(&self, host: HostId) -> u64;
     /// The job's run-time estimate, in microseconds.
     fn estimate(&self, job: JobId) -> Option<u64>;
     /// When the job would end, in microseconds, if it ran from now on

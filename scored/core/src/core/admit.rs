@@ -276,8 +276,7 @@ impl Core {
         if self.logged.jobs.is_empty() {
             // Restart the slice cadence when the daemon leaves idleness, so
             // that the first job gets a whole slice.
-            self.slice_anchor = now;
-            self.next_slice = now.after(self.logged.config.timeslice);
+            self.sched.restart_slices(now, self.logged.config.timeslice);
         }
         self.logged.queues.push_job(queue as usize, id, false);
         self.logged.by_client.insert(waiter.client, id);

@@ -99,8 +99,8 @@ impl Core {
     ///
     /// The containers of [`Logged`] log what they overwrite from now on,
     /// so a commit drops the last event's log instead of copying them; the
-    /// rest of the state (counters, clocks, the last decision's scratch and
-    /// active set, the busy hosts: nothing that grows with the queued jobs)
+    /// rest of the state (counters, clocks, the scheduler with its last
+    /// active set and busy hosts: nothing that grows with the queued jobs)
     /// is copied here. Journal events are not part of the checkpoint: the
     /// loop takes them at the end of each event, and a rollback drops the
     /// ones not taken yet.

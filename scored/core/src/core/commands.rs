@@ -105,8 +105,7 @@ impl Core {
                     return Reply::error("the time slice must be at least 1ms");
                 }
                 self.logged.config.get_mut().timeslice = slice;
-                self.slice_anchor = now;
-                self.next_slice = now.after(slice);
+                self.sched.restart_slices(now, slice);
                 Reply::Done(format!("timeslice: {}", format_duration(slice)))
             }
             Command::Shutdown { now: kill } => {

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::{set_busy, usage_limited, Core};
+use super::{usage_limited, Core};
 use crate::admission::{Ledger, Placement};
 use crate::ids::{HostId, JobId, Tick};
 use crate::job::Phase;
@@ -40,13 +40,6 @@ impl Core {
                 job.id, job.queue
             );
         }
-        let stopping = self
-            .logged
-            .jobs
-            .values()
-            .filter(|job| job.phase() == Phase::Stopping)
-            .count();
-        assert_eq!(stopping, self.n_stopping, "count of stopping jobs");
         let cputime = self
             .logged
             .jobs
@@ -89,11 +82,10 @@ impl Core {
                 "crossing of job {job}"
             );
         }
-        let mut busy = vec![0; self.logged.topology.hosts.len().div_ceil(64)];
-        for job in &self.logged.live {
-            set_busy(&mut busy, None, &self.logged.jobs[&job].hosts, true);
-        }
-        assert_eq!(busy, self.busy, "busy hosts are the live jobs' hosts");
+        self.sched.check(self.logged.live.iter().map(|job| {
+            let record = &self.logged.jobs[&job];
+            (&record.hosts[..], record.phase())
+        }));
         let queued: usize = self.logged.queues.iter().map(Queue::len).sum();
         assert_eq!(
             queued,

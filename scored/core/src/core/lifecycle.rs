@@ -7,8 +7,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::{
-    command_line, set_busy, usage_limited, Accounting, Action, ClientEvent, Core, EndKind, Ending,
-    Finished, JobEvent, Rejection, HISTORY, SIGKILL, SIGPIPE, SIGTERM,
+    command_line, usage_limited, Accounting, Action, ClientEvent, Core, EndKind, Ending, Finished,
+    JobEvent, Rejection, HISTORY, SIGKILL, SIGPIPE, SIGTERM,
 };
 use crate::admission::Placement;
 use crate::ids::{ClientToken, JobId, Tick};
@@ -63,16 +63,12 @@ impl Core {
             return;
         };
         let (phase, time_deadline) = record.processes_gone(now);
-        if phase == Phase::Stopping {
-            self.n_stopping -= 1;
-        }
         if let Some(deadline) = time_deadline {
             self.logged.time_deadlines.remove(&(deadline, job));
         }
-        if self.logged.live.remove(&job) {
-            let mask = self.scratch.mask_of(job);
-            set_busy(&mut self.busy, mask, &record.hosts, false);
-        }
+        let live = self.logged.live.remove(&job);
+        self.sched
+            .gone(job, &record.hosts, phase == Phase::Stopping, live);
         self.refresh_crossing(job);
         let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
@@ -246,30 +242,22 @@ impl Core {
         let Some(mut record) = self.logged.jobs.remove(&job) else {
             return;
         };
-        self.scratch.forget(job);
         let (phase, time_deadline) = record.processes_gone(now);
-        if phase == Phase::Stopping {
-            self.n_stopping -= 1;
-        }
         if let Some(deadline) = record.harden_kill() {
             self.logged.kill_deadlines.remove(&(deadline, job));
         }
         if let Some(deadline) = time_deadline {
             self.logged.time_deadlines.remove(&(deadline, job));
         }
-        self.bound_waiting.remove(&job);
         if record.limits.cputime.is_some() {
             self.n_cputime_limited = self.n_cputime_limited.saturating_sub(1);
         }
         if usage_limited(&record.limits) {
             self.n_usage_limited = self.n_usage_limited.saturating_sub(1);
         }
-        self.ran.remove(&job);
-        self.turn_pending.remove(&job);
-        if self.logged.live.remove(&job) {
-            let mask = self.scratch.mask_of(job);
-            set_busy(&mut self.busy, mask, &record.hosts, false);
-        }
+        let live = self.logged.live.remove(&job);
+        self.sched
+            .finished(job, &record.hosts, phase == Phase::Stopping, live);
         self.refresh_crossing(job);
         self.logged.queues[record.queue as usize].remove(job);
         self.logged.ledger.release(&Placement {

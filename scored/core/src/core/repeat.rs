@@ -66,13 +66,8 @@ impl Core {
             || self.shutting_down
             || self.state_dir_problem.is_some()
             || self.logged.config.sample_every_slice
-            || self.n_stopping != 0
-            || !self.turn_pending.is_empty()
-            || self.remnant_entries != 0
+            || !self.sched.at_rest()
             || self.switches.open.is_some()
-            || !self.waiting_current
-            || !self.bound_waiting.is_empty()
-            || !self.bindings.is_empty()
             || !self.logged.kill_deadlines.is_empty()
             || !self.logged.crossings.is_empty()
             || self.n_usage_limited > 0
@@ -93,7 +88,7 @@ impl Core {
         // The jobs that took their turn in the slice, which its end moves
         // to the back, and the running ones.
         out.push(u64::MAX);
-        out.extend(self.ran.iter().map(|job| job.0));
+        out.extend(self.sched.ran().map(|job| job.0));
         out.push(u64::MAX);
         for job in &self.logged.live {
             match self.logged.jobs.get(&job) {
@@ -191,7 +186,7 @@ impl Core {
             .switches
             .next_id
             .saturating_add(ids.saturating_mul(periods));
-        self.next_slice = Tick(self.next_slice.0.saturating_add(shift));
+        self.sched.shift_slices(shift);
         self.sampled_at = Tick(self.sampled_at.0.saturating_add(shift));
     }
 }

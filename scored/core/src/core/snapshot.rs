@@ -311,6 +311,7 @@ impl Core {
     /// The state to hand to the next process.
     pub fn snapshot(&self) -> CoreSnapshot {
         let mut launches = Launches::default();
+        let (slice_anchor, next_slice, ran, bound_waiting) = self.sched.snapshot();
         let jobs = self
             .logged
             .jobs
@@ -382,17 +383,12 @@ impl Core {
             launches: launches.texts,
             jobs,
             waiting,
-            ran: {
-                // In order, so that the same state is written the same way.
-                let mut ran: Vec<u64> = self.ran.iter().map(|job| job.0).collect();
-                ran.sort_unstable();
-                ran.dedup();
-                ran
-            },
-            bound_waiting: self.bound_waiting.iter().map(|job| job.0).collect(),
+            // In order, so that the same state is written the same way.
+            ran: ran.into_iter().map(|job| job.0).collect(),
+            bound_waiting: bound_waiting.into_iter().map(|job| job.0).collect(),
             next_job: self.next_job,
-            slice_anchor: self.slice_anchor.0,
-            next_slice: self.next_slice.0,
+            slice_anchor: slice_anchor.0,
+            next_slice: next_slice.0,
             switches: SwitchesSnapshot {
                 next_id: self.switches.next_id,
                 open: self.switches.open,

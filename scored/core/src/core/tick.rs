@@ -5,7 +5,7 @@
 //! and residency crossings).
 #![forbid(unsafe_code)]
 
-use super::{usage_limited, Action, Core, FEW_RAN, SIGKILL};
+use super::{usage_limited, Action, Core, SIGKILL};
 use crate::ids::{JobId, Tick};
 use crate::job::{EndCause, Job, Phase};
 use scored_proto::command::QueueMode;
@@ -17,7 +17,7 @@ impl Core {
         let slice = if self.logged.jobs.is_empty() {
             None
         } else {
-            Some(self.next_slice)
+            Some(self.sched.next_boundary())
         };
         Tick::earliest(self.timer_deadline(), slice)
     }
@@ -54,7 +54,8 @@ impl Core {
             return timers;
         }
         // Every job running (all live, none being stopped): none waits.
-        let all_running = self.logged.live.len() == self.logged.jobs.len() && self.n_stopping == 0;
+        let all_running =
+            self.logged.live.len() == self.logged.jobs.len() && self.sched.n_stopping() == 0;
         let rotation_matters = !all_running
             && self.logged.queues.iter().any(|queue| {
                 queue.activated
@@ -71,8 +72,8 @@ impl Core {
             });
         // A job that entered in the remnant of a slice is counted at the
         // next boundary, which changes the rotation order.
-        if rotation_matters || self.remnant_entries > 0 {
-            return Tick::earliest(timers, Some(self.next_slice));
+        if rotation_matters || self.sched.entered_in_remnant() {
+            return Tick::earliest(timers, Some(self.sched.next_boundary()));
         }
         // The earliest time a sample could show a CPU time or residency
         // limit crossed: a job's CPU time grows by at most one second per
@@ -86,12 +87,8 @@ impl Core {
             }
         });
         let slice = crossing.map(|at| {
-            if at <= self.next_slice {
-                return self.next_slice;
-            }
-            let length = self.logged.config.timeslice.as_micros().max(1) as u64;
-            let elapsed = at.0.saturating_sub(self.slice_anchor.0);
-            Tick(self.slice_anchor.0 + elapsed.div_ceil(length) * length)
+            self.sched
+                .boundary_at_or_after(at, self.logged.config.timeslice)
         });
         Tick::earliest(timers, slice)
     }
@@ -207,92 +204,17 @@ impl Core {
             tracing::info!(job = %job, reason = %why, "time limit reached; killing the job");
             self.begin_kill(job, EndCause::Limit(why), false, now, out);
         }
-        if now < self.next_slice {
+        // At a slice boundary the gang queues rotate.
+        let logged = &mut self.logged;
+        let jobs = &logged.jobs;
+        let boundary =
+            self.sched
+                .slice_boundary(now, logged.config.timeslice, &mut logged.queues, |job| {
+                    jobs.get(&job).map(|record| record.queue as usize)
+                });
+        if !boundary {
             return;
         }
-        // Slice boundaries keep a fixed cadence from the anchor, however
-        // late this tick is and however long the last switch took.
-        let slice = self.logged.config.timeslice.as_micros().max(1) as u64;
-        let elapsed = now.0.saturating_sub(self.slice_anchor.0);
-        self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
-        let mut ran = std::mem::take(&mut self.rotation.ran_sorted);
-        ran.extend(&self.ran);
-        // Kept through the rotation (a membership test is a bit), then
-        // emptied for the new slice.
-        let ran_bits = std::mem::take(&mut self.ran);
-        if !ran.is_empty() {
-            // A few jobs ran (gang jobs of a busy machine): comparing each
-            // queued job with them costs less than hashing it.
-            let mut few = std::mem::take(&mut self.rotation.ran);
-            few.clear();
-            if ran.len() <= FEW_RAN {
-                few.extend(ran.iter().copied());
-            }
-            // Most queued jobs did not run: one bit per id modulo 64 tells
-            // most of them apart from the few that did with one AND.
-            let filter = few
-                .iter()
-                .fold(0u64, |bits, job| bits | (1 << (job.0 % 64)));
-            // How many of the few are in each queue (a job's record names
-            // its queue, which holds it once), so that a rotation stops at
-            // the last of them; one whose record is gone counts for all.
-            let mut per_queue = std::mem::take(&mut self.rotation.ran_per_queue);
-            per_queue.clear();
-            per_queue.resize(self.logged.queues.len(), 0);
-            for job in &few {
-                match self.logged.jobs.get(job) {
-                    Some(record) => {
-                        if let Some(count) = per_queue.get_mut(record.queue as usize) {
-                            *count += 1;
-                        }
-                    }
-                    None => per_queue.iter_mut().for_each(|count| *count += 1),
-                }
-            }
-            let rotated = &mut self.rotation.rotated;
-            let positions = &mut self.rotation.positions;
-            let scratch = &self.scratch;
-            self.logged.queues.modify_all(|queues| {
-                for (idx, (queue, at_most)) in queues.iter_mut().zip(&per_queue).enumerate() {
-                    // Debug builds check the shortcuts against a full pass.
-                    let expected = cfg!(debug_assertions).then(|| {
-                        let mut copy = queue.clone();
-                        copy.rotate(|job| ran.contains(&job));
-                        copy
-                    });
-                    if ran.len() <= FEW_RAN {
-                        let ran =
-                            |job: JobId| filter & (1 << (job.0 % 64)) != 0 && few.contains(&job);
-                        // Where the last decision took them, if that still
-                        // holds; else a pass up to the last of them.
-                        if !queue.rotate_placed(
-                            scratch.placed_in(idx),
-                            *at_most,
-                            ran,
-                            rotated,
-                            positions,
-                        ) {
-                            queue.rotate_at_most(ran, *at_most, rotated);
-                        }
-                    } else {
-                        queue.rotate_with(|job| ran_bits.contains(&job), rotated);
-                    }
-                    if let Some(expected) = expected {
-                        assert_eq!(*queue, expected, "the rotation of queue {idx}");
-                    }
-                }
-            });
-            self.rotation.ran_per_queue = per_queue;
-            few.clear();
-            self.rotation.ran = few;
-        }
-        // The set is refilled at once by `reschedule`: keep its tables.
-        let mut ran_bits = ran_bits;
-        ran_bits.clear();
-        self.ran = ran_bits;
-        ran.clear();
-        self.rotation.ran_sorted = ran;
-        self.ran_refill = true;
         // The set restarts with the new slice; `reschedule`, which always
         // follows, fills it again with every job that runs in it.
         self.sampled_at = now;

@@ -125,7 +125,7 @@ impl<V: JobView> Walk<'_, V> {
         if !fit.in_time && !fit.spare {
             return true;
         }
-        let taken = take_free(job, self.view, self.scratch, self.out, self.bind);
+        let taken = take_free(job, self.view, self.busy, self.scratch, self.out, self.bind);
         if taken == 0 {
             return true;
         }

@@ -45,8 +45,8 @@ impl JobView for Jobs {
     fn checks_memory(&self, _: JobId) -> bool {
         false
     }
-    fn host_rank(&self, host: HostId) -> (bool, u64, u32) {
-        (false, 0, host.0)
+    fn host_load(&self, _: HostId) -> u64 {
+        0
     }
     fn estimate(&self, job: JobId) -> Option<u64> {
         self.estimate.get(&job).copied()
@@ -81,6 +81,7 @@ fn run(queues: &[Queue], view: &Jobs, n_hosts: usize) -> (Vec<u64>, Vec<(u64, Ve
         view,
         0,
         true,
+        &[],
         &mut Scratch::default(),
         &mut out,
         &mut bind,
@@ -279,7 +280,18 @@ fn remembered_host_masks_follow_the_jobs_hosts() {
     let mut scratch = Scratch::default();
     let decide = |view: &Jobs, scratch: &mut Scratch| {
         let (mut out, mut bind) = (Vec::new(), Vec::new());
-        active_set(&queues, 3, [], view, 0, true, scratch, &mut out, &mut bind);
+        active_set(
+            &queues,
+            3,
+            [],
+            view,
+            0,
+            true,
+            &[],
+            scratch,
+            &mut out,
+            &mut bind,
+        );
         out.into_iter().map(|job| job.0).collect::<Vec<_>>()
     };
     assert_eq!(decide(&view, &mut scratch), vec![1]);
@@ -317,6 +329,7 @@ fn machines_too_large_for_masks_decide_by_scanning_hosts() {
         &view,
         0,
         true,
+        &[],
         &mut scratch,
         &mut out,
         &mut bind,
@@ -349,6 +362,7 @@ fn on_large_machines_only_wide_jobs_keep_masks() {
             &view,
             0,
             true,
+            &[],
             &mut scratch,
             &mut out,
             &mut bind,
@@ -470,8 +484,8 @@ impl JobView for Counted {
     fn checks_memory(&self, job: JobId) -> bool {
         self.jobs.checks_memory(job)
     }
-    fn host_rank(&self, host: HostId) -> (bool, u64, u32) {
-        self.jobs.host_rank(host)
+    fn host_load(&self, host: HostId) -> u64 {
+        self.jobs.host_load(host)
     }
     fn estimate(&self, job: JobId) -> Option<u64> {
         self.jobs.estimate(job)

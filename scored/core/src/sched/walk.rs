@@ -64,7 +64,7 @@ impl Scratch {
     /// The hosts of `job` as bits (one a host, 64 hosts a word), if the
     /// walk has met it since its hosts last changed.
     #[inline]
-    pub fn mask_of(&self, job: JobId) -> Option<&[u64]> {
+    pub(super) fn mask_of(&self, job: JobId) -> Option<&[u64]> {
         self.masks.get(job)
     }
 
@@ -72,14 +72,14 @@ impl Scratch {
     /// `first_host`, in the active set: a membership test that costs one
     /// look-up, where searching the set would cost a sort of it at every
     /// decision.
-    pub fn holds(&self, job: JobId, first_host: HostId) -> bool {
+    pub(super) fn holds(&self, job: JobId, first_host: HostId) -> bool {
         self.holder.get(first_host.idx()) == Some(&(job, self.decision))
     }
 
     /// Where the last [`active_set`] took the jobs of gang queue `queue`
     /// (its index): (position in the queue's order at that time, job), by
     /// position. A rotation uses it to move them without searching.
-    pub fn placed_in(&self, queue: usize) -> impl Iterator<Item = (usize, JobId)> + '_ {
+    pub(super) fn placed_in(&self, queue: usize) -> impl Iterator<Item = (usize, JobId)> + '_ {
         self.placed
             .iter()
             .filter(move |(index, _, _)| *index == queue)
@@ -100,7 +100,7 @@ impl Scratch {
     /// Drops what the walk remembers of `job`'s hosts: call it whenever a
     /// job's hosts change (chosen at start, or given back) and when it
     /// finishes.
-    pub fn forget(&mut self, job: JobId) {
+    pub(super) fn forget(&mut self, job: JobId) {
         self.masks.forget(job);
         self.matrix.forget(job);
     }
@@ -131,6 +131,7 @@ pub fn active_set(
     view: &impl JobView,
     now: u64,
     waiting: bool,
+    busy: &[u64],
     scratch: &mut Scratch,
     out: &mut Vec<JobId>,
     bind: &mut Vec<(JobId, Vec<HostId>)>,
@@ -141,6 +142,7 @@ pub fn active_set(
     let mut walk = Walk {
         view,
         now,
+        busy,
         scratch,
         out,
         bind,
@@ -231,6 +233,8 @@ pub(super) struct Walk<'a, V> {
     pub(super) view: &'a V,
     /// The current time (µs).
     pub(super) now: u64,
+    /// Hosts where a job's processes run now, one bit a host.
+    pub(super) busy: &'a [u64],
     pub(super) scratch: &'a mut Scratch,
     /// The active set, in the order jobs joined it.
     pub(super) out: &'a mut Vec<JobId>,
@@ -328,7 +332,7 @@ impl<V: JobView> Walk<'_, V> {
     /// without; returns how many it took.
     pub(super) fn take(&mut self, job: JobId, hosts: &[HostId]) -> usize {
         let taken = if hosts.is_empty() {
-            take_free(job, self.view, self.scratch, self.out, self.bind)
+            take_free(job, self.view, self.busy, self.scratch, self.out, self.bind)
         } else {
             take_bound(job, hosts, self.scratch, self.out)
         };
@@ -403,6 +407,7 @@ pub(super) fn mark(scratch: &mut Scratch, host: HostId, job: JobId) {
 pub(super) fn take_free(
     job: JobId,
     view: &impl JobView,
+    busy: &[u64],
     scratch: &mut Scratch,
     out: &mut Vec<JobId>,
     bind: &mut Vec<(JobId, Vec<HostId>)>,
@@ -413,7 +418,7 @@ pub(super) fn take_free(
     }
     let checks_memory = view.checks_memory(job);
     // Hosts where nothing runs, lowest numbers first; where they are too
-    // few, the others in the order of `host_rank`. The scan stops as soon
+    // few, the others, least loaded first. The scan stops as soon
     // as enough idle hosts are found, so a job on a machine of many hosts
     // costs what it passes over, not the whole machine.
     let mut chosen: Vec<HostId> = Vec::with_capacity(n_needed);
@@ -422,7 +427,7 @@ pub(super) fn take_free(
         if scratch.is_taken(*host) || (checks_memory && !view.fits_on(job, *host)) {
             continue;
         }
-        if view.host_rank(*host).0 {
+        if runs_on(busy, *host) {
             scratch.candidates.push(*host);
         } else {
             chosen.push(*host);
@@ -435,7 +440,9 @@ pub(super) fn take_free(
         if chosen.len() + scratch.candidates.len() < n_needed {
             return 0;
         }
-        scratch.candidates.sort_by_key(|host| view.host_rank(*host));
+        scratch
+            .candidates
+            .sort_by_key(|host| (runs_on(busy, *host), view.host_load(*host), host.0));
         let missing = n_needed - chosen.len();
         chosen.extend_from_slice(&scratch.candidates[..missing]);
         chosen.sort_unstable();
@@ -446,4 +453,11 @@ pub(super) fn take_free(
     out.push(job);
     bind.push((job, chosen));
     n_needed
+}
+
+/// Whether a job's processes run on `host` now.
+#[inline]
+fn runs_on(busy: &[u64], host: HostId) -> bool {
+    busy.get(host.idx() / 64)
+        .is_some_and(|word| word & (1 << (host.idx() % 64)) != 0)
 }

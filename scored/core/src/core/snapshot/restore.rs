@@ -24,6 +24,7 @@ use crate::job::{
     Phase, ProcRequest, Procs, Started, Stretch, Usage,
 };
 use crate::queue::Queue;
+use crate::sched::Scheduler;
 use scored_proto::command::QueueMode;
 use scored_proto::inherit::Inherited;
 
@@ -452,11 +453,7 @@ impl Core {
             let waiter = restore_waiter(record, &launches)?;
             core.logged.waiting.push_back(Rc::new(waiter));
         }
-        core.ran = snapshot.ran.into_iter().map(JobId).collect();
-        core.bound_waiting = snapshot.bound_waiting.into_iter().map(JobId).collect();
         core.next_job = snapshot.next_job;
-        core.slice_anchor = Tick(snapshot.slice_anchor);
-        core.next_slice = Tick(snapshot.next_slice);
         core.switches = Switches {
             next_id: snapshot.switches.next_id,
             open: snapshot.switches.open,
@@ -472,7 +469,22 @@ impl Core {
             max: from_us(snapshot.switches.max_us),
         };
         core.shutting_down = snapshot.shutting_down;
-        core.rebuild_schedule_state();
+        let jobs = &core.logged.jobs;
+        core.sched = Scheduler::restored(
+            core.logged.topology.hosts.len(),
+            (
+                Tick(snapshot.slice_anchor),
+                Tick(snapshot.next_slice),
+                snapshot.ran.into_iter().map(JobId).collect(),
+                snapshot.bound_waiting.into_iter().map(JobId).collect(),
+            ),
+            core.logged
+                .live
+                .iter()
+                .filter_map(|job| jobs.get(&job))
+                .map(|record| (&record.hosts[..], record.phase() == Phase::Stopping)),
+        );
+        core.rebuild_crossings();
         core.check_restored()?;
         Ok(core)
     }

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::cluster::{Cluster, Host};
-use crate::ids::ClusterId;
+use crate::ids::{ClusterId, HostId};
 use crate::job::{ExitStatus, Joiner, Life, ProcRequest, Usage};
 use scored_proto::command::parse_line;
 use scored_proto::units::CpuSet;
