@@ -1166,6 +1166,10 @@ fn a_rank_its_user_resumes_with_ptrace_is_held_by_the_freezer() {
 fn stop_a_rank_before_its_exec(parent: u32, exe: &Path) -> Option<i32> {
     let is_pre_exec = |pid: i32| {
         std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|link| link == exe)
+            // Not the daemon's closer of users' descriptors, which is
+            // scored too and lives as long as it does.
+            && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() != "scored-closer")
             && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
                 stat.rsplit_once(") ")
                     .and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok())

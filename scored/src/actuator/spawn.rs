@@ -540,6 +540,9 @@ fn shed_root_leftovers(became_user: bool) -> io::Result<()> {
 /// them, ahead of every job and of the ranks that wait there for their exec
 /// (which were then killed for not starting in time).
 pub fn spawn_remover(removal: &mut super::statedir::Removal) -> io::Result<i32> {
+    crate::closer::send_queued();
+    let mut keep = removal.descriptors();
+    keep.sort_unstable();
     #[cfg(all(debug_assertions, not(test)))]
     assert!(
         super::procfs::thread_count().is_none_or(|threads| threads == 1),
@@ -557,9 +560,44 @@ pub fn spawn_remover(removal: &mut super::statedir::Removal) -> io::Result<i32> 
                 unsafe { libc::_exit(1) }
             }
             let _ = sys::set_nice(19);
+            // Only the tree's handles: a copy of what the daemon holds for
+            // users (a job's pipe) would keep it open for the whole removal.
+            if let Some((&last, rest)) = keep.split_last() {
+                let pairs: Vec<(RawFd, RawFd)> = rest.iter().map(|&fd| (fd, fd)).collect();
+                let _ = sys::close_from_3_except(&pairs, last, false);
+            }
             let code = match removal.finish() {
                 Ok(()) => 0,
                 Err(_) => 1,
+            };
+            // SAFETY: `_exit` ends the child without running the daemon's
+            // exit handlers or destructors, which belong to the parent.
+            unsafe { libc::_exit(code) }
+        }
+        nix::unistd::ForkResult::Parent { child } => Ok(child.as_raw()),
+    }
+}
+
+/// Forks a helper process of the daemon that runs `body` and exits with
+/// what it returns: the closer (see `crate::closer`). The helper runs no
+/// user code and never execs; it is started at normal scheduling priority
+/// (the daemon's real-time priority is not for it), with whatever it
+/// inherited left for `body` to close.
+pub fn spawn_helper(body: impl FnOnce() -> i32) -> io::Result<i32> {
+    crate::closer::send_queued();
+    #[cfg(all(debug_assertions, not(test)))]
+    assert!(
+        super::procfs::thread_count().is_none_or(|threads| threads == 1),
+        "the daemon forks a helper with more than one thread"
+    );
+    // SAFETY: the daemon is single-threaded, so the child inherits no lock
+    // held by another thread; the child runs `body`, then `_exit`.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => {
+            let code = if sys::set_scheduler(None, false).is_ok() {
+                body()
+            } else {
+                1
             };
             // SAFETY: `_exit` ends the child without running the daemon's
             // exit handlers or destructors, which belong to the parent.
