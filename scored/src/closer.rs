@@ -16,8 +16,9 @@
 //!   and [`flush`] sends the queue to the closer (SCM_RIGHTS over a
 //!   socketpair, never blocking). Once a descriptor is in flight, the
 //!   daemon's own close is not the last and costs nothing.
-//! - The closer is a process forked at start-up ([`start`]) that runs no
-//!   user code. For each batch it receives it forks a child that does
+//! - The closer is a process the daemon starts with it ([`start`]): this
+//!   binary again, named `scored-closer`, with nothing of the daemon's but
+//!   its end of the socket; it runs no user code. For each batch it receives it forks a child that does
 //!   nothing but exit (`sys::fork_exiter`), and the batch is closed by that
 //!   exit: an exiting process never lingers on a socket (the kernel skips
 //!   `SO_LINGER` for a task that is exiting), and a close that still waits
@@ -382,7 +383,8 @@ impl State {
             &ours,
             nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
         )?;
-        let pid = crate::actuator::spawn_helper(move || serve(theirs))?;
+        let pid = crate::actuator::spawn_closer(theirs.as_raw_fd(), CLOSER_NAME)?;
+        drop(theirs);
         tracing::debug!(pid, "the closer of users' descriptors started");
         self.generation += 1;
         self.socket = Some(ours);
@@ -483,6 +485,27 @@ fn parse_report(report: [u8; 8]) -> (u32, usize) {
     (uid, n as usize)
 }
 
+/// The closer's command name (`argv[0]`), which tells the binary to be
+/// the closer, and `ps` to show it apart from the daemon.
+const CLOSER_NAME: &std::ffi::CStr = c"scored-closer";
+
+/// Whether this process was started as the closer (see [`serve_inherited`]).
+pub fn invoked_as_closer() -> bool {
+    std::env::args_os()
+        .next()
+        .is_some_and(|arg0| arg0.as_encoded_bytes() == CLOSER_NAME.to_bytes())
+}
+
+/// The closer process, started by the daemon (`actuator::spawn_closer`)
+/// with its end of the socket as descriptor 3 and nothing else of the
+/// daemon's: serves until the daemon is gone, and returns the exit status.
+pub fn serve_inherited() -> i32 {
+    match sys::adopt_descriptor(3) {
+        Ok(socket) => serve(socket),
+        Err(_) => 1,
+    }
+}
+
 /// The closer process: receives batches of one user's descriptors, hands
 /// each to a child that exits at once, and reports each batch closed once
 /// its child is reaped. Returns (and so exits) when the daemon's end is
@@ -493,12 +516,8 @@ fn serve(socket: OwnedFd) -> i32 {
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 
-    // Nothing of the daemon's but the socket: what it holds for users is
-    // the daemon's to let go of (these copies are never the last).
-    if sys::close_from_3_except(&[], socket.as_raw_fd(), false).is_err() {
-        return 1;
-    }
-    let _ = nix::sys::prctl::set_name(c"scored-closer");
+    // Started from /proc/self/exe, whose name the kernel took as its own.
+    let _ = nix::sys::prctl::set_name(CLOSER_NAME);
     // Children's ends through a signalfd; every other signal as for any
     // process, so that root can end the closer like any other.
     let mut children_set = SigSet::empty();

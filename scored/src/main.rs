@@ -23,6 +23,9 @@ use scored::units::CpuSet;
 use scored::{exitcode, handover, hosts, instance, paths};
 
 fn main() {
+    if closer::invoked_as_closer() {
+        std::process::exit(closer::serve_inherited());
+    }
     let code = match run() {
         Ok(()) => exitcode::OK,
         Err(message) => {

@@ -1,8 +1,8 @@
 //! What plain users hand over to root's daemon: descriptors whose last
 //! close sleeps in the kernel for as long as their sender likes (a TCP
 //! socket with a huge `SO_LINGER` and unsent data its peer never reads),
-//! passed in a message, left unread in a refused connection's queue, or
-//! inherited by a scrun. Root's console is answered and another user's
+//! passed in a message, left unread in the queue of a connection scored
+//! has stopped reading, or inherited by a scrun. Root's console is answered and another user's
 //! jobs go on being switched while the sender holds the peer.
 
 use std::io::{BufRead, BufReader};
@@ -15,13 +15,15 @@ use scored_tests::*;
 
 /// The attacker: connects a TCP pair on loopback, fills the send buffer
 /// of one end, sets `SO_LINGER {1, 0x7fffffff}` on it, hands it to scored
-/// (`message`: with a frame over a connection that then hangs up;
-/// `unread`: over a connection beyond its user's limit, which scored
-/// refuses without reading; `scrun`: as a descriptor a scrun of `true`
-/// inherits), closes its own copy, says `holding`, and keeps the peer open
-/// until its stdin closes.
+/// and closes its own copy while scored still holds one, so that scored's
+/// is the last: `message`, with a frame it leaves unfinished over a
+/// connection that then hangs up; `unread`, over a connection that scored
+/// no longer reads (its replies wait unread) and that then hangs up;
+/// `scrun`, as a descriptor that the scrun of a job waiting in a
+/// deactivated queue inherits, the scrun then killed. It says `holding`
+/// and keeps the peer open until its stdin closes.
 const ATTACK: &str = r#"
-import array, socket, struct, subprocess, sys
+import array, fcntl, json, socket, struct, subprocess, sys, termios, time
 path, mode, frame, scrun = sys.argv[1], sys.argv[2], bytes.fromhex(sys.argv[3]), sys.argv[4]
 server = socket.socket()
 server.bind(("127.0.0.1", 0))
@@ -39,25 +41,31 @@ except BlockingIOError:
     pass
 end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0x7fffffff))
 rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [end.fileno()]))]
-held = []
 if mode == "message":
     client = socket.socket(socket.AF_UNIX)
     client.connect(path)
-    client.sendmsg([frame], rights)
+    client.sendmsg([frame[:-1]], rights)
     end.close()
+    time.sleep(0.5)
     client.close()
 elif mode == "unread":
-    first = socket.socket(socket.AF_UNIX)
-    first.connect(path)
-    held.append(first)
     client = socket.socket(socket.AF_UNIX)
     client.connect(path)
-    client.sendmsg([frame], rights)
+    client.sendall(frame * 400)
+    waiting, since = -1, time.time()
+    while time.time() - since < 1:
+        time.sleep(0.1)
+        now = struct.unpack("i", fcntl.ioctl(client, termios.FIONREAD, b"\0" * 4))[0]
+        if now != waiting:
+            waiting, since = now, time.time()
+    client.sendmsg([b"x"], rights)
     end.close()
     client.close()
 else:
-    job = subprocess.Popen([scrun, "true"], pass_fds=[end.fileno()], stdin=subprocess.DEVNULL)
+    job = subprocess.Popen([scrun, "-priority=2", "sleep", "100"], pass_fds=[end.fileno()], stdin=subprocess.DEVNULL)
     end.close()
+    time.sleep(2)
+    job.kill()
     job.wait()
 print("holding", flush=True)
 sys.stdin.read()
@@ -84,7 +92,7 @@ impl Drop for Attacker {
 fn attack(daemon: &Daemon, user: &TestUser, python: &Path, mode: &str) -> Attacker {
     let frame = proto::encode(&Request::Console {
         version: proto::VERSION,
-        line: "status".into(),
+        line: "help".into(),
         json: false,
     });
     let hex: String = frame.iter().map(|byte| format!("{byte:02x}")).collect();
@@ -99,11 +107,23 @@ fn attack(daemon: &Daemon, user: &TestUser, python: &Path, mode: &str) -> Attack
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start the attacker");
-    let mut line = String::new();
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-    out.read_line(&mut line).expect("read the attacker");
-    assert_eq!(line.trim(), "holding", "the attacker did not get going");
-    Attacker(child)
+    let out = child.stdout.take().expect("stdout");
+    let attacker = Attacker(child);
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = sender.send(line);
+    });
+    let line = receiver
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_default();
+    assert_eq!(
+        line.trim(),
+        "holding",
+        "{mode}: the attacker did not get going"
+    );
+    attacker
 }
 
 /// Runs root's `sc_console -c status`; how long it took, or `None` if it
@@ -152,8 +172,7 @@ fn a_descriptor_whose_close_blocks_never_freezes_the_daemon() {
     let daemon = Daemon::builder()
         .hosts("host0 cpus=0\n")
         .timeslice("50ms")
-        .arg("--max-connections-per-user")
-        .arg("1")
+        .rc("queue 2 deactivate\n")
         .start();
     // Root's spinner and user b's share the one host: a gang pair.
     let _root_job = daemon.spawn(&["-nodes=1", &testprog(), "spin", "0"]);

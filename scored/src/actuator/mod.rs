@@ -60,7 +60,7 @@ pub use failure::LaunchError;
 use launch::LaunchInProgress;
 pub use recover::input_job;
 pub use snapshot::ActuatorSnapshot;
-pub use spawn::spawn_helper;
+pub use spawn::spawn_closer;
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::CString;

@@ -578,30 +578,36 @@ pub fn spawn_remover(removal: &mut super::statedir::Removal) -> io::Result<i32> 
     }
 }
 
-/// Forks a helper process of the daemon that runs `body` and exits with
-/// what it returns: the closer (see `crate::closer`). The helper runs no
-/// user code and never execs; it is started at normal scheduling priority
-/// (the daemon's real-time priority is not for it), with whatever it
-/// inherited left for `body` to close.
-pub fn spawn_helper(body: impl FnOnce() -> i32) -> io::Result<i32> {
-    crate::closer::send_queued();
+/// Starts the closer of users' descriptors (see `crate::closer`): this
+/// binary again (`/proc/self/exe`, which still runs after an upgrade
+/// replaced the file), under the name `argv0`, with `socket` as its
+/// descriptor 3 and no other descriptor of the daemon's, at normal
+/// scheduling priority (the daemon's real-time priority is not for it).
+/// Its own command line tells it from the daemon in `ps`.
+pub fn spawn_closer(socket: RawFd, argv0: &CStr) -> io::Result<i32> {
+    const EXE: &CStr = c"/proc/self/exe";
+    const SOCKET: RawFd = 3;
+    let argv = [argv0.as_ptr(), std::ptr::null()];
     #[cfg(all(debug_assertions, not(test)))]
     assert!(
         super::procfs::thread_count().is_none_or(|threads| threads == 1),
-        "the daemon forks a helper with more than one thread"
+        "the daemon forks its closer with more than one thread"
     );
     // SAFETY: the daemon is single-threaded, so the child inherits no lock
-    // held by another thread; the child runs `body`, then `_exit`.
+    // held by another thread; the child makes system calls on data
+    // prepared above, then execs or `_exit`s.
     match unsafe { nix::unistd::fork() }? {
         nix::unistd::ForkResult::Child => {
-            let code = if sys::set_scheduler(None, false).is_ok() {
-                body()
-            } else {
-                1
-            };
+            if sys::install_stdio(socket, SOCKET).is_ok() && sys::set_scheduler(None, false).is_ok()
+            {
+                let _ = sys::close_from_3_except(&[], SOCKET, true);
+                // SAFETY: `EXE` and `argv` are NUL-terminated and valid;
+                // execv returns only on failure.
+                unsafe { libc::execv(EXE.as_ptr(), argv.as_ptr()) };
+            }
             // SAFETY: `_exit` ends the child without running the daemon's
             // exit handlers or destructors, which belong to the parent.
-            unsafe { libc::_exit(code) }
+            unsafe { libc::_exit(127) }
         }
         nix::unistd::ForkResult::Parent { child } => Ok(child.as_raw()),
     }
