@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use scored::proto::{self, Request};
+use scored_proto::proto::{self, Request};
 use scored_tests::*;
 
 /// The attacker: connects a TCP pair on loopback, fills the send buffer

@@ -18,10 +18,10 @@ use nix::sys::resource::Resource;
 use nix::sys::signal::Signal;
 
 use crate::closer::UserFd;
-use crate::core::Input;
-use crate::ids::JobId;
-use crate::inherit;
-use crate::job::LaunchPlan;
+use scored_core::core::Input;
+use scored_core::ids::JobId;
+use scored_core::job::LaunchPlan;
+use scored_proto::inherit;
 
 use super::failure::LaunchError;
 use super::{

@@ -20,11 +20,11 @@ use super::{
 };
 use crate::actuator::{Actuator, JobStdio};
 use crate::closer::{self, UserFd};
-use crate::command;
-use crate::core::{ClientEvent, Input};
-use crate::ids::{ClientToken, Cred};
-use crate::job::JobRequest;
-use crate::proto::{self, Reply, Request};
+use scored_core::core::{ClientEvent, Input};
+use scored_core::ids::{ClientToken, Cred};
+use scored_core::job::JobRequest;
+use scored_proto::command;
+use scored_proto::proto::{self, Reply, Request};
 
 /// A client's socket, let go of through the closer (`crate::closer`):
 /// messages it has not read may carry descriptors, and a close here would
