@@ -1218,6 +1218,10 @@ fn a_rank_stopped_before_its_exec_does_not_hold_up_a_restart() {
     let daemon = Daemon::builder()
         .hosts(&format!("host0 cores={n}\n"))
         .start();
+    // The closer is scored too until it has named itself: not a rank.
+    assert!(wait_until(Duration::from_secs(10), || daemon
+        .closer()
+        .is_some()));
     let exe = std::fs::canonicalize(bin("scored")).expect("scored's path");
     let nodes = format!("-nodes={n}");
     let mut job = daemon.spawn(&[&nodes, "sleep", "60"]);
