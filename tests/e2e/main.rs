@@ -24,4 +24,5 @@ mod shell_parity;
 mod spawn;
 mod startup;
 mod terminals;
+mod units;
 mod users;
