@@ -16,6 +16,7 @@ mod mpi;
 mod private_daemon;
 mod recovery;
 mod replay;
+mod replies;
 mod restart;
 mod security;
 mod sessions;

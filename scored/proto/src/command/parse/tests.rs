@@ -83,7 +83,15 @@ fn help_lines() {
         "help xyzzy",
         "UnknownCommand: unknown command 'xyzzy' in 'help xyzzy': help lists the commands",
     );
-    check("help frob", "UnknownCommand: unknown command 'frob' in 'help frob': did you mean 'job'? help lists the commands");
+    check(
+        "help frob",
+        "UnknownCommand: unknown command 'frob' in 'help frob': help lists the commands",
+    );
+    check(
+        "foo bar",
+        "UnknownCommand: unknown command 'foo' in 'foo bar': help lists the commands",
+    );
+    check("jbo 4", "UnknownCommand: unknown command 'jbo' in 'jbo 4': did you mean 'job'? help lists the commands");
     check("help Kill", "UnknownCommand: unknown command 'Kill' in 'help Kill': did you mean 'kill'? help lists the commands");
     check(
         "help queue set",
