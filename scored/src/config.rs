@@ -140,6 +140,10 @@ pub struct FileSettings {
     #[serde(default, deserialize_with = "text_or_number")]
     journal_size: Option<String>,
     journal: Option<bool>,
+    /// The clients' system-wide setting (see [`crate::settings`]): scored
+    /// does not use it, and checks it so that a mistake in it is told at
+    /// the daemon's start too.
+    client: Option<crate::settings::ClientSection>,
 }
 
 /// A duration or size in the TOML file: a string (`"500ms"`, `"16M"`), or
@@ -232,6 +236,8 @@ pub enum ConfigError {
     },
     /// A time slice that is refused.
     Timeslice(TimesliceError),
+    /// The `[client]` table is wrong.
+    Client(String),
     /// A duration outside its range.
     OutOfRange {
         /// The flag (or the file's key of the same name).
@@ -265,6 +271,7 @@ impl std::fmt::Display for ConfigError {
             } => write!(f, "{}: {message}", path.display()),
             ConfigError::Value { flag, source } => write!(f, "--{flag}: {source}"),
             ConfigError::Timeslice(error) => write!(f, "--timeslice: {error}"),
+            ConfigError::Client(error) => write!(f, "{error}"),
             ConfigError::OutOfRange { flag, value, range } => write!(
                 f,
                 "--{flag}: {} is out of range: it must be {range}",
@@ -300,6 +307,9 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileSettings, ConfigError> 
 
 /// Merges flags over the file's settings and checks the values.
 pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError> {
+    if let Some(client) = &file.client {
+        client.check().map_err(ConfigError::Client)?;
+    }
     let duration =
         |flag: Option<String>, from_file: Option<String>, name: &'static str, default: Duration| {
             match flag.or(from_file) {
@@ -445,7 +455,7 @@ mod tests {
     fn file_errors_name_file_and_line() {
         assert_eq!(
             settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
-            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `request_timeout`, `max_jobs_per_user`, `max_jobs`, `max_waiting_per_user`, `max_waiting`, `idle_exit`, `verbose`, `journal_size`, `journal`"
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `request_timeout`, `max_jobs_per_user`, `max_jobs`, `max_waiting_per_user`, `max_waiting`, `idle_exit`, `verbose`, `journal_size`, `journal`, `client`"
         );
         assert!(settings(&[], "timeslice = true")
             .unwrap_err()

@@ -20,6 +20,7 @@ mod replies;
 mod restart;
 mod security;
 mod sessions;
+mod setup;
 mod shell_child;
 mod shell_parity;
 mod spawn;

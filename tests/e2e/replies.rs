@@ -14,8 +14,12 @@ fn a_program_not_on_path_is_said_to_be_so() {
     assert_eq!(code(&output), Some(127));
     assert_eq!(
         stderr(&output),
-        "scrun: job 1 launch failed: cannot run 'no-such-program-here': no such program on \
-         PATH (give its path, as ./no-such-program-here, for one in the working directory)\n"
+        format!(
+            "scrun: job 1 launch failed: cannot run 'no-such-program-here' in {}: no such \
+             program on PATH (give its path, as ./no-such-program-here, for one in the working \
+             directory)\n",
+            daemon.sandbox.path.display()
+        )
     );
 }
 

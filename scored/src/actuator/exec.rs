@@ -194,6 +194,7 @@ impl OsActuator {
             // execvp searched the job's PATH and found nothing there.
             LaunchError::NotOnPath {
                 program: Rc::clone(&pending.program),
+                cwd: Rc::clone(&pending.cwd),
             }
         } else if step == spawn::Step::Exec {
             launch_error(&pending.program, &pending.cwd, error)

@@ -42,6 +42,8 @@ pub enum LaunchError {
     NotOnPath {
         /// The program as the user named it.
         program: Rc<str>,
+        /// The working directory.
+        cwd: Rc<str>,
     },
     /// The rank could not enter its working directory (gone, or not
     /// searchable by the job's user).
@@ -138,10 +140,10 @@ impl fmt::Display for LaunchError {
                 cwd,
                 error,
             } => write!(f, "cannot run '{program}' in {cwd}: {error}"),
-            LaunchError::NotOnPath { program } => write!(
+            LaunchError::NotOnPath { program, cwd } => write!(
                 f,
-                "cannot run '{program}': no such program on PATH (give its path, as ./{program}, \
-                 for one in the working directory)"
+                "cannot run '{program}' in {cwd}: no such program on PATH (give its path, as \
+                 ./{program}, for one in the working directory)"
             ),
             LaunchError::Chdir {
                 program,
@@ -224,12 +226,13 @@ mod tests {
     fn a_program_not_on_path_and_a_directory_not_entered_say_so() {
         let missing = LaunchError::NotOnPath {
             program: "nosuchprog".into(),
+            cwd: "/tmp/x".into(),
         };
         assert_eq!(missing.status(), 127);
         assert_eq!(
             missing.to_string(),
-            "cannot run 'nosuchprog': no such program on PATH (give its path, as ./nosuchprog, \
-             for one in the working directory)"
+            "cannot run 'nosuchprog' in /tmp/x: no such program on PATH (give its path, as \
+             ./nosuchprog, for one in the working directory)"
         );
         let chdir = LaunchError::Chdir {
             program: "true".into(),
