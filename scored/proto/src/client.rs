@@ -26,7 +26,7 @@ pub enum SocketSource {
     /// The clients' system-wide setting (`[client] socket` of
     /// `/etc/scored/scored.toml`, see [`crate::settings`]).
     Configured,
-    /// The default location (SPEC §7).
+    /// The default location (`paths::default_socket`, scored(8) FILES).
     Default,
 }
 
