@@ -106,7 +106,7 @@ pub struct Usage {
     pub memory: Box<[u64]>,
     /// Disk use: executable sizes plus the job's scratch directory.
     pub disk: u64,
-    /// Of `disk`, the program files (SPEC §2.16), so that a job killed
+    /// Of `disk`, the program files (scored(8), LIMITATIONS), so that a job killed
     /// for disk it did not write is told why.
     pub programs: u64,
 }

@@ -532,7 +532,7 @@ pub fn unlimited_disk_backstop(cluster_disk_limit: u64) -> u64 {
 }
 
 /// The reason a job over its disk limit is killed: its use, and how much
-/// of it is its program files, which count as disk (SPEC §2.16) though the
+/// of it is its program files, which count as disk (scored(8), LIMITATIONS) though the
 /// job wrote nothing.
 fn disk_violation(usage: &Usage, limit: u64) -> String {
     let over = format!(
