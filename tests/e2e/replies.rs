@@ -178,3 +178,31 @@ fn a_refused_start_is_not_taken_for_a_crash_and_warnings_are_one_line() {
     );
     assert!(!log.contains("\\n"), "{log}");
 }
+
+#[test]
+fn a_program_on_path_that_cannot_be_run_is_told_apart_from_one_not_found() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let dir = daemon.sandbox.path.join("bin");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::write(dir.join("not-executable"), "#!/bin/sh\necho ran\n").expect("write");
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = daemon
+        .scrun(&["not-executable"])
+        .env("PATH", &path)
+        .output()
+        .expect("scrun");
+    assert_eq!(code(&output), Some(126), "{}", stderr(&output));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "scrun: job 1 launch failed: cannot run 'not-executable' in {}: permission denied \
+             while searching PATH (a directory of PATH the user may not search, or a \
+             'not-executable' there the user may not execute)\n",
+            daemon.sandbox.path.display()
+        )
+    );
+}

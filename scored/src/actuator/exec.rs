@@ -196,6 +196,14 @@ impl OsActuator {
                 program: Rc::clone(&pending.program),
                 cwd: Rc::clone(&pending.cwd),
             }
+        } else if step == spawn::Step::Exec
+            && errno == libc::EACCES
+            && !pending.program.contains('/')
+        {
+            LaunchError::PathDenied {
+                program: Rc::clone(&pending.program),
+                cwd: Rc::clone(&pending.cwd),
+            }
         } else if step == spawn::Step::Exec {
             launch_error(&pending.program, &pending.cwd, error)
         } else {

@@ -45,6 +45,15 @@ pub enum LaunchError {
         /// The working directory.
         cwd: Rc<str>,
     },
+    /// A program named without a `/` was not run for want of permission
+    /// somewhere on the job's `PATH`: execvp cannot tell a directory the
+    /// user may not search from a file there the user may not execute.
+    PathDenied {
+        /// The program as the user named it.
+        program: Rc<str>,
+        /// The working directory.
+        cwd: Rc<str>,
+    },
     /// The rank could not enter its working directory (gone, or not
     /// searchable by the job's user).
     Chdir {
@@ -145,6 +154,12 @@ impl fmt::Display for LaunchError {
                 "cannot run '{program}' in {cwd}: no such program on PATH (give its path, as \
                  ./{program}, for one in the working directory)"
             ),
+            LaunchError::PathDenied { program, cwd } => write!(
+                f,
+                "cannot run '{program}' in {cwd}: permission denied while searching PATH (a \
+                 directory of PATH the user may not search, or a '{program}' there the user may \
+                 not execute)"
+            ),
             LaunchError::Chdir {
                 program,
                 cwd,
@@ -233,6 +248,17 @@ mod tests {
             missing.to_string(),
             "cannot run 'nosuchprog' in /tmp/x: no such program on PATH (give its path, as \
              ./nosuchprog, for one in the working directory)"
+        );
+        let denied = LaunchError::PathDenied {
+            program: "nosuchprog".into(),
+            cwd: "/tmp/x".into(),
+        };
+        assert_eq!(denied.status(), 126);
+        assert_eq!(
+            denied.to_string(),
+            "cannot run 'nosuchprog' in /tmp/x: permission denied while searching PATH (a \
+             directory of PATH the user may not search, or a 'nosuchprog' there the user may \
+             not execute)"
         );
         let chdir = LaunchError::Chdir {
             program: "true".into(),
