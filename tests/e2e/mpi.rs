@@ -1,8 +1,10 @@
 //! MPI under scrun: real MPICH programs compiled here find one world of
-//! their ranks through scrun's PMI server; hand-written PMI clients (bash
+//! their ranks through scrun's PMI server, real OpenMPI programs and
+//! Debian's mpi4py through its PMIx server; hand-written PMI clients (bash
 //! on the rank's descriptor) show the PMI-2 wire and what a hostile or
-//! dying rank does to its job, and to nothing else. The MPICH tests print
-//! why they are skipped where `mpicc.mpich` is absent.
+//! dying rank does to its job, and to nothing else. The tests print why
+//! they are skipped where `mpicc.mpich`, `mpicc.openmpi` or mpi4py is
+//! absent.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -277,57 +279,6 @@ send1 "cmd=finalize"; recv1
 }
 
 #[test]
-fn openmpi_runs_its_own_launcher_as_the_jobs_process() {
-    let daemon = Daemon::builder().hosts(&two_hosts()).start();
-    let Some(hello) = compile_with(
-        "mpicc.openmpi",
-        "openmpi-bin libopenmpi-dev",
-        &daemon.sandbox.path,
-        "hello_ompi",
-        HELLO,
-    ) else {
-        return;
-    };
-    let hello = hello.to_str().unwrap();
-    // As scrun(1) says, on hosts of one CPU each; as root, mpirun asks
-    // for these two variables.
-    let mpirun = |args: &[&str]| {
-        let mut words = vec![
-            "-nodes=1",
-            "mpirun.openmpi",
-            "-q",
-            "--oversubscribe",
-            "-n",
-            "2",
-            hello,
-        ];
-        words.extend_from_slice(args);
-        daemon
-            .scrun(&words)
-            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .output()
-            .expect("scrun")
-    };
-    let output = mpirun(&[]);
-    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
-    // Both ranks are mpirun's children, so both carry scored's rank 0.
-    assert_eq!(
-        sorted_lines(&stdout(&output)),
-        ["rank 0 of 2 score 0 sum 3", "rank 1 of 2 score 0 sum 3"]
-    );
-    assert!(
-        !stderr(&output).contains("Forwarding signal"),
-        "{}",
-        stderr(&output)
-    );
-    // MPI_Abort: mpirun ends the world and the job with the code.
-    let output = mpirun(&["1"]);
-    assert_eq!(code(&output), Some(7), "{}", stderr(&output));
-    assert_no_process_left(&daemon);
-}
-
-#[test]
 fn a_queued_jobs_pmi_connections_survive_an_in_place_restart() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();
     // The exclusive queue 0: the second job waits, its PMI descriptors
@@ -376,5 +327,327 @@ send1 "cmd=finalize"; recv1
             "1: cmd=get_result rc=0 msg=success value=v0",
             "1: cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1",
         ]
+    );
+}
+
+/// Compiles `source` with OpenMPI's compiler, or says why the test is
+/// skipped.
+fn mpicc_openmpi(dir: &Path, name: &str, source: &str) -> Option<PathBuf> {
+    compile_with(
+        "mpicc.openmpi",
+        "openmpi-bin libopenmpi-dev",
+        dir,
+        name,
+        source,
+    )
+}
+
+/// Two hosts of `cores` processes each, on two CPUs when the machine has them.
+fn two_hosts_of(cores: u32) -> String {
+    two_hosts()
+        .lines()
+        .map(|line| format!("{line} cores={cores}\n"))
+        .collect()
+}
+
+#[test]
+fn openmpi_ranks_form_one_world_in_rank_order_and_reduce() {
+    let daemon = Daemon::builder().hosts(&two_hosts_of(2)).start();
+    let Some(hello) = mpicc_openmpi(&daemon.sandbox.path, "hello_ompi", HELLO) else {
+        return;
+    };
+    let hello = hello.to_str().unwrap();
+    for ranks in [2, 4] {
+        let output = daemon.run(&[&format!("-nodes={ranks}"), hello]);
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+        let sum = ranks * (ranks + 1) / 2;
+        let expected: Vec<String> = (0..ranks)
+            .map(|rank| format!("rank {rank} of {ranks} score {rank} sum {sum}"))
+            .collect();
+        assert_eq!(sorted_lines(&stdout(&output)), expected);
+    }
+    // With PMIx asked for by name, and each `::` stage a world of its own.
+    let output = daemon.run(&["-nodes=2,mpi=pmix", hello, "::", hello]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let expected: Vec<String> = (0..2)
+        .flat_map(|rank| vec![format!("rank {rank} of 2 score {rank} sum 3"); 2])
+        .collect();
+    assert_eq!(sorted_lines(&stdout(&output)), expected);
+    // Without PMIx each OpenMPI rank is a singleton.
+    let output = daemon.run(&["-nodes=2,mpi=pmi2", hello]);
+    assert_eq!(
+        sorted_lines(&stdout(&output)),
+        ["rank 0 of 1 score 0 sum 1", "rank 0 of 1 score 1 sum 1"]
+    );
+    assert_no_process_left(&daemon);
+}
+
+#[test]
+fn openmpi_abort_ends_the_job_with_the_ranks_status_and_a_message() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(hello) = mpicc_openmpi(&daemon.sandbox.path, "hello_ompi", HELLO) else {
+        return;
+    };
+    let output = daemon.run(&["-nodes=2", hello.to_str().unwrap(), "1"]);
+    assert_eq!(code(&output), Some(7), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("scrun: rank 1 called abort with exit code 7\n"),
+        "{}",
+        stderr(&output)
+    );
+    assert_no_process_left(&daemon);
+}
+
+/// An MPI program whose rank 1 dies (status 3) after `MPI_Init` while
+/// rank 0 waits for it in a barrier, which would wait for ever.
+const DIES: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int rank;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 1)
+        _exit(3);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    printf("rank %d finalized\n", rank);
+    return 0;
+}
+"#;
+
+#[test]
+fn an_openmpi_rank_that_dies_while_others_wait_ends_the_job_naming_it() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(dies) = mpicc_openmpi(&daemon.sandbox.path, "dies", DIES) else {
+        return;
+    };
+    let mut job = daemon.spawn(&["-nodes=2", dies.to_str().unwrap()]);
+    let (status, errors) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(1), "{errors}");
+    assert!(
+        errors.contains(
+            "scrun: rank 1 ended its PMIx connection without finalize (did it exit or crash inside MPI?)\n"
+        ),
+        "{errors}"
+    );
+    assert_no_process_left(&daemon);
+}
+
+/// Each rank's CPUs after `MPI_Init`, as the kernel gives them.
+const CPUS: &str = r#"
+#define _GNU_SOURCE
+#include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    int rank, cpu, first = 1;
+    cpu_set_t set;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    sched_getaffinity(0, sizeof set, &set);
+    printf("rank %d cpus", rank);
+    for (cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &set)) {
+            printf("%s%d", first ? " " : ",", cpu);
+            first = 0;
+        }
+    printf("\n");
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[test]
+fn each_openmpi_rank_keeps_its_hosts_cpus() {
+    let hosts = two_hosts();
+    let daemon = Daemon::builder().hosts(&hosts).start();
+    let Some(cpus) = mpicc_openmpi(&daemon.sandbox.path, "cpus", CPUS) else {
+        return;
+    };
+    let expected: Vec<String> = hosts
+        .lines()
+        .enumerate()
+        .map(|(rank, line)| {
+            let cpu = line.split("cpus=").nth(1).unwrap_or("?").trim();
+            format!("rank {rank} cpus {cpu}")
+        })
+        .collect();
+    let output = daemon.run(&["-nodes=2", cpus.to_str().unwrap()]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(sorted_lines(&stdout(&output)), expected);
+}
+
+#[test]
+fn debians_mpi4py_is_one_world_under_scrun() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let probe = Command::new("/usr/bin/python3")
+        .args(["-c", "import mpi4py"])
+        .output();
+    if !probe.is_ok_and(|out| out.status.success()) {
+        eprintln!("skipped: Debian's mpi4py is not installed (apt-get install python3-mpi4py)");
+        return;
+    }
+    // One write per line, so that the ranks' lines do not mix.
+    let script = "import sys\n\
+        from mpi4py import MPI\n\
+        c = MPI.COMM_WORLD\n\
+        sys.stdout.write(f'rank {c.rank} of {c.size} sum {c.allreduce(c.rank + 1)}\\n')\n";
+    let output = daemon.run(&["-nodes=2", "/usr/bin/python3", "-c", script]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        sorted_lines(&stdout(&output)),
+        ["rank 0 of 2 sum 3", "rank 1 of 2 sum 3"]
+    );
+}
+
+/// Rank 0 publishes a port under a service name; rank 1 finds it, and
+/// no longer once rank 0 withdrew it.
+const PUBLISH: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    int rank, rc;
+    char port[MPI_MAX_PORT_NAME] = "port-of-rank-0", found[MPI_MAX_PORT_NAME] = "";
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    if (rank == 0)
+        printf("publish %s\n", MPI_Publish_name("svc", MPI_INFO_NULL, port) ? "failed" : "ok");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1) {
+        rc = MPI_Lookup_name("svc", MPI_INFO_NULL, found);
+        printf("lookup %s %s\n", rc ? "failed" : "ok", found);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("unpublish %s\n", MPI_Unpublish_name("svc", MPI_INFO_NULL, port) ? "failed" : "ok");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1)
+        printf("again %s\n", MPI_Lookup_name("svc", MPI_INFO_NULL, found) ? "not found" : "found");
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[test]
+fn a_name_one_rank_publishes_another_finds_with_mpich_and_openmpi() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let expected = [
+        "again not found",
+        "lookup ok port-of-rank-0",
+        "publish ok",
+        "unpublish ok",
+    ];
+    let mut ran = 0;
+    for program in [
+        mpicc(&daemon.sandbox.path, "publish", PUBLISH),
+        mpicc_openmpi(&daemon.sandbox.path, "publish_ompi", PUBLISH),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let output = daemon.run(&["-nodes=2", program.to_str().unwrap()]);
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+        assert_eq!(sorted_lines(&stdout(&output)), expected);
+        ran += 1;
+    }
+    if ran == 0 {
+        return;
+    }
+    assert_no_process_left(&daemon);
+}
+
+#[test]
+fn a_queued_pmix_job_survives_an_in_place_restart() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(hello) = mpicc_openmpi(&daemon.sandbox.path, "hello_ompi", HELLO) else {
+        return;
+    };
+    let mut first = daemon.spawn(&["-priority=0", "-nodes=2", &testprog(), "spin", "0"]);
+    first.wait_pids(2);
+    let mut second = daemon.spawn(&["-priority=0", "-nodes=2", hello.to_str().unwrap()]);
+    assert!(
+        wait_until(Duration::from_secs(20), || stdout(&daemon.console("job 2"))
+            .contains("state: queued")),
+        "{}",
+        daemon.ok("jobs")
+    );
+    let output = daemon.console("restart");
+    assert!(
+        stdout(&output).contains("restarted in place"),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    daemon.ok("kill 1 KILL");
+    first.wait(Duration::from_secs(10));
+    let mut lines = second.wait_lines("", 2);
+    let (status, errors) = second.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{errors}");
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["rank 0 of 2 score 0 sum 3", "rank 1 of 2 score 1 sum 3"]
+    );
+}
+
+#[test]
+fn without_libpmix_pmix_says_what_is_missing_and_auto_falls_back() {
+    if !is_root() {
+        eprintln!("skipped: hiding libpmix needs root (a private mount)");
+        return;
+    }
+    let Ok(library) = std::fs::canonicalize("/lib/x86_64-linux-gnu/libpmix.so.2") else {
+        eprintln!("skipped: libpmix is not installed, so nothing to hide");
+        return;
+    };
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(hello) = mpicc(&daemon.sandbox.path, "hello", HELLO) else {
+        return;
+    };
+    // scrun in a mount namespace of its own where the library is empty.
+    let hidden = |args: &[&str]| {
+        let scrun = daemon.scrun(args);
+        let mut words: Vec<String> = vec![scrun.get_program().to_string_lossy().into_owned()];
+        words.extend(
+            scrun
+                .get_args()
+                .map(|arg| arg.to_string_lossy().into_owned()),
+        );
+        let mut command = Command::new("unshare");
+        command
+            .args(["-m", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount --bind /dev/null {} && exec \"$@\"",
+                library.display()
+            ))
+            .arg("sh")
+            .args(&words);
+        for (key, value) in scrun.get_envs() {
+            match value {
+                Some(value) => command.env(key, value),
+                None => command.env_remove(key),
+            };
+        }
+        command.output().expect("unshare")
+    };
+    let output = hidden(&["-nodes=2,mpi=pmix", "true"]);
+    assert_eq!(code(&output), Some(69), "{}", stderr(&output));
+    assert!(
+        stderr(&output)
+            .starts_with("scrun: -mpi=pmix: cannot load libpmix.so.2, the PMIx library ("),
+        "{}",
+        stderr(&output)
+    );
+    // `auto` serves PMI-1 and PMI-2 alone: MPICH is still one world.
+    let output = hidden(&["-nodes=2", hello.to_str().unwrap()]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        sorted_lines(&stdout(&output)),
+        ["rank 0 of 2 score 0 sum 3", "rank 1 of 2 score 1 sum 3"]
     );
 }

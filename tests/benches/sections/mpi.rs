@@ -247,17 +247,23 @@ pub(crate) fn mpi(rows: &mut Vec<Row>) {
             ));
         }
     }
-    // The launch cost of PMI, for a program that never uses it.
+    // The launch cost of PMI and of PMIx, for a program that never uses
+    // them.
     let daemon = Daemon::builder()
         .log("scored=info")
         .hosts(&pinned_hosts())
         .start();
     let rounds = scaled(40, 10);
-    let mut with = Vec::new();
+    let mut pmi = Vec::new();
+    let mut auto = Vec::new();
     let mut without = Vec::new();
-    // Interleaved, so that the machine's other load falls on both alike.
+    // Interleaved, so that the machine's other load falls on all alike.
     for _ in 0..if quick() { 2 } else { 4 } {
-        with.push(time_command(
+        pmi.push(time_command(
+            || daemon.run(&["-nodes=2,mpi=pmi2", "true"]).status.success(),
+            rounds,
+        ));
+        auto.push(time_command(
             || daemon.run(&["-nodes=2", "true"]).status.success(),
             rounds,
         ));
@@ -266,13 +272,21 @@ pub(crate) fn mpi(rows: &mut Vec<Row>) {
             rounds,
         ));
     }
-    let with = crate::median(&mut with);
+    let pmi = crate::median(&mut pmi);
+    let auto = crate::median(&mut auto);
     let without = crate::median(&mut without);
     rows.push(row(
-        "launch `scrun -nodes=2 true` with PMI (default)",
-        ms(with),
+        "launch `scrun -nodes=2 true` with PMI-2 (`-mpi=pmi2`)",
+        ms(pmi),
         format!("{} (-mpi=none)", ms(without)),
-        format!("{:+.3} ms", (with - without) * 1e3),
+        format!("{:+.3} ms", (pmi - without) * 1e3),
         "nothing measurable",
+    ));
+    rows.push(row(
+        "launch `scrun -nodes=2 true` with PMI and PMIx (default)",
+        ms(auto),
+        format!("{} (-mpi=none)", ms(without)),
+        format!("{:+.3} ms", (auto - without) * 1e3),
+        "the PMIx server's start",
     ));
 }

@@ -34,6 +34,7 @@ pub(crate) fn submit_frame() -> Vec<u8> {
         closed_stdio: Vec::new(),
         fds: Vec::new(),
         pmi_ranks: 0,
+        pmix_namespace: None,
     };
     scored::proto::encode(&scored::proto::Request::Submit {
         version: scored::proto::VERSION,
