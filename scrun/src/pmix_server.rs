@@ -152,8 +152,7 @@ impl PmixServer {
 
 impl Drop for PmixServer {
     fn drop(&mut self) {
-        // The library first, which closes its files, then its directory.
-        drop(self.server.take());
+        // The server's files; the server itself ends with the process.
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -25,7 +25,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
-use scrun::pmi::names::{Names, Publisher};
+use scrun::pmi::names::{NameError, Names, Port, Publisher, NAME_LIMITS};
 use scrun::pmi::pmix::{Attr, AttrValue, RankEvent};
 
 /// The library's file name: Debian's `libpmix2` (PMIx 4.2).
@@ -44,6 +44,7 @@ const PMIX_EVENT_ACTION_COMPLETE: Status = -334;
 
 const PMIX_BOOL: u16 = 1;
 const PMIX_STRING: u16 = 3;
+const PMIX_BYTE_OBJECT: u16 = 27;
 const PMIX_UINT16: u16 = 13;
 const PMIX_UINT32: u16 = 14;
 const PMIX_DATA_ARRAY: u16 = 39;
@@ -208,7 +209,6 @@ type EventHandler = unsafe extern "C" fn(
 #[derive(Clone, Copy)]
 struct Fns {
     server_init: unsafe extern "C" fn(*mut Module, *mut Info, usize) -> Status,
-    server_finalize: unsafe extern "C" fn() -> Status,
     register_nspace: unsafe extern "C" fn(
         *const c_char,
         c_int,
@@ -270,7 +270,9 @@ struct Shared {
     /// the index of its namespace here.
     namespaces: Mutex<Vec<String>>,
     events: Mutex<Vec<PmixEvent>>,
-    names: Mutex<Names>,
+    names: Mutex<Names<Stored>>,
+    /// Lookups waiting for names not yet published.
+    waiting: Mutex<Vec<Waiting>>,
     fns: Fns,
     /// The write end of the wake-up pipe (non-blocking).
     wake: OwnedFd,
@@ -355,7 +357,6 @@ impl Library {
                 let fns = unsafe {
                     Fns {
                         server_init: symbol(handle, "PMIx_server_init")?,
-                        server_finalize: symbol(handle, "PMIx_server_finalize")?,
                         register_nspace: symbol(handle, "PMIx_server_register_nspace")?,
                         register_client: symbol(handle, "PMIx_server_register_client")?,
                         setup_fork: symbol(handle, "PMIx_server_setup_fork")?,
@@ -398,6 +399,7 @@ impl Library {
             namespaces: Mutex::new(Vec::new()),
             events: Mutex::new(Vec::new()),
             names: Mutex::new(Names::new()),
+            waiting: Mutex::new(Vec::new()),
             fns: self.fns,
             wake: write,
         };
@@ -592,6 +594,13 @@ fn generate(
 }
 
 /// The PMIx server of this process, with the namespaces it registered.
+///
+/// It is never finalized: it serves until scrun exits, which closes its
+/// connections with the process. `PMIx_server_finalize` can wait for ever
+/// on a lock of libpmix 4.2 left taken by a client it refused (another
+/// user's, whose credentials did not match), and nothing it frees or
+/// closes outlives the process; its files go with their directory
+/// (`crate::pmix_server`).
 pub struct Server {
     library: &'static Library,
     wake: OwnedFd,
@@ -728,14 +737,6 @@ impl Server {
         SHARED.get().map_or_else(Vec::new, |shared| {
             std::mem::take(&mut *shared.events.lock().unwrap_or_else(|e| e.into_inner()))
         })
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // SAFETY: the server was initialized; finalizing stops its thread
-        // and closes its connections.
-        unsafe { (self.library.fns.server_finalize)() };
     }
 }
 
@@ -886,8 +887,10 @@ unsafe extern "C" fn publish(
     cbfunc: Option<OpCb>,
     cbdata: *mut c_void,
 ) -> Status {
+    let Some(shared) = SHARED.get() else {
+        return PMIX_ERR_NOT_FOUND;
+    };
     let status = (|| {
-        let shared = SHARED.get()?;
         // SAFETY: the library passes its `pmix_proc_t`.
         let who = unsafe { publisher(shared, proc_) }?;
         let infos = if info.is_null() || ninfo == 0 {
@@ -897,7 +900,6 @@ unsafe extern "C" fn publish(
             unsafe { std::slice::from_raw_parts(info, ninfo) }
         };
         let mut names = shared.names.lock().unwrap_or_else(|e| e.into_inner());
-        let mut status = PMIX_SUCCESS;
         for info in infos {
             let key = text_of_array(&info.key);
             // The library's own keys are directives (range, persistence,
@@ -905,26 +907,26 @@ unsafe extern "C" fn publish(
             if key.starts_with("pmix.") {
                 continue;
             }
-            if info.value.kind != PMIX_STRING {
-                status = PMIX_ERR_NOT_SUPPORTED;
-                break;
-            }
-            // A string value is its `char *`, in the union's first word.
-            let port = text_of(info.value.data[0] as *const c_char);
-            if let Err(error) = names.publish(who, &key, &port) {
-                status = match error {
-                    scrun::pmi::names::NameError::Taken(_) => PMIX_ERR_DUPLICATE_KEY,
+            // SAFETY: a value the library built, read by its type.
+            let Some(value) = (unsafe { Stored::of(&info.value) }) else {
+                return Some(PMIX_ERR_NOT_SUPPORTED);
+            };
+            if let Err(error) = names.publish(who, &key, value) {
+                return Some(match error {
+                    NameError::Taken(_) => PMIX_ERR_DUPLICATE_KEY,
                     _ => PMIX_ERR_BAD_PARAM,
-                };
-                break;
+                });
             }
         }
-        Some(status)
+        Some(PMIX_SUCCESS)
     })()
     .unwrap_or(PMIX_ERR_NOT_FOUND);
     if let Some(cbfunc) = cbfunc {
         // SAFETY: the library's callback with its own data.
         unsafe { cbfunc(status, cbdata) };
+    }
+    if status == PMIX_SUCCESS {
+        answer_waiting(shared);
     }
     PMIX_SUCCESS
 }
@@ -949,11 +951,103 @@ unsafe fn strings(keys: *mut *mut c_char) -> Vec<String> {
     out
 }
 
+/// A lookup that waits for its names to be published (`PMIX_WAIT`).
+struct Waiting {
+    keys: Vec<String>,
+    cbfunc: LookupCb,
+    /// The library's `cbdata`, an address it keeps valid until answered.
+    cbdata: usize,
+}
+
+/// The most lookups that may wait at once; one more is answered "not found".
+const MAX_WAITING: usize = 1024;
+
+/// Answers the lookup of `keys` if every one is published; false if not.
+///
+/// # Safety
+/// `cbfunc` and `cbdata` must be the library's, not yet answered.
+unsafe fn answer(shared: &Shared, keys: &[String], cbfunc: LookupCb, cbdata: *mut c_void) -> bool {
+    let found: Vec<(String, Stored, Publisher)> = {
+        let names = shared.names.lock().unwrap_or_else(|e| e.into_inner());
+        keys.iter()
+            .filter_map(|key| {
+                let (value, owner) = names.lookup_with_publisher(key)?;
+                Some((key.clone(), value.clone(), owner))
+            })
+            .collect()
+    };
+    if found.len() < keys.len() || found.is_empty() {
+        return false;
+    }
+    let namespaces = shared
+        .namespaces
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut pdata: Vec<Pdata> = Vec::with_capacity(found.len());
+    for (key, value, owner) in &found {
+        // SAFETY: all-zero is a valid `pmix_pdata_t` (empty strings, an
+        // undefined value).
+        let mut pd: Pdata = unsafe { std::mem::zeroed() };
+        fill(
+            &mut pd.proc_.nspace,
+            namespaces.get(owner.world).map_or("", String::as_str),
+        );
+        pd.proc_.rank = owner.rank as u32;
+        fill(&mut pd.key, key);
+        // SAFETY: `pd.value` is a zeroed value to load into.
+        unsafe { value.load(&shared.fns, &mut pd.value) };
+        pdata.push(pd);
+    }
+    // SAFETY: the library's callback with its own data; it packs the
+    // data before it returns.
+    unsafe { cbfunc(PMIX_SUCCESS, pdata.as_mut_ptr(), pdata.len(), cbdata) };
+    for pd in &mut pdata {
+        // SAFETY: loaded above, destroyed once.
+        unsafe { (shared.fns.value_destruct)(&mut pd.value) };
+    }
+    true
+}
+
+/// Answers the waiting lookups whose names are all published now.
+fn answer_waiting(shared: &Shared) {
+    let waiting = std::mem::take(&mut *shared.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut still = Vec::new();
+    for entry in waiting {
+        // SAFETY: a lookup the library asked for and nobody answered yet.
+        let answered = unsafe {
+            answer(
+                shared,
+                &entry.keys,
+                entry.cbfunc,
+                entry.cbdata as *mut c_void,
+            )
+        };
+        if !answered {
+            still.push(entry);
+        }
+    }
+    shared
+        .waiting
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(still);
+}
+
+/// Whether `infos` ask a lookup to wait for its names (`PMIX_WAIT`, an
+/// int or a flag).
+fn wants_wait(infos: &[Info]) -> bool {
+    infos.iter().any(|info| {
+        text_of_array(&info.key) == "pmix.wait"
+            && (info.value.kind != PMIX_BOOL || info.value.data[0] & 0xff != 0)
+    })
+}
+
 unsafe extern "C" fn lookup(
     proc_: *const Proc,
     keys: *mut *mut c_char,
-    _info: *const Info,
-    _ninfo: usize,
+    info: *const Info,
+    ninfo: usize,
     cbfunc: Option<LookupCb>,
     cbdata: *mut c_void,
 ) -> Status {
@@ -965,54 +1059,111 @@ unsafe extern "C" fn lookup(
     };
     // SAFETY: the library passes its `pmix_proc_t` and NULL-terminated keys.
     let (who, keys) = unsafe { (whose(shared, proc_), strings(keys)) };
-    if who.is_none() {
-        // SAFETY: the library's callback with its own data.
-        unsafe { cbfunc(PMIX_ERR_NOT_FOUND, std::ptr::null_mut(), 0, cbdata) };
-        return PMIX_SUCCESS;
-    }
-    let found: Vec<(String, String, Publisher)> = {
-        let names = shared.names.lock().unwrap_or_else(|e| e.into_inner());
-        keys.iter()
-            .filter_map(|key| {
-                let (port, owner) = names.lookup_with_publisher(key)?;
-                Some((key.clone(), port.to_string(), owner))
-            })
-            .collect()
+    let infos = if info.is_null() || ninfo == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the library gives `ninfo` infos at `info`.
+        unsafe { std::slice::from_raw_parts(info, ninfo) }
     };
-    if found.is_empty() {
-        // SAFETY: the library's callback with its own data.
-        unsafe { cbfunc(PMIX_ERR_NOT_FOUND, std::ptr::null_mut(), 0, cbdata) };
+    // SAFETY: the library's callback and data, answered once here or later.
+    if who.is_some() && !keys.is_empty() && unsafe { answer(shared, &keys, cbfunc, cbdata) } {
         return PMIX_SUCCESS;
     }
-    let namespaces = shared
-        .namespaces
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    let mut pdata: Vec<Pdata> = Vec::with_capacity(found.len());
-    for (key, port, owner) in &found {
-        // SAFETY: all-zero is a valid `pmix_pdata_t` (empty strings, an
-        // undefined value).
-        let mut pd: Pdata = unsafe { std::mem::zeroed() };
-        fill(
-            &mut pd.proc_.nspace,
-            namespaces.get(owner.world).map_or("", String::as_str),
-        );
-        pd.proc_.rank = owner.rank as u32;
-        fill(&mut pd.key, key);
-        let cport = CString::new(port.as_str()).unwrap_or_default();
-        // SAFETY: a string value is loaded from its `char *` (copied).
-        unsafe { (shared.fns.value_load)(&mut pd.value, cport.as_ptr().cast(), PMIX_STRING) };
-        pdata.push(pd);
+    if who.is_some() && !keys.is_empty() && wants_wait(infos) {
+        let mut waiting = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if waiting.len() < MAX_WAITING {
+            waiting.push(Waiting {
+                keys,
+                cbfunc,
+                cbdata: cbdata as usize,
+            });
+            drop(waiting);
+            // A publish may have come between the look and the queueing.
+            answer_waiting(shared);
+            return PMIX_SUCCESS;
+        }
     }
-    // SAFETY: the library's callback with its own data; it packs the
-    // data before it returns.
-    unsafe { cbfunc(PMIX_SUCCESS, pdata.as_mut_ptr(), pdata.len(), cbdata) };
-    for pd in &mut pdata {
-        // SAFETY: loaded above, destroyed once.
-        unsafe { (shared.fns.value_destruct)(&mut pd.value) };
-    }
+    // SAFETY: the library's callback with its own data.
+    unsafe { cbfunc(PMIX_ERR_NOT_FOUND, std::ptr::null_mut(), 0, cbdata) };
     PMIX_SUCCESS
+}
+
+/// A published value: a string or bytes, as PMIx typed it.
+#[derive(Debug, Clone)]
+struct Stored {
+    kind: u16,
+    bytes: Vec<u8>,
+}
+
+impl Port for Stored {
+    fn size(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// `pmix_byte_object_t`.
+#[repr(C)]
+struct ByteObject {
+    bytes: *mut c_char,
+    size: usize,
+}
+
+impl Stored {
+    /// A copy of `value`, if it is a string or bytes.
+    ///
+    /// # Safety
+    /// `value` must be a value the library built.
+    unsafe fn of(value: &Value) -> Option<Stored> {
+        match value.kind {
+            PMIX_STRING => Some(Stored {
+                kind: PMIX_STRING,
+                bytes: text_of(value.data[0] as *const c_char).into_bytes(),
+            }),
+            PMIX_BYTE_OBJECT => {
+                let (ptr, size) = (value.data[0] as *const u8, value.data[1] as usize);
+                let bytes = if ptr.is_null() || size == 0 {
+                    Vec::new()
+                } else if size > NAME_LIMITS.port {
+                    // Refused by the table's limit without copying it.
+                    vec![0; NAME_LIMITS.port + 1]
+                } else {
+                    // SAFETY: a byte object's `size` bytes at `bytes`.
+                    unsafe { std::slice::from_raw_parts(ptr, size) }.to_vec()
+                };
+                Some(Stored {
+                    kind: PMIX_BYTE_OBJECT,
+                    bytes,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Loads a copy into `value`, for the caller to destroy.
+    ///
+    /// # Safety
+    /// `value` must be a zeroed or destroyed value.
+    unsafe fn load(&self, fns: &Fns, value: &mut Value) {
+        if self.kind == PMIX_STRING {
+            let text = CString::new(self.bytes.clone()).unwrap_or_default();
+            // SAFETY: a string value is loaded (copied) from its `char *`.
+            unsafe { (fns.value_load)(value, text.as_ptr().cast(), PMIX_STRING) };
+        } else {
+            let object = ByteObject {
+                bytes: self.bytes.as_ptr() as *mut c_char,
+                size: self.bytes.len(),
+            };
+            // SAFETY: a byte object is loaded by copying its bytes, which
+            // the library only reads.
+            unsafe {
+                (fns.value_load)(
+                    value,
+                    (&object as *const ByteObject).cast(),
+                    PMIX_BYTE_OBJECT,
+                )
+            };
+        }
+    }
 }
 
 unsafe extern "C" fn unpublish(
@@ -1127,8 +1278,9 @@ int main(void) {
            offsetof(pmix_value_t, data), sizeof(pmix_info_t), offsetof(pmix_info_t, value),
            sizeof(pmix_pdata_t), offsetof(pmix_pdata_t, value), sizeof(pmix_data_array_t),
            sizeof(pmix_server_module_t));
-    printf("%d %d %d %d %d %d %d %d\n", PMIX_BOOL, PMIX_STRING, PMIX_UINT16, PMIX_UINT32,
-           PMIX_DATA_ARRAY, PMIX_PROC_RANK, PMIX_INFO, PMIX_PROC);
+    printf("%d %d %d %d %d %d %d %d %d %zu\n", PMIX_BOOL, PMIX_STRING, PMIX_UINT16, PMIX_UINT32,
+           PMIX_DATA_ARRAY, PMIX_PROC_RANK, PMIX_INFO, PMIX_PROC, PMIX_BYTE_OBJECT,
+           sizeof(pmix_byte_object_t));
     printf("%d %d %d %d %d %d %d\n", PMIX_ERR_NOT_SUPPORTED, PMIX_ERR_NOT_FOUND,
            PMIX_ERR_BAD_PARAM, PMIX_ERR_DUPLICATE_KEY, PMIX_ERR_LOST_CONNECTION,
            PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_EVENT_ACTION_COMPLETE);
@@ -1152,7 +1304,7 @@ int main(void) {
         let text = String::from_utf8(out.stdout).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         let ours = format!(
-            "{} {} {} {} {} {} {} {} {}\n{} {} {} {} {} {} {} {}\n{} {} {} {} {} {} {}\n",
+            "{} {} {} {} {} {} {} {} {}\n{} {} {} {} {} {} {} {} {} {}\n{} {} {} {} {} {} {}\n",
             std::mem::size_of::<Proc>(),
             std::mem::size_of::<Value>(),
             std::mem::offset_of!(Value, data),
@@ -1170,6 +1322,8 @@ int main(void) {
             PMIX_PROC_RANK,
             PMIX_INFO,
             PMIX_PROC,
+            PMIX_BYTE_OBJECT,
+            std::mem::size_of::<ByteObject>(),
             PMIX_ERR_NOT_SUPPORTED,
             PMIX_ERR_NOT_FOUND,
             PMIX_ERR_BAD_PARAM,

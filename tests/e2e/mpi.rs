@@ -561,6 +561,52 @@ fn a_name_one_rank_publishes_another_finds_with_mpich_and_openmpi() {
     assert_no_process_left(&daemon);
 }
 
+/// Rank 0 accepts on a published port, rank 1 connects to it: OpenMPI
+/// agrees on the new communicator through the server's names.
+const CONNECT: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    int rank, remote;
+    char port[MPI_MAX_PORT_NAME];
+    MPI_Comm inter;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        MPI_Open_port(MPI_INFO_NULL, port);
+        MPI_Publish_name("meeting", MPI_INFO_NULL, port);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    } else {
+        MPI_Lookup_name("meeting", MPI_INFO_NULL, port);
+        MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    }
+    MPI_Comm_remote_size(inter, &remote);
+    printf("rank %d connected to %d\n", rank, remote);
+    MPI_Comm_disconnect(&inter);
+    if (rank == 0)
+        MPI_Unpublish_name("meeting", MPI_INFO_NULL, port);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[test]
+fn openmpi_ranks_connect_and_accept_through_a_published_port() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(connect) = mpicc_openmpi(&daemon.sandbox.path, "connect", CONNECT) else {
+        return;
+    };
+    let mut job = daemon.spawn(&["-nodes=2", connect.to_str().unwrap()]);
+    let mut lines = job.wait_lines("", 2);
+    let (status, errors) = job.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{errors}");
+    lines.sort();
+    assert_eq!(lines, ["rank 0 connected to 1", "rank 1 connected to 1"]);
+}
+
 #[test]
 fn a_queued_pmix_job_survives_an_in_place_restart() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();
@@ -650,4 +696,103 @@ fn without_libpmix_pmix_says_what_is_missing_and_auto_falls_back() {
         sorted_lines(&stdout(&output)),
         ["rank 0 of 2 score 0 sum 3", "rank 1 of 2 score 1 sum 3"]
     );
+}
+
+/// A PMIx client of the tests' own: says whether the server in its
+/// environment serves it.
+const PMIX_CLIENT: &str = r#"
+#include <pmix.h>
+#include <stdio.h>
+int main(void) {
+    pmix_proc_t me;
+    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    printf("%s\n", rc == PMIX_SUCCESS ? "served" : "refused");
+    if (rc == PMIX_SUCCESS)
+        PMIx_Finalize(NULL, 0);
+    return 0;
+}
+"#;
+
+#[test]
+fn only_the_jobs_user_who_knows_its_namespace_reaches_its_pmix_server() {
+    let Some(users) =
+        test_users("only_the_jobs_user_who_knows_its_namespace_reaches_its_pmix_server")
+    else {
+        return;
+    };
+    let include = Path::new("/usr/lib/x86_64-linux-gnu/pmix2/include");
+    if !include.join("pmix.h").exists() {
+        eprintln!("skipped: no PMIx headers (apt-get install libpmix-dev)");
+        return;
+    }
+    // The client where both test users can run it.
+    let dir = std::env::temp_dir().join(format!("scored-pmix-client-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("client.c"), PMIX_CLIENT).unwrap();
+    let client = dir.join("client");
+    let built = Command::new("cc")
+        .arg(format!("-I{}", include.display()))
+        .arg("-o")
+        .arg(&client)
+        .arg(dir.join("client.c"))
+        .arg("-lpmix")
+        .output()
+        .expect("cc");
+    assert!(built.status.success(), "{}", stderr(&built));
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let mut job = daemon.spawn_as(
+        &users.a,
+        &["-nodes=2", "sh", "-c", "echo pid $$; exec sleep 60"],
+    );
+    let pids = job.wait_pids(2);
+    let environ = std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap();
+    let pmix: Vec<(String, String)> = environ
+        .split(|&b| b == 0)
+        .filter_map(|entry| std::str::from_utf8(entry).ok())
+        .filter(|entry| entry.starts_with("PMIX_"))
+        .filter_map(|entry| entry.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect();
+    let get = |key: &str| {
+        pmix.iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, value)| value.clone())
+            .unwrap_or_else(|| panic!("no {key} in {pmix:?}"))
+    };
+    // The server's files: a directory of the job's user, mode 0700.
+    let tmpdir = get("PMIX_SERVER_TMPDIR");
+    let meta = std::fs::metadata(&tmpdir).unwrap();
+    assert_eq!(
+        (
+            std::os::unix::fs::MetadataExt::mode(&meta) & 0o7777,
+            std::os::unix::fs::MetadataExt::uid(&meta)
+        ),
+        (0o700, users.a.uid)
+    );
+    let namespace = get("PMIX_NAMESPACE");
+    let run = |user: &TestUser, namespace: &str| {
+        let mut command = command_as(user, &client, &[]);
+        command.env_clear().env("PATH", "/usr/bin:/bin");
+        for (key, value) in &pmix {
+            command.env(key, value);
+        }
+        command.env("PMIX_NAMESPACE", namespace);
+        let output = command.output().expect("client");
+        stdout(&output).trim().to_string()
+    };
+    // The job's own user with its namespace is served (as rank 0 could
+    // be); a guessed namespace, or another user, is not.
+    assert_eq!(run(&users.a, &namespace), "served");
+    let guessed = format!(
+        "{}.{}.0",
+        namespace.rsplitn(3, '.').nth(2).unwrap(),
+        "0".repeat(32)
+    );
+    assert_eq!(run(&users.a, &guessed), "refused");
+    assert_eq!(run(&users.b, &namespace), "refused");
+    job.signal(nix::sys::signal::Signal::SIGTERM);
+    job.wait(Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!Path::new(&tmpdir).exists(), "{tmpdir} left behind");
 }

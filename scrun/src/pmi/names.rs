@@ -65,25 +65,41 @@ impl std::fmt::Display for NameError {
     }
 }
 
-/// The published names of one job.
-#[derive(Debug, Default)]
-pub struct Names {
-    table: BTreeMap<String, (Publisher, String)>,
+/// The published names of one job, and what each names: a port (`V`),
+/// a string for PMI, a typed value for PMIx.
+#[derive(Debug)]
+pub struct Names<V = String> {
+    table: BTreeMap<String, (Publisher, V)>,
 }
 
-impl Names {
+impl<V> Default for Names<V> {
+    fn default() -> Names<V> {
+        Names {
+            table: BTreeMap::new(),
+        }
+    }
+}
+
+/// What a name can name: its size, for the limit.
+pub trait Port {
+    /// Its size in bytes.
+    fn size(&self) -> usize;
+}
+
+impl Port for String {
+    fn size(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<V: Port> Names<V> {
     /// An empty table.
-    pub fn new() -> Names {
+    pub fn new() -> Names<V> {
         Names::default()
     }
 
     /// Publishes `port` under `name` for `publisher`.
-    pub fn publish(
-        &mut self,
-        publisher: Publisher,
-        name: &str,
-        port: &str,
-    ) -> Result<(), NameError> {
+    pub fn publish(&mut self, publisher: Publisher, name: &str, port: V) -> Result<(), NameError> {
         if name.is_empty() || name.len() > NAME_LIMITS.name {
             return Err(NameError::Limit(format!(
                 "a service name of {} bytes: names are 1 to {} bytes",
@@ -91,18 +107,17 @@ impl Names {
                 NAME_LIMITS.name
             )));
         }
-        if port.len() > NAME_LIMITS.port {
+        if port.size() > NAME_LIMITS.port {
             return Err(NameError::Limit(format!(
                 "a port of {} bytes over the limit of {}",
-                port.len(),
+                port.size(),
                 NAME_LIMITS.port
             )));
         }
-        if name.contains(['\n', '\0', ' ', ';']) || port.contains(['\n', '\0']) {
+        if name.contains(['\n', '\0', ' ', ';']) {
             // A PMI-1 reply is one line of space-separated words.
             return Err(NameError::Limit(
-                "a service name holds no space, semicolon, newline or NUL, a port no newline or NUL"
-                    .to_string(),
+                "a service name holds no space, semicolon, newline or NUL".to_string(),
             ));
         }
         if self.table.contains_key(name) {
@@ -114,21 +129,20 @@ impl Names {
                 NAME_LIMITS.names
             )));
         }
-        self.table
-            .insert(name.to_string(), (publisher, port.to_string()));
+        self.table.insert(name.to_string(), (publisher, port));
         Ok(())
     }
 
     /// The port published under `name`.
-    pub fn lookup(&self, name: &str) -> Option<&str> {
-        self.table.get(name).map(|(_, port)| port.as_str())
+    pub fn lookup(&self, name: &str) -> Option<&V> {
+        self.table.get(name).map(|(_, port)| port)
     }
 
     /// The port published under `name`, and who published it.
-    pub fn lookup_with_publisher(&self, name: &str) -> Option<(&str, Publisher)> {
+    pub fn lookup_with_publisher(&self, name: &str) -> Option<(&V, Publisher)> {
         self.table
             .get(name)
-            .map(|(publisher, port)| (port.as_str(), *publisher))
+            .map(|(publisher, port)| (port, *publisher))
     }
 
     /// Withdraws `name`, which `publisher` must have published.
@@ -164,10 +178,10 @@ mod tests {
     #[test]
     fn a_name_is_published_once_found_and_withdrawn_by_its_publisher_only() {
         let mut names = Names::new();
-        assert_eq!(names.publish(A, "svc", "port-1"), Ok(()));
-        assert_eq!(names.lookup("svc"), Some("port-1"));
+        assert_eq!(names.publish(A, "svc", "port-1".to_string()), Ok(()));
+        assert_eq!(names.lookup("svc").map(String::as_str), Some("port-1"));
         assert_eq!(
-            names.publish(B, "svc", "port-2"),
+            names.publish(B, "svc", "port-2".to_string()),
             Err(NameError::Taken("svc".into()))
         );
         assert_eq!(
@@ -185,28 +199,28 @@ mod tests {
 
     #[test]
     fn the_table_is_bounded_and_refuses_what_a_reply_cannot_carry() {
-        let mut names = Names::new();
+        let mut names: Names = Names::new();
         assert!(matches!(
-            names.publish(A, &"n".repeat(257), "p"),
+            names.publish(A, &"n".repeat(257), "p".into()),
             Err(NameError::Limit(_))
         ));
         assert!(matches!(
-            names.publish(A, "n", &"p".repeat(1025)),
+            names.publish(A, "n", "p".repeat(1025)),
             Err(NameError::Limit(_))
         ));
         assert!(matches!(
-            names.publish(A, "a b", "p"),
+            names.publish(A, "a b", "p".into()),
             Err(NameError::Limit(_))
         ));
         assert!(matches!(
-            names.publish(A, "", "p"),
+            names.publish(A, "", "p".into()),
             Err(NameError::Limit(_))
         ));
         for n in 0..NAME_LIMITS.names {
-            names.publish(A, &format!("s{n}"), "p").unwrap();
+            names.publish(A, &format!("s{n}"), "p".into()).unwrap();
         }
         assert!(matches!(
-            names.publish(A, "one-more", "p"),
+            names.publish(A, "one-more", "p".into()),
             Err(NameError::Limit(_))
         ));
         assert_eq!(names.len(), NAME_LIMITS.names);

@@ -423,7 +423,14 @@ impl World {
                     world: self.stage,
                     rank,
                 };
-                let result = self.names.borrow_mut().publish(who, name, port);
+                let result = if port.contains(['\n', '\0']) {
+                    // A PMI-1 reply is one line.
+                    Err(NameError::Limit(
+                        "a port holds no newline or NUL".to_string(),
+                    ))
+                } else {
+                    self.names.borrow_mut().publish(who, name, port.to_string())
+                };
                 out.push(self.name_reply(rank, wire, &command.cmd, result, None));
             }
             (Wire::V1, "unpublish_name") | (Wire::V2, "name-unpublish") => {
@@ -443,7 +450,7 @@ impl World {
                     .get("service")
                     .or_else(|| command.get("name"))
                     .unwrap_or_default();
-                let port = self.names.borrow().lookup(name).map(str::to_string);
+                let port = self.names.borrow().lookup(name).cloned();
                 let result = match &port {
                     Some(_) => Ok(()),
                     None => Err(NameError::NotFound(name.to_string())),
