@@ -2,10 +2,12 @@
 //! prints one Markdown table, each figure a median over repeated runs next
 //! to a baseline measured in the same run and the ratio between them.
 //!
-//! 1. Gang switch latency (first SIGSTOP to last SIGCONT, as scored measures
-//!    it) for jobs of 1, 16 and 64 processes, against a program that stops,
-//!    confirms and continues the same process groups itself at the same
-//!    priority.
+//! 1. Gang switch latency (first SIGSTOP to last SIGCONT) as `status`
+//!    reports it, two CPU-bound jobs of 1×1, 16×1, 4×4 and 16×4 processes
+//!    (hosts × per host) under a scored run as users run it, against a
+//!    program that stops, confirms and continues the same processes itself
+//!    at the same priority, in rounds that take turns; the phases of
+//!    scored's switches; and (`freezer`) the freezer as the stop.
 //! 2. Launch latency of `scrun true` (1 and 16 processes) against
 //!    fork+exec+wait.
 //! 3. Fairness: k = 2, 4 CPU-bound gang jobs on the same hosts for 10 s.
@@ -48,7 +50,7 @@
 //!     removed (needs root, for the test users).
 //!
 //! `BENCH_QUICK=1` shortens every run (for a smoke test of the benchmark);
-//! `BENCH_ONLY=switch,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi,attacks`
+//! `BENCH_ONLY=switch,freezer,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi,attacks`
 //! runs only those sections. `SCORED_TEST_BIN_DIR=DIR` runs the daemons of
 //! DIR (an earlier build) instead of this build's, to compare.
 //!
@@ -64,9 +66,7 @@ use sections::{
     mpi::mpi,
     restart::{checkpoint_cost, journal_cost, restart_under_load},
     scale::{decision_time, machine, scale},
-    switch::{
-        switch_baseline, switch_baseline_with, switch_freezer, switch_scored, Freezer, Groups,
-    },
+    switch::{hand_switches, layout, switch, switch_freezer, Freezer, Groups},
 };
 
 mod sections {
@@ -228,39 +228,20 @@ fn main() {
     let mut rows = Vec::new();
     if wanted("switch") {
         eprintln!("1. switch latency");
+        switch(&mut rows);
+    }
+    if wanted("freezer") {
+        // The freezer as the switch's stop: measured to choose between
+        // it and SIGSTOP.
+        eprintln!("1. the freezer's switch");
         for n in [1u32, 16, 64] {
-            let baseline = switch_baseline(n);
-            let (median_scored, max_scored, switches) = switch_scored(n);
-            rows.push(row(
-                &format!(
-                    "gang switch, 2 jobs of {n} process{}",
-                    if n == 1 { "" } else { "es" }
-                ),
-                format!(
-                    "{} (max {}, {switches} switches)",
-                    ms(median_scored),
-                    ms(max_scored)
-                ),
-                format!("{} (killpg+waitpid+killpg)", ms(baseline)),
-                format!("{:.2}×", median_scored / baseline),
-                "within 1.2×",
+            let (n_hosts, per_host) = layout(n);
+            let baseline = median(&mut hand_switches(
+                n_hosts,
+                per_host,
+                Groups::PerHost,
+                scaled(100, 30) as usize,
             ));
-            if n > 1 {
-                // scored's own layout by hand: a session per rank, so one
-                // killpg per process. The row above against it is the
-                // daemon's own overhead; the two baselines apart are the
-                // price of the sessions.
-                let per_process = switch_baseline_with(n, Groups::PerProcess);
-                rows.push(row(
-                    &format!("gang switch, 2 jobs of {n} processes, against a session per process by hand"),
-                    format!("{} (the row above)", ms(median_scored)),
-                    format!("{} (killpg per process+waitpid+killpg)", ms(per_process)),
-                    format!("{:.2}×", median_scored / per_process),
-                    "within 1.2×",
-                ));
-            }
-            // The freezer as the switch's stop:
-            // measured here to choose between it and SIGSTOP.
             for (freezer, name) in [
                 (Freezer::V1, "cgroup v1 freezer.state"),
                 (Freezer::V2, "cgroup v2 cgroup.freeze + cgroup.events"),
