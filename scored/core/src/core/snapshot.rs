@@ -25,9 +25,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Core;
-use crate::command::QueueMode;
 use crate::ids::Cred;
 use crate::job::{EndCause, ExitStatus, Joiner, Launch, Phase, ProcRequest};
+use scored_proto::command::QueueMode;
 
 mod restore;
 pub use restore::RestoreError;
@@ -406,7 +406,7 @@ mod tests {
 
     use super::restore::{unhex, unpack};
     use super::*;
-    use crate::inherit::Inherited;
+    use scored_proto::inherit::Inherited;
 
     #[test]
     fn launch_data_round_trips_through_hex() {
