@@ -8,6 +8,11 @@
 //!    program that stops, confirms and continues the same processes itself
 //!    at the same priority, in rounds that take turns; the phases of
 //!    scored's switches; and (`freezer`) the freezer as the stop.
+//!    (`guard`, only when named) Fails when the switch leaves 1.2× the
+//!    hand-made one in some layout, three measurements running.
+//!    (`descendants`) The same with hundreds and thousands of idle
+//!    processes in one job's ranks' groups: the switch, and what they
+//!    cost the daemon (descriptors, CPU time, root's `status`).
 //! 2. Launch latency of `scrun true` (1 and 16 processes) against
 //!    fork+exec+wait.
 //! 3. Fairness: k = 2, 4 CPU-bound gang jobs on the same hosts for 10 s.
@@ -50,7 +55,7 @@
 //!     removed (needs root, for the test users).
 //!
 //! `BENCH_QUICK=1` shortens every run (for a smoke test of the benchmark);
-//! `BENCH_ONLY=switch,freezer,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi,attacks`
+//! `BENCH_ONLY=switch,freezer,descendants,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi,attacks`
 //! runs only those sections. `SCORED_TEST_BIN_DIR=DIR` runs the daemons of
 //! DIR (an earlier build) instead of this build's, to compare.
 //!
@@ -61,17 +66,19 @@ use scored_tests::*;
 use sections::{
     attacks::attacks,
     blocking::blocking,
+    descendants::descendants,
     fairness::{fairness, slice_overhead},
     launch::{big_launch, launch},
     mpi::mpi,
     restart::{checkpoint_cost, journal_cost, restart_under_load},
     scale::{decision_time, machine, scale},
-    switch::{hand_switches, layout, switch, switch_freezer, Freezer, Groups},
+    switch::{guard, hand_switches, layout, switch, switch_freezer, Freezer, Groups},
 };
 
 mod sections {
     pub mod attacks;
     pub mod blocking;
+    pub mod descendants;
     pub mod fairness;
     pub mod launch;
     pub mod mpi;
@@ -109,10 +116,12 @@ fn held() -> isize {
 }
 
 fn wanted(section: &str) -> bool {
-    match std::env::var("BENCH_ONLY") {
-        Ok(list) => list.split(',').any(|item| item.trim() == section),
-        Err(_) => true,
-    }
+    std::env::var("BENCH_ONLY").is_err() || asked(section)
+}
+
+/// Whether `BENCH_ONLY` names the section (the guard runs only then).
+fn asked(section: &str) -> bool {
+    std::env::var("BENCH_ONLY").is_ok_and(|list| list.split(',').any(|item| item.trim() == section))
 }
 
 fn quick() -> bool {
@@ -230,6 +239,10 @@ fn main() {
         eprintln!("1. switch latency");
         switch(&mut rows);
     }
+    if asked("guard") {
+        eprintln!("1. the guard of the switch's cost");
+        guard(&mut rows);
+    }
     if wanted("freezer") {
         // The freezer as the switch's stop: measured to choose between
         // it and SIGSTOP.
@@ -256,6 +269,10 @@ fn main() {
                 ));
             }
         }
+    }
+    if wanted("descendants") {
+        eprintln!("1. idle descendants and the switch");
+        descendants(&mut rows);
     }
     if wanted("launch") {
         eprintln!("2. launch latency");

@@ -132,109 +132,143 @@ pub(crate) fn scored_switches(
 /// made switch (of a session per process, scored's own layout, and of a
 /// group per host), taking turns; a row per layout with the medians of
 /// the rounds' medians and the ratio, and one with scored's phases.
-/// Returns each layout's name and ratio to the hand-made switch of its
-/// own layout, for the guard.
-pub(crate) fn switch(rows: &mut Vec<Row>) -> Vec<(String, f64)> {
+pub(crate) fn switch(rows: &mut Vec<Row>) {
     let rounds = scaled(5, 2);
     let time = Duration::from_secs(scaled(4, 2));
-    let mut ratios = Vec::new();
     for (n_hosts, per_host) in LAYOUTS {
-        let name = format!("{n_hosts}×{per_host}");
-        let switches = (time.as_millis() / 50) as usize;
-        let mut scored = Vec::new();
-        let mut maxima = Vec::new();
-        let mut by_session = Vec::new();
-        let mut by_host = Vec::new();
-        let mut phases = Vec::new();
-        let mut count = 0;
-        for round in 0..rounds {
-            let mut hand = || {
-                by_session.push(median(&mut hand_switches(
+        measure_layout(n_hosts, per_host, rounds, time, rows);
+    }
+}
+
+/// The guard (`BENCH_ONLY=guard`): the switch section's measurement, three
+/// short rounds per layout, and a failure (a panic, so that the benchmark
+/// exits non-zero) when the switch `status` reports is above 1.2× the
+/// hand-made switch of scored's layout in some layout three times running.
+pub(crate) fn guard(rows: &mut Vec<Row>) {
+    let mut failed = Vec::new();
+    for (n_hosts, per_host) in LAYOUTS {
+        let mut ratios = Vec::new();
+        for _ in 0..3 {
+            let ratio = measure_layout(n_hosts, per_host, 3, Duration::from_secs(2), rows);
+            ratios.push(format!("{ratio:.2}×"));
+            if ratio <= 1.2 {
+                break;
+            }
+        }
+        if ratios.len() == 3 {
+            failed.push(format!("{n_hosts}×{per_host}: {}", ratios.join(", ")));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "the switch that `status` reports left 1.2× the hand-made switch in the same run, \
+         three measurements running: {}",
+        failed.join("; ")
+    );
+}
+
+/// One layout: `rounds` rounds of scored and the hand-made switches, each
+/// for `time`; rows of the medians and phases. Returns the ratio of
+/// scored's median to the hand-made switch of scored's layout.
+fn measure_layout(
+    n_hosts: u32,
+    per_host: u32,
+    rounds: u64,
+    time: Duration,
+    rows: &mut Vec<Row>,
+) -> f64 {
+    let name = format!("{n_hosts}×{per_host}");
+    let switches = (time.as_millis() / 50) as usize;
+    let mut scored = Vec::new();
+    let mut maxima = Vec::new();
+    let mut by_session = Vec::new();
+    let mut by_host = Vec::new();
+    let mut phases = Vec::new();
+    let mut count = 0;
+    for round in 0..rounds {
+        let mut hand = || {
+            by_session.push(median(&mut hand_switches(
+                n_hosts,
+                per_host,
+                Groups::PerProcess,
+                switches,
+            )));
+            if per_host > 1 {
+                by_host.push(median(&mut hand_switches(
                     n_hosts,
                     per_host,
-                    Groups::PerProcess,
+                    Groups::PerHost,
                     switches,
                 )));
-                if per_host > 1 {
-                    by_host.push(median(&mut hand_switches(
-                        n_hosts,
-                        per_host,
-                        Groups::PerHost,
-                        switches,
-                    )));
-                }
-            };
-            if round % 2 == 1 {
-                hand();
             }
-            let run = scored_switches(n_hosts, per_host, &[], time);
-            if round % 2 == 0 {
-                hand();
-            }
-            eprintln!(
-                "  {name}, round {round}: scored {} ({} switches), by hand {}",
-                ms(run.median),
-                run.switches,
-                ms(*by_session.last().expect("measured"))
-            );
-            scored.push(run.median);
-            maxima.push(run.max);
-            count += run.switches;
-            phases.extend(run.phases);
-        }
-        let ratio = median(&mut scored.clone()) / median(&mut by_session.clone());
-        let range = |values: &[f64]| {
-            let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = values.iter().copied().fold(0.0, f64::max);
-            format!("{:.3}–{:.3}", lo * 1e3, hi * 1e3)
         };
-        let mut baseline = format!(
-            "{} ({} ms) by hand, a session per process",
-            ms(median(&mut by_session.clone())),
-            range(&by_session)
-        );
-        if !by_host.is_empty() {
-            baseline += &format!(
-                "; {} a group per host ({:.2}×)",
-                ms(median(&mut by_host.clone())),
-                median(&mut scored.clone()) / median(&mut by_host.clone())
-            );
+        if round % 2 == 1 {
+            hand();
         }
-        rows.push(row(
-            &format!("gang switch, 2 jobs of {name} (hosts × processes), `status`"),
-            format!(
-                "{} ({} ms over {rounds} runs, max {}, {count} switches)",
-                ms(median(&mut scored.clone())),
-                range(&scored),
-                ms(maxima.iter().copied().fold(0.0, f64::max)),
-            ),
-            baseline,
-            format!("{ratio:.2}×"),
-            "within 1.2×",
-        ));
-        let pick =
-            |get: fn(&Phases) -> f64| median(&mut phases.iter().map(get).collect::<Vec<_>>());
-        let phase_line = format!(
+        let run = scored_switches(n_hosts, per_host, &[], time);
+        if round % 2 == 0 {
+            hand();
+        }
+        eprintln!(
+            "  {name}, round {round}: scored {} ({} switches), by hand {}",
+            ms(run.median),
+            run.switches,
+            ms(*by_session.last().expect("measured"))
+        );
+        scored.push(run.median);
+        maxima.push(run.max);
+        count += run.switches;
+        phases.extend(run.phases);
+    }
+    let ratio = median(&mut scored.clone()) / median(&mut by_session.clone());
+    let range = |values: &[f64]| {
+        let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = values.iter().copied().fold(0.0, f64::max);
+        format!("{:.3}–{:.3}", lo * 1e3, hi * 1e3)
+    };
+    let mut baseline = format!(
+        "{} ({} ms) by hand, a session per process",
+        ms(median(&mut by_session.clone())),
+        range(&by_session)
+    );
+    if !by_host.is_empty() {
+        baseline += &format!(
+            "; {} a group per host ({:.2}×)",
+            ms(median(&mut by_host.clone())),
+            median(&mut scored.clone()) / median(&mut by_host.clone())
+        );
+    }
+    rows.push(row(
+        &format!("gang switch, 2 jobs of {name} (hosts × processes), `status`"),
+        format!(
+            "{} ({} ms over {rounds} runs, max {}, {count} switches)",
+            ms(median(&mut scored.clone())),
+            range(&scored),
+            ms(maxima.iter().copied().fold(0.0, f64::max)),
+        ),
+        baseline,
+        format!("{ratio:.2}×"),
+        "within 1.2×",
+    ));
+    let pick = |get: fn(&Phases) -> f64| median(&mut phases.iter().map(get).collect::<Vec<_>>());
+    rows.push(row(
+        &format!(
+            "the phases of scored's switch, {name} (medians over {} switches)",
+            phases.len()
+        ),
+        format!(
             "stop {} + confirm {} + decide {} + continue {} (latency {})",
             ms(pick(|p| p.stop)),
             ms(pick(|p| p.confirm)),
             ms(pick(|p| p.decide)),
             ms(pick(|p| p.cont)),
             ms(pick(|p| p.latency)),
-        );
-        rows.push(row(
-            &format!(
-                "the phases of scored's switch, {name} (medians over {} switches)",
-                phases.len()
-            ),
-            phase_line,
-            "-".into(),
-            "-".into(),
-            "for finding where the time goes",
-        ));
-        ratios.push((name, ratio));
-    }
-    ratios
+        ),
+        "-".into(),
+        "-".into(),
+        "for finding where the time goes",
+    ));
+    ratio
 }
 
 /// How the spinners of a hand-made switch are grouped.
