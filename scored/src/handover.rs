@@ -46,6 +46,10 @@ pub struct Handover {
     /// The journal's recent ended records (`jobs all`), if it keeps one.
     #[serde(default)]
     pub journal_recent: Option<Vec<serde_json::Value>>,
+    /// The closer of users' descriptors: its socket, kept open across the
+    /// execve, and what it had not yet been sent (see `crate::closer`).
+    #[serde(default)]
+    pub closer: Option<crate::closer::CloserSnapshot>,
 }
 
 /// The event loop's part.

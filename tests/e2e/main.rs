@@ -8,6 +8,7 @@ mod console;
 mod docs;
 mod faults;
 mod gang;
+mod handed_over;
 mod hostile;
 mod isolation;
 mod launch;

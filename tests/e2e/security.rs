@@ -1170,6 +1170,10 @@ fn a_rank_its_user_resumes_with_ptrace_is_held_by_the_freezer() {
 fn stop_a_rank_before_its_exec(parent: u32, exe: &Path) -> Option<i32> {
     let is_pre_exec = |pid: i32| {
         std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|link| link == exe)
+            // Not the daemon's closer of users' descriptors, which is
+            // scored too and lives as long as it does.
+            && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() != "scored-closer")
             && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
                 stat.rsplit_once(") ")
                     .and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok())
@@ -1214,6 +1218,10 @@ fn a_rank_stopped_before_its_exec_does_not_hold_up_a_restart() {
     let daemon = Daemon::builder()
         .hosts(&format!("host0 cores={n}\n"))
         .start();
+    // The closer is scored too until it has named itself: not a rank.
+    assert!(wait_until(Duration::from_secs(10), || daemon
+        .closer()
+        .is_some()));
     let exe = std::fs::canonicalize(bin("scored")).expect("scored's path");
     let nodes = format!("-nodes={n}");
     let mut job = daemon.spawn(&[&nodes, "sleep", "60"]);

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use nix::sys::resource::Resource;
 use nix::sys::signal::Signal;
 
+use crate::closer::UserFd;
 use scored_core::core::Input;
 use scored_core::ids::JobId;
 use scored_core::job::LaunchPlan;
@@ -485,7 +486,7 @@ impl OsActuator {
             let reads_client =
                 stdio.is_some() && proc_plan.rank == 0 && !(plan.pipe && stage_idx > 0);
             let closed =
-                |fd: &Option<Rc<OwnedFd>>| fd.as_ref().map_or(spawn::CLOSED, |fd| fd.as_raw_fd());
+                |fd: &Option<Rc<UserFd>>| fd.as_ref().map_or(spawn::CLOSED, |fd| fd.as_raw_fd());
             let stdin_fd = match (stdin, stdio) {
                 (Some(pipe), _) => hold(&mut owned, pipe),
                 (None, Some(io)) if reads_client => closed(&io.stdin),
@@ -531,11 +532,12 @@ impl OsActuator {
                 _ => Vec::new(),
             };
             // Above every passed number, so the list stays increasing;
-            // closed here once the rank is forked, so that the rank's end
-            // is the connection's end for scrun.
-            if let Some((number, fd, _)) = pmi {
-                passed_fds.push((number, hold(&mut owned, fd)));
-            }
+            // let go of (to the closer) once the rank is forked, so that
+            // the rank's end is the connection's end for scrun.
+            let pmi_fd = pmi.map(|(number, fd, _)| {
+                passed_fds.push((number, fd.as_raw_fd()));
+                fd
+            });
             let slot = proc_plan.host_slot;
             // The process whose stdin is the client's takes it as its
             // controlling terminal when the client asked for that (`-pty`).
@@ -586,6 +588,7 @@ impl OsActuator {
             let (pid, report) =
                 spawn::spawn(&setup).map_err(|error| launch_error(program, &cwd_text, error))?;
             drop(owned);
+            drop(pmi_fd);
             let watched = sys::epoll_add(&self.exec_watch, report.as_raw_fd(), pid as u64);
             if let Err(error) = watched {
                 // Without the watch the exec would be learnt only at the

@@ -10,16 +10,17 @@
 //! that the count matches. Nothing here reads or writes a descriptor.
 #![forbid(unsafe_code)]
 
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::RawFd;
 
 use super::fds::FdPool;
 use crate::actuator::{JobStdio, PmiFds};
+use crate::closer::UserFd;
 
 /// Builds the job's descriptors from those the frame carried, in order.
 /// `None` if there are fewer than the layout needs (the caller checked the
 /// count, so only a bug gets here).
 pub(super) fn job_stdio(
-    fds: Vec<OwnedFd>,
+    fds: Vec<UserFd>,
     closed: &[i32],
     numbers: &[i32],
     pmi_ranks: usize,
@@ -55,12 +56,12 @@ mod tests {
 
     use super::*;
 
-    fn pipes(n: usize) -> (Vec<OwnedFd>, Vec<RawFd>) {
+    fn pipes(n: usize) -> (Vec<UserFd>, Vec<RawFd>) {
         let mut fds = Vec::new();
         for _ in 0..n.div_ceil(2) {
             let (read, write) = nix::unistd::pipe().unwrap();
-            fds.push(read);
-            fds.push(write);
+            fds.push(UserFd::new(read, 1000));
+            fds.push(UserFd::new(write, 1000));
         }
         fds.truncate(n);
         let raw = fds.iter().map(AsRawFd::as_raw_fd).collect();
