@@ -452,7 +452,11 @@ pub fn run(
                         side.started = true;
                         side.sync_raw();
                     }
-                    Event::Signal(Signal::SIGCONT) => side.sync_raw(),
+                    Event::Signal(Signal::SIGCONT) => {
+                        side.relay.continued();
+                        side.sync_raw();
+                    }
+                    Event::Signal(signal) if is_terminating(*signal) => side.relay.interrupted(),
                     _ => {}
                 }
             }
@@ -500,6 +504,7 @@ pub fn run(
                     }
                     Action::Finish(end) => {
                         if let Some(side) = pty.as_deref_mut() {
+                            side.relay.job_ended();
                             give_back_typed(side);
                             drain_pty(&mut side.relay);
                         }
@@ -556,6 +561,11 @@ fn wait(
     pty: Option<&mut PtySide>,
     pmi: Option<&mut PmiServer>,
 ) -> Result<Vec<Event>, Final> {
+    let hold = pty.as_deref().and_then(|side| side.relay.hold_deadline());
+    let deadline = match (deadline, hold) {
+        (Some(deadline), Some(hold)) => Some(deadline.min(hold)),
+        (deadline, hold) => deadline.or(hold),
+    };
     let timeout = match deadline {
         None => PollTimeout::NONE,
         Some(deadline) => {
@@ -575,7 +585,7 @@ fn wait(
         let (mut master_idx, mut stdin_idx) = (None, None);
         if let Some(relay) = relay.as_deref() {
             let interest = relay.interest();
-            if relay.master_open() && read_output {
+            if relay.master_open() && read_output && !relay.holding() {
                 let mut flags = PollFlags::POLLIN;
                 if interest.master_out {
                     flags |= PollFlags::POLLOUT;
@@ -627,7 +637,9 @@ fn wait(
     };
     let mut output_gone = false;
     if let Some(relay) = relay {
-        if master_ready {
+        // Signals first: relaying output may stop a background scrun (see
+        // `Relay::relay_output`), which must not keep it from a SIGTERM.
+        if master_ready && !signals_ready {
             relay.relay_output();
             relay.flush_typed();
             output_gone = relay.take_output_gone();
@@ -697,8 +709,22 @@ fn note_broken(error: &io::Error) {
 
 /// Prints one `scrun:` line on stderr. A closed stderr is no reason to
 /// fail: the exit status still tells the story.
+///
+/// A background scrun whose stderr is its terminal with `tostop` is
+/// stopped by this write, as any program is; meanwhile SIGINT, SIGTERM and
+/// SIGHUP act as they would on that program, since a write the kernel
+/// stopped is restarted by the continue that comes with them and stops
+/// again before scrun could read them from its signalfd.
 pub fn say(line: &str) {
-    let _ = writeln!(io::stderr().lock(), "scrun: {line}");
+    let stderr = io::stderr();
+    let write = || {
+        let _ = writeln!(stderr.lock(), "scrun: {line}");
+    };
+    if crate::terminal::write_would_stop(stderr.as_fd()) {
+        crate::signals::stoppable(write);
+    } else {
+        write();
+    }
 }
 
 #[cfg(test)]
