@@ -27,6 +27,7 @@ use scored_proto::proto::{Reply, Request};
 
 use crate::error::describe_io;
 use crate::pmi_server::PmiServer;
+use crate::pmix_server::PmixServer;
 use crate::report::{final_report, lost_connection, Final};
 use crate::signals::{exit_status, is_terminating, Signals};
 use crate::terminal::{in_foreground, RawMode, Relay};
@@ -431,6 +432,7 @@ pub fn run(
     stat: bool,
     mut pty: Option<&mut PtySide>,
     mut pmi: Option<&mut PmiServer>,
+    mut pmix: Option<&mut PmixServer>,
 ) -> Final {
     let mut session = Session::new(stat, pty.is_some());
     loop {
@@ -441,6 +443,7 @@ pub fn run(
             session.reads_output(),
             pty.as_deref_mut(),
             pmi.as_deref_mut(),
+            pmix.as_deref_mut(),
         ) {
             Ok(events) => events,
             Err(end) => return end,
@@ -560,6 +563,7 @@ fn wait(
     read_output: bool,
     pty: Option<&mut PtySide>,
     pmi: Option<&mut PmiServer>,
+    pmix: Option<&mut PmixServer>,
 ) -> Result<Vec<Event>, Final> {
     let hold = pty.as_deref().and_then(|side| side.relay.hold_deadline());
     let deadline = match (deadline, hold) {
@@ -576,7 +580,7 @@ fn wait(
         }
     };
     let relay = pty.map(|side| &mut side.relay);
-    let (connection_ready, signals_ready, master_ready, stdin_ready, pmi_ready) = {
+    let (connection_ready, signals_ready, master_ready, stdin_ready, pmi_ready, pmix_ready) = {
         let stdin = io::stdin();
         let mut fds = vec![
             PollFd::new(connection.as_fd(), PollFlags::POLLIN),
@@ -600,6 +604,10 @@ fn wait(
                 fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
             }
         }
+        let pmix_idx = pmix.as_deref().and_then(PmixServer::poll_fd).map(|fd| {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            fds.len() - 1
+        });
         let pmi_fds = pmi.as_deref().map(PmiServer::poll_fds).unwrap_or_default();
         let pmi_first = fds.len();
         fds.extend(
@@ -633,6 +641,7 @@ fn wait(
             master_idx.is_some_and(|idx| ready(&fds[idx])),
             stdin_idx.is_some_and(|idx| ready(&fds[idx])),
             pmi_ready,
+            pmix_idx.is_some_and(|idx| ready(&fds[idx])),
         )
     };
     let mut output_gone = false;
@@ -660,6 +669,14 @@ fn wait(
                     message: end.message,
                 });
             }
+        }
+    }
+    if let Some(server) = pmix.filter(|_| pmix_ready) {
+        if let Some(end) = server.service() {
+            events.push(Event::Pmi {
+                code: end.code,
+                message: end.message,
+            });
         }
     }
     if signals_ready {

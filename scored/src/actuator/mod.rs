@@ -221,6 +221,9 @@ pub struct JobStdio {
 pub struct PmiFds {
     per_stage: usize,
     fds: Rc<std::cell::RefCell<Vec<Option<UserFd>>>>,
+    /// The PMIx namespace of the job's ranks (`scrun -mpi=pmix`), if any:
+    /// stage `s` is `NAME.s` (`Submit::pmix_namespace`).
+    pmix: Option<Rc<str>>,
 }
 
 impl PmiFds {
@@ -229,7 +232,24 @@ impl PmiFds {
         PmiFds {
             per_stage,
             fds: Rc::new(std::cell::RefCell::new(fds)),
+            pmix: None,
         }
+    }
+
+    /// The same, whose ranks also get the PMIx namespace `namespace`.
+    pub fn with_pmix(mut self, namespace: Option<String>) -> PmiFds {
+        self.pmix = namespace.map(Rc::from);
+        self
+    }
+
+    /// The PMIx namespace of the job's ranks, for the handover of a restart.
+    pub fn pmix(&self) -> Option<&str> {
+        self.pmix.as_deref()
+    }
+
+    /// `PMIX_NAMESPACE` of stage `stage`'s ranks, if the job has PMIx.
+    pub fn pmix_namespace(&self, stage: usize) -> Option<String> {
+        self.pmix.as_ref().map(|name| format!("{name}.{stage}"))
     }
 
     /// Ranks of each stage with a PMI descriptor (0 without PMI).

@@ -552,6 +552,7 @@ fn mpi() {
     check("-mpi=pmi1 a", "nodes=1 mpi=pmi1 | a");
     check("-mpi=none a", "nodes=1 mpi=none | a");
     check("-mpi=auto a", "nodes=1 | a");
-    check("-mpi=pmix a", "error: option 'mpi' on the command line: 'pmix' is not auto, pmi1, pmi2 or none");
+    check("-mpi=pmix a", "nodes=1 mpi=pmix | a");
+    check("-mpi=pmi3 a", "error: option 'mpi' on the command line: 'pmi3' is not auto, pmix, pmi1, pmi2 or none");
     check("-mpi a", "error: option 'mpi' on the command line needs a value, such as -mpi=pmi2");
 }
