@@ -621,6 +621,12 @@ impl Scheduler {
             && self.bound_waiting.is_empty()
     }
 
+    /// The active set of the last decision (its chosen jobs, whether they
+    /// run yet or wait for their hosts).
+    pub fn active(&self) -> &[JobId] {
+        &self.active
+    }
+
     /// The jobs that took their turn in the current slice.
     pub fn ran(&self) -> impl Iterator<Item = JobId> + '_ {
         self.ran.iter()
