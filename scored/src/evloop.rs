@@ -115,6 +115,59 @@ const FIRST_CLIENT: usize = 2;
 /// not confirmed within this time are confirmed asynchronously.
 const STOP_WAIT: Duration = Duration::from_millis(5);
 
+/// A switch under way: when it began and when each of its phases ended,
+/// for the log line of its end (target `scored::switch`, at debug level).
+#[derive(Debug, Clone, Copy)]
+struct OpenSwitch {
+    start: Instant,
+    /// The loop's wakeups when it began.
+    wakeups: u64,
+    /// The last of its stops sent (its jobs' SIGSTOPs and the work before them).
+    stops_sent: Option<Instant>,
+    /// The end of the wait for its stops' confirmation in the kernel.
+    waited: Option<Instant>,
+    /// Its first continue.
+    continuing: Option<Instant>,
+}
+
+impl OpenSwitch {
+    fn new(start: Instant, wakeups: u64) -> OpenSwitch {
+        OpenSwitch {
+            start,
+            wakeups,
+            stops_sent: None,
+            waited: None,
+            continuing: None,
+        }
+    }
+
+    /// Logs the switch's latency and its phases in µs: `stop` (to the
+    /// last SIGSTOP sent), `confirm` (to the stops confirmed, or the
+    /// wait for them given up), `decide` (to the first SIGCONT), and
+    /// `cont` (to the last).
+    fn log(&self, id: u64, end: Instant, wakeups: u64) {
+        let us = |from: Instant, to: Option<Instant>| {
+            to.map_or(0, |to| {
+                to.saturating_duration_since(from).as_micros() as u64
+            })
+        };
+        let stops_sent = self.stops_sent.unwrap_or(self.start);
+        let waited = self.waited.unwrap_or(stops_sent);
+        let continuing = self.continuing.unwrap_or(end);
+        tracing::debug!(
+            target: "scored::switch",
+            switch = id,
+            latency_us = us(self.start, Some(end)),
+            stop_us = us(self.start, Some(stops_sent)),
+            confirm_us = us(stops_sent, Some(waited)),
+            decide_us = us(waited, Some(continuing)),
+            cont_us = us(continuing, Some(end)),
+            wakeups = wakeups - self.wakeups,
+            "switch complete"
+        );
+    }
+}
+
 /// The most connections served at once, whatever the descriptor limit;
 /// one more is told so and closed.
 pub const MAX_CONNECTIONS: usize = 65_536;
@@ -227,8 +280,8 @@ pub struct Daemon<A: Actuator> {
     user_names: HashMap<u32, Rc<str>>,
     next_token: usize,
     start: Instant,
-    /// When each open switch began, and the wakeup count then.
-    switch_starts: HashMap<u64, (Instant, u64)>,
+    /// The open switches, with the times of their phases so far.
+    switch_starts: HashMap<u64, OpenSwitch>,
     /// Times the loop woke from poll (for the switch log).
     wakeups: u64,
     exiting: bool,
@@ -629,6 +682,12 @@ impl<A: Actuator> Daemon<A> {
             if stops {
                 let before = batch.len();
                 self.actuator.await_stops(STOP_WAIT, &mut batch);
+                let now = Instant::now();
+                for open in self.switch_starts.values_mut() {
+                    if open.stops_sent.is_some() {
+                        open.waited.get_or_insert(now);
+                    }
+                }
                 self.recovery.note(&batch[before..]);
             }
         }
@@ -672,8 +731,18 @@ impl<A: Actuator> Daemon<A> {
                     }
                     self.actuator.stop(job, inputs);
                     stops_done += 1;
+                    let now = Instant::now();
+                    for open in self.switch_starts.values_mut() {
+                        open.stops_sent = Some(now);
+                    }
                 }
-                Action::Continue(job) => self.actuator.cont(job),
+                Action::Continue(job) => {
+                    let now = Instant::now();
+                    for open in self.switch_starts.values_mut() {
+                        open.continuing.get_or_insert(now);
+                    }
+                    self.actuator.cont(job);
+                }
                 Action::Signal { job, signal } => self.actuator.signal(job, signal),
                 Action::Sample(job) => {
                     if let Some(usage) = self.actuator.sample(job) {
@@ -683,17 +752,13 @@ impl<A: Actuator> Daemon<A> {
                 Action::Release(job) => self.actuator.release(job),
                 Action::SwitchBegin(id) => {
                     self.switch_starts
-                        .insert(id, (Instant::now(), self.wakeups));
+                        .insert(id, OpenSwitch::new(Instant::now(), self.wakeups));
                 }
                 Action::SwitchEnd(id) => {
-                    if let Some((start, wakeups)) = self.switch_starts.remove(&id) {
-                        let latency = start.elapsed();
-                        tracing::debug!(
-                            switch = id,
-                            latency_us = latency.as_micros() as u64,
-                            wakeups = self.wakeups - wakeups,
-                            "switch complete"
-                        );
+                    if let Some(open) = self.switch_starts.remove(&id) {
+                        let end = Instant::now();
+                        let latency = end.duration_since(open.start);
+                        open.log(id, end, self.wakeups);
                         inputs.push(Input::SwitchMeasured { id, latency });
                     }
                 }

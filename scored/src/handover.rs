@@ -101,6 +101,9 @@ pub struct ConnectionSnapshot {
     /// not yet taken by a rank (-1 for a taken one).
     #[serde(default)]
     pub pmi: (usize, Vec<RawFd>),
+    /// The PMIx namespace of the job's ranks, if any.
+    #[serde(default)]
+    pub pmix: Option<String>,
     /// A job was submitted on it.
     pub submitted: bool,
     /// Close once the output is written.

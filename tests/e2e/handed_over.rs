@@ -340,6 +340,7 @@ fn one_user_cannot_fill_roots_descriptor_table() {
             closed_stdio: Vec::new(),
             fds: (3..67).collect(),
             pmi_ranks: 0,
+            pmix_namespace: None,
         },
     });
     let hex: String = frame.iter().map(|byte| format!("{byte:02x}")).collect();

@@ -369,6 +369,11 @@ impl OsActuator {
                 base.remove(key.as_bytes());
             }
         }
+        if stdio.is_some_and(|io| io.pmi.pmix().is_some()) {
+            for key in PMIX_KEYS {
+                base.remove(key.as_bytes());
+            }
+        }
         // Entries no environment can hold were left out by the submission
         // validator (scored_proto::submit); one that slips through is
         // dropped rather than failing the launch.
@@ -456,6 +461,18 @@ impl OsActuator {
                 own.push((
                     b"PMI_SIZE",
                     score_entry("PMI_SIZE", size.to_string().as_bytes()),
+                ));
+            }
+            // The rank's place in its stage's PMIx namespace, beside the
+            // server's variables that the caller's environment carries.
+            if let Some(namespace) = stdio.and_then(|io| io.pmi.pmix_namespace(proc_plan.stage)) {
+                own.push((
+                    b"PMIX_NAMESPACE",
+                    score_entry("PMIX_NAMESPACE", namespace.as_bytes()),
+                ));
+                own.push((
+                    b"PMIX_RANK",
+                    score_entry("PMIX_RANK", proc_plan.rank.to_string().as_bytes()),
                 ));
             }
             if plan.pipe {
@@ -650,6 +667,10 @@ const SCORE_KEYS: [&str; 7] = [
 /// (`scrun -mpi=`), over the caller's: what MPICH's PMI-1 and PMI-2
 /// clients read to find their server, rank and world size.
 const PMI_KEYS: [&str; 3] = ["PMI_FD", "PMI_RANK", "PMI_SIZE"];
+
+/// The variables the daemon sets for a rank with PMIx (`scrun
+/// -mpi=pmix`), over the caller's: its namespace and rank.
+const PMIX_KEYS: [&str; 2] = ["PMIX_NAMESPACE", "PMIX_RANK"];
 
 /// `KEY=value` for one of [`SCORE_KEYS`] or [`PMI_KEYS`]; its values (numbers, a host
 /// name, the scratch path) hold no NUL byte, and one that did would give

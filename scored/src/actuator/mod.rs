@@ -221,6 +221,9 @@ pub struct JobStdio {
 pub struct PmiFds {
     per_stage: usize,
     fds: Rc<std::cell::RefCell<Vec<Option<UserFd>>>>,
+    /// The PMIx namespace of the job's ranks (`scrun -mpi=pmix`), if any:
+    /// stage `s` is `NAME.s` (`Submit::pmix_namespace`).
+    pmix: Option<Rc<str>>,
 }
 
 impl PmiFds {
@@ -229,7 +232,24 @@ impl PmiFds {
         PmiFds {
             per_stage,
             fds: Rc::new(std::cell::RefCell::new(fds)),
+            pmix: None,
         }
+    }
+
+    /// The same, whose ranks also get the PMIx namespace `namespace`.
+    pub fn with_pmix(mut self, namespace: Option<String>) -> PmiFds {
+        self.pmix = namespace.map(Rc::from);
+        self
+    }
+
+    /// The PMIx namespace of the job's ranks, for the handover of a restart.
+    pub fn pmix(&self) -> Option<&str> {
+        self.pmix.as_deref()
+    }
+
+    /// `PMIX_NAMESPACE` of stage `stage`'s ranks, if the job has PMIx.
+    pub fn pmix_namespace(&self, stage: usize) -> Option<String> {
+        self.pmix.as_ref().map(|name| format!("{name}.{stage}"))
     }
 
     /// Ranks of each stage with a PMI descriptor (0 without PMI).
@@ -512,6 +532,10 @@ pub struct OsActuator {
     /// Switched-out jobs whose launch is being finished, and whether each
     /// was thawed for it (it is frozen again once the launch is over).
     settling: HashMap<JobId, bool>,
+    /// Jobs whose stop was confirmed and whose hold is still to be
+    /// checked (`check_held`): at the next poll, after the switch's
+    /// continues, so that the check does not delay them.
+    held_checks: Vec<JobId>,
 }
 
 /// The time as the actuator reads it, so that its timeouts (a stop not
@@ -613,7 +637,26 @@ impl OsActuator {
             released: BTreeSet::new(),
             restops: BTreeSet::new(),
             settling: HashMap::new(),
+            held_checks: Vec::new(),
         })
+    }
+
+    /// What needs polling: exec reports, exec deadlines, launches being
+    /// finished, the state directory, unconfirmed stops and draining
+    /// jobs, switched-out jobs' CPU time, and scratch trees to remove.
+    pub(super) fn poll_processes(&mut self, now: Instant, out: &mut Vec<Input>) {
+        self.collect_exec_reports(out);
+        self.expire_execs(now, out);
+        self.settle_launches(out);
+        if now >= self.state_check_at {
+            let _ = self.check_state_dir(out);
+        }
+        self.poll_waiting_jobs(now, out);
+        if now >= self.escape_check_at {
+            self.escape_check_at = now + ESCAPE_CHECK_EVERY;
+            self.check_switched_out(out);
+        }
+        self.sweep();
     }
 
     /// Whether jobs live in cgroups.
@@ -684,18 +727,10 @@ impl Actuator for OsActuator {
     }
 
     fn poll(&mut self, now: Instant, out: &mut Vec<Input>) {
-        self.collect_exec_reports(out);
-        self.expire_execs(now, out);
-        self.settle_launches(out);
-        if now >= self.state_check_at {
-            let _ = self.check_state_dir(out);
-        }
-        self.poll_waiting_jobs(now, out);
-        if now >= self.escape_check_at {
-            self.escape_check_at = now + ESCAPE_CHECK_EVERY;
-            self.check_switched_out(out);
-        }
-        self.sweep();
+        self.poll_processes(now, out);
+        // Only here, at the loop's deadline: `poll_processes` also runs
+        // when a stopping rank is reaped, before its switch's continues.
+        self.check_held_stops(out);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -707,6 +742,9 @@ impl Actuator for OsActuator {
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
         }) || !self.restops.is_empty()
             || !self.settling.is_empty();
+        if !self.held_checks.is_empty() {
+            return Some(self.clock.now());
+        }
         let launching = self
             .jobs
             .values()

@@ -31,7 +31,7 @@ impl OsActuator {
                 }
             }
         }
-        self.poll(self.clock.now(), out);
+        self.poll_processes(self.clock.now(), out);
     }
 
     pub(super) fn release_job(&mut self, job: JobId) {

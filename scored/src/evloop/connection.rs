@@ -481,6 +481,7 @@ impl<A: Actuator> Daemon<A> {
                 let wants_terminal = submit.options.pty;
                 let (closed, numbers) = (submit.closed_stdio.clone(), submit.fds.clone());
                 let pmi_ranks = submit.pmi_ranks as usize;
+                let pmix = submit.pmix_namespace.clone();
                 // The boundary: the one validator of a submission (the
                 // protocol crate's, which scrun runs too), and the only
                 // way to the core's request.
@@ -504,6 +505,7 @@ impl<A: Actuator> Daemon<A> {
                     &closed,
                     &numbers,
                     pmi_ranks,
+                    pmix,
                     wants_terminal,
                     &mut self.fd_pool,
                 ) else {

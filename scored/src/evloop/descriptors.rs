@@ -24,6 +24,7 @@ pub(super) fn job_stdio(
     closed: &[i32],
     numbers: &[i32],
     pmi_ranks: usize,
+    pmix: Option<String>,
     controlling_terminal: bool,
     pool: &mut FdPool,
 ) -> Option<JobStdio> {
@@ -38,7 +39,7 @@ pub(super) fn job_stdio(
         .iter()
         .map(|&number| Some((number as RawFd, pool.intern(fds.next()?))))
         .collect::<Option<Vec<_>>>()?;
-    let pmi = PmiFds::new(pmi_ranks, fds.map(Some).collect());
+    let pmi = PmiFds::new(pmi_ranks, fds.map(Some).collect()).with_pmix(pmix);
     let [stdin, stdout, stderr] = standard;
     Some(JobStdio {
         stdin,
@@ -73,7 +74,7 @@ mod tests {
         let mut pool = FdPool::default();
         // stdout closed: stdin, stderr, then 3 and 9.
         let (fds, raw) = pipes(4);
-        let stdio = job_stdio(fds, &[1], &[3, 9], 0, false, &mut pool).unwrap();
+        let stdio = job_stdio(fds, &[1], &[3, 9], 0, None, false, &mut pool).unwrap();
         assert_eq!(stdio.stdin.as_ref().map(|fd| fd.as_raw_fd()), Some(raw[0]));
         assert!(stdio.stdout.is_none());
         assert_eq!(stdio.stderr.as_ref().map(|fd| fd.as_raw_fd()), Some(raw[1]));
@@ -85,10 +86,10 @@ mod tests {
         assert_eq!(passed, vec![(3, raw[2]), (9, raw[3])]);
         // Too few for the layout.
         let (fds, _) = pipes(2);
-        assert!(job_stdio(fds, &[], &[3], 0, false, &mut pool).is_none());
+        assert!(job_stdio(fds, &[], &[3], 0, None, false, &mut pool).is_none());
         // Two PMI descriptors after the standard ones: each taken once.
         let (fds, raw) = pipes(5);
-        let stdio = job_stdio(fds, &[], &[], 1, false, &mut pool).unwrap();
+        let stdio = job_stdio(fds, &[], &[], 1, None, false, &mut pool).unwrap();
         assert_eq!(stdio.pmi.raw(), vec![raw[3], raw[4]]);
         assert_eq!(stdio.pmi.take(1, 0).map(|fd| fd.as_raw_fd()), Some(raw[4]));
         assert!(stdio.pmi.take(1, 0).is_none() && stdio.pmi.take(0, 1).is_none());

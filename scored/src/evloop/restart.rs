@@ -109,7 +109,8 @@ impl<A: Actuator> Daemon<A> {
                                 .iter()
                                 .map(|&raw| (raw >= 0).then(|| adopt(raw)).transpose())
                                 .collect::<io::Result<_>>()?,
-                        ),
+                        )
+                        .with_pmix(record.pmix.clone()),
                     })
                 }
                 None => None,
@@ -308,6 +309,10 @@ impl<A: Actuator> Daemon<A> {
                 stdio,
                 inherited,
                 pmi,
+                pmix: conn
+                    .stdio
+                    .as_ref()
+                    .and_then(|stdio| stdio.pmi.pmix().map(str::to_string)),
                 controlling_terminal: conn
                     .stdio
                     .as_ref()
