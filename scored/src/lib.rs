@@ -21,6 +21,7 @@ compile_error!(
 
 pub mod actuator;
 pub mod config;
+pub mod durable;
 pub mod evloop;
 pub mod handover;
 pub mod hostsfile;
