@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{Budgets, CoreConfig, CoreSnapshot, Input, InputRecord};
-use crate::ids::Tick;
+use scored_core::core::{Budgets, CoreConfig, CoreSnapshot, Input, InputRecord};
+use scored_core::ids::Tick;
 
 /// The snapshot's file name in the state directory.
 pub const SNAPSHOT: &str = "state";

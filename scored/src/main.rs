@@ -12,14 +12,16 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use scored::actuator::{self, ActuatorConfig, OsActuator};
-use scored::cluster::{Machine, Topology};
 use scored::config::{self, Flags, Settings};
-use scored::core::{Action, Core, CoreConfig};
 use scored::evloop::{self, Daemon, LoopConfig, RestartSetup};
-use scored::ids::{Cred, Tick};
 use scored::journal::Journal;
-use scored::units::CpuSet;
-use scored::{exitcode, handover, hosts, instance, paths};
+use scored::{handover, instance};
+use scored_core::cluster::{Machine, Topology};
+use scored_core::core::{Action, Core, CoreConfig};
+use scored_core::hosts;
+use scored_core::ids::{Cred, Tick};
+use scored_proto::units::CpuSet;
+use scored_proto::{exitcode, paths};
 
 fn main() {
     let code = match run() {
@@ -236,11 +238,11 @@ fn run() -> Result<(), String> {
         state_dir = %state_dir.display(),
         hosts = topology.hosts.len(),
         clusters = topology.clusters.len(),
-        timeslice = %scored::units::format_duration(core.timeslice()),
+        timeslice = %scored_proto::units::format_duration(core.timeslice()),
         %priority,
         max_connections = loop_config_max(&settings, fd_limits.current),
         single_user = settings.single_user,
-        idle_exit = %settings.idle_exit.map_or("never".to_string(), scored::units::format_duration),
+        idle_exit = %settings.idle_exit.map_or("never".to_string(), scored_proto::units::format_duration),
         "scored is listening"
     );
     let loop_config = LoopConfig {
@@ -280,10 +282,10 @@ fn run() -> Result<(), String> {
     }
     if taken_over {
         // The processes of the killed daemon's jobs died with it.
-        let lost: Vec<(scored::ids::JobId, String)> = daemon
+        let lost: Vec<(scored_core::ids::JobId, String)> = daemon
             .core()
             .jobs()
-            .filter(|job| job.phase() != scored::job::Phase::Idle)
+            .filter(|job| job.phase() != scored_core::job::Phase::Idle)
             .map(|job| {
                 (
                     job.id,
@@ -345,7 +347,7 @@ fn recover_core(
     config: &CoreConfig,
     topology: &Topology,
     left: scored::durable::Left,
-) -> Result<(Core, Vec<scored::core::JobEvent>), String> {
+) -> Result<(Core, Vec<scored_core::core::JobEvent>), String> {
     let scored::durable::Left { state, records, .. } = left;
     let recorded = state.settings.apply(config);
     let mut core = Core::restore(recorded.clone(), topology.clone(), state.core)
@@ -357,7 +359,7 @@ fn recover_core(
         let inputs = match record
             .inputs
             .into_iter()
-            .map(scored::core::InputRecord::into_input)
+            .map(scored_core::core::InputRecord::into_input)
             .collect::<Result<Vec<_>, _>>()
         {
             Ok(inputs) => inputs,
@@ -367,7 +369,7 @@ fn recover_core(
             }
         };
         core.commit();
-        let tick = scored::ids::Tick(record.tick);
+        let tick = scored_core::ids::Tick(record.tick);
         // What the core logs while it handles the inputs again was logged
         // when they were first handled.
         let quiet = tracing::subscriber::NoSubscriber::default();
@@ -464,7 +466,7 @@ fn open_journal(
     core: &mut Core,
     state_dir: &Path,
     max_size: u64,
-    replayed: Vec<scored::core::JobEvent>,
+    replayed: Vec<scored_core::core::JobEvent>,
 ) -> Result<Journal, String> {
     let (mut journal, recovered) = Journal::open(state_dir, max_size)
         .map_err(|error| format!("cannot open the job journal: {error}"))?;
@@ -483,8 +485,8 @@ fn open_journal(
         let job = scored::journal::event_job(&event);
         let unheard = job.0 > recovered.last_id;
         let ends_open =
-            matches!(event, scored::core::JobEvent::Ended { .. }) && open.contains_key(&job.0);
-        if matches!(event, scored::core::JobEvent::Ended { .. }) {
+            matches!(event, scored_core::core::JobEvent::Ended { .. }) && open.contains_key(&job.0);
+        if matches!(event, scored_core::core::JobEvent::Ended { .. }) {
             open.remove(&job.0);
         }
         if unheard || ends_open {
@@ -497,7 +499,7 @@ fn open_journal(
             .map_err(|error| format!("cannot write to the job journal: {error}"))?;
     }
     // The jobs this daemon holds are not lost.
-    open.retain(|id, _| core.job(scored::ids::JobId(*id)).is_none());
+    open.retain(|id, _| core.job(scored_core::ids::JobId(*id)).is_none());
     if !open.is_empty() {
         tracing::warn!(
             jobs = ?open.keys().collect::<Vec<_>>(),

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use nix::sys::resource::Resource;
 use nix::sys::signal::Signal;
 
-use crate::core::Input;
-use crate::ids::JobId;
-use crate::inherit;
-use crate::job::LaunchPlan;
+use scored_core::core::Input;
+use scored_core::ids::JobId;
+use scored_core::job::LaunchPlan;
+use scored_proto::inherit;
 
 use super::failure::LaunchError;
 use super::{

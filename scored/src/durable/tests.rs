@@ -1,8 +1,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::cluster::Topology;
-use crate::core::Core;
+use scored_core::cluster::Topology;
+use scored_core::core::Core;
 
 fn dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("scored-durable-{name}-{}", std::process::id()));

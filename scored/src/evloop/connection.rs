@@ -19,11 +19,11 @@ use super::{
     SCM_MAX_FD,
 };
 use crate::actuator::{Actuator, JobStdio};
-use crate::command;
-use crate::core::{ClientEvent, Input};
-use crate::ids::{ClientToken, Cred};
-use crate::job::JobRequest;
-use crate::proto::{self, Reply, Request};
+use scored_core::core::{ClientEvent, Input};
+use scored_core::ids::{ClientToken, Cred};
+use scored_core::job::JobRequest;
+use scored_proto::command;
+use scored_proto::proto::{self, Reply, Request};
 
 pub(super) struct Connection {
     pub(super) stream: UnixStream,
@@ -578,7 +578,7 @@ impl<A: Actuator> Daemon<A> {
                 inputs.push(Input::Reattach {
                     client,
                     cred: conn.cred.clone(),
-                    job: crate::ids::JobId(reattach.job),
+                    job: scored_core::ids::JobId(reattach.job),
                 });
             }
         }

@@ -27,16 +27,17 @@ impl<A: Actuator> Daemon<A> {
     /// lost their processes, each with why.
     pub fn take_over(
         mut self,
-        lost: Vec<(crate::ids::JobId, String)>,
+        lost: Vec<(scored_core::ids::JobId, String)>,
         reattach: std::time::Duration,
     ) -> Daemon<A> {
-        let until = crate::ids::Tick(self.tick().0.saturating_add(reattach.as_micros() as u64));
-        let mut inputs = vec![crate::core::Input::Takeover {
+        let until =
+            scored_core::ids::Tick(self.tick().0.saturating_add(reattach.as_micros() as u64));
+        let mut inputs = vec![scored_core::core::Input::Takeover {
             reattach_until: until,
         }];
         inputs.extend(
             lost.into_iter()
-                .map(|(job, reason)| crate::core::Input::ProcessesLost { job, reason }),
+                .map(|(job, reason)| scored_core::core::Input::ProcessesLost { job, reason }),
         );
         self.feed(inputs);
         self

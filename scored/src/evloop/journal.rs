@@ -4,10 +4,10 @@
 
 use super::Daemon;
 use crate::actuator::Actuator;
-use crate::command;
-use crate::ids::{Cred, Tick};
 use crate::journal::Journal;
-use crate::proto::Reply;
+use scored_core::ids::{Cred, Tick};
+use scored_proto::command;
+use scored_proto::proto::Reply;
 
 impl<A: Actuator> Daemon<A> {
     /// Keeps the job journal: the core's job events are appended to it
@@ -102,7 +102,7 @@ impl<A: Actuator> Daemon<A> {
                 table.rows.extend(current.rows);
                 Some(console(command::reply::Reply::Table(table), json))
             }
-            command::Command::Job(id) if self.core.job(crate::ids::JobId(*id)).is_none() => {
+            command::Command::Job(id) if self.core.job(scored_core::ids::JobId(*id)).is_none() => {
                 let mut record = journal.ended(*id)?;
                 if !may_see(&record) {
                     crate::journal::redact(&mut record);

@@ -10,12 +10,12 @@ use super::{
     SIGTERM,
 };
 use crate::admission::ClusterLimits;
-use crate::command::reply::{Reply, Value};
-use crate::command::{self, Command, QueueAction, QueueMode, Setting};
 use crate::ids::{ClientToken, Cred, JobId, Tick};
 use crate::job::{EndCause, Job, Phase};
 use crate::queue::{Queue, DEFAULT_MPL};
-use crate::units::{format_duration, format_size};
+use scored_proto::command::reply::{Reply, Value};
+use scored_proto::command::{self, Command, QueueAction, QueueMode, Setting};
+use scored_proto::units::{format_duration, format_size};
 
 impl Core {
     /// Runs a console command for `cred` and answers `client`; what it

@@ -25,9 +25,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Core;
-use crate::command::QueueMode;
 use crate::ids::{Cred, JobId};
 use crate::job::{EndCause, ExitStatus, JobRequest, Joiner, Launch, Phase, ProcRequest};
+use scored_proto::command::QueueMode;
 
 mod input;
 mod restore;
@@ -504,7 +504,7 @@ mod tests {
 
     use super::restore::{unhex, unpack};
     use super::*;
-    use crate::inherit::Inherited;
+    use scored_proto::inherit::Inherited;
 
     #[test]
     fn launch_data_round_trips_through_hex() {

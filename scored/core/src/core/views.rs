@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{Core, Ending};
-use crate::command::reply::{Reply, Table, Value};
 use crate::ids::{Cred, JobId, Tick};
 use crate::job::{Job, JobState, Joiner};
 use crate::queue::Queue;
+use scored_proto::command::reply::{Reply, Table, Value};
 
 impl Core {
     pub(super) fn status(&self, now: Tick) -> Reply {

@@ -19,11 +19,11 @@ use super::restore::{cred_in, from_us, status_in};
 use super::{
     cred_out, status_out, us, CredSnapshot, RequestSnapshot, RestoreError, StatusSnapshot,
 };
-use crate::command::parse::render;
-use crate::command::parse_line;
 use crate::core::Input;
 use crate::ids::{ClientToken, JobId, Tick};
 use crate::job::Usage;
+use scored_proto::command::parse::render;
+use scored_proto::command::parse_line;
 
 /// One input to the core, as the daemon's log keeps it.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -14,15 +14,15 @@ use std::time::Duration;
 use super::{CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot, RequestFields, StatusSnapshot};
 use crate::admission::{ClusterLimits, Ledger, Placement};
 use crate::cluster::Topology;
-use crate::command::QueueMode;
 use crate::core::{usage_limited, Core, CoreConfig, CoreSnapshot, Switches, Waiter};
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
-use crate::inherit::Inherited;
 use crate::job::{
     EndCause, ExitStatus, Failure, Job, JobLimits, JobRequest, JobSpec, Joiner, Killing, Life,
     Phase, ProcRequest, Procs, Started, Stretch, Usage,
 };
 use crate::queue::Queue;
+use scored_proto::command::QueueMode;
+use scored_proto::inherit::Inherited;
 
 /// Why a snapshot cannot be restored: what does not fit, and where. The
 /// texts are the daemon's messages (`scored: cannot take over: ...`).
