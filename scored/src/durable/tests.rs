@@ -1,3 +1,6 @@
+//! The core's state on disk: what is logged reads back in order after its
+//! snapshot, torn and out-of-order records are dropped, folding empties the log.
+
 use std::time::Duration;
 
 use super::*;
