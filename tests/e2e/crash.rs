@@ -92,3 +92,33 @@ fn a_scrun_whose_daemon_does_not_come_back_gives_up() {
         "{stderr}"
     );
 }
+
+/// The processes of a running job die with a killed scored: the new
+/// scored records the job as lost with the reason, and its scrun, once
+/// reattached, says so and exits non-zero; no process of it is left.
+#[test]
+fn a_running_job_lost_with_scored_is_told_so() {
+    let mut daemon = Daemon::builder().hosts("h0 cpus=0\n").start();
+    let mut job = daemon.spawn(&["sh", "-c", "echo started; exec sleep 60"]);
+    job.wait_lines("started", 1);
+    let pids = daemon.wait_job_pids(1, 1);
+    daemon.kill_hard();
+    daemon.start_again();
+    let (status, stderr) = job.wait(Duration::from_secs(20));
+    assert_ne!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("job 1") && stderr.contains("scored was killed"),
+        "{stderr}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || pids
+            .iter()
+            .all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())),
+        "a process of the lost job is left"
+    );
+    let history = history(&daemon);
+    assert_eq!(history.len(), 1, "{history:?}");
+    let (id, state, _, reason) = &history[0];
+    assert_eq!((*id, state.as_str()), (1, "killed"), "{history:?}");
+    assert!(reason.starts_with("lost: scored was killed"), "{history:?}");
+}

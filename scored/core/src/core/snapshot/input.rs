@@ -119,6 +119,9 @@ pub enum InputRecord {
         memory: Vec<u64>,
         /// Disk use.
         disk: u64,
+        /// Of `disk`, the program files.
+        #[serde(default)]
+        programs: u64,
     },
     /// [`Input::FinalUsage`].
     FinalUsage {
@@ -232,8 +235,9 @@ impl InputRecord {
             Input::Usage { job, usage } => InputRecord::Usage {
                 job: job.0,
                 cpu_us: us(usage.cpu),
-                memory: usage.memory.clone(),
+                memory: usage.memory.to_vec(),
                 disk: usage.disk,
+                programs: usage.programs,
             },
             Input::FinalUsage {
                 job,
@@ -330,12 +334,14 @@ impl InputRecord {
                 cpu_us,
                 memory,
                 disk,
+                programs,
             } => Input::Usage {
                 job: JobId(job),
                 usage: Usage {
                     cpu: from_us(cpu_us),
-                    memory,
+                    memory: memory.into(),
                     disk,
+                    programs,
                 },
             },
             InputRecord::FinalUsage {

@@ -153,8 +153,9 @@ fn every_input_reads_back_from_its_record() {
             job: JobId(13),
             usage: Usage {
                 cpu: Duration::from_micros(1_234_567),
-                memory: vec![1, 2],
+                memory: vec![1, 2].into(),
                 disk: 3,
+                programs: 2,
             },
         },
         Input::FinalUsage {
