@@ -402,6 +402,9 @@ impl Core {
             Input::Shutdown { now: kill } => {
                 self.shutdown(kill, now, out);
             }
+            Input::Takeover { reattach_until } => self.clients_lost(reattach_until),
+            Input::ProcessesLost { job, reason } => self.processes_lost(job, reason, now, out),
+            Input::Reattach { client, cred, job } => self.reattach(client, &cred, job, out),
         }
     }
 
@@ -521,6 +524,7 @@ mod script;
 mod snapshot;
 mod switch;
 mod table;
+mod takeover;
 mod tick;
 mod views;
 
@@ -534,7 +538,7 @@ pub use input::{Input, JobEvent};
 pub use lifecycle::unlimited_disk_backstop;
 pub use repeat::RotationMark;
 pub use script::{ScriptError, ScriptProblem, ScriptRun};
-pub use snapshot::{CoreSnapshot, RestoreError};
+pub use snapshot::{CoreSnapshot, InputRecord, RestoreError};
 
 use checkpoint::Logged;
 use table::JobTable;

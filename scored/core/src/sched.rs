@@ -31,7 +31,7 @@ mod waiting;
 mod walk;
 
 pub use level::{BRIEF_JOB, SHORT_JOB};
-pub use scheduler::{CoreView, Decision, Scheduler};
+pub use scheduler::{CoreView, Decision, Scheduler, SchedulerState};
 pub use walk::{active_set, Scratch};
 
 #[cfg(test)]

@@ -517,6 +517,7 @@ fn replay(
                             }
                             ClientEvent::Waiting(_)
                             | ClientEvent::Held(_)
+                            | ClientEvent::Reattached { .. }
                             | ClientEvent::Answer(_) => {}
                         }
                     }

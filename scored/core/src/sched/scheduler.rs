@@ -62,6 +62,30 @@ pub struct Decision {
     pub settled: bool,
 }
 
+/// The scheduler's state that is not a cache: the slice cadence, the
+/// rotation's turns, and whether the waiting jobs were considered since
+/// the last input that could let one start ([`Scheduler::snapshot`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SchedulerState {
+    /// The slice cadence: boundaries at whole slices from the anchor.
+    pub slice_anchor: Tick,
+    /// The next slice boundary.
+    pub next_slice: Tick,
+    /// Jobs that took their turn in the current slice, sorted.
+    pub ran: Vec<JobId>,
+    /// Jobs given hosts by the last decision that have not started.
+    pub bound_waiting: Vec<JobId>,
+    /// Jobs chosen at the slice's boundary that wait for stops to enter.
+    pub turn_pending: Vec<JobId>,
+    /// The next decision refills the turns taken (a boundary emptied them).
+    pub ran_refill: bool,
+    /// Jobs that entered in the remnant of the slice.
+    pub remnant_entries: usize,
+    /// The waiting jobs were considered since the last input that could
+    /// let one start.
+    pub waiting_current: bool,
+}
+
 /// The scheduler's state (see the module documentation).
 #[derive(Debug, Clone)]
 pub struct Scheduler {
@@ -641,32 +665,41 @@ impl Scheduler {
 
 /// The restart snapshot's part.
 impl Scheduler {
-    /// The slice anchor and next boundary, the jobs that ran in the
-    /// slice (sorted) and the jobs bound that wait, for a snapshot.
-    pub fn snapshot(&self) -> (Tick, Tick, Vec<JobId>, Vec<JobId>) {
+    /// What a snapshot keeps of the scheduler, so that a restored core
+    /// decides from here exactly as the one it was taken from; the rest
+    /// are caches, rebuilt from the jobs.
+    pub fn snapshot(&self) -> SchedulerState {
         let mut ran: Vec<JobId> = self.ran.iter().collect();
         ran.sort_unstable();
         ran.dedup();
-        (
-            self.slice_anchor,
-            self.next_slice,
+        SchedulerState {
+            slice_anchor: self.slice_anchor,
+            next_slice: self.next_slice,
             ran,
-            self.bound_waiting.iter().copied().collect(),
-        )
+            bound_waiting: self.bound_waiting.iter().copied().collect(),
+            turn_pending: self.turn_pending.iter().collect(),
+            ran_refill: self.ran_refill,
+            remnant_entries: self.remnant_entries,
+            waiting_current: self.waiting_current,
+        }
     }
 
     /// A scheduler with a snapshot's state, its caches rebuilt from the
     /// live jobs (each with its hosts, and whether it is being stopped).
     pub fn restored<'a>(
         n_hosts: usize,
-        (slice_anchor, next_slice, ran, bound_waiting): (Tick, Tick, Vec<JobId>, Vec<JobId>),
+        state: SchedulerState,
         live: impl Iterator<Item = (&'a [HostId], bool)>,
     ) -> Scheduler {
         let mut sched = Scheduler::new(n_hosts, Duration::ZERO);
-        sched.slice_anchor = slice_anchor;
-        sched.next_slice = next_slice;
-        sched.ran = ran.into_iter().collect();
-        sched.bound_waiting = bound_waiting.into_iter().collect();
+        sched.slice_anchor = state.slice_anchor;
+        sched.next_slice = state.next_slice;
+        sched.ran = state.ran.into_iter().collect();
+        sched.bound_waiting = state.bound_waiting.into_iter().collect();
+        sched.turn_pending = state.turn_pending.into_iter().collect();
+        sched.ran_refill = state.ran_refill;
+        sched.remnant_entries = state.remnant_entries;
+        sched.waiting_current = state.waiting_current;
         for (hosts, stopping) in live {
             set_busy(&mut sched.busy, None, hosts, true);
             if stopping {

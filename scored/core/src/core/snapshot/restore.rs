@@ -12,8 +12,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::{
-    CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot, QueueSnapshot, StatusSnapshot,
-    WaiterSnapshot,
+    CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot, QueueSnapshot, RequestFields,
+    StatusSnapshot, WaiterSnapshot,
 };
 use crate::admission::{ClusterLimits, Ledger, Placement};
 use crate::cluster::Topology;
@@ -24,7 +24,7 @@ use crate::job::{
     Phase, ProcRequest, Procs, Started, Stretch, Usage,
 };
 use crate::queue::Queue;
-use crate::sched::Scheduler;
+use crate::sched::{Scheduler, SchedulerState};
 use scored_proto::command::QueueMode;
 use scored_proto::inherit::Inherited;
 
@@ -105,6 +105,8 @@ pub enum RestoreError {
     },
     /// The queues hold other jobs than the state's.
     QueuesDisagree,
+    /// A logged input does not read back; the text says what.
+    Input(&'static str),
     /// The reservations of the state's jobs are not the ledger's.
     ReservationsDisagree,
 }
@@ -157,6 +159,7 @@ impl fmt::Display for RestoreError {
             RestoreError::NotInQueueOnce { job, queue } => {
                 write!(f, "job {job} is not in queue {queue} once")
             }
+            RestoreError::Input(what) => write!(f, "a logged input: {what}"),
             RestoreError::QueuesDisagree => {
                 f.write_str("the queues do not hold exactly the unfinished jobs")
             }
@@ -291,6 +294,7 @@ pub(super) fn job_state_in(
                     status: *status,
                 },
                 EndSnapshot::RankSignalled => EndCause::RankSignalled,
+                EndSnapshot::Lost(what) => EndCause::Lost(what.clone()),
             },
             kill_deadline: record.kill_deadline.map(Tick),
         })),
@@ -306,6 +310,29 @@ pub(super) type LaunchParts = (
     OsString,
     Inherited,
 );
+
+/// A submission from the fields a snapshot or a log keeps of it and its
+/// unpacked launch data.
+pub(super) fn request_in(fields: &RequestFields, launch: &LaunchParts) -> JobRequest {
+    let (stages, env, cwd, inherited) = launch;
+    JobRequest {
+        stages: stages.clone(),
+        joiner: if fields.pipe {
+            Joiner::Pipe
+        } else {
+            Joiner::Sequence
+        },
+        procs: procs_in(fields.procs),
+        priority: fields.priority,
+        wait: fields.wait,
+        memory: fields.memory,
+        disk: fields.disk,
+        time: fields.time_us.map(from_us),
+        env: env.clone(),
+        cwd: cwd.clone(),
+        inherited: inherited.clone(),
+    }
+}
 
 pub(super) fn unpack(bytes: Vec<u8>) -> Result<LaunchParts, RestoreError> {
     let mut reader = Reader {
@@ -441,8 +468,12 @@ impl Core {
             if record.started {
                 started.insert(record.id);
             }
+            let reattach_until = record.reattach_until;
             let job = core.restore_job(record, &launches, snapshot.queues.len())?;
             let id = job.id;
+            if let Some(until) = reattach_until {
+                core.logged.detached.insert((Tick(until), id));
+            }
             if core.logged.jobs.contains_key(&id) || id.0 >= snapshot.next_job {
                 return Err(RestoreError::DuplicateJob(id));
             }
@@ -470,14 +501,20 @@ impl Core {
         };
         core.shutting_down = snapshot.shutting_down;
         let jobs = &core.logged.jobs;
+        core.sampled_at = Tick(snapshot.slice.sampled_at);
+        let slice = snapshot.slice;
         core.sched = Scheduler::restored(
             core.logged.topology.hosts.len(),
-            (
-                Tick(snapshot.slice_anchor),
-                Tick(snapshot.next_slice),
-                snapshot.ran.into_iter().map(JobId).collect(),
-                snapshot.bound_waiting.into_iter().map(JobId).collect(),
-            ),
+            SchedulerState {
+                slice_anchor: Tick(snapshot.slice_anchor),
+                next_slice: Tick(snapshot.next_slice),
+                ran: snapshot.ran.into_iter().map(JobId).collect(),
+                bound_waiting: snapshot.bound_waiting.into_iter().map(JobId).collect(),
+                turn_pending: slice.turn_pending.into_iter().map(JobId).collect(),
+                ran_refill: slice.ran_refill,
+                remnant_entries: slice.remnant_entries,
+                waiting_current: slice.waiting_current,
+            },
             core.logged
                 .live
                 .iter()
@@ -570,6 +607,7 @@ impl Core {
             },
             operator_hold: record.operator_hold,
             owner_hold: record.owner_hold,
+            awaits_client: record.reattach_until.is_some() && !record.started,
             life,
             ending,
             estimate: record.estimate_us.map(from_us),
@@ -724,30 +762,14 @@ fn restore_waiter(
     record: WaiterSnapshot,
     launches: &[LaunchParts],
 ) -> Result<Waiter, RestoreError> {
-    let (stages, env, cwd, inherited) = launches
+    let launch = launches
         .get(record.launch)
         .ok_or(RestoreError::LaunchMissing(record.launch))?;
     Ok(Waiter {
         client: ClientToken(record.client),
         cred: cred_in(record.cred),
         user: Rc::from(record.user.as_str()),
-        request: JobRequest {
-            stages: stages.clone(),
-            joiner: if record.pipe {
-                Joiner::Pipe
-            } else {
-                Joiner::Sequence
-            },
-            procs: procs_in(record.procs),
-            priority: record.priority,
-            wait: record.wait,
-            memory: record.memory,
-            disk: record.disk,
-            time: record.time_us.map(from_us),
-            env: env.clone(),
-            cwd: cwd.clone(),
-            inherited: inherited.clone(),
-        },
+        request: request_in(&record.request, launch),
         submitted_at: Tick(record.submitted_at),
         held: record.held,
     })
