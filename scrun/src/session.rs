@@ -30,7 +30,7 @@ use crate::pmi_server::PmiServer;
 use crate::pmix_server::PmixServer;
 use crate::report::{final_report, lost_connection, Final};
 use crate::signals::{exit_status, is_terminating, Signals};
-use crate::terminal::{in_background, in_foreground, RawMode, Relay};
+use crate::terminal::{in_foreground, RawMode};
 
 /// How long scrun waits for scored to confirm a hold before it stops anyway.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -611,57 +611,6 @@ impl Session {
     }
 }
 
-/// The pty side of a `-pty` session: the relay and scrun's terminal in raw
-/// mode (when scrun has one).
-pub struct PtySide {
-    /// Moves bytes between scrun's stdio and the pty master.
-    pub relay: Relay,
-    /// scrun's terminal, in raw mode once the job runs (`None` before, and
-    /// when scrun has no terminal). Until then keys typed still signal
-    /// scrun, so that Ctrl-C withdraws a job waiting for admission.
-    pub raw: Option<RawMode>,
-    /// The job has started (raw mode is due whenever scrun is in the
-    /// foreground).
-    pub started: bool,
-}
-
-impl PtySide {
-    /// Whether raw mode is on.
-    fn raw_active(&self) -> bool {
-        self.raw.as_ref().is_some_and(RawMode::is_active)
-    }
-
-    /// Puts scrun's terminal in raw mode if the job runs and scrun is in
-    /// the terminal's foreground (after a start, a continue, an `fg`); a
-    /// background scrun leaves it alone (see `terminal::in_foreground`).
-    fn sync_raw(&mut self) {
-        if !self.started || self.raw_active() || !in_foreground() {
-            return;
-        }
-        match self.raw.as_mut() {
-            None => self.raw = RawMode::enter(),
-            Some(raw) => raw.resume(),
-        }
-    }
-
-    /// Whether scrun waits to be its terminal's foreground again, which
-    /// comes without a signal when the shell's `fg` brings a running job
-    /// there: scrun then looks every [`FOREGROUND_LOOK`].
-    fn awaits_foreground(&self) -> bool {
-        self.started && !self.raw_active() && in_background()
-    }
-}
-
-/// How often a `-pty` scrun in its terminal's background looks whether
-/// it has become the foreground (see [`PtySide::awaits_foreground`]).
-const FOREGROUND_LOOK: Duration = Duration::from_millis(100);
-
-/// How long, after the job's end, scrun waits for the pty to hand over the
-/// last bytes the job wrote. The kernel moves a pty's output to the master
-/// asynchronously; its end (EIO) comes once all is read and nothing holds
-/// the slave any more, which is at once unless a stray process kept it.
-const PTY_DRAIN: Duration = Duration::from_secs(2);
-
 /// How scrun reaches scored again after it went away: the shell's side of
 /// [`Action::Reconnect`].
 pub trait Reconnect {
@@ -801,38 +750,6 @@ pub fn run(
                     }
                 }
             }
-        }
-    }
-}
-
-/// Gives what the user typed and the job did not read back to scrun's
-/// terminal, as if typed again, for the shell to read after scrun (see
-/// `crate::terminal`). Only while that terminal is in raw mode, which
-/// does not echo it a second time; a kernel that refuses TIOCSTI (it can
-/// be turned off for users) loses it, as `ssh -t` does.
-fn give_back_typed(side: &mut PtySide) {
-    let typed = side.relay.take_back_typed();
-    let raw = side.raw.as_ref().is_some_and(RawMode::is_active);
-    if raw && !typed.is_empty() {
-        let _ = crate::sys::push_input(io::stdin().as_fd(), &typed);
-    }
-}
-
-/// Copies what the job left in the pty to scrun's stdout, until the pty
-/// reports its end or [`PTY_DRAIN`] passes.
-fn drain_pty(relay: &mut Relay) {
-    let deadline = Instant::now() + PTY_DRAIN;
-    while relay.master_open() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        let timeout = PollTimeout::try_from(left.as_millis().max(1)).unwrap_or(PollTimeout::MAX);
-        let mut fds = [PollFd::new(relay.master(), PollFlags::POLLIN)];
-        match poll(&mut fds, timeout) {
-            Ok(0) => return,
-            Ok(_) | Err(Errno::EINTR) => relay.relay_output(),
-            Err(_) => return,
         }
     }
 }
@@ -1041,5 +958,9 @@ pub fn say(line: &str) {
     }
 }
 
+mod pty;
 #[cfg(test)]
 mod tests;
+
+pub use pty::PtySide;
+use pty::{drain_pty, give_back_typed, FOREGROUND_LOOK};
