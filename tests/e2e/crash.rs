@@ -105,10 +105,10 @@ fn a_running_job_lost_with_scored_is_told_so() {
     daemon.kill_hard();
     daemon.start_again();
     let (status, stderr) = job.wait(Duration::from_secs(20));
-    assert_ne!(status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("job 1") && stderr.contains("scored was killed"),
-        "{stderr}"
+    assert_eq!(status.code(), Some(137), "{stderr}");
+    assert_eq!(
+        stderr,
+        "scrun: job 1 lost: scored was killed and the job's processes with it\n"
     );
     assert!(
         wait_until(Duration::from_secs(10), || pids
