@@ -791,6 +791,45 @@ fn a_restart_is_not_held_up_by_a_user_s_launches_in_flight() {
     assert!(daemon.all_job_pids().is_empty());
 }
 
+/// The launch of a pipe of stages (`==`) handed over by a restart keeps
+/// its pipes: each reader gets its writer's whole output and its end, and
+/// no rank waits for an end that a leaked descriptor holds back.
+#[test]
+fn a_restart_hands_over_the_pipes_of_a_launch() {
+    let n = 300;
+    let daemon = Daemon::builder()
+        .hosts(&format!("host0 cores={}\n", 2 * n))
+        .start();
+    let mut job = daemon.spawn(&[
+        &format!("-nodes={n}"),
+        "sh",
+        "-c",
+        "seq 3",
+        "==",
+        "sh",
+        "-c",
+        "echo pid $$; echo lines=$(wc -l)",
+    ]);
+    assert!(wait_until(Duration::from_secs(20), || state_of(&daemon, 1)
+        == "running"));
+    let text = restart(&daemon);
+    assert!(text.contains("restarted in place"), "{text}");
+    if !daemon.log().contains("going on with a launch handed over") {
+        eprintln!("the launch ended before the restart was asked for; nothing handed over");
+    }
+    job.wait_pids(n);
+    let (status, stderr) = job.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        job.lines_with("lines=")
+            .iter()
+            .filter(|l| l.trim() == "3")
+            .count(),
+        n
+    );
+    assert!(daemon.all_job_pids().is_empty());
+}
+
 /// The ranks (leaders of their own process groups) among `pids`.
 fn ranks_of(pids: &[i32]) -> Vec<i32> {
     pids.iter()
