@@ -5,6 +5,7 @@
 mod backfill;
 mod blocking;
 mod console;
+mod descendants;
 mod docs;
 mod faults;
 mod gang;
