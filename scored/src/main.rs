@@ -161,7 +161,8 @@ fn run() -> Result<(), String> {
             remove_scratch_leftovers(&state_dir);
             let mut core = Core::new(core_config, topology.clone(), memory_limits);
             core.set_directory(Box::new(evloop::SystemDirectory));
-            let start_actions = run_rc(&mut core, &settings, uid)?;
+            let start_actions =
+                run_rc(&mut core, &settings, uid).map_err(given_back(&state_dir))?;
             (core, None, start_actions)
         }
     };
@@ -179,7 +180,10 @@ fn run() -> Result<(), String> {
             )
             .map_err(|error| format!("cannot open the job journal: {error}"))?,
         ),
-        (true, None) => Some(open_journal(&mut core, &state_dir, settings.journal_size)?),
+        (true, None) => Some(
+            open_journal(&mut core, &state_dir, settings.journal_size)
+                .map_err(given_back(&state_dir))?,
+        ),
     };
 
     let fd_limits = evloop::raise_fd_limit();
@@ -208,10 +212,13 @@ fn run() -> Result<(), String> {
         }
         None => {
             let actuator = OsActuator::new(actuator_config, &topology)
-                .map_err(|error| format!("cannot prepare to run jobs: {error}"))?;
+                .map_err(|error| format!("cannot prepare to run jobs: {error}"))
+                .map_err(given_back(&state_dir))?;
             (
                 actuator,
-                evloop::bind(&socket, uid).map_err(|error| error.to_string())?,
+                evloop::bind(&socket, uid)
+                    .map_err(|error| error.to_string())
+                    .map_err(given_back(&state_dir))?,
                 None,
             )
         }
@@ -262,6 +269,16 @@ fn run() -> Result<(), String> {
     instance::release(&state_dir);
     closer::finish();
     result
+}
+
+/// For a fresh start that fails after it claimed the state directory: the
+/// claim is given back, so that the next start does not take a start that
+/// was refused (an rc typo, a socket in use) for a daemon that died.
+fn given_back(state_dir: &Path) -> impl Fn(String) -> String + '_ {
+    move |error| {
+        instance::release(state_dir);
+        error
+    }
 }
 
 /// The binary an in-place restart executes: the path scored was started
@@ -407,7 +424,7 @@ fn build_topology(settings: &Settings, machine: &Machine) -> Result<Topology, St
             // Accepted, but perhaps not meant: the operator reads them
             // in the log at start.
             for warning in &warnings {
-                tracing::warn!("{warning}");
+                tracing::warn!("{}", warning.one_line());
             }
             topology
         })

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use scored_proto::proto::{JobOptions, Joiner, ProcRequest};
 use scored_proto::submit::{self, ProcCounts, SubmitError};
-use scored_proto::units::{parse_duration, parse_size, quote};
+use scored_proto::units::{is_bare_number, parse_duration, parse_size, quote};
 
 use crate::pmi::Mode;
 
@@ -683,14 +683,28 @@ fn parse_limit(
         .map_err(|error| invalid(key, setting, error.to_string()))
 }
 
-/// `time=DUR`: the run-time estimate and limit, at least one millisecond.
+/// `time=DUR`: the run-time estimate and limit, at least one millisecond,
+/// with its unit: a number alone is refused, since Slurm (`--time=5`) and
+/// LSF (`-W 5`) read it as minutes and PBS and SGE as seconds.
 fn parse_time(setting: &Setting) -> Result<u64, UsageError> {
     let value = required("time", "90s", setting)?;
     let duration =
         parse_duration(value).map_err(|error| invalid("time", setting, error.to_string()))?;
     let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
-    submit::check_time(ms, || quote(value))
-        .map_err(|error| invalid("time", setting, error.to_string()))
+    let ms = submit::check_time(ms, || quote(value))
+        .map_err(|error| invalid("time", setting, error.to_string()))?;
+    if is_bare_number(value) {
+        return Err(invalid(
+            "time",
+            setting,
+            format!(
+                "{} has no unit: write {value}m for minutes or {value}s for seconds (Slurm \
+                 and LSF read a number alone as minutes)",
+                quote(value)
+            ),
+        ));
+    }
+    Ok(ms)
 }
 
 /// `mpi=auto|pmix|pmi1|pmi2|none`.

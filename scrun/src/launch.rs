@@ -15,6 +15,7 @@ use std::path::Path;
 use scored_proto::client::{self, Connection, SocketSource};
 use scored_proto::exitcode;
 use scored_proto::proto::{Request, WireBytes};
+use scored_proto::settings::{self, ClientSettings};
 use scrun::cli::Invocation;
 use scrun::pmi::pmix::OPENMPI_DIRECT_LAUNCH;
 use scrun::pmi::Mode;
@@ -71,8 +72,23 @@ pub fn run(invocation: &Invocation) -> Outcome {
             ))
         }
     };
-    let (path, source) = client::socket_path(invocation.options.scored.clone());
-    let mut connection = match connect(&path, source, &signals, invocation.options.verbose) {
+    let settings = match settings::read() {
+        Ok(settings) => settings,
+        Err(error) => {
+            return report_fatal(&Fatal::new(
+                exitcode::UNREACHABLE,
+                format!("cannot tell where scored is: {error}"),
+            ))
+        }
+    };
+    let (path, source) = client::socket_path(invocation.options.scored.clone(), &settings);
+    let mut connection = match connect(
+        &path,
+        source,
+        &settings,
+        &signals,
+        invocation.options.verbose,
+    ) {
         Ok(connected) => connected,
         Err(fatal) => return report_fatal(&fatal),
     };
@@ -235,18 +251,47 @@ fn start_pmix(invocation: &Invocation, request: &mut Request) -> Result<Option<P
 }
 
 /// Connects to scored: at the socket named by `-scored=` or
-/// `SCORED_SOCKET` if one is, else at the default socket, and when no
-/// daemon answers there, to the user's private daemon, which is started
-/// if it does not run (see [`crate::single`]).
+/// `SCORED_SOCKET` if one is, else at the socket of the system-wide
+/// setting or the default socket, and when no daemon answers there, to
+/// the user's private daemon, which is started if it does not run (see
+/// [`crate::single`]), unless the setting forbids it. Falling back from a
+/// shared daemon the user meant (the configured socket, or the shared
+/// socket left by a daemon that stopped) is said on stderr.
 fn connect(
     path: &Path,
     source: SocketSource,
+    settings: &ClientSettings,
     signals: &Signals,
     verbose: bool,
 ) -> Result<Connection, Fatal> {
     match client::connect_default(path, source) {
         Ok((connection, _)) => Ok(connection),
-        Err(error) if source == SocketSource::Default && client::means_no_daemon(&error) => {
+        Err(error)
+            if matches!(source, SocketSource::Default | SocketSource::Configured)
+                && client::means_no_daemon(&error) =>
+        {
+            let shared = match source {
+                SocketSource::Configured => Some(path.to_path_buf()),
+                _ => client::dead_shared_socket(source),
+            };
+            if let (false, Some(file)) = (settings.private, &settings.file) {
+                return Err(Fatal::new(
+                    exitcode::UNREACHABLE,
+                    format!(
+                        "no scored answers at {}, and {} allows no private scored \
+                         (private = false): ask the operator to start it",
+                        shared.as_deref().unwrap_or(path).display(),
+                        file.display()
+                    ),
+                ));
+            }
+            if let Some(shared) = &shared {
+                session::say(&format!(
+                    "no scored answers at {}; the job runs on a private scored of yours, \
+                     without the shared daemon's queues and limits",
+                    shared.display()
+                ));
+            }
             let uid = nix::unistd::geteuid().as_raw();
             let paths = PrivatePaths::new(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid);
             single::connect(&paths, path, signals, verbose)

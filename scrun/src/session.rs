@@ -39,8 +39,8 @@ pub const HOLD_TIMEOUT: Duration = Duration::from_secs(2);
 /// the way out of a job that handles the signal and does not end (as
 /// `srun` does on a second Ctrl-C within a second). SIGHUP excepted.
 pub const ESCALATE_WITHIN: Duration = Duration::from_secs(1);
-/// How long an admitted job may go without starting before scrun says it
-/// waits for its hosts (as `srun` says a job is queued).
+/// How long an admitted job may go without starting before scrun asks
+/// scored why and says it (as `srun` says a job is queued, and why).
 pub const QUEUED_NOTICE: Duration = Duration::from_secs(1);
 
 /// Something that happened to the session.
@@ -119,6 +119,9 @@ pub struct Session {
     told_waiting: bool,
     /// When to say that the admitted job waits for its hosts.
     queued_notice: Option<Instant>,
+    /// scrun asked scored why the job waits (`job ID`), and says it when
+    /// the answer comes.
+    asked_why: bool,
     /// The last signal passed on to the job, and when: if the job ends by
     /// it, scrun ends by it too.
     passed: Option<(Signal, Instant)>,
@@ -145,6 +148,7 @@ impl Session {
             output_gone_early: false,
             told_waiting: false,
             queued_notice: None,
+            asked_why: false,
             passed: None,
             killing: false,
             pmi_end: None,
@@ -198,6 +202,11 @@ impl Session {
     }
 
     fn on_reply(&mut self, reply: Reply, now: Instant) -> Vec<Action> {
+        if let Reply::Console { json, .. } = &reply {
+            if std::mem::take(&mut self.asked_why) {
+                return self.on_why(json.as_ref());
+            }
+        }
         let passed = self.passed.map(|(signal, _)| signal as i32);
         if let Some(mut end) = final_report(&reply, self.stat, passed) {
             if let (Some(code), Reply::Ended { .. }) = (self.pmi_end, &reply) {
@@ -346,6 +355,24 @@ impl Session {
         })]
     }
 
+    /// The answer to `job ID` asked when the job had waited a while: what
+    /// keeps it waiting (`waits`), unless it has started meanwhile.
+    fn on_why(&mut self, record: Option<&serde_json::Value>) -> Vec<Action> {
+        let (Some(job), false) = (self.job, self.started) else {
+            return Vec::new();
+        };
+        if self.hold != Hold::Idle {
+            return Vec::new();
+        }
+        let why = record
+            .and_then(|record| record.get("waits"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("for its hosts");
+        vec![Action::Say(format!(
+            "job {job} waits {why} (Ctrl-C withdraws it)"
+        ))]
+    }
+
     fn on_suspend(&mut self, now: Instant) -> Vec<Action> {
         // A job the user holds is not waiting for its hosts.
         self.queued_notice = None;
@@ -368,9 +395,12 @@ impl Session {
         if let (Some(at), Some(job)) = (self.queued_notice, self.job) {
             if now >= at {
                 self.queued_notice = None;
-                actions.push(Action::Say(format!(
-                    "job {job} waits for its hosts (Ctrl-C withdraws it)"
-                )));
+                self.asked_why = true;
+                actions.push(Action::Send(Request::Console {
+                    version: scored_proto::proto::VERSION,
+                    line: format!("job {job}"),
+                    json: true,
+                }));
             }
         }
         if let Hold::Awaiting { deadline } = self.hold {

@@ -113,6 +113,13 @@ pub enum SubmitError {
         /// The limit as the user spelled it.
         asked: String,
     },
+    /// A memory or disk limit under [`crate::units::MIN_LIMIT`].
+    TinyLimit {
+        /// The limit as the user spelled it.
+        asked: String,
+        /// In bytes.
+        bytes: u64,
+    },
     /// A time limit under a millisecond.
     ZeroTime {
         /// The limit as the user spelled it.
@@ -217,6 +224,10 @@ impl fmt::Display for SubmitError {
             SubmitError::Procs { asked, problem } => write!(f, "{asked} {problem}"),
             SubmitError::ZeroLimit { asked } => {
                 write!(f, "limit {asked} must be at least 1 byte")
+            }
+            SubmitError::TinyLimit { asked, bytes } => {
+                let tiny = crate::units::tiny_limit(*bytes).unwrap_or_default();
+                write!(f, "limit {asked} {tiny}")
             }
             SubmitError::ZeroTime { asked } => {
                 write!(f, "time limit {asked} must be at least 1ms")
@@ -340,11 +351,18 @@ pub fn check_stages<A: AsRef<[u8]>>(stages: &[Vec<A>]) -> Result<(), SubmitError
     Ok(())
 }
 
-/// The rule on a memory or disk limit: at least one byte. `asked` is the
-/// limit as the user spelled it, for the message.
+/// The rule on a memory or disk limit: at least [`crate::units::MIN_LIMIT`]
+/// (1M), since no job runs in less. `asked` is the limit as the user
+/// spelled it, for the message.
 pub fn check_limit(bytes: u64, asked: impl FnOnce() -> String) -> Result<u64, SubmitError> {
     if bytes == 0 {
         return Err(SubmitError::ZeroLimit { asked: asked() });
+    }
+    if bytes < crate::units::MIN_LIMIT {
+        return Err(SubmitError::TinyLimit {
+            asked: asked(),
+            bytes,
+        });
     }
     Ok(bytes)
 }

@@ -75,6 +75,7 @@ fn each_rule_is_refused_with_its_message() {
     check(|s| s.options.procs = ProcRequest::Hosts(65_537), "hosts=65537 asks for too many hosts: at most 65536 are allowed");
     check(|s| s.options.memory = Some(0), "limit memory=0 must be at least 1 byte");
     check(|s| s.options.disk = Some(0), "limit disk=0 must be at least 1 byte");
+    check(|s| s.options.memory = Some((1 << 20) - 1), "limit memory=1048575 is 1024K, under the 1M that any job needs (a size without a unit is in bytes: write 512M or 2G)");
     check(|s| s.options.time_ms = Some(0), "time limit 0ms must be at least 1ms");
     check(|s| s.cwd = "".into(), "the working directory must be an absolute path");
     check(|s| s.cwd = "tmp".into(), "the working directory must be an absolute path");
@@ -124,8 +125,8 @@ fn the_edges_of_each_rule_pass() {
         hosts: 256,
         per_host: 256,
     };
-    submit.options.memory = Some(1);
-    submit.options.disk = Some(1);
+    submit.options.memory = Some(1 << 20);
+    submit.options.disk = Some(1 << 20);
     submit.options.time_ms = Some(1);
     submit.cwd = WireBytes::Raw(vec![b'/', 0xff]);
     assert_eq!(super::check(&submit), Ok(()));
