@@ -142,6 +142,20 @@ pub fn held(uid: u32) -> usize {
     .unwrap_or(0)
 }
 
+/// [`held`] summed over the users `counted` picks.
+pub fn held_where(counted: impl Fn(u32) -> bool) -> usize {
+    with_state(|state| {
+        state
+            .in_daemon
+            .iter()
+            .chain(&state.in_closer)
+            .filter(|(uid, _)| counted(**uid))
+            .map(|(_, n)| n)
+            .sum()
+    })
+    .unwrap_or(0)
+}
+
 /// The closer's pid, while there is one.
 pub fn pid() -> Option<i32> {
     with_state(|state| state.pid).flatten()

@@ -20,6 +20,11 @@ pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 /// The default number of connections one user (other than root and the
 /// operators) may hold at once.
 pub const DEFAULT_MAX_CONNECTIONS_PER_USER: usize = 1024;
+/// The default of `--max-descriptors-per-user`.
+pub const DEFAULT_MAX_DESCRIPTORS_PER_USER: usize = 3072;
+/// The least `--max-descriptors-per-user` may be: a connection and what
+/// one submission may carry.
+pub const MIN_DESCRIPTORS_PER_USER: usize = 256;
 /// The default time a client may take to send the rest of a request once
 /// it has sent its first byte.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,6 +75,9 @@ pub struct Flags {
     /// The most connections one user other than root and the operators may hold (default 1024).
     #[arg(long, value_name = "N")]
     pub max_connections_per_user: Option<usize>,
+    /// The most descriptors scored holds for one user other than root and the operators (default 3072).
+    #[arg(long, value_name = "N")]
+    pub max_descriptors_per_user: Option<usize>,
     /// How long a client may take to finish sending a request it has begun (default 10s).
     #[arg(long, value_name = "DUR")]
     pub request_timeout: Option<String>,
@@ -128,6 +136,7 @@ pub struct FileSettings {
     cgroups: Option<bool>,
     max_connections: Option<usize>,
     max_connections_per_user: Option<usize>,
+    max_descriptors_per_user: Option<usize>,
     #[serde(default, deserialize_with = "text_or_number")]
     request_timeout: Option<String>,
     max_jobs_per_user: Option<usize>,
@@ -202,6 +211,9 @@ pub struct Settings {
     pub max_connections: Option<usize>,
     /// Connections one user other than root and the operators may hold.
     pub max_connections_per_user: usize,
+    /// Descriptors scored holds at most for one user other than root and
+    /// the operators.
+    pub max_descriptors_per_user: usize,
     /// How long a begun request may take to arrive whole.
     pub request_timeout: Duration,
     /// The budgets of unfinished jobs and waiting submissions of users
@@ -252,6 +264,13 @@ pub enum ConfigError {
         /// The flag (or the file's key of the same name).
         flag: &'static str,
     },
+    /// A count is below its least value.
+    Below {
+        /// The flag (or the file's key of the same name).
+        flag: &'static str,
+        /// The least value it may have.
+        least: usize,
+    },
     /// A journal size that is refused.
     JournalSize(crate::journal::SizeError),
 }
@@ -278,6 +297,7 @@ impl std::fmt::Display for ConfigError {
                 scored_proto::units::quote(value)
             ),
             ConfigError::Zero { flag } => write!(f, "--{flag}: must be at least 1"),
+            ConfigError::Below { flag, least } => write!(f, "--{flag}: must be at least {least}"),
             ConfigError::JournalSize(error) => write!(f, "--journal-size: {error}"),
         }
     }
@@ -381,6 +401,19 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError
             Some(n) => n,
             None => DEFAULT_MAX_CONNECTIONS_PER_USER,
         },
+        max_descriptors_per_user: match flags
+            .max_descriptors_per_user
+            .or(file.max_descriptors_per_user)
+        {
+            Some(n) if n < MIN_DESCRIPTORS_PER_USER => {
+                return Err(ConfigError::Below {
+                    flag: "max-descriptors-per-user",
+                    least: MIN_DESCRIPTORS_PER_USER,
+                })
+            }
+            Some(n) => n,
+            None => DEFAULT_MAX_DESCRIPTORS_PER_USER,
+        },
         request_timeout,
         budgets: {
             let defaults = scored_core::core::Budgets::default();
@@ -455,7 +488,7 @@ mod tests {
     fn file_errors_name_file_and_line() {
         assert_eq!(
             settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
-            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `request_timeout`, `max_jobs_per_user`, `max_jobs`, `max_waiting_per_user`, `max_waiting`, `idle_exit`, `verbose`, `journal_size`, `journal`, `client`"
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `max_descriptors_per_user`, `request_timeout`, `max_jobs_per_user`, `max_jobs`, `max_waiting_per_user`, `max_waiting`, `idle_exit`, `verbose`, `journal_size`, `journal`, `client`"
         );
         assert!(settings(&[], "timeslice = true")
             .unwrap_err()
@@ -480,6 +513,20 @@ mod tests {
         assert_eq!(
             settings(&["--max-connections-per-user", "0"], "").unwrap_err(),
             "--max-connections-per-user: must be at least 1"
+        );
+        assert_eq!(
+            resolved.max_descriptors_per_user,
+            DEFAULT_MAX_DESCRIPTORS_PER_USER
+        );
+        assert_eq!(
+            settings(&[], "max_descriptors_per_user = 500\n")
+                .unwrap()
+                .max_descriptors_per_user,
+            500
+        );
+        assert_eq!(
+            settings(&["--max-descriptors-per-user", "100"], "").unwrap_err(),
+            "--max-descriptors-per-user: must be at least 256"
         );
         assert!(settings(&["--request-timeout", "1ms"], "")
             .unwrap_err()

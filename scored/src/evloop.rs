@@ -89,8 +89,8 @@ mod recovery;
 mod restart;
 
 pub use bind::{bind, BindError};
-pub use budget::connection_limit;
 use budget::UserUse;
+pub use budget::{connection_limit, plain_descriptor_limit};
 use connection::{flush, queue_reply, Connection};
 pub use fds::{raise_fd_limit, FdLimits};
 use fds::{spare_descriptor, FdPool};
@@ -252,6 +252,13 @@ pub struct LoopConfig {
     pub max_connections: usize,
     /// Connections one user other than root and the operators may hold.
     pub max_connections_per_user: usize,
+    /// Descriptors scored holds at most for one user other than root and
+    /// the operators (see `budget.rs`).
+    pub max_descriptors_per_user: usize,
+    /// Descriptors scored holds at most for all such users together: the
+    /// descriptor limit less what is kept for the daemon, root and the
+    /// operators (see [`plain_descriptor_limit`]).
+    pub max_plain_descriptors: usize,
     /// How long a client may take to send the rest of a request it has
     /// begun; then the connection is closed. A client that has sent whole
     /// requests and waits (scrun during its job, an idle console) is

@@ -244,6 +244,8 @@ fn run() -> Result<(), String> {
         idle_exit: settings.idle_exit,
         max_connections: loop_config_max(&settings, fd_limits.current),
         max_connections_per_user: settings.max_connections_per_user,
+        max_descriptors_per_user: settings.max_descriptors_per_user,
+        max_plain_descriptors: evloop::plain_descriptor_limit(fd_limits.current),
         request_timeout: settings.request_timeout,
     };
     let mut daemon = Daemon::new(core, actuator, listener, loop_config, signals)

@@ -253,3 +253,145 @@ fn the_closer_crosses_a_restart_and_is_started_again_when_it_dies() {
         .contains("the closer of users' descriptors is gone"));
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
 }
+
+/// The flooder: opens 300 connections, then submits on each a job with
+/// its 3 standard descriptors and 64 others, all distinct pipe ends (so
+/// that scored can share none of them), keeps the connections, and prints
+/// one line per reply kind (`admitted`, `rejected: REASON`, `error:
+/// MESSAGE`) with its count, then `holding`, and waits for its stdin.
+const FLOOD: &str = r#"
+import array, collections, json, os, socket, struct, sys, time
+path, frame = sys.argv[1], bytes.fromhex(sys.argv[2])
+conns, said = [], collections.Counter()
+for _ in range(300):
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(path)
+    conns.append(client)
+for client in conns:
+    fds = []
+    for _ in range(34):
+        fds.extend(os.pipe())
+    try:
+        client.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds[:67]))])
+    except OSError as error:
+        said["refused: " + str(error)] += 1
+    for fd in fds:
+        os.close(fd)
+time.sleep(2)
+for client in conns:
+    client.setblocking(False)
+    try:
+        data = client.recv(1 << 20)
+    except OSError:
+        data = b""
+    if len(data) < 4:
+        said["nothing"] += 1
+        continue
+    reply = json.loads(data[4 : 4 + struct.unpack(">I", data[:4])[0]])
+    kind = reply["type"]
+    said[kind + ": " + reply.get("reason", reply.get("message", "")) if kind != "admitted" else kind] += 1
+for what, count in sorted(said.items()):
+    print(count, what, flush=True)
+print("holding", flush=True)
+sys.stdin.read()
+"#;
+
+/// The descriptors scored holds for one plain user are bounded: a user
+/// who submits job after job, each passing 67 descriptors scored cannot
+/// share, makes it (and its closer) hold under 4,000 in all, is told why
+/// the rest is refused, and root and another user are served meanwhile.
+#[test]
+fn one_user_cannot_fill_roots_descriptor_table() {
+    let Some(users) = test_users("one_user_cannot_fill_roots_descriptor_table") else {
+        return;
+    };
+    let Some(python) = python_for_users() else {
+        println!("skipped: one_user_cannot_fill_roots_descriptor_table needs python3");
+        return;
+    };
+    // Queue 1 holds the flood's jobs without running them.
+    let daemon = Daemon::builder()
+        .log("scored=info")
+        .hosts(&two_hosts())
+        .rc("queue 1 deactivate\n")
+        .start();
+    let baseline = daemon.open_fds();
+    let frame = proto::encode(&Request::Submit {
+        version: proto::VERSION,
+        submit: proto::Submit {
+            stages: vec![vec!["true".into()]],
+            joiner: proto::Joiner::Sequence,
+            options: proto::JobOptions {
+                procs: proto::ProcRequest::Nodes(1),
+                priority: Some(1),
+                wait: false,
+                memory: None,
+                disk: None,
+                pty: false,
+                time_ms: None,
+            },
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: proto::WireBytes::from_os(daemon.sandbox.path.as_os_str()),
+            ignored_signals: Vec::new(),
+            rlimits: Vec::new(),
+            umask: None,
+            nice: None,
+            ioprio: None,
+            closed_stdio: Vec::new(),
+            fds: (3..67).collect(),
+            pmi_ranks: 0,
+            pmix_namespace: None,
+        },
+    });
+    let hex: String = frame.iter().map(|byte| format!("{byte:02x}")).collect();
+    let socket = daemon.socket.display().to_string();
+    let mut child = command_as(&users.a, &python, &["-c", FLOOD, &socket, &hex])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the flooder");
+    let out = child.stdout.take().expect("stdout");
+    let flooder = Attacker(child);
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut said = String::new();
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if line == "holding" {
+                break;
+            }
+            said.push_str(&line);
+            said.push('\n');
+        }
+        let _ = sender.send(said);
+    });
+    let said = receiver
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the flooder never finished");
+    // What root holds for the flood: the daemon's table and its closer's.
+    let closer_fds = daemon.closer().map_or(0, |pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |entries| entries.count())
+    });
+    let held = daemon.open_fds() + closer_fds;
+    println!("scored and its closer hold {held} descriptors (at rest {baseline}); the flooder was told:\n{said}");
+    assert!(
+        held < 4000,
+        "one user made scored hold {held} descriptors (at rest {baseline}); it said:\n{said}"
+    );
+    assert!(
+        said.contains("admitted") && said.contains("--max-descriptors-per-user"),
+        "the flood was not admitted up to the budget and refused past it:\n{said}"
+    );
+    // Root and another user are served meanwhile.
+    assert!(
+        timed_status(&daemon, Duration::from_secs(10)).is_some(),
+        "root's status"
+    );
+    let output = daemon
+        .scrun_as(&users.b, &["-priority=2", "sh", "-c", "echo served"])
+        .output()
+        .expect("scrun");
+    assert_eq!(stdout(&output).trim(), "served", "{}", stderr(&output));
+    drop(flooder);
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+}

@@ -322,6 +322,13 @@ impl<A: Actuator> Daemon<A> {
     pub(super) fn serve_client(&mut self, token: Token, inputs: &mut Vec<Input>) {
         self.dirty.push(token);
         let user_output_full = self.user_output_full(token);
+        // A user at the descriptor budget is read only as far as no
+        // descriptor comes with what is read (see `budget.rs`).
+        let no_descriptors = self
+            .connections
+            .get(&token)
+            .filter(|conn| !conn.privileged)
+            .and_then(|conn| self.descriptor_budget(conn.cred.uid, 1).err());
         let Some(conn) = self.connections.get_mut(&token) else {
             return;
         };
@@ -336,7 +343,7 @@ impl<A: Actuator> Daemon<A> {
             self.maybe_paused.insert(token);
         }
         if !conn.closing && !conn.paused {
-            match read_available(conn, &mut self.read_chunk) {
+            match read_available(conn, &mut self.read_chunk, no_descriptors.as_deref()) {
                 Ok(open) => gone = !open,
                 Err(error) => {
                     let message = error.to_string();
@@ -446,6 +453,22 @@ impl<A: Actuator> Daemon<A> {
                 if conn.submitted {
                     return refuse(conn, "a connection may submit one job only".into());
                 }
+                let (privileged, uid) = (conn.privileged, conn.cred.uid);
+                if !privileged {
+                    if let Err(reason) = self.descriptor_budget(uid, 0) {
+                        let conn = self.connections.get_mut(&token).expect("caller checked");
+                        queue_reply(
+                            conn,
+                            &Reply::Rejected {
+                                reason,
+                                kind: proto::RejectKind::Resources,
+                            },
+                        );
+                        conn.closing = true;
+                        return;
+                    }
+                }
+                let conn = self.connections.get_mut(&token).expect("caller checked");
                 if conn.fds.len() != submit.descriptor_count() {
                     return refuse(conn, format!(
                         "this submission must carry {} descriptors (the standard ones not closed, then the {} passed, then {} for PMI), it carried {}",
@@ -682,13 +705,46 @@ pub(super) fn flush(conn: &mut Connection) -> io::Result<()> {
 
 /// Reads until the socket would block, collecting bytes and descriptors.
 /// Returns `Ok(false)` when the client closed its end.
-pub(super) fn read_available(conn: &mut Connection, chunk: &mut [u8]) -> io::Result<bool> {
+///
+/// With `no_descriptors` (why the client's user may not pass more), it
+/// first looks at what waits (`MSG_PEEK` without room for descriptors,
+/// which takes none: the kernel drops only its own extra references to
+/// them, never the last), fails with that message if descriptors come
+/// with it, and else reads exactly the bytes it saw, which carry none.
+pub(super) fn read_available(
+    conn: &mut Connection,
+    chunk: &mut [u8],
+    no_descriptors: Option<&str>,
+) -> io::Result<bool> {
     let uid = conn.cred.uid;
     loop {
+        let mut take = chunk.len();
+        if let Some(why) = no_descriptors {
+            let mut iov = [IoSliceMut::new(&mut *chunk)];
+            let peeked = match recvmsg::<()>(
+                conn.stream.as_raw_fd(),
+                &mut iov,
+                None,
+                MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_PEEK,
+            ) {
+                Ok(message) => message,
+                Err(nix::errno::Errno::EAGAIN) => return Ok(true),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::ECONNRESET) => return Ok(false),
+                Err(error) => return Err(io::Error::from(error)),
+            };
+            if peeked.flags.contains(MsgFlags::MSG_CTRUNC) {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, why.to_string()));
+            }
+            if peeked.bytes == 0 {
+                return Ok(false);
+            }
+            take = peeked.bytes;
+        }
         let mut control = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
         let (len, fds, truncated) =
             {
-                let mut iov = [IoSliceMut::new(&mut *chunk)];
+                let mut iov = [IoSliceMut::new(&mut chunk[..take])];
                 let message = match recvmsg::<()>(
                     conn.stream.as_raw_fd(),
                     &mut iov,

@@ -109,6 +109,8 @@ fn daemon(name: &str, confirm_stops: bool) -> (Daemon<RecordingActuator>, PathBu
         idle_exit: None,
         max_connections: 16,
         max_connections_per_user: 16,
+        max_descriptors_per_user: 3072,
+        max_plain_descriptors: 100_000,
         request_timeout: Duration::from_secs(10),
     };
     let daemon = Daemon::new(core, actuator, listener, config, SigSet::empty()).expect("a loop");
