@@ -81,7 +81,7 @@ mod bind;
 mod budget;
 mod connection;
 mod descriptors;
-mod faults;
+pub(crate) mod faults;
 mod fds;
 mod journal;
 mod peer;

@@ -189,7 +189,7 @@ impl Cgroups {
             "/{}/job-{job}",
             self.base.file_name().unwrap_or_default().to_string_lossy()
         );
-        kill_listed(&dir, &marker)
+        kill_listed(&dir, &marker, false)
     }
 
     /// The processes in the job's cgroup.
@@ -324,12 +324,9 @@ fn kill_members(dir: &Path) {
         [job, daemon] => format!("{daemon}/{job}"),
         _ => return,
     };
-    for round in 0..100 {
-        if kill_listed(dir, &format!("/{marker}")) == 0 {
+    for _ in 0..100 {
+        if kill_listed(dir, &format!("/{marker}"), true) == 0 {
             return;
-        }
-        if round == 0 {
-            tracing::info!(cgroup = %dir.display(), "killing the processes left by a daemon that is gone");
         }
         // The dead daemon may have frozen the job (a rank continued from
         // outside while switched out): a frozen process keeps its SIGKILL,
@@ -344,7 +341,8 @@ fn kill_members(dir: &Path) {
 /// pidfd, once its /proc/PID/cgroup says it is a member (a line ending
 /// with `marker`): the pidfd pins the process before that check, so a pid
 /// reused meanwhile is never signalled. Returns how many were listed.
-fn kill_listed(dir: &Path, marker: &str) -> usize {
+/// `left_by_dead` logs each as left by a daemon that is gone.
+fn kill_listed(dir: &Path, marker: &str, left_by_dead: bool) -> usize {
     let pids = fs::read_to_string(dir.join("cgroup.procs"))
         .map(|text| parse_pids(&text))
         .unwrap_or_default();
@@ -355,6 +353,9 @@ fn kill_listed(dir: &Path, marker: &str) -> usize {
         let member = fs::read_to_string(format!("/proc/{pid}/cgroup"))
             .is_ok_and(|text| text.lines().any(|line| line.ends_with(marker)));
         if member {
+            if left_by_dead {
+                tracing::info!(pid, cgroup = %dir.display(), "killing a process left by a daemon that is gone");
+            }
             let _ = super::sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
         }
     }

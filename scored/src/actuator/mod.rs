@@ -97,23 +97,11 @@ const HELD_ESCAPED: usize = 64;
 /// why.
 pub const MAX_JOB_PROCESSES: usize = 10_000;
 
-/// [`MAX_JOB_PROCESSES`], or in a build with fault injection (the tests')
-/// the value of `SCORED_TEST_MAX_JOB_PROCESSES` when set (read once).
+/// [`MAX_JOB_PROCESSES`], or the tests' lower limit (see `evloop::faults`).
 fn max_job_processes() -> usize {
-    #[cfg(feature = "fault-injection")]
-    {
-        static SET: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-        if let Some(limit) = *SET.get_or_init(|| {
-            std::env::var("SCORED_TEST_MAX_JOB_PROCESSES")
-                .ok()?
-                .parse()
-                .ok()
-        }) {
-            return limit;
-        }
-    }
-    MAX_JOB_PROCESSES
+    crate::evloop::faults::max_job_processes(MAX_JOB_PROCESSES)
 }
+
 /// How often unconfirmed stops and draining jobs are polled.
 const POLL_INTERVAL: Duration = Duration::from_millis(1);
 /// How often the processes a job left in its cgroup are killed again while
