@@ -46,6 +46,11 @@ fn thousands_of_idle_descendants_hold_no_descriptor_each() {
             "i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i+1)); done; echo started; wait",
         ],
     );
+    // Job 1 is the sleeps' before the spinner is submitted.
+    assert!(
+        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
+        "the job of sleeps never started"
+    );
     let mut spinner = daemon.spawn_as(&users.b, &[&testprog(), "spin", "0"]);
     // Starting them takes a while on a loaded machine, at half the CPU.
     assert!(
