@@ -41,7 +41,7 @@ use std::time::Duration;
 use crate::admission::{ClusterLimits, Ledger};
 use crate::cluster::Topology;
 use crate::ids::{ClientToken, Cred, JobId, Tick};
-use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, Phase};
+use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, LaunchPlan, Phase};
 use crate::queue::Queue;
 use crate::sched::Scheduler;
 use crate::undo::{UndoCell, UndoLedger, UndoQueues};
@@ -245,6 +245,13 @@ impl Core {
     /// Admitted, unfinished jobs.
     pub fn jobs(&self) -> impl Iterator<Item = &Job> {
         self.logged.jobs.values()
+    }
+
+    /// The processes of `id`'s current stage (of all its stages, for a
+    /// pipe), as its launch was planned when the job started: what an
+    /// in-place restart needs to go on with a launch it handed over.
+    pub fn launch_plan(&self, id: JobId) -> Option<LaunchPlan> {
+        self.logged.jobs.get(&id).map(switch::launch_plan)
     }
 
     /// Number of admitted, unfinished jobs.
