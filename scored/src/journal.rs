@@ -436,6 +436,14 @@ impl Journal {
                     self.append_raw(&line)?;
                     continue;
                 }
+                JobEvent::Submitted {
+                    first,
+                    last,
+                    record,
+                } => json!({
+                    "t": now, "event": "submitted", "job": first.0, "last": last.0,
+                    "record": fields_json(&record),
+                }),
                 JobEvent::Started(job) => json!({"t": now, "event": "started", "job": job.0}),
                 JobEvent::Moved { job, from, to, by } => json!({
                     "t": now, "event": "moved", "job": job.0, "from": from, "to": to, "by": by,
@@ -843,6 +851,16 @@ fn absorb(entry: &Json, recovered: &mut Recovered, recent: &mut VecDeque<Recent>
             }
         }
         Some("admitted") => {
+            if let Some(id) = id {
+                recovered.open.insert(id, entry["record"].clone());
+            }
+        }
+        // A submission taken into the backlog: its ids are handed out, and
+        // it is unfinished until its first job ends.
+        Some("submitted") => {
+            if let Some(last) = entry["last"].as_u64() {
+                recovered.last_id = recovered.last_id.max(last);
+            }
             if let Some(id) = id {
                 recovered.open.insert(id, entry["record"].clone());
             }

@@ -31,4 +31,6 @@ pub mod sys;
 pub mod version;
 
 pub use scored_core::{admission, cluster, core, hosts, ids, job, queue, sched};
-pub use scored_proto::{client, command, exitcode, inherit, paths, proto, signame, submit, units};
+pub use scored_proto::{
+    batch, client, command, exitcode, inherit, paths, proto, signame, submit, units,
+};

@@ -292,6 +292,28 @@ pub fn chdir(path: &std::ffi::CStr) -> io::Result<()> {
     Ok(())
 }
 
+/// Opens a rank's output file (`scrun -output=`) and makes it the
+/// descriptor `target` (1 or 2), between fork and exec, once the rank has
+/// its user's identity: created with the user's umask if it is missing,
+/// emptied if `truncate` (the job's first process to name it), and written
+/// at its end (several ranks may share it).
+pub fn open_output(path: &std::ffi::CStr, truncate: bool, target: RawFd) -> io::Result<()> {
+    let mut flags = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_NOCTTY;
+    if truncate {
+        flags |= libc::O_TRUNC;
+    }
+    // SAFETY: `path` is a valid NUL-terminated string; open takes plain
+    // integers otherwise.
+    let fd =
+        cvt(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, 0o666) } as libc::c_long)?
+            as RawFd;
+    let installed = install_stdio(fd, target);
+    if fd != target {
+        let _ = close(fd);
+    }
+    installed
+}
+
 /// Writes `bytes` to `path` in one `open`+`write`+`close`, for joining a
 /// cgroup between fork and exec.
 pub fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> io::Result<()> {

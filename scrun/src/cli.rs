@@ -17,6 +17,7 @@ use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
+use scored_proto::batch::{self, ArraySpec, BatchError, BatchOptions};
 use scored_proto::proto::{JobOptions, Joiner, ProcRequest};
 use scored_proto::submit::{self, ProcCounts, SubmitError};
 use scored_proto::units::{parse_duration, parse_size, quote};
@@ -52,6 +53,14 @@ options:
   -stat            print the job's accounting to stderr at exit
   -pty             give rank 0 a pseudo-terminal as its controlling terminal
   -mpi=MODE        the ranks' PMI for MPI: auto (default), pmi1, pmi2 or none
+  -batch           submit and return at once, printing the job id (no terminal)
+  -name=NAME       the job's name in listings (default: the program's name)
+  -output=PATTERN  stdout (and stderr) to a file: %j id, %r rank, %a index,
+                   %x name, %% percent (-batch default: scored-%j.out)
+  -error=PATTERN   stderr to a file of its own
+  -after=ID[:ID]   start once those jobs ended with status 0 (else never)
+  -afterany=ID     start once those jobs ended, however they ended
+  -array=A-B[:STEP][%MAX]  one job per index, at most MAX at once (-batch)
   -scored=PATH     the daemon's socket (default: SCORED_SOCKET, then the standard path)
   -verbose, -v     say when a private scored is started
   -help, -h        print this text
@@ -69,10 +78,13 @@ pub const MAX_STAGES: usize = scored_proto::proto::MAX_STAGES;
 pub const MAX_PRIORITY: u64 = 255;
 
 /// The keys an option word may hold, listed in the hint of an unknown-option error.
-const VALID_KEYS: &str =
-    "nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, verbose";
+const VALID_KEYS: &str = "nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, \
+     batch, name, output, error, after, afterany, array, scored, verbose";
 
 /// What the command line asks scrun to do.
+// Made once per run and taken apart at once: boxing the invocation would
+// save nothing worth its indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parsed {
     /// Run a job.
@@ -122,6 +134,9 @@ pub struct Options {
     /// private daemon (`verbose`, `v`); quiet by default, so that a job's
     /// captured output is the job's alone.
     pub verbose: bool,
+    /// `-batch`, `-name=`, `-output=`, `-error=`, `-after=`, `-afterany=`,
+    /// `-array=`, checked by the submission validator's rules.
+    pub batch: BatchOptions,
 }
 
 impl Default for Options {
@@ -138,6 +153,7 @@ impl Default for Options {
             mpi: Mode::Auto,
             scored: None,
             verbose: false,
+            batch: BatchOptions::default(),
         }
     }
 }
@@ -153,6 +169,7 @@ impl Options {
             disk: self.disk,
             pty: self.pty,
             time_ms: self.time_ms,
+            batch: self.batch.clone(),
         }
     }
 }
@@ -433,6 +450,16 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
     let mut time_ms = None;
     let mut scored = None;
     let mut verbose = None;
+    let mut detach = None;
+    let mut name = None;
+    let mut output = None;
+    let mut error = None;
+    let mut after = None;
+    let mut afterany = None;
+    let mut array = None;
+    // Where each batch option came from, for the rules that are checked
+    // once all are known.
+    let mut origins: Vec<(&'static str, Origin)> = Vec::new();
     // The placement key each source named first, to refuse `nodes` and
     // `hosts` together in one source; across sources the leftmost wins.
     let mut placement_keys: [Option<&'static str>; 2] = [None, None];
@@ -488,6 +515,55 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
                 let value = required("scored", "/run/scored.sock", setting)?;
                 scored.get_or_insert_with(|| PathBuf::from(value));
             }
+            "batch" => {
+                let value = parse_flag("batch", setting)?;
+                detach.get_or_insert(value);
+            }
+            "name" => {
+                let value = required("name", "sweep", setting)?;
+                batch::check_name(value).map_err(|error| refused(setting, error))?;
+                note_origin(&mut origins, "name", setting.origin);
+                name.get_or_insert_with(|| value.to_string());
+            }
+            "output" | "error" => {
+                let key = if setting.key == "output" {
+                    "output"
+                } else {
+                    "error"
+                };
+                let value = required(key, "run.%j.out", setting)?;
+                // Checked once all options are known (`%a` needs -array).
+                note_origin(&mut origins, key, setting.origin);
+                let slot = if key == "output" {
+                    &mut output
+                } else {
+                    &mut error
+                };
+                slot.get_or_insert_with(|| value.to_string());
+            }
+            "after" | "afterany" => {
+                let key = if setting.key == "after" {
+                    "after"
+                } else {
+                    "afterany"
+                };
+                let value = required(key, "12:15", setting)?;
+                let ids = batch::parse_ids(key, value).map_err(|error| refused(setting, error))?;
+                note_origin(&mut origins, key, setting.origin);
+                let slot = if key == "after" {
+                    &mut after
+                } else {
+                    &mut afterany
+                };
+                slot.get_or_insert(ids);
+            }
+            "array" => {
+                let value = required("array", "1-100%4", setting)?;
+                let spec =
+                    ArraySpec::parse(value).map_err(|reason| invalid("array", setting, reason))?;
+                note_origin(&mut origins, "array", setting.origin);
+                array.get_or_insert(spec);
+            }
             // A bare help or version word never gets here: `parse` answers
             // it first. With a value, it is a mistake worth naming.
             "help" | "h" | "version" if setting.origin == Origin::CommandLine => {
@@ -506,6 +582,28 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
             }
         }
     }
+    let batch = BatchOptions {
+        detach: detach.unwrap_or(false),
+        name,
+        output,
+        error,
+        after: after.unwrap_or_default(),
+        afterany: afterany.unwrap_or_default(),
+        array,
+    };
+    // The rules that tie options together (`%a` and -array, -array and
+    // -batch), on the options as resolved.
+    batch::check(&batch).map_err(|error| {
+        let origin = origins
+            .iter()
+            .find(|(key, _)| *key == error.option)
+            .map_or(Origin::CommandLine, |(_, origin)| *origin);
+        UsageError::from(ErrorKind::InvalidValue {
+            key: error.option,
+            origin,
+            reason: error.reason,
+        })
+    })?;
     Ok(Options {
         procs: procs.unwrap_or(ProcRequest::Nodes(1)),
         priority,
@@ -518,7 +616,21 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
         mpi: mpi.unwrap_or_default(),
         scored,
         verbose: verbose.unwrap_or(false),
+        batch,
     })
+}
+
+/// Notes where a batch option came from, the first time it is seen (the
+/// leftmost wins, as its value does).
+fn note_origin(origins: &mut Vec<(&'static str, Origin)>, key: &'static str, origin: Origin) {
+    if !origins.iter().any(|(known, _)| *known == key) {
+        origins.push((key, origin));
+    }
+}
+
+/// A batch option's rule broken by one setting, as an invalid value of it.
+fn refused(setting: &Setting, error: BatchError) -> UsageError {
+    invalid(error.option, setting, error.reason)
 }
 
 /// Records that `origin` named the placement `key`, refusing a second,

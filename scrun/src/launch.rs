@@ -56,6 +56,11 @@ pub fn run(invocation: &Invocation) -> Outcome {
         Ok(request) => request,
         Err(fatal) => return report_fatal(&fatal),
     };
+    // Output files the user may not create are refused before anything
+    // is sent, and so before anything is created.
+    if let Err(fatal) = check_output(invocation) {
+        return report_fatal(&fatal);
+    }
     // Blocked before connecting, so that an early Ctrl-C is read from the
     // signalfd rather than killing scrun between submission and the loop.
     let signals = match Signals::block(&caller.ignored_signals) {
@@ -73,6 +78,22 @@ pub fn run(invocation: &Invocation) -> Outcome {
         Ok(connected) => connected,
         Err(fatal) => return report_fatal(&fatal),
     };
+    if invocation.options.batch.detach {
+        // No descriptor goes with it: the job has no client.
+        let sent = connection.send(&request).map_err(|error| {
+            Fatal::with_source(
+                exitcode::INTERNAL,
+                format!("cannot send the job to scored at {}", path.display()),
+                error,
+            )
+        });
+        let end = sent.and_then(|()| crate::batch::follow(&mut connection));
+        connection.shutdown();
+        return match end {
+            Ok(code) => code.into(),
+            Err(fatal) => report_fatal(&fatal),
+        };
+    }
     // With -pty, the job gets the slave of a new pty as stdin, stdout and
     // stderr, and scrun relays between its own terminal and the master.
     let pty = if invocation.options.pty {
@@ -166,6 +187,34 @@ pub fn run(invocation: &Invocation) -> Outcome {
         code: end.code,
         reraise: end.reraise,
     }
+}
+
+/// Checks as the user that the job's output files can be created in the
+/// working directory (see [`crate::batch::check_output`]).
+fn check_output(invocation: &Invocation) -> Result<(), Fatal> {
+    let batch = &invocation.options.batch;
+    if batch.output.is_none() && batch.error.is_none() {
+        return Ok(());
+    }
+    let cwd = std::env::current_dir().map_err(|error| {
+        Fatal::with_source(
+            exitcode::INTERNAL,
+            "cannot read the working directory",
+            error,
+        )
+    })?;
+    let name = match &batch.name {
+        Some(name) => name.clone(),
+        None => scored_proto::batch::default_name(
+            invocation
+                .stages
+                .first()
+                .and_then(|stage| stage.first())
+                .map_or(&[][..], |program| program.as_encoded_bytes()),
+        ),
+    };
+    let index = batch.array.map(|spec| spec.first);
+    crate::batch::check_output(batch, &name, index, &cwd)
 }
 
 /// Connects to scored: at the socket named by `-scored=` or

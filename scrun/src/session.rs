@@ -215,6 +215,15 @@ impl Session {
                 self.told_waiting = true;
                 vec![Action::Say(format!("waiting for resources: {reason}"))]
             }
+            // An interactive job that waits for other jobs (`-after=`).
+            Reply::Accepted {
+                job,
+                waits: Some(why),
+                ..
+            } => {
+                self.job.get_or_insert(job);
+                vec![Action::Say(format!("job {job} {why}"))]
+            }
             Reply::Admitted { job, .. } => {
                 self.job.get_or_insert(job);
                 if !self.started {

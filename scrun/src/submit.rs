@@ -36,11 +36,14 @@ pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal>
         submit.umask = caller.umask;
         submit.nice = caller.nice;
         submit.ioprio = caller.ioprio;
-        // With -pty the job's standard descriptors are the terminal's.
-        if !invocation.options.pty {
-            submit.closed_stdio = caller.closed_stdio.clone();
+        // A batch job gets nothing of scrun's descriptors; with -pty the
+        // job's standard descriptors are the terminal's.
+        if !invocation.options.batch.detach {
+            if !invocation.options.pty {
+                submit.closed_stdio = caller.closed_stdio.clone();
+            }
+            submit.fds = caller.descriptors.clone();
         }
-        submit.fds = caller.descriptors.clone();
         submit.pmi_ranks = pmi_ranks(invocation)?;
     }
     check_size(&request)?;
@@ -57,6 +60,20 @@ pub fn pmi_ranks(invocation: &Invocation) -> Result<u32, Fatal> {
     let mode = invocation.options.mpi;
     if mode == Mode::None {
         return Ok(0);
+    }
+    if invocation.options.batch.detach {
+        // No scrun stays to serve it.
+        return match mode {
+            Mode::Auto => Ok(0),
+            _ => Err(Fatal::new(
+                exitcode::USAGE,
+                format!(
+                    "-mpi={}: a batch job has no scrun to serve its ranks' PMI; \
+                     run MPI programs without -batch",
+                    mode.name()
+                ),
+            )),
+        };
     }
     let refuse = |why: String| {
         if mode == Mode::Auto {

@@ -95,6 +95,7 @@ fn submit_request(daemon: &Daemon) -> Request {
                 disk: None,
                 pty: false,
                 time_ms: None,
+                batch: Default::default(),
             },
             env: vec![
                 ("PATH".into(), "/usr/bin:/bin".into()),

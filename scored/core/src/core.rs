@@ -37,7 +37,7 @@ use crate::admission::{ClusterLimits, Ledger};
 use crate::cluster::Topology;
 use crate::command::reply::Value;
 use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
-use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, Phase};
+use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, Link, Phase, Submission};
 use crate::jobset::JobBits;
 use crate::queue::Queue;
 use crate::sched::Scratch;
@@ -59,16 +59,31 @@ pub const HISTORY: usize = 1000;
 /// How many recent switch latencies the median is taken over.
 const LATENCY_WINDOW: usize = 1024;
 
-/// A client waiting for admission (the `wait` option).
+/// A submission on its way to admission: a client waiting for it (the
+/// `wait` option), or a job of the backlog (`backlog.rs`) whose turn came.
 #[derive(Debug, Clone)]
 struct Waiter {
-    client: ClientToken,
+    /// The client that waits, or `Link::Batch`.
+    link: Link,
     cred: Cred,
     user: Rc<str>,
     request: JobRequest,
     submitted_at: Tick,
     /// Its scrun was suspended while it waited: admit it held.
     held: bool,
+    /// The id it was given at submission (a job of the backlog); else it
+    /// gets the next one at admission.
+    id: Option<JobId>,
+    /// Its batch options with its submission's first id, shared by an
+    /// array's elements (a job of the backlog).
+    submission: Option<Rc<Submission>>,
+}
+
+impl Waiter {
+    /// The client waiting, if one is.
+    fn client(&self) -> Option<ClientToken> {
+        self.link.client()
+    }
 }
 
 /// A finished job, remembered for `jobs all` and `job ID`.
@@ -183,6 +198,10 @@ pub struct Core {
     /// rotation costs the front of a queue, not all of it (generated gang
     /// replays).
     rotation: Rotation,
+    /// Jobs that have their ids and are not admitted yet: batch jobs,
+    /// jobs that wait for others, arrays (`backlog.rs`); shared with the
+    /// checkpoint until an event changes it.
+    backlog: Rc<Backlog>,
 }
 
 /// Buffers the gang rotation fills and empties again at every slice
@@ -256,6 +275,7 @@ impl Core {
             waiting_current: false,
             busy: vec![0; n_hosts.div_ceil(64)],
             saved: None,
+            backlog: Rc::default(),
         }
     }
 
@@ -306,11 +326,17 @@ impl Core {
     /// The `job ID` facts of every unfinished job, for the head of a new
     /// journal file.
     pub fn open_records(&self, now: Tick) -> Vec<Vec<(String, Value)>> {
-        self.logged
+        let admitted = self
+            .logged
             .jobs
             .values()
-            .map(|job| self.job_fields(job, command_line(job), job.state(), None, now, true))
-            .collect()
+            .map(|job| self.job_fields(job, command_line(job), job.state(), None, now, true));
+        // A submission of the backlog by its first job waiting.
+        let waiting = self.backlog.entries.values().filter_map(|entry| {
+            let k = entry.waiting().next()?;
+            Some(self.entry_fields(entry, k, None, now, true))
+        });
+        admitted.chain(waiting).collect()
     }
 
     /// The hosts and clusters, as resolved at start-up.
@@ -336,6 +362,12 @@ impl Core {
     /// Number of admitted, unfinished jobs.
     pub fn n_jobs(&self) -> usize {
         self.logged.jobs.len()
+    }
+
+    /// Whether the core holds no job: none admitted and unfinished, none
+    /// in the backlog.
+    pub fn no_jobs(&self) -> bool {
+        self.logged.jobs.is_empty() && self.backlog.is_empty()
     }
 
     /// Whether a shutdown is under way.
@@ -412,9 +444,11 @@ impl Core {
                 user,
                 request,
             } => self.submit(client, cred, user, *request, now, out),
+            Input::KnownEnd { job, outcome } => self.known_end(job, outcome),
             Input::ClientGone(client) => self.client_gone(client, now, out),
             Input::Hold(client) => {
-                if let Some(&job) = self.logged.by_client.get(&client) {
+                if self.backlog_client(client, ClientChange::Hold(true), now, out) {
+                } else if let Some(&job) = self.logged.by_client.get(&client) {
                     if let Some(record) = self.logged.jobs.get_mut(&job) {
                         if !record.is_ending() && !record.owner_hold {
                             record.owner_hold = true;
@@ -422,8 +456,11 @@ impl Core {
                         }
                     }
                     out.push(Action::notify(client, ClientEvent::Held(job)));
-                } else if let Some(idx) =
-                    self.logged.waiting.iter().position(|w| w.client == client)
+                } else if let Some(idx) = self
+                    .logged
+                    .waiting
+                    .iter()
+                    .position(|w| w.client() == Some(client))
                 {
                     self.logged
                         .waiting
@@ -431,7 +468,8 @@ impl Core {
                 }
             }
             Input::Release(client) => {
-                if let Some(record) = self
+                if self.backlog_client(client, ClientChange::Hold(false), now, out) {
+                } else if let Some(record) = self
                     .logged
                     .by_client
                     .get(&client)
@@ -442,8 +480,11 @@ impl Core {
                         let job = record.id;
                         self.journal(JobEvent::Released(job));
                     }
-                } else if let Some(idx) =
-                    self.logged.waiting.iter().position(|w| w.client == client)
+                } else if let Some(idx) = self
+                    .logged
+                    .waiting
+                    .iter()
+                    .position(|w| w.client() == Some(client))
                 {
                     self.logged
                         .waiting
@@ -451,7 +492,13 @@ impl Core {
                 }
             }
             Input::Interrupt(client) => {
-                if let Some(&job) = self.logged.by_client.get(&client) {
+                if self.backlog_client(
+                    client,
+                    ClientChange::End("by its scrun (interrupted)"),
+                    now,
+                    out,
+                ) {
+                } else if let Some(&job) = self.logged.by_client.get(&client) {
                     self.begin_kill(
                         job,
                         EndCause::Killed("by its scrun (interrupted)".into()),
@@ -459,8 +506,11 @@ impl Core {
                         now,
                         out,
                     );
-                } else if let Some(idx) =
-                    self.logged.waiting.iter().position(|w| w.client == client)
+                } else if let Some(idx) = self
+                    .logged
+                    .waiting
+                    .iter()
+                    .position(|w| w.client() == Some(client))
                 {
                     self.logged.waiting.modify(|waiting| waiting.remove(idx));
                     out.push(Action::notify(
@@ -594,6 +644,7 @@ pub fn limits_of(job: &Job) -> JobLimits {
 
 mod action;
 mod admit;
+mod backlog;
 mod budget;
 mod checkpoint;
 mod commands;
@@ -610,6 +661,7 @@ mod tick;
 mod views;
 
 pub use action::{Accounting, Action, ClientEvent, EndKind, Ending, Notice, Rejection};
+pub use backlog::{Outcome, ADMIT_PER_EVENT, OUTCOMES};
 pub use budget::{
     cap_reason, cap_text, request_bytes, MAX_REASON, STRING_COST, TOTAL_BYTES, TOTAL_JOBS,
     TOTAL_WAITING, USER_BYTES, USER_JOBS, USER_WAITING,
@@ -621,10 +673,11 @@ pub use repeat::RotationMark;
 pub use script::{ScriptError, ScriptProblem, ScriptRun};
 pub use snapshot::{CoreSnapshot, RestoreError};
 
+use backlog::{Backlog, ClientChange};
 use checkpoint::Logged;
 use switch::set_busy;
 use table::JobTable;
-use views::{command_line, queue_group_name};
+use views::{command_line, queue_group_name, stages_line};
 
 #[cfg(test)]
 mod tests;

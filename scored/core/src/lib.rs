@@ -28,5 +28,6 @@ pub mod undo;
 // The console language, units, exit statuses and the submission validator
 // are the protocol crate's; they are named here so that the core's modules
 // reach them as `crate::command`, `crate::units`, `crate::exitcode`,
-// `crate::inherit`, `crate::signame`, `crate::proto` and `crate::submit`.
-use scored_proto::{command, exitcode, inherit, proto, signame, submit, units};
+// `crate::inherit`, `crate::signame`, `crate::proto`, `crate::submit` and
+// `crate::batch`.
+use scored_proto::{batch, command, exitcode, inherit, proto, signame, submit, units};

@@ -45,6 +45,18 @@ pub enum LaunchError {
         /// The user it was to run as.
         uid: u32,
     },
+    /// A rank could not open its output file as its user (`scrun
+    /// -output=`, `-error=`).
+    Output {
+        /// `output` or `error`.
+        option: &'static str,
+        /// The path, as expanded for the rank.
+        path: Rc<str>,
+        /// The working directory it is relative to.
+        cwd: Rc<str>,
+        /// Why.
+        error: io::Error,
+    },
     /// A descriptor its scrun passed could not be given to the rank (a
     /// number above the rank's descriptor limit).
     Descriptors {
@@ -117,6 +129,12 @@ impl fmt::Display for LaunchError {
                 "refusing to run '{program}' as uid {uid}: capabilities or securebits \
                  remain after the change of user"
             ),
+            LaunchError::Output {
+                option,
+                path,
+                cwd,
+                error,
+            } => write!(f, "cannot open the {option} file {path} in {cwd}: {error}"),
             LaunchError::Descriptors { program, error } => write!(
                 f,
                 "cannot give '{program}' the descriptors its scrun passed: {error}"
@@ -145,7 +163,9 @@ impl std::error::Error for LaunchError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             LaunchError::Pipe(error) => Some(error),
-            LaunchError::Run { error, .. } | LaunchError::Descriptors { error, .. } => Some(error),
+            LaunchError::Run { error, .. }
+            | LaunchError::Descriptors { error, .. }
+            | LaunchError::Output { error, .. } => Some(error),
             _ => None,
         }
     }

@@ -60,6 +60,14 @@ impl<A: Actuator> Daemon<A> {
         };
         let (reply, last) = match event {
             ClientEvent::Waiting(reason) => (Reply::Waiting { reason }, false),
+            ClientEvent::Accepted { job, count, waits } => (
+                Reply::Accepted {
+                    job: job.0,
+                    count,
+                    waits,
+                },
+                false,
+            ),
             ClientEvent::Admitted {
                 job,
                 queue,
@@ -401,6 +409,7 @@ impl<A: Actuator> Daemon<A> {
                     ));
                 }
                 let wants_terminal = submit.options.pty;
+                let detach = submit.options.batch.detach;
                 let (closed, numbers) = (submit.closed_stdio.clone(), submit.fds.clone());
                 let pmi_ranks = submit.pmi_ranks as usize;
                 // The boundary: the one validator of a submission (the
@@ -421,6 +430,21 @@ impl<A: Actuator> Daemon<A> {
                     }
                 };
                 let fds = std::mem::take(&mut conn.fds);
+                if detach {
+                    // A batch job has no client: no descriptor (the
+                    // validator let none come), and nothing kept here.
+                    conn.submitted = true;
+                    self.served_a_job = true;
+                    self.idle_since = Instant::now();
+                    inputs.extend(self.known_ends(&request));
+                    inputs.push(Input::Submit {
+                        client,
+                        cred: self.connections[&token].cred.clone(),
+                        user: self.connections[&token].user.clone(),
+                        request: Box::new(request),
+                    });
+                    return;
+                }
                 let Some(stdio) = super::descriptors::job_stdio(
                     fds,
                     &closed,
@@ -448,6 +472,12 @@ impl<A: Actuator> Daemon<A> {
                 conn.submitted = true;
                 self.served_a_job = true;
                 self.idle_since = Instant::now();
+                // How the jobs it depends on ended, for those that ended
+                // before the core's memory of them: from the journal.
+                inputs.extend(self.known_ends(&request));
+                let Some(conn) = self.connections.get_mut(&token) else {
+                    return;
+                };
                 inputs.push(Input::Submit {
                     client,
                     cred: conn.cred.clone(),

@@ -102,7 +102,7 @@ impl<A: Actuator> Daemon<A> {
                 table.rows.extend(current.rows);
                 Some(console(command::reply::Reply::Table(table), json))
             }
-            command::Command::Job(id) if self.core.job(crate::ids::JobId(*id)).is_none() => {
+            command::Command::Job(id) if !self.core.knows(crate::ids::JobId(*id)) => {
                 let mut record = journal.ended(*id)?;
                 if !may_see(&record) {
                     crate::journal::redact(&mut record);
@@ -114,6 +114,38 @@ impl<A: Actuator> Daemon<A> {
             }
             _ => None,
         }
+    }
+}
+
+impl<A: Actuator> Daemon<A> {
+    /// How the jobs `request` depends on ended, as the journal says, for
+    /// those the core no longer knows: inputs to give before it.
+    pub(super) fn known_ends(
+        &mut self,
+        request: &crate::job::JobRequest,
+    ) -> Vec<crate::core::Input> {
+        let unknown = self.core.unknown_ends(request);
+        let Some(journal) = self.journal.as_mut() else {
+            return Vec::new();
+        };
+        unknown
+            .into_iter()
+            .filter_map(|job| {
+                let record = journal.ended(job.0)?;
+                let state = record["state"].as_str().unwrap_or("killed");
+                let status = record["exit"].as_i64().unwrap_or(-1);
+                let outcome = if state == "done" && status == 0 {
+                    crate::core::Outcome::Success
+                } else {
+                    let reason = record["reason"].as_str().unwrap_or("");
+                    crate::core::Outcome::Failure(crate::core::cap_text(
+                        format!("job {job} ended with status {status} ({reason})"),
+                        200,
+                    ))
+                };
+                Some(crate::core::Input::KnownEnd { job, outcome })
+            })
+            .collect()
     }
 }
 

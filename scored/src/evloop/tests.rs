@@ -166,6 +166,7 @@ fn submit(client: u64) -> Input {
             env: vec![],
             cwd: OsString::from("/"),
             inherited: Default::default(),
+            batch: Default::default(),
         }),
     }
 }

@@ -126,6 +126,9 @@ impl Core {
             Command::QueueSet { queue, settings } => self.queue_set(queue, settings, now, dir, out),
             Command::Kill { job, signal } => {
                 let id = JobId(job);
+                if let Some(reply) = self.kill_in_backlog(cred, id, signal, now, out) {
+                    return reply;
+                }
                 if let Err(reply) = self.may_touch(cred, id) {
                     return reply;
                 }
@@ -261,8 +264,61 @@ impl Core {
         }
     }
 
+    /// `kill` of a job that waits in the backlog: it ends without running
+    /// (any signal ends it: it has no process to signal). `None` if the
+    /// job is not there.
+    fn kill_in_backlog(
+        &mut self,
+        cred: &Cred,
+        id: JobId,
+        signal: Option<i32>,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) -> Option<Reply> {
+        let (entry, _) = self.backlog.entry_of(id)?;
+        if !self.backlog.holds(id) {
+            return None;
+        }
+        let owner = entry.cred.uid;
+        if !self.is_operator(cred) && owner != cred.uid {
+            return Some(Reply::error(format!(
+                "permission denied: job {id} belongs to another user"
+            )));
+        }
+        if signal.is_some_and(|signal| signal != SIGTERM && signal != SIGKILL) {
+            return Some(Reply::error(format!(
+                "job {id} has no process to signal yet: it is not admitted ({})",
+                entry.why()
+            )));
+        }
+        let by = if owner != cred.uid {
+            "by an operator"
+        } else {
+            "by its owner"
+        };
+        self.kill_waiting(id, by, now, out);
+        Some(Reply::Done(format!("job {id}: killed before it started")))
+    }
+
+    /// The answer to a command that needs an admitted job, for a job of
+    /// the backlog.
+    fn not_admitted(&self, id: JobId) -> Option<Reply> {
+        let (entry, _) = self.backlog.entry_of(id)?;
+        self.backlog.holds(id).then(|| {
+            Reply::error(format!(
+                "job {id} is not admitted yet ({}): kill ends it",
+                entry.why()
+            ))
+        })
+    }
+
     fn no_job(&self, id: JobId) -> Reply {
-        if self.logged.finished.iter().any(|done| done.job.id == id) {
+        if let Some(reply) = self.not_admitted(id) {
+            return reply;
+        }
+        if self.logged.finished.iter().any(|done| done.job.id == id)
+            || self.backlog.ended.iter().any(|ended| ended.id == id)
+        {
             Reply::error(format!("job {id} has already ended"))
         } else {
             Reply::error(format!("no job {id}"))

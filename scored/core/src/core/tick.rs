@@ -22,8 +22,12 @@ impl Core {
         Tick::earliest(self.timer_deadline(), slice)
     }
 
-    /// The earliest graceful-kill escalation or `-time` limit.
+    /// The earliest graceful-kill escalation or `-time` limit, or at once
+    /// when the backlog has admissions left from the last event.
     pub(super) fn timer_deadline(&self) -> Option<Tick> {
+        if self.backlog.more {
+            return Some(Tick::default());
+        }
         let kill = self
             .logged
             .kill_deadlines
@@ -175,6 +179,10 @@ impl Core {
     }
 
     pub(super) fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
+        // Admit what the last event left of the backlog's share.
+        if self.backlog.more {
+            self.admit_waiters(now, out);
+        }
         // Escalate graceful kills whose grace is over.
         while let Some(&(deadline, job)) = self.logged.kill_deadlines.first() {
             if deadline > now {

@@ -4,23 +4,30 @@
 //! before it is used. Every error names what does not fit.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ffi::OsString;
 use std::fmt;
 use std::os::unix::ffi::OsStringExt;
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::{CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot, StatusSnapshot};
+use super::{
+    BacklogSnapshot, BatchSnapshot, CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot,
+    StatusSnapshot, SubmissionSnapshot,
+};
 use crate::admission::{ClusterLimits, Ledger, Placement};
+use crate::batch::Dependency;
+use crate::batch::{self, Batch, BatchOptions};
 use crate::cluster::Topology;
 use crate::command::QueueMode;
+use crate::core::backlog::{Backlog, Entry};
+use crate::core::Outcome;
 use crate::core::{usage_limited, Core, CoreConfig, CoreSnapshot, Switches, Waiter};
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
 use crate::inherit::Inherited;
 use crate::job::{
     EndCause, ExitStatus, Failure, Job, JobLimits, JobRequest, JobSpec, Joiner, Killing, Life,
-    Phase, ProcRequest, Procs, Started, Stretch, Usage,
+    Link, Phase, ProcRequest, Procs, Started, Stretch, Submission, Usage,
 };
 use crate::queue::Queue;
 
@@ -103,6 +110,20 @@ pub enum RestoreError {
     QueuesDisagree,
     /// The reservations of the state's jobs are not the ledger's.
     ReservationsDisagree,
+    /// A submission of the backlog does not fit the jobs or the ids.
+    Backlog {
+        /// Its first job.
+        first: JobId,
+        /// What does not fit.
+        what: &'static str,
+    },
+    /// A job's batch options break a rule of the submission validator.
+    Batch {
+        /// The job.
+        job: JobId,
+        /// The rule, naming the option.
+        error: batch::BatchError,
+    },
 }
 
 impl fmt::Display for RestoreError {
@@ -159,6 +180,10 @@ impl fmt::Display for RestoreError {
             RestoreError::ReservationsDisagree => {
                 f.write_str("the reservations do not match the jobs")
             }
+            RestoreError::Batch { job, error } => write!(f, "job {job}: {error}"),
+            RestoreError::Backlog { first, what } => {
+                write!(f, "the submission of job {first} {what}")
+            }
         }
     }
 }
@@ -185,6 +210,45 @@ pub(super) fn unhex(text: &str) -> Result<Vec<u8>, RestoreError> {
         .chunks(2)
         .map(|pair| Ok(digit(pair[0])? << 4 | digit(pair[1])?))
         .collect()
+}
+
+/// Batch options read back through the validator they passed before.
+pub(super) fn batch_in(job: JobId, batch: BatchSnapshot) -> Result<Batch, RestoreError> {
+    let (after, afterany) = batch.after.iter().partition::<Vec<_>, _>(|(_, any)| !any);
+    let options = BatchOptions {
+        detach: batch.detach,
+        name: batch.name,
+        output: batch.output,
+        error: batch.error,
+        after: after.into_iter().map(|(id, _)| id).collect(),
+        afterany: afterany.into_iter().map(|(id, _)| id).collect(),
+        array: batch
+            .array
+            .map(|(first, last, step, max)| batch::ArraySpec {
+                first,
+                last,
+                step,
+                max,
+            }),
+    };
+    batch::check(&options).map_err(|error| RestoreError::Batch { job, error })
+}
+
+/// A job's submission, shared with the other elements of its array.
+pub(super) fn submission_in(
+    job: JobId,
+    snapshot: SubmissionSnapshot,
+    shared: &mut HashMap<u64, Rc<Submission>>,
+) -> Result<Rc<Submission>, RestoreError> {
+    if let Some(known) = shared.get(&snapshot.first) {
+        return Ok(Rc::clone(known));
+    }
+    let submission = Rc::new(Submission {
+        batch: batch_in(job, snapshot.batch)?,
+        first: JobId(snapshot.first),
+    });
+    shared.insert(snapshot.first, Rc::clone(&submission));
+    Ok(submission)
 }
 
 pub(super) fn cred_in(cred: CredSnapshot) -> Cred {
@@ -388,6 +452,113 @@ impl Reader<'_> {
     }
 }
 
+/// The backlog of a snapshot, each entry checked against the jobs and ids
+/// of the restored core.
+fn restore_backlog(
+    core: &Core,
+    snapshot: BacklogSnapshot,
+    launches: &[LaunchParts],
+    submissions: &mut HashMap<u64, Rc<Submission>>,
+) -> Result<Backlog, RestoreError> {
+    let mut admitted: HashMap<u64, u32> = HashMap::new();
+    for job in core.logged.jobs.values() {
+        if let Some(submission) = &job.submission {
+            *admitted.entry(submission.first.0).or_default() += 1;
+        }
+    }
+    let mut entries = BTreeMap::new();
+    for record in snapshot.entries {
+        let first = JobId(record.first);
+        let refuse = |what| Err(RestoreError::Backlog { first, what });
+        let end = record.first.checked_add(u64::from(record.count));
+        if record.count == 0 || end.is_none_or(|end| end > core.next_job) {
+            return refuse("has ids the state never handed out");
+        }
+        if record.next > record.count
+            || record.ended > record.count
+            || admitted.get(&record.first).copied().unwrap_or(0) != record.admitted
+        {
+            return refuse("does not match its admitted jobs");
+        }
+        let submission = submission_in(
+            first,
+            SubmissionSnapshot {
+                first: record.first,
+                batch: record.batch,
+            },
+            submissions,
+        )?;
+        let request = match record.request {
+            Some(request) => {
+                let (stages, env, cwd, inherited) = launches
+                    .get(request.launch)
+                    .ok_or(RestoreError::LaunchMissing(request.launch))?;
+                Some(Rc::new(JobRequest {
+                    stages: stages.clone(),
+                    joiner: if request.pipe {
+                        Joiner::Pipe
+                    } else {
+                        Joiner::Sequence
+                    },
+                    procs: procs_in(request.procs),
+                    priority: request.priority,
+                    wait: true,
+                    memory: request.memory,
+                    disk: request.disk,
+                    time: request.time_us.map(from_us),
+                    env: env.clone(),
+                    cwd: cwd.clone(),
+                    inherited: inherited.clone(),
+                    batch: submission.batch.clone(),
+                }))
+            }
+            None => None,
+        };
+        let entry = Entry {
+            cred: cred_in(record.cred),
+            user: Rc::from(record.user.as_str()),
+            link: match record.client {
+                Some(client) => Link::Client(ClientToken(client)),
+                None => Link::Batch,
+            },
+            request,
+            submission,
+            command: Rc::from(record.command.as_str()),
+            name: Rc::from(record.name.as_str()),
+            count: record.count,
+            submitted_at: Tick(record.submitted_at),
+            waits_for: record
+                .waits_for
+                .into_iter()
+                .map(|(job, any)| Dependency { job, any })
+                .collect(),
+            next: record.next,
+            skipped: record.skipped.into_iter().collect(),
+            admitted: record.admitted,
+            ended: record.ended,
+            failure: record.failure,
+            short: record.short,
+            since: Tick(record.since),
+            held: record.held,
+        };
+        if entry.request.is_none() && entry.n_waiting() > 0 {
+            return refuse("has jobs to admit but no request");
+        }
+        entries.insert(first, entry);
+    }
+    let outcomes = snapshot
+        .outcomes
+        .into_iter()
+        .map(|(job, failure)| {
+            (
+                JobId(job),
+                failure.map_or(Outcome::Success, Outcome::Failure),
+            )
+        })
+        .collect();
+    Ok(Backlog::restored(entries, outcomes))
+}
+
 impl Core {
     /// A core with `snapshot`'s state, on `topology` (which must have the
     /// same hosts), with `config`'s settings but the snapshot's time slice.
@@ -436,6 +607,7 @@ impl Core {
             launches.get(idx).ok_or(RestoreError::LaunchMissing(idx))
         };
         let mut started: BTreeSet<u64> = BTreeSet::new();
+        let mut submissions: HashMap<u64, Rc<Submission>> = HashMap::new();
         for record in snapshot.jobs {
             let id = JobId(record.id);
             let n_hosts = core.logged.topology.hosts.len() as u32;
@@ -456,6 +628,15 @@ impl Core {
                 return Err(RestoreError::JobDoesNotFit(id));
             }
             let (stages, env, cwd, inherited) = launch_of(record.launch)?;
+            let submission = match record.submission.clone() {
+                Some(snapshot) => Some(submission_in(id, snapshot, &mut submissions)?),
+                None => None,
+            };
+            let link = match (record.client, &submission) {
+                (Some(client), _) => Link::Client(ClientToken(client)),
+                (None, Some(submission)) if submission.batch.detach => Link::Batch,
+                (None, _) => Link::Lost,
+            };
             let request = JobRequest {
                 stages: stages.clone(),
                 joiner: if record.pipe {
@@ -472,6 +653,7 @@ impl Core {
                 env: env.clone(),
                 cwd: cwd.clone(),
                 inherited: inherited.clone(),
+                batch: Batch::default(),
             };
             let phase = match record.phase.as_str() {
                 "idle" => Phase::Idle,
@@ -493,7 +675,9 @@ impl Core {
                 id,
                 user: Rc::from(record.user.as_str()),
                 owner: cred_in(record.owner),
-                client: record.client.map(ClientToken),
+                link_kind: link.parts().0,
+                link_token: link.parts().1,
+                submission,
                 spec: JobSpec {
                     joiner: request.joiner,
                     procs: request.procs,
@@ -533,7 +717,7 @@ impl Core {
                 layout: job.layout.to_vec(),
                 limits: job.limits,
             });
-            if let Some(client) = job.client {
+            if let Some(client) = job.client() {
                 core.logged.by_client.insert(client, id);
             }
             if matches!(job.phase(), Phase::Running | Phase::Stopping) {
@@ -599,8 +783,14 @@ impl Core {
         }
         for record in snapshot.waiting {
             let (stages, env, cwd, inherited) = launch_of(record.launch)?;
+            let batch = match record.batch {
+                Some(batch) => batch_in(JobId(0), batch)?,
+                None => Batch::default(),
+            };
             core.logged.waiting.push_back(Rc::new(Waiter {
-                client: ClientToken(record.client),
+                link: Link::Client(ClientToken(record.client)),
+                id: None,
+                submission: None,
                 cred: cred_in(record.cred),
                 user: Rc::from(record.user.as_str()),
                 request: JobRequest {
@@ -619,6 +809,7 @@ impl Core {
                     env: env.clone(),
                     cwd: cwd.clone(),
                     inherited: inherited.clone(),
+                    batch,
                 },
                 submitted_at: Tick(record.submitted_at),
                 held: record.held,
@@ -644,6 +835,14 @@ impl Core {
             max: from_us(snapshot.switches.max_us),
         };
         core.shutting_down = snapshot.shutting_down;
+        if let Some(backlog) = snapshot.backlog {
+            core.backlog = Rc::new(restore_backlog(
+                &core,
+                backlog,
+                &launches,
+                &mut submissions,
+            )?);
+        }
         core.rebuild_schedule_state();
         core.check_restored()?;
         Ok(core)

@@ -316,6 +316,7 @@ fn sequence_stages_run_one_after_another_and_stop_at_a_failure() {
         env: vec![],
         cwd: "/".into(),
         inherited: Default::default(),
+        batch: Default::default(),
     };
     sim.input(Input::Submit {
         client: ClientToken(client),
@@ -377,6 +378,7 @@ pub(super) fn submit_stages(
         env: vec![],
         cwd: "/".into(),
         inherited: Default::default(),
+        batch: Default::default(),
     };
     sim.input(Input::Submit {
         client: ClientToken(client),

@@ -1,0 +1,479 @@
+//! Jobs that need no terminal: `scrun -batch` returns at once with the
+//! job's id, the job runs with no client and writes its output files as
+//! its user; names, dependencies (`-after=`, `-afterany=`), arrays with a
+//! throttle, and all of it across `restart`. The tests that need a plain
+//! user need root (to create one); elsewhere they print why they skip.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use scored_tests::*;
+
+/// A directory of the sandbox that `user` owns, for its job's files.
+fn user_dir(daemon: &Daemon, user: &TestUser) -> PathBuf {
+    let dir = daemon.sandbox.path.join(format!("home-{}", user.name));
+    std::fs::create_dir_all(&dir).expect("make the user's directory");
+    nix::unistd::chown(
+        &dir,
+        Some(nix::unistd::Uid::from_raw(user.uid)),
+        Some(nix::unistd::Gid::from_raw(user.gid)),
+    )
+    .expect("give the directory to the user");
+    dir
+}
+
+/// `scrun ARGS` as `user` in `dir`, to its end.
+fn run_as(daemon: &Daemon, user: &TestUser, dir: &Path, args: &[&str]) -> Output {
+    daemon
+        .scrun_as(user, args)
+        .current_dir(dir)
+        .output()
+        .expect("run scrun as the user")
+}
+
+/// The id `scrun -batch` printed: its whole stdout.
+fn printed_id(output: &Output) -> u64 {
+    assert_eq!(
+        code(output),
+        Some(0),
+        "scrun -batch failed: {}",
+        stderr(output)
+    );
+    let text = stdout(output);
+    assert!(
+        text.ends_with('\n') && text.lines().count() == 1,
+        "scrun -batch must print the id alone: {text:?}"
+    );
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("not an id: {text:?}"))
+}
+
+/// Submits `args` with `-batch` as root in the sandbox; the job's id.
+fn submit(daemon: &Daemon, args: &[&str]) -> u64 {
+    let mut all = vec!["-batch"];
+    all.extend_from_slice(args);
+    printed_id(&daemon.run(&all))
+}
+
+/// A field of `job ID` as text ("" while unknown).
+fn field(daemon: &Daemon, job: u64, key: &str) -> String {
+    match &daemon.job_field(job, key) {
+        serde_json::Value::String(text) => text.clone(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Waits until job `job` has ended (its state is done or killed).
+fn wait_ended(daemon: &Daemon, job: u64) {
+    let ended = wait_until(Duration::from_secs(60), || {
+        matches!(field(daemon, job, "state").as_str(), "done" | "killed")
+    });
+    assert!(
+        ended,
+        "job {job} did not end: {}",
+        daemon.ok(&format!("job {job}"))
+    );
+}
+
+/// Reads a file that a job writes, once it is there and complete
+/// (`lines` lines).
+fn read_lines(path: &Path, lines: usize) -> Vec<String> {
+    let mut text = String::new();
+    let complete = wait_until(Duration::from_secs(30), || {
+        text = std::fs::read_to_string(path).unwrap_or_default();
+        text.lines().count() >= lines
+    });
+    assert!(complete, "{} has {text:?}", path.display());
+    text.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn a_batch_job_returns_at_once_and_writes_its_file_as_its_user() {
+    let Some(users) = test_users("a_batch_job_returns_at_once_and_writes_its_file_as_its_user")
+    else {
+        return;
+    };
+    let daemon = Daemon::start();
+    let dir = user_dir(&daemon, &users.a);
+    let output = run_as(
+        &daemon,
+        &users.a,
+        &dir,
+        &[
+            "-batch",
+            "sh",
+            "-c",
+            "echo started; readlink /proc/self/fd/0; id -u; echo to-stderr >&2; \
+             while [ ! -e go ]; do sleep 0.05; done; echo done",
+        ],
+    );
+    let id = printed_id(&output);
+    // scrun is gone; the job is not: it waits for its go.
+    assert_eq!(field(&daemon, id, "state"), "running");
+    assert_eq!(field(&daemon, id, "batch"), "true");
+    let file = dir.join(format!("scored-{id}.out"));
+    let first = read_lines(&file, 4);
+    assert_eq!(first[0], "started");
+    assert_eq!(first[1], "/dev/null", "a batch job's stdin");
+    assert_eq!(first[2], users.a.uid.to_string());
+    assert_eq!(first[3], "to-stderr", "stderr goes to stdout's file");
+    std::fs::write(dir.join("go"), "").expect("let the job end");
+    wait_ended(&daemon, id);
+    let meta = std::fs::metadata(&file).expect("the job's file");
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (users.a.uid, users.a.gid),
+        "the file belongs to the user, not to root"
+    );
+    assert_eq!(read_lines(&file, 5)[4], "done");
+    assert_eq!(field(&daemon, id, "exit"), "0");
+    assert_eq!(
+        field(&daemon, id, "output"),
+        format!("scored-{id}.out"),
+        "job ID names the file"
+    );
+}
+
+#[test]
+fn each_rank_gets_a_file_of_its_own_with_r() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let id = submit(
+        &daemon,
+        &[
+            "-nodes=2,output=rank.%j.%r,error=err.%x",
+            "-name=ranks",
+            "sh",
+            "-c",
+            "echo rank $SCORE_RANK of job $SCORE_JOBID; echo oops $SCORE_RANK >&2",
+        ],
+    );
+    wait_ended(&daemon, id);
+    for rank in 0..2 {
+        let lines = read_lines(&daemon.sandbox.path.join(format!("rank.{id}.{rank}")), 1);
+        assert_eq!(lines, [format!("rank {rank} of job {id}")]);
+    }
+    // Both ranks' stderr in the one error file, neither lost.
+    let mut errors = read_lines(&daemon.sandbox.path.join("err.ranks"), 2);
+    errors.sort();
+    assert_eq!(errors, ["oops 0", "oops 1"]);
+    assert_eq!(field(&daemon, id, "output"), format!("rank.{id}.%r"));
+}
+
+#[test]
+fn an_interactive_job_writes_to_its_file_too() {
+    let daemon = Daemon::start();
+    let output = daemon.run(&[
+        "-output=out.%j",
+        "sh",
+        "-c",
+        "echo to-file; echo err-too >&2",
+    ]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "", "the output went to the file");
+    assert_eq!(
+        read_lines(&daemon.sandbox.path.join("out.1"), 2),
+        ["to-file", "err-too"]
+    );
+    // -error= alone: stdout stays the terminal's.
+    let output = daemon.run(&["-error=err.%j", "sh", "-c", "echo shown; echo hidden >&2"]);
+    assert_eq!(stdout(&output), "shown\n");
+    assert_eq!(
+        read_lines(&daemon.sandbox.path.join("err.2"), 1),
+        ["hidden"]
+    );
+}
+
+#[test]
+fn a_path_the_user_may_not_create_is_refused_and_nothing_is_created() {
+    let Some(users) =
+        test_users("a_path_the_user_may_not_create_is_refused_and_nothing_is_created")
+    else {
+        return;
+    };
+    let daemon = Daemon::start();
+    let dir = user_dir(&daemon, &users.a);
+    // Root's directory (the sandbox, 0755): refused at submission.
+    let forbidden = daemon.sandbox.path.join("root-only.%j");
+    let forbidden_text = forbidden.display().to_string();
+    let output = run_as(
+        &daemon,
+        &users.a,
+        &dir,
+        &["-batch", &format!("-output={forbidden_text}"), "true"],
+    );
+    assert_eq!(code(&output), Some(64), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("option 'output'") && message.contains("may not create files in"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&daemon.sandbox.path.display().to_string()),
+        "{message}"
+    );
+    // Nothing was submitted: the next job is job 1.
+    assert!(
+        daemon.ok("jobs all").lines().count() <= 1,
+        "{}",
+        daemon.ok("jobs all")
+    );
+    let created: Vec<_> = std::fs::read_dir(&daemon.sandbox.path)
+        .expect("list the sandbox")
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("root-only"))
+        .collect();
+    assert!(created.is_empty(), "{created:?}");
+    // A symbolic link of the user's own to where only root may write
+    // passes scrun's check (its target does not exist yet), and the rank,
+    // which opens it as the user, is refused: the job ends naming the path,
+    // and root's file is never made.
+    let target = daemon.sandbox.path.join("made-by-root");
+    std::os::unix::fs::symlink(&target, dir.join("link")).expect("plant a link");
+    let output = run_as(&daemon, &users.a, &dir, &["-batch,output=link", "true"]);
+    let id = printed_id(&output);
+    wait_ended(&daemon, id);
+    let reason = field(&daemon, id, "reason");
+    assert!(
+        reason.contains("cannot open the output file link") && reason.contains("ermission denied"),
+        "{reason}"
+    );
+    assert!(!target.exists(), "root made the file a user named");
+    // A file the user may not write is refused at submission.
+    std::fs::write(&target, "root's\n").expect("root's file");
+    let output = run_as(
+        &daemon,
+        &users.a,
+        &dir,
+        &["-batch", &format!("-output={}", target.display()), "true"],
+    );
+    assert_eq!(code(&output), Some(64), "{}", stderr(&output));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "root's\n");
+}
+
+#[test]
+fn a_chain_after_a_success_runs_in_order_and_after_a_failure_never() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let stamp = "date +%s.%N";
+    let first = submit(
+        &daemon,
+        &["-output=first", "sh", "-c", &format!("sleep 0.5; {stamp}")],
+    );
+    let second = submit(
+        &daemon,
+        &[
+            &format!("-after={first}"),
+            "-output=second",
+            "sh",
+            "-c",
+            stamp,
+        ],
+    );
+    assert_eq!(field(&daemon, second, "state"), "waiting");
+    assert!(
+        field(&daemon, second, "reason").contains(&format!("after={first}")),
+        "{}",
+        daemon.ok(&format!("job {second}"))
+    );
+    assert!(daemon
+        .ok("jobs")
+        .contains(&format!("waits for after={first}")));
+    wait_ended(&daemon, second);
+    let ended: f64 = read_lines(&daemon.sandbox.path.join("first"), 1)[0]
+        .parse()
+        .unwrap();
+    let started: f64 = read_lines(&daemon.sandbox.path.join("second"), 1)[0]
+        .parse()
+        .unwrap();
+    assert!(
+        started >= ended,
+        "the dependant ran before its dependency ended"
+    );
+    // A failure: its dependant never runs, nor the one after that.
+    let failing = submit(&daemon, &["sh", "-c", "sleep 0.3; exit 3"]);
+    let never = submit(
+        &daemon,
+        &[&format!("-after={failing}"), "-output=never", "true"],
+    );
+    let nor = submit(&daemon, &[&format!("-after={never}"), "true"]);
+    wait_ended(&daemon, nor);
+    assert_eq!(field(&daemon, never, "state"), "killed");
+    assert_eq!(field(&daemon, never, "exit"), "75");
+    let reason = field(&daemon, never, "reason");
+    assert!(
+        reason.contains(&format!("job {failing} ended with status 3")),
+        "{reason}"
+    );
+    assert!(field(&daemon, nor, "reason").contains(&format!("job {never}")));
+    assert!(!daemon.sandbox.path.join("never").exists());
+}
+
+#[test]
+fn afterany_runs_however_the_job_ended() {
+    let daemon = Daemon::start();
+    let failing = submit(&daemon, &["sh", "-c", "sleep 0.2; exit 1"]);
+    let any = submit(
+        &daemon,
+        &[
+            &format!("-afterany={failing}"),
+            "-output=any",
+            "echo",
+            "ran",
+        ],
+    );
+    wait_ended(&daemon, any);
+    assert_eq!(read_lines(&daemon.sandbox.path.join("any"), 1), ["ran"]);
+    assert_eq!(field(&daemon, any, "exit"), "0");
+}
+
+#[test]
+fn bad_batch_options_and_unknown_dependencies_change_nothing() {
+    let daemon = Daemon::start();
+    for (args, expected, status) in [
+        (vec!["-batch,array=5-1", "true"], "option 'array'", 64),
+        (vec!["-batch,after=abc", "true"], "option 'after'", 64),
+        (vec!["-batch,output=%q", "true"], "option 'output'", 64),
+        (vec!["-batch,output=no/such/dir/x", "true"], "directory", 64),
+        (vec!["-batch,after=999", "true"], "there is no job 999", 75),
+        (vec!["-batch,array=0-99999", "true"], "at most 10000", 64),
+        (vec!["-batch,pty", "true"], "option 'batch'", 75),
+    ] {
+        let output = daemon.run(&args);
+        assert_eq!(code(&output), Some(status), "{args:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(expected),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert_eq!(stdout(&output), "", "{args:?}");
+    }
+    // Nothing was taken: the first job that is gets id 1.
+    assert_eq!(submit(&daemon, &["true"]), 1);
+}
+
+#[test]
+fn an_array_runs_at_most_max_at_once_by_its_own_timestamps() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let first = submit(
+        &daemon,
+        &[
+            "-array=1-6%2,output=el.%a",
+            "sh",
+            "-c",
+            "echo $SCORE_ARRAY_INDEX $SCORE_ARRAY_JOBID $SCORE_JOBID; date +%s.%N; sleep 0.4; date +%s.%N",
+        ],
+    );
+    let after_all = submit(
+        &daemon,
+        &[&format!("-after={first}"), "-output=all", "date", "+%s.%N"],
+    );
+    wait_ended(&daemon, after_all);
+    let mut spans = Vec::new();
+    let mut ids = Vec::new();
+    for index in 1..=6 {
+        let lines = read_lines(&daemon.sandbox.path.join(format!("el.{index}")), 3);
+        let words: Vec<&str> = lines[0].split(' ').collect();
+        assert_eq!(words[0], index.to_string());
+        assert_eq!(words[1], first.to_string(), "SCORE_ARRAY_JOBID");
+        ids.push(words[2].parse::<u64>().unwrap());
+        spans.push((
+            lines[1].parse::<f64>().unwrap(),
+            lines[2].parse::<f64>().unwrap(),
+        ));
+    }
+    assert_eq!(
+        ids,
+        (first..first + 6).collect::<Vec<_>>(),
+        "one id per element"
+    );
+    for (start, _) in &spans {
+        let at_once = spans
+            .iter()
+            .filter(|(from, to)| from <= start && start < to)
+            .count();
+        assert!(at_once <= 2, "{at_once} elements ran at once: {spans:?}");
+    }
+    let last_end = spans.iter().map(|(_, end)| *end).fold(0.0, f64::max);
+    let all: f64 = read_lines(&daemon.sandbox.path.join("all"), 1)[0]
+        .parse()
+        .unwrap();
+    assert!(
+        all >= last_end,
+        "-after= on the array's id ran before all of it ended"
+    );
+}
+
+#[test]
+fn names_show_in_jobs_and_job_id() {
+    let daemon = Daemon::start();
+    let named = submit(&daemon, &["-name=sweep-7", "sleep", "5"]);
+    let unnamed = submit(&daemon, &["/bin/sleep", "5"]);
+    assert_eq!(field(&daemon, named, "name"), "sweep-7");
+    assert_eq!(field(&daemon, unnamed, "name"), "sleep");
+    let jobs = daemon.ok("jobs");
+    assert!(jobs.contains("sweep-7"), "{jobs}");
+    daemon.ok(&format!("kill {named}"));
+    daemon.ok(&format!("kill {unnamed}"));
+}
+
+#[test]
+fn batch_jobs_dependants_and_arrays_survive_a_restart() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let long = submit(
+        &daemon,
+        &[
+            "-output=long",
+            "sh",
+            "-c",
+            "while [ ! -e go ]; do sleep 0.05; done; echo long",
+        ],
+    );
+    let after = submit(
+        &daemon,
+        &[&format!("-after={long}"), "-output=after", "echo", "after"],
+    );
+    let array = submit(
+        &daemon,
+        &[
+            "-array=1-3%1,output=a.%a",
+            "sh",
+            "-c",
+            "echo $SCORE_ARRAY_INDEX",
+        ],
+    );
+    assert!(wait_until(Duration::from_secs(30), || field(
+        &daemon, long, "state"
+    ) == "running"));
+    let output = daemon.console("restart");
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{}{}",
+        stdout(&output),
+        daemon.log()
+    );
+    assert_eq!(field(&daemon, after, "state"), "waiting");
+    assert_eq!(field(&daemon, long, "batch"), "true");
+    std::fs::write(daemon.sandbox.path.join("go"), "").unwrap();
+    wait_ended(&daemon, after);
+    wait_ended(&daemon, array + 2);
+    assert_eq!(read_lines(&daemon.sandbox.path.join("long"), 1), ["long"]);
+    assert_eq!(read_lines(&daemon.sandbox.path.join("after"), 1), ["after"]);
+    for index in 1..=3 {
+        assert_eq!(
+            read_lines(&daemon.sandbox.path.join(format!("a.{index}")), 1),
+            [index.to_string()]
+        );
+    }
+    let history = daemon.json("history");
+    let records = history.as_array().expect("history is a list");
+    let record = records
+        .iter()
+        .find(|record| record["id"] == long)
+        .expect("the batch job in history");
+    assert_eq!(record["output"], "long");
+    assert_eq!(record["batch"], true);
+}
