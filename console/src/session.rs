@@ -270,7 +270,8 @@ mod tests {
         let help = execute("help kill", false, &mut send).unwrap().unwrap();
         assert!(help.ok);
         assert!(
-            help.text.starts_with("usage: kill ID [SIGNAL]\n"),
+            help.text
+                .starts_with("usage: kill [-s SIGNAL] ID [ID...]\n"),
             "{}",
             help.text
         );

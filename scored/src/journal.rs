@@ -525,10 +525,19 @@ impl Journal {
         self.read_records(&[entry]).pop()
     }
 
-    /// Rows of `jobs all` for the recently finished jobs, oldest first.
-    pub fn recent_rows(&self, table: &mut Table, may_see: &dyn Fn(&Json) -> bool) {
+    /// Rows of `jobs all` for the recently finished jobs that `keep`
+    /// keeps, oldest first.
+    pub fn recent_rows(
+        &self,
+        table: &mut Table,
+        may_see: &dyn Fn(&Json) -> bool,
+        keep: &dyn Fn(&Json) -> bool,
+    ) {
         for recent in &self.recent {
             let mut record = recent.parse();
+            if !keep(&record) {
+                continue;
+            }
             if !may_see(&record) {
                 redact(&mut record);
             }
@@ -673,7 +682,8 @@ pub fn left_out_note(left_out: usize) -> String {
 /// The text table `history` prints (its JSON is the full records).
 pub fn history_table(records: &[Json]) -> Table {
     let mut table = Table::new(&[
-        "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "ended", "reason",
+        "id", "user", "name", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "ended",
+        "command", "reason",
     ]);
     for record in records {
         table.push(

@@ -178,6 +178,14 @@ pub fn pidfd_send_signal(pidfd: &OwnedFd, signal: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// `kill(pid, signal)` for a signal nix has no name for (a real-time
+/// one); a negative `pid` is a process group, as for kill(2).
+pub fn kill_number(pid: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: kill takes plain integers.
+    cvt(unsafe { libc::kill(pid, signal) } as libc::c_long)?;
+    Ok(())
+}
+
 /// Sets the calling thread's policy: `SCHED_FIFO` at `priority`, or
 /// `SCHED_OTHER` when `priority` is `None`; with `reset_on_fork`, children
 /// start at normal policy and non-negative nice.

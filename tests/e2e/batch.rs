@@ -477,3 +477,191 @@ fn batch_jobs_dependants_and_arrays_survive_a_restart() {
     assert_eq!(record["output"], "long");
     assert_eq!(record["batch"], true);
 }
+
+/// Whether job `job` has not ended (running, or time-sharing its hosts).
+fn unfinished(daemon: &Daemon, job: u64) -> bool {
+    matches!(
+        field(daemon, job, "state").as_str(),
+        "queued" | "running" | "stopped"
+    )
+}
+
+/// What a command said, on stdout and stderr.
+fn said(output: &Output) -> String {
+    format!("{}{}", stdout(output), stderr(output))
+}
+
+/// Lines of `jobs` (without its header) that mention `word`.
+fn listed(daemon: &Daemon, line: &str, word: &str) -> Vec<String> {
+    daemon
+        .ok(line)
+        .lines()
+        .skip(1)
+        .filter(|row| row.split_whitespace().any(|cell| cell == word))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn jobs_lists_by_user_name_and_state_and_kill_ends_by_name_only_ones_own() {
+    let Some(users) =
+        test_users("jobs_lists_by_user_name_and_state_and_kill_ends_by_name_only_ones_own")
+    else {
+        return;
+    };
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let dir_a = user_dir(&daemon, &users.a);
+    let dir_b = user_dir(&daemon, &users.b);
+    let sweep = printed_id(&run_as(
+        &daemon,
+        &users.a,
+        &dir_a,
+        &["-batch,name=sweep,array=1-3%1", "sleep", "60"],
+    ));
+    let other = printed_id(&run_as(
+        &daemon,
+        &users.a,
+        &dir_a,
+        &["-batch", "sleep", "60"],
+    ));
+    let theirs = printed_id(&run_as(
+        &daemon,
+        &users.b,
+        &dir_b,
+        &["-batch,name=sweep", "sleep", "60"],
+    ));
+    let ids = |rows: Vec<String>| -> Vec<u64> {
+        let mut ids: Vec<u64> = rows
+            .iter()
+            .filter_map(|row| row.split_whitespace().next()?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    assert_eq!(
+        ids(listed(
+            &daemon,
+            &format!("jobs --user {}", users.a.name),
+            &users.a.name
+        )),
+        [sweep, sweep + 1, sweep + 2, other]
+    );
+    assert_eq!(
+        ids(listed(&daemon, "jobs --name sweep", "sweep")),
+        [sweep, sweep + 1, sweep + 2, theirs]
+    );
+    let waiting = listed(&daemon, "jobs --name sweep --state waiting", "waiting");
+    assert_eq!(ids(waiting.clone()), [sweep + 1, sweep + 2]);
+    assert!(
+        waiting[0].contains("waits for its array: 1 of %1 running"),
+        "{waiting:?}"
+    );
+    assert!(listed(&daemon, "jobs --user nobody-at-all", "sleep").is_empty());
+    // Another user's jobs are not a plain user's to kill: nothing is done.
+    let refused = daemon.console_as(&users.a, &format!("kill --user {}", users.b.name));
+    assert_eq!(code(&refused), Some(1), "{}", said(&refused));
+    assert!(
+        said(&refused).contains("permission denied"),
+        "{}",
+        said(&refused)
+    );
+    assert!(unfinished(&daemon, theirs));
+    let refused = daemon.console_as(&users.a, &format!("kill {other} {theirs}"));
+    assert_eq!(code(&refused), Some(1));
+    assert!(unfinished(&daemon, other));
+    // By name, a user's own: the running element and the waiting ones.
+    let output = daemon.console_as(&users.a, "kill --name sweep");
+    assert_eq!(code(&output), Some(0), "{}", stdout(&output));
+    let reply = stdout(&output);
+    assert!(
+        reply.contains(&format!("job {sweep}: killing (SIGTERM")),
+        "{reply}"
+    );
+    assert!(
+        reply.contains(&format!("job {}: killed before it started", sweep + 2)),
+        "{reply}"
+    );
+    assert_eq!(reply.lines().count(), 3, "{reply}");
+    wait_ended(&daemon, sweep);
+    wait_ended(&daemon, sweep + 2);
+    assert!(unfinished(&daemon, theirs));
+    assert!(unfinished(&daemon, other));
+    // Root may end another user's jobs.
+    daemon.ok(&format!("kill --user {}", users.b.name));
+    wait_ended(&daemon, theirs);
+    daemon.ok(&format!("kill {other}"));
+}
+
+#[test]
+fn kill_of_two_ids_ends_both_and_a_realtime_signal_is_delivered() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let trap = "trap 'echo got-rt' RTMIN+2; trap 'echo got-usr1' USR1; echo ready; \
+                while :; do sleep 0.05; done";
+    let first = submit(&daemon, &["-output=first", "bash", "-c", trap]);
+    let second = submit(&daemon, &["sleep", "60"]);
+    read_lines(&daemon.sandbox.path.join("first"), 1);
+    // A signal by name, with -s or after the id, really reaches the job.
+    let reply = daemon.ok(&format!("kill -s RTMIN+2 {first}"));
+    assert_eq!(reply, format!("job {first}: sent SIGRTMIN+2\n"));
+    let reply = daemon.ok(&format!("kill {first} USR1"));
+    assert_eq!(reply, format!("job {first}: sent SIGUSR1\n"));
+    // Each reaches every process: the shell's trap runs, and its `sleep`
+    // dies of it (the shell says so).
+    let lines = read_lines(&daemon.sandbox.path.join("first"), 5);
+    let traps: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.starts_with("got-"))
+        .collect();
+    assert_eq!(traps, ["got-rt", "got-usr1"], "{lines:?}");
+    // Every number is a job id: both end.
+    let reply = daemon.ok(&format!("kill {first} {second}"));
+    assert_eq!(reply.lines().count(), 2, "{reply}");
+    assert!(
+        reply.contains(&format!("job {first}: killing (SIGTERM")),
+        "{reply}"
+    );
+    assert!(
+        reply.contains(&format!("job {second}: killing (SIGTERM")),
+        "{reply}"
+    );
+    wait_ended(&daemon, first);
+    wait_ended(&daemon, second);
+    // A job that does not exist refuses the whole command.
+    let third = submit(&daemon, &["sleep", "60"]);
+    let output = daemon.console(&format!("kill {third} 999"));
+    assert_eq!(code(&output), Some(1));
+    assert!(said(&output).contains("no job 999"), "{}", said(&output));
+    assert!(unfinished(&daemon, third));
+    // A signal other than an end is not sent to a job without processes,
+    // and the reply says so.
+    let waiting = submit(&daemon, &[&format!("-after={third}"), "true"]);
+    let output = daemon.console(&format!("kill -s USR1 {waiting}"));
+    assert_eq!(code(&output), Some(1));
+    assert!(
+        said(&output).contains(&format!("job {waiting}: not sent SIGUSR1")),
+        "{}",
+        said(&output)
+    );
+    daemon.ok(&format!("kill {third}"));
+}
+
+#[test]
+fn history_shows_the_name_and_the_command() {
+    let daemon = Daemon::start();
+    let id = submit(&daemon, &["-name=reporter", "echo", "history-me"]);
+    wait_ended(&daemon, id);
+    let history = daemon.ok("history");
+    let header = history.lines().next().unwrap_or_default().to_string();
+    assert!(
+        header.contains("NAME") && header.contains("COMMAND"),
+        "{header}"
+    );
+    let row = history
+        .lines()
+        .find(|line| line.split_whitespace().next() == Some(&id.to_string()))
+        .unwrap_or_else(|| panic!("job {id} in history:\n{history}"));
+    assert!(
+        row.contains("reporter") && row.contains("echo history-me"),
+        "{row}"
+    );
+}

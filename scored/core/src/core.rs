@@ -651,6 +651,7 @@ mod commands;
 mod config;
 mod input;
 mod invariants;
+mod kill;
 mod lifecycle;
 mod repeat;
 mod script;

@@ -118,7 +118,34 @@ impl OsActuator {
         }
         match signal_from(signal) {
             Some(signal) => self.send(job, signal),
-            None => tracing::warn!(job = %job, signal, "not a signal; nothing sent"),
+            None => self.send_number(job, signal),
+        }
+    }
+
+    /// Sends a signal nix has no name for (a real-time one, which a job
+    /// may trap) the way [`OsActuator::send`] sends the others: to each
+    /// rank's group, to ranks still before their exec by pid, and to
+    /// descendants outside those groups through their pidfds.
+    fn send_number(&mut self, job: JobId, signal: i32) {
+        let Some(procs) = self.jobs.get(&job) else {
+            return;
+        };
+        for &pgid in procs.groups.keys() {
+            if let Err(error) = sys::kill_number(-pgid, signal) {
+                tracing::debug!(job = %job, pgid, signal, %error, "kill of a group failed");
+            }
+        }
+        for pid in procs
+            .children
+            .iter()
+            .filter(|pid| self.execs.contains_key(pid))
+        {
+            let _ = sys::kill_number(*pid, signal);
+        }
+        for extra in procs.extras.values() {
+            if !procs.groups.contains_key(&extra.pgrp) {
+                let _ = sys::pidfd_send_signal(&extra.pidfd, signal);
+            }
         }
     }
 

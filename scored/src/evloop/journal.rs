@@ -89,8 +89,8 @@ impl<A: Actuator> Daemon<A> {
                     json: json.then(|| serde_json::Value::Array(records)),
                 })
             }
-            command::Command::Jobs { all: true } => {
-                let reply = self.core.jobs_table(cred, false, now);
+            command::Command::Jobs { all: true, filter } => {
+                let reply = self.core.jobs_table(cred, false, filter, now);
                 let command::reply::Reply::Table(current) = reply else {
                     return None;
                 };
@@ -98,7 +98,19 @@ impl<A: Actuator> Daemon<A> {
                     columns: current.columns.clone(),
                     rows: Vec::new(),
                 };
-                journal.recent_rows(&mut table, &may_see);
+                let keep = |record: &serde_json::Value| {
+                    let text = |key: &str| record[key].as_str().unwrap_or_default().to_string();
+                    let uid = record["uid"]
+                        .as_u64()
+                        .and_then(|uid| u32::try_from(uid).ok());
+                    filter.matches(
+                        &text("user"),
+                        uid.unwrap_or(u32::MAX),
+                        &text("name"),
+                        &text("state"),
+                    )
+                };
+                journal.recent_rows(&mut table, &may_see, &keep);
                 table.rows.extend(current.rows);
                 Some(console(command::reply::Reply::Table(table), json))
             }

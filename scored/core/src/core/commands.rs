@@ -5,15 +5,12 @@
 
 use std::time::Duration;
 
-use super::{
-    queue_group_name, Action, ClientEvent, Core, Directory, JobEvent, JOB_CONTROL_SIGNALS, SIGKILL,
-    SIGTERM,
-};
+use super::{queue_group_name, Action, ClientEvent, Core, Directory, JobEvent};
 use crate::admission::ClusterLimits;
 use crate::command::reply::{Reply, Value};
 use crate::command::{self, Command, QueueAction, QueueMode, Setting};
 use crate::ids::{ClientToken, Cred, JobId, Tick};
-use crate::job::{EndCause, Job, Phase};
+use crate::job::Job;
 use crate::queue::{Queue, DEFAULT_MPL};
 use crate::units::{format_duration, format_size};
 
@@ -77,7 +74,7 @@ impl Core {
             Command::Hosts => self.hosts_table(),
             Command::Clusters => self.clusters_table(),
             Command::Queues => self.queues_table(),
-            Command::Jobs { all } => self.jobs_table(cred, all, now),
+            Command::Jobs { all, filter } => self.jobs_table(cred, all, &filter, now),
             Command::Job(id) => self.job_record(cred, JobId(id), now),
             // The event loop carries it out once the reply is known to be
             // allowed (rights, no shutdown under way).
@@ -124,44 +121,11 @@ impl Core {
                 Reply::Done(format!("queue {queue}: {state} (jobs {scheduling})"))
             }
             Command::QueueSet { queue, settings } => self.queue_set(queue, settings, now, dir, out),
-            Command::Kill { job, signal } => {
-                let id = JobId(job);
-                if let Some(reply) = self.kill_in_backlog(cred, id, signal, now, out) {
-                    return reply;
-                }
-                if let Err(reply) = self.may_touch(cred, id) {
-                    return reply;
-                }
-                let by = if operator && self.logged.jobs[&id].owner.uid != cred.uid {
-                    "by an operator".to_string()
-                } else {
-                    "by its owner".to_string()
-                };
-                match signal {
-                    None | Some(SIGTERM) => {
-                        self.begin_kill(id, EndCause::Killed(by), true, now, out);
-                        Reply::Done(format!(
-                            "job {job}: killing (SIGTERM, then SIGKILL after {})",
-                            format_duration(self.logged.config.kill_grace)
-                        ))
-                    }
-                    Some(SIGKILL) => {
-                        self.begin_kill(id, EndCause::Killed(by), false, now, out);
-                        Reply::Done(format!("job {job}: killed"))
-                    }
-                    Some(signal) if JOB_CONTROL_SIGNALS.contains(&signal) => Reply::error(format!(
-                        "signal {signal} would stop or continue job {job} behind the scheduler's back; \
-                         use suspend {job} or resume {job}"
-                    )),
-                    Some(signal) => {
-                        if self.logged.jobs[&id].phase() == Phase::Idle {
-                            return Reply::error(format!("job {job} has no process to signal yet"));
-                        }
-                        out.push(Action::Signal { job: id, signal });
-                        Reply::Done(format!("job {job}: sent signal {signal}"))
-                    }
-                }
-            }
+            Command::Kill {
+                jobs,
+                filter,
+                signal,
+            } => self.kill(cred, &jobs, &filter, signal, now, out),
             Command::Suspend(job) => {
                 let id = JobId(job);
                 if let Err(reply) = self.may_touch(cred, id) {
@@ -264,42 +228,6 @@ impl Core {
         }
     }
 
-    /// `kill` of a job that waits in the backlog: it ends without running
-    /// (any signal ends it: it has no process to signal). `None` if the
-    /// job is not there.
-    fn kill_in_backlog(
-        &mut self,
-        cred: &Cred,
-        id: JobId,
-        signal: Option<i32>,
-        now: Tick,
-        out: &mut Vec<Action>,
-    ) -> Option<Reply> {
-        let (entry, _) = self.backlog.entry_of(id)?;
-        if !self.backlog.holds(id) {
-            return None;
-        }
-        let owner = entry.cred.uid;
-        if !self.is_operator(cred) && owner != cred.uid {
-            return Some(Reply::error(format!(
-                "permission denied: job {id} belongs to another user"
-            )));
-        }
-        if signal.is_some_and(|signal| signal != SIGTERM && signal != SIGKILL) {
-            return Some(Reply::error(format!(
-                "job {id} has no process to signal yet: it is not admitted ({})",
-                entry.why()
-            )));
-        }
-        let by = if owner != cred.uid {
-            "by an operator"
-        } else {
-            "by its owner"
-        };
-        self.kill_waiting(id, by, now, out);
-        Some(Reply::Done(format!("job {id}: killed before it started")))
-    }
-
     /// The answer to a command that needs an admitted job, for a job of
     /// the backlog.
     fn not_admitted(&self, id: JobId) -> Option<Reply> {
@@ -312,7 +240,7 @@ impl Core {
         })
     }
 
-    fn no_job(&self, id: JobId) -> Reply {
+    pub(super) fn no_job(&self, id: JobId) -> Reply {
         if let Some(reply) = self.not_admitted(id) {
             return reply;
         }

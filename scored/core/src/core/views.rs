@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::backlog::batch_fields;
 use super::{Core, Ending};
 use crate::command::reply::{Reply, Table, Value};
+use crate::command::JobFilter;
 use crate::ids::{Cred, JobId, Tick};
 use crate::job::{Job, JobState, Joiner};
 use crate::queue::Queue;
@@ -254,7 +255,7 @@ impl Core {
 
     /// The `jobs` listing as `cred` may see it (`all`: with the finished
     /// jobs the core remembers): admitted jobs, then those of the backlog.
-    pub fn jobs_table(&self, cred: &Cred, all: bool, now: Tick) -> Reply {
+    pub fn jobs_table(&self, cred: &Cred, all: bool, filter: &JobFilter, now: Tick) -> Reply {
         let mut table = Table::new(&[
             "id", "user", "name", "queue", "state", "procs", "hosts", "cpu", "wall", "exit",
             "command", "reason",
@@ -263,6 +264,9 @@ impl Core {
         if all {
             for done in &self.logged.finished {
                 let job = &done.job;
+                if !filter.matches(&job.user, job.owner.uid, &job.name(), done.state.as_str()) {
+                    continue;
+                }
                 let details = self.may_see_details(cred, job);
                 table.push(vec![
                     Value::Uint(job.id.0),
@@ -288,6 +292,10 @@ impl Core {
                         .find(|(known, _)| known == key)
                         .map_or(Value::None, |(_, value)| value.clone())
                 };
+                let text = |key: &str| field(key).to_text();
+                if !filter.matches(&text("user"), ended.uid, &text("name"), &text("state")) {
+                    continue;
+                }
                 table.push(vec![
                     field("id"),
                     field("user"),
@@ -305,10 +313,14 @@ impl Core {
             }
         }
         for job in self.logged.jobs.values() {
+            let name = job.name();
+            if !filter.matches(&job.user, job.owner.uid, &name, job.state().as_str()) {
+                continue;
+            }
             table.push(vec![
                 Value::Uint(job.id.0),
                 Value::text(&*job.user),
-                Value::text(job.name()),
+                Value::text(name),
                 Value::Uint(u64::from(job.queue)),
                 Value::text(job.state().as_str()),
                 Value::Uint(u64::from(job.nprocs())),
@@ -327,6 +339,10 @@ impl Core {
             ]);
         }
         for entry in self.backlog.entries.values() {
+            let state = JobState::Waiting.as_str();
+            if !filter.matches(&entry.user, entry.cred.uid, &entry.name, state) {
+                continue;
+            }
             let details = self.is_operator(cred) || entry.cred.uid == cred.uid;
             let why = entry.why();
             let queue = self.entry_queue(entry);

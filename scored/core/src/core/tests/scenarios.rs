@@ -631,7 +631,7 @@ fn job_control_signals_are_refused_and_others_sent_alone() {
             "{reply}"
         );
     }
-    check(&sim.cmd(&root(), "kill 1 USR1"), "job 1: sent signal 10\n");
+    check(&sim.cmd(&root(), "kill 1 USR1"), "job 1: sent SIGUSR1\n");
     check(&sim.take_log(), "signal 1 10");
     assert_eq!(sim.core.n_jobs(), 1, "a plain signal does not end the job");
 }
