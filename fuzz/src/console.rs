@@ -1,4 +1,4 @@
-//! Property of the console language parser (`scored::command`).
+//! Property of the console language parser (`scored_proto::command`).
 //!
 //! The input is one console line (bytes that are not UTF-8 are replaced,
 //! since the protocol carries the line as a JSON string).
@@ -12,8 +12,8 @@
 //! - `is_changing` and the help for the command's name never panic.
 #![forbid(unsafe_code)]
 
-use scored::command::help;
-use scored::command::parse::{parse_line, render, MAX_LINE};
+use scored_proto::command::help;
+use scored_proto::command::parse::{parse_line, render, MAX_LINE};
 
 /// Checks the properties on one input; panics when one fails.
 pub fn check(data: &[u8]) {

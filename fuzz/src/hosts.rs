@@ -1,4 +1,4 @@
-//! Property of the hosts database parser (`scored::hosts`).
+//! Property of the hosts database parser (`scored_core::hosts`).
 //!
 //! The input is split at its first two NUL bytes into up to three files,
 //! held in memory: the main file `/etc/score/scorehosts.db`, then
@@ -23,9 +23,9 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use scored::cluster::{Machine, Topology};
-use scored::hosts::{self, Database, Diagnostic, Loader, MAX_LINE_LEN, MAX_TOTAL_SIZE};
-use scored::units::CpuSet;
+use scored_core::cluster::{Machine, Topology};
+use scored_core::hosts::{self, Database, Diagnostic, Loader, MAX_LINE_LEN, MAX_TOTAL_SIZE};
+use scored_proto::units::CpuSet;
 
 /// The main file; the other two sit beside it and below it.
 const MAIN: &str = "/etc/score/scorehosts.db";

@@ -1,4 +1,4 @@
-//! Property of the protocol decoder (`scored::proto`).
+//! Property of the protocol decoder (`scored_proto::proto`).
 //!
 //! The input is the byte stream a client sends to the daemon: frames of a
 //! 4-byte big-endian length and that much JSON, possibly cut short or
@@ -20,9 +20,9 @@
 //!   back exactly only with its `float_roundtrip` feature.
 #![forbid(unsafe_code)]
 
-use scored::command::parse_line;
-use scored::job::JobRequest;
-use scored::proto::{self, FrameError, Reply, Request, MAX_REPLY, MAX_REQUEST};
+use scored_core::job::JobRequest;
+use scored_proto::command::parse_line;
+use scored_proto::proto::{self, FrameError, Reply, Request, MAX_REPLY, MAX_REQUEST};
 
 /// Checks the properties on one input; panics when one fails.
 pub fn check(data: &[u8]) {

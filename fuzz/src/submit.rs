@@ -1,4 +1,4 @@
-//! Property of the submission validator (`scored::submit`), which turns a
+//! Property of the submission validator (`scored_proto::submit`), which turns a
 //! `proto::Submit` from the wire into the core's `JobRequest`
 //! (`JobRequest::try_from`) and which scrun runs before sending (`check`).
 //!
@@ -22,8 +22,8 @@
 
 use std::ffi::OsString;
 
-use scored::job::{JobRequest, ProcRequest};
-use scored::proto::{
+use scored_core::job::{JobRequest, ProcRequest};
+use scored_proto::proto::{
     self, JobOptions, Joiner, Request, Submit, WireBytes, MAX_PROCS, MAX_REQUEST, MAX_STAGES,
 };
 
@@ -42,7 +42,7 @@ pub fn check(data: &[u8]) {
             "the submission does not survive encoding"
         );
     }
-    let checked = scored::submit::check(&submit);
+    let checked = scored_proto::submit::check(&submit);
     let job = match JobRequest::try_from(submit.clone()) {
         Ok(job) => {
             assert_eq!(checked, Ok(()), "check refuses what try_from accepts");
@@ -285,7 +285,7 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
     let n_limits = usize::from(reader.byte() % 4);
     let rlimits = (0..n_limits)
         .map(|_| {
-            let name = scored::inherit::RLIMIT_NAMES;
+            let name = scored_proto::inherit::RLIMIT_NAMES;
             let pick = usize::from(reader.byte());
             proto::WireRlimit {
                 resource: name.get(pick).map_or("bogus", |n| n).to_string(),

@@ -1,4 +1,4 @@
-//! scored's settings: command-line flags (SPEC §7) over an optional TOML
+//! scored's settings: command-line flags (scored(8), OPTIONS) over an optional TOML
 //! file (`--config`), resolved into one [`Settings`] value.
 //!
 //! Pure apart from reading the TOML file's text, which the caller passes in.
@@ -10,9 +10,9 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
-use crate::units::{parse_duration, quote};
+use scored_proto::units::{parse_duration, quote};
 
-/// The default gang time slice (SPEC §7).
+/// The default gang time slice, as SCore-D boots (scored(8), `--timeslice`).
 pub const DEFAULT_TIMESLICE: Duration = Duration::from_millis(500);
 /// The default time between SIGTERM and SIGKILL when a job is killed.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
@@ -169,7 +169,7 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// The budgets of unfinished jobs and waiting submissions of users
     /// other than root and the operators.
-    pub budgets: crate::core::Budgets,
+    pub budgets: scored_core::core::Budgets,
     /// Verbosity.
     pub verbose: u8,
     /// Size at which the job journal is rotated.
@@ -195,7 +195,7 @@ pub enum ConfigError {
         /// The flag (or the file's key of the same name).
         flag: &'static str,
         /// Why.
-        source: crate::units::ValueError,
+        source: scored_proto::units::ValueError,
     },
     /// A duration outside its range.
     OutOfRange {
@@ -232,7 +232,7 @@ impl std::fmt::Display for ConfigError {
             ConfigError::OutOfRange { flag, value, range } => write!(
                 f,
                 "--{flag}: {} is out of range: it must be {range}",
-                quote(&crate::units::format_duration_exact(*value))
+                quote(&scored_proto::units::format_duration_exact(*value))
             ),
             ConfigError::Zero { flag } => write!(f, "--{flag}: must be at least 1"),
             ConfigError::JournalSize(error) => write!(f, "--journal-size: {error}"),
@@ -344,14 +344,14 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError
         },
         request_timeout,
         budgets: {
-            let defaults = crate::core::Budgets::default();
+            let defaults = scored_core::core::Budgets::default();
             let count = |flag: Option<usize>, key: Option<usize>, name, default| match flag.or(key)
             {
                 Some(0) => Err(ConfigError::Zero { flag: name }),
                 Some(n) => Ok(n),
                 None => Ok(default),
             };
-            crate::core::Budgets {
+            scored_core::core::Budgets {
                 user_jobs: count(
                     flags.max_jobs_per_user,
                     file.max_jobs_per_user,
@@ -450,7 +450,7 @@ mod tests {
     #[test]
     fn budgets_have_defaults_and_are_checked() {
         let resolved = settings(&[], "").unwrap();
-        assert_eq!(resolved.budgets, crate::core::Budgets::default());
+        assert_eq!(resolved.budgets, scored_core::core::Budgets::default());
         let resolved = settings(
             &["--max-jobs", "50", "--max-waiting-per-user", "2"],
             "max_jobs = 70\nmax_jobs_per_user = 5\nmax_waiting = 9\n",
@@ -458,7 +458,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             resolved.budgets,
-            crate::core::Budgets {
+            scored_core::core::Budgets {
                 user_jobs: 5,
                 total_jobs: 50,
                 user_waiting: 2,

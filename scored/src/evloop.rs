@@ -62,10 +62,10 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::actuator::Actuator;
-use crate::core::{Action, Core, Input, Notice};
-use crate::ids::Tick;
 use crate::journal::Journal;
-use crate::proto::{self, Reply};
+use scored_core::core::{Action, Core, Input, Notice};
+use scored_core::ids::Tick;
+use scored_proto::proto::{self, Reply};
 
 mod bind;
 mod budget;
@@ -734,7 +734,7 @@ impl<A: Actuator> Daemon<A> {
             self.idle_since = Instant::now();
         } else if self.idle_since.elapsed() >= idle_exit {
             tracing::info!(
-                idle = %crate::units::format_duration(idle_exit),
+                idle = %scored_proto::units::format_duration(idle_exit),
                 "no job and no client for the idle time; exiting"
             );
             self.exiting = true;

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::actuator::ActuatorSnapshot;
-use crate::core::CoreSnapshot;
+use scored_core::core::CoreSnapshot;
 
 /// The layout version of the handover file.
 pub const FORMAT: u32 = 1;

@@ -8,7 +8,7 @@
 use std::io::{self, Read};
 use std::path::Path;
 
-use crate::hosts::{Loader, MAX_FILE_SIZE};
+use scored_core::hosts::{Loader, MAX_FILE_SIZE};
 
 /// The [`Loader`] that reads real files, refusing files larger than
 /// [`MAX_FILE_SIZE`] and files that are not UTF-8 text.
@@ -54,9 +54,9 @@ impl Loader for FsLoader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::Machine;
-    use crate::hosts::{load_topology, Diagnostic};
-    use crate::units::CpuSet;
+    use scored_core::cluster::Machine;
+    use scored_core::hosts::{load_topology, Diagnostic};
+    use scored_proto::units::CpuSet;
 
     fn render_diagnostics(diagnostics: &[Diagnostic]) -> String {
         diagnostics

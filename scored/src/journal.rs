@@ -32,10 +32,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value as Json};
 
-use crate::command::reply::{Table, Value};
-use crate::command::Since;
-use crate::core::{JobEvent, HISTORY};
-use crate::units::parse_size;
+use scored_core::core::{JobEvent, HISTORY};
+use scored_proto::command::reply::{Table, Value};
+use scored_proto::command::Since;
+use scored_proto::units::parse_size;
 
 /// The journal's file name in the state directory.
 pub const FILE: &str = "journal";
@@ -165,7 +165,7 @@ pub struct Recovered {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SizeError {
     /// It is not a size.
-    Invalid(crate::units::ValueError),
+    Invalid(scored_proto::units::ValueError),
     /// It is a size below 4K.
     TooSmall(String),
 }
@@ -693,7 +693,7 @@ pub fn history_table(records: &[Json]) -> Table {
                 .map(|column| match column.as_str() {
                     "ended" => {
                         Value::text(record["ended"].as_f64().map_or("-".to_string(), |secs| {
-                            crate::command::parse::format_utc(secs as u64)
+                            scored_proto::command::parse::format_utc(secs as u64)
                         }))
                     }
                     key => value_of(key, &record[key]),
@@ -713,7 +713,7 @@ pub fn record_fields(record: &Json) -> Vec<(String, Value)> {
         .map(|(key, value)| {
             let value = match key.as_str() {
                 "ended" => Value::text(value.as_f64().map_or("-".to_string(), |secs| {
-                    crate::command::parse::format_utc(secs as u64)
+                    scored_proto::command::parse::format_utc(secs as u64)
                 })),
                 key => value_of(key, value),
             };
@@ -915,7 +915,7 @@ fn fit_record(line: &mut Json, len: usize) {
     fn cut_strings(value: &mut Json) {
         match value {
             Json::String(text) if text.len() > CUT_STRING => {
-                *text = crate::core::cap_text(std::mem::take(text), CUT_STRING);
+                *text = scored_core::core::cap_text(std::mem::take(text), CUT_STRING);
             }
             Json::Array(items) => items.iter_mut().for_each(cut_strings),
             Json::Object(map) => map.values_mut().for_each(cut_strings),

@@ -5,8 +5,8 @@
 //! ([`actuator`]), flags and the configuration file ([`config`]) and the
 //! hosts database on disk ([`hostsfile`]). The scheduling core is the
 //! `scored-core` crate and what clients share with the daemon is the
-//! `scored-proto` crate; both are re-exported here under their module names
-//! so that the daemon reads as one program. See ARCHITECTURE.md for the map.
+//! `scored-proto` crate; the daemon names both as crates (`scored_core::core`,
+//! `scored_proto::command`). See ARCHITECTURE.md for the map.
 #![deny(missing_docs)]
 
 // The daemon hands the kernel 64-bit values throughout (resource limits,
@@ -29,8 +29,3 @@ pub mod journal;
 pub mod logline;
 pub mod sys;
 pub mod version;
-
-pub use scored_core::{admission, cluster, core, hosts, ids, job, queue, sched};
-pub use scored_proto::{
-    batch, client, command, exitcode, inherit, paths, proto, signame, submit, units,
-};

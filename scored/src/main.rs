@@ -12,14 +12,16 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use scored::actuator::{self, ActuatorConfig, OsActuator};
-use scored::cluster::{Machine, Topology};
 use scored::config::{self, Flags, Settings};
-use scored::core::{Action, Core, CoreConfig};
 use scored::evloop::{self, Daemon, LoopConfig, RestartSetup};
-use scored::ids::{Cred, Tick};
 use scored::journal::Journal;
-use scored::units::CpuSet;
-use scored::{exitcode, handover, hosts, instance, paths};
+use scored::{handover, instance};
+use scored_core::cluster::{Machine, Topology};
+use scored_core::core::{Action, Core, CoreConfig};
+use scored_core::hosts;
+use scored_core::ids::{Cred, Tick};
+use scored_proto::units::CpuSet;
+use scored_proto::{exitcode, paths};
 
 fn main() {
     let code = match run() {
@@ -209,11 +211,11 @@ fn run() -> Result<(), String> {
         state_dir = %state_dir.display(),
         hosts = topology.hosts.len(),
         clusters = topology.clusters.len(),
-        timeslice = %scored::units::format_duration(core.timeslice()),
+        timeslice = %scored_proto::units::format_duration(core.timeslice()),
         %priority,
         max_connections = loop_config_max(&settings, fd_limits.current),
         single_user = settings.single_user,
-        idle_exit = %settings.idle_exit.map_or("never".to_string(), scored::units::format_duration),
+        idle_exit = %settings.idle_exit.map_or("never".to_string(), scored_proto::units::format_duration),
         "scored is listening"
     );
     let loop_config = LoopConfig {

@@ -16,7 +16,13 @@
 //! - the replay crate depends on neither the daemon nor nix, libc, mio or
 //!   sysinfo, and its library is as pure as the core;
 //! - the daemon never starts a thread, and its test-only fault injection
-//!   stays in the one module that compiles it only for the tests.
+//!   stays in the one module that compiles it only for the tests;
+//! - crates are named as crates: no crate re-exports another's modules or
+//!   reaches them as its own (`crate::submit` for `scored_proto::submit`),
+//!   so that grep and go-to-definition lead to the crate that has them;
+//! - the product's rules are cited from the repository's own documents (the
+//!   man pages, ARCHITECTURE.md) or stated where they apply, never from a
+//!   specification the repository does not hold.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -310,6 +316,148 @@ fn pure_modules_make_no_system_calls_and_read_no_clock() {
     assert!(
         offenders.is_empty(),
         "system access in pure modules:\n{}",
+        offenders.join("\n")
+    );
+}
+
+/// The six crates: their source directory and the name other crates use.
+const CRATES: [(&str, &str); 6] = [
+    ("scored/src", "scored"),
+    ("scored/core/src", "scored_core"),
+    ("scored/proto/src", "scored_proto"),
+    ("scored/replay/src", "scored_replay"),
+    ("scrun/src", "scrun"),
+    ("console/src", "sc_console"),
+];
+
+/// The names of a crate's modules: every file and directory of its sources.
+fn module_names(dir: &str) -> Vec<String> {
+    let mut files = Vec::new();
+    sources(&workspace().join(dir), &mut files);
+    let mut names: Vec<String> = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(workspace().join(dir)).expect("in crate");
+        for part in relative.iter() {
+            let part = part.to_string_lossy();
+            let name = part.strip_suffix(".rs").unwrap_or(&part);
+            if !["lib", "main", "mod"].contains(&name) {
+                names.push(name.to_string());
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The names the leaves of a `use` tree import (`a::{b, c::D}` gives `b`, `D`).
+fn use_leaves(tree: &str) -> Vec<String> {
+    tree.split([',', '{', '}'])
+        .map(|leaf| {
+            let leaf = leaf.trim();
+            let leaf = leaf.split(" as ").next().unwrap_or(leaf).trim();
+            leaf.rsplit("::").next().unwrap_or(leaf).trim().to_string()
+        })
+        .filter(|leaf| !leaf.is_empty())
+        .collect()
+}
+
+#[test]
+fn crates_are_named_as_crates() {
+    let modules: Vec<(&str, &str, Vec<String>)> = CRATES
+        .iter()
+        .map(|&(dir, name)| (dir, name, module_names(dir)))
+        .collect();
+    let mut offenders = Vec::new();
+    for (path, text) in all_sources() {
+        let path_text = path.display().to_string();
+        let Some((_, _, own)) = modules
+            .iter()
+            .find(|(dir, _, _)| path_text.starts_with(&format!("{dir}/")))
+        else {
+            continue;
+        };
+        // Statements, joined over lines, so that a `use` tree written
+        // over several lines is read whole.
+        let code: String = code_lines(&text)
+            .map(|(_, line)| line)
+            .collect::<Vec<_>>()
+            .join("\n");
+        for statement in code.split(';') {
+            let statement = statement.trim();
+            let Some(tree) = statement.strip_prefix("pub use ") else {
+                continue;
+            };
+            let Some((_, krate, theirs)) = modules
+                .iter()
+                .find(|(_, krate, _)| tree.starts_with(&format!("{krate}::")))
+            else {
+                continue;
+            };
+            let tree = &tree[krate.len() + 2..];
+            for leaf in use_leaves(tree) {
+                if leaf == "self" || theirs.contains(&leaf) {
+                    offenders.push(format!(
+                        "{path_text}: `pub use {krate}::{tree}` re-exports a module of {krate}"
+                    ));
+                }
+            }
+        }
+        for (line_no, line) in code_lines(&text) {
+            for (at, _) in line.match_indices("crate::") {
+                if line[..at].chars().next_back().is_some_and(|before| {
+                    before.is_alphanumeric() || before == '_' || before == ':'
+                }) {
+                    continue;
+                }
+                let name: String = line[at + "crate::".len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                let foreign = modules
+                    .iter()
+                    .find(|(_, _, theirs)| theirs.contains(&name))
+                    .map(|(_, krate, _)| *krate);
+                if let (false, Some(krate)) = (own.contains(&name), foreign) {
+                    offenders.push(format!(
+                        "{path_text}:{line_no}: `crate::{name}` names a module of {krate} as this crate's"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "modules of other crates re-exported or reached through `crate::`:\n{}",
+        offenders.join("\n")
+    );
+}
+
+#[test]
+fn use_leaves_reads_use_trees() {
+    assert_eq!(use_leaves("{admission, core::Core}"), ["admission", "Core"]);
+    assert_eq!(
+        use_leaves("proto::{EndKind, RejectKind as Rejection}"),
+        ["EndKind", "RejectKind"]
+    );
+    assert_eq!(use_leaves("command::{self, reply}"), ["self", "reply"]);
+}
+
+#[test]
+fn comments_cite_only_the_repositorys_documents() {
+    let offenders: Vec<String> = all_sources()
+        .into_iter()
+        .flat_map(|(path, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, line)| line.contains("SPEC §"))
+                .map(|(idx, _)| format!("{}:{}", path.display(), idx + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "comments citing a specification outside the repository (cite a man page or ARCHITECTURE.md, or state the rule):\n{}",
         offenders.join("\n")
     );
 }

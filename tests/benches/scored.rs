@@ -160,13 +160,13 @@ fn ms(seconds: f64) -> String {
 
 fn online_cpus() -> Vec<u32> {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    scored::units::CpuSet::parse(online.trim())
+    scored_proto::units::CpuSet::parse(online.trim())
         .map(|set| set.cpus().to_vec())
         .unwrap_or_else(|_| vec![0])
 }
 
 fn all_cpus() -> String {
-    scored::units::CpuSet::from_cpus(online_cpus()).to_string()
+    scored_proto::units::CpuSet::from_cpus(online_cpus()).to_string()
 }
 
 /// `n_hosts` hosts on all CPUs, `cores` processes each.

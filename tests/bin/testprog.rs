@@ -54,7 +54,7 @@ fn main() {
             println!("done {x}");
         }
         "alloc" => {
-            let size = scored::units::parse_size(&arg(1)).expect("size");
+            let size = scored_proto::units::parse_size(&arg(1)).expect("size");
             let mut memory = vec![0u8; size as usize];
             for idx in (0..memory.len()).step_by(4096) {
                 memory[idx] = 1;
@@ -63,7 +63,7 @@ fn main() {
             sleep(secs(2));
         }
         "write" => {
-            let size = scored::units::parse_size(&arg(2)).expect("size");
+            let size = scored_proto::units::parse_size(&arg(2)).expect("size");
             let mut file = std::fs::File::create(arg(1)).expect("create");
             let chunk = vec![7u8; 1 << 20];
             let mut written = 0u64;
@@ -154,7 +154,7 @@ fn main() {
 /// Keeps `n` connections busy with pipelined console requests `line` for
 /// `seconds`, eight outstanding on each, and prints how many replies came.
 fn flood(path: &str, n: usize, line: &str, seconds: f64) {
-    use scored::proto::{self, Request};
+    use scored_proto::proto::{self, Request};
     use std::io::Read;
     use std::os::unix::net::UnixStream;
     let frame = proto::encode(&Request::Console {

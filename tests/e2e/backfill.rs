@@ -34,7 +34,7 @@ fn a_job_past_its_time_limit_is_ended_with_status_76_and_a_message() {
     let elapsed = started.elapsed();
     assert_eq!(
         code(&output),
-        Some(scored::exitcode::LIMIT),
+        Some(scored_proto::exitcode::LIMIT),
         "{}",
         stderr(&output)
     );
@@ -66,7 +66,7 @@ fn a_job_past_its_time_limit_is_ended_with_status_76_and_a_message() {
         .expect("run scrun");
     assert_eq!(
         code(&output),
-        Some(scored::exitcode::LIMIT),
+        Some(scored_proto::exitcode::LIMIT),
         "{}",
         stderr(&output)
     );
@@ -88,7 +88,7 @@ fn time_spent_stopped_does_not_count_against_the_time_limit() {
     let elapsed = started.elapsed();
     assert_eq!(
         code(&output),
-        Some(scored::exitcode::LIMIT),
+        Some(scored_proto::exitcode::LIMIT),
         "{}",
         stderr(&output)
     );

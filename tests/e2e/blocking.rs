@@ -13,8 +13,8 @@ use scored_tests::*;
 
 /// One console request on an open connection; the reply's JSON.
 fn ask(stream: &mut UnixStream, line: &str) -> serde_json::Value {
-    let frame = scored::proto::encode(&scored::proto::Request::Console {
-        version: scored::proto::VERSION,
+    let frame = scored_proto::proto::encode(&scored_proto::proto::Request::Console {
+        version: scored_proto::proto::VERSION,
         line: line.to_string(),
         json: true,
     });

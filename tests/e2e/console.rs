@@ -133,7 +133,7 @@ fn shutdown_lets_running_jobs_finish_then_exits() {
     let reply = daemon.ok("shutdown");
     assert!(reply.contains("waiting for 1 job"), "{reply}");
     let late = daemon.run(&["true"]);
-    assert_eq!(code(&late), Some(scored::exitcode::REJECTED));
+    assert_eq!(code(&late), Some(scored_proto::exitcode::REJECTED));
     assert!(stderr(&late).contains("shutting down"), "{}", stderr(&late));
     assert_eq!(job.wait_lines("finished", 1).len(), 1);
     let (status, _) = job.wait(Duration::from_secs(30));
@@ -242,7 +242,7 @@ fn a_suspend_is_answered_once_its_switch_is_done() {
         daemon.log()
     );
     let running = running.expect("checked");
-    let mut console = scored::client::Connection::connect(&daemon.socket).expect("connect");
+    let mut console = scored_proto::client::Connection::connect(&daemon.socket).expect("connect");
     let (ok, text, _) = console
         .console(&format!("suspend {}", running + 1), false)
         .expect("a reply");

@@ -13,9 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use clap::CommandFactory;
-use scored::command::{self, help, Command as ConsoleCommand, Setting};
 use scored::config;
-use scored::exitcode;
+use scored_proto::command::{self, help, Command as ConsoleCommand, Setting};
+use scored_proto::exitcode;
 use scored_tests::*;
 
 /// The repository root.

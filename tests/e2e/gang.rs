@@ -266,7 +266,7 @@ fn a_disabled_queue_rejects_submissions() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();
     daemon.ok("queue 1 disable");
     let output = daemon.run(&["-priority=1", "true"]);
-    assert_eq!(code(&output), Some(scored::exitcode::REJECTED));
+    assert_eq!(code(&output), Some(scored_proto::exitcode::REJECTED));
     assert!(stderr(&output).contains("disabled"), "{}", stderr(&output));
     assert_eq!(code(&daemon.run(&["-priority=2", "true"])), Some(0));
     daemon.ok("queue 1 enable");

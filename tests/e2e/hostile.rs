@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-use scored::proto::{self, Reply, Request};
+use scored_proto::proto::{self, Reply, Request};
 use scored_tests::*;
 
 /// How long a normal client may take while the hostile ones are at it.
@@ -629,14 +629,14 @@ fn by_default_the_connection_limit_follows_the_descriptor_limit() {
 }
 
 /// Every rule of a submission is checked by one validator
-/// (`scored::submit`), which scrun applies before sending and scored to
+/// (`scored_proto::submit`), which scrun applies before sending and scored to
 /// what it receives, so a raw client is refused in the words scrun prints
 /// for the same mistake, and nothing is admitted.
 #[test]
 fn a_raw_client_is_refused_in_the_words_scrun_prints() {
-    use scored::client::Connection;
-    use scored::exitcode;
-    use scored::submit::{ProcsProblem, SubmitError};
+    use scored_proto::client::Connection;
+    use scored_proto::exitcode;
+    use scored_proto::submit::{ProcsProblem, SubmitError};
 
     let mut daemon = Daemon::start();
     let null = std::fs::File::open("/dev/null").expect("/dev/null");
@@ -844,7 +844,8 @@ fn passed_descriptors_and_signals_are_bounded_and_checked() {
 /// error or the job's end.
 fn submit_until_end(daemon: &Daemon, request: &Request) -> Reply {
     let null = std::fs::File::open("/dev/null").expect("/dev/null");
-    let mut connection = scored::client::Connection::connect(&daemon.socket).expect("connect");
+    let mut connection =
+        scored_proto::client::Connection::connect(&daemon.socket).expect("connect");
     connection
         .send_with_fds(request, &[null.as_fd(), null.as_fd(), null.as_fd()])
         .expect("send");
@@ -991,7 +992,7 @@ fn crafted_traces_get_a_clear_error_never_an_abort() {
             .expect("run sc_replay");
         assert_eq!(
             code(&output),
-            Some(scored::exitcode::FAILURE),
+            Some(scored_proto::exitcode::FAILURE),
             "{name}: {}",
             stderr(&output)
         );
@@ -1009,7 +1010,7 @@ fn crafted_traces_get_a_clear_error_never_an_abort() {
         .current_dir(&sandbox.path)
         .output()
         .expect("run sc_replay");
-    assert_eq!(code(&output), Some(scored::exitcode::FAILURE));
+    assert_eq!(code(&output), Some(scored_proto::exitcode::FAILURE));
     let text = stderr(&output);
     assert_eq!(text.lines().count(), 22, "{text}");
     assert!(
@@ -1025,7 +1026,7 @@ fn crafted_traces_get_a_clear_error_never_an_abort() {
         .current_dir(&sandbox.path)
         .output()
         .expect("run sc_replay");
-    assert_eq!(code(&flag), Some(scored::exitcode::FAILURE));
+    assert_eq!(code(&flag), Some(scored_proto::exitcode::FAILURE));
     assert_eq!(
         stderr(&flag),
         "sc_replay: --procs 4294967295: must be from 1 to 262144\n"

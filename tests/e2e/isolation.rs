@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use scored::proto::{self, Reply, Request};
+use scored_proto::proto::{self, Reply, Request};
 use scored_tests::*;
 
 /// The `keyring ID` line of a `scored-testprog keyring` run.

@@ -140,7 +140,7 @@ fn a_job_too_big_is_rejected_with_its_code_and_what_exists() {
     let output = daemon.run(&["-nodes=3", "true"]);
     assert_eq!(
         code(&output),
-        Some(scored::exitcode::REJECTED),
+        Some(scored_proto::exitcode::REJECTED),
         "{}",
         stderr(&output)
     );
@@ -151,14 +151,14 @@ fn a_job_too_big_is_rejected_with_its_code_and_what_exists() {
     );
     // Waiting makes no sense for a job that can never fit: still rejected.
     let waiting = daemon.run(&["-nodes=3,wait", "true"]);
-    assert_eq!(code(&waiting), Some(scored::exitcode::REJECTED));
+    assert_eq!(code(&waiting), Some(scored_proto::exitcode::REJECTED));
 }
 
 #[test]
 fn usage_errors_have_their_own_code() {
     let daemon = Daemon::start();
     let output = daemon.run(&["-nodes=0", "true"]);
-    assert_eq!(code(&output), Some(scored::exitcode::USAGE));
+    assert_eq!(code(&output), Some(scored_proto::exitcode::USAGE));
     assert!(stderr(&output).contains("nodes"), "{}", stderr(&output));
 }
 
@@ -175,7 +175,7 @@ fn an_unreachable_daemon_has_its_own_code() {
         .expect("scrun");
     assert_eq!(
         code(&output),
-        Some(scored::exitcode::UNREACHABLE),
+        Some(scored_proto::exitcode::UNREACHABLE),
         "{}",
         stderr(&output)
     );

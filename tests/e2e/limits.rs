@@ -28,7 +28,7 @@ fn a_half_memory_queue_admits_two_jobs_and_rejects_a_third() {
         .as_array()
         .is_some_and(|jobs| jobs.len() == 2)));
     let third = daemon.run(&["-priority=1", "true"]);
-    assert_eq!(code(&third), Some(scored::exitcode::REJECTED));
+    assert_eq!(code(&third), Some(scored_proto::exitcode::REJECTED));
     let message = stderr(&third);
     assert!(
         message.contains("memory") && message.contains("512M"),
@@ -80,7 +80,7 @@ fn a_job_allocating_past_its_memory_limit_is_killed_for_memory() {
     let output = daemon.run(&["-priority=1", &testprog(), "alloc", "200M", "30"]);
     assert_eq!(
         code(&output),
-        Some(scored::exitcode::LIMIT),
+        Some(scored_proto::exitcode::LIMIT),
         "{}",
         stderr(&output)
     );
@@ -107,7 +107,7 @@ fn the_users_memory_value_lowers_the_limit() {
     let output = daemon.run(&["-priority=1,memory=32M", &testprog(), "alloc", "100M", "30"]);
     assert_eq!(
         code(&output),
-        Some(scored::exitcode::LIMIT),
+        Some(scored_proto::exitcode::LIMIT),
         "{}",
         stderr(&output)
     );
@@ -125,7 +125,7 @@ fn a_spinner_past_its_cpu_time_limit_is_killed() {
     let output = daemon.run(&["-priority=1", &testprog(), "spin", "0"]);
     assert_eq!(
         code(&output),
-        Some(scored::exitcode::LIMIT),
+        Some(scored_proto::exitcode::LIMIT),
         "{}",
         stderr(&output)
     );
@@ -173,7 +173,7 @@ fn a_job_writing_past_its_disk_limit_is_killed() {
     ]);
     assert_eq!(
         code(&output),
-        Some(scored::exitcode::LIMIT),
+        Some(scored_proto::exitcode::LIMIT),
         "{}",
         stderr(&output)
     );
@@ -199,7 +199,7 @@ fn a_job_count_limit_admits_one_at_a_time() {
         .as_array()
         .is_some_and(|jobs| jobs.len() == 1)));
     let second = daemon.run(&["true"]);
-    assert_eq!(code(&second), Some(scored::exitcode::REJECTED));
+    assert_eq!(code(&second), Some(scored_proto::exitcode::REJECTED));
     assert!(stderr(&second).contains("jobs"), "{}", stderr(&second));
     first.signal(Signal::SIGINT);
     first.wait(Duration::from_secs(30));

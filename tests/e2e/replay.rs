@@ -185,7 +185,7 @@ fn malformed_lines_are_reported_with_their_numbers_and_nothing_is_replayed() {
         "; MaxProcs: 4\n1 0 -1 10 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1\n2 5 -1 ten 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1\n3 7 -1\n",
     );
     let output = sc_replay(&sandbox, &["bad.swf", "--json"]);
-    assert_eq!(code(&output), Some(scored::exitcode::FAILURE));
+    assert_eq!(code(&output), Some(scored_proto::exitcode::FAILURE));
     assert_eq!(stdout(&output), "");
     assert_eq!(
         stderr(&output),
@@ -194,20 +194,20 @@ fn malformed_lines_are_reported_with_their_numbers_and_nothing_is_replayed() {
          sc_replay: 2 malformed lines in bad.swf; nothing replayed\n"
     );
     let missing = sc_replay(&sandbox, &["none.swf"]);
-    assert_eq!(code(&missing), Some(scored::exitcode::FAILURE));
+    assert_eq!(code(&missing), Some(scored_proto::exitcode::FAILURE));
     assert!(
         stderr(&missing).starts_with("sc_replay: cannot open none.swf: "),
         "{}",
         stderr(&missing)
     );
     let bad_flag = sc_replay(&sandbox, &["bad.swf", "--timeslice"]);
-    assert_eq!(code(&bad_flag), Some(scored::exitcode::BAD_FLAG));
+    assert_eq!(code(&bad_flag), Some(scored_proto::exitcode::BAD_FLAG));
     let bad_value = sc_replay(&sandbox, &["bad.swf", "--arrival-scale", "0"]);
-    assert_eq!(code(&bad_value), Some(scored::exitcode::FAILURE));
+    assert_eq!(code(&bad_value), Some(scored_proto::exitcode::FAILURE));
     sandbox.write("bad.rc", "queue 1 set mode=fast\n");
     sandbox.write("ok.swf", "1 0 -1 10 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1\n");
     let bad_rc = sc_replay(&sandbox, &["ok.swf", "--procs", "2", "--rc", "bad.rc"]);
-    assert_eq!(code(&bad_rc), Some(scored::exitcode::FAILURE));
+    assert_eq!(code(&bad_rc), Some(scored_proto::exitcode::FAILURE));
     assert!(
         stderr(&bad_rc).starts_with("sc_replay: bad.rc:1: "),
         "{}",
@@ -271,7 +271,7 @@ fn queue_map_sends_swf_queues_to_scored_queues() {
         &sandbox,
         &["queues.swf", "--procs", "2", "--queue-map", "5:0"],
     );
-    assert_eq!(code(&bad), Some(scored::exitcode::FAILURE));
+    assert_eq!(code(&bad), Some(scored_proto::exitcode::FAILURE));
     assert!(
         stderr(&bad).contains("--queue-map: bad entry '5:0'"),
         "{}",
@@ -374,5 +374,5 @@ fn the_generator_is_deterministic_and_replayable() {
         &svg[..200.min(svg.len())]
     );
     let conflict = sc_replay(&sandbox, &["--generate", "10", "gen.swf"]);
-    assert_eq!(code(&conflict), Some(scored::exitcode::BAD_FLAG));
+    assert_eq!(code(&conflict), Some(scored_proto::exitcode::BAD_FLAG));
 }

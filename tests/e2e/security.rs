@@ -317,7 +317,11 @@ fn an_unusable_state_directory_refuses_jobs_and_says_why() {
     let output = daemon.run(&["true"]);
     let message = stderr(&output);
     // Not 126 ("cannot execute"): the daemon, not the program, failed.
-    assert_eq!(code(&output), Some(scored::exitcode::INTERNAL), "{message}");
+    assert_eq!(
+        code(&output),
+        Some(scored_proto::exitcode::INTERNAL),
+        "{message}"
+    );
     assert!(
         message.contains("state/jobs: it is a symbolic link"),
         "{message}"
@@ -413,7 +417,7 @@ fn many_files_neither_stall_the_daemon_nor_escape_the_limit() {
     }
     assert!(slowest < Duration::from_secs(5), "status took {slowest:?}");
     let (status, text) = job.wait(Duration::from_secs(60));
-    assert_eq!(status.code(), Some(scored::exitcode::LIMIT), "{text}");
+    assert_eq!(status.code(), Some(scored_proto::exitcode::LIMIT), "{text}");
     assert!(text.contains("disk"), "{text}");
 }
 
@@ -432,7 +436,7 @@ fn a_job_without_a_disk_limit_cannot_take_the_whole_pool() {
     ]);
     assert_eq!(
         code(&output),
-        Some(scored::exitcode::LIMIT),
+        Some(scored_proto::exitcode::LIMIT),
         "{}",
         stderr(&output)
     );
@@ -545,7 +549,7 @@ fn clients_refuse_a_socket_another_user_planted() {
             .env("SECRET_IN_ENV", "x")
             .output()
             .expect("scrun");
-        assert_eq!(code(&output), Some(scored::exitcode::UNREACHABLE), "{}", stderr(&output));
+        assert_eq!(code(&output), Some(scored_proto::exitcode::UNREACHABLE), "{}", stderr(&output));
         assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
         let server_saw = received(server);
         assert!(!server_saw.contains("received") || server_saw.contains("received 0"), "{server_saw}");
@@ -560,7 +564,7 @@ fn clients_refuse_a_socket_another_user_planted() {
                 .env("XDG_RUNTIME_DIR", &planted_dir)
                 .output()
                 .expect("scrun");
-            assert_eq!(code(&output), Some(scored::exitcode::UNREACHABLE), "{}", stderr(&output));
+            assert_eq!(code(&output), Some(scored_proto::exitcode::UNREACHABLE), "{}", stderr(&output));
             assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
             assert!(!stderr(&output).contains("private"), "{}", stderr(&output));
             let server_saw = received(server);
@@ -573,7 +577,7 @@ fn clients_refuse_a_socket_another_user_planted() {
         let output = command_as(&users.a, &bin("sc_console"), &["--socket", &socket_text, "-c", "status"])
             .output()
             .expect("sc_console");
-        assert_eq!(code(&output), Some(scored::exitcode::UNREACHABLE), "{}", stderr(&output));
+        assert_eq!(code(&output), Some(scored_proto::exitcode::UNREACHABLE), "{}", stderr(&output));
         assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
         let server_saw = received(server);
         assert!(!server_saw.contains("received") || server_saw.contains("received 0"), "{server_saw}");

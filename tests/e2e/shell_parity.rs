@@ -272,8 +272,8 @@ fn as_root_limits_and_umask_are_the_callers() {
 
 #[test]
 fn bad_inherited_fields_are_refused_with_a_clear_error() {
-    use scored::client::Connection;
-    use scored::proto::{self, Reply, Request, WireRlimit};
+    use scored_proto::client::Connection;
+    use scored_proto::proto::{self, Reply, Request, WireRlimit};
     use std::os::fd::AsFd;
 
     let daemon = Daemon::start();

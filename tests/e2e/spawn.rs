@@ -246,7 +246,7 @@ fn a_user_stopping_their_own_launching_ranks_does_not_stall_the_daemon() {
     for (code, text) in &statuses {
         assert!(
             *code == Some(0)
-                || (*code == Some(scored::exitcode::NOT_EXECUTABLE)
+                || (*code == Some(scored_proto::exitcode::NOT_EXECUTABLE)
                     && text.contains("had not started")
                     && text.contains("rank ")),
             "unexpected end of an attacked job: {code:?} {text}"

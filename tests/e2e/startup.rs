@@ -133,7 +133,7 @@ fn groups_select_hosts_and_homogeneous_hosts_form_clusters() {
 #[test]
 fn the_embedded_default_has_one_host_per_online_cpu() {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online cpus");
-    let cpus = scored::units::CpuSet::parse(online.trim()).expect("cpu list");
+    let cpus = scored_proto::units::CpuSet::parse(online.trim()).expect("cpu list");
     let daemon = Daemon::start();
     let hosts = daemon.json("hosts");
     let hosts = hosts.as_array().expect("array");

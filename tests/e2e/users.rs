@@ -283,7 +283,7 @@ fn a_queue_with_a_group_admits_only_its_members() {
         .expect("scrun");
     assert_eq!(
         code(&outsider),
-        Some(scored::exitcode::REJECTED),
+        Some(scored_proto::exitcode::REJECTED),
         "{}",
         text(&outsider)
     );
@@ -484,7 +484,7 @@ fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
     use std::os::unix::process::CommandExt;
 
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    use scored::proto::{self, Reply, Request};
+    use scored_proto::proto::{self, Reply, Request};
 
     let Some(users) = test_users("a_daemon_that_is_not_root_runs_only_its_own_users_jobs") else {
         return;

@@ -10,7 +10,7 @@ use crate::{stopped, testprog, wait_until, Daemon, Job};
 /// so that tests do not depend on how many CPUs CI offers.
 pub fn two_hosts() -> String {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    let cpus = scored::units::CpuSet::parse(online.trim())
+    let cpus = scored_proto::units::CpuSet::parse(online.trim())
         .map(|set| set.cpus().to_vec())
         .unwrap_or_default();
     match cpus.as_slice() {

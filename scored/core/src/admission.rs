@@ -1,4 +1,4 @@
-//! Admission ("login", SPEC §2.2-2.4 and §2.12): which cluster a job goes
+//! Admission ("login", scored(8) ADMISSION AND LIMITS): which cluster a job goes
 //! to, on which hosts, with which limits, or why it cannot be admitted.
 //!
 //! A job's memory limit is the cluster's per-host limit times its queue's
@@ -17,8 +17,8 @@ use crate::cluster::Topology;
 use crate::ids::{ClusterId, HostId};
 use crate::job::{JobLimits, ProcRequest};
 use crate::queue::Queue;
-use crate::submit::{self, SubmitError};
-use crate::units::format_size;
+use scored_proto::submit::{self, SubmitError};
+use scored_proto::units::format_size;
 
 /// A cluster's limits (`cluster C limit ...`).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -441,8 +441,8 @@ fn plural(count: u64) -> &'static str {
 mod tests {
     use super::*;
     use crate::cluster::{Cluster, Host};
-    use crate::command::QueueMode;
-    use crate::units::CpuSet;
+    use scored_proto::command::QueueMode;
+    use scored_proto::units::CpuSet;
 
     fn topology(clusters: &[(&str, f64, usize)]) -> Topology {
         let mut topo = Topology::default();

@@ -1,4 +1,5 @@
-//! Hosts and clusters: the machine seen as a cluster of clusters (SPEC §2.1, §3).
+//! Hosts and clusters: the machine seen as a cluster of clusters
+//! (scorehosts.db(5), CLUSTERS).
 //!
 //! A host is a logical host, a set of CPUs of this machine. Hosts with equal
 //! `(cpugen, speed, cores)` form one cluster. The topology is built once at
@@ -10,7 +11,7 @@
 use std::path::PathBuf;
 
 use crate::ids::{ClusterId, HostId};
-use crate::units::CpuSet;
+use scored_proto::units::CpuSet;
 
 /// What the shell read about this machine at start-up.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,12 +86,12 @@ impl Topology {
     }
 
     /// Finds a cluster by index (`0`) or name.
-    pub fn find_cluster(&self, reference: &crate::command::ClusterRef) -> Option<ClusterId> {
+    pub fn find_cluster(&self, reference: &scored_proto::command::ClusterRef) -> Option<ClusterId> {
         match reference {
-            crate::command::ClusterRef::Index(idx) => {
+            scored_proto::command::ClusterRef::Index(idx) => {
                 self.clusters.get(*idx as usize).map(|cluster| cluster.id)
             }
-            crate::command::ClusterRef::Name(name) => self
+            scored_proto::command::ClusterRef::Name(name) => self
                 .clusters
                 .iter()
                 .find(|cluster| &cluster.name == name)

@@ -35,13 +35,13 @@ use std::time::Duration;
 
 use crate::admission::{ClusterLimits, Ledger};
 use crate::cluster::Topology;
-use crate::command::reply::Value;
 use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
 use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, Link, Phase, Submission};
 use crate::jobset::JobBits;
 use crate::queue::Queue;
 use crate::sched::Scratch;
 use crate::undo::{UndoCell, UndoLedger, UndoQueues};
+use scored_proto::command::reply::Value;
 
 /// SIGTERM, SIGKILL: the two signals the core itself decides to send.
 pub const SIGTERM: i32 = 15;

@@ -25,15 +25,15 @@ use std::rc::Rc;
 pub use smallvec::SmallVec;
 use std::time::Duration;
 
-use crate::batch::{Batch, Expansion, OutputFiles};
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
-use crate::inherit::Inherited;
+use scored_proto::batch::{Batch, Expansion, OutputFiles};
+use scored_proto::inherit::Inherited;
 
 // The request and its parts are the protocol crate's: a submission is
 // validated once, at the boundary, into the very type the core keeps
 // (`scored_proto::submit`), so the core neither mirrors nor checks again.
-pub use crate::proto::{Joiner, ProcRequest};
-pub use crate::submit::JobRequest;
+pub use scored_proto::proto::{Joiner, ProcRequest};
+pub use scored_proto::submit::JobRequest;
 
 mod launch;
 pub use launch::Launch;
@@ -135,7 +135,7 @@ impl ExitStatus {
         match self {
             ExitStatus::Code(code) => code,
             ExitStatus::Signal(signal) | ExitStatus::Dumped(signal) => {
-                crate::exitcode::from_signal(signal)
+                scored_proto::exitcode::from_signal(signal)
             }
         }
     }
@@ -153,8 +153,10 @@ impl ExitStatus {
     pub fn describe_signal(self) -> Option<String> {
         match self {
             ExitStatus::Code(_) => None,
-            ExitStatus::Signal(signal) => Some(crate::signame::describe_death(signal, false)),
-            ExitStatus::Dumped(signal) => Some(crate::signame::describe_death(signal, true)),
+            ExitStatus::Signal(signal) => {
+                Some(scored_proto::signame::describe_death(signal, false))
+            }
+            ExitStatus::Dumped(signal) => Some(scored_proto::signame::describe_death(signal, true)),
         }
     }
 
@@ -294,7 +296,7 @@ pub struct Killing {
     pub kill_deadline: Option<Tick>,
 }
 
-/// The state a job shows in listings (SPEC §8).
+/// The state a job shows in listings (sc_console(8), `jobs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobState {
     /// Not admitted yet: it waits for the jobs it depends on, its array's
@@ -395,7 +397,9 @@ pub struct LaunchPlan {
     pub inherited: Inherited,
 }
 
-/// Limits a job carries, fixed at admission (SPEC §2.10, §2.12).
+/// Limits a job carries, fixed at admission: the queue's CPU time when it was
+/// submitted, and memory and disk as the cluster's limit times the queue's
+/// percentage, or the user's smaller value (scored(8), ADMISSION AND LIMITS).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct JobLimits {
     /// CPU time limit inherited from the queue at submission.
@@ -524,7 +528,7 @@ impl Job {
             .and_then(|sub| sub.batch.name.as_deref())
         {
             Some(name) => name.to_string(),
-            None => crate::batch::default_name(
+            None => scored_proto::batch::default_name(
                 self.spec
                     .launch
                     .stage(0)

@@ -24,10 +24,3 @@ pub mod queue;
 pub mod sched;
 pub mod sorted;
 pub mod undo;
-
-// The console language, units, exit statuses and the submission validator
-// are the protocol crate's; they are named here so that the core's modules
-// reach them as `crate::command`, `crate::units`, `crate::exitcode`,
-// `crate::inherit`, `crate::signame`, `crate::proto`, `crate::submit` and
-// `crate::batch`.
-use scored_proto::{batch, command, exitcode, inherit, proto, signame, submit, units};

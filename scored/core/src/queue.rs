@@ -1,4 +1,4 @@
-//! Priority queues (SPEC §2.5-2.11): their states, attributes and the
+//! Priority queues (sc_console(8), `queues` and `queue`): their states, attributes and the
 //! rotation order of their jobs.
 //!
 //! A queue accepts submissions while *enabled* and has its jobs scheduled
@@ -14,8 +14,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::command::QueueMode;
 use crate::ids::JobId;
+use scored_proto::command::QueueMode;
 
 /// The number of queues scored has, as SCore-D boots.
 pub const DEFAULT_QUEUES: u32 = 3;
@@ -104,7 +104,8 @@ impl Queue {
             .collect()
     }
 
-    /// The state word of SPEC §2.6.
+    /// The state word `queues` shows: `activated`, `deactivated` (accepts
+    /// submissions, schedules none) or `disabled` (accepts none).
     pub fn state_word(&self) -> &'static str {
         match (self.enabled, self.activated) {
             (true, true) => "activated",

@@ -1,4 +1,5 @@
-//! The scheduling decision: which jobs form the active set (SPEC §8).
+//! The scheduling decision: which jobs form the active set (scored(8),
+//! SCHEDULING MODEL).
 //!
 //! Jobs that must run first (those being killed gracefully, which need the
 //! CPU to handle SIGTERM) take their hosts; then queues are visited from 0
@@ -11,9 +12,9 @@
 //! no clock; it is a function of its arguments.
 #![forbid(unsafe_code)]
 
-use crate::command::QueueMode;
 use crate::ids::{HostId, JobId};
 use crate::queue::Queue;
+use scored_proto::command::QueueMode;
 
 mod matrix;
 mod waiting;
@@ -1335,7 +1336,7 @@ fn start_waiting(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::QueueMode;
+    use scored_proto::command::QueueMode;
     use std::collections::HashMap;
 
     /// Jobs with fixed hosts (or none, to be chosen), one cluster of

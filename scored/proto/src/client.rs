@@ -23,7 +23,7 @@ pub enum SocketSource {
     Explicit,
     /// The `SCORED_SOCKET` environment variable.
     Environment,
-    /// The default location (SPEC §7).
+    /// The default location (`paths::default_socket`, scored(8) FILES).
     Default,
 }
 

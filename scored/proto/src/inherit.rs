@@ -1,8 +1,9 @@
 //! What a job's processes inherit from the scrun that submitted them, beyond
 //! the environment and working directory: the signals it had ignored, its
 //! resource limits, its umask, its nice value and I/O priority, and which
-//! descriptors it had open or closed (SPEC §10: a job sees what the same
-//! program started from the submitting shell would see).
+//! descriptors it had open or closed: a job sees what the same program
+//! started from the submitting shell would see (scrun(1), THE JOB'S
+//! PROCESSES).
 //!
 //! scrun reads these at its start and sends them in the `Submit` request
 //! ([`crate::proto::Submit`]); [`check`], called by the submission

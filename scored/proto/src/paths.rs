@@ -1,4 +1,6 @@
-//! Default locations of the daemon's socket and state directory (SPEC §7).
+//! Default locations of the daemon's socket and state directory: as root
+//! `/run/scored/scored.sock` and `/var/scored`, else per user (scored(8),
+//! FILES).
 //!
 //! Pure: the caller passes the uid and the environment values it read.
 #![forbid(unsafe_code)]

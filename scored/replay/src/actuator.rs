@@ -9,7 +9,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
-use crate::ids::{JobId, Tick};
+use scored_core::ids::{JobId, Tick};
 
 /// A simulated job's processes.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,5 +1,5 @@
 //! Replays a workload trace through the real scheduling core with a virtual
-//! clock (`sc_replay`, SPEC §10).
+//! clock (sc_replay(1)).
 //!
 //! The jobs of a Standard Workload Format trace ([`swf`]) are submitted to a
 //! [`Core`] — the very code scored runs — at their submit times; the core's
@@ -31,23 +31,18 @@ pub mod metrics;
 pub mod plot;
 pub mod swf;
 
-// The scheduling core's modules and the protocol crate's units, named as
-// the daemon names them (`crate::core`, `crate::units`, ...).
-use scored_core::{cluster, core, ids, job};
-use scored_proto::units;
-
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::cluster::{Cluster, Host, Topology};
-use crate::core::{
+use scored_core::cluster::{Cluster, Host, Topology};
+use scored_core::core::{
     Action, ClientEvent, Core, CoreConfig, EndKind, Input, Notice, RotationMark, ScriptError,
 };
-use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
-use crate::job::{ExitStatus, JobRequest, Joiner, ProcRequest, Usage};
-use crate::units::CpuSet;
+use scored_core::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
+use scored_core::job::{ExitStatus, JobRequest, Joiner, ProcRequest, Usage};
+use scored_proto::units::CpuSet;
 
 use actuator::{Happening, SimActuator, SimMark};
 use swf::Trace;
@@ -437,7 +432,9 @@ fn replay(
                     Action::Stop(job) => sim.stop(job, now),
                     Action::Continue(job) => sim.resume(job, now),
                     Action::Signal { job, signal } => {
-                        if signal == crate::core::SIGKILL || signal == crate::core::SIGTERM {
+                        if signal == scored_core::core::SIGKILL
+                            || signal == scored_core::core::SIGTERM
+                        {
                             if let Some(ranks) = sim.kill(job, now) {
                                 exited(job, ranks, ExitStatus::Signal(signal), &mut inputs);
                             }

@@ -1,6 +1,6 @@
 //! sc_replay: replays a Standard Workload Format trace through scored's
 //! scheduling core with a virtual clock, and reports what the users would
-//! have waited (SPEC §10); `--generate` writes a synthetic trace instead.
+//! have waited (sc_replay(1)); `--generate` writes a synthetic trace instead.
 //!
 //! This is the shell around the replay (the `scored_replay` library): it
 //! reads files (plain or gzip), parses flags, draws the progress bar and

@@ -217,7 +217,7 @@ impl Parser {
             .ok_or_else(|| {
                 format!(
                     "header {key} is {}; expected a whole number from 1 to {MAX_PROCS}",
-                    crate::units::quote(value)
+                    scored_proto::units::quote(value)
                 )
             })?;
         match key {
@@ -297,7 +297,13 @@ fn field(idx: usize, word: &str) -> Result<f64, String> {
         .parse::<f64>()
         .ok()
         .filter(|value| value.is_finite())
-        .ok_or_else(|| format!("{} is not a number: {}", name(), crate::units::quote(word)))?;
+        .ok_or_else(|| {
+            format!(
+                "{} is not a number: {}",
+                name(),
+                scored_proto::units::quote(word)
+            )
+        })?;
     if value == -1.0 {
         return Ok(value);
     }
@@ -311,7 +317,7 @@ fn field(idx: usize, word: &str) -> Result<f64, String> {
         return Err(format!(
             "{} is {}; expected -1 (unknown) or {}",
             name(),
-            crate::units::quote(word),
+            scored_proto::units::quote(word),
             kind.expected()
         ));
     }
@@ -323,7 +329,7 @@ fn job(line: usize, text: &str) -> Result<SwfJob, String> {
     if found != FIELDS {
         return Err(format!(
             "expected {FIELDS} fields, found {found}: {}",
-            crate::units::quote(text)
+            scored_proto::units::quote(text)
         ));
     }
     let mut values = [0f64; FIELDS];

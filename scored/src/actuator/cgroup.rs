@@ -31,7 +31,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::ids::JobId;
+use scored_core::ids::JobId;
 
 use super::procfs::parse_pids;
 

@@ -17,8 +17,8 @@ use std::time::Instant;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::core::Input;
-use crate::ids::JobId;
+use scored_core::core::Input;
+use scored_core::ids::JobId;
 
 use super::failure::LaunchError;
 use super::launch::launch_error;

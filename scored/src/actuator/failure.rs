@@ -8,8 +8,8 @@ use std::io;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::exitcode;
-use crate::ids::JobId;
+use scored_core::ids::JobId;
+use scored_proto::exitcode;
 
 /// A launch that failed; the core is told its text and [`LaunchError::status`].
 #[derive(Debug)]
@@ -107,7 +107,7 @@ impl LaunchError {
     /// length of a reason, since programs, directories and arguments are
     /// the user's.
     pub fn message(&self) -> String {
-        crate::core::cap_reason(self.to_string())
+        scored_core::core::cap_reason(self.to_string())
     }
 }
 

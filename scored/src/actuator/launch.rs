@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use nix::sys::resource::Resource;
 use nix::sys::signal::Signal;
 
-use crate::core::Input;
-use crate::ids::JobId;
-use crate::inherit;
-use crate::job::LaunchPlan;
+use scored_core::core::Input;
+use scored_core::ids::JobId;
+use scored_core::job::LaunchPlan;
+use scored_proto::inherit;
 
 use super::failure::LaunchError;
 use super::{
@@ -703,16 +703,16 @@ const SCORE_KEYS: [&str; 9] = [
 /// anyway is left out.
 fn output_files(
     plan: &LaunchPlan,
-    proc_plan: &crate::job::ProcPlan,
+    proc_plan: &scored_core::job::ProcPlan,
     last_stage: usize,
 ) -> [Option<CString>; 2] {
-    let with = crate::batch::Expansion {
+    let with = scored_proto::batch::Expansion {
         job: plan.job.0,
         rank: Some(proc_plan.rank),
         index: plan.array.map(|(index, _)| index),
         name: &plan.name,
     };
-    let expand = |pattern: Option<&crate::batch::Pattern>| {
+    let expand = |pattern: Option<&scored_proto::batch::Pattern>| {
         pattern.and_then(|pattern| CString::new(pattern.expand(&with)).ok())
     };
     let feeds_pipe = plan.pipe && proc_plan.stage < last_stage;

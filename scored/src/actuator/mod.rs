@@ -69,10 +69,10 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use crate::cluster::Topology;
-use crate::core::Input;
-use crate::ids::JobId;
-use crate::job::{LaunchPlan, Usage};
+use scored_core::cluster::Topology;
+use scored_core::core::Input;
+use scored_core::ids::JobId;
+use scored_core::job::{LaunchPlan, Usage};
 
 use self::cgroup::Cgroups;
 use crate::sys;

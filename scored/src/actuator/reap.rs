@@ -9,9 +9,9 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::core::Input;
-use crate::ids::JobId;
-use crate::job::ExitStatus;
+use scored_core::core::Input;
+use scored_core::ids::JobId;
+use scored_core::job::ExitStatus;
 
 use super::procfs::Stat;
 use super::{

@@ -17,8 +17,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::{sys, Actuator, OsActuator, SwitchedOutHold};
-use crate::core::Input;
-use crate::ids::JobId;
+use scored_core::core::Input;
+use scored_core::ids::JobId;
 
 /// How long the processes of discarded jobs are waited for.
 const DISCARD_WAIT: Duration = Duration::from_secs(2);

@@ -6,8 +6,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use crate::ids::JobId;
-use crate::job::Usage;
+use scored_core::ids::JobId;
+use scored_core::job::Usage;
 
 use super::procfs::Stat;
 use super::{

@@ -21,8 +21,8 @@ use super::cgroup::Cgroups;
 use super::{
     sys, ActuatorConfig, Child, Descendant, Drain, JobProcs, OsActuator, StopWait, SwitchedOutHold,
 };
-use crate::cluster::Topology;
-use crate::ids::JobId;
+use scored_core::cluster::Topology;
+use scored_core::ids::JobId;
 
 /// The actuator's state.
 #[derive(Debug, Serialize, Deserialize)]

@@ -388,7 +388,7 @@ fn install_descriptors(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (St
 
 /// The most descriptors passed to one rank: the protocol's bound, and
 /// the rank's PMI descriptor.
-const MAX_PASSED: usize = crate::proto::MAX_INHERITED_FDS + 1;
+const MAX_PASSED: usize = scored_proto::proto::MAX_INHERITED_FDS + 1;
 
 /// The pre-exec steps, in order. Only system calls.
 fn steps(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)> {

@@ -24,7 +24,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
 
-use crate::ids::JobId;
+use scored_core::ids::JobId;
 
 /// How deep the size walk goes; deeper directories are not opened (each
 /// level holds a descriptor while it is walked).

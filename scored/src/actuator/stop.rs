@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
-use crate::core::Input;
-use crate::ids::JobId;
+use scored_core::core::Input;
+use scored_core::ids::JobId;
 
 use super::{
     procfs, sys, Actuator, OsActuator, StopWait, ALARM_EVERY, CONFIRM_FALLBACK, DRAIN_TIMEOUT,
@@ -772,9 +772,9 @@ mod tests {
         CONFIRM_FALLBACK, STOP_TIMEOUT,
     };
     use crate::actuator::Actuator;
-    use crate::cluster::Topology;
-    use crate::core::Input;
-    use crate::ids::JobId;
+    use scored_core::cluster::Topology;
+    use scored_core::core::Input;
+    use scored_core::ids::JobId;
 
     /// A clock that stands still until `advance`.
     #[derive(Clone)]

@@ -12,8 +12,8 @@ use super::{
     USER_INPUT_BUDGET, USER_OUTPUT_BUDGET,
 };
 use crate::actuator::Actuator;
-use crate::core::Input;
-use crate::proto::Reply;
+use scored_core::core::Input;
+use scored_proto::proto::Reply;
 
 /// What one user's connections hold, for the per-user limits.
 #[derive(Debug, Default, Clone, Copy)]
@@ -142,7 +142,7 @@ impl<A: Actuator> Daemon<A> {
         for token in late {
             let message = format!(
                 "an incomplete request waited more than {} for its end; closing the connection",
-                crate::units::format_duration(timeout)
+                scored_proto::units::format_duration(timeout)
             );
             tracing::info!(client = token.0, %message, "dropping a client");
             self.drop_with_error(token, message, inputs);

@@ -19,11 +19,11 @@ use super::{
     SCM_MAX_FD,
 };
 use crate::actuator::{Actuator, JobStdio};
-use crate::command;
-use crate::core::{ClientEvent, Input};
-use crate::ids::{ClientToken, Cred};
-use crate::job::JobRequest;
-use crate::proto::{self, Reply, Request};
+use scored_core::core::{ClientEvent, Input};
+use scored_core::ids::{ClientToken, Cred};
+use scored_core::job::JobRequest;
+use scored_proto::command;
+use scored_proto::proto::{self, Reply, Request};
 
 pub(super) struct Connection {
     pub(super) stream: UnixStream,

@@ -16,7 +16,7 @@ pub(super) use off::*;
 mod hooks {
     use std::path::PathBuf;
 
-    use crate::core::Input;
+    use scored_core::core::Input;
 
     /// `SCORED_NO_CHECKPOINT=1` (read once): keep no checkpoint, so that a
     /// panic restarts from the state at the panic. It exists so that the
@@ -112,7 +112,7 @@ mod hooks {
 /// The hooks of a daemon built without the feature: nothing happens.
 #[cfg(not(feature = "fault-injection"))]
 mod off {
-    use crate::core::Input;
+    use scored_core::core::Input;
 
     /// The checkpoint is always kept.
     #[inline(always)]

@@ -4,10 +4,10 @@
 
 use super::Daemon;
 use crate::actuator::Actuator;
-use crate::command;
-use crate::ids::{Cred, Tick};
 use crate::journal::Journal;
-use crate::proto::Reply;
+use scored_core::ids::{Cred, Tick};
+use scored_proto::command;
+use scored_proto::proto::Reply;
 
 impl<A: Actuator> Daemon<A> {
     /// Keeps the job journal: the core's job events are appended to it
@@ -114,7 +114,7 @@ impl<A: Actuator> Daemon<A> {
                 table.rows.extend(current.rows);
                 Some(console(command::reply::Reply::Table(table), json))
             }
-            command::Command::Job(id) if !self.core.knows(crate::ids::JobId(*id)) => {
+            command::Command::Job(id) if !self.core.knows(scored_core::ids::JobId(*id)) => {
                 let mut record = journal.ended(*id)?;
                 if !may_see(&record) {
                     crate::journal::redact(&mut record);
@@ -134,8 +134,8 @@ impl<A: Actuator> Daemon<A> {
     /// those the core no longer knows: inputs to give before it.
     pub(super) fn known_ends(
         &mut self,
-        request: &crate::job::JobRequest,
-    ) -> Vec<crate::core::Input> {
+        request: &scored_core::job::JobRequest,
+    ) -> Vec<scored_core::core::Input> {
         let unknown = self.core.unknown_ends(request);
         let Some(journal) = self.journal.as_mut() else {
             return Vec::new();
@@ -147,15 +147,15 @@ impl<A: Actuator> Daemon<A> {
                 let state = record["state"].as_str().unwrap_or("killed");
                 let status = record["exit"].as_i64().unwrap_or(-1);
                 let outcome = if state == "done" && status == 0 {
-                    crate::core::Outcome::Success
+                    scored_core::core::Outcome::Success
                 } else {
                     let reason = record["reason"].as_str().unwrap_or("");
-                    crate::core::Outcome::Failure(crate::core::cap_text(
+                    scored_core::core::Outcome::Failure(scored_core::core::cap_text(
                         format!("job {job} ended with status {status} ({reason})"),
                         200,
                     ))
                 };
-                Some(crate::core::Input::KnownEnd { job, outcome })
+                Some(scored_core::core::Input::KnownEnd { job, outcome })
             })
             .collect()
     }

@@ -7,9 +7,9 @@ use std::os::fd::AsRawFd;
 
 use mio::net::UnixStream;
 
-use crate::command::GroupRef;
-use crate::core::{Directory, GroupError};
-use crate::ids::Cred;
+use scored_core::core::{Directory, GroupError};
+use scored_core::ids::Cred;
+use scored_proto::command::GroupRef;
 
 /// Names from the system's user and group databases.
 pub struct SystemDirectory;

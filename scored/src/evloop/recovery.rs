@@ -7,9 +7,9 @@ use std::time::Instant;
 use super::faults::checkpoints_off;
 use super::{queue_reply, Daemon, Event};
 use crate::actuator::Actuator;
-use crate::core::{Core, Input};
-use crate::ids::JobId;
-use crate::proto::Reply;
+use scored_core::core::{Core, Input};
+use scored_core::ids::JobId;
+use scored_proto::proto::Reply;
 
 impl<A: Actuator> Daemon<A> {
     /// `handle_event`, with a panic (a bug) caught: it is logged with the
@@ -105,7 +105,7 @@ impl<A: Actuator> Daemon<A> {
     /// reported through the normal reaping), but the core does not carry
     /// on a kill it never decided.
     pub(super) fn reconcile(&mut self, facts: Vec<Input>) {
-        use crate::job::Phase;
+        use scored_core::job::Phase;
         let mut discard = Vec::new();
         for (job, busy) in self.actuator.known_jobs() {
             match self.core.job(job) {

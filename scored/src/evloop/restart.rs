@@ -15,9 +15,9 @@ use mio::{Interest, Token};
 
 use super::{queue_reply, Connection, Daemon, FIRST_CLIENT};
 use crate::actuator::{Actuator, JobStdio, PmiFds};
-use crate::ids::Cred;
 use crate::journal::Journal;
-use crate::proto::Reply;
+use scored_core::ids::Cred;
+use scored_proto::proto::Reply;
 
 /// What an in-place restart needs to know.
 #[derive(Debug, Clone)]
@@ -128,7 +128,7 @@ impl<A: Actuator> Daemon<A> {
                     },
                     user: Rc::from(record.user.as_str()),
                     input: {
-                        let mut input = crate::proto::FrameBuffer::new();
+                        let mut input = scored_proto::proto::FrameBuffer::new();
                         input.extend(&record.input);
                         input
                     },

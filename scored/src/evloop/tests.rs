@@ -8,9 +8,9 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::actuator::{ActuatorSnapshot, HandoverError, JobStdio};
-use crate::core::CoreConfig;
-use crate::ids::{ClientToken, Cred, JobId};
-use crate::job::{JobRequest, Joiner, LaunchPlan, ProcRequest, Usage};
+use scored_core::core::CoreConfig;
+use scored_core::ids::{ClientToken, Cred, JobId};
+use scored_core::job::{JobRequest, Joiner, LaunchPlan, ProcRequest, Usage};
 
 /// What the loop asked of the actuator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,15 +116,15 @@ fn daemon(name: &str, confirm_stops: bool) -> (Daemon<RecordingActuator>, PathBu
 }
 
 /// One host of one CPU.
-fn scored_test_topology() -> crate::cluster::Topology {
-    use crate::cluster::{Cluster, Host, Topology};
-    use crate::ids::{ClusterId, HostId};
+fn scored_test_topology() -> scored_core::cluster::Topology {
+    use scored_core::cluster::{Cluster, Host, Topology};
+    use scored_core::ids::{ClusterId, HostId};
     Topology {
         hosts: vec![Host {
             id: HostId(0),
             name: "h0".to_string(),
             cluster: ClusterId(0),
-            cpus: crate::units::CpuSet::from_cpus([0]),
+            cpus: scored_proto::units::CpuSet::from_cpus([0]),
             cores: 1,
             speed: 1.0,
             cpugen: "test".to_string(),

@@ -2,7 +2,7 @@
 //! the index of ended jobs, torn lines and the size limit.
 
 use super::*;
-use crate::ids::JobId;
+use scored_core::ids::JobId;
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("scored-journal-{name}-{}", std::process::id()));

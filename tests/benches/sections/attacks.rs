@@ -61,13 +61,13 @@ pub(crate) fn attacks(rows: &mut Vec<Row>) {
     // then user a queues jobs of 840 KB of environment until refused.
     let null = std::fs::File::open("/dev/null").expect("/dev/null");
     for _ in 0..200 {
-        let request = scored::proto::Request::Submit {
-            version: scored::proto::VERSION,
-            submit: scored::proto::Submit {
+        let request = scored_proto::proto::Request::Submit {
+            version: scored_proto::proto::VERSION,
+            submit: scored_proto::proto::Submit {
                 stages: vec![vec!["true".into()]],
-                joiner: scored::proto::Joiner::Sequence,
-                options: scored::proto::JobOptions {
-                    procs: scored::proto::ProcRequest::Nodes(1),
+                joiner: scored_proto::proto::Joiner::Sequence,
+                options: scored_proto::proto::JobOptions {
+                    procs: scored_proto::proto::ProcRequest::Nodes(1),
                     priority: None,
                     wait: false,
                     memory: None,
@@ -88,7 +88,8 @@ pub(crate) fn attacks(rows: &mut Vec<Row>) {
                 pmi_ranks: 0,
             },
         };
-        let mut connection = scored::client::Connection::connect(&daemon.socket).expect("connect");
+        let mut connection =
+            scored_proto::client::Connection::connect(&daemon.socket).expect("connect");
         connection
             .send_with_fds(&request, &[null.as_fd(), null.as_fd(), null.as_fd()])
             .expect("send");

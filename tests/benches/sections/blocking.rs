@@ -11,8 +11,8 @@ use scored_tests::*;
 
 /// Median and max of `rounds` requests of `line` on one connection.
 pub(crate) fn request_times(stream: &mut UnixStream, line: &str, rounds: usize) -> (f64, f64) {
-    let frame = scored::proto::encode(&scored::proto::Request::Console {
-        version: scored::proto::VERSION,
+    let frame = scored_proto::proto::encode(&scored_proto::proto::Request::Console {
+        version: scored_proto::proto::VERSION,
         line: line.to_string(),
         json: true,
     });

@@ -55,8 +55,8 @@ pub(crate) fn launch(rows: &mut Vec<Row>) {
 
 /// One `status` on an open connection: how long the answer took.
 pub(crate) fn console_latency(stream: &mut UnixStream) -> f64 {
-    let request = scored::proto::encode(&scored::proto::Request::Console {
-        version: scored::proto::VERSION,
+    let request = scored_proto::proto::encode(&scored_proto::proto::Request::Console {
+        version: scored_proto::proto::VERSION,
         line: "status".into(),
         json: true,
     });
@@ -65,11 +65,12 @@ pub(crate) fn console_latency(stream: &mut UnixStream) -> f64 {
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
-        if let Ok(Some(reply)) =
-            scored::proto::decode::<scored::proto::Reply>(&mut bytes, scored::proto::MAX_REPLY)
-        {
+        if let Ok(Some(reply)) = scored_proto::proto::decode::<scored_proto::proto::Reply>(
+            &mut bytes,
+            scored_proto::proto::MAX_REPLY,
+        ) {
             assert!(
-                matches!(reply, scored::proto::Reply::Console { ok: true, .. }),
+                matches!(reply, scored_proto::proto::Reply::Console { ok: true, .. }),
                 "{reply:?}"
             );
             return start.elapsed().as_secs_f64();

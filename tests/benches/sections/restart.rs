@@ -21,11 +21,11 @@ pub(crate) fn submit_raw(
     priority: u32,
     fds: &[i32; 3],
 ) -> UnixStream {
-    let submit = scored::proto::Submit {
+    let submit = scored_proto::proto::Submit {
         stages: vec![argv.iter().map(|arg| (*arg).into()).collect()],
-        joiner: scored::proto::Joiner::Sequence,
-        options: scored::proto::JobOptions {
-            procs: scored::proto::ProcRequest::Nodes(1),
+        joiner: scored_proto::proto::Joiner::Sequence,
+        options: scored_proto::proto::JobOptions {
+            procs: scored_proto::proto::ProcRequest::Nodes(1),
             priority: Some(priority),
             wait: false,
             memory: None,
@@ -48,8 +48,8 @@ pub(crate) fn submit_raw(
         fds: Vec::new(),
         pmi_ranks: 0,
     };
-    let frame = scored::proto::encode(&scored::proto::Request::Submit {
-        version: scored::proto::VERSION,
+    let frame = scored_proto::proto::encode(&scored_proto::proto::Request::Submit {
+        version: scored_proto::proto::VERSION,
         submit,
     });
     submit_admitted(daemon, &frame, fds)
@@ -80,8 +80,8 @@ pub(crate) fn submit_admitted(daemon: &Daemon, frame: &[u8], fds: &[i32; 3]) -> 
 
 /// One console request on a raw connection: its round trip and reply.
 pub(crate) fn console_raw(daemon: &Daemon, line: &str) -> (f64, String) {
-    let frame = scored::proto::encode(&scored::proto::Request::Console {
-        version: scored::proto::VERSION,
+    let frame = scored_proto::proto::encode(&scored_proto::proto::Request::Console {
+        version: scored_proto::proto::VERSION,
         line: line.to_string(),
         json: true,
     });
@@ -274,9 +274,9 @@ pub(crate) fn journal_cost(rows: &mut Vec<Row>) {
 /// between the stop confirmations and the continues (the jobs that enter
 /// are copied then, being shared with it).
 pub(crate) fn checkpoint_in_core(rows: &mut Vec<Row>) {
-    use scored::core::{Action, Core, Input};
-    use scored::ids::{ClientToken, Cred, Tick};
-    use scored::job::{JobRequest, Joiner, ProcRequest};
+    use scored_core::core::{Action, Core, Input};
+    use scored_core::ids::{ClientToken, Cred, Tick};
+    use scored_core::job::{JobRequest, Joiner, ProcRequest};
     let n_hosts = 100u32;
     let cred = Cred {
         pid: 1,
@@ -301,7 +301,7 @@ pub(crate) fn checkpoint_in_core(rows: &mut Vec<Row>) {
     };
     let build = || {
         let mut core = pure_core(n_hosts, Duration::from_millis(200));
-        let command = scored::command::parse_line("queue 2 deactivate")
+        let command = scored_proto::command::parse_line("queue 2 deactivate")
             .expect("valid")
             .expect("a command");
         core.handle(
@@ -326,7 +326,7 @@ pub(crate) fn checkpoint_in_core(rows: &mut Vec<Row>) {
         assert_eq!(core.n_jobs(), 1_120);
         let running = core
             .jobs()
-            .filter(|job| job.phase() == scored::job::Phase::Running)
+            .filter(|job| job.phase() == scored_core::job::Phase::Running)
             .count();
         assert_eq!(running, 100, "a gang job runs on each host");
         core

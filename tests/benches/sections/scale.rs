@@ -12,11 +12,11 @@ use crate::{held, hosts_file, median, ms, online_cpus, row, rss_kib, scaled, Row
 use scored_tests::*;
 
 pub(crate) fn submit_frame() -> Vec<u8> {
-    let submit = scored::proto::Submit {
+    let submit = scored_proto::proto::Submit {
         stages: vec![vec!["true".into()]],
-        joiner: scored::proto::Joiner::Sequence,
-        options: scored::proto::JobOptions {
-            procs: scored::proto::ProcRequest::Nodes(1),
+        joiner: scored_proto::proto::Joiner::Sequence,
+        options: scored_proto::proto::JobOptions {
+            procs: scored_proto::proto::ProcRequest::Nodes(1),
             priority: None,
             wait: false,
             memory: None,
@@ -36,8 +36,8 @@ pub(crate) fn submit_frame() -> Vec<u8> {
         fds: Vec::new(),
         pmi_ranks: 0,
     };
-    scored::proto::encode(&scored::proto::Request::Submit {
-        version: scored::proto::VERSION,
+    scored_proto::proto::encode(&scored_proto::proto::Request::Submit {
+        version: scored_proto::proto::VERSION,
         submit,
     })
 }
@@ -111,10 +111,10 @@ pub(crate) fn scale(rows: &mut Vec<Row>) {
 
 /// A pure core on `n_hosts` one-core hosts of one cluster, with gang
 /// slices of `slice`, for the benchmarks that drive the core alone.
-pub(crate) fn pure_core(n_hosts: u32, slice: std::time::Duration) -> scored::core::Core {
-    use scored::cluster::{Cluster, Host, Topology};
-    use scored::core::{Core, CoreConfig};
-    use scored::ids::{ClusterId, HostId};
+pub(crate) fn pure_core(n_hosts: u32, slice: std::time::Duration) -> scored_core::core::Core {
+    use scored_core::cluster::{Cluster, Host, Topology};
+    use scored_core::core::{Core, CoreConfig};
+    use scored_core::ids::{ClusterId, HostId};
     let mut topology = Topology::default();
     let mut cluster = Cluster {
         id: ClusterId(0),
@@ -129,7 +129,7 @@ pub(crate) fn pure_core(n_hosts: u32, slice: std::time::Duration) -> scored::cor
             id: HostId(idx),
             name: format!("h{idx}"),
             cluster: ClusterId(0),
-            cpus: scored::units::CpuSet::from_cpus([0]),
+            cpus: scored_proto::units::CpuSet::from_cpus([0]),
             cores: 1,
             speed: 1.0,
             cpugen: "c".into(),
@@ -153,9 +153,9 @@ pub(crate) fn pure_core(n_hosts: u32, slice: std::time::Duration) -> scored::cor
 /// One scheduling decision at 10,000 admitted jobs on 256 hosts, on the
 /// pure core with the actuator's answers simulated.
 pub(crate) fn decision_time(rows: &mut Vec<Row>) {
-    use scored::core::{Action, Core, Input};
-    use scored::ids::{ClientToken, Cred, Tick};
-    use scored::job::{JobRequest, Joiner, ProcRequest};
+    use scored_core::core::{Action, Core, Input};
+    use scored_core::ids::{ClientToken, Cred, Tick};
+    use scored_core::job::{JobRequest, Joiner, ProcRequest};
     let n_hosts = 256u32;
     let slice = Duration::from_millis(100);
     let mut core = pure_core(n_hosts, slice);

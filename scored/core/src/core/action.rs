@@ -5,14 +5,14 @@
 use std::time::Duration;
 
 use crate::cluster::Topology;
-use crate::command::reply::Reply;
 use crate::ids::{ClientToken, HostId, JobId};
 use crate::job::LaunchPlan;
+use scored_proto::command::reply::Reply;
 
 // Why a submission was refused, and how a job ended, are told to clients
 // as they are: the core uses the protocol's own types rather than mirrors
 // that the loop would translate.
-pub use crate::proto::{EndKind, RejectKind as Rejection};
+pub use scored_proto::proto::{EndKind, RejectKind as Rejection};
 
 /// The accounting summary of a finished job.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -41,8 +41,8 @@ impl Accounting {
     /// The accounting as the protocol carries it: durations in seconds,
     /// hosts by their names in `topology` (the one the job ran on: it never
     /// changes).
-    pub fn to_proto(&self, topology: &Topology) -> crate::proto::Accounting {
-        crate::proto::Accounting {
+    pub fn to_proto(&self, topology: &Topology) -> scored_proto::proto::Accounting {
+        scored_proto::proto::Accounting {
             queues: self.queues.clone(),
             wait_secs: self.wait.as_secs_f64(),
             wall_secs: self.wall.as_secs_f64(),

@@ -32,10 +32,10 @@ use super::{
     Rejection, Waiter, SIGTERM,
 };
 use crate::admission::Decision;
-use crate::batch::{Dependency, Expansion};
-use crate::command::reply::Value;
 use crate::ids::{ClientToken, Cred, JobId, Tick};
 use crate::job::{JobRequest, JobState, Link, Submission};
+use scored_proto::batch::{Dependency, Expansion};
+use scored_proto::command::reply::Value;
 
 /// The most jobs of the backlog admitted in one event; the rest are
 /// admitted at the next tick, which comes at once, so that a long array
@@ -281,7 +281,7 @@ impl EarlyEnd {
     fn killed(who: &str) -> EarlyEnd {
         EarlyEnd {
             kind: EndKind::Killed,
-            status: crate::exitcode::from_signal(SIGTERM),
+            status: scored_proto::exitcode::from_signal(SIGTERM),
             reason: format!("killed {who} before it started"),
         }
     }
@@ -359,7 +359,7 @@ impl Core {
                     .first()
                     .and_then(|argv| argv.first())
                     .map_or(&[][..], |program| program.as_encoded_bytes());
-                crate::batch::default_name(program).into()
+                scored_proto::batch::default_name(program).into()
             }
         };
         let entry = Entry {
@@ -414,7 +414,7 @@ impl Core {
                 first,
                 &EarlyEnd {
                     kind: EndKind::Killed,
-                    status: crate::exitcode::REJECTED,
+                    status: scored_proto::exitcode::REJECTED,
                     reason: format!("never ran: {why}"),
                 },
                 now,
@@ -591,7 +591,7 @@ impl Core {
                 }
                 let end = EarlyEnd {
                     kind: EndKind::Killed,
-                    status: crate::exitcode::REJECTED,
+                    status: scored_proto::exitcode::REJECTED,
                     reason: format!("never ran: {how}; -{}={}", dep.option(), dep.job),
                 };
                 self.end_entry_waiting(first, &end, now, out)
@@ -743,7 +743,7 @@ impl Core {
             if let Err((_, reason)) = self.check_queue(&waiter) {
                 let end = EarlyEnd {
                     kind: EndKind::Killed,
-                    status: crate::exitcode::REJECTED,
+                    status: scored_proto::exitcode::REJECTED,
                     reason: format!("never ran: {reason}"),
                 };
                 if let Some((id, _, outcome)) = self.end_one_waiting(first, k, &end, now, out) {
@@ -770,7 +770,7 @@ impl Core {
                 Decision::TooBig(reason) => {
                     let end = EarlyEnd {
                         kind: EndKind::Killed,
-                        status: crate::exitcode::REJECTED,
+                        status: scored_proto::exitcode::REJECTED,
                         reason: format!("never ran: {reason}"),
                     };
                     // Its elements are alike: none of them fits.
@@ -869,7 +869,7 @@ impl Core {
         let firsts: Vec<JobId> = self.backlog.entries.keys().copied().collect();
         let end = EarlyEnd {
             kind: EndKind::Shutdown,
-            status: crate::exitcode::from_signal(SIGTERM),
+            status: scored_proto::exitcode::from_signal(SIGTERM),
             reason: "killed because scored is shutting down, before it started".into(),
         };
         for first in firsts {

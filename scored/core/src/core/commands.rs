@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use super::{queue_group_name, Action, ClientEvent, Core, Directory, JobEvent};
 use crate::admission::ClusterLimits;
-use crate::command::reply::{Reply, Value};
-use crate::command::{self, Command, QueueAction, QueueMode, Setting};
 use crate::ids::{ClientToken, Cred, JobId, Tick};
 use crate::job::Job;
 use crate::queue::{Queue, DEFAULT_MPL};
-use crate::units::{format_duration, format_size};
+use scored_proto::command::reply::{Reply, Value};
+use scored_proto::command::{self, Command, QueueAction, QueueMode, Setting};
+use scored_proto::units::{format_duration, format_size};
 
 impl Core {
     /// Runs a console command for `cred` and answers `client`; what it

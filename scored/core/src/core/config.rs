@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::budget::{TOTAL_JOBS, TOTAL_WAITING, USER_JOBS, USER_WAITING};
-use crate::command::GroupRef;
+use scored_proto::command::GroupRef;
 
 /// Settings of the core fixed at start-up (the time slice can change later).
 #[derive(Debug, Clone, PartialEq)]

@@ -5,10 +5,10 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::command::reply::Value;
-use crate::command::Command;
 use crate::ids::{ClientToken, Cred, JobId};
 use crate::job::{ExitStatus, JobRequest, Usage};
+use scored_proto::command::reply::Value;
+use scored_proto::command::Command;
 
 use super::Outcome;
 

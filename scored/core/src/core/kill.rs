@@ -11,12 +11,12 @@
 #![forbid(unsafe_code)]
 
 use super::{Action, Core, JOB_CONTROL_SIGNALS, SIGKILL, SIGTERM};
-use crate::command::parse::signal_name;
-use crate::command::reply::Reply;
-use crate::command::JobFilter;
 use crate::ids::{Cred, JobId, Tick};
 use crate::job::{EndCause, JobState, Phase};
-use crate::units::format_duration;
+use scored_proto::command::parse::signal_name;
+use scored_proto::command::reply::Reply;
+use scored_proto::command::JobFilter;
+use scored_proto::units::format_duration;
 
 /// A job `kill` names: admitted, or waiting in the backlog.
 #[derive(Debug, Clone, Copy)]

@@ -13,7 +13,7 @@ use super::{
 use crate::admission::Placement;
 use crate::ids::{ClientToken, JobId, Tick};
 use crate::job::{EndCause, ExitStatus, Job, JobState, Joiner, Launch, Link, Phase, Usage};
-use crate::units::{format_duration, format_size};
+use scored_proto::units::{format_duration, format_size};
 
 impl Core {
     pub(super) fn rank_exited(
@@ -303,14 +303,14 @@ impl Core {
                 }
                 (
                     EndKind::Exited,
-                    first_failure.unwrap_or(crate::exitcode::from_signal(SIGKILL)),
+                    first_failure.unwrap_or(scored_proto::exitcode::from_signal(SIGKILL)),
                     reason,
                     JobState::Done,
                 )
             }
             Some(EndCause::Limit(why)) => (
                 EndKind::Limit,
-                crate::exitcode::LIMIT,
+                scored_proto::exitcode::LIMIT,
                 format!("killed: {why}"),
                 JobState::Killed,
             ),
@@ -515,7 +515,7 @@ pub(super) fn describe_exit(job: &Job) -> String {
 pub(super) fn asked_to_end(job: &Job, who: &str, default_signal: i32) -> (i32, String) {
     if !job.started() {
         return (
-            crate::exitcode::from_signal(default_signal),
+            scored_proto::exitcode::from_signal(default_signal),
             format!("killed {who} before it started"),
         );
     }

@@ -8,10 +8,10 @@
 #![forbid(unsafe_code)]
 
 use super::Core;
-use crate::command::QueueMode;
 use crate::ids::{JobId, Tick};
 use crate::job::Phase;
 use crate::queue::Queue;
+use scored_proto::command::QueueMode;
 
 /// The core at a slice boundary, from which [`Core::repeat_rotation`]
 /// repeats the period that ends at a later one.

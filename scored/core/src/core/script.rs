@@ -7,9 +7,9 @@
 use std::fmt;
 
 use super::{Action, ClientEvent, Core, Input};
-use crate::command::reply::Reply;
-use crate::command::{self, Command, ParseError};
 use crate::ids::{ClientToken, Cred, Tick};
+use scored_proto::command::reply::Reply;
+use scored_proto::command::{self, Command, ParseError};
 
 /// The client the script's answers are addressed to. The script runs
 /// before the daemon accepts any connection, and its answers are taken

@@ -25,10 +25,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Core, Outcome};
-use crate::batch::Batch;
-use crate::command::QueueMode;
 use crate::ids::Cred;
 use crate::job::{EndCause, ExitStatus, Joiner, Launch, Phase, ProcRequest, Submission};
+use scored_proto::batch::Batch;
+use scored_proto::command::QueueMode;
 
 mod restore;
 pub use restore::RestoreError;
@@ -123,7 +123,7 @@ struct QueueSnapshot {
     order: Vec<u64>,
 }
 
-/// A submission's batch options (`crate::batch`) as the options scrun
+/// A submission's batch options (`scored_proto::batch`) as the options scrun
 /// sent, which the validator checks again on the way in.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct BatchSnapshot {
@@ -587,7 +587,7 @@ mod tests {
 
     use super::restore::{unhex, unpack};
     use super::*;
-    use crate::inherit::Inherited;
+    use scored_proto::inherit::Inherited;
 
     #[test]
     fn launch_data_round_trips_through_hex() {

@@ -6,10 +6,10 @@
 use super::{Action, ClientEvent, Core, JobEvent, JobTable};
 use crate::admission::{ClusterLimits, Ledger};
 use crate::cluster::Topology;
-use crate::command::QueueMode;
 use crate::ids::{HostId, JobId, Tick};
 use crate::job::{Job, Joiner, LaunchPlan, Phase, ProcPlan};
 use crate::sched;
+use scored_proto::command::QueueMode;
 
 impl Core {
     /// Recomputes the active set and moves the jobs towards it.

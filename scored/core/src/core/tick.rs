@@ -6,10 +6,10 @@
 #![forbid(unsafe_code)]
 
 use super::{usage_limited, Action, Core, FEW_RAN, SIGKILL};
-use crate::command::QueueMode;
 use crate::ids::{JobId, Tick};
 use crate::job::{EndCause, Job, Phase};
-use crate::units::format_duration;
+use scored_proto::command::QueueMode;
+use scored_proto::units::format_duration;
 
 impl Core {
     /// The next time the core needs a `Tick`, if any.

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use super::backlog::batch_fields;
 use super::{Core, Ending};
-use crate::command::reply::{Reply, Table, Value};
-use crate::command::JobFilter;
 use crate::ids::{Cred, JobId, Tick};
 use crate::job::{Job, JobState, Joiner};
 use crate::queue::Queue;
+use scored_proto::command::reply::{Reply, Table, Value};
+use scored_proto::command::JobFilter;
 
 impl Core {
     pub(super) fn status(&self, now: Tick) -> Reply {

@@ -1,4 +1,4 @@
-//! The hosts database (scorehosts.db, SPEC §4): parsing and resolution into a topology.
+//! The hosts database (scorehosts.db(5)): parsing and resolution into a topology.
 //!
 //! This module owns the text format of the hosts database and its meaning. It
 //! works in two pure layers, following the two-layer parsers of the style guide
@@ -11,7 +11,7 @@
 //!
 //! # Syntax
 //!
-//! The format is the SCore-compatible subset of SPEC §4. Where SCore leaves a
+//! The format is the SCore-compatible subset of scorehosts.db(5). Where SCore leaves a
 //! choice open, we follow the C preprocessor, because SCore runs this file
 //! through one, and we write the choice down here:
 //!

@@ -17,7 +17,7 @@ use super::{
     MAX_EXPANSION_STEPS, MAX_INCLUDES, MAX_INCLUDE_DEPTH, MAX_ITEMS, MAX_LINE_LEN, MAX_RECORDS,
     MAX_TOTAL_EXPANSION, MAX_TOTAL_SIZE,
 };
-use crate::units::quote;
+use scored_proto::units::quote;
 
 /// Parses the hosts database at `path`, and the files it includes, into
 /// records. Returns every diagnostic found; the database holds whatever could

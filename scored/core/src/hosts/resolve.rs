@@ -1,4 +1,5 @@
-//! Resolution: from database records to hosts and clusters (SPEC §3, §4).
+//! Resolution: from database records to hosts and clusters (scorehosts.db(5),
+//! HOST ATTRIBUTES and CLUSTERS).
 //!
 //! [`resolve`] reads the host attributes scored uses, checks every value, fills
 //! in defaults from the [`Machine`], selects a group and forms clusters of
@@ -18,12 +19,12 @@ use std::path::PathBuf;
 use super::{Database, Diagnostic, Record, Span, MAX_CORES, MAX_DIAGNOSTICS};
 use crate::cluster::{Cluster, Host, Machine, Topology};
 use crate::ids::{ClusterId, HostId};
-use crate::units::{parse_size, quote, CpuSet};
+use scored_proto::units::{parse_size, quote, CpuSet};
 
 /// The `cpugen` of hosts that do not set one.
 pub const DEFAULT_CPUGEN: &str = "default";
 
-/// The attributes scored reads; any other is kept and ignored (SPEC §4),
+/// The attributes scored reads; any other is kept and ignored (scorehosts.db(5)),
 /// with a warning, since it is most often a typo.
 pub const KNOWN_ATTRIBUTES: &[&str] = &[
     "group", "cpugen", "speed", "cores", "cpus", "memory", "watchfs",
@@ -90,7 +91,7 @@ pub fn resolve_with_warnings(
                 continue;
             }
             unknown_seen.push(attr);
-            let hint = match crate::command::parse::closest(attr, KNOWN_ATTRIBUTES) {
+            let hint = match scored_proto::command::parse::closest(attr, KNOWN_ATTRIBUTES) {
                 Some(known) => format!(" (did you mean {known}?)"),
                 None => String::new(),
             };
@@ -123,8 +124,8 @@ pub fn resolve_with_warnings(
                     format!(
                         "warning: host {}, attribute memory: {} is more than this machine's memory ({}); accepted as given",
                         quote(&spec.name),
-                        crate::units::format_size(memory),
-                        crate::units::format_size(machine.total_memory)
+                        scored_proto::units::format_size(memory),
+                        scored_proto::units::format_size(machine.total_memory)
                     ),
                 ));
             }

@@ -7,7 +7,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::rc::Rc;
 
-use crate::inherit::Inherited;
+use scored_proto::inherit::Inherited;
 
 /// A job's programs, environment and working directory, packed in one
 /// allocation and shared: identical submissions (a user's many jobs of one

@@ -1,5 +1,5 @@
 //! Help texts of console commands: one static table entry per command word,
-//! with its usage (the exact syntax of SPEC §6), a short summary for the
+//! with its usage (the exact syntax sc_console(8) COMMANDS documents), a short summary for the
 //! command list, a one-sentence description of what the daemon does, who may
 //! run it, and an example line.
 //!
@@ -13,7 +13,8 @@
 
 use crate::units::quote;
 
-/// Who may run a command (SPEC §6).
+/// Who may run a command: read-only commands are open to every local user,
+/// changing ones need root or an operator (sc_console(8), ACCESS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     /// Read-only: open to every local user.
@@ -57,7 +58,7 @@ pub struct HelpEntry {
     pub example: &'static str,
 }
 
-/// The table, in the order of SPEC §6.
+/// The table, in the order of sc_console(8), COMMANDS.
 static ENTRIES: &[HelpEntry] = &[
     HelpEntry {
         name: "help",
@@ -252,7 +253,7 @@ static ENTRIES: &[HelpEntry] = &[
     },
 ];
 
-/// Every command's help entry, in the order of SPEC §6.
+/// Every command's help entry, in the order of sc_console(8), COMMANDS.
 pub fn entries() -> &'static [HelpEntry] {
     ENTRIES
 }

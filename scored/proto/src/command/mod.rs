@@ -3,7 +3,7 @@
 //! JSON renderings.
 //!
 //! **API boundary.** Command names and `key=value` settings are fixed by
-//! SPEC §6; scripts and `scored.rc` files rely on them.
+//! sc_console(8) and scored.rc(5); scripts and `scored.rc` files rely on them.
 //!
 //! Pure: parsing and rendering never touch the system. Executing a command
 //! is the scheduling core's job (`core::Core::command`).
@@ -44,7 +44,9 @@ pub enum GroupRef {
     Gid(u32),
 }
 
-/// The scheduling mode of a queue (SPEC §2.9).
+/// The scheduling mode of a queue: gang time-sharing, or exclusive runs
+/// that keep a started job scheduled until it ends (scored(8), SCHEDULING
+/// MODEL).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueMode {
     /// Jobs time-share by gang scheduling.
@@ -151,7 +153,7 @@ pub enum Since {
     Unix(u64),
 }
 
-/// One console command (SPEC §6).
+/// One console command (sc_console(8), COMMANDS).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     /// `help [COMMAND]`.

@@ -1,7 +1,7 @@
 //! The console line parser and its inverse, the canonical printer.
 //!
 //! [`parse_line`] turns one line of sc_console or `scored.rc` input into a
-//! [`Command`] (SPEC §6), and [`render`] prints a command back so that
+//! [`Command`] (sc_console(8), COMMANDS), and [`render`] prints a command back so that
 //! parsing the text gives the same value. Errors are typed
 //! ([`ParseErrorKind`]) and their messages are lowercase, name the offending
 //! word and the line, and end with a hint (usually the command's usage from

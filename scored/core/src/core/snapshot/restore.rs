@@ -16,20 +16,20 @@ use super::{
     StatusSnapshot, SubmissionSnapshot,
 };
 use crate::admission::{ClusterLimits, Ledger, Placement};
-use crate::batch::Dependency;
-use crate::batch::{self, Batch, BatchOptions};
 use crate::cluster::Topology;
-use crate::command::QueueMode;
 use crate::core::backlog::{Backlog, Entry};
 use crate::core::Outcome;
 use crate::core::{usage_limited, Core, CoreConfig, CoreSnapshot, Switches, Waiter};
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
-use crate::inherit::Inherited;
 use crate::job::{
     EndCause, ExitStatus, Failure, Job, JobLimits, JobRequest, JobSpec, Joiner, Killing, Life,
     Link, Phase, ProcRequest, Procs, Started, Stretch, Submission, Usage,
 };
 use crate::queue::Queue;
+use scored_proto::batch::Dependency;
+use scored_proto::batch::{self, Batch, BatchOptions};
+use scored_proto::command::QueueMode;
+use scored_proto::inherit::Inherited;
 
 /// Why a snapshot cannot be restored: what does not fit, and where. The
 /// texts are the daemon's messages (`scored: cannot take over: ...`).

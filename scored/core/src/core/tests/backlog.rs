@@ -2,7 +2,7 @@
 //! the order in which their jobs are admitted, their ends, and the restart.
 
 use super::*;
-use crate::batch::{self, ArraySpec, BatchOptions};
+use scored_proto::batch::{self, ArraySpec, BatchOptions};
 
 /// Submits `options` for `prog` as `cred`; returns the client.
 fn submit_batch(sim: &mut Sim, cred: Cred, options: BatchOptions) -> u64 {

@@ -13,10 +13,10 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::cluster::{Cluster, Host};
-use crate::command::parse_line;
 use crate::ids::ClusterId;
 use crate::job::{ExitStatus, Joiner, Life, ProcRequest, Usage};
-use crate::units::CpuSet;
+use scored_proto::command::parse_line;
+use scored_proto::units::CpuSet;
 
 mod backlog;
 mod budgets;

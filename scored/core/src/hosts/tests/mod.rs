@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::units::CpuSet;
+use scored_proto::units::CpuSet;
 
 mod attributes;
 mod clusters;
