@@ -444,7 +444,11 @@ impl Core {
                 user,
                 request,
             } => self.submit(client, cred, user, *request, now, out),
-            Input::KnownEnd { job, outcome } => self.known_end(job, outcome),
+            Input::KnownEnd {
+                job,
+                owner,
+                outcome,
+            } => self.known_end(job, owner, outcome),
             Input::ClientGone(client) => self.client_gone(client, now, out),
             Input::Hold(client) => {
                 if self.backlog_client(client, ClientChange::Hold(true), now, out) {

@@ -5,8 +5,9 @@
 //!
 //! **API boundary.** The option names and the escapes of an output
 //! pattern (`%j` job id, `%r` rank, `%a` array index, `%x` name, `%%`) are
-//! fixed by SPEC §11; scrun(1) documents them. Every error names the
-//! option and the value ([`BatchError`]).
+//! fixed: scripts rely on them, and scrun(1) documents them (OPTIONS,
+//! BATCH JOBS). Every error names the option and the value
+//! ([`BatchError`]).
 //!
 //! Checks only: no system call. Whether the submitting user may create an
 //! output file is checked by scrun, as that user, and the file is opened

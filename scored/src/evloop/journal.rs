@@ -155,7 +155,14 @@ impl<A: Actuator> Daemon<A> {
                         200,
                     ))
                 };
-                Some(scored_core::core::Input::KnownEnd { job, outcome })
+                let owner = record["uid"]
+                    .as_u64()
+                    .and_then(|uid| u32::try_from(uid).ok())?;
+                Some(scored_core::core::Input::KnownEnd {
+                    job,
+                    owner,
+                    outcome,
+                })
             })
             .collect()
     }

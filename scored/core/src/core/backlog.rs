@@ -191,8 +191,8 @@ pub(super) struct Backlog {
     /// Entries by the jobs they wait for.
     dependants: BTreeMap<JobId, Vec<JobId>>,
     /// How the last [`OUTCOMES`] jobs ended (an array's under its id, once
-    /// all of it ended), newest last.
-    outcomes: VecDeque<(JobId, Outcome)>,
+    /// all of it ended), with their owners, newest last.
+    outcomes: VecDeque<(JobId, u32, Outcome)>,
     /// Jobs that ended without being admitted, newest last.
     pub(super) ended: VecDeque<Rc<EndedEarly>>,
     /// Admissions were left for the next event ([`ADMIT_PER_EVENT`]).
@@ -214,19 +214,20 @@ impl Backlog {
     }
 
     /// How a job that ended is known to have ended.
-    fn outcome(&self, id: JobId) -> Option<&Outcome> {
+    /// How a job that ended is known to have ended, with its owner.
+    fn outcome(&self, id: JobId) -> Option<(u32, &Outcome)> {
         self.outcomes
             .iter()
             .rev()
-            .find(|(known, _)| *known == id)
-            .map(|(_, outcome)| outcome)
+            .find(|(known, _, _)| *known == id)
+            .map(|(_, owner, outcome)| (*owner, outcome))
     }
 
-    fn remember(&mut self, id: JobId, outcome: Outcome) {
+    fn remember(&mut self, id: JobId, owner: u32, outcome: Outcome) {
         if self.outcomes.len() == OUTCOMES {
             self.outcomes.pop_front();
         }
-        self.outcomes.push_back((id, outcome));
+        self.outcomes.push_back((id, owner, outcome));
     }
 
     /// Whether nothing is in the backlog.
@@ -235,7 +236,7 @@ impl Backlog {
     }
 
     /// The ends kept, oldest first, for the snapshot.
-    pub(super) fn outcomes(&self) -> impl Iterator<Item = &(JobId, Outcome)> {
+    pub(super) fn outcomes(&self) -> impl Iterator<Item = &(JobId, u32, Outcome)> {
         self.outcomes.iter()
     }
 
@@ -243,7 +244,7 @@ impl Backlog {
     /// is derived from them (the ready entries in order, the dependants).
     pub(super) fn restored(
         entries: BTreeMap<JobId, Entry>,
-        outcomes: Vec<(JobId, Outcome)>,
+        outcomes: Vec<(JobId, u32, Outcome)>,
     ) -> Backlog {
         let mut backlog = Backlog {
             entries,
@@ -321,7 +322,7 @@ impl Core {
         let mut waits_for = Vec::new();
         let mut failed = None;
         for dep in &batch.after {
-            match self.dependency_state(JobId(dep.job)) {
+            match self.dependency_state(JobId(dep.job), &waiter.cred) {
                 Err(reason) => {
                     return reject(
                         Rejection::Invalid,
@@ -458,33 +459,43 @@ impl Core {
     /// Where job `id` stands for a job that would depend on it: still to
     /// end (`None`), ended and how, or an error naming why it cannot be
     /// depended on.
-    fn dependency_state(&self, id: JobId) -> Result<Option<Outcome>, String> {
+    /// A job may wait only for its owner's jobs (root and operators for
+    /// anyone's): how another user's job ended is theirs to know.
+    fn dependency_state(&self, id: JobId, cred: &Cred) -> Result<Option<Outcome>, String> {
+        let (owner, state) = self.dependency_owner_state(id)?;
+        if owner != cred.uid && !self.is_operator(cred) {
+            return Err(format!(
+                "job {id} belongs to another user: a job may wait only for its owner's jobs"
+            ));
+        }
+        Ok(state)
+    }
+
+    /// The owner of job `id` and where it stands: still to end (`None`),
+    /// or ended and how; an error naming why it is not known.
+    fn dependency_owner_state(&self, id: JobId) -> Result<(u32, Option<Outcome>), String> {
         if id.0 >= self.next_job {
             return Err(format!(
                 "there is no job {id} (the last job so far is {})",
                 self.next_job.saturating_sub(1)
             ));
         }
-        if self.logged.jobs.contains_key(&id) {
-            return Ok(None);
+        if let Some(job) = self.logged.jobs.get(&id) {
+            return Ok((job.owner.uid, None));
         }
         if let Some((entry, k)) = self.backlog.entry_of(id) {
             // An array's id stands for all of it, which has not ended
             // while its entry is here.
             if (entry.is_array() && k == 0) || self.backlog.holds(id) {
-                return Ok(None);
+                return Ok((entry.cred.uid, None));
             }
         }
-        if let Some(outcome) = self.backlog.outcome(id) {
-            return Ok(Some(outcome.clone()));
+        if let Some((owner, outcome)) = self.backlog.outcome(id) {
+            return Ok((owner, Some(outcome.clone())));
         }
         if let Some(done) = self.logged.finished.iter().find(|done| done.job.id == id) {
-            return Ok(Some(Outcome::of(
-                id,
-                done.state,
-                done.ending.status,
-                &done.ending.reason,
-            )));
+            let outcome = Outcome::of(id, done.state, done.ending.status, &done.ending.reason);
+            return Ok((done.job.owner.uid, Some(outcome)));
         }
         Err(format!(
             "job {id} ended too long ago for scored to know how (it is not in the journal)"
@@ -498,13 +509,14 @@ impl Core {
         &mut self,
         id: JobId,
         admitted: bool,
+        owner: u32,
         outcome: Outcome,
         now: Tick,
         out: &mut Vec<Action>,
     ) {
-        let mut work = vec![(id, admitted, outcome)];
-        while let Some((id, admitted, outcome)) = work.pop() {
-            for (target, outcome) in self.note_end(id, admitted, outcome, now) {
+        let mut work = vec![(id, admitted, owner, outcome)];
+        while let Some((id, admitted, owner, outcome)) = work.pop() {
+            for (target, outcome) in self.note_end(id, admitted, owner, outcome, now) {
                 let dependants = self
                     .backlog_mut()
                     .dependants
@@ -523,12 +535,13 @@ impl Core {
         &mut self,
         id: JobId,
         admitted: bool,
+        owner: u32,
         outcome: Outcome,
         now: Tick,
     ) -> Vec<(JobId, Outcome)> {
         let backlog = self.backlog_mut();
         let Some(first) = backlog.entry_of(id).map(|(entry, _)| entry.first()) else {
-            backlog.remember(id, outcome.clone());
+            backlog.remember(id, owner, outcome.clone());
             return vec![(id, outcome)];
         };
         let entry = backlog.entries.get_mut(&first).expect("found above");
@@ -557,7 +570,7 @@ impl Core {
             backlog.ready.push_back(first);
         }
         for (job, outcome) in &ends {
-            backlog.remember(*job, outcome.clone());
+            backlog.remember(*job, owner, outcome.clone());
         }
         ends
     }
@@ -572,7 +585,7 @@ impl Core {
         outcome: &Outcome,
         now: Tick,
         out: &mut Vec<Action>,
-    ) -> Vec<(JobId, bool, Outcome)> {
+    ) -> Vec<(JobId, bool, u32, Outcome)> {
         let backlog = self.backlog_mut();
         let Some(entry) = backlog.entries.get_mut(&first) else {
             return Vec::new();
@@ -610,8 +623,8 @@ impl Core {
     /// them in turn.
     fn end_waiting(&mut self, first: JobId, end: &EarlyEnd, now: Tick, out: &mut Vec<Action>) {
         let ends = self.end_entry_waiting(first, end, now, out);
-        for (id, admitted, outcome) in ends {
-            self.backlog_job_ended(id, admitted, outcome, now, out);
+        for (id, admitted, owner, outcome) in ends {
+            self.backlog_job_ended(id, admitted, owner, outcome, now, out);
         }
     }
 
@@ -624,7 +637,7 @@ impl Core {
         end: &EarlyEnd,
         now: Tick,
         out: &mut Vec<Action>,
-    ) -> Vec<(JobId, bool, Outcome)> {
+    ) -> Vec<(JobId, bool, u32, Outcome)> {
         let Some(entry) = self.backlog.entries.get(&first) else {
             return Vec::new();
         };
@@ -647,7 +660,7 @@ impl Core {
         end: &EarlyEnd,
         now: Tick,
         out: &mut Vec<Action>,
-    ) -> Option<(JobId, bool, Outcome)> {
+    ) -> Option<(JobId, bool, u32, Outcome)> {
         let entry = self.backlog.entries.get(&first)?;
         let id = entry.id(k);
         let reason = cap_reason(end.reason.clone());
@@ -692,7 +705,7 @@ impl Core {
             .ended
             .push_back(Rc::new(EndedEarly { id, uid, fields }));
         let outcome = Outcome::Failure(format!("job {id} {reason}"));
-        Some((id, false, outcome))
+        Some((id, false, uid, outcome))
     }
 
     /// Admits the next element of the oldest ready entry, if it is older
@@ -746,8 +759,10 @@ impl Core {
                     status: scored_proto::exitcode::REJECTED,
                     reason: format!("never ran: {reason}"),
                 };
-                if let Some((id, _, outcome)) = self.end_one_waiting(first, k, &end, now, out) {
-                    self.backlog_job_ended(id, false, outcome, now, out);
+                if let Some((id, _, owner, outcome)) =
+                    self.end_one_waiting(first, k, &end, now, out)
+                {
+                    self.backlog_job_ended(id, false, owner, outcome, now, out);
                 }
                 continue;
             }
@@ -821,10 +836,10 @@ impl Core {
             return false;
         }
         let first = entry.first();
-        if let Some((id, _, outcome)) =
+        if let Some((id, _, owner, outcome)) =
             self.end_one_waiting(first, k, &EarlyEnd::killed(who), now, out)
         {
-            self.backlog_job_ended(id, false, outcome, now, out);
+            self.backlog_job_ended(id, false, owner, outcome, now, out);
         }
         true
     }
@@ -878,9 +893,9 @@ impl Core {
     }
 
     /// A job's end from the journal, for a submission that depends on it.
-    pub(super) fn known_end(&mut self, job: JobId, outcome: Outcome) {
+    pub(super) fn known_end(&mut self, job: JobId, owner: u32, outcome: Outcome) {
         if self.backlog.outcome(job).is_none() {
-            self.backlog_mut().remember(job, outcome);
+            self.backlog_mut().remember(job, owner, outcome);
         }
     }
 
@@ -900,7 +915,7 @@ impl Core {
             .after
             .iter()
             .map(|dep| JobId(dep.job))
-            .filter(|id| self.dependency_state(*id).is_err() && id.0 < self.next_job)
+            .filter(|id| self.dependency_owner_state(*id).is_err() && id.0 < self.next_job)
             .collect()
     }
 

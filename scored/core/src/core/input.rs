@@ -92,6 +92,8 @@ pub enum Input {
     KnownEnd {
         /// The job.
         job: JobId,
+        /// Its owner.
+        owner: u32,
         /// How it ended.
         outcome: Outcome,
     },

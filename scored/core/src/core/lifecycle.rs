@@ -371,6 +371,7 @@ impl Core {
             ));
         }
         let outcome = Outcome::of(job, state, ending.status, &ending.reason);
+        let owner = record.owner.uid;
         if record.started() {
             out.push(Action::Release(job));
         }
@@ -387,7 +388,7 @@ impl Core {
             ended_at: now,
             ending,
         }));
-        self.backlog_job_ended(job, true, outcome, now, out);
+        self.backlog_job_ended(job, true, owner, outcome, now, out);
         self.admit_waiters(now, out);
     }
 

@@ -64,8 +64,8 @@ pub struct CoreSnapshot {
 #[derive(Debug, Serialize, Deserialize)]
 struct BacklogSnapshot {
     entries: Vec<EntrySnapshot>,
-    /// (job, how it failed; none for a success), oldest first.
-    outcomes: Vec<(u64, Option<String>)>,
+    /// (job, its owner, how it failed; none for a success), oldest first.
+    outcomes: Vec<(u64, u32, Option<String>)>,
 }
 
 /// What jobs of the backlog run, while one waits.
@@ -567,9 +567,10 @@ impl Core {
             .collect();
         let outcomes = backlog
             .outcomes()
-            .map(|(job, outcome)| {
+            .map(|(job, owner, outcome)| {
                 (
                     job.0,
+                    *owner,
                     match outcome {
                         Outcome::Success => None,
                         Outcome::Failure(how) => Some(how.clone()),

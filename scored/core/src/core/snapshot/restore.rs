@@ -549,9 +549,10 @@ fn restore_backlog(
     let outcomes = snapshot
         .outcomes
         .into_iter()
-        .map(|(job, failure)| {
+        .map(|(job, owner, failure)| {
             (
                 JobId(job),
+                owner,
                 failure.map_or(Outcome::Success, Outcome::Failure),
             )
         })

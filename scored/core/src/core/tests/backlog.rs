@@ -326,3 +326,25 @@ fn the_backlog_survives_a_restart() {
         Some((Some("o.6.7".into()), Some("o.6.7".into())))
     );
 }
+
+#[test]
+fn a_job_may_wait_only_for_its_owners_jobs() {
+    let mut sim = Sim::new(2, 100);
+    submit_batch(&mut sim, user(1000), detached());
+    // Another user would learn how it ends: refused, nothing taken.
+    let other = submit_batch(&mut sim, user(1001), after(&[1]));
+    check(&sim.client(other), "rejected Invalid");
+    assert_eq!(sim.core.next_job_id(), 2);
+    // Its owner may, and so may root.
+    let own = submit_batch(&mut sim, user(1000), after(&[1]));
+    check(&sim.client(own), "accepted 2 x1 (waits for after=1)");
+    let root_client = submit_batch(&mut sim, root(), after(&[1]));
+    check(
+        &sim.client(root_client),
+        "accepted 3 x1 (waits for after=1)",
+    );
+    // Once it ended, the same.
+    sim.exit(1, 0);
+    let late = submit_batch(&mut sim, user(1001), after(&[1]));
+    check(&sim.client(late), "rejected Invalid");
+}
