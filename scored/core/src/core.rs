@@ -431,10 +431,15 @@ impl Core {
         if !keeps_decision {
             self.decision_current = false;
         }
-        if !matches!(
-            input,
-            Input::Tick | Input::Stopped(_) | Input::Usage { .. } | Input::SwitchMeasured { .. }
-        ) {
+        // A tick that admits jobs of the backlog brings jobs that may start.
+        let admits = matches!(input, Input::Tick)
+            && (self.backlog.more || self.backlog_waits_for_starts());
+        if admits
+            || !matches!(
+                input,
+                Input::Tick | Input::Stopped(_) | Input::Usage { .. } | Input::SwitchMeasured { .. }
+            )
+        {
             self.waiting_current = false;
         }
         match input {

@@ -163,6 +163,9 @@ impl Entry {
                 return format!("waits for its array: {} of %{max} running", self.admitted);
             }
         }
+        if self.short.is_none() && self.is_array() && self.admitted > 0 {
+            return "waits for its array's admitted elements to start".to_string();
+        }
         match &self.short {
             Some(reason) => format!("waits for resources: {reason}"),
             None => "waits for admission".to_string(),
@@ -720,17 +723,31 @@ impl Core {
         out: &mut Vec<Action>,
     ) -> bool {
         loop {
-            let Some(&first) = self.backlog.ready.front() else {
+            // Entries that may admit no element any more leave the
+            // queue; one whose array has its share admitted and not
+            // started yet keeps its place.
+            let mut found = None;
+            let mut gone = Vec::new();
+            for &first in &self.backlog.ready {
+                match self.backlog.entries.get(&first) {
+                    Some(entry) if entry.may_admit() => {
+                        if self.within_window(entry) {
+                            found = Some(first);
+                            break;
+                        }
+                    }
+                    _ => gone.push(first),
+                }
+            }
+            if !gone.is_empty() {
+                self.backlog_mut()
+                    .ready
+                    .retain(|first| !gone.contains(first));
+            }
+            let Some(first) = found else {
                 return false;
             };
-            let Some(entry) = self.backlog.entries.get(&first) else {
-                self.backlog_mut().ready.pop_front();
-                continue;
-            };
-            if !entry.may_admit() {
-                self.backlog_mut().ready.pop_front();
-                continue;
-            }
+            let entry = &self.backlog.entries[&first];
             if before.is_some_and(|before| before < entry.since) {
                 return false;
             }
@@ -739,7 +756,7 @@ impl Core {
                 return false;
             }
             let Some(request) = entry.request.as_deref() else {
-                self.backlog_mut().ready.pop_front();
+                self.backlog_mut().ready.retain(|known| *known != first);
                 continue;
             };
             let k = entry.next;
@@ -802,14 +819,55 @@ impl Core {
         }
     }
 
-    /// The oldest entry ready to admit, if any: since when it is ready.
+    /// The oldest entry ready to admit now, if any: since when it is ready.
     pub(super) fn backlog_ready_since(&self) -> Option<Tick> {
         self.backlog
             .ready
             .iter()
             .filter_map(|first| self.backlog.entries.get(first))
-            .find(|entry| entry.may_admit())
+            .find(|entry| entry.may_admit() && self.within_window(entry))
             .map(|entry| entry.since)
+    }
+
+    /// Whether an array has fewer of its elements admitted and not started
+    /// than [`Core::admit_window`]: an element is a job record from its
+    /// admission, and one that cannot start yet costs memory (which every
+    /// fork of the daemon copies) and nothing else. A job that is not an
+    /// array has no such window.
+    fn within_window(&self, entry: &Entry) -> bool {
+        if !entry.is_array() {
+            return true;
+        }
+        let window = self.admit_window();
+        // Elements are admitted in order: the unstarted ones are among
+        // the last admitted.
+        let unstarted = (entry.next.saturating_sub(window)..entry.next)
+            .filter(|k| {
+                self.logged
+                    .jobs
+                    .get(&entry.id(*k))
+                    .is_some_and(|job| !job.started())
+            })
+            .count() as u32;
+        unstarted < window
+    }
+
+    /// How many elements of an array may be admitted and not started yet:
+    /// one for each host, enough to keep every host of the machine busy.
+    pub(super) fn admit_window(&self) -> u32 {
+        u32::try_from(self.logged.topology.hosts.len())
+            .unwrap_or(u32::MAX)
+            .max(1)
+    }
+
+    /// Whether an entry waits only for an element of its array to start.
+    pub(super) fn backlog_waits_for_starts(&self) -> bool {
+        self.backlog.ready.iter().any(|first| {
+            self.backlog
+                .entries
+                .get(first)
+                .is_some_and(|entry| entry.may_admit() && !self.within_window(entry))
+        })
     }
 
     /// How many jobs of the backlog wait for resources.

@@ -179,8 +179,9 @@ impl Core {
     }
 
     pub(super) fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
-        // Admit what the last event left of the backlog's share.
-        if self.backlog.more {
+        // Admit what the last event left of the backlog's share, and the
+        // elements of arrays whose admitted ones have started since.
+        if self.backlog.more || self.backlog_waits_for_starts() {
             self.admit_waiters(now, out);
         }
         // Escalate graceful kills whose grace is over.

@@ -244,7 +244,7 @@ fn killing_a_waiting_element_ends_it_and_the_array_goes_on() {
 
 #[test]
 fn a_long_array_is_admitted_a_share_per_event() {
-    let mut sim = Sim::new(2, 100);
+    let mut sim = Sim::new(600, 100);
     submit_batch(&mut sim, root(), array("1-1000"));
     assert_eq!(sim.core.n_jobs(), ADMIT_PER_EVENT);
     assert_eq!(sim.core.next_deadline(), Some(Tick(0)));
@@ -252,6 +252,24 @@ fn a_long_array_is_admitted_a_share_per_event() {
     assert_eq!(sim.core.n_jobs(), 2 * ADMIT_PER_EVENT);
     sim.advance(1);
     assert_eq!(sim.core.n_jobs(), 1000);
+}
+
+#[test]
+fn an_array_is_admitted_as_its_elements_start() {
+    let mut sim = Sim::new(2, 100);
+    submit_batch(&mut sim, root(), array("1-50"));
+    // One element for each host, started at once.
+    check(&sim.take_log(), "spawn 1 stage 0 x1, spawn 2 stage 0 x1");
+    assert_eq!(sim.core.n_jobs(), 2);
+    let jobs = sim.cmd(&root(), "jobs --state waiting");
+    assert!(jobs.contains("waits for its array's admitted elements to start"), "{jobs}");
+    // The next ones as the first end: never more than one waiting to
+    // start for each host besides those that run.
+    for id in 1..=50 {
+        sim.exit(id, 0);
+        assert!(sim.core.n_jobs() <= 4, "{} jobs admitted", sim.core.n_jobs());
+    }
+    assert!(sim.core.no_jobs());
 }
 
 #[test]
