@@ -2,15 +2,17 @@
 # install.sh -- install scored, scrun, sc_console and sc_replay, their man pages and the
 # sample configuration under a prefix.
 #
-#   config/install.sh                           # build with cargo, into /usr/local
-#   PREFIX=$HOME/.local config/install.sh        # into ~/.local
-#   SCORED_PREBUILT=target/release config/install.sh   # copy binaries already built
+#   config/install.sh                                  # into /usr/local
+#   PREFIX=$HOME/.local config/install.sh              # into ~/.local
+#   SCORED_PREBUILT=/some/dir config/install.sh        # copy binaries built elsewhere
 #
 # PREFIX           where to install (default /usr/local): PREFIX/bin,
 #                  PREFIX/share/man/man{1,5,8}, PREFIX/share/doc/scored.
 # SCORED_PREBUILT  a directory holding scored, scrun, sc_console and sc_replay already
-#                  built (target/release, target/debug); without it the
-#                  binaries are built with "cargo install --path ... --root PREFIX".
+#                  built; without it the programs are built once with
+#                  "cargo build --release" (nothing to do after the README's own
+#                  release build) and taken from target/release, or from
+#                  $CARGO_TARGET_DIR/release.
 # CARGO            the cargo to use (default cargo).
 #
 # The samples go to PREFIX/share/doc/scored, not to PREFIX/etc: scored reads
@@ -23,18 +25,20 @@ PREFIX=${PREFIX:-/usr/local}
 CARGO=${CARGO:-cargo}
 
 if [ -n "${SCORED_PREBUILT:-}" ]; then
-    for program in scored scrun sc_console sc_replay; do
-        if [ ! -x "$SCORED_PREBUILT/$program" ]; then
-            echo "install.sh: $SCORED_PREBUILT/$program is missing; build it first (cargo build --release)" >&2
-            exit 1
-        fi
-        install -Dm755 "$SCORED_PREBUILT/$program" "$PREFIX/bin/$program"
-    done
+    built=$SCORED_PREBUILT
 else
-    for crate in scored scored/replay scrun console; do
-        "$CARGO" install --locked --path "$crate" --root "$PREFIX"
-    done
+    "$CARGO" build --release --locked -p scored -p scored-replay -p scrun -p sc_console
+    built=${CARGO_TARGET_DIR:-target}/release
 fi
+for program in scored scrun sc_console sc_replay; do
+    if [ ! -x "$built/$program" ]; then
+        echo "install.sh: $built/$program is missing; build it first (cargo build --release)" >&2
+        exit 1
+    fi
+done
+for program in scored scrun sc_console sc_replay; do
+    install -Dm755 "$built/$program" "$PREFIX/bin/$program"
+done
 
 install -d "$PREFIX/share/man/man1" "$PREFIX/share/man/man5" "$PREFIX/share/man/man8"
 install -m644 man/*.1 "$PREFIX/share/man/man1/"

@@ -49,16 +49,6 @@ impl Live for NoLive {
 pub const BUILTINS: &[&str] = &["exit", "quit"];
 
 const QUEUE_ACTIONS: &[&str] = &["enable", "disable", "activate", "deactivate", "set"];
-const QUEUE_SETTINGS: &[&str] = &[
-    "mode=",
-    "cputime=",
-    "residency=",
-    "memory=",
-    "disk=",
-    "group=",
-];
-const QUEUE_MODES: &[&str] = &["mode=gang", "mode=exclusive"];
-const CLUSTER_LIMITS: &[&str] = &["memory=", "disk=", "jobs="];
 /// The signals `kill` offers: those that end a job, and those a job is
 /// usually told something with (`kill` accepts every other name and number
 /// but the ones that stop or continue it).
@@ -138,16 +128,10 @@ fn pool(prior: &[&str], word: &str, live: &dyn Live) -> Vec<String> {
         }
         ["queue"] => live.queues(),
         ["queue", _] => owned(QUEUE_ACTIONS),
-        ["queue", _, "set", given @ ..] => {
-            if word.starts_with("mode=") {
-                owned(QUEUE_MODES)
-            } else {
-                unused_keys(QUEUE_SETTINGS, given)
-            }
-        }
+        ["queue", _, "set", given @ ..] => settings("queue", "set", word, given),
         ["cluster"] => live.clusters(),
         ["cluster", _] => owned(&["limit"]),
-        ["cluster", _, "limit", given @ ..] => unused_keys(CLUSTER_LIMITS, given),
+        ["cluster", _, "limit", given @ ..] => settings("cluster", "limit", word, given),
         [command] if JOB_COMMANDS.contains(command) => live.jobs(),
         ["move", _] => live.queues(),
         ["kill", .., "-s"] => owned(KILL_SIGNALS),
@@ -207,17 +191,48 @@ fn kill_words(given: &[&str], word: &str, live: &dyn Live) -> Vec<String> {
     words
 }
 
-/// The `key=` words whose key is not among the settings already given.
-fn unused_keys(keys: &[&str], given: &[&str]) -> Vec<String> {
+/// The settings of the form `NAME X KEYWORD key=... ...` of a command's
+/// usage, the one list of them: `key=` for each key not given yet or,
+/// once `key=` is typed, `key=value` for each value of a key whose values
+/// are all words (`mode=gang|exclusive`, `backfill=on|off`).
+fn settings(name: &str, keyword: &str, word: &str, given: &[&str]) -> Vec<String> {
+    let keys: Vec<&str> = help::usage(name)
+        .into_iter()
+        .flat_map(str::lines)
+        .map(|form| form.split_whitespace().collect::<Vec<_>>())
+        .filter(|words| words.get(2) == Some(&keyword))
+        .flat_map(|words| words.into_iter().skip(3))
+        .filter(|usage| usage.contains('='))
+        .collect();
+    if let Some((key, _)) = word.split_once('=') {
+        let values = keys
+            .iter()
+            .filter_map(|usage| usage.strip_prefix(key)?.strip_prefix('='))
+            .flat_map(|values| values.split('|'))
+            .collect::<Vec<_>>();
+        if values.iter().all(|value| is_keyword(value)) {
+            return values
+                .iter()
+                .map(|value| format!("{key}={value}"))
+                .collect();
+        }
+        return Vec::new();
+    }
     keys.iter()
+        .filter_map(|usage| usage.split_once('=').map(|(key, _)| key))
         .filter(|key| {
-            let name = key.trim_end_matches('=');
             !given
                 .iter()
-                .any(|setting| setting.split('=').next() == Some(name))
+                .any(|setting| setting.split('=').next() == Some(*key))
         })
-        .map(|key| key.to_string())
+        .map(|key| format!("{key}="))
         .collect()
+}
+
+/// A value spelled as it is typed (`gang`, `on`), not a placeholder
+/// (`DUR`, `PCT%`, `N`).
+fn is_keyword(value: &str) -> bool {
+    !value.is_empty() && value.chars().all(|ch| ch.is_ascii_lowercase())
 }
 
 fn owned(words: &[&str]) -> Vec<String> {
@@ -276,19 +291,44 @@ pub fn hint(line: &str, pos: usize) -> Option<Hint> {
     None
 }
 
-/// The usage words that follow the words typed so far, from the first form
-/// of the command's usage that fits them. Settings (`key=...`) may come in
-/// any order, so the ones already given are left out.
+/// The usage words that follow the words typed so far, from every form of
+/// the command's usage that fits them: where forms part, their next words
+/// are shown as alternatives (`queue 1 ` hints
+/// `enable|disable|activate|deactivate|set ...`). Settings (`key=...`) may
+/// come in any order, so the ones already given are left out.
 fn usage_rest(typed: &[&str]) -> Option<String> {
     let (name, args) = typed.split_first()?;
     let usage = help::usage(name)?;
-    for form in usage.lines() {
-        let words: Vec<&str> = form.split_whitespace().skip(1).collect();
-        if let Some(rest) = form_rest(&words, args) {
-            return (!rest.is_empty()).then(|| rest.join(" "));
+    let rests: Vec<Vec<&str>> = usage
+        .lines()
+        .filter_map(|form| {
+            let words: Vec<&str> = form.split_whitespace().skip(1).collect();
+            form_rest(&words, args)
+        })
+        .collect();
+    let first = rests.first()?;
+    let common = (0..first.len())
+        .take_while(|&idx| rests.iter().all(|rest| rest.get(idx) == first.get(idx)))
+        .count();
+    let mut shown: Vec<String> = first[..common]
+        .iter()
+        .map(|word| word.to_string())
+        .collect();
+    let mut alternatives: Vec<&str> = Vec::new();
+    for word in rests.iter().filter_map(|rest| rest.get(common)) {
+        for alternative in word.split('|') {
+            if !alternatives.contains(&alternative) {
+                alternatives.push(alternative);
+            }
         }
     }
-    None
+    if !alternatives.is_empty() {
+        shown.push(alternatives.join("|"));
+        if rests.iter().any(|rest| rest.len() > common + 1) {
+            shown.push("...".to_string());
+        }
+    }
+    (!shown.is_empty()).then(|| shown.join(" "))
 }
 
 fn form_rest<'u>(words: &[&'u str], typed: &[&str]) -> Option<Vec<&'u str>> {

@@ -45,7 +45,14 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let (path, source) = client::socket_path(args.socket);
+    let settings = match scored_proto::settings::read() {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("sc_console: cannot tell where scored is: {error}");
+            std::process::exit(exitcode::UNREACHABLE);
+        }
+    };
+    let (path, source) = client::socket_path(args.socket, &settings);
     let mut daemon = Daemon::new(path, source);
     let mut send = |line: &str, json: bool| daemon.send(line, json);
     let status = if let Some(line) = &args.command {

@@ -222,8 +222,8 @@ pub fn run(mut daemon: Daemon, json: bool) -> i32 {
     let history = open_history(&mut editor);
 
     let status = loop {
-        let line = match editor.readline(&prompt) {
-            Ok(line) => line,
+        let text = match editor.readline(&prompt) {
+            Ok(text) => text,
             // Ctrl-C abandons the line being typed, as in a shell.
             Err(ReadlineError::Interrupted) => continue,
             Err(ReadlineError::Eof) => break exitcode::OK,
@@ -235,34 +235,13 @@ pub fn run(mut daemon: Daemon, json: bool) -> i32 {
                 break exitcode::FAILURE;
             }
         };
-        // Completion leaves a blank after the last word; neither the history
-        // nor the daemon needs it.
-        let line = line.trim();
-        if !line.is_empty() {
-            // Only an in-memory list changes here; the file is written at exit.
-            let _ = editor.add_history_entry(line);
-        }
-        match builtin(line) {
-            Builtin::Leave => break exitcode::OK,
-            Builtin::Misused(text) => {
-                eprint!("{text}");
-                continue;
-            }
-            Builtin::None => {}
-        }
-        let mut send = |line: &str, json: bool| daemon.borrow_mut().send(line, json);
-        let printed = match execute(line, json, &mut send) {
-            Ok(None) => Ok(()),
-            Ok(Some(answer)) if answer.ok => write_all(&mut io::stdout(), &answer.output(json)),
-            Ok(Some(answer)) => write_all(&mut io::stderr(), &answer.output(false)),
-            Err(error) => {
-                eprintln!("sc_console: {}", chain(&error));
-                break error.exit_code();
-            }
-        };
-        if let Err(error) = printed {
-            eprintln!("sc_console: cannot write the answer: {}", io_text(&error));
-            break exitcode::FAILURE;
+        // A paste (bracketed, as terminals send it) may hold several lines:
+        // run each in turn, as a shell does.
+        if let Some(status) = text
+            .split('\n')
+            .find_map(|line| run_line(line, json, &mut editor, &daemon))
+        {
+            break status;
         }
     };
 
@@ -276,6 +255,47 @@ pub fn run(mut daemon: Daemon, json: bool) -> i32 {
         }
     }
     status
+}
+
+/// Runs one line typed at the prompt; `Some(status)` ends the shell.
+fn run_line(
+    line: &str,
+    json: bool,
+    editor: &mut Editor<ConsoleHelper, FileHistory>,
+    daemon: &RefCell<Daemon>,
+) -> Option<i32> {
+    // Completion leaves a blank after the last word; neither the history
+    // nor the daemon needs it.
+    let line = line.trim();
+    if !line.is_empty() {
+        // Only an in-memory list changes here; the file is written at exit.
+        let _ = editor.add_history_entry(line);
+    }
+    match builtin(line) {
+        Builtin::Leave => return Some(exitcode::OK),
+        Builtin::Misused(text) => {
+            eprint!("{text}");
+            return None;
+        }
+        Builtin::None => {}
+    }
+    let mut send = |line: &str, json: bool| daemon.borrow_mut().send(line, json);
+    let printed = match execute(line, json, &mut send) {
+        Ok(None) => Ok(()),
+        Ok(Some(answer)) if answer.ok => write_all(&mut io::stdout(), &answer.output(json)),
+        Ok(Some(answer)) => write_all(&mut io::stderr(), &answer.output(false)),
+        Err(error) => {
+            eprintln!("sc_console: {}", chain(&error));
+            return Some(error.exit_code());
+        }
+    };
+    match printed {
+        Ok(()) => None,
+        Err(error) => {
+            eprintln!("sc_console: cannot write the answer: {}", io_text(&error));
+            Some(exitcode::FAILURE)
+        }
+    }
 }
 
 fn write_all(stream: &mut dyn Write, text: &str) -> io::Result<()> {

@@ -2,7 +2,8 @@
 //! keys are typed with `tmux send-keys` and the screen is read with `tmux
 //! capture-pane`. It checks completion of a command and of a live job id,
 //! the listing of ambiguous completions, Ctrl-C, local help, and history
-//! kept across two sessions.
+//! kept across two sessions, lines typed or pasted before the prompt
+//! appears, and the settings and hints of `queue Q set`.
 //!
 //! The daemon is a fake in a thread of this test ([`common::fake_daemon`]),
 //! so the test does not depend on scored. Each test uses
@@ -72,6 +73,13 @@ impl Tmux {
         self.run(&["send-keys", "-t", session, "-l", text]);
     }
 
+    /// Pastes text as a terminal does (bracketed, when the program asked
+    /// for it), newlines sent as Enter.
+    fn paste(&self, session: &str, text: &str) {
+        self.run(&["set-buffer", "-b", "paste", text]);
+        self.run(&["paste-buffer", "-p", "-d", "-b", "paste", "-t", session]);
+    }
+
     /// Presses keys by tmux name (`Tab`, `Enter`, `C-c`, `Up`).
     fn press(&self, session: &str, keys: &[&str]) {
         let mut args = vec!["send-keys", "-t", session];
@@ -108,10 +116,7 @@ impl Tmux {
     }
 
     /// Waits until the last line of the screen that is not blank is the
-    /// bare prompt `prompt`: sc_console reads the terminal again. Keys typed
-    /// before then may be lost (read with the Ctrl-C or Enter that ended the
-    /// line before, and dropped with it) or echoed by the terminal's cooked
-    /// mode, as at a real terminal.
+    /// bare prompt `prompt`: sc_console reads the terminal again.
     #[track_caller]
     fn wait_for_prompt(&self, session: &str, prompt: &str) {
         let start = Instant::now();
@@ -285,4 +290,123 @@ fn a_lost_daemon_ends_the_shell_and_keeps_the_history() {
         ),
     );
     tmux.wait_for("none", "[exited 69]");
+}
+
+/// What is typed while sc_console is not yet reading (before it starts,
+/// while a command runs) and what is pasted, several lines at once, all
+/// run, in order, as in a shell.
+#[test]
+fn keeps_lines_typed_or_pasted_before_the_prompt() {
+    if !have_tmux() {
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let sandbox = Sandbox::new("tmux-ahead");
+    let socket = sandbox.dir.join("s.sock");
+    let history = sandbox.dir.join("history");
+    let seen = fake_daemon(&socket);
+    let prompt = "scored[~/s.sock]>";
+    let tmux = Tmux::new(&sandbox);
+
+    // Typed before sc_console starts: the terminal keeps it.
+    tmux.start(
+        "ahead",
+        &format!(
+            "echo ready; sleep 1; {}",
+            shell_command(&sandbox.dir, &history, &socket)
+        ),
+    );
+    tmux.wait_for("ahead", "ready");
+    tmux.type_text("ahead", "status");
+    tmux.press("ahead", &["Enter"]);
+    tmux.type_text("ahead", "hosts");
+    tmux.press("ahead", &["Enter"]);
+    tmux.wait_for("ahead", "done: hosts");
+    tmux.wait_for_prompt("ahead", prompt);
+
+    // Typed while a command runs (the daemon takes a second to answer).
+    tmux.type_text("ahead", "clusters");
+    tmux.press("ahead", &["Enter"]);
+    tmux.wait_for("ahead", &format!("{prompt} clusters"));
+    for line in ["timeslice", "jobs all"] {
+        tmux.type_text("ahead", line);
+        tmux.press("ahead", &["Enter"]);
+    }
+    tmux.wait_for("ahead", "done: jobs all");
+    tmux.wait_for_prompt("ahead", prompt);
+
+    // Pasted, three lines at once, then Enter.
+    tmux.paste("ahead", "timeslice 2s\nqueues\nstatus all");
+    tmux.press("ahead", &["Enter"]);
+    tmux.wait_for_line("ahead", "the error of the third line", |line| {
+        line.starts_with("error: extra argument 'all' in 'status all'")
+    });
+    tmux.wait_for_prompt("ahead", prompt);
+
+    // A quit typed right after a command ends the shell.
+    tmux.type_text("ahead", "clusters");
+    tmux.press("ahead", &["Enter"]);
+    tmux.type_text("ahead", "quit");
+    tmux.press("ahead", &["Enter"]);
+    tmux.wait_for("ahead", "[exited 0]");
+
+    let lines = seen.lock().expect("log lock").clone();
+    assert_eq!(
+        lines,
+        [
+            "status",
+            "hosts",
+            "clusters",
+            "timeslice",
+            "jobs all",
+            "timeslice 2s",
+            "queues",
+            "clusters",
+        ],
+        "{}",
+        tmux.screen("ahead")
+    );
+}
+
+/// Completion offers every setting of `queue Q set`, the values of those
+/// whose values are words, and the hint after `queue Q ` names `set`.
+#[test]
+fn completes_queue_settings_and_hints_both_forms() {
+    if !have_tmux() {
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let sandbox = Sandbox::new("tmux-set");
+    let socket = sandbox.dir.join("s.sock");
+    let history = sandbox.dir.join("history");
+    let seen = fake_daemon(&socket);
+    let prompt = "scored[~/s.sock]>";
+    let tmux = Tmux::new(&sandbox);
+    tmux.start("set", &shell_command(&sandbox.dir, &history, &socket));
+    tmux.wait_for_prompt("set", prompt);
+
+    tmux.type_text("set", "queue 1 ");
+    tmux.wait_for(
+        "set",
+        &format!("{prompt} queue 1 enable|disable|activate|deactivate|set ..."),
+    );
+    tmux.type_text("set", "set mp");
+    tmux.press("set", &["Tab"]);
+    tmux.wait_for("set", &format!("{prompt} queue 1 set mpl="));
+    tmux.type_text("set", "2 b");
+    tmux.press("set", &["Tab"]);
+    tmux.wait_for("set", &format!("{prompt} queue 1 set mpl=2 backfill="));
+    tmux.type_text("set", "of");
+    tmux.press("set", &["Tab", "Enter"]);
+    tmux.wait_for("set", "done: queue 1 set mpl=2 backfill=off");
+    tmux.wait_for_prompt("set", prompt);
+    tmux.press("set", &["C-d"]);
+    tmux.wait_for("set", "[exited 0]");
+    assert!(
+        seen.lock()
+            .expect("log lock")
+            .contains(&"queue 1 set mpl=2 backfill=off".to_string()),
+        "{}",
+        tmux.screen("set")
+    );
 }

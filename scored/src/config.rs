@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
-use scored_proto::units::{parse_duration, quote};
+use scored_proto::command::parse::{parse_timeslice, TimesliceError};
+use scored_proto::units::parse_duration;
 
 /// The default gang time slice, as SCore-D boots (scored(8), `--timeslice`).
 pub const DEFAULT_TIMESLICE: Duration = Duration::from_millis(500);
@@ -19,6 +20,11 @@ pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 /// The default number of connections one user (other than root and the
 /// operators) may hold at once.
 pub const DEFAULT_MAX_CONNECTIONS_PER_USER: usize = 1024;
+/// The default of `--max-descriptors-per-user`.
+pub const DEFAULT_MAX_DESCRIPTORS_PER_USER: usize = 3072;
+/// The least `--max-descriptors-per-user` may be: a connection and what
+/// one submission may carry.
+pub const MIN_DESCRIPTORS_PER_USER: usize = 256;
 /// The default time a client may take to send the rest of a request once
 /// it has sent its first byte.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -69,6 +75,9 @@ pub struct Flags {
     /// The most connections one user other than root and the operators may hold (default 1024).
     #[arg(long, value_name = "N")]
     pub max_connections_per_user: Option<usize>,
+    /// The most descriptors scored holds for one user other than root and the operators (default 3072).
+    #[arg(long, value_name = "N")]
+    pub max_descriptors_per_user: Option<usize>,
     /// How long a client may take to finish sending a request it has begun (default 10s).
     #[arg(long, value_name = "DUR")]
     pub request_timeout: Option<String>,
@@ -117,23 +126,60 @@ pub struct FileSettings {
     hosts: Option<PathBuf>,
     group: Option<String>,
     rc: Option<PathBuf>,
+    #[serde(default, deserialize_with = "text_or_number")]
     timeslice: Option<String>,
     socket: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     operator: Option<String>,
+    #[serde(default, deserialize_with = "text_or_number")]
     kill_grace: Option<String>,
     cgroups: Option<bool>,
     max_connections: Option<usize>,
     max_connections_per_user: Option<usize>,
+    max_descriptors_per_user: Option<usize>,
+    #[serde(default, deserialize_with = "text_or_number")]
     request_timeout: Option<String>,
     max_jobs_per_user: Option<usize>,
     max_jobs: Option<usize>,
     max_waiting_per_user: Option<usize>,
     max_waiting: Option<usize>,
+    #[serde(default, deserialize_with = "text_or_number")]
     idle_exit: Option<String>,
     verbose: Option<u8>,
+    #[serde(default, deserialize_with = "text_or_number")]
     journal_size: Option<String>,
     journal: Option<bool>,
+    /// The clients' system-wide setting (see [`scored_proto::settings`]): scored
+    /// does not use it, and checks it so that a mistake in it is told at
+    /// the daemon's start too.
+    client: Option<scored_proto::settings::ClientSection>,
+}
+
+/// A duration or size in the TOML file: a string (`"500ms"`, `"16M"`), or
+/// a number alone, read as the same number on the command line is
+/// (seconds, bytes), so that `timeslice = 500` gets the message
+/// `--timeslice 500` gets rather than a type error.
+fn text_or_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    struct Visitor;
+    impl serde::de::Visitor<'_> for Visitor {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string such as \"500ms\" or \"16M\", or a number")
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(Some(text.to_string()))
+        }
+        fn visit_i64<E: serde::de::Error>(self, number: i64) -> Result<Self::Value, E> {
+            Ok(Some(number.to_string()))
+        }
+        fn visit_u64<E: serde::de::Error>(self, number: u64) -> Result<Self::Value, E> {
+            Ok(Some(number.to_string()))
+        }
+        fn visit_f64<E: serde::de::Error>(self, number: f64) -> Result<Self::Value, E> {
+            Ok(Some(number.to_string()))
+        }
+    }
+    deserializer.deserialize_any(Visitor)
 }
 
 /// The daemon's settings, the flags over the TOML file over the defaults.
@@ -165,6 +211,9 @@ pub struct Settings {
     pub max_connections: Option<usize>,
     /// Connections one user other than root and the operators may hold.
     pub max_connections_per_user: usize,
+    /// Descriptors scored holds at most for one user other than root and
+    /// the operators.
+    pub max_descriptors_per_user: usize,
     /// How long a begun request may take to arrive whole.
     pub request_timeout: Duration,
     /// The budgets of unfinished jobs and waiting submissions of users
@@ -197,12 +246,16 @@ pub enum ConfigError {
         /// Why.
         source: scored_proto::units::ValueError,
     },
+    /// A time slice that is refused.
+    Timeslice(TimesliceError),
+    /// The `[client]` table is wrong.
+    Client(String),
     /// A duration outside its range.
     OutOfRange {
         /// The flag (or the file's key of the same name).
         flag: &'static str,
-        /// The value, as given back.
-        value: Duration,
+        /// The value, as it was written.
+        value: String,
         /// The range, in words: `between 1ms and 1h`.
         range: &'static str,
     },
@@ -210,6 +263,13 @@ pub enum ConfigError {
     Zero {
         /// The flag (or the file's key of the same name).
         flag: &'static str,
+    },
+    /// A count is below its least value.
+    Below {
+        /// The flag (or the file's key of the same name).
+        flag: &'static str,
+        /// The least value it may have.
+        least: usize,
     },
     /// A journal size that is refused.
     JournalSize(crate::journal::SizeError),
@@ -229,12 +289,15 @@ impl std::fmt::Display for ConfigError {
                 message,
             } => write!(f, "{}: {message}", path.display()),
             ConfigError::Value { flag, source } => write!(f, "--{flag}: {source}"),
+            ConfigError::Timeslice(error) => write!(f, "--timeslice: {error}"),
+            ConfigError::Client(error) => write!(f, "{error}"),
             ConfigError::OutOfRange { flag, value, range } => write!(
                 f,
                 "--{flag}: {} is out of range: it must be {range}",
-                quote(&scored_proto::units::format_duration_exact(*value))
+                scored_proto::units::quote(value)
             ),
             ConfigError::Zero { flag } => write!(f, "--{flag}: must be at least 1"),
+            ConfigError::Below { flag, least } => write!(f, "--{flag}: must be at least {least}"),
             ConfigError::JournalSize(error) => write!(f, "--journal-size: {error}"),
         }
     }
@@ -245,6 +308,7 @@ impl std::error::Error for ConfigError {
         match self {
             ConfigError::Value { source, .. } => Some(source),
             ConfigError::JournalSize(error) => Some(error),
+            ConfigError::Timeslice(error) => Some(error),
             _ => None,
         }
     }
@@ -263,6 +327,9 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileSettings, ConfigError> 
 
 /// Merges flags over the file's settings and checks the values.
 pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError> {
+    if let Some(client) = &file.client {
+        client.check().map_err(ConfigError::Client)?;
+    }
     let duration =
         |flag: Option<String>, from_file: Option<String>, name: &'static str, default: Duration| {
             match flag.or(from_file) {
@@ -271,35 +338,27 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError
                 None => Ok(default),
             }
         };
-    let timeslice = duration(
-        flags.timeslice,
-        file.timeslice,
-        "timeslice",
-        DEFAULT_TIMESLICE,
-    )?;
-    if timeslice < Duration::from_millis(1) || timeslice > Duration::from_secs(3600) {
-        return Err(ConfigError::OutOfRange {
-            flag: "timeslice",
-            value: timeslice,
-            range: "between 1ms and 1h",
-        });
-    }
+    let timeslice = match flags.timeslice.or(file.timeslice) {
+        Some(text) => parse_timeslice(&text).map_err(ConfigError::Timeslice)?,
+        None => DEFAULT_TIMESLICE,
+    };
     let kill_grace = duration(
         flags.kill_grace,
         file.kill_grace,
         "kill-grace",
         DEFAULT_KILL_GRACE,
     )?;
+    let request_timeout_text = flags.request_timeout.or(file.request_timeout);
     let request_timeout = duration(
-        flags.request_timeout,
-        file.request_timeout,
+        request_timeout_text.clone(),
+        None,
         "request-timeout",
         DEFAULT_REQUEST_TIMEOUT,
     )?;
     if request_timeout < Duration::from_millis(10) || request_timeout > Duration::from_secs(3600) {
         return Err(ConfigError::OutOfRange {
             flag: "request-timeout",
-            value: request_timeout,
+            value: request_timeout_text.unwrap_or_default(),
             range: "between 10ms and 1h",
         });
     }
@@ -341,6 +400,19 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError
             }
             Some(n) => n,
             None => DEFAULT_MAX_CONNECTIONS_PER_USER,
+        },
+        max_descriptors_per_user: match flags
+            .max_descriptors_per_user
+            .or(file.max_descriptors_per_user)
+        {
+            Some(n) if n < MIN_DESCRIPTORS_PER_USER => {
+                return Err(ConfigError::Below {
+                    flag: "max-descriptors-per-user",
+                    least: MIN_DESCRIPTORS_PER_USER,
+                })
+            }
+            Some(n) => n,
+            None => DEFAULT_MAX_DESCRIPTORS_PER_USER,
         },
         request_timeout,
         budgets: {
@@ -416,9 +488,9 @@ mod tests {
     fn file_errors_name_file_and_line() {
         assert_eq!(
             settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
-            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `request_timeout`, `max_jobs_per_user`, `max_jobs`, `max_waiting_per_user`, `max_waiting`, `idle_exit`, `verbose`, `journal_size`, `journal`"
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `max_descriptors_per_user`, `request_timeout`, `max_jobs_per_user`, `max_jobs`, `max_waiting_per_user`, `max_waiting`, `idle_exit`, `verbose`, `journal_size`, `journal`, `client`"
         );
-        assert!(settings(&[], "timeslice = 5")
+        assert!(settings(&[], "timeslice = true")
             .unwrap_err()
             .starts_with("scored.toml:1:"));
     }
@@ -441,6 +513,20 @@ mod tests {
         assert_eq!(
             settings(&["--max-connections-per-user", "0"], "").unwrap_err(),
             "--max-connections-per-user: must be at least 1"
+        );
+        assert_eq!(
+            resolved.max_descriptors_per_user,
+            DEFAULT_MAX_DESCRIPTORS_PER_USER
+        );
+        assert_eq!(
+            settings(&[], "max_descriptors_per_user = 500\n")
+                .unwrap()
+                .max_descriptors_per_user,
+            500
+        );
+        assert_eq!(
+            settings(&["--max-descriptors-per-user", "100"], "").unwrap_err(),
+            "--max-descriptors-per-user: must be at least 256"
         );
         assert!(settings(&["--request-timeout", "1ms"], "")
             .unwrap_err()
@@ -497,10 +583,38 @@ mod tests {
     fn bad_durations_are_named() {
         assert_eq!(
             settings(&["--timeslice", "fast"], "").unwrap_err(),
-            "--timeslice: invalid duration 'fast': expected a number with an optional ms, s, m, h or d suffix (e.g. 500ms)"
+            "--timeslice: invalid time slice 'fast': invalid duration 'fast': expected a number with an optional ms, s, m, h or d suffix (e.g. 500ms)"
         );
-        assert!(settings(&["--timeslice", "0ms"], "")
-            .unwrap_err()
-            .contains("out of range"));
+        assert_eq!(
+            settings(&["--timeslice", "0"], "").unwrap_err(),
+            "--timeslice: time slice '0' out of range: expected a duration from 1ms to 1h such as 500ms"
+        );
+    }
+
+    #[test]
+    fn numbers_in_the_file_read_as_on_the_command_line() {
+        assert_eq!(
+            settings(
+                &[],
+                "timeslice = 2\nkill_grace = 1.5\njournal_size = 8192\n"
+            )
+            .unwrap(),
+            settings(
+                &[
+                    "--timeslice",
+                    "2",
+                    "--kill-grace",
+                    "1.5",
+                    "--journal-size",
+                    "8192"
+                ],
+                ""
+            )
+            .unwrap()
+        );
+        assert_eq!(
+            settings(&[], "timeslice = 500").unwrap_err(),
+            "--timeslice: time slice '500' has no unit: a number alone is seconds, so it would be 8m20s: write 500ms, or 500s if seconds are meant"
+        );
     }
 }

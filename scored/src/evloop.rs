@@ -11,6 +11,15 @@
 //! One bad client never takes the daemon down: a malformed or oversized
 //! frame gets an error reply and closes that connection only.
 //!
+//! No descriptor a user handed over is closed here, nor asked anything
+//! of its file system or peer: the last close of a lingering TCP socket or
+//! of a FUSE file sleeps for as long as its owner likes. Every descriptor
+//! received is a [`closer::UserFd`] from the moment it arrives, and every
+//! client's socket (whose unread messages may carry more) is let go of
+//! through [`closer::discard`]; both go to the closer process
+//! (`crate::closer`), which closes them where a stall hurts no one. A new
+//! surface that takes descriptors from users does the same.
+//!
 //! What may still hold the loop, and what bounds it:
 //! - confirming a switch's stops (`Actuator::await_stops`): a wait in
 //!   `wait4` for each stopping rank, bounded by an interval timer and
@@ -62,6 +71,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::actuator::Actuator;
+use crate::closer;
 use crate::journal::Journal;
 use scored_core::core::{Action, Core, Input, Notice};
 use scored_core::ids::Tick;
@@ -79,8 +89,8 @@ mod recovery;
 mod restart;
 
 pub use bind::{bind, BindError};
-pub use budget::connection_limit;
 use budget::UserUse;
+pub use budget::{connection_limit, plain_descriptor_limit};
 use connection::{flush, queue_reply, Connection};
 pub use fds::{raise_fd_limit, FdLimits};
 use fds::{spare_descriptor, FdPool};
@@ -92,6 +102,8 @@ const SIGNALS: Token = Token(1);
 /// The actuator's set of exec reports (`Actuator::exec_watch_fd`); far
 /// above the client tokens, which count up from `FIRST_CLIENT`.
 const EXEC_REPORTS: Token = Token(usize::MAX - 1);
+/// The closer's socket (`crate::closer`): its reports, and room to send.
+const CLOSER: Token = Token(usize::MAX - 2);
 const FIRST_CLIENT: usize = 2;
 
 /// How long the loop waits, right after sending SIGSTOP, for the stops to
@@ -102,6 +114,59 @@ const FIRST_CLIENT: usize = 2;
 /// killpg/waitpid/killpg program does costs one return per child. Stops
 /// not confirmed within this time are confirmed asynchronously.
 const STOP_WAIT: Duration = Duration::from_millis(5);
+
+/// A switch under way: when it began and when each of its phases ended,
+/// for the log line of its end (target `scored::switch`, at debug level).
+#[derive(Debug, Clone, Copy)]
+struct OpenSwitch {
+    start: Instant,
+    /// The loop's wakeups when it began.
+    wakeups: u64,
+    /// The last of its stops sent (its jobs' SIGSTOPs and the work before them).
+    stops_sent: Option<Instant>,
+    /// The end of the wait for its stops' confirmation in the kernel.
+    waited: Option<Instant>,
+    /// Its first continue.
+    continuing: Option<Instant>,
+}
+
+impl OpenSwitch {
+    fn new(start: Instant, wakeups: u64) -> OpenSwitch {
+        OpenSwitch {
+            start,
+            wakeups,
+            stops_sent: None,
+            waited: None,
+            continuing: None,
+        }
+    }
+
+    /// Logs the switch's latency and its phases in µs: `stop` (to the
+    /// last SIGSTOP sent), `confirm` (to the stops confirmed, or the
+    /// wait for them given up), `decide` (to the first SIGCONT), and
+    /// `cont` (to the last).
+    fn log(&self, id: u64, end: Instant, wakeups: u64) {
+        let us = |from: Instant, to: Option<Instant>| {
+            to.map_or(0, |to| {
+                to.saturating_duration_since(from).as_micros() as u64
+            })
+        };
+        let stops_sent = self.stops_sent.unwrap_or(self.start);
+        let waited = self.waited.unwrap_or(stops_sent);
+        let continuing = self.continuing.unwrap_or(end);
+        tracing::debug!(
+            target: "scored::switch",
+            switch = id,
+            latency_us = us(self.start, Some(end)),
+            stop_us = us(self.start, Some(stops_sent)),
+            confirm_us = us(stops_sent, Some(waited)),
+            decide_us = us(waited, Some(continuing)),
+            cont_us = us(continuing, Some(end)),
+            wakeups = wakeups - self.wakeups,
+            "switch complete"
+        );
+    }
+}
 
 /// The most connections served at once, whatever the descriptor limit;
 /// one more is told so and closed.
@@ -187,6 +252,13 @@ pub struct LoopConfig {
     pub max_connections: usize,
     /// Connections one user other than root and the operators may hold.
     pub max_connections_per_user: usize,
+    /// Descriptors scored holds at most for one user other than root and
+    /// the operators (see `budget.rs`).
+    pub max_descriptors_per_user: usize,
+    /// Descriptors scored holds at most for all such users together: the
+    /// descriptor limit less what is kept for the daemon, root and the
+    /// operators (see [`plain_descriptor_limit`]).
+    pub max_plain_descriptors: usize,
     /// How long a client may take to send the rest of a request it has
     /// begun; then the connection is closed. A client that has sent whole
     /// requests and waits (scrun during its job, an idle console) is
@@ -208,8 +280,8 @@ pub struct Daemon<A: Actuator> {
     user_names: HashMap<u32, Rc<str>>,
     next_token: usize,
     start: Instant,
-    /// When each open switch began, and the wakeup count then.
-    switch_starts: HashMap<u64, (Instant, u64)>,
+    /// The open switches, with the times of their phases so far.
+    switch_starts: HashMap<u64, OpenSwitch>,
     /// Times the loop woke from poll (for the switch log).
     wakeups: u64,
     exiting: bool,
@@ -235,6 +307,8 @@ pub struct Daemon<A: Actuator> {
     plain_connections: usize,
     /// Connections holding part of a request, for the request timeout.
     partial: HashMap<Token, Instant>,
+    /// The closer's socket as registered with the poll.
+    closer_watched: Option<(std::os::fd::RawFd, u64)>,
     /// The core before the current event, to recover from a panic.
     recovery: recovery::Recovery,
     /// The console command the hook panics after, applied in this
@@ -353,6 +427,7 @@ impl<A: Actuator> Daemon<A> {
             per_user: HashMap::new(),
             plain_connections: 0,
             partial: HashMap::new(),
+            closer_watched: None,
             recovery: recovery::Recovery::default(),
             panic_after: None,
             console_asks: VecDeque::new(),
@@ -395,7 +470,13 @@ impl<A: Actuator> Daemon<A> {
         let mut events = Events::with_capacity(256);
         self.recovery.event_done(&mut self.core);
         while !self.exiting {
+            // What was let go of in the last round goes to the closer
+            // before the loop sleeps.
+            self.watch_closer();
             let mut deadline = self.core.next_deadline().map(|tick| self.instant(tick));
+            if let Some(restart) = closer::next_deadline() {
+                deadline = Some(deadline.map_or(restart, |other| other.min(restart)));
+            }
             if let Some(actuator) = self.actuator.next_deadline() {
                 deadline = Some(deadline.map_or(actuator, |core| core.min(actuator)));
             }
@@ -440,6 +521,10 @@ impl<A: Actuator> Daemon<A> {
                     // Read by `actuator.poll` in the `Deadline` event that
                     // follows every wakeup.
                     EXEC_REPORTS => None,
+                    CLOSER => {
+                        closer::flush();
+                        None
+                    }
                     token => Some(Event::Client(token)),
                 })
                 .collect();
@@ -597,6 +682,12 @@ impl<A: Actuator> Daemon<A> {
             if stops {
                 let before = batch.len();
                 self.actuator.await_stops(STOP_WAIT, &mut batch);
+                let now = Instant::now();
+                for open in self.switch_starts.values_mut() {
+                    if open.stops_sent.is_some() {
+                        open.waited.get_or_insert(now);
+                    }
+                }
                 self.recovery.note(&batch[before..]);
             }
         }
@@ -639,8 +730,18 @@ impl<A: Actuator> Daemon<A> {
                     }
                     self.actuator.stop(job, inputs);
                     stops_done += 1;
+                    let now = Instant::now();
+                    for open in self.switch_starts.values_mut() {
+                        open.stops_sent = Some(now);
+                    }
                 }
-                Action::Continue(job) => self.actuator.cont(job),
+                Action::Continue(job) => {
+                    let now = Instant::now();
+                    for open in self.switch_starts.values_mut() {
+                        open.continuing.get_or_insert(now);
+                    }
+                    self.actuator.cont(job);
+                }
                 Action::Signal { job, signal } => self.actuator.signal(job, signal),
                 Action::Sample(job) => {
                     if let Some(usage) = self.actuator.sample(job) {
@@ -650,17 +751,13 @@ impl<A: Actuator> Daemon<A> {
                 Action::Release(job) => self.actuator.release(job),
                 Action::SwitchBegin(id) => {
                     self.switch_starts
-                        .insert(id, (Instant::now(), self.wakeups));
+                        .insert(id, OpenSwitch::new(Instant::now(), self.wakeups));
                 }
                 Action::SwitchEnd(id) => {
-                    if let Some((start, wakeups)) = self.switch_starts.remove(&id) {
-                        let latency = start.elapsed();
-                        tracing::debug!(
-                            switch = id,
-                            latency_us = latency.as_micros() as u64,
-                            wakeups = self.wakeups - wakeups,
-                            "switch complete"
-                        );
+                    if let Some(open) = self.switch_starts.remove(&id) {
+                        let end = Instant::now();
+                        let latency = end.duration_since(open.start);
+                        open.log(id, end, self.wakeups);
                         inputs.push(Input::SwitchMeasured { id, latency });
                     }
                 }
@@ -719,6 +816,29 @@ impl<A: Actuator> Daemon<A> {
         }
     }
 
+    /// Sends the closer what was let go of, and watches its socket (a new
+    /// one, if the closer was started again).
+    fn watch_closer(&mut self) {
+        closer::flush();
+        let socket = closer::socket();
+        if socket == self.closer_watched {
+            return;
+        }
+        self.closer_watched = None;
+        if let Some((fd, generation)) = socket {
+            // Edge-triggered: readable when it reports, writable when a
+            // full socket has room again.
+            match self.poll.registry().register(
+                &mut SourceFd(&fd),
+                CLOSER,
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                Ok(()) => self.closer_watched = Some((fd, generation)),
+                Err(error) => tracing::warn!(%error, "cannot watch the closer's socket"),
+            }
+        }
+    }
+
     /// Ends the loop once nothing has been there for the idle time: no
     /// job (running, stopped or waiting for its hosts) and no connection
     /// (a scrun waiting for admission, an idle console). Anything present
@@ -756,6 +876,14 @@ impl<A: Actuator> Daemon<A> {
             std::thread::sleep(Duration::from_millis(1));
         }
         self.actuator.kill_everything();
+        // Clients that connected and were never accepted may have sent
+        // descriptors: the listener's last close, which drops them, is
+        // the closer's (this copy goes there; the loop's own is then not
+        // the last).
+        match self.listener.as_fd().try_clone_to_owned() {
+            Ok(copy) => closer::discard(copy, u32::MAX),
+            Err(error) => tracing::warn!(%error, "cannot hand the listening socket to the closer"),
+        }
         if let Err(error) = std::fs::remove_file(&self.config.socket) {
             if error.kind() != io::ErrorKind::NotFound {
                 tracing::warn!(path = %self.config.socket.display(), %error, "cannot remove the socket");

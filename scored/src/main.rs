@@ -12,6 +12,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use scored::actuator::{self, ActuatorConfig, OsActuator};
+use scored::closer;
 use scored::config::{self, Flags, Settings};
 use scored::evloop::{self, Daemon, LoopConfig, RestartSetup};
 use scored::journal::Journal;
@@ -24,6 +25,9 @@ use scored_proto::units::CpuSet;
 use scored_proto::{exitcode, paths};
 
 fn main() {
+    if closer::invoked_as_closer() {
+        std::process::exit(closer::serve_inherited());
+    }
     let code = match run() {
         Ok(()) => exitcode::OK,
         Err(message) => {
@@ -118,11 +122,13 @@ fn run() -> Result<(), String> {
         println!("{}", scored::version::version());
         return Ok(());
     }
+    let mut closer_handed_over = None;
     let resumed = match &resume {
         Some(path) => {
-            let handover =
+            let mut handover =
                 handover::read(path).map_err(|error| format!("cannot take over: {error}"))?;
             let _ = std::fs::remove_file(path);
+            closer_handed_over = Some(handover.closer.take().unwrap_or_default());
             Some(handover)
         }
         None => None,
@@ -155,7 +161,8 @@ fn run() -> Result<(), String> {
             remove_scratch_leftovers(&state_dir);
             let mut core = Core::new(core_config, topology.clone(), memory_limits);
             core.set_directory(Box::new(evloop::SystemDirectory));
-            let start_actions = run_rc(&mut core, &settings, uid)?;
+            let start_actions =
+                run_rc(&mut core, &settings, uid).map_err(given_back(&state_dir))?;
             (core, None, start_actions)
         }
     };
@@ -173,10 +180,21 @@ fn run() -> Result<(), String> {
             )
             .map_err(|error| format!("cannot open the job journal: {error}"))?,
         ),
-        (true, None) => Some(open_journal(&mut core, &state_dir, settings.journal_size)?),
+        (true, None) => Some(
+            open_journal(&mut core, &state_dir, settings.journal_size)
+                .map_err(given_back(&state_dir))?,
+        ),
     };
 
     let fd_limits = evloop::raise_fd_limit();
+    // Before anything a user hands over can arrive: the loop lets go of
+    // users' descriptors only through the closer (with the daemon's
+    // raised descriptor limit, and before its real-time priority).
+    match closer_handed_over {
+        Some(snapshot) => closer::resume(snapshot),
+        None => closer::start(),
+    }
+    .map_err(|error| format!("cannot start the closer of users' descriptors: {error}"))?;
     // Everything that can fail comes before the socket exists, so that a
     // failed start leaves no socket behind.
     let actuator_config = ActuatorConfig {
@@ -194,10 +212,13 @@ fn run() -> Result<(), String> {
         }
         None => {
             let actuator = OsActuator::new(actuator_config, &topology)
-                .map_err(|error| format!("cannot prepare to run jobs: {error}"))?;
+                .map_err(|error| format!("cannot prepare to run jobs: {error}"))
+                .map_err(given_back(&state_dir))?;
             (
                 actuator,
-                evloop::bind(&socket, uid).map_err(|error| error.to_string())?,
+                evloop::bind(&socket, uid)
+                    .map_err(|error| error.to_string())
+                    .map_err(given_back(&state_dir))?,
                 None,
             )
         }
@@ -223,6 +244,8 @@ fn run() -> Result<(), String> {
         idle_exit: settings.idle_exit,
         max_connections: loop_config_max(&settings, fd_limits.current),
         max_connections_per_user: settings.max_connections_per_user,
+        max_descriptors_per_user: settings.max_descriptors_per_user,
+        max_plain_descriptors: evloop::plain_descriptor_limit(fd_limits.current),
         request_timeout: settings.request_timeout,
     };
     let mut daemon = Daemon::new(core, actuator, listener, loop_config, signals)
@@ -246,7 +269,18 @@ fn run() -> Result<(), String> {
         .run()
         .map_err(|error| format!("event loop failed: {error}"));
     instance::release(&state_dir);
+    closer::finish();
     result
+}
+
+/// For a fresh start that fails after it claimed the state directory: the
+/// claim is given back, so that the next start does not take a start that
+/// was refused (an rc typo, a socket in use) for a daemon that died.
+fn given_back(state_dir: &Path) -> impl Fn(String) -> String + '_ {
+    move |error| {
+        instance::release(state_dir);
+        error
+    }
 }
 
 /// The binary an in-place restart executes: the path scored was started
@@ -392,7 +426,7 @@ fn build_topology(settings: &Settings, machine: &Machine) -> Result<Topology, St
             // Accepted, but perhaps not meant: the operator reads them
             // in the log at start.
             for warning in &warnings {
-                tracing::warn!("{warning}");
+                tracing::warn!("{}", warning.one_line());
             }
             topology
         })

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use scored_proto::batch::{self, ArraySpec, BatchError, BatchOptions};
 use scored_proto::proto::{JobOptions, Joiner, ProcRequest};
 use scored_proto::submit::{self, ProcCounts, SubmitError};
-use scored_proto::units::{parse_duration, parse_size, quote};
+use scored_proto::units::{is_bare_number, parse_duration, parse_size, quote};
 
 use crate::pmi::Mode;
 
@@ -52,7 +52,7 @@ options:
   -time=DUR        run-time estimate and limit, such as 90s or 2h (ended at DUR, exit 76)
   -stat            print the job's accounting to stderr at exit
   -pty             give rank 0 a pseudo-terminal as its controlling terminal
-  -mpi=MODE        the ranks' PMI for MPI: auto (default), pmi1, pmi2 or none
+  -mpi=MODE        the ranks' PMI for MPI: auto (default), pmix, pmi1, pmi2 or none
   -batch           submit and return at once, printing the job id (no terminal)
   -name=NAME       the job's name in listings (default: the program's name)
   -output=PATTERN  stdout (and stderr) to a file: %j id, %r rank, %a index,
@@ -795,27 +795,41 @@ fn parse_limit(
         .map_err(|error| invalid(key, setting, error.to_string()))
 }
 
-/// `time=DUR`: the run-time estimate and limit, at least one millisecond.
+/// `time=DUR`: the run-time estimate and limit, at least one millisecond,
+/// with its unit: a number alone is refused, since Slurm (`--time=5`) and
+/// LSF (`-W 5`) read it as minutes and PBS and SGE as seconds.
 fn parse_time(setting: &Setting) -> Result<u64, UsageError> {
     let value = required("time", "90s", setting)?;
     let duration =
         parse_duration(value).map_err(|error| invalid("time", setting, error.to_string()))?;
     let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
-    submit::check_time(ms, || quote(value))
-        .map_err(|error| invalid("time", setting, error.to_string()))
+    let ms = submit::check_time(ms, || quote(value))
+        .map_err(|error| invalid("time", setting, error.to_string()))?;
+    if is_bare_number(value) {
+        return Err(invalid(
+            "time",
+            setting,
+            format!(
+                "{} has no unit: write {value}m for minutes or {value}s for seconds (Slurm \
+                 and LSF read a number alone as minutes)",
+                quote(value)
+            ),
+        ));
+    }
+    Ok(ms)
 }
 
-/// `mpi=auto|pmi1|pmi2|none`.
+/// `mpi=auto|pmix|pmi1|pmi2|none`.
 fn parse_mpi(setting: &Setting) -> Result<Mode, UsageError> {
     let value = required("mpi", "pmi2", setting)?;
-    [Mode::Auto, Mode::Pmi1, Mode::Pmi2, Mode::None]
+    [Mode::Auto, Mode::Pmix, Mode::Pmi1, Mode::Pmi2, Mode::None]
         .into_iter()
         .find(|mode| mode.name() == value)
         .ok_or_else(|| {
             invalid(
                 "mpi",
                 setting,
-                format!("{} is not auto, pmi1, pmi2 or none", quote(value)),
+                format!("{} is not auto, pmix, pmi1, pmi2 or none", quote(value)),
             )
         })
 }

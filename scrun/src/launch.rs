@@ -14,12 +14,16 @@ use std::path::Path;
 
 use scored_proto::client::{self, Connection, SocketSource};
 use scored_proto::exitcode;
-use scored_proto::proto::Request;
+use scored_proto::proto::{Request, WireBytes};
+use scored_proto::settings::{self, ClientSettings};
 use scrun::cli::Invocation;
+use scrun::pmi::pmix::OPENMPI_DIRECT_LAUNCH;
+use scrun::pmi::Mode;
 
 use crate::caller::Caller;
 use crate::error::{chain, Fatal};
 use crate::pmi_server::PmiServer;
+use crate::pmix_server::PmixServer;
 use crate::report::Final;
 use crate::session::{self, PtySide};
 use crate::signals::Signals;
@@ -52,7 +56,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
     let caller = crate::caller::read();
     // The request is built first, so that a job too large to send never
     // starts a private daemon.
-    let request = match crate::submit::build(invocation, &caller) {
+    let mut request = match crate::submit::build(invocation, &caller) {
         Ok(request) => request,
         Err(fatal) => return report_fatal(&fatal),
     };
@@ -73,8 +77,23 @@ pub fn run(invocation: &Invocation) -> Outcome {
             ))
         }
     };
-    let (path, source) = client::socket_path(invocation.options.scored.clone());
-    let mut connection = match connect(&path, source, &signals, invocation.options.verbose) {
+    let settings = match settings::read() {
+        Ok(settings) => settings,
+        Err(error) => {
+            return report_fatal(&Fatal::new(
+                exitcode::UNREACHABLE,
+                format!("cannot tell where scored is: {error}"),
+            ))
+        }
+    };
+    let (path, source) = client::socket_path(invocation.options.scored.clone(), &settings);
+    let mut connection = match connect(
+        &path,
+        source,
+        &settings,
+        &signals,
+        invocation.options.verbose,
+    ) {
         Ok(connected) => connected,
         Err(fatal) => return report_fatal(&fatal),
     };
@@ -110,6 +129,15 @@ pub fn run(invocation: &Invocation) -> Outcome {
     } else {
         None
     };
+    // With PMIx, libpmix's server in this process (started after the
+    // private daemon, if any: libpmix runs a thread of its own), and its
+    // variables in every rank's environment. `auto` does without it where
+    // it cannot be had.
+    let pmix = match start_pmix(invocation, &mut request) {
+        Ok(pmix) => pmix,
+        Err(fatal) => return report_fatal(&fatal),
+    };
+    let mut pmix = pmix;
     // With PMI, one socketpair per rank of each stage: the ranks' ends go
     // with the submission, scrun serves the others until the job ends.
     let pmi_ranks = match &request {
@@ -158,6 +186,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
                     invocation.options.stat,
                     Some(&mut side),
                     pmi.as_mut(),
+                    pmix.as_mut(),
                 );
                 // Dropping the side restores scrun's terminal before
                 // anything more is said on it.
@@ -170,6 +199,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
                 invocation.options.stat,
                 None,
                 pmi.as_mut(),
+                pmix.as_mut(),
             ),
         },
         Err(fatal) => Final {
@@ -217,19 +247,100 @@ fn check_output(invocation: &Invocation) -> Result<(), Fatal> {
     crate::batch::check_output(batch, &name, index, &cwd)
 }
 
+/// Starts the job's PMIx server if `-mpi=` asks for one and the job's
+/// rank count is known, and puts into `request` what its ranks need: the
+/// server's variables (replacing any `PMIX_*` of an outer launcher) and
+/// the namespace. `-mpi=pmix` without libpmix is an error (status 69);
+/// `auto` then serves PMI-1 and PMI-2 alone (and says so with `-verbose`).
+fn start_pmix(invocation: &Invocation, request: &mut Request) -> Result<Option<PmixServer>, Fatal> {
+    let ranks = crate::submit::pmix_ranks(invocation)?;
+    if ranks == 0 {
+        return Ok(None);
+    }
+    let (server, launch) = match PmixServer::create(ranks, invocation.stages.len()) {
+        Ok(started) => started,
+        Err(why) if invocation.options.mpi == Mode::Pmix => {
+            return Err(Fatal::new(
+                exitcode::UNREACHABLE,
+                format!("-mpi=pmix: {why}"),
+            ))
+        }
+        Err(why) => {
+            if invocation.options.verbose {
+                session::say(&format!(
+                    "no PMIx for this job, PMI-1 and PMI-2 only: {why}"
+                ));
+            }
+            return Ok(None);
+        }
+    };
+    if let Request::Submit { submit, .. } = request {
+        submit
+            .env
+            .retain(|(key, _)| !key.as_bytes().starts_with(b"PMIX_"));
+        submit.env.extend(
+            launch
+                .env
+                .iter()
+                .map(|(key, value)| (WireBytes::from_os(key), WireBytes::from_os(value))),
+        );
+        for (key, value) in OPENMPI_DIRECT_LAUNCH {
+            if !submit
+                .env
+                .iter()
+                .any(|(name, _)| name.as_bytes() == key.as_bytes())
+            {
+                submit.env.push((key.into(), value.into()));
+            }
+        }
+        submit.pmix_namespace = Some(launch.namespace);
+    }
+    crate::submit::check_size(request)?;
+    Ok(Some(server))
+}
+
 /// Connects to scored: at the socket named by `-scored=` or
-/// `SCORED_SOCKET` if one is, else at the default socket, and when no
-/// daemon answers there, to the user's private daemon, which is started
-/// if it does not run (see [`crate::single`]).
+/// `SCORED_SOCKET` if one is, else at the socket of the system-wide
+/// setting or the default socket, and when no daemon answers there, to
+/// the user's private daemon, which is started if it does not run (see
+/// [`crate::single`]), unless the setting forbids it. Falling back from a
+/// shared daemon the user meant (the configured socket, or the shared
+/// socket left by a daemon that stopped) is said on stderr.
 fn connect(
     path: &Path,
     source: SocketSource,
+    settings: &ClientSettings,
     signals: &Signals,
     verbose: bool,
 ) -> Result<Connection, Fatal> {
     match client::connect_default(path, source) {
         Ok((connection, _)) => Ok(connection),
-        Err(error) if source == SocketSource::Default && client::means_no_daemon(&error) => {
+        Err(error)
+            if matches!(source, SocketSource::Default | SocketSource::Configured)
+                && client::means_no_daemon(&error) =>
+        {
+            let shared = match source {
+                SocketSource::Configured => Some(path.to_path_buf()),
+                _ => client::dead_shared_socket(source),
+            };
+            if let (false, Some(file)) = (settings.private, &settings.file) {
+                return Err(Fatal::new(
+                    exitcode::UNREACHABLE,
+                    format!(
+                        "no scored answers at {}, and {} allows no private scored \
+                         (private = false): ask the operator to start it",
+                        shared.as_deref().unwrap_or(path).display(),
+                        file.display()
+                    ),
+                ));
+            }
+            if let Some(shared) = &shared {
+                session::say(&format!(
+                    "no scored answers at {}; the job runs on a private scored of yours, \
+                     without the shared daemon's queues and limits",
+                    shared.display()
+                ));
+            }
             let uid = nix::unistd::geteuid().as_raw();
             let paths = PrivatePaths::new(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid);
             single::connect(&paths, path, signals, verbose)

@@ -27,6 +27,7 @@ use scored_proto::proto::{Reply, Request};
 
 use crate::error::describe_io;
 use crate::pmi_server::PmiServer;
+use crate::pmix_server::PmixServer;
 use crate::report::{final_report, lost_connection, Final};
 use crate::signals::{exit_status, is_terminating, Signals};
 use crate::terminal::{in_foreground, RawMode, Relay};
@@ -38,8 +39,8 @@ pub const HOLD_TIMEOUT: Duration = Duration::from_secs(2);
 /// the way out of a job that handles the signal and does not end (as
 /// `srun` does on a second Ctrl-C within a second). SIGHUP excepted.
 pub const ESCALATE_WITHIN: Duration = Duration::from_secs(1);
-/// How long an admitted job may go without starting before scrun says it
-/// waits for its hosts (as `srun` says a job is queued).
+/// How long an admitted job may go without starting before scrun asks
+/// scored why and says it (as `srun` says a job is queued, and why).
 pub const QUEUED_NOTICE: Duration = Duration::from_secs(1);
 
 /// Something that happened to the session.
@@ -118,6 +119,9 @@ pub struct Session {
     told_waiting: bool,
     /// When to say that the admitted job waits for its hosts.
     queued_notice: Option<Instant>,
+    /// scrun asked scored why the job waits (`job ID`), and says it when
+    /// the answer comes.
+    asked_why: bool,
     /// The last signal passed on to the job, and when: if the job ends by
     /// it, scrun ends by it too.
     passed: Option<(Signal, Instant)>,
@@ -144,6 +148,7 @@ impl Session {
             output_gone_early: false,
             told_waiting: false,
             queued_notice: None,
+            asked_why: false,
             passed: None,
             killing: false,
             pmi_end: None,
@@ -197,6 +202,11 @@ impl Session {
     }
 
     fn on_reply(&mut self, reply: Reply, now: Instant) -> Vec<Action> {
+        if let Reply::Console { json, .. } = &reply {
+            if std::mem::take(&mut self.asked_why) {
+                return self.on_why(json.as_ref());
+            }
+        }
         let passed = self.passed.map(|(signal, _)| signal as i32);
         if let Some(mut end) = final_report(&reply, self.stat, passed) {
             if let (Some(code), Reply::Ended { .. }) = (self.pmi_end, &reply) {
@@ -354,6 +364,24 @@ impl Session {
         })]
     }
 
+    /// The answer to `job ID` asked when the job had waited a while: what
+    /// keeps it waiting (`waits`), unless it has started meanwhile.
+    fn on_why(&mut self, record: Option<&serde_json::Value>) -> Vec<Action> {
+        let (Some(job), false) = (self.job, self.started) else {
+            return Vec::new();
+        };
+        if self.hold != Hold::Idle {
+            return Vec::new();
+        }
+        let why = record
+            .and_then(|record| record.get("waits"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("for its hosts");
+        vec![Action::Say(format!(
+            "job {job} waits {why} (Ctrl-C withdraws it)"
+        ))]
+    }
+
     fn on_suspend(&mut self, now: Instant) -> Vec<Action> {
         // A job the user holds is not waiting for its hosts.
         self.queued_notice = None;
@@ -376,9 +404,12 @@ impl Session {
         if let (Some(at), Some(job)) = (self.queued_notice, self.job) {
             if now >= at {
                 self.queued_notice = None;
-                actions.push(Action::Say(format!(
-                    "job {job} waits for its hosts (Ctrl-C withdraws it)"
-                )));
+                self.asked_why = true;
+                actions.push(Action::Send(Request::Console {
+                    version: scored_proto::proto::VERSION,
+                    line: format!("job {job}"),
+                    json: true,
+                }));
             }
         }
         if let Hold::Awaiting { deadline } = self.hold {
@@ -440,6 +471,7 @@ pub fn run(
     stat: bool,
     mut pty: Option<&mut PtySide>,
     mut pmi: Option<&mut PmiServer>,
+    mut pmix: Option<&mut PmixServer>,
 ) -> Final {
     let mut session = Session::new(stat, pty.is_some());
     loop {
@@ -450,6 +482,7 @@ pub fn run(
             session.reads_output(),
             pty.as_deref_mut(),
             pmi.as_deref_mut(),
+            pmix.as_deref_mut(),
         ) {
             Ok(events) => events,
             Err(end) => return end,
@@ -461,7 +494,11 @@ pub fn run(
                         side.started = true;
                         side.sync_raw();
                     }
-                    Event::Signal(Signal::SIGCONT) => side.sync_raw(),
+                    Event::Signal(Signal::SIGCONT) => {
+                        side.relay.continued();
+                        side.sync_raw();
+                    }
+                    Event::Signal(signal) if is_terminating(*signal) => side.relay.interrupted(),
                     _ => {}
                 }
             }
@@ -509,6 +546,7 @@ pub fn run(
                     }
                     Action::Finish(end) => {
                         if let Some(side) = pty.as_deref_mut() {
+                            side.relay.job_ended();
                             give_back_typed(side);
                             drain_pty(&mut side.relay);
                         }
@@ -564,7 +602,13 @@ fn wait(
     read_output: bool,
     pty: Option<&mut PtySide>,
     pmi: Option<&mut PmiServer>,
+    pmix: Option<&mut PmixServer>,
 ) -> Result<Vec<Event>, Final> {
+    let hold = pty.as_deref().and_then(|side| side.relay.hold_deadline());
+    let deadline = match (deadline, hold) {
+        (Some(deadline), Some(hold)) => Some(deadline.min(hold)),
+        (deadline, hold) => deadline.or(hold),
+    };
     let timeout = match deadline {
         None => PollTimeout::NONE,
         Some(deadline) => {
@@ -575,7 +619,7 @@ fn wait(
         }
     };
     let relay = pty.map(|side| &mut side.relay);
-    let (connection_ready, signals_ready, master_ready, stdin_ready, pmi_ready) = {
+    let (connection_ready, signals_ready, master_ready, stdin_ready, pmi_ready, pmix_ready) = {
         let stdin = io::stdin();
         let mut fds = vec![
             PollFd::new(connection.as_fd(), PollFlags::POLLIN),
@@ -584,7 +628,7 @@ fn wait(
         let (mut master_idx, mut stdin_idx) = (None, None);
         if let Some(relay) = relay.as_deref() {
             let interest = relay.interest();
-            if relay.master_open() && read_output {
+            if relay.master_open() && read_output && !relay.holding() {
                 let mut flags = PollFlags::POLLIN;
                 if interest.master_out {
                     flags |= PollFlags::POLLOUT;
@@ -599,6 +643,10 @@ fn wait(
                 fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
             }
         }
+        let pmix_idx = pmix.as_deref().and_then(PmixServer::poll_fd).map(|fd| {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            fds.len() - 1
+        });
         let pmi_fds = pmi.as_deref().map(PmiServer::poll_fds).unwrap_or_default();
         let pmi_first = fds.len();
         fds.extend(
@@ -632,11 +680,14 @@ fn wait(
             master_idx.is_some_and(|idx| ready(&fds[idx])),
             stdin_idx.is_some_and(|idx| ready(&fds[idx])),
             pmi_ready,
+            pmix_idx.is_some_and(|idx| ready(&fds[idx])),
         )
     };
     let mut output_gone = false;
     if let Some(relay) = relay {
-        if master_ready {
+        // Signals first: relaying output may stop a background scrun (see
+        // `Relay::relay_output`), which must not keep it from a SIGTERM.
+        if master_ready && !signals_ready {
             relay.relay_output();
             relay.flush_typed();
             output_gone = relay.take_output_gone();
@@ -657,6 +708,14 @@ fn wait(
                     message: end.message,
                 });
             }
+        }
+    }
+    if let Some(server) = pmix.filter(|_| pmix_ready) {
+        if let Some(end) = server.service() {
+            events.push(Event::Pmi {
+                code: end.code,
+                message: end.message,
+            });
         }
     }
     if signals_ready {
@@ -706,8 +765,22 @@ fn note_broken(error: &io::Error) {
 
 /// Prints one `scrun:` line on stderr. A closed stderr is no reason to
 /// fail: the exit status still tells the story.
+///
+/// A background scrun whose stderr is its terminal with `tostop` is
+/// stopped by this write, as any program is; meanwhile SIGINT, SIGTERM and
+/// SIGHUP act as they would on that program, since a write the kernel
+/// stopped is restarted by the continue that comes with them and stops
+/// again before scrun could read them from its signalfd.
 pub fn say(line: &str) {
-    let _ = writeln!(io::stderr().lock(), "scrun: {line}");
+    let stderr = io::stderr();
+    let write = || {
+        let _ = writeln!(stderr.lock(), "scrun: {line}");
+    };
+    if crate::terminal::write_would_stop(stderr.as_fd()) {
+        crate::signals::stoppable(write);
+    } else {
+        write();
+    }
 }
 
 #[cfg(test)]

@@ -2,10 +2,17 @@
 //! prints one Markdown table, each figure a median over repeated runs next
 //! to a baseline measured in the same run and the ratio between them.
 //!
-//! 1. Gang switch latency (first SIGSTOP to last SIGCONT, as scored measures
-//!    it) for jobs of 1, 16 and 64 processes, against a program that stops,
-//!    confirms and continues the same process groups itself at the same
-//!    priority.
+//! 1. Gang switch latency (first SIGSTOP to last SIGCONT) as `status`
+//!    reports it, two CPU-bound jobs of 1×1, 16×1, 4×4 and 16×4 processes
+//!    (hosts × per host) under a scored run as users run it, against a
+//!    program that stops, confirms and continues the same processes itself
+//!    at the same priority, in rounds that take turns; the phases of
+//!    scored's switches; and (`freezer`) the freezer as the stop.
+//!    (`guard`, only when named) Fails when the switch leaves 1.2× the
+//!    hand-made one in some layout, three measurements running.
+//!    (`descendants`) The same with hundreds and thousands of idle
+//!    processes in one job's ranks' groups: the switch, and what they
+//!    cost the daemon (descriptors, CPU time, root's `status`).
 //! 2. Launch latency of `scrun true` (1 and 16 processes) against
 //!    fork+exec+wait.
 //! 3. Fairness: k = 2, 4 CPU-bound gang jobs on the same hosts for 10 s.
@@ -40,7 +47,7 @@
 //! 10. What gang scheduling is for: two MPI jobs of busy-polling ranks
 //!     (MPICH: allreduce, ping-pong), one alone, both under the kernel, and
 //!     both under scored at 500, 100 and 10 ms slices; and the launch cost
-//!     of PMI against `-mpi=none`.
+//!     of PMI, and of PMI with PMIx, against `-mpi=none`.
 //!
 //! 11. What a plain user can make a root scored spend: memory through
 //!     floods of oversize submissions and queued environments, root's
@@ -53,7 +60,7 @@
 //!     sequential `scrun true` in the same run and Slurm's `sbatch`.
 //!
 //! `BENCH_QUICK=1` shortens every run (for a smoke test of the benchmark);
-//! `BENCH_ONLY=switch,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi,attacks,batch`
+//! `BENCH_ONLY=switch,freezer,descendants,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi,attacks,batch`
 //! runs only those sections. `SCORED_TEST_BIN_DIR=DIR` runs the daemons of
 //! DIR (an earlier build) instead of this build's, to compare.
 //!
@@ -65,20 +72,20 @@ use sections::{
     attacks::attacks,
     batch::batch,
     blocking::blocking,
+    descendants::descendants,
     fairness::{fairness, slice_overhead},
     launch::{big_launch, launch},
     mpi::mpi,
     restart::{checkpoint_cost, journal_cost, restart_under_load},
     scale::{decision_time, machine, scale},
-    switch::{
-        switch_baseline, switch_baseline_with, switch_freezer, switch_scored, Freezer, Groups,
-    },
+    switch::{guard, hand_switches, layout, switch, switch_freezer, Freezer, Groups},
 };
 
 mod sections {
     pub mod attacks;
     pub mod batch;
     pub mod blocking;
+    pub mod descendants;
     pub mod fairness;
     pub mod launch;
     pub mod mpi;
@@ -116,10 +123,12 @@ fn held() -> isize {
 }
 
 fn wanted(section: &str) -> bool {
-    match std::env::var("BENCH_ONLY") {
-        Ok(list) => list.split(',').any(|item| item.trim() == section),
-        Err(_) => true,
-    }
+    std::env::var("BENCH_ONLY").is_err() || asked(section)
+}
+
+/// Whether `BENCH_ONLY` names the section (the guard runs only then).
+fn asked(section: &str) -> bool {
+    std::env::var("BENCH_ONLY").is_ok_and(|list| list.split(',').any(|item| item.trim() == section))
 }
 
 fn quick() -> bool {
@@ -235,39 +244,24 @@ fn main() {
     let mut rows = Vec::new();
     if wanted("switch") {
         eprintln!("1. switch latency");
+        switch(&mut rows);
+    }
+    if asked("guard") {
+        eprintln!("1. the guard of the switch's cost");
+        guard(&mut rows);
+    }
+    if wanted("freezer") {
+        // The freezer as the switch's stop: measured to choose between
+        // it and SIGSTOP.
+        eprintln!("1. the freezer's switch");
         for n in [1u32, 16, 64] {
-            let baseline = switch_baseline(n);
-            let (median_scored, max_scored, switches) = switch_scored(n);
-            rows.push(row(
-                &format!(
-                    "gang switch, 2 jobs of {n} process{}",
-                    if n == 1 { "" } else { "es" }
-                ),
-                format!(
-                    "{} (max {}, {switches} switches)",
-                    ms(median_scored),
-                    ms(max_scored)
-                ),
-                format!("{} (killpg+waitpid+killpg)", ms(baseline)),
-                format!("{:.2}×", median_scored / baseline),
-                "within 1.2×",
+            let (n_hosts, per_host) = layout(n);
+            let baseline = median(&mut hand_switches(
+                n_hosts,
+                per_host,
+                Groups::PerHost,
+                scaled(100, 30) as usize,
             ));
-            if n > 1 {
-                // scored's own layout by hand: a session per rank, so one
-                // killpg per process. The row above against it is the
-                // daemon's own overhead; the two baselines apart are the
-                // price of the sessions.
-                let per_process = switch_baseline_with(n, Groups::PerProcess);
-                rows.push(row(
-                    &format!("gang switch, 2 jobs of {n} processes, against a session per process by hand"),
-                    format!("{} (the row above)", ms(median_scored)),
-                    format!("{} (killpg per process+waitpid+killpg)", ms(per_process)),
-                    format!("{:.2}×", median_scored / per_process),
-                    "within 1.2×",
-                ));
-            }
-            // The freezer as the switch's stop:
-            // measured here to choose between it and SIGSTOP.
             for (freezer, name) in [
                 (Freezer::V1, "cgroup v1 freezer.state"),
                 (Freezer::V2, "cgroup v2 cgroup.freeze + cgroup.events"),
@@ -282,6 +276,10 @@ fn main() {
                 ));
             }
         }
+    }
+    if wanted("descendants") {
+        eprintln!("1. idle descendants and the switch");
+        descendants(&mut rows);
     }
     if wanted("launch") {
         eprintln!("2. launch latency");

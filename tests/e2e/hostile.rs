@@ -110,6 +110,7 @@ fn submit_request(daemon: &Daemon) -> Request {
             closed_stdio: Vec::new(),
             fds: Vec::new(),
             pmi_ranks: 0,
+            pmix_namespace: None,
         },
     }
 }

@@ -304,8 +304,18 @@ impl Daemon {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    /// The daemon's own child processes, job processes or not.
+    /// The daemon's own child processes, job processes or not, but not
+    /// its closer of users' descriptors (which lives as long as it does).
     pub fn children(&self) -> Vec<i32> {
+        let closer = self.closer();
+        self.all_children()
+            .into_iter()
+            .filter(|pid| Some(*pid) != closer)
+            .collect()
+    }
+
+    /// Every child process of the daemon.
+    fn all_children(&self) -> Vec<i32> {
         std::fs::read_dir(format!("/proc/{}/task", self.pid()))
             .into_iter()
             .flatten()
@@ -317,6 +327,14 @@ impl Daemon {
                     .collect::<Vec<_>>()
             })
             .collect()
+    }
+
+    /// The daemon's closer of users' descriptors (`scored-closer`).
+    pub fn closer(&self) -> Option<i32> {
+        self.all_children().into_iter().find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() == "scored-closer")
+        })
     }
 
     /// The daemon's log so far.

@@ -128,16 +128,31 @@ fn queue_number_then_action_then_settings() {
             "memory=",
             "disk=",
             "group=",
+            "backfill=",
+            "mpl=",
         ],
     );
-    check("queue 1 set m", &["mode=", "memory="]);
+    check("queue 1 set m", &["mode=", "memory=", "mpl="]);
+    check("queue 1 set mp", &["mpl="]);
+    check("queue 1 set b", &["backfill="]);
+    check("queue 1 set backfill=", &["backfill=on", "backfill=off"]);
+    check("queue 1 set mpl=", &[]);
     check("queue 1 set mode=", &["mode=gang", "mode=exclusive"]);
     check("queue 1 set mode=e", &["mode=exclusive"]);
     check(
         "queue 1 set mode=gang ",
-        &["cputime=", "residency=", "memory=", "disk=", "group="],
+        &[
+            "cputime=",
+            "residency=",
+            "memory=",
+            "disk=",
+            "group=",
+            "backfill=",
+            "mpl=",
+        ],
     );
-    check("queue 1 set mode=gang memory=50% m", &[]);
+    check("queue 1 set mode=gang memory=50% m", &["mpl="]);
+    check("queue 1 set mode=gang memory=50% mpl=2 m", &[]);
     check("queue 1 set cputime=1", &[]);
     check("queue 1 enable ", &[]);
 }
@@ -298,8 +313,15 @@ fn hints_show_the_rest_of_the_usage() {
     check_hint("kill", Some(" [-s SIGNAL] ID [ID...]"));
     check_hint("job", Some(" ID"));
     check_hint("status", None);
-    check_hint("queue ", Some("Q enable|disable|activate|deactivate"));
-    check_hint("queue 1 ", Some("enable|disable|activate|deactivate"));
+    check_hint(
+        "queue ",
+        Some("Q enable|disable|activate|deactivate|set ..."),
+    );
+    check_hint(
+        "queue 1 ",
+        Some("enable|disable|activate|deactivate|set ..."),
+    );
+    check_hint("queue 1 enable ", None);
     check_hint(
         "queue 1 set ",
         Some(

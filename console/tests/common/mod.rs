@@ -43,8 +43,9 @@ impl Drop for Sandbox {
 }
 
 /// A daemon that knows jobs 7 and 12 and queues 0, 1 and 2, fails `kill 9`
-/// (`error: no job 9`), closes the connection on `shutdown now`, and answers
-/// every other line with `done: LINE`. It records the lines it was sent.
+/// (`error: no job 9`), closes the connection on `shutdown now`, takes a
+/// second to answer `clusters`, and answers every other line with `done:
+/// LINE`. It records the lines it was sent, in order.
 pub fn fake_daemon(path: &Path) -> Arc<Mutex<Vec<String>>> {
     let listener = UnixListener::bind(path).expect("bind the fake daemon's socket");
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -71,6 +72,10 @@ fn serve(mut stream: UnixStream, log: &Mutex<Vec<String>>) {
             // Like a daemon that dies: the connection closes unanswered.
             if line == "shutdown now" {
                 return;
+            }
+            // A slow answer, for what is typed meanwhile.
+            if line == "clusters" {
+                std::thread::sleep(std::time::Duration::from_secs(1));
             }
             if stream
                 .write_all(&proto::encode(&answer(&line, json)))

@@ -171,10 +171,14 @@ impl ExitStatus {
 pub struct Usage {
     /// CPU time (user + system) of all processes, finished descendants included.
     pub cpu: Duration,
-    /// Resident memory per host of the job, in the order of [`Job::hosts`].
-    pub memory: Vec<u64>,
+    /// Resident memory per host of the job, in the order of [`Job::hosts`]
+    /// (a boxed slice: the record keeps no spare capacity).
+    pub memory: Box<[u64]>,
     /// Disk use: executable sizes plus the job's scratch directory.
     pub disk: u64,
+    /// Of `disk`, the program files (scored(8), LIMITATIONS), so that a job killed
+    /// for disk it did not write is told why.
+    pub programs: u64,
 }
 
 /// Why a job ended early, if it did.

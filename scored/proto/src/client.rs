@@ -23,17 +23,27 @@ pub enum SocketSource {
     Explicit,
     /// The `SCORED_SOCKET` environment variable.
     Environment,
+    /// The clients' system-wide setting (`[client] socket` of
+    /// `/etc/scored/scored.toml`, see [`crate::settings`]).
+    Configured,
     /// The default location (`paths::default_socket`, scored(8) FILES).
     Default,
 }
 
-/// Picks the socket: the explicit path, else `SCORED_SOCKET`, else the default.
-pub fn socket_path(explicit: Option<PathBuf>) -> (PathBuf, SocketSource) {
+/// Picks the socket: the explicit path, else `SCORED_SOCKET`, else the
+/// socket of the system-wide setting, else the default.
+pub fn socket_path(
+    explicit: Option<PathBuf>,
+    settings: &crate::settings::ClientSettings,
+) -> (PathBuf, SocketSource) {
     if let Some(path) = explicit {
         return (path, SocketSource::Explicit);
     }
     if let Some(path) = std::env::var_os("SCORED_SOCKET").filter(|value| !value.is_empty()) {
         return (PathBuf::from(path), SocketSource::Environment);
+    }
+    if let Some(path) = &settings.socket {
+        return (path.clone(), SocketSource::Configured);
     }
     let uid = nix::unistd::geteuid().as_raw();
     let runtime = std::env::var("XDG_RUNTIME_DIR").ok();
@@ -50,6 +60,23 @@ pub fn socket_path(explicit: Option<PathBuf>) -> (PathBuf, SocketSource) {
 /// a socket named by a flag or `SCORED_SOCKET`, which is used alone.
 pub fn shared_socket(uid: u32, source: SocketSource) -> Option<PathBuf> {
     (source == SocketSource::Default && uid != 0).then(|| PathBuf::from(crate::paths::ROOT_SOCKET))
+}
+
+/// The shared daemon's socket when it is there as a file although nothing
+/// answered at it (a shared daemon that died or was stopped), for a client
+/// that found no daemon at its default socket: scrun says so before it falls back to a
+/// private daemon, since the user meant the shared one.
+pub fn dead_shared_socket(source: SocketSource) -> Option<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    if source != SocketSource::Default {
+        return None;
+    }
+    let shared = Path::new(crate::paths::ROOT_SOCKET);
+    std::fs::symlink_metadata(shared)
+        .ok()?
+        .file_type()
+        .is_socket()
+        .then(|| shared.to_path_buf())
 }
 
 /// Whether a failure to connect means that no daemon runs at the socket

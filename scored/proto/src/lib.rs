@@ -1,7 +1,8 @@
 //! scored-proto: what scored shares with its clients, and nothing else.
 //!
 //! The wire protocol ([`proto`]), the client half of it ([`client`], with
-//! the `client` feature), where the daemon's socket is ([`paths`]), the
+//! the `client` feature, and the clients' system-wide setting,
+//! [`settings`]), where the daemon's socket is ([`paths`]), the
 //! console language ([`command`]), the value syntax ([`units`]), the exit
 //! statuses of the programs ([`exitcode`]) and the one validator of a job
 //! submission ([`submit`], with [`inherit`]), which scrun and scored both
@@ -18,6 +19,8 @@ pub mod exitcode;
 pub mod inherit;
 pub mod paths;
 pub mod proto;
+#[cfg(feature = "client")]
+pub mod settings;
 pub mod signame;
 pub mod submit;
 pub mod units;

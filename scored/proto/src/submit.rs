@@ -117,6 +117,13 @@ pub enum SubmitError {
         /// The limit as the user spelled it.
         asked: String,
     },
+    /// A memory or disk limit under [`crate::units::MIN_LIMIT`].
+    TinyLimit {
+        /// The limit as the user spelled it.
+        asked: String,
+        /// In bytes.
+        bytes: u64,
+    },
     /// A time limit under a millisecond.
     ZeroTime {
         /// The limit as the user spelled it.
@@ -146,6 +153,12 @@ pub enum SubmitError {
         pmi_ranks: u32,
         /// The request, as scrun spells it.
         asked: String,
+    },
+    /// A PMIx namespace that is empty, too long, or holds a character
+    /// other than a letter, a digit, `.`, `_` or `-`.
+    BadPmixNamespace {
+        /// The namespace, shortened and escaped.
+        shown: String,
     },
     /// More PMI descriptors than [`MAX_PMI_FDS`] in all.
     TooManyPmi {
@@ -219,6 +232,10 @@ impl fmt::Display for SubmitError {
             SubmitError::ZeroLimit { asked } => {
                 write!(f, "limit {asked} must be at least 1 byte")
             }
+            SubmitError::TinyLimit { asked, bytes } => {
+                let tiny = crate::units::tiny_limit(*bytes).unwrap_or_default();
+                write!(f, "limit {asked} {tiny}")
+            }
             SubmitError::ZeroTime { asked } => {
                 write!(f, "time limit {asked} must be at least 1ms")
             }
@@ -241,6 +258,10 @@ impl fmt::Display for SubmitError {
             SubmitError::PmiRanks { pmi_ranks, asked } => write!(
                 f,
                 "PMI descriptors for {pmi_ranks} ranks do not match {asked}: a PMI world needs the rank count of nodes=N or nodes=NxM"
+            ),
+            SubmitError::BadPmixNamespace { shown } => write!(
+                f,
+                "PMIx namespace {shown} is not 1 to {MAX_PMIX_NAMESPACE} letters, digits, '.', '_' or '-'"
             ),
             SubmitError::TooManyPmi { pmi_ranks, stages } => write!(
                 f,
@@ -344,11 +365,18 @@ pub fn check_stages<A: AsRef<[u8]>>(stages: &[Vec<A>]) -> Result<(), SubmitError
     Ok(())
 }
 
-/// The rule on a memory or disk limit: at least one byte. `asked` is the
-/// limit as the user spelled it, for the message.
+/// The rule on a memory or disk limit: at least [`crate::units::MIN_LIMIT`]
+/// (1M), since no job runs in less. `asked` is the limit as the user
+/// spelled it, for the message.
 pub fn check_limit(bytes: u64, asked: impl FnOnce() -> String) -> Result<u64, SubmitError> {
     if bytes == 0 {
         return Err(SubmitError::ZeroLimit { asked: asked() });
+    }
+    if bytes < crate::units::MIN_LIMIT {
+        return Err(SubmitError::TinyLimit {
+            asked: asked(),
+            bytes,
+        });
     }
     Ok(bytes)
 }
@@ -411,6 +439,34 @@ pub fn check_pmi(submit: &Submit) -> Result<(), SubmitError> {
         });
     }
     Ok(())
+}
+
+/// The longest PMIx namespace a submission may name: room for `.STAGE`
+/// within PMIx's 255 bytes.
+pub const MAX_PMIX_NAMESPACE: usize = 200;
+
+/// The rule on the PMIx namespace: none, or 1 to [`MAX_PMIX_NAMESPACE`]
+/// letters, digits, `.`, `_` or `-` (it goes into the ranks'
+/// environment and names their PMIx world).
+pub fn check_pmix(submit: &Submit) -> Result<(), SubmitError> {
+    let Some(namespace) = &submit.pmix_namespace else {
+        return Ok(());
+    };
+    let good = !namespace.is_empty()
+        && namespace.len() <= MAX_PMIX_NAMESPACE
+        && namespace
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if good {
+        return Ok(());
+    }
+    let mut shown: String = namespace.chars().take(40).collect();
+    if shown.len() < namespace.len() {
+        shown.push_str("...");
+    }
+    Err(SubmitError::BadPmixNamespace {
+        shown: format!("{shown:?}"),
+    })
 }
 
 /// The rule on the length of each argument and environment entry: at
@@ -502,6 +558,7 @@ fn validate(submit: &Submit) -> Result<(Inherited, Batch), SubmitError> {
     check_cwd(submit.cwd.as_bytes())?;
     check_strings(submit)?;
     check_pmi(submit)?;
+    check_pmix(submit)?;
     inherit::check_descriptors(&submit.closed_stdio, &submit.fds, submit.options.pty)?;
     let checked = check_batch(submit)?;
     let inherited = inherit::check(

@@ -146,6 +146,35 @@ pub fn parse_duration(text: &str) -> Result<Duration, ValueError> {
     Ok(Duration::from_micros(micros))
 }
 
+/// Whether a value is a number alone, without a unit (`100`, `1.5`): the
+/// spelling whose meaning differs between schedulers (seconds here and in
+/// PBS, minutes in Slurm's `--time`, megabytes in Slurm's `--mem`).
+pub fn is_bare_number(text: &str) -> bool {
+    matches!(split_number(text), Some((_, _, _, "")))
+}
+
+/// The smallest memory or disk limit a job or cluster may be given: no
+/// program runs in less, so a smaller one is surely a unit forgotten
+/// (`memory=10` is 10 bytes, where Slurm's `--mem=10` is 10 megabytes).
+pub const MIN_LIMIT: u64 = 1 << 20;
+
+/// The reason a memory or disk limit of `bytes` is refused, if it is under
+/// [`MIN_LIMIT`] (0 has a message of its own where it is refused), as the
+/// end of a sentence about the limit: `is 10 bytes, under ...`.
+pub fn tiny_limit(bytes: u64) -> Option<String> {
+    (bytes > 0 && bytes < MIN_LIMIT).then(|| {
+        let size = if bytes < 1 << 10 {
+            format!("{bytes} byte{}", if bytes == 1 { "" } else { "s" })
+        } else {
+            format_size(bytes)
+        };
+        format!(
+            "is {size}, under the 1M that any job needs (a size without a unit is in bytes: \
+             write 512M or 2G)"
+        )
+    })
+}
+
 /// Parses a percentage such as `50%` or `50` (0 to 100, whole or with a fraction).
 pub fn parse_percent(text: &str) -> Result<f64, ValueError> {
     let body = text.strip_suffix('%').unwrap_or(text);

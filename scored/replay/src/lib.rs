@@ -447,8 +447,9 @@ fn replay(
                             job,
                             usage: Usage {
                                 cpu,
-                                memory: Vec::new(),
+                                memory: Box::default(),
                                 disk: 0,
+                                programs: 0,
                             },
                         });
                     }

@@ -194,8 +194,37 @@ impl OsActuator {
                 program: Rc::clone(&pending.program),
                 error,
             }
-        } else {
+        } else if step == spawn::Step::Chdir {
+            LaunchError::Chdir {
+                program: Rc::clone(&pending.program),
+                cwd: Rc::clone(&pending.cwd),
+                error,
+            }
+        } else if step == spawn::Step::Exec
+            && errno == libc::ENOENT
+            && !pending.program.contains('/')
+        {
+            // execvp searched the job's PATH and found nothing there.
+            LaunchError::NotOnPath {
+                program: Rc::clone(&pending.program),
+                cwd: Rc::clone(&pending.cwd),
+            }
+        } else if step == spawn::Step::Exec
+            && errno == libc::EACCES
+            && !pending.program.contains('/')
+        {
+            LaunchError::PathDenied {
+                program: Rc::clone(&pending.program),
+                cwd: Rc::clone(&pending.cwd),
+            }
+        } else if step == spawn::Step::Exec {
             launch_error(&pending.program, &pending.cwd, error)
+        } else {
+            LaunchError::Step {
+                program: Rc::clone(&pending.program),
+                step: step.describe(),
+                error,
+            }
         };
         self.fail_launch(job, failure, out);
     }

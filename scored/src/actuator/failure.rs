@@ -37,6 +37,42 @@ pub enum LaunchError {
         /// Why.
         error: io::Error,
     },
+    /// A program named without a `/` is on no directory of the job's
+    /// `PATH`.
+    NotOnPath {
+        /// The program as the user named it.
+        program: Rc<str>,
+        /// The working directory.
+        cwd: Rc<str>,
+    },
+    /// A program named without a `/` was not run for want of permission
+    /// somewhere on the job's `PATH`: execvp cannot tell a directory the
+    /// user may not search from a file there the user may not execute.
+    PathDenied {
+        /// The program as the user named it.
+        program: Rc<str>,
+        /// The working directory.
+        cwd: Rc<str>,
+    },
+    /// The rank could not enter its working directory (gone, or not
+    /// searchable by the job's user).
+    Chdir {
+        /// The program.
+        program: Rc<str>,
+        /// The working directory.
+        cwd: Rc<str>,
+        /// Why.
+        error: io::Error,
+    },
+    /// Another step of the rank's set-up before its exec failed.
+    Step {
+        /// The program.
+        program: Rc<str>,
+        /// What the step does (`setting the resource limits`).
+        step: &'static str,
+        /// Why.
+        error: io::Error,
+    },
     /// The change of user left capabilities or securebits: the program is
     /// not run with them.
     PrivilegesRemain {
@@ -99,6 +135,7 @@ impl LaunchError {
             LaunchError::Run { error, .. } if error.kind() == io::ErrorKind::NotFound => {
                 exitcode::NOT_FOUND
             }
+            LaunchError::NotOnPath { .. } => exitcode::NOT_FOUND,
             _ => exitcode::NOT_EXECUTABLE,
         }
     }
@@ -124,6 +161,30 @@ impl fmt::Display for LaunchError {
                 cwd,
                 error,
             } => write!(f, "cannot run '{program}' in {cwd}: {error}"),
+            LaunchError::NotOnPath { program, cwd } => write!(
+                f,
+                "cannot run '{program}' in {cwd}: no such program on PATH (give its path, as \
+                 ./{program}, for one in the working directory)"
+            ),
+            LaunchError::PathDenied { program, cwd } => write!(
+                f,
+                "cannot run '{program}' in {cwd}: permission denied while searching PATH (a \
+                 directory of PATH the user may not search, or a '{program}' there the user may \
+                 not execute)"
+            ),
+            LaunchError::Chdir {
+                program,
+                cwd,
+                error,
+            } => write!(
+                f,
+                "cannot run '{program}': cannot enter the working directory {cwd}: {error}"
+            ),
+            LaunchError::Step {
+                program,
+                step,
+                error,
+            } => write!(f, "cannot run '{program}': {step} failed: {error}"),
             LaunchError::PrivilegesRemain { program, uid } => write!(
                 f,
                 "refusing to run '{program}' as uid {uid}: capabilities or securebits \
@@ -164,6 +225,8 @@ impl std::error::Error for LaunchError {
         match self {
             LaunchError::Pipe(error) => Some(error),
             LaunchError::Run { error, .. }
+            | LaunchError::Chdir { error, .. }
+            | LaunchError::Step { error, .. }
             | LaunchError::Descriptors { error, .. }
             | LaunchError::Output { error, .. } => Some(error),
             _ => None,
@@ -190,6 +253,42 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "cannot run 'prog' in /home/u: No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
+    fn a_program_not_on_path_and_a_directory_not_entered_say_so() {
+        let missing = LaunchError::NotOnPath {
+            program: "nosuchprog".into(),
+            cwd: "/tmp/x".into(),
+        };
+        assert_eq!(missing.status(), 127);
+        assert_eq!(
+            missing.to_string(),
+            "cannot run 'nosuchprog' in /tmp/x: no such program on PATH (give its path, as \
+             ./nosuchprog, for one in the working directory)"
+        );
+        let denied = LaunchError::PathDenied {
+            program: "nosuchprog".into(),
+            cwd: "/tmp/x".into(),
+        };
+        assert_eq!(denied.status(), 126);
+        assert_eq!(
+            denied.to_string(),
+            "cannot run 'nosuchprog' in /tmp/x: permission denied while searching PATH (a \
+             directory of PATH the user may not search, or a 'nosuchprog' there the user may \
+             not execute)"
+        );
+        let chdir = LaunchError::Chdir {
+            program: "true".into(),
+            cwd: "/home/u/d".into(),
+            error: io::Error::from_raw_os_error(libc::EACCES),
+        };
+        assert_eq!(chdir.status(), 126);
+        assert_eq!(
+            chdir.to_string(),
+            "cannot run 'true': cannot enter the working directory /home/u/d: Permission denied \
+             (os error 13)"
         );
     }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use nix::sys::resource::Resource;
 use nix::sys::signal::Signal;
 
+use crate::closer::UserFd;
 use scored_core::core::Input;
 use scored_core::ids::JobId;
 use scored_core::job::LaunchPlan;
@@ -379,6 +380,11 @@ impl OsActuator {
                 base.remove(key.as_bytes());
             }
         }
+        if stdio.is_some_and(|io| io.pmi.pmix().is_some()) {
+            for key in PMIX_KEYS {
+                base.remove(key.as_bytes());
+            }
+        }
         // Entries no environment can hold were left out by the submission
         // validator (scored_proto::submit); one that slips through is
         // dropped rather than failing the launch.
@@ -483,6 +489,18 @@ impl OsActuator {
                     score_entry("PMI_SIZE", size.to_string().as_bytes()),
                 ));
             }
+            // The rank's place in its stage's PMIx namespace, beside the
+            // server's variables that the caller's environment carries.
+            if let Some(namespace) = stdio.and_then(|io| io.pmi.pmix_namespace(proc_plan.stage)) {
+                own.push((
+                    b"PMIX_NAMESPACE",
+                    score_entry("PMIX_NAMESPACE", namespace.as_bytes()),
+                ));
+                own.push((
+                    b"PMIX_RANK",
+                    score_entry("PMIX_RANK", proc_plan.rank.to_string().as_bytes()),
+                ));
+            }
             if plan.pipe {
                 own.push((
                     b"SCORE_STAGE",
@@ -521,7 +539,7 @@ impl OsActuator {
             let reads_client =
                 stdio.is_some() && proc_plan.rank == 0 && !(plan.pipe && stage_idx > 0);
             let closed =
-                |fd: &Option<Rc<OwnedFd>>| fd.as_ref().map_or(spawn::CLOSED, |fd| fd.as_raw_fd());
+                |fd: &Option<Rc<UserFd>>| fd.as_ref().map_or(spawn::CLOSED, |fd| fd.as_raw_fd());
             let stdin_fd = match (stdin, stdio) {
                 (Some(pipe), _) => hold(&mut owned, pipe),
                 (None, Some(io)) if reads_client => closed(&io.stdin),
@@ -567,11 +585,12 @@ impl OsActuator {
                 _ => Vec::new(),
             };
             // Above every passed number, so the list stays increasing;
-            // closed here once the rank is forked, so that the rank's end
-            // is the connection's end for scrun.
-            if let Some((number, fd, _)) = pmi {
-                passed_fds.push((number, hold(&mut owned, fd)));
-            }
+            // let go of (to the closer) once the rank is forked, so that
+            // the rank's end is the connection's end for scrun.
+            let pmi_fd = pmi.map(|(number, fd, _)| {
+                passed_fds.push((number, fd.as_raw_fd()));
+                fd
+            });
             let slot = proc_plan.host_slot;
             // The process whose stdin is the client's takes it as its
             // controlling terminal when the client asked for that (`-pty`).
@@ -628,6 +647,7 @@ impl OsActuator {
             let (pid, report) =
                 spawn::spawn(&setup).map_err(|error| launch_error(program, &cwd_text, error))?;
             drop(owned);
+            drop(pmi_fd);
             let shown = files
                 .iter()
                 .any(Option::is_some)
@@ -731,6 +751,10 @@ fn path_text(path: &CString) -> Box<str> {
 /// (`scrun -mpi=`), over the caller's: what MPICH's PMI-1 and PMI-2
 /// clients read to find their server, rank and world size.
 const PMI_KEYS: [&str; 3] = ["PMI_FD", "PMI_RANK", "PMI_SIZE"];
+
+/// The variables the daemon sets for a rank with PMIx (`scrun
+/// -mpi=pmix`), over the caller's: its namespace and rank.
+const PMIX_KEYS: [&str; 2] = ["PMIX_NAMESPACE", "PMIX_RANK"];
 
 /// `KEY=value` for one of [`SCORE_KEYS`] or [`PMI_KEYS`]; its values (numbers, a host
 /// name, the scratch path) hold no NUL byte, and one that did would give

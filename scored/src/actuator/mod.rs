@@ -60,6 +60,7 @@ pub use failure::LaunchError;
 use launch::LaunchInProgress;
 pub use recover::input_job;
 pub use snapshot::ActuatorSnapshot;
+pub use spawn::spawn_closer;
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::CString;
@@ -75,6 +76,7 @@ use scored_core::ids::JobId;
 use scored_core::job::{LaunchPlan, Usage};
 
 use self::cgroup::Cgroups;
+use crate::closer::UserFd;
 use crate::sys;
 
 /// How long a stop may go unconfirmed by `wait4` before /proc is consulted.
@@ -188,22 +190,24 @@ impl std::error::Error for HandoverError {}
 /// The descriptors of a job's client: its stdin, stdout and stderr (each
 /// `None` when the client had it closed), and the others it passes on.
 /// They are shared (`Rc`) because jobs launched from one terminal pass the
-/// same open files, which the event loop keeps only once.
+/// same open files, which the event loop keeps only once. Each is a
+/// [`UserFd`]: dropping the last handle gives it to the closer, never to
+/// `close` in the loop.
 #[derive(Debug)]
 pub struct JobStdio {
     /// The client's standard input (rank 0 reads it).
-    pub stdin: Option<Rc<OwnedFd>>,
+    pub stdin: Option<Rc<UserFd>>,
     /// The client's standard output.
-    pub stdout: Option<Rc<OwnedFd>>,
+    pub stdout: Option<Rc<UserFd>>,
     /// The client's standard error.
-    pub stderr: Option<Rc<OwnedFd>>,
+    pub stderr: Option<Rc<UserFd>>,
     /// stdin is a terminal that the process reading it (rank 0 of the
     /// first stage, or of each stage with `::`) takes as its controlling
     /// terminal (`scrun -pty`).
     pub controlling_terminal: bool,
     /// The client's other descriptors, for the process that reads stdin:
     /// the number each has there (increasing, above 2), and the descriptor.
-    pub inherited: Vec<(RawFd, Rc<OwnedFd>)>,
+    pub inherited: Vec<(RawFd, Rc<UserFd>)>,
     /// The ranks' PMI descriptors (`scrun -mpi=`), none without PMI.
     pub pmi: PmiFds,
 }
@@ -216,16 +220,36 @@ pub struct JobStdio {
 #[derive(Debug, Default, Clone)]
 pub struct PmiFds {
     per_stage: usize,
-    fds: Rc<std::cell::RefCell<Vec<Option<OwnedFd>>>>,
+    fds: Rc<std::cell::RefCell<Vec<Option<UserFd>>>>,
+    /// The PMIx namespace of the job's ranks (`scrun -mpi=pmix`), if any:
+    /// stage `s` is `NAME.s` (`Submit::pmix_namespace`).
+    pmix: Option<Rc<str>>,
 }
 
 impl PmiFds {
     /// `per_stage` descriptors for each stage, stage by stage in rank order.
-    pub fn new(per_stage: usize, fds: Vec<Option<OwnedFd>>) -> PmiFds {
+    pub fn new(per_stage: usize, fds: Vec<Option<UserFd>>) -> PmiFds {
         PmiFds {
             per_stage,
             fds: Rc::new(std::cell::RefCell::new(fds)),
+            pmix: None,
         }
+    }
+
+    /// The same, whose ranks also get the PMIx namespace `namespace`.
+    pub fn with_pmix(mut self, namespace: Option<String>) -> PmiFds {
+        self.pmix = namespace.map(Rc::from);
+        self
+    }
+
+    /// The PMIx namespace of the job's ranks, for the handover of a restart.
+    pub fn pmix(&self) -> Option<&str> {
+        self.pmix.as_deref()
+    }
+
+    /// `PMIX_NAMESPACE` of stage `stage`'s ranks, if the job has PMIx.
+    pub fn pmix_namespace(&self, stage: usize) -> Option<String> {
+        self.pmix.as_ref().map(|name| format!("{name}.{stage}"))
     }
 
     /// Ranks of each stage with a PMI descriptor (0 without PMI).
@@ -234,7 +258,7 @@ impl PmiFds {
     }
 
     /// Takes rank `rank`'s descriptor of stage `stage`, if it has one left.
-    pub fn take(&self, stage: usize, rank: usize) -> Option<OwnedFd> {
+    pub fn take(&self, stage: usize, rank: usize) -> Option<UserFd> {
         if rank >= self.per_stage {
             return None;
         }
@@ -508,6 +532,10 @@ pub struct OsActuator {
     /// Switched-out jobs whose launch is being finished, and whether each
     /// was thawed for it (it is frozen again once the launch is over).
     settling: HashMap<JobId, bool>,
+    /// Jobs whose stop was confirmed and whose hold is still to be
+    /// checked (`check_held`): at the next poll, after the switch's
+    /// continues, so that the check does not delay them.
+    held_checks: Vec<JobId>,
 }
 
 /// The time as the actuator reads it, so that its timeouts (a stop not
@@ -609,7 +637,26 @@ impl OsActuator {
             released: BTreeSet::new(),
             restops: BTreeSet::new(),
             settling: HashMap::new(),
+            held_checks: Vec::new(),
         })
+    }
+
+    /// What needs polling: exec reports, exec deadlines, launches being
+    /// finished, the state directory, unconfirmed stops and draining
+    /// jobs, switched-out jobs' CPU time, and scratch trees to remove.
+    pub(super) fn poll_processes(&mut self, now: Instant, out: &mut Vec<Input>) {
+        self.collect_exec_reports(out);
+        self.expire_execs(now, out);
+        self.settle_launches(out);
+        if now >= self.state_check_at {
+            let _ = self.check_state_dir(out);
+        }
+        self.poll_waiting_jobs(now, out);
+        if now >= self.escape_check_at {
+            self.escape_check_at = now + ESCAPE_CHECK_EVERY;
+            self.check_switched_out(out);
+        }
+        self.sweep();
     }
 
     /// Whether jobs live in cgroups.
@@ -680,18 +727,10 @@ impl Actuator for OsActuator {
     }
 
     fn poll(&mut self, now: Instant, out: &mut Vec<Input>) {
-        self.collect_exec_reports(out);
-        self.expire_execs(now, out);
-        self.settle_launches(out);
-        if now >= self.state_check_at {
-            let _ = self.check_state_dir(out);
-        }
-        self.poll_waiting_jobs(now, out);
-        if now >= self.escape_check_at {
-            self.escape_check_at = now + ESCAPE_CHECK_EVERY;
-            self.check_switched_out(out);
-        }
-        self.sweep();
+        self.poll_processes(now, out);
+        // Only here, at the loop's deadline: `poll_processes` also runs
+        // when a stopping rank is reaped, before its switch's continues.
+        self.check_held_stops(out);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -703,6 +742,9 @@ impl Actuator for OsActuator {
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
         }) || !self.restops.is_empty()
             || !self.settling.is_empty();
+        if !self.held_checks.is_empty() {
+            return Some(self.clock.now());
+        }
         let launching = self
             .jobs
             .values()

@@ -31,7 +31,7 @@ impl OsActuator {
                 }
             }
         }
-        self.poll(self.clock.now(), out);
+        self.poll_processes(self.clock.now(), out);
     }
 
     pub(super) fn release_job(&mut self, job: JobId) {
@@ -120,8 +120,8 @@ impl OsActuator {
                 }
             }
         }
-        // Any other child of ours is a job descendant that came to us as an
-        // orphan: scored forks nothing else. Signalling it by pid is safe,
+        // Any other child of ours but the closer is a job descendant that
+        // came to us as an orphan, or a remover of scratch trees. Signalling it by pid is safe,
         // since an unreaped child's pid cannot be reused.
         for pid in self.orphans() {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
@@ -321,11 +321,15 @@ impl OsActuator {
         out.push(Input::ProcessesGone(job));
     }
 
-    /// Our children that are not ranks: orphaned job descendants, not yet reaped.
+    /// Our children that are not ranks: orphaned job descendants, not yet
+    /// reaped (and scratch removers), but never the closer of users'
+    /// descriptors (`crate::closer`), which outlives every job.
     pub(super) fn orphans(&self) -> Vec<i32> {
+        let closer = crate::closer::pid();
         procfs::all_processes()
             .into_iter()
             .filter(|stat| stat.ppid == self.daemon_pid && !self.children.contains_key(&stat.pid))
+            .filter(|stat| Some(stat.pid) != closer)
             .map(|stat| stat.pid)
             .collect()
     }

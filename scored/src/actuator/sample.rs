@@ -63,8 +63,9 @@ impl OsActuator {
         let disk = procs.exe_bytes + scratch_size;
         Some(Usage {
             cpu: procs.reaped_cpu + live_cpu,
-            memory,
+            memory: memory.into(),
             disk,
+            programs: procs.exe_bytes,
         })
     }
 

@@ -281,15 +281,28 @@ impl OsActuator {
             if let Some(wait) = procs.stop_wait.take() {
                 tracing::debug!(job = %job, confirm_us = self.clock.now().duration_since(wait.since).as_micros() as u64, "stop confirmed");
             }
-            let frozen = procs.hold.frozen;
             out.push(Input::Stopped(job));
-            if !frozen {
+            if !procs.hold.frozen {
+                self.held_checks.push(job);
+            }
+        }
+    }
+
+    /// The checks of confirmed stops that are due (see `held_checks`):
+    /// each job still switched out, stopped and not frozen.
+    pub(super) fn check_held_stops(&mut self, out: &mut Vec<Input>) {
+        for job in std::mem::take(&mut self.held_checks) {
+            let due = self.jobs.get(&job).is_some_and(|procs| {
+                procs.hold.switched_out && !procs.hold.frozen && procs.stop_wait.is_none()
+            });
+            if due {
                 self.check_held(job, out);
             }
         }
     }
 
-    /// Right after a job's stop is confirmed, checks that the stop holds:
+    /// Once a job's stop is confirmed and its switch is over, checks that
+    /// the stop holds:
     /// a process with a tracer can be resumed by it without any SIGCONT
     /// (a stop that the tracer sees first and lets go), so a traced job is
     /// held in its frozen cgroup instead. Otherwise it notes the CPU time
@@ -310,8 +323,11 @@ impl OsActuator {
             let Some(stat) = procfs::read_stat(pid) else {
                 continue;
             };
-            let tracer = procfs::read_tracer(pid).filter(|tracer| *tracer != 0);
-            if stat.state == b't' || tracer.is_some() {
+            // A traced process never shows a stop as `T`: a stop of its
+            // own, or one it had when the tracer attached, is a tracing
+            // stop (`t`), which the tracer may end.
+            if stat.state == b't' {
+                let tracer = procfs::read_tracer(pid).filter(|tracer| *tracer != 0);
                 let by = tracer.map_or(String::new(), |tracer| format!(" by process {tracer}"));
                 self.escaped(job, pid, &format!("process {pid} is traced{by}"), out);
                 return;

@@ -1,7 +1,20 @@
 //! What one user may hold of the daemon: connections (with a reserve for
-//! root, the daemon's user and operators), bytes of unanswered requests
-//! and of unread replies, and time to finish a request. A client over its
-//! user's budget is cut off rather than let it starve the others.
+//! root, the daemon's user and operators), descriptors, bytes of
+//! unanswered requests and of unread replies, and time to finish a
+//! request. A client over its user's budget is cut off rather than let it
+//! starve the others.
+//!
+//! Descriptors: what scored holds for a user (its connections, the
+//! descriptors its clients passed, and those let go of that the closer has
+//! not closed yet, see `crate::closer`) is at most
+//! `--max-descriptors-per-user`, and for all users other than root and
+//! the operators together at most [`plain_descriptor_limit`]. A user at
+//! the budget has no connection accepted, and a connection of theirs whose
+//! next message carries descriptors is closed without receiving them
+//! (`connection::read_available` looks with `MSG_PEEK` first, which takes
+//! none); a submission that took them past it is refused. So one read
+//! (at most 253 descriptors, SCM_MAX_FD) is the most a user can go over,
+//! and root and the other users always find descriptors left.
 
 use std::time::Instant;
 
@@ -12,6 +25,7 @@ use super::{
     USER_INPUT_BUDGET, USER_OUTPUT_BUDGET,
 };
 use crate::actuator::Actuator;
+use crate::closer;
 use scored_core::core::Input;
 use scored_proto::proto::Reply;
 
@@ -48,6 +62,7 @@ impl<A: Actuator> Daemon<A> {
                 limit - reserve
             ));
         }
+        self.descriptor_budget(uid, 1)?;
         let held = self.per_user.get(&uid).map_or(0, |usage| usage.connections);
         let per_user = self.config.max_connections_per_user;
         if held >= per_user {
@@ -55,6 +70,36 @@ impl<A: Actuator> Daemon<A> {
                 "user {} already holds {held} connections to scored, the most one user may \
                  hold at once (--max-connections-per-user {per_user}); close some and try again",
                 user_name(uid)
+            ));
+        }
+        Ok(())
+    }
+
+    /// The descriptors scored holds for `uid` (see the module doc).
+    pub(super) fn descriptors_of(&self, uid: u32) -> usize {
+        self.per_user.get(&uid).map_or(0, |usage| usage.connections) + closer::held(uid)
+    }
+
+    /// Whether user `uid` (other than root and the operators) may make
+    /// scored hold `adding` more descriptors; the error names the budget.
+    pub(super) fn descriptor_budget(&self, uid: u32, adding: usize) -> Result<(), String> {
+        let held = self.descriptors_of(uid);
+        let budget = self.config.max_descriptors_per_user;
+        if held + adding > budget {
+            return Err(format!(
+                "user {} holds {held} descriptors in scored (its connections, the descriptors \
+                 its jobs passed and those being closed), and one user may hold at most {budget} \
+                 (--max-descriptors-per-user); end some jobs and try again",
+                user_name(uid)
+            ));
+        }
+        let all =
+            self.plain_connections + closer::held_where(|other| !self.core.is_privileged(other));
+        let most = self.config.max_plain_descriptors;
+        if all + adding > most {
+            return Err(format!(
+                "scored holds {all} descriptors for users other than root and the operators, \
+                 the most it holds for them ({most}); try again later"
             ));
         }
         Ok(())
@@ -148,6 +193,19 @@ impl<A: Actuator> Daemon<A> {
             self.drop_with_error(token, message, inputs);
         }
     }
+}
+
+/// Descriptors kept, beyond [`RESERVED_FDS`], for root, the daemon's user
+/// and the operators, whatever other users hold.
+const PRIVILEGED_FDS: u64 = 1024;
+
+/// The most descriptors scored holds for all users other than root and
+/// the operators together, out of `fd_limit`: the limit less what is kept
+/// for the daemon and for them (at least half of it).
+pub fn plain_descriptor_limit(fd_limit: u64) -> usize {
+    fd_limit
+        .saturating_sub(RESERVED_FDS + PRIVILEGED_FDS)
+        .max(fd_limit / 2) as usize
 }
 
 /// How many connections fit in `fd_limit` descriptors, capped at

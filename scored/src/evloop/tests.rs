@@ -109,6 +109,8 @@ fn daemon(name: &str, confirm_stops: bool) -> (Daemon<RecordingActuator>, PathBu
         idle_exit: None,
         max_connections: 16,
         max_connections_per_user: 16,
+        max_descriptors_per_user: 3072,
+        max_plain_descriptors: 100_000,
         request_timeout: Duration::from_secs(10),
     };
     let daemon = Daemon::new(core, actuator, listener, config, SigSet::empty()).expect("a loop");
@@ -259,7 +261,7 @@ fn a_client_is_told_its_job_started_before_the_processes_exist() {
     daemon.connections.insert(
         Token(1),
         Box::new(Connection {
-            stream: mio::net::UnixStream::from_std(theirs),
+            stream: super::connection::ClientSocket::new(mio::net::UnixStream::from_std(theirs), 0),
             cred,
             user: "root".into(),
             input: proto::FrameBuffer::new(),

@@ -212,7 +212,9 @@ fn flags() {
 #[test]
 fn time_estimate() {
     check("-time=90s a", "nodes=1 time=90000ms | a");
-    check("-time=1.5 a", "nodes=1 time=1500ms | a");
+    check("-time=1.5s a", "nodes=1 time=1500ms | a");
+    check("-time=5 a", "error: option 'time' on the command line: '5' has no unit: write 5m for minutes or 5s for seconds (Slurm and LSF read a number alone as minutes)");
+    check_env("a", "-time=1.5", "error: option 'time' in SCORE_OPTIONS: '1.5' has no unit: write 1.5m for minutes or 1.5s for seconds (Slurm and LSF read a number alone as minutes)");
     check("-time=2h,nodes=2 a", "nodes=2 time=7200000ms | a");
     check("-time=1m,time=2m a", "nodes=1 time=60000ms | a");
     check("-time a", "error: option 'time' on the command line needs a value, such as -time=90s");
@@ -222,7 +224,10 @@ fn time_estimate() {
 #[test]
 fn limits() {
     check("-memory=512M a", "nodes=1 memory=536870912 | a");
-    check("-memory=1.5G,disk=4096 a", "nodes=1 memory=1610612736 disk=4096 | a");
+    check("-memory=1.5G,disk=1048576 a", "nodes=1 memory=1610612736 disk=1048576 | a");
+    check("-memory=10 a", "error: option 'memory' on the command line: limit '10' is 10 bytes, under the 1M that any job needs (a size without a unit is in bytes: write 512M or 2G)");
+    check("-disk=512K a", "error: option 'disk' on the command line: limit '512K' is 512K, under the 1M that any job needs (a size without a unit is in bytes: write 512M or 2G)");
+    check("-memory=1M a", "nodes=1 memory=1048576 | a");
     check("-disk=1t a", "nodes=1 disk=1099511627776 | a");
     check("-memory a", "error: option 'memory' on the command line needs a value, such as -memory=512M");
     check("-disk= a", "error: option 'disk' on the command line needs a value, such as -disk=4G");
@@ -253,7 +258,7 @@ fn leftmost_duplicate_wins() {
     check("-nodes=2,nodes=3 a", "nodes=2 | a");
     check("-priority=2 -priority=0 a", "nodes=1 priority=2 | a");
     check("-wait=no -wait a", "nodes=1 | a");
-    check("-memory=1K,memory=2K a", "nodes=1 memory=1024 | a");
+    check("-memory=1M,memory=2M a", "nodes=1 memory=1048576 | a");
     check("-scored=/a -scored=/b a", "nodes=1 scored=/a | a");
     check("-hosts=2 -hosts=5 a", "hosts=2 | a");
 }
@@ -281,7 +286,7 @@ fn command_line_wins_over_score_options() {
     check_env("-priority=0 a", "priority=2,wait", "nodes=1 priority=0 wait | a");
     check_env("-wait=no a", "wait", "nodes=1 | a");
     check_env("-scored=/cli a", "scored=/env", "nodes=1 scored=/cli | a");
-    check_env("-memory=1K a", "memory=1M disk=1M", "nodes=1 memory=1024 disk=1048576 | a");
+    check_env("-memory=1M a", "memory=2M disk=1M", "nodes=1 memory=1048576 disk=1048576 | a");
 }
 
 #[test]
@@ -399,7 +404,7 @@ fn single_stage_is_a_sequence() {
 #[test]
 fn job_options_carry_what_the_daemon_needs() {
     let Ok(Parsed::Run(invocation)) = parse(
-        words("-nodes=2x3,priority=0,wait,memory=1K,disk=2K,stat,pty,scored=/s a"),
+        words("-nodes=2x3,priority=0,wait,memory=1M,disk=2M,stat,pty,scored=/s a"),
         None,
     ) else {
         panic!("a valid command line must parse");
@@ -411,8 +416,8 @@ fn job_options_carry_what_the_daemon_needs() {
         },
         priority: Some(0),
         wait: true,
-        memory: Some(1024),
-        disk: Some(2048),
+        memory: Some(1 << 20),
+        disk: Some(2 << 20),
         pty: true,
         time_ms: None,
         batch: Default::default(),
@@ -570,7 +575,8 @@ fn mpi() {
     check("-mpi=pmi1 a", "nodes=1 mpi=pmi1 | a");
     check("-mpi=none a", "nodes=1 mpi=none | a");
     check("-mpi=auto a", "nodes=1 | a");
-    check("-mpi=pmix a", "error: option 'mpi' on the command line: 'pmix' is not auto, pmi1, pmi2 or none");
+    check("-mpi=pmix a", "nodes=1 mpi=pmix | a");
+    check("-mpi=pmi3 a", "error: option 'mpi' on the command line: 'pmi3' is not auto, pmix, pmi1, pmi2 or none");
     check("-mpi a", "error: option 'mpi' on the command line needs a value, such as -mpi=pmi2");
 }
 

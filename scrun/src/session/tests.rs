@@ -4,7 +4,8 @@
 //! An event line is `waiting REASON`, `admitted N`, `started N`, `held N`,
 //! `rejected REASON`, `ended KIND STATUS REASON`, `ended-by SIGNAL` (a
 //! rank killed by it), `error MESSAGE`, `lost`, `garbled MESSAGE`,
-//! `output-gone`, a signal name such as `SIGINT`, or `+MS` (the clock
+//! `output-gone`, `why REASON` (the answer to `job ID` with `waits`
+//! REASON, or without `waits` when REASON is empty), a signal name such as `SIGINT`, or `+MS` (the clock
 //! moves on by MS milliseconds and the shell ticks).
 
 use std::time::{Duration, Instant};
@@ -37,6 +38,15 @@ fn event(line: &str) -> (Duration, Event) {
             signals: false,
         },
         "held" => Reply::Held { job: number() },
+        "why" => Reply::Console {
+            ok: true,
+            text: String::new(),
+            json: Some(if rest.is_empty() {
+                serde_json::json!({"id": 7})
+            } else {
+                serde_json::json!({"id": 7, "waits": rest})
+            }),
+        },
         "rejected" => Reply::Rejected {
             reason: rest.into(),
             kind: RejectKind::Resources,
@@ -95,6 +105,9 @@ fn render(action: &Action) -> String {
         Action::Send(Request::Hold) => "send hold".into(),
         Action::Send(Request::Release) => "send release".into(),
         Action::Send(Request::Winch) => "send winch".into(),
+        Action::Send(Request::Console { line, json, .. }) => {
+            format!("send console {line}{}", if *json { " --json" } else { "" })
+        }
         Action::Send(Request::Signal { signal }) => format!(
             "send {}",
             Signal::try_from(*signal).map_or("?", |signal| signal.as_str())
@@ -360,14 +373,39 @@ fn an_admitted_job_that_does_not_start_is_said_to_be_queued_once() {
         "admitted 7
         +999
         +1
+        why because queue 2 is deactivated
         +5000
         started 7",
         "admitted 7
         +999
         +1
-          say job 7 waits for its hosts (Ctrl-C withdraws it)
+          send console job 7 --json
+        why because queue 2 is deactivated
+          say job 7 waits because queue 2 is deactivated (Ctrl-C withdraws it)
         +5000
         started 7",
+    );
+    // An answer without a reason, or after the start, says what it can.
+    check(
+        "admitted 7
+        +1000
+        why",
+        "admitted 7
+        +1000
+          send console job 7 --json
+        why
+          say job 7 waits for its hosts (Ctrl-C withdraws it)",
+    );
+    check(
+        "admitted 7
+        +1000
+        started 7
+        why for its hosts",
+        "admitted 7
+        +1000
+          send console job 7 --json
+        started 7
+        why for its hosts",
     );
     check(
         "admitted 7

@@ -158,11 +158,12 @@ impl Core {
             self.logged.waiting.push_back(Rc::new(waiter));
             out.push(Action::notify(client, ClientEvent::Waiting(reason)));
         } else {
+            // Resources are short now, not for ever: say how to wait.
             out.push(Action::notify(
                 client,
                 ClientEvent::Rejected {
                     kind: Rejection::Resources,
-                    reason,
+                    reason: format!("{reason} (scrun -wait waits until it fits)"),
                 },
             ));
         }

@@ -128,11 +128,7 @@ impl Core {
         }
         if let Some(limit) = record.limits.disk {
             if record.usage.disk > limit && violation.is_none() {
-                violation = Some(format!(
-                    "disk {} over the limit of {}",
-                    format_size(record.usage.disk),
-                    format_size(limit)
-                ));
+                violation = Some(disk_violation(&record.usage, limit));
             }
         } else if let Some(backstop) = self
             .limits
@@ -545,4 +541,23 @@ pub(super) fn asked_to_end(job: &Job, who: &str, default_signal: i32) -> (i32, S
 /// directory's filesystem at start-up), so that no single job fills it.
 pub fn unlimited_disk_backstop(cluster_disk_limit: u64) -> u64 {
     cluster_disk_limit / 2
+}
+
+/// The reason a job over its disk limit is killed: its use, and how much
+/// of it is its program files, which count as disk (scored(8), LIMITATIONS) though the
+/// job wrote nothing.
+fn disk_violation(usage: &Usage, limit: u64) -> String {
+    let over = format!(
+        "disk {} over the limit of {}",
+        format_size(usage.disk),
+        format_size(limit)
+    );
+    if usage.programs == 0 {
+        return over;
+    }
+    format!(
+        "{over} ({} of it the job's program files, which count as its disk, the rest its \
+         SCORE_TMPDIR)",
+        format_size(usage.programs)
+    )
 }

@@ -417,7 +417,7 @@ impl Core {
                 run_time_us: us(job.run_time),
                 switches: job.switches,
                 cpu_us: us(job.usage.cpu),
-                memory: job.usage.memory.clone(),
+                memory: job.usage.memory.to_vec(),
                 disk: job.usage.disk,
                 peak_memory: job.peak_memory.to_vec(),
                 peak_disk: job.peak_disk,

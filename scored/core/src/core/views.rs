@@ -537,6 +537,9 @@ impl Core {
                 .map_or(&[][..], |submission| &submission.batch.after),
             details,
         ));
+        if let Some(why) = self.wait_reason(job, state) {
+            fields.push(("waits".into(), Value::text(why)));
+        }
         if let Some(ending) = ending {
             if details {
                 fields.push(("exit".into(), Value::Int(i64::from(ending.status))));
@@ -547,6 +550,46 @@ impl Core {
             }
         }
         fields
+    }
+}
+
+impl Core {
+    /// Why a job that has not started, or is held, does not run now, in
+    /// words for its owner and the operators (`job ID` shows it as
+    /// `waits`, scrun says it when the job has waited a while); `None` for
+    /// a job that runs, is switched out or has ended.
+    pub(super) fn wait_reason(&self, job: &Job, state: JobState) -> Option<String> {
+        if !matches!(state, JobState::Queued | JobState::Held) {
+            return None;
+        }
+        if job.operator_hold {
+            return Some("because an operator holds it".into());
+        }
+        if job.owner_hold {
+            return Some("because its owner holds it".into());
+        }
+        let queue = self
+            .logged
+            .queues
+            .iter()
+            .find(|queue| queue.number == job.queue)?;
+        if !queue.activated {
+            return Some(format!("because queue {} is deactivated", job.queue));
+        }
+        let mut holders: Vec<String> = self
+            .active
+            .iter()
+            .filter(|id| **id != job.id)
+            .filter_map(|id| self.logged.jobs.get(id))
+            .filter(|other| other.hosts.iter().any(|host| job.hosts.contains(host)))
+            .map(|other| other.id.to_string())
+            .collect();
+        holders.truncate(8);
+        Some(match holders.as_slice() {
+            [] => "for its hosts".to_string(),
+            [one] => format!("for its hosts, which job {one} holds"),
+            many => format!("for its hosts, which jobs {} hold", many.join(", ")),
+        })
     }
 }
 

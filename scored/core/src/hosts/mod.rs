@@ -179,6 +179,24 @@ fn clip(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+impl Diagnostic {
+    /// The diagnostic on one line, for a log whose records are one line
+    /// each: `FILE:LINE:COL: message: in 'the offending line'` (the line
+    /// cut to the width of an excerpt), where [`fmt::Display`] puts the
+    /// line and a caret on lines of their own.
+    pub fn one_line(&self) -> String {
+        let Some(source_line) = &self.source_line else {
+            return self.to_string();
+        };
+        let (excerpt, _) = excerpt(source_line, self.col);
+        let head = Diagnostic {
+            source_line: None,
+            ..self.clone()
+        };
+        format!("{head}: in '{}'", excerpt.trim())
+    }
+}
+
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.path.display())?;

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use super::help;
 use super::{ClusterRef, Command, JobFilter, QueueAction, Since, JOB_STATES};
-use crate::units::{format_duration_exact, parse_duration, quote};
+use crate::units::{format_duration_exact, is_bare_number, parse_duration, quote};
 
 mod render;
 mod settings;
@@ -602,27 +602,63 @@ impl<'a> Parser<'a> {
     }
 
     fn timeslice(&self, word: &str) -> Result<Duration, ParseError> {
-        let range_hint = || {
-            format!(
-                "expected a duration from {} to {} such as 500ms",
-                format_duration_exact(MIN_TIMESLICE),
-                format_duration_exact(MAX_TIMESLICE)
-            )
-        };
-        let duration = parse_duration(word).map_err(|error| {
-            self.invalid(format!("invalid time slice {}", quote(word)), error.0)
-        })?;
-        if !(MIN_TIMESLICE..=MAX_TIMESLICE).contains(&duration) {
-            return Err(self.invalid(
-                format!("time slice {} out of range", quote(word)),
-                range_hint(),
-            ));
-        }
-        Ok(duration)
+        parse_timeslice(word).map_err(|TimesliceError { what, hint }| self.invalid(what, hint))
     }
 
     // Settings.
 }
+
+/// A time slice that is refused: what is wrong, and what would be right.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimesliceError {
+    /// What is wrong, naming the value (`time slice '0' out of range`).
+    pub what: String,
+    /// What to write instead.
+    pub hint: String,
+}
+
+impl std::fmt::Display for TimesliceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.hint)
+    }
+}
+
+impl std::error::Error for TimesliceError {}
+
+/// Parses a time slice, for `timeslice DUR` and `scored --timeslice`: a
+/// duration from [`MIN_TIMESLICE`] to [`MAX_TIMESLICE`]. A number without
+/// a unit is seconds, as every duration; one over a minute is refused,
+/// since `timeslice 100` is surely not meant as 1m40s.
+pub fn parse_timeslice(word: &str) -> Result<Duration, TimesliceError> {
+    let duration = parse_duration(word).map_err(|error| TimesliceError {
+        what: format!("invalid time slice {}", quote(word)),
+        hint: error.0,
+    })?;
+    if !(MIN_TIMESLICE..=MAX_TIMESLICE).contains(&duration) {
+        return Err(TimesliceError {
+            what: format!("time slice {} out of range", quote(word)),
+            hint: format!(
+                "expected a duration from {} to {} such as 500ms",
+                format_duration_exact(MIN_TIMESLICE),
+                format_duration_exact(MAX_TIMESLICE)
+            ),
+        });
+    }
+    if is_bare_number(word) && duration > BARE_TIMESLICE {
+        return Err(TimesliceError {
+            what: format!("time slice {} has no unit", quote(word)),
+            hint: format!(
+                "a number alone is seconds, so it would be {}: write {word}ms, or {word}s if \
+                 seconds are meant",
+                crate::units::format_duration(duration)
+            ),
+        });
+    }
+    Ok(duration)
+}
+
+/// The longest time slice given as a number alone (seconds) that is taken.
+const BARE_TIMESLICE: Duration = Duration::from_secs(60);
 
 /// Quotes the line for the context of a message. It keeps more than
 /// [`quote`] does (80 characters rather than 40), because a line is the

@@ -31,6 +31,7 @@ fn good() -> Submit {
         closed_stdio: Vec::new(),
         fds: Vec::new(),
         pmi_ranks: 0,
+        pmix_namespace: None,
     }
 }
 
@@ -75,6 +76,7 @@ fn each_rule_is_refused_with_its_message() {
     check(|s| s.options.procs = ProcRequest::Hosts(65_537), "hosts=65537 asks for too many hosts: at most 65536 are allowed");
     check(|s| s.options.memory = Some(0), "limit memory=0 must be at least 1 byte");
     check(|s| s.options.disk = Some(0), "limit disk=0 must be at least 1 byte");
+    check(|s| s.options.memory = Some((1 << 20) - 1), "limit memory=1048575 is 1024K, under the 1M that any job needs (a size without a unit is in bytes: write 512M or 2G)");
     check(|s| s.options.time_ms = Some(0), "time limit 0ms must be at least 1ms");
     check(|s| s.cwd = "".into(), "the working directory must be an absolute path");
     check(|s| s.cwd = "tmp".into(), "the working directory must be an absolute path");
@@ -124,8 +126,8 @@ fn the_edges_of_each_rule_pass() {
         hosts: 256,
         per_host: 256,
     };
-    submit.options.memory = Some(1);
-    submit.options.disk = Some(1);
+    submit.options.memory = Some(1 << 20);
+    submit.options.disk = Some(1 << 20);
     submit.options.time_ms = Some(1);
     submit.cwd = WireBytes::Raw(vec![b'/', 0xff]);
     assert_eq!(super::check(&submit), Ok(()));
@@ -270,4 +272,23 @@ fn pmi_descriptors_match_a_known_rank_count_and_are_bounded() {
         "PMI descriptors for 2 ranks do not match hosts=2: a PMI world needs the rank count of nodes=N or nodes=NxM");
     check(|s| { s.options.procs = ProcRequest::Nodes(65); s.pmi_ranks = 65; s.stages = vec![vec!["true".into()]; 2] },
         "PMI for 65 ranks in each of 2 stages is over the limit of 128 ranks in all");
+}
+
+#[test]
+fn a_pmix_namespace_is_plain_and_short_or_refused() {
+    let mut submit = good();
+    submit.pmix_namespace = Some("scrun.42.0123abcd".into());
+    assert_eq!(super::check(&submit), Ok(()));
+    check(
+        |s| s.pmix_namespace = Some("a b".into()),
+        "PMIx namespace \"a b\" is not 1 to 200 letters, digits, '.', '_' or '-'",
+    );
+    check(
+        |s| s.pmix_namespace = Some(String::new()),
+        "PMIx namespace \"\" is not 1 to 200 letters, digits, '.', '_' or '-'",
+    );
+    check(
+        |s| s.pmix_namespace = Some("x".repeat(201)),
+        "PMIx namespace \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\" is not 1 to 200 letters, digits, '.', '_' or '-'",
+    );
 }

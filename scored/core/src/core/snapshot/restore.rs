@@ -705,8 +705,10 @@ impl Core {
                 switches: record.switches,
                 usage: Usage {
                     cpu: from_us(record.cpu_us),
-                    memory: record.memory,
+                    memory: record.memory.into(),
                     disk: record.disk,
+                    // Told again by the next sample; only a message reads it.
+                    programs: 0,
                 },
                 peak_memory: record.peak_memory.into(),
                 peak_disk: record.peak_disk,

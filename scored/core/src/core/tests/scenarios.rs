@@ -505,8 +505,9 @@ fn limits_kill_and_residency_demotes() {
     let client = sim.submit(1, Some(1));
     let usage = |cpu_ms| Usage {
         cpu: Duration::from_millis(cpu_ms),
-        memory: vec![1 << 20],
+        memory: vec![1 << 20].into(),
         disk: 0,
+        programs: 0,
     };
     sim.input(Input::Usage {
         job: JobId(1),
@@ -537,8 +538,9 @@ fn memory_over_the_limit_is_killed_with_the_reason() {
         job: JobId(1),
         usage: Usage {
             cpu: Duration::ZERO,
-            memory: vec![80 << 20],
+            memory: vec![80 << 20].into(),
             disk: 0,
+            programs: 0,
         },
     });
     check(

@@ -8,7 +8,7 @@ use super::{
     MAX_GROUP_NAME, QUEUE_SETTINGS,
 };
 use crate::command::{ClusterLimits, GroupRef, ParseError, QueueMode, QueueSettings, Setting};
-use crate::units::{parse_duration, parse_percent, parse_size, quote};
+use crate::units::{parse_duration, parse_percent, parse_size, quote, tiny_limit};
 
 impl<'a> Parser<'a> {
     /// The settings after `limit` or `set`: at least one, each `key=value`
@@ -109,6 +109,9 @@ impl<'a> Parser<'a> {
                             "a {key} limit of 0 would kill every job at its first sample; give a size above 0, or {key}=none for no limit"
                         ),
                     ));
+                }
+                if let Some(tiny) = tiny_limit(size) {
+                    return Err(self.bad_setting(word, format!("a {key} limit of {value} {tiny}")));
                 }
                 Setting::Set(size)
             };

@@ -20,18 +20,20 @@ pub(super) fn did_you_mean(word: &str, candidates: &[&str]) -> String {
 }
 
 /// The candidate nearest to `word` (ignoring case) within an edit distance
-/// of 2, the first one on ties.
+/// of 2, or of 1 for a word of up to 4 characters (two edits make `foo`
+/// of `job`: a guess, not a typo), the first one on ties.
 pub fn closest<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c str> {
     // Words far longer than every candidate cannot be within 2 edits;
     // skipping them keeps a 64 KiB word from costing a quadratic table.
     if word.chars().count() > 16 {
         return None;
     }
+    let most = if word.chars().count() <= 4 { 1 } else { 2 };
     let word = word.to_lowercase();
     candidates
         .iter()
         .map(|candidate| (edit_distance(&word, candidate), *candidate))
-        .filter(|(distance, _)| *distance <= 2)
+        .filter(|(distance, _)| *distance <= most)
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, candidate)| candidate)
 }

@@ -83,7 +83,15 @@ fn help_lines() {
         "help xyzzy",
         "UnknownCommand: unknown command 'xyzzy' in 'help xyzzy': help lists the commands",
     );
-    check("help frob", "UnknownCommand: unknown command 'frob' in 'help frob': did you mean 'job'? help lists the commands");
+    check(
+        "help frob",
+        "UnknownCommand: unknown command 'frob' in 'help frob': help lists the commands",
+    );
+    check(
+        "foo bar",
+        "UnknownCommand: unknown command 'foo' in 'foo bar': help lists the commands",
+    );
+    check("jbo 4", "UnknownCommand: unknown command 'jbo' in 'jbo 4': did you mean 'job'? help lists the commands");
     check("help Kill", "UnknownCommand: unknown command 'Kill' in 'help Kill': did you mean 'kill'? help lists the commands");
     check(
         "help queue set",
@@ -151,13 +159,14 @@ fn cluster_limit_lines() {
         "cluster 0 limit memory=4G disk=none jobs=16",
     );
     check(
-        "cluster x86 limit jobs=none disk=1.5G memory=4097",
-        "cluster x86 limit memory=4097 disk=1536M jobs=none",
+        "cluster x86 limit jobs=none disk=1.5G memory=1048577",
+        "cluster x86 limit memory=1048577 disk=1536M jobs=none",
     );
     check(
-        "cluster x86.1 limit memory=1",
-        "cluster x86.1 limit memory=1",
+        "cluster x86.1 limit memory=1M",
+        "cluster x86.1 limit memory=1M",
     );
+    check("cluster 0 limit memory=10", "InvalidValue: bad setting 'memory=10' in 'cluster 0 limit memory=10': a memory limit of 10 is 10 bytes, under the 1M that any job needs (a size without a unit is in bytes: write 512M or 2G)");
     check("cluster 3 limit disk=1073741824", "cluster 3 limit disk=1G");
     check("cluster 0 limit jobs=0", "cluster 0 limit jobs=0");
     check(
@@ -368,6 +377,9 @@ fn timeslice_lines() {
     check("timeslice 0.999ms", "InvalidValue: time slice '0.999ms' out of range in 'timeslice 0.999ms': expected a duration from 1ms to 1h such as 500ms");
     check("timeslice 3600.001", "InvalidValue: time slice '3600.001' out of range in 'timeslice 3600.001': expected a duration from 1ms to 1h such as 500ms");
     check("timeslice 0", "InvalidValue: time slice '0' out of range in 'timeslice 0': expected a duration from 1ms to 1h such as 500ms");
+    check("timeslice 60", "timeslice 1m");
+    check("timeslice 100", "InvalidValue: time slice '100' has no unit in 'timeslice 100': a number alone is seconds, so it would be 1m40s: write 100ms, or 100s if seconds are meant");
+    check("timeslice 100s", "timeslice 100s");
     check("timeslice 10us", "InvalidValue: invalid time slice '10us' in 'timeslice 10us': invalid duration '10us': expected a number with an optional ms, s, m, h or d suffix (e.g. 500ms)");
     check(
         "timeslice 1s 2s",
