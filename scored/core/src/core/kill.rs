@@ -39,10 +39,16 @@ impl Core {
     ) -> Reply {
         if let Some(signal) = signal.filter(|signal| JOB_CONTROL_SIGNALS.contains(signal)) {
             let name = signal_name(signal);
-            return Reply::error(format!(
-                "SIG{name} would stop or continue jobs behind the scheduler's back; \
-                 use suspend and resume"
-            ));
+            return Reply::error(match ids {
+                [job] => format!(
+                    "signal {name} would stop or continue job {job} behind the scheduler's back; \
+                     use suspend {job} or resume {job}"
+                ),
+                _ => format!(
+                    "signal {name} would stop or continue jobs behind the scheduler's back; \
+                     use suspend and resume"
+                ),
+            });
         }
         let targets = match self.kill_targets(cred, ids, filter) {
             Ok(targets) => targets,
@@ -86,7 +92,7 @@ impl Core {
             };
             if !operator && owner != cred.uid {
                 return Err(Reply::error(format!(
-                    "permission denied: job {id} belongs to another user; nothing was done"
+                    "permission denied: job {id} belongs to another user"
                 )));
             }
             if !targets.iter().any(|known: &Target| known.id() == id) {

@@ -494,12 +494,15 @@ impl<'a> Parser<'a> {
                     signal = Some(self.signal(word)?);
                 }
                 // `kill -9 42`, as the shell's kill: the signal goes with -s.
-                _ if word.len() > 1 && parse_signal(&word[1..]).is_some() => {
+                _ if word
+                    .strip_prefix('-')
+                    .is_some_and(|name| parse_signal(name).is_some()) =>
+                {
                     return Err(self.invalid(
                         format!("{} is not an option", quote(word)),
                         format!(
                             "give a signal with -s, as -s {}; {}",
-                            &word[1..],
+                            word.trim_start_matches('-'),
                             self.usage_hint()
                         ),
                     ))
