@@ -314,8 +314,15 @@ fn usage_rest(typed: &[&str]) -> Option<String> {
         .iter()
         .map(|word| word.to_string())
         .collect();
+    let parting: Vec<&str> = rests.iter().filter_map(|rest| rest.get(common).copied()).collect();
+    if parting.iter().any(|word| !word.split('|').all(is_keyword)) {
+        // Forms that part at placeholders or options (`kill ID` beside
+        // `kill [-s SIGNAL]`) are not alternatives of one word: the first
+        // form, the command's main one, is shown.
+        return (!first.is_empty()).then(|| first.join(" "));
+    }
     let mut alternatives: Vec<&str> = Vec::new();
-    for word in rests.iter().filter_map(|rest| rest.get(common)) {
+    for word in parting {
         for alternative in word.split('|') {
             if !alternatives.contains(&alternative) {
                 alternatives.push(alternative);

@@ -595,24 +595,37 @@ fn jobs_lists_by_user_name_and_state_and_kill_ends_by_name_only_ones_own() {
 #[test]
 fn kill_of_two_ids_ends_both_and_a_realtime_signal_is_delivered() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();
-    let trap = "trap 'echo got-rt' RTMIN+2; trap 'echo got-usr1' USR1; echo ready; \
-                while :; do sleep 0.05; done";
+    let trap = "trap 'echo got-rt' RTMIN+2; trap 'echo got-usr1' USR1; \
+                trap 'echo got-64' RTMAX; echo ready; while :; do sleep 0.05; done";
     let first = submit(&daemon, &["-output=first", "bash", "-c", trap]);
     let second = submit(&daemon, &["sleep", "60"]);
     read_lines(&daemon.sandbox.path.join("first"), 1);
     // A signal by name, with -s or after the id, really reaches the job.
     let reply = daemon.ok(&format!("kill -s RTMIN+2 {first}"));
     assert_eq!(reply, format!("job {first}: sent SIGRTMIN+2\n"));
+    // Each reaches every process: the shell's trap runs (and its `sleep`
+    // dies of it, which the shell may say).
+    let file = daemon.sandbox.path.join("first");
+    let trapped = |line: &str| {
+        let mut lines = Vec::new();
+        let seen = wait_until(Duration::from_secs(30), || {
+            lines = std::fs::read_to_string(&file)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_string)
+                .collect();
+            lines.iter().any(|seen| seen == line)
+        });
+        assert!(seen, "{line} not in {lines:?}");
+    };
+    trapped("got-rt");
     let reply = daemon.ok(&format!("kill {first} USR1"));
     assert_eq!(reply, format!("job {first}: sent SIGUSR1\n"));
-    // Each reaches every process: the shell's trap runs, and its `sleep`
-    // dies of it (the shell says so).
-    let lines = read_lines(&daemon.sandbox.path.join("first"), 5);
-    let traps: Vec<&String> = lines
-        .iter()
-        .filter(|line| line.starts_with("got-"))
-        .collect();
-    assert_eq!(traps, ["got-rt", "got-usr1"], "{lines:?}");
+    trapped("got-usr1");
+    // A signal's number goes with -s: signal 64, not job 64.
+    let reply = daemon.ok(&format!("kill -s 64 {first}"));
+    assert_eq!(reply, format!("job {first}: sent SIGRTMAX\n"));
+    trapped("got-64");
     // Every number is a job id: both end.
     let reply = daemon.ok(&format!("kill {first} {second}"));
     assert_eq!(reply.lines().count(), 2, "{reply}");

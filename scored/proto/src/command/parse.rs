@@ -748,9 +748,13 @@ pub fn signal_name(signal: i32) -> String {
     if let Some((name, _)) = SIGNALS.iter().find(|(_, number)| *number == signal) {
         return (*name).to_string();
     }
-    match signal - RTMIN {
-        0 => "RTMIN".to_string(),
-        offset if (1..=MAX_SIGNAL - RTMIN).contains(&offset) => format!("RTMIN+{offset}"),
+    // As bash's `kill -l`: the lower half from RTMIN, the upper from RTMAX.
+    let half = RTMIN + (MAX_SIGNAL - RTMIN) / 2;
+    match signal {
+        RTMIN => "RTMIN".to_string(),
+        MAX_SIGNAL => "RTMAX".to_string(),
+        _ if (RTMIN..=half).contains(&signal) => format!("RTMIN+{}", signal - RTMIN),
+        _ if (half..MAX_SIGNAL).contains(&signal) => format!("RTMAX-{}", MAX_SIGNAL - signal),
         _ => signal.to_string(),
     }
 }

@@ -298,12 +298,14 @@ fn kill_lines() {
     check("kill 42 43 Int", "kill -s INT 42 43");
     check("kill 42 iot", "kill -s ABRT 42");
     check("kill -s 9 42", "kill -s KILL 42");
-    check("kill -s 64 42", "kill -s RTMIN+30 42");
+    check("kill -s 64 42", "kill -s RTMAX 42");
+    check("kill -s 49 42", "kill -s RTMIN+15 42");
+    check("kill -s 50 42", "kill -s RTMAX-14 42");
     check("kill -s 33 42", "kill -s 33 42");
     check("kill 42 RTMIN", "kill -s RTMIN 42");
     check("kill 42 sigrtmin+3", "kill -s RTMIN+3 42");
-    check("kill 42 RTMAX-2", "kill -s RTMIN+28 42");
-    check("kill 42 rtmax", "kill -s RTMIN+30 42");
+    check("kill 42 RTMAX-2", "kill -s RTMAX-2 42");
+    check("kill 42 rtmax", "kill -s RTMAX 42");
     check("kill --user alice", "kill --user alice");
     check(
         "kill -s HUP --name sweep --user 1000",
