@@ -314,7 +314,10 @@ fn usage_rest(typed: &[&str]) -> Option<String> {
         .iter()
         .map(|word| word.to_string())
         .collect();
-    let parting: Vec<&str> = rests.iter().filter_map(|rest| rest.get(common).copied()).collect();
+    let parting: Vec<&str> = rests
+        .iter()
+        .filter_map(|rest| rest.get(common).copied())
+        .collect();
     if parting.iter().any(|word| !word.split('|').all(is_keyword)) {
         // Forms that part at placeholders or options (`kill ID` beside
         // `kill [-s SIGNAL]`) are not alternatives of one word: the first

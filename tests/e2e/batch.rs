@@ -188,6 +188,48 @@ fn an_interactive_job_writes_to_its_file_too() {
 }
 
 #[test]
+fn a_fifo_nobody_reads_ends_the_job_naming_it_and_one_read_is_written() {
+    let daemon = Daemon::start();
+    let fifo = daemon.sandbox.path.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .expect("make a fifo");
+    // Nobody reads it: the rank's open is refused at once (a shell's
+    // `> fifo` would wait for a reader forever), and the job ends naming it.
+    let id = submit(&daemon, &["-output=fifo", "echo", "lost"]);
+    wait_ended(&daemon, id);
+    let reason = field(&daemon, id, "reason");
+    assert!(
+        reason.contains("cannot open the output file fifo")
+            && reason.contains("No such device or address"),
+        "{reason}"
+    );
+    // With a reader, the job writes into it, as through a shell's `> fifo`.
+    let reader = std::process::Command::new("cat")
+        .arg(&fifo)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start a reader");
+    // A reader counts from the moment it sleeps in its open, waiting for
+    // a writer.
+    let pid = reader.id();
+    let waiting = wait_until(Duration::from_secs(10), || {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        comm == "cat\n"
+            && stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.starts_with(" S"))
+    });
+    assert!(waiting, "the reader did not wait in its open");
+    let id = submit(&daemon, &["-output=fifo", "echo", "through-the-fifo"]);
+    wait_ended(&daemon, id);
+    let read = reader.wait_with_output().expect("the reader's output");
+    assert_eq!(String::from_utf8_lossy(&read.stdout), "through-the-fifo\n");
+    assert_eq!(field(&daemon, id, "exit"), "0");
+}
+
+#[test]
 fn a_path_the_user_may_not_create_is_refused_and_nothing_is_created() {
     let Some(users) =
         test_users("a_path_the_user_may_not_create_is_refused_and_nothing_is_created")

@@ -432,12 +432,15 @@ impl Core {
             self.decision_current = false;
         }
         // A tick that admits jobs of the backlog brings jobs that may start.
-        let admits = matches!(input, Input::Tick)
-            && (self.backlog.more || self.backlog_waits_for_starts());
+        let admits =
+            matches!(input, Input::Tick) && (self.backlog.more || self.backlog_waits_for_starts());
         if admits
             || !matches!(
                 input,
-                Input::Tick | Input::Stopped(_) | Input::Usage { .. } | Input::SwitchMeasured { .. }
+                Input::Tick
+                    | Input::Stopped(_)
+                    | Input::Usage { .. }
+                    | Input::SwitchMeasured { .. }
             )
         {
             self.waiting_current = false;

@@ -1068,7 +1068,13 @@ impl Core {
                 fields.push(("exit".into(), detail(Value::Int(i64::from(ending.status)))));
                 fields.push(("reason".into(), detail(Value::text(&ending.reason))));
             }
-            None => fields.push(("reason".into(), Value::text(entry.why()))),
+            None => {
+                // As `job ID` of an admitted job that waits says it.
+                let why = entry.why();
+                let waits = why.strip_prefix("waits ").unwrap_or(&why);
+                fields.push(("waits".into(), Value::text(waits)));
+                fields.push(("reason".into(), Value::text(&why)));
+            }
         }
         fields
     }

@@ -262,12 +262,19 @@ fn an_array_is_admitted_as_its_elements_start() {
     check(&sim.take_log(), "spawn 1 stage 0 x1, spawn 2 stage 0 x1");
     assert_eq!(sim.core.n_jobs(), 2);
     let jobs = sim.cmd(&root(), "jobs --state waiting");
-    assert!(jobs.contains("waits for its array's admitted elements to start"), "{jobs}");
+    assert!(
+        jobs.contains("waits for its array's admitted elements to start"),
+        "{jobs}"
+    );
     // The next ones as the first end: never more than one waiting to
     // start for each host besides those that run.
     for id in 1..=50 {
         sim.exit(id, 0);
-        assert!(sim.core.n_jobs() <= 4, "{} jobs admitted", sim.core.n_jobs());
+        assert!(
+            sim.core.n_jobs() <= 4,
+            "{} jobs admitted",
+            sim.core.n_jobs()
+        );
     }
     assert!(sim.core.no_jobs());
 }

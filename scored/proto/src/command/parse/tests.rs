@@ -322,6 +322,7 @@ fn kill_lines() {
     check("kill 42 SIG", "InvalidValue: unknown signal 'SIG' in 'kill 42 SIG': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP, USR1 or RTMIN+2");
     check("kill 42 RTMIN+31", "InvalidValue: unknown signal 'RTMIN+31' in 'kill 42 RTMIN+31': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP, USR1 or RTMIN+2");
     check("kill 42 RTMAX-31", "InvalidValue: unknown signal 'RTMAX-31' in 'kill 42 RTMAX-31': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP, USR1 or RTMIN+2");
+    check("kill Σ", "InvalidValue: invalid job id 'Σ' in 'kill Σ': expected a job number such as 42; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
     check("kill 42 -9", "InvalidValue: '-9' is not an option in 'kill 42 -9': give a signal with -s, as -s 9; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
     check("kill -KILL 42", "InvalidValue: '-KILL' is not an option in 'kill -KILL 42': give a signal with -s, as -s KILL; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
     check("kill --nmae x", "UnknownKeyword: unexpected '--nmae' in 'kill --nmae x': did you mean '--name'? expected -s, --user or --name; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
