@@ -137,6 +137,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
         pty,
         mpi,
         scored,
+        reattach,
         verbose,
         batch,
     } = &invocation.options;
@@ -153,6 +154,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
     items.extend(stat.then(|| "stat".to_string()));
     items.extend(pty.then(|| "pty".to_string()));
     items.push(format!("mpi={}", mpi.name()));
+    items.push(format!("reattach={}ms", reattach.as_millis()));
     items.extend(verbose.then(|| "verbose".to_string()));
     items.extend(batch.detach.then(|| "batch".to_string()));
     items.extend(batch.name.as_ref().map(|name| format!("name={name}")));

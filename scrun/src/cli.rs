@@ -16,6 +16,7 @@ use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use scored_proto::batch::{self, ArraySpec, BatchError, BatchOptions};
 use scored_proto::proto::{JobOptions, Joiner, ProcRequest};
@@ -62,6 +63,7 @@ options:
   -afterany=ID     start once those jobs ended, however they ended
   -array=A-B[:STEP][%MAX]  one job per index, at most MAX at once (-batch)
   -scored=PATH     the daemon's socket (default: SCORED_SOCKET, then the standard path)
+  -reattach=DUR    if scored dies, wait this long for it to come back (default 60s; 0: do not)
   -verbose, -v     say when a private scored is started
   -help, -h        print this text
   -version         print the version
@@ -79,7 +81,7 @@ pub const MAX_PRIORITY: u64 = 255;
 
 /// The keys an option word may hold, listed in the hint of an unknown-option error.
 const VALID_KEYS: &str = "nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, \
-     batch, name, output, error, after, afterany, array, scored, verbose";
+     batch, name, output, error, after, afterany, array, scored, reattach, verbose";
 
 /// What the command line asks scrun to do.
 // Made once per run and taken apart at once: boxing the invocation would
@@ -130,6 +132,9 @@ pub struct Options {
     pub mpi: Mode,
     /// The daemon's socket (`scored=`); `None` leaves the choice to the caller.
     pub scored: Option<PathBuf>,
+    /// How long scrun waits for a daemon that died to come back, and
+    /// reattaches to its job if one does (`reattach=`); zero: it does not.
+    pub reattach: Duration,
     /// Say what scrun does on its own account, such as starting a
     /// private daemon (`verbose`, `v`); quiet by default, so that a job's
     /// captured output is the job's alone.
@@ -152,11 +157,15 @@ impl Default for Options {
             pty: false,
             mpi: Mode::Auto,
             scored: None,
+            reattach: DEFAULT_REATTACH,
             verbose: false,
             batch: BatchOptions::default(),
         }
     }
 }
+
+/// How long scrun waits for its daemon to come back by default (`reattach=`).
+pub const DEFAULT_REATTACH: Duration = Duration::from_secs(60);
 
 impl Options {
     /// The part of the options the daemon needs, as the protocol carries it.
@@ -449,6 +458,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
     let mut disk = None;
     let mut time_ms = None;
     let mut scored = None;
+    let mut reattach = None;
     let mut verbose = None;
     let mut detach = None;
     let mut name = None;
@@ -564,6 +574,12 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
                 note_origin(&mut origins, "array", setting.origin);
                 array.get_or_insert(spec);
             }
+            "reattach" => {
+                let value = required("reattach", "60s", setting)?;
+                let duration = parse_duration(value)
+                    .map_err(|error| invalid("reattach", setting, error.to_string()))?;
+                reattach.get_or_insert(duration);
+            }
             // A bare help or version word never gets here: `parse` answers
             // it first. With a value, it is a mistake worth naming.
             "help" | "h" | "version" if setting.origin == Origin::CommandLine => {
@@ -615,6 +631,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
         pty: pty.unwrap_or(false),
         mpi: mpi.unwrap_or_default(),
         scored,
+        reattach: reattach.unwrap_or(DEFAULT_REATTACH),
         verbose: verbose.unwrap_or(false),
         batch,
     })

@@ -30,7 +30,7 @@ use crate::pmi_server::PmiServer;
 use crate::pmix_server::PmixServer;
 use crate::report::{final_report, lost_connection, Final};
 use crate::signals::{exit_status, is_terminating, Signals};
-use crate::terminal::{in_foreground, RawMode, Relay};
+use crate::terminal::{in_background, in_foreground, RawMode, Relay};
 
 /// How long scrun waits for scored to confirm a hold before it stops anyway.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -54,10 +54,17 @@ pub enum Event {
     /// scrun writes the job's output there, so the job would have got
     /// SIGPIPE).
     OutputGone,
+    /// scrun's terminal went away (`-pty`: its stdin, a terminal, hung up).
+    TerminalGone,
     /// scored closed the connection (or it broke).
     Lost,
     /// scored sent bytes that are not a reply; the text says what was wrong.
     Garbled(String),
+    /// The shell connected to scored again and asked for the job back
+    /// (after [`Action::Reconnect`]).
+    Connected,
+    /// The shell could not connect to scored again; the text says why.
+    ConnectFailed(String),
     /// A rank ended the job through PMI (its abort, or a fault of it):
     /// the job is killed and scrun exits with `code`.
     Pmi {
@@ -87,6 +94,16 @@ pub enum Action {
     /// Copy the size of scrun's terminal to the job's pty (`-pty`); the
     /// kernel signals the job.
     FollowSize,
+    /// Connect to scored again and ask for `job` back, with the job's
+    /// descriptors if `descriptors` (it has not started: the daemon that
+    /// died held them); then report [`Event::Connected`] or
+    /// [`Event::ConnectFailed`].
+    Reconnect {
+        /// The job.
+        job: u64,
+        /// Send the job's descriptors again.
+        descriptors: bool,
+    },
     /// The session is over.
     Finish(Final),
 }
@@ -98,6 +115,22 @@ enum Hold {
     Idle,
     /// `Hold` was sent; scrun stops itself on `Held` or at the deadline.
     Awaiting { deadline: Instant },
+}
+
+/// How often scrun tries to reach a daemon that went away.
+pub const RECONNECT_EVERY: Duration = Duration::from_millis(200);
+
+/// Where scrun stands with its daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// Connected.
+    Up,
+    /// The daemon went away: scrun tries to reach it again at `next_try`,
+    /// until `until`.
+    Away { until: Instant, next_try: Instant },
+    /// Connected again and `Reattach` sent; its answer is awaited until
+    /// `until`.
+    Reattaching { until: Instant },
 }
 
 /// The state of one submission, from `Submit` sent to the job's end.
@@ -132,6 +165,15 @@ pub struct Session {
     /// exits with once scored confirms the job's end.
     pmi_end: Option<i32>,
     hold: Hold,
+    /// How long to wait for a daemon that went away (`-reattach=`); zero:
+    /// the session ends with it.
+    reattach: Duration,
+    /// Say on stderr when the daemon went away and when scrun is back
+    /// (`-v`).
+    verbose: bool,
+    link: Link,
+    /// Requests made while the daemon was away, sent once it is back.
+    queued: Vec<Request>,
 }
 
 impl Session {
@@ -153,7 +195,25 @@ impl Session {
             killing: false,
             pmi_end: None,
             hold: Hold::Idle,
+            reattach: Duration::ZERO,
+            verbose: false,
+            link: Link::Up,
+            queued: Vec::new(),
         }
+    }
+
+    /// If scored goes away, wait up to `window` for it to come back and
+    /// reattach to the job; `verbose` says so on stderr.
+    pub fn reattach(mut self, window: Duration, verbose: bool) -> Session {
+        self.reattach = window;
+        self.verbose = verbose;
+        self
+    }
+
+    /// Whether scrun is connected to scored (the shell polls the
+    /// connection only then).
+    pub fn connected(&self) -> bool {
+        !matches!(self.link, Link::Away { .. })
     }
 
     /// When the shell must deliver [`Event::Tick`] at the latest.
@@ -162,10 +222,12 @@ impl Session {
             Hold::Idle => None,
             Hold::Awaiting { deadline } => Some(deadline),
         };
-        match (hold, self.queued_notice) {
-            (Some(hold), Some(notice)) => Some(hold.min(notice)),
-            (hold, notice) => hold.or(notice),
-        }
+        let link = match self.link {
+            Link::Up => None,
+            Link::Away { until, next_try } => Some(until.min(next_try)),
+            Link::Reattaching { until } => Some(until),
+        };
+        [hold, self.queued_notice, link].into_iter().flatten().min()
     }
 
     /// Whether the shell reads the job's output now: not while the end of
@@ -179,15 +241,121 @@ impl Session {
 
     /// Handles one event at time `now`.
     pub fn handle(&mut self, event: Event, now: Instant) -> Vec<Action> {
-        match event {
+        let actions = match event {
             Event::Reply(reply) => self.on_reply(reply, now),
             Event::Signal(signal) => self.on_signal(signal, now),
             Event::OutputGone => self.on_output_gone(now),
-            Event::Lost => vec![Action::Finish(lost_connection(self.job))],
+            Event::TerminalGone => self.on_terminal_gone(now),
+            Event::Lost => self.on_lost(now),
             Event::Garbled(why) => vec![Action::Finish(Final::line(exitcode::INTERNAL, why))],
             Event::Pmi { code, message } => self.on_pmi_end(code, message),
+            Event::Connected => {
+                if let Link::Away { until, .. } = self.link {
+                    self.link = Link::Reattaching { until };
+                }
+                Vec::new()
+            }
+            Event::ConnectFailed(_) => Vec::new(),
             Event::Tick => self.on_tick(now),
+        };
+        if self.link == Link::Up {
+            return actions;
         }
+        // The daemon is away: what would go to it waits for its return.
+        let mut kept = Vec::with_capacity(actions.len());
+        for action in actions {
+            match action {
+                Action::Send(request) => self.queued.push(request),
+                other => kept.push(other),
+            }
+        }
+        kept
+    }
+
+    /// The connection to scored broke. Without a job id (not admitted
+    /// yet) or with `-reattach=0`, the session ends as the daemon did;
+    /// otherwise scrun keeps the job's terminal and PMI and waits for a
+    /// daemon to take the job over.
+    fn on_lost(&mut self, now: Instant) -> Vec<Action> {
+        let Some(job) = self.job.filter(|_| !self.reattach.is_zero()) else {
+            return vec![Action::Finish(lost_connection(self.job))];
+        };
+        let until = match self.link {
+            Link::Up => now + self.reattach,
+            Link::Away { until, .. } | Link::Reattaching { until } => until,
+        };
+        let first = self.link == Link::Up;
+        self.link = Link::Away {
+            until,
+            next_try: now,
+        };
+        if first && self.verbose {
+            return vec![Action::Say(format!(
+                "scored went away; waiting up to {} for it to come back to job {job}",
+                scored_proto::units::format_duration_exact(self.reattach)
+            ))];
+        }
+        Vec::new()
+    }
+
+    /// Tries to reach the daemon again, or gives up once out of time.
+    fn on_link_tick(&mut self, now: Instant) -> Vec<Action> {
+        let Some(job) = self.job else {
+            return Vec::new();
+        };
+        let until = match self.link {
+            Link::Up => return Vec::new(),
+            Link::Away { until, .. } | Link::Reattaching { until } => until,
+        };
+        if now >= until {
+            return vec![Action::Finish(Final::line(
+                exitcode::UNREACHABLE,
+                format!(
+                    "scored did not come back within {} (-reattach); leaving job {job}, \
+                     which is killed when scored returns",
+                    scored_proto::units::format_duration_exact(self.reattach)
+                ),
+            ))];
+        }
+        match self.link {
+            Link::Away { next_try, .. } if now >= next_try => {
+                self.link = Link::Away {
+                    until,
+                    next_try: now + RECONNECT_EVERY,
+                };
+                vec![Action::Reconnect {
+                    job,
+                    descriptors: !self.started,
+                }]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// scored has the job back for scrun: the requests made meanwhile go
+    /// out, and a start missed while away is taken as heard.
+    fn on_reattached(&mut self, job: u64, started: bool, now: Instant) -> Vec<Action> {
+        self.link = Link::Up;
+        let mut actions = Vec::new();
+        if self.verbose {
+            actions.push(Action::Say(format!("reattached to job {job}")));
+        }
+        if started && !self.started {
+            actions.extend(self.on_reply(
+                Reply::Started {
+                    job,
+                    winch: true,
+                    signals: true,
+                },
+                now,
+            ));
+        }
+        actions.extend(
+            std::mem::take(&mut self.queued)
+                .into_iter()
+                .map(Action::Send),
+        );
+        actions
     }
 
     /// A rank aborted, or broke the PMI protocol: the message now, the job
@@ -202,6 +370,20 @@ impl Session {
     }
 
     fn on_reply(&mut self, reply: Reply, now: Instant) -> Vec<Action> {
+        if let Link::Reattaching { .. } = self.link {
+            match reply {
+                Reply::Reattached { job, started, .. } => {
+                    return self.on_reattached(job, started, now)
+                }
+                Reply::Rejected { reason, .. } | Reply::Error { message: reason } => {
+                    return vec![Action::Finish(Final::line(
+                        exitcode::UNREACHABLE,
+                        format!("scored came back, but: {reason}"),
+                    ))]
+                }
+                _ => {}
+            }
+        }
         if let Reply::Console { json, .. } = &reply {
             if std::mem::take(&mut self.asked_why) {
                 return self.on_why(json.as_ref());
@@ -339,6 +521,17 @@ impl Session {
         })]
     }
 
+    /// scrun's terminal went away: the job gets SIGHUP, once. When that
+    /// terminal is scrun's controlling one, the kernel's SIGHUP comes too
+    /// (and has been passed on); when it is not (`su -c`, `setsid`),
+    /// nothing else would tell the job, whose own terminal stays.
+    fn on_terminal_gone(&mut self, now: Instant) -> Vec<Action> {
+        if matches!(self.passed, Some((Signal::SIGHUP, _))) {
+            return Vec::new();
+        }
+        self.on_interrupt(Signal::SIGHUP, now)
+    }
+
     /// The reader of scrun's output went away: the job gets SIGPIPE, as it
     /// would writing to that pipe itself, and if that ends it, scrun ends
     /// by SIGPIPE too. scored spawns a job's processes before it tells
@@ -400,7 +593,7 @@ impl Session {
     }
 
     fn on_tick(&mut self, now: Instant) -> Vec<Action> {
-        let mut actions = Vec::new();
+        let mut actions = self.on_link_tick(now);
         if let (Some(at), Some(job)) = (self.queued_notice, self.job) {
             if now >= at {
                 self.queued_notice = None;
@@ -442,20 +635,35 @@ pub struct PtySide {
 }
 
 impl PtySide {
+    /// Whether raw mode is on.
+    fn raw_active(&self) -> bool {
+        self.raw.as_ref().is_some_and(RawMode::is_active)
+    }
+
     /// Puts scrun's terminal in raw mode if the job runs and scrun is in
     /// the terminal's foreground (after a start, a continue, an `fg`); a
     /// background scrun leaves it alone (see `terminal::in_foreground`).
     fn sync_raw(&mut self) {
-        if !self.started || !in_foreground() {
+        if !self.started || self.raw_active() || !in_foreground() {
             return;
         }
         match self.raw.as_mut() {
             None => self.raw = RawMode::enter(),
-            Some(raw) if !raw.is_active() => raw.resume(),
-            Some(_) => {}
+            Some(raw) => raw.resume(),
         }
     }
+
+    /// Whether scrun waits to be its terminal's foreground again, which
+    /// comes without a signal when the shell's `fg` brings a running job
+    /// there: scrun then looks every [`FOREGROUND_LOOK`].
+    fn awaits_foreground(&self) -> bool {
+        self.started && !self.raw_active() && in_background()
+    }
 }
+
+/// How often a `-pty` scrun in its terminal's background looks whether
+/// it has become the foreground (see [`PtySide::awaits_foreground`]).
+const FOREGROUND_LOOK: Duration = Duration::from_millis(100);
 
 /// How long, after the job's end, scrun waits for the pty to hand over the
 /// last bytes the job wrote. The kernel moves a pty's output to the master
@@ -463,8 +671,26 @@ impl PtySide {
 /// the slave any more, which is at once unless a stray process kept it.
 const PTY_DRAIN: Duration = Duration::from_secs(2);
 
+/// How scrun reaches scored again after it went away: the shell's side of
+/// [`Action::Reconnect`].
+pub trait Reconnect {
+    /// Connects to scored again and sends `Reattach` for `job`, with the
+    /// job's descriptors if `descriptors` (`pty`: the job's terminal).
+    fn reconnect(
+        &mut self,
+        job: u64,
+        descriptors: bool,
+        pty: Option<&crate::terminal::Pty>,
+    ) -> io::Result<Connection>;
+    /// The job has started: its processes hold their descriptors, and
+    /// scrun lets go of its copies.
+    fn started(&mut self);
+}
+
 /// Talks to scored until the job ends, and returns how scrun ends. The
-/// `Submit` must already have been sent on `connection`.
+/// `Submit` must already have been sent on `connection`. If scored goes
+/// away, `reconnect` reaches it again (within `-reattach=`).
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     connection: &mut Connection,
     signals: &Signals,
@@ -472,11 +698,15 @@ pub fn run(
     mut pty: Option<&mut PtySide>,
     mut pmi: Option<&mut PmiServer>,
     mut pmix: Option<&mut PmixServer>,
+    reconnect: &mut dyn Reconnect,
+    window: Duration,
+    verbose: bool,
 ) -> Final {
-    let mut session = Session::new(stat, pty.is_some());
+    let mut session = Session::new(stat, pty.is_some()).reattach(window, verbose);
+    let mut pending = std::collections::VecDeque::new();
     loop {
         let events = match wait(
-            connection,
+            session.connected().then_some(&mut *connection),
             signals,
             session.deadline(),
             session.reads_output(),
@@ -487,10 +717,24 @@ pub fn run(
             Ok(events) => events,
             Err(end) => return end,
         };
-        for event in events {
+        if let Some(side) = pty.as_deref_mut() {
+            side.sync_raw();
+        }
+        pending.extend(events);
+        while let Some(event) = pending.pop_front() {
+            let started = matches!(
+                &event,
+                Event::Reply(Reply::Started { .. })
+                    | Event::Reply(Reply::Reattached { started: true, .. })
+            );
+            if started {
+                reconnect.started();
+            }
             if let Some(side) = pty.as_deref_mut() {
                 match &event {
-                    Event::Reply(Reply::Started { .. }) => {
+                    _ if started => {
+                        // The job's processes hold the slave now.
+                        side.relay.pty_mut().close_slave();
                         side.started = true;
                         side.sync_raw();
                     }
@@ -542,6 +786,18 @@ pub fn run(
                     Action::FollowSize => {
                         if let Some(side) = pty.as_deref_mut() {
                             side.relay.pty().follow_size();
+                        }
+                    }
+                    Action::Reconnect { job, descriptors } => {
+                        let terminal = pty.as_deref().map(|side| side.relay.pty());
+                        match reconnect.reconnect(job, descriptors, terminal) {
+                            Ok(fresh) => {
+                                *connection = fresh;
+                                pending.push_back(Event::Connected);
+                            }
+                            Err(error) => {
+                                pending.push_back(Event::ConnectFailed(error.to_string()));
+                            }
                         }
                     }
                     Action::Finish(end) => {
@@ -596,7 +852,7 @@ fn drain_pty(relay: &mut Relay) {
 /// scrun's terminal and the pty are moved here, as they come; the job's
 /// output only if `read_output`.
 fn wait(
-    connection: &mut Connection,
+    connection: Option<&mut Connection>,
     signals: &Signals,
     deadline: Option<Instant>,
     read_output: bool,
@@ -605,10 +861,11 @@ fn wait(
     pmix: Option<&mut PmixServer>,
 ) -> Result<Vec<Event>, Final> {
     let hold = pty.as_deref().and_then(|side| side.relay.hold_deadline());
-    let deadline = match (deadline, hold) {
-        (Some(deadline), Some(hold)) => Some(deadline.min(hold)),
-        (deadline, hold) => deadline.or(hold),
-    };
+    let look = pty
+        .as_deref()
+        .filter(|side| side.awaits_foreground())
+        .map(|_| Instant::now() + FOREGROUND_LOOK);
+    let deadline = [deadline, hold, look].into_iter().flatten().min();
     let timeout = match deadline {
         None => PollTimeout::NONE,
         Some(deadline) => {
@@ -621,8 +878,14 @@ fn wait(
     let relay = pty.map(|side| &mut side.relay);
     let (connection_ready, signals_ready, master_ready, stdin_ready, pmi_ready, pmix_ready) = {
         let stdin = io::stdin();
+        // While scored is away there is no connection to poll: the
+        // signalfd stands in its place, and its readiness counts once.
+        let polled = match &connection {
+            Some(connection) => connection.as_fd(),
+            None => signals.as_fd(),
+        };
         let mut fds = vec![
-            PollFd::new(connection.as_fd(), PollFlags::POLLIN),
+            PollFd::new(polled, PollFlags::POLLIN),
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
         ];
         let (mut master_idx, mut stdin_idx) = (None, None);
@@ -683,7 +946,7 @@ fn wait(
             pmix_idx.is_some_and(|idx| ready(&fds[idx])),
         )
     };
-    let mut output_gone = false;
+    let (mut output_gone, mut terminal_gone) = (false, false);
     if let Some(relay) = relay {
         // Signals first: relaying output may stop a background scrun (see
         // `Relay::relay_output`), which must not keep it from a SIGTERM.
@@ -694,10 +957,11 @@ fn wait(
         }
         if stdin_ready {
             relay.relay_typed();
+            terminal_gone = relay.take_terminal_gone();
         }
     }
     let mut events = Vec::new();
-    if connection_ready {
+    if let (true, Some(connection)) = (connection_ready, connection) {
         read_replies(connection, &mut events);
     }
     if let Some(server) = pmi {
@@ -731,6 +995,9 @@ fn wait(
     }
     if output_gone {
         events.push(Event::OutputGone);
+    }
+    if terminal_gone {
+        events.push(Event::TerminalGone);
     }
     events.push(Event::Tick);
     Ok(events)

@@ -520,6 +520,78 @@ fn batch_jobs_dependants_and_arrays_survive_a_restart() {
     assert_eq!(record["batch"], true);
 }
 
+#[test]
+fn batch_jobs_dependants_and_arrays_survive_a_kill_of_scored() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    // One that runs when scored is killed: it is lost with it, and what
+    // waits for it never runs.
+    let running = submit(&daemon, &["-output=running", "sleep", "60"]);
+    assert!(wait_until(Duration::from_secs(30), || field(
+        &daemon, running, "state"
+    ) == "running"));
+    let on_running = submit(&daemon, &[&format!("-after={running}"), "true"]);
+    // The others wait: admitted and queued, waiting for a job, or for
+    // their array's turn.
+    daemon.ok("queue 1 deactivate");
+    let first = submit(&daemon, &["-output=first", "echo", "first"]);
+    let after = submit(
+        &daemon,
+        &[&format!("-after={first}"), "-output=after", "echo", "after"],
+    );
+    let array = submit(
+        &daemon,
+        &[
+            "-array=1-3%1,output=a.%a",
+            "sh",
+            "-c",
+            "echo $SCORE_ARRAY_INDEX",
+        ],
+    );
+    daemon.kill_hard();
+    daemon.start_again();
+    assert_eq!(field(&daemon, first, "state"), "queued", "{}", daemon.log());
+    assert_eq!(field(&daemon, first, "batch"), "true");
+    assert_eq!(field(&daemon, after, "state"), "waiting");
+    assert_eq!(field(&daemon, array, "state"), "queued");
+    assert!(
+        field(&daemon, array + 1, "reason").contains("%1"),
+        "{}",
+        daemon.ok(&format!("job {}", array + 1))
+    );
+    wait_ended(&daemon, running);
+    assert!(field(&daemon, running, "reason").starts_with("lost"));
+    wait_ended(&daemon, on_running);
+    assert!(field(&daemon, on_running, "reason").contains(&format!("job {running}")));
+    daemon.ok("queue 1 activate");
+    wait_ended(&daemon, after);
+    wait_ended(&daemon, array + 2);
+    assert_eq!(read_lines(&daemon.sandbox.path.join("first"), 1), ["first"]);
+    assert_eq!(read_lines(&daemon.sandbox.path.join("after"), 1), ["after"]);
+    for index in 1..=3 {
+        assert_eq!(
+            read_lines(&daemon.sandbox.path.join(format!("a.{index}")), 1),
+            [index.to_string()]
+        );
+    }
+    // History has each of them once, with its true end and its file.
+    let history = daemon.json("history");
+    let records = history.as_array().expect("history is a list");
+    for job in [running, on_running, first, after, array, array + 2] {
+        let matching: Vec<_> = records
+            .iter()
+            .filter(|record| record["id"] == job)
+            .collect();
+        assert_eq!(matching.len(), 1, "job {job}: {matching:?}");
+    }
+    let record = records
+        .iter()
+        .find(|record| record["id"] == after)
+        .expect("the dependant in history");
+    assert_eq!(record["state"], "done", "{record}");
+    assert_eq!(record["exit"], 0, "{record}");
+    assert_eq!(record["output"], "after");
+}
+
 /// Whether job `job` has not ended (running, or time-sharing its hosts).
 fn unfinished(daemon: &Daemon, job: u64) -> bool {
     matches!(

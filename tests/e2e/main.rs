@@ -6,6 +6,7 @@ mod backfill;
 mod batch;
 mod blocking;
 mod console;
+mod crash;
 mod docs;
 mod faults;
 mod gang;

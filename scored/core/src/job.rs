@@ -47,6 +47,10 @@ pub enum Link {
     Client(ClientToken),
     /// An interactive job whose scrun went away: it is being killed for it.
     Lost,
+    /// An interactive job whose scrun went away with a killed daemon: it
+    /// runs on, and waits for its scrun to reattach until a deadline
+    /// (`Core::detached_until`), when it is killed as if `Lost`.
+    Detached,
     /// A batch job (`scrun -batch`): it has no client, is told to nobody,
     /// and ends only by `kill`, a limit or its own end.
     Batch,
@@ -59,6 +63,7 @@ pub enum Link {
 pub(crate) enum LinkKind {
     Client,
     Lost,
+    Detached,
     Batch,
 }
 
@@ -67,7 +72,7 @@ impl Link {
     pub fn client(self) -> Option<ClientToken> {
         match self {
             Link::Client(client) => Some(client),
-            Link::Lost | Link::Batch => None,
+            Link::Lost | Link::Detached | Link::Batch => None,
         }
     }
 
@@ -81,6 +86,7 @@ impl Link {
         match self {
             Link::Client(client) => (LinkKind::Client, client.0),
             Link::Lost => (LinkKind::Lost, 0),
+            Link::Detached => (LinkKind::Detached, 0),
             Link::Batch => (LinkKind::Batch, 0),
         }
     }
@@ -201,6 +207,9 @@ pub enum EndCause {
     },
     /// A rank was killed by a signal, so the rest of the job was killed too.
     RankSignalled,
+    /// Its processes are gone and nothing said how they ended (the daemon
+    /// or what kept them was killed); the text says what happened.
+    Lost(String),
 }
 
 /// Where a job's processes are, as the core tracks them (the kind of
@@ -458,6 +467,10 @@ pub struct Job {
     pub operator_hold: bool,
     /// Held by its owner (scrun suspended, or `suspend` by the owner).
     pub owner_hold: bool,
+    /// Held until its scrun reattaches: an interactive job that had not
+    /// started when a new daemon took over (its processes need the
+    /// descriptors that scrun sends again).
+    pub awaits_client: bool,
     /// Queued or started, with what a started job carries. Set when the
     /// record is made (admitted, or restored); changed only through the
     /// transitions of [`Job`], which the core calls.
@@ -510,6 +523,7 @@ impl Job {
         match self.link_kind {
             LinkKind::Client => Link::Client(ClientToken(self.link_token)),
             LinkKind::Lost => Link::Lost,
+            LinkKind::Detached => Link::Detached,
             LinkKind::Batch => Link::Batch,
         }
     }
@@ -577,7 +591,7 @@ impl Job {
 
     /// Whether an operator or the owner holds the job.
     pub fn held(&self) -> bool {
-        self.operator_hold || self.owner_hold
+        self.operator_hold || self.owner_hold || self.awaits_client
     }
 
     /// The state shown in listings.

@@ -516,6 +516,7 @@ fn replay(
                             ClientEvent::Waiting(_)
                             | ClientEvent::Accepted { .. }
                             | ClientEvent::Held(_)
+                            | ClientEvent::Reattached { .. }
                             | ClientEvent::Answer(_) => {}
                         }
                     }

@@ -25,12 +25,16 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Core, Outcome};
-use crate::ids::Cred;
-use crate::job::{EndCause, ExitStatus, Joiner, Launch, Phase, ProcRequest, Submission};
+use crate::ids::{Cred, JobId};
+use crate::job::{
+    EndCause, ExitStatus, JobRequest, Joiner, Launch, Phase, ProcRequest, Submission,
+};
 use scored_proto::batch::Batch;
 use scored_proto::command::QueueMode;
 
+mod input;
 mod restore;
+pub use input::InputRecord;
 pub use restore::RestoreError;
 
 /// The core's state.
@@ -58,6 +62,31 @@ pub struct CoreSnapshot {
     /// kept for the jobs that may depend on them (`backlog.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     backlog: Option<BacklogSnapshot>,
+    /// Where the current slice stands, so that a restored core decides
+    /// from here exactly as the core it was taken from: the jobs chosen
+    /// at the slice's boundary that wait for stops to enter (they take
+    /// their turn then), whether the next decision refills `ran`, entries
+    /// in the slice's remnant, whether the waiting jobs of gang queues
+    /// with a level were considered since the last input that could let
+    /// one start, and when usage was last asked for.
+    #[serde(default, skip_serializing_if = "SliceSnapshot::is_start")]
+    slice: SliceSnapshot,
+}
+
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+struct SliceSnapshot {
+    turn_pending: Vec<u64>,
+    ran_refill: bool,
+    remnant_entries: usize,
+    waiting_current: bool,
+    sampled_at: u64,
+}
+
+impl SliceSnapshot {
+    /// As a core starts: written as nothing, as builds before it wrote it.
+    fn is_start(&self) -> bool {
+        *self == SliceSnapshot::default()
+    }
 }
 
 /// The backlog: its entries and the ends it keeps.
@@ -68,16 +97,13 @@ struct BacklogSnapshot {
     outcomes: Vec<(u64, u32, Option<String>)>,
 }
 
-/// What jobs of the backlog run, while one waits.
+/// What jobs of the backlog run, while one waits: its launch data among
+/// the snapshot's, and its fields (its batch options are its entry's).
 #[derive(Debug, Serialize, Deserialize)]
-struct RequestSnapshot {
+struct EntryRequest {
     launch: usize,
-    pipe: bool,
-    procs: ProcsSnapshot,
-    priority: Option<u32>,
-    memory: Option<u64>,
-    disk: Option<u64>,
-    time_us: Option<u64>,
+    #[serde(flatten)]
+    fields: RequestFields,
 }
 
 /// One submission of the backlog (see `backlog::Entry`).
@@ -89,7 +115,7 @@ struct EntrySnapshot {
     cred: CredSnapshot,
     /// The client of an interactive job that waits for other jobs.
     client: Option<u64>,
-    request: Option<RequestSnapshot>,
+    request: Option<EntryRequest>,
     batch: BatchSnapshot,
     command: String,
     name: String,
@@ -151,8 +177,9 @@ struct SubmissionSnapshot {
     batch: BatchSnapshot,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct CredSnapshot {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A client's credentials, as the snapshot and the log keep them.
+pub struct CredSnapshot {
     pid: i32,
     uid: u32,
     gid: u32,
@@ -174,12 +201,17 @@ enum EndSnapshot {
     Shutdown,
     LaunchFailed(String, i32),
     RankSignalled,
+    Lost(String),
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-enum StatusSnapshot {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+/// An exit status, as the snapshot and the log keep it.
+pub enum StatusSnapshot {
+    /// It exited with this code.
     Code(i32),
+    /// It was killed by this signal.
     Signal(i32),
+    /// It was killed by this signal, which dumped core.
     Dumped(i32),
 }
 
@@ -234,6 +266,10 @@ struct JobSnapshot {
     /// Its batch options; a job without a client (`-batch`) has `detach`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     submission: Option<SubmissionSnapshot>,
+    /// Its client is gone with a killed daemon: until when its scrun may
+    /// reattach (µs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reattach_until: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -242,6 +278,19 @@ struct WaiterSnapshot {
     cred: CredSnapshot,
     user: String,
     launch: usize,
+    #[serde(flatten)]
+    request: RequestFields,
+    submitted_at: u64,
+    held: bool,
+}
+
+/// What a submission asked for besides its launch data (programs,
+/// environment, directory, what it inherits), which is kept apart: packed
+/// once for every job and waiter that shares it in a snapshot, and inline
+/// in a logged submission ([`RequestSnapshot`]). A field added to
+/// `JobRequest` is added here, and so reaches both.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RequestFields {
     pipe: bool,
     procs: ProcsSnapshot,
     priority: Option<u32>,
@@ -251,11 +300,54 @@ struct WaiterSnapshot {
     /// The run-time estimate and limit (`-time=`), in µs.
     #[serde(default)]
     time_us: Option<u64>,
-    submitted_at: u64,
-    held: bool,
-    /// Its name and output files, if it has any.
+    /// Its batch options, if it has any (`scrun -batch`, `-name=`,
+    /// `-output=`, `-after=`, `-array=`...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     batch: Option<BatchSnapshot>,
+}
+
+impl RequestFields {
+    fn of(request: &JobRequest) -> RequestFields {
+        RequestFields {
+            pipe: request.joiner == Joiner::Pipe,
+            procs: procs_out(request.procs),
+            priority: request.priority,
+            wait: request.wait,
+            memory: request.memory,
+            disk: request.disk,
+            time_us: request.time.map(us),
+            batch: (!request.batch.is_plain()).then(|| batch_out(&request.batch)),
+        }
+    }
+}
+
+/// A whole submission, its launch data inline (hexadecimal, as
+/// [`CoreSnapshot`] packs it): a logged `Submit` input.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RequestSnapshot {
+    launch: String,
+    #[serde(flatten)]
+    fields: RequestFields,
+}
+
+impl RequestSnapshot {
+    fn of(request: &JobRequest) -> RequestSnapshot {
+        let launch = Launch::pack_with(
+            &request.stages,
+            &request.env,
+            &request.cwd,
+            &request.inherited,
+        );
+        RequestSnapshot {
+            launch: hex(launch.as_bytes()),
+            fields: RequestFields::of(request),
+        }
+    }
+
+    fn into_request(self) -> Result<JobRequest, RestoreError> {
+        let parts = restore::unpack(restore::unhex(&self.launch)?)?;
+        restore::request_in(&self.fields, &parts)
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -360,6 +452,10 @@ impl Core {
     /// The state to hand to the next process.
     pub fn snapshot(&self) -> CoreSnapshot {
         let mut launches = Launches::default();
+        let detached: HashMap<JobId, u64> = (&self.logged.detached)
+            .into_iter()
+            .map(|(until, job)| (*job, until.0))
+            .collect();
         let jobs = self
             .logged
             .jobs
@@ -401,6 +497,7 @@ impl Core {
                         EndSnapshot::LaunchFailed(message.clone(), *status)
                     }
                     EndCause::RankSignalled => EndSnapshot::RankSignalled,
+                    EndCause::Lost(what) => EndSnapshot::Lost(what.clone()),
                 }),
                 graceful_kill: job.graceful_kill(),
                 kill_deadline: job.kill_deadline().map(|tick| tick.0),
@@ -423,6 +520,7 @@ impl Core {
                 peak_disk: job.peak_disk,
                 residency_base_us: us(job.residency_base),
                 submission: job.submission.as_deref().map(submission_out),
+                reattach_until: detached.get(&job.id).copied(),
             })
             .collect();
         let waiting = self
@@ -444,16 +542,9 @@ impl Core {
                     cred: cred_out(&waiter.cred),
                     user: waiter.user.to_string(),
                     launch: launches.add(&launch),
-                    pipe: request.joiner == Joiner::Pipe,
-                    procs: procs_out(request.procs),
-                    priority: request.priority,
-                    wait: request.wait,
-                    memory: request.memory,
-                    disk: request.disk,
-                    time_us: request.time.map(us),
+                    request: RequestFields::of(request),
                     submitted_at: waiter.submitted_at.0,
                     held: waiter.held,
-                    batch: (!request.batch.is_plain()).then(|| batch_out(&request.batch)),
                 }
             })
             .collect();
@@ -514,6 +605,13 @@ impl Core {
             },
             shutting_down: self.shutting_down,
             backlog,
+            slice: SliceSnapshot {
+                turn_pending: self.turn_pending.iter().map(|job| job.0).collect(),
+                ran_refill: self.ran_refill,
+                remnant_entries: self.remnant_entries,
+                waiting_current: self.waiting_current,
+                sampled_at: self.sampled_at.0,
+            },
         }
     }
 
@@ -532,19 +630,17 @@ impl Core {
                 user: entry.user.to_string(),
                 cred: cred_out(&entry.cred),
                 client: entry.link.client().map(|client| client.0),
-                request: entry.request.as_deref().map(|request| RequestSnapshot {
+                request: entry.request.as_deref().map(|request| EntryRequest {
                     launch: launches.add(&Launch::pack_with(
                         &request.stages,
                         &request.env,
                         &request.cwd,
                         &request.inherited,
                     )),
-                    pipe: request.joiner == Joiner::Pipe,
-                    procs: procs_out(request.procs),
-                    priority: request.priority,
-                    memory: request.memory,
-                    disk: request.disk,
-                    time_us: request.time.map(us),
+                    fields: RequestFields {
+                        batch: None,
+                        ..RequestFields::of(request)
+                    },
                 }),
                 batch: batch_out(&entry.submission.batch),
                 command: entry.command.to_string(),

@@ -38,7 +38,7 @@ impl Core {
             .time_deadlines
             .first()
             .map(|(deadline, _)| *deadline);
-        Tick::earliest(kill, time)
+        Tick::earliest(Tick::earliest(kill, time), self.detached_deadline())
     }
 
     /// The next time at which a `Tick` could change what runs, which can be
@@ -179,6 +179,7 @@ impl Core {
     }
 
     pub(super) fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
+        self.expire_detached(now, out);
         // Admit what the last event left of the backlog's share, and the
         // elements of arrays whose admitted ones have started since.
         if self.backlog.more || self.backlog_waits_for_starts() {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::{
     BacklogSnapshot, BatchSnapshot, CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot,
-    StatusSnapshot, SubmissionSnapshot,
+    RequestFields, StatusSnapshot, SubmissionSnapshot,
 };
 use crate::admission::{ClusterLimits, Ledger, Placement};
 use crate::cluster::Topology;
@@ -108,6 +108,8 @@ pub enum RestoreError {
     },
     /// The queues hold other jobs than the state's.
     QueuesDisagree,
+    /// A logged input does not read back; the text says what.
+    Input(&'static str),
     /// The reservations of the state's jobs are not the ledger's.
     ReservationsDisagree,
     /// A submission of the backlog does not fit the jobs or the ids.
@@ -174,6 +176,7 @@ impl fmt::Display for RestoreError {
             RestoreError::NotInQueueOnce { job, queue } => {
                 write!(f, "job {job} is not in queue {queue} once")
             }
+            RestoreError::Input(what) => write!(f, "a logged input: {what}"),
             RestoreError::QueuesDisagree => {
                 f.write_str("the queues do not hold exactly the unfinished jobs")
             }
@@ -351,6 +354,7 @@ pub(super) fn job_state_in(
                     status: *status,
                 },
                 EndSnapshot::RankSignalled => EndCause::RankSignalled,
+                EndSnapshot::Lost(what) => EndCause::Lost(what.clone()),
             },
             kill_deadline: record.kill_deadline.map(Tick),
         })),
@@ -366,6 +370,37 @@ pub(super) type LaunchParts = (
     OsString,
     Inherited,
 );
+
+/// A submission from the fields a snapshot or a log keeps of it and its
+/// unpacked launch data.
+pub(super) fn request_in(
+    fields: &RequestFields,
+    launch: &LaunchParts,
+) -> Result<JobRequest, RestoreError> {
+    let (stages, env, cwd, inherited) = launch;
+    let batch = match &fields.batch {
+        Some(batch) => batch_in(JobId(0), batch.clone())?,
+        None => Batch::default(),
+    };
+    Ok(JobRequest {
+        stages: stages.clone(),
+        joiner: if fields.pipe {
+            Joiner::Pipe
+        } else {
+            Joiner::Sequence
+        },
+        procs: procs_in(fields.procs),
+        priority: fields.priority,
+        wait: fields.wait,
+        memory: fields.memory,
+        disk: fields.disk,
+        time: fields.time_us.map(from_us),
+        env: env.clone(),
+        cwd: cwd.clone(),
+        inherited: inherited.clone(),
+        batch,
+    })
+}
 
 pub(super) fn unpack(bytes: Vec<u8>) -> Result<LaunchParts, RestoreError> {
     let mut reader = Reader {
@@ -490,27 +525,13 @@ fn restore_backlog(
         )?;
         let request = match record.request {
             Some(request) => {
-                let (stages, env, cwd, inherited) = launches
+                let launch = launches
                     .get(request.launch)
                     .ok_or(RestoreError::LaunchMissing(request.launch))?;
-                Some(Rc::new(JobRequest {
-                    stages: stages.clone(),
-                    joiner: if request.pipe {
-                        Joiner::Pipe
-                    } else {
-                        Joiner::Sequence
-                    },
-                    procs: procs_in(request.procs),
-                    priority: request.priority,
-                    wait: true,
-                    memory: request.memory,
-                    disk: request.disk,
-                    time: request.time_us.map(from_us),
-                    env: env.clone(),
-                    cwd: cwd.clone(),
-                    inherited: inherited.clone(),
-                    batch: submission.batch.clone(),
-                }))
+                let mut request = request_in(&request.fields, launch)?;
+                // An entry's batch options are its submission's.
+                request.batch = submission.batch.clone();
+                Some(Rc::new(request))
             }
             None => None,
         };
@@ -636,6 +657,7 @@ impl Core {
             let link = match (record.client, &submission) {
                 (Some(client), _) => Link::Client(ClientToken(client)),
                 (None, Some(submission)) if submission.batch.detach => Link::Batch,
+                (None, _) if record.reattach_until.is_some() => Link::Detached,
                 (None, _) => Link::Lost,
             };
             let request = JobRequest {
@@ -696,6 +718,7 @@ impl Core {
                 },
                 operator_hold: record.operator_hold,
                 owner_hold: record.owner_hold,
+                awaits_client: record.reattach_until.is_some() && !record.started,
                 life,
                 ending,
                 estimate: record.estimate_us.map(from_us),
@@ -731,6 +754,9 @@ impl Core {
             }
             if let Some(deadline) = job.time_deadline() {
                 core.logged.time_deadlines.insert((deadline, id));
+            }
+            if let Some(until) = record.reattach_until {
+                core.logged.detached.insert((Tick(until), id));
             }
             if job.limits.cputime.is_some() {
                 core.n_cputime_limited += 1;
@@ -785,35 +811,13 @@ impl Core {
                 .modify_all(|queues| queues.push(restored));
         }
         for record in snapshot.waiting {
-            let (stages, env, cwd, inherited) = launch_of(record.launch)?;
-            let batch = match record.batch {
-                Some(batch) => batch_in(JobId(0), batch)?,
-                None => Batch::default(),
-            };
             core.logged.waiting.push_back(Rc::new(Waiter {
                 link: Link::Client(ClientToken(record.client)),
                 id: None,
                 submission: None,
                 cred: cred_in(record.cred),
                 user: Rc::from(record.user.as_str()),
-                request: JobRequest {
-                    stages: stages.clone(),
-                    joiner: if record.pipe {
-                        Joiner::Pipe
-                    } else {
-                        Joiner::Sequence
-                    },
-                    procs: procs_in(record.procs),
-                    priority: record.priority,
-                    wait: record.wait,
-                    memory: record.memory,
-                    disk: record.disk,
-                    time: record.time_us.map(from_us),
-                    env: env.clone(),
-                    cwd: cwd.clone(),
-                    inherited: inherited.clone(),
-                    batch,
-                },
+                request: request_in(&record.request, launch_of(record.launch)?)?,
                 submitted_at: Tick(record.submitted_at),
                 held: record.held,
             }));
@@ -846,7 +850,12 @@ impl Core {
                 &mut submissions,
             )?);
         }
+        core.turn_pending = snapshot.slice.turn_pending.into_iter().map(JobId).collect();
+        core.ran_refill = snapshot.slice.ran_refill;
+        core.remnant_entries = snapshot.slice.remnant_entries;
+        core.sampled_at = Tick(snapshot.slice.sampled_at);
         core.rebuild_schedule_state();
+        core.waiting_current = snapshot.slice.waiting_current;
         core.check_restored()?;
         Ok(core)
     }
