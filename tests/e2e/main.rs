@@ -7,6 +7,7 @@ mod batch;
 mod blocking;
 mod console;
 mod crash;
+mod descendants;
 mod docs;
 mod faults;
 mod gang;
