@@ -43,7 +43,7 @@ pub enum InputRecord {
         /// Its user's name.
         user: String,
         /// The job.
-        request: RequestSnapshot,
+        request: Box<RequestSnapshot>,
     },
     /// [`Input::KnownEnd`].
     KnownEnd {
@@ -206,7 +206,7 @@ impl InputRecord {
                 client: client.0,
                 cred: cred_out(cred),
                 user: user.to_string(),
-                request: RequestSnapshot::of(request),
+                request: Box::new(RequestSnapshot::of(request)),
             },
             Input::KnownEnd {
                 job,
@@ -315,7 +315,7 @@ impl InputRecord {
                 client: ClientToken(client),
                 cred: cred_in(cred),
                 user: Rc::from(user.as_str()),
-                request: Box::new(request.into_request()?),
+                request: Box::new((*request).into_request()?),
             },
             InputRecord::KnownEnd {
                 job,
