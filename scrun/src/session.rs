@@ -30,7 +30,7 @@ use crate::pmi_server::PmiServer;
 use crate::pmix_server::PmixServer;
 use crate::report::{final_report, lost_connection, Final};
 use crate::signals::{exit_status, is_terminating, Signals};
-use crate::terminal::{in_foreground, RawMode, Relay};
+use crate::terminal::{in_background, in_foreground, RawMode, Relay};
 
 /// How long scrun waits for scored to confirm a hold before it stops anyway.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -54,6 +54,8 @@ pub enum Event {
     /// scrun writes the job's output there, so the job would have got
     /// SIGPIPE).
     OutputGone,
+    /// scrun's terminal went away (`-pty`: its stdin, a terminal, hung up).
+    TerminalGone,
     /// scored closed the connection (or it broke).
     Lost,
     /// scored sent bytes that are not a reply; the text says what was wrong.
@@ -183,6 +185,7 @@ impl Session {
             Event::Reply(reply) => self.on_reply(reply, now),
             Event::Signal(signal) => self.on_signal(signal, now),
             Event::OutputGone => self.on_output_gone(now),
+            Event::TerminalGone => self.on_terminal_gone(now),
             Event::Lost => vec![Action::Finish(lost_connection(self.job))],
             Event::Garbled(why) => vec![Action::Finish(Final::line(exitcode::INTERNAL, why))],
             Event::Pmi { code, message } => self.on_pmi_end(code, message),
@@ -330,6 +333,17 @@ impl Session {
         })]
     }
 
+    /// scrun's terminal went away: the job gets SIGHUP, once. When that
+    /// terminal is scrun's controlling one, the kernel's SIGHUP comes too
+    /// (and has been passed on); when it is not (`su -c`, `setsid`),
+    /// nothing else would tell the job, whose own terminal stays.
+    fn on_terminal_gone(&mut self, now: Instant) -> Vec<Action> {
+        if matches!(self.passed, Some((Signal::SIGHUP, _))) {
+            return Vec::new();
+        }
+        self.on_interrupt(Signal::SIGHUP, now)
+    }
+
     /// The reader of scrun's output went away: the job gets SIGPIPE, as it
     /// would writing to that pipe itself, and if that ends it, scrun ends
     /// by SIGPIPE too. scored spawns a job's processes before it tells
@@ -433,20 +447,35 @@ pub struct PtySide {
 }
 
 impl PtySide {
+    /// Whether raw mode is on.
+    fn raw_active(&self) -> bool {
+        self.raw.as_ref().is_some_and(RawMode::is_active)
+    }
+
     /// Puts scrun's terminal in raw mode if the job runs and scrun is in
     /// the terminal's foreground (after a start, a continue, an `fg`); a
     /// background scrun leaves it alone (see `terminal::in_foreground`).
     fn sync_raw(&mut self) {
-        if !self.started || !in_foreground() {
+        if !self.started || self.raw_active() || !in_foreground() {
             return;
         }
         match self.raw.as_mut() {
             None => self.raw = RawMode::enter(),
-            Some(raw) if !raw.is_active() => raw.resume(),
-            Some(_) => {}
+            Some(raw) => raw.resume(),
         }
     }
+
+    /// Whether scrun waits to be its terminal's foreground again, which
+    /// comes without a signal when the shell's `fg` brings a running job
+    /// there: scrun then looks every [`FOREGROUND_LOOK`].
+    fn awaits_foreground(&self) -> bool {
+        self.started && !self.raw_active() && in_background()
+    }
 }
+
+/// How often a `-pty` scrun in its terminal's background looks whether
+/// it has become the foreground (see [`PtySide::awaits_foreground`]).
+const FOREGROUND_LOOK: Duration = Duration::from_millis(100);
 
 /// How long, after the job's end, scrun waits for the pty to hand over the
 /// last bytes the job wrote. The kernel moves a pty's output to the master
@@ -478,6 +507,9 @@ pub fn run(
             Ok(events) => events,
             Err(end) => return end,
         };
+        if let Some(side) = pty.as_deref_mut() {
+            side.sync_raw();
+        }
         for event in events {
             if let Some(side) = pty.as_deref_mut() {
                 match &event {
@@ -596,10 +628,11 @@ fn wait(
     pmix: Option<&mut PmixServer>,
 ) -> Result<Vec<Event>, Final> {
     let hold = pty.as_deref().and_then(|side| side.relay.hold_deadline());
-    let deadline = match (deadline, hold) {
-        (Some(deadline), Some(hold)) => Some(deadline.min(hold)),
-        (deadline, hold) => deadline.or(hold),
-    };
+    let look = pty
+        .as_deref()
+        .filter(|side| side.awaits_foreground())
+        .map(|_| Instant::now() + FOREGROUND_LOOK);
+    let deadline = [deadline, hold, look].into_iter().flatten().min();
     let timeout = match deadline {
         None => PollTimeout::NONE,
         Some(deadline) => {
@@ -674,7 +707,7 @@ fn wait(
             pmix_idx.is_some_and(|idx| ready(&fds[idx])),
         )
     };
-    let mut output_gone = false;
+    let (mut output_gone, mut terminal_gone) = (false, false);
     if let Some(relay) = relay {
         // Signals first: relaying output may stop a background scrun (see
         // `Relay::relay_output`), which must not keep it from a SIGTERM.
@@ -685,6 +718,7 @@ fn wait(
         }
         if stdin_ready {
             relay.relay_typed();
+            terminal_gone = relay.take_terminal_gone();
         }
     }
     let mut events = Vec::new();
@@ -722,6 +756,9 @@ fn wait(
     }
     if output_gone {
         events.push(Event::OutputGone);
+    }
+    if terminal_gone {
+        events.push(Event::TerminalGone);
     }
     events.push(Event::Tick);
     Ok(events)

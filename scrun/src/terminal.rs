@@ -78,17 +78,68 @@ fn on_outer_terminal<T>(read: impl Fn(BorrowedFd<'_>) -> Option<T>) -> Option<T>
     None
 }
 
-/// Whether scrun may use its stdin as a terminal now: it is not one, or
-/// scrun is in its foreground process group. A background scrun leaves
-/// the terminal's modes and input alone (changing them, or reading, would
-/// stop it, as it stops any background program), and its output is
-/// written or stops it as the terminal's `tostop` says.
+/// Whether scrun may use its stdin as a terminal now: it is not one, it
+/// is not scrun's controlling terminal (`su -c`, `setsid`: no job control
+/// applies there, and the program run directly would read it and set its
+/// modes), or scrun is in its foreground process group. A background
+/// scrun leaves the terminal's modes and input alone (changing them, or
+/// reading, would stop it, as it stops any background program), and its
+/// output is written or stops it as the terminal's `tostop` says.
 pub fn in_foreground() -> bool {
     let stdin = io::stdin();
     if !nix::unistd::isatty(stdin.as_fd()).unwrap_or(false) {
         return true;
     }
-    nix::unistd::tcgetpgrp(stdin.as_fd()).is_ok_and(|group| group == nix::unistd::getpgrp())
+    match nix::unistd::tcgetpgrp(stdin.as_fd()) {
+        Ok(group) => group == nix::unistd::getpgrp(),
+        // The kernel's answer for a terminal that is not the caller's
+        // controlling one.
+        Err(Errno::ENOTTY) => true,
+        Err(_) => false,
+    }
+}
+
+/// Whether scrun's stdin is a terminal that scrun is in the background
+/// of: it may become the foreground without a word to scrun (`fg` sends
+/// no SIGCONT to a job that runs), so scrun looks again from time to time.
+pub fn in_background() -> bool {
+    nix::unistd::isatty(io::stdin().as_fd()).unwrap_or(false) && !in_foreground()
+}
+
+/// Whether scrun's stdin is a terminal that went away (hung up: its
+/// window closed, its `ssh` connection dropped).
+fn hung_up() -> bool {
+    let stdin = io::stdin();
+    if !nix::unistd::isatty(stdin.as_fd()).unwrap_or(false) {
+        return false;
+    }
+    let mut fds = [nix::poll::PollFd::new(
+        stdin.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    matches!(
+        nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO),
+        Ok(1)
+    ) && fds[0]
+        .revents()
+        .is_some_and(|revents| revents.contains(nix::poll::PollFlags::POLLHUP))
+}
+
+/// Sets the modes of scrun's terminal with SIGTTOU blocked, which the
+/// kernel then treats as ignored: scrun sets them only when it may use
+/// its terminal ([`in_foreground`]) or to give back the modes it changed,
+/// and a shell that takes the foreground meanwhile must not stop it in
+/// the call (restarted by every continue, the call would stop it again
+/// before it could read a SIGTERM).
+fn set_modes(modes: &Termios) -> bool {
+    let mut ttou = nix::sys::signal::SigSet::empty();
+    ttou.add(nix::sys::signal::Signal::SIGTTOU);
+    let before = ttou.thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK);
+    let set = termios::tcsetattr(io::stdin().as_fd(), SetArg::TCSADRAIN, modes).is_ok();
+    if let Ok(before) = before {
+        let _ = before.thread_set_mask();
+    }
+    set
 }
 
 /// Whether writing to `fd` now would stop scrun, as the kernel stops a
@@ -130,9 +181,13 @@ pub struct Pty {
 
 impl Pty {
     /// Opens a pty with the window size and modes of scrun's terminal (or
-    /// 24x80 and the kernel's defaults when scrun has none).
+    /// 24x80 and the kernel's defaults when scrun has none). A scrun in
+    /// its terminal's background takes only the size: the modes there are
+    /// the foreground program's (an interactive shell's line editor turns
+    /// off echo and line editing while it waits at its prompt), not the
+    /// ones the job will get when it comes to the foreground.
     pub fn open() -> io::Result<Pty> {
-        let modes = on_outer_terminal(|fd| termios::tcgetattr(fd).ok());
+        let modes = on_outer_terminal(|fd| termios::tcgetattr(fd).ok()).filter(|_| in_foreground());
         let size = outer_size();
         let winsize = nix::pty::Winsize {
             ws_row: size.map_or(DEFAULT_ROWS, |size| size.ws_row),
@@ -216,16 +271,17 @@ impl RawMode {
     /// Gives the terminal back as it was (before scrun stops, at the end).
     pub fn suspend(&mut self) {
         if self.active {
-            let _ = termios::tcsetattr(io::stdin().as_fd(), SetArg::TCSADRAIN, &self.saved);
+            set_modes(&self.saved);
             self.active = false;
         }
     }
 
-    /// Enters raw mode again (after scrun was continued).
+    /// Enters raw mode again (after scrun was continued, or came back to
+    /// the foreground).
     pub fn resume(&mut self) {
         let mut raw = self.saved.clone();
         termios::cfmakeraw(&mut raw);
-        if termios::tcsetattr(io::stdin().as_fd(), SetArg::TCSADRAIN, &raw).is_ok() {
+        if set_modes(&raw) {
             self.active = true;
         }
     }
@@ -272,6 +328,8 @@ pub struct Relay {
     /// Until when a background scrun does not stop itself for output (see
     /// [`Relay::interrupted`]): neither reads nor writes the job's output.
     hold_until: Option<std::time::Instant>,
+    /// scrun's stdin is a terminal that hung up, not yet told.
+    terminal_gone: bool,
 }
 
 /// What the relay wants `poll` to watch.
@@ -301,6 +359,7 @@ impl Relay {
             last_typed: None,
             stopped_for_output: false,
             hold_until: None,
+            terminal_gone: false,
         }
     }
 
@@ -334,6 +393,7 @@ impl Relay {
             Err(Errno::EINTR | Errno::EAGAIN) => {}
             Ok(0) | Err(_) => {
                 self.stdin_open = false;
+                self.terminal_gone = hung_up();
                 let partial = self.last_typed.is_some_and(|byte| byte != b'\n');
                 self.to_job.push(self.pty.eof);
                 if partial {
@@ -505,6 +565,12 @@ impl Relay {
             }
         }
         typed
+    }
+
+    /// Whether scrun's terminal hung up (its stdin's end was a hang-up)
+    /// since the last call.
+    pub fn take_terminal_gone(&mut self) -> bool {
+        std::mem::take(&mut self.terminal_gone)
     }
 
     /// Whether scrun's stdout turned out to be a pipe without a reader

@@ -725,6 +725,9 @@ fn a_pty_scrun_in_the_background_ends_and_obeys_its_signals_as_a_program_does() 
             term.expect("direct-ps=141 0");
             let started = Instant::now();
             term.line("bash bg.sh; read -r typed; echo \"typed=$typed\"");
+            // Typed once bash runs the script: typed while its line editor
+            // still has the terminal, the Enter would stay a carriage return.
+            settle();
             term.line("ahead");
             let screen = term.expect("bg-ps=");
             let took = started.elapsed();
@@ -756,6 +759,96 @@ fn a_pty_scrun_in_the_background_ends_and_obeys_its_signals_as_a_program_does() 
                 side.who()
             );
             term.line("stty -tostop");
+        },
+    );
+}
+
+#[test]
+fn a_pty_scrun_brought_to_the_foreground_takes_the_terminal_over() {
+    both(
+        "a_pty_scrun_brought_to_the_foreground_takes_the_terminal_over",
+        Daemon::builder,
+        |side| {
+            let Some(term) = side.term() else { return };
+            // The program run directly: stopped when it reads in the
+            // background, it reads what is typed once `fg` brings it back.
+            term.line("sh -c 'echo plain-$((1+1)); read x; echo plain=$x' &");
+            term.expect("plain-2");
+            term.line("fg");
+            settle();
+            term.line("hello");
+            term.expect("plain=hello");
+            // scrun, started while the shell's line editor has the terminal
+            // (no echo, no line editing), runs the job in the background;
+            // `fg` sends a running job no SIGCONT, and scrun takes the
+            // terminal over all the same, the job's with the shell's modes.
+            term.line("\"$SCRUN\" -pty sh -c 'echo ready-$((2+2)); read x; echo got=$x' &");
+            term.expect("ready-4");
+            std::thread::sleep(Duration::from_secs(1));
+            term.line("fg");
+            settle();
+            term.line("typed");
+            let screen = term.expect("got=typed");
+            assert!(
+                screen.contains("\ntyped\n"),
+                "{}: the job's terminal did not echo the line:\n{screen}",
+                side.who()
+            );
+            term.line("echo back-$((3+3))");
+            term.expect("back-6");
+        },
+    );
+}
+
+#[test]
+fn a_pty_scrun_without_a_controlling_terminal_relays_it_and_ends_with_it() {
+    both(
+        "a_pty_scrun_without_a_controlling_terminal_relays_it_and_ends_with_it",
+        Daemon::builder,
+        |side| {
+            let Some(term) = side.term() else { return };
+            // `setsid` runs a program without a controlling terminal, as
+            // `su -c` does: the program reads the terminal on its stdin.
+            term.line("setsid -w sh -c 'read x; echo plain=$x'");
+            settle();
+            term.line("hello");
+            term.expect("plain=hello");
+            term.line("setsid -w \"$SCRUN\" -pty sh -c 'echo ready-$((2+2)); read x; echo got=$x'");
+            term.expect("ready-4");
+            settle();
+            term.line("typed");
+            // Keys typed ahead of the prompt are not awaited here: scrun
+            // cannot give them back to a terminal that is not its own.
+            term.expect("got=typed\n$ ");
+            // When the terminal goes away, a program reading it ends; so
+            // does the job, and scrun with it.
+            term.line(
+                "setsid -w bash -c 'echo $$ >scrun.pid; exec \"$SCRUN\" -pty sh -c \"echo \\$\\$ >job.pid; exec cat\"'",
+            );
+            let pid = |name: &str| -> i32 {
+                let path = side.work.join(name);
+                let mut text = String::new();
+                assert!(
+                    wait_until(Duration::from_secs(30), || {
+                        text = std::fs::read_to_string(&path).unwrap_or_default();
+                        text.ends_with('\n')
+                    }),
+                    "{}: no {name}:\n{}",
+                    side.who(),
+                    term.screen()
+                );
+                text.trim().parse().expect("a pid")
+            };
+            let (scrun, job) = (pid("scrun.pid"), pid("job.pid"));
+            assert!(alive(scrun) && alive(job));
+            drop(term);
+            assert!(
+                wait_until(Duration::from_secs(20), || !alive(scrun) && !alive(job)),
+                "{}: the terminal went away and scrun ({}) or its job ({}) stayed",
+                side.who(),
+                if alive(scrun) { "alive" } else { "gone" },
+                if alive(job) { "alive" } else { "gone" }
+            );
         },
     );
 }

@@ -123,3 +123,31 @@ fn scored_names_the_slice_as_typed_and_reads_numbers_in_its_file_as_its_flags() 
         .start();
     assert_eq!(daemon.ok("timeslice"), "timeslice: 2.00s\n");
 }
+
+#[test]
+fn the_hosts_database_refuses_a_host_memory_in_bytes_where_it_is_written() {
+    let sandbox = Sandbox::new();
+    let hosts = sandbox.write(
+        "scorehosts.db",
+        "# two hosts\nhost0 cpus=0\nhost1 cpus=0 memory=512\n",
+    );
+    let output = start_scored(&sandbox, &["--hosts", &hosts.display().to_string()]);
+    assert_eq!(code(&output), Some(1), "{}", stderr(&output));
+    let expected = format!(
+        "{}:3:14: host 'host1', attribute memory: invalid memory '512': is 512 bytes, under the \
+         1M that any job needs (a size without a unit is in bytes: write 512M or 2G)",
+        hosts.display()
+    );
+    assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
+    assert!(!sandbox.path.join("s.sock").exists());
+    // With its unit it is what it says.
+    let hosts = sandbox.write("good.db", "host0 cpus=0 memory=512M\n");
+    let daemon = Daemon::builder()
+        .hosts(&std::fs::read_to_string(&hosts).expect("read"))
+        .start();
+    assert!(
+        daemon.ok("hosts").contains("512M"),
+        "{}",
+        daemon.ok("hosts")
+    );
+}

@@ -85,6 +85,7 @@ fn event(line: &str) -> (Duration, Event) {
         },
         "lost" => return (Duration::ZERO, Event::Lost),
         "output-gone" => return (Duration::ZERO, Event::OutputGone),
+        "terminal-gone" => return (Duration::ZERO, Event::TerminalGone),
         "garbled" => return (Duration::ZERO, Event::Garbled(rest.into())),
         _ if word.starts_with("SIG") => {
             let signal: Signal = word.parse().expect("a signal name");
@@ -289,6 +290,43 @@ fn the_same_interrupt_within_a_second_kills_and_a_third_leaves() {
           say SIGTERM twice within 1s; killing job 7
         SIGHUP
           finish 129: scrun: interrupted again; leaving",
+    );
+}
+
+#[test]
+fn a_terminal_gone_is_a_hang_up_for_the_job_once() {
+    // Not scrun's controlling terminal: its end is all that tells.
+    check(
+        "started 7
+        terminal-gone
+        ended-by SIGHUP",
+        "started 7
+        terminal-gone
+          send SIGHUP
+        ended-by SIGHUP
+          finish 129 by SIGHUP: ",
+    );
+    // Its controlling terminal: the kernel's SIGHUP came first.
+    check(
+        "started 7
+        SIGHUP
+        terminal-gone
+        ended-by SIGHUP",
+        "started 7
+        SIGHUP
+          send SIGHUP
+        terminal-gone
+        ended-by SIGHUP
+          finish 129 by SIGHUP: ",
+    );
+    // Before the start, the submission is withdrawn.
+    check(
+        "admitted 7
+        terminal-gone",
+        "admitted 7
+        terminal-gone
+          send kill
+          finish 129 by SIGHUP: ",
     );
 }
 

@@ -389,7 +389,10 @@ fn single(attr: &str, value: &str) -> Result<Single, String> {
                 "invalid memory {}: a host needs more than 0 bytes",
                 quote(value)
             )),
-            Ok(memory) => Ok(Single::Memory(memory)),
+            Ok(memory) => match scored_proto::units::tiny_limit(memory) {
+                Some(tiny) => Err(format!("invalid memory {}: {tiny}", quote(value))),
+                None => Ok(Single::Memory(memory)),
+            },
             Err(error) => Err(error.to_string()),
         },
     }

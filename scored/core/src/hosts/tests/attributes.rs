@@ -95,7 +95,7 @@ fn cpus_errors() {
 #[test]
 fn memory_errors() {
     check(
-        "a memory=lots\nb memory=0\nc memory=1G,2G\nd memory=99999999T",
+        "a memory=lots\nb memory=0\nc memory=1G,2G\nd memory=99999999T\ne memory=1000K",
         "
         hosts.db:1:3: host 'a', attribute memory: invalid size 'lots': expected a number with an optional K, M, G or T suffix (e.g. 512M)
         a memory=lots
@@ -108,6 +108,9 @@ fn memory_errors() {
           ^
         hosts.db:4:3: host 'd', attribute memory: size '99999999T' is too large
         d memory=99999999T
+          ^
+        hosts.db:5:3: host 'e', attribute memory: invalid memory '1000K': is 1000K, under the 1M that any job needs (a size without a unit is in bytes: write 512M or 2G)
+        e memory=1000K
           ^
         ",
     );
