@@ -31,8 +31,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
+use scored_proto::proto::MAX_PMI_FDS;
 use scrun::pmi::pmix::{env_differences, job_attributes, served_env, tcp_owner, RankEnd, Ranks};
 
 use crate::pmi_server::PmiEnd;
@@ -40,7 +42,11 @@ use crate::pmix_sys::{self, Library};
 
 /// A PMIx server, started or not, and the state of the job's ranks.
 pub struct PmixServer {
+    /// One per stage, once the rank count is known.
     worlds: Vec<Ranks>,
+    stages: usize,
+    /// The rank count, for the thread that registers the namespaces.
+    size: Arc<Size>,
     dir: PathBuf,
     ended: bool,
     /// The read end of the pipe the server's threads wake the loop by.
@@ -82,6 +88,39 @@ const SPARE_CONNECTIONS: usize = 16;
 /// The stack of a relaying thread: it only copies through a small buffer.
 const RELAY_STACK: usize = 64 * 1024;
 
+/// The ranks of each stage: known at once, or once scored has placed a
+/// `-hosts=` job (its `Admitted` reply, before the ranks exist).
+#[derive(Default)]
+struct Size {
+    ranks: Mutex<Option<u32>>,
+    known: Condvar,
+}
+
+/// How long a rank's first connection waits for the rank count (which
+/// scored gives before the ranks exist, unless a scored restarted in
+/// between gave none).
+const SIZE_WAIT: Duration = Duration::from_secs(30);
+
+impl Size {
+    fn set(&self, ranks: u32) {
+        *self.ranks.lock().unwrap_or_else(|e| e.into_inner()) = Some(ranks);
+        self.known.notify_all();
+    }
+
+    fn get(&self) -> Option<u32> {
+        *self.ranks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait(&self) -> Option<u32> {
+        let guard = self.ranks.lock().unwrap_or_else(|e| e.into_inner());
+        let (guard, _) = self
+            .known
+            .wait_timeout_while(guard, SIZE_WAIT, |ranks| ranks.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        *guard
+    }
+}
+
 /// What the waiting thread needs to start libpmix and relay to it.
 struct Lazy {
     listener: TcpListener,
@@ -90,7 +129,7 @@ struct Lazy {
     server: String,
     /// The job's namespaces, one per stage, and the ranks of each.
     namespaces: Vec<String>,
-    ranks: u32,
+    size: Arc<Size>,
     hostname: String,
     /// What the ranks were told, to compare with what libpmix says.
     served: Vec<(String, String)>,
@@ -100,13 +139,14 @@ struct Lazy {
 }
 
 impl PmixServer {
-    /// Makes the server for `stages` worlds of `ranks` ranks, to start
-    /// when a rank connects, or says why it cannot. With `check`, libpmix
+    /// Makes the server for `stages` worlds of `ranks` ranks (`None`: as
+    /// many as [`PmixServer::placed`] says), to start when a rank
+    /// connects, or says why it cannot. With `check`, libpmix
     /// is loaded at once, so that its absence is said before the job runs
     /// (`-mpi=pmix`); with `verbose`, what libpmix tells ranks beyond what
     /// they were told is said when it starts.
     pub fn create(
-        ranks: u32,
+        ranks: Option<u32>,
         stages: usize,
         check: bool,
         verbose: bool,
@@ -126,13 +166,18 @@ impl PmixServer {
         let (read, write) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
                 .map_err(|errno| format!("cannot create a pipe: {}", errno.desc()))?;
-        let this = PmixServer {
-            worlds: (0..stages).map(|_| Ranks::new(ranks as usize)).collect(),
+        let mut this = PmixServer {
+            worlds: Vec::new(),
+            stages,
+            size: Arc::default(),
             dir,
             ended: false,
             wake: read,
             failure: Arc::new(Mutex::new(None)),
         };
+        if let Some(ranks) = ranks {
+            this.placed(ranks);
+        }
         let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
             .map_err(|error| format!("cannot listen on the loopback interface: {error}"))?;
         let port = listener
@@ -159,7 +204,7 @@ impl PmixServer {
             namespaces: (0..stages)
                 .map(|stage| format!("{namespace}.{stage}"))
                 .collect(),
-            ranks,
+            size: Arc::clone(&this.size),
             hostname,
             served: served.clone(),
             verbose,
@@ -175,6 +220,17 @@ impl PmixServer {
             .map(|(key, value)| (OsString::from(key), OsString::from(value)))
             .collect();
         Ok((this, PmixLaunch { namespace, env }))
+    }
+
+    /// The job's stages have `ranks` ranks each, as placed; told once.
+    pub fn placed(&mut self, ranks: u32) {
+        if !self.worlds.is_empty() || ranks == 0 {
+            return;
+        }
+        self.worlds = (0..self.stages)
+            .map(|_| Ranks::new(ranks as usize))
+            .collect();
+        self.size.set(ranks);
     }
 
     /// The descriptor to poll for the ranks' news.
@@ -250,7 +306,6 @@ impl Lazy {
     /// of this user's, and relays each to it; for the life of the process.
     fn serve(self) {
         let uid = nix::unistd::geteuid().as_raw();
-        let budget = self.namespaces.len() * self.ranks as usize + SPARE_CONNECTIONS;
         let open = Arc::new(AtomicUsize::new(0));
         let mut upstream: Option<Result<SocketAddr, ()>> = None;
         loop {
@@ -258,10 +313,13 @@ impl Lazy {
                 Ok(accepted) => accepted,
                 Err(_) => {
                     // Out of descriptors, most likely: let ranks end.
-                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
             };
+            // Before placement, the most ranks PMI serves a job.
+            let ranks = self.size.get().map_or(MAX_PMI_FDS, |ranks| ranks as usize);
+            let budget = self.namespaces.len() * ranks + SPARE_CONNECTIONS;
             if !owned_by(&client, peer, uid) || open.load(Ordering::Relaxed) >= budget {
                 continue;
             }
@@ -286,6 +344,10 @@ impl Lazy {
     }
 
     fn try_start(&self) -> Result<SocketAddr, String> {
+        let ranks = self
+            .size
+            .wait()
+            .ok_or("scored has not told scrun how many ranks the job has")?;
         let library = Library::load()?;
         let wake = self
             .wake
@@ -293,9 +355,9 @@ impl Lazy {
             .map_err(|error| format!("cannot duplicate a pipe: {error}"))?;
         let server = library.start(&self.dir, &self.server, wake)?;
         // The universe is the stage's ranks, as PMI says and mpirun does.
-        let attrs = job_attributes(self.ranks, self.ranks, &self.hostname);
+        let attrs = job_attributes(ranks, ranks, &self.hostname);
         for namespace in &self.namespaces {
-            server.register(namespace, self.ranks, &attrs)?;
+            server.register(namespace, ranks, &attrs)?;
         }
         let given: Vec<(String, String)> = server
             .fork_env(&self.namespaces[0], 0)?

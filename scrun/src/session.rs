@@ -511,6 +511,11 @@ pub fn run(
             side.sync_raw();
         }
         for event in events {
+            if let (Some(server), Event::Reply(Reply::Admitted { ranks, .. })) =
+                (pmix.as_deref_mut(), &event)
+            {
+                server.placed(*ranks);
+            }
             if let Some(side) = pty.as_deref_mut() {
                 match &event {
                     Event::Reply(Reply::Started { .. }) => {

@@ -383,6 +383,27 @@ fn openmpi_ranks_form_one_world_in_rank_order_and_reduce() {
 }
 
 #[test]
+fn a_hosts_job_is_one_openmpi_world_of_the_ranks_placed() {
+    let daemon = Daemon::builder().hosts(&two_hosts_of(2)).start();
+    let Some(hello) = mpicc_openmpi(&daemon.sandbox.path, "hello_ompi", HELLO) else {
+        return;
+    };
+    let hello = hello.to_str().unwrap();
+    // Hosts of 2 cores: hosts=2 is 4 ranks and hosts=1 is 2, which scrun
+    // learns only once scored has placed the job.
+    for (args, ranks) in [(["-hosts=2", hello], 4), (["-hosts=1,mpi=pmix", hello], 2)] {
+        let output = daemon.run(&args);
+        assert_eq!(code(&output), Some(0), "{args:?}: {}", stderr(&output));
+        let sum = ranks * (ranks + 1) / 2;
+        let expected: Vec<String> = (0..ranks)
+            .map(|rank| format!("rank {rank} of {ranks} score {rank} sum {sum}"))
+            .collect();
+        assert_eq!(sorted_lines(&stdout(&output)), expected, "{args:?}");
+    }
+    assert_no_process_left(&daemon);
+}
+
+#[test]
 fn openmpi_abort_ends_the_job_with_the_ranks_status_and_a_message() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let Some(hello) = mpicc_openmpi(&daemon.sandbox.path, "hello_ompi", HELLO) else {

@@ -265,6 +265,7 @@ impl Core {
             .map(|host| self.logged.topology.host(*host).name.clone())
             .collect();
         let cluster = self.logged.topology.cluster(job.cluster).name.clone();
+        let ranks = job.nprocs();
         out.push(Action::notify(
             waiter.client,
             ClientEvent::Admitted {
@@ -272,6 +273,7 @@ impl Core {
                 queue,
                 cluster,
                 hosts,
+                ranks,
             },
         ));
         if self.logged.jobs.is_empty() {
