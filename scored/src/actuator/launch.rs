@@ -45,8 +45,8 @@ pub(super) struct LaunchProgress {
 /// of thousands of processes does not stall the loop. The job holds its
 /// hosts from the start; while it is switched out no process is created
 /// (the ones that exist are stopped like any job's), so no part of it runs
-/// outside its slices; only an in-place restart has it finish (see
-/// `finish_launches` in `stop.rs`).
+/// outside its slices. An in-place restart hands it over as it stands
+/// (`ActuatorSnapshot`): the next image creates the rest.
 #[derive(Debug)]
 pub(super) struct LaunchInProgress {
     pub(super) plan: LaunchPlan,
@@ -58,14 +58,24 @@ pub(super) struct LaunchInProgress {
     pub(super) aborted: bool,
 }
 
+/// A launch an earlier image handed over, waiting for its plan and
+/// descriptors.
+#[derive(Debug)]
+pub(super) struct HandedOver {
+    pub(super) progress: LaunchProgress,
+    pub(super) paused: bool,
+    pub(super) aborted: bool,
+}
+
 impl JobProcs {
-    /// Whether its launch has processes to create now: not switched out
-    /// (unless launches are being `finishing` for a restart), with room in
-    /// its window (or it was aborted, which drops it).
+    /// Whether its launch has processes to create now: not switched out,
+    /// no in-place restart handing launches over (`finishing`), with room
+    /// in its window (or it was aborted, which drops it).
     pub(super) fn launch_due(&self, execs: &HashMap<i32, PendingExec>, finishing: bool) -> bool {
         self.launch.as_ref().is_some_and(|launch| {
             launch.aborted
-                || ((!launch.paused || finishing)
+                || (!launch.paused
+                    && !finishing
                     && self.execs_in_flight < EXEC_WINDOW
                     && user_execs_in_flight(execs, self.uid) < USER_EXEC_WINDOW)
         })
@@ -105,6 +115,36 @@ impl OsActuator {
             aborted: false,
         };
         self.run_launch(launch, self.clock.now() + LAUNCH_BATCH, out);
+    }
+
+    /// Goes on with a launch an earlier image handed over, with the plan
+    /// the core gives for the job and its client's descriptors.
+    pub(super) fn resume_launch(
+        &mut self,
+        job: JobId,
+        plan: Option<&LaunchPlan>,
+        stdio: Option<&JobStdio>,
+    ) {
+        let Some(handed) = self.handed_over.remove(&job) else {
+            return;
+        };
+        let Some(plan) = plan.filter(|_| self.jobs.contains_key(&job)) else {
+            // A bug: the core and the handover disagree. What exists of
+            // the job is killed rather than left half launched.
+            tracing::error!(job = %job, "a launch was handed over for a job the core does not hold; its processes are killed");
+            self.send(job, Signal::SIGKILL);
+            return;
+        };
+        tracing::info!(job = %job, next = handed.progress.next, of = plan.procs.len(), "going on with a launch handed over");
+        if let Some(procs) = self.jobs.get_mut(&job) {
+            procs.launch = Some(LaunchInProgress {
+                plan: plan.clone(),
+                stdio: stdio.map(JobStdio::share),
+                progress: handed.progress,
+                paused: handed.paused,
+                aborted: handed.aborted,
+            });
+        }
     }
 
     pub(super) fn run_due_launches(&mut self, out: &mut Vec<Input>) {
@@ -188,15 +228,15 @@ impl OsActuator {
                     ),
                 )
             })?;
-        let cgroup_procs = match &self.cgroups {
+        let (cgroup_procs, pids_procs) = match &self.cgroups {
             Some(cgroups) => match cgroups.add_job(plan.job) {
-                Ok(path) => Some(path),
+                Ok((procs, pids)) => (Some(procs), pids),
                 Err(error) => {
                     tracing::warn!(job = %plan.job, %error, "cannot create the job's cgroup; going without");
-                    None
+                    (None, None)
                 }
             },
-            None => None,
+            None => (None, None),
         };
         self.jobs.insert(
             plan.job,
@@ -204,6 +244,8 @@ impl OsActuator {
                 groups: HashMap::new(),
                 children: BTreeSet::new(),
                 extras: HashMap::new(),
+                members: HashMap::new(),
+                member_cursor: 0,
                 stop_wait: None,
                 drain: None,
                 reaped_cpu: Duration::ZERO,
@@ -214,10 +256,12 @@ impl OsActuator {
                 scratch,
                 disk_walk: statedir::DiskWalk::default(),
                 cgroup_procs,
+                pids_procs,
                 uid: plan.user.uid,
                 hold: SwitchedOutHold::default(),
                 launch: None,
                 launch_failed: false,
+                over_limit: false,
                 execs_in_flight: 0,
             },
         );
@@ -332,6 +376,11 @@ impl OsActuator {
             self.start_stage(plan, &mut progress.pipes)?;
             progress.prepared = true;
         }
+        if self.finishing {
+            // An in-place restart is handing the launch over: the next
+            // image creates its processes.
+            return Ok(());
+        }
         // The submission validator refuses a NUL byte in the working
         // directory (scored_proto::submit), so this conversion only fails
         // on a bug; the launch then fails rather than the daemon.
@@ -341,6 +390,7 @@ impl OsActuator {
         let pipes = &mut progress.pipes;
         let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
         let cgroup_procs = procs_state.cgroup_procs.clone();
+        let pids_procs = procs_state.pids_procs.clone();
         let become_user = self.daemon_uid == 0 && plan.user.uid != 0;
         let groups: Vec<libc::gid_t> = plan.user.groups.clone();
         // The signals whose disposition the children must change: those
@@ -587,6 +637,7 @@ impl OsActuator {
                 inherited: &passed_fds,
                 cpus: host.1,
                 cgroup_procs: cgroup_procs.as_deref(),
+                pids_procs: pids_procs.as_deref(),
                 credentials: become_user.then_some((
                     plan.user.uid,
                     plan.user.gid,
@@ -616,11 +667,6 @@ impl OsActuator {
             procs_state.groups.insert(pid, slot);
             procs_state.children.insert(pid);
             procs_state.execs_in_flight += 1;
-            if self.finishing && procs_state.hold.switched_out {
-                // Created while its launch is finished for a restart: it
-                // is stopped as it execs.
-                self.released.insert(pid);
-            }
             self.children.insert(
                 pid,
                 Child {

@@ -15,9 +15,9 @@ use scored_core::core::Input;
 use scored_core::ids::JobId;
 
 use super::{
-    procfs, sys, Actuator, OsActuator, StopWait, ALARM_EVERY, CONFIRM_FALLBACK, DRAIN_TIMEOUT,
-    ESCAPE_LIMIT, ESCAPE_TICKS, EXEC_TIMEOUT, FREEZE_AFTER, FRESH_DISCOVERY, POLL_INTERVAL,
-    ROGUE_CONTINUE_LIMIT, STOP_TIMEOUT,
+    procfs, sample, sys, Actuator, Member, OsActuator, StopWait, ALARM_EVERY, CONFIRM_FALLBACK,
+    DRAIN_KILL_EVERY, DRAIN_TIMEOUT, ESCAPE_LIMIT, ESCAPE_TICKS, EXEC_TIMEOUT, FREEZE_AFTER,
+    FRESH_DISCOVERY, MEMBER_READS_PER_SAMPLE, POLL_INTERVAL, ROGUE_CONTINUE_LIMIT, STOP_TIMEOUT,
 };
 
 impl OsActuator {
@@ -62,8 +62,22 @@ impl OsActuator {
             .filter(|pid| children.get(pid).is_some_and(|child| !child.stopped))
             .collect();
         // Descendants in the job's groups got the group signal, escaped ones
-        // theirs through their pidfd; all are confirmed through /proc.
-        let pending_extras: BTreeSet<i32> = procs.extras.keys().copied().collect();
+        // theirs through their pidfd; those held, and of the other members
+        // of its cgroup those last seen running, are confirmed through
+        // /proc (a member stops before it runs user code again anyway).
+        let pending_extras: BTreeSet<i32> = procs
+            .extras
+            .keys()
+            .copied()
+            .chain(
+                procs
+                    .members
+                    .iter()
+                    .filter(|(_, member)| member.stat.state == b'R')
+                    .map(|(pid, _)| *pid)
+                    .take(MEMBER_READS_PER_SAMPLE),
+            )
+            .collect();
         procs.stop_wait = Some(StopWait {
             children: pending_children,
             extras: pending_extras,
@@ -92,6 +106,7 @@ impl OsActuator {
         if let Some(procs) = self.jobs.get_mut(&job) {
             procs.hold.switched_out = false;
             procs.hold.stopped_cpu = None;
+            procs.hold.serial += 1;
             procs.stop_wait = None;
             if let Some(launch) = procs.launch.as_mut() {
                 launch.paused = false;
@@ -307,9 +322,28 @@ impl OsActuator {
             }
             cpu.push((pid, stat.start, stat.own_ticks));
         }
-        if let Some(procs) = self.jobs.get_mut(&job) {
-            procs.hold.stopped_cpu = Some(cpu);
+        // The other members of its cgroup that the next sample reads are
+        // read now too: that sample tells which of them ran meanwhile.
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let serial = procs.hold.serial;
+        for pid in sample::members_in_turn(procs, MEMBER_READS_PER_SAMPLE) {
+            let Some(stat) = procfs::read_stat(pid) else {
+                continue;
+            };
+            if stat.state == b't' {
+                self.escaped(job, pid, &format!("process {pid} is traced"), out);
+                return;
+            }
+            if let Some(member) = procs.members.get_mut(&pid) {
+                *member = Member {
+                    stat,
+                    held: Some(serial),
+                };
+            }
         }
+        procs.hold.stopped_cpu = Some(cpu);
     }
 
     /// Looks at the CPU time of the processes of switched-out jobs that are
@@ -353,7 +387,7 @@ impl OsActuator {
     /// [`Self::check_held`]): it is frozen, now and at every later stop;
     /// without a freezer it is stopped again, and killed after
     /// `ESCAPE_LIMIT` such escapes.
-    fn escaped(&mut self, job: JobId, pid: i32, what: &str, out: &mut Vec<Input>) {
+    pub(super) fn escaped(&mut self, job: JobId, pid: i32, what: &str, out: &mut Vec<Input>) {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
@@ -457,14 +491,13 @@ impl OsActuator {
         }
     }
 
-    /// An in-place restart waits for the launches in progress (`on`), or
-    /// gave up waiting. While it waits, the launch of a switched-out job
-    /// goes on to its end instead of waiting for the job to be continued:
-    /// its ranks between fork and exec are continued so that they exec,
-    /// its other ranks are created, and each is stopped as it execs
-    /// (`stop_at_exec`). Once none is left to exec or to stop, the job is
-    /// switched out as before, with every rank stopped, and the restart can
-    /// hand it over.
+    /// An in-place restart is handing the launches in progress over
+    /// (`on`), or gave up. Meanwhile no process is created (the next image
+    /// creates the rest of each launch), and the ranks of a switched-out
+    /// job that are between fork and exec are continued so that they
+    /// exec, each stopped as it does (`stop_at_exec`): once none is left
+    /// to exec or to stop, the job is switched out as before, every rank
+    /// it has stopped, and the restart can hand it over.
     pub(super) fn finish_launches(&mut self, on: bool) {
         if self.finishing == on {
             return;
@@ -492,11 +525,11 @@ impl OsActuator {
         }
     }
 
-    /// While launches are finished for a restart, lets the ranks of the
-    /// switched-out `job` that are between fork and exec go on to their
-    /// exec, with a fresh exec deadline. A frozen job is thawed for it (its
-    /// other processes held by SIGSTOP) and frozen again once its launch
-    /// is over.
+    /// While launches are handed over for a restart, lets the ranks of
+    /// the switched-out `job` that are between fork and exec go on to
+    /// their exec, with a fresh exec deadline. A frozen job is thawed for
+    /// it (its other processes held by SIGSTOP) and frozen again once they
+    /// are stopped.
     pub(super) fn release_execs(&mut self, job: JobId) {
         if !self.finishing {
             return;
@@ -510,7 +543,7 @@ impl OsActuator {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
-        if !procs.hold.switched_out || (pids.is_empty() && procs.launch.is_none()) {
+        if !procs.hold.switched_out || pids.is_empty() {
             return;
         }
         // The CPU time the new ranks use up to their stop is the
@@ -560,11 +593,11 @@ impl OsActuator {
         self.restops.insert(pid);
     }
 
-    /// The launches being finished for a restart: the stops at exec that
-    /// /proc shows done (wait4 reports them too, see `handle_waited`),
-    /// and the jobs whose launch is over, which are held as any
-    /// switched-out job again: frozen if they were, their processes' CPU
-    /// time noted otherwise.
+    /// The launches being handed over for a restart: the stops at exec
+    /// that /proc shows done (wait4 reports them too, see
+    /// `handle_waited`), and the jobs with no rank left to exec or to
+    /// stop, which are held as any switched-out job again: frozen if they
+    /// were, their processes' CPU time noted otherwise.
     pub(super) fn settle_launches(&mut self, out: &mut Vec<Input>) {
         if !self.restops.is_empty() {
             let children = &mut self.children;
@@ -596,9 +629,8 @@ impl OsActuator {
             .settling
             .iter()
             .filter(|(job, _)| {
-                self.jobs.get(job).is_none_or(|procs| {
-                    procs.launch.is_none()
-                        && !execs.values().any(|pending| pending.job == **job)
+                self.jobs.get(job).is_none_or(|_| {
+                    !execs.values().any(|pending| pending.job == **job)
                         && !restops
                             .iter()
                             .any(|pid| children.get(pid).is_some_and(|child| child.job == **job))
@@ -615,7 +647,7 @@ impl OsActuator {
             {
                 continue;
             }
-            tracing::debug!(job = %job, "the launch of a switched-out job finished, its ranks stopped");
+            tracing::debug!(job = %job, "the ranks of a switched-out job released for a restart are stopped");
             if !(thawed && self.freeze(job)) {
                 self.check_held(job, out);
             }
@@ -647,13 +679,17 @@ impl OsActuator {
         };
         if let Some(wait) = procs.stop_wait.as_mut() {
             let extras = &procs.extras;
-            wait.extras
-                .retain(|pid| match (extras.get(pid), procfs::read_stat(*pid)) {
-                    (Some(extra), Some(stat)) => {
-                        stat.start == extra.start && !procfs::cannot_run(&stat)
-                    }
+            let members = &procs.members;
+            wait.extras.retain(|pid| {
+                let start = extras
+                    .get(pid)
+                    .map(|extra| extra.start)
+                    .or_else(|| members.get(pid).map(|member| member.stat.start));
+                match (start, procfs::read_stat(*pid)) {
+                    (Some(start), Some(stat)) => stat.start == start && !procfs::cannot_run(&stat),
                     _ => false,
-                });
+                }
+            });
             let waited = now.duration_since(wait.since);
             if wait.freezing
                 && self
@@ -724,13 +760,23 @@ impl OsActuator {
             drain.pids.retain(|(pid, start)| {
                 procfs::read_stat(*pid).is_some_and(|stat| stat.start == *start && !stat.is_dead())
             });
+            let mut left = drain.pids.len();
+            if let (true, Some(cgroups)) = (drain.in_cgroup, &self.cgroups) {
+                left += if now.duration_since(drain.killed) >= DRAIN_KILL_EVERY {
+                    drain.killed = now;
+                    cgroups.kill_job(job)
+                } else {
+                    cgroups.pids(job).len()
+                };
+            }
             let timed_out = now.duration_since(drain.since) >= DRAIN_TIMEOUT;
-            if drain.pids.is_empty() || timed_out {
+            if left == 0 || timed_out {
                 if timed_out {
-                    tracing::warn!(job = %job, left = drain.pids.len(), "processes of a finished job would not die");
+                    tracing::warn!(job = %job, left, "processes of a finished job would not die");
                 }
                 procs.drain = None;
                 procs.extras.clear();
+                procs.members.clear();
                 Self::gone(job, procs, &self.state, out);
                 return;
             }
@@ -830,6 +876,8 @@ mod tests {
                     groups: HashMap::from([(pid, 0)]),
                     children: BTreeSet::from([pid]),
                     extras: HashMap::new(),
+                    members: HashMap::new(),
+                    member_cursor: 0,
                     stop_wait: None,
                     drain: None,
                     reaped_cpu: Duration::ZERO,
@@ -840,10 +888,12 @@ mod tests {
                     scratch: state_dir.join("jobs/1"),
                     disk_walk: statedir::DiskWalk::default(),
                     cgroup_procs: None,
+                    pids_procs: None,
                     uid: 0,
                     hold: SwitchedOutHold::default(),
                     launch: None,
                     launch_failed: false,
+                    over_limit: false,
                     execs_in_flight: 0,
                 },
             );
