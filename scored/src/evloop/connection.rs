@@ -121,12 +121,14 @@ impl<A: Actuator> Daemon<A> {
                 queue,
                 cluster,
                 hosts,
+                ranks,
             } => (
                 Reply::Admitted {
                     job: job.0,
                     queue,
                     cluster,
                     hosts,
+                    ranks,
                 },
                 false,
             ),

@@ -294,6 +294,7 @@ impl Core {
                     queue,
                     cluster,
                     hosts,
+                    ranks: job.nprocs(),
                 },
             ));
             self.logged.by_client.insert(client, id);
