@@ -85,6 +85,11 @@ fn follow(request: Request) {
         Request::Console { line, .. } => {
             let _ = parse_line(&line);
         }
+        Request::Reattach { reattach, .. } => {
+            if reattach.check().is_ok() {
+                let _ = reattach.descriptor_count();
+            }
+        }
         Request::Hold
         | Request::Release
         | Request::Kill

@@ -137,6 +137,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
         pty,
         mpi,
         scored,
+        reattach,
         verbose,
     } = &invocation.options;
     let mut items = vec![match procs {
@@ -152,6 +153,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
     items.extend(stat.then(|| "stat".to_string()));
     items.extend(pty.then(|| "pty".to_string()));
     items.push(format!("mpi={}", mpi.name()));
+    items.push(format!("reattach={}ms", reattach.as_millis()));
     items.extend(verbose.then(|| "verbose".to_string()));
     let mut words = Vec::new();
     let mut option_word = format!("-{}", items.join(","));

@@ -81,6 +81,7 @@ mod bind;
 mod budget;
 mod connection;
 mod descriptors;
+mod durable;
 mod faults;
 mod fds;
 mod journal;
@@ -295,6 +296,8 @@ pub struct Daemon<A: Actuator> {
     spare_fd: Option<std::fs::File>,
     /// The job journal, when the daemon keeps one.
     journal: Option<Journal>,
+    /// The core's state on disk (`durable.rs`), when the daemon keeps it.
+    durable: Option<crate::durable::Durable>,
     /// How to re-execute in place, when the daemon may.
     restart: Option<RestartSetup>,
     /// A restart was asked for (by this console connection, wanting JSON,
@@ -422,6 +425,7 @@ impl<A: Actuator> Daemon<A> {
             spare_fd: spare_descriptor(),
             idle_since: Instant::now(),
             journal: None,
+            durable: None,
             restart: None,
             pending_restart: None,
             per_user: HashMap::new(),
@@ -482,6 +486,9 @@ impl<A: Actuator> Daemon<A> {
             }
             // A job's end written to the journal but not synced yet.
             if let Some(sync) = self.journal.as_ref().and_then(|j| j.sync_deadline()) {
+                deadline = Some(deadline.map_or(sync, |other| other.min(sync)));
+            }
+            if let Some(sync) = self.durable.as_ref().and_then(|d| d.sync_deadline()) {
                 deadline = Some(deadline.map_or(sync, |other| other.min(sync)));
             }
             if let Some(first) = self.partial.values().min() {
@@ -672,9 +679,11 @@ impl<A: Actuator> Daemon<A> {
         // actions report back forms the next batch.
         while !batch.is_empty() {
             self.recovery.changed = true;
-            let actions = self
-                .core
-                .handle_all(std::mem::take(&mut batch), self.tick());
+            let tick = self.tick();
+            if let Some(durable) = &mut self.durable {
+                durable.note(tick, &batch);
+            }
+            let actions = self.core.handle_all(std::mem::take(&mut batch), tick);
             let stops = actions
                 .iter()
                 .any(|action| matches!(action, Action::Stop(_)));
@@ -695,6 +704,8 @@ impl<A: Actuator> Daemon<A> {
             faults::panic_after_line(&line);
         }
         self.release_answers(false);
+        // Before anything of these inputs leaves the daemon.
+        self.write_durable();
         self.write_journal();
         self.flush_all();
         if let Some(journal) = &mut self.journal {
@@ -702,6 +713,12 @@ impl<A: Actuator> Daemon<A> {
                 tracing::error!(%error, "cannot sync the job journal");
             }
         }
+        if let Some(durable) = &mut self.durable {
+            if let Err(error) = durable.sync_if_needed() {
+                tracing::error!(%error, "cannot sync the daemon's state");
+            }
+        }
+        self.fold_if_needed();
     }
 
     fn carry_out(&mut self, actions: Vec<Action>, inputs: &mut Vec<Input>) {
@@ -710,6 +727,9 @@ impl<A: Actuator> Daemon<A> {
             let before = inputs.len();
             match action {
                 Action::Spawn(plan) => {
+                    // The decision to start the job is on disk before its
+                    // processes or its client hear of it.
+                    self.write_durable();
                     let token = Token(plan.client.0 as usize);
                     if let Some(conn) = self.connections.get_mut(&token) {
                         // What the client was told, the job's start among

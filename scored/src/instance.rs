@@ -89,7 +89,8 @@ impl Identity {
     }
 }
 
-fn boot_id() -> io::Result<String> {
+/// `/proc/sys/kernel/random/boot_id`: which boot of the machine this is.
+pub fn boot_id() -> io::Result<String> {
     Ok(fs::read_to_string("/proc/sys/kernel/random/boot_id")?
         .trim()
         .to_string())

@@ -200,6 +200,18 @@ pub fn parse_max_size(text: &str) -> Result<u64, SizeError> {
     Ok(size)
 }
 
+/// The job a job event is about.
+pub fn event_job(event: &JobEvent) -> scored_core::ids::JobId {
+    match event {
+        JobEvent::Admitted { job, .. }
+        | JobEvent::Started(job)
+        | JobEvent::Moved { job, .. }
+        | JobEvent::Held { job, .. }
+        | JobEvent::Released(job)
+        | JobEvent::Ended { job, .. } => *job,
+    }
+}
+
 /// Seconds since the Unix epoch, now.
 pub fn unix_now() -> f64 {
     SystemTime::now()

@@ -22,6 +22,7 @@ compile_error!(
 pub mod actuator;
 pub mod closer;
 pub mod config;
+pub mod durable;
 pub mod evloop;
 pub mod handover;
 pub mod hostsfile;

@@ -137,12 +137,23 @@ fn run() -> Result<(), String> {
         tracing::warn!(
             pid = previous.pid,
             "the previous scored of this state directory did not exit cleanly; \
-             cleaning up after it"
+             taking over its jobs"
         );
     }
-    let (mut core, mut resumed, start_actions) = match resumed {
-        Some(handover) => {
-            let mut core = Core::restore(core_config, topology.clone(), handover.core)
+    // What a killed daemon of this state directory left, unless this is an
+    // in-place restart (which hands the state over itself).
+    let left = match resumed {
+        Some(_) => None,
+        None => left_state(&state_dir),
+    };
+    let mut origin_ns = scored::durable::monotonic_ns();
+    let mut replayed = Vec::new();
+    let mut taken_over = false;
+    let settings_now = scored::durable::Settings::of(&core_config);
+    let (mut core, mut resumed, start_actions) = match (resumed, left) {
+        (Some(handover), _) => {
+            origin_ns = origin_ns.saturating_sub(handover.tick_us.saturating_mul(1000));
+            let mut core = Core::restore(core_config.clone(), topology.clone(), handover.core)
                 .map_err(|error| format!("cannot take over: {error}"))?;
             core.set_directory(Box::new(evloop::SystemDirectory));
             (
@@ -157,9 +168,20 @@ fn run() -> Result<(), String> {
                 Vec::new(),
             )
         }
-        None => {
+        (None, Some(left)) => {
+            // The killed daemon's processes died with it: what they left
+            // in their scratch directories goes.
             remove_scratch_leftovers(&state_dir);
-            let mut core = Core::new(core_config, topology.clone(), memory_limits);
+            origin_ns = left.state.origin_ns;
+            let (mut core, events) = recover_core(&core_config, &topology, left)?;
+            core.set_directory(Box::new(evloop::SystemDirectory));
+            replayed = events;
+            taken_over = true;
+            (core, None, Vec::new())
+        }
+        (None, None) => {
+            remove_scratch_leftovers(&state_dir);
+            let mut core = Core::new(core_config.clone(), topology.clone(), memory_limits);
             core.set_directory(Box::new(evloop::SystemDirectory));
             let start_actions =
                 run_rc(&mut core, &settings, uid).map_err(given_back(&state_dir))?;
@@ -181,7 +203,7 @@ fn run() -> Result<(), String> {
             .map_err(|error| format!("cannot open the job journal: {error}"))?,
         ),
         (true, None) => Some(
-            open_journal(&mut core, &state_dir, settings.journal_size)
+            open_journal(&mut core, &state_dir, settings.journal_size, replayed)
                 .map_err(given_back(&state_dir))?,
         ),
     };
@@ -259,18 +281,144 @@ fn run() -> Result<(), String> {
     if let Some(journal) = journal {
         daemon = daemon.with_journal(journal);
     }
+    // From here on, what the core is fed is on disk before any of it
+    // leaves the daemon.
+    let durable = scored::durable::Durable::start(
+        &state_dir,
+        origin_ns,
+        0,
+        settings_now,
+        daemon.core().snapshot(),
+    )
+    .map_err(|error| format!("cannot write the daemon's state: {error}"))?;
+    daemon = daemon.with_clock_origin(origin_ns).with_durable(durable);
     daemon = daemon.start_with(start_actions);
     if let Some((connections, tick_us)) = resumed {
         daemon = daemon
             .resume(connections, tick_us)
             .map_err(|error| format!("cannot take over the connections: {error}"))?;
     }
+    if taken_over {
+        // The processes of the killed daemon's jobs died with it.
+        let lost: Vec<(scored_core::ids::JobId, String)> = daemon
+            .core()
+            .jobs()
+            .filter(|job| job.phase() != scored_core::job::Phase::Idle)
+            .map(|job| {
+                (
+                    job.id,
+                    "scored was killed and the job's processes with it".to_string(),
+                )
+            })
+            .collect();
+        daemon = daemon.take_over(lost, scored::durable::REATTACH_WAIT);
+    }
     let result = daemon
         .run()
         .map_err(|error| format!("event loop failed: {error}"));
+    if result.is_ok() {
+        // Every job is gone: nothing is left to take over.
+        scored::durable::remove(&state_dir);
+    }
     instance::release(&state_dir);
     closer::finish();
     result
+}
+
+/// What a killed daemon of `state_dir` left for this one to take over:
+/// nothing if it left no state, or the state of another boot of the
+/// machine (whose processes are gone; its unfinished jobs are recorded
+/// as lost from the journal). A state that cannot be read is moved
+/// aside, said so, and left out.
+fn left_state(state_dir: &Path) -> Option<scored::durable::Left> {
+    let left = match scored::durable::load(state_dir) {
+        Ok(left) => left?,
+        Err(error) => {
+            let aside = state_dir.join(format!("{}.unreadable", scored::durable::SNAPSHOT));
+            let _ = std::fs::rename(state_dir.join(scored::durable::SNAPSHOT), &aside);
+            tracing::error!(%error, kept = %aside.display(), "cannot read the state a killed scored left; its unfinished jobs are recorded as lost");
+            return None;
+        }
+    };
+    match instance::boot_id() {
+        Ok(boot) if boot == left.state.boot_id => {}
+        _ => {
+            tracing::warn!("the state directory holds jobs of an earlier boot of the machine; they are recorded as lost");
+            return None;
+        }
+    }
+    if left.dropped > 0 {
+        tracing::warn!(
+            records = left.dropped,
+            "dropped unreadable records of the killed scored's log (a record torn by the crash)"
+        );
+    }
+    Some(left)
+}
+
+/// The core of a killed daemon: its snapshot restored with the settings
+/// it ran with and fed the inputs logged since, each at its tick; then,
+/// if this daemon's settings differ, restored again with them. Returns
+/// the job events the replay recorded, for the journal. A logged input
+/// that makes the core panic (the bug that killed the daemon) ends the
+/// replay at the state before it.
+fn recover_core(
+    config: &CoreConfig,
+    topology: &Topology,
+    left: scored::durable::Left,
+) -> Result<(Core, Vec<scored_core::core::JobEvent>), String> {
+    let scored::durable::Left { state, records, .. } = left;
+    let recorded = state.settings.apply(config);
+    let mut core = Core::restore(recorded.clone(), topology.clone(), state.core)
+        .map_err(|error| format!("cannot take over the killed scored's state: {error}"))?;
+    core.record_journal();
+    let n_records = records.len();
+    let mut applied = 0;
+    for record in records {
+        let inputs = match record
+            .inputs
+            .into_iter()
+            .map(scored_core::core::InputRecord::into_input)
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(inputs) => inputs,
+            Err(error) => {
+                tracing::error!(seq = record.seq, %error, "a logged input cannot be read; the state is taken as it was before it");
+                break;
+            }
+        };
+        core.commit();
+        let tick = scored_core::ids::Tick(record.tick);
+        // What the core logs while it handles the inputs again was logged
+        // when they were first handled.
+        let quiet = tracing::subscriber::NoSubscriber::default();
+        let outcome = tracing::subscriber::with_default(quiet, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                core.handle_all(inputs, tick);
+            }))
+        });
+        if outcome.is_err() {
+            core.rollback();
+            tracing::error!(
+                seq = record.seq,
+                "a logged input made the core panic again; the state is taken as it was before it"
+            );
+            break;
+        }
+        applied += 1;
+    }
+    let events = core.take_journal();
+    tracing::info!(
+        jobs = core.n_jobs(),
+        records = applied,
+        of = n_records,
+        "took over the state of the killed scored"
+    );
+    if scored::durable::Settings::of(config).differs(&state.settings) {
+        core = Core::restore(config.clone(), topology.clone(), core.snapshot())
+            .map_err(|error| format!("cannot take over the killed scored's state: {error}"))?;
+    }
+    Ok((core, events))
 }
 
 /// For a fresh start that fails after it claimed the state directory: the
@@ -343,7 +491,12 @@ fn remove_scratch_leftovers(state_dir: &Path) {
 /// Opens the job journal; jobs an earlier daemon left unfinished (it was
 /// killed, or the machine went down) are recorded as lost, and job ids
 /// continue after the highest one it handed out.
-fn open_journal(core: &mut Core, state_dir: &Path, max_size: u64) -> Result<Journal, String> {
+fn open_journal(
+    core: &mut Core,
+    state_dir: &Path,
+    max_size: u64,
+    replayed: Vec<scored_core::core::JobEvent>,
+) -> Result<Journal, String> {
     let (mut journal, recovered) = Journal::open(state_dir, max_size)
         .map_err(|error| format!("cannot open the job journal: {error}"))?;
     if recovered.bad_lines > 0 {
@@ -352,13 +505,37 @@ fn open_journal(core: &mut Core, state_dir: &Path, max_size: u64) -> Result<Jour
             "skipped unreadable journal lines (a record torn by a crash)"
         );
     }
-    if !recovered.open.is_empty() {
+    // What the replay of a killed daemon's log did that its journal had
+    // not recorded yet (the journal is written after the log): the whole
+    // story of jobs it never heard of, and the ends of jobs it has open.
+    let mut open = recovered.open;
+    let mut missing = Vec::new();
+    for event in replayed {
+        let job = scored::journal::event_job(&event);
+        let unheard = job.0 > recovered.last_id;
+        let ends_open =
+            matches!(event, scored_core::core::JobEvent::Ended { .. }) && open.contains_key(&job.0);
+        if matches!(event, scored_core::core::JobEvent::Ended { .. }) {
+            open.remove(&job.0);
+        }
+        if unheard || ends_open {
+            missing.push(event);
+        }
+    }
+    if !missing.is_empty() {
+        journal
+            .record(missing)
+            .map_err(|error| format!("cannot write to the job journal: {error}"))?;
+    }
+    // The jobs this daemon holds are not lost.
+    open.retain(|id, _| core.job(scored_core::ids::JobId(*id)).is_none());
+    if !open.is_empty() {
         tracing::warn!(
-            jobs = ?recovered.open.keys().collect::<Vec<_>>(),
+            jobs = ?open.keys().collect::<Vec<_>>(),
             "jobs of an earlier scored never ended: recording them as lost"
         );
         journal
-            .record_lost(&recovered.open)
+            .record_lost(&open)
             .map_err(|error| format!("cannot write to the job journal: {error}"))?;
     }
     core.continue_ids_after(recovered.last_id);

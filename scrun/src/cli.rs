@@ -16,6 +16,7 @@ use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use scored_proto::proto::{JobOptions, Joiner, ProcRequest};
 use scored_proto::submit::{self, ProcCounts, SubmitError};
@@ -53,6 +54,7 @@ options:
   -pty             give rank 0 a pseudo-terminal as its controlling terminal
   -mpi=MODE        the ranks' PMI for MPI: auto (default), pmix, pmi1, pmi2 or none
   -scored=PATH     the daemon's socket (default: SCORED_SOCKET, then the standard path)
+  -reattach=DUR    if scored dies, wait this long for it to come back (default 60s; 0: do not)
   -verbose, -v     say when a private scored is started
   -help, -h        print this text
   -version         print the version
@@ -70,7 +72,7 @@ pub const MAX_PRIORITY: u64 = 255;
 
 /// The keys an option word may hold, listed in the hint of an unknown-option error.
 const VALID_KEYS: &str =
-    "nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, verbose";
+    "nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, reattach, verbose";
 
 /// What the command line asks scrun to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +120,9 @@ pub struct Options {
     pub mpi: Mode,
     /// The daemon's socket (`scored=`); `None` leaves the choice to the caller.
     pub scored: Option<PathBuf>,
+    /// How long scrun waits for a daemon that died to come back, and
+    /// reattaches to its job if one does (`reattach=`); zero: it does not.
+    pub reattach: Duration,
     /// Say what scrun does on its own account, such as starting a
     /// private daemon (`verbose`, `v`); quiet by default, so that a job's
     /// captured output is the job's alone.
@@ -137,10 +142,14 @@ impl Default for Options {
             pty: false,
             mpi: Mode::Auto,
             scored: None,
+            reattach: DEFAULT_REATTACH,
             verbose: false,
         }
     }
 }
+
+/// How long scrun waits for its daemon to come back by default (`reattach=`).
+pub const DEFAULT_REATTACH: Duration = Duration::from_secs(60);
 
 impl Options {
     /// The part of the options the daemon needs, as the protocol carries it.
@@ -432,6 +441,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
     let mut disk = None;
     let mut time_ms = None;
     let mut scored = None;
+    let mut reattach = None;
     let mut verbose = None;
     // The placement key each source named first, to refuse `nodes` and
     // `hosts` together in one source; across sources the leftmost wins.
@@ -488,6 +498,12 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
                 let value = required("scored", "/run/scored.sock", setting)?;
                 scored.get_or_insert_with(|| PathBuf::from(value));
             }
+            "reattach" => {
+                let value = required("reattach", "60s", setting)?;
+                let duration = parse_duration(value)
+                    .map_err(|error| invalid("reattach", setting, error.to_string()))?;
+                reattach.get_or_insert(duration);
+            }
             // A bare help or version word never gets here: `parse` answers
             // it first. With a value, it is a mistake worth naming.
             "help" | "h" | "version" if setting.origin == Origin::CommandLine => {
@@ -517,6 +533,7 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
         pty: pty.unwrap_or(false),
         mpi: mpi.unwrap_or_default(),
         scored,
+        reattach: reattach.unwrap_or(DEFAULT_REATTACH),
         verbose: verbose.unwrap_or(false),
     })
 }

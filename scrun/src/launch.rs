@@ -10,7 +10,7 @@
 
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use scored_proto::client::{self, Connection, SocketSource};
 use scored_proto::exitcode;
@@ -82,7 +82,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
         }
     };
     let (path, source) = client::socket_path(invocation.options.scored.clone(), &settings);
-    let mut connection = match connect(
+    let (mut connection, reached) = match connect(
         &path,
         source,
         &settings,
@@ -145,15 +145,45 @@ pub fn run(invocation: &Invocation) -> Outcome {
         &caller,
         &rank_ends,
     );
-    // scored holds the ranks' ends now: a rank's end is then the end of
-    // its connection.
-    drop(rank_ends);
+    // Until the job starts, scrun keeps its copies of what it sent (the
+    // pty's slave, the ranks' PMI ends): a daemon that dies before then
+    // takes its own with it, and the one that takes the job over needs
+    // them again. Once the job has started they are let go, so that the
+    // end of a rank is the end of its connection.
+    let mut rejoin = Rejoin {
+        reached,
+        signals: &signals,
+        verbose: invocation.options.verbose,
+        caller: &caller,
+        layout: match &request {
+            Request::Submit { submit, .. } => scored_proto::proto::Reattach {
+                job: 0,
+                descriptors: true,
+                closed_stdio: submit.closed_stdio.clone(),
+                fds: submit.fds.clone(),
+                pmi_ranks: submit.pmi_ranks,
+                stages: submit.stages.len() as u32,
+                pty: submit.options.pty,
+                pmix_namespace: submit.pmix_namespace.clone(),
+            },
+            _ => scored_proto::proto::Reattach {
+                job: 0,
+                descriptors: false,
+                closed_stdio: Vec::new(),
+                fds: Vec::new(),
+                pmi_ranks: 0,
+                stages: 0,
+                pty: false,
+                pmix_namespace: None,
+            },
+        },
+        rank_ends,
+    };
+    let window = invocation.options.reattach;
+    let verbose = invocation.options.verbose;
     let end = match sent {
         Ok(()) => match pty {
-            Some(mut pty) => {
-                // scored holds the slave now; the job's end is the end of
-                // the pty's output once no copy is left open.
-                pty.close_slave();
+            Some(pty) => {
                 let mut side = PtySide {
                     relay: Relay::new(pty),
                     raw: None,
@@ -166,6 +196,9 @@ pub fn run(invocation: &Invocation) -> Outcome {
                     Some(&mut side),
                     pmi.as_mut(),
                     pmix.as_mut(),
+                    &mut rejoin,
+                    window,
+                    verbose,
                 );
                 // Dropping the side restores scrun's terminal before
                 // anything more is said on it.
@@ -179,6 +212,9 @@ pub fn run(invocation: &Invocation) -> Outcome {
                 None,
                 pmi.as_mut(),
                 pmix.as_mut(),
+                &mut rejoin,
+                window,
+                verbose,
             ),
         },
         Err(fatal) => Final {
@@ -250,6 +286,16 @@ fn start_pmix(invocation: &Invocation, request: &mut Request) -> Result<Option<P
     Ok(Some(server))
 }
 
+/// The daemon scrun reached: a socket, or the user's private daemon
+/// (which scrun starts again if it died).
+enum Reached {
+    /// The daemon listening at this socket.
+    Socket(PathBuf),
+    /// The user's private daemon; the path is the default socket where
+    /// no daemon answered.
+    Private(PrivatePaths, PathBuf),
+}
+
 /// Connects to scored: at the socket named by `-scored=` or
 /// `SCORED_SOCKET` if one is, else at the socket of the system-wide
 /// setting or the default socket, and when no daemon answers there, to
@@ -263,9 +309,9 @@ fn connect(
     settings: &ClientSettings,
     signals: &Signals,
     verbose: bool,
-) -> Result<Connection, Fatal> {
+) -> Result<(Connection, Reached), Fatal> {
     match client::connect_default(path, source) {
-        Ok((connection, _)) => Ok(connection),
+        Ok((connection, reached)) => Ok((connection, Reached::Socket(reached))),
         Err(error)
             if matches!(source, SocketSource::Default | SocketSource::Configured)
                 && client::means_no_daemon(&error) =>
@@ -294,7 +340,8 @@ fn connect(
             }
             let uid = nix::unistd::geteuid().as_raw();
             let paths = PrivatePaths::new(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid);
-            single::connect(&paths, path, signals, verbose)
+            let connection = single::connect(&paths, path, signals, verbose)?;
+            Ok((connection, Reached::Private(paths, path.to_path_buf())))
         }
         Err(error) => Err(Fatal::with_source(
             exitcode::UNREACHABLE,
@@ -302,6 +349,82 @@ fn connect(
             error,
         )),
     }
+}
+
+/// What scrun needs to reach its daemon again and ask for its job back.
+struct Rejoin<'a> {
+    reached: Reached,
+    signals: &'a Signals,
+    verbose: bool,
+    caller: &'a Caller,
+    /// The descriptors' layout of the submission.
+    layout: scored_proto::proto::Reattach,
+    /// The ranks' PMI ends, until the job starts.
+    rank_ends: Vec<OwnedFd>,
+}
+
+impl session::Reconnect for Rejoin<'_> {
+    fn reconnect(
+        &mut self,
+        job: u64,
+        descriptors: bool,
+        pty: Option<&Pty>,
+    ) -> io::Result<Connection> {
+        let mut connection = match &self.reached {
+            Reached::Socket(path) => Connection::connect(path)?,
+            // The private daemon is started again if it died: it takes
+            // its jobs over as any scored does.
+            Reached::Private(paths, default) => {
+                single::connect(paths, default, self.signals, self.verbose)
+                    .map_err(|fatal| io::Error::other(chain(&fatal)))?
+            }
+        };
+        let mut reattach = self.layout.clone();
+        reattach.job = job;
+        reattach.descriptors = descriptors && self.layout.descriptors;
+        if !reattach.descriptors {
+            reattach.closed_stdio.clear();
+            reattach.fds.clear();
+            reattach.pmi_ranks = 0;
+        }
+        let request = Request::Reattach {
+            version: scored_proto::proto::VERSION,
+            reattach: reattach.clone(),
+        };
+        if reattach.descriptors {
+            let fds = descriptors_to_send(pty, self.caller, &self.rank_ends);
+            connection.send_with_fds(&request, &fds)?;
+        } else {
+            connection.send(&request)?;
+        }
+        Ok(connection)
+    }
+
+    fn started(&mut self) {
+        self.rank_ends.clear();
+    }
+}
+
+/// The descriptors of a submission, in the order the protocol gives:
+/// stdin, stdout and stderr (scrun's own that were not closed, or with
+/// `-pty` the pty's slave as all three), then the other descriptors scrun
+/// inherited, then the ranks' ends of their PMI connections.
+fn descriptors_to_send<'a>(
+    pty: Option<&'a Pty>,
+    caller: &'a Caller,
+    pmi: &'a [OwnedFd],
+) -> Vec<std::os::fd::BorrowedFd<'a>> {
+    let mut fds = match pty.and_then(Pty::slave) {
+        Some(slave) => vec![slave, slave, slave],
+        None => [0, 1, 2]
+            .into_iter()
+            .filter(|fd| !caller.closed_stdio.contains(fd))
+            .map(crate::sys::borrow)
+            .collect(),
+    };
+    fds.extend(caller.descriptors.iter().map(|&fd| crate::sys::borrow(fd)));
+    fds.extend(pmi.iter().map(AsFd::as_fd));
+    fds
 }
 
 /// Sends the submission with its descriptors attached, in the order the
@@ -317,20 +440,7 @@ fn submit(
     caller: &Caller,
     pmi: &[OwnedFd],
 ) -> Result<(), Fatal> {
-    let stdin = io::stdin();
-    let stdout = io::stdout();
-    let stderr = io::stderr();
-    let mut fds = match pty.and_then(Pty::slave) {
-        Some(slave) => vec![slave, slave, slave],
-        None => [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()]
-            .into_iter()
-            .enumerate()
-            .filter(|(fd, _)| !caller.closed_stdio.contains(&(*fd as i32)))
-            .map(|(_, fd)| fd)
-            .collect(),
-    };
-    fds.extend(caller.descriptors.iter().map(|&fd| crate::sys::borrow(fd)));
-    fds.extend(pmi.iter().map(AsFd::as_fd));
+    let fds = descriptors_to_send(pty, caller, pmi);
     match connection.send_with_fds(request, &fds) {
         Ok(()) => Ok(()),
         // scored hung up while we were sending, which it does after an

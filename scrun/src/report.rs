@@ -57,7 +57,8 @@ pub fn final_report(reply: &Reply, stat: bool, passed: Option<i32>) -> Option<Fi
         Reply::Waiting { .. }
         | Reply::Admitted { .. }
         | Reply::Started { .. }
-        | Reply::Held { .. } => None,
+        | Reply::Held { .. }
+        | Reply::Reattached { .. } => None,
         // Every kind of rejection is one status: scripts that care about
         // the kind read the message, and `wait` exists for the one kind
         // that a retry would fix.

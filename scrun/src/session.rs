@@ -60,6 +60,11 @@ pub enum Event {
     Lost,
     /// scored sent bytes that are not a reply; the text says what was wrong.
     Garbled(String),
+    /// The shell connected to scored again and asked for the job back
+    /// (after [`Action::Reconnect`]).
+    Connected,
+    /// The shell could not connect to scored again; the text says why.
+    ConnectFailed(String),
     /// A rank ended the job through PMI (its abort, or a fault of it):
     /// the job is killed and scrun exits with `code`.
     Pmi {
@@ -89,6 +94,16 @@ pub enum Action {
     /// Copy the size of scrun's terminal to the job's pty (`-pty`); the
     /// kernel signals the job.
     FollowSize,
+    /// Connect to scored again and ask for `job` back, with the job's
+    /// descriptors if `descriptors` (it has not started: the daemon that
+    /// died held them); then report [`Event::Connected`] or
+    /// [`Event::ConnectFailed`].
+    Reconnect {
+        /// The job.
+        job: u64,
+        /// Send the job's descriptors again.
+        descriptors: bool,
+    },
     /// The session is over.
     Finish(Final),
 }
@@ -100,6 +115,22 @@ enum Hold {
     Idle,
     /// `Hold` was sent; scrun stops itself on `Held` or at the deadline.
     Awaiting { deadline: Instant },
+}
+
+/// How often scrun tries to reach a daemon that went away.
+pub const RECONNECT_EVERY: Duration = Duration::from_millis(200);
+
+/// Where scrun stands with its daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// Connected.
+    Up,
+    /// The daemon went away: scrun tries to reach it again at `next_try`,
+    /// until `until`.
+    Away { until: Instant, next_try: Instant },
+    /// Connected again and `Reattach` sent; its answer is awaited until
+    /// `until`.
+    Reattaching { until: Instant },
 }
 
 /// The state of one submission, from `Submit` sent to the job's end.
@@ -134,6 +165,15 @@ pub struct Session {
     /// exits with once scored confirms the job's end.
     pmi_end: Option<i32>,
     hold: Hold,
+    /// How long to wait for a daemon that went away (`-reattach=`); zero:
+    /// the session ends with it.
+    reattach: Duration,
+    /// Say on stderr when the daemon went away and when scrun is back
+    /// (`-v`).
+    verbose: bool,
+    link: Link,
+    /// Requests made while the daemon was away, sent once it is back.
+    queued: Vec<Request>,
 }
 
 impl Session {
@@ -155,7 +195,25 @@ impl Session {
             killing: false,
             pmi_end: None,
             hold: Hold::Idle,
+            reattach: Duration::ZERO,
+            verbose: false,
+            link: Link::Up,
+            queued: Vec::new(),
         }
+    }
+
+    /// If scored goes away, wait up to `window` for it to come back and
+    /// reattach to the job; `verbose` says so on stderr.
+    pub fn reattach(mut self, window: Duration, verbose: bool) -> Session {
+        self.reattach = window;
+        self.verbose = verbose;
+        self
+    }
+
+    /// Whether scrun is connected to scored (the shell polls the
+    /// connection only then).
+    pub fn connected(&self) -> bool {
+        !matches!(self.link, Link::Away { .. })
     }
 
     /// When the shell must deliver [`Event::Tick`] at the latest.
@@ -164,10 +222,12 @@ impl Session {
             Hold::Idle => None,
             Hold::Awaiting { deadline } => Some(deadline),
         };
-        match (hold, self.queued_notice) {
-            (Some(hold), Some(notice)) => Some(hold.min(notice)),
-            (hold, notice) => hold.or(notice),
-        }
+        let link = match self.link {
+            Link::Up => None,
+            Link::Away { until, next_try } => Some(until.min(next_try)),
+            Link::Reattaching { until } => Some(until),
+        };
+        [hold, self.queued_notice, link].into_iter().flatten().min()
     }
 
     /// Whether the shell reads the job's output now: not while the end of
@@ -181,16 +241,121 @@ impl Session {
 
     /// Handles one event at time `now`.
     pub fn handle(&mut self, event: Event, now: Instant) -> Vec<Action> {
-        match event {
+        let actions = match event {
             Event::Reply(reply) => self.on_reply(reply, now),
             Event::Signal(signal) => self.on_signal(signal, now),
             Event::OutputGone => self.on_output_gone(now),
             Event::TerminalGone => self.on_terminal_gone(now),
-            Event::Lost => vec![Action::Finish(lost_connection(self.job))],
+            Event::Lost => self.on_lost(now),
             Event::Garbled(why) => vec![Action::Finish(Final::line(exitcode::INTERNAL, why))],
             Event::Pmi { code, message } => self.on_pmi_end(code, message),
+            Event::Connected => {
+                if let Link::Away { until, .. } = self.link {
+                    self.link = Link::Reattaching { until };
+                }
+                Vec::new()
+            }
+            Event::ConnectFailed(_) => Vec::new(),
             Event::Tick => self.on_tick(now),
+        };
+        if self.link == Link::Up {
+            return actions;
         }
+        // The daemon is away: what would go to it waits for its return.
+        let mut kept = Vec::with_capacity(actions.len());
+        for action in actions {
+            match action {
+                Action::Send(request) => self.queued.push(request),
+                other => kept.push(other),
+            }
+        }
+        kept
+    }
+
+    /// The connection to scored broke. Without a job id (not admitted
+    /// yet) or with `-reattach=0`, the session ends as the daemon did;
+    /// otherwise scrun keeps the job's terminal and PMI and waits for a
+    /// daemon to take the job over.
+    fn on_lost(&mut self, now: Instant) -> Vec<Action> {
+        let Some(job) = self.job.filter(|_| !self.reattach.is_zero()) else {
+            return vec![Action::Finish(lost_connection(self.job))];
+        };
+        let until = match self.link {
+            Link::Up => now + self.reattach,
+            Link::Away { until, .. } | Link::Reattaching { until } => until,
+        };
+        let first = self.link == Link::Up;
+        self.link = Link::Away {
+            until,
+            next_try: now,
+        };
+        if first && self.verbose {
+            return vec![Action::Say(format!(
+                "scored went away; waiting up to {} for it to come back to job {job}",
+                scored_proto::units::format_duration_exact(self.reattach)
+            ))];
+        }
+        Vec::new()
+    }
+
+    /// Tries to reach the daemon again, or gives up once out of time.
+    fn on_link_tick(&mut self, now: Instant) -> Vec<Action> {
+        let Some(job) = self.job else {
+            return Vec::new();
+        };
+        let until = match self.link {
+            Link::Up => return Vec::new(),
+            Link::Away { until, .. } | Link::Reattaching { until } => until,
+        };
+        if now >= until {
+            return vec![Action::Finish(Final::line(
+                exitcode::UNREACHABLE,
+                format!(
+                    "scored did not come back within {} (-reattach); leaving job {job}, \
+                     which is killed when scored returns",
+                    scored_proto::units::format_duration_exact(self.reattach)
+                ),
+            ))];
+        }
+        match self.link {
+            Link::Away { next_try, .. } if now >= next_try => {
+                self.link = Link::Away {
+                    until,
+                    next_try: now + RECONNECT_EVERY,
+                };
+                vec![Action::Reconnect {
+                    job,
+                    descriptors: !self.started,
+                }]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// scored has the job back for scrun: the requests made meanwhile go
+    /// out, and a start missed while away is taken as heard.
+    fn on_reattached(&mut self, job: u64, started: bool, now: Instant) -> Vec<Action> {
+        self.link = Link::Up;
+        let mut actions = Vec::new();
+        if self.verbose {
+            actions.push(Action::Say(format!("reattached to job {job}")));
+        }
+        if started && !self.started {
+            actions.extend(self.on_reply(
+                Reply::Started {
+                    job,
+                    winch: true,
+                    signals: true,
+                },
+                now,
+            ));
+        }
+        actions.extend(
+            std::mem::take(&mut self.queued)
+                .into_iter()
+                .map(Action::Send),
+        );
+        actions
     }
 
     /// A rank aborted, or broke the PMI protocol: the message now, the job
@@ -205,6 +370,20 @@ impl Session {
     }
 
     fn on_reply(&mut self, reply: Reply, now: Instant) -> Vec<Action> {
+        if let Link::Reattaching { .. } = self.link {
+            match reply {
+                Reply::Reattached { job, started, .. } => {
+                    return self.on_reattached(job, started, now)
+                }
+                Reply::Rejected { reason, .. } | Reply::Error { message: reason } => {
+                    return vec![Action::Finish(Final::line(
+                        exitcode::UNREACHABLE,
+                        format!("scored came back, but: {reason}"),
+                    ))]
+                }
+                _ => {}
+            }
+        }
         if let Reply::Console { json, .. } = &reply {
             if std::mem::take(&mut self.asked_why) {
                 return self.on_why(json.as_ref());
@@ -405,7 +584,7 @@ impl Session {
     }
 
     fn on_tick(&mut self, now: Instant) -> Vec<Action> {
-        let mut actions = Vec::new();
+        let mut actions = self.on_link_tick(now);
         if let (Some(at), Some(job)) = (self.queued_notice, self.job) {
             if now >= at {
                 self.queued_notice = None;
@@ -483,8 +662,26 @@ const FOREGROUND_LOOK: Duration = Duration::from_millis(100);
 /// the slave any more, which is at once unless a stray process kept it.
 const PTY_DRAIN: Duration = Duration::from_secs(2);
 
+/// How scrun reaches scored again after it went away: the shell's side of
+/// [`Action::Reconnect`].
+pub trait Reconnect {
+    /// Connects to scored again and sends `Reattach` for `job`, with the
+    /// job's descriptors if `descriptors` (`pty`: the job's terminal).
+    fn reconnect(
+        &mut self,
+        job: u64,
+        descriptors: bool,
+        pty: Option<&crate::terminal::Pty>,
+    ) -> io::Result<Connection>;
+    /// The job has started: its processes hold their descriptors, and
+    /// scrun lets go of its copies.
+    fn started(&mut self);
+}
+
 /// Talks to scored until the job ends, and returns how scrun ends. The
-/// `Submit` must already have been sent on `connection`.
+/// `Submit` must already have been sent on `connection`. If scored goes
+/// away, `reconnect` reaches it again (within `-reattach=`).
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     connection: &mut Connection,
     signals: &Signals,
@@ -492,11 +689,15 @@ pub fn run(
     mut pty: Option<&mut PtySide>,
     mut pmi: Option<&mut PmiServer>,
     mut pmix: Option<&mut PmixServer>,
+    reconnect: &mut dyn Reconnect,
+    window: Duration,
+    verbose: bool,
 ) -> Final {
-    let mut session = Session::new(stat, pty.is_some());
+    let mut session = Session::new(stat, pty.is_some()).reattach(window, verbose);
+    let mut pending = std::collections::VecDeque::new();
     loop {
         let events = match wait(
-            connection,
+            session.connected().then_some(&mut *connection),
             signals,
             session.deadline(),
             session.reads_output(),
@@ -510,10 +711,21 @@ pub fn run(
         if let Some(side) = pty.as_deref_mut() {
             side.sync_raw();
         }
-        for event in events {
+        pending.extend(events);
+        while let Some(event) = pending.pop_front() {
+            let started = matches!(
+                &event,
+                Event::Reply(Reply::Started { .. })
+                    | Event::Reply(Reply::Reattached { started: true, .. })
+            );
+            if started {
+                reconnect.started();
+            }
             if let Some(side) = pty.as_deref_mut() {
                 match &event {
-                    Event::Reply(Reply::Started { .. }) => {
+                    _ if started => {
+                        // The job's processes hold the slave now.
+                        side.relay.pty_mut().close_slave();
                         side.started = true;
                         side.sync_raw();
                     }
@@ -565,6 +777,18 @@ pub fn run(
                     Action::FollowSize => {
                         if let Some(side) = pty.as_deref_mut() {
                             side.relay.pty().follow_size();
+                        }
+                    }
+                    Action::Reconnect { job, descriptors } => {
+                        let terminal = pty.as_deref().map(|side| side.relay.pty());
+                        match reconnect.reconnect(job, descriptors, terminal) {
+                            Ok(fresh) => {
+                                *connection = fresh;
+                                pending.push_back(Event::Connected);
+                            }
+                            Err(error) => {
+                                pending.push_back(Event::ConnectFailed(error.to_string()));
+                            }
                         }
                     }
                     Action::Finish(end) => {
@@ -619,7 +843,7 @@ fn drain_pty(relay: &mut Relay) {
 /// scrun's terminal and the pty are moved here, as they come; the job's
 /// output only if `read_output`.
 fn wait(
-    connection: &mut Connection,
+    connection: Option<&mut Connection>,
     signals: &Signals,
     deadline: Option<Instant>,
     read_output: bool,
@@ -645,8 +869,14 @@ fn wait(
     let relay = pty.map(|side| &mut side.relay);
     let (connection_ready, signals_ready, master_ready, stdin_ready, pmi_ready, pmix_ready) = {
         let stdin = io::stdin();
+        // While scored is away there is no connection to poll: the
+        // signalfd stands in its place, and its readiness counts once.
+        let polled = match &connection {
+            Some(connection) => connection.as_fd(),
+            None => signals.as_fd(),
+        };
         let mut fds = vec![
-            PollFd::new(connection.as_fd(), PollFlags::POLLIN),
+            PollFd::new(polled, PollFlags::POLLIN),
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
         ];
         let (mut master_idx, mut stdin_idx) = (None, None);
@@ -722,7 +952,7 @@ fn wait(
         }
     }
     let mut events = Vec::new();
-    if connection_ready {
+    if let (true, Some(connection)) = (connection_ready, connection) {
         read_replies(connection, &mut events);
     }
     if let Some(server) = pmi {

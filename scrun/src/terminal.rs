@@ -373,6 +373,11 @@ impl Relay {
         &self.pty
     }
 
+    /// The pty, to close scrun's copy of its slave.
+    pub fn pty_mut(&mut self) -> &mut Pty {
+        &mut self.pty
+    }
+
     /// What to wait for besides the master's output.
     pub fn interest(&self) -> Interest {
         Interest {

@@ -5,6 +5,7 @@
 mod backfill;
 mod blocking;
 mod console;
+mod crash;
 mod docs;
 mod faults;
 mod gang;

@@ -40,8 +40,15 @@ fn start_in(dir: &Path, user: Option<&TestUser>, args: &[&str]) -> Child {
     child
 }
 
+/// Stops a scored (with SIGTERM: a killed one's state would be taken over
+/// by the next start, which then runs no scored.rc) and returns its stderr.
 fn stop(mut child: Child) -> String {
-    let _ = child.kill();
+    if matches!(child.try_wait(), Ok(None)) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
     let output = child.wait_with_output().expect("wait for scored");
     String::from_utf8_lossy(&output.stderr).into_owned()
 }

@@ -562,6 +562,9 @@ impl Core {
             Input::Shutdown { now: kill } => {
                 self.shutdown(kill, now, out);
             }
+            Input::Takeover { reattach_until } => self.clients_lost(reattach_until),
+            Input::ProcessesLost { job, reason } => self.processes_lost(job, reason, now, out),
+            Input::Reattach { client, cred, job } => self.reattach(client, &cred, job, out),
         }
     }
 
@@ -606,6 +609,7 @@ mod script;
 mod snapshot;
 mod switch;
 mod table;
+mod takeover;
 mod tick;
 mod views;
 
@@ -619,7 +623,7 @@ pub use input::{Input, JobEvent};
 pub use lifecycle::unlimited_disk_backstop;
 pub use repeat::RotationMark;
 pub use script::{ScriptError, ScriptProblem, ScriptRun};
-pub use snapshot::{CoreSnapshot, RestoreError};
+pub use snapshot::{CoreSnapshot, InputRecord, RestoreError};
 
 use checkpoint::Logged;
 use switch::set_busy;

@@ -131,6 +131,9 @@ pub enum EndCause {
     },
     /// A rank was killed by a signal, so the rest of the job was killed too.
     RankSignalled,
+    /// Its processes are gone and nothing said how they ended (the daemon
+    /// or what kept them was killed); the text says what happened.
+    Lost(String),
 }
 
 /// Where a job's processes are, as the core tracks them (the kind of
@@ -358,6 +361,10 @@ pub struct Job {
     pub operator_hold: bool,
     /// Held by its owner (scrun suspended, or `suspend` by the owner).
     pub owner_hold: bool,
+    /// Held until its scrun reattaches: an interactive job that had not
+    /// started when a new daemon took over (its processes need the
+    /// descriptors that scrun sends again).
+    pub awaits_client: bool,
     /// Queued or started, with what a started job carries. Set when the
     /// record is made (admitted, or restored); changed only through the
     /// transitions of [`Job`], which the core calls.
@@ -407,7 +414,7 @@ impl Started {
 impl Job {
     /// Whether an operator or the owner holds the job.
     pub fn held(&self) -> bool {
-        self.operator_hold || self.owner_hold
+        self.operator_hold || self.owner_hold || self.awaits_client
     }
 
     /// The state shown in listings.

@@ -327,6 +327,86 @@ pub enum Request {
         /// The signal's number.
         signal: i32,
     },
+    /// scrun lost its daemon and asks the one that took over for its job
+    /// back, on a new connection: only the job's owner can have it. A job
+    /// that has not started needs its descriptors again (the killed daemon
+    /// held them), which the frame carries as a submission's
+    /// ([`Reattach::descriptor_count`]); a started job's processes have
+    /// theirs.
+    Reattach {
+        /// Protocol revision of the client.
+        version: u32,
+        /// What scrun asks for.
+        reattach: Reattach,
+    },
+}
+
+/// A [`Request::Reattach`]: the job, and the layout of the descriptors
+/// the frame carries (none for a job that has started).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reattach {
+    /// The job scrun submitted.
+    pub job: u64,
+    /// The frame carries the job's descriptors, laid out as its
+    /// submission's were (`Submit::descriptor_count`).
+    pub descriptors: bool,
+    /// The standard descriptors its scrun has closed.
+    #[serde(default)]
+    pub closed_stdio: Vec<i32>,
+    /// The numbers of the other descriptors it passes, as `Submit::fds`.
+    #[serde(default)]
+    pub fds: Vec<i32>,
+    /// PMI descriptors per stage, as `Submit::pmi_ranks`.
+    #[serde(default)]
+    pub pmi_ranks: u32,
+    /// The job's stages (for the PMI descriptors' count).
+    #[serde(default)]
+    pub stages: u32,
+    /// The job's stdin is a terminal its first rank takes (`-pty`).
+    #[serde(default)]
+    pub pty: bool,
+    /// The PMIx namespace of its ranks, as `Submit::pmix_namespace`.
+    #[serde(default)]
+    pub pmix_namespace: Option<String>,
+}
+
+impl Reattach {
+    /// Checks the layout as a submission's is checked: the standard
+    /// descriptors named closed, the numbers passed, and the PMI ones in
+    /// bounds; the text says what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        crate::inherit::check_descriptors(&self.closed_stdio, &self.fds, self.pty)
+            .map_err(|error| error.to_string())?;
+        if self.stages as usize > MAX_STAGES {
+            return Err(format!(
+                "{} stages, over the limit of {MAX_STAGES}",
+                self.stages
+            ));
+        }
+        let pmi = (self.pmi_ranks as usize).saturating_mul(self.stages as usize);
+        if pmi > MAX_PMI_FDS {
+            return Err(format!(
+                "{pmi} PMI descriptors, over the limit of {MAX_PMI_FDS}"
+            ));
+        }
+        crate::submit::check_pmix_namespace(self.pmix_namespace.as_deref())
+            .map_err(|error| error.to_string())?;
+        Ok(())
+    }
+
+    /// How many descriptors the frame carries, in a submission's order.
+    pub fn descriptor_count(&self) -> usize {
+        if !self.descriptors {
+            return 0;
+        }
+        let closed = [0, 1, 2]
+            .iter()
+            .filter(|fd| self.closed_stdio.contains(fd))
+            .count();
+        SUBMIT_FDS - closed
+            + self.fds.len()
+            + (self.pmi_ranks as usize).saturating_mul(self.stages as usize)
+    }
 }
 
 /// Why a submission was refused; scrun maps this to its exit status.
@@ -427,6 +507,16 @@ pub enum Reply {
         /// the job instead.
         #[serde(default)]
         signals: bool,
+    },
+    /// scrun has its job again (answers `Reattach`); what follows is as
+    /// for a submission's connection (`Started`, `Held`, `Ended`).
+    Reattached {
+        /// The job.
+        job: u64,
+        /// Its processes exist, or did: it has started.
+        started: bool,
+        /// Its owner holds it (scrun was suspended).
+        held: bool,
     },
     /// The job is held (acknowledges `Hold`).
     Held {

@@ -435,7 +435,12 @@ pub const MAX_PMIX_NAMESPACE: usize = 200;
 /// letters, digits, `.`, `_` or `-` (it goes into the ranks'
 /// environment and names their PMIx world).
 pub fn check_pmix(submit: &Submit) -> Result<(), SubmitError> {
-    let Some(namespace) = &submit.pmix_namespace else {
+    check_pmix_namespace(submit.pmix_namespace.as_deref())
+}
+
+/// [`check_pmix`] on a namespace alone (a reattach names its job's).
+pub fn check_pmix_namespace(namespace: Option<&str>) -> Result<(), SubmitError> {
+    let Some(namespace) = namespace else {
         return Ok(());
     };
     let good = !namespace.is_empty()

@@ -514,6 +514,7 @@ fn replay(
                             }
                             ClientEvent::Waiting(_)
                             | ClientEvent::Held(_)
+                            | ClientEvent::Reattached { .. }
                             | ClientEvent::Answer(_) => {}
                         }
                     }

@@ -132,6 +132,14 @@ impl<A: Actuator> Daemon<A> {
                 false,
             ),
             ClientEvent::Held(job) => (Reply::Held { job: job.0 }, false),
+            ClientEvent::Reattached { job, started, held } => (
+                Reply::Reattached {
+                    job: job.0,
+                    started,
+                    held,
+                },
+                false,
+            ),
             ClientEvent::Answer(reply) => return self.answer(token, reply),
             ClientEvent::Ended(ending) => (
                 Reply::Ended {
@@ -605,6 +613,55 @@ impl<A: Actuator> Daemon<A> {
                     "signal {signal} cannot be passed to a job (scrun passes SIGHUP, SIGINT, SIGQUIT, SIGPIPE, SIGTERM and SIGWINCH)"
                 ),
             ),
+            Request::Reattach { version, reattach } => {
+                if version != proto::VERSION {
+                    return refuse(
+                        conn,
+                        format!(
+                            "protocol version {version} is not {}; use matching scrun and scored",
+                            proto::VERSION
+                        ),
+                    );
+                }
+                if conn.submitted {
+                    return refuse(conn, "a connection may submit or reattach one job only".into());
+                }
+                if let Err(why) = reattach.check() {
+                    return refuse(conn, format!("reattach to job {}: {why}", reattach.job));
+                }
+                if conn.fds.len() != reattach.descriptor_count() {
+                    return refuse(
+                        conn,
+                        format!(
+                            "this reattach must carry {} descriptors, it carried {}",
+                            reattach.descriptor_count(),
+                            conn.fds.len()
+                        ),
+                    );
+                }
+                if reattach.descriptors {
+                    let fds = std::mem::take(&mut conn.fds);
+                    let Some(stdio) = super::descriptors::job_stdio(
+                        fds,
+                        &reattach.closed_stdio,
+                        &reattach.fds,
+                        reattach.pmi_ranks as usize,
+                        reattach.pmix_namespace.clone(),
+                        reattach.pty,
+                        &mut self.fd_pool,
+                    ) else {
+                        return refuse(conn, "descriptors went missing".into());
+                    };
+                    conn.stdio = Some(stdio);
+                }
+                conn.submitted = true;
+                self.idle_since = Instant::now();
+                inputs.push(Input::Reattach {
+                    client,
+                    cred: conn.cred.clone(),
+                    job: scored_core::ids::JobId(reattach.job),
+                });
+            }
         }
     }
 

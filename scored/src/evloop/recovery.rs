@@ -24,6 +24,7 @@ impl<A: Actuator> Daemon<A> {
             _ => None,
         };
         let held_before = self.held_answers.len();
+        let logged_before = self.durable_mark();
         let outcome =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle_event(event)));
         if outcome.is_ok() {
@@ -44,6 +45,10 @@ impl<A: Actuator> Daemon<A> {
                 "a bug: scored panicked handling an event; restarting in place"
             );
             self.pending_restart = None;
+            // The core forgets the event; so does its log (what of it was
+            // written already, the snapshot written once the processes
+            // are back in line replaces).
+            self.durable_forget(logged_before);
             // Answers held for stops under way go with the connections'
             // output; the new image knows nothing of them otherwise. Those
             // the lost event made are not sent: its request is not applied.
@@ -63,6 +68,7 @@ impl<A: Actuator> Daemon<A> {
                 conn.closing = true;
             }
             self.recover();
+            self.fold();
             self.restart_in_place(None);
         }
     }

@@ -263,6 +263,9 @@ impl<A: Actuator> Daemon<A> {
         if self.core.shutting_down() {
             return Err("scored is shutting down".to_string());
         }
+        // The new image writes its snapshot from the handover; until it
+        // has, what is on disk is what this image fed its core.
+        self.write_durable();
         let (actuator, mut fds) = self
             .actuator
             .handover()

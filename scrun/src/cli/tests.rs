@@ -113,7 +113,7 @@ fn raw(bytes: &[u8]) -> OsString {
     OsString::from_vec(bytes.to_vec())
 }
 
-const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, verbose";
+const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, reattach, verbose";
 
 #[test]
 fn program_only() {
@@ -232,7 +232,7 @@ fn scored_socket() {
 fn lists_equal_separate_words() {
     check("-nodes=2x3,wait,priority=0,stat a", "nodes=2x3 priority=0 wait stat | a");
     check("-nodes=2x3 -wait -priority=0 -stat a", "nodes=2x3 priority=0 wait stat | a");
-    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, verbose");
+    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, reattach, verbose");
 }
 
 #[test]

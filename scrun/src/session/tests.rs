@@ -38,6 +38,18 @@ fn event(line: &str) -> (Duration, Event) {
             signals: false,
         },
         "held" => Reply::Held { job: number() },
+        "reattached" => Reply::Reattached {
+            job: number(),
+            started: true,
+            held: false,
+        },
+        "reattached-unstarted" => Reply::Reattached {
+            job: number(),
+            started: false,
+            held: false,
+        },
+        "connected" => return (Duration::ZERO, Event::Connected),
+        "connect-failed" => return (Duration::ZERO, Event::ConnectFailed(rest.into())),
         "why" => Reply::Console {
             ok: true,
             text: String::new(),
@@ -117,6 +129,9 @@ fn render(action: &Action) -> String {
         Action::Say(line) => format!("say {line}"),
         Action::StopSelf => "stop".into(),
         Action::FollowSize => "copy the size to the pty".into(),
+        Action::Reconnect { job, descriptors } => {
+            format!("reconnect to job {job} (descriptors: {descriptors})")
+        }
         Action::Finish(end) => match end.reraise {
             Some(signal) => format!(
                 "finish {} by {}: {}",
@@ -130,7 +145,10 @@ fn render(action: &Action) -> String {
 }
 
 fn run_transcript(input: &str, pty: bool) -> String {
-    let mut session = Session::new(false, pty);
+    transcript(Session::new(false, pty), input)
+}
+
+fn transcript(mut session: Session, input: &str) -> String {
     let mut now = Instant::now();
     let mut out = String::new();
     for line in input.lines().map(str::trim).filter(|line| !line.is_empty()) {
@@ -724,5 +742,141 @@ fn on_a_pty_a_resize_is_copied_to_it_and_the_kernel_tells_the_job() {
         admitted 7
         SIGWINCH
           copy the size to the pty",
+    );
+}
+
+/// A session that reattaches (`-reattach=2s`, `-v`): the transcript of a
+/// daemon that went away and came back.
+fn check_reattach(input: &str, expected: &str) {
+    let actual: String = transcript(
+        Session::new(false, false).reattach(Duration::from_secs(2), true),
+        input,
+    )
+    .lines()
+    .map(|line| format!("{}\n", line.trim_end()))
+    .collect();
+    let expected = expected
+        .lines()
+        .map(|line| line.strip_prefix("        ").unwrap_or(line))
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| format!("{}\n", line.trim_end()))
+        .collect::<String>();
+    assert!(
+        actual == expected,
+        "\n--- expected ---\n{expected}--- actual ---\n{actual}"
+    );
+}
+
+#[test]
+fn a_lost_daemon_is_waited_for_and_the_job_reattached() {
+    check_reattach(
+        "
+        admitted 7
+        started 7
+        lost
+        +0
+        connect-failed no socket
+        +100
+        +100
+        connected
+        SIGINT
+        reattached 7
+        ended-by SIGINT
+        ",
+        "
+        admitted 7
+        started 7
+        lost
+          say scored went away; waiting up to 2s for it to come back to job 7
+        +0
+          reconnect to job 7 (descriptors: false)
+        connect-failed no socket
+        +100
+        +100
+          reconnect to job 7 (descriptors: false)
+        connected
+        SIGINT
+        reattached 7
+          say reattached to job 7
+          send SIGINT
+        ended-by SIGINT
+          finish 130 by SIGINT:
+        ",
+    );
+}
+
+#[test]
+fn a_job_that_had_not_started_is_reattached_with_its_descriptors() {
+    check_reattach(
+        "
+        admitted 7
+        lost
+        +0
+        connected
+        reattached-unstarted 7
+        started 7
+        ended exited 0 all processes exited with status 0
+        ",
+        "
+        admitted 7
+        lost
+          say scored went away; waiting up to 2s for it to come back to job 7
+        +0
+          reconnect to job 7 (descriptors: true)
+        connected
+        reattached-unstarted 7
+          say reattached to job 7
+        started 7
+        ended exited 0 all processes exited with status 0
+          finish 0:
+        ",
+    );
+}
+
+#[test]
+fn a_daemon_that_does_not_come_back_in_time_is_left() {
+    check_reattach(
+        "
+        admitted 7
+        started 7
+        lost
+        +1000
+        +1000
+        ",
+        "
+        admitted 7
+        started 7
+        lost
+          say scored went away; waiting up to 2s for it to come back to job 7
+        +1000
+          reconnect to job 7 (descriptors: false)
+        +1000
+          finish 69: scrun: scored did not come back within 2s (-reattach); leaving job 7, which is killed when scored returns
+        ",
+    );
+}
+
+#[test]
+fn a_daemon_that_refuses_the_job_ends_the_session() {
+    check_reattach(
+        "
+        admitted 7
+        started 7
+        lost
+        +0
+        connected
+        rejected cannot reattach to job 7: no such job
+        ",
+        "
+        admitted 7
+        started 7
+        lost
+          say scored went away; waiting up to 2s for it to come back to job 7
+        +0
+          reconnect to job 7 (descriptors: false)
+        connected
+        rejected cannot reattach to job 7: no such job
+          finish 69: scrun: scored came back, but: cannot reattach to job 7: no such job
+        ",
     );
 }

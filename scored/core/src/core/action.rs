@@ -105,6 +105,15 @@ pub enum ClientEvent {
     Started(JobId),
     /// The job is held.
     Held(JobId),
+    /// The client is the job's again (`Input::Reattach`).
+    Reattached {
+        /// The job.
+        job: JobId,
+        /// It has run (its processes exist, or did).
+        started: bool,
+        /// Its owner holds it.
+        held: bool,
+    },
     /// The job ended: its status, reason and accounting.
     Ended(Box<Ending>),
     /// The reply to the client's console command.

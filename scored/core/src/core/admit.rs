@@ -243,6 +243,7 @@ impl Core {
             estimate: waiter.request.time,
             operator_hold: false,
             owner_hold: waiter.held,
+            awaits_client: false,
             life: Life::Queued,
             ending: None,
             submitted_at: waiter.submitted_at,

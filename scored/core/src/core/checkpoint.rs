@@ -76,6 +76,8 @@ logged! {
     live: UndoSet<JobBits>,
     /// Graceful kills in progress, by the time they turn into SIGKILL.
     kill_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
+    /// Jobs whose scrun may reattach, by the time it may take (`takeover.rs`).
+    detached: super::takeover::Detached,
     /// Running jobs with a `-time` limit, by the time it is reached.
     time_deadlines: UndoSet<SortedSet<(Tick, JobId)>>,
     /// Live jobs with a CPU time limit or a residency to cross, by how far

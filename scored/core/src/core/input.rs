@@ -5,7 +5,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::ids::{ClientToken, Cred, JobId};
+use crate::ids::{ClientToken, Cred, JobId, Tick};
 use crate::job::{ExitStatus, JobRequest, Usage};
 use scored_proto::command::reply::Value;
 use scored_proto::command::Command;
@@ -163,6 +163,30 @@ pub enum Input {
         cred: Cred,
         /// The command (boxed, as a submission's request).
         command: Box<Command>,
+    },
+    /// A new daemon took over the core of a killed one, whose clients are
+    /// gone: a job with a client waits for its scrun to reattach until
+    /// `reattach_until`, and submissions waiting for admission are dropped.
+    Takeover {
+        /// Until when a job's scrun may reattach.
+        reattach_until: Tick,
+    },
+    /// A job's processes are gone and nothing says how they ended: the
+    /// job ends, lost.
+    ProcessesLost {
+        /// The job.
+        job: JobId,
+        /// What happened, for its end reason.
+        reason: String,
+    },
+    /// A scrun whose daemon was killed asks to be its job's client again.
+    Reattach {
+        /// The connection it asks on.
+        client: ClientToken,
+        /// Its credentials: only the job's owner may.
+        cred: Cred,
+        /// The job.
+        job: JobId,
     },
     /// A signal asked the daemon to stop.
     Shutdown {

@@ -324,6 +324,12 @@ impl Core {
                     asked_to_end(&record, "because scored is shutting down", SIGTERM);
                 (EndKind::Shutdown, status, reason, JobState::Killed)
             }
+            Some(EndCause::Lost(what)) => (
+                EndKind::Killed,
+                first_failure.unwrap_or(scored_proto::exitcode::from_signal(SIGKILL)),
+                format!("lost: {what}"),
+                JobState::Killed,
+            ),
             Some(EndCause::LaunchFailed { message, status }) => (
                 EndKind::LaunchFailed,
                 *status,

@@ -25,11 +25,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Core;
-use crate::ids::Cred;
-use crate::job::{EndCause, ExitStatus, Joiner, Launch, Phase, ProcRequest};
+use crate::ids::{Cred, JobId};
+use crate::job::{EndCause, ExitStatus, JobRequest, Joiner, Launch, Phase, ProcRequest};
 use scored_proto::command::QueueMode;
 
+mod input;
 mod restore;
+pub use input::InputRecord;
 pub use restore::RestoreError;
 
 /// The core's state.
@@ -53,6 +55,31 @@ pub struct CoreSnapshot {
     next_slice: u64,
     switches: SwitchesSnapshot,
     shutting_down: bool,
+    /// Where the current slice stands, so that a restored core decides
+    /// from here exactly as the core it was taken from: the jobs chosen
+    /// at the slice's boundary that wait for stops to enter (they take
+    /// their turn then), whether the next decision refills `ran`, entries
+    /// in the slice's remnant, whether the waiting jobs of gang queues
+    /// with a level were considered since the last input that could let
+    /// one start, and when usage was last asked for.
+    #[serde(default, skip_serializing_if = "SliceSnapshot::is_start")]
+    slice: SliceSnapshot,
+}
+
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+struct SliceSnapshot {
+    turn_pending: Vec<u64>,
+    ran_refill: bool,
+    remnant_entries: usize,
+    waiting_current: bool,
+    sampled_at: u64,
+}
+
+impl SliceSnapshot {
+    /// As a core starts: written as nothing, as builds before it wrote it.
+    fn is_start(&self) -> bool {
+        *self == SliceSnapshot::default()
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -73,8 +100,9 @@ struct QueueSnapshot {
     order: Vec<u64>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct CredSnapshot {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A client's credentials, as the snapshot and the log keep them.
+pub struct CredSnapshot {
     pid: i32,
     uid: u32,
     gid: u32,
@@ -96,12 +124,17 @@ enum EndSnapshot {
     Shutdown,
     LaunchFailed(String, i32),
     RankSignalled,
+    Lost(String),
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-enum StatusSnapshot {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+/// An exit status, as the snapshot and the log keep it.
+pub enum StatusSnapshot {
+    /// It exited with this code.
     Code(i32),
+    /// It was killed by this signal.
     Signal(i32),
+    /// It was killed by this signal, which dumped core.
     Dumped(i32),
 }
 
@@ -153,6 +186,10 @@ struct JobSnapshot {
     peak_memory: Vec<u64>,
     peak_disk: u64,
     residency_base_us: u64,
+    /// Its client is gone with a killed daemon: until when its scrun may
+    /// reattach (µs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reattach_until: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -161,6 +198,19 @@ struct WaiterSnapshot {
     cred: CredSnapshot,
     user: String,
     launch: usize,
+    #[serde(flatten)]
+    request: RequestFields,
+    submitted_at: u64,
+    held: bool,
+}
+
+/// What a submission asked for besides its launch data (programs,
+/// environment, directory, what it inherits), which is kept apart: packed
+/// once for every job and waiter that shares it in a snapshot, and inline
+/// in a logged submission ([`RequestSnapshot`]). A field added to
+/// `JobRequest` is added here, and so reaches both.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RequestFields {
     pipe: bool,
     procs: ProcsSnapshot,
     priority: Option<u32>,
@@ -170,8 +220,49 @@ struct WaiterSnapshot {
     /// The run-time estimate and limit (`-time=`), in µs.
     #[serde(default)]
     time_us: Option<u64>,
-    submitted_at: u64,
-    held: bool,
+}
+
+impl RequestFields {
+    fn of(request: &JobRequest) -> RequestFields {
+        RequestFields {
+            pipe: request.joiner == Joiner::Pipe,
+            procs: procs_out(request.procs),
+            priority: request.priority,
+            wait: request.wait,
+            memory: request.memory,
+            disk: request.disk,
+            time_us: request.time.map(us),
+        }
+    }
+}
+
+/// A whole submission, its launch data inline (hexadecimal, as
+/// [`CoreSnapshot`] packs it): a logged `Submit` input.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RequestSnapshot {
+    launch: String,
+    #[serde(flatten)]
+    fields: RequestFields,
+}
+
+impl RequestSnapshot {
+    fn of(request: &JobRequest) -> RequestSnapshot {
+        let launch = Launch::pack_with(
+            &request.stages,
+            &request.env,
+            &request.cwd,
+            &request.inherited,
+        );
+        RequestSnapshot {
+            launch: hex(launch.as_bytes()),
+            fields: RequestFields::of(request),
+        }
+    }
+
+    fn into_request(self) -> Result<JobRequest, RestoreError> {
+        let parts = restore::unpack(restore::unhex(&self.launch)?)?;
+        Ok(restore::request_in(&self.fields, &parts))
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -248,6 +339,10 @@ impl Core {
     /// The state to hand to the next process.
     pub fn snapshot(&self) -> CoreSnapshot {
         let mut launches = Launches::default();
+        let detached: HashMap<JobId, u64> = (&self.logged.detached)
+            .into_iter()
+            .map(|(until, job)| (*job, until.0))
+            .collect();
         let jobs = self
             .logged
             .jobs
@@ -289,6 +384,7 @@ impl Core {
                         EndSnapshot::LaunchFailed(message.clone(), *status)
                     }
                     EndCause::RankSignalled => EndSnapshot::RankSignalled,
+                    EndCause::Lost(what) => EndSnapshot::Lost(what.clone()),
                 }),
                 graceful_kill: job.graceful_kill(),
                 kill_deadline: job.kill_deadline().map(|tick| tick.0),
@@ -310,6 +406,7 @@ impl Core {
                 peak_memory: job.peak_memory.to_vec(),
                 peak_disk: job.peak_disk,
                 residency_base_us: us(job.residency_base),
+                reattach_until: detached.get(&job.id).copied(),
             })
             .collect();
         let waiting = self
@@ -329,13 +426,7 @@ impl Core {
                     cred: cred_out(&waiter.cred),
                     user: waiter.user.to_string(),
                     launch: launches.add(&launch),
-                    pipe: request.joiner == Joiner::Pipe,
-                    procs: procs_out(request.procs),
-                    priority: request.priority,
-                    wait: request.wait,
-                    memory: request.memory,
-                    disk: request.disk,
-                    time_us: request.time.map(us),
+                    request: RequestFields::of(request),
                     submitted_at: waiter.submitted_at.0,
                     held: waiter.held,
                 }
@@ -396,6 +487,13 @@ impl Core {
                 max_us: us(self.switches.max),
             },
             shutting_down: self.shutting_down,
+            slice: SliceSnapshot {
+                turn_pending: self.turn_pending.iter().map(|job| job.0).collect(),
+                ran_refill: self.ran_refill,
+                remnant_entries: self.remnant_entries,
+                waiting_current: self.waiting_current,
+                sampled_at: self.sampled_at.0,
+            },
         }
     }
 }

@@ -34,7 +34,7 @@ impl Core {
             .time_deadlines
             .first()
             .map(|(deadline, _)| *deadline);
-        Tick::earliest(kill, time)
+        Tick::earliest(Tick::earliest(kill, time), self.detached_deadline())
     }
 
     /// The next time at which a `Tick` could change what runs, which can be
@@ -175,6 +175,7 @@ impl Core {
     }
 
     pub(super) fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
+        self.expire_detached(now, out);
         // Escalate graceful kills whose grace is over.
         while let Some(&(deadline, job)) = self.logged.kill_deadlines.first() {
             if deadline > now {

@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::{CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot, StatusSnapshot};
+use super::{CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot, RequestFields, StatusSnapshot};
 use crate::admission::{ClusterLimits, Ledger, Placement};
 use crate::cluster::Topology;
 use crate::core::{usage_limited, Core, CoreConfig, CoreSnapshot, Switches, Waiter};
@@ -101,6 +101,8 @@ pub enum RestoreError {
     },
     /// The queues hold other jobs than the state's.
     QueuesDisagree,
+    /// A logged input does not read back; the text says what.
+    Input(&'static str),
     /// The reservations of the state's jobs are not the ledger's.
     ReservationsDisagree,
 }
@@ -153,6 +155,7 @@ impl fmt::Display for RestoreError {
             RestoreError::NotInQueueOnce { job, queue } => {
                 write!(f, "job {job} is not in queue {queue} once")
             }
+            RestoreError::Input(what) => write!(f, "a logged input: {what}"),
             RestoreError::QueuesDisagree => {
                 f.write_str("the queues do not hold exactly the unfinished jobs")
             }
@@ -287,6 +290,7 @@ pub(super) fn job_state_in(
                     status: *status,
                 },
                 EndSnapshot::RankSignalled => EndCause::RankSignalled,
+                EndSnapshot::Lost(what) => EndCause::Lost(what.clone()),
             },
             kill_deadline: record.kill_deadline.map(Tick),
         })),
@@ -302,6 +306,29 @@ pub(super) type LaunchParts = (
     OsString,
     Inherited,
 );
+
+/// A submission from the fields a snapshot or a log keeps of it and its
+/// unpacked launch data.
+pub(super) fn request_in(fields: &RequestFields, launch: &LaunchParts) -> JobRequest {
+    let (stages, env, cwd, inherited) = launch;
+    JobRequest {
+        stages: stages.clone(),
+        joiner: if fields.pipe {
+            Joiner::Pipe
+        } else {
+            Joiner::Sequence
+        },
+        procs: procs_in(fields.procs),
+        priority: fields.priority,
+        wait: fields.wait,
+        memory: fields.memory,
+        disk: fields.disk,
+        time: fields.time_us.map(from_us),
+        env: env.clone(),
+        cwd: cwd.clone(),
+        inherited: inherited.clone(),
+    }
+}
 
 pub(super) fn unpack(bytes: Vec<u8>) -> Result<LaunchParts, RestoreError> {
     let mut reader = Reader {
@@ -511,6 +538,7 @@ impl Core {
                 },
                 operator_hold: record.operator_hold,
                 owner_hold: record.owner_hold,
+                awaits_client: record.reattach_until.is_some() && !record.started,
                 life,
                 ending,
                 estimate: record.estimate_us.map(from_us),
@@ -546,6 +574,9 @@ impl Core {
             }
             if let Some(deadline) = job.time_deadline() {
                 core.logged.time_deadlines.insert((deadline, id));
+            }
+            if let Some(until) = record.reattach_until {
+                core.logged.detached.insert((Tick(until), id));
             }
             if job.limits.cputime.is_some() {
                 core.n_cputime_limited += 1;
@@ -600,28 +631,11 @@ impl Core {
                 .modify_all(|queues| queues.push(restored));
         }
         for record in snapshot.waiting {
-            let (stages, env, cwd, inherited) = launch_of(record.launch)?;
             core.logged.waiting.push_back(Rc::new(Waiter {
                 client: ClientToken(record.client),
                 cred: cred_in(record.cred),
                 user: Rc::from(record.user.as_str()),
-                request: JobRequest {
-                    stages: stages.clone(),
-                    joiner: if record.pipe {
-                        Joiner::Pipe
-                    } else {
-                        Joiner::Sequence
-                    },
-                    procs: procs_in(record.procs),
-                    priority: record.priority,
-                    wait: record.wait,
-                    memory: record.memory,
-                    disk: record.disk,
-                    time: record.time_us.map(from_us),
-                    env: env.clone(),
-                    cwd: cwd.clone(),
-                    inherited: inherited.clone(),
-                },
+                request: request_in(&record.request, launch_of(record.launch)?),
                 submitted_at: Tick(record.submitted_at),
                 held: record.held,
             }));
@@ -646,7 +660,12 @@ impl Core {
             max: from_us(snapshot.switches.max_us),
         };
         core.shutting_down = snapshot.shutting_down;
+        core.turn_pending = snapshot.slice.turn_pending.into_iter().map(JobId).collect();
+        core.ran_refill = snapshot.slice.ran_refill;
+        core.remnant_entries = snapshot.slice.remnant_entries;
+        core.sampled_at = Tick(snapshot.slice.sampled_at);
         core.rebuild_schedule_state();
+        core.waiting_current = snapshot.slice.waiting_current;
         core.check_restored()?;
         Ok(core)
     }

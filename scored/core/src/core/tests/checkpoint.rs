@@ -79,7 +79,7 @@ fn a_rollback_returns_a_waiting_job_as_it_was() {
 
 /// Everything a client, an operator or a later decision can see of the
 /// core: its listings and its restart snapshot.
-fn observe(sim: &mut Sim) -> String {
+pub(super) fn observe(sim: &mut Sim) -> String {
     let mut seen = format!("{:?}\n", sim.core.snapshot());
     for line in ["jobs all", "queues", "status", "clusters"] {
         seen.push_str(&sim.cmd(&root(), line));
@@ -95,7 +95,7 @@ enum Step {
     Rollback,
 }
 
-fn apply_op(sim: &mut Sim, op: &Op) {
+pub(super) fn apply_op(sim: &mut Sim, op: &Op) {
     match *op {
         Op::Submit { nodes, queue } => {
             sim.submit(nodes, Some(queue));

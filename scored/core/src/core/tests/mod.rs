@@ -22,9 +22,11 @@ mod budgets;
 mod checkpoint;
 mod exclusive;
 mod properties;
+mod replay;
 mod restore;
 mod scenarios;
 mod startup;
+mod takeover;
 
 fn topology(n_hosts: u32) -> Topology {
     let mut topo = Topology::default();
@@ -95,6 +97,9 @@ struct Sim {
     stubborn: Vec<JobId>,
     clients: BTreeMap<u64, Vec<String>>,
     next_client: u64,
+    /// Every input fed to the core, with its tick, once recording is on
+    /// (as the daemon's log keeps them).
+    tape: Option<Vec<(Tick, InputRecord)>>,
 }
 
 impl Sim {
@@ -115,13 +120,22 @@ impl Sim {
             stubborn: Vec::new(),
             clients: BTreeMap::new(),
             next_client: 1,
+            tape: None,
         }
+    }
+
+    /// Feeds one input to the core, recording it on the tape if one runs.
+    fn handle(&mut self, input: Input) -> Vec<Action> {
+        if let Some(tape) = &mut self.tape {
+            tape.push((self.now, InputRecord::of(&input)));
+        }
+        self.core.handle(input, self.now)
     }
 
     fn input(&mut self, input: Input) {
         let mut inputs = VecDeque::from([input]);
         while let Some(input) = inputs.pop_front() {
-            let actions = self.core.handle(input, self.now);
+            let actions = self.handle(input);
             self.core.check_invariants();
             self.apply(actions, &mut inputs);
         }
@@ -190,6 +204,9 @@ impl Sim {
                         ClientEvent::Rejected { kind, .. } => format!("rejected {kind:?}"),
                         ClientEvent::Started(job) => format!("started {job}"),
                         ClientEvent::Held(job) => format!("held {job}"),
+                        ClientEvent::Reattached { job, started, held } => {
+                            format!("reattached {job} started={started} held={held}")
+                        }
                         ClientEvent::Answer(reply) => format!("answer {}", reply.to_text()),
                         ClientEvent::Ended(ending) => {
                             format!("ended {} {:?} {}", ending.job, ending.kind, ending.status)
@@ -334,7 +351,7 @@ impl Sim {
         };
         let mut reply = None;
         let mut actions = Vec::new();
-        for action in self.core.handle(input, self.now) {
+        for action in self.handle(input) {
             match action {
                 Action::Notify(notice)
                     if notice.client == console
