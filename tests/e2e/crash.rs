@@ -105,10 +105,10 @@ fn a_running_job_lost_with_scored_is_told_so() {
     daemon.kill_hard();
     daemon.start_again();
     let (status, stderr) = job.wait(Duration::from_secs(20));
-    assert_ne!(status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("job 1") && stderr.contains("scored was killed"),
-        "{stderr}"
+    assert_eq!(status.code(), Some(137), "{stderr}");
+    assert_eq!(
+        stderr,
+        "scrun: job 1 lost: scored was killed and the job's processes with it\n"
     );
     assert!(
         wait_until(Duration::from_secs(10), || pids
@@ -121,4 +121,38 @@ fn a_running_job_lost_with_scored_is_told_so() {
     let (id, state, _, reason) = &history[0];
     assert_eq!((*id, state.as_str()), (1, "killed"), "{history:?}");
     assert!(reason.starts_with("lost: scored was killed"), "{history:?}");
+}
+
+/// A queued job with a pseudo-terminal (`-pty`) survives a kill -9 of
+/// scored: its scrun keeps the terminal, sends the slave again when it
+/// reattaches, and the job, once run, has it as its terminal and ends
+/// with its status.
+#[test]
+fn a_queued_pty_job_survives_a_kill_of_scored() {
+    let mut daemon = Daemon::builder().hosts("h0 cpus=0\n").start();
+    daemon.ok("queue 1 deactivate");
+    let mut job = daemon.spawn(&[
+        "-priority=1,pty",
+        "sh",
+        "-c",
+        "tty; test -t 0 && echo stdin-is-tty; exit 5",
+    ]);
+    assert!(wait_until(Duration::from_secs(10), || daemon.job_state(1) == "queued"));
+    daemon.kill_hard();
+    daemon.start_again();
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon
+            .log()
+            .contains("its scrun reattached")),
+        "{}",
+        daemon.log()
+    );
+    daemon.ok("queue 1 activate");
+    let out = job.wait_lines("", 2).join("\n");
+    let (status, stderr) = job.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(5), "{stderr}");
+    assert!(
+        out.contains("/dev/pts/") && out.contains("stdin-is-tty"),
+        "{out}"
+    );
 }

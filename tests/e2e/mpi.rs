@@ -278,6 +278,60 @@ send1 "cmd=finalize"; recv1
     );
 }
 
+/// A queued MPI job's PMI connections survive a kill -9 of scored: its
+/// scrun keeps the job's PMI server, reattaches to the next scored with the
+/// ranks' PMI ends again, and once the queue runs the ranks meet as one
+/// world and end with status 0.
+#[test]
+fn a_queued_jobs_pmi_connections_survive_a_kill_of_scored() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    daemon.ok("queue 1 deactivate");
+    let script = client(
+        r#"
+send1 "cmd=init pmi_version=1 pmi_subversion=1"; recv1
+send1 "cmd=put kvsname=x key=r$PMI_RANK value=v$PMI_RANK" >/dev/null; read -r _ <&$PMI_FD
+send1 "cmd=barrier_in"; recv1
+send1 "cmd=get key=r$((1 - PMI_RANK))"; recv1
+send1 "cmd=finalize"; recv1
+"#,
+    )
+    .replace("kvsname=x ", "");
+    let mut job = daemon.spawn(&["-priority=1", "-nodes=2", "bash", "-c", &script]);
+    assert!(
+        wait_until(Duration::from_secs(20), || stdout(&daemon.console("job 1"))
+            .contains("state: queued")),
+        "{}",
+        daemon.ok("jobs")
+    );
+    daemon.kill_hard();
+    daemon.start_again();
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon
+            .log()
+            .contains("its scrun reattached")),
+        "{}",
+        daemon.log()
+    );
+    daemon.ok("queue 1 activate");
+    let mut lines = job.wait_lines("", 8);
+    let (status, errors) = job.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{errors}");
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "0: cmd=barrier_out rc=0",
+            "0: cmd=finalize_ack rc=0",
+            "0: cmd=get_result rc=0 msg=success value=v1",
+            "0: cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1",
+            "1: cmd=barrier_out rc=0",
+            "1: cmd=finalize_ack rc=0",
+            "1: cmd=get_result rc=0 msg=success value=v0",
+            "1: cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1",
+        ]
+    );
+}
+
 #[test]
 fn a_queued_jobs_pmi_connections_survive_an_in_place_restart() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();

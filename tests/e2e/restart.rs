@@ -1,8 +1,8 @@
 //! scored restarts without losing a job. The job journal keeps
 //! finished jobs and job ids across restarts and crashes (`history`,
-//! `jobs all`, `job ID`); after a SIGKILL the next scored records the dead
-//! daemon's jobs as lost, kills what it left and never reuses an id or a
-//! job directory; scrun clients of a dead daemon say so and exit 69.
+//! `jobs all`, `job ID`); after a SIGKILL the next scored kills what the
+//! dead daemon left and never reuses an id or a job directory (what it
+//! takes over: `crash.rs`). Launches in progress are handed over.
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
@@ -709,11 +709,11 @@ fn jobs_after_a_restart_keep_the_original_descriptor_limit() {
     assert_eq!(limits(&daemon), before);
 }
 
-/// A restart asked for while a job's processes are still being
-/// created (a batched launch, whose pipes and plan cannot be handed over)
-/// waits for the launch to finish, then happens; no process is lost.
+/// A restart asked for while a job's processes are still being created
+/// (a batched launch) hands the launch over: the new image creates the
+/// rest; no process is lost and none is created twice.
 #[test]
-fn a_restart_during_a_launch_waits_for_it() {
+fn a_restart_during_a_launch_hands_it_over() {
     let n = 600;
     let daemon = Daemon::builder()
         .hosts(&format!("host0 cores={n}\n"))
@@ -731,21 +731,103 @@ fn a_restart_during_a_launch_waits_for_it() {
     assert_eq!(daemon_status(&daemon)["restarts"], 1);
     if in_progress {
         assert!(
-            daemon
-                .log()
-                .contains("the restart waits for a launch to finish"),
+            daemon.log().contains("going on with a launch handed over"),
             "{}",
             daemon.log()
         );
     } else {
-        eprintln!("the launch ended before the restart was asked for; nothing waited");
+        eprintln!("the launch ended before the restart was asked for; nothing handed over");
     }
     let pids = job.wait_pids(n);
     assert!(pids.iter().all(|pid| alive(*pid)));
+    // Each rank once: n ranks, no more.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(job.count_lines("pid "), n);
+    assert_eq!(ranks_of(&daemon.job_pids(1)).len(), n);
     daemon.ok("kill 1 KILL");
     let (status, _) = job.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(137));
     assert!(all_gone(&pids, Duration::from_secs(10)));
+}
+
+/// A plain user's large launches in flight do not hold a restart up:
+/// four jobs submitted at once, the restart asked for while they launch.
+/// It happens without waiting for them (their launches are handed over
+/// and go on in the new image), and every job gets each of its ranks
+/// once and ends with its status; nothing is left.
+#[test]
+fn a_restart_is_not_held_up_by_a_user_s_launches_in_flight() {
+    let (n, jobs) = (300, 4);
+    let daemon = Daemon::builder()
+        .hosts(&format!("host0 cores={}\n", n * jobs))
+        .start();
+    let users = test_users("a_restart_is_not_held_up (as root instead)");
+    let nodes = format!("-nodes={n}");
+    let args = [&nodes, "sh", "-c", "echo pid $$; sleep 1; exit 5"];
+    let mut spawned: Vec<Job> = (0..jobs)
+        .map(|_| match &users {
+            Some(users) => daemon.spawn_as(&users.a, &args),
+            None => daemon.spawn(&args),
+        })
+        .collect();
+    spawned[0].wait_pids(1);
+    let asked = std::time::Instant::now();
+    let text = restart(&daemon);
+    let took = asked.elapsed();
+    assert!(text.contains("restarted in place"), "{text}");
+    println!("the restart took {took:?} with launches of {jobs} x {n} ranks in flight");
+    assert!(
+        daemon.log().contains("going on with a launch handed over"),
+        "no launch was handed over:\n{}",
+        daemon.log()
+    );
+    for (i, job) in spawned.iter_mut().enumerate() {
+        let pids = job.wait_pids(n);
+        let (status, stderr) = job.wait(Duration::from_secs(120));
+        assert_eq!(status.code(), Some(5), "job {}: {stderr}", i + 1);
+        assert_eq!(job.count_lines("pid "), n, "job {}: each rank once", i + 1);
+        assert!(all_gone(&pids, Duration::from_secs(10)));
+    }
+    assert!(daemon.all_job_pids().is_empty());
+}
+
+/// The launch of a pipe of stages (`==`) handed over by a restart keeps
+/// its pipes: each reader gets its writer's whole output and its end, and
+/// no rank waits for an end that a leaked descriptor holds back.
+#[test]
+fn a_restart_hands_over_the_pipes_of_a_launch() {
+    let n = 300;
+    let daemon = Daemon::builder()
+        .hosts(&format!("host0 cores={}\n", 2 * n))
+        .start();
+    let mut job = daemon.spawn(&[
+        &format!("-nodes={n}"),
+        "sh",
+        "-c",
+        "seq 3",
+        "==",
+        "sh",
+        "-c",
+        "echo pid $$; echo lines=$(wc -l)",
+    ]);
+    assert!(wait_until(Duration::from_secs(20), || state_of(&daemon, 1)
+        == "running"));
+    let text = restart(&daemon);
+    assert!(text.contains("restarted in place"), "{text}");
+    if !daemon.log().contains("going on with a launch handed over") {
+        eprintln!("the launch ended before the restart was asked for; nothing handed over");
+    }
+    job.wait_pids(n);
+    let (status, stderr) = job.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        job.lines_with("lines=")
+            .iter()
+            .filter(|l| l.trim() == "3")
+            .count(),
+        n
+    );
+    assert!(daemon.all_job_pids().is_empty());
 }
 
 /// The ranks (leaders of their own process groups) among `pids`.
@@ -757,14 +839,15 @@ fn ranks_of(pids: &[i32]) -> Vec<i32> {
 }
 
 /// A job suspended while its processes are still being created does not
-/// make a restart fail: the restart has the launch finish first, its new
-/// ranks stopped as they exec. After the restart the job is suspended
-/// with every rank stopped; `resume` runs it to its end, whose status
-/// scrun reports, and nothing of it is left. The suspend is issued as soon
+/// make a restart fail: its launch is handed over as it stands, the ranks
+/// that were on their way to their exec stopped there. After the restart
+/// the job is suspended with every rank it has stopped; `resume` creates
+/// the rest and runs it to its end, whose status scrun reports, and
+/// nothing of it is left. The suspend is issued as soon
 /// as the job exists, again until it falls within the launch. The job is a
 /// plain user's when the tests can make one.
 #[test]
-fn a_restart_finishes_the_launch_of_a_job_suspended_during_it() {
+fn a_restart_hands_over_the_launch_of_a_job_suspended_during_it() {
     let n = 200;
     let daemon = Daemon::builder()
         .hosts(&format!("host0 cores={n}\n"))
@@ -800,10 +883,10 @@ fn a_restart_finishes_the_launch_of_a_job_suspended_during_it() {
         assert!(text.contains("restarted in place"), "{text}");
         assert_eq!(state_of(&daemon, id), "held", "job {id}");
         let ranks = ranks_of(&daemon.job_pids(id));
-        assert_eq!(
-            ranks.len(),
-            n,
-            "job {id}: every rank exists after the restart ({created} before it)"
+        assert!(
+            ranks.len() >= created && ranks.len() <= n,
+            "job {id}: {} ranks after the restart, {created} before it",
+            ranks.len()
         );
         let pids = daemon.job_pids(id);
         let running: Vec<i32> = pids.iter().copied().filter(|pid| !stopped(*pid)).collect();
@@ -818,9 +901,10 @@ fn a_restart_finishes_the_launch_of_a_job_suspended_during_it() {
         );
         daemon.ok(&format!("resume {id}"));
         // Every rank runs, and what it writes reaches scrun.
-        job.wait_pids(n);
+        let pids = job.wait_pids(n);
         let (status, stderr) = job.wait(Duration::from_secs(60));
         assert_eq!(status.code(), Some(3), "job {id}: {stderr}");
+        assert_eq!(job.count_lines("pid "), n, "job {id}: each rank once");
         assert!(
             all_gone(&pids, Duration::from_secs(10)),
             "job {id}: processes left behind"
@@ -831,12 +915,11 @@ fn a_restart_finishes_the_launch_of_a_job_suspended_during_it() {
 }
 
 /// A job that scored froze (a rank continued from outside while it was
-/// suspended) with its launch still in progress: the restart thaws it for
-/// the launch to finish, each new rank stopped at its exec, and freezes it
-/// again, so that after the restart it is frozen with every rank; `resume`
-/// then runs it to its end.
+/// suspended) with its launch still in progress: the restart hands the
+/// launch over and the job stays frozen, with every rank it has in its
+/// frozen cgroup; `resume` then creates the rest and runs it to its end.
 #[test]
-fn a_restart_finishes_the_launch_of_a_frozen_job_and_freezes_it_again() {
+fn a_restart_hands_over_the_launch_of_a_frozen_job_which_stays_frozen() {
     let n = 200;
     let daemon = Daemon::builder()
         .hosts(&format!("host0 cores={n}\n"))
@@ -882,8 +965,8 @@ fn a_restart_finishes_the_launch_of_a_frozen_job_and_freezes_it_again() {
     assert!(text.contains("restarted in place"), "{text}");
     assert_eq!(state_of(&daemon, id), "held");
     let ranks = ranks_of(&daemon.job_pids(id));
-    assert_eq!(ranks.len(), n, "every rank exists after the restart");
-    assert!(frozen(), "the job is not frozen again:\n{}", daemon.log());
+    assert!(!ranks.is_empty() && ranks.len() <= n);
+    assert!(frozen(), "the job is not frozen:\n{}", daemon.log());
     assert!(
         ranks
             .iter()

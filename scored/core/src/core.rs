@@ -36,7 +36,7 @@ use std::time::Duration;
 use crate::admission::{ClusterLimits, Ledger};
 use crate::cluster::Topology;
 use crate::ids::{ClientToken, Cred, HostId, JobId, Tick};
-use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, Phase};
+use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, LaunchPlan, Phase};
 use crate::jobset::JobBits;
 use crate::queue::Queue;
 use crate::sched::Scratch;
@@ -331,6 +331,13 @@ impl Core {
     /// Admitted, unfinished jobs.
     pub fn jobs(&self) -> impl Iterator<Item = &Job> {
         self.logged.jobs.values()
+    }
+
+    /// The processes of `id`'s current stage (of all its stages, for a
+    /// pipe), as its launch was planned when the job started: what an
+    /// in-place restart needs to go on with a launch it handed over.
+    pub fn launch_plan(&self, id: JobId) -> Option<LaunchPlan> {
+        self.logged.jobs.get(&id).map(switch::launch_plan)
     }
 
     /// Number of admitted, unfinished jobs.

@@ -45,8 +45,8 @@ pub(super) struct LaunchProgress {
 /// of thousands of processes does not stall the loop. The job holds its
 /// hosts from the start; while it is switched out no process is created
 /// (the ones that exist are stopped like any job's), so no part of it runs
-/// outside its slices; only an in-place restart has it finish (see
-/// `finish_launches` in `stop.rs`).
+/// outside its slices. An in-place restart hands it over as it stands
+/// (`ActuatorSnapshot`): the next image creates the rest.
 #[derive(Debug)]
 pub(super) struct LaunchInProgress {
     pub(super) plan: LaunchPlan,
@@ -58,14 +58,24 @@ pub(super) struct LaunchInProgress {
     pub(super) aborted: bool,
 }
 
+/// A launch an earlier image handed over, waiting for its plan and
+/// descriptors.
+#[derive(Debug)]
+pub(super) struct HandedOver {
+    pub(super) progress: LaunchProgress,
+    pub(super) paused: bool,
+    pub(super) aborted: bool,
+}
+
 impl JobProcs {
-    /// Whether its launch has processes to create now: not switched out
-    /// (unless launches are being `finishing` for a restart), with room in
-    /// its window (or it was aborted, which drops it).
+    /// Whether its launch has processes to create now: not switched out,
+    /// no in-place restart handing launches over (`finishing`), with room
+    /// in its window (or it was aborted, which drops it).
     pub(super) fn launch_due(&self, execs: &HashMap<i32, PendingExec>, finishing: bool) -> bool {
         self.launch.as_ref().is_some_and(|launch| {
             launch.aborted
-                || ((!launch.paused || finishing)
+                || (!launch.paused
+                    && !finishing
                     && self.execs_in_flight < EXEC_WINDOW
                     && user_execs_in_flight(execs, self.uid) < USER_EXEC_WINDOW)
         })
@@ -105,6 +115,36 @@ impl OsActuator {
             aborted: false,
         };
         self.run_launch(launch, self.clock.now() + LAUNCH_BATCH, out);
+    }
+
+    /// Goes on with a launch an earlier image handed over, with the plan
+    /// the core gives for the job and its client's descriptors.
+    pub(super) fn resume_launch(
+        &mut self,
+        job: JobId,
+        plan: Option<&LaunchPlan>,
+        stdio: Option<&JobStdio>,
+    ) {
+        let Some(handed) = self.handed_over.remove(&job) else {
+            return;
+        };
+        let Some(plan) = plan.filter(|_| self.jobs.contains_key(&job)) else {
+            // A bug: the core and the handover disagree. What exists of
+            // the job is killed rather than left half launched.
+            tracing::error!(job = %job, "a launch was handed over for a job the core does not hold; its processes are killed");
+            self.send(job, Signal::SIGKILL);
+            return;
+        };
+        tracing::info!(job = %job, next = handed.progress.next, of = plan.procs.len(), "going on with a launch handed over");
+        if let Some(procs) = self.jobs.get_mut(&job) {
+            procs.launch = Some(LaunchInProgress {
+                plan: plan.clone(),
+                stdio: stdio.map(JobStdio::share),
+                progress: handed.progress,
+                paused: handed.paused,
+                aborted: handed.aborted,
+            });
+        }
     }
 
     pub(super) fn run_due_launches(&mut self, out: &mut Vec<Input>) {
@@ -331,6 +371,11 @@ impl OsActuator {
             // user's window is full) and be called again.
             self.start_stage(plan, &mut progress.pipes)?;
             progress.prepared = true;
+        }
+        if self.finishing {
+            // An in-place restart is handing the launch over: the next
+            // image creates its processes.
+            return Ok(());
         }
         // The submission validator refuses a NUL byte in the working
         // directory (scored_proto::submit), so this conversion only fails
@@ -616,11 +661,6 @@ impl OsActuator {
             procs_state.groups.insert(pid, slot);
             procs_state.children.insert(pid);
             procs_state.execs_in_flight += 1;
-            if self.finishing && procs_state.hold.switched_out {
-                // Created while its launch is finished for a restart: it
-                // is stopped as it execs.
-                self.released.insert(pid);
-            }
             self.children.insert(
                 pid,
                 Child {

@@ -352,8 +352,11 @@ pub trait Actuator {
     /// they report; `true`: forget the job's record as well. Reports of
     /// other jobs go to `out`.
     fn discard_jobs(&mut self, _jobs: &[(JobId, bool)], _out: &mut Vec<Input>) {}
-    /// Whether some job's processes are still being created (a batched
-    /// launch, which an in-place restart waits for).
+    /// Whether some rank is between its fork and its exec, or a rank of a
+    /// switched-out job released to its exec is not yet stopped again:
+    /// what an in-place restart waits for (a few milliseconds, or
+    /// `EXEC_TIMEOUT`), since its report pipe cannot be handed over. A
+    /// launch in progress is handed over and does not hold a restart up.
     fn launching(&self) -> bool {
         false
     }
@@ -361,11 +364,28 @@ pub trait Actuator {
     /// in-place restart cannot hand them over and does not wait for them),
     /// failing their jobs' launches.
     fn end_stopped_execs(&mut self, _out: &mut Vec<Input>) {}
-    /// An in-place restart waits for the launches in progress (`true`),
-    /// or no longer does: meanwhile the launches of switched-out jobs go
-    /// on to their end too, each of their ranks stopped as it execs, so
-    /// that no launch waits for its job to be continued.
+    /// An in-place restart is handing the launches in progress over
+    /// (`true`), or no longer is: meanwhile no process is created, and the
+    /// ranks of switched-out jobs between fork and exec go on to their
+    /// exec, each stopped as it does, so that nothing waits for a job to
+    /// be continued.
     fn finish_launches(&mut self, _on: bool) {}
+    /// The jobs whose launch an earlier image handed over, which wait for
+    /// their plan and descriptors (`resume_launch`).
+    fn handed_over_launches(&self) -> Vec<JobId> {
+        Vec::new()
+    }
+    /// Goes on with the launch of `job` an earlier image handed over:
+    /// `plan` is the job's launch plan as the core gives it (none if the
+    /// core holds no such job, which drops the launch), `stdio` its
+    /// client's descriptors.
+    fn resume_launch(
+        &mut self,
+        _job: JobId,
+        _plan: Option<&LaunchPlan>,
+        _stdio: Option<&JobStdio>,
+    ) {
+    }
     /// A descriptor that is readable while some rank between fork and
     /// exec has something to report (its exec, or a failure); the loop
     /// then calls `poll`.
@@ -520,18 +540,23 @@ pub struct OsActuator {
     exec_watch: OwnedFd,
     /// Where every timeout and deadline of the actuator reads the time.
     clock: Box<dyn Clock>,
-    /// An in-place restart waits for the launches in progress: those of
-    /// switched-out jobs go on to their end as well (`finish_launches`).
+    /// An in-place restart is handing the launches in progress over: no
+    /// process is created, and the ranks of switched-out jobs between fork
+    /// and exec go on to their exec (`finish_launches`).
     finishing: bool,
-    /// Ranks of switched-out jobs let go on to their exec (continued
-    /// before it, or created since) while launches are finished: scored's
-    /// own continue, not one from outside; each is stopped as it execs.
+    /// Ranks of switched-out jobs let go on to their exec while launches
+    /// are handed over: scored's own continue, not one from outside; each
+    /// is stopped as it execs.
     released: BTreeSet<i32>,
     /// Released ranks stopped at their exec whose stop is not yet seen.
     restops: BTreeSet<i32>,
-    /// Switched-out jobs whose launch is being finished, and whether each
-    /// was thawed for it (it is frozen again once the launch is over).
+    /// Switched-out jobs whose ranks were released to their exec, and
+    /// whether each was thawed for it (it is frozen again once they are
+    /// stopped).
     settling: HashMap<JobId, bool>,
+    /// Launches an earlier image handed over, until the loop gives each
+    /// its plan and descriptors (`resume_launch`).
+    handed_over: HashMap<JobId, launch::HandedOver>,
     /// Jobs whose stop was confirmed and whose hold is still to be
     /// checked (`check_held`): at the next poll, after the switch's
     /// continues, so that the check does not delay them.
@@ -637,6 +662,7 @@ impl OsActuator {
             released: BTreeSet::new(),
             restops: BTreeSet::new(),
             settling: HashMap::new(),
+            handed_over: HashMap::new(),
             held_checks: Vec::new(),
         })
     }
@@ -680,14 +706,19 @@ impl Actuator for OsActuator {
     }
 
     fn launching(&self) -> bool {
-        self.jobs.values().any(|procs| procs.launch.is_some())
-            || !self.execs.is_empty()
-            || !self.restops.is_empty()
-            || !self.settling.is_empty()
+        !self.execs.is_empty() || !self.restops.is_empty() || !self.settling.is_empty()
     }
 
     fn finish_launches(&mut self, on: bool) {
         OsActuator::finish_launches(self, on);
+    }
+
+    fn handed_over_launches(&self) -> Vec<JobId> {
+        self.handed_over.keys().copied().collect()
+    }
+
+    fn resume_launch(&mut self, job: JobId, plan: Option<&LaunchPlan>, stdio: Option<&JobStdio>) {
+        OsActuator::resume_launch(self, job, plan, stdio);
     }
 
     fn exec_watch_fd(&self) -> Option<std::os::fd::RawFd> {
@@ -699,16 +730,8 @@ impl Actuator for OsActuator {
     }
 
     fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {
-        // A launch in progress holds pipes and a plan that the new image
-        // could not take over; it lasts a few seconds at most.
-        if let Some(job) = self
-            .jobs
-            .iter()
-            .find_map(|(job, procs)| procs.launch.as_ref().map(|_| *job))
-        {
-            return Err(HandoverError::Launching(job));
-        }
-        // A rank between fork and exec: its report pipe cannot be taken
+        // A launch in progress is handed over as it stands (see
+        // `snapshot`); a rank between fork and exec: its report pipe cannot be taken
         // over either; it lasts under a millisecond, or `EXEC_TIMEOUT`.
         if let Some(pending) = self.execs.values().next() {
             return Err(HandoverError::Launching(pending.job));

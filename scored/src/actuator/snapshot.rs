@@ -1,7 +1,9 @@
 //! The actuator's state as data, for an in-place restart: which processes
 //! are whose (ranks by pid, process groups per host slot, descendants held
 //! through pidfds), stops still awaited, jobs draining, what their reaped
-//! processes cost, their scratch directories and cgroups.
+//! processes cost, their scratch directories and cgroups, and launches in
+//! progress (how far each went, and the pipes between `==` stages not yet
+//! handed out).
 //!
 //! Job processes stay children of the daemon across the restart, since
 //! execve keeps the pid; the pidfds of descendants are handed over as
@@ -83,6 +85,24 @@ struct JobProcsSnapshot {
     scratch: PathBuf,
     cgroup_procs: Option<Vec<u8>>,
     uid: u32,
+    /// Its launch, if it is still in progress.
+    #[serde(default)]
+    launch: Option<LaunchSnapshot>,
+}
+
+/// A launch in progress (`LaunchInProgress`): its plan and the client's
+/// descriptors are the next image's to give again (the core's plan of the
+/// job, the connection's descriptors).
+#[derive(Debug, Serialize, Deserialize)]
+struct LaunchSnapshot {
+    /// Index in the plan of the next process to create.
+    next: usize,
+    prepared: bool,
+    paused: bool,
+    aborted: bool,
+    /// The pipes between `==` stages, read and write ends, not yet handed
+    /// to a process (-1: handed).
+    pipes: Vec<Vec<(RawFd, RawFd)>>,
 }
 
 fn age_us(since: Instant, now: Instant) -> u64 {
@@ -153,6 +173,31 @@ impl OsActuator {
                     .as_ref()
                     .map(|path| path.as_bytes().to_vec()),
                 uid: procs.uid,
+                launch: procs.launch.as_ref().map(|launch| {
+                    let raw = |fd: &Option<std::os::fd::OwnedFd>| {
+                        fd.as_ref().map_or(-1, |fd| fd.as_raw_fd())
+                    };
+                    let pipes: Vec<Vec<(RawFd, RawFd)>> = launch
+                        .progress
+                        .pipes
+                        .iter()
+                        .map(|stage| stage.iter().map(|(r, w)| (raw(r), raw(w))).collect())
+                        .collect();
+                    fds.extend(
+                        pipes
+                            .iter()
+                            .flatten()
+                            .flat_map(|(r, w)| [*r, *w])
+                            .filter(|fd| *fd >= 0),
+                    );
+                    LaunchSnapshot {
+                        next: launch.progress.next,
+                        prepared: launch.progress.prepared,
+                        paused: launch.paused,
+                        aborted: launch.aborted,
+                        pipes,
+                    }
+                }),
             })
             .collect();
         let children = self
@@ -208,6 +253,31 @@ impl OsActuator {
                     },
                 );
             }
+            if let Some(launch) = record.launch {
+                let adopt = |fd: RawFd| -> io::Result<Option<std::os::fd::OwnedFd>> {
+                    (fd >= 0).then(|| sys::adopt_descriptor(fd)).transpose()
+                };
+                let mut pipes = Vec::new();
+                for stage in launch.pipes {
+                    let mut ends = Vec::new();
+                    for (read, write) in stage {
+                        ends.push((adopt(read)?, adopt(write)?));
+                    }
+                    pipes.push(ends);
+                }
+                actuator.handed_over.insert(
+                    JobId(record.job),
+                    super::launch::HandedOver {
+                        progress: super::launch::LaunchProgress {
+                            next: launch.next,
+                            pipes,
+                            prepared: launch.prepared,
+                        },
+                        paused: launch.paused,
+                        aborted: launch.aborted,
+                    },
+                );
+            }
             let cgroup_procs = match record.cgroup_procs {
                 Some(bytes) => Some(CString::new(bytes).map_err(|_| {
                     io::Error::new(io::ErrorKind::InvalidData, "cgroup path contains NUL")
@@ -246,7 +316,8 @@ impl OsActuator {
                         escapes: 0,
                         stopped_cpu: None,
                     },
-                    // A launch in progress is never handed over.
+                    // A launch handed over waits for its plan and
+                    // descriptors (`resume_launch`).
                     launch: None,
                     launch_failed: false,
                     execs_in_flight: 0,

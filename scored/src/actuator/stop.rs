@@ -457,14 +457,13 @@ impl OsActuator {
         }
     }
 
-    /// An in-place restart waits for the launches in progress (`on`), or
-    /// gave up waiting. While it waits, the launch of a switched-out job
-    /// goes on to its end instead of waiting for the job to be continued:
-    /// its ranks between fork and exec are continued so that they exec,
-    /// its other ranks are created, and each is stopped as it execs
-    /// (`stop_at_exec`). Once none is left to exec or to stop, the job is
-    /// switched out as before, with every rank stopped, and the restart can
-    /// hand it over.
+    /// An in-place restart is handing the launches in progress over
+    /// (`on`), or gave up. Meanwhile no process is created (the next image
+    /// creates the rest of each launch), and the ranks of a switched-out
+    /// job that are between fork and exec are continued so that they
+    /// exec, each stopped as it does (`stop_at_exec`): once none is left
+    /// to exec or to stop, the job is switched out as before, every rank
+    /// it has stopped, and the restart can hand it over.
     pub(super) fn finish_launches(&mut self, on: bool) {
         if self.finishing == on {
             return;
@@ -492,11 +491,11 @@ impl OsActuator {
         }
     }
 
-    /// While launches are finished for a restart, lets the ranks of the
-    /// switched-out `job` that are between fork and exec go on to their
-    /// exec, with a fresh exec deadline. A frozen job is thawed for it (its
-    /// other processes held by SIGSTOP) and frozen again once its launch
-    /// is over.
+    /// While launches are handed over for a restart, lets the ranks of
+    /// the switched-out `job` that are between fork and exec go on to
+    /// their exec, with a fresh exec deadline. A frozen job is thawed for
+    /// it (its other processes held by SIGSTOP) and frozen again once they
+    /// are stopped.
     pub(super) fn release_execs(&mut self, job: JobId) {
         if !self.finishing {
             return;
@@ -510,7 +509,7 @@ impl OsActuator {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
-        if !procs.hold.switched_out || (pids.is_empty() && procs.launch.is_none()) {
+        if !procs.hold.switched_out || pids.is_empty() {
             return;
         }
         // The CPU time the new ranks use up to their stop is the
@@ -560,11 +559,11 @@ impl OsActuator {
         self.restops.insert(pid);
     }
 
-    /// The launches being finished for a restart: the stops at exec that
-    /// /proc shows done (wait4 reports them too, see `handle_waited`),
-    /// and the jobs whose launch is over, which are held as any
-    /// switched-out job again: frozen if they were, their processes' CPU
-    /// time noted otherwise.
+    /// The launches being handed over for a restart: the stops at exec
+    /// that /proc shows done (wait4 reports them too, see
+    /// `handle_waited`), and the jobs with no rank left to exec or to
+    /// stop, which are held as any switched-out job again: frozen if they
+    /// were, their processes' CPU time noted otherwise.
     pub(super) fn settle_launches(&mut self, out: &mut Vec<Input>) {
         if !self.restops.is_empty() {
             let children = &mut self.children;
@@ -596,9 +595,8 @@ impl OsActuator {
             .settling
             .iter()
             .filter(|(job, _)| {
-                self.jobs.get(job).is_none_or(|procs| {
-                    procs.launch.is_none()
-                        && !execs.values().any(|pending| pending.job == **job)
+                self.jobs.get(job).is_none_or(|_| {
+                    !execs.values().any(|pending| pending.job == **job)
                         && !restops
                             .iter()
                             .any(|pid| children.get(pid).is_some_and(|child| child.job == **job))
@@ -615,7 +613,7 @@ impl OsActuator {
             {
                 continue;
             }
-            tracing::debug!(job = %job, "the launch of a switched-out job finished, its ranks stopped");
+            tracing::debug!(job = %job, "the ranks of a switched-out job released for a restart are stopped");
             if !(thawed && self.freeze(job)) {
                 self.check_held(job, out);
             }

@@ -159,6 +159,16 @@ impl<A: Actuator> Daemon<A> {
             self.dirty.push(token);
         }
         self.next_token = snapshot.next_token.max(FIRST_CLIENT);
+        // The launches handed over go on with the plan the core gives and
+        // their clients' descriptors, both handed over too.
+        for job in self.actuator.handed_over_launches() {
+            let plan = self.core.launch_plan(job);
+            let stdio = plan
+                .as_ref()
+                .and_then(|plan| self.connections.get(&Token(plan.client.0 as usize)))
+                .and_then(|conn| conn.stdio.as_ref());
+            self.actuator.resume_launch(job, plan.as_ref(), stdio);
+        }
         self.served_a_job = snapshot.served_a_job;
         self.terminations = snapshot.terminations;
         if let Some((token, json)) = snapshot.reply_to {
@@ -192,16 +202,18 @@ impl<A: Actuator> Daemon<A> {
     /// is a new image and this function does not return; on failure the
     /// daemon carries on unchanged and says why.
     ///
-    /// While a job's processes are still being created a batch at a time
-    /// (its pipes and plan cannot be handed over), the restart waits for
-    /// the launch to finish, up to [`LAUNCH_WAIT`]; it is retried after
-    /// each event meanwhile. The launch of a job switched out (suspended,
-    /// held, or out of its slice) goes on to its end meanwhile, its ranks
-    /// stopped as they exec, so that it is handed over stopped as any
-    /// switched-out job. Ranks that their user stopped before their exec
-    /// are not waited for: they are killed and their launch fails. A
-    /// launch that does not finish by then makes the restart fail with
-    /// that reason.
+    /// A launch in progress (a job's processes are created a batch at a
+    /// time) is handed over as it stands, and the next image creates the
+    /// rest; meanwhile no process is created. The restart waits only for
+    /// the ranks between fork and exec (whose report pipes cannot be
+    /// handed over): at most a window of them per user, each for at most
+    /// `EXEC_TIMEOUT`, so the wait does not grow with what users submit.
+    /// It is retried after each event meanwhile, up to [`LAUNCH_WAIT`].
+    /// The ranks of a switched-out job (suspended, held, or out of its
+    /// slice) that are between fork and exec go on to their exec, each
+    /// stopped there, so that the job is handed over stopped. Ranks that
+    /// their user stopped before their exec are not waited for: they are
+    /// killed and their launch fails.
     pub(super) fn restart_in_place(&mut self, requester: Option<(Token, bool)>) {
         if self.actuator.launching() {
             // Ranks their users keep stopped before their exec would hold
@@ -217,7 +229,7 @@ impl<A: Actuator> Daemon<A> {
             let since = match self.recovery.restart_wait {
                 Some(since) => since,
                 None => {
-                    tracing::info!("the restart waits for a launch to finish");
+                    tracing::info!("the restart waits for ranks between fork and exec");
                     *self.recovery.restart_wait.insert(Instant::now())
                 }
             };
@@ -433,7 +445,7 @@ impl<A: Actuator> Daemon<A> {
     }
 }
 
-/// How long an in-place restart waits for launches in progress.
+/// How long an in-place restart waits for ranks between fork and exec.
 const LAUNCH_WAIT: Duration = Duration::from_secs(10);
 
 /// The listening socket an earlier image of this process handed over.
