@@ -82,7 +82,7 @@ mod budget;
 mod connection;
 mod descriptors;
 mod durable;
-mod faults;
+pub(crate) mod faults;
 mod fds;
 mod journal;
 mod peer;

@@ -13,8 +13,10 @@
 //!    (`descendants`) The same with hundreds and thousands of idle
 //!    processes in one job's ranks' groups: the switch, and what they
 //!    cost the daemon (descriptors, CPU time, root's `status`).
-//! 2. Launch latency of `scrun true` (1 and 16 processes) against
-//!    fork+exec+wait.
+//! 2. Launch latency of `scrun true` (1, 2 and 16 processes, the latter
+//!    two with `-mpi=none`) against fork+exec+wait, rounds taking turns;
+//!    and preemption: a queue-0 `scrun` started until the queue-2 job's
+//!    rank is seen stopped.
 //! 3. Fairness: k = 2, 4 CPU-bound gang jobs on the same hosts for 10 s.
 //! 4. Slice overhead: the same work by two gang jobs at 10, 50, 100 and
 //!    500 ms slices, against running it back to back without scored.

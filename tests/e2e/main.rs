@@ -6,6 +6,7 @@ mod backfill;
 mod blocking;
 mod console;
 mod crash;
+mod descendants;
 mod docs;
 mod faults;
 mod gang;

@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 
 use scored_core::ids::JobId;
 
+use super::max_job_processes;
 use super::procfs::parse_pids;
 
 /// The daemon's own directory in a cgroup hierarchy.
@@ -41,6 +42,9 @@ pub struct Cgroups {
     base: PathBuf,
     /// The v1 freezer hierarchy (`freezer.state`), else v2 (`cgroup.freeze`).
     v1_freezer: bool,
+    /// The daemon's directory in the v1 pids hierarchy, when the pids
+    /// controller is mounted apart (v2 has it in `base`, when enabled).
+    pids_base: Option<PathBuf>,
 }
 
 impl Cgroups {
@@ -55,13 +59,14 @@ impl Cgroups {
     /// of unrelated daemons on the same machine.
     pub fn create(daemon_pid: u32, state_dir: &Path) -> Option<Cgroups> {
         let tag = state_tag(state_dir);
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let own_cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let own = &own_cgroups;
         let candidates = [
             (
                 PathBuf::from("/sys/fs/cgroup/freezer"),
-                own_path(&own, Some("freezer")),
+                own_path(own, Some("freezer")),
             ),
-            (PathBuf::from("/sys/fs/cgroup"), own_path(&own, None)),
+            (PathBuf::from("/sys/fs/cgroup"), own_path(own, None)),
         ];
         for (root, own) in candidates {
             let usable = root.join("cgroup.procs").exists()
@@ -74,22 +79,43 @@ impl Cgroups {
             let base = parent.join(format!("scored-{tag}-{daemon_pid}"));
             let v1_freezer = root.ends_with("freezer");
             match fs::create_dir(&base) {
-                Ok(()) => return Some(Cgroups { base, v1_freezer }),
-                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
-                    return Some(Cgroups { base, v1_freezer })
-                }
+                Ok(()) => {}
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(error) => {
                     tracing::debug!(path = %base.display(), %error, "no cgroup here");
+                    continue;
                 }
             }
+            let pids_base = if v1_freezer {
+                pids_hierarchy(&own_cgroups, &tag, daemon_pid)
+            } else {
+                // v2: the pids controller, where the daemon's cgroup
+                // passes it on, is enabled for the jobs' cgroups.
+                let _ = fs::write(base.join("cgroup.subtree_control"), "+pids");
+                None
+            };
+            return Some(Cgroups {
+                base,
+                v1_freezer,
+                pids_base,
+            });
         }
         None
     }
 
     /// The directory an earlier image of this process created and used,
-    /// taken over as it is across an in-place restart.
+    /// taken over as it is across an in-place restart (with its pids
+    /// hierarchy's, if it made one).
     pub fn adopt(base: PathBuf, v1_freezer: bool) -> Cgroups {
-        Cgroups { base, v1_freezer }
+        let pids_base = base
+            .file_name()
+            .map(|name| PathBuf::from(V1_PIDS).join(name))
+            .filter(|dir| v1_freezer && dir.is_dir());
+        Cgroups {
+            base,
+            v1_freezer,
+            pids_base,
+        }
     }
 
     /// Whether the hierarchy is the v1 freezer's (else v2).
@@ -106,17 +132,64 @@ impl Cgroups {
         self.base.join(format!("job-{job}"))
     }
 
-    /// Creates the job's cgroup; returns the path of its `cgroup.procs`, as
-    /// a C string ready to be written between fork and exec.
-    pub fn add_job(&self, job: JobId) -> io::Result<CString> {
+    /// Creates the job's cgroup, with its limit of processes where the
+    /// pids controller is there; returns the paths of the `cgroup.procs`
+    /// each rank joins (the job's, and its v1 pids cgroup's when the pids
+    /// controller is mounted apart), as C strings ready to be written
+    /// between fork and exec.
+    pub fn add_job(&self, job: JobId) -> io::Result<(CString, Option<CString>)> {
         let dir = self.dir(job);
-        match fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(error) => return Err(error),
-        }
-        CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "cgroup path contains NUL"))
+        make_dir(&dir)?;
+        let limit = max_job_processes().to_string();
+        let pids_procs = match &self.pids_base {
+            Some(pids_base) => {
+                let pids_dir = pids_base.join(format!("job-{job}"));
+                make_dir(&pids_dir)?;
+                fs::write(pids_dir.join("pids.max"), &limit)?;
+                Some(procs_path(&pids_dir)?)
+            }
+            None => {
+                if dir.join("pids.max").exists() {
+                    fs::write(dir.join("pids.max"), &limit)?;
+                }
+                None
+            }
+        };
+        Ok((procs_path(&dir)?, pids_procs))
+    }
+
+    /// The `cgroup.procs` of the job's v1 pids cgroup, if it has one.
+    pub fn pids_procs(&self, job: JobId) -> Option<CString> {
+        let dir = self.pids_base.as_ref()?.join(format!("job-{job}"));
+        dir.is_dir().then(|| procs_path(&dir).ok()).flatten()
+    }
+
+    /// Whether the pids controller refused a fork of the job's (its
+    /// `pids.events` counts one at its `pids.max`).
+    pub fn forks_refused(&self, job: JobId) -> bool {
+        let dir = match &self.pids_base {
+            Some(pids_base) => pids_base.join(format!("job-{job}")),
+            None => self.dir(job),
+        };
+        fs::read_to_string(dir.join("pids.events")).is_ok_and(|events| {
+            events
+                .lines()
+                .filter_map(|line| line.strip_prefix("max "))
+                .any(|count| count.trim() != "0")
+        })
+    }
+
+    /// Sends SIGKILL to every process of the job's cgroup, each through a
+    /// pidfd taken before its membership is checked (so that a pid reused
+    /// meanwhile is never signalled); holds no descriptor afterwards.
+    /// Returns how many processes the cgroup listed.
+    pub fn kill_job(&self, job: JobId) -> usize {
+        let dir = self.dir(job);
+        let marker = format!(
+            "/{}/job-{job}",
+            self.base.file_name().unwrap_or_default().to_string_lossy()
+        );
+        kill_listed(&dir, &marker, false)
     }
 
     /// The processes in the job's cgroup.
@@ -151,6 +224,9 @@ impl Cgroups {
 
     /// Removes the job's cgroup; it must be empty.
     pub fn remove_job(&self, job: JobId) {
+        if let Some(pids_base) = &self.pids_base {
+            let _ = fs::remove_dir(pids_base.join(format!("job-{job}")));
+        }
         let dir = self.dir(job);
         // A frozen cgroup's processes could never die and leave it.
         let _ = self.set_frozen(job, false);
@@ -237,7 +313,6 @@ fn remove_stale(parent: &Path, tag: &str) {
 /// it to empty. Each process is held through a pidfd and signalled only if
 /// it is still in that cgroup, so a pid reused meanwhile is never touched.
 fn kill_members(dir: &Path) {
-    let procs = dir.join("cgroup.procs");
     // The tail a member's /proc/PID/cgroup line ends with: scored-PID/job-N.
     let parts: Vec<String> = dir
         .iter()
@@ -250,24 +325,8 @@ fn kill_members(dir: &Path) {
         _ => return,
     };
     for _ in 0..100 {
-        let pids = fs::read_to_string(&procs)
-            .map(|text| parse_pids(&text))
-            .unwrap_or_default();
-        if pids.is_empty() {
+        if kill_listed(dir, &format!("/{marker}"), true) == 0 {
             return;
-        }
-        for pid in pids {
-            let Ok(pidfd) = super::sys::pidfd_open(pid) else {
-                continue;
-            };
-            let member = fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
-                text.lines()
-                    .any(|line| line.ends_with(&format!("/{marker}")))
-            });
-            if member {
-                tracing::info!(pid, cgroup = %dir.display(), "killing a process left by a daemon that is gone");
-                let _ = super::sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
-            }
         }
         // The dead daemon may have frozen the job (a rank continued from
         // outside while switched out): a frozen process keeps its SIGKILL,
@@ -275,6 +334,69 @@ fn kill_members(dir: &Path) {
         // Thawed only now, it dies before it runs a single instruction.
         thaw(dir);
         std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Sends SIGKILL to each process that the cgroup `dir` lists, through a
+/// pidfd, once its /proc/PID/cgroup says it is a member (a line ending
+/// with `marker`): the pidfd pins the process before that check, so a pid
+/// reused meanwhile is never signalled. Returns how many were listed.
+/// `left_by_dead` logs each as left by a daemon that is gone.
+fn kill_listed(dir: &Path, marker: &str, left_by_dead: bool) -> usize {
+    let pids = fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|text| parse_pids(&text))
+        .unwrap_or_default();
+    for &pid in &pids {
+        let Ok(pidfd) = super::sys::pidfd_open(pid) else {
+            continue;
+        };
+        let member = fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .is_ok_and(|text| text.lines().any(|line| line.ends_with(marker)));
+        if member {
+            if left_by_dead {
+                tracing::info!(pid, cgroup = %dir.display(), "killing a process left by a daemon that is gone");
+            }
+            let _ = super::sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+        }
+    }
+    pids.len()
+}
+
+/// Where the v1 pids controller is mounted apart.
+const V1_PIDS: &str = "/sys/fs/cgroup/pids";
+
+/// The daemon's directory in the v1 pids hierarchy, created (after
+/// cleaning those of dead daemons of its installation), or `None` where
+/// that hierarchy is not there or not writable.
+fn pids_hierarchy(own_cgroups: &str, tag: &str, daemon_pid: u32) -> Option<PathBuf> {
+    let root = Path::new(V1_PIDS);
+    if !root.join("cgroup.procs").exists() {
+        return None;
+    }
+    let parent = root.join(own_path(own_cgroups, Some("pids")).trim_start_matches('/'));
+    remove_stale(&parent, tag);
+    let dir = parent.join(format!("scored-{tag}-{daemon_pid}"));
+    match fs::create_dir(&dir) {
+        Ok(()) => Some(dir),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Some(dir),
+        Err(error) => {
+            tracing::debug!(path = %dir.display(), %error, "no pids cgroup here");
+            None
+        }
+    }
+}
+
+/// `dir`'s `cgroup.procs`, as a C string ready to be written between fork
+/// and exec.
+fn procs_path(dir: &Path) -> io::Result<CString> {
+    CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "cgroup path contains NUL"))
+}
+
+fn make_dir(dir: &Path) -> io::Result<()> {
+    match fs::create_dir(dir) {
+        Err(error) if error.kind() != io::ErrorKind::AlreadyExists => Err(error),
+        _ => Ok(()),
     }
 }
 
@@ -292,14 +414,16 @@ fn thaw(dir: &Path) {
 
 impl Drop for Cgroups {
     fn drop(&mut self) {
-        if let Ok(entries) = fs::read_dir(&self.base) {
-            for entry in entries.flatten() {
-                if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                    let _ = fs::remove_dir(entry.path());
+        for base in std::iter::once(&self.base).chain(&self.pids_base) {
+            if let Ok(entries) = fs::read_dir(base) {
+                for entry in entries.flatten() {
+                    if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                        let _ = fs::remove_dir(entry.path());
+                    }
                 }
             }
+            let _ = fs::remove_dir(base);
         }
-        let _ = fs::remove_dir(&self.base);
     }
 }
 

@@ -228,15 +228,15 @@ impl OsActuator {
                     ),
                 )
             })?;
-        let cgroup_procs = match &self.cgroups {
+        let (cgroup_procs, pids_procs) = match &self.cgroups {
             Some(cgroups) => match cgroups.add_job(plan.job) {
-                Ok(path) => Some(path),
+                Ok((procs, pids)) => (Some(procs), pids),
                 Err(error) => {
                     tracing::warn!(job = %plan.job, %error, "cannot create the job's cgroup; going without");
-                    None
+                    (None, None)
                 }
             },
-            None => None,
+            None => (None, None),
         };
         self.jobs.insert(
             plan.job,
@@ -244,6 +244,8 @@ impl OsActuator {
                 groups: HashMap::new(),
                 children: BTreeSet::new(),
                 extras: HashMap::new(),
+                members: HashMap::new(),
+                member_cursor: 0,
                 stop_wait: None,
                 drain: None,
                 reaped_cpu: Duration::ZERO,
@@ -254,10 +256,12 @@ impl OsActuator {
                 scratch,
                 disk_walk: statedir::DiskWalk::default(),
                 cgroup_procs,
+                pids_procs,
                 uid: plan.user.uid,
                 hold: SwitchedOutHold::default(),
                 launch: None,
                 launch_failed: false,
+                over_limit: false,
                 execs_in_flight: 0,
             },
         );
@@ -386,6 +390,7 @@ impl OsActuator {
         let pipes = &mut progress.pipes;
         let procs_state = self.jobs.get_mut(&plan.job).expect("prepared above");
         let cgroup_procs = procs_state.cgroup_procs.clone();
+        let pids_procs = procs_state.pids_procs.clone();
         let become_user = self.daemon_uid == 0 && plan.user.uid != 0;
         let groups: Vec<libc::gid_t> = plan.user.groups.clone();
         // The signals whose disposition the children must change: those
@@ -632,6 +637,7 @@ impl OsActuator {
                 inherited: &passed_fds,
                 cpus: host.1,
                 cgroup_procs: cgroup_procs.as_deref(),
+                pids_procs: pids_procs.as_deref(),
                 credentials: become_user.then_some((
                     plan.user.uid,
                     plan.user.gid,

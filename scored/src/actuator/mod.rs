@@ -81,8 +81,32 @@ use crate::sys;
 
 /// How long a stop may go unconfirmed by `wait4` before /proc is consulted.
 const CONFIRM_FALLBACK: Duration = Duration::from_millis(20);
+/// With a cgroup, how many of a job's processes other than its ranks one
+/// sample reads from /proc at most: those not seen yet first, then the
+/// others in turn, so that a job of thousands of idle processes costs
+/// each slice a bounded amount of work (the rest keep their last reading).
+const MEMBER_READS_PER_SAMPLE: usize = 256;
+/// With a cgroup, how many of a job's processes outside its ranks'
+/// process groups (which group signals miss) are held through a pidfd to
+/// be signalled one by one; a job with more is held by its freezer at
+/// each stop instead. Processes inside the ranks' groups hold nothing.
+const HELD_ESCAPED: usize = 64;
+/// The most processes a job may have at once: the kernel's limit on its
+/// cgroup where the pids controller is there (a fork beyond it fails),
+/// else checked at each sample; a job found beyond it is killed, and told
+/// why.
+pub const MAX_JOB_PROCESSES: usize = 10_000;
+
+/// [`MAX_JOB_PROCESSES`], or the tests' lower limit (see `evloop::faults`).
+fn max_job_processes() -> usize {
+    crate::evloop::faults::max_job_processes(MAX_JOB_PROCESSES)
+}
+
 /// How often unconfirmed stops and draining jobs are polled.
 const POLL_INTERVAL: Duration = Duration::from_millis(1);
+/// How often the processes a job left in its cgroup are killed again while
+/// it drains (those forked while the last kill went through the list).
+const DRAIN_KILL_EVERY: Duration = Duration::from_millis(100);
 /// How long the processes left behind by a job may take to die.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How recent a look for a job's descendants must be for a stop to trust it.
@@ -450,12 +474,28 @@ struct SwitchedOutHold {
     /// (clock ticks) when its last stop was confirmed, while it is switched
     /// out and not frozen.
     stopped_cpu: Option<Vec<(i32, u64, u64)>>,
+    /// Counts its continues: a hold is the time between two of them.
+    serial: u64,
 }
 
 #[derive(Debug)]
 struct Drain {
     pids: Vec<(i32, u64)>,
     since: Instant,
+    /// The job has a cgroup: drained once it is empty, what it still holds
+    /// killed again every `DRAIN_KILL_EVERY` (nothing is held for them).
+    in_cgroup: bool,
+    killed: Instant,
+}
+
+/// A process of a job's cgroup other than a rank, as last read from /proc.
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    stat: procfs::Stat,
+    /// The job's hold serial (`SwitchedOutHold::serial`) when it was read
+    /// while its job was held stopped: a later reading in the same hold
+    /// that shows CPU time used, or a tracing stop, means it got out.
+    held: Option<u64>,
 }
 
 /// Everything the actuator tracks about one job.
@@ -467,7 +507,13 @@ struct JobProcs {
     /// unreaped, which is what makes signalling the group safe.
     groups: HashMap<i32, usize>,
     children: BTreeSet<i32>,
+    /// Descendants held through a pidfd: with a cgroup, those outside the
+    /// ranks' groups (at most `HELD_ESCAPED`); without, every one found.
     extras: HashMap<i32, Descendant>,
+    /// With a cgroup, its other processes as last read (`Member`), and the
+    /// pid after which the next sample goes on reading them.
+    members: HashMap<i32, Member>,
+    member_cursor: i32,
     stop_wait: Option<StopWait>,
     drain: Option<Drain>,
     /// CPU time of reaped processes (with their waited-for descendants).
@@ -485,6 +531,9 @@ struct JobProcs {
     /// The size walk of the scratch directory, resumed at each sample.
     disk_walk: statedir::DiskWalk,
     cgroup_procs: Option<CString>,
+    /// The `cgroup.procs` of its cgroup in the v1 pids hierarchy, which
+    /// each rank joins too.
+    pids_procs: Option<CString>,
     /// The user the job runs as.
     uid: u32,
     /// Holding it stopped while it is switched out.
@@ -494,6 +543,8 @@ struct JobProcs {
     /// Its launch failed (a rank could not exec, or took too long to):
     /// reported once, and the rest is being killed.
     launch_failed: bool,
+    /// It was found with more processes than a job may have (reported once).
+    over_limit: bool,
     /// Its ranks between fork and exec whose report is still awaited (at
     /// most [`EXEC_WINDOW`]).
     execs_in_flight: usize,
@@ -561,6 +612,10 @@ pub struct OsActuator {
     /// checked (`check_held`): at the next poll, after the switch's
     /// continues, so that the check does not delay them.
     held_checks: Vec<JobId>,
+    /// What was found where nothing could be reported (a sample: a job
+    /// over its limit of processes, or out of its stop), reported at the
+    /// next poll.
+    later: Vec<Input>,
 }
 
 /// The time as the actuator reads it, so that its timeouts (a stop not
@@ -664,6 +719,7 @@ impl OsActuator {
             settling: HashMap::new(),
             handed_over: HashMap::new(),
             held_checks: Vec::new(),
+            later: Vec::new(),
         })
     }
 
@@ -751,6 +807,7 @@ impl Actuator for OsActuator {
 
     fn poll(&mut self, now: Instant, out: &mut Vec<Input>) {
         self.poll_processes(now, out);
+        out.append(&mut self.later);
         // Only here, at the loop's deadline: `poll_processes` also runs
         // when a stopping rank is reaped, before its switch's continues.
         self.check_held_stops(out);
@@ -765,7 +822,7 @@ impl Actuator for OsActuator {
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
         }) || !self.restops.is_empty()
             || !self.settling.is_empty();
-        if !self.held_checks.is_empty() {
+        if !self.held_checks.is_empty() || !self.later.is_empty() {
             return Some(self.clock.now());
         }
         let launching = self

@@ -15,8 +15,8 @@ use scored_core::job::ExitStatus;
 
 use super::procfs::Stat;
 use super::{
-    procfs, spawn, statedir, sys, Actuator, Drain, JobProcs, OsActuator, DISK_ENTRIES_PER_SAMPLE,
-    MAX_REMOVERS, SWEEP_SLICE, SWEEP_STEP,
+    procfs, sample, spawn, statedir, sys, Actuator, Drain, JobProcs, OsActuator,
+    DISK_ENTRIES_PER_SAMPLE, MAX_REMOVERS, SWEEP_SLICE, SWEEP_STEP,
 };
 
 impl OsActuator {
@@ -114,11 +114,7 @@ impl OsActuator {
             // Pick up what escaped since the last sample, so it dies too.
             self.discover(*job);
             self.send(*job, Signal::SIGKILL);
-            if let Some(procs) = self.jobs.get(job) {
-                for extra in procs.extras.values() {
-                    let _ = sys::pidfd_send_signal(&extra.pidfd, libc::SIGKILL);
-                }
-            }
+            self.kill_descendants(*job);
         }
         // Any other child of ours but the closer is a job descendant that
         // came to us as an orphan, or a remover of scratch trees. Signalling it by pid is safe,
@@ -259,6 +255,16 @@ impl OsActuator {
         };
         procs.children.remove(&pid);
         procs.groups.remove(&pid);
+        // The members of its group are outside every rank's group now.
+        let left: Vec<Stat> = procs
+            .members
+            .values()
+            .map(|member| member.stat)
+            .filter(|stat| stat.pgrp == pid)
+            .collect();
+        for stat in left {
+            sample::hold_outside(job, procs, stat);
+        }
         if let Some(wait) = procs.stop_wait.as_mut() {
             wait.children.remove(&pid);
         }
@@ -271,28 +277,66 @@ impl OsActuator {
 
     pub(super) fn last_child_gone(&mut self, job: JobId, out: &mut Vec<Input>) {
         self.thaw(job);
-        let leftovers: Vec<Stat> = self.discover(job);
+        let in_cgroup = self.cgroups.is_some()
+            && self
+                .jobs
+                .get(&job)
+                .is_some_and(|procs| procs.cgroup_procs.is_some());
+        // With a cgroup, what is left is what it lists; else what the walk
+        // of /proc finds.
+        let leftovers: Vec<Stat> = if in_cgroup {
+            Vec::new()
+        } else {
+            self.discover(job)
+        };
+        let listed = self.kill_descendants(job);
+        let refused = in_cgroup
+            && self
+                .cgroups
+                .as_ref()
+                .is_some_and(|cgroups| cgroups.forks_refused(job));
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
-        procs.stop_wait = None;
-        for extra in procs.extras.values() {
-            let _ = sys::pidfd_send_signal(&extra.pidfd, libc::SIGKILL);
+        if refused {
+            // Its end may come from the refused fork: say so.
+            sample::over_limit(job, procs, listed, out);
         }
+        procs.stop_wait = None;
         let pids: Vec<(i32, u64)> = leftovers
             .iter()
             .filter(|stat| !stat.is_dead())
             .map(|stat| (stat.pid, stat.start))
             .collect();
-        if !pids.is_empty() {
-            tracing::debug!(job = %job, n = pids.len(), "killing processes left behind by the job");
+        if !pids.is_empty() || listed > 0 {
+            tracing::debug!(job = %job, n = pids.len().max(listed), "killing processes left behind by the job");
+            let now = self.clock.now();
             procs.drain = Some(Drain {
                 pids,
-                since: self.clock.now(),
+                since: now,
+                in_cgroup,
+                killed: now,
             });
         } else {
             procs.extras.clear();
+            procs.members.clear();
             Self::gone(job, procs, &self.state, out);
+        }
+    }
+
+    /// SIGKILL to the job's descendants: those held through a pidfd, and
+    /// with a cgroup every process it lists (each through a pidfd taken
+    /// for the signal). Returns how many the cgroup listed.
+    pub(super) fn kill_descendants(&self, job: JobId) -> usize {
+        let Some(procs) = self.jobs.get(&job) else {
+            return 0;
+        };
+        for extra in procs.extras.values() {
+            let _ = sys::pidfd_send_signal(&extra.pidfd, libc::SIGKILL);
+        }
+        match (&self.cgroups, &procs.cgroup_procs) {
+            (Some(cgroups), Some(_)) => cgroups.kill_job(job),
+            _ => 0,
         }
     }
 

@@ -70,11 +70,7 @@ impl OsActuator {
             self.discover(*job);
             // `send` thaws a frozen job before SIGKILL.
             self.send(*job, Signal::SIGKILL);
-            if let Some(procs) = self.jobs.get(job) {
-                for extra in procs.extras.values() {
-                    let _ = sys::pidfd_send_signal(&extra.pidfd, libc::SIGKILL);
-                }
-            }
+            self.kill_descendants(*job);
         }
         let deadline = self.clock.now() + DISCARD_WAIT;
         let mut events = Vec::new();

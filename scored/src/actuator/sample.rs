@@ -6,13 +6,15 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use scored_core::core::Input;
 use scored_core::ids::JobId;
 use scored_core::job::Usage;
 
 use super::procfs::Stat;
 use super::{
-    procfs, sys, Descendant, OsActuator, DISK_ENTRIES_MIN, DISK_ENTRIES_PER_SAMPLE,
-    DISK_ENTRIES_PER_WINDOW, DISK_WINDOW,
+    max_job_processes, procfs, sys, Descendant, JobProcs, Member, OsActuator, DISK_ENTRIES_MIN,
+    DISK_ENTRIES_PER_SAMPLE, DISK_ENTRIES_PER_WINDOW, DISK_WINDOW, ESCAPE_TICKS, HELD_ESCAPED,
+    MEMBER_READS_PER_SAMPLE,
 };
 
 impl OsActuator {
@@ -83,14 +85,12 @@ impl OsActuator {
         let Some(procs) = self.jobs.get(&job) else {
             return Vec::new();
         };
+        if self.cgroups.is_some() && procs.cgroup_procs.is_some() {
+            return self.discover_in_cgroup(job);
+        }
         let rank_slots = procs.groups.clone();
-        let members: Vec<Stat> = match (&self.cgroups, &procs.cgroup_procs) {
-            (Some(cgroups), Some(_)) => cgroups
-                .pids(job)
-                .into_iter()
-                .filter_map(procfs::read_stat)
-                .collect(),
-            _ => {
+        let members: Vec<Stat> = {
+            {
                 let all = procfs::all_processes();
                 let start_of: HashMap<i32, u64> =
                     all.iter().map(|stat| (stat.pid, stat.start)).collect();
@@ -206,40 +206,205 @@ impl OsActuator {
     }
 
     /// With a cgroup, picks up processes that joined the job since the last
-    /// sample (one read of `cgroup.procs`), so that a descendant that just
+    /// sample (one read of `cgroup.procs`, and /proc for at most
+    /// `MEMBER_READS_PER_SAMPLE` of them), so that a descendant that just
     /// left its process group is stopped with the rest.
     pub(super) fn adopt_new_members(&mut self, job: JobId) {
-        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else {
+        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get(&job)) else {
             return;
         };
         if procs.cgroup_procs.is_none() {
             return;
         }
-        for pid in cgroups.pids(job) {
-            if procs.children.contains(&pid) || procs.extras.contains_key(&pid) {
-                continue;
+        let new: Vec<i32> = cgroups
+            .pids(job)
+            .into_iter()
+            .filter(|pid| {
+                !procs.children.contains(pid)
+                    && !procs.members.contains_key(pid)
+                    && !procs.extras.contains_key(pid)
+            })
+            .take(MEMBER_READS_PER_SAMPLE)
+            .collect();
+        for pid in new {
+            if let Some(stat) = procfs::read_stat(pid) {
+                self.take_member(job, stat);
             }
-            let Some(stat) = procfs::read_stat(pid) else {
-                continue;
-            };
-            let Ok(pidfd) = sys::pidfd_open(pid) else {
-                continue;
-            };
-            if stat.is_dead() || procfs::read_stat(pid).map(|again| again.start) != Some(stat.start)
-            {
-                continue;
-            }
-            let slot = procs.groups.get(&stat.session).copied().unwrap_or(0);
-            procs.extras.insert(
-                pid,
-                Descendant {
-                    pidfd,
-                    start: stat.start,
-                    slot,
-                    pgrp: stat.pgrp,
-                    stopped_by_job: false,
-                },
-            );
         }
     }
+
+    /// With a cgroup: the job's processes as its `cgroup.procs` lists
+    /// them, its ranks read from /proc, and of the others at most
+    /// `MEMBER_READS_PER_SAMPLE`: those not seen yet first, then the rest
+    /// in turn; the others count as last read. While the job is held
+    /// stopped, a process read twice in the same hold that used CPU time
+    /// in between, or that shows a tracing stop, got out of its stop.
+    /// Returns every member's reading; the job is noted as over its limit
+    /// when it has more than `MAX_JOB_PROCESSES`.
+    fn discover_in_cgroup(&mut self, job: JobId) -> Vec<Stat> {
+        let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else {
+            return Vec::new();
+        };
+        let mut listed = cgroups.pids(job);
+        let refused = cgroups.forks_refused(job);
+        listed.sort_unstable();
+        listed.dedup();
+        if listed.len() > max_job_processes() || refused {
+            over_limit(job, procs, listed.len(), &mut self.later);
+        }
+        procs.discovered_at = Some(self.clock.now());
+        let is_listed = |pid: &i32| listed.binary_search(pid).is_ok();
+        procs.members.retain(|pid, _| is_listed(pid));
+        procs.extras.retain(|pid, _| is_listed(pid));
+        let mut reads: Vec<i32> = listed
+            .iter()
+            .copied()
+            .filter(|pid| !procs.children.contains(pid) && !procs.members.contains_key(pid))
+            .take(MEMBER_READS_PER_SAMPLE)
+            .collect();
+        let turn = members_in_turn(procs, MEMBER_READS_PER_SAMPLE - reads.len());
+        if let Some(last) = turn.last() {
+            procs.member_cursor = *last;
+        }
+        reads.extend(turn);
+        let mut stats: Vec<Stat> = procs
+            .children
+            .iter()
+            .filter_map(|pid| procfs::read_stat(*pid))
+            .collect();
+        for pid in reads {
+            match procfs::read_stat(pid) {
+                Some(stat) => self.take_member(job, stat),
+                None => {
+                    if let Some(procs) = self.jobs.get_mut(&job) {
+                        procs.members.remove(&pid);
+                    }
+                }
+            }
+        }
+        let Some(procs) = self.jobs.get(&job) else {
+            return stats;
+        };
+        stats.extend(procs.members.values().map(|member| member.stat));
+        stats
+    }
+
+    /// Records one reading of a process of the job's cgroup that is not
+    /// a rank: it is held through a pidfd when outside the ranks' groups
+    /// (while fewer than `HELD_ESCAPED` are; beyond, the job is frozen at
+    /// each stop), and it is checked against the hold of a stopped job.
+    fn take_member(&mut self, job: JobId, stat: Stat) {
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if procs.children.contains(&stat.pid) {
+            return;
+        }
+        if stat.is_dead() {
+            procs.members.remove(&stat.pid);
+            return;
+        }
+        let held = procs.hold.switched_out
+            && !procs.hold.frozen
+            && procs.hold.stopped_cpu.is_some()
+            && procs.stop_wait.is_none();
+        let serial = procs.hold.serial;
+        let before = procs.members.insert(
+            stat.pid,
+            Member {
+                stat,
+                held: held.then_some(serial),
+            },
+        );
+        let escape = before
+            .filter(|before| held && before.held == Some(serial))
+            .filter(|before| before.stat.start == stat.start)
+            .and_then(|before| {
+                if stat.state == b't' {
+                    Some(format!("process {} is traced", stat.pid))
+                } else if stat.own_ticks > before.stat.own_ticks + ESCAPE_TICKS {
+                    let ms = (stat.own_ticks - before.stat.own_ticks).saturating_mul(1000)
+                        / self.clock_ticks.max(1);
+                    Some(format!(
+                        "process {} used {ms}ms of CPU time while switched out",
+                        stat.pid
+                    ))
+                } else {
+                    None
+                }
+            });
+        hold_outside(job, procs, stat);
+        if let Some(what) = escape {
+            let mut out = Vec::new();
+            self.escaped(job, stat.pid, &what, &mut out);
+            self.later.extend(out);
+        }
+    }
+}
+
+/// The next `limit` members of the job's cgroup that a sample reads, in
+/// the order of their pids from where the last sample stopped.
+pub(super) fn members_in_turn(procs: &JobProcs, limit: usize) -> Vec<i32> {
+    let mut known: Vec<i32> = procs.members.keys().copied().collect();
+    known.sort_unstable();
+    let from = known.partition_point(|pid| *pid <= procs.member_cursor);
+    known[from..]
+        .iter()
+        .chain(&known[..from])
+        .take(limit)
+        .copied()
+        .collect()
+}
+
+/// The job reached the limit of processes a job may have (`listed` in its
+/// cgroup): it is killed, once, and told why.
+pub(super) fn over_limit(job: JobId, procs: &mut JobProcs, listed: usize, out: &mut Vec<Input>) {
+    if std::mem::replace(&mut procs.over_limit, true) {
+        return;
+    }
+    let limit = max_job_processes();
+    tracing::warn!(job = %job, processes = listed, limit, "the job reached the limit of processes a job may have; killing it");
+    out.push(Input::StopFailed {
+        job,
+        reason: format!("it reached the limit of {limit} processes a job may have"),
+    });
+}
+
+/// With a cgroup, a process of the job outside its ranks' process groups
+/// (which group signals miss) is held through a pidfd, to be signalled
+/// alone, while fewer than `HELD_ESCAPED` are; beyond, the job is frozen
+/// at each stop.
+pub(super) fn hold_outside(job: JobId, procs: &mut JobProcs, stat: Stat) {
+    if procs.groups.contains_key(&stat.pgrp) || procs.extras.contains_key(&stat.pid) {
+        return;
+    }
+    if procs.extras.len() >= HELD_ESCAPED {
+        if !procs.hold.freeze_on_stop {
+            procs.hold.freeze_on_stop = true;
+            tracing::info!(job = %job, held = HELD_ESCAPED, "the job has more processes outside its ranks' process groups than are held one by one; it is frozen at each stop");
+        }
+        return;
+    }
+    let Some(pidfd) = pin(stat) else {
+        return;
+    };
+    let slot = procs.groups.get(&stat.session).copied().unwrap_or(0);
+    procs.extras.insert(
+        stat.pid,
+        Descendant {
+            pidfd,
+            start: stat.start,
+            slot,
+            pgrp: stat.pgrp,
+            stopped_by_job: false,
+        },
+    );
+    tracing::debug!(job = %job, pid = stat.pid, "found a descendant outside the ranks' groups");
+}
+
+/// A pidfd of the process `stat` was read from, or `None` if that process
+/// is gone (its pid may have been reused between the read and the open).
+fn pin(stat: Stat) -> Option<std::os::fd::OwnedFd> {
+    let pidfd = sys::pidfd_open(stat.pid).ok()?;
+    (procfs::read_stat(stat.pid).map(|again| again.start) == Some(stat.start)).then_some(pidfd)
 }

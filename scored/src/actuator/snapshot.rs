@@ -299,6 +299,8 @@ impl OsActuator {
                     drain: record.drain.map(|(pids, age)| Drain {
                         pids,
                         since: since_age(age, now),
+                        in_cgroup: cgroup_procs.is_some() && actuator.cgroups.is_some(),
+                        killed: now,
                     }),
                     reaped_cpu: Duration::from_micros(record.reaped_cpu_us),
                     discovered_at: None,
@@ -315,13 +317,24 @@ impl OsActuator {
                         // Counted again by this image.
                         escapes: 0,
                         stopped_cpu: None,
+                        serial: 0,
                     },
                     // A launch handed over waits for its plan and
                     // descriptors (`resume_launch`).
                     launch: None,
                     launch_failed: false,
+                    over_limit: false,
                     execs_in_flight: 0,
                     seen_exes: BTreeSet::new(),
+                    // Read again by the next sample.
+                    members: HashMap::new(),
+                    member_cursor: 0,
+                    pids_procs: cgroup_procs.as_ref().and_then(|_| {
+                        actuator
+                            .cgroups
+                            .as_ref()
+                            .and_then(|cgroups| cgroups.pids_procs(JobId(record.job)))
+                    }),
                     cgroup_procs,
                     uid: record.uid,
                 },

@@ -150,6 +150,8 @@ pub struct ChildSetup<'a> {
     pub cpus: nix::sched::CpuSet,
     /// The job's `cgroup.procs`, when it has a cgroup.
     pub cgroup_procs: Option<&'a CStr>,
+    /// The `cgroup.procs` of the job's cgroup in the v1 pids hierarchy.
+    pub pids_procs: Option<&'a CStr>,
     /// uid, gid and groups to become, when the job runs as another user.
     pub credentials: Option<(u32, u32, &'a [libc::gid_t])>,
     /// stdin is a terminal the rank takes as its controlling terminal.
@@ -395,7 +397,7 @@ fn steps(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)
         Step::Affinity,
         nix::sched::sched_setaffinity(Pid::from_raw(0), &setup.cpus).map_err(io::Error::from),
     )?;
-    if let Some(path) = setup.cgroup_procs {
+    for path in setup.cgroup_procs.iter().chain(&setup.pids_procs) {
         at(Step::Cgroup, sys::write_file(path, b"0"))?;
     }
     if let Some((uid, gid, groups)) = setup.credentials {
@@ -647,6 +649,7 @@ mod tests {
             inherited: &[],
             cpus,
             cgroup_procs,
+            pids_procs: None,
             credentials: None,
             takes_terminal: false,
             cwd: &cwd,
@@ -816,6 +819,7 @@ mod tests {
             inherited: &passed,
             cpus: nix::sched::sched_getaffinity(Pid::from_raw(0)).unwrap(),
             cgroup_procs: None,
+            pids_procs: None,
             credentials: None,
             takes_terminal: false,
             cwd: &cwd,

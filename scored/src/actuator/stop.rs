@@ -15,9 +15,9 @@ use scored_core::core::Input;
 use scored_core::ids::JobId;
 
 use super::{
-    procfs, sys, Actuator, OsActuator, StopWait, ALARM_EVERY, CONFIRM_FALLBACK, DRAIN_TIMEOUT,
-    ESCAPE_LIMIT, ESCAPE_TICKS, EXEC_TIMEOUT, FREEZE_AFTER, FRESH_DISCOVERY, POLL_INTERVAL,
-    ROGUE_CONTINUE_LIMIT, STOP_TIMEOUT,
+    procfs, sample, sys, Actuator, Member, OsActuator, StopWait, ALARM_EVERY, CONFIRM_FALLBACK,
+    DRAIN_KILL_EVERY, DRAIN_TIMEOUT, ESCAPE_LIMIT, ESCAPE_TICKS, EXEC_TIMEOUT, FREEZE_AFTER,
+    FRESH_DISCOVERY, MEMBER_READS_PER_SAMPLE, POLL_INTERVAL, ROGUE_CONTINUE_LIMIT, STOP_TIMEOUT,
 };
 
 impl OsActuator {
@@ -62,8 +62,22 @@ impl OsActuator {
             .filter(|pid| children.get(pid).is_some_and(|child| !child.stopped))
             .collect();
         // Descendants in the job's groups got the group signal, escaped ones
-        // theirs through their pidfd; all are confirmed through /proc.
-        let pending_extras: BTreeSet<i32> = procs.extras.keys().copied().collect();
+        // theirs through their pidfd; those held, and of the other members
+        // of its cgroup those last seen running, are confirmed through
+        // /proc (a member stops before it runs user code again anyway).
+        let pending_extras: BTreeSet<i32> = procs
+            .extras
+            .keys()
+            .copied()
+            .chain(
+                procs
+                    .members
+                    .iter()
+                    .filter(|(_, member)| member.stat.state == b'R')
+                    .map(|(pid, _)| *pid)
+                    .take(MEMBER_READS_PER_SAMPLE),
+            )
+            .collect();
         procs.stop_wait = Some(StopWait {
             children: pending_children,
             extras: pending_extras,
@@ -92,6 +106,7 @@ impl OsActuator {
         if let Some(procs) = self.jobs.get_mut(&job) {
             procs.hold.switched_out = false;
             procs.hold.stopped_cpu = None;
+            procs.hold.serial += 1;
             procs.stop_wait = None;
             if let Some(launch) = procs.launch.as_mut() {
                 launch.paused = false;
@@ -307,9 +322,28 @@ impl OsActuator {
             }
             cpu.push((pid, stat.start, stat.own_ticks));
         }
-        if let Some(procs) = self.jobs.get_mut(&job) {
-            procs.hold.stopped_cpu = Some(cpu);
+        // The other members of its cgroup that the next sample reads are
+        // read now too: that sample tells which of them ran meanwhile.
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let serial = procs.hold.serial;
+        for pid in sample::members_in_turn(procs, MEMBER_READS_PER_SAMPLE) {
+            let Some(stat) = procfs::read_stat(pid) else {
+                continue;
+            };
+            if stat.state == b't' {
+                self.escaped(job, pid, &format!("process {pid} is traced"), out);
+                return;
+            }
+            if let Some(member) = procs.members.get_mut(&pid) {
+                *member = Member {
+                    stat,
+                    held: Some(serial),
+                };
+            }
         }
+        procs.hold.stopped_cpu = Some(cpu);
     }
 
     /// Looks at the CPU time of the processes of switched-out jobs that are
@@ -353,7 +387,7 @@ impl OsActuator {
     /// [`Self::check_held`]): it is frozen, now and at every later stop;
     /// without a freezer it is stopped again, and killed after
     /// `ESCAPE_LIMIT` such escapes.
-    fn escaped(&mut self, job: JobId, pid: i32, what: &str, out: &mut Vec<Input>) {
+    pub(super) fn escaped(&mut self, job: JobId, pid: i32, what: &str, out: &mut Vec<Input>) {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
@@ -645,13 +679,17 @@ impl OsActuator {
         };
         if let Some(wait) = procs.stop_wait.as_mut() {
             let extras = &procs.extras;
-            wait.extras
-                .retain(|pid| match (extras.get(pid), procfs::read_stat(*pid)) {
-                    (Some(extra), Some(stat)) => {
-                        stat.start == extra.start && !procfs::cannot_run(&stat)
-                    }
+            let members = &procs.members;
+            wait.extras.retain(|pid| {
+                let start = extras
+                    .get(pid)
+                    .map(|extra| extra.start)
+                    .or_else(|| members.get(pid).map(|member| member.stat.start));
+                match (start, procfs::read_stat(*pid)) {
+                    (Some(start), Some(stat)) => stat.start == start && !procfs::cannot_run(&stat),
                     _ => false,
-                });
+                }
+            });
             let waited = now.duration_since(wait.since);
             if wait.freezing
                 && self
@@ -722,13 +760,23 @@ impl OsActuator {
             drain.pids.retain(|(pid, start)| {
                 procfs::read_stat(*pid).is_some_and(|stat| stat.start == *start && !stat.is_dead())
             });
+            let mut left = drain.pids.len();
+            if let (true, Some(cgroups)) = (drain.in_cgroup, &self.cgroups) {
+                left += if now.duration_since(drain.killed) >= DRAIN_KILL_EVERY {
+                    drain.killed = now;
+                    cgroups.kill_job(job)
+                } else {
+                    cgroups.pids(job).len()
+                };
+            }
             let timed_out = now.duration_since(drain.since) >= DRAIN_TIMEOUT;
-            if drain.pids.is_empty() || timed_out {
+            if left == 0 || timed_out {
                 if timed_out {
-                    tracing::warn!(job = %job, left = drain.pids.len(), "processes of a finished job would not die");
+                    tracing::warn!(job = %job, left, "processes of a finished job would not die");
                 }
                 procs.drain = None;
                 procs.extras.clear();
+                procs.members.clear();
                 Self::gone(job, procs, &self.state, out);
                 return;
             }
@@ -828,6 +876,8 @@ mod tests {
                     groups: HashMap::from([(pid, 0)]),
                     children: BTreeSet::from([pid]),
                     extras: HashMap::new(),
+                    members: HashMap::new(),
+                    member_cursor: 0,
                     stop_wait: None,
                     drain: None,
                     reaped_cpu: Duration::ZERO,
@@ -838,10 +888,12 @@ mod tests {
                     scratch: state_dir.join("jobs/1"),
                     disk_walk: statedir::DiskWalk::default(),
                     cgroup_procs: None,
+                    pids_procs: None,
                     uid: 0,
                     hold: SwitchedOutHold::default(),
                     launch: None,
                     launch_failed: false,
+                    over_limit: false,
                     execs_in_flight: 0,
                 },
             );

@@ -1,6 +1,8 @@
 //! Fault injection for the end-to-end tests: panics asked for through
-//! `SCORED_TEST_PANIC_ON`, and `SCORED_NO_CHECKPOINT`, which turns the
-//! checkpoint off so that the benchmark can measure what it costs.
+//! `SCORED_TEST_PANIC_ON`, `SCORED_NO_CHECKPOINT`, which turns the
+//! checkpoint off so that the benchmark can measure what it costs, and
+//! `SCORED_TEST_MAX_JOB_PROCESSES`, a lower limit of processes a job may
+//! have, so that a test can reach it.
 //!
 //! Only with the `fault-injection` feature, which the test harness builds
 //! the daemon with and a release build does not enable: without it every
@@ -11,6 +13,25 @@
 pub(super) use hooks::*;
 #[cfg(not(feature = "fault-injection"))]
 pub(super) use off::*;
+
+/// The most processes a job may have: `default`, or in a build with
+/// fault injection the value of `SCORED_TEST_MAX_JOB_PROCESSES` when set
+/// (read once).
+pub(crate) fn max_job_processes(default: usize) -> usize {
+    #[cfg(feature = "fault-injection")]
+    {
+        static SET: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+        if let Some(limit) = *SET.get_or_init(|| {
+            std::env::var("SCORED_TEST_MAX_JOB_PROCESSES")
+                .ok()?
+                .parse()
+                .ok()
+        }) {
+            return limit;
+        }
+    }
+    default
+}
 
 #[cfg(feature = "fault-injection")]
 mod hooks {

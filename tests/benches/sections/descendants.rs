@@ -31,10 +31,13 @@ fn run(sleeps_per_rank: u32, time: Duration) -> Run {
     let spin = format!("exec {} spin 0", testprog());
     let with_sleeps =
         format!("i=0; while [ $i -lt {sleeps_per_rank} ]; do sleep 600 & i=$((i+1)); done; {spin}");
-    let mut jobs = vec![
-        daemon.spawn(&["-nodes=4x4,priority=1", "sh", "-c", &with_sleeps]),
-        daemon.spawn(&["-nodes=4x4,priority=1", "sh", "-c", &spin]),
-    ];
+    let mut jobs = vec![daemon.spawn(&["-nodes=4x4,priority=1", "sh", "-c", &with_sleeps])];
+    // Job 1 is the one with sleeps before the other is submitted.
+    assert!(
+        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
+        "the first job never started"
+    );
+    jobs.push(daemon.spawn(&["-nodes=4x4,priority=1", "sh", "-c", &spin]));
     let first = 16 * (1 + sleeps_per_rank as usize);
     assert!(
         wait_until(Duration::from_secs(600), || {

@@ -20,37 +20,108 @@ pub(crate) fn time_command(mut make: impl FnMut() -> bool, rounds: u64) -> f64 {
     median(&mut samples)
 }
 
+/// `scrun true` of 1, 2 and 16 processes (the latter two with
+/// `-mpi=none`: a stage of two or more ranks otherwise starts a PMIx
+/// server in scrun) against spawning as many `true`s and waiting for
+/// them, rounds taking turns; and preemption.
 pub(crate) fn launch(rows: &mut Vec<Row>) {
     let daemon = Daemon::builder()
         .log("scored=info")
         .hosts(&hosts_file(4, 4))
         .start();
     let rounds = scaled(40, 8);
-    for n in [1u32, 16] {
-        let nodes = format!("-nodes={n}");
-        let scrun = time_command(|| daemon.run(&[&nodes, "true"]).status.success(), rounds);
-        let fork = time_command(
-            || {
-                let children: Vec<Child> = (0..n)
-                    .map(|_| Command::new("true").spawn().expect("true"))
-                    .collect();
-                children
-                    .into_iter()
-                    .all(|mut child| child.wait().is_ok_and(|status| status.success()))
-            },
-            rounds,
-        );
+    for n in [1u32, 2, 16] {
+        let nodes = if n == 1 {
+            "-nodes=1".to_string()
+        } else {
+            format!("-nodes={n},mpi=none")
+        };
+        let mut scrun = Vec::new();
+        let mut fork = Vec::new();
+        for _ in 0..rounds {
+            scrun.push(time_command(
+                || daemon.run(&[&nodes, "true"]).status.success(),
+                1,
+            ));
+            fork.push(time_command(|| spawn_trues(n), 1));
+        }
+        let (scrun, fork) = (median(&mut scrun), median(&mut fork));
         rows.push(row(
-            &format!(
-                "launch `scrun true`, {n} process{}",
-                if n == 1 { "" } else { "es" }
-            ),
+            &format!("launch `scrun {nodes} true`"),
             ms(scrun),
-            format!("{} (fork+exec+wait)", ms(fork)),
+            format!("{} (fork+exec+wait of {n} `true`)", ms(fork)),
             format!("+{} over", ms(scrun - fork)),
-            "a few ms over fork+exec",
+            if n == 1 {
+                "within 2 ms of fork+exec"
+            } else if n == 2 {
+                "within 2.5 ms of fork+exec"
+            } else {
+                "a few ms over fork+exec"
+            },
         ));
     }
+    drop(daemon);
+    preemption(rows, rounds);
+}
+
+/// Spawns `n` `true`s and waits for them all.
+fn spawn_trues(n: u32) -> bool {
+    let children: Vec<Child> = (0..n)
+        .map(|_| Command::new("true").spawn().expect("true"))
+        .collect();
+    children
+        .into_iter()
+        .all(|mut child| child.wait().is_ok_and(|status| status.success()))
+}
+
+/// Preemption: a job of queue 2 spins on the only host; `scrun
+/// -priority=0 true` is started, and the time until the spinner shows
+/// stopped in /proc is taken (scrun's own start-up, its submission, the
+/// decision and the stop), against fork+exec+wait of one `true` in the
+/// same rounds. The spinner runs again before the next round.
+fn preemption(rows: &mut Vec<Row>, rounds: u64) {
+    let daemon = Daemon::builder()
+        .log("scored=info")
+        .hosts(&hosts_file(1, 1))
+        .start();
+    let mut low = daemon.spawn(&["-nodes=1,priority=2", &testprog(), "spin", "0"]);
+    let pid = low.wait_pids(1)[0];
+    let mut stop = Vec::new();
+    let mut fork = Vec::new();
+    for _ in 0..rounds {
+        assert!(
+            wait_until(Duration::from_secs(10), || proc_stat(pid)
+                .is_some_and(|stat| stat.state == 'R')),
+            "the lower job never ran again"
+        );
+        let start = Instant::now();
+        let mut high = daemon
+            .scrun(&["-nodes=1,priority=0", "true"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn scrun");
+        while !stopped(pid) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the lower job was not stopped"
+            );
+            std::hint::spin_loop();
+        }
+        stop.push(start.elapsed().as_secs_f64());
+        assert!(high.wait().expect("wait for scrun").success());
+        fork.push(time_command(|| spawn_trues(1), 1));
+    }
+    low.signal(Signal::SIGINT);
+    low.wait(Duration::from_secs(30));
+    let (stop, fork) = (median(&mut stop), median(&mut fork));
+    rows.push(row(
+        "preemption: `scrun -priority=0 true` started → the queue-2 job's rank stopped",
+        ms(stop),
+        format!("{} (fork+exec+wait of `true`)", ms(fork)),
+        format!("+{} over", ms(stop - fork)),
+        "within 2 ms",
+    ));
 }
 
 /// One `status` on an open connection: how long the answer took.

@@ -116,8 +116,9 @@ pub enum Input {
     ProcessesGone(JobId),
     /// The job could not be kept stopped (its stop was not confirmed in
     /// time, or something outside it kept continuing it while it was
-    /// switched out, with no freezer to hold it): it is killed, so that
-    /// the jobs sharing its hosts get them.
+    /// switched out, with no freezer to hold it), or it reached the limit
+    /// of processes a job may have: it is killed, so that the jobs sharing
+    /// its hosts get them.
     StopFailed {
         /// The job that could not be kept stopped.
         job: JobId,

@@ -521,7 +521,9 @@ fn size() -> impl Strategy<Value = u64> {
         any::<u64>(),
         (0u64..1 << 24, 0u32..=40).prop_map(|(count, shift)| count << shift),
     ]
-    .prop_filter("a limit of 0 is refused", |size| *size > 0)
+    .prop_filter("a limit under 1M is refused", |size| {
+        *size >= crate::units::MIN_LIMIT
+    })
 }
 
 fn setting<T: std::fmt::Debug + Clone + 'static>(

@@ -1,0 +1,143 @@
+//! What a job's many processes cost root's daemon: a job that starts
+//! thousands of idle processes under a root scored with cgroups makes it
+//! hold no descriptor for each, is still stopped and continued whole by
+//! the gang switch, and has every process killed at its end; a job beyond
+//! the limit of processes a job may have is killed and told why.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use scored_tests::*;
+
+/// Whether the daemon holds its jobs in cgroups (root, with a writable
+/// hierarchy); the tests below say so and stop otherwise.
+fn has_cgroups(daemon: &Daemon, test: &str) -> bool {
+    let held = daemon.log().contains("jobs are held in cgroups");
+    if !held {
+        eprintln!("{test}: skipped, this daemon has no cgroups");
+    }
+    held
+}
+
+/// A plain user's job of 3,000 idle `sleep`s (a shell that starts them
+/// in the background, in its own process group) time-shares a host with
+/// another user's spinner: root's scored holds fewer than 1,000
+/// descriptors in all, the sleeps are stopped with their job when it is
+/// switched out and continued with it, and every one is gone once the
+/// job ends.
+#[test]
+fn thousands_of_idle_descendants_hold_no_descriptor_each() {
+    let test = "thousands_of_idle_descendants_hold_no_descriptor_each";
+    let Some(users) = test_users(test) else {
+        return;
+    };
+    let daemon = Daemon::builder()
+        .hosts("h0 cpus=0\n")
+        .timeslice("500ms")
+        .start();
+    if !has_cgroups(&daemon, test) {
+        return;
+    }
+    let mut sleeps = daemon.spawn_as(
+        &users.a,
+        &[
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i+1)); done; echo started; wait",
+        ],
+    );
+    // Job 1 is the sleeps' before the spinner is submitted.
+    assert!(
+        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
+        "the job of sleeps never started"
+    );
+    let mut spinner = daemon.spawn_as(&users.b, &[&testprog(), "spin", "0"]);
+    // Starting them takes a while on a loaded machine, at half the CPU.
+    assert!(
+        wait_until(Duration::from_secs(300), || sleeps.count_lines("started")
+            > 0),
+        "the job never started its sleeps"
+    );
+    let mut pids = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            pids = daemon.job_pids(1);
+            pids.len() > 3000
+        }),
+        "the job has {} processes",
+        pids.len()
+    );
+    // Some switches with every sleep in the job.
+    let switches = |daemon: &Daemon| daemon.json("status")["switches"].as_u64().unwrap_or(0);
+    let before = switches(&daemon);
+    assert!(
+        wait_until(Duration::from_secs(60), || switches(&daemon) >= before + 4),
+        "the two jobs do not take turns"
+    );
+    let fds = daemon.open_fds();
+    assert!(
+        fds < 1000,
+        "root's scored holds {fds} descriptors for a job of 3,000 processes:\n{}",
+        daemon.fd_listing()
+    );
+    // Switched out, the sleeps are held: stopped (`T`), or frozen (`D`)
+    // where a loaded machine made the stop slower than the freezer's
+    // fallback; switched in, they run again.
+    let held = |pid: &i32| proc_stat(*pid).is_some_and(|stat| matches!(stat.state, 'T' | 'D'));
+    let some: Vec<i32> = pids.iter().copied().step_by(60).collect();
+    for state in ["stopped", "running"] {
+        assert!(
+            wait_until(Duration::from_secs(60), || {
+                daemon.job_state(1) == state
+                    && some.iter().all(|pid| held(pid) == (state == "stopped"))
+            }),
+            "the sleeps were never all {state} with their job"
+        );
+    }
+    sleeps.signal(Signal::SIGINT);
+    spinner.signal(Signal::SIGINT);
+    sleeps.wait(Duration::from_secs(60));
+    spinner.wait(Duration::from_secs(60));
+    assert!(
+        wait_until(Duration::from_secs(60), || daemon.job_pids(1).is_empty()),
+        "{} of the job's processes outlived it",
+        daemon.job_pids(1).len()
+    );
+}
+
+/// A plain user's job that starts more processes than a job may have (40
+/// here, set for the test through the fault-injection build) is killed,
+/// and its scrun says why.
+#[test]
+fn a_job_beyond_the_limit_of_processes_is_killed_and_told_why() {
+    let test = "a_job_beyond_the_limit_of_processes_is_killed_and_told_why";
+    let Some(users) = test_users(test) else {
+        return;
+    };
+    let daemon = Daemon::builder()
+        .hosts("h0 cpus=0\n")
+        .timeslice("100ms")
+        .env("SCORED_TEST_MAX_JOB_PROCESSES", "40")
+        .start();
+    if !has_cgroups(&daemon, test) {
+        return;
+    }
+    let mut job = daemon.spawn_as(
+        &users.a,
+        &[
+            "bash",
+            "-c",
+            "for i in $(seq 100); do sleep 600 & done; wait",
+        ],
+    );
+    let (status, stderr) = job.wait(Duration::from_secs(120));
+    assert!(!status.success());
+    assert!(
+        stderr.contains("limit of 40 processes a job may have"),
+        "{stderr}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || daemon.job_pids(1).is_empty()),
+        "the job's processes outlived it"
+    );
+}
