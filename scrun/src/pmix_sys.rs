@@ -160,7 +160,17 @@ struct Module {
             *mut c_void,
         ) -> Status,
     >,
-    spawn: AnyFn,
+    spawn: Option<
+        unsafe extern "C" fn(
+            *const Proc,
+            *const Info,
+            usize,
+            *const c_void,
+            usize,
+            *mut c_void,
+            *mut c_void,
+        ) -> Status,
+    >,
     connect: Option<
         unsafe extern "C" fn(
             *const Proc,
@@ -433,7 +443,7 @@ impl Library {
             publish: Some(publish),
             lookup: Some(lookup),
             unpublish: Some(unpublish),
-            spawn: None,
+            spawn: Some(spawn),
             connect: Some(connect),
             disconnect: Some(connect),
             rest: [None; 17],
@@ -828,6 +838,22 @@ unsafe extern "C" fn abort(
         unsafe { cbfunc(PMIX_SUCCESS, cbdata) };
     }
     PMIX_SUCCESS
+}
+
+/// `MPI_Comm_spawn`: refused at once, and the job ended naming the rank.
+unsafe extern "C" fn spawn(
+    proc_: *const Proc,
+    _job_info: *const Info,
+    _ninfo: usize,
+    _apps: *const c_void,
+    _napps: usize,
+    _cbfunc: *mut c_void,
+    _cbdata: *mut c_void,
+) -> Status {
+    // SAFETY: the library passes its `pmix_proc_t`.
+    unsafe { report(proc_, RankEvent::Spawned) };
+    // Without calling back: the library answers the rank itself.
+    PMIX_ERR_NOT_SUPPORTED
 }
 
 unsafe extern "C" fn release_blob(data: *mut c_void) {

@@ -457,6 +457,46 @@ fn a_hosts_job_is_one_openmpi_world_of_the_ranks_placed() {
     assert_no_process_left(&daemon);
 }
 
+/// Rank 0 spawns a copy of the program (the others wait in the
+/// collective); errors are returned, not fatal, so that only scrun can
+/// end the wait.
+const SPAWN: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    MPI_Comm parent, child;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_get_parent(&parent);
+    if (parent == MPI_COMM_NULL) {
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        int err = MPI_Comm_spawn(argv[0], MPI_ARGV_NULL, 1, MPI_INFO_NULL, 0,
+                                 MPI_COMM_WORLD, &child, MPI_ERRCODES_IGNORE);
+        printf("spawn %s\n", err == MPI_SUCCESS ? "ok" : "failed");
+        fflush(stdout);
+    }
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[test]
+fn an_openmpi_spawn_ends_the_job_saying_scrun_does_not_serve_it() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(spawn) = mpicc_openmpi(&daemon.sandbox.path, "spawn_ompi", SPAWN) else {
+        return;
+    };
+    let mut job = daemon.spawn(&["-nodes=2", spawn.to_str().unwrap()]);
+    let (status, errors) = job.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{errors}");
+    assert!(
+        errors.contains(
+            "scrun: rank 0 called MPI_Comm_spawn, which scrun does not serve (start each program as a :: stage, or as a job of its own)"
+        ),
+        "{errors}"
+    );
+    assert_no_process_left(&daemon);
+}
+
 #[test]
 fn openmpi_abort_ends_the_job_with_the_ranks_status_and_a_message() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();

@@ -192,6 +192,9 @@ pub enum RankEvent {
     },
     /// Its connection ended without `PMIx_Finalize`.
     Lost,
+    /// It asked to spawn processes (`MPI_Comm_spawn`), which scrun does
+    /// not serve.
+    Spawned,
 }
 
 /// How the job ends because of a rank.
@@ -258,6 +261,12 @@ impl Ranks {
                 rank,
                 code: status,
                 message,
+            }),
+            // Refused; OpenMPI's other ranks would wait for ever in the
+            // collective, whatever the error handler.
+            RankEvent::Spawned => Some(RankEnd::Fault {
+                rank,
+                message: "called MPI_Comm_spawn, which scrun does not serve (start each program as a :: stage, or as a job of its own)".to_string(),
             }),
             RankEvent::Lost if self.states[rank] == State::Finalized => None,
             RankEvent::Lost => Some(RankEnd::Fault {
@@ -390,5 +399,11 @@ mod tests {
         );
         // Out of range: nothing.
         assert_eq!(Ranks::new(1).event(5, RankEvent::Lost), None);
+        // A spawn, refused, ends the job naming the rank.
+        let mut ranks = Ranks::new(2);
+        assert!(matches!(
+            ranks.event(0, RankEvent::Spawned),
+            Some(RankEnd::Fault { rank: 0, message }) if message.contains("MPI_Comm_spawn")
+        ));
     }
 }
