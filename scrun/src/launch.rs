@@ -28,6 +28,7 @@ use crate::report::Final;
 use crate::session::{self, PtySide};
 use crate::signals::Signals;
 use crate::single::{self, PrivatePaths};
+use crate::submit::PmixWorlds;
 use crate::terminal::{Pty, Relay};
 
 /// How scrun ends: its exit status, or the signal it ends by (with the
@@ -234,33 +235,38 @@ pub fn run(invocation: &Invocation) -> Outcome {
     }
 }
 
-/// Starts the job's PMIx server if `-mpi=` asks for one and the job's
-/// rank count is known, and puts into `request` what its ranks need: the
+/// Starts the job's PMIx server if `-mpi=` asks for one (for the ranks
+/// of each stage, or those scored places for `-hosts=`), and puts into `request` what its ranks need: the
 /// server's variables (replacing any `PMIX_*` of an outer launcher) and
-/// the namespace. `-mpi=pmix` without libpmix is an error (status 69);
-/// `auto` then serves PMI-1 and PMI-2 alone (and says so with `-verbose`).
+/// the namespace. libpmix itself starts only if a rank connects.
+/// `-mpi=pmix` without libpmix is an error (status 69) before the job
+/// runs; with `auto` a missing libpmix is found, and said, when a rank asks.
 fn start_pmix(invocation: &Invocation, request: &mut Request) -> Result<Option<PmixServer>, Fatal> {
-    let ranks = crate::submit::pmix_ranks(invocation)?;
-    if ranks == 0 {
-        return Ok(None);
-    }
-    let (server, launch) = match PmixServer::create(ranks, invocation.stages.len()) {
-        Ok(started) => started,
-        Err(why) if invocation.options.mpi == Mode::Pmix => {
-            return Err(Fatal::new(
-                exitcode::UNREACHABLE,
-                format!("-mpi=pmix: {why}"),
-            ))
-        }
-        Err(why) => {
-            if invocation.options.verbose {
-                session::say(&format!(
-                    "no PMIx for this job, PMI-1 and PMI-2 only: {why}"
-                ));
-            }
-            return Ok(None);
-        }
+    let ranks = match crate::submit::pmix_worlds(invocation)? {
+        PmixWorlds::None => return Ok(None),
+        PmixWorlds::Ranks(ranks) => Some(ranks),
+        PmixWorlds::Placed => None,
     };
+    let explicit = invocation.options.mpi == Mode::Pmix;
+    let verbose = invocation.options.verbose;
+    let (server, launch) =
+        match PmixServer::create(ranks, invocation.stages.len(), explicit, verbose) {
+            Ok(started) => started,
+            Err(why) if explicit => {
+                return Err(Fatal::new(
+                    exitcode::UNREACHABLE,
+                    format!("-mpi=pmix: {why}"),
+                ))
+            }
+            Err(why) => {
+                if invocation.options.verbose {
+                    session::say(&format!(
+                        "no PMIx for this job, PMI-1 and PMI-2 only: {why}"
+                    ));
+                }
+                return Ok(None);
+            }
+        };
     if let Request::Submit { submit, .. } = request {
         submit
             .env

@@ -713,6 +713,11 @@ pub fn run(
         }
         pending.extend(events);
         while let Some(event) = pending.pop_front() {
+            if let (Some(server), Event::Reply(Reply::Admitted { ranks, .. })) =
+                (pmix.as_deref_mut(), &event)
+            {
+                server.placed(*ranks);
+            }
             let started = matches!(
                 &event,
                 Event::Reply(Reply::Started { .. })

@@ -483,6 +483,11 @@ pub enum Reply {
         cluster: String,
         /// Its hosts, in rank order.
         hosts: Vec<String>,
+        /// The processes of each of its stages, as placed: the size of its
+        /// MPI worlds, which scrun does not know before for `hosts=H`. An
+        /// older daemon leaves it out (0).
+        #[serde(default)]
+        ranks: u32,
     },
     /// The submission was refused.
     Rejected {

@@ -113,12 +113,14 @@ impl<A: Actuator> Daemon<A> {
                 queue,
                 cluster,
                 hosts,
+                ranks,
             } => (
                 Reply::Admitted {
                     job: job.0,
                     queue,
                     cluster,
                     hosts,
+                    ranks,
                 },
                 false,
             ),

@@ -92,6 +92,9 @@ pub enum ClientEvent {
         cluster: String,
         /// Its hosts' names.
         hosts: Vec<String>,
+        /// The processes of each of its stages, as placed (what scrun's
+        /// PMI needs of a `hosts=H` job).
+        ranks: u32,
     },
     /// The submission was refused.
     Rejected {

@@ -266,6 +266,7 @@ impl Core {
             .map(|host| self.logged.topology.host(*host).name.clone())
             .collect();
         let cluster = self.logged.topology.cluster(job.cluster).name.clone();
+        let ranks = job.nprocs();
         out.push(Action::notify(
             waiter.client,
             ClientEvent::Admitted {
@@ -273,6 +274,7 @@ impl Core {
                 queue,
                 cluster,
                 hosts,
+                ranks,
             },
         ));
         if self.logged.jobs.is_empty() {
