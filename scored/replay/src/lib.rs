@@ -121,6 +121,8 @@ pub struct JobOutcome {
     pub procs: u32,
     /// The queue it was submitted to.
     pub queue: u32,
+    /// Its user in the trace (field 12), if known.
+    pub user: Option<i64>,
     /// The queues it visited.
     pub queues: Vec<u32>,
     /// Submitted, seconds from the first submission (after scaling).
@@ -498,6 +500,7 @@ fn replay(
                                     number: trace.jobs[record.trace_idx].number,
                                     procs: record.procs,
                                     queue: record.queue,
+                                    user: trace.jobs[record.trace_idx].user,
                                     queues: ending.accounting.queues.clone(),
                                     submit: seconds(record.submit),
                                     start: seconds(start),

@@ -8,7 +8,10 @@
 //! the nearest rank (the ⌈0.95 n⌉-th smallest); makespan = last end −
 //! first submission; utilisation = Σ processes × run / (processor slots
 //! × makespan). Per-queue figures group jobs by the queue they were
-//! submitted to, and share the machine's makespan.
+//! submitted to, and share the machine's makespan. Per-user figures group
+//! the jobs whose user the trace names (field 12); user fairness is Jain's
+//! index of the users' mean bounded slowdowns, (Σx)² / (n Σx²), in (0, 1]:
+//! 1 when every user's jobs are slowed alike, 1/n when one user's alone are.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -42,6 +45,11 @@ pub struct Report {
     pub all: Figures,
     /// Per queue the jobs were submitted to.
     pub queues: BTreeMap<u32, Figures>,
+    /// Per user the trace names: jobs, mean wait, mean bounded slowdown.
+    pub users: BTreeMap<i64, Figures>,
+    /// Jain's index of the users' mean bounded slowdowns (`None` without
+    /// users).
+    pub user_fairness: Option<f64>,
     /// Jobs skipped, by reason.
     pub skipped: BTreeMap<String, usize>,
     /// Number of jobs skipped.
@@ -94,6 +102,20 @@ pub fn report(outcome: &Outcome) -> Report {
     for job in &outcome.jobs {
         by_queue.entry(job.queue).or_default().push(job);
     }
+    let mut by_user: BTreeMap<i64, Vec<&JobOutcome>> = BTreeMap::new();
+    for job in &outcome.jobs {
+        if let Some(user) = job.user {
+            by_user.entry(user).or_default().push(job);
+        }
+    }
+    let users: BTreeMap<i64, Figures> = by_user
+        .iter()
+        .map(|(user, jobs)| (*user, figures(jobs)))
+        .collect();
+    let slowdowns: Vec<f64> = users
+        .values()
+        .map(|figures| figures.mean_bounded_slowdown)
+        .collect();
     let mut skipped = BTreeMap::new();
     for skip in &outcome.skipped {
         // Group "rejected: ..." reasons by their first clause.
@@ -106,12 +128,21 @@ pub fn report(outcome: &Outcome) -> Report {
             .iter()
             .map(|(queue, jobs)| (*queue, figures(jobs)))
             .collect(),
+        users,
+        user_fairness: jain(&slowdowns),
         skipped,
         n_skipped: outcome.skipped.len(),
         makespan,
         switches: outcome.switches,
         slots: outcome.slots,
     }
+}
+
+/// Jain's index of `values`: (Σx)² / (n Σx²); `None` without values.
+fn jain(values: &[f64]) -> Option<f64> {
+    let sum: f64 = values.iter().sum();
+    let squares: f64 = values.iter().map(|value| value * value).sum();
+    (squares > 0.0).then(|| sum * sum / (values.len() as f64 * squares))
 }
 
 fn median(sorted: &[f64]) -> f64 {
@@ -163,6 +194,19 @@ impl Report {
             queues.insert(queue.to_string(), Value::Object(entry));
         }
         map.insert("queues".into(), Value::Object(queues));
+        let mut users = Map::new();
+        for (user, figures) in &self.users {
+            let mut entry = Map::new();
+            entry.insert("jobs".into(), json!(figures.jobs));
+            entry.insert("mean_wait".into(), json!(figures.mean_wait));
+            entry.insert(
+                "mean_bounded_slowdown".into(),
+                json!(figures.mean_bounded_slowdown),
+            );
+            users.insert(user.to_string(), Value::Object(entry));
+        }
+        map.insert("users".into(), Value::Object(users));
+        map.insert("user_fairness".into(), json!(self.user_fairness));
         Value::Object(map)
     }
 
@@ -186,6 +230,13 @@ impl Report {
         let _ = writeln!(text, "utilisation: {:.2}%", self.all.utilisation * 100.0);
         let _ = writeln!(text, "makespan: {}", secs(self.makespan));
         let _ = writeln!(text, "switches: {}", self.switches);
+        if let Some(fairness) = self.user_fairness {
+            let _ = writeln!(
+                text,
+                "user fairness: {fairness:.3} ({} users)",
+                self.users.len()
+            );
+        }
         let _ = writeln!(
             text,
             "\n{:>5}  {:>7}  {:>11}  {:>11}  {:>11}  {:>9}  {:>11}",
@@ -253,6 +304,7 @@ mod tests {
             number,
             procs: 1,
             queue: 1,
+            user: Some(number % 2),
             queues: vec![1],
             submit,
             start,
@@ -286,6 +338,17 @@ mod tests {
         );
         assert_eq!(report.makespan, 125.0);
         assert_eq!(report.all.utilisation, 135.0 / 250.0);
+        // Users 1 (jobs 1, 3) and 0 (jobs 2, 4): slowdowns (1 + 5.75) / 2
+        // and (10.5 + 1) / 2; Jain's index of the two.
+        let (odd, even) = (6.75 / 2.0, 11.5 / 2.0);
+        assert_eq!(report.users[&1].mean_bounded_slowdown, odd);
+        assert_eq!(report.users[&0].mean_bounded_slowdown, even);
+        assert_eq!(report.users[&0].jobs, 2);
+        let jain = (odd + even) * (odd + even) / (2.0 * (odd * odd + even * even));
+        assert_eq!(report.user_fairness, Some(jain));
+        let json = report.to_json();
+        assert_eq!(json["users"]["1"]["jobs"], 2);
+        assert_eq!(json["user_fairness"], jain);
         let csv = jobs_csv(&outcome);
         assert!(csv.starts_with("id,submit,start,end,wait,run,slowdown,queues,ending\n1,0.000,0.000,100.000,0.000,100.000,1.0000,1,done\n"), "{csv}");
     }

@@ -51,6 +51,8 @@ pub struct SwfJob {
     pub requested_time: Option<f64>,
     /// Field 10, else field 7: kilobytes per processor.
     pub memory_kb: Option<f64>,
+    /// Field 12.
+    pub user: Option<i64>,
     /// Field 15.
     pub queue: Option<i64>,
 }
@@ -351,6 +353,7 @@ fn job(line: usize, text: &str) -> Result<SwfJob, String> {
         memory_kb: [values[9], values[6]]
             .into_iter()
             .find(|value| *value > 0.0),
+        user: known(values[11]).map(|user| user as i64),
         queue: known(values[14]).map(|queue| queue as i64),
     })
 }

@@ -87,6 +87,50 @@ fn five_jobs_first_come_first_served() {
     assert_eq!(outcome.switches, 0);
 }
 
+/// The five jobs of two users (field 12: 7 for jobs 1, 3 and 5, 8 for 2
+/// and 4), first come first served: per user its jobs, mean wait and mean
+/// bounded slowdown, and Jain's index of the two slowdowns.
+#[test]
+fn figures_per_user_and_their_fairness() {
+    let trace: String = FIVE
+        .lines()
+        .map(|line| {
+            let mut fields: Vec<&str> = line.split(' ').collect();
+            if !line.starts_with(';') {
+                fields[11] = if fields[0].parse::<u32>().is_ok_and(|n| n % 2 == 1) {
+                    "7"
+                } else {
+                    "8"
+                };
+            }
+            fields.join(" ") + "\n"
+        })
+        .collect();
+    let report = report(&replay(&trace, 4, FCFS));
+    // Slowdowns: 100/100, 140/50, 190/60, 150/30, 340/200.
+    let seven = (1.0 + 190.0 / 60.0 + 340.0 / 200.0) / 3.0;
+    let eight = (140.0 / 50.0 + 150.0 / 30.0) / 2.0;
+    assert_eq!(report.users.len(), 2);
+    assert_eq!(report.users[&7].jobs, 3);
+    assert_eq!(report.users[&8].jobs, 2);
+    assert_eq!(report.users[&7].mean_wait, (0.0 + 130.0 + 140.0) / 3.0);
+    assert_eq!(report.users[&8].mean_wait, (90.0 + 120.0) / 2.0);
+    assert!((report.users[&7].mean_bounded_slowdown - seven).abs() < 1e-9);
+    assert!((report.users[&8].mean_bounded_slowdown - eight).abs() < 1e-9);
+    let jain = (seven + eight).powi(2) / (2.0 * (seven * seven + eight * eight));
+    let fairness = report.user_fairness.expect("two users");
+    assert!((fairness - jain).abs() < 1e-9, "{fairness} against {jain}");
+    assert!(fairness < 1.0);
+    let json = report.to_json();
+    assert_eq!(json["users"]["8"]["jobs"], 2);
+    assert!(json["user_fairness"].as_f64().is_some());
+    // One user: perfectly fair.
+    assert_eq!(
+        super::metrics::report(&replay(FIVE, 4, FCFS)).user_fairness,
+        Some(1.0)
+    );
+}
+
 /// Eight jobs on 4 processors, gang scheduled with 1 s slices that cost
 /// 0.25 s, and residency demotion after 5 s of CPU time: six jobs sink to
 /// queue 2 while short ones finish in queue 1. The figures are pinned so
