@@ -459,14 +459,8 @@ impl<A: Actuator> Daemon<A> {
         let conn = self.connections.get_mut(&token).expect("caller checked");
         match request {
             Request::Submit { version, submit } => {
-                if version != proto::VERSION {
-                    return refuse(
-                        conn,
-                        format!(
-                            "protocol version {version} is not {}; use matching scrun and scored",
-                            proto::VERSION
-                        ),
-                    );
+                if let Err(message) = same_version(version) {
+                    return refuse(conn, message);
                 }
                 if conn.submitted {
                     return refuse(conn, "a connection may submit one job only".into());
@@ -646,14 +640,8 @@ impl<A: Actuator> Daemon<A> {
                 ),
             ),
             Request::Reattach { version, reattach } => {
-                if version != proto::VERSION {
-                    return refuse(
-                        conn,
-                        format!(
-                            "protocol version {version} is not {}; use matching scrun and scored",
-                            proto::VERSION
-                        ),
-                    );
+                if let Err(message) = same_version(version) {
+                    return refuse(conn, message);
                 }
                 if conn.submitted {
                     return refuse(conn, "a connection may submit or reattach one job only".into());
@@ -762,6 +750,18 @@ impl<A: Actuator> Daemon<A> {
             self.feed(inputs);
         }
     }
+}
+
+/// A job's request (submit or reattach) speaks this daemon's protocol
+/// version, or the refusal says which one it spoke.
+fn same_version(version: u32) -> Result<(), String> {
+    if version == proto::VERSION {
+        return Ok(());
+    }
+    Err(format!(
+        "protocol version {version} is not {}; use matching scrun and scored",
+        proto::VERSION
+    ))
 }
 
 pub(super) fn refuse(conn: &mut Connection, message: String) {
