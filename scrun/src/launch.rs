@@ -263,13 +263,7 @@ fn check_output(invocation: &Invocation) -> Result<(), Fatal> {
     if batch.output.is_none() && batch.error.is_none() {
         return Ok(());
     }
-    let cwd = std::env::current_dir().map_err(|error| {
-        Fatal::with_source(
-            exitcode::INTERNAL,
-            "cannot read the working directory",
-            error,
-        )
-    })?;
+    let cwd = crate::submit::working_dir()?;
     let name = match &batch.name {
         Some(name) => name.clone(),
         None => scored_proto::batch::default_name(

@@ -19,16 +19,21 @@ use scrun::pmi::Mode;
 use crate::caller::Caller;
 use crate::error::Fatal;
 
-/// The request for `invocation`, with this process's environment (in
-/// order) and working directory.
-pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal> {
-    let cwd = std::env::current_dir().map_err(|error| {
+/// This process's working directory, the job's.
+pub(crate) fn working_dir() -> Result<std::path::PathBuf, Fatal> {
+    std::env::current_dir().map_err(|error| {
         Fatal::with_source(
             exitcode::INTERNAL,
             "cannot read the working directory",
             error,
         )
-    })?;
+    })
+}
+
+/// The request for `invocation`, with this process's environment (in
+/// order) and working directory.
+pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal> {
+    let cwd = working_dir()?;
     let mut request = submit_request(invocation, std::env::vars_os(), &cwd);
     if let Request::Submit { submit, .. } = &mut request {
         submit.ignored_signals = caller.ignored_signals.clone();
