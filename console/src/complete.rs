@@ -19,6 +19,14 @@ pub trait Live {
     fn clusters(&self) -> Vec<String>;
     /// Ids of the admitted jobs.
     fn jobs(&self) -> Vec<String>;
+    /// The users of the jobs listed, for `--user`.
+    fn users(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The names of the jobs listed, for `--name`.
+    fn names(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A [`Live`] that knows nothing, for hints, which must never wait for the
@@ -41,13 +49,16 @@ impl Live for NoLive {
 pub const BUILTINS: &[&str] = &["exit", "quit"];
 
 const QUEUE_ACTIONS: &[&str] = &["enable", "disable", "activate", "deactivate", "set"];
-/// The signals an operator usually sends; `kill` accepts every name and
-/// number, these are only the ones worth offering.
-const SIGNALS: &[&str] = &[
-    "TERM", "KILL", "INT", "HUP", "USR1", "USR2", "STOP", "CONT", "QUIT",
+/// The signals `kill` offers: those that end a job, and those a job is
+/// usually told something with (`kill` accepts every other name and number
+/// but the ones that stop or continue it).
+const KILL_SIGNALS: &[&str] = &[
+    "TERM", "KILL", "INT", "HUP", "USR1", "USR2", "QUIT", "RTMIN",
 ];
 /// Commands whose first argument is a job id.
-const JOB_COMMANDS: &[&str] = &["job", "kill", "suspend", "resume", "move"];
+const JOB_COMMANDS: &[&str] = &["job", "suspend", "resume", "move"];
+/// `jobs`'s words, each given once.
+const JOBS_WORDS: &[&str] = &["all", "--user", "--name", "--state"];
 
 /// What fits at the cursor: the byte offset where the word being completed
 /// starts, and the words that may replace it.
@@ -123,8 +134,18 @@ fn pool(prior: &[&str], word: &str, live: &dyn Live) -> Vec<String> {
         ["cluster", _, "limit", given @ ..] => settings("cluster", "limit", word, given),
         [command] if JOB_COMMANDS.contains(command) => live.jobs(),
         ["move", _] => live.queues(),
-        ["kill", _] => owned(SIGNALS),
-        ["jobs"] => owned(&["all"]),
+        ["kill", .., "-s"] => owned(KILL_SIGNALS),
+        [_, .., "--user"] if matches!(prior[0], "kill" | "jobs") => live.users(),
+        [_, .., "--name"] if matches!(prior[0], "kill" | "jobs") => live.names(),
+        ["jobs", .., "--state"] => owned(&job_states()),
+        ["kill", given @ ..] => kill_words(given, word, live),
+        ["jobs", given @ ..] => owned(
+            &JOBS_WORDS
+                .iter()
+                .copied()
+                .filter(|flag| !given.contains(flag))
+                .collect::<Vec<_>>(),
+        ),
         ["history", .., "--user" | "--since"] => Vec::new(),
         ["history", given @ ..] => owned(
             &["--user", "--since"]
@@ -135,6 +156,39 @@ fn pool(prior: &[&str], word: &str, live: &dyn Live) -> Vec<String> {
         ["shutdown"] => owned(&["now"]),
         _ => Vec::new(),
     }
+}
+
+/// The job states `jobs --state` takes.
+fn job_states() -> Vec<&'static str> {
+    scored_proto::command::JOB_STATES.to_vec()
+}
+
+/// What may follow `kill` and the words given: job ids and the options
+/// not given yet; after ids, more ids or a signal's name, unless `-s`
+/// gave one; after `--user` or `--name`, the other one and `-s`.
+fn kill_words(given: &[&str], word: &str, live: &dyn Live) -> Vec<String> {
+    let has = |flag: &str| given.contains(&flag);
+    let by_filter = has("--user") || has("--name");
+    let ids = given
+        .iter()
+        .any(|given| !given.is_empty() && given.bytes().all(|byte| byte.is_ascii_digit()));
+    let mut words = Vec::new();
+    if !by_filter {
+        words.extend(live.jobs());
+        if ids && !has("-s") && !word.starts_with('-') {
+            words.extend(owned(KILL_SIGNALS));
+        }
+    }
+    for flag in ["-s", "--user", "--name"] {
+        let allowed = match flag {
+            "-s" => true,
+            _ => !ids,
+        };
+        if allowed && !has(flag) {
+            words.push(flag.to_string());
+        }
+    }
+    words
 }
 
 /// The settings of the form `NAME X KEYWORD key=... ...` of a command's
@@ -260,8 +314,18 @@ fn usage_rest(typed: &[&str]) -> Option<String> {
         .iter()
         .map(|word| word.to_string())
         .collect();
+    let parting: Vec<&str> = rests
+        .iter()
+        .filter_map(|rest| rest.get(common).copied())
+        .collect();
+    if parting.iter().any(|word| !word.split('|').all(is_keyword)) {
+        // Forms that part at placeholders or options (`kill ID` beside
+        // `kill [-s SIGNAL]`) are not alternatives of one word: the first
+        // form, the command's main one, is shown.
+        return (!first.is_empty()).then(|| first.join(" "));
+    }
     let mut alternatives: Vec<&str> = Vec::new();
-    for word in rests.iter().filter_map(|rest| rest.get(common)) {
+    for word in parting {
         for alternative in word.split('|') {
             if !alternatives.contains(&alternative) {
                 alternatives.push(alternative);

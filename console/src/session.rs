@@ -194,6 +194,7 @@ impl Daemon {
             Some(ref mut connection) => Ok(connection),
             None => {
                 let (connection, reached) = client::connect_default(&self.path, self.source)
+                    .or_else(|error| self.roots_private(error))
                     .map_err(|source| DaemonError::Unreachable {
                         path: self.path.clone(),
                         source,
@@ -201,6 +202,22 @@ impl Daemon {
                 self.path = reached;
                 Ok(self.connection.insert(connection))
             }
+        }
+    }
+
+    /// For root, when no shared daemon answers at the default socket:
+    /// root's private daemon, which scrun starts when none runs (a user's
+    /// default socket is the private one already); else `error`.
+    fn roots_private(&self, error: std::io::Error) -> std::io::Result<(Connection, PathBuf)> {
+        let Some(private) = client::roots_private_socket(self.source) else {
+            return Err(error);
+        };
+        if !client::means_no_daemon(&error) {
+            return Err(error);
+        }
+        match Connection::connect(&private) {
+            Ok(connection) => Ok((connection, private)),
+            Err(_) => Err(error),
         }
     }
 
@@ -270,7 +287,8 @@ mod tests {
         let help = execute("help kill", false, &mut send).unwrap().unwrap();
         assert!(help.ok);
         assert!(
-            help.text.starts_with("usage: kill ID [SIGNAL]\n"),
+            help.text
+                .starts_with("usage: kill [-s SIGNAL] ID [ID...]\n"),
             "{}",
             help.text
         );

@@ -114,6 +114,18 @@ impl Live for DaemonLive<'_> {
     fn jobs(&self) -> Vec<String> {
         self.column("jobs", &["id"])
     }
+    fn users(&self) -> Vec<String> {
+        let mut users = self.column("jobs", &["user"]);
+        users.sort();
+        users.dedup();
+        users
+    }
+    fn names(&self) -> Vec<String> {
+        let mut names = self.column("jobs", &["name"]);
+        names.sort();
+        names.dedup();
+        names
+    }
 }
 
 /// The rustyline helper: completion and hints, a dimmed hint, no other

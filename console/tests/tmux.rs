@@ -207,7 +207,7 @@ fn completes_runs_help_and_keeps_history_across_sessions() {
     tmux.wait_for_prompt("one", prompt);
 
     // Two candidates: the second Tab lists them; Ctrl-C drops the line.
-    tmux.type_text("one", "kill ");
+    tmux.type_text("one", "resume ");
     tmux.press("one", &["Tab", "Tab"]);
     tmux.wait_for_line("one", "the candidates 7 and 12", |line| {
         line.split_whitespace().collect::<Vec<_>>() == ["7", "12"]

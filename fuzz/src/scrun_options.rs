@@ -139,6 +139,7 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
         scored,
         reattach,
         verbose,
+        batch,
     } = &invocation.options;
     let mut items = vec![match procs {
         ProcRequest::Nodes(n) => format!("nodes={n}"),
@@ -155,6 +156,18 @@ fn print(invocation: &Invocation) -> Vec<OsString> {
     items.push(format!("mpi={}", mpi.name()));
     items.push(format!("reattach={}ms", reattach.as_millis()));
     items.extend(verbose.then(|| "verbose".to_string()));
+    items.extend(batch.detach.then(|| "batch".to_string()));
+    items.extend(batch.name.as_ref().map(|name| format!("name={name}")));
+    items.extend(batch.output.as_ref().map(|text| format!("output={text}")));
+    items.extend(batch.error.as_ref().map(|text| format!("error={text}")));
+    let ids = |ids: &[u64]| ids.iter().map(u64::to_string).collect::<Vec<_>>().join(":");
+    if !batch.after.is_empty() {
+        items.push(format!("after={}", ids(&batch.after)));
+    }
+    if !batch.afterany.is_empty() {
+        items.push(format!("afterany={}", ids(&batch.afterany)));
+    }
+    items.extend(batch.array.map(|spec| format!("array={}", spec.describe())));
     let mut words = Vec::new();
     let mut option_word = format!("-{}", items.join(","));
     if let Some(path) = scored {

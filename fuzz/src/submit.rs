@@ -271,6 +271,7 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
         disk: reader.option(Reader::u64),
         pty: false,
         time_ms: reader.option(Reader::u64),
+        batch: Default::default(),
     };
     let n_env = usize::from(reader.byte() % 8);
     let env = (0..n_env).map(|_| (reader.wire(), reader.wire())).collect();

@@ -730,8 +730,8 @@ impl<A: Actuator> Daemon<A> {
                     // The decision to start the job is on disk before its
                     // processes or its client hear of it.
                     self.write_durable();
-                    let token = Token(plan.client.0 as usize);
-                    if let Some(conn) = self.connections.get_mut(&token) {
+                    let token = plan.client.map(|client| Token(client.0 as usize));
+                    if let Some(conn) = token.and_then(|token| self.connections.get_mut(&token)) {
                         // What the client was told, the job's start among
                         // it, goes out before the processes exist (see
                         // `Action::Spawn`). A failure is left to the flush
@@ -739,9 +739,8 @@ impl<A: Actuator> Daemon<A> {
                         // connection.
                         let _ = flush(conn);
                     }
-                    let stdio = self
-                        .connections
-                        .get(&token)
+                    let stdio = token
+                        .and_then(|token| self.connections.get(&token))
                         .and_then(|conn| conn.stdio.as_ref());
                     self.actuator.spawn(&plan, stdio, inputs);
                 }
@@ -871,7 +870,7 @@ impl<A: Actuator> Daemon<A> {
         if self.exiting {
             return;
         }
-        if !self.connections.is_empty() || self.core.n_jobs() > 0 {
+        if !self.connections.is_empty() || !self.core.no_jobs() {
             self.idle_since = Instant::now();
         } else if self.idle_since.elapsed() >= idle_exit {
             tracing::info!(

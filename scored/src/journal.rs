@@ -204,6 +204,7 @@ pub fn parse_max_size(text: &str) -> Result<u64, SizeError> {
 pub fn event_job(event: &JobEvent) -> scored_core::ids::JobId {
     match event {
         JobEvent::Admitted { job, .. }
+        | JobEvent::Submitted { first: job, .. }
         | JobEvent::Started(job)
         | JobEvent::Moved { job, .. }
         | JobEvent::Held { job, .. }
@@ -448,6 +449,14 @@ impl Journal {
                     self.append_raw(&line)?;
                     continue;
                 }
+                JobEvent::Submitted {
+                    first,
+                    last,
+                    record,
+                } => json!({
+                    "t": now, "event": "submitted", "job": first.0, "last": last.0,
+                    "record": fields_json(&record),
+                }),
                 JobEvent::Started(job) => json!({"t": now, "event": "started", "job": job.0}),
                 JobEvent::Moved { job, from, to, by } => json!({
                     "t": now, "event": "moved", "job": job.0, "from": from, "to": to, "by": by,
@@ -529,10 +538,19 @@ impl Journal {
         self.read_records(&[entry]).pop()
     }
 
-    /// Rows of `jobs all` for the recently finished jobs, oldest first.
-    pub fn recent_rows(&self, table: &mut Table, may_see: &dyn Fn(&Json) -> bool) {
+    /// Rows of `jobs all` for the recently finished jobs that `keep`
+    /// keeps, oldest first.
+    pub fn recent_rows(
+        &self,
+        table: &mut Table,
+        may_see: &dyn Fn(&Json) -> bool,
+        keep: &dyn Fn(&Json) -> bool,
+    ) {
         for recent in &self.recent {
             let mut record = recent.parse();
+            if !keep(&record) {
+                continue;
+            }
             if !may_see(&record) {
                 redact(&mut record);
             }
@@ -671,6 +689,16 @@ fn absorb(entry: &Json, recovered: &mut Recovered, recent: &mut VecDeque<Recent>
             }
         }
         Some("admitted") => {
+            if let Some(id) = id {
+                recovered.open.insert(id, entry["record"].clone());
+            }
+        }
+        // A submission taken into the backlog: its ids are handed out, and
+        // it is unfinished until its first job ends.
+        Some("submitted") => {
+            if let Some(last) = entry["last"].as_u64() {
+                recovered.last_id = recovered.last_id.max(last);
+            }
             if let Some(id) = id {
                 recovered.open.insert(id, entry["record"].clone());
             }

@@ -527,8 +527,9 @@ fn open_journal(
             .record(missing)
             .map_err(|error| format!("cannot write to the job journal: {error}"))?;
     }
-    // The jobs this daemon holds are not lost.
-    open.retain(|id, _| core.job(scored_core::ids::JobId(*id)).is_none());
+    // The jobs this daemon holds are not lost, admitted or waiting in the
+    // backlog (batch jobs, dependants, an array's elements).
+    open.retain(|id, _| !core.knows(scored_core::ids::JobId(*id)));
     if !open.is_empty() {
         tracing::warn!(
             jobs = ?open.keys().collect::<Vec<_>>(),

@@ -178,6 +178,15 @@ pub fn pidfd_send_signal(pidfd: &OwnedFd, signal: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// `kill(pid, signal)` for any signal number, real-time ones included
+/// (which nix has no name for); a negative `pid` is a process group, as
+/// for kill(2).
+pub fn kill_number(pid: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: kill takes plain integers.
+    cvt(unsafe { libc::kill(pid, signal) } as libc::c_long)?;
+    Ok(())
+}
+
 /// Sets the calling thread's policy: `SCHED_FIFO` at `priority`, or
 /// `SCHED_OTHER` when `priority` is `None`; with `reset_on_fork`, children
 /// start at normal policy and non-negative nice.
@@ -290,6 +299,33 @@ pub fn chdir(path: &std::ffi::CStr) -> io::Result<()> {
     // SAFETY: `path` is a valid NUL-terminated string.
     cvt(unsafe { libc::chdir(path.as_ptr()) } as libc::c_long)?;
     Ok(())
+}
+
+/// Opens a rank's output file (`scrun -output=`) and makes it the
+/// descriptor `target` (1 or 2), between fork and exec, once the rank has
+/// its user's identity: created with the user's umask if it is missing,
+/// emptied if `truncate` (the job's first process to name it), and written
+/// at its end (several ranks may share it). A FIFO that no process reads
+/// is refused at once (`ENXIO`) rather than waited for; the descriptor the
+/// program gets blocks as a shell's redirection would.
+pub fn open_output(path: &std::ffi::CStr, truncate: bool, target: RawFd) -> io::Result<()> {
+    let mut flags =
+        libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_NOCTTY | libc::O_NONBLOCK;
+    if truncate {
+        flags |= libc::O_TRUNC;
+    }
+    // SAFETY: `path` is a valid NUL-terminated string; open takes plain
+    // integers otherwise.
+    let fd =
+        cvt(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, 0o666) } as libc::c_long)?
+            as RawFd;
+    // SAFETY: fcntl on a descriptor this function owns, with plain integers.
+    let blocking = cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_APPEND) } as libc::c_long);
+    let installed = blocking.and_then(|_| install_stdio(fd, target));
+    if fd != target {
+        let _ = close(fd);
+    }
+    installed
 }
 
 /// Writes `bytes` to `path` in one `open`+`write`+`close`, for joining a

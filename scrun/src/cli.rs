@@ -18,6 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use scored_proto::batch::{self, ArraySpec, BatchError, BatchOptions};
 use scored_proto::proto::{JobOptions, Joiner, ProcRequest};
 use scored_proto::submit::{self, ProcCounts, SubmitError};
 use scored_proto::units::{is_bare_number, parse_duration, parse_size, quote};
@@ -53,6 +54,14 @@ options:
   -stat            print the job's accounting to stderr at exit
   -pty             give rank 0 a pseudo-terminal as its controlling terminal
   -mpi=MODE        the ranks' PMI for MPI: auto (default), pmix, pmi1, pmi2 or none
+  -batch           submit and return at once, printing the job id (no terminal)
+  -name=NAME       the job's name in listings (default: the program's name)
+  -output=PATTERN  stdout (and stderr) to a file: %j id, %r rank, %a index,
+                   %x name, %% percent (-batch default: scored-%j.out)
+  -error=PATTERN   stderr to a file of its own
+  -after=ID[:ID]   start once those jobs ended with status 0 (else never)
+  -afterany=ID     start once those jobs ended, however they ended
+  -array=A-B[:STEP][%MAX]  one job per index, at most MAX at once (-batch)
   -scored=PATH     the daemon's socket (default: SCORED_SOCKET, then the standard path)
   -reattach=DUR    if scored dies, wait this long for it to come back (default 60s; 0: do not)
   -verbose, -v     say when a private scored is started
@@ -71,10 +80,13 @@ pub const MAX_STAGES: usize = scored_proto::proto::MAX_STAGES;
 pub const MAX_PRIORITY: u64 = 255;
 
 /// The keys an option word may hold, listed in the hint of an unknown-option error.
-const VALID_KEYS: &str =
-    "nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, reattach, verbose";
+const VALID_KEYS: &str = "nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, \
+     batch, name, output, error, after, afterany, array, scored, reattach, verbose";
 
 /// What the command line asks scrun to do.
+// Made once per run and taken apart at once: boxing the invocation would
+// save nothing worth its indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parsed {
     /// Run a job.
@@ -127,6 +139,9 @@ pub struct Options {
     /// private daemon (`verbose`, `v`); quiet by default, so that a job's
     /// captured output is the job's alone.
     pub verbose: bool,
+    /// `-batch`, `-name=`, `-output=`, `-error=`, `-after=`, `-afterany=`,
+    /// `-array=`, checked by the submission validator's rules.
+    pub batch: BatchOptions,
 }
 
 impl Default for Options {
@@ -144,6 +159,7 @@ impl Default for Options {
             scored: None,
             reattach: DEFAULT_REATTACH,
             verbose: false,
+            batch: BatchOptions::default(),
         }
     }
 }
@@ -162,6 +178,7 @@ impl Options {
             disk: self.disk,
             pty: self.pty,
             time_ms: self.time_ms,
+            batch: self.batch.clone(),
         }
     }
 }
@@ -443,6 +460,16 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
     let mut scored = None;
     let mut reattach = None;
     let mut verbose = None;
+    let mut detach = None;
+    let mut name = None;
+    let mut output = None;
+    let mut error = None;
+    let mut after = None;
+    let mut afterany = None;
+    let mut array = None;
+    // Where each batch option came from, for the rules that are checked
+    // once all are known.
+    let mut origins: Vec<(&'static str, Origin)> = Vec::new();
     // The placement key each source named first, to refuse `nodes` and
     // `hosts` together in one source; across sources the leftmost wins.
     let mut placement_keys: [Option<&'static str>; 2] = [None, None];
@@ -498,6 +525,55 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
                 let value = required("scored", "/run/scored.sock", setting)?;
                 scored.get_or_insert_with(|| PathBuf::from(value));
             }
+            "batch" => {
+                let value = parse_flag("batch", setting)?;
+                detach.get_or_insert(value);
+            }
+            "name" => {
+                let value = required("name", "sweep", setting)?;
+                batch::check_name(value).map_err(|error| refused(setting, error))?;
+                note_origin(&mut origins, "name", setting.origin);
+                name.get_or_insert_with(|| value.to_string());
+            }
+            "output" | "error" => {
+                let key = if setting.key == "output" {
+                    "output"
+                } else {
+                    "error"
+                };
+                let value = required(key, "run.%j.out", setting)?;
+                // Checked once all options are known (`%a` needs -array).
+                note_origin(&mut origins, key, setting.origin);
+                let slot = if key == "output" {
+                    &mut output
+                } else {
+                    &mut error
+                };
+                slot.get_or_insert_with(|| value.to_string());
+            }
+            "after" | "afterany" => {
+                let key = if setting.key == "after" {
+                    "after"
+                } else {
+                    "afterany"
+                };
+                let value = required(key, "12:15", setting)?;
+                let ids = batch::parse_ids(key, value).map_err(|error| refused(setting, error))?;
+                note_origin(&mut origins, key, setting.origin);
+                let slot = if key == "after" {
+                    &mut after
+                } else {
+                    &mut afterany
+                };
+                slot.get_or_insert(ids);
+            }
+            "array" => {
+                let value = required("array", "1-100%4", setting)?;
+                let spec =
+                    ArraySpec::parse(value).map_err(|reason| invalid("array", setting, reason))?;
+                note_origin(&mut origins, "array", setting.origin);
+                array.get_or_insert(spec);
+            }
             "reattach" => {
                 let value = required("reattach", "60s", setting)?;
                 let duration = parse_duration(value)
@@ -522,6 +598,28 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
             }
         }
     }
+    let batch = BatchOptions {
+        detach: detach.unwrap_or(false),
+        name,
+        output,
+        error,
+        after: after.unwrap_or_default(),
+        afterany: afterany.unwrap_or_default(),
+        array,
+    };
+    // The rules that tie options together (`%a` and -array, -array and
+    // -batch), on the options as resolved.
+    batch::check(&batch).map_err(|error| {
+        let origin = origins
+            .iter()
+            .find(|(key, _)| *key == error.option)
+            .map_or(Origin::CommandLine, |(_, origin)| *origin);
+        UsageError::from(ErrorKind::InvalidValue {
+            key: error.option,
+            origin,
+            reason: error.reason,
+        })
+    })?;
     Ok(Options {
         procs: procs.unwrap_or(ProcRequest::Nodes(1)),
         priority,
@@ -535,7 +633,21 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
         scored,
         reattach: reattach.unwrap_or(DEFAULT_REATTACH),
         verbose: verbose.unwrap_or(false),
+        batch,
     })
+}
+
+/// Notes where a batch option came from, the first time it is seen (the
+/// leftmost wins, as its value does).
+fn note_origin(origins: &mut Vec<(&'static str, Origin)>, key: &'static str, origin: Origin) {
+    if !origins.iter().any(|(known, _)| *known == key) {
+        origins.push((key, origin));
+    }
+}
+
+/// A batch option's rule broken by one setting, as an invalid value of it.
+fn refused(setting: &Setting, error: BatchError) -> UsageError {
+    invalid(error.option, setting, error.reason)
 }
 
 /// Records that `origin` named the placement `key`, refusing a second,

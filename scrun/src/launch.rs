@@ -28,6 +28,7 @@ use crate::report::Final;
 use crate::session::{self, PtySide};
 use crate::signals::Signals;
 use crate::single::{self, PrivatePaths};
+use crate::submit::PmixWorlds;
 use crate::terminal::{Pty, Relay};
 
 /// How scrun ends: its exit status, or the signal it ends by (with the
@@ -60,6 +61,11 @@ pub fn run(invocation: &Invocation) -> Outcome {
         Ok(request) => request,
         Err(fatal) => return report_fatal(&fatal),
     };
+    // Output files the user may not create are refused before anything
+    // is sent, and so before anything is created.
+    if let Err(fatal) = check_output(invocation) {
+        return report_fatal(&fatal);
+    }
     // Blocked before connecting, so that an early Ctrl-C is read from the
     // signalfd rather than killing scrun between submission and the loop.
     let signals = match Signals::block(&caller.ignored_signals) {
@@ -92,6 +98,22 @@ pub fn run(invocation: &Invocation) -> Outcome {
         Ok(connected) => connected,
         Err(fatal) => return report_fatal(&fatal),
     };
+    if invocation.options.batch.detach {
+        // No descriptor goes with it: the job has no client.
+        let sent = connection.send(&request).map_err(|error| {
+            Fatal::with_source(
+                exitcode::INTERNAL,
+                format!("cannot send the job to scored at {}", path.display()),
+                error,
+            )
+        });
+        let end = sent.and_then(|()| crate::batch::follow(&mut connection));
+        connection.shutdown();
+        return match end {
+            Ok(code) => code.into(),
+            Err(fatal) => report_fatal(&fatal),
+        };
+    }
     // With -pty, the job gets the slave of a new pty as stdin, stdout and
     // stderr, and scrun relays between its own terminal and the master.
     let pty = if invocation.options.pty {
@@ -234,33 +256,60 @@ pub fn run(invocation: &Invocation) -> Outcome {
     }
 }
 
-/// Starts the job's PMIx server if `-mpi=` asks for one and the job's
-/// rank count is known, and puts into `request` what its ranks need: the
-/// server's variables (replacing any `PMIX_*` of an outer launcher) and
-/// the namespace. `-mpi=pmix` without libpmix is an error (status 69);
-/// `auto` then serves PMI-1 and PMI-2 alone (and says so with `-verbose`).
-fn start_pmix(invocation: &Invocation, request: &mut Request) -> Result<Option<PmixServer>, Fatal> {
-    let ranks = crate::submit::pmix_ranks(invocation)?;
-    if ranks == 0 {
-        return Ok(None);
+/// Checks as the user that the job's output files can be created in the
+/// working directory (see [`crate::batch::check_output`]).
+fn check_output(invocation: &Invocation) -> Result<(), Fatal> {
+    let batch = &invocation.options.batch;
+    if batch.output.is_none() && batch.error.is_none() {
+        return Ok(());
     }
-    let (server, launch) = match PmixServer::create(ranks, invocation.stages.len()) {
-        Ok(started) => started,
-        Err(why) if invocation.options.mpi == Mode::Pmix => {
-            return Err(Fatal::new(
-                exitcode::UNREACHABLE,
-                format!("-mpi=pmix: {why}"),
-            ))
-        }
-        Err(why) => {
-            if invocation.options.verbose {
-                session::say(&format!(
-                    "no PMIx for this job, PMI-1 and PMI-2 only: {why}"
-                ));
-            }
-            return Ok(None);
-        }
+    let cwd = crate::submit::working_dir()?;
+    let name = match &batch.name {
+        Some(name) => name.clone(),
+        None => scored_proto::batch::default_name(
+            invocation
+                .stages
+                .first()
+                .and_then(|stage| stage.first())
+                .map_or(&[][..], |program| program.as_encoded_bytes()),
+        ),
     };
+    let index = batch.array.map(|spec| spec.first);
+    crate::batch::check_output(batch, &name, index, &cwd)
+}
+
+/// Starts the job's PMIx server if `-mpi=` asks for one (for the ranks
+/// of each stage, or those scored places for `-hosts=`), and puts into `request` what its ranks need: the
+/// server's variables (replacing any `PMIX_*` of an outer launcher) and
+/// the namespace. libpmix itself starts only if a rank connects.
+/// `-mpi=pmix` without libpmix is an error (status 69) before the job
+/// runs; with `auto` a missing libpmix is found, and said, when a rank asks.
+fn start_pmix(invocation: &Invocation, request: &mut Request) -> Result<Option<PmixServer>, Fatal> {
+    let ranks = match crate::submit::pmix_worlds(invocation)? {
+        PmixWorlds::None => return Ok(None),
+        PmixWorlds::Ranks(ranks) => Some(ranks),
+        PmixWorlds::Placed => None,
+    };
+    let explicit = invocation.options.mpi == Mode::Pmix;
+    let verbose = invocation.options.verbose;
+    let (server, launch) =
+        match PmixServer::create(ranks, invocation.stages.len(), explicit, verbose) {
+            Ok(started) => started,
+            Err(why) if explicit => {
+                return Err(Fatal::new(
+                    exitcode::UNREACHABLE,
+                    format!("-mpi=pmix: {why}"),
+                ))
+            }
+            Err(why) => {
+                if invocation.options.verbose {
+                    session::say(&format!(
+                        "no PMIx for this job, PMI-1 and PMI-2 only: {why}"
+                    ));
+                }
+                return Ok(None);
+            }
+        };
     if let Request::Submit { submit, .. } = request {
         submit
             .env

@@ -9,6 +9,7 @@
 //! nix and rustix lack; every other module forbids it.
 #![deny(unsafe_code)]
 
+mod batch;
 mod caller;
 mod error;
 mod launch;

@@ -20,13 +20,13 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString, OsString};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 use scrun::pmi::names::{NameError, Names, Port, Publisher, NAME_LIMITS};
-use scrun::pmi::pmix::{Attr, AttrValue, RankEvent};
+use scrun::pmi::pmix::{Attr, AttrValue, RankEvent, SERVER_RANK};
 
 /// The library's file name: Debian's `libpmix2` (PMIx 4.2).
 pub const LIBRARY: &str = "libpmix.so.2";
@@ -160,7 +160,17 @@ struct Module {
             *mut c_void,
         ) -> Status,
     >,
-    spawn: AnyFn,
+    spawn: Option<
+        unsafe extern "C" fn(
+            *const Proc,
+            *const Info,
+            usize,
+            *const c_void,
+            usize,
+            *mut c_void,
+            *mut c_void,
+        ) -> Status,
+    >,
     connect: Option<
         unsafe extern "C" fn(
             *const Proc,
@@ -389,19 +399,23 @@ impl Library {
         }
     }
 
-    /// Starts the server, once per process: its files go to `tmpdir`, a
-    /// directory of this user's, mode 0700.
-    pub fn start(&'static self, tmpdir: &Path) -> Result<Server, String> {
-        let (read, write) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-                .map_err(|errno| format!("cannot create a pipe: {}", errno.desc()))?;
+    /// Starts the server, once per process, as namespace `nspace` (rank
+    /// [`SERVER_RANK`]): its files go to `tmpdir`, a directory of this
+    /// user's, mode 0700; a byte on `wake` (the write end of a
+    /// non-blocking pipe) tells of what [`take_events`] has.
+    pub fn start(
+        &'static self,
+        tmpdir: &Path,
+        nspace: &str,
+        wake: OwnedFd,
+    ) -> Result<Server, String> {
         let shared = Shared {
             namespaces: Mutex::new(Vec::new()),
             events: Mutex::new(Vec::new()),
             names: Mutex::new(Names::new()),
             waiting: Mutex::new(Vec::new()),
             fns: self.fns,
-            wake: write,
+            wake,
         };
         if SHARED.set(shared).is_err() {
             return Err("a PMIx server runs already in this process".to_string());
@@ -412,6 +426,11 @@ impl Library {
         let mut list = InfoList::new(&self.fns)?;
         list.add_str("pmix.srvr.tmpdir", dir)?;
         list.add_str("pmix.sys.tmpdir", dir)?;
+        list.add_str("pmix.srv.nspace", nspace)?;
+        list.add_attr(&Attr {
+            key: "pmix.srv.rank",
+            value: AttrValue::Rank(SERVER_RANK),
+        })?;
         let mut array = list.convert()?;
         // The library keeps the module's address for the life of the
         // process.
@@ -424,7 +443,7 @@ impl Library {
             publish: Some(publish),
             lookup: Some(lookup),
             unpublish: Some(unpublish),
-            spawn: None,
+            spawn: Some(spawn),
             connect: Some(connect),
             disconnect: Some(connect),
             rest: [None; 17],
@@ -461,10 +480,7 @@ impl Library {
                 self.describe(status)
             ));
         }
-        Ok(Server {
-            library: self,
-            wake: read,
-        })
+        Ok(Server { library: self })
     }
 }
 
@@ -603,7 +619,6 @@ fn generate(
 /// (`crate::pmix_server`).
 pub struct Server {
     library: &'static Library,
-    wake: OwnedFd,
 }
 
 impl Server {
@@ -724,27 +739,21 @@ impl Server {
         }
         Ok(out)
     }
+}
 
-    /// Becomes readable when [`Server::take_events`] has something.
-    pub fn wake_fd(&self) -> BorrowedFd<'_> {
-        self.wake.as_fd()
-    }
-
-    /// What the ranks did since the last call.
-    pub fn take_events(&self) -> Vec<PmixEvent> {
-        let mut sink = [0u8; 64];
-        while matches!(nix::unistd::read(&self.wake, &mut sink), Ok(n) if n > 0) {}
-        SHARED.get().map_or_else(Vec::new, |shared| {
-            std::mem::take(&mut *shared.events.lock().unwrap_or_else(|e| e.into_inner()))
-        })
-    }
+/// What the ranks did since the last call (none before the server
+/// started).
+pub fn take_events() -> Vec<PmixEvent> {
+    SHARED.get().map_or_else(Vec::new, |shared| {
+        std::mem::take(&mut *shared.events.lock().unwrap_or_else(|e| e.into_inner()))
+    })
 }
 
 // The host's functions, called on the library's thread.
 mod host;
 use host::{
     abort, client_connected, client_finalized, connect, fence_nb, lookup, publish, rank_lost,
-    unpublish, Stored, Waiting,
+    spawn, unpublish, Stored, Waiting,
 };
 
 #[cfg(test)]

@@ -55,6 +55,7 @@ impl Final {
 pub fn final_report(reply: &Reply, stat: bool, passed: Option<i32>) -> Option<Final> {
     match reply {
         Reply::Waiting { .. }
+        | Reply::Accepted { .. }
         | Reply::Admitted { .. }
         | Reply::Started { .. }
         | Reply::Held { .. }

@@ -407,6 +407,15 @@ impl Session {
                 self.told_waiting = true;
                 vec![Action::Say(format!("waiting for resources: {reason}"))]
             }
+            // An interactive job that waits for other jobs (`-after=`).
+            Reply::Accepted {
+                job,
+                waits: Some(why),
+                ..
+            } => {
+                self.job.get_or_insert(job);
+                vec![Action::Say(format!("job {job} {why}"))]
+            }
             Reply::Admitted { job, .. } => {
                 self.job.get_or_insert(job);
                 if !self.started {
@@ -662,6 +671,11 @@ pub fn run(
         }
         pending.extend(events);
         while let Some(event) = pending.pop_front() {
+            if let (Some(server), Event::Reply(Reply::Admitted { ranks, .. })) =
+                (pmix.as_deref_mut(), &event)
+            {
+                server.placed(*ranks);
+            }
             let started = matches!(
                 &event,
                 Event::Reply(Reply::Started { .. })

@@ -19,16 +19,21 @@ use scrun::pmi::Mode;
 use crate::caller::Caller;
 use crate::error::Fatal;
 
-/// The request for `invocation`, with this process's environment (in
-/// order) and working directory.
-pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal> {
-    let cwd = std::env::current_dir().map_err(|error| {
+/// This process's working directory, the job's.
+pub(crate) fn working_dir() -> Result<std::path::PathBuf, Fatal> {
+    std::env::current_dir().map_err(|error| {
         Fatal::with_source(
             exitcode::INTERNAL,
             "cannot read the working directory",
             error,
         )
-    })?;
+    })
+}
+
+/// The request for `invocation`, with this process's environment (in
+/// order) and working directory.
+pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal> {
+    let cwd = working_dir()?;
     let mut request = submit_request(invocation, std::env::vars_os(), &cwd);
     if let Request::Submit { submit, .. } = &mut request {
         submit.ignored_signals = caller.ignored_signals.clone();
@@ -36,11 +41,14 @@ pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal>
         submit.umask = caller.umask;
         submit.nice = caller.nice;
         submit.ioprio = caller.ioprio;
-        // With -pty the job's standard descriptors are the terminal's.
-        if !invocation.options.pty {
-            submit.closed_stdio = caller.closed_stdio.clone();
+        // A batch job gets nothing of scrun's descriptors; with -pty the
+        // job's standard descriptors are the terminal's.
+        if !invocation.options.batch.detach {
+            if !invocation.options.pty {
+                submit.closed_stdio = caller.closed_stdio.clone();
+            }
+            submit.fds = caller.descriptors.clone();
         }
-        submit.fds = caller.descriptors.clone();
         submit.pmi_ranks = pmi_ranks(invocation)?;
     }
     check_size(&request)?;
@@ -60,16 +68,40 @@ pub fn pmi_ranks(invocation: &Invocation) -> Result<u32, Fatal> {
     }
 }
 
-/// How many ranks of each stage a PMIx server registers (`-mpi=auto`,
-/// `pmix`): as for [`pmi_ranks`], and none with `pmi1`, `pmi2` or `none`.
-pub fn pmix_ranks(invocation: &Invocation) -> Result<u32, Fatal> {
-    match invocation.options.mpi {
-        // A rank alone is a world of one without a server: `auto` spares
-        // it the server's start.
-        Mode::Auto => known_ranks(invocation).map(|ranks| if ranks < 2 { 0 } else { ranks }),
-        Mode::Pmix => known_ranks(invocation),
-        Mode::Pmi1 | Mode::Pmi2 | Mode::None => Ok(0),
+/// The worlds a job's PMIx server registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmixWorlds {
+    /// No PMIx server.
+    None,
+    /// Each stage a world of this many ranks.
+    Ranks(u32),
+    /// Each stage a world of as many ranks as scored places
+    /// (`-hosts=H`), which it tells at admission.
+    Placed,
+}
+
+/// The worlds a PMIx server registers (`-mpi=auto`, `pmix`): as for
+/// [`pmi_ranks`], and those of a `-hosts=H` job once placed; none with
+/// `pmi1`, `pmi2` or `none`.
+pub fn pmix_worlds(invocation: &Invocation) -> Result<PmixWorlds, Fatal> {
+    let mode = invocation.options.mpi;
+    if !matches!(mode, Mode::Auto | Mode::Pmix) {
+        return Ok(PmixWorlds::None);
     }
+    if invocation.options.batch.detach {
+        // No scrun stays to serve it: refused unless `auto`.
+        return known_ranks(invocation).map(|_| PmixWorlds::None);
+    }
+    if let ProcRequest::Hosts(_) = invocation.options.procs {
+        return Ok(PmixWorlds::Placed);
+    }
+    Ok(match known_ranks(invocation)? {
+        0 => PmixWorlds::None,
+        // A rank alone is a world of one without a server: `auto` spares
+        // it the server.
+        1 if mode == Mode::Auto => PmixWorlds::None,
+        ranks => PmixWorlds::Ranks(ranks),
+    })
 }
 
 /// The rank count of each stage, if the job's PMI can serve it: 0 where
@@ -77,6 +109,20 @@ pub fn pmix_ranks(invocation: &Invocation) -> Result<u32, Fatal> {
 /// for any other mode.
 fn known_ranks(invocation: &Invocation) -> Result<u32, Fatal> {
     let mode = invocation.options.mpi;
+    if invocation.options.batch.detach {
+        // No scrun stays to serve it.
+        return match mode {
+            Mode::Auto => Ok(0),
+            _ => Err(Fatal::new(
+                exitcode::USAGE,
+                format!(
+                    "-mpi={}: a batch job has no scrun to serve its ranks' PMI; \
+                     run MPI programs without -batch",
+                    mode.name()
+                ),
+            )),
+        };
+    }
     let refuse = |why: String| {
         if mode == Mode::Auto {
             Ok(0)
@@ -256,18 +302,16 @@ mod tests {
         assert_eq!(ranks(&["-nodes=2x3", "a", "::", "b"]), Ok(6));
         assert_eq!(ranks(&["-nodes=4,mpi=none", "a"]), Ok(0));
         assert_eq!(ranks(&["-nodes=4,mpi=pmix", "a"]), Ok(0));
-        let pmix = |args: &[&str]| pmix_ranks(&invocation(args)).map_err(|f| f.to_string());
-        assert_eq!(pmix(&["-nodes=4", "a"]), Ok(4));
-        assert_eq!(pmix(&["-nodes=1", "a"]), Ok(0));
-        assert_eq!(pmix(&["-nodes=1,mpi=pmix", "a"]), Ok(1));
-        assert_eq!(pmix(&["-nodes=4,mpi=pmix", "a"]), Ok(4));
-        assert_eq!(pmix(&["-nodes=4,mpi=pmi2", "a"]), Ok(0));
-        assert_eq!(pmix(&["-nodes=4,mpi=none", "a"]), Ok(0));
-        assert_eq!(pmix(&["-hosts=2", "a"]), Ok(0));
-        assert_eq!(
-            pmix(&["-hosts=2,mpi=pmix", "a"]),
-            Err("-mpi=pmix: the number of ranks of hosts=2 is known only once placed; use -nodes=N or -nodes=NxM".to_string())
-        );
+        let pmix = |args: &[&str]| pmix_worlds(&invocation(args)).map_err(|f| f.to_string());
+        assert_eq!(pmix(&["-nodes=4", "a"]), Ok(PmixWorlds::Ranks(4)));
+        assert_eq!(pmix(&["-nodes=1", "a"]), Ok(PmixWorlds::None));
+        assert_eq!(pmix(&["-nodes=1,mpi=pmix", "a"]), Ok(PmixWorlds::Ranks(1)));
+        assert_eq!(pmix(&["-nodes=4,mpi=pmix", "a"]), Ok(PmixWorlds::Ranks(4)));
+        assert_eq!(pmix(&["-nodes=4,mpi=pmi2", "a"]), Ok(PmixWorlds::None));
+        assert_eq!(pmix(&["-nodes=4,mpi=none", "a"]), Ok(PmixWorlds::None));
+        assert_eq!(pmix(&["-hosts=2", "a"]), Ok(PmixWorlds::Placed));
+        assert_eq!(pmix(&["-hosts=2,mpi=pmix", "a"]), Ok(PmixWorlds::Placed));
+        assert_eq!(pmix(&["-hosts=2,mpi=none", "a"]), Ok(PmixWorlds::None));
         assert_eq!(ranks(&["-hosts=2", "a"]), Ok(0));
         assert_eq!(ranks(&["-nodes=129", "a"]), Ok(0));
         assert_eq!(

@@ -195,6 +195,7 @@ impl Client {
             queue: 1,
             cluster: "c0".into(),
             hosts: vec!["host0".into()],
+            ranks: 1,
         });
         self.send(Reply::Started {
             job,

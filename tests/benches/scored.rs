@@ -56,8 +56,13 @@
 //!     `status` while the user floods the console or has 300,000 files
 //!     removed (needs root, for the test users).
 //!
+//! 12. Arrays of batch jobs: 10,000 elements of `true` by one
+//!     `scrun -batch -array=` on the default hosts: the time to submit,
+//!     elements finished per second and the daemon's memory, against
+//!     sequential `scrun true` in the same run and Slurm's `sbatch`.
+//!
 //! `BENCH_QUICK=1` shortens every run (for a smoke test of the benchmark);
-//! `BENCH_ONLY=switch,freezer,descendants,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi,attacks`
+//! `BENCH_ONLY=switch,freezer,descendants,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi,attacks,batch`
 //! runs only those sections. `SCORED_TEST_BIN_DIR=DIR` runs the daemons of
 //! DIR (an earlier build) instead of this build's, to compare.
 //!
@@ -67,6 +72,7 @@
 use scored_tests::*;
 use sections::{
     attacks::attacks,
+    batch::batch,
     blocking::blocking,
     descendants::descendants,
     fairness::{fairness, slice_overhead},
@@ -79,6 +85,7 @@ use sections::{
 
 mod sections {
     pub mod attacks;
+    pub mod batch;
     pub mod blocking;
     pub mod descendants;
     pub mod fairness;
@@ -323,6 +330,10 @@ fn main() {
     if wanted("attacks") {
         eprintln!("11. what a plain user can make root's scored spend");
         attacks(&mut rows);
+    }
+    if wanted("batch") {
+        eprintln!("12. arrays of batch jobs");
+        batch(&mut rows);
     }
 
     println!("Machine: {}\n", machine());

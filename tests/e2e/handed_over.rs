@@ -329,6 +329,7 @@ fn one_user_cannot_fill_roots_descriptor_table() {
                 disk: None,
                 pty: false,
                 time_ms: None,
+                batch: Default::default(),
             },
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             cwd: proto::WireBytes::from_os(daemon.sandbox.path.as_os_str()),

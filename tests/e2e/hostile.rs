@@ -95,6 +95,7 @@ fn submit_request(daemon: &Daemon) -> Request {
                 disk: None,
                 pty: false,
                 time_ms: None,
+                batch: Default::default(),
             },
             env: vec![
                 ("PATH".into(), "/usr/bin:/bin".into()),
@@ -750,6 +751,24 @@ fn a_raw_client_is_refused_in_the_words_scrun_prints() {
         raw_refusal(&|submit| submit.stages =
             vec![vec!["echo".into(), proto::WireBytes::Raw(b"a\0b".to_vec())]]),
         "an argument of stage 1 contains a NUL byte"
+    );
+
+    // The one thing scored takes from scrun's PMIx server, the namespace
+    // that goes into the ranks' environment, cannot carry another entry
+    // nor grow past what PMIx holds.
+    let bad_namespace = |shown: &str| {
+        SubmitError::BadPmixNamespace {
+            shown: shown.into(),
+        }
+        .to_string()
+    };
+    assert_eq!(
+        raw_refusal(&|submit| submit.pmix_namespace = Some("x\nLD_PRELOAD=/tmp/e.so".into())),
+        bad_namespace("\"x\\nLD_PRELOAD=/tmp/e.so\"")
+    );
+    assert_eq!(
+        raw_refusal(&|submit| submit.pmix_namespace = Some("n".repeat(300))),
+        bad_namespace(&format!("\"{}...\"", "n".repeat(40)))
     );
 
     // Nothing was admitted, and the daemon still serves.

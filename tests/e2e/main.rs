@@ -3,6 +3,7 @@
 //! and cargo do, sharing the harness in `scored_tests`.
 
 mod backfill;
+mod batch;
 mod blocking;
 mod console;
 mod crash;

@@ -437,6 +437,67 @@ fn openmpi_ranks_form_one_world_in_rank_order_and_reduce() {
 }
 
 #[test]
+fn a_hosts_job_is_one_openmpi_world_of_the_ranks_placed() {
+    let daemon = Daemon::builder().hosts(&two_hosts_of(2)).start();
+    let Some(hello) = mpicc_openmpi(&daemon.sandbox.path, "hello_ompi", HELLO) else {
+        return;
+    };
+    let hello = hello.to_str().unwrap();
+    // Hosts of 2 cores: hosts=2 is 4 ranks and hosts=1 is 2, which scrun
+    // learns only once scored has placed the job.
+    for (args, ranks) in [(["-hosts=2", hello], 4), (["-hosts=1,mpi=pmix", hello], 2)] {
+        let output = daemon.run(&args);
+        assert_eq!(code(&output), Some(0), "{args:?}: {}", stderr(&output));
+        let sum = ranks * (ranks + 1) / 2;
+        let expected: Vec<String> = (0..ranks)
+            .map(|rank| format!("rank {rank} of {ranks} score {rank} sum {sum}"))
+            .collect();
+        assert_eq!(sorted_lines(&stdout(&output)), expected, "{args:?}");
+    }
+    assert_no_process_left(&daemon);
+}
+
+/// Rank 0 spawns a copy of the program (the others wait in the
+/// collective); errors are returned, not fatal, so that only scrun can
+/// end the wait.
+const SPAWN: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    MPI_Comm parent, child;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_get_parent(&parent);
+    if (parent == MPI_COMM_NULL) {
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        int err = MPI_Comm_spawn(argv[0], MPI_ARGV_NULL, 1, MPI_INFO_NULL, 0,
+                                 MPI_COMM_WORLD, &child, MPI_ERRCODES_IGNORE);
+        printf("spawn %s\n", err == MPI_SUCCESS ? "ok" : "failed");
+        fflush(stdout);
+    }
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[test]
+fn an_openmpi_spawn_ends_the_job_saying_scrun_does_not_serve_it() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(spawn) = mpicc_openmpi(&daemon.sandbox.path, "spawn_ompi", SPAWN) else {
+        return;
+    };
+    let mut job = daemon.spawn(&["-nodes=2", spawn.to_str().unwrap()]);
+    let (status, errors) = job.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{errors}");
+    assert!(
+        errors.contains(
+            "scrun: rank 0 called MPI_Comm_spawn, which scrun does not serve (start each program as a :: stage, or as a job of its own)"
+        ),
+        "{errors}"
+    );
+    assert_no_process_left(&daemon);
+}
+
+#[test]
 fn openmpi_abort_ends_the_job_with_the_ranks_status_and_a_message() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let Some(hello) = mpicc_openmpi(&daemon.sandbox.path, "hello_ompi", HELLO) else {
@@ -752,6 +813,27 @@ fn without_libpmix_pmix_says_what_is_missing_and_auto_falls_back() {
     );
 }
 
+#[test]
+fn a_job_that_is_not_mpi_starts_no_pmix_server() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let mut job = daemon.spawn(&["-nodes=2", "sh", "-c", "echo pid $$; exec sleep 60"]);
+    let pids = job.wait_pids(2);
+    // The ranks are told where the server is, as any MPI needs ...
+    let environ = std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap();
+    assert!(
+        environ
+            .split(|&b| b == 0)
+            .any(|entry| entry.starts_with(b"PMIX_SERVER_URI41=")),
+        "no PMIx server named to the ranks"
+    );
+    // ... but nothing of libpmix runs until one of them asks.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", job.pid())).unwrap();
+    assert!(!maps.contains("libpmix"), "scrun loaded libpmix for sleep");
+    job.signal(nix::sys::signal::Signal::SIGTERM);
+    job.wait(Duration::from_secs(20));
+    assert_no_process_left(&daemon);
+}
+
 /// A PMIx client of the tests' own: says whether the server in its
 /// environment serves it.
 const PMIX_CLIENT: &str = r#"
@@ -835,9 +917,21 @@ fn only_the_jobs_user_who_knows_its_namespace_reaches_its_pmix_server() {
         let output = command.output().expect("client");
         stdout(&output).trim().to_string()
     };
+    // Until a rank connects, no server runs: scrun has not loaded
+    // libpmix, and another user's connection neither starts it nor is
+    // served.
+    let loaded = || {
+        std::fs::read_to_string(format!("/proc/{}/maps", job.pid()))
+            .unwrap()
+            .contains("libpmix")
+    };
+    assert!(!loaded(), "libpmix loaded before any rank asked");
+    assert_eq!(run(&users.b, &namespace), "refused");
+    assert!(!loaded(), "another user's connection started libpmix");
     // The job's own user with its namespace is served (as rank 0 could
     // be); a guessed namespace, or another user, is not.
     assert_eq!(run(&users.a, &namespace), "served");
+    assert!(loaded());
     let guessed = format!(
         "{}.{}.0",
         namespace.rsplitn(3, '.').nth(2).unwrap(),

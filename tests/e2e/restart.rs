@@ -438,6 +438,11 @@ fn jobs_of_every_state_survive_a_restart() {
     let (status, _) = late.wait(Duration::from_secs(10));
     assert_eq!(status.code(), Some(137));
     let mut late = daemon.spawn(&["-nodes=1", "sh", "-c", script]);
+    // It is job 5 before the next submission can take that number.
+    assert!(wait_until(Duration::from_secs(10), || !state_of(
+        &daemon, 5
+    )
+    .is_empty()));
     // Never runs: its queue is deactivated.
     daemon.ok("queue 2 deactivate");
     let mut queued = daemon.spawn(&["-nodes=1", "-priority=2", &testprog(), "spin", "0"]);

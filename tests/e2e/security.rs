@@ -1469,3 +1469,83 @@ while time.time() < end:
         "root made {roots:?} in another user's directory"
     );
 }
+
+/// A raw `Reattach` of job `job`, sent by `user` from python3 (the kernel
+/// names the sender by the process that connects): scored's first answer.
+fn reattach_as(daemon: &Daemon, user: &TestUser, job: u64) -> String {
+    let frame = scored_proto::proto::encode(&scored_proto::proto::Request::Reattach {
+        version: scored_proto::proto::VERSION,
+        reattach: scored_proto::proto::Reattach {
+            job,
+            descriptors: false,
+            closed_stdio: Vec::new(),
+            fds: Vec::new(),
+            pmi_ranks: 0,
+            stages: 1,
+            pty: false,
+            pmix_namespace: None,
+        },
+    });
+    let hex: String = frame.iter().map(|byte| format!("{byte:02x}")).collect();
+    let script = "import socket, struct, sys\n\
+                  s = socket.socket(socket.AF_UNIX)\n\
+                  s.settimeout(20)\n\
+                  s.connect(sys.argv[1])\n\
+                  s.sendall(bytes.fromhex(sys.argv[2]))\n\
+                  b = b''\n\
+                  while len(b) < 4 or len(b) < 4 + struct.unpack('>I', b[:4])[0]:\n\
+                  \x20   c = s.recv(65536)\n\
+                  \x20   if not c: break\n\
+                  \x20   b += c\n\
+                  print(b[4:].decode())\n";
+    let socket = daemon.socket.display().to_string();
+    let output = command_as(
+        user,
+        Path::new("/usr/bin/python3"),
+        &["-c", script, &socket, &hex],
+    )
+    .output()
+    .expect("python3");
+    assert!(output.status.success(), "{}", stderr(&output));
+    stdout(&output)
+}
+
+#[test]
+fn another_user_cannot_take_a_job_whose_scrun_waits_to_reattach() {
+    let Some(users) = test_users("another_user_cannot_take_a_job_whose_scrun_waits_to_reattach")
+    else {
+        return;
+    };
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    daemon.ok("queue 1 deactivate");
+    let mut job = daemon.spawn_as(&users.a, &["sh", "-c", "echo survived >&2"]);
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon.job_state(1) == "queued"),
+        "{}",
+        daemon.ok("jobs")
+    );
+    // Attached: not another user's to take.
+    let said = reattach_as(&daemon, &users.b, 1);
+    assert!(said.contains("it is not yours"), "{said}");
+    // The daemon dies with the job queued; its scrun is held back from
+    // reattaching, so that the job waits for a client.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(job.pid()),
+        nix::sys::signal::SIGSTOP,
+    )
+    .expect("stop scrun");
+    daemon.kill_hard();
+    daemon.start_again();
+    let said = reattach_as(&daemon, &users.b, 1);
+    assert!(said.contains("it is not yours"), "{said}");
+    // Its own scrun has it back, and the job's end.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(job.pid()),
+        nix::sys::signal::SIGCONT,
+    )
+    .expect("continue scrun");
+    daemon.ok("queue 1 activate");
+    let (status, out) = job.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(out.contains("survived"), "{out}");
+}

@@ -78,6 +78,25 @@ fn the_system_wide_setting_names_the_shared_daemon_for_scrun_and_sc_console() {
 }
 
 #[test]
+fn roots_console_finds_the_private_daemon_that_roots_scrun_started() {
+    if !nix::unistd::geteuid().is_root() {
+        println!("skipped: the console's fallback to a private daemon is root's");
+        return;
+    }
+    let client = Client::new("# no [client] table\n");
+    let output = client.run("scrun", &["sh", "-c", "echo job $SCORE_JOBID"]);
+    assert_eq!(stdout(&output), "job 1\n", "{}", shown(&output));
+    assert!(private_daemon_pid(&client.runtime).is_some());
+    if std::os::unix::net::UnixStream::connect(scored_proto::paths::ROOT_SOCKET).is_ok() {
+        println!("skipped: a shared daemon answers at the default socket, and comes first");
+        return;
+    }
+    let output = client.run("sc_console", &["-c", "jobs all"]);
+    assert_eq!(code(&output), Some(0), "{}", shown(&output));
+    assert!(stdout(&output).contains("echo job"), "{}", shown(&output));
+}
+
+#[test]
 fn scrun_refuses_a_private_daemon_the_setting_forbids_and_says_when_it_falls_back() {
     let sandbox = Sandbox::new();
     let socket = sandbox.path.join("down.sock");

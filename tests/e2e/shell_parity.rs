@@ -324,6 +324,7 @@ fn bad_inherited_fields_are_refused_with_a_clear_error() {
                     disk: None,
                     pty: false,
                     time_ms: None,
+                    batch: Default::default(),
                 },
                 env: vec![("SCORED_TEST_TAG".into(), daemon.tag.as_str().into())],
                 cwd: "/".into(),

@@ -535,6 +535,7 @@ fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
                 disk: None,
                 pty: false,
                 time_ms: None,
+                batch: Default::default(),
             },
             env: Vec::new(),
             cwd: "/".into(),

@@ -24,6 +24,14 @@ impl Live for FakeLive {
         self.asked.borrow_mut().push("jobs");
         owned(&["7", "12"])
     }
+    fn users(&self) -> Vec<String> {
+        self.asked.borrow_mut().push("users");
+        owned(&["alice", "bob"])
+    }
+    fn names(&self) -> Vec<String> {
+        self.asked.borrow_mut().push("names");
+        owned(&["sweep"])
+    }
 }
 
 /// Completes `line` with the cursor at its end and compares the words offered.
@@ -162,10 +170,11 @@ fn cluster_ref_then_limit_then_settings() {
 
 #[test]
 fn job_commands_take_live_job_ids() {
-    for command in ["job", "kill", "suspend", "resume", "move"] {
+    for command in ["job", "suspend", "resume", "move"] {
         check(&format!("{command} "), &["7", "12"]);
         check(&format!("{command} 1"), &["12"]);
     }
+    check("kill 1", &["12"]);
     check("job 7 ", &[]);
     check("suspend 7 ", &[]);
 }
@@ -178,22 +187,36 @@ fn move_then_queue_number() {
 }
 
 #[test]
-fn kill_then_signal_names() {
+fn kill_then_more_jobs_signal_names_or_options() {
+    check("kill ", &["7", "12", "-s", "--user", "--name"]);
     check(
         "kill 7 ",
         &[
-            "TERM", "KILL", "INT", "HUP", "USR1", "USR2", "STOP", "CONT", "QUIT",
+            "7", "12", "TERM", "KILL", "INT", "HUP", "USR1", "USR2", "QUIT", "RTMIN", "-s",
         ],
     );
     check("kill 7 U", &["USR1", "USR2"]);
-    check("kill 7 TERM ", &[]);
+    check("kill 7 12 -", &["-s"]);
+    check(
+        "kill -s ",
+        &[
+            "TERM", "KILL", "INT", "HUP", "USR1", "USR2", "QUIT", "RTMIN",
+        ],
+    );
+    check("kill -s USR1 ", &["7", "12", "--user", "--name"]);
+    check("kill --user ", &["alice", "bob"]);
+    check("kill --name ", &["sweep"]);
+    check("kill --name sweep ", &["-s", "--user"]);
 }
 
 #[test]
 fn keywords_of_jobs_and_shutdown() {
-    check("jobs ", &["all"]);
+    check("jobs ", &["all", "--user", "--name", "--state"]);
     check("jobs a", &["all"]);
-    check("jobs all ", &[]);
+    check("jobs all ", &["--user", "--name", "--state"]);
+    check("jobs --state w", &["waiting"]);
+    check("jobs all --user ", &["alice", "bob"]);
+    check("jobs --name sweep --", &["--user", "--state"]);
     check("shutdown ", &["now"]);
     check("shutdown n", &["now"]);
 }
@@ -230,7 +253,8 @@ fn only_contexts_with_live_values_ask_the_daemon() {
     assert_eq!(asked(""), Vec::<&str>::new());
     assert_eq!(asked("queue 1 "), Vec::<&str>::new());
     assert_eq!(asked("queue 1 set mode="), Vec::<&str>::new());
-    assert_eq!(asked("kill 7 "), Vec::<&str>::new());
+    assert_eq!(asked("kill -s "), Vec::<&str>::new());
+    assert_eq!(asked("kill --user "), ["users"]);
     assert_eq!(asked("queue "), ["queues"]);
     assert_eq!(asked("cluster "), ["clusters"]);
     assert_eq!(asked("kill "), ["jobs"]);
@@ -286,7 +310,7 @@ fn hints_finish_a_unique_word() {
 
 #[test]
 fn hints_show_the_rest_of_the_usage() {
-    check_hint("kill", Some(" ID [SIGNAL]"));
+    check_hint("kill", Some(" [-s SIGNAL] ID [ID...]"));
     check_hint("job", Some(" ID"));
     check_hint("status", None);
     check_hint(
@@ -316,8 +340,8 @@ fn hints_show_the_rest_of_the_usage() {
         "cluster x86 limit jobs=4 ",
         Some("memory=SIZE|none disk=SIZE|none"),
     );
-    check_hint("kill 7 ", Some("[SIGNAL]"));
-    check_hint("jobs ", Some("[all]"));
+    check_hint("kill 7 ", Some("SIGNAL"));
+    check_hint("jobs ", Some("[all] [--user U] [--name N] [--state S]"));
     check_hint("help ", Some("[COMMAND]"));
     check_hint("kill 7 TERM ", None);
     check_hint("queue 1 bogus ", None);

@@ -41,7 +41,9 @@ use std::time::Duration;
 use crate::admission::{ClusterLimits, Ledger};
 use crate::cluster::Topology;
 use crate::ids::{ClientToken, Cred, JobId, Tick};
-use crate::job::{EndCause, Job, JobLimits, JobRequest, JobState, LaunchPlan, Phase};
+use crate::job::{
+    EndCause, Job, JobLimits, JobRequest, JobState, LaunchPlan, Link, Phase, Submission,
+};
 use crate::queue::Queue;
 use crate::sched::Scheduler;
 use crate::undo::{UndoCell, UndoLedger, UndoQueues};
@@ -63,16 +65,31 @@ pub const HISTORY: usize = 1000;
 /// How many recent switch latencies the median is taken over.
 const LATENCY_WINDOW: usize = 1024;
 
-/// A client waiting for admission (the `wait` option).
+/// A submission on its way to admission: a client waiting for it (the
+/// `wait` option), or a job of the backlog (`backlog.rs`) whose turn came.
 #[derive(Debug, Clone)]
 struct Waiter {
-    client: ClientToken,
+    /// The client that waits, or `Link::Batch`.
+    link: Link,
     cred: Cred,
     user: Rc<str>,
     request: JobRequest,
     submitted_at: Tick,
     /// Its scrun was suspended while it waited: admit it held.
     held: bool,
+    /// The id it was given at submission (a job of the backlog); else it
+    /// gets the next one at admission.
+    id: Option<JobId>,
+    /// Its batch options with its submission's first id, shared by an
+    /// array's elements (a job of the backlog).
+    submission: Option<Rc<Submission>>,
+}
+
+impl Waiter {
+    /// The client waiting, if one is.
+    fn client(&self) -> Option<ClientToken> {
+        self.link.client()
+    }
 }
 
 /// A finished job, remembered for `jobs all` and `job ID`.
@@ -132,6 +149,10 @@ pub struct Core {
     /// The state of the last `commit` but for the containers that log
     /// their changes (see `Core::commit`).
     saved: Option<Box<Core>>,
+    /// Jobs that have their ids and are not admitted yet: batch jobs,
+    /// jobs that wait for others, arrays (`backlog.rs`); shared with the
+    /// checkpoint until an event changes it.
+    backlog: Rc<Backlog>,
 }
 
 impl Core {
@@ -170,6 +191,7 @@ impl Core {
             build: (env!("CARGO_PKG_VERSION").to_string(), 0),
             directory: Rc::new(NoDirectory),
             saved: None,
+            backlog: Rc::default(),
         }
     }
 
@@ -220,11 +242,17 @@ impl Core {
     /// The `job ID` facts of every unfinished job, for the head of a new
     /// journal file.
     pub fn open_records(&self, now: Tick) -> Vec<Vec<(String, Value)>> {
-        self.logged
+        let admitted = self
+            .logged
             .jobs
             .values()
-            .map(|job| self.job_fields(job, command_line(job), job.state(), None, now, true))
-            .collect()
+            .map(|job| self.job_fields(job, command_line(job), job.state(), None, now, true));
+        // A submission of the backlog by its first job waiting.
+        let waiting = self.backlog.entries.values().filter_map(|entry| {
+            let k = entry.waiting().next()?;
+            Some(self.entry_fields(entry, k, None, now, true))
+        });
+        admitted.chain(waiting).collect()
     }
 
     /// The hosts and clusters, as resolved at start-up.
@@ -257,6 +285,12 @@ impl Core {
     /// Number of admitted, unfinished jobs.
     pub fn n_jobs(&self) -> usize {
         self.logged.jobs.len()
+    }
+
+    /// Whether the core holds no job: none admitted and unfinished, none
+    /// in the backlog.
+    pub fn no_jobs(&self) -> bool {
+        self.logged.jobs.is_empty() && self.backlog.is_empty()
     }
 
     /// Whether a shutdown is under way.
@@ -317,10 +351,14 @@ impl Core {
                 .is_some_and(|record| !record.is_ending() && record.kill_deadline().is_none()),
             _ => false,
         };
-        let keeps_waiting = matches!(
-            input,
-            Input::Tick | Input::Stopped(_) | Input::Usage { .. } | Input::SwitchMeasured { .. }
-        );
+        // A tick that admits jobs of the backlog brings jobs that may start.
+        let admits =
+            matches!(input, Input::Tick) && (self.backlog.more || self.backlog_waits_for_starts());
+        let keeps_waiting = !admits
+            && matches!(
+                input,
+                Input::Tick | Input::Stopped(_) | Input::Usage { .. } | Input::SwitchMeasured { .. }
+            );
         self.sched.input(keeps_decision, keeps_waiting);
         match input {
             Input::Submit {
@@ -329,9 +367,14 @@ impl Core {
                 user,
                 request,
             } => self.submit(client, cred, user, *request, now, out),
+            Input::KnownEnd {
+                job,
+                owner,
+                outcome,
+            } => self.known_end(job, owner, outcome),
             Input::ClientGone(client) => self.client_gone(client, now, out),
-            Input::Hold(client) => self.hold(client, out),
-            Input::Release(client) => self.release(client),
+            Input::Hold(client) => self.hold(client, now, out),
+            Input::Release(client) => self.release(client, now, out),
             Input::Interrupt(client) => self.interrupt(client, now, out),
             Input::Deliver { client, signal } => self.deliver(client, signal, out),
             Input::Stopped(job) => {
@@ -409,7 +452,7 @@ impl Core {
             Input::Shutdown { now: kill } => {
                 self.shutdown(kill, now, out);
             }
-            Input::Takeover { reattach_until } => self.clients_lost(reattach_until),
+            Input::Takeover { reattach_until } => self.clients_lost(reattach_until, now, out),
             Input::ProcessesLost { job, reason } => self.processes_lost(job, reason, now, out),
             Input::Reattach { client, cred, job } => self.reattach(client, &cred, job, out),
         }
@@ -417,8 +460,9 @@ impl Core {
 
     /// The job's scrun was suspended (Ctrl-Z): its owner holds the job, or
     /// the submission is admitted held if it still waits.
-    fn hold(&mut self, client: ClientToken, out: &mut Vec<Action>) {
-        if let Some(&job) = self.logged.by_client.get(&client) {
+    fn hold(&mut self, client: ClientToken, now: Tick, out: &mut Vec<Action>) {
+        if self.backlog_client(client, ClientChange::Hold(true), now, out) {
+        } else if let Some(&job) = self.logged.by_client.get(&client) {
             if let Some(record) = self.logged.jobs.get_mut(&job) {
                 if !record.is_ending() && !record.owner_hold {
                     record.owner_hold = true;
@@ -426,7 +470,7 @@ impl Core {
                 }
             }
             out.push(Action::notify(client, ClientEvent::Held(job)));
-        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client == client) {
+        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client() == Some(client)) {
             self.logged
                 .waiting
                 .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = true);
@@ -434,8 +478,9 @@ impl Core {
     }
 
     /// The job's scrun was resumed: its owner's hold ends.
-    fn release(&mut self, client: ClientToken) {
-        if let Some(record) = self
+    fn release(&mut self, client: ClientToken, now: Tick, out: &mut Vec<Action>) {
+        if self.backlog_client(client, ClientChange::Hold(false), now, out) {
+        } else if let Some(record) = self
             .logged
             .by_client
             .get(&client)
@@ -446,7 +491,7 @@ impl Core {
                 let job = record.id;
                 self.journal(JobEvent::Released(job));
             }
-        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client == client) {
+        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client() == Some(client)) {
             self.logged
                 .waiting
                 .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = false);
@@ -456,7 +501,13 @@ impl Core {
     /// The job's scrun was interrupted: the job is killed gracefully, or
     /// the waiting submission withdrawn.
     fn interrupt(&mut self, client: ClientToken, now: Tick, out: &mut Vec<Action>) {
-        if let Some(&job) = self.logged.by_client.get(&client) {
+        if self.backlog_client(
+            client,
+            ClientChange::End("by its scrun (interrupted)"),
+            now,
+            out,
+        ) {
+        } else if let Some(&job) = self.logged.by_client.get(&client) {
             self.begin_kill(
                 job,
                 EndCause::Killed("by its scrun (interrupted)".into()),
@@ -464,7 +515,7 @@ impl Core {
                 now,
                 out,
             );
-        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client == client) {
+        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client() == Some(client)) {
             self.logged.waiting.modify(|waiting| waiting.remove(idx));
             out.push(Action::notify(
                 client,
@@ -519,12 +570,14 @@ pub fn limits_of(job: &Job) -> JobLimits {
 
 mod action;
 mod admit;
+mod backlog;
 mod budget;
 mod checkpoint;
 mod commands;
 mod config;
 mod input;
 mod invariants;
+mod kill;
 mod lifecycle;
 mod repeat;
 mod script;
@@ -536,6 +589,7 @@ mod tick;
 mod views;
 
 pub use action::{Accounting, Action, ClientEvent, EndKind, Ending, Notice, Rejection};
+pub use backlog::{Outcome, ADMIT_PER_EVENT, OUTCOMES};
 pub use budget::{
     cap_reason, cap_text, request_bytes, MAX_REASON, STRING_COST, TOTAL_BYTES, TOTAL_JOBS,
     TOTAL_WAITING, USER_BYTES, USER_JOBS, USER_WAITING,
@@ -547,9 +601,10 @@ pub use repeat::RotationMark;
 pub use script::{ScriptError, ScriptProblem, ScriptRun};
 pub use snapshot::{CoreSnapshot, InputRecord, RestoreError};
 
+use backlog::{Backlog, ClientChange};
 use checkpoint::Logged;
 use table::JobTable;
-use views::{command_line, queue_group_name};
+use views::{command_line, queue_group_name, stages_line};
 
 #[cfg(test)]
 mod tests;

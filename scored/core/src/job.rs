@@ -26,6 +26,7 @@ pub use smallvec::SmallVec;
 use std::time::Duration;
 
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
+use scored_proto::batch::{Batch, Expansion, OutputFiles};
 use scored_proto::inherit::Inherited;
 
 // The request and its parts are the protocol crate's: a submission is
@@ -36,6 +37,81 @@ pub use scored_proto::submit::JobRequest;
 
 mod launch;
 pub use launch::Launch;
+
+/// How a job relates to the client that submitted it: the one place that
+/// says whether a client's going away ends the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// An interactive job: the scrun on this connection is told of its
+    /// life, and the job is killed when the connection goes away.
+    Client(ClientToken),
+    /// An interactive job whose scrun went away: it is being killed for it.
+    Lost,
+    /// An interactive job whose scrun went away with a killed daemon: it
+    /// runs on, and waits for its scrun to reattach until a deadline
+    /// (`Core::detached_until`), when it is killed as if `Lost`.
+    Detached,
+    /// A batch job (`scrun -batch`): it has no client, is told to nobody,
+    /// and ends only by `kill`, a limit or its own end.
+    Batch,
+}
+
+/// The kind of a [`Link`], which a job record keeps apart from the
+/// client's token: a byte of the record's padding, where a `Link` would
+/// take 16 bytes and move the record to the next allocation size class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LinkKind {
+    Client,
+    Lost,
+    Detached,
+    Batch,
+}
+
+impl Link {
+    /// The connection told of the job's life, if there is one.
+    pub fn client(self) -> Option<ClientToken> {
+        match self {
+            Link::Client(client) => Some(client),
+            Link::Lost | Link::Detached | Link::Batch => None,
+        }
+    }
+
+    /// Whether the job runs without a client.
+    pub fn is_batch(self) -> bool {
+        self == Link::Batch
+    }
+
+    /// The kind and token a job record keeps.
+    pub(crate) fn parts(self) -> (LinkKind, u64) {
+        match self {
+            Link::Client(client) => (LinkKind::Client, client.0),
+            Link::Lost => (LinkKind::Lost, 0),
+            Link::Detached => (LinkKind::Detached, 0),
+            Link::Batch => (LinkKind::Batch, 0),
+        }
+    }
+}
+
+/// What a submission asked beyond its programs and their placement (its
+/// batch options: name, output files, dependencies, array), with the id
+/// of its first job; an array's elements share one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Submission {
+    /// The options, as the submission validator passed them.
+    pub batch: Batch,
+    /// The id of the submission's first job: an array's id
+    /// (`SCORE_ARRAY_JOBID`), or the job's own.
+    pub first: JobId,
+}
+
+impl Submission {
+    /// The array index of job `id`, if the submission is an array.
+    pub fn array_index(&self, id: JobId) -> Option<u32> {
+        let spec = self.batch.array?;
+        let k = u32::try_from(id.0.checked_sub(self.first.0)?).ok()?;
+        (k < spec.len()).then(|| spec.index(k))
+    }
+}
 
 /// What an admitted job keeps of its request.
 #[derive(Debug, Clone, PartialEq)]
@@ -236,6 +312,9 @@ pub struct Killing {
 /// The state a job shows in listings (sc_console(8), `jobs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobState {
+    /// Not admitted yet: it waits for the jobs it depends on, its array's
+    /// limit, or resources (a job of the backlog).
+    Waiting,
     /// Admitted, never run.
     Queued,
     /// Running now.
@@ -253,9 +332,22 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Every state, in the order of a job's life.
+    pub const ALL: [JobState; 8] = [
+        JobState::Waiting,
+        JobState::Queued,
+        JobState::Running,
+        JobState::Stopped,
+        JobState::Held,
+        JobState::Ending,
+        JobState::Done,
+        JobState::Killed,
+    ];
+
     /// The word shown in listings.
     pub fn as_str(self) -> &'static str {
         match self {
+            JobState::Waiting => "waiting",
             JobState::Queued => "queued",
             JobState::Running => "running",
             JobState::Stopped => "stopped",
@@ -285,8 +377,17 @@ pub struct ProcPlan {
 pub struct LaunchPlan {
     /// The job the processes belong to (`SCORE_JOBID`).
     pub job: JobId,
-    /// The client whose descriptors the job uses as stdin, stdout and stderr.
-    pub client: ClientToken,
+    /// The client whose descriptors the job uses as stdin, stdout and
+    /// stderr; none for a batch job (stdin /dev/null) or one whose client
+    /// went away.
+    pub client: Option<ClientToken>,
+    /// The files its stdout and stderr go to instead, as patterns.
+    pub output: OutputFiles,
+    /// What the patterns' `%x` stands for: the job's name.
+    pub name: String,
+    /// Its array index and the array's id (`SCORE_ARRAY_INDEX`,
+    /// `SCORE_ARRAY_JOBID`), if it is an array element.
+    pub array: Option<(u32, JobId)>,
     /// The user the processes run as.
     pub user: Cred,
     /// The argument vectors of the stages being started (one for `::`, all for `==`).
@@ -337,8 +438,13 @@ pub struct Job {
     pub user: Rc<str>,
     /// Its owner, from the submitting connection's credentials.
     pub owner: Cred,
-    /// The scrun connection that submitted it.
-    pub client: Option<ClientToken>,
+    /// Its relation to the client that submitted it ([`Job::link`]): the
+    /// kind, and the client's token when it is [`Link::Client`].
+    pub(crate) link_kind: LinkKind,
+    pub(crate) link_token: u64,
+    /// Its batch options (name, output files, dependencies, array), unless
+    /// it has none: shared by an array's elements.
+    pub submission: Option<Rc<Submission>>,
     /// What it runs.
     pub spec: JobSpec,
     /// Its current queue (residency and `move` change it).
@@ -412,6 +518,77 @@ impl Started {
 }
 
 impl Job {
+    /// Its relation to the client that submitted it.
+    pub fn link(&self) -> Link {
+        match self.link_kind {
+            LinkKind::Client => Link::Client(ClientToken(self.link_token)),
+            LinkKind::Lost => Link::Lost,
+            LinkKind::Detached => Link::Detached,
+            LinkKind::Batch => Link::Batch,
+        }
+    }
+
+    /// Sets its relation to its client.
+    pub fn set_link(&mut self, link: Link) {
+        (self.link_kind, self.link_token) = link.parts();
+    }
+
+    /// The client told of its life, if it has one.
+    pub fn client(&self) -> Option<ClientToken> {
+        self.link().client()
+    }
+
+    /// Its name: the one given (`-name=`), else its program's base name.
+    pub fn name(&self) -> String {
+        match self
+            .submission
+            .as_ref()
+            .and_then(|sub| sub.batch.name.as_deref())
+        {
+            Some(name) => name.to_string(),
+            None => scored_proto::batch::default_name(
+                self.spec
+                    .launch
+                    .stage(0)
+                    .first()
+                    .map_or(&[][..], |program| program.as_encoded_bytes()),
+            ),
+        }
+    }
+
+    /// Its array index and the array's id, if it is an array element.
+    pub fn array(&self) -> Option<(u32, JobId)> {
+        let submission = self.submission.as_ref()?;
+        Some((submission.array_index(self.id)?, submission.first))
+    }
+
+    /// Where its stdout and stderr go, when to files.
+    pub fn output(&self) -> Option<&OutputFiles> {
+        self.submission
+            .as_ref()
+            .map(|sub| &sub.batch.output)
+            .filter(|output| !output.is_empty())
+    }
+
+    /// The paths of its output files as `job ID` shows them (`%r` kept in
+    /// a pattern of one file per rank): stdout's and stderr's.
+    pub fn output_paths(&self) -> (Option<String>, Option<String>) {
+        let Some(output) = self.output() else {
+            return (None, None);
+        };
+        let name = self.name();
+        let with = Expansion {
+            job: self.id.0,
+            rank: None,
+            index: self.array().map(|(index, _)| index),
+            name: &name,
+        };
+        (
+            output.stdout.as_ref().map(|pattern| pattern.expand(&with)),
+            output.stderr_file().map(|pattern| pattern.expand(&with)),
+        )
+    }
+
     /// Whether an operator or the owner holds the job.
     pub fn held(&self) -> bool {
         self.operator_hold || self.owner_hold || self.awaits_client

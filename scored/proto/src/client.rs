@@ -62,6 +62,18 @@ pub fn shared_socket(uid: u32, source: SocketSource) -> Option<PathBuf> {
     (source == SocketSource::Default && uid != 0).then(|| PathBuf::from(crate::paths::ROOT_SOCKET))
 }
 
+/// Root's private daemon's socket, for a console of root's that found no
+/// daemon at its default socket (the shared one): scrun starts that
+/// private daemon for root when no shared one runs, where a plain user's
+/// default socket is the private one already. None for anyone else, and
+/// for a socket named by a flag, `SCORED_SOCKET` or the setting.
+pub fn roots_private_socket(source: SocketSource) -> Option<PathBuf> {
+    (source == SocketSource::Default && nix::unistd::geteuid().is_root()).then(|| {
+        let runtime = std::env::var("XDG_RUNTIME_DIR").ok();
+        crate::paths::private_socket(0, runtime.as_deref())
+    })
+}
+
 /// The shared daemon's socket when it is there as a file although nothing
 /// answered at it (a shared daemon that died or was stopped), for a client
 /// that found no daemon at its default socket: scrun says so before it falls back to a

@@ -11,6 +11,7 @@
 //! ARCHITECTURE.md for the crate map.
 #![deny(missing_docs)]
 
+pub mod batch;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod command;

@@ -18,6 +18,13 @@ pub fn default_socket(uid: u32, xdg_runtime_dir: Option<&str>) -> PathBuf {
     if uid == 0 {
         return PathBuf::from(ROOT_SOCKET);
     }
+    private_socket(uid, xdg_runtime_dir)
+}
+
+/// The socket of the private daemon scrun starts for user `uid` (root
+/// included) when no shared one answers: `$XDG_RUNTIME_DIR/scored.sock`,
+/// else `/tmp/scored-$UID/scored.sock`.
+pub fn private_socket(uid: u32, xdg_runtime_dir: Option<&str>) -> PathBuf {
     match xdg_runtime_dir {
         Some(dir) if dir.starts_with('/') => PathBuf::from(dir).join("scored.sock"),
         _ => PathBuf::from(format!("/tmp/scored-{uid}/scored.sock")),

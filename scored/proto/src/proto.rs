@@ -16,6 +16,8 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use serde::{Deserialize, Serialize};
 
+use crate::batch::BatchOptions;
+
 /// The protocol revision; a client and daemon of different revisions refuse each other.
 pub const VERSION: u32 = 1;
 /// The largest request frame a client may send (environment and arguments included).
@@ -190,6 +192,10 @@ pub struct JobOptions {
     /// Absent from older clients.
     #[serde(default)]
     pub time_ms: Option<u64>,
+    /// Batch submission, name, output files, dependencies and arrays
+    /// (`crate::batch`). Absent from older clients.
+    #[serde(default)]
+    pub batch: BatchOptions,
 }
 
 /// A job submission from scrun.
@@ -259,6 +265,11 @@ impl Submit {
     /// descriptors of [`Submit::fds`], in their order, then the PMI
     /// descriptors ([`Submit::pmi_fd_count`]).
     pub fn descriptor_count(&self) -> usize {
+        if self.options.batch.detach {
+            // A batch job has no client: stdin is /dev/null, stdout and
+            // stderr its files, and nothing is inherited.
+            return 0;
+        }
         let closed = [0, 1, 2]
             .iter()
             .filter(|fd| self.closed_stdio.contains(fd))
@@ -473,6 +484,18 @@ pub enum Reply {
         /// What is short.
         reason: String,
     },
+    /// The submission has its job id(s) but the job is not admitted yet
+    /// (it waits for the jobs it depends on), or it runs without a client
+    /// (`-batch`): then this is the last message, whatever became of it.
+    Accepted {
+        /// The job's id; an array's first element's.
+        job: u64,
+        /// How many jobs the submission made (the elements of an array).
+        count: u32,
+        /// Why it is not admitted yet, if it is not.
+        #[serde(default)]
+        waits: Option<String>,
+    },
     /// The job was admitted.
     Admitted {
         /// The id the job was given.
@@ -483,6 +506,11 @@ pub enum Reply {
         cluster: String,
         /// Its hosts, in rank order.
         hosts: Vec<String>,
+        /// The processes of each of its stages, as placed: the size of its
+        /// MPI worlds, which scrun does not know before for `hosts=H`. An
+        /// older daemon leaves it out (0).
+        #[serde(default)]
+        ranks: u32,
     },
     /// The submission was refused.
     Rejected {
@@ -728,6 +756,7 @@ mod tests {
                     disk: None,
                     pty: false,
                     time_ms: None,
+                    batch: Default::default(),
                 },
                 env: vec![("A".into(), "1".into())],
                 cwd: "/tmp".into(),

@@ -28,6 +28,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::time::Duration;
 
+use crate::batch::{self, Batch, BatchError};
 use crate::inherit::{self, InheritError, Inherited};
 use crate::proto::{Joiner, ProcRequest, Submit, WireBytes, MAX_PMI_FDS, MAX_PROCS, MAX_STAGES};
 
@@ -62,6 +63,9 @@ pub struct JobRequest {
     pub cwd: OsString,
     /// Signal dispositions, limits and umask of the caller.
     pub inherited: Inherited,
+    /// Batch submission, name, output files, dependencies and array
+    /// (`crate::batch`); [`Batch::default`] for a plain interactive job.
+    pub batch: Batch,
 }
 
 impl JobRequest {
@@ -163,6 +167,9 @@ pub enum SubmitError {
         /// The number of stages.
         stages: usize,
     },
+    /// A batch option (`-batch`, `-name`, `-output`, `-error`, `-after`,
+    /// `-afterany`, `-array`) breaks a rule.
+    Batch(BatchError),
 }
 
 /// What is wrong with the numbers of a process request.
@@ -260,11 +267,18 @@ impl fmt::Display for SubmitError {
                 f,
                 "PMI for {pmi_ranks} ranks in each of {stages} stages is over the limit of {MAX_PMI_FDS} ranks in all"
             ),
+            SubmitError::Batch(error) => error.fmt(f),
         }
     }
 }
 
 impl std::error::Error for SubmitError {}
+
+impl From<BatchError> for SubmitError {
+    fn from(error: BatchError) -> SubmitError {
+        SubmitError::Batch(error)
+    }
+}
 
 impl From<InheritError> for SubmitError {
     fn from(error: InheritError) -> SubmitError {
@@ -497,9 +511,40 @@ pub fn passes_environment(key: &[u8], value: &[u8]) -> bool {
     !key.is_empty() && !key.contains(&b'=') && !key.contains(&0) && !value.contains(&0)
 }
 
+/// The rules of a job without a client (`-batch`): nothing that only a
+/// client can give it (a terminal, descriptors, a PMI server), and the
+/// rules of its options; returns them checked.
+fn check_batch(submit: &Submit) -> Result<Batch, SubmitError> {
+    let checked = batch::check(&submit.options.batch)?;
+    if checked.detach {
+        let refuse = |reason: &str| {
+            Err(SubmitError::Batch(BatchError {
+                option: "batch",
+                reason: reason.to_string(),
+            }))
+        };
+        if submit.options.pty {
+            return refuse("a batch job has no terminal: -pty needs one");
+        }
+        if !submit.fds.is_empty() || !submit.closed_stdio.is_empty() {
+            return refuse(
+                "a batch job gets no descriptors from its client (stdin is /dev/null, stdout \
+                 and stderr its files)",
+            );
+        }
+        if submit.pmi_ranks > 0 {
+            return refuse(
+                "a batch job has no scrun to serve its ranks' PMI: run MPI programs without \
+                 -batch, or with -mpi=none",
+            );
+        }
+    }
+    Ok(checked)
+}
+
 /// Applies every rule to `submit`, in the order a user would fix them, and
-/// returns what the job inherits.
-fn validate(submit: &Submit) -> Result<Inherited, SubmitError> {
+/// returns what the job inherits and its batch options.
+fn validate(submit: &Submit) -> Result<(Inherited, Batch), SubmitError> {
     check_stages(&submit.stages)?;
     let procs = submit.options.procs;
     check_counts(procs.into()).map_err(|problem| SubmitError::Procs {
@@ -520,7 +565,8 @@ fn validate(submit: &Submit) -> Result<Inherited, SubmitError> {
     check_pmi(submit)?;
     check_pmix(submit)?;
     inherit::check_descriptors(&submit.closed_stdio, &submit.fds, submit.options.pty)?;
-    Ok(inherit::check(
+    let checked = check_batch(submit)?;
+    let inherited = inherit::check(
         &submit.ignored_signals,
         &submit.rlimits,
         inherit::ProcessState {
@@ -528,7 +574,8 @@ fn validate(submit: &Submit) -> Result<Inherited, SubmitError> {
             nice: submit.nice,
             ioprio: submit.ioprio,
         },
-    )?)
+    )?;
+    Ok((inherited, checked))
 }
 
 /// Checks a submission without converting it: what scrun calls on the
@@ -541,7 +588,7 @@ impl TryFrom<Submit> for JobRequest {
     type Error = SubmitError;
 
     fn try_from(submit: Submit) -> Result<JobRequest, SubmitError> {
-        let inherited = validate(&submit)?;
+        let (inherited, batch) = validate(&submit)?;
         let options = submit.options;
         Ok(JobRequest {
             stages: submit
@@ -564,6 +611,7 @@ impl TryFrom<Submit> for JobRequest {
                 .collect(),
             cwd: submit.cwd.into_os(),
             inherited,
+            batch,
         })
     }
 }

@@ -515,7 +515,9 @@ fn replay(
                                     progress(finished, total);
                                 }
                             }
+                            // The replay submits no batch job.
                             ClientEvent::Waiting(_)
+                            | ClientEvent::Accepted { .. }
                             | ClientEvent::Held(_)
                             | ClientEvent::Reattached { .. }
                             | ClientEvent::Answer(_) => {}
@@ -851,6 +853,7 @@ fn arrivals(trace: &Trace, setup: &Setup, skipped: &mut Vec<Skipped>) -> Vec<Arr
                 env: Vec::new(),
                 cwd: OsString::from("/"),
                 inherited: Default::default(),
+                batch: Default::default(),
             },
         });
     }

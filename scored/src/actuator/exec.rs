@@ -57,6 +57,9 @@ pub(super) struct PendingExec {
     /// The program and working directory, for the message.
     pub(super) program: Rc<str>,
     pub(super) cwd: Rc<str>,
+    /// The paths of its stdout and stderr files, if it opens any, for the
+    /// message of a failure to open one.
+    pub(super) files: Option<Rc<[Option<Box<str>>; 2]>>,
 }
 
 impl OsActuator {
@@ -173,6 +176,16 @@ impl OsActuator {
             LaunchError::PrivilegesRemain {
                 program: Rc::clone(&pending.program),
                 uid: self.jobs.get(&job).map_or(0, |procs| procs.uid),
+            }
+        } else if let (spawn::Step::Output | spawn::Step::Error, Some(files)) =
+            (step, &pending.files)
+        {
+            let which = usize::from(step == spawn::Step::Error);
+            LaunchError::Output {
+                option: if which == 0 { "output" } else { "error" },
+                path: files[which].as_deref().unwrap_or("?").into(),
+                cwd: Rc::clone(&pending.cwd),
+                error,
             }
         } else if step == spawn::Step::Stdio {
             // A descriptor numbered above what the rank may have

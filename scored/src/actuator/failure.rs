@@ -81,6 +81,18 @@ pub enum LaunchError {
         /// The user it was to run as.
         uid: u32,
     },
+    /// A rank could not open its output file as its user (`scrun
+    /// -output=`, `-error=`).
+    Output {
+        /// `output` or `error`.
+        option: &'static str,
+        /// The path, as expanded for the rank.
+        path: Rc<str>,
+        /// The working directory it is relative to.
+        cwd: Rc<str>,
+        /// Why.
+        error: io::Error,
+    },
     /// A descriptor its scrun passed could not be given to the rank (a
     /// number above the rank's descriptor limit).
     Descriptors {
@@ -178,6 +190,12 @@ impl fmt::Display for LaunchError {
                 "refusing to run '{program}' as uid {uid}: capabilities or securebits \
                  remain after the change of user"
             ),
+            LaunchError::Output {
+                option,
+                path,
+                cwd,
+                error,
+            } => write!(f, "cannot open the {option} file {path} in {cwd}: {error}"),
             LaunchError::Descriptors { program, error } => write!(
                 f,
                 "cannot give '{program}' the descriptors its scrun passed: {error}"
@@ -209,7 +227,8 @@ impl std::error::Error for LaunchError {
             LaunchError::Run { error, .. }
             | LaunchError::Chdir { error, .. }
             | LaunchError::Step { error, .. }
-            | LaunchError::Descriptors { error, .. } => Some(error),
+            | LaunchError::Descriptors { error, .. }
+            | LaunchError::Output { error, .. } => Some(error),
             _ => None,
         }
     }

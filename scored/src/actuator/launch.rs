@@ -38,6 +38,12 @@ pub(super) struct LaunchProgress {
     pub(super) pipes: Vec<Vec<(Option<OwnedFd>, Option<OwnedFd>)>>,
     /// The job's scratch directory, cgroup and pipes are made.
     pub(super) prepared: bool,
+    /// Each output file a process of the launch opens, with the first
+    /// process that named it: that one empties it, and the others open it
+    /// only once it has exec'd, so that none writes before it is emptied.
+    pub(super) opened: HashMap<Vec<u8>, i32>,
+    /// The process whose exec the next one waits for (see `opened`).
+    pub(super) waits_for: Option<i32>,
 }
 
 /// A launch in progress: the processes of a job are created a batch at a
@@ -77,7 +83,11 @@ impl JobProcs {
                 || (!launch.paused
                     && !finishing
                     && self.execs_in_flight < EXEC_WINDOW
-                    && user_execs_in_flight(execs, self.uid) < USER_EXEC_WINDOW)
+                    && user_execs_in_flight(execs, self.uid) < USER_EXEC_WINDOW
+                    && launch
+                        .progress
+                        .waits_for
+                        .is_none_or(|pid| !execs.contains_key(&pid)))
         })
     }
 }
@@ -370,6 +380,7 @@ impl OsActuator {
         deadline: Instant,
     ) -> Result<(), LaunchError> {
         let first = progress.next;
+        progress.waits_for = None;
         if !progress.prepared {
             // Once a launch: its first call may create no process (its
             // user's window is full) and be called again.
@@ -454,6 +465,21 @@ impl OsActuator {
                 // The rest as the ranks in flight report their exec.
                 return Ok(());
             }
+            let files = output_files(plan, proc_plan, last_stage);
+            // The job's first launch empties each file, by the first
+            // process that names it; the others wait for that one's exec.
+            let mut truncate = [false; 2];
+            for (slot, path) in files.iter().enumerate() {
+                let Some(path) = path else { continue };
+                match progress.opened.get(path.as_bytes()) {
+                    None => truncate[slot] = plan.first_stage == 0,
+                    Some(&pid) if self.execs.contains_key(&pid) => {
+                        progress.waits_for = Some(pid);
+                        return Ok(());
+                    }
+                    Some(_) => {}
+                }
+            }
             progress.next += 1;
             let stage_idx = proc_plan.stage - plan.first_stage;
             if argv_cache
@@ -529,6 +555,16 @@ impl OsActuator {
                 own.push((
                     b"SCORE_STAGE",
                     score_entry("SCORE_STAGE", proc_plan.stage.to_string().as_bytes()),
+                ));
+            }
+            if let Some((index, array)) = plan.array {
+                own.push((
+                    b"SCORE_ARRAY_INDEX",
+                    score_entry("SCORE_ARRAY_INDEX", index.to_string().as_bytes()),
+                ));
+                own.push((
+                    b"SCORE_ARRAY_JOBID",
+                    score_entry("SCORE_ARRAY_JOBID", array.to_string().as_bytes()),
                 ));
             }
             let mut env: Vec<(&[u8], &std::ffi::CStr)> = base
@@ -652,11 +688,24 @@ impl OsActuator {
                 ignored: inherited.ignored,
                 signals_to_change,
                 rlimits: &rlimits,
+                output: [0, 1].map(|slot| {
+                    files[slot].as_ref().map(|path| spawn::OutputFile {
+                        path,
+                        truncate: truncate[slot],
+                    })
+                }),
             };
             let (pid, report) =
                 spawn::spawn(&setup).map_err(|error| launch_error(program, &cwd_text, error))?;
             drop(owned);
             drop(pmi_fd);
+            let shown = files
+                .iter()
+                .any(Option::is_some)
+                .then(|| Rc::new(files.clone().map(|path| path.map(|path| path_text(&path)))));
+            for path in files.into_iter().flatten() {
+                progress.opened.entry(path.into_bytes()).or_insert(pid);
+            }
             let watched = sys::epoll_add(&self.exec_watch, report.as_raw_fd(), pid as u64);
             if let Err(error) = watched {
                 // Without the watch the exec would be learnt only at the
@@ -689,6 +738,7 @@ impl OsActuator {
                     failed: false,
                     program: Rc::clone(program),
                     cwd: Rc::clone(&cwd_text),
+                    files: shown,
                 },
             );
             tracing::debug!(job = %plan.job, pid, rank = proc_plan.rank, stage = proc_plan.stage, host = %host.0, "spawned");
@@ -699,7 +749,7 @@ impl OsActuator {
 
 /// The environment variables the daemon sets for each rank, over the
 /// caller's.
-const SCORE_KEYS: [&str; 7] = [
+const SCORE_KEYS: [&str; 9] = [
     "SCORE_JOBID",
     "SCORE_RANK",
     "SCORE_NPROCS",
@@ -707,7 +757,41 @@ const SCORE_KEYS: [&str; 7] = [
     "SCORE_HOSTID",
     "SCORE_TMPDIR",
     "SCORE_STAGE",
+    "SCORE_ARRAY_INDEX",
+    "SCORE_ARRAY_JOBID",
 ];
+
+/// The paths of the files a process writes its stdout and stderr to, if
+/// its job has them (`scrun -output=`, `-error=`): a process whose stdout
+/// feeds the next stage of a `==` pipe keeps that pipe, and writes only
+/// its stderr to a file. Expanded here, before the fork; the validator
+/// keeps NUL bytes out of patterns and names, and a path that holds one
+/// anyway is left out.
+fn output_files(
+    plan: &LaunchPlan,
+    proc_plan: &scored_core::job::ProcPlan,
+    last_stage: usize,
+) -> [Option<CString>; 2] {
+    let with = scored_proto::batch::Expansion {
+        job: plan.job.0,
+        rank: Some(proc_plan.rank),
+        index: plan.array.map(|(index, _)| index),
+        name: &plan.name,
+    };
+    let expand = |pattern: Option<&scored_proto::batch::Pattern>| {
+        pattern.and_then(|pattern| CString::new(pattern.expand(&with)).ok())
+    };
+    let feeds_pipe = plan.pipe && proc_plan.stage < last_stage;
+    [
+        expand(plan.output.stdout.as_ref().filter(|_| !feeds_pipe)),
+        expand(plan.output.stderr_file()),
+    ]
+}
+
+/// A path for messages.
+fn path_text(path: &CString) -> Box<str> {
+    String::from_utf8_lossy(path.as_bytes()).into()
+}
 
 /// The environment variables the daemon sets for a rank with PMI
 /// (`scrun -mpi=`), over the caller's: what MPICH's PMI-1 and PMI-2

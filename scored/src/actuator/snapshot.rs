@@ -103,6 +103,10 @@ struct LaunchSnapshot {
     /// The pipes between `==` stages, read and write ends, not yet handed
     /// to a process (-1: handed).
     pipes: Vec<Vec<(RawFd, RawFd)>>,
+    /// The output files its processes opened, each with the first process
+    /// that named it (which emptied it): no later process empties it again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    opened: Vec<(Vec<u8>, i32)>,
 }
 
 fn age_us(since: Instant, now: Instant) -> u64 {
@@ -196,6 +200,12 @@ impl OsActuator {
                         paused: launch.paused,
                         aborted: launch.aborted,
                         pipes,
+                        opened: launch
+                            .progress
+                            .opened
+                            .iter()
+                            .map(|(path, pid)| (path.clone(), *pid))
+                            .collect(),
                     }
                 }),
             })
@@ -272,6 +282,8 @@ impl OsActuator {
                             next: launch.next,
                             pipes,
                             prepared: launch.prepared,
+                            opened: launch.opened.into_iter().collect(),
+                            waits_for: None,
                         },
                         paused: launch.paused,
                         aborted: launch.aborted,

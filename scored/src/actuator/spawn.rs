@@ -76,11 +76,15 @@ pub enum Step {
     Priority,
     /// `execvp` itself.
     Exec,
+    /// Opening the stdout file (`scrun -output=`).
+    Output,
+    /// Opening the stderr file (`scrun -error=`).
+    Error,
 }
 
 impl Step {
     fn from_u32(value: u32) -> Option<Step> {
-        const ALL: [Step; 14] = [
+        const ALL: [Step; 16] = [
             Step::Stdio,
             Step::Session,
             Step::Affinity,
@@ -95,6 +99,8 @@ impl Step {
             Step::Limits,
             Step::Priority,
             Step::Exec,
+            Step::Output,
+            Step::Error,
         ];
         ALL.into_iter().find(|step| *step as u32 == value)
     }
@@ -116,6 +122,8 @@ impl Step {
             Step::Limits => "setting the resource limits",
             Step::Priority => "dropping the daemon's priority",
             Step::Exec => "executing the program",
+            Step::Output => "opening the output file",
+            Step::Error => "opening the error file",
         }
     }
 }
@@ -129,6 +137,16 @@ pub enum Report {
     Execd,
     /// A step failed with this errno (the child then exits).
     Failed(Step, i32),
+}
+
+/// A file a rank writes its stdout or stderr to instead of what it was
+/// given (`scrun -output=`, `-error=`).
+#[derive(Debug, Clone, Copy)]
+pub struct OutputFile<'a> {
+    /// The path, relative to the working directory.
+    pub path: &'a CStr,
+    /// Empty it: the job's first process to name it does.
+    pub truncate: bool,
 }
 
 /// Everything the child needs, prepared before the fork.
@@ -173,6 +191,10 @@ pub struct ChildSetup<'a> {
     pub signals_to_change: u64,
     /// The caller's limits, the descriptor limit last.
     pub rlimits: &'a [(Resource, u64, u64)],
+    /// The file of stdout and the file of stderr, opened as the user
+    /// after the change of directory and umask; a stderr file with the
+    /// path of stdout's shares its descriptor.
+    pub output: [Option<OutputFile<'a>>; 2],
 }
 
 impl ChildSetup<'_> {
@@ -435,6 +457,9 @@ fn steps(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)
     if let Some(mask) = setup.umask {
         sys::set_umask(mask);
     }
+    // As the user, in the working directory, with the user's umask: the
+    // kernel checks the user's rights on the path, its links included.
+    open_outputs(&setup.output)?;
     // The signal state of a program started from the caller's shell: the
     // daemon's mask (blocked for its signalfd) and its inherited ignores
     // must not leak.
@@ -456,6 +481,23 @@ fn steps(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)
         Step::Priority,
         drop_daemon_priority(setup.nice, setup.ioprio),
     )
+}
+
+/// Opens the rank's output files onto its stdout and stderr: a stderr file
+/// of the same path shares stdout's descriptor, as `>file 2>&1` does.
+/// Only system calls.
+fn open_outputs(files: &[Option<OutputFile>; 2]) -> Result<(), (Step, io::Error)> {
+    if let Some(file) = files[0] {
+        at(Step::Output, sys::open_output(file.path, file.truncate, 1))?;
+    }
+    match (files[0], files[1]) {
+        (Some(out), Some(err)) if out.path == err.path => {
+            at(Step::Error, sys::install_stdio(1, 2))?;
+        }
+        (_, Some(err)) => at(Step::Error, sys::open_output(err.path, err.truncate, 2))?,
+        (_, None) => {}
+    }
+    Ok(())
 }
 
 /// Sets a limit of the calling process. Where the process may not raise
@@ -660,6 +702,7 @@ mod tests {
             ignored: 0,
             signals_to_change: 0,
             rlimits: &[],
+            output: [None, None],
         };
         spawn(&setup).expect("fork")
     }
@@ -830,6 +873,7 @@ mod tests {
             ignored: 0,
             signals_to_change: 0,
             rlimits: &[],
+            output: [None, None],
         };
         let (pid, report) = spawn(&setup).expect("fork");
         drop(out_write);

@@ -133,7 +133,8 @@ impl OsActuator {
         }
         match signal_from(signal) {
             Some(signal) => self.send(job, signal),
-            None => tracing::warn!(job = %job, signal, "not a signal; nothing sent"),
+            // One nix has no name for: a real-time one, which a job may trap.
+            None => self.deliver(job, signal),
         }
     }
 
@@ -205,12 +206,19 @@ impl OsActuator {
             // it is thawed.
             self.thaw(job);
         }
+        self.deliver(job, signal as i32);
+    }
+
+    /// Sends `signal` to each rank's group, to ranks still before their
+    /// exec by pid, and to descendants outside those groups through their
+    /// pidfds.
+    fn deliver(&self, job: JobId, signal: i32) {
         let Some(procs) = self.jobs.get(&job) else {
             return;
         };
         for &pgid in procs.groups.keys() {
-            if let Err(error) = killpg(Pid::from_raw(pgid), signal) {
-                tracing::debug!(job = %job, pgid, %error, "killpg failed");
+            if let Err(error) = sys::kill_number(-pgid, signal) {
+                tracing::debug!(job = %job, pgid, signal, %error, "kill of a group failed");
             }
         }
         // A rank between fork and exec may not lead its session yet, so
@@ -222,15 +230,15 @@ impl OsActuator {
                 .iter()
                 .filter(|pid| self.execs.contains_key(pid))
             {
-                let _ = kill(Pid::from_raw(*pid), signal);
+                let _ = sys::kill_number(*pid, signal);
             }
         }
         for extra in procs.extras.values() {
-            if signal == Signal::SIGCONT && extra.stopped_by_job {
+            if signal == libc::SIGCONT && extra.stopped_by_job {
                 continue;
             }
             if !procs.groups.contains_key(&extra.pgrp) {
-                let _ = sys::pidfd_send_signal(&extra.pidfd, signal as i32);
+                let _ = sys::pidfd_send_signal(&extra.pidfd, signal);
             }
         }
     }

@@ -108,17 +108,27 @@ impl<A: Actuator> Daemon<A> {
         };
         let (reply, last) = match event {
             ClientEvent::Waiting(reason) => (Reply::Waiting { reason }, false),
+            ClientEvent::Accepted { job, count, waits } => (
+                Reply::Accepted {
+                    job: job.0,
+                    count,
+                    waits,
+                },
+                false,
+            ),
             ClientEvent::Admitted {
                 job,
                 queue,
                 cluster,
                 hosts,
+                ranks,
             } => (
                 Reply::Admitted {
                     job: job.0,
                     queue,
                     cluster,
                     hosts,
+                    ranks,
                 },
                 false,
             ),
@@ -449,14 +459,8 @@ impl<A: Actuator> Daemon<A> {
         let conn = self.connections.get_mut(&token).expect("caller checked");
         match request {
             Request::Submit { version, submit } => {
-                if version != proto::VERSION {
-                    return refuse(
-                        conn,
-                        format!(
-                            "protocol version {version} is not {}; use matching scrun and scored",
-                            proto::VERSION
-                        ),
-                    );
+                if let Err(message) = same_version(version) {
+                    return refuse(conn, message);
                 }
                 if conn.submitted {
                     return refuse(conn, "a connection may submit one job only".into());
@@ -487,6 +491,7 @@ impl<A: Actuator> Daemon<A> {
                     ));
                 }
                 let wants_terminal = submit.options.pty;
+                let detach = submit.options.batch.detach;
                 let (closed, numbers) = (submit.closed_stdio.clone(), submit.fds.clone());
                 let pmi_ranks = submit.pmi_ranks as usize;
                 let pmix = submit.pmix_namespace.clone();
@@ -508,6 +513,21 @@ impl<A: Actuator> Daemon<A> {
                     }
                 };
                 let fds = std::mem::take(&mut conn.fds);
+                if detach {
+                    // A batch job has no client: no descriptor (the
+                    // validator let none come), and nothing kept here.
+                    conn.submitted = true;
+                    self.served_a_job = true;
+                    self.idle_since = Instant::now();
+                    inputs.extend(self.known_ends(&request));
+                    inputs.push(Input::Submit {
+                        client,
+                        cred: self.connections[&token].cred.clone(),
+                        user: self.connections[&token].user.clone(),
+                        request: Box::new(request),
+                    });
+                    return;
+                }
                 let Some(stdio) = super::descriptors::job_stdio(
                     fds,
                     &closed,
@@ -536,6 +556,12 @@ impl<A: Actuator> Daemon<A> {
                 conn.submitted = true;
                 self.served_a_job = true;
                 self.idle_since = Instant::now();
+                // How the jobs it depends on ended, for those that ended
+                // before the core's memory of them: from the journal.
+                inputs.extend(self.known_ends(&request));
+                let Some(conn) = self.connections.get_mut(&token) else {
+                    return;
+                };
                 inputs.push(Input::Submit {
                     client,
                     cred: conn.cred.clone(),
@@ -614,14 +640,8 @@ impl<A: Actuator> Daemon<A> {
                 ),
             ),
             Request::Reattach { version, reattach } => {
-                if version != proto::VERSION {
-                    return refuse(
-                        conn,
-                        format!(
-                            "protocol version {version} is not {}; use matching scrun and scored",
-                            proto::VERSION
-                        ),
-                    );
+                if let Err(message) = same_version(version) {
+                    return refuse(conn, message);
                 }
                 if conn.submitted {
                     return refuse(conn, "a connection may submit or reattach one job only".into());
@@ -730,6 +750,18 @@ impl<A: Actuator> Daemon<A> {
             self.feed(inputs);
         }
     }
+}
+
+/// A job's request (submit or reattach) speaks this daemon's protocol
+/// version, or the refusal says which one it spoke.
+fn same_version(version: u32) -> Result<(), String> {
+    if version == proto::VERSION {
+        return Ok(());
+    }
+    Err(format!(
+        "protocol version {version} is not {}; use matching scrun and scored",
+        proto::VERSION
+    ))
 }
 
 pub(super) fn refuse(conn: &mut Connection, message: String) {

@@ -89,8 +89,8 @@ impl<A: Actuator> Daemon<A> {
                     json: json.then(|| serde_json::Value::Array(records)),
                 })
             }
-            command::Command::Jobs { all: true } => {
-                let reply = self.core.jobs_table(cred, false, now);
+            command::Command::Jobs { all: true, filter } => {
+                let reply = self.core.jobs_table(cred, false, filter, now);
                 let command::reply::Reply::Table(current) = reply else {
                     return None;
                 };
@@ -98,11 +98,23 @@ impl<A: Actuator> Daemon<A> {
                     columns: current.columns.clone(),
                     rows: Vec::new(),
                 };
-                journal.recent_rows(&mut table, &may_see);
+                let keep = |record: &serde_json::Value| {
+                    let text = |key: &str| record[key].as_str().unwrap_or_default().to_string();
+                    let uid = record["uid"]
+                        .as_u64()
+                        .and_then(|uid| u32::try_from(uid).ok());
+                    filter.matches(
+                        &text("user"),
+                        uid.unwrap_or(u32::MAX),
+                        &text("name"),
+                        &text("state"),
+                    )
+                };
+                journal.recent_rows(&mut table, &may_see, &keep);
                 table.rows.extend(current.rows);
                 Some(console(command::reply::Reply::Table(table), json))
             }
-            command::Command::Job(id) if self.core.job(scored_core::ids::JobId(*id)).is_none() => {
+            command::Command::Job(id) if !self.core.knows(scored_core::ids::JobId(*id)) => {
                 let mut record = journal.ended(*id)?;
                 if !may_see(&record) {
                     crate::journal::redact(&mut record);
@@ -114,6 +126,45 @@ impl<A: Actuator> Daemon<A> {
             }
             _ => None,
         }
+    }
+}
+
+impl<A: Actuator> Daemon<A> {
+    /// How the jobs `request` depends on ended, as the journal says, for
+    /// those the core no longer knows: inputs to give before it.
+    pub(super) fn known_ends(
+        &mut self,
+        request: &scored_core::job::JobRequest,
+    ) -> Vec<scored_core::core::Input> {
+        let unknown = self.core.unknown_ends(request);
+        let Some(journal) = self.journal.as_mut() else {
+            return Vec::new();
+        };
+        unknown
+            .into_iter()
+            .filter_map(|job| {
+                let record = journal.ended(job.0)?;
+                let state = record["state"].as_str().unwrap_or("killed");
+                let status = record["exit"].as_i64().unwrap_or(-1);
+                let outcome = if state == "done" && status == 0 {
+                    scored_core::core::Outcome::Success
+                } else {
+                    let reason = record["reason"].as_str().unwrap_or("");
+                    scored_core::core::Outcome::Failure(scored_core::core::cap_text(
+                        format!("job {job} ended with status {status} ({reason})"),
+                        200,
+                    ))
+                };
+                let owner = record["uid"]
+                    .as_u64()
+                    .and_then(|uid| u32::try_from(uid).ok())?;
+                Some(scored_core::core::Input::KnownEnd {
+                    job,
+                    owner,
+                    outcome,
+                })
+            })
+            .collect()
     }
 }
 

@@ -165,7 +165,8 @@ impl<A: Actuator> Daemon<A> {
             let plan = self.core.launch_plan(job);
             let stdio = plan
                 .as_ref()
-                .and_then(|plan| self.connections.get(&Token(plan.client.0 as usize)))
+                .and_then(|plan| plan.client)
+                .and_then(|client| self.connections.get(&Token(client.0 as usize)))
                 .and_then(|conn| conn.stdio.as_ref());
             self.actuator.resume_launch(job, plan.as_ref(), stdio);
         }

@@ -168,6 +168,7 @@ fn submit(client: u64) -> Input {
             env: vec![],
             cwd: OsString::from("/"),
             inherited: Default::default(),
+            batch: Default::default(),
         }),
     }
 }

@@ -35,7 +35,8 @@ pub fn left_out_note(left_out: usize) -> String {
 /// The text table `history` prints (its JSON is the full records).
 pub fn history_table(records: &[Json]) -> Table {
     let mut table = Table::new(&[
-        "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "ended", "reason",
+        "id", "user", "name", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "ended",
+        "command", "reason",
     ]);
     for record in records {
         table.push(

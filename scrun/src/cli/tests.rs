@@ -62,6 +62,23 @@ fn render(result: Result<Parsed, UsageError>) -> String {
     if let Some(scored) = &options.scored {
         parts.push(format!("scored={}", show(scored.as_os_str())));
     }
+    let batch = &options.batch;
+    if batch.detach {
+        parts.push("batch".to_string());
+    }
+    for (key, value) in [("name", &batch.name), ("output", &batch.output), ("error", &batch.error)] {
+        if let Some(value) = value {
+            parts.push(format!("{key}={value}"));
+        }
+    }
+    for (key, ids) in [("after", &batch.after), ("afterany", &batch.afterany)] {
+        if !ids.is_empty() {
+            parts.push(format!("{key}={ids:?}"));
+        }
+    }
+    if let Some(spec) = batch.array {
+        parts.push(format!("array={}", spec.describe()));
+    }
     parts.push("|".to_string());
     let joiner = format!(" {} ", separator(invocation.joiner));
     let stages: Vec<String> = invocation
@@ -113,7 +130,7 @@ fn raw(bytes: &[u8]) -> OsString {
     OsString::from_vec(bytes.to_vec())
 }
 
-const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, reattach, verbose";
+const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, batch, name, output, error, after, afterany, array, scored, reattach, verbose";
 
 #[test]
 fn program_only() {
@@ -232,7 +249,7 @@ fn scored_socket() {
 fn lists_equal_separate_words() {
     check("-nodes=2x3,wait,priority=0,stat a", "nodes=2x3 priority=0 wait stat | a");
     check("-nodes=2x3 -wait -priority=0 -stat a", "nodes=2x3 priority=0 wait stat | a");
-    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, reattach, verbose");
+    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, batch, name, output, error, after, afterany, array, scored, reattach, verbose");
 }
 
 #[test]
@@ -403,6 +420,7 @@ fn job_options_carry_what_the_daemon_needs() {
         disk: Some(2 << 20),
         pty: true,
         time_ms: None,
+        batch: Default::default(),
     };
     assert_eq!(invocation.options.job_options(), expected);
     assert_eq!(
@@ -440,7 +458,7 @@ fn huge_words_are_shortened_in_messages() {
         [OsString::from(format!("-{huge}")), "a".into()],
         None,
     ));
-    assert!(key_error.len() < 200, "{}", &key_error[..200]);
+    assert!(key_error.len() < 300, "{}", &key_error[..300]);
     check_args(vec![format!("-nodes={huge}").into(), "a".into()], None, "error: option 'nodes' on the command line: 'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn...' is not a process count: expected N or NxM, such as 4 or 2x3");
     let digits = "9".repeat(1 << 20);
     check_args(vec![format!("-priority={digits}").into(), "a".into()], None, "error: option 'priority' on the command line: '9999999999999999999999999999999999999999...' is not a queue number: expected 0 to 255");
@@ -449,7 +467,7 @@ fn huge_words_are_shortened_in_messages() {
         matches!(result, Ok(Parsed::Run(ref invocation)) if invocation.stages[0][1].len() == 1 << 20)
     );
     let env_error = render(parse(words("a"), Some(OsStr::new(&huge))));
-    assert!(env_error.len() < 200, "{}", &env_error[..200]);
+    assert!(env_error.len() < 300, "{}", &env_error[..300]);
 }
 
 #[test]
@@ -560,4 +578,28 @@ fn mpi() {
     check("-mpi=pmix a", "nodes=1 mpi=pmix | a");
     check("-mpi=pmi3 a", "error: option 'mpi' on the command line: 'pmi3' is not auto, pmix, pmi1, pmi2 or none");
     check("-mpi a", "error: option 'mpi' on the command line needs a value, such as -mpi=pmi2");
+}
+
+#[test]
+fn batch_options() {
+    check("-batch prog", "nodes=1 batch | prog");
+    check("-batch,name=sweep,output=run.%j.out,error=e.%x prog", "nodes=1 batch name=sweep output=run.%j.out error=e.%x | prog");
+    check("-after=12:15,afterany=3 prog", "nodes=1 after=[12, 15] afterany=[3] | prog");
+    check("-batch,array=1-10:2%3,output=o.%a prog", "nodes=1 batch output=o.%a array=1-10:2%3 | prog");
+    check_env("-name=cli prog", "-name=env -batch", "nodes=1 batch name=cli | prog");
+}
+
+#[test]
+fn bad_batch_options_name_the_option() {
+    check("-batch,array=5-1 p", "error: option 'array' on the command line: '5-1' ends before it starts: 5 is above 1");
+    check("-batch,array=0-99999 p", "error: option 'array' on the command line: '0-99999' has 100000 elements; an array may have at most 10000");
+    check("-array=1-4 p", "error: option 'array' on the command line: an array's elements run without a terminal: give -batch too");
+    check("-after=abc p", "error: option 'after' on the command line: 'abc' is not a job id: expected ID or ID:ID..., such as 12 or 12:15");
+    check("-afterany=0 p", "error: option 'afterany' on the command line: 0 is not a job id: ids start at 1");
+    check("-output=%q p", "error: option 'output' on the command line: '%q' has an unknown escape '%q': the escapes are %j (job id), %r (rank), %a (array index), %x (job name) and %% (a percent sign)");
+    check("-error=x.%a p", "error: option 'error' on the command line: 'x.%a' has %a, the array index, but the job is not an array (-array=)");
+    check_env("p", "-output=%z", "error: option 'output' in SCORE_OPTIONS: '%z' has an unknown escape '%z': the escapes are %j (job id), %r (rank), %a (array index), %x (job name) and %% (a percent sign)");
+    check("-name=a/b p", "error: option 'name' on the command line: 'a/b' holds '/': a name is one word without blanks, control characters or '/'");
+    check("-name= p", "error: option 'name' on the command line needs a value, such as -name=sweep");
+    check("-batch=maybe p", "error: option 'batch' on the command line: 'maybe' is not a yes or no: expected yes, no, true, false, 1 or 0, or no value");
 }

@@ -5,9 +5,13 @@
 //! (sizes, the node and process maps, each rank's local and node rank),
 //! as key and typed value, for the FFI layer to hand to libpmix.
 //! [`Ranks`] follows each rank of one namespace (connected, finalized)
-//! and says when a rank's abort or death ends the job, naming it. No
-//! descriptor, thread or library here.
+//! and says when a rank's abort or death ends the job, naming it.
+//! [`served_env`] is what a rank is told to find the server before the
+//! server exists, and [`tcp_owner`] who owns the far end of a loopback
+//! connection. No descriptor, thread or library here.
 #![forbid(unsafe_code)]
+
+use std::net::SocketAddrV4;
 
 /// A value of a namespace attribute, typed as PMIx types it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +107,75 @@ pub const OPENMPI_DIRECT_LAUNCH: [(&str, &str); 3] = [
     ("OMPI_MCA_orte_externally_bound", "1"),
 ];
 
+/// The rank of scrun's PMIx server in its own namespace.
+pub const SERVER_RANK: u32 = 0;
+
+/// The variables libpmix's `PMIx_server_setup_fork` gives a rank of a
+/// server with the hash store only, whose own namespace is `server` and
+/// whose ranks connect to `127.0.0.1:port`, with its files in `tmpdir`
+/// on the machine named `hostname` (but `PMIX_NAMESPACE` and
+/// `PMIX_RANK`, which scored sets). They are known before the server
+/// starts, so that it starts only when a rank connects. `PMIX_VERSION`
+/// is left out: a client then takes the server for a 4.1 one, from the
+/// newest URI variable, which is all its 4.x and 5.x checks ask.
+pub fn served_env(server: &str, port: u16, tmpdir: &str, hostname: &str) -> Vec<(String, String)> {
+    let uri = format!("{server}.{SERVER_RANK};tcp4://127.0.0.1:{port}");
+    let mut env: Vec<(String, String)> = ["41", "4", "3", "2", "21"]
+        .iter()
+        .map(|version| (format!("PMIX_SERVER_URI{version}"), uri.clone()))
+        .collect();
+    for (key, value) in [
+        ("PMIX_SECURITY_MODE", "native"),
+        ("PMIX_BFROP_BUFFER_TYPE", "PMIX_BFROP_BUFFER_NON_DESC"),
+        ("PMIX_GDS_MODULE", "hash"),
+        ("PMIX_SERVER_TMPDIR", tmpdir),
+        ("PMIX_SYSTEM_TMPDIR", tmpdir),
+        ("PMIX_HOSTNAME", hostname),
+    ] {
+        env.push((key.to_string(), value.to_string()));
+    }
+    env
+}
+
+/// The variables of `given` (libpmix's own `PMIx_server_setup_fork`)
+/// that `served` lacks or says otherwise, but for `PMIX_VERSION`,
+/// `PMIX_NAMESPACE` and `PMIX_RANK`: what a rank was not told.
+pub fn env_differences(given: &[(String, String)], served: &[(String, String)]) -> Vec<String> {
+    given
+        .iter()
+        .filter(|(key, _)| {
+            !matches!(
+                key.as_str(),
+                "PMIX_VERSION" | "PMIX_NAMESPACE" | "PMIX_RANK"
+            )
+        })
+        .filter(|(key, value)| !served.iter().any(|(k, v)| k == key && v == value))
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect()
+}
+
+/// The uid owning the socket at `peer` connected to `local`, from the
+/// text of `/proc/net/tcp`: both ends of a loopback connection are
+/// listed there, each with its owner.
+pub fn tcp_owner(table: &str, peer: SocketAddrV4, local: SocketAddrV4) -> Option<u32> {
+    let hex = |addr: SocketAddrV4| {
+        format!(
+            "{:08X}:{:04X}",
+            u32::from_ne_bytes(addr.ip().octets()),
+            addr.port()
+        )
+    };
+    let (peer, local) = (hex(peer), hex(local));
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(1) == Some(&peer.as_str()) && fields.get(2) == Some(&local.as_str()) {
+            fields.get(7)?.parse().ok()
+        } else {
+            None
+        }
+    })
+}
+
 /// Something a rank did through libpmix, as the FFI layer reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RankEvent {
@@ -119,6 +192,9 @@ pub enum RankEvent {
     },
     /// Its connection ended without `PMIx_Finalize`.
     Lost,
+    /// It asked to spawn processes (`MPI_Comm_spawn`), which scrun does
+    /// not serve.
+    Spawned,
 }
 
 /// How the job ends because of a rank.
@@ -186,6 +262,12 @@ impl Ranks {
                 code: status,
                 message,
             }),
+            // Refused; OpenMPI's other ranks would wait for ever in the
+            // collective, whatever the error handler.
+            RankEvent::Spawned => Some(RankEnd::Fault {
+                rank,
+                message: "called MPI_Comm_spawn, which scrun does not serve (start each program as a :: stage, or as a job of its own)".to_string(),
+            }),
             RankEvent::Lost if self.states[rank] == State::Finalized => None,
             RankEvent::Lost => Some(RankEnd::Fault {
                 rank,
@@ -229,6 +311,57 @@ mod tests {
     }
 
     #[test]
+    fn the_served_environment_names_the_port_and_the_servers_namespace() {
+        let env = served_env("scrun.7.server", 4242, "/tmp/d", "box");
+        let get = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        assert_eq!(
+            get("PMIX_SERVER_URI41"),
+            Some("scrun.7.server.0;tcp4://127.0.0.1:4242")
+        );
+        assert_eq!(get("PMIX_SERVER_URI21"), get("PMIX_SERVER_URI41"));
+        assert_eq!(get("PMIX_GDS_MODULE"), Some("hash"));
+        assert_eq!(get("PMIX_SERVER_TMPDIR"), Some("/tmp/d"));
+        assert_eq!(get("PMIX_VERSION"), None);
+        let given = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert!(env_differences(
+            &given(&[
+                ("PMIX_GDS_MODULE", "hash"),
+                ("PMIX_VERSION", "4.2.2"),
+                ("PMIX_RANK", "0")
+            ]),
+            &env
+        )
+        .is_empty());
+        assert_eq!(
+            env_differences(
+                &given(&[("PMIX_GDS_MODULE", "ds21,hash"), ("PMIX_NEW", "x")]),
+                &env
+            ),
+            ["PMIX_GDS_MODULE=ds21,hash", "PMIX_NEW=x"]
+        );
+    }
+
+    #[test]
+    fn the_owner_of_a_loopback_peer_is_read_from_the_tcp_table() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1092 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 1 1 0 100 0 0 10 0
+   1: 0100007F:1092 0100007F:D431 01 00000000:00000000 00:00000000 00000000  1000        0 2 1 0 20 4 30 10 -1
+   2: 0100007F:D431 0100007F:1092 01 00000000:00000000 00:00000000 00000000  1001        0 3 1 0 20 4 30 10 -1
+";
+        let listener: SocketAddrV4 = "127.0.0.1:4242".parse().unwrap();
+        let peer: SocketAddrV4 = "127.0.0.1:54321".parse().unwrap();
+        assert_eq!(tcp_owner(table, peer, listener), Some(1001));
+        let other: SocketAddrV4 = "127.0.0.1:54322".parse().unwrap();
+        assert_eq!(tcp_owner(table, other, listener), None);
+        assert_eq!(tcp_owner("", peer, listener), None);
+    }
+
+    #[test]
     fn an_abort_or_a_death_before_finalize_ends_the_job_once_naming_the_rank() {
         let mut ranks = Ranks::new(2);
         assert_eq!(ranks.event(0, RankEvent::Connected), None);
@@ -266,5 +399,11 @@ mod tests {
         );
         // Out of range: nothing.
         assert_eq!(Ranks::new(1).event(5, RankEvent::Lost), None);
+        // A spawn, refused, ends the job naming the rank.
+        let mut ranks = Ranks::new(2);
+        assert!(matches!(
+            ranks.event(0, RankEvent::Spawned),
+            Some(RankEnd::Fault { rank: 0, message }) if message.contains("MPI_Comm_spawn")
+        ));
     }
 }

@@ -94,6 +94,22 @@ pub(super) unsafe extern "C" fn abort(
     PMIX_SUCCESS
 }
 
+/// `MPI_Comm_spawn`: refused at once, and the job ended naming the rank.
+pub(super) unsafe extern "C" fn spawn(
+    proc_: *const Proc,
+    _job_info: *const Info,
+    _ninfo: usize,
+    _apps: *const c_void,
+    _napps: usize,
+    _cbfunc: *mut c_void,
+    _cbdata: *mut c_void,
+) -> Status {
+    // SAFETY: the library passes its `pmix_proc_t`.
+    unsafe { report(proc_, RankEvent::Spawned) };
+    // Without calling back: the library answers the rank itself.
+    PMIX_ERR_NOT_SUPPORTED
+}
+
 unsafe extern "C" fn release_blob(data: *mut c_void) {
     if !data.is_null() {
         // SAFETY: a `Box<Vec<u8>>` leaked by `fence_nb`, released once.

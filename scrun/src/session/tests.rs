@@ -26,6 +26,7 @@ fn event(line: &str) -> (Duration, Event) {
             queue: 1,
             cluster: "c0".into(),
             hosts: vec!["host0".into()],
+            ranks: 1,
         },
         "started" => Reply::Started {
             job: number(),

@@ -74,6 +74,7 @@ pub(crate) fn attacks(rows: &mut Vec<Row>) {
                     disk: None,
                     pty: false,
                     time_ms: None,
+                    batch: Default::default(),
                 },
                 env: Vec::new(),
                 cwd: format!("/{}", "x".repeat(1_000_000)).as_str().into(),

@@ -32,6 +32,7 @@ pub(crate) fn submit_raw(
             disk: None,
             pty: false,
             time_ms: None,
+            batch: Default::default(),
         },
         env: vec![
             ("PATH".into(), "/usr/bin:/bin".into()),
@@ -297,6 +298,7 @@ pub(crate) fn checkpoint_in_core(rows: &mut Vec<Row>) {
         env: vec![(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))],
         cwd: OsString::from("/"),
         inherited: Default::default(),
+        batch: Default::default(),
     };
     let build = || {
         let mut core = pure_core(n_hosts, Duration::from_millis(200));

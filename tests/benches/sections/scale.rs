@@ -23,6 +23,7 @@ pub(crate) fn submit_frame() -> Vec<u8> {
             disk: None,
             pty: false,
             time_ms: None,
+            batch: Default::default(),
         },
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         cwd: "/".into(),
@@ -207,6 +208,7 @@ pub(crate) fn decision_time(rows: &mut Vec<Row>) {
                 env: Vec::new(),
                 cwd: OsString::from("/"),
                 inherited: Default::default(),
+                batch: Default::default(),
             };
             let actions = core.handle(
                 Input::Submit {

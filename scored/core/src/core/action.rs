@@ -82,6 +82,16 @@ pub struct Ending {
 pub enum ClientEvent {
     /// The job waits for resources; the sentence says which.
     Waiting(String),
+    /// The submission has its ids: it runs without a client (`-batch`),
+    /// or it is not admitted yet (`waits` says why).
+    Accepted {
+        /// Its first job's id.
+        job: JobId,
+        /// How many jobs it made (an array's elements).
+        count: u32,
+        /// Why it is not admitted yet, if it is not.
+        waits: Option<String>,
+    },
     /// The job was admitted.
     Admitted {
         /// The id it was given.
@@ -92,6 +102,9 @@ pub enum ClientEvent {
         cluster: String,
         /// Its hosts' names.
         hosts: Vec<String>,
+        /// The processes of each of its stages, as placed (what scrun's
+        /// PMI needs of a `hosts=H` job).
+        ranks: u32,
     },
     /// The submission was refused.
     Rejected {

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::admission::{self, Ask, Decision, Placement};
 use crate::ids::{ClientToken, Cred, JobId, Tick};
-use crate::job::{Job, JobRequest, JobSpec, Launch, Life, Usage};
+use crate::job::{Job, JobRequest, JobSpec, Launch, Life, Link, Submission, Usage};
 
 impl Core {
     pub(super) fn default_queue(&self) -> u32 {
@@ -40,7 +40,11 @@ impl Core {
             ));
         };
         let duplicate = self.logged.by_client.contains_key(&client)
-            || self.logged.waiting.iter().any(|w| w.client == client);
+            || self
+                .logged
+                .waiting
+                .iter()
+                .any(|w| w.client() == Some(client));
         if duplicate {
             // The loop lets a connection submit once (its "one job only"
             // refusal), so this is a bug: the job that came first keeps its
@@ -80,16 +84,22 @@ impl Core {
                 out,
             );
         }
+        let to_backlog = request.batch.detach || !request.batch.after.is_empty();
         let waiter = Waiter {
-            client,
+            link: Link::Client(client),
             cred,
             user,
             request,
             submitted_at: now,
             held: false,
+            id: None,
+            submission: None,
         };
         if let Err((kind, reason)) = self.check_queue(&waiter) {
             return reject(kind, reason, out);
+        }
+        if to_backlog {
+            return self.submit_to_backlog(client, waiter, now, out);
         }
         if let Err(reason) = self.check_budgets(&waiter, false) {
             tracing::info!(uid = waiter.cred.uid, %reason, "submission over a budget");
@@ -99,25 +109,18 @@ impl Core {
         // Waiting jobs are admitted in submission order: a newcomer may not
         // take what they wait for. One that reserves nothing (no memory,
         // no disk, no job-count limit) takes nothing from them.
-        if !self.logged.waiting.is_empty()
+        let others_wait = !self.logged.waiting.is_empty() || self.backlog_ready_since().is_some();
+        if others_wait
             && !matches!(&decision, Decision::Admit(placement) if self.reserves_nothing(placement))
         {
             if let Decision::TooBig(reason) = decision {
                 return reject(Rejection::TooBig, reason, out);
             }
+            let ahead = self.logged.waiting.len() + self.backlog_short();
             let reason = format!(
-                "{} job{} already wait{} for resources ahead of this one",
-                self.logged.waiting.len(),
-                if self.logged.waiting.len() == 1 {
-                    ""
-                } else {
-                    "s"
-                },
-                if self.logged.waiting.len() == 1 {
-                    "s"
-                } else {
-                    ""
-                }
+                "{ahead} job{} already wait{} for resources ahead of this one",
+                if ahead == 1 { "" } else { "s" },
+                if ahead == 1 { "s" } else { "" }
             );
             return self.short(waiter, reason, out);
         }
@@ -137,7 +140,9 @@ impl Core {
     }
 
     pub(super) fn short(&mut self, waiter: Waiter, reason: String, out: &mut Vec<Action>) {
-        let client = waiter.client;
+        let Some(client) = waiter.client() else {
+            return;
+        };
         if waiter.request.wait {
             if let Err(reason) = self.check_budgets(&waiter, true) {
                 tracing::info!(uid = waiter.cred.uid, %reason, "submission over a budget");
@@ -224,16 +229,31 @@ impl Core {
         now: Tick,
         out: &mut Vec<Action>,
     ) {
-        let id = JobId(self.next_job);
-        self.next_job += 1;
+        let id = match waiter.id {
+            Some(id) => id,
+            None => {
+                self.next_job += 1;
+                JobId(self.next_job - 1)
+            }
+        };
         let queue = self.queue_of(&waiter.request);
+        let submission = waiter.submission.clone().or_else(|| {
+            (!waiter.request.batch.is_plain()).then(|| {
+                Rc::new(Submission {
+                    batch: waiter.request.batch.clone(),
+                    first: id,
+                })
+            })
+        });
         self.logged.ledger.reserve(&placement);
         let n_slots = placement.hosts.len();
         let job = Job {
             id,
             user: waiter.user,
             owner: waiter.cred,
-            client: Some(waiter.client),
+            link_kind: waiter.link.parts().0,
+            link_token: waiter.link.parts().1,
+            submission,
             queue,
             queues_visited: smallvec::smallvec![queue],
             cluster: placement.cluster,
@@ -266,22 +286,25 @@ impl Core {
             .map(|host| self.logged.topology.host(*host).name.clone())
             .collect();
         let cluster = self.logged.topology.cluster(job.cluster).name.clone();
-        out.push(Action::notify(
-            waiter.client,
-            ClientEvent::Admitted {
-                job: id,
-                queue,
-                cluster,
-                hosts,
-            },
-        ));
+        if let Some(client) = job.client() {
+            out.push(Action::notify(
+                client,
+                ClientEvent::Admitted {
+                    job: id,
+                    queue,
+                    cluster,
+                    hosts,
+                    ranks: job.nprocs(),
+                },
+            ));
+            self.logged.by_client.insert(client, id);
+        }
         if self.logged.jobs.is_empty() {
             // Restart the slice cadence when the daemon leaves idleness, so
             // that the first job gets a whole slice.
             self.sched.restart_slices(now, self.logged.config.timeslice);
         }
         self.logged.queues.push_job(queue as usize, id, false);
-        self.logged.by_client.insert(waiter.client, id);
         if self.journal.is_some() {
             let record = self.job_fields(&job, command_line(&job), job.state(), None, now, true);
             self.journal(JobEvent::Admitted {
@@ -299,26 +322,57 @@ impl Core {
         self.logged.jobs.insert(id, job);
     }
 
+    /// Admits what waits for admission while resources allow, in the order
+    /// it began to wait: the clients that wait (`-wait`) and the jobs of
+    /// the backlog whose turn came, at most `ADMIT_PER_EVENT` of these.
     pub(super) fn admit_waiters(&mut self, now: Tick, out: &mut Vec<Action>) {
-        while let Some(front) = self.logged.waiting.front() {
-            if let Err((kind, reason)) = self.check_queue(front) {
-                let client = front.client;
-                self.logged.waiting.pop_front();
+        Rc::make_mut(&mut self.backlog).more = false;
+        let mut from_backlog = 0;
+        loop {
+            let client_since = self.logged.waiting.front().map(|front| front.submitted_at);
+            let backlog_since = self.backlog_ready_since();
+            let admitted = match (client_since, backlog_since) {
+                (None, None) => break,
+                (Some(client), Some(backlog)) if backlog < client => {
+                    self.admit_from_backlog(Some(client), &mut from_backlog, now, out)
+                }
+                (None, Some(_)) => self.admit_from_backlog(None, &mut from_backlog, now, out),
+                (Some(_), _) => self.admit_front_waiter(now, out),
+            };
+            if !admitted {
+                break;
+            }
+        }
+    }
+
+    /// Admits (or refuses, or leaves waiting) the first client that waits;
+    /// false if it must wait on.
+    fn admit_front_waiter(&mut self, now: Tick, out: &mut Vec<Action>) -> bool {
+        let Some(front) = self.logged.waiting.front() else {
+            return false;
+        };
+        if let Err((kind, reason)) = self.check_queue(front) {
+            let client = front.client();
+            self.logged.waiting.pop_front();
+            if let Some(client) = client {
                 out.push(Action::notify(
                     client,
                     ClientEvent::Rejected { kind, reason },
                 ));
-                continue;
             }
-            match self.decide(front) {
-                Decision::Admit(placement) => {
-                    let waiter = self.logged.waiting.pop_front().expect("front exists");
-                    let waiter = Rc::try_unwrap(waiter).unwrap_or_else(|shared| (*shared).clone());
-                    self.admit(waiter, placement, now, out);
-                }
-                Decision::TooBig(reason) => {
-                    let client = front.client;
-                    self.logged.waiting.pop_front();
+            return true;
+        }
+        match self.decide(front) {
+            Decision::Admit(placement) => {
+                let waiter = self.logged.waiting.pop_front().expect("front exists");
+                let waiter = Rc::try_unwrap(waiter).unwrap_or_else(|shared| (*shared).clone());
+                self.admit(waiter, placement, now, out);
+                true
+            }
+            Decision::TooBig(reason) => {
+                let client = front.client();
+                self.logged.waiting.pop_front();
+                if let Some(client) = client {
                     out.push(Action::notify(
                         client,
                         ClientEvent::Rejected {
@@ -327,8 +381,9 @@ impl Core {
                         },
                     ));
                 }
-                Decision::Short(_) => break,
+                true
             }
+            Decision::Short(_) => false,
         }
     }
 

@@ -107,6 +107,22 @@ impl Core {
                 mine.bytes += cost;
             }
         }
+        for entry in self.backlog.entries.values() {
+            let owner = entry.cred.uid;
+            if self.is_privileged(owner) {
+                continue;
+            }
+            // Its jobs not admitted yet (the admitted ones are counted
+            // above), and what its request keeps while one waits.
+            let jobs = entry.n_waiting() as usize;
+            let cost = entry.request.as_deref().map_or(0, request_bytes);
+            all.jobs += jobs;
+            all.bytes += cost;
+            if owner == uid {
+                mine.jobs += jobs;
+                mine.bytes += cost;
+            }
+        }
         for waiter in self.logged.waiting.iter() {
             let owner = waiter.cred.uid;
             if self.is_privileged(owner) {
@@ -129,6 +145,17 @@ impl Core {
     /// it is kept (`waits`: as a waiting submission); the error names the
     /// budget it would exceed.
     pub(super) fn check_budgets(&self, waiter: &Waiter, waits: bool) -> Result<(), String> {
+        self.check_budgets_for(waiter, waits, 1)
+    }
+
+    /// [`Core::check_budgets`] for a submission of `jobs` jobs (an array's
+    /// elements).
+    pub(super) fn check_budgets_for(
+        &self,
+        waiter: &Waiter,
+        waits: bool,
+        jobs: usize,
+    ) -> Result<(), String> {
         let uid = waiter.cred.uid;
         if self.is_privileged(uid) {
             return Ok(());
@@ -138,17 +165,22 @@ impl Core {
         let user = &waiter.user;
         let bytes = request_bytes(&waiter.request);
         let kib = |bytes: usize| bytes.div_ceil(1024);
-        if mine.jobs >= budgets.user_jobs {
+        let these = if jobs == 1 {
+            String::new()
+        } else {
+            format!(", and this array would add {jobs}")
+        };
+        if mine.jobs + jobs > budgets.user_jobs {
             return Err(format!(
-                "user {user} has {} unfinished jobs, the most one user may have \
-                 (the budget of {} jobs per user); submit again once some have ended",
+                "user {user} has {} unfinished jobs{these}: the most one user may have \
+                 is the budget of {} jobs per user; submit again once some have ended",
                 mine.jobs, budgets.user_jobs
             ));
         }
-        if all.jobs >= budgets.total_jobs {
+        if all.jobs + jobs > budgets.total_jobs {
             return Err(format!(
-                "scored holds {} unfinished jobs of users, the most it keeps \
-                 (the budget of {} jobs in total); submit again once some have ended",
+                "scored holds {} unfinished jobs of users{these}: the most it keeps \
+                 is the budget of {} jobs in total; submit again once some have ended",
                 all.jobs, budgets.total_jobs
             ));
         }

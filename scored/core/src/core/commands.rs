@@ -5,13 +5,10 @@
 
 use std::time::Duration;
 
-use super::{
-    queue_group_name, Action, ClientEvent, Core, Directory, JobEvent, JOB_CONTROL_SIGNALS, SIGKILL,
-    SIGTERM,
-};
+use super::{queue_group_name, Action, ClientEvent, Core, Directory, JobEvent};
 use crate::admission::ClusterLimits;
 use crate::ids::{ClientToken, Cred, JobId, Tick};
-use crate::job::{EndCause, Job, Phase};
+use crate::job::Job;
 use crate::queue::{Queue, DEFAULT_MPL};
 use scored_proto::command::reply::{Reply, Value};
 use scored_proto::command::{self, Command, QueueAction, QueueMode, Setting};
@@ -77,7 +74,7 @@ impl Core {
             Command::Hosts => self.hosts_table(),
             Command::Clusters => self.clusters_table(),
             Command::Queues => self.queues_table(),
-            Command::Jobs { all } => self.jobs_table(cred, all, now),
+            Command::Jobs { all, filter } => self.jobs_table(cred, all, &filter, now),
             Command::Job(id) => self.job_record(cred, JobId(id), now),
             // The event loop carries it out once the reply is known to be
             // allowed (rights, no shutdown under way).
@@ -92,7 +89,11 @@ impl Core {
             }
             Command::QueueState { queue, action } => self.queue_state(queue, action, now, out),
             Command::QueueSet { queue, settings } => self.queue_set(queue, settings, now, dir, out),
-            Command::Kill { job, signal } => self.kill_command(cred, JobId(job), signal, now, out),
+            Command::Kill {
+                jobs,
+                filter,
+                signal,
+            } => self.kill(cred, &jobs, &filter, signal, now, out),
             Command::Suspend(job) => self.suspend_command(cred, JobId(job)),
             Command::Resume(job) => self.resume_command(cred, JobId(job)),
             Command::Move { job, queue } => self.move_command(JobId(job), queue),
@@ -186,50 +187,6 @@ impl Core {
         Reply::Done(format!("queue {queue}: {state} (jobs {scheduling})"))
     }
 
-    /// `kill ID [SIGNAL]`, by the job's owner or an operator.
-    fn kill_command(
-        &mut self,
-        cred: &Cred,
-        id: JobId,
-        signal: Option<i32>,
-        now: Tick,
-        out: &mut Vec<Action>,
-    ) -> Reply {
-        let job = id.0;
-        if let Err(reply) = self.may_touch(cred, id) {
-            return reply;
-        }
-        let by = if self.is_operator(cred) && self.logged.jobs[&id].owner.uid != cred.uid {
-            "by an operator".to_string()
-        } else {
-            "by its owner".to_string()
-        };
-        match signal {
-            None | Some(SIGTERM) => {
-                self.begin_kill(id, EndCause::Killed(by), true, now, out);
-                Reply::Done(format!(
-                    "job {job}: killing (SIGTERM, then SIGKILL after {})",
-                    format_duration(self.logged.config.kill_grace)
-                ))
-            }
-            Some(SIGKILL) => {
-                self.begin_kill(id, EndCause::Killed(by), false, now, out);
-                Reply::Done(format!("job {job}: killed"))
-            }
-            Some(signal) if JOB_CONTROL_SIGNALS.contains(&signal) => Reply::error(format!(
-                "signal {signal} would stop or continue job {job} behind the scheduler's back; \
-                 use suspend {job} or resume {job}"
-            )),
-            Some(signal) => {
-                if self.logged.jobs[&id].phase() == Phase::Idle {
-                    return Reply::error(format!("job {job} has no process to signal yet"));
-                }
-                out.push(Action::Signal { job: id, signal });
-                Reply::Done(format!("job {job}: sent signal {signal}"))
-            }
-        }
-    }
-
     /// `suspend ID`: the owner's or an operator's hold.
     fn suspend_command(&mut self, cred: &Cred, id: JobId) -> Reply {
         let job = id.0;
@@ -301,8 +258,25 @@ impl Core {
         Reply::Done(format!("job {job}: moved to queue {queue}"))
     }
 
-    fn no_job(&self, id: JobId) -> Reply {
-        if self.logged.finished.iter().any(|done| done.job.id == id) {
+    /// The answer to a command that needs an admitted job, for a job of
+    /// the backlog.
+    fn not_admitted(&self, id: JobId) -> Option<Reply> {
+        let (entry, _) = self.backlog.entry_of(id)?;
+        self.backlog.holds(id).then(|| {
+            Reply::error(format!(
+                "job {id} is not admitted yet ({}): kill ends it",
+                entry.why()
+            ))
+        })
+    }
+
+    pub(super) fn no_job(&self, id: JobId) -> Reply {
+        if let Some(reply) = self.not_admitted(id) {
+            return reply;
+        }
+        if self.logged.finished.iter().any(|done| done.job.id == id)
+            || self.backlog.ended.iter().any(|ended| ended.id == id)
+        {
             Reply::error(format!("job {id} has already ended"))
         } else {
             Reply::error(format!("no job {id}"))

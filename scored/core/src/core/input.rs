@@ -10,6 +10,8 @@ use crate::job::{ExitStatus, JobRequest, Usage};
 use scored_proto::command::reply::Value;
 use scored_proto::command::Command;
 
+use super::Outcome;
+
 /// A step of a job's life, for the job journal (`Core::record_journal`).
 /// The shell stamps each with the wall-clock time and appends it.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +23,17 @@ pub enum JobEvent {
         /// How long it waited for admission.
         waited: Duration,
         /// Its `job ID` facts at admission.
+        record: Vec<(String, Value)>,
+    },
+    /// A submission was taken into the backlog with ids `first` to
+    /// `last` (`backlog.rs`): they are handed out, whether or not the
+    /// jobs are ever admitted.
+    Submitted {
+        /// Its first job's id.
+        first: JobId,
+        /// Its last job's id (the same for one job).
+        last: JobId,
+        /// The first job's `job ID` facts.
         record: Vec<(String, Value)>,
     },
     /// Its processes were created for the first time.
@@ -72,6 +85,17 @@ pub enum Input {
         /// The job (boxed: an input is moved several times on its way in,
         /// and the others are a few words).
         request: Box<JobRequest>,
+    },
+    /// How a job that ended before the core's memory of it ended, from
+    /// the journal: the loop gives it before a submission that depends on
+    /// that job ([`Core::unknown_ends`](super::Core::unknown_ends)).
+    KnownEnd {
+        /// The job.
+        job: JobId,
+        /// Its owner.
+        owner: u32,
+        /// How it ended.
+        outcome: Outcome,
     },
     /// A connection closed: its job, if it has one, is killed.
     ClientGone(ClientToken),

@@ -14,6 +14,7 @@ use crate::sorted::SortedSet;
 impl Core {
     /// Checks the core's invariants; tests call it after every step.
     pub fn check_invariants(&self) {
+        self.check_backlog();
         let mut owner: HashMap<HostId, JobId> = HashMap::new();
         for job in self.logged.jobs.values() {
             let live = matches!(job.phase(), Phase::Running | Phase::Stopping);
@@ -126,5 +127,47 @@ impl Core {
             time, *self.logged.time_deadlines,
             "-time limits of running jobs"
         );
+    }
+
+    /// The backlog's counts agree with the jobs: each entry's admitted
+    /// jobs are in the table, its ids were handed out, and a job waits in
+    /// one entry at most.
+    fn check_backlog(&self) {
+        let mut admitted: HashMap<JobId, u32> = HashMap::new();
+        for job in self.logged.jobs.values() {
+            if let Some(submission) = &job.submission {
+                *admitted.entry(submission.first).or_default() += 1;
+            }
+        }
+        let mut last_end = 0;
+        for (first, entry) in &self.backlog.entries {
+            assert_eq!(*first, entry.submission.first, "backlog key of {first}");
+            assert!(first.0 >= last_end, "backlog entries overlap at {first}");
+            last_end = first.0 + u64::from(entry.count);
+            assert!(last_end <= self.next_job, "ids of {first} not handed out");
+            assert!(entry.next <= entry.count, "next of {first}");
+            assert_eq!(
+                admitted.get(first).copied().unwrap_or(0),
+                entry.admitted,
+                "admitted jobs of {first}"
+            );
+            let waiting = entry.n_waiting();
+            assert_eq!(
+                entry.ended + entry.admitted + waiting,
+                entry.count,
+                "jobs of {first}: ended, admitted and waiting"
+            );
+            assert!(
+                waiting == 0 || entry.request.is_some(),
+                "request of {first}"
+            );
+            for k in entry.waiting() {
+                let id = JobId(first.0 + u64::from(k));
+                assert!(
+                    !self.logged.jobs.contains_key(&id),
+                    "job {id} both admitted and waiting"
+                );
+            }
+        }
     }
 }

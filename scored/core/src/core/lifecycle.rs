@@ -7,12 +7,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::{
-    command_line, usage_limited, Accounting, Action, ClientEvent, Core, EndKind, Ending, Finished,
-    JobEvent, Rejection, HISTORY, SIGKILL, SIGPIPE, SIGTERM,
+    command_line, usage_limited, Accounting, Action, ClientChange, ClientEvent, Core, EndKind,
+    Ending, Finished, JobEvent, Outcome, Rejection, HISTORY, SIGKILL, SIGPIPE, SIGTERM,
 };
 use crate::admission::Placement;
 use crate::ids::{ClientToken, JobId, Tick};
-use crate::job::{EndCause, ExitStatus, Job, JobState, Joiner, Launch, Phase, Usage};
+use crate::job::{EndCause, ExitStatus, Job, JobState, Joiner, Launch, Link, Phase, Usage};
 use scored_proto::units::{format_duration, format_size};
 
 impl Core {
@@ -262,7 +262,7 @@ impl Core {
             layout: record.layout.to_vec(),
             limits: record.limits,
         });
-        if let Some(client) = record.client {
+        if let Some(client) = record.client() {
             self.logged.by_client.remove(&client);
         }
         let first_failure = record.failure().map(ExitStatus::as_shell);
@@ -354,12 +354,14 @@ impl Core {
             );
             self.journal(JobEvent::Ended { job, record });
         }
-        if let Some(client) = record.client {
+        if let Some(client) = record.client() {
             out.push(Action::notify(
                 client,
                 ClientEvent::Ended(Box::new(ending.clone())),
             ));
         }
+        let outcome = Outcome::of(job, state, ending.status, &ending.reason);
+        let owner = record.owner.uid;
         if record.started() {
             out.push(Action::Release(job));
         }
@@ -376,6 +378,7 @@ impl Core {
             ended_at: now,
             ending,
         }));
+        self.backlog_job_ended(job, true, owner, outcome, now, out);
         self.admit_waiters(now, out);
     }
 
@@ -406,15 +409,21 @@ impl Core {
             .logged
             .waiting
             .iter()
-            .any(|waiter| waiter.client == client)
+            .any(|waiter| waiter.client() == Some(client))
         {
             self.logged
                 .waiting
-                .modify(|waiting| waiting.retain(|waiter| waiter.client != client));
+                .modify(|waiting| waiting.retain(|waiter| waiter.client() != Some(client)));
         }
+        self.backlog_client(
+            client,
+            ClientChange::End("because its scrun went away"),
+            now,
+            out,
+        );
         if let Some(job) = self.logged.by_client.remove(&client) {
             if let Some(record) = self.logged.jobs.get_mut(&job) {
-                record.client = None;
+                record.set_link(Link::Lost);
             }
             self.begin_kill(job, EndCause::ClientGone, false, now, out);
         }
@@ -431,13 +440,15 @@ impl Core {
         }
         self.shutting_down = true;
         for waiter in self.logged.waiting.modify(std::mem::take) {
-            out.push(Action::notify(
-                waiter.client,
-                ClientEvent::Rejected {
-                    kind: Rejection::ShuttingDown,
-                    reason: "scored is shutting down".into(),
-                },
-            ));
+            if let Some(client) = waiter.client() {
+                out.push(Action::notify(
+                    client,
+                    ClientEvent::Rejected {
+                        kind: Rejection::ShuttingDown,
+                        reason: "scored is shutting down".into(),
+                    },
+                ));
+            }
         }
         // Jobs that cannot progress (held, or in a deactivated queue) would
         // keep a graceful shutdown waiting forever: they are killed too.
@@ -454,6 +465,7 @@ impl Core {
         for job in victims {
             self.begin_kill(job, EndCause::Shutdown, true, now, out);
         }
+        self.end_backlog(now, out);
         n_victims
     }
 }

@@ -24,9 +24,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::Core;
+use super::{Core, Outcome};
 use crate::ids::{Cred, JobId};
-use crate::job::{EndCause, ExitStatus, Job, JobRequest, Joiner, Launch, Phase, ProcRequest};
+use crate::job::{
+    EndCause, ExitStatus, Job, JobRequest, Joiner, Launch, Phase, ProcRequest, Submission,
+};
+use scored_proto::batch::Batch;
 use scored_proto::command::QueueMode;
 
 mod input;
@@ -55,6 +58,10 @@ pub struct CoreSnapshot {
     next_slice: u64,
     switches: SwitchesSnapshot,
     shutting_down: bool,
+    /// The jobs that have their ids and are not admitted yet, and the ends
+    /// kept for the jobs that may depend on them (`backlog.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    backlog: Option<BacklogSnapshot>,
     /// Where the current slice stands, so that a restored core decides
     /// from here exactly as the core it was taken from: the jobs chosen
     /// at the slice's boundary that wait for stops to enter (they take
@@ -82,6 +89,48 @@ impl SliceSnapshot {
     }
 }
 
+/// The backlog: its entries and the ends it keeps.
+#[derive(Debug, Serialize, Deserialize)]
+struct BacklogSnapshot {
+    entries: Vec<EntrySnapshot>,
+    /// (job, its owner, how it failed; none for a success), oldest first.
+    outcomes: Vec<(u64, u32, Option<String>)>,
+}
+
+/// What jobs of the backlog run, while one waits: its launch data among
+/// the snapshot's, and its fields (its batch options are its entry's).
+#[derive(Debug, Serialize, Deserialize)]
+struct EntryRequest {
+    launch: usize,
+    #[serde(flatten)]
+    fields: RequestFields,
+}
+
+/// One submission of the backlog (see `backlog::Entry`).
+#[derive(Debug, Serialize, Deserialize)]
+struct EntrySnapshot {
+    first: u64,
+    count: u32,
+    user: String,
+    cred: CredSnapshot,
+    /// The client of an interactive job that waits for other jobs.
+    client: Option<u64>,
+    request: Option<EntryRequest>,
+    batch: BatchSnapshot,
+    command: String,
+    name: String,
+    submitted_at: u64,
+    waits_for: Vec<(u64, bool)>,
+    next: u32,
+    skipped: Vec<u32>,
+    admitted: u32,
+    ended: u32,
+    failure: Option<String>,
+    short: Option<String>,
+    since: u64,
+    held: bool,
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 struct QueueSnapshot {
     enabled: bool,
@@ -98,6 +147,34 @@ struct QueueSnapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     mpl: Option<u32>,
     order: Vec<u64>,
+}
+
+/// A submission's batch options (`scored_proto::batch`) as the options scrun
+/// sent, which the validator checks again on the way in.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct BatchSnapshot {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    detach: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    /// The jobs waited for: (id, whatever its end).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    after: Vec<(u64, bool)>,
+    /// first, last, step, most at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    array: Option<(u32, u32, u32, Option<u32>)>,
+}
+
+/// A job's batch options and its submission's first job id.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SubmissionSnapshot {
+    first: u64,
+    #[serde(flatten)]
+    batch: BatchSnapshot,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -186,6 +263,9 @@ struct JobSnapshot {
     peak_memory: Vec<u64>,
     peak_disk: u64,
     residency_base_us: u64,
+    /// Its batch options; a job without a client (`-batch`) has `detach`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    submission: Option<SubmissionSnapshot>,
     /// Its client is gone with a killed daemon: until when its scrun may
     /// reattach (µs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +300,10 @@ struct RequestFields {
     /// The run-time estimate and limit (`-time=`), in µs.
     #[serde(default)]
     time_us: Option<u64>,
+    /// Its batch options, if it has any (`scrun -batch`, `-name=`,
+    /// `-output=`, `-after=`, `-array=`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    batch: Option<BatchSnapshot>,
 }
 
 impl RequestFields {
@@ -232,6 +316,7 @@ impl RequestFields {
             memory: request.memory,
             disk: request.disk,
             time_us: request.time.map(us),
+            batch: (!request.batch.is_plain()).then(|| batch_out(&request.batch)),
         }
     }
 }
@@ -261,7 +346,7 @@ impl RequestSnapshot {
 
     fn into_request(self) -> Result<JobRequest, RestoreError> {
         let parts = restore::unpack(restore::unhex(&self.launch)?)?;
-        Ok(restore::request_in(&self.fields, &parts))
+        restore::request_in(&self.fields, &parts)
     }
 }
 
@@ -286,6 +371,34 @@ fn hex(bytes: &[u8]) -> String {
         out.push(DIGITS[usize::from(byte & 15)] as char);
     }
     out
+}
+
+fn batch_out(batch: &Batch) -> BatchSnapshot {
+    BatchSnapshot {
+        detach: batch.detach,
+        name: batch.name.as_deref().map(str::to_string),
+        output: batch
+            .output
+            .stdout
+            .as_ref()
+            .map(|pattern| pattern.as_str().to_string()),
+        error: batch
+            .output
+            .stderr
+            .as_ref()
+            .map(|pattern| pattern.as_str().to_string()),
+        after: batch.after.iter().map(|dep| (dep.job, dep.any)).collect(),
+        array: batch
+            .array
+            .map(|spec| (spec.first, spec.last, spec.step, spec.max)),
+    }
+}
+
+fn submission_out(submission: &Submission) -> SubmissionSnapshot {
+    SubmissionSnapshot {
+        first: submission.first.0,
+        batch: batch_out(&submission.batch),
+    }
 }
 
 fn cred_out(cred: &Cred) -> CredSnapshot {
@@ -341,7 +454,7 @@ fn job_out(job: &Job, detached: &HashMap<JobId, u64>, launches: &mut Launches) -
         id: job.id.0,
         user: job.user.to_string(),
         owner: cred_out(&job.owner),
-        client: job.client.map(|client| client.0),
+        client: job.client().map(|client| client.0),
         pipe: job.spec.joiner == Joiner::Pipe,
         procs: procs_out(job.spec.procs),
         launch: launches.add(&job.spec.launch),
@@ -396,6 +509,7 @@ fn job_out(job: &Job, detached: &HashMap<JobId, u64>, launches: &mut Launches) -
         peak_memory: job.peak_memory.to_vec(),
         peak_disk: job.peak_disk,
         residency_base_us: us(job.residency_base),
+        submission: job.submission.as_deref().map(submission_out),
         reattach_until: detached.get(&job.id).copied(),
     }
 }
@@ -428,7 +542,9 @@ impl Core {
                     &request.inherited,
                 );
                 WaiterSnapshot {
-                    client: waiter.client.0,
+                    // Only clients wait here (see `Waiter`); a batch job
+                    // waits in the backlog.
+                    client: waiter.client().map_or(0, |client| client.0),
                     cred: cred_out(&waiter.cred),
                     user: waiter.user.to_string(),
                     launch: launches.add(&launch),
@@ -438,6 +554,7 @@ impl Core {
                 }
             })
             .collect();
+        let backlog = self.backlog_snapshot(&mut launches);
         CoreSnapshot {
             timeslice_us: us(self.logged.config.timeslice),
             hosts: self
@@ -488,6 +605,7 @@ impl Core {
                 max_us: us(self.switches.max),
             },
             shutting_down: self.shutting_down,
+            backlog,
             slice: SliceSnapshot {
                 turn_pending: sched.turn_pending.iter().map(|job| job.0).collect(),
                 ran_refill: sched.ran_refill,
@@ -496,6 +614,68 @@ impl Core {
                 sampled_at: self.sampled_at.0,
             },
         }
+    }
+
+    /// The backlog as data, its requests' launch data among the others.
+    fn backlog_snapshot(&self, launches: &mut Launches) -> Option<BacklogSnapshot> {
+        let backlog = &self.backlog;
+        if backlog.entries.is_empty() && backlog.outcomes().next().is_none() {
+            return None;
+        }
+        let entries = backlog
+            .entries
+            .values()
+            .map(|entry| EntrySnapshot {
+                first: entry.submission.first.0,
+                count: entry.count,
+                user: entry.user.to_string(),
+                cred: cred_out(&entry.cred),
+                client: entry.link.client().map(|client| client.0),
+                request: entry.request.as_deref().map(|request| EntryRequest {
+                    launch: launches.add(&Launch::pack_with(
+                        &request.stages,
+                        &request.env,
+                        &request.cwd,
+                        &request.inherited,
+                    )),
+                    fields: RequestFields {
+                        batch: None,
+                        ..RequestFields::of(request)
+                    },
+                }),
+                batch: batch_out(&entry.submission.batch),
+                command: entry.command.to_string(),
+                name: entry.name.to_string(),
+                submitted_at: entry.submitted_at.0,
+                waits_for: entry
+                    .waits_for
+                    .iter()
+                    .map(|dep| (dep.job, dep.any))
+                    .collect(),
+                next: entry.next,
+                skipped: entry.skipped.iter().copied().collect(),
+                admitted: entry.admitted,
+                ended: entry.ended,
+                failure: entry.failure.clone(),
+                short: entry.short.clone(),
+                since: entry.since.0,
+                held: entry.held,
+            })
+            .collect();
+        let outcomes = backlog
+            .outcomes()
+            .map(|(job, owner, outcome)| {
+                (
+                    job.0,
+                    *owner,
+                    match outcome {
+                        Outcome::Success => None,
+                        Outcome::Failure(how) => Some(how.clone()),
+                    },
+                )
+            })
+            .collect();
+        Some(BacklogSnapshot { entries, outcomes })
     }
 }
 

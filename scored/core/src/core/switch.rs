@@ -6,7 +6,7 @@
 use super::{Action, ClientEvent, Core, JobEvent, JobTable};
 use crate::admission::{ClusterLimits, Ledger};
 use crate::cluster::Topology;
-use crate::ids::{ClientToken, HostId, JobId, Tick};
+use crate::ids::{HostId, JobId, Tick};
 use crate::job::{Job, Joiner, LaunchPlan, Phase, ProcPlan};
 use crate::sched;
 
@@ -140,7 +140,7 @@ impl Core {
             Phase::Idle => {
                 let plan = launch_plan(record);
                 record.spawned(plan.procs.len() as u32);
-                let client = record.client;
+                let client = record.client();
                 let queue = record.queue;
                 if first_time {
                     self.journal(JobEvent::Started(job));
@@ -194,7 +194,10 @@ pub(super) fn launch_plan(job: &Job) -> LaunchPlan {
     }
     LaunchPlan {
         job: job.id,
-        client: job.client.unwrap_or(ClientToken(0)),
+        client: job.client(),
+        output: job.output().cloned().unwrap_or_default(),
+        name: job.name(),
+        array: job.array(),
         user: job.owner.clone(),
         argv: stages
             .iter()

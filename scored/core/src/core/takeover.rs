@@ -16,9 +16,10 @@
 
 use std::rc::Rc;
 
+use super::backlog::ClientChange;
 use super::{Action, ClientEvent, Core, Rejection};
 use crate::ids::{ClientToken, Cred, JobId, Tick};
-use crate::job::{EndCause, Phase};
+use crate::job::{EndCause, Link, Phase};
 use crate::sorted::SortedSet;
 use crate::undo::UndoSet;
 
@@ -37,9 +38,26 @@ fn refusal(job: JobId, why: &str) -> ClientEvent {
 impl Core {
     /// A new daemon took the core over: every client of the killed one is
     /// gone. Jobs with a client wait for it to reattach until `until`;
-    /// waiting submissions are dropped.
-    pub(super) fn clients_lost(&mut self, until: Tick) {
+    /// waiting submissions are dropped. Batch jobs, which have no client,
+    /// go on as they were, waiting in the backlog or not; an interactive
+    /// job of the backlog (one that waits for others) ends as when its
+    /// scrun goes away, since its client's token is the killed daemon's.
+    pub(super) fn clients_lost(&mut self, until: Tick, now: Tick, out: &mut Vec<Action>) {
         self.logged.waiting.modify(|waiting| waiting.clear());
+        let waiting_clients: Vec<ClientToken> = self
+            .backlog
+            .entries
+            .values()
+            .filter_map(|entry| entry.link.client())
+            .collect();
+        for client in waiting_clients {
+            self.backlog_client(
+                client,
+                ClientChange::End("because its scrun was lost with a killed scored"),
+                now,
+                out,
+            );
+        }
         let attached: Vec<(ClientToken, JobId)> = self
             .logged
             .by_client
@@ -49,7 +67,7 @@ impl Core {
         for (client, job) in attached {
             self.logged.by_client.remove(&client);
             if let Some(record) = self.logged.jobs.get_mut(&job) {
-                record.client = None;
+                record.set_link(Link::Detached);
                 if !record.is_ending() {
                     // One that has not started waits for the descriptors
                     // its scrun sends again.
@@ -93,13 +111,16 @@ impl Core {
             let owner = record.owner.uid == cred.uid;
             let event = match until {
                 _ if !owner => refusal(job, "it is not yours"),
-                None if record.client.is_some() => refusal(job, "it has its scrun"),
+                None if record.client().is_some() => refusal(job, "it has its scrun"),
+                None if record.link().is_batch() => {
+                    refusal(job, "it is a batch job, with no scrun")
+                }
                 None => refusal(job, "it has no scrun to reattach"),
                 Some(until) => {
                     self.logged.detached.remove(&(until, job));
                     tracing::info!(job = %job, "its scrun reattached");
                     record.awaits_client = false;
-                    record.client = Some(client);
+                    record.set_link(Link::Client(client));
                     self.logged.by_client.insert(client, job);
                     ClientEvent::Reattached {
                         job,

@@ -22,8 +22,12 @@ impl Core {
         Tick::earliest(self.timer_deadline(), slice)
     }
 
-    /// The earliest graceful-kill escalation or `-time` limit.
+    /// The earliest graceful-kill escalation or `-time` limit, or at once
+    /// when the backlog has admissions left from the last event.
     pub(super) fn timer_deadline(&self) -> Option<Tick> {
+        if self.backlog.more {
+            return Some(Tick::default());
+        }
         let kill = self
             .logged
             .kill_deadlines
@@ -173,6 +177,11 @@ impl Core {
 
     pub(super) fn tick(&mut self, now: Tick, out: &mut Vec<Action>) {
         self.expire_detached(now, out);
+        // Admit what the last event left of the backlog's share, and the
+        // elements of arrays whose admitted ones have started since.
+        if self.backlog.more || self.backlog_waits_for_starts() {
+            self.admit_waiters(now, out);
+        }
         // Escalate graceful kills whose grace is over.
         while let Some(&(deadline, job)) = self.logged.kill_deadlines.first() {
             if deadline > now {

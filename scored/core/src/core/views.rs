@@ -6,11 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::backlog::batch_fields;
 use super::{Core, Ending};
 use crate::ids::{Cred, JobId, Tick};
 use crate::job::{Job, JobState, Joiner};
 use crate::queue::Queue;
 use scored_proto::command::reply::{Reply, Table, Value};
+use scored_proto::command::JobFilter;
 
 impl Core {
     pub(super) fn status(&self, now: Tick) -> Reply {
@@ -18,8 +20,17 @@ impl Core {
         for job in self.logged.jobs.values() {
             *counts.entry(job.state().as_str()).or_default() += 1;
         }
+        let waiting: u32 = self
+            .backlog
+            .entries
+            .values()
+            .map(|entry| entry.n_waiting())
+            .sum();
+        if waiting > 0 {
+            counts.insert("waiting", u64::from(waiting));
+        }
         let jobs_value = Value::Map(
-            ["running", "stopped", "queued", "held", "ending"]
+            ["running", "stopped", "queued", "held", "ending", "waiting"]
                 .iter()
                 .map(|state| {
                     (
@@ -207,7 +218,7 @@ impl Core {
                     JobState::Running | JobState::Ending => counts[1] += 1,
                     JobState::Stopped => counts[2] += 1,
                     JobState::Held => counts[3] += 1,
-                    JobState::Done | JobState::Killed => {}
+                    JobState::Waiting | JobState::Done | JobState::Killed => {}
                 }
             }
             table.push(vec![
@@ -243,41 +254,73 @@ impl Core {
     }
 
     /// The `jobs` listing as `cred` may see it (`all`: with the finished
-    /// jobs the core remembers).
-    pub fn jobs_table(&self, cred: &Cred, all: bool, now: Tick) -> Reply {
+    /// jobs the core remembers): admitted jobs, then those of the backlog.
+    pub fn jobs_table(&self, cred: &Cred, all: bool, filter: &JobFilter, now: Tick) -> Reply {
         let mut table = Table::new(&[
-            "id", "user", "queue", "state", "procs", "hosts", "cpu", "wall", "exit", "command",
+            "id", "user", "name", "queue", "state", "procs", "hosts", "cpu", "wall", "exit",
+            "command", "reason",
         ]);
+        let detail = |shown: bool, value: Value| if shown { value } else { Value::None };
         if all {
             for done in &self.logged.finished {
                 let job = &done.job;
+                if !filter.matches(&job.user, job.owner.uid, &job.name(), done.state.as_str()) {
+                    continue;
+                }
                 let details = self.may_see_details(cred, job);
                 table.push(vec![
                     Value::Uint(job.id.0),
                     Value::text(&*done.job.user),
+                    Value::text(job.name()),
                     Value::Uint(u64::from(job.queue)),
                     Value::text(done.state.as_str()),
                     Value::Uint(u64::from(job.nprocs())),
                     Value::text(self.host_names(job).join(",")),
                     Value::Duration(job.usage.cpu),
                     Value::Duration(done.ending.accounting.wall),
-                    if details {
-                        Value::Int(i64::from(done.ending.status))
-                    } else {
-                        Value::None
-                    },
-                    if details {
-                        Value::text(&done.command)
-                    } else {
-                        Value::None
-                    },
+                    detail(details, Value::Int(i64::from(done.ending.status))),
+                    detail(details, Value::text(&done.command)),
+                    detail(details, Value::text(&done.ending.reason)),
+                ]);
+            }
+            for ended in &self.backlog.ended {
+                let details = self.is_operator(cred) || ended.uid == cred.uid;
+                let field = |key: &str| {
+                    ended
+                        .fields
+                        .iter()
+                        .find(|(known, _)| known == key)
+                        .map_or(Value::None, |(_, value)| value.clone())
+                };
+                let text = |key: &str| field(key).to_text();
+                if !filter.matches(&text("user"), ended.uid, &text("name"), &text("state")) {
+                    continue;
+                }
+                table.push(vec![
+                    field("id"),
+                    field("user"),
+                    field("name"),
+                    field("queue"),
+                    field("state"),
+                    field("procs"),
+                    Value::text(""),
+                    field("cpu"),
+                    field("wall"),
+                    detail(details, field("exit")),
+                    detail(details, field("command")),
+                    detail(details, field("reason")),
                 ]);
             }
         }
         for job in self.logged.jobs.values() {
+            let name = job.name();
+            if !filter.matches(&job.user, job.owner.uid, &name, job.state().as_str()) {
+                continue;
+            }
             table.push(vec![
                 Value::Uint(job.id.0),
                 Value::text(&*job.user),
+                Value::text(name),
                 Value::Uint(u64::from(job.queue)),
                 Value::text(job.state().as_str()),
                 Value::Uint(u64::from(job.nprocs())),
@@ -288,12 +331,44 @@ impl Core {
                         .map_or(Duration::ZERO, |first| now.since(first)),
                 ),
                 Value::None,
-                if self.may_see_details(cred, job) {
-                    Value::text(command_line(job))
-                } else {
-                    Value::None
-                },
+                detail(
+                    self.may_see_details(cred, job),
+                    Value::text(command_line(job)),
+                ),
+                Value::None,
             ]);
+        }
+        for entry in self.backlog.entries.values() {
+            let state = JobState::Waiting.as_str();
+            if !filter.matches(&entry.user, entry.cred.uid, &entry.name, state) {
+                continue;
+            }
+            let details = self.is_operator(cred) || entry.cred.uid == cred.uid;
+            let why = entry.why();
+            let queue = self.entry_queue(entry);
+            let procs = entry
+                .request
+                .as_deref()
+                .map_or(0, |request| match request.procs {
+                    crate::job::ProcRequest::Hosts(_) => 0,
+                    _ => u64::from(request.procs_total()),
+                });
+            for k in entry.waiting() {
+                table.push(vec![
+                    Value::Uint(entry.submission.first.0 + u64::from(k)),
+                    Value::text(&*entry.user),
+                    Value::text(&*entry.name),
+                    Value::Uint(u64::from(queue)),
+                    Value::text(JobState::Waiting.as_str()),
+                    Value::Uint(procs),
+                    Value::text(""),
+                    Value::Duration(Duration::ZERO),
+                    Value::Duration(Duration::ZERO),
+                    Value::None,
+                    detail(details, Value::text(&*entry.command)),
+                    Value::text(&why),
+                ]);
+            }
         }
         Reply::Table(table)
     }
@@ -306,6 +381,24 @@ impl Core {
     }
 
     pub(super) fn job_record(&self, cred: &Cred, id: JobId, now: Tick) -> Reply {
+        if let Some((entry, k)) = self.backlog.entry_of(id) {
+            if self.backlog.holds(id) {
+                let details = self.is_operator(cred) || entry.cred.uid == cred.uid;
+                return Reply::Record(self.entry_fields(entry, k, None, now, details));
+            }
+        }
+        if let Some(ended) = self.backlog.ended.iter().find(|ended| ended.id == id) {
+            let details = self.is_operator(cred) || ended.uid == cred.uid;
+            let mut fields = ended.fields.clone();
+            if !details {
+                for (key, value) in &mut fields {
+                    if ["command", "exit", "reason", "output", "error"].contains(&key.as_str()) {
+                        *value = Value::None;
+                    }
+                }
+            }
+            return Reply::Record(fields);
+        }
         let (job, command, state, ending, end_time) = match self.logged.jobs.get(&id) {
             Some(job) => (job, command_line(job), job.state(), None, now),
             None => match self.logged.finished.iter().find(|done| done.job.id == id) {
@@ -434,6 +527,16 @@ impl Core {
                 Value::Duration(job.usage.cpu.saturating_sub(job.residency_base)),
             ),
         ];
+        fields.extend(batch_fields(
+            &job.name(),
+            job.link().is_batch(),
+            job.output_paths(),
+            job.array(),
+            job.submission
+                .as_ref()
+                .map_or(&[][..], |submission| &submission.batch.after),
+            details,
+        ));
         if let Some(why) = self.wait_reason(job, state) {
             fields.push(("waits".into(), Value::text(why)));
         }
@@ -500,14 +603,17 @@ pub(super) fn queue_group_name(queue: &Queue) -> String {
 }
 
 pub(super) fn command_line(job: &Job) -> String {
-    let sep = match job.spec.joiner {
+    stages_line(&job.spec.launch.stages(), job.spec.joiner)
+}
+
+/// A command line of stages as listings show it: joined by `::` or `==`,
+/// cut to 60 characters.
+pub(super) fn stages_line(stages: &[Vec<std::ffi::OsString>], joiner: Joiner) -> String {
+    let sep = match joiner {
         Joiner::Sequence => " :: ",
         Joiner::Pipe => " == ",
     };
-    let text = job
-        .spec
-        .launch
-        .stages()
+    let text = stages
         .iter()
         .map(|argv| {
             argv.iter()

@@ -140,11 +140,16 @@ static ENTRIES: &[HelpEntry] = &[
     },
     HelpEntry {
         name: "jobs",
-        usage: "jobs [all]",
-        summary: "list admitted jobs (all: also recently finished)",
-        description: "Lists the admitted jobs; with all, also the recently finished ones.",
+        usage: "jobs [all] [--user U] [--name N] [--state S]",
+        summary: "list jobs (all: also recently finished)",
+        description: "Lists the unfinished jobs, those not admitted yet (waiting for the jobs \
+                      they depend on, their array's limit or resources, with the reason) \
+                      among them; with all, also the recently finished ones; only user U's \
+                      (a name or a uid) with --user, only those named N with --name, only \
+                      those in state S (waiting, queued, running, stopped, held, ending, done \
+                      or killed) with --state.",
         access: Access::Anyone,
-        example: "jobs all",
+        example: "jobs --user alice --state waiting",
     },
     HelpEntry {
         name: "job",
@@ -158,17 +163,24 @@ static ENTRIES: &[HelpEntry] = &[
     },
     HelpEntry {
         name: "kill",
-        usage: "kill ID [SIGNAL]",
-        summary: "kill a job (SIGTERM, then SIGKILL after the grace)",
-        description: "Kills job ID: without SIGNAL, or with TERM, it sends SIGTERM to all of \
-                      the job's processes (letting a stopped job run to handle it) and SIGKILL \
-                      to those left after the kill grace (scored --kill-grace, 5s by default); \
-                      with KILL it kills them at once; any other SIGNAL (a number from 1 to 64 \
-                      or a name such as USR1 or hup) is sent alone and the job goes on, except \
-                      STOP, CONT and the terminal stop signals, which are refused (use suspend \
-                      and resume).",
+        usage: "kill [-s SIGNAL] ID [ID...]\n\
+                kill [-s SIGNAL] [--user U] [--name N]\n\
+                kill ID SIGNAL",
+        summary: "kill jobs (SIGTERM, then SIGKILL after the grace)",
+        description: "Kills the jobs named by id (every number is a job id), or every \
+                      unfinished job of user U and named N: without a signal, or with TERM, \
+                      it sends SIGTERM to all of a job's processes (letting a stopped job run \
+                      to handle it) and SIGKILL to those left after the kill grace (scored \
+                      --kill-grace, 5s by default); with KILL it kills them at once; a job not \
+                      started or not admitted yet ends without running; any other signal (-s \
+                      and a number from 1 to 64, or a name such as USR1, hup or RTMIN+2, which \
+                      may also follow the ids) is sent alone to the jobs that have processes \
+                      and they go on, except STOP, CONT and the terminal stop signals, which \
+                      are refused (use suspend and resume); users may kill only their own \
+                      jobs, and a command that names a job it may not kill, or no job, \
+                      changes nothing; the reply says, job by job, what was done.",
         access: Access::OperatorOrOwner,
-        example: "kill 42 USR1",
+        example: "kill -s USR1 42 43",
     },
     HelpEntry {
         name: "suspend",
@@ -214,7 +226,8 @@ static ENTRIES: &[HelpEntry] = &[
                       remembers them across restarts and crashes: only user U's (a name or \
                       a uid) with --user, only those that ended since T with --since, where \
                       T is a duration before now (2h) or a UTC time (2026-11-23, \
-                      2026-11-23T08:30:00); --json gives each job with the keys of job ID.",
+                      2026-11-23T08:30:00), each with its name, command, exit status and \
+                      reason; --json gives each job with the keys of job ID.",
         access: Access::Anyone,
         example: "history --user alice --since 1d",
     },
@@ -505,17 +518,24 @@ mod tests {
     fn topic_shows_usage_description_access_and_example() {
         assert_eq!(
             help(Some("kill")).as_deref(),
-            Ok("usage: kill ID [SIGNAL]\n\
+            Ok("usage: kill [-s SIGNAL] ID [ID...]\n\
+                \x20      kill [-s SIGNAL] [--user U] [--name N]\n\
+                \x20      kill ID SIGNAL\n\
                 \n\
-                Kills job ID: without SIGNAL, or with TERM, it sends SIGTERM to all of the\n\
-                job's processes (letting a stopped job run to handle it) and SIGKILL to those\n\
-                left after the kill grace (scored --kill-grace, 5s by default); with KILL it\n\
-                kills them at once; any other SIGNAL (a number from 1 to 64 or a name such as\n\
-                USR1 or hup) is sent alone and the job goes on, except STOP, CONT and the\n\
-                terminal stop signals, which are refused (use suspend and resume).\n\
+                Kills the jobs named by id (every number is a job id), or every unfinished job\n\
+                of user U and named N: without a signal, or with TERM, it sends SIGTERM to all\n\
+                of a job's processes (letting a stopped job run to handle it) and SIGKILL to\n\
+                those left after the kill grace (scored --kill-grace, 5s by default); with KILL\n\
+                it kills them at once; a job not started or not admitted yet ends without\n\
+                running; any other signal (-s and a number from 1 to 64, or a name such as\n\
+                USR1, hup or RTMIN+2, which may also follow the ids) is sent alone to the jobs\n\
+                that have processes and they go on, except STOP, CONT and the terminal stop\n\
+                signals, which are refused (use suspend and resume); users may kill only their\n\
+                own jobs, and a command that names a job it may not kill, or no job, changes\n\
+                nothing; the reply says, job by job, what was done.\n\
                 \n\
                 access: needs root, the operator, or the job's owner\n\
-                example: kill 42 USR1\n")
+                example: kill -s USR1 42 43\n")
         );
         let queue = help(Some("queue")).unwrap_or_default();
         assert!(queue.starts_with(

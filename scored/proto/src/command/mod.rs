@@ -110,6 +110,40 @@ pub struct QueueSettings {
     pub mpl: Option<Setting<u32>>,
 }
 
+/// The job states a listing shows, which `jobs --state` takes.
+pub const JOB_STATES: [&str; 8] = [
+    "waiting", "queued", "running", "stopped", "held", "ending", "done", "killed",
+];
+
+/// Which jobs `jobs` lists or `kill` ends, besides jobs named by id: each
+/// given part must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    /// `--user U`: the owner, by name or uid.
+    pub user: Option<String>,
+    /// `--name N`: the job's name (`scrun -name=`, or its program's base name).
+    pub name: Option<String>,
+    /// `--state S` (`jobs` only): one of [`JOB_STATES`].
+    pub state: Option<String>,
+}
+
+impl JobFilter {
+    /// Whether it keeps every job.
+    pub fn is_empty(&self) -> bool {
+        self.user.is_none() && self.name.is_none() && self.state.is_none()
+    }
+
+    /// Whether a job of owner `user` (uid `uid`), named `name`, in state
+    /// `state` matches.
+    pub fn matches(&self, user: &str, uid: u32, name: &str, state: &str) -> bool {
+        self.user
+            .as_deref()
+            .is_none_or(|wanted| wanted == user || wanted.parse::<u32>() == Ok(uid))
+            && self.name.as_deref().is_none_or(|wanted| wanted == name)
+            && self.state.as_deref().is_none_or(|wanted| wanted == state)
+    }
+}
+
 /// The start of the period `history --since` covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Since {
@@ -153,17 +187,22 @@ pub enum Command {
         /// What to change.
         settings: QueueSettings,
     },
-    /// `jobs [all]`.
+    /// `jobs [all] [--user U] [--name N] [--state S]`.
     Jobs {
         /// Also list recently finished jobs.
         all: bool,
+        /// Only the jobs that match.
+        filter: JobFilter,
     },
     /// `job ID`.
     Job(u64),
-    /// `kill ID [SIGNAL]`.
+    /// `kill [-s SIGNAL] ID [ID...]`, `kill [-s SIGNAL] [--user U] [--name N]`,
+    /// and `kill ID SIGNAL` with a signal name.
     Kill {
-        /// The id of the job to kill.
-        job: u64,
+        /// The ids of the jobs to kill, in the order given (none with a filter).
+        jobs: Vec<u64>,
+        /// The jobs to kill by owner and name (empty with ids).
+        filter: JobFilter,
         /// A signal number; `None` means SIGTERM, then SIGKILL after a grace.
         signal: Option<i32>,
     },

@@ -19,7 +19,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::help;
-use super::{ClusterRef, Command, QueueAction, Since};
+use super::{ClusterRef, Command, JobFilter, QueueAction, Since, JOB_STATES};
 use crate::units::{format_duration_exact, is_bare_number, parse_duration, quote};
 
 mod render;
@@ -264,20 +264,30 @@ impl<'a> Parser<'a> {
                 };
                 Command::QueueState { queue, action }
             }
-            "jobs" => match self.next() {
-                None => Command::Jobs { all: false },
-                Some("all") => Command::Jobs { all: true },
-                Some(word) => return Err(self.unknown_keyword(word, &["all"])),
-            },
-            "job" => Command::Job(self.job_id()?),
-            "kill" => {
-                let job = self.job_id()?;
-                let signal = match self.next() {
-                    None => None,
-                    Some(word) => Some(self.signal(word)?),
-                };
-                Command::Kill { job, signal }
+            "jobs" => {
+                let mut all = false;
+                let mut filter = JobFilter::default();
+                while let Some(word) = self.next() {
+                    match word {
+                        "all" if !all => all = true,
+                        "--user" | "--name" | "--state" => self.filter_option(word, &mut filter)?,
+                        "all" => {
+                            return Err(self.invalid(
+                                format!("{} given twice", quote(word)),
+                                self.usage_hint(),
+                            ))
+                        }
+                        _ => {
+                            return Err(
+                                self.unknown_keyword(word, &["all", "--user", "--name", "--state"])
+                            )
+                        }
+                    }
+                }
+                Command::Jobs { all, filter }
             }
+            "job" => Command::Job(self.job_id()?),
+            "kill" => self.kill()?,
             "suspend" => Command::Suspend(self.job_id()?),
             "resume" => Command::Resume(self.job_id()?),
             "move" => {
@@ -413,6 +423,121 @@ impl<'a> Parser<'a> {
         self.error(ParseErrorKind::InvalidValue, what, hint)
     }
 
+    /// `--user U`, `--name N` or `--state S` (`option`), each at most once.
+    fn filter_option(&mut self, option: &str, filter: &mut JobFilter) -> Result<(), ParseError> {
+        let (given, what) = match option {
+            "--user" => (filter.user.is_some(), "a user name or uid after --user"),
+            "--name" => (filter.name.is_some(), "a job name after --name"),
+            _ => (filter.state.is_some(), "a state after --state"),
+        };
+        if given {
+            return Err(self.invalid(format!("{} given twice", quote(option)), self.usage_hint()));
+        }
+        let value = match self.next() {
+            Some(value) => value,
+            None => {
+                return Err(self.error(
+                    ParseErrorKind::MissingArgument,
+                    format!("missing {what}"),
+                    self.usage_hint(),
+                ))
+            }
+        };
+        if option == "--state" && !JOB_STATES.contains(&value) {
+            return Err(self.invalid(
+                format!("unknown state {}", quote(value)),
+                format!(
+                    "{}expected {}",
+                    did_you_mean(value, &JOB_STATES),
+                    one_of(&JOB_STATES)
+                ),
+            ));
+        }
+        let slot = match option {
+            "--user" => &mut filter.user,
+            "--name" => &mut filter.name,
+            _ => &mut filter.state,
+        };
+        *slot = Some(value.to_string());
+        Ok(())
+    }
+
+    /// `kill [-s SIGNAL] ID [ID...]`, `kill [-s SIGNAL] [--user U] [--name
+    /// N]`, or `kill ID [ID...] SIGNAL` with a signal's name: a number is
+    /// always a job id, so `kill 63 64` ends jobs 63 and 64.
+    fn kill(&mut self) -> Result<Command, ParseError> {
+        let mut jobs = Vec::new();
+        let mut filter = JobFilter::default();
+        let mut signal = None;
+        while let Some(word) = self.next() {
+            match word {
+                "-s" | "--signal" => {
+                    if signal.is_some() {
+                        return Err(
+                            self.invalid("a signal given twice".to_string(), self.usage_hint())
+                        );
+                    }
+                    let value = self.required("a signal after -s")?;
+                    signal = Some(self.signal(value)?);
+                }
+                "--user" | "--name" => self.filter_option(word, &mut filter)?,
+                _ if word.bytes().all(|byte| byte.is_ascii_digit()) => {
+                    self.pos -= 1;
+                    jobs.push(self.job_id()?);
+                }
+                // The older form: a signal's name after the ids.
+                _ if signal.is_none()
+                    && !jobs.is_empty()
+                    && self.pos == self.words.len()
+                    && !word.starts_with('-') =>
+                {
+                    signal = Some(self.signal(word)?);
+                }
+                // `kill -9 42`, as the shell's kill: the signal goes with -s.
+                _ if word
+                    .strip_prefix('-')
+                    .is_some_and(|name| parse_signal(name).is_some()) =>
+                {
+                    return Err(self.invalid(
+                        format!("{} is not an option", quote(word)),
+                        format!(
+                            "give a signal with -s, as -s {}; {}",
+                            word.trim_start_matches('-'),
+                            self.usage_hint()
+                        ),
+                    ))
+                }
+                _ if word.starts_with('-') => {
+                    return Err(self.unknown_keyword(word, &["-s", "--user", "--name"]))
+                }
+                _ => {
+                    return Err(self.invalid(
+                        format!("invalid job id {}", quote(word)),
+                        format!("expected a job number such as 42; {}", self.usage_hint()),
+                    ))
+                }
+            }
+        }
+        if jobs.is_empty() && filter.is_empty() {
+            return Err(self.error(
+                ParseErrorKind::MissingArgument,
+                "missing job id, --user or --name".to_string(),
+                self.usage_hint(),
+            ));
+        }
+        if !jobs.is_empty() && !filter.is_empty() {
+            return Err(self.invalid(
+                "job ids and --user or --name together".to_string(),
+                format!("give one or the other; {}", self.usage_hint()),
+            ));
+        }
+        Ok(Command::Kill {
+            jobs,
+            filter,
+            signal,
+        })
+    }
+
     // Arguments.
 
     fn job_id(&mut self) -> Result<u64, ParseError> {
@@ -458,7 +583,8 @@ impl<'a> Parser<'a> {
         let hint = if word.starts_with('-') {
             "write the signal without '-', as a number from 1 to 64 or a name such as TERM"
         } else {
-            "expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP or USR1"
+            "expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP, USR1 \
+             or RTMIN+2"
         };
         Err(self.invalid(format!("unknown signal {}", quote(word)), hint.to_string()))
     }
@@ -563,7 +689,10 @@ fn parse_digits(word: &str) -> Option<u64> {
     word.parse().ok()
 }
 
-/// A signal number `1..=64`, or a name with or without `SIG`, in any case.
+/// A signal number `1..=64`, or a name with or without `SIG`, in any case:
+/// the standard ones, and the real-time ones as the shell names them
+/// (`RTMIN`, `RTMIN+N`, `RTMAX-N`, `RTMAX`; glibc keeps 32 and 33 for
+/// itself, so `RTMIN` is 34).
 fn parse_signal(word: &str) -> Option<i32> {
     if word.bytes().all(|byte| byte.is_ascii_digit()) {
         return parse_digits(word)
@@ -572,10 +701,62 @@ fn parse_signal(word: &str) -> Option<i32> {
     }
     let upper = word.to_ascii_uppercase();
     let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    if let Some(signal) = realtime_signal(name) {
+        return Some(signal);
+    }
     SIGNALS
         .iter()
         .find(|(known, _)| *known == name)
         .map(|(_, number)| *number)
+}
+
+/// The lowest real-time signal a program may use (glibc's `SIGRTMIN`).
+pub const RTMIN: i32 = 34;
+
+/// `RTMIN`, `RTMIN+N`, `RTMAX-N` or `RTMAX` (in capitals, without `SIG`),
+/// within `RTMIN..=64`.
+fn realtime_signal(name: &str) -> Option<i32> {
+    let offset = |text: &str| -> Option<i32> {
+        if text.is_empty() {
+            return Some(0);
+        }
+        let digits = text.get(1..)?;
+        if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok()
+    };
+    let signal = if let Some(rest) = name.strip_prefix("RTMIN") {
+        if !(rest.is_empty() || rest.starts_with('+')) {
+            return None;
+        }
+        RTMIN.checked_add(offset(rest)?)?
+    } else if let Some(rest) = name.strip_prefix("RTMAX") {
+        if !(rest.is_empty() || rest.starts_with('-')) {
+            return None;
+        }
+        MAX_SIGNAL.checked_sub(offset(rest)?)?
+    } else {
+        return None;
+    };
+    (RTMIN..=MAX_SIGNAL).contains(&signal).then_some(signal)
+}
+
+/// The name a signal number is printed by: its standard name, `RTMIN+N`
+/// for a real-time one, else the number.
+pub fn signal_name(signal: i32) -> String {
+    if let Some((name, _)) = SIGNALS.iter().find(|(_, number)| *number == signal) {
+        return (*name).to_string();
+    }
+    // As bash's `kill -l`: the lower half from RTMIN, the upper from RTMAX.
+    let half = RTMIN + (MAX_SIGNAL - RTMIN) / 2;
+    match signal {
+        RTMIN => "RTMIN".to_string(),
+        MAX_SIGNAL => "RTMAX".to_string(),
+        _ if (RTMIN..=half).contains(&signal) => format!("RTMIN+{}", signal - RTMIN),
+        _ if (half..MAX_SIGNAL).contains(&signal) => format!("RTMAX-{}", MAX_SIGNAL - signal),
+        _ => signal.to_string(),
+    }
 }
 
 /// `[A-Za-z_][A-Za-z0-9_.-]*`, the portable group names of `groupadd`.

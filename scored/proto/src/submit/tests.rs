@@ -19,6 +19,7 @@ fn good() -> Submit {
             disk: None,
             pty: false,
             time_ms: None,
+            batch: Default::default(),
         },
         env: Vec::new(),
         cwd: "/".into(),
@@ -170,6 +171,7 @@ fn a_valid_submission_keeps_everything_but_unpassable_variables() {
         disk: Some(1 << 30),
         pty: true,
         time_ms: Some(90_000),
+        batch: Default::default(),
     };
     submit.env = vec![
         ("A".into(), "1".into()),
@@ -221,6 +223,7 @@ fn a_valid_submission_keeps_everything_but_unpassable_variables() {
                 nice: None,
                 ioprio: None,
             },
+            batch: Default::default(),
         }
     );
 }

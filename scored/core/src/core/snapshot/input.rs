@@ -19,7 +19,7 @@ use super::restore::{cred_in, from_us, status_in};
 use super::{
     cred_out, status_out, us, CredSnapshot, RequestSnapshot, RestoreError, StatusSnapshot,
 };
-use crate::core::Input;
+use crate::core::{Input, Outcome};
 use crate::ids::{ClientToken, JobId, Tick};
 use crate::job::Usage;
 use scored_proto::command::parse::render;
@@ -43,7 +43,17 @@ pub enum InputRecord {
         /// Its user's name.
         user: String,
         /// The job.
-        request: RequestSnapshot,
+        request: Box<RequestSnapshot>,
+    },
+    /// [`Input::KnownEnd`].
+    KnownEnd {
+        /// The job.
+        job: u64,
+        /// Its owner.
+        owner: u32,
+        /// How it failed; none for a success.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<String>,
     },
     /// [`Input::ClientGone`].
     ClientGone {
@@ -196,7 +206,19 @@ impl InputRecord {
                 client: client.0,
                 cred: cred_out(cred),
                 user: user.to_string(),
-                request: RequestSnapshot::of(request),
+                request: Box::new(RequestSnapshot::of(request)),
+            },
+            Input::KnownEnd {
+                job,
+                owner,
+                outcome,
+            } => InputRecord::KnownEnd {
+                job: job.0,
+                owner: *owner,
+                failure: match outcome {
+                    Outcome::Success => None,
+                    Outcome::Failure(how) => Some(how.clone()),
+                },
             },
             Input::ClientGone(client) => InputRecord::ClientGone { client: client.0 },
             Input::Hold(client) => InputRecord::Hold { client: client.0 },
@@ -293,7 +315,16 @@ impl InputRecord {
                 client: ClientToken(client),
                 cred: cred_in(cred),
                 user: Rc::from(user.as_str()),
-                request: Box::new(request.into_request()?),
+                request: Box::new((*request).into_request()?),
+            },
+            InputRecord::KnownEnd {
+                job,
+                owner,
+                failure,
+            } => Input::KnownEnd {
+                job: JobId(job),
+                owner,
+                outcome: failure.map_or(Outcome::Success, Outcome::Failure),
             },
             InputRecord::ClientGone { client } => Input::ClientGone(ClientToken(client)),
             InputRecord::Hold { client } => Input::Hold(ClientToken(client)),

@@ -4,7 +4,7 @@
 //! before it is used. Every error names what does not fit.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ffi::OsString;
 use std::fmt;
 use std::os::unix::ffi::OsStringExt;
@@ -12,19 +12,23 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::{
-    CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot, QueueSnapshot, RequestFields,
-    StatusSnapshot, WaiterSnapshot,
+    BacklogSnapshot, BatchSnapshot, CredSnapshot, EndSnapshot, JobSnapshot, ProcsSnapshot,
+    QueueSnapshot, RequestFields, StatusSnapshot, SubmissionSnapshot, WaiterSnapshot,
 };
 use crate::admission::{ClusterLimits, Ledger, Placement};
 use crate::cluster::Topology;
+use crate::core::backlog::{Backlog, Entry};
+use crate::core::Outcome;
 use crate::core::{usage_limited, Core, CoreConfig, CoreSnapshot, Switches, Waiter};
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
 use crate::job::{
     EndCause, ExitStatus, Failure, Job, JobLimits, JobRequest, JobSpec, Joiner, Killing, Life,
-    Phase, ProcRequest, Procs, Started, Stretch, Usage,
+    Link, Phase, ProcRequest, Procs, Started, Stretch, Submission, Usage,
 };
 use crate::queue::Queue;
 use crate::sched::{Scheduler, SchedulerState};
+use scored_proto::batch::Dependency;
+use scored_proto::batch::{self, Batch, BatchOptions};
 use scored_proto::command::QueueMode;
 use scored_proto::inherit::Inherited;
 
@@ -109,6 +113,20 @@ pub enum RestoreError {
     Input(&'static str),
     /// The reservations of the state's jobs are not the ledger's.
     ReservationsDisagree,
+    /// A submission of the backlog does not fit the jobs or the ids.
+    Backlog {
+        /// Its first job.
+        first: JobId,
+        /// What does not fit.
+        what: &'static str,
+    },
+    /// A job's batch options break a rule of the submission validator.
+    Batch {
+        /// The job.
+        job: JobId,
+        /// The rule, naming the option.
+        error: batch::BatchError,
+    },
 }
 
 impl fmt::Display for RestoreError {
@@ -166,6 +184,10 @@ impl fmt::Display for RestoreError {
             RestoreError::ReservationsDisagree => {
                 f.write_str("the reservations do not match the jobs")
             }
+            RestoreError::Batch { job, error } => write!(f, "job {job}: {error}"),
+            RestoreError::Backlog { first, what } => {
+                write!(f, "the submission of job {first} {what}")
+            }
         }
     }
 }
@@ -192,6 +214,45 @@ pub(super) fn unhex(text: &str) -> Result<Vec<u8>, RestoreError> {
         .chunks(2)
         .map(|pair| Ok(digit(pair[0])? << 4 | digit(pair[1])?))
         .collect()
+}
+
+/// Batch options read back through the validator they passed before.
+pub(super) fn batch_in(job: JobId, batch: BatchSnapshot) -> Result<Batch, RestoreError> {
+    let (after, afterany) = batch.after.iter().partition::<Vec<_>, _>(|(_, any)| !any);
+    let options = BatchOptions {
+        detach: batch.detach,
+        name: batch.name,
+        output: batch.output,
+        error: batch.error,
+        after: after.into_iter().map(|(id, _)| id).collect(),
+        afterany: afterany.into_iter().map(|(id, _)| id).collect(),
+        array: batch
+            .array
+            .map(|(first, last, step, max)| batch::ArraySpec {
+                first,
+                last,
+                step,
+                max,
+            }),
+    };
+    batch::check(&options).map_err(|error| RestoreError::Batch { job, error })
+}
+
+/// A job's submission, shared with the other elements of its array.
+pub(super) fn submission_in(
+    job: JobId,
+    snapshot: SubmissionSnapshot,
+    shared: &mut HashMap<u64, Rc<Submission>>,
+) -> Result<Rc<Submission>, RestoreError> {
+    if let Some(known) = shared.get(&snapshot.first) {
+        return Ok(Rc::clone(known));
+    }
+    let submission = Rc::new(Submission {
+        batch: batch_in(job, snapshot.batch)?,
+        first: JobId(snapshot.first),
+    });
+    shared.insert(snapshot.first, Rc::clone(&submission));
+    Ok(submission)
 }
 
 pub(super) fn cred_in(cred: CredSnapshot) -> Cred {
@@ -313,9 +374,16 @@ pub(super) type LaunchParts = (
 
 /// A submission from the fields a snapshot or a log keeps of it and its
 /// unpacked launch data.
-pub(super) fn request_in(fields: &RequestFields, launch: &LaunchParts) -> JobRequest {
+pub(super) fn request_in(
+    fields: &RequestFields,
+    launch: &LaunchParts,
+) -> Result<JobRequest, RestoreError> {
     let (stages, env, cwd, inherited) = launch;
-    JobRequest {
+    let batch = match &fields.batch {
+        Some(batch) => batch_in(JobId(0), batch.clone())?,
+        None => Batch::default(),
+    };
+    Ok(JobRequest {
         stages: stages.clone(),
         joiner: if fields.pipe {
             Joiner::Pipe
@@ -331,7 +399,8 @@ pub(super) fn request_in(fields: &RequestFields, launch: &LaunchParts) -> JobReq
         env: env.clone(),
         cwd: cwd.clone(),
         inherited: inherited.clone(),
-    }
+        batch,
+    })
 }
 
 pub(super) fn unpack(bytes: Vec<u8>) -> Result<LaunchParts, RestoreError> {
@@ -419,6 +488,100 @@ impl Reader<'_> {
     }
 }
 
+/// The backlog of a snapshot, each entry checked against the jobs and ids
+/// of the restored core.
+fn restore_backlog(
+    core: &Core,
+    snapshot: BacklogSnapshot,
+    launches: &[LaunchParts],
+    submissions: &mut HashMap<u64, Rc<Submission>>,
+) -> Result<Backlog, RestoreError> {
+    let mut admitted: HashMap<u64, u32> = HashMap::new();
+    for job in core.logged.jobs.values() {
+        if let Some(submission) = &job.submission {
+            *admitted.entry(submission.first.0).or_default() += 1;
+        }
+    }
+    let mut entries = BTreeMap::new();
+    for record in snapshot.entries {
+        let first = JobId(record.first);
+        let refuse = |what| Err(RestoreError::Backlog { first, what });
+        let end = record.first.checked_add(u64::from(record.count));
+        if record.count == 0 || end.is_none_or(|end| end > core.next_job) {
+            return refuse("has ids the state never handed out");
+        }
+        if record.next > record.count
+            || record.ended > record.count
+            || admitted.get(&record.first).copied().unwrap_or(0) != record.admitted
+        {
+            return refuse("does not match its admitted jobs");
+        }
+        let submission = submission_in(
+            first,
+            SubmissionSnapshot {
+                first: record.first,
+                batch: record.batch,
+            },
+            submissions,
+        )?;
+        let request = match record.request {
+            Some(request) => {
+                let launch = launches
+                    .get(request.launch)
+                    .ok_or(RestoreError::LaunchMissing(request.launch))?;
+                let mut request = request_in(&request.fields, launch)?;
+                // An entry's batch options are its submission's.
+                request.batch = submission.batch.clone();
+                Some(Rc::new(request))
+            }
+            None => None,
+        };
+        let entry = Entry {
+            cred: cred_in(record.cred),
+            user: Rc::from(record.user.as_str()),
+            link: match record.client {
+                Some(client) => Link::Client(ClientToken(client)),
+                None => Link::Batch,
+            },
+            request,
+            submission,
+            command: Rc::from(record.command.as_str()),
+            name: Rc::from(record.name.as_str()),
+            count: record.count,
+            submitted_at: Tick(record.submitted_at),
+            waits_for: record
+                .waits_for
+                .into_iter()
+                .map(|(job, any)| Dependency { job, any })
+                .collect(),
+            next: record.next,
+            skipped: record.skipped.into_iter().collect(),
+            admitted: record.admitted,
+            ended: record.ended,
+            failure: record.failure,
+            short: record.short,
+            since: Tick(record.since),
+            held: record.held,
+        };
+        if entry.request.is_none() && entry.n_waiting() > 0 {
+            return refuse("has jobs to admit but no request");
+        }
+        entries.insert(first, entry);
+    }
+    let outcomes = snapshot
+        .outcomes
+        .into_iter()
+        .map(|(job, owner, failure)| {
+            (
+                JobId(job),
+                owner,
+                failure.map_or(Outcome::Success, Outcome::Failure),
+            )
+        })
+        .collect();
+    Ok(Backlog::restored(entries, outcomes))
+}
+
 impl Core {
     /// A core with `snapshot`'s state, on `topology` (which must have the
     /// same hosts), with `config`'s settings but the snapshot's time slice.
@@ -464,12 +627,13 @@ impl Core {
             .map(|text| unpack(unhex(&text)?))
             .collect::<Result<_, RestoreError>>()?;
         let mut started: BTreeSet<u64> = BTreeSet::new();
+        let mut submissions: HashMap<u64, Rc<Submission>> = HashMap::new();
         for record in snapshot.jobs {
             if record.started {
                 started.insert(record.id);
             }
             let reattach_until = record.reattach_until;
-            let job = core.restore_job(record, &launches, snapshot.queues.len())?;
+            let job = core.restore_job(record, &launches, snapshot.queues.len(), &mut submissions)?;
             let id = job.id;
             if let Some(until) = reattach_until {
                 core.logged.detached.insert((Tick(until), id));
@@ -500,6 +664,14 @@ impl Core {
             max: from_us(snapshot.switches.max_us),
         };
         core.shutting_down = snapshot.shutting_down;
+        if let Some(backlog) = snapshot.backlog {
+            core.backlog = Rc::new(restore_backlog(
+                &core,
+                backlog,
+                &launches,
+                &mut submissions,
+            )?);
+        }
         let jobs = &core.logged.jobs;
         core.sampled_at = Tick(snapshot.slice.sampled_at);
         let slice = snapshot.slice;
@@ -533,6 +705,7 @@ impl Core {
         record: JobSnapshot,
         launches: &[LaunchParts],
         n_queues: usize,
+        submissions: &mut HashMap<u64, Rc<Submission>>,
     ) -> Result<Job, RestoreError> {
         let id = JobId(record.id);
         let n_hosts = self.logged.topology.hosts.len() as u32;
@@ -555,6 +728,16 @@ impl Core {
         let (stages, env, cwd, inherited) = launches
             .get(record.launch)
             .ok_or(RestoreError::LaunchMissing(record.launch))?;
+        let submission = match record.submission.clone() {
+            Some(snapshot) => Some(submission_in(id, snapshot, submissions)?),
+            None => None,
+        };
+        let link = match (record.client, &submission) {
+            (Some(client), _) => Link::Client(ClientToken(client)),
+            (None, Some(submission)) if submission.batch.detach => Link::Batch,
+            (None, _) if record.reattach_until.is_some() => Link::Detached,
+            (None, _) => Link::Lost,
+        };
         let request = JobRequest {
             stages: stages.clone(),
             joiner: if record.pipe {
@@ -571,6 +754,7 @@ impl Core {
             env: env.clone(),
             cwd: cwd.clone(),
             inherited: inherited.clone(),
+            batch: Batch::default(),
         };
         let phase = match record.phase.as_str() {
             "idle" => Phase::Idle,
@@ -589,7 +773,9 @@ impl Core {
             id,
             user: Rc::from(record.user.as_str()),
             owner: cred_in(record.owner),
-            client: record.client.map(ClientToken),
+            link_kind: link.parts().0,
+            link_token: link.parts().1,
+            submission,
             spec: JobSpec {
                 joiner: request.joiner,
                 procs: request.procs,
@@ -639,7 +825,7 @@ impl Core {
             layout: job.layout.to_vec(),
             limits: job.limits,
         });
-        if let Some(client) = job.client {
+        if let Some(client) = job.client() {
             self.logged.by_client.insert(client, id);
         }
         if matches!(job.phase(), Phase::Running | Phase::Stopping) {
@@ -766,10 +952,12 @@ fn restore_waiter(
         .get(record.launch)
         .ok_or(RestoreError::LaunchMissing(record.launch))?;
     Ok(Waiter {
-        client: ClientToken(record.client),
+        link: Link::Client(ClientToken(record.client)),
+        id: None,
+        submission: None,
         cred: cred_in(record.cred),
         user: Rc::from(record.user.as_str()),
-        request: request_in(&record.request, launch),
+        request: request_in(&record.request, launch)?,
         submitted_at: Tick(record.submitted_at),
         held: record.held,
     })

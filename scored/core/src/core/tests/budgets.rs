@@ -28,6 +28,7 @@ fn request(tag: usize, env_bytes: usize) -> JobRequest {
         env,
         cwd: OsString::from("/"),
         inherited: Default::default(),
+        batch: Default::default(),
     }
 }
 

@@ -18,6 +18,7 @@ use crate::job::{ExitStatus, Joiner, Life, ProcRequest, Usage};
 use scored_proto::command::parse_line;
 use scored_proto::units::CpuSet;
 
+mod backlog;
 mod budgets;
 mod checkpoint;
 mod exclusive;
@@ -200,6 +201,10 @@ impl Sim {
                     let Notice { client, event } = *notice;
                     let text = match &event {
                         ClientEvent::Waiting(_) => "waiting".to_string(),
+                        ClientEvent::Accepted { job, count, waits } => match waits {
+                            Some(why) => format!("accepted {job} x{count} ({why})"),
+                            None => format!("accepted {job} x{count}"),
+                        },
                         ClientEvent::Admitted { job, .. } => format!("admitted {job}"),
                         ClientEvent::Rejected { kind, .. } => format!("rejected {kind:?}"),
                         ClientEvent::Started(job) => format!("started {job}"),
@@ -287,6 +292,7 @@ impl Sim {
             env: vec![],
             cwd: OsString::from("/"),
             inherited: Default::default(),
+            batch: Default::default(),
         };
         let input = Input::Submit {
             client: ClientToken(client),

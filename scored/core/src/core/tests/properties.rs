@@ -596,7 +596,7 @@ fn run_plan(n_hosts: u32, level: u32, slice_s: u64, plan: &[Planned]) -> Reserva
             let id = sim
                 .core
                 .jobs()
-                .find(|record| record.client == Some(ClientToken(client)))
+                .find(|record| record.client() == Some(ClientToken(client)))
                 .map(|record| record.id)
                 .expect("the job is admitted");
             let run = job.estimate.unwrap_or(2_000) * 1_000_000 * job.percent / 100;

@@ -378,13 +378,13 @@ fn apply_state_op(sim: &mut Sim, op: StateOp) {
             sim.cmd(&root(), &format!("cluster 0 limit jobs={jobs}"));
         }
         StateOp::OwnerHold { pick: idx } => {
-            let client = pick(sim, idx).and_then(|job| sim.core.job(job)?.client);
+            let client = pick(sim, idx).and_then(|job| sim.core.job(job)?.client());
             if let Some(client) = client {
                 sim.input(Input::Hold(client));
             }
         }
         StateOp::ClientGone { pick: idx } => {
-            let client = pick(sim, idx).and_then(|job| sim.core.job(job)?.client);
+            let client = pick(sim, idx).and_then(|job| sim.core.job(job)?.client());
             if let Some(client) = client {
                 sim.input(Input::ClientGone(client));
             }

@@ -316,6 +316,7 @@ fn sequence_stages_run_one_after_another_and_stop_at_a_failure() {
         env: vec![],
         cwd: "/".into(),
         inherited: Default::default(),
+        batch: Default::default(),
     };
     sim.input(Input::Submit {
         client: ClientToken(client),
@@ -377,6 +378,7 @@ pub(super) fn submit_stages(
         env: vec![],
         cwd: "/".into(),
         inherited: Default::default(),
+        batch: Default::default(),
     };
     sim.input(Input::Submit {
         client: ClientToken(client),
@@ -631,7 +633,7 @@ fn job_control_signals_are_refused_and_others_sent_alone() {
             "{reply}"
         );
     }
-    check(&sim.cmd(&root(), "kill 1 USR1"), "job 1: sent signal 10\n");
+    check(&sim.cmd(&root(), "kill 1 USR1"), "job 1: sent SIGUSR1\n");
     check(&sim.take_log(), "signal 1 10");
     assert_eq!(sim.core.n_jobs(), 1, "a plain signal does not end the job");
 }

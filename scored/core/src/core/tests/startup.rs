@@ -27,6 +27,7 @@ fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
             env: vec![],
             cwd: OsString::from("/"),
             inherited: Default::default(),
+            batch: Default::default(),
         };
         let actions = core.handle(
             Input::Submit {

@@ -31,7 +31,7 @@ fn a_scrun_that_reattaches_gets_its_jobs_end() {
     let first = sim.submit_with(user(1000), ProcRequest::Nodes(1), Some(1), false);
     sim.advance(10);
     take_over(&mut sim, 5_000);
-    assert_eq!(sim.core.job(JobId(1)).unwrap().client, None);
+    assert_eq!(sim.core.job(JobId(1)).unwrap().client(), None);
     let again = reattach(&mut sim, user(1000), 1);
     check(&sim.client(again), "reattached 1 started=true held=false");
     sim.exit(1, 3);

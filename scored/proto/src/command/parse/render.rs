@@ -2,8 +2,8 @@
 //! prints gives the same command.
 #![forbid(unsafe_code)]
 
-use super::{format_utc, SIGNALS};
-use crate::command::{ClusterRef, Command, GroupRef, QueueAction, Setting, Since};
+use super::{format_utc, signal_name};
+use crate::command::{ClusterRef, Command, GroupRef, JobFilter, QueueAction, Setting, Since};
 use crate::units::{format_duration_exact, parse_percent};
 
 /// Prints a command in canonical console syntax: single spaces, settings in
@@ -83,17 +83,31 @@ pub fn render(command: &Command) -> String {
             push_setting(&mut text, "mpl", settings.mpl, |level| level.to_string());
             text
         }
-        Command::Jobs { all: false } => "jobs".to_string(),
-        Command::Jobs { all: true } => "jobs all".to_string(),
+        Command::Jobs { all, filter } => {
+            let mut text = "jobs".to_string();
+            if *all {
+                text.push_str(" all");
+            }
+            push_filter(&mut text, filter);
+            text
+        }
         Command::Job(job) => format!("job {job}"),
-        Command::Kill { job, signal: None } => format!("kill {job}"),
         Command::Kill {
-            job,
-            signal: Some(signal),
-        } => match SIGNALS.iter().find(|(_, number)| number == signal) {
-            Some((name, _)) => format!("kill {job} {name}"),
-            None => format!("kill {job} {signal}"),
-        },
+            jobs,
+            filter,
+            signal,
+        } => {
+            let mut text = "kill".to_string();
+            if let Some(signal) = signal {
+                text.push_str(" -s ");
+                text.push_str(&signal_name(*signal));
+            }
+            for job in jobs {
+                text.push_str(&format!(" {job}"));
+            }
+            push_filter(&mut text, filter);
+            text
+        }
         Command::Suspend(job) => format!("suspend {job}"),
         Command::Resume(job) => format!("resume {job}"),
         Command::Move { job, queue } => format!("move {job} {queue}"),
@@ -127,6 +141,19 @@ pub fn render(command: &Command) -> String {
 }
 
 /// Appends ` key=value` or ` key=none`, or nothing when the setting is absent.
+/// Appends `--user U --name N --state S`, the parts given.
+fn push_filter(text: &mut String, filter: &JobFilter) {
+    for (option, value) in [
+        ("--user", &filter.user),
+        ("--name", &filter.name),
+        ("--state", &filter.state),
+    ] {
+        if let Some(value) = value {
+            text.push_str(&format!(" {option} {value}"));
+        }
+    }
+}
+
 fn push_setting<T>(
     text: &mut String,
     key: &str,

@@ -125,11 +125,23 @@ fn listings() {
         "queues 1",
         "ExtraArgument: extra argument '1' in 'queues 1': usage: queues",
     );
-    check("jobs al", "UnknownKeyword: unexpected 'al' in 'jobs al': did you mean 'all'? expected all; usage: jobs [all]");
+    check("jobs al", "UnknownKeyword: unexpected 'al' in 'jobs al': did you mean 'all'? expected all, --user, --name or --state; usage: jobs [all] [--user U] [--name N] [--state S]");
     check(
         "jobs all 3",
-        "ExtraArgument: extra argument '3' in 'jobs all 3': usage: jobs [all]",
+        "UnknownKeyword: unexpected '3' in 'jobs all 3': expected all, --user, --name or --state; usage: jobs [all] [--user U] [--name N] [--state S]",
     );
+    check(
+        "jobs --user alice --name sweep --state waiting",
+        "jobs --user alice --name sweep --state waiting",
+    );
+    check(
+        "jobs --state done all --user 1000",
+        "jobs all --user 1000 --state done",
+    );
+    check("jobs --state runing", "InvalidValue: unknown state 'runing' in 'jobs --state runing': did you mean 'running'? expected waiting, queued, running, stopped, held, ending, done or killed");
+    check("jobs --name", "MissingArgument: missing a job name after --name in 'jobs --name': usage: jobs [all] [--user U] [--name N] [--state S]");
+    check("jobs --user a --user b", "InvalidValue: '--user' given twice in 'jobs --user a --user b': usage: jobs [all] [--user U] [--name N] [--state S]");
+    check("jobs all all", "InvalidValue: 'all' given twice in 'jobs all all': usage: jobs [all] [--user U] [--name N] [--state S]");
     check(
         "job",
         "MissingArgument: missing job id in 'job': usage: job ID",
@@ -275,27 +287,49 @@ fn queue_setting_errors() {
 #[test]
 fn kill_lines() {
     check("kill 42", "kill 42");
-    check("kill 42 TERM", "kill 42 TERM");
-    check("kill 42 sigkill", "kill 42 KILL");
-    check("kill 42 SIGUSR1", "kill 42 USR1");
-    check("kill 42 Int", "kill 42 INT");
-    check("kill 42 9", "kill 42 KILL");
-    check("kill 42 iot", "kill 42 ABRT");
-    check("kill 42 64", "kill 42 64");
-    check("kill 42 33", "kill 42 33");
+    // Every number is a job id: two jobs, not a signal.
+    check("kill 63 64", "kill 63 64");
+    check("kill 42 9", "kill 42 9");
+    check("kill 1 2 3 4", "kill 1 2 3 4");
+    // A signal by name after the ids, as before, or with -s.
+    check("kill 42 TERM", "kill -s TERM 42");
+    check("kill 42 sigkill", "kill -s KILL 42");
+    check("kill 42 SIGUSR1", "kill -s USR1 42");
+    check("kill 42 43 Int", "kill -s INT 42 43");
+    check("kill 42 iot", "kill -s ABRT 42");
+    check("kill -s 9 42", "kill -s KILL 42");
+    check("kill -s 64 42", "kill -s RTMAX 42");
+    check("kill -s 49 42", "kill -s RTMIN+15 42");
+    check("kill -s 50 42", "kill -s RTMAX-14 42");
+    check("kill -s 33 42", "kill -s 33 42");
+    check("kill 42 RTMIN", "kill -s RTMIN 42");
+    check("kill 42 sigrtmin+3", "kill -s RTMIN+3 42");
+    check("kill 42 RTMAX-2", "kill -s RTMAX-2 42");
+    check("kill 42 rtmax", "kill -s RTMAX 42");
+    check("kill --user alice", "kill --user alice");
+    check(
+        "kill -s HUP --name sweep --user 1000",
+        "kill -s HUP --user 1000 --name sweep",
+    );
     check(
         "kill",
-        "MissingArgument: missing job id in 'kill': usage: kill ID [SIGNAL]",
+        "MissingArgument: missing job id, --user or --name in 'kill': usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL",
     );
-    check("kill 0", "InvalidValue: invalid job id '0' in 'kill 0': expected a job number such as 42; usage: kill ID [SIGNAL]");
-    check("kill 42 65", "InvalidValue: unknown signal '65' in 'kill 42 65': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP or USR1");
-    check("kill 42 0", "InvalidValue: unknown signal '0' in 'kill 42 0': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP or USR1");
-    check("kill 42 SIG", "InvalidValue: unknown signal 'SIG' in 'kill 42 SIG': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP or USR1");
-    check("kill 42 -9", "InvalidValue: unknown signal '-9' in 'kill 42 -9': write the signal without '-', as a number from 1 to 64 or a name such as TERM");
-    check(
-        "kill 42 TERM now",
-        "ExtraArgument: extra argument 'now' in 'kill 42 TERM now': usage: kill ID [SIGNAL]",
-    );
+    check("kill 0", "InvalidValue: invalid job id '0' in 'kill 0': expected a job number such as 42; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill 42 65", "kill 42 65");
+    check("kill -s 65 42", "InvalidValue: unknown signal '65' in 'kill -s 65 42': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP, USR1 or RTMIN+2");
+    check("kill -s 0 42", "InvalidValue: unknown signal '0' in 'kill -s 0 42': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP, USR1 or RTMIN+2");
+    check("kill 42 SIG", "InvalidValue: unknown signal 'SIG' in 'kill 42 SIG': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP, USR1 or RTMIN+2");
+    check("kill 42 RTMIN+31", "InvalidValue: unknown signal 'RTMIN+31' in 'kill 42 RTMIN+31': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP, USR1 or RTMIN+2");
+    check("kill 42 RTMAX-31", "InvalidValue: unknown signal 'RTMAX-31' in 'kill 42 RTMAX-31': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP, USR1 or RTMIN+2");
+    check("kill Σ", "InvalidValue: invalid job id 'Σ' in 'kill Σ': expected a job number such as 42; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill 42 -9", "InvalidValue: '-9' is not an option in 'kill 42 -9': give a signal with -s, as -s 9; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill -KILL 42", "InvalidValue: '-KILL' is not an option in 'kill -KILL 42': give a signal with -s, as -s KILL; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill --nmae x", "UnknownKeyword: unexpected '--nmae' in 'kill --nmae x': did you mean '--name'? expected -s, --user or --name; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill 42 TERM now", "InvalidValue: invalid job id 'TERM' in 'kill 42 TERM now': expected a job number such as 42; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill 42 --user alice", "InvalidValue: job ids and --user or --name together in 'kill 42 --user alice': give one or the other; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill -s TERM -s KILL 42", "InvalidValue: a signal given twice in 'kill -s TERM -s KILL 42': usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill -s", "MissingArgument: missing a signal after -s in 'kill -s': usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
 }
 
 #[test]
@@ -427,7 +461,7 @@ fn huge_words_and_many_words_stay_cheap() {
     );
     let signal = format!("SIG{}", "A".repeat(MAX_LINE - 20));
     assert_eq!(
-        parse_line(&format!("kill 1 {signal}")).map_err(|error| error.kind),
+        parse_line(&format!("kill -s {signal} 1")).map_err(|error| error.kind),
         Err(ParseErrorKind::InvalidValue)
     );
     let message = parse_line(&format!("{word} {word}"))
@@ -593,6 +627,17 @@ fn job_id() -> impl Strategy<Value = u64> {
     prop_oneof![1u64..=1_000, 1u64..=u64::MAX]
 }
 
+/// `--user`, `--name` and (`with_state`) `--state` filters.
+fn job_filter(with_state: bool) -> impl Strategy<Value = JobFilter> {
+    let word = || prop::option::of("[a-z][a-z0-9_.-]{0,8}");
+    let state = prop::option::of(prop::sample::select(JOB_STATES.to_vec()));
+    (word(), word(), state).prop_map(move |(user, name, state)| JobFilter {
+        user,
+        name,
+        state: state.filter(|_| with_state).map(String::from),
+    })
+}
+
 fn queue_number() -> impl Strategy<Value = u32> {
     0u32..=MAX_QUEUE
 }
@@ -606,15 +651,31 @@ fn command() -> impl Strategy<Value = Command> {
         Just(Command::Hosts),
         Just(Command::Clusters),
         Just(Command::Queues),
-        any::<bool>().prop_map(|all| Command::Jobs { all }),
+        (any::<bool>(), job_filter(true)).prop_map(|(all, filter)| Command::Jobs { all, filter }),
         job_id().prop_map(Command::Job),
         any::<bool>().prop_map(|now| Command::Shutdown { now }),
         prop::option::of((1_000u64..=3_600_000_000).prop_map(Duration::from_micros))
             .prop_map(Command::Timeslice),
     ];
     let jobs = prop_oneof![
-        (job_id(), prop::option::of(1i32..=MAX_SIGNAL))
-            .prop_map(|(job, signal)| Command::Kill { job, signal }),
+        (
+            prop::collection::vec(job_id(), 1..4),
+            prop::option::of(1i32..=MAX_SIGNAL)
+        )
+            .prop_map(|(jobs, signal)| Command::Kill {
+                jobs,
+                filter: JobFilter::default(),
+                signal
+            }),
+        (
+            job_filter(false).prop_filter("a filter", |filter| !filter.is_empty()),
+            prop::option::of(1i32..=MAX_SIGNAL)
+        )
+            .prop_map(|(filter, signal)| Command::Kill {
+                jobs: Vec::new(),
+                filter,
+                signal
+            }),
         job_id().prop_map(Command::Suspend),
         job_id().prop_map(Command::Resume),
         (job_id(), queue_number()).prop_map(|(job, queue)| Command::Move { job, queue }),
