@@ -102,6 +102,33 @@ fn time_limit_counts_only_the_time_a_job_runs() {
 }
 
 #[test]
+fn a_job_ended_at_its_time_limit_lets_the_stopped_job_continue() {
+    // One host, two gang jobs taking turns; job 2 reaches its limit in the
+    // middle of its turn (250ms: at 550) or at a slice boundary (200ms: at
+    // 400), with job 1 stopped: job 1 continues at once, and does not wait
+    // for the next boundary.
+    for (limit, at) in [(250, 550), (200, 400)] {
+        let mut sim = Sim::new(1, 100);
+        sim.submit(1, Some(1));
+        let second = timed(&mut sim, 1, 1, limit);
+        sim.advance(at - 1);
+        assert_eq!(sim.running(), vec![2], "limit {limit}");
+        sim.take_log();
+        sim.advance(1);
+        check(&sim.take_log(), "signal 2 9, release 2, cont 1");
+        check(
+            &sim.client(second),
+            "admitted 2, started 2, ended 2 Limit 76",
+        );
+        assert_eq!(sim.running(), vec![1], "limit {limit}");
+        // Alone, it keeps running across boundaries.
+        sim.advance(300);
+        check(&sim.take_log(), "");
+        assert_eq!(sim.running(), vec![1], "limit {limit}");
+    }
+}
+
+#[test]
 fn backfill_starts_a_short_job_in_the_hole_without_delaying_the_wide_one() {
     let mut sim = Sim::new(4, 100);
     check(
