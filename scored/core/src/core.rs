@@ -357,7 +357,10 @@ impl Core {
         let keeps_waiting = !admits
             && matches!(
                 input,
-                Input::Tick | Input::Stopped(_) | Input::Usage { .. } | Input::SwitchMeasured { .. }
+                Input::Tick
+                    | Input::Stopped(_)
+                    | Input::Usage { .. }
+                    | Input::SwitchMeasured { .. }
             );
         self.sched.input(keeps_decision, keeps_waiting);
         match input {
@@ -470,7 +473,12 @@ impl Core {
                 }
             }
             out.push(Action::notify(client, ClientEvent::Held(job)));
-        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client() == Some(client)) {
+        } else if let Some(idx) = self
+            .logged
+            .waiting
+            .iter()
+            .position(|w| w.client() == Some(client))
+        {
             self.logged
                 .waiting
                 .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = true);
@@ -491,7 +499,12 @@ impl Core {
                 let job = record.id;
                 self.journal(JobEvent::Released(job));
             }
-        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client() == Some(client)) {
+        } else if let Some(idx) = self
+            .logged
+            .waiting
+            .iter()
+            .position(|w| w.client() == Some(client))
+        {
             self.logged
                 .waiting
                 .modify(|waiting| Rc::make_mut(&mut waiting[idx]).held = false);
@@ -515,7 +528,12 @@ impl Core {
                 now,
                 out,
             );
-        } else if let Some(idx) = self.logged.waiting.iter().position(|w| w.client() == Some(client)) {
+        } else if let Some(idx) = self
+            .logged
+            .waiting
+            .iter()
+            .position(|w| w.client() == Some(client))
+        {
             self.logged.waiting.modify(|waiting| waiting.remove(idx));
             out.push(Action::notify(
                 client,

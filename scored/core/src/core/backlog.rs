@@ -25,7 +25,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
-use std::time::Duration;
 
 use super::{
     cap_reason, stages_line, Accounting, Action, ClientEvent, Core, EndKind, Ending, JobEvent,
@@ -34,8 +33,12 @@ use super::{
 use crate::admission::Decision;
 use crate::ids::{ClientToken, Cred, JobId, Tick};
 use crate::job::{JobRequest, JobState, Link, Submission};
-use scored_proto::batch::{Dependency, Expansion};
+use scored_proto::batch::Dependency;
 use scored_proto::command::reply::Value;
+
+mod fields;
+pub(super) use fields::batch_fields;
+use fields::entry_name;
 
 /// The most jobs of the backlog admitted in one event; the rest are
 /// admitted at the next tick, which comes at once, so that a long array
@@ -321,27 +324,10 @@ impl Core {
             tracing::info!(uid = waiter.cred.uid, %reason, "submission over a budget");
             return reject(Rejection::Resources, reason, out);
         }
-        // Each job it waits for: still to end, ended (and how), or unknown.
-        let mut waits_for = Vec::new();
-        let mut failed = None;
-        for dep in &batch.after {
-            match self.dependency_state(JobId(dep.job), &waiter.cred) {
-                Err(reason) => {
-                    return reject(
-                        Rejection::Invalid,
-                        format!("option '{}': {reason}", dep.option()),
-                        out,
-                    )
-                }
-                Ok(None) => waits_for.push(*dep),
-                Ok(Some(Outcome::Success)) => {}
-                Ok(Some(Outcome::Failure(how))) => {
-                    if !dep.any && failed.is_none() {
-                        failed = Some(format!("{how}; -{}={}", dep.option(), dep.job));
-                    }
-                }
-            }
-        }
+        let (waits_for, failed) = match self.dependencies(batch.after.iter(), &waiter.cred) {
+            Ok(found) => found,
+            Err(reason) => return reject(Rejection::Invalid, reason, out),
+        };
         let first = JobId(self.next_job);
         self.next_job += u64::from(count);
         let link = if batch.detach {
@@ -354,18 +340,7 @@ impl Core {
             first,
         });
         let command: Rc<str> = stages_line(&waiter.request.stages, waiter.request.joiner).into();
-        let name: Rc<str> = match &batch.name {
-            Some(name) => Rc::from(&**name),
-            None => {
-                let program = waiter
-                    .request
-                    .stages
-                    .first()
-                    .and_then(|argv| argv.first())
-                    .map_or(&[][..], |program| program.as_encoded_bytes());
-                scored_proto::batch::default_name(program).into()
-            }
-        };
+        let name = entry_name(&waiter.request);
         let entry = Entry {
             cred: waiter.cred,
             user: waiter.user,
@@ -457,6 +432,31 @@ impl Core {
                 ),
             );
         }
+    }
+
+    /// The jobs a submission waits for (`after`) that are still to end,
+    /// and the first failure of one it needs to succeed; an error names
+    /// an option whose job cannot be waited for.
+    fn dependencies<'a>(
+        &self,
+        after: impl Iterator<Item = &'a Dependency>,
+        cred: &Cred,
+    ) -> Result<(Vec<Dependency>, Option<String>), String> {
+        let mut waits_for = Vec::new();
+        let mut failed = None;
+        for dep in after {
+            match self.dependency_state(JobId(dep.job), cred) {
+                Err(reason) => return Err(format!("option '{}': {reason}", dep.option())),
+                Ok(None) => waits_for.push(*dep),
+                Ok(Some(Outcome::Success)) => {}
+                Ok(Some(Outcome::Failure(how))) => {
+                    if !dep.any && failed.is_none() {
+                        failed = Some(format!("{how}; -{}={}", dep.option(), dep.job));
+                    }
+                }
+            }
+        }
+        Ok((waits_for, failed))
     }
 
     /// Where job `id` stands for a job that would depend on it: still to
@@ -976,116 +976,6 @@ impl Core {
             .filter(|id| self.dependency_owner_state(*id).is_err() && id.0 < self.next_job)
             .collect()
     }
-
-    /// The `job ID` facts of element `k` of `entry`: those of an admitted
-    /// job, with no cluster or hosts yet, and `reason` saying why it
-    /// waits (or, once ended, `exit` and `reason`).
-    pub(super) fn entry_fields(
-        &self,
-        entry: &Entry,
-        k: u32,
-        ending: Option<&Ending>,
-        now: Tick,
-        details: bool,
-    ) -> Vec<(String, Value)> {
-        let id = entry.id(k);
-        let request = entry.request.as_deref();
-        let queue = request.map_or(self.default_queue(), |request| self.queue_of(request));
-        let state = match ending {
-            Some(ending) if ending.kind == EndKind::Exited => JobState::Done,
-            Some(_) => JobState::Killed,
-            None => JobState::Waiting,
-        };
-        let procs = request.map_or(0, |request| match request.procs {
-            crate::job::ProcRequest::Hosts(_) => 0,
-            _ => u64::from(request.procs_total()),
-        });
-        let detail = |value: Value| if details { value } else { Value::None };
-        let mut fields = vec![
-            ("id".to_string(), Value::Uint(id.0)),
-            ("user".into(), Value::text(&*entry.user)),
-            ("uid".into(), Value::Uint(u64::from(entry.cred.uid))),
-            ("state".into(), Value::text(state.as_str())),
-            ("queue".into(), Value::Uint(u64::from(queue))),
-            (
-                "queues".into(),
-                Value::List(vec![Value::Uint(u64::from(queue))]),
-            ),
-            ("cluster".into(), Value::None),
-            ("hosts".into(), Value::List(Vec::new())),
-            ("procs".into(), Value::Uint(procs)),
-            ("command".into(), detail(Value::text(&*entry.command))),
-            (
-                "held".into(),
-                Value::text(if entry.held { "by its owner" } else { "no" }),
-            ),
-            ("cpu".into(), Value::Duration(Duration::ZERO)),
-            ("wall".into(), Value::Duration(Duration::ZERO)),
-            ("run".into(), Value::Duration(Duration::ZERO)),
-            ("stopped".into(), Value::Duration(Duration::ZERO)),
-            (
-                "wait".into(),
-                Value::Duration(now.since(entry.submitted_at)),
-            ),
-            ("switches".into(), Value::Uint(0)),
-            ("memory".into(), Value::Map(Vec::new())),
-            ("peak memory".into(), Value::Map(Vec::new())),
-            ("disk".into(), Value::Size(0)),
-            ("peak disk".into(), Value::Size(0)),
-            ("cputime limit".into(), Value::None),
-            (
-                "memory limit".into(),
-                Value::opt(request.and_then(|request| request.memory).map(Value::Size)),
-            ),
-            (
-                "disk limit".into(),
-                Value::opt(request.and_then(|request| request.disk).map(Value::Size)),
-            ),
-            ("residency".into(), Value::Duration(Duration::ZERO)),
-        ];
-        let name = &*entry.name;
-        let index = entry.submission.array_index(id);
-        let with = Expansion {
-            job: id.0,
-            rank: None,
-            index,
-            name,
-        };
-        let output = &entry.submission.batch.output;
-        fields.extend(batch_fields(
-            name,
-            entry.link.is_batch(),
-            (
-                output.stdout.as_ref().map(|pattern| pattern.expand(&with)),
-                output.stderr_file().map(|pattern| pattern.expand(&with)),
-            ),
-            index.map(|index| (index, entry.first())),
-            &entry.submission.batch.after,
-            details,
-        ));
-        match ending {
-            Some(ending) => {
-                fields.push(("exit".into(), detail(Value::Int(i64::from(ending.status)))));
-                fields.push(("reason".into(), detail(Value::text(&ending.reason))));
-            }
-            None => {
-                // As `job ID` of an admitted job that waits says it.
-                let why = entry.why();
-                let waits = why.strip_prefix("waits ").unwrap_or(&why);
-                fields.push(("waits".into(), Value::text(waits)));
-                fields.push(("reason".into(), Value::text(&why)));
-            }
-        }
-        fields
-    }
-
-    /// The queue a job of the backlog asks for, as `jobs` shows it.
-    pub(super) fn entry_queue(&self, entry: &Entry) -> u32 {
-        entry
-            .request
-            .as_deref()
-            .map_or(self.default_queue(), |request| self.queue_of(request))
-    }
 }
 
 /// What happened to the client of an interactive job of the backlog.
@@ -1096,49 +986,4 @@ pub(super) enum ClientChange {
     /// Gone or interrupted: the job ends, for the reason given (`by its
     /// scrun (interrupted)`).
     End(&'static str),
-}
-
-/// The facts of a job's batch options, shared by `job ID` of admitted jobs
-/// and of jobs of the backlog: `name`, `batch`, `output`, `error`, `array`
-/// and `after`.
-pub(super) fn batch_fields(
-    name: &str,
-    batch: bool,
-    (output, error): (Option<String>, Option<String>),
-    array: Option<(u32, JobId)>,
-    after: &[Dependency],
-    details: bool,
-) -> Vec<(String, Value)> {
-    let detail = |value: Option<String>| match value {
-        Some(text) if details => Value::text(text),
-        _ => Value::None,
-    };
-    vec![
-        ("name".into(), Value::text(name)),
-        ("batch".into(), Value::Bool(batch)),
-        ("output".into(), detail(output)),
-        ("error".into(), detail(error)),
-        (
-            "array".into(),
-            Value::opt(array.map(|(_, first)| Value::Uint(first.0))),
-        ),
-        (
-            "array index".into(),
-            Value::opt(array.map(|(index, _)| Value::Uint(u64::from(index)))),
-        ),
-        (
-            "after".into(),
-            if after.is_empty() {
-                Value::None
-            } else {
-                Value::text(
-                    after
-                        .iter()
-                        .map(|dep| format!("{}={}", dep.option(), dep.job))
-                        .collect::<Vec<_>>()
-                        .join(","),
-                )
-            },
-        ),
-    ]
 }

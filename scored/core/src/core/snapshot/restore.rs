@@ -633,7 +633,8 @@ impl Core {
                 started.insert(record.id);
             }
             let reattach_until = record.reattach_until;
-            let job = core.restore_job(record, &launches, snapshot.queues.len(), &mut submissions)?;
+            let job =
+                core.restore_job(record, &launches, snapshot.queues.len(), &mut submissions)?;
             let id = job.id;
             if let Some(until) = reattach_until {
                 core.logged.detached.insert((Tick(until), id));

@@ -1,0 +1,202 @@
+//! The stop's timeouts, on a clock that moves only when the test moves
+//! it. The job's one rank is a `sleep` the test starts itself (the
+//! actuator's own fork refuses a test harness's threads), recorded as
+//! the actuator records a rank it forked.
+
+use std::cell::Cell;
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use super::super::{
+    statedir, ActuatorConfig, Child, Clock, JobProcs, OsActuator, SwitchedOutHold,
+    CONFIRM_FALLBACK, STOP_TIMEOUT,
+};
+use crate::actuator::Actuator;
+use scored_core::cluster::Topology;
+use scored_core::core::Input;
+use scored_core::ids::JobId;
+
+/// A clock that stands still until `advance`.
+#[derive(Clone)]
+struct FakeClock(Rc<Cell<Instant>>);
+
+impl FakeClock {
+    fn advance(&self, by: Duration) {
+        self.0.set(self.0.get() + by);
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Instant {
+        self.0.get()
+    }
+}
+
+/// A rank of job 1 that sleeps: the actuator, its clock, the process.
+struct Fixture {
+    actuator: OsActuator,
+    clock: FakeClock,
+    rank: std::process::Child,
+    state_dir: PathBuf,
+}
+
+const JOB: JobId = JobId(1);
+
+impl Fixture {
+    fn new(name: &str) -> Fixture {
+        let state_dir =
+            std::env::temp_dir().join(format!("scored-stop-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&state_dir);
+        let clock = FakeClock(Rc::new(Cell::new(Instant::now())));
+        let config = ActuatorConfig {
+            state_dir: state_dir.clone(),
+            use_cgroups: false,
+            job_nofile: None,
+        };
+        let mut actuator =
+            OsActuator::with_clock(config, &Topology::default(), Box::new(clock.clone()))
+                .expect("an actuator on a fresh state directory");
+        // The leader of a process group of its own, as a rank is.
+        let rank = std::os::unix::process::CommandExt::process_group(
+            &mut std::process::Command::new("sleep"),
+            0,
+        )
+        .arg("60")
+        .spawn()
+        .expect("sleep starts");
+        let pid = rank.id() as i32;
+        actuator.children.insert(
+            pid,
+            Child {
+                job: JOB,
+                stage: 0,
+                rank: 0,
+                slot: 0,
+                stopped: false,
+            },
+        );
+        actuator.jobs.insert(
+            JOB,
+            JobProcs {
+                groups: HashMap::from([(pid, 0)]),
+                children: BTreeSet::from([pid]),
+                extras: HashMap::new(),
+                members: HashMap::new(),
+                member_cursor: 0,
+                stop_wait: None,
+                drain: None,
+                reaped_cpu: Duration::ZERO,
+                discovered_at: Some(clock.now()),
+                reaped_peak: vec![0],
+                exe_bytes: 0,
+                seen_exes: BTreeSet::new(),
+                scratch: state_dir.join("jobs/1"),
+                disk_walk: statedir::DiskWalk::default(),
+                cgroup_procs: None,
+                pids_procs: None,
+                uid: 0,
+                hold: SwitchedOutHold::default(),
+                launch: None,
+                launch_failed: false,
+                over_limit: false,
+                execs_in_flight: 0,
+            },
+        );
+        Fixture {
+            actuator,
+            clock,
+            rank,
+            state_dir,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.rank.id() as i32
+    }
+
+    /// Waits (in real time, 10 s at most) until /proc shows the rank
+    /// stopped, or running again.
+    fn wait_until_stopped(&self, stopped: bool) {
+        let started = Instant::now();
+        while super::procfs::read_stat(self.pid()).is_none_or(|stat| stat.is_stopped() != stopped) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the rank never became {}",
+                if stopped { "stopped" } else { "running" }
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn poll(&mut self) -> Vec<Input> {
+        let mut out = Vec::new();
+        self.actuator.poll(self.clock.now(), &mut out);
+        out
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.rank.kill();
+        let _ = self.rank.wait();
+        let _ = std::fs::remove_dir_all(&self.state_dir);
+    }
+}
+
+/// A rank that wait4 has not reported stopped is taken as stopped on
+/// /proc's word only once the fallback delay has passed on the
+/// actuator's clock, however long ago in real time it stopped.
+#[test]
+fn a_stop_is_confirmed_through_proc_once_the_fallback_delay_has_passed() {
+    let mut fixture = Fixture::new("fallback");
+    let mut out = Vec::new();
+    fixture.actuator.stop(JOB, &mut out);
+    assert_eq!(out, []);
+    fixture.wait_until_stopped(true);
+    assert_eq!(fixture.poll(), [], "confirmed before the fallback delay");
+    fixture
+        .clock
+        .advance(CONFIRM_FALLBACK - Duration::from_millis(1));
+    assert_eq!(fixture.poll(), [], "confirmed before the fallback delay");
+    fixture.clock.advance(Duration::from_millis(1));
+    assert_eq!(fixture.poll(), [Input::Stopped(JOB)]);
+    assert_eq!(fixture.actuator.pending_stops(), 0);
+}
+
+/// A rank continued from outside right after its stop never confirms
+/// it: the job's stop fails once the stop timeout has passed on the
+/// actuator's clock, not before, naming how many processes ran on.
+#[test]
+fn a_stop_not_confirmed_within_the_stop_timeout_fails_the_job() {
+    let mut fixture = Fixture::new("timeout");
+    let mut out = Vec::new();
+    fixture.actuator.stop(JOB, &mut out);
+    fixture.wait_until_stopped(true);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(fixture.pid()),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .expect("SIGCONT to our own child");
+    fixture.wait_until_stopped(false);
+    fixture.clock.advance(CONFIRM_FALLBACK);
+    assert_eq!(fixture.poll(), []);
+    fixture
+        .clock
+        .advance(STOP_TIMEOUT - CONFIRM_FALLBACK - Duration::from_millis(1));
+    assert_eq!(fixture.poll(), [], "failed before the stop timeout");
+    assert_eq!(fixture.actuator.pending_stops(), 1);
+    fixture.clock.advance(Duration::from_millis(1));
+    let out = fixture.poll();
+    assert_eq!(
+        out,
+        [Input::StopFailed {
+            job: JOB,
+            reason: "1 of its processes did not stop within 5s of being switched out \
+                     (something kept continuing them, or they could not stop)"
+                .to_string(),
+        }]
+    );
+    assert_eq!(fixture.actuator.pending_stops(), 0);
+}
