@@ -556,6 +556,12 @@ pub enum Reply {
         started: bool,
         /// Its owner holds it (scrun was suspended).
         held: bool,
+        /// The processes of each of its stages, as placed (as `Admitted`
+        /// says, which a scrun whose daemon died may not have had): what
+        /// scrun's PMI of a `-hosts=H` job waits for. 0 from a daemon
+        /// that does not say.
+        #[serde(default)]
+        ranks: u32,
     },
     /// The job is held (acknowledges `Hold`).
     Held {

@@ -142,11 +142,17 @@ impl<A: Actuator> Daemon<A> {
                 false,
             ),
             ClientEvent::Held(job) => (Reply::Held { job: job.0 }, false),
-            ClientEvent::Reattached { job, started, held } => (
+            ClientEvent::Reattached {
+                job,
+                started,
+                held,
+                ranks,
+            } => (
                 Reply::Reattached {
                     job: job.0,
                     started,
                     held,
+                    ranks,
                 },
                 false,
             ),
