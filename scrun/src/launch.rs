@@ -304,9 +304,10 @@ fn start_pmi(
             b"PMI_PORT" | b"PMI_ID" | b"PMI_FD" | b"PMI_RANK" | b"PMI_SIZE"
         )
     });
-    submit
-        .env
-        .push(("PMI_PORT".into(), format!("127.0.0.1:{port}").as_str().into()));
+    submit.env.push((
+        "PMI_PORT".into(),
+        format!("127.0.0.1:{port}").as_str().into(),
+    ));
     Ok((Some(server), Vec::new()))
 }
 

@@ -369,9 +369,7 @@ impl PmiServer {
     /// Queues the replies, writes them, and turns an abort or a fault into
     /// the job's end.
     fn apply(&mut self, idx: usize, effects: Vec<Effect>) -> Option<PmiEnd> {
-        let Some((world, _)) = self.conns[idx].who else {
-            return None;
-        };
+        let (world, _) = self.conns[idx].who?;
         let ranks = self.worlds[world].size();
         let mut end = None;
         let mut touched = Vec::new();

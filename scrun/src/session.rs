@@ -722,9 +722,8 @@ pub fn run(
         }
         pending.extend(events);
         while let Some(event) = pending.pop_front() {
-            if let Event::Reply(
-                Reply::Admitted { ranks, .. } | Reply::Reattached { ranks, .. },
-            ) = &event
+            if let Event::Reply(Reply::Admitted { ranks, .. } | Reply::Reattached { ranks, .. }) =
+                &event
             {
                 if let Some(server) = pmix.as_deref_mut() {
                     server.placed(*ranks);

@@ -493,7 +493,8 @@ fn a_hosts_job_is_one_mpich_world_through_pmi_by_port() {
     let output = daemon.run(&["-hosts=1,mpi=pmi2", hello]);
     assert_eq!(code(&output), Some(64), "{}", stderr(&output));
     assert!(
-        stderr(&output).contains("-mpi=pmi2: the number of ranks of a -hosts= job is known only once placed"),
+        stderr(&output)
+            .contains("-mpi=pmi2: the number of ranks of a -hosts= job is known only once placed"),
         "{}",
         stderr(&output)
     );

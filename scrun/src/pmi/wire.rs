@@ -364,8 +364,7 @@ pub fn initack_id(line: &[u8]) -> Option<usize> {
 /// The answer to [`initack_id`]: the acknowledgement, then the world's
 /// size, the rank and the debug flag, in the order MPICH reads them.
 pub fn initack_reply(size: usize, rank: usize) -> Vec<u8> {
-    format!("cmd=initack\ncmd=set size={size}\ncmd=set rank={rank}\ncmd=set debug=0\n")
-        .into_bytes()
+    format!("cmd=initack\ncmd=set size={size}\ncmd=set rank={rank}\ncmd=set debug=0\n").into_bytes()
 }
 
 #[cfg(test)]

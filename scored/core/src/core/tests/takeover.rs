@@ -33,7 +33,10 @@ fn a_scrun_that_reattaches_gets_its_jobs_end() {
     take_over(&mut sim, 5_000);
     assert_eq!(sim.core.job(JobId(1)).unwrap().client(), None);
     let again = reattach(&mut sim, user(1000), 1);
-    check(&sim.client(again), "reattached 1 started=true held=false ranks=1");
+    check(
+        &sim.client(again),
+        "reattached 1 started=true held=false ranks=1",
+    );
     sim.exit(1, 3);
     check(
         &sim.client(again),
@@ -52,7 +55,10 @@ fn a_reattached_scrun_is_told_the_rank_count_of_its_placed_job() {
     sim.advance(10);
     take_over(&mut sim, 5_000);
     let again = reattach(&mut sim, user(1000), 1);
-    check(&sim.client(again), "reattached 1 started=true held=false ranks=3");
+    check(
+        &sim.client(again),
+        "reattached 1 started=true held=false ranks=3",
+    );
 }
 
 /// Only the job's owner may reattach; anyone else is refused and changes
@@ -65,7 +71,10 @@ fn only_the_owner_reattaches() {
     let stranger = reattach(&mut sim, user(1001), 1);
     check(&sim.client(stranger), "rejected Invalid");
     let owner = reattach(&mut sim, user(1000), 1);
-    check(&sim.client(owner), "reattached 1 started=true held=false ranks=1");
+    check(
+        &sim.client(owner),
+        "reattached 1 started=true held=false ranks=1",
+    );
     // Once reattached, a second scrun cannot take the job.
     let second = reattach(&mut sim, user(1000), 1);
     check(&sim.client(second), "rejected Invalid");
