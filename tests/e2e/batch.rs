@@ -792,3 +792,115 @@ fn history_shows_the_name_and_the_command() {
         "{row}"
     );
 }
+
+#[test]
+fn output_files_of_queued_and_running_jobs_are_kept_across_a_restart() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let path = |name: &str| daemon.sandbox.path.join(name);
+    // A job of two `::` stages whose first stage writes before the restart
+    // and whose second writes after it, into the same files: the second
+    // stage appends to what the first wrote.
+    let staged = submit(
+        &daemon,
+        &[
+            "-output=staged.%j.out,error=staged.%j.err",
+            "sh",
+            "-c",
+            "echo one; echo one-err >&2; while [ ! -e go ]; do sleep 0.05; done",
+            "::",
+            "sh",
+            "-c",
+            "echo two; echo two-err >&2",
+        ],
+    );
+    let staged_out = path(&format!("staged.{staged}.out"));
+    let staged_err = path(&format!("staged.{staged}.err"));
+    assert_eq!(read_lines(&staged_out, 1), ["one"]);
+    assert_eq!(read_lines(&staged_err, 1), ["one-err"]);
+    // Jobs that wait in the queue through the restart, with their own
+    // patterns for stdout and stderr: a batch job, an array element and an
+    // interactive job.
+    daemon.ok("queue 1 deactivate");
+    let queued = submit(
+        &daemon,
+        &[
+            "-output=q.%x.%j.out,error=q.%x.%j.err,name=late",
+            "sh",
+            "-c",
+            "echo out-$SCORE_JOBID; echo err-$SCORE_JOBID >&2",
+        ],
+    );
+    let array = submit(
+        &daemon,
+        &[
+            "-array=1-2,output=arr.%a.out,error=arr.%a.err",
+            "sh",
+            "-c",
+            "echo out-$SCORE_ARRAY_INDEX; echo err-$SCORE_ARRAY_INDEX >&2",
+        ],
+    );
+    let mut interactive = daemon.spawn(&[
+        "-output=inter.out,error=inter.err",
+        "sh",
+        "-c",
+        "echo inter-out; echo inter-err >&2",
+    ]);
+    let counted = wait_until(Duration::from_secs(30), || {
+        daemon.json("status")["jobs"]["queued"].as_u64() >= Some(3)
+    });
+    assert!(counted, "{}", daemon.ok("jobs"));
+    let output = daemon.console("restart");
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{}{}",
+        stdout(&output),
+        daemon.log()
+    );
+    // The patterns came through the restart: `job ID` still shows them.
+    assert_eq!(
+        field(&daemon, queued, "output"),
+        format!("q.late.{queued}.out")
+    );
+    assert_eq!(
+        field(&daemon, queued, "error"),
+        format!("q.late.{queued}.err")
+    );
+    assert_eq!(field(&daemon, queued, "state"), "queued");
+    daemon.ok("queue 1 activate");
+    std::fs::write(path("go"), "").unwrap();
+    wait_ended(&daemon, staged);
+    wait_ended(&daemon, queued);
+    wait_ended(&daemon, array + 1);
+    let (status, message) = interactive.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{message}");
+    assert_eq!(read_lines(&staged_out, 2), ["one", "two"]);
+    assert_eq!(read_lines(&staged_err, 2), ["one-err", "two-err"]);
+    assert_eq!(
+        read_lines(&path(&format!("q.late.{queued}.out")), 1),
+        [format!("out-{queued}")]
+    );
+    assert_eq!(
+        read_lines(&path(&format!("q.late.{queued}.err")), 1),
+        [format!("err-{queued}")]
+    );
+    for index in 1..=2 {
+        assert_eq!(
+            read_lines(&path(&format!("arr.{index}.out")), 1),
+            [format!("out-{index}")]
+        );
+        assert_eq!(
+            read_lines(&path(&format!("arr.{index}.err")), 1),
+            [format!("err-{index}")]
+        );
+    }
+    assert_eq!(read_lines(&path("inter.out"), 1), ["inter-out"]);
+    assert_eq!(read_lines(&path("inter.err"), 1), ["inter-err"]);
+    // Nothing went to a default file.
+    let strays: Vec<_> = std::fs::read_dir(&daemon.sandbox.path)
+        .expect("list the sandbox")
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("scored-"))
+        .collect();
+    assert!(strays.is_empty(), "{strays:?}");
+}
