@@ -20,7 +20,9 @@
 //! hands them in ([`Input::KnownEnd`](super::Input::KnownEnd)).
 //!
 //! The backlog is one value the checkpoint shares (`Core::commit`): it is
-//! copied when an event changes it, not at every commit.
+//! copied when an event changes it, not at every commit. The ends it keeps,
+//! which grow with the jobs that end, are not in it but among the
+//! containers that log their changes ([`Ends`]).
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
