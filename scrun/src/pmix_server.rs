@@ -397,7 +397,7 @@ impl Lazy {
 }
 
 /// Whether the socket at `peer` belongs to this user.
-fn owned_by(client: &TcpStream, peer: SocketAddr, uid: u32) -> bool {
+pub(crate) fn owned_by(client: &TcpStream, peer: SocketAddr, uid: u32) -> bool {
     let (SocketAddr::V4(peer), Ok(SocketAddr::V4(local))) = (peer, client.local_addr()) else {
         return false;
     };
