@@ -1023,8 +1023,9 @@ fn an_interactive_dependant_is_told_it_ended_with_a_killed_scored() {
         &["sh", "-c", "while [ ! -e go ]; do sleep 0.05; done"],
     );
     let mut dependant = daemon.spawn(&[&format!("-after={first}"), "echo", "never"]);
+    // Until its scrun has submitted it, `job ID` knows no such job.
     let waiting = wait_until(Duration::from_secs(30), || {
-        field(&daemon, first + 1, "state") == "waiting"
+        stdout(&daemon.console(&format!("job {}", first + 1))).contains("state: waiting")
     });
     assert!(waiting, "{}", daemon.ok("jobs all"));
     daemon.kill_hard();
