@@ -97,8 +97,8 @@ struct Size {
 }
 
 /// How long a rank's first connection waits for the rank count (which
-/// scored gives before the ranks exist, unless a scored restarted in
-/// between gave none).
+/// scored gives before the ranks exist, in `Admitted` or `Reattached`;
+/// a daemon of an older protocol may give none).
 const SIZE_WAIT: Duration = Duration::from_secs(30);
 
 impl Size {

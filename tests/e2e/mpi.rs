@@ -542,6 +542,48 @@ printf 'cmd=finalize\n' >&5; read -r line <&5; echo "$PMI_RANK: $line"
     assert_no_process_left(&daemon);
 }
 
+#[test]
+fn only_the_jobs_user_reaches_its_pmi_port() {
+    let Some(users) = test_users("only_the_jobs_user_reaches_its_pmi_port") else {
+        return;
+    };
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let mut job = daemon.spawn_as(
+        &users.a,
+        &["-hosts=1", "sh", "-c", "echo pid $$; exec sleep 60"],
+    );
+    let pids = job.wait_pids(1);
+    let environ = std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap();
+    let port = environ
+        .split(|&b| b == 0)
+        .filter_map(|entry| std::str::from_utf8(entry).ok())
+        .find_map(|entry| entry.strip_prefix("PMI_PORT="))
+        .expect("PMI_PORT in the rank's environment")
+        .to_string();
+    let (host, number) = port.split_once(':').unwrap();
+    assert_eq!(host, "127.0.0.1");
+    // Says it is rank 0 and prints the first line it is answered, if any.
+    let claim = format!(
+        "exec 5<>/dev/tcp/{host}/{number}; printf 'cmd=initack pmiid=0\\n' >&5; \
+         read -t 10 -r line <&5; echo \"answer: $line\""
+    );
+    let run = |user: &TestUser| {
+        let output = command_as(user, Path::new("/bin/bash"), &["-c", &claim])
+            .output()
+            .expect("bash");
+        stdout(&output).trim().to_string()
+    };
+    assert_eq!(
+        run(&users.b),
+        "answer:",
+        "another user's connection is closed"
+    );
+    assert_eq!(run(&users.a), "answer: cmd=initack");
+    job.signal(nix::sys::signal::Signal::SIGTERM);
+    job.wait(Duration::from_secs(20));
+    assert_no_process_left(&daemon);
+}
+
 /// Rank 0 spawns a copy of the program (the others wait in the
 /// collective); errors are returned, not fatal, so that only scrun can
 /// end the wait.
