@@ -20,7 +20,9 @@
 //! hands them in ([`Input::KnownEnd`](super::Input::KnownEnd)).
 //!
 //! The backlog is one value the checkpoint shares (`Core::commit`): it is
-//! copied when an event changes it, not at every commit.
+//! copied when an event changes it, not at every commit. The ends it keeps,
+//! which grow with the jobs that end, are not in it but among the
+//! containers that log their changes ([`Ends`]).
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -36,7 +38,9 @@ use crate::job::{JobRequest, JobState, Link, Submission};
 use scored_proto::batch::Dependency;
 use scored_proto::command::reply::Value;
 
+mod ends;
 mod fields;
+pub(super) use ends::Ends;
 pub(super) use fields::batch_fields;
 use fields::entry_name;
 
@@ -196,11 +200,6 @@ pub(super) struct Backlog {
     ready: VecDeque<JobId>,
     /// Entries by the jobs they wait for.
     dependants: BTreeMap<JobId, Vec<JobId>>,
-    /// How the last [`OUTCOMES`] jobs ended (an array's under its id, once
-    /// all of it ended), with their owners, newest last.
-    outcomes: VecDeque<(JobId, u32, Outcome)>,
-    /// Jobs that ended without being admitted, newest last.
-    pub(super) ended: VecDeque<Rc<EndedEarly>>,
     /// Admissions were left for the next event ([`ADMIT_PER_EVENT`]).
     pub(super) more: bool,
 }
@@ -219,42 +218,16 @@ impl Backlog {
             .is_some_and(|(entry, k)| k >= entry.next && !entry.skipped.contains(&k))
     }
 
-    /// How a job that ended is known to have ended.
-    /// How a job that ended is known to have ended, with its owner.
-    fn outcome(&self, id: JobId) -> Option<(u32, &Outcome)> {
-        self.outcomes
-            .iter()
-            .rev()
-            .find(|(known, _, _)| *known == id)
-            .map(|(_, owner, outcome)| (*owner, outcome))
-    }
-
-    fn remember(&mut self, id: JobId, owner: u32, outcome: Outcome) {
-        if self.outcomes.len() == OUTCOMES {
-            self.outcomes.pop_front();
-        }
-        self.outcomes.push_back((id, owner, outcome));
-    }
-
     /// Whether nothing is in the backlog.
     pub(super) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
-    /// The ends kept, oldest first, for the snapshot.
-    pub(super) fn outcomes(&self) -> impl Iterator<Item = &(JobId, u32, Outcome)> {
-        self.outcomes.iter()
-    }
-
-    /// Puts back what the snapshot kept: the entries, the ends, and what
-    /// is derived from them (the ready entries in order, the dependants).
-    pub(super) fn restored(
-        entries: BTreeMap<JobId, Entry>,
-        outcomes: Vec<(JobId, u32, Outcome)>,
-    ) -> Backlog {
+    /// Puts back what the snapshot kept: the entries, and what is derived
+    /// from them (the ready entries in order, the dependants).
+    pub(super) fn restored(entries: BTreeMap<JobId, Entry>) -> Backlog {
         let mut backlog = Backlog {
             entries,
-            outcomes: outcomes.into(),
             ..Backlog::default()
         };
         let mut ready: Vec<(Tick, JobId)> = Vec::new();
@@ -408,7 +381,8 @@ impl Core {
         if told {
             let waits = waits.or_else(|| {
                 // Ended at once: say how.
-                self.backlog
+                self.logged
+                    .ends
                     .ended
                     .iter()
                     .rev()
@@ -493,7 +467,7 @@ impl Core {
                 return Ok((entry.cred.uid, None));
             }
         }
-        if let Some((owner, outcome)) = self.backlog.outcome(id) {
+        if let Some((owner, outcome)) = self.logged.ends.outcome(id) {
             return Ok((owner, Some(outcome.clone())));
         }
         if let Some(done) = self.logged.finished.iter().find(|done| done.job.id == id) {
@@ -542,11 +516,11 @@ impl Core {
         outcome: Outcome,
         now: Tick,
     ) -> Vec<(JobId, Outcome)> {
-        let backlog = self.backlog_mut();
-        let Some(first) = backlog.entry_of(id).map(|(entry, _)| entry.first()) else {
-            backlog.remember(id, owner, outcome.clone());
+        let Some(first) = self.backlog.entry_of(id).map(|(entry, _)| entry.first()) else {
+            self.logged.ends.remember(id, owner, outcome.clone());
             return vec![(id, outcome)];
         };
+        let backlog = Rc::make_mut(&mut self.backlog);
         let entry = backlog.entries.get_mut(&first).expect("found above");
         if admitted {
             entry.admitted = entry.admitted.saturating_sub(1);
@@ -573,7 +547,7 @@ impl Core {
             backlog.ready.push_back(first);
         }
         for (job, outcome) in &ends {
-            backlog.remember(*job, owner, outcome.clone());
+            self.logged.ends.remember(*job, owner, outcome.clone());
         }
         ends
     }
@@ -701,12 +675,7 @@ impl Core {
         if entry.n_waiting() == 0 {
             entry.request = None;
         }
-        if backlog.ended.len() == ENDED_KEPT {
-            backlog.ended.pop_front();
-        }
-        backlog
-            .ended
-            .push_back(Rc::new(EndedEarly { id, uid, fields }));
+        self.logged.ends.end_early(EndedEarly { id, uid, fields });
         let outcome = Outcome::Failure(format!("job {id} {reason}"));
         Some((id, false, uid, outcome))
     }
@@ -952,8 +921,8 @@ impl Core {
 
     /// A job's end from the journal, for a submission that depends on it.
     pub(super) fn known_end(&mut self, job: JobId, owner: u32, outcome: Outcome) {
-        if self.backlog.outcome(job).is_none() {
-            self.backlog_mut().remember(job, owner, outcome);
+        if self.logged.ends.outcome(job).is_none() {
+            self.logged.ends.remember(job, owner, outcome);
         }
     }
 
@@ -962,7 +931,7 @@ impl Core {
     pub fn knows(&self, id: JobId) -> bool {
         self.logged.jobs.contains_key(&id)
             || self.backlog.holds(id)
-            || self.backlog.ended.iter().any(|ended| ended.id == id)
+            || self.logged.ends.ended.iter().any(|ended| ended.id == id)
     }
 
     /// The jobs a submission depends on that the core cannot say how they
