@@ -304,8 +304,9 @@ impl Daemon {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    /// The daemon's own child processes, job processes or not.
-    pub fn children(&self) -> Vec<i32> {
+    /// The daemon's own child processes (its zygote, the jobs' keepers,
+    /// anything else), as the kernel lists them.
+    pub fn all_children(&self) -> Vec<i32> {
         std::fs::read_dir(format!("/proc/{}/task", self.pid()))
             .into_iter()
             .flatten()
@@ -315,6 +316,19 @@ impl Daemon {
                 text.split_whitespace()
                     .filter_map(|pid| pid.parse::<i32>().ok())
                     .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The daemon's child processes but its zygote (which forks the
+    /// jobs' keepers and lives as long as the daemon): the keepers of the
+    /// jobs, and processes it forks for itself (removers of large trees).
+    pub fn children(&self) -> Vec<i32> {
+        self.all_children()
+            .into_iter()
+            .filter(|pid| {
+                !std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|line| line.starts_with(b"scored zygote"))
             })
             .collect()
     }

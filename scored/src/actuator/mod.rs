@@ -43,19 +43,20 @@ pub mod cgroup;
 pub mod procfs;
 mod recover;
 mod snapshot;
-mod spawn;
+pub(crate) mod spawn;
 pub mod statedir;
 
 mod daemon;
 mod exec;
 mod failure;
+mod keepers;
 mod launch;
 mod reap;
 mod sample;
 mod stop;
 
 pub use daemon::{become_subreaper, check_handover, elevate_priority, seal_inherited_descriptors};
-use exec::{user_execs_in_flight, PendingExec};
+use exec::PendingExec;
 pub use failure::LaunchError;
 use launch::LaunchInProgress;
 pub use recover::input_job;
@@ -85,8 +86,6 @@ const POLL_INTERVAL: Duration = Duration::from_millis(1);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How recent a look for a job's descendants must be for a stop to trust it.
 const FRESH_DISCOVERY: Duration = Duration::from_millis(2);
-/// How often the alarm interrupts a blocking wait for stops.
-const ALARM_EVERY: Duration = Duration::from_millis(1);
 /// How often the state directory is checked (and healed) between launches.
 const STATE_DIR_CHECK: Duration = Duration::from_secs(1);
 /// The time one wakeup of the loop spends removing finished jobs' scratch
@@ -157,16 +156,13 @@ const ESCAPE_CHECK_EVERY: Duration = Duration::from_millis(100);
 const ESCAPE_TICKS: u64 = 2;
 
 /// Why an actuator cannot hand its processes over to the next image of an
-/// in-place restart now; the text is what the operator who asked for the
+/// in-place restart; the text is what the operator who asked for the
 /// restart is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HandoverError {
     /// This actuator holds no processes it could hand over (one that
     /// only records actions).
     Unsupported,
-    /// The job's processes are still being created: the launch's pipes
-    /// and plan cannot be taken over.
-    Launching(JobId),
 }
 
 impl std::fmt::Display for HandoverError {
@@ -175,10 +171,6 @@ impl std::fmt::Display for HandoverError {
             HandoverError::Unsupported => {
                 write!(f, "this actuator cannot hand its processes over")
             }
-            HandoverError::Launching(job) => write!(
-                f,
-                "job {job} is still being launched; restart once its processes exist"
-            ),
         }
     }
 }
@@ -276,6 +268,9 @@ pub struct ActuatorConfig {
     pub use_cgroups: bool,
     /// The descriptor limits (soft, hard) jobs get, when the daemon raised its own.
     pub job_nofile: Option<(u64, u64)>,
+    /// How long a keeper whose scored died waits for one to take its job
+    /// over before it ends the job (`--keeper-wait`).
+    pub keeper_wait: Duration,
 }
 
 /// The seam between the event loop and the operating system, so that the
@@ -314,10 +309,6 @@ pub trait Actuator {
     fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {
         Err(HandoverError::Unsupported)
     }
-    /// Creates the next batch of processes of launches still in progress
-    /// (a job of many processes is created a batch at a time between
-    /// events); `next_deadline` is now while one is due.
-    fn continue_launches(&mut self, _out: &mut Vec<Input>) {}
     /// Every job with a record here, and whether it has processes now
     /// (for the loop's recovery after a panic).
     fn known_jobs(&self) -> Vec<(JobId, bool)> {
@@ -328,29 +319,59 @@ pub trait Actuator {
     /// they report; `true`: forget the job's record as well. Reports of
     /// other jobs go to `out`.
     fn discard_jobs(&mut self, _jobs: &[(JobId, bool)], _out: &mut Vec<Input>) {}
-    /// Whether some job's processes are still being created (a batched
-    /// launch, which an in-place restart waits for).
-    fn launching(&self) -> bool {
-        false
-    }
-    /// Ends the ranks that their user stopped between fork and exec (an
-    /// in-place restart cannot hand them over and does not wait for them),
-    /// failing their jobs' launches.
-    fn end_stopped_execs(&mut self, _out: &mut Vec<Input>) {}
-    /// An in-place restart waits for the launches in progress (`true`),
-    /// or no longer does: meanwhile the launches of switched-out jobs go
-    /// on to their end too, each of their ranks stopped as it execs, so
-    /// that no launch waits for its job to be continued.
-    fn finish_launches(&mut self, _on: bool) {}
-    /// A descriptor that is readable while some rank between fork and
-    /// exec has something to report (its exec, or a failure); the loop
-    /// then calls `poll`.
+    /// A descriptor that is readable while some keeper has something to
+    /// say; the loop then calls `poll`.
     fn exec_watch_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+    /// What the inputs handed back so far caused is on disk: the keepers
+    /// may reap the ranks whose ends they reported.
+    fn recorded(&mut self) {}
+    /// The keepers (job, pid, start time) that said who they are since
+    /// the last call, for the daemon's state on disk.
+    fn fresh_keepers(&mut self) -> Vec<(u64, i32, u64)> {
+        Vec::new()
+    }
+    /// Every keeper (job, pid, start time), for a snapshot of the state.
+    fn keepers(&self) -> Vec<(u64, i32, u64)> {
+        Vec::new()
+    }
+    /// Takes over the processes of `jobs` from their keepers (a daemon
+    /// that died left them, or the image before an in-place restart); what
+    /// the core must hear of them (ends it missed, jobs whose keeper is
+    /// gone) goes to `out`.
+    fn take_over(&mut self, jobs: &[Adopt], out: &mut Vec<Input>) {
+        for adopt in jobs {
+            out.push(Input::ProcessesLost {
+                job: adopt.job,
+                reason: "its processes could not be taken over".into(),
+            });
+        }
+    }
 }
 
-/// A direct child: one rank.
+/// A job a new daemon holds as started, whose processes (if any) its
+/// keeper holds.
+#[derive(Debug, Clone)]
+pub struct Adopt {
+    /// The job.
+    pub job: JobId,
+    /// Its keeper, as recorded: pid and start time.
+    pub keeper: Option<(i32, u64)>,
+    /// Its owner.
+    pub uid: u32,
+    /// Its host slots.
+    pub slots: usize,
+    /// The stage it is at, and how many of that stage's ranks the core
+    /// has not seen end.
+    pub stage: usize,
+    /// See `stage`.
+    pub ranks_left: u32,
+    /// The core holds it as switched out (stopped or stopping).
+    pub switched_out: bool,
+}
+
+/// A rank, its keeper's unreaped child.
 #[derive(Debug, Clone, Copy)]
 struct Child {
     job: JobId,
@@ -358,6 +379,12 @@ struct Child {
     rank: u32,
     slot: usize,
     stopped: bool,
+    /// Its start time, which tells it from a process that later has its pid.
+    start: u64,
+    /// scored continued it and its keeper has not yet reported it
+    /// continued (or stopped since): the next continue reported is
+    /// scored's own, not one from outside.
+    cont_sent: bool,
 }
 
 /// A descendant that is not a direct child, held through a pidfd.
@@ -384,6 +411,8 @@ struct StopWait {
     since: Instant,
     /// The job's cgroup was asked to freeze: its being frozen confirms the stop.
     freezing: bool,
+    /// Its keeper, told to pause its launch, has not yet said it did.
+    pausing: bool,
 }
 
 /// How a switched-out job is held against SIGCONT from outside it.
@@ -450,9 +479,11 @@ struct JobProcs {
     /// Its launch failed (a rank could not exec, or took too long to):
     /// reported once, and the rest is being killed.
     launch_failed: bool,
-    /// Its ranks between fork and exec whose report is still awaited (at
-    /// most [`EXEC_WINDOW`]).
+    /// Its ranks between fork and exec whose report is still awaited.
     execs_in_flight: usize,
+    /// Its keeper is gone, for this reason: once its processes are gone
+    /// the job ends lost.
+    lost: Option<String>,
 }
 
 /// The actuator of real processes: what it knows of each job's ranks and
@@ -491,23 +522,13 @@ pub struct OsActuator {
     ignored_signals: Option<u64>,
     /// Ranks between fork and exec, by pid.
     execs: HashMap<i32, PendingExec>,
-    /// An epoll set of their report pipes, which the event loop watches
+    /// An epoll set of the keepers' links, which the event loop watches
     /// as one source (`Actuator::exec_watch_fd`).
     exec_watch: OwnedFd,
+    /// The keepers of the jobs, and the zygote that makes them.
+    keepers: keepers::Keepers,
     /// Where every timeout and deadline of the actuator reads the time.
     clock: Box<dyn Clock>,
-    /// An in-place restart waits for the launches in progress: those of
-    /// switched-out jobs go on to their end as well (`finish_launches`).
-    finishing: bool,
-    /// Ranks of switched-out jobs let go on to their exec (continued
-    /// before it, or created since) while launches are finished: scored's
-    /// own continue, not one from outside; each is stopped as it execs.
-    released: BTreeSet<i32>,
-    /// Released ranks stopped at their exec whose stop is not yet seen.
-    restops: BTreeSet<i32>,
-    /// Switched-out jobs whose launch is being finished, and whether each
-    /// was thawed for it (it is frozen again once the launch is over).
-    settling: HashMap<JobId, bool>,
 }
 
 /// The time as the actuator reads it, so that its timeouts (a stop not
@@ -530,9 +551,13 @@ impl Clock for SystemClock {
 
 impl OsActuator {
     /// Prepares the actuator: the scratch root, the cgroup hierarchy, and the
-    /// CPU masks of the hosts.
-    pub fn new(config: ActuatorConfig, topology: &Topology) -> io::Result<OsActuator> {
-        OsActuator::prepare(config, topology, true, Box::new(SystemClock))
+    /// CPU masks of the hosts; its jobs' keepers are made by `zygote`.
+    pub fn new(
+        config: ActuatorConfig,
+        topology: &Topology,
+        zygote: Option<crate::keeper::zygote::Zygote>,
+    ) -> io::Result<OsActuator> {
+        OsActuator::prepare(config, topology, Box::new(SystemClock), zygote)
     }
 
     /// `new`, reading the time from `clock` for every timeout.
@@ -541,16 +566,17 @@ impl OsActuator {
         topology: &Topology,
         clock: Box<dyn Clock>,
     ) -> io::Result<OsActuator> {
-        OsActuator::prepare(config, topology, true, clock)
+        OsActuator::prepare(config, topology, clock, None)
     }
 
-    /// `new`, with a fresh cgroup hierarchy only when `fresh` (an in-place
-    /// restart adopts the one in use instead), reading the time from `clock`.
+    /// `new`, reading the time from `clock`. The cgroup hierarchy is that
+    /// of the state directory, made or found: the jobs a dead daemon (or
+    /// the image before an in-place restart) left in it are taken over.
     fn prepare(
         config: ActuatorConfig,
         topology: &Topology,
-        fresh: bool,
         clock: Box<dyn Clock>,
+        zygote: Option<crate::keeper::zygote::Zygote>,
     ) -> io::Result<OsActuator> {
         // SIGALRM bounds the blocking wait for stops (`await_stops`).
         sys::install_alarm_handler()?;
@@ -568,8 +594,8 @@ impl OsActuator {
             }
             hosts.push((host.name.clone(), mask));
         }
-        let cgroups = if fresh && config.use_cgroups && daemon_uid == 0 {
-            Cgroups::create(std::process::id(), &config.state_dir)
+        let cgroups = if config.use_cgroups && daemon_uid == 0 {
+            Cgroups::create(&config.state_dir)
         } else {
             None
         };
@@ -577,12 +603,12 @@ impl OsActuator {
             Some(cgroups) => {
                 tracing::info!(path = %cgroups.base().display(), "jobs are held in cgroups")
             }
-            None if fresh => {
+            None => {
                 tracing::info!("no cgroup hierarchy in use; descendants are found through /proc")
             }
-            None => {}
         }
         let removals = state.unfinished_removals().into();
+        let keepers = keepers::Keepers::new(zygote, state.keepers_path(), config.keeper_wait);
         Ok(OsActuator {
             config,
             hosts,
@@ -605,10 +631,7 @@ impl OsActuator {
             ignored_signals: sys::ignored_signals(),
             execs: HashMap::new(),
             exec_watch: sys::epoll_create()?,
-            finishing: false,
-            released: BTreeSet::new(),
-            restops: BTreeSet::new(),
-            settling: HashMap::new(),
+            keepers,
         })
     }
 
@@ -632,57 +655,32 @@ impl Actuator for OsActuator {
         self.discard(jobs, out);
     }
 
-    fn launching(&self) -> bool {
-        self.jobs.values().any(|procs| procs.launch.is_some())
-            || !self.execs.is_empty()
-            || !self.restops.is_empty()
-            || !self.settling.is_empty()
-    }
-
-    fn finish_launches(&mut self, on: bool) {
-        OsActuator::finish_launches(self, on);
-    }
-
     fn exec_watch_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.exec_watch.as_raw_fd())
     }
 
-    fn end_stopped_execs(&mut self, out: &mut Vec<Input>) {
-        OsActuator::end_stopped_execs(self, out);
+    fn recorded(&mut self) {
+        self.acknowledge_ends();
+    }
+
+    fn fresh_keepers(&mut self) -> Vec<(u64, i32, u64)> {
+        std::mem::take(&mut self.keepers.fresh)
+    }
+
+    fn keepers(&self) -> Vec<(u64, i32, u64)> {
+        self.keepers.identities()
     }
 
     fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {
-        // A launch in progress holds pipes and a plan that the new image
-        // could not take over; it lasts a few seconds at most.
-        if let Some(job) = self
-            .jobs
-            .iter()
-            .find_map(|(job, procs)| procs.launch.as_ref().map(|_| *job))
-        {
-            return Err(HandoverError::Launching(job));
-        }
-        // A rank between fork and exec: its report pipe cannot be taken
-        // over either; it lasts under a millisecond, or `EXEC_TIMEOUT`.
-        if let Some(pending) = self.execs.values().next() {
-            return Err(HandoverError::Launching(pending.job));
-        }
-        // A rank stopped at its exec, its stop not yet seen, or a job
-        // thawed for its launch and not yet frozen again.
-        let settling = self
-            .restops
-            .iter()
-            .find_map(|pid| self.children.get(pid).map(|child| child.job))
-            .or_else(|| self.settling.keys().next().copied());
-        if let Some(job) = settling {
-            return Err(HandoverError::Launching(job));
-        }
+        // The processes stay with their keepers, launches in progress
+        // included: the new image takes the keepers over as a daemon that
+        // takes over from a dead one does.
         Ok(self.snapshot())
     }
 
     fn poll(&mut self, now: Instant, out: &mut Vec<Input>) {
-        self.collect_exec_reports(out);
+        self.collect_keeper_events(out);
         self.expire_execs(now, out);
-        self.settle_launches(out);
         if now >= self.state_check_at {
             let _ = self.check_state_dir(out);
         }
@@ -701,17 +699,12 @@ impl Actuator for OsActuator {
                     .stop_wait
                     .as_ref()
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
-        }) || !self.restops.is_empty()
-            || !self.settling.is_empty();
-        let launching = self
-            .jobs
-            .values()
-            .any(|procs| procs.launch_due(&self.execs, self.finishing));
+        });
         let removing = self
             .removals
             .front()
             .is_some_and(|removal| !removal.is_large() || self.removers.len() < MAX_REMOVERS);
-        if launching || removing {
+        if removing {
             return Some(self.clock.now());
         }
         let poll = busy.then(|| self.clock.now() + POLL_INTERVAL);
@@ -727,13 +720,12 @@ impl Actuator for OsActuator {
         let exec = self
             .execs
             .iter()
-            .filter(|(pid, pending)| {
+            .filter(|(_, pending)| {
                 !pending.failed
-                    && (self.released.contains(pid)
-                        || !self
-                            .jobs
-                            .get(&pending.job)
-                            .is_some_and(|procs| procs.hold.switched_out))
+                    && !self
+                        .jobs
+                        .get(&pending.job)
+                        .is_some_and(|procs| procs.hold.switched_out)
             })
             .map(|(_, pending)| pending.deadline)
             .min();
@@ -750,10 +742,6 @@ impl Actuator for OsActuator {
 
     fn spawn(&mut self, plan: &LaunchPlan, stdio: Option<&JobStdio>, out: &mut Vec<Input>) {
         self.begin_launch(plan, stdio, out);
-    }
-
-    fn continue_launches(&mut self, out: &mut Vec<Input>) {
-        self.run_due_launches(out);
     }
 
     fn stop(&mut self, job: JobId, out: &mut Vec<Input>) {
@@ -787,6 +775,10 @@ impl Actuator for OsActuator {
     fn kill_everything(&mut self) {
         self.kill_all_jobs();
     }
+
+    fn take_over(&mut self, jobs: &[Adopt], out: &mut Vec<Input>) {
+        self.take_over_jobs(jobs, out);
+    }
 }
 
 #[cfg(test)]
@@ -795,10 +787,6 @@ mod tests {
 
     #[test]
     fn a_refused_handover_says_why_in_the_operators_words() {
-        assert_eq!(
-            HandoverError::Launching(JobId(42)).to_string(),
-            "job 42 is still being launched; restart once its processes exist"
-        );
         assert_eq!(
             HandoverError::Unsupported.to_string(),
             "this actuator cannot hand its processes over"

@@ -188,44 +188,11 @@ impl<A: Actuator> Daemon<A> {
     /// is a new image and this function does not return; on failure the
     /// daemon carries on unchanged and says why.
     ///
-    /// While a job's processes are still being created a batch at a time
-    /// (its pipes and plan cannot be handed over), the restart waits for
-    /// the launch to finish, up to [`LAUNCH_WAIT`]; it is retried after
-    /// each event meanwhile. The launch of a job switched out (suspended,
-    /// held, or out of its slice) goes on to its end meanwhile, its ranks
-    /// stopped as they exec, so that it is handed over stopped as any
-    /// switched-out job. Ranks that their user stopped before their exec
-    /// are not waited for: they are killed and their launch fails. A
-    /// launch that does not finish by then makes the restart fail with
-    /// that reason.
+    /// Nothing is waited for: the jobs' processes, those being created
+    /// included, stay with their keepers, which the new image takes over.
     pub(super) fn restart_in_place(&mut self, requester: Option<(Token, bool)>) {
-        if self.actuator.launching() {
-            // Ranks their users keep stopped before their exec would hold
-            // the restart up as long as they like: they are ended.
-            let mut inputs = Vec::new();
-            self.actuator.end_stopped_execs(&mut inputs);
-            if !inputs.is_empty() {
-                self.feed(inputs);
-            }
-        }
-        if self.actuator.launching() {
-            self.actuator.finish_launches(true);
-            let since = match self.recovery.restart_wait {
-                Some(since) => since,
-                None => {
-                    tracing::info!("the restart waits for a launch to finish");
-                    *self.recovery.restart_wait.insert(Instant::now())
-                }
-            };
-            if since.elapsed() < LAUNCH_WAIT {
-                self.pending_restart = Some(requester);
-                return;
-            }
-        }
-        self.recovery.restart_wait = None;
         let asked = Instant::now();
         let Err(reason) = self.hand_over(requester);
-        self.actuator.finish_launches(false);
         tracing::error!(%reason, elapsed_us = asked.elapsed().as_micros() as u64, "in-place restart failed; carrying on");
         if let Some((token, json)) = requester {
             if let Some(conn) = self.connections.get_mut(&token) {
@@ -421,9 +388,6 @@ impl<A: Actuator> Daemon<A> {
         Err(format!("cannot execute {}: {error}", setup.exe.display()))
     }
 }
-
-/// How long an in-place restart waits for launches in progress.
-const LAUNCH_WAIT: Duration = Duration::from_secs(10);
 
 /// The listening socket an earlier image of this process handed over.
 pub fn adopt_listener(fd: RawFd) -> io::Result<std::os::unix::net::UnixListener> {
