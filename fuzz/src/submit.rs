@@ -303,6 +303,8 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
         .map(|_| reader.u32() as i32)
         .collect();
     let pmi_ranks = reader.u32() % 256;
+    let pmix_namespace =
+        reader.option(|reader| String::from_utf8_lossy(reader.wire().as_bytes()).into_owned());
     Submit {
         stages,
         joiner,
@@ -317,5 +319,6 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
         closed_stdio,
         fds,
         pmi_ranks,
+        pmix_namespace,
     }
 }

@@ -11,6 +11,15 @@
 //! One bad client never takes the daemon down: a malformed or oversized
 //! frame gets an error reply and closes that connection only.
 //!
+//! No descriptor a user handed over is closed here, nor asked anything
+//! of its file system or peer: the last close of a lingering TCP socket or
+//! of a FUSE file sleeps for as long as its owner likes. Every descriptor
+//! received is a [`closer::UserFd`] from the moment it arrives, and every
+//! client's socket (whose unread messages may carry more) is let go of
+//! through [`closer::discard`]; both go to the closer process
+//! (`crate::closer`), which closes them where a stall hurts no one. A new
+//! surface that takes descriptors from users does the same.
+//!
 //! What may still hold the loop, and what bounds it:
 //! - confirming a switch's stops (`Actuator::await_stops`): a wait in
 //!   `wait4` for each stopping rank, bounded by an interval timer and
@@ -61,6 +70,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::actuator::Actuator;
+use crate::closer;
 use crate::journal::Journal;
 use scored_core::core::{Action, Core, Input, Notice};
 use scored_core::ids::Tick;
@@ -92,6 +102,8 @@ const SIGNALS: Token = Token(1);
 /// The actuator's set of exec reports (`Actuator::exec_watch_fd`); far
 /// above the client tokens, which count up from `FIRST_CLIENT`.
 const EXEC_REPORTS: Token = Token(usize::MAX - 1);
+/// The closer's socket (`crate::closer`): its reports, and room to send.
+const CLOSER: Token = Token(usize::MAX - 2);
 const FIRST_CLIENT: usize = 2;
 
 /// How long the loop waits, right after sending SIGSTOP, for the stops to
@@ -237,6 +249,8 @@ pub struct Daemon<A: Actuator> {
     plain_connections: usize,
     /// Connections holding part of a request, for the request timeout.
     partial: HashMap<Token, Instant>,
+    /// The closer's socket as registered with the poll.
+    closer_watched: Option<(std::os::fd::RawFd, u64)>,
     /// The core before the current event, to recover from a panic.
     recovery: recovery::Recovery,
     /// The console command the hook panics after, applied in this
@@ -356,6 +370,7 @@ impl<A: Actuator> Daemon<A> {
             per_user: HashMap::new(),
             plain_connections: 0,
             partial: HashMap::new(),
+            closer_watched: None,
             recovery: recovery::Recovery::default(),
             panic_after: None,
             console_asks: VecDeque::new(),
@@ -398,7 +413,13 @@ impl<A: Actuator> Daemon<A> {
         let mut events = Events::with_capacity(256);
         self.recovery.event_done(&mut self.core);
         while !self.exiting {
+            // What was let go of in the last round goes to the closer
+            // before the loop sleeps.
+            self.watch_closer();
             let mut deadline = self.core.next_deadline().map(|tick| self.instant(tick));
+            if let Some(restart) = closer::next_deadline() {
+                deadline = Some(deadline.map_or(restart, |other| other.min(restart)));
+            }
             if let Some(actuator) = self.actuator.next_deadline() {
                 deadline = Some(deadline.map_or(actuator, |core| core.min(actuator)));
             }
@@ -446,6 +467,10 @@ impl<A: Actuator> Daemon<A> {
                     // Read by `actuator.poll` in the `Deadline` event that
                     // follows every wakeup.
                     EXEC_REPORTS => None,
+                    CLOSER => {
+                        closer::flush();
+                        None
+                    }
                     token => Some(Event::Client(token)),
                 })
                 .collect();
@@ -739,6 +764,29 @@ impl<A: Actuator> Daemon<A> {
         }
     }
 
+    /// Sends the closer what was let go of, and watches its socket (a new
+    /// one, if the closer was started again).
+    fn watch_closer(&mut self) {
+        closer::flush();
+        let socket = closer::socket();
+        if socket == self.closer_watched {
+            return;
+        }
+        self.closer_watched = None;
+        if let Some((fd, generation)) = socket {
+            // Edge-triggered: readable when it reports, writable when a
+            // full socket has room again.
+            match self.poll.registry().register(
+                &mut SourceFd(&fd),
+                CLOSER,
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                Ok(()) => self.closer_watched = Some((fd, generation)),
+                Err(error) => tracing::warn!(%error, "cannot watch the closer's socket"),
+            }
+        }
+    }
+
     /// Ends the loop once nothing has been there for the idle time: no
     /// job (running, stopped or waiting for its hosts) and no connection
     /// (a scrun waiting for admission, an idle console). Anything present
@@ -776,6 +824,14 @@ impl<A: Actuator> Daemon<A> {
             std::thread::sleep(Duration::from_millis(1));
         }
         self.actuator.kill_everything();
+        // Clients that connected and were never accepted may have sent
+        // descriptors: the listener's last close, which drops them, is
+        // the closer's (this copy goes there; the loop's own is then not
+        // the last).
+        match self.listener.as_fd().try_clone_to_owned() {
+            Ok(copy) => closer::discard(copy, u32::MAX),
+            Err(error) => tracing::warn!(%error, "cannot hand the listening socket to the closer"),
+        }
         if let Err(error) = std::fs::remove_file(&self.config.socket) {
             if error.kind() != io::ErrorKind::NotFound {
                 tracing::warn!(path = %self.config.socket.display(), %error, "cannot remove the socket");

@@ -46,6 +46,10 @@ pub struct Handover {
     /// The journal's recent ended records (`jobs all`), if it keeps one.
     #[serde(default)]
     pub journal_recent: Option<Vec<serde_json::Value>>,
+    /// The closer of users' descriptors: its socket, kept open across the
+    /// execve, and what it had not yet been sent (see `crate::closer`).
+    #[serde(default)]
+    pub closer: Option<crate::closer::CloserSnapshot>,
 }
 
 /// The event loop's part.
@@ -97,6 +101,9 @@ pub struct ConnectionSnapshot {
     /// not yet taken by a rank (-1 for a taken one).
     #[serde(default)]
     pub pmi: (usize, Vec<RawFd>),
+    /// The PMIx namespace of the job's ranks, if any.
+    #[serde(default)]
+    pub pmix: Option<String>,
     /// A job was submitted on it.
     pub submitted: bool,
     /// Close once the output is written.

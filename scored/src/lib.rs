@@ -20,6 +20,7 @@ compile_error!(
 );
 
 pub mod actuator;
+pub mod closer;
 pub mod config;
 pub mod durable;
 pub mod evloop;

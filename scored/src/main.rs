@@ -12,6 +12,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use scored::actuator::{self, ActuatorConfig, OsActuator};
+use scored::closer;
 use scored::config::{self, Flags, Settings};
 use scored::evloop::{self, Daemon, LoopConfig, RestartSetup};
 use scored::journal::Journal;
@@ -24,6 +25,9 @@ use scored_proto::units::CpuSet;
 use scored_proto::{exitcode, paths};
 
 fn main() {
+    if closer::invoked_as_closer() {
+        std::process::exit(closer::serve_inherited());
+    }
     let code = match run() {
         Ok(()) => exitcode::OK,
         Err(message) => {
@@ -128,11 +132,13 @@ fn run() -> Result<(), String> {
         println!("{}", scored::version::version());
         return Ok(());
     }
+    let mut closer_handed_over = None;
     let resumed = match &resume {
         Some(path) => {
-            let handover =
+            let mut handover =
                 handover::read(path).map_err(|error| format!("cannot take over: {error}"))?;
             let _ = std::fs::remove_file(path);
+            closer_handed_over = Some(handover.closer.take().unwrap_or_default());
             Some(handover)
         }
         None => None,
@@ -214,6 +220,14 @@ fn run() -> Result<(), String> {
     };
 
     let fd_limits = evloop::raise_fd_limit();
+    // Before anything a user hands over can arrive: the loop lets go of
+    // users' descriptors only through the closer (with the daemon's
+    // raised descriptor limit, and before its real-time priority).
+    match closer_handed_over {
+        Some(snapshot) => closer::resume(snapshot),
+        None => closer::start(),
+    }
+    .map_err(|error| format!("cannot start the closer of users' descriptors: {error}"))?;
     // Everything that can fail comes before the socket exists, so that a
     // failed start leaves no socket behind.
     let actuator_config = ActuatorConfig {
@@ -313,6 +327,7 @@ fn run() -> Result<(), String> {
         scored::durable::remove(&state_dir);
     }
     instance::release(&state_dir);
+    closer::finish();
     result
 }
 

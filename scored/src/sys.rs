@@ -813,6 +813,49 @@ pub fn own_received_descriptor(fd: RawFd) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
+/// Forks a child that only exits (`_exit(0)`), closing by its exit every
+/// descriptor it inherited: the closer's way to let go of descriptors
+/// users handed over (see `crate::closer`). An exiting process never
+/// lingers on a socket (the kernel skips `SO_LINGER` for a task that is
+/// exiting), and whatever else a last close waits for (a FUSE server's
+/// answer to FLUSH) holds only this child. Safe in any process: the child
+/// makes one system call.
+pub fn fork_exiter() -> io::Result<i32> {
+    // SAFETY: the child calls only `_exit`, which is async-signal-safe and
+    // takes no lock, so it is sound whatever the parent's threads hold.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        // SAFETY: `_exit` ends the child at once without running the
+        // parent's exit handlers or destructors.
+        0 => unsafe { libc::_exit(0) },
+        pid => Ok(pid),
+    }
+}
+
+/// The device, inode and mode of the file behind `fd`, as the kernel has
+/// them cached (`statx` with `AT_STATX_DONT_SYNC`): a file system that asks
+/// a server for attributes (FUSE, NFS) is not asked, so that a descriptor a
+/// user handed over cannot make the caller wait for its server.
+///
+/// Not for use between fork and exec.
+pub fn cached_identity(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<(u64, u64, u32)> {
+    // SAFETY: an all-zero statx is a valid value for the kernel to fill.
+    let mut stat: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open for the call, the path is an empty C string
+    // (AT_EMPTY_PATH: the descriptor itself) and `stat` is valid for writing.
+    cvt(unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC,
+            libc::STATX_TYPE | libc::STATX_INO,
+            &mut stat,
+        )
+    } as libc::c_long)?;
+    let dev = libc::makedev(stat.stx_dev_major, stat.stx_dev_minor);
+    Ok((dev, stat.stx_ino, u32::from(stat.stx_mode)))
+}
+
 /// Makes `command`'s child run at SCHED_FIFO `priority` (reset on fork)
 /// from before its exec; where that is refused it runs at normal priority.
 /// Not for use between fork and exec.

@@ -52,7 +52,7 @@ options:
   -time=DUR        run-time estimate and limit, such as 90s or 2h (ended at DUR, exit 76)
   -stat            print the job's accounting to stderr at exit
   -pty             give rank 0 a pseudo-terminal as its controlling terminal
-  -mpi=MODE        the ranks' PMI for MPI: auto (default), pmi1, pmi2 or none
+  -mpi=MODE        the ranks' PMI for MPI: auto (default), pmix, pmi1, pmi2 or none
   -scored=PATH     the daemon's socket (default: SCORED_SOCKET, then the standard path)
   -reattach=DUR    if scored dies, wait this long for it to come back (default 60s; 0: do not)
   -verbose, -v     say when a private scored is started
@@ -710,17 +710,17 @@ fn parse_time(setting: &Setting) -> Result<u64, UsageError> {
         .map_err(|error| invalid("time", setting, error.to_string()))
 }
 
-/// `mpi=auto|pmi1|pmi2|none`.
+/// `mpi=auto|pmix|pmi1|pmi2|none`.
 fn parse_mpi(setting: &Setting) -> Result<Mode, UsageError> {
     let value = required("mpi", "pmi2", setting)?;
-    [Mode::Auto, Mode::Pmi1, Mode::Pmi2, Mode::None]
+    [Mode::Auto, Mode::Pmix, Mode::Pmi1, Mode::Pmi2, Mode::None]
         .into_iter()
         .find(|mode| mode.name() == value)
         .ok_or_else(|| {
             invalid(
                 "mpi",
                 setting,
-                format!("{} is not auto, pmi1, pmi2 or none", quote(value)),
+                format!("{} is not auto, pmix, pmi1, pmi2 or none", quote(value)),
             )
         })
 }

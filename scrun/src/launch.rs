@@ -14,12 +14,15 @@ use std::path::{Path, PathBuf};
 
 use scored_proto::client::{self, Connection, SocketSource};
 use scored_proto::exitcode;
-use scored_proto::proto::Request;
+use scored_proto::proto::{Request, WireBytes};
 use scrun::cli::Invocation;
+use scrun::pmi::pmix::OPENMPI_DIRECT_LAUNCH;
+use scrun::pmi::Mode;
 
 use crate::caller::Caller;
 use crate::error::{chain, Fatal};
 use crate::pmi_server::PmiServer;
+use crate::pmix_server::PmixServer;
 use crate::report::Final;
 use crate::session::{self, PtySide};
 use crate::signals::Signals;
@@ -52,7 +55,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
     let caller = crate::caller::read();
     // The request is built first, so that a job too large to send never
     // starts a private daemon.
-    let request = match crate::submit::build(invocation, &caller) {
+    let mut request = match crate::submit::build(invocation, &caller) {
         Ok(request) => request,
         Err(fatal) => return report_fatal(&fatal),
     };
@@ -90,6 +93,15 @@ pub fn run(invocation: &Invocation) -> Outcome {
     } else {
         None
     };
+    // With PMIx, libpmix's server in this process (started after the
+    // private daemon, if any: libpmix runs a thread of its own), and its
+    // variables in every rank's environment. `auto` does without it where
+    // it cannot be had.
+    let pmix = match start_pmix(invocation, &mut request) {
+        Ok(pmix) => pmix,
+        Err(fatal) => return report_fatal(&fatal),
+    };
+    let mut pmix = pmix;
     // With PMI, one socketpair per rank of each stage: the ranks' ends go
     // with the submission, scrun serves the others until the job ends.
     let pmi_ranks = match &request {
@@ -137,6 +149,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
                 pmi_ranks: submit.pmi_ranks,
                 stages: submit.stages.len() as u32,
                 pty: submit.options.pty,
+                pmix_namespace: submit.pmix_namespace.clone(),
             },
             _ => scored_proto::proto::Reattach {
                 job: 0,
@@ -146,6 +159,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
                 pmi_ranks: 0,
                 stages: 0,
                 pty: false,
+                pmix_namespace: None,
             },
         },
         rank_ends,
@@ -166,6 +180,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
                     invocation.options.stat,
                     Some(&mut side),
                     pmi.as_mut(),
+                    pmix.as_mut(),
                     &mut rejoin,
                     window,
                     verbose,
@@ -181,6 +196,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
                 invocation.options.stat,
                 None,
                 pmi.as_mut(),
+                pmix.as_mut(),
                 &mut rejoin,
                 window,
                 verbose,
@@ -201,6 +217,58 @@ pub fn run(invocation: &Invocation) -> Outcome {
         code: end.code,
         reraise: end.reraise,
     }
+}
+
+/// Starts the job's PMIx server if `-mpi=` asks for one and the job's
+/// rank count is known, and puts into `request` what its ranks need: the
+/// server's variables (replacing any `PMIX_*` of an outer launcher) and
+/// the namespace. `-mpi=pmix` without libpmix is an error (status 69);
+/// `auto` then serves PMI-1 and PMI-2 alone (and says so with `-verbose`).
+fn start_pmix(invocation: &Invocation, request: &mut Request) -> Result<Option<PmixServer>, Fatal> {
+    let ranks = crate::submit::pmix_ranks(invocation)?;
+    if ranks == 0 {
+        return Ok(None);
+    }
+    let (server, launch) = match PmixServer::create(ranks, invocation.stages.len()) {
+        Ok(started) => started,
+        Err(why) if invocation.options.mpi == Mode::Pmix => {
+            return Err(Fatal::new(
+                exitcode::UNREACHABLE,
+                format!("-mpi=pmix: {why}"),
+            ))
+        }
+        Err(why) => {
+            if invocation.options.verbose {
+                session::say(&format!(
+                    "no PMIx for this job, PMI-1 and PMI-2 only: {why}"
+                ));
+            }
+            return Ok(None);
+        }
+    };
+    if let Request::Submit { submit, .. } = request {
+        submit
+            .env
+            .retain(|(key, _)| !key.as_bytes().starts_with(b"PMIX_"));
+        submit.env.extend(
+            launch
+                .env
+                .iter()
+                .map(|(key, value)| (WireBytes::from_os(key), WireBytes::from_os(value))),
+        );
+        for (key, value) in OPENMPI_DIRECT_LAUNCH {
+            if !submit
+                .env
+                .iter()
+                .any(|(name, _)| name.as_bytes() == key.as_bytes())
+            {
+                submit.env.push((key.into(), value.into()));
+            }
+        }
+        submit.pmix_namespace = Some(launch.namespace);
+    }
+    crate::submit::check_size(request)?;
+    Ok(Some(server))
 }
 
 /// The daemon scrun reached: a socket, or the user's private daemon

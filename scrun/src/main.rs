@@ -13,6 +13,8 @@ mod caller;
 mod error;
 mod launch;
 mod pmi_server;
+mod pmix_server;
+mod pmix_sys;
 mod report;
 mod session;
 mod signals;

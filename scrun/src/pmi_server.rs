@@ -12,12 +12,16 @@
 //! by [`MAX_UNREAD`].
 #![forbid(unsafe_code)]
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::poll::PollFlags;
 use nix::sys::socket::{self, AddressFamily, MsgFlags, SockFlag, SockType};
+use std::rc::Rc;
+
+use scrun::pmi::names::Names;
 use scrun::pmi::{Effect, Mode, World};
 
 /// The most bytes one read takes from a rank.
@@ -88,8 +92,12 @@ impl PmiServer {
                 rank_ends.push(client);
             }
         }
+        let names = Rc::new(RefCell::new(Names::new()));
         let worlds = (0..stages)
-            .map(|stage| World::new(ranks, format!("scrun_{pid}_{stage}"), mode))
+            .map(|stage| {
+                World::new(ranks, format!("scrun_{pid}_{stage}"), mode)
+                    .sharing_names(Rc::clone(&names), stage)
+            })
             .collect();
         Ok((
             PmiServer {

@@ -27,6 +27,7 @@ use scored_proto::proto::{Reply, Request};
 
 use crate::error::describe_io;
 use crate::pmi_server::PmiServer;
+use crate::pmix_server::PmixServer;
 use crate::report::{final_report, lost_connection, Final};
 use crate::signals::{exit_status, is_terminating, Signals};
 use crate::terminal::{in_foreground, RawMode, Relay};
@@ -628,6 +629,7 @@ pub fn run(
     stat: bool,
     mut pty: Option<&mut PtySide>,
     mut pmi: Option<&mut PmiServer>,
+    mut pmix: Option<&mut PmixServer>,
     reconnect: &mut dyn Reconnect,
     window: Duration,
     verbose: bool,
@@ -642,6 +644,7 @@ pub fn run(
             session.reads_output(),
             pty.as_deref_mut(),
             pmi.as_deref_mut(),
+            pmix.as_deref_mut(),
         ) {
             Ok(events) => events,
             Err(end) => return end,
@@ -664,7 +667,11 @@ pub fn run(
                         side.started = true;
                         side.sync_raw();
                     }
-                    Event::Signal(Signal::SIGCONT) => side.sync_raw(),
+                    Event::Signal(Signal::SIGCONT) => {
+                        side.relay.continued();
+                        side.sync_raw();
+                    }
+                    Event::Signal(signal) if is_terminating(*signal) => side.relay.interrupted(),
                     _ => {}
                 }
             }
@@ -724,6 +731,7 @@ pub fn run(
                     }
                     Action::Finish(end) => {
                         if let Some(side) = pty.as_deref_mut() {
+                            side.relay.job_ended();
                             give_back_typed(side);
                             drain_pty(&mut side.relay);
                         }
@@ -779,7 +787,13 @@ fn wait(
     read_output: bool,
     pty: Option<&mut PtySide>,
     pmi: Option<&mut PmiServer>,
+    pmix: Option<&mut PmixServer>,
 ) -> Result<Vec<Event>, Final> {
+    let hold = pty.as_deref().and_then(|side| side.relay.hold_deadline());
+    let deadline = match (deadline, hold) {
+        (Some(deadline), Some(hold)) => Some(deadline.min(hold)),
+        (deadline, hold) => deadline.or(hold),
+    };
     let timeout = match deadline {
         None => PollTimeout::NONE,
         Some(deadline) => {
@@ -790,7 +804,7 @@ fn wait(
         }
     };
     let relay = pty.map(|side| &mut side.relay);
-    let (connection_ready, signals_ready, master_ready, stdin_ready, pmi_ready) = {
+    let (connection_ready, signals_ready, master_ready, stdin_ready, pmi_ready, pmix_ready) = {
         let stdin = io::stdin();
         // While scored is away there is no connection to poll: the
         // signalfd stands in its place, and its readiness counts once.
@@ -805,7 +819,7 @@ fn wait(
         let (mut master_idx, mut stdin_idx) = (None, None);
         if let Some(relay) = relay.as_deref() {
             let interest = relay.interest();
-            if relay.master_open() && read_output {
+            if relay.master_open() && read_output && !relay.holding() {
                 let mut flags = PollFlags::POLLIN;
                 if interest.master_out {
                     flags |= PollFlags::POLLOUT;
@@ -820,6 +834,10 @@ fn wait(
                 fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
             }
         }
+        let pmix_idx = pmix.as_deref().and_then(PmixServer::poll_fd).map(|fd| {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            fds.len() - 1
+        });
         let pmi_fds = pmi.as_deref().map(PmiServer::poll_fds).unwrap_or_default();
         let pmi_first = fds.len();
         fds.extend(
@@ -853,11 +871,14 @@ fn wait(
             master_idx.is_some_and(|idx| ready(&fds[idx])),
             stdin_idx.is_some_and(|idx| ready(&fds[idx])),
             pmi_ready,
+            pmix_idx.is_some_and(|idx| ready(&fds[idx])),
         )
     };
     let mut output_gone = false;
     if let Some(relay) = relay {
-        if master_ready {
+        // Signals first: relaying output may stop a background scrun (see
+        // `Relay::relay_output`), which must not keep it from a SIGTERM.
+        if master_ready && !signals_ready {
             relay.relay_output();
             relay.flush_typed();
             output_gone = relay.take_output_gone();
@@ -878,6 +899,14 @@ fn wait(
                     message: end.message,
                 });
             }
+        }
+    }
+    if let Some(server) = pmix.filter(|_| pmix_ready) {
+        if let Some(end) = server.service() {
+            events.push(Event::Pmi {
+                code: end.code,
+                message: end.message,
+            });
         }
     }
     if signals_ready {
@@ -927,8 +956,22 @@ fn note_broken(error: &io::Error) {
 
 /// Prints one `scrun:` line on stderr. A closed stderr is no reason to
 /// fail: the exit status still tells the story.
+///
+/// A background scrun whose stderr is its terminal with `tostop` is
+/// stopped by this write, as any program is; meanwhile SIGINT, SIGTERM and
+/// SIGHUP act as they would on that program, since a write the kernel
+/// stopped is restarted by the continue that comes with them and stops
+/// again before scrun could read them from its signalfd.
 pub fn say(line: &str) {
-    let _ = writeln!(io::stderr().lock(), "scrun: {line}");
+    let stderr = io::stderr();
+    let write = || {
+        let _ = writeln!(stderr.lock(), "scrun: {line}");
+    };
+    if crate::terminal::write_would_stop(stderr.as_fd()) {
+        crate::signals::stoppable(write);
+    } else {
+        write();
+    }
 }
 
 #[cfg(test)]

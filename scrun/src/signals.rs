@@ -77,6 +77,20 @@ impl AsFd for Signals {
     }
 }
 
+/// Runs `f` (a write that may stop scrun) with SIGINT, SIGTERM and SIGHUP
+/// unblocked, so that while it is stopped they act as on any program:
+/// blocked for the signalfd, they would wait behind a write that the
+/// continue restarts and that stops again.
+pub fn stoppable(f: impl FnOnce()) {
+    let mut set = SigSet::empty();
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(signal);
+    }
+    let _ = set.thread_unblock();
+    f();
+    let _ = set.thread_block();
+}
+
 /// Whether `signal` asks scrun to kill its job (and, a second time, to leave).
 pub fn is_terminating(signal: Signal) -> bool {
     matches!(

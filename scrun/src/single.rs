@@ -8,7 +8,18 @@
 //! `BASE/scored.sock`, and `BASE/scored-private/` (mode 0700) for its
 //! state directory and its log, where BASE is `$XDG_RUNTIME_DIR` when that
 //! variable names an absolute directory, else `/tmp/scored-UID` (made
-//! mode 0700 when missing). For a user other than root that socket is the
+//! mode 0700 when missing).
+//!
+//! BASE is the user's alone or it is refused, with what is wrong with it,
+//! as tmux refuses `/tmp/tmux-UID`: opened without following a link, it
+//! must belong to the user and be writable by no one else, and every
+//! directory above it must belong to root or the user and be writable by
+//! no one else unless sticky. Everything after is done through its
+//! handle (`mkdirat`, `openat` without following links, `fchmod`, the
+//! lock and the log on the private directory's handle), so that another
+//! user who could rename entries there (root's scrun in a directory that
+//! user controls, before this check) cannot swap one for a link and make
+//! scrun change or create something elsewhere. For a user other than root that socket is the
 //! default socket itself; root's default socket is the shared daemon's,
 //! so root's private daemon is found only after that one did not answer.
 //! `scored --single-user` exits by itself once it has had no job and no
@@ -29,10 +40,10 @@
 #![forbid(unsafe_code)]
 
 use std::ffi::OsStr;
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -130,29 +141,33 @@ pub fn connect(
         }
     }
     let uid = nix::unistd::geteuid().as_raw();
-    if !paths.base.is_dir() {
-        create_private_dir(&paths.base, uid).map_err(|error| {
-            unreachable(
-                format!("cannot create the directory {}", paths.base.display()),
-                Some(error),
-            )
-        })?;
-    }
-    let lock = lock_private_dir(&paths.dir, uid, signals).map_err(|failure| match failure {
-        LockFailure::Io(what, error) => unreachable(what, Some(error)),
-        LockFailure::TimedOut => unreachable(
-            format!(
-                "another scrun has been starting it for {}s (the lock of {} is held)",
-                LOCK_TIMEOUT.as_secs(),
-                paths.dir.display()
-            ),
-            None,
-        ),
-        LockFailure::Interrupted(signal) => Fatal::interrupted(
-            signal,
-            "interrupted while waiting for the private scored to start",
-        ),
+    let base = open_base(&paths.base, uid).map_err(|problem| match problem {
+        BaseProblem::Refused(what) => unreachable(what, None),
+        BaseProblem::Io(what, error) => unreachable(what, Some(error)),
     })?;
+    // From here on the paths name what the handle holds (its parent's
+    // links resolved), for the daemon and the messages.
+    let paths = &PrivatePaths {
+        socket: base.path.join("scored.sock"),
+        dir: base.path.join(DIR_NAME),
+        base: base.path.clone(),
+    };
+    let lock =
+        lock_private_dir(&base, &paths.dir, uid, signals).map_err(|failure| match failure {
+            LockFailure::Io(what, error) => unreachable(what, Some(error)),
+            LockFailure::TimedOut => unreachable(
+                format!(
+                    "another scrun has been starting it for {}s (the lock of {} is held)",
+                    LOCK_TIMEOUT.as_secs(),
+                    paths.dir.display()
+                ),
+                None,
+            ),
+            LockFailure::Interrupted(signal) => Fatal::interrupted(
+                signal,
+                "interrupted while waiting for the private scored to start",
+            ),
+        })?;
     // Another scrun may have started it while this one waited for the lock.
     match Connection::connect(&paths.socket) {
         Ok(connection) => return Ok(connection),
@@ -168,7 +183,7 @@ pub fn connect(
             ))
         }
     }
-    let started = start(paths, signals, verbose);
+    let started = start(paths, &*lock, signals, verbose);
     if started.is_err() {
         // Nothing of a failed start stays behind; the lock is still ours,
         // and whoever waits for it sees the directory gone and starts over.
@@ -236,12 +251,13 @@ impl StartFailure {
 /// Starts the daemon (the lock is held) and connects to it.
 fn start(
     paths: &PrivatePaths,
+    dir: &impl AsFd,
     signals: &Signals,
     verbose: bool,
 ) -> Result<Connection, StartFailure> {
     let state = paths.dir.join(STATE_NAME);
     let log_path = paths.log();
-    let log = open_log(&log_path).map_err(|error| {
+    let log = open_log(dir).map_err(|error| {
         StartFailure::Io(format!("cannot open the log {}", log_path.display()), error)
     })?;
     let log_again = log.try_clone().map_err(|error| {
@@ -330,6 +346,7 @@ enum LockFailure {
 /// Creates (if need be) and locks the private directory, retrying while
 /// another scrun holds it, and starting over if it was removed meanwhile.
 fn lock_private_dir(
+    base: &Base,
     dir: &Path,
     uid: u32,
     signals: &Signals,
@@ -342,16 +359,10 @@ fn lock_private_dir(
         )
     };
     loop {
-        create_private_dir(dir, uid).map_err(|error| cannot("create", error))?;
-        let fd = nix::fcntl::open(
-            dir,
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|errno| cannot("open", io::Error::from(errno)))?;
+        let fd = private_dir_at(&base.fd, uid).map_err(|error| cannot("create", error))?;
         match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => {
-                if names_locked_dir(dir, &*lock) {
+                if names_locked_dir(&base.fd, &*lock) {
                     return Ok(lock);
                 }
                 // Removed by a start that failed: take the new one.
@@ -369,39 +380,168 @@ fn lock_private_dir(
     }
 }
 
-/// Whether `dir` still names the directory `fd` has open.
-fn names_locked_dir(dir: &Path, fd: &impl AsFd) -> bool {
-    match (fs::symlink_metadata(dir), nix::sys::stat::fstat(fd)) {
-        (Ok(path), Ok(open)) => path.dev() == open.st_dev && path.ino() == open.st_ino,
+/// Whether the private directory's name in the base still names the
+/// directory `fd` has open.
+fn names_locked_dir(base: &impl AsFd, fd: &impl AsFd) -> bool {
+    let named = nix::sys::stat::fstatat(
+        base.as_fd(),
+        DIR_NAME,
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    );
+    match (named, nix::sys::stat::fstat(fd)) {
+        (Ok(path), Ok(open)) => path.st_dev == open.st_dev && path.st_ino == open.st_ino,
         _ => false,
     }
 }
 
-/// Makes `dir` a directory of the user's alone: creates it with mode
-/// 0700, or takes an existing one only if it is a real directory (not a
-/// link) owned by `uid`, and sets its mode to 0700 either way, whatever
-/// the umask.
-fn create_private_dir(dir: &Path, uid: u32) -> io::Result<()> {
-    match DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
-            let metadata = fs::symlink_metadata(dir)?;
-            if !metadata.file_type().is_dir() {
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    "it exists and is not a directory",
-                ));
-            }
-            if metadata.uid() != uid {
-                return Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!("it belongs to uid {}, not to uid {uid}", metadata.uid()),
-                ));
-            }
+/// The base directory of the private daemon, opened and checked.
+struct Base {
+    /// The directory; every later step is relative to it.
+    fd: OwnedFd,
+    /// Its path, with the links of its parent resolved.
+    path: PathBuf,
+}
+
+/// Why the base directory is refused.
+enum BaseProblem {
+    /// It is not the user's alone (the whole message).
+    Refused(String),
+    /// A system call failed: what, and the error.
+    Io(String, io::Error),
+}
+
+/// Opens the private daemon's base directory, as tmux checks
+/// `/tmp/tmux-UID`: made (mode 0700) when missing, then opened without
+/// following a link and taken only if it belongs to `uid` and no other
+/// user may write it; and every directory above it must belong to root
+/// or to `uid` and be writable by no other user (unless sticky, as
+/// `/tmp`), so that no one else can swap it for another. Nothing is
+/// followed or changed through a path another user controls.
+fn open_base(base: &Path, uid: u32) -> Result<Base, BaseProblem> {
+    let refused = |why: String| {
+        BaseProblem::Refused(format!("refusing the directory {}: {why}", base.display()))
+    };
+    let (Some(parent), Some(name)) = (base.parent(), base.file_name()) else {
+        return Err(refused("it is not a directory of its own".into()));
+    };
+    let parent = fs::canonicalize(parent)
+        .map_err(|error| BaseProblem::Io(format!("cannot resolve {}", parent.display()), error))?;
+    for dir in parent.ancestors() {
+        let metadata = fs::symlink_metadata(dir)
+            .map_err(|error| BaseProblem::Io(format!("cannot inspect {}", dir.display()), error))?;
+        if metadata.uid() != 0 && metadata.uid() != uid {
+            return Err(refused(format!(
+                "{} belongs to {}, not to you (uid {uid}) or root",
+                dir.display(),
+                owner_name(metadata.uid())
+            )));
         }
-        Err(error) => return Err(error),
+        let mode = metadata.mode();
+        if mode & 0o022 != 0 && mode & libc::S_ISVTX == 0 {
+            return Err(refused(format!(
+                "{} may be written by other users (mode {:04o}) and is not sticky",
+                dir.display(),
+                mode & 0o7777
+            )));
+        }
     }
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+    let parent_fd = nix::fcntl::open(
+        &parent,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| BaseProblem::Io(format!("cannot open {}", parent.display()), errno.into()))?;
+    match nix::sys::stat::mkdirat(&parent_fd, name, Mode::from_bits_truncate(0o700)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(errno) => {
+            return Err(BaseProblem::Io(
+                format!("cannot create the directory {}", base.display()),
+                errno.into(),
+            ))
+        }
+    }
+    let fd = nix::fcntl::openat(&parent_fd, name, PRIVATE_DIR_FLAGS, Mode::empty()).map_err(
+        |errno| match errno {
+            // With O_DIRECTORY a link fails as "not a directory": look again.
+            Errno::ELOOP | Errno::ENOTDIR => {
+                let link = nix::sys::stat::fstatat(
+                    &parent_fd,
+                    name,
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                )
+                .is_ok_and(|stat| stat.st_mode & libc::S_IFMT == libc::S_IFLNK);
+                refused(if link {
+                    "it is a symbolic link".into()
+                } else {
+                    "it is not a directory".into()
+                })
+            }
+            errno => BaseProblem::Io(format!("cannot open {}", base.display()), errno.into()),
+        },
+    )?;
+    let stat = nix::sys::stat::fstat(&fd).map_err(|errno| {
+        BaseProblem::Io(format!("cannot inspect {}", base.display()), errno.into())
+    })?;
+    if stat.st_uid != uid {
+        return Err(refused(format!(
+            "it belongs to {}, not to you (uid {uid})",
+            owner_name(stat.st_uid)
+        )));
+    }
+    if stat.st_mode & 0o022 != 0 {
+        return Err(refused(format!(
+            "other users may write it (mode {:04o})",
+            stat.st_mode & 0o7777
+        )));
+    }
+    Ok(Base {
+        fd,
+        path: parent.join(name),
+    })
+}
+
+/// `uid N (NAME)`, or `uid N` for a uid without a name.
+fn owner_name(uid: u32) -> String {
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(user)) => format!("uid {uid} ({})", user.name),
+        _ => format!("uid {uid}"),
+    }
+}
+
+/// Opening a directory: never through a link.
+const PRIVATE_DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// Makes the private directory in the base `base` a directory of the
+/// user's alone, through handles: creates it with mode 0700, or takes an
+/// existing one only if it is a real directory (not a link) owned by
+/// `uid`, and sets its mode to 0700 on the handle either way, whatever the
+/// umask. Returns it open.
+fn private_dir_at(base: &impl AsFd, uid: u32) -> io::Result<OwnedFd> {
+    match nix::sys::stat::mkdirat(base.as_fd(), DIR_NAME, Mode::from_bits_truncate(0o700)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(errno) => return Err(errno.into()),
+    }
+    let fd = nix::fcntl::openat(base.as_fd(), DIR_NAME, PRIVATE_DIR_FLAGS, Mode::empty()).map_err(
+        |errno| match errno {
+            Errno::ELOOP | Errno::ENOTDIR => io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "it exists and is not a directory",
+            ),
+            errno => errno.into(),
+        },
+    )?;
+    let owner = nix::sys::stat::fstat(&fd)?.st_uid;
+    if owner != uid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("it belongs to uid {owner}, not to uid {uid}"),
+        ));
+    }
+    nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(0o700))?;
+    Ok(fd)
 }
 
 /// Removes the private directory and what a failed start left in it.
@@ -417,17 +557,17 @@ fn remove_private_dir(dir: &Path) {
     }
 }
 
-/// Opens the daemon's log afresh, readable by the user only.
-fn open_log(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .mode(0o600)
-        .open(path)?;
-    file.set_permissions(fs::Permissions::from_mode(0o600))?;
-    Ok(file)
+/// Opens the daemon's log afresh in the private directory `dir`,
+/// readable by the user only.
+fn open_log(dir: &impl AsFd) -> io::Result<File> {
+    let fd = nix::fcntl::openat(
+        dir.as_fd(),
+        LOG_NAME,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )?;
+    nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(0o600))?;
+    Ok(File::from(fd))
 }
 
 /// What a daemon that failed said last: the line with scored's own
@@ -496,6 +636,8 @@ fn describe_status(status: ExitStatus) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]
@@ -535,23 +677,71 @@ mod tests {
         let base = std::env::temp_dir().join(format!("scrun-single-test.{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
         fs::create_dir(&base).unwrap();
-        let dir = base.join("private");
+        let base_fd = File::open(&base).unwrap();
+        let dir = base.join(DIR_NAME);
         let uid = nix::unistd::geteuid().as_raw();
         let old = nix::sys::stat::umask(Mode::from_bits_truncate(0o777));
-        let created = create_private_dir(&dir, uid);
+        let created = private_dir_at(&base_fd, uid);
         nix::sys::stat::umask(old);
         created.unwrap();
         assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
         // An existing one of ours is taken, and made private again.
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
-        create_private_dir(&dir, uid).unwrap();
+        let fd = private_dir_at(&base_fd, uid).unwrap();
         assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        assert!(names_locked_dir(&base_fd, &fd));
         // A symlink in its place is refused, not followed.
         fs::remove_dir(&dir).unwrap();
         std::os::unix::fs::symlink(&base, &dir).unwrap();
-        let error = create_private_dir(&dir, uid).unwrap_err();
+        let error = private_dir_at(&base_fd, uid).unwrap_err();
         assert_eq!(error.to_string(), "it exists and is not a directory");
+        assert!(!names_locked_dir(&base_fd, &fd));
         fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_base_that_is_not_the_users_alone_is_refused_saying_why() {
+        let top = std::env::temp_dir().join(format!("scrun-base-test.{}", std::process::id()));
+        let _ = fs::remove_dir_all(&top);
+        fs::create_dir(&top).unwrap();
+        fs::set_permissions(&top, fs::Permissions::from_mode(0o755)).unwrap();
+        let uid = nix::unistd::geteuid().as_raw();
+        let refusal = |base: &Path| match open_base(base, uid) {
+            Err(BaseProblem::Refused(why)) => why,
+            Err(BaseProblem::Io(what, error)) => panic!("{what}: {error}"),
+            Ok(_) => panic!("{} was taken", base.display()),
+        };
+        // Missing: made, mode 0700.
+        let made = top.join("made");
+        let base = open_base(&made, uid).unwrap_or_else(|_| panic!("not made"));
+        assert_eq!(base.path, fs::canonicalize(&made).unwrap());
+        assert_eq!(fs::metadata(&made).unwrap().mode() & 0o777, 0o700);
+        // Writable by others.
+        let open = top.join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(
+            refusal(&open),
+            format!(
+                "refusing the directory {}: other users may write it (mode 0777)",
+                open.display()
+            )
+        );
+        // A link, even to a directory of ours.
+        let link = top.join("link");
+        std::os::unix::fs::symlink(&made, &link).unwrap();
+        assert_eq!(
+            refusal(&link),
+            format!(
+                "refusing the directory {}: it is a symbolic link",
+                link.display()
+            )
+        );
+        // Below a directory other users may write.
+        let below = open.join("below");
+        assert!(refusal(&below)
+            .ends_with("may be written by other users (mode 0777) and is not sticky"));
+        fs::remove_dir_all(&top).unwrap();
     }
 
     #[test]

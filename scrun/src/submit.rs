@@ -48,16 +48,35 @@ pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal>
     Ok(request)
 }
 
-/// How many ranks of each stage get a PMI descriptor (`-mpi=`): each
-/// rank of a job whose rank count scrun knows (`-nodes=N`, `-nodes=NxM`)
-/// within [`proto::MAX_PMI_FDS`] in all; none with `-mpi=none`. The
-/// default `auto` quietly serves no PMI where it cannot; `pmi1` and
-/// `pmi2` say why.
+/// How many ranks of each stage get a PMI descriptor (`-mpi=auto`,
+/// `pmi1`, `pmi2`): each rank of a job whose rank count scrun knows
+/// (`-nodes=N`, `-nodes=NxM`) within [`proto::MAX_PMI_FDS`] in all; none
+/// with `-mpi=none` or `-mpi=pmix`. The default `auto` quietly serves no
+/// PMI where it cannot; `pmi1` and `pmi2` say why.
 pub fn pmi_ranks(invocation: &Invocation) -> Result<u32, Fatal> {
-    let mode = invocation.options.mpi;
-    if mode == Mode::None {
-        return Ok(0);
+    match invocation.options.mpi {
+        Mode::Auto | Mode::Pmi1 | Mode::Pmi2 => known_ranks(invocation),
+        Mode::Pmix | Mode::None => Ok(0),
     }
+}
+
+/// How many ranks of each stage a PMIx server registers (`-mpi=auto`,
+/// `pmix`): as for [`pmi_ranks`], and none with `pmi1`, `pmi2` or `none`.
+pub fn pmix_ranks(invocation: &Invocation) -> Result<u32, Fatal> {
+    match invocation.options.mpi {
+        // A rank alone is a world of one without a server: `auto` spares
+        // it the server's start.
+        Mode::Auto => known_ranks(invocation).map(|ranks| if ranks < 2 { 0 } else { ranks }),
+        Mode::Pmix => known_ranks(invocation),
+        Mode::Pmi1 | Mode::Pmi2 | Mode::None => Ok(0),
+    }
+}
+
+/// The rank count of each stage, if the job's PMI can serve it: 0 where
+/// it cannot and `-mpi=auto` leaves it at that, a usage error naming why
+/// for any other mode.
+fn known_ranks(invocation: &Invocation) -> Result<u32, Fatal> {
+    let mode = invocation.options.mpi;
     let refuse = |why: String| {
         if mode == Mode::Auto {
             Ok(0)
@@ -132,6 +151,7 @@ pub fn submit_request(
             closed_stdio: Vec::new(),
             fds: Vec::new(),
             pmi_ranks: 0,
+            pmix_namespace: None,
         },
     }
 }
@@ -235,6 +255,19 @@ mod tests {
         assert_eq!(ranks(&["-nodes=4", "a"]), Ok(4));
         assert_eq!(ranks(&["-nodes=2x3", "a", "::", "b"]), Ok(6));
         assert_eq!(ranks(&["-nodes=4,mpi=none", "a"]), Ok(0));
+        assert_eq!(ranks(&["-nodes=4,mpi=pmix", "a"]), Ok(0));
+        let pmix = |args: &[&str]| pmix_ranks(&invocation(args)).map_err(|f| f.to_string());
+        assert_eq!(pmix(&["-nodes=4", "a"]), Ok(4));
+        assert_eq!(pmix(&["-nodes=1", "a"]), Ok(0));
+        assert_eq!(pmix(&["-nodes=1,mpi=pmix", "a"]), Ok(1));
+        assert_eq!(pmix(&["-nodes=4,mpi=pmix", "a"]), Ok(4));
+        assert_eq!(pmix(&["-nodes=4,mpi=pmi2", "a"]), Ok(0));
+        assert_eq!(pmix(&["-nodes=4,mpi=none", "a"]), Ok(0));
+        assert_eq!(pmix(&["-hosts=2", "a"]), Ok(0));
+        assert_eq!(
+            pmix(&["-hosts=2,mpi=pmix", "a"]),
+            Err("-mpi=pmix: the number of ranks of hosts=2 is known only once placed; use -nodes=N or -nodes=NxM".to_string())
+        );
         assert_eq!(ranks(&["-hosts=2", "a"]), Ok(0));
         assert_eq!(ranks(&["-nodes=129", "a"]), Ok(0));
         assert_eq!(

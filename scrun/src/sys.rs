@@ -14,7 +14,8 @@
 //! - Typed input given back to a terminal ([`push_input`]): TIOCSTI has
 //!   no wrapper.
 //! - Ending by a signal ([`end_by`]): its disposition back to the default
-//!   (SIGPIPE's is the runtime's SIG_IGN) needs sigaction(2).
+//!   (SIGPIPE's is the runtime's SIG_IGN) needs sigaction(2), as does
+//!   reading a disposition ([`ignores`]).
 //!
 //! Nothing here keeps state but the one byte the probe writes.
 #![allow(unsafe_code)]
@@ -179,6 +180,16 @@ pub fn push_input(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `signal` is ignored (SIG_IGN) in this process.
+pub fn ignores(signal: nix::sys::signal::Signal) -> bool {
+    // SAFETY: an all-zero sigaction is a valid value to be overwritten.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: with a null new action, sigaction only writes the current
+    // one into `old`, which is valid for writing.
+    let read = unsafe { libc::sigaction(signal as libc::c_int, std::ptr::null(), &mut old) };
+    read == 0 && old.sa_sigaction == libc::SIG_IGN
 }
 
 /// Ends this process by `signal`, as the program scrun ran for the user

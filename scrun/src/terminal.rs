@@ -24,6 +24,16 @@
 //! Nothing here blocks on the master: it is non-blocking, and bytes for it
 //! wait in a buffer until it can take them.
 //!
+//! A scrun in the background of its terminal (`&`, or `timeout` in a
+//! script) never makes a terminal call that would stop it: it reads its
+//! terminal only in the foreground ([`in_foreground`]), changes no mode
+//! there, and where the kernel would stop it in a write of the job's
+//! output (`tostop`) it stops itself before the write
+//! ([`Relay::relay_output`]). Its signals are blocked for the signalfd, so
+//! a system call the kernel stopped would, once continued, restart and
+//! stop again before scrun could read the SIGTERM sent with the continue:
+//! stopping itself, scrun reads its signals first when continued.
+//!
 //! Terminal job control and gang scheduling stay apart because they use
 //! different tools. The scheduler sends only SIGSTOP and SIGCONT, which are
 //! not job-control stops, and ranks lead orphaned process groups (their
@@ -50,6 +60,9 @@ const DEFAULT_COLUMNS: u16 = 80;
 /// How much typed input may wait for the job before scrun stops reading
 /// its stdin.
 const MAX_PENDING: usize = 64 * 1024;
+/// How long a background scrun holds the job's output, rather than stop
+/// for it, after passing on a signal that may end the job.
+const OUTPUT_HOLD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Applies `read` to the terminal scrun runs on: its stdin if that is
 /// one, else its stdout; `None` when neither is a terminal.
@@ -76,6 +89,24 @@ pub fn in_foreground() -> bool {
         return true;
     }
     nix::unistd::tcgetpgrp(stdin.as_fd()).is_ok_and(|group| group == nix::unistd::getpgrp())
+}
+
+/// Whether writing to `fd` now would stop scrun, as the kernel stops a
+/// background program that writes to its terminal: `fd` is scrun's
+/// controlling terminal, scrun's process group is not its foreground one,
+/// the terminal has `tostop`, and SIGTTOU is not ignored.
+pub fn write_would_stop(fd: BorrowedFd<'_>) -> bool {
+    if !nix::unistd::isatty(fd).unwrap_or(false) {
+        return false;
+    }
+    // Fails unless it is scrun's controlling terminal, which alone stops it.
+    let Ok(group) = nix::unistd::tcgetpgrp(fd) else {
+        return false;
+    };
+    group != nix::unistd::getpgrp()
+        && termios::tcgetattr(fd)
+            .is_ok_and(|modes| modes.local_flags.contains(termios::LocalFlags::TOSTOP))
+        && !crate::sys::ignores(nix::sys::signal::Signal::SIGTTOU)
 }
 
 /// The size of scrun's terminal, if it has one.
@@ -235,6 +266,12 @@ pub struct Relay {
     output_gone: bool,
     /// The last byte passed on from scrun's stdin.
     last_typed: Option<u8>,
+    /// scrun stopped itself before writing the job's output (see
+    /// [`Relay::relay_output`]) and has not been continued since.
+    stopped_for_output: bool,
+    /// Until when a background scrun does not stop itself for output (see
+    /// [`Relay::interrupted`]): neither reads nor writes the job's output.
+    hold_until: Option<std::time::Instant>,
 }
 
 /// What the relay wants `poll` to watch.
@@ -262,6 +299,8 @@ impl Relay {
             master_open: true,
             output_gone: false,
             last_typed: None,
+            stopped_for_output: false,
+            hold_until: None,
         }
     }
 
@@ -332,6 +371,44 @@ impl Relay {
         }
     }
 
+    /// scrun was continued: a stop before writing may be due again.
+    pub fn continued(&mut self) {
+        self.stopped_for_output = false;
+    }
+
+    /// A signal that may end the job was passed on to it: for a moment
+    /// ([`OUTPUT_HOLD`]), a background scrun that would stop for the job's
+    /// output holds it instead, so that it is not stopped when the job's
+    /// end comes (a program killed there would not write it either); a job
+    /// that goes on writing stops scrun again after.
+    pub fn interrupted(&mut self) {
+        self.hold_until = Some(std::time::Instant::now() + OUTPUT_HOLD);
+    }
+
+    /// The job has ended. If that was while its output was held, the rest
+    /// of it is dropped rather than stop scrun (the job ended by the
+    /// signal, as a program killed there would not have written it).
+    pub fn job_ended(&mut self) {
+        if self.holding() {
+            self.stdout_open = false;
+        }
+        self.hold_until = None;
+    }
+
+    /// Whether output is held now (see [`Relay::interrupted`]): only while
+    /// writing it would stop scrun.
+    pub fn holding(&self) -> bool {
+        self.hold_until
+            .is_some_and(|until| std::time::Instant::now() < until)
+            && self.stdout_open
+            && write_would_stop(io::stdout().as_fd())
+    }
+
+    /// When the hold ends, while one lasts.
+    pub fn hold_deadline(&self) -> Option<std::time::Instant> {
+        self.hold_until.filter(|_| self.holding())
+    }
+
     /// Whether the master may still have output (it has not reported its end).
     pub fn master_open(&self) -> bool {
         self.master_open
@@ -343,7 +420,24 @@ impl Relay {
     /// [`Relay::take_output_gone`]), before the job writes more, since a
     /// job that writes without pause could otherwise be read to its very
     /// end before it gets its SIGPIPE.
+    ///
+    /// A background scrun whose output is its terminal with `tostop` stops
+    /// before it writes, as the kernel would stop it in the write, and
+    /// reads nothing of the job's output meanwhile: continued, scrun first
+    /// reads its signals (a write the kernel stopped would be restarted by
+    /// the continue and stop again before scrun could read the SIGTERM
+    /// that `timeout` or the shell's `kill` sends with it). If it was not
+    /// stopped (an orphaned process group, which the kernel never stops),
+    /// the write says what the terminal allows.
     pub fn relay_output(&mut self) {
+        if self.holding() {
+            return;
+        }
+        if !self.stopped_for_output && self.stdout_open && write_would_stop(io::stdout().as_fd()) {
+            self.stopped_for_output = true;
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGTTOU);
+            return;
+        }
         let mut buffer = [0u8; 16 * 1024];
         while self.master_open {
             match nix::unistd::read(self.pty.master.as_fd(), &mut buffer) {
@@ -382,8 +476,10 @@ impl Relay {
     /// what is still in the pty's input (made readable whole by leaving
     /// canonical mode, since a line the job did not finish is still being
     /// edited there), what the master has not taken yet, and what waits
-    /// in scrun's own stdin. Closes scrun's copy of the slave, so that the
-    /// master reports its end once the job's processes are gone.
+    /// in scrun's own stdin (only in the terminal's foreground: a
+    /// background reader is stopped, and what waits there is the shell's).
+    /// Closes scrun's copy of the slave, so that the master reports its
+    /// end once the job's processes are gone.
     pub fn take_back_typed(&mut self) -> Vec<u8> {
         let mut typed = Vec::new();
         if let Some(peek) = self.pty.peek.take() {
@@ -396,7 +492,7 @@ impl Relay {
             read_all(&peek, &mut typed);
         }
         typed.append(&mut self.to_job);
-        if self.stdin_open {
+        if self.stdin_open && in_foreground() {
             let stdin = io::stdin();
             let mut fds = [nix::poll::PollFd::new(
                 stdin.as_fd(),

@@ -329,7 +329,7 @@ fn waiting_then_rejection_exits_75() {
 #[test]
 fn a_daemon_that_hangs_up_is_reported() {
     let daemon = FakeDaemon::new();
-    let scrun = daemon.scrun(&[]);
+    let scrun = daemon.scrun(&["-reattach=0"]);
     let (mut client, _) = daemon.accept(&scrun);
     client.admit(9);
     drop(client);
@@ -339,6 +339,30 @@ fn a_daemon_that_hangs_up_is_reported() {
             69,
             "scrun: scored died: lost the connection to it before job 9 ended\n".into()
         )
+    );
+}
+
+#[test]
+fn a_daemon_that_does_not_come_back_within_the_reattach_window_is_reported() {
+    let daemon = FakeDaemon::new();
+    let scrun = daemon.scrun(&["-reattach=1s"]);
+    let (mut client, _) = daemon.accept(&scrun);
+    client.admit(9);
+    drop(client);
+    let started = std::time::Instant::now();
+    assert_eq!(
+        finish(scrun),
+        (
+            69,
+            "scrun: scored did not come back within 1s (-reattach); leaving job 9, \
+             which is killed when scored returns\n"
+                .into()
+        )
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(900) && waited < std::time::Duration::from_secs(10),
+        "scrun waited {waited:?} for a window of 1s"
     );
 }
 

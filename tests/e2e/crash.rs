@@ -431,7 +431,7 @@ fn a_plain_user_can_neither_take_another_users_job_nor_reach_a_keeper() {
 import json, socket, struct, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
-body = json.dumps({"Reattach": {"version": 1, "reattach": {"job": 1, "descriptors": False}}}).encode()
+body = json.dumps({"type": "reattach", "version": int(sys.argv[3]), "reattach": {"job": 1, "descriptors": False}}).encode()
 s.sendall(struct.pack(">I", len(body)) + body)
 size = struct.unpack(">I", s.recv(4))[0]
 data = b""
@@ -454,6 +454,7 @@ except OSError as error:
             script.to_str().unwrap(),
             daemon.socket.to_str().unwrap(),
             keeper.to_str().unwrap(),
+            &scored_proto::proto::VERSION.to_string(),
         ],
     )
     .output()

@@ -109,6 +109,7 @@ fn submit_request(daemon: &Daemon) -> Request {
             closed_stdio: Vec::new(),
             fds: Vec::new(),
             pmi_ranks: 0,
+            pmix_namespace: None,
         },
     }
 }

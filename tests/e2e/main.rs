@@ -9,6 +9,7 @@ mod crash;
 mod docs;
 mod faults;
 mod gang;
+mod handed_over;
 mod hostile;
 mod isolation;
 mod launch;

@@ -1,8 +1,10 @@
 //! MPI under scrun: real MPICH programs compiled here find one world of
-//! their ranks through scrun's PMI server; hand-written PMI clients (bash
+//! their ranks through scrun's PMI server, real OpenMPI programs and
+//! Debian's mpi4py through its PMIx server; hand-written PMI clients (bash
 //! on the rank's descriptor) show the PMI-2 wire and what a hostile or
-//! dying rank does to its job, and to nothing else. The MPICH tests print
-//! why they are skipped where `mpicc.mpich` is absent.
+//! dying rank does to its job, and to nothing else. The tests print why
+//! they are skipped where `mpicc.mpich`, `mpicc.openmpi` or mpi4py is
+//! absent.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -277,57 +279,6 @@ send1 "cmd=finalize"; recv1
 }
 
 #[test]
-fn openmpi_runs_its_own_launcher_as_the_jobs_process() {
-    let daemon = Daemon::builder().hosts(&two_hosts()).start();
-    let Some(hello) = compile_with(
-        "mpicc.openmpi",
-        "openmpi-bin libopenmpi-dev",
-        &daemon.sandbox.path,
-        "hello_ompi",
-        HELLO,
-    ) else {
-        return;
-    };
-    let hello = hello.to_str().unwrap();
-    // As scrun(1) says, on hosts of one CPU each; as root, mpirun asks
-    // for these two variables.
-    let mpirun = |args: &[&str]| {
-        let mut words = vec![
-            "-nodes=1",
-            "mpirun.openmpi",
-            "-q",
-            "--oversubscribe",
-            "-n",
-            "2",
-            hello,
-        ];
-        words.extend_from_slice(args);
-        daemon
-            .scrun(&words)
-            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .output()
-            .expect("scrun")
-    };
-    let output = mpirun(&[]);
-    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
-    // Both ranks are mpirun's children, so both carry scored's rank 0.
-    assert_eq!(
-        sorted_lines(&stdout(&output)),
-        ["rank 0 of 2 score 0 sum 3", "rank 1 of 2 score 0 sum 3"]
-    );
-    assert!(
-        !stderr(&output).contains("Forwarding signal"),
-        "{}",
-        stderr(&output)
-    );
-    // MPI_Abort: mpirun ends the world and the job with the code.
-    let output = mpirun(&["1"]);
-    assert_eq!(code(&output), Some(7), "{}", stderr(&output));
-    assert_no_process_left(&daemon);
-}
-
-#[test]
 fn a_queued_jobs_pmi_connections_survive_an_in_place_restart() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();
     // The exclusive queue 0: the second job waits, its PMI descriptors
@@ -377,4 +328,471 @@ send1 "cmd=finalize"; recv1
             "1: cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1",
         ]
     );
+}
+
+/// Compiles `source` with OpenMPI's compiler, or says why the test is
+/// skipped.
+fn mpicc_openmpi(dir: &Path, name: &str, source: &str) -> Option<PathBuf> {
+    compile_with(
+        "mpicc.openmpi",
+        "openmpi-bin libopenmpi-dev",
+        dir,
+        name,
+        source,
+    )
+}
+
+/// Two hosts of `cores` processes each, on two CPUs when the machine has them.
+fn two_hosts_of(cores: u32) -> String {
+    two_hosts()
+        .lines()
+        .map(|line| format!("{line} cores={cores}\n"))
+        .collect()
+}
+
+#[test]
+fn openmpi_ranks_form_one_world_in_rank_order_and_reduce() {
+    let daemon = Daemon::builder().hosts(&two_hosts_of(2)).start();
+    let Some(hello) = mpicc_openmpi(&daemon.sandbox.path, "hello_ompi", HELLO) else {
+        return;
+    };
+    let hello = hello.to_str().unwrap();
+    for ranks in [2, 4] {
+        let output = daemon.run(&[&format!("-nodes={ranks}"), hello]);
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+        let sum = ranks * (ranks + 1) / 2;
+        let expected: Vec<String> = (0..ranks)
+            .map(|rank| format!("rank {rank} of {ranks} score {rank} sum {sum}"))
+            .collect();
+        assert_eq!(sorted_lines(&stdout(&output)), expected);
+    }
+    // With PMIx asked for by name, and each `::` stage a world of its own.
+    let output = daemon.run(&["-nodes=2,mpi=pmix", hello, "::", hello]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let expected: Vec<String> = (0..2)
+        .flat_map(|rank| vec![format!("rank {rank} of 2 score {rank} sum 3"); 2])
+        .collect();
+    assert_eq!(sorted_lines(&stdout(&output)), expected);
+    // Without PMIx each OpenMPI rank is a singleton.
+    let output = daemon.run(&["-nodes=2,mpi=pmi2", hello]);
+    assert_eq!(
+        sorted_lines(&stdout(&output)),
+        ["rank 0 of 1 score 0 sum 1", "rank 0 of 1 score 1 sum 1"]
+    );
+    assert_no_process_left(&daemon);
+}
+
+#[test]
+fn openmpi_abort_ends_the_job_with_the_ranks_status_and_a_message() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(hello) = mpicc_openmpi(&daemon.sandbox.path, "hello_ompi", HELLO) else {
+        return;
+    };
+    let output = daemon.run(&["-nodes=2", hello.to_str().unwrap(), "1"]);
+    assert_eq!(code(&output), Some(7), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("scrun: rank 1 called abort with exit code 7\n"),
+        "{}",
+        stderr(&output)
+    );
+    assert_no_process_left(&daemon);
+}
+
+/// An MPI program whose rank 1 dies (status 3) after `MPI_Init` while
+/// rank 0 waits for it in a barrier, which would wait for ever.
+const DIES: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int rank;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 1)
+        _exit(3);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    printf("rank %d finalized\n", rank);
+    return 0;
+}
+"#;
+
+#[test]
+fn an_openmpi_rank_that_dies_while_others_wait_ends_the_job_naming_it() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(dies) = mpicc_openmpi(&daemon.sandbox.path, "dies", DIES) else {
+        return;
+    };
+    let mut job = daemon.spawn(&["-nodes=2", dies.to_str().unwrap()]);
+    let (status, errors) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(1), "{errors}");
+    assert!(
+        errors.contains(
+            "scrun: rank 1 ended its PMIx connection without finalize (did it exit or crash inside MPI?)\n"
+        ),
+        "{errors}"
+    );
+    assert_no_process_left(&daemon);
+}
+
+/// Each rank's CPUs after `MPI_Init`, as the kernel gives them.
+const CPUS: &str = r#"
+#define _GNU_SOURCE
+#include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    int rank, cpu, first = 1;
+    cpu_set_t set;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    sched_getaffinity(0, sizeof set, &set);
+    printf("rank %d cpus", rank);
+    for (cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &set)) {
+            printf("%s%d", first ? " " : ",", cpu);
+            first = 0;
+        }
+    printf("\n");
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[test]
+fn each_openmpi_rank_keeps_its_hosts_cpus() {
+    let hosts = two_hosts();
+    let daemon = Daemon::builder().hosts(&hosts).start();
+    let Some(cpus) = mpicc_openmpi(&daemon.sandbox.path, "cpus", CPUS) else {
+        return;
+    };
+    let expected: Vec<String> = hosts
+        .lines()
+        .enumerate()
+        .map(|(rank, line)| {
+            let cpu = line.split("cpus=").nth(1).unwrap_or("?").trim();
+            format!("rank {rank} cpus {cpu}")
+        })
+        .collect();
+    let output = daemon.run(&["-nodes=2", cpus.to_str().unwrap()]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(sorted_lines(&stdout(&output)), expected);
+}
+
+#[test]
+fn debians_mpi4py_is_one_world_under_scrun() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let probe = Command::new("/usr/bin/python3")
+        .args(["-c", "import mpi4py"])
+        .output();
+    if !probe.is_ok_and(|out| out.status.success()) {
+        eprintln!("skipped: Debian's mpi4py is not installed (apt-get install python3-mpi4py)");
+        return;
+    }
+    // One write per line, so that the ranks' lines do not mix.
+    let script = "import sys\n\
+        from mpi4py import MPI\n\
+        c = MPI.COMM_WORLD\n\
+        sys.stdout.write(f'rank {c.rank} of {c.size} sum {c.allreduce(c.rank + 1)}\\n')\n";
+    let output = daemon.run(&["-nodes=2", "/usr/bin/python3", "-c", script]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        sorted_lines(&stdout(&output)),
+        ["rank 0 of 2 sum 3", "rank 1 of 2 sum 3"]
+    );
+}
+
+/// Rank 0 publishes a port under a service name; rank 1 finds it, and
+/// no longer once rank 0 withdrew it.
+const PUBLISH: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    int rank, rc;
+    char port[MPI_MAX_PORT_NAME] = "port-of-rank-0", found[MPI_MAX_PORT_NAME] = "";
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    if (rank == 0)
+        printf("publish %s\n", MPI_Publish_name("svc", MPI_INFO_NULL, port) ? "failed" : "ok");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1) {
+        rc = MPI_Lookup_name("svc", MPI_INFO_NULL, found);
+        printf("lookup %s %s\n", rc ? "failed" : "ok", found);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("unpublish %s\n", MPI_Unpublish_name("svc", MPI_INFO_NULL, port) ? "failed" : "ok");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1)
+        printf("again %s\n", MPI_Lookup_name("svc", MPI_INFO_NULL, found) ? "not found" : "found");
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[test]
+fn a_name_one_rank_publishes_another_finds_with_mpich_and_openmpi() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let expected = [
+        "again not found",
+        "lookup ok port-of-rank-0",
+        "publish ok",
+        "unpublish ok",
+    ];
+    let mut ran = 0;
+    for program in [
+        mpicc(&daemon.sandbox.path, "publish", PUBLISH),
+        mpicc_openmpi(&daemon.sandbox.path, "publish_ompi", PUBLISH),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let output = daemon.run(&["-nodes=2", program.to_str().unwrap()]);
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+        assert_eq!(sorted_lines(&stdout(&output)), expected);
+        ran += 1;
+    }
+    if ran == 0 {
+        return;
+    }
+    assert_no_process_left(&daemon);
+}
+
+/// Rank 0 accepts on a published port, rank 1 connects to it: OpenMPI
+/// agrees on the new communicator through the server's names.
+const CONNECT: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    int rank, remote;
+    char port[MPI_MAX_PORT_NAME];
+    MPI_Comm inter;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        MPI_Open_port(MPI_INFO_NULL, port);
+        MPI_Publish_name("meeting", MPI_INFO_NULL, port);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    } else {
+        MPI_Lookup_name("meeting", MPI_INFO_NULL, port);
+        MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    }
+    MPI_Comm_remote_size(inter, &remote);
+    printf("rank %d connected to %d\n", rank, remote);
+    MPI_Comm_disconnect(&inter);
+    if (rank == 0)
+        MPI_Unpublish_name("meeting", MPI_INFO_NULL, port);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[test]
+fn openmpi_ranks_connect_and_accept_through_a_published_port() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(connect) = mpicc_openmpi(&daemon.sandbox.path, "connect", CONNECT) else {
+        return;
+    };
+    let mut job = daemon.spawn(&["-nodes=2", connect.to_str().unwrap()]);
+    let mut lines = job.wait_lines("", 2);
+    let (status, errors) = job.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{errors}");
+    lines.sort();
+    assert_eq!(lines, ["rank 0 connected to 1", "rank 1 connected to 1"]);
+}
+
+#[test]
+fn a_queued_pmix_job_survives_an_in_place_restart() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(hello) = mpicc_openmpi(&daemon.sandbox.path, "hello_ompi", HELLO) else {
+        return;
+    };
+    let mut first = daemon.spawn(&["-priority=0", "-nodes=2", &testprog(), "spin", "0"]);
+    first.wait_pids(2);
+    let mut second = daemon.spawn(&["-priority=0", "-nodes=2", hello.to_str().unwrap()]);
+    assert!(
+        wait_until(Duration::from_secs(20), || stdout(&daemon.console("job 2"))
+            .contains("state: queued")),
+        "{}",
+        daemon.ok("jobs")
+    );
+    let output = daemon.console("restart");
+    assert!(
+        stdout(&output).contains("restarted in place"),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    daemon.ok("kill 1 KILL");
+    first.wait(Duration::from_secs(10));
+    let mut lines = second.wait_lines("", 2);
+    let (status, errors) = second.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{errors}");
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["rank 0 of 2 score 0 sum 3", "rank 1 of 2 score 1 sum 3"]
+    );
+}
+
+#[test]
+fn without_libpmix_pmix_says_what_is_missing_and_auto_falls_back() {
+    if !is_root() {
+        eprintln!("skipped: hiding libpmix needs root (a private mount)");
+        return;
+    }
+    let Ok(library) = std::fs::canonicalize("/lib/x86_64-linux-gnu/libpmix.so.2") else {
+        eprintln!("skipped: libpmix is not installed, so nothing to hide");
+        return;
+    };
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(hello) = mpicc(&daemon.sandbox.path, "hello", HELLO) else {
+        return;
+    };
+    // scrun in a mount namespace of its own where the library is empty.
+    let hidden = |args: &[&str]| {
+        let scrun = daemon.scrun(args);
+        let mut words: Vec<String> = vec![scrun.get_program().to_string_lossy().into_owned()];
+        words.extend(
+            scrun
+                .get_args()
+                .map(|arg| arg.to_string_lossy().into_owned()),
+        );
+        let mut command = Command::new("unshare");
+        command
+            .args(["-m", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount --bind /dev/null {} && exec \"$@\"",
+                library.display()
+            ))
+            .arg("sh")
+            .args(&words);
+        for (key, value) in scrun.get_envs() {
+            match value {
+                Some(value) => command.env(key, value),
+                None => command.env_remove(key),
+            };
+        }
+        command.output().expect("unshare")
+    };
+    let output = hidden(&["-nodes=2,mpi=pmix", "true"]);
+    assert_eq!(code(&output), Some(69), "{}", stderr(&output));
+    assert!(
+        stderr(&output)
+            .starts_with("scrun: -mpi=pmix: cannot load libpmix.so.2, the PMIx library ("),
+        "{}",
+        stderr(&output)
+    );
+    // `auto` serves PMI-1 and PMI-2 alone: MPICH is still one world.
+    let output = hidden(&["-nodes=2", hello.to_str().unwrap()]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        sorted_lines(&stdout(&output)),
+        ["rank 0 of 2 score 0 sum 3", "rank 1 of 2 score 1 sum 3"]
+    );
+}
+
+/// A PMIx client of the tests' own: says whether the server in its
+/// environment serves it.
+const PMIX_CLIENT: &str = r#"
+#include <pmix.h>
+#include <stdio.h>
+int main(void) {
+    pmix_proc_t me;
+    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    printf("%s\n", rc == PMIX_SUCCESS ? "served" : "refused");
+    if (rc == PMIX_SUCCESS)
+        PMIx_Finalize(NULL, 0);
+    return 0;
+}
+"#;
+
+#[test]
+fn only_the_jobs_user_who_knows_its_namespace_reaches_its_pmix_server() {
+    let Some(users) =
+        test_users("only_the_jobs_user_who_knows_its_namespace_reaches_its_pmix_server")
+    else {
+        return;
+    };
+    let include = Path::new("/usr/lib/x86_64-linux-gnu/pmix2/include");
+    if !include.join("pmix.h").exists() {
+        eprintln!("skipped: no PMIx headers (apt-get install libpmix-dev)");
+        return;
+    }
+    // The client where both test users can run it.
+    let dir = std::env::temp_dir().join(format!("scored-pmix-client-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("client.c"), PMIX_CLIENT).unwrap();
+    let client = dir.join("client");
+    let built = Command::new("cc")
+        .arg(format!("-I{}", include.display()))
+        .arg("-o")
+        .arg(&client)
+        .arg(dir.join("client.c"))
+        .arg("-lpmix")
+        .output()
+        .expect("cc");
+    assert!(built.status.success(), "{}", stderr(&built));
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let mut job = daemon.spawn_as(
+        &users.a,
+        &["-nodes=2", "sh", "-c", "echo pid $$; exec sleep 60"],
+    );
+    let pids = job.wait_pids(2);
+    let environ = std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap();
+    let pmix: Vec<(String, String)> = environ
+        .split(|&b| b == 0)
+        .filter_map(|entry| std::str::from_utf8(entry).ok())
+        .filter(|entry| entry.starts_with("PMIX_"))
+        .filter_map(|entry| entry.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect();
+    let get = |key: &str| {
+        pmix.iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, value)| value.clone())
+            .unwrap_or_else(|| panic!("no {key} in {pmix:?}"))
+    };
+    // The server's files: a directory of the job's user, mode 0700.
+    let tmpdir = get("PMIX_SERVER_TMPDIR");
+    let meta = std::fs::metadata(&tmpdir).unwrap();
+    assert_eq!(
+        (
+            std::os::unix::fs::MetadataExt::mode(&meta) & 0o7777,
+            std::os::unix::fs::MetadataExt::uid(&meta)
+        ),
+        (0o700, users.a.uid)
+    );
+    let namespace = get("PMIX_NAMESPACE");
+    let run = |user: &TestUser, namespace: &str| {
+        let mut command = command_as(user, &client, &[]);
+        command.env_clear().env("PATH", "/usr/bin:/bin");
+        for (key, value) in &pmix {
+            command.env(key, value);
+        }
+        command.env("PMIX_NAMESPACE", namespace);
+        let output = command.output().expect("client");
+        stdout(&output).trim().to_string()
+    };
+    // The job's own user with its namespace is served (as rank 0 could
+    // be); a guessed namespace, or another user, is not.
+    assert_eq!(run(&users.a, &namespace), "served");
+    let guessed = format!(
+        "{}.{}.0",
+        namespace.rsplitn(3, '.').nth(2).unwrap(),
+        "0".repeat(32)
+    );
+    assert_eq!(run(&users.a, &guessed), "refused");
+    assert_eq!(run(&users.b, &namespace), "refused");
+    job.signal(nix::sys::signal::Signal::SIGTERM);
+    job.wait(Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!Path::new(&tmpdir).exists(), "{tmpdir} left behind");
 }

@@ -1179,8 +1179,14 @@ fn stop_a_rank_before_its_exec(daemon: u32, exe: &Path) -> Option<i32> {
     };
     let is_pre_exec = |pid: i32| {
         std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|link| link == exe)
-            && parent_of(pid as u32)
-                .is_some_and(|keeper| keeper != daemon && parent_of(keeper) == Some(daemon))
+            && parent_of(pid as u32).is_some_and(|keeper| {
+                keeper != daemon
+                    && parent_of(keeper) == Some(daemon)
+                    // Not a child of the daemon's closer of users'
+                    // descriptors (which is scored too), exiting.
+                    && std::fs::read_to_string(format!("/proc/{keeper}/comm"))
+                        .is_ok_and(|comm| comm.trim() != "scored-closer")
+            })
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while std::time::Instant::now() < deadline {
@@ -1224,6 +1230,10 @@ fn a_rank_stopped_before_its_exec_does_not_hold_up_a_restart() {
     let daemon = Daemon::builder()
         .hosts(&format!("host0 cores={n}\n"))
         .start();
+    // The closer is scored too until it has named itself: not a rank.
+    assert!(wait_until(Duration::from_secs(10), || daemon
+        .closer()
+        .is_some()));
     let exe = std::fs::canonicalize(bin("scored")).expect("scored's path");
     let nodes = format!("-nodes={n}");
     let mut job = daemon.spawn(&[&nodes, "sleep", "60"]);
@@ -1289,5 +1299,176 @@ fn the_restart_after_a_caught_panic_keeps_a_job_waiting_for_hosts() {
         status.code(),
         Some(7),
         "the waiting job runs after the restart"
+    );
+}
+
+/// A plain user's scrun refuses a base directory for its private daemon
+/// (`$XDG_RUNTIME_DIR`, or `/tmp/scored-UID`) that is not the user's
+/// alone, saying what is wrong with it (as tmux does for `/tmp/tmux-UID`):
+/// one another user planted, one others may write, a link.
+#[test]
+fn a_base_directory_not_the_users_alone_is_refused_saying_why() {
+    let Some(users) = test_users("a_base_directory_not_the_users_alone_is_refused_saying_why")
+    else {
+        return;
+    };
+    let sandbox = Sandbox::new();
+    let planted = user_dir(&sandbox, &users.b);
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let own = user_dir(&sandbox, &users.a);
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let link = sandbox.path.join("link");
+    std::os::unix::fs::symlink(&planted, &link).expect("symlink");
+    for (base, why) in [
+        (
+            &planted,
+            format!(
+                "it belongs to uid {} ({}), not to you (uid {})",
+                users.b.uid, users.b.name, users.a.uid
+            ),
+        ),
+        (&own, "other users may write it (mode 0777)".to_string()),
+        (&link, "it is a symbolic link".to_string()),
+    ] {
+        let output = command_as(&users.a, &bin("scrun"), &["true"])
+            .env_remove("SCORED_SOCKET")
+            .env_remove("SCORE_OPTIONS")
+            .env("XDG_RUNTIME_DIR", base)
+            .output()
+            .expect("scrun");
+        assert_eq!(
+            code(&output),
+            Some(scored_proto::exitcode::UNREACHABLE),
+            "{}",
+            stderr(&output)
+        );
+        let expected = format!("refusing the directory {}: {why}", base.display());
+        assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
+    }
+    // Nothing was made in them.
+    for dir in [&planted, &own] {
+        let entries: Vec<_> = std::fs::read_dir(dir).expect("read").collect();
+        assert!(entries.is_empty(), "{}: {entries:?}", dir.display());
+    }
+}
+
+/// Root's scrun, with no shared daemon and a base directory that another
+/// user controls, refuses it before making anything there: that user,
+/// swapping `scored-private` for a link to a directory of root's as fast
+/// as it can, never gets root to change that directory or create in it.
+#[test]
+fn root_never_works_through_another_users_base_directory() {
+    let Some(users) = test_users("root_never_works_through_another_users_base_directory") else {
+        return;
+    };
+    if std::os::unix::net::UnixStream::connect(scored_proto::paths::ROOT_SOCKET).is_ok() {
+        println!(
+            "skipped: root_never_works_through_another_users_base_directory needs no daemon at {}",
+            scored_proto::paths::ROOT_SOCKET
+        );
+        return;
+    }
+    // What the issue's attacker did: on inotify's word that
+    // `scored-private` was made, move it aside and leave a link to a
+    // directory of root's in its place (16 times in 20 before the fix).
+    const SWAP: &str = r#"
+import ctypes, os, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+base, target, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+private = os.path.join(base, "scored-private")
+watch = libc.inotify_init()
+libc.inotify_add_watch(watch, base.encode(), 0x100)
+print("swapping", flush=True)
+n = 0
+end = time.time() + seconds
+while time.time() < end:
+    events = os.read(watch, 4096)
+    at = 0
+    while at < len(events):
+        _, _, _, length = struct.unpack_from("iIII", events, at)
+        name = events[at + 16 : at + 16 + length].rstrip(b"\0").decode()
+        at += 16 + length
+        if name == "scored-private" and not os.path.islink(private):
+            n += 1
+            try:
+                os.rename(private, os.path.join(base, "moved-%d" % n))
+                os.symlink(target, private)
+            except OSError:
+                pass
+"#;
+    let sandbox = Sandbox::new();
+    let base = user_dir(&sandbox, &users.b);
+    let target = sandbox.path.join("roots");
+    std::fs::create_dir(&target).expect("mkdir");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|path| Path::new(path).exists());
+    let Some(python) = python else {
+        println!("skipped: root_never_works_through_another_users_base_directory needs python3");
+        return;
+    };
+    let base_text = base.display().to_string();
+    let target_text = target.display().to_string();
+    let mut swapper = command_as(
+        &users.b,
+        Path::new(python),
+        &["-c", SWAP, &base_text, &target_text, "30"],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .expect("start the swapper");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(swapper.stdout.take().expect("stdout"));
+    std::io::BufRead::read_line(&mut out, &mut line).expect("read");
+    assert_eq!(line.trim(), "swapping");
+    let expected = format!(
+        "refusing the directory {}: it belongs to uid {} ({}), not to you (uid 0)",
+        base.display(),
+        users.b.uid,
+        users.b.name
+    );
+    for round in 0..20 {
+        // A link left by the last round goes, so that it can be made again.
+        let _ = std::fs::remove_file(base.join("scored-private"));
+        let output = Command::new(bin("scrun"))
+            .arg("true")
+            .env_remove("SCORED_SOCKET")
+            .env_remove("SCORE_OPTIONS")
+            .env("XDG_RUNTIME_DIR", &base)
+            .stdin(Stdio::null())
+            .output()
+            .expect("scrun");
+        assert_eq!(
+            code(&output),
+            Some(scored_proto::exitcode::UNREACHABLE),
+            "round {round}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(&expected),
+            "round {round}: {}",
+            stderr(&output)
+        );
+    }
+    let _ = swapper.kill();
+    let _ = swapper.wait();
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&target).expect("target");
+    assert_eq!(meta.mode() & 0o7777, 0o755, "root's directory changed mode");
+    let inside: Vec<_> = std::fs::read_dir(&target).expect("read").collect();
+    assert!(
+        inside.is_empty(),
+        "root made {inside:?} in its own directory"
+    );
+    let roots: Vec<_> = std::fs::read_dir(&base)
+        .expect("read")
+        .flatten()
+        .filter(|entry| entry.metadata().is_ok_and(|meta| meta.uid() == 0))
+        .map(|entry| entry.path())
+        .collect();
+    assert!(
+        roots.is_empty(),
+        "root made {roots:?} in another user's directory"
     );
 }

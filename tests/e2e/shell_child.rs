@@ -705,6 +705,62 @@ fn with_tostop_a_background_pty_job_stops_on_output_as_a_program_does() {
 }
 
 #[test]
+fn a_pty_scrun_in_the_background_ends_and_obeys_its_signals_as_a_program_does() {
+    both(
+        "a_pty_scrun_in_the_background_ends_and_obeys_its_signals_as_a_program_does",
+        Daemon::builder,
+        |side| {
+            let Some(term) = side.term() else { return };
+            // A script (no job control): `timeout` runs scrun in a process
+            // group of its own, in the terminal's background. Keys typed
+            // meanwhile wait in the terminal for the shell; a background
+            // reader of the terminal would be stopped on them.
+            std::fs::write(
+                side.work.join("bg.sh"),
+                "timeout 20 \"$SCRUN\" -pty sh -c 'sleep 1; exec yes' | head -1 >/dev/null\n\
+                 echo \"bg-ps=${PIPESTATUS[*]}\"\n",
+            )
+            .expect("write the script");
+            term.line("yes | head -1 >/dev/null; echo \"direct-ps=${PIPESTATUS[*]}\"");
+            term.expect("direct-ps=141 0");
+            let started = Instant::now();
+            term.line("bash bg.sh; read -r typed; echo \"typed=$typed\"");
+            term.line("ahead");
+            let screen = term.expect("bg-ps=");
+            let took = started.elapsed();
+            assert!(
+                screen.contains("bg-ps=141 0"),
+                "{}: the pipeline did not end as `yes | head -1` does:\n{screen}",
+                side.who()
+            );
+            assert!(
+                took < Duration::from_secs(15),
+                "{}: the pipeline took {took:?} (the timeout is 20 s)",
+                side.who()
+            );
+            term.expect("typed=ahead");
+            // With tostop, a background scrun stops on the job's output as a
+            // program does, and a SIGTERM with its continue (the shell's
+            // `kill` of a stopped job) ends it as it ends the program.
+            term.line("set -b; stty tostop");
+            term.line("sh -c 'echo plain-$((1+1)); exec sleep 100' &");
+            term.expect("[1]+  Stopped");
+            term.line("\"$SCRUN\" -pty sh -c 'echo scrun-$((2+2)); exec sleep 100' &");
+            term.expect("[2]+  Stopped");
+            term.line("kill %1 %2");
+            let screen = term.expect("Terminated              \"$SCRUN\"");
+            assert!(screen.contains("Terminated              sh -c"), "{screen}");
+            assert!(
+                !screen.contains("scrun-4"),
+                "{}: the output of a job killed in the background was written:\n{screen}",
+                side.who()
+            );
+            term.line("stty -tostop");
+        },
+    );
+}
+
+#[test]
 fn a_core_dump_is_said_as_a_shell_says_it() {
     both(
         "a_core_dump_is_said_as_a_shell_says_it",

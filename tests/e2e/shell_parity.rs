@@ -335,6 +335,7 @@ fn bad_inherited_fields_are_refused_with_a_clear_error() {
                 closed_stdio: Vec::new(),
                 fds: Vec::new(),
                 pmi_ranks: 0,
+                pmix_namespace: None,
             },
         };
         connection

@@ -546,6 +546,7 @@ fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
             closed_stdio: Vec::new(),
             fds: Vec::new(),
             pmi_ranks: 0,
+            pmix_namespace: None,
         },
     };
     let null = std::fs::File::open("/dev/null").expect("/dev/null");

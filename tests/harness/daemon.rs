@@ -304,8 +304,24 @@ impl Daemon {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    /// The daemon's own child processes (its zygote, the jobs' keepers,
-    /// anything else), as the kernel lists them.
+    /// The daemon's child processes but its zygote (which forks the
+    /// jobs' keepers) and its closer of users' descriptors, both of which
+    /// live as long as it does: the keepers of the jobs, and processes it
+    /// forks for itself (removers of large trees).
+    pub fn children(&self) -> Vec<i32> {
+        let closer = self.closer();
+        self.all_children()
+            .into_iter()
+            .filter(|pid| Some(*pid) != closer)
+            .filter(|pid| {
+                !std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|line| line.starts_with(b"scored zygote"))
+            })
+            .collect()
+    }
+
+    /// Every child process of the daemon (its zygote, its closer, the
+    /// jobs' keepers, anything else), as the kernel lists them.
     pub fn all_children(&self) -> Vec<i32> {
         std::fs::read_dir(format!("/proc/{}/task", self.pid()))
             .into_iter()
@@ -320,17 +336,12 @@ impl Daemon {
             .collect()
     }
 
-    /// The daemon's child processes but its zygote (which forks the
-    /// jobs' keepers and lives as long as the daemon): the keepers of the
-    /// jobs, and processes it forks for itself (removers of large trees).
-    pub fn children(&self) -> Vec<i32> {
-        self.all_children()
-            .into_iter()
-            .filter(|pid| {
-                !std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|line| line.starts_with(b"scored zygote"))
-            })
-            .collect()
+    /// The daemon's closer of users' descriptors (`scored-closer`).
+    pub fn closer(&self) -> Option<i32> {
+        self.all_children().into_iter().find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() == "scored-closer")
+        })
     }
 
     /// The daemon's log so far.

@@ -242,6 +242,14 @@ pub struct Submit {
     /// stage `s` gets the one at `s * pmi_ranks + r`.
     #[serde(default)]
     pub pmi_ranks: u32,
+    /// The PMIx namespace of the job's ranks (`scrun -mpi=pmix`), none
+    /// without PMIx: each rank of stage `s` (from 0) gets
+    /// `PMIX_NAMESPACE=NAME.s` and `PMIX_RANK` its rank, beside the
+    /// variables of scrun's PMIx server that the environment carries.
+    /// A daemon that does not know the field leaves them out, and the
+    /// ranks then find no PMIx server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pmix_namespace: Option<String>,
 }
 
 impl Submit {
@@ -357,6 +365,9 @@ pub struct Reattach {
     /// The job's stdin is a terminal its first rank takes (`-pty`).
     #[serde(default)]
     pub pty: bool,
+    /// The PMIx namespace of its ranks, as `Submit::pmix_namespace`.
+    #[serde(default)]
+    pub pmix_namespace: Option<String>,
 }
 
 impl Reattach {
@@ -378,6 +389,8 @@ impl Reattach {
                 "{pmi} PMI descriptors, over the limit of {MAX_PMI_FDS}"
             ));
         }
+        crate::submit::check_pmix_namespace(self.pmix_namespace.as_deref())
+            .map_err(|error| error.to_string())?;
         Ok(())
     }
 
@@ -730,6 +743,7 @@ mod tests {
                 closed_stdio: vec![1],
                 fds: vec![3, 63],
                 pmi_ranks: 0,
+                pmix_namespace: None,
             },
         }
     }

@@ -143,6 +143,12 @@ pub enum SubmitError {
         /// The request, as scrun spells it.
         asked: String,
     },
+    /// A PMIx namespace that is empty, too long, or holds a character
+    /// other than a letter, a digit, `.`, `_` or `-`.
+    BadPmixNamespace {
+        /// The namespace, shortened and escaped.
+        shown: String,
+    },
     /// More PMI descriptors than [`MAX_PMI_FDS`] in all.
     TooManyPmi {
         /// Ranks per stage given a PMI descriptor.
@@ -234,6 +240,10 @@ impl fmt::Display for SubmitError {
             SubmitError::PmiRanks { pmi_ranks, asked } => write!(
                 f,
                 "PMI descriptors for {pmi_ranks} ranks do not match {asked}: a PMI world needs the rank count of nodes=N or nodes=NxM"
+            ),
+            SubmitError::BadPmixNamespace { shown } => write!(
+                f,
+                "PMIx namespace {shown} is not 1 to {MAX_PMIX_NAMESPACE} letters, digits, '.', '_' or '-'"
             ),
             SubmitError::TooManyPmi { pmi_ranks, stages } => write!(
                 f,
@@ -399,6 +409,39 @@ pub fn check_pmi(submit: &Submit) -> Result<(), SubmitError> {
     Ok(())
 }
 
+/// The longest PMIx namespace a submission may name: room for `.STAGE`
+/// within PMIx's 255 bytes.
+pub const MAX_PMIX_NAMESPACE: usize = 200;
+
+/// The rule on the PMIx namespace: none, or 1 to [`MAX_PMIX_NAMESPACE`]
+/// letters, digits, `.`, `_` or `-` (it goes into the ranks'
+/// environment and names their PMIx world).
+pub fn check_pmix(submit: &Submit) -> Result<(), SubmitError> {
+    check_pmix_namespace(submit.pmix_namespace.as_deref())
+}
+
+/// [`check_pmix`] on a namespace alone (a reattach names its job's).
+pub fn check_pmix_namespace(namespace: Option<&str>) -> Result<(), SubmitError> {
+    let Some(namespace) = namespace else {
+        return Ok(());
+    };
+    let good = !namespace.is_empty()
+        && namespace.len() <= MAX_PMIX_NAMESPACE
+        && namespace
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if good {
+        return Ok(());
+    }
+    let mut shown: String = namespace.chars().take(40).collect();
+    if shown.len() < namespace.len() {
+        shown.push_str("...");
+    }
+    Err(SubmitError::BadPmixNamespace {
+        shown: format!("{shown:?}"),
+    })
+}
+
 /// The rule on the length of each argument and environment entry: at
 /// most [`MAX_STRING_BYTES`], which is all execve(2) would pass.
 fn check_strings(submit: &Submit) -> Result<(), SubmitError> {
@@ -457,6 +500,7 @@ fn validate(submit: &Submit) -> Result<Inherited, SubmitError> {
     check_cwd(submit.cwd.as_bytes())?;
     check_strings(submit)?;
     check_pmi(submit)?;
+    check_pmix(submit)?;
     inherit::check_descriptors(&submit.closed_stdio, &submit.fds, submit.options.pty)?;
     Ok(inherit::check(
         &submit.ignored_signals,

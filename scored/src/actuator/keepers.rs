@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,7 @@ use scored_core::job::LaunchPlan;
 
 use super::failure::LaunchError;
 use super::{procfs, sys, Child, JobStdio, OsActuator, PendingExec};
+use crate::closer::UserFd;
 use crate::keeper::order::{Order, StdioLayout};
 use crate::keeper::zygote::{MakeKeeper, Zygote};
 use crate::keeper::{self, Event, FromKeeper, Held, ToKeeper};
@@ -63,7 +64,7 @@ pub(super) struct Link {
     /// Its job's descriptors went with an order.
     pub(super) has_fds: bool,
     /// Messages that found its socket full.
-    unsent: Vec<(ToKeeper, Vec<OwnedFd>)>,
+    unsent: Vec<(ToKeeper, Vec<Carried>)>,
     /// It was told the job is over.
     pub(super) released: bool,
     /// It is scored's child (made by this daemon's zygote), so scored
@@ -97,6 +98,24 @@ impl Keepers {
     }
 }
 
+/// A descriptor a message to a keeper carries: the daemon's own (the
+/// order's memfd), or a copy of one a user handed over, which, like every
+/// such descriptor, the daemon lets go of through the closer once sent.
+#[derive(Debug)]
+pub(super) enum Carried {
+    Own(OwnedFd),
+    User(UserFd),
+}
+
+impl AsRawFd for Carried {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Carried::Own(fd) => fd.as_raw_fd(),
+            Carried::User(fd) => fd.as_raw_fd(),
+        }
+    }
+}
+
 impl Link {
     fn new(socket: OwnedFd, ours: bool) -> Link {
         Link {
@@ -111,7 +130,7 @@ impl Link {
 
     /// Sends `message` (with `fds`), or keeps it for when the socket has
     /// room; an error means the keeper is gone.
-    pub(super) fn send(&mut self, message: ToKeeper, fds: Vec<OwnedFd>) -> io::Result<()> {
+    pub(super) fn send(&mut self, message: ToKeeper, fds: Vec<Carried>) -> io::Result<()> {
         if self.unsent.is_empty() {
             let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
             if keeper::send(self.socket.as_fd(), &message, &raw)? {
@@ -191,11 +210,14 @@ impl OsActuator {
         let scratch = procs.scratch.clone();
         let become_user = self.daemon_uid == 0 && plan.user.uid != 0;
         let first = !self.keepers.links.get(&job).is_some_and(|link| link.has_fds);
-        let mut fds: Vec<OwnedFd> = Vec::new();
+        let mut fds: Vec<Carried> = Vec::new();
         let layout = match (first, stdio) {
             (false, _) => None,
             (true, Some(io)) => {
-                let dup = |fd: &OwnedFd| fd.try_clone();
+                let dup = |fd: &UserFd| {
+                    let copy = fd.as_fd().try_clone_to_owned()?;
+                    Ok::<_, io::Error>(Carried::User(UserFd::new(copy, fd.uid())))
+                };
                 let mut standard = [false; 3];
                 for (idx, fd) in [&io.stdin, &io.stdout, &io.stderr].into_iter().enumerate() {
                     if let Some(fd) = fd {
@@ -218,7 +240,7 @@ impl OsActuator {
                     for rank in 0..per_stage {
                         match io.pmi.take(stage, rank) {
                             Some(fd) => {
-                                fds.push(fd);
+                                fds.push(Carried::User(fd));
                                 pmi.push(true);
                             }
                             None => pmi.push(false),
@@ -231,6 +253,7 @@ impl OsActuator {
                     inherited,
                     pmi_per_stage: per_stage,
                     pmi,
+                    pmix: io.pmi.pmix().map(str::to_string),
                 })
             }
             // No client (a batch job): /dev/null, as the order says.
@@ -240,6 +263,7 @@ impl OsActuator {
                 inherited: Vec::new(),
                 pmi_per_stage: 0,
                 pmi: Vec::new(),
+                pmix: None,
             }),
         };
         let order = Order::of(
@@ -253,7 +277,7 @@ impl OsActuator {
             layout,
         );
         let memfd = order_memfd(&order).map_err(fail)?;
-        let mut carried = vec![memfd];
+        let mut carried = vec![Carried::Own(memfd)];
         carried.extend(fds);
         let link = self.keeper_of(job).map_err(fail)?;
         link.has_fds = true;

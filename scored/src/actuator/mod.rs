@@ -61,6 +61,7 @@ pub use failure::LaunchError;
 use launch::LaunchInProgress;
 pub use recover::input_job;
 pub use snapshot::ActuatorSnapshot;
+pub use spawn::spawn_closer;
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::CString;
@@ -76,6 +77,7 @@ use scored_core::ids::JobId;
 use scored_core::job::{LaunchPlan, Usage};
 
 use self::cgroup::Cgroups;
+use crate::closer::UserFd;
 use crate::sys;
 
 /// How long a stop may go unconfirmed by `wait4` before /proc is consulted.
@@ -180,22 +182,24 @@ impl std::error::Error for HandoverError {}
 /// The descriptors of a job's client: its stdin, stdout and stderr (each
 /// `None` when the client had it closed), and the others it passes on.
 /// They are shared (`Rc`) because jobs launched from one terminal pass the
-/// same open files, which the event loop keeps only once.
+/// same open files, which the event loop keeps only once. Each is a
+/// [`UserFd`]: dropping the last handle gives it to the closer, never to
+/// `close` in the loop.
 #[derive(Debug)]
 pub struct JobStdio {
     /// The client's standard input (rank 0 reads it).
-    pub stdin: Option<Rc<OwnedFd>>,
+    pub stdin: Option<Rc<UserFd>>,
     /// The client's standard output.
-    pub stdout: Option<Rc<OwnedFd>>,
+    pub stdout: Option<Rc<UserFd>>,
     /// The client's standard error.
-    pub stderr: Option<Rc<OwnedFd>>,
+    pub stderr: Option<Rc<UserFd>>,
     /// stdin is a terminal that the process reading it (rank 0 of the
     /// first stage, or of each stage with `::`) takes as its controlling
     /// terminal (`scrun -pty`).
     pub controlling_terminal: bool,
     /// The client's other descriptors, for the process that reads stdin:
     /// the number each has there (increasing, above 2), and the descriptor.
-    pub inherited: Vec<(RawFd, Rc<OwnedFd>)>,
+    pub inherited: Vec<(RawFd, Rc<UserFd>)>,
     /// The ranks' PMI descriptors (`scrun -mpi=`), none without PMI.
     pub pmi: PmiFds,
 }
@@ -208,16 +212,36 @@ pub struct JobStdio {
 #[derive(Debug, Default, Clone)]
 pub struct PmiFds {
     per_stage: usize,
-    fds: Rc<std::cell::RefCell<Vec<Option<OwnedFd>>>>,
+    fds: Rc<std::cell::RefCell<Vec<Option<UserFd>>>>,
+    /// The PMIx namespace of the job's ranks (`scrun -mpi=pmix`), if any:
+    /// stage `s` is `NAME.s` (`Submit::pmix_namespace`).
+    pmix: Option<Rc<str>>,
 }
 
 impl PmiFds {
     /// `per_stage` descriptors for each stage, stage by stage in rank order.
-    pub fn new(per_stage: usize, fds: Vec<Option<OwnedFd>>) -> PmiFds {
+    pub fn new(per_stage: usize, fds: Vec<Option<UserFd>>) -> PmiFds {
         PmiFds {
             per_stage,
             fds: Rc::new(std::cell::RefCell::new(fds)),
+            pmix: None,
         }
+    }
+
+    /// The same, whose ranks also get the PMIx namespace `namespace`.
+    pub fn with_pmix(mut self, namespace: Option<String>) -> PmiFds {
+        self.pmix = namespace.map(Rc::from);
+        self
+    }
+
+    /// The PMIx namespace of the job's ranks, for the handover of a restart.
+    pub fn pmix(&self) -> Option<&str> {
+        self.pmix.as_deref()
+    }
+
+    /// `PMIX_NAMESPACE` of stage `stage`'s ranks, if the job has PMIx.
+    pub fn pmix_namespace(&self, stage: usize) -> Option<String> {
+        self.pmix.as_ref().map(|name| format!("{name}.{stage}"))
     }
 
     /// Ranks of each stage with a PMI descriptor (0 without PMI).
@@ -226,7 +250,7 @@ impl PmiFds {
     }
 
     /// Takes rank `rank`'s descriptor of stage `stage`, if it has one left.
-    pub fn take(&self, stage: usize, rank: usize) -> Option<OwnedFd> {
+    pub fn take(&self, stage: usize, rank: usize) -> Option<UserFd> {
         if rank >= self.per_stage {
             return None;
         }

@@ -130,8 +130,8 @@ impl OsActuator {
                 }
             }
         }
-        // Any other child of ours is a job descendant that came to us as an
-        // orphan: scored forks nothing else. Signalling it by pid is safe,
+        // Any other child of ours but the closer is a job descendant that
+        // came to us as an orphan, or a remover of scratch trees. Signalling it by pid is safe,
         // since an unreaped child's pid cannot be reused.
         for pid in self.orphans() {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
@@ -336,9 +336,11 @@ impl OsActuator {
         }
     }
 
-    /// Our children that are neither keepers, the zygote nor removers:
-    /// orphaned job descendants (of a keeper that died), not yet reaped.
+    /// Our children that are neither keepers, the zygote, removers nor
+    /// the closer of users' descriptors (`crate::closer`): orphaned job
+    /// descendants (of a keeper that died), not yet reaped.
     pub(super) fn orphans(&self) -> Vec<i32> {
+        let closer = crate::closer::pid();
         procfs::all_processes()
             .into_iter()
             .filter(|stat| {
@@ -346,6 +348,7 @@ impl OsActuator {
                     && !self.children.contains_key(&stat.pid)
                     && !self.is_keeper(stat.pid)
                     && !self.removers.contains_key(&stat.pid)
+                    && Some(stat.pid) != closer
             })
             .map(|stat| stat.pid)
             .collect()

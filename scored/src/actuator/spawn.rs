@@ -545,6 +545,9 @@ fn shed_root_leftovers(became_user: bool) -> io::Result<()> {
 /// them, ahead of every job and of the ranks that wait there for their exec
 /// (which were then killed for not starting in time).
 pub fn spawn_remover(removal: &mut super::statedir::Removal) -> io::Result<i32> {
+    crate::closer::send_queued();
+    let mut keep = removal.descriptors();
+    keep.sort_unstable();
     #[cfg(all(debug_assertions, not(test)))]
     assert!(
         super::procfs::thread_count().is_none_or(|threads| threads == 1),
@@ -562,6 +565,12 @@ pub fn spawn_remover(removal: &mut super::statedir::Removal) -> io::Result<i32> 
                 unsafe { libc::_exit(1) }
             }
             let _ = sys::set_nice(19);
+            // Only the tree's handles: a copy of what the daemon holds for
+            // users (a job's pipe) would keep it open for the whole removal.
+            if let Some((&last, rest)) = keep.split_last() {
+                let pairs: Vec<(RawFd, RawFd)> = rest.iter().map(|&fd| (fd, fd)).collect();
+                let _ = sys::close_from_3_except(&pairs, last, false);
+            }
             let code = match removal.finish() {
                 Ok(()) => 0,
                 Err(_) => 1,
@@ -569,6 +578,41 @@ pub fn spawn_remover(removal: &mut super::statedir::Removal) -> io::Result<i32> 
             // SAFETY: `_exit` ends the child without running the daemon's
             // exit handlers or destructors, which belong to the parent.
             unsafe { libc::_exit(code) }
+        }
+        nix::unistd::ForkResult::Parent { child } => Ok(child.as_raw()),
+    }
+}
+
+/// Starts the closer of users' descriptors (see `crate::closer`): this
+/// binary again (`/proc/self/exe`, which still runs after an upgrade
+/// replaced the file), under the name `argv0`, with `socket` as its
+/// descriptor 3 and no other descriptor of the daemon's, at normal
+/// scheduling priority (the daemon's real-time priority is not for it).
+/// Its own command line tells it from the daemon in `ps`.
+pub fn spawn_closer(socket: RawFd, argv0: &CStr) -> io::Result<i32> {
+    const EXE: &CStr = c"/proc/self/exe";
+    const SOCKET: RawFd = 3;
+    let argv = [argv0.as_ptr(), std::ptr::null()];
+    #[cfg(all(debug_assertions, not(test)))]
+    assert!(
+        super::procfs::thread_count().is_none_or(|threads| threads == 1),
+        "the daemon forks its closer with more than one thread"
+    );
+    // SAFETY: the daemon is single-threaded, so the child inherits no lock
+    // held by another thread; the child makes system calls on data
+    // prepared above, then execs or `_exit`s.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => {
+            if sys::install_stdio(socket, SOCKET).is_ok() && sys::set_scheduler(None, false).is_ok()
+            {
+                let _ = sys::close_from_3_except(&[], SOCKET, true);
+                // SAFETY: `EXE` and `argv` are NUL-terminated and valid;
+                // execv returns only on failure.
+                unsafe { libc::execv(EXE.as_ptr(), argv.as_ptr()) };
+            }
+            // SAFETY: `_exit` ends the child without running the daemon's
+            // exit handlers or destructors, which belong to the parent.
+            unsafe { libc::_exit(127) }
         }
         nix::unistd::ForkResult::Parent { child } => Ok(child.as_raw()),
     }

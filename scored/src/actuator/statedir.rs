@@ -583,6 +583,18 @@ impl Removal {
         })
     }
 
+    /// The descriptors the removal works through (a child that finishes
+    /// it keeps these and no other).
+    pub fn descriptors(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        let mut fds = vec![self.parent.as_raw_fd()];
+        fds.extend(self.top.as_ref().map(AsRawFd::as_raw_fd));
+        for dir in &self.stack {
+            fds.extend([dir.fd.as_raw_fd(), dir.entries.as_raw_fd()]);
+        }
+        fds
+    }
+
     /// The tree's name in its parent, for messages.
     pub fn name(&self) -> &str {
         &self.name

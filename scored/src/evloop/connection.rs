@@ -19,19 +19,67 @@ use super::{
     SCM_MAX_FD,
 };
 use crate::actuator::{Actuator, JobStdio};
+use crate::closer::{self, UserFd};
 use scored_core::core::{ClientEvent, Input};
 use scored_core::ids::{ClientToken, Cred};
 use scored_core::job::JobRequest;
 use scored_proto::command;
 use scored_proto::proto::{self, Reply, Request};
 
+/// A client's socket, let go of through the closer (`crate::closer`):
+/// messages it has not read may carry descriptors, and a close here would
+/// be the last close of each.
+pub(super) struct ClientSocket {
+    /// `None` only while it is being dropped.
+    stream: Option<UnixStream>,
+    uid: u32,
+}
+
+impl ClientSocket {
+    /// The socket of a client of user `uid` (`u32::MAX` before it is known).
+    pub(super) fn new(stream: UnixStream, uid: u32) -> ClientSocket {
+        ClientSocket {
+            stream: Some(stream),
+            uid,
+        }
+    }
+}
+
+impl std::ops::Deref for ClientSocket {
+    type Target = UnixStream;
+
+    fn deref(&self) -> &UnixStream {
+        match &self.stream {
+            Some(stream) => stream,
+            None => unreachable!("a client's socket is there until it is dropped"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for ClientSocket {
+    fn deref_mut(&mut self) -> &mut UnixStream {
+        match &mut self.stream {
+            Some(stream) => stream,
+            None => unreachable!("a client's socket is there until it is dropped"),
+        }
+    }
+}
+
+impl Drop for ClientSocket {
+    fn drop(&mut self) {
+        if let Some(stream) = self.stream.take() {
+            closer::discard(OwnedFd::from(stream), self.uid);
+        }
+    }
+}
+
 pub(super) struct Connection {
-    pub(super) stream: UnixStream,
+    pub(super) stream: ClientSocket,
     pub(super) cred: Cred,
     pub(super) user: Rc<str>,
     pub(super) input: proto::FrameBuffer,
     pub(super) output: VecDeque<u8>,
-    pub(super) fds: Vec<OwnedFd>,
+    pub(super) fds: Vec<UserFd>,
     pub(super) stdio: Option<JobStdio>,
     pub(super) submitted: bool,
     /// Close once the output is flushed.
@@ -169,7 +217,7 @@ impl<A: Actuator> Daemon<A> {
 
     pub(super) fn accept(&mut self) {
         loop {
-            let (mut stream, _) = match self.listener.accept() {
+            let (stream, _) = match self.listener.accept() {
                 Ok(pair) => pair,
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
@@ -184,7 +232,9 @@ impl<A: Actuator> Daemon<A> {
                     // accept() fails with EMFILE before it looks for a
                     // client, so only a successful accept says one waited.
                     let refused = match self.listener.accept() {
-                        Ok((mut stream, _)) => {
+                        Ok((stream, _)) => {
+                            let uid = peer_cred(&stream).map_or(u32::MAX, |cred| cred.uid);
+                            let mut stream = ClientSocket::new(stream, uid);
                             let frame = proto::encode(&Reply::Error {
                                 message: "scored has run out of descriptors; try again later"
                                     .into(),
@@ -195,6 +245,9 @@ impl<A: Actuator> Daemon<A> {
                         }
                         Err(_) => false,
                     };
+                    // The refused socket went to the closer's queue: sent
+                    // now, its number is free again for the spare.
+                    closer::flush();
                     self.spare_fd = spare_descriptor();
                     if !refused {
                         return;
@@ -211,9 +264,11 @@ impl<A: Actuator> Daemon<A> {
                 Ok(cred) => cred,
                 Err(error) => {
                     tracing::warn!(%error, "cannot read a client's credentials; closing it");
+                    closer::discard(OwnedFd::from(stream), u32::MAX);
                     continue;
                 }
             };
+            let mut stream = ClientSocket::new(stream, cred.uid);
             let privileged = self.core.is_privileged(cred.uid);
             if let Err(message) = self.admit_connection(cred.uid, privileged) {
                 let frame = proto::encode(&Reply::Error {
@@ -228,7 +283,7 @@ impl<A: Actuator> Daemon<A> {
             if let Err(error) =
                 self.poll
                     .registry()
-                    .register(&mut stream, token, Interest::READABLE)
+                    .register(&mut *stream, token, Interest::READABLE)
             {
                 tracing::warn!(%error, "cannot watch a client");
                 continue;
@@ -411,6 +466,7 @@ impl<A: Actuator> Daemon<A> {
                 let wants_terminal = submit.options.pty;
                 let (closed, numbers) = (submit.closed_stdio.clone(), submit.fds.clone());
                 let pmi_ranks = submit.pmi_ranks as usize;
+                let pmix = submit.pmix_namespace.clone();
                 // The boundary: the one validator of a submission (the
                 // protocol crate's, which scrun runs too), and the only
                 // way to the core's request.
@@ -434,6 +490,7 @@ impl<A: Actuator> Daemon<A> {
                     &closed,
                     &numbers,
                     pmi_ranks,
+                    pmix,
                     wants_terminal,
                     &mut self.fd_pool,
                 ) else {
@@ -566,6 +623,7 @@ impl<A: Actuator> Daemon<A> {
                         &reattach.closed_stdio,
                         &reattach.fds,
                         reattach.pmi_ranks as usize,
+                        reattach.pmix_namespace.clone(),
                         reattach.pty,
                         &mut self.fd_pool,
                     ) else {
@@ -599,7 +657,7 @@ impl<A: Actuator> Daemon<A> {
                     self.per_user.remove(&uid);
                 }
             }
-            let _ = self.poll.registry().deregister(&mut conn.stream);
+            let _ = self.poll.registry().deregister(&mut *conn.stream);
             tracing::debug!(client = token.0, "client gone");
             inputs.push(Input::ClientGone(ClientToken(token.0 as u64)));
         }
@@ -637,7 +695,7 @@ impl<A: Actuator> Daemon<A> {
                 if self
                     .poll
                     .registry()
-                    .reregister(&mut conn.stream, token, interest)
+                    .reregister(&mut *conn.stream, token, interest)
                     .is_ok()
                 {
                     conn.writing = want_write;
@@ -682,36 +740,40 @@ pub(super) fn flush(conn: &mut Connection) -> io::Result<()> {
 /// Reads until the socket would block, collecting bytes and descriptors.
 /// Returns `Ok(false)` when the client closed its end.
 pub(super) fn read_available(conn: &mut Connection, chunk: &mut [u8]) -> io::Result<bool> {
+    let uid = conn.cred.uid;
     loop {
         let mut control = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
-        let (len, fds, truncated) = {
-            let mut iov = [IoSliceMut::new(&mut *chunk)];
-            let message = match recvmsg::<()>(
-                conn.stream.as_raw_fd(),
-                &mut iov,
-                Some(&mut control),
-                MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
-            ) {
-                Ok(message) => message,
-                Err(nix::errno::Errno::EAGAIN) => return Ok(true),
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(nix::errno::Errno::ECONNRESET) => return Ok(false),
-                Err(error) => return Err(io::Error::from(error)),
-            };
-            let mut fds = Vec::new();
-            if let Ok(cmsgs) = message.cmsgs() {
-                for cmsg in cmsgs {
-                    if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                        fds.extend(raw.into_iter().map(crate::sys::own_received_descriptor));
+        let (len, fds, truncated) =
+            {
+                let mut iov = [IoSliceMut::new(&mut *chunk)];
+                let message = match recvmsg::<()>(
+                    conn.stream.as_raw_fd(),
+                    &mut iov,
+                    Some(&mut control),
+                    MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+                ) {
+                    Ok(message) => message,
+                    Err(nix::errno::Errno::EAGAIN) => return Ok(true),
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(nix::errno::Errno::ECONNRESET) => return Ok(false),
+                    Err(error) => return Err(io::Error::from(error)),
+                };
+                let mut fds = Vec::new();
+                if let Ok(cmsgs) = message.cmsgs() {
+                    for cmsg in cmsgs {
+                        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+                            fds.extend(raw.into_iter().map(|fd| {
+                                UserFd::new(crate::sys::own_received_descriptor(fd), uid)
+                            }));
+                        }
                     }
                 }
-            }
-            (
-                message.bytes,
-                fds,
-                message.flags.contains(MsgFlags::MSG_CTRUNC),
-            )
-        };
+                (
+                    message.bytes,
+                    fds,
+                    message.flags.contains(MsgFlags::MSG_CTRUNC),
+                )
+            };
         if truncated {
             // The kernel could not hand over every descriptor: more than a
             // submission carries, or no room left in our table.

@@ -10,19 +10,21 @@
 //! that the count matches. Nothing here reads or writes a descriptor.
 #![forbid(unsafe_code)]
 
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::RawFd;
 
 use super::fds::FdPool;
 use crate::actuator::{JobStdio, PmiFds};
+use crate::closer::UserFd;
 
 /// Builds the job's descriptors from those the frame carried, in order.
 /// `None` if there are fewer than the layout needs (the caller checked the
 /// count, so only a bug gets here).
 pub(super) fn job_stdio(
-    fds: Vec<OwnedFd>,
+    fds: Vec<UserFd>,
     closed: &[i32],
     numbers: &[i32],
     pmi_ranks: usize,
+    pmix: Option<String>,
     controlling_terminal: bool,
     pool: &mut FdPool,
 ) -> Option<JobStdio> {
@@ -37,7 +39,7 @@ pub(super) fn job_stdio(
         .iter()
         .map(|&number| Some((number as RawFd, pool.intern(fds.next()?))))
         .collect::<Option<Vec<_>>>()?;
-    let pmi = PmiFds::new(pmi_ranks, fds.map(Some).collect());
+    let pmi = PmiFds::new(pmi_ranks, fds.map(Some).collect()).with_pmix(pmix);
     let [stdin, stdout, stderr] = standard;
     Some(JobStdio {
         stdin,
@@ -55,12 +57,12 @@ mod tests {
 
     use super::*;
 
-    fn pipes(n: usize) -> (Vec<OwnedFd>, Vec<RawFd>) {
+    fn pipes(n: usize) -> (Vec<UserFd>, Vec<RawFd>) {
         let mut fds = Vec::new();
         for _ in 0..n.div_ceil(2) {
             let (read, write) = nix::unistd::pipe().unwrap();
-            fds.push(read);
-            fds.push(write);
+            fds.push(UserFd::new(read, 1000));
+            fds.push(UserFd::new(write, 1000));
         }
         fds.truncate(n);
         let raw = fds.iter().map(AsRawFd::as_raw_fd).collect();
@@ -72,7 +74,7 @@ mod tests {
         let mut pool = FdPool::default();
         // stdout closed: stdin, stderr, then 3 and 9.
         let (fds, raw) = pipes(4);
-        let stdio = job_stdio(fds, &[1], &[3, 9], 0, false, &mut pool).unwrap();
+        let stdio = job_stdio(fds, &[1], &[3, 9], 0, None, false, &mut pool).unwrap();
         assert_eq!(stdio.stdin.as_ref().map(|fd| fd.as_raw_fd()), Some(raw[0]));
         assert!(stdio.stdout.is_none());
         assert_eq!(stdio.stderr.as_ref().map(|fd| fd.as_raw_fd()), Some(raw[1]));
@@ -84,10 +86,10 @@ mod tests {
         assert_eq!(passed, vec![(3, raw[2]), (9, raw[3])]);
         // Too few for the layout.
         let (fds, _) = pipes(2);
-        assert!(job_stdio(fds, &[], &[3], 0, false, &mut pool).is_none());
+        assert!(job_stdio(fds, &[], &[3], 0, None, false, &mut pool).is_none());
         // Two PMI descriptors after the standard ones: each taken once.
         let (fds, raw) = pipes(5);
-        let stdio = job_stdio(fds, &[], &[], 1, false, &mut pool).unwrap();
+        let stdio = job_stdio(fds, &[], &[], 1, None, false, &mut pool).unwrap();
         assert_eq!(stdio.pmi.raw(), vec![raw[3], raw[4]]);
         assert_eq!(stdio.pmi.take(1, 0).map(|fd| fd.as_raw_fd()), Some(raw[4]));
         assert!(stdio.pmi.take(1, 0).is_none() && stdio.pmi.take(0, 1).is_none());

@@ -3,8 +3,10 @@
 //! kept once per open file (jobs launched from one terminal share them).
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::rc::{Rc, Weak};
+
+use crate::closer::UserFd;
 
 /// The descriptor limits the daemon found and what it raised them to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,22 +51,25 @@ pub fn raise_fd_limit() -> FdLimits {
 /// clients pass: jobs launched from one terminal share its description, so
 /// ten thousand queued jobs need ten thousand sockets, not forty thousand
 /// descriptors. Two descriptors are the same description when
-/// `kcmp(KCMP_FILE)` says so, which is exact; without kcmp nothing is shared.
+/// `kcmp(KCMP_FILE)` says so, which is exact; without kcmp nothing is
+/// shared. Files are told apart first by device and inode as the kernel
+/// has them cached (`sys::cached_identity`): an `fstat` could make the
+/// loop wait for the server of a user's FUSE or NFS file.
 #[derive(Default)]
 pub(super) struct FdPool {
-    pub(super) by_inode: HashMap<(u64, u64), Vec<Weak<OwnedFd>>>,
+    pub(super) by_inode: HashMap<(u64, u64), Vec<Weak<UserFd>>>,
     pub(super) kcmp_missing: bool,
 }
 
 impl FdPool {
-    pub(super) fn intern(&mut self, fd: OwnedFd) -> Rc<OwnedFd> {
+    pub(super) fn intern(&mut self, fd: UserFd) -> Rc<UserFd> {
         if self.kcmp_missing {
             return Rc::new(fd);
         }
-        let Ok(stat) = nix::sys::stat::fstat(&fd) else {
+        let Ok((dev, ino, _)) = crate::sys::cached_identity(fd.as_fd()) else {
             return Rc::new(fd);
         };
-        let key = (stat.st_dev, stat.st_ino);
+        let key = (dev, ino);
         let bucket = self.by_inode.entry(key).or_default();
         bucket.retain(|weak| weak.strong_count() > 0);
         for weak in bucket.iter() {
@@ -99,8 +104,12 @@ pub(super) fn spare_descriptor() -> Option<std::fs::File> {
 /// is no session's controlling terminal, which the job's first rank can
 /// then take without taking it from anyone (scrun sends the slave of a
 /// pseudo-terminal it has just opened).
-pub(super) fn check_job_terminal(stdin: &OwnedFd) -> Result<(), String> {
-    if !nix::unistd::isatty(stdin).unwrap_or(false) {
+pub(super) fn check_job_terminal(stdin: &UserFd) -> Result<(), String> {
+    // Only a character device can be a terminal; anything else is not
+    // asked (an ioctl on a user's FUSE file would go to its server).
+    let is_char_device = crate::sys::cached_identity(stdin.as_fd())
+        .is_ok_and(|(_, _, mode)| mode & libc::S_IFMT == libc::S_IFCHR);
+    if !is_char_device || !nix::unistd::isatty(stdin).unwrap_or(false) {
         return Err("-pty: the standard input sent with the job is not a terminal".into());
     }
     match crate::sys::terminal_session(stdin.as_fd()) {

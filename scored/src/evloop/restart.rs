@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 use mio::net::UnixStream;
 use mio::{Interest, Token};
 
+use super::connection::ClientSocket;
 use super::{queue_reply, Connection, Daemon, FIRST_CLIENT};
 use crate::actuator::{Actuator, JobStdio, PmiFds};
+use crate::closer::{self, UserFd};
 use crate::journal::Journal;
 use scored_core::ids::Cred;
 use scored_proto::proto::Reply;
@@ -52,12 +54,13 @@ impl<A: Actuator> Daemon<A> {
         self.start = now
             .checked_sub(Duration::from_micros(tick_us))
             .unwrap_or(now);
-        let mut shared: HashMap<RawFd, Rc<OwnedFd>> = HashMap::new();
+        let mut shared: HashMap<RawFd, Rc<UserFd>> = HashMap::new();
         for record in snapshot.connections {
             let token = Token(record.token);
+            let (pid, uid, gid, groups) = record.cred;
             let stream = std::os::unix::net::UnixStream::from(adopt_descriptor(record.fd)?);
             stream.set_nonblocking(true)?;
-            let mut stream = UnixStream::from_std(stream);
+            let mut stream = ClientSocket::new(UnixStream::from_std(stream), uid);
             let writing = !record.output.is_empty();
             let interest = if writing {
                 Interest::READABLE | Interest::WRITABLE
@@ -66,20 +69,21 @@ impl<A: Actuator> Daemon<A> {
             };
             self.poll
                 .registry()
-                .register(&mut stream, token, interest)?;
+                .register(&mut *stream, token, interest)?;
+            let adopt = |raw: RawFd| adopt_descriptor(raw).map(|fd| UserFd::new(fd, uid));
             let fds = record
                 .fds
                 .into_iter()
-                .map(adopt_descriptor)
+                .map(adopt)
                 .collect::<io::Result<Vec<_>>>()?;
-            let mut take = |raw: RawFd| -> io::Result<Rc<OwnedFd>> {
+            let mut take = |raw: RawFd| -> io::Result<Rc<UserFd>> {
                 if let Some(fd) = shared.get(&raw) {
                     return Ok(fd.clone());
                 }
                 // The previous image already kept one descriptor per open
                 // file description; comparing each with the pool again
                 // (kcmp) would cost a restart time quadratic in the jobs.
-                let fd = Rc::new(adopt_descriptor(raw)?);
+                let fd = Rc::new(adopt(raw)?);
                 shared.insert(raw, fd.clone());
                 Ok(fd)
             };
@@ -103,14 +107,14 @@ impl<A: Actuator> Daemon<A> {
                                 .pmi
                                 .1
                                 .iter()
-                                .map(|&raw| (raw >= 0).then(|| adopt_descriptor(raw)).transpose())
+                                .map(|&raw| (raw >= 0).then(|| adopt(raw)).transpose())
                                 .collect::<io::Result<_>>()?,
-                        ),
+                        )
+                        .with_pmix(record.pmix.clone()),
                     })
                 }
                 None => None,
             };
-            let (pid, uid, gid, groups) = record.cred;
             let privileged = self.core.is_privileged(uid);
             // A request begun before the restart gets the whole timeout again.
             if !record.input.is_empty() {
@@ -234,12 +238,14 @@ impl<A: Actuator> Daemon<A> {
             .handover()
             .map_err(|error| error.to_string())?;
         fds.push(self.listener.as_raw_fd());
+        let (closer, closer_fds) = closer::hand_over();
+        fds.extend(closer_fds);
         let mut connections = Vec::new();
         for (token, conn) in &self.connections {
             fds.push(conn.stream.as_raw_fd());
             let pending: Vec<RawFd> = conn.fds.iter().map(AsRawFd::as_raw_fd).collect();
             fds.extend(&pending);
-            let raw = |fd: &Option<Rc<OwnedFd>>| fd.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+            let raw = |fd: &Option<Rc<UserFd>>| fd.as_ref().map_or(-1, |fd| fd.as_raw_fd());
             let stdio = conn
                 .stdio
                 .as_ref()
@@ -273,6 +279,10 @@ impl<A: Actuator> Daemon<A> {
                 stdio,
                 inherited,
                 pmi,
+                pmix: conn
+                    .stdio
+                    .as_ref()
+                    .and_then(|stdio| stdio.pmi.pmix().map(str::to_string)),
                 controlling_terminal: conn
                     .stdio
                     .as_ref()
@@ -300,6 +310,7 @@ impl<A: Actuator> Daemon<A> {
                 connections,
             },
             journal_recent: self.journal.as_ref().map(Journal::recent_records),
+            closer: Some(closer),
         };
         let path = handover::write(&setup.state_dir, &handover)
             .map_err(|error| format!("cannot write the state for the new scored: {error}"))?;

@@ -258,7 +258,7 @@ fn a_client_is_told_its_job_started_before_the_processes_exist() {
     daemon.connections.insert(
         Token(1),
         Box::new(Connection {
-            stream: mio::net::UnixStream::from_std(theirs),
+            stream: super::connection::ClientSocket::new(mio::net::UnixStream::from_std(theirs), 0),
             cred,
             user: "root".into(),
             input: proto::FrameBuffer::new(),

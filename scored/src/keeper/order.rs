@@ -89,6 +89,10 @@ pub struct StdioLayout {
     pub pmi_per_stage: usize,
     /// Which PMI descriptors, stage by stage in rank order, are present.
     pub pmi: Vec<bool>,
+    /// The PMIx namespace of the job's ranks (`scrun -mpi=pmix`), if any:
+    /// stage `s` is `NAME.s`.
+    #[serde(default)]
+    pub pmix: Option<String>,
 }
 
 impl Order {
@@ -173,6 +177,8 @@ pub struct JobFds {
     pub pmi_per_stage: usize,
     /// The PMI descriptors not yet given to a rank.
     pub pmi: Vec<Option<OwnedFd>>,
+    /// The PMIx namespace of the job's ranks, if any.
+    pub pmix: Option<String>,
 }
 
 impl JobFds {
@@ -200,6 +206,7 @@ impl JobFds {
             inherited,
             pmi_per_stage: layout.pmi_per_stage,
             pmi,
+            pmix: layout.pmix.clone(),
         })
     }
 
@@ -234,6 +241,10 @@ const SCORE_KEYS: [&str; 7] = [
 
 /// The variables of a rank with PMI, over the caller's.
 const PMI_KEYS: [&str; 3] = ["PMI_FD", "PMI_RANK", "PMI_SIZE"];
+
+/// The variables of a rank with PMIx (`scrun -mpi=pmix`), over the
+/// caller's: its namespace and rank.
+const PMIX_KEYS: [&str; 2] = ["PMIX_NAMESPACE", "PMIX_RANK"];
 
 /// `KEY=value`; values here hold no NUL byte, and one that did would give
 /// an empty entry rather than a failed launch.
@@ -303,6 +314,11 @@ pub fn prepare(order: &Order, fds: &JobFds) -> Result<Prepared, LaunchFailure> {
     }
     if fds.pmi_per_stage > 0 {
         for key in PMI_KEYS {
+            base.remove(key.as_bytes());
+        }
+    }
+    if fds.pmix.is_some() {
+        for key in PMIX_KEYS {
             base.remove(key.as_bytes());
         }
     }
@@ -431,6 +447,15 @@ pub fn spawn_rank(
             b"PMI_SIZE",
             entry("PMI_SIZE", fds.pmi_per_stage.to_string().as_bytes()),
         ));
+    }
+    // The rank's place in its stage's PMIx namespace, beside the server's
+    // variables that the caller's environment carries.
+    if let Some(name) = &fds.pmix {
+        own.push((
+            b"PMIX_NAMESPACE",
+            entry("PMIX_NAMESPACE", format!("{name}.{stage}").as_bytes()),
+        ));
+        own.push((b"PMIX_RANK", entry("PMIX_RANK", rank.to_string().as_bytes())));
     }
     if order.pipe {
         own.push((b"SCORE_STAGE", entry("SCORE_STAGE", stage.to_string().as_bytes())));

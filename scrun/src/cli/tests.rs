@@ -113,7 +113,7 @@ fn raw(bytes: &[u8]) -> OsString {
     OsString::from_vec(bytes.to_vec())
 }
 
-const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, verbose";
+const HINT: &str = "valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, reattach, verbose";
 
 #[test]
 fn program_only() {
@@ -227,7 +227,7 @@ fn scored_socket() {
 fn lists_equal_separate_words() {
     check("-nodes=2x3,wait,priority=0,stat a", "nodes=2x3 priority=0 wait stat | a");
     check("-nodes=2x3 -wait -priority=0 -stat a", "nodes=2x3 priority=0 wait stat | a");
-    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, verbose");
+    check("--wait,--stat a", "error: unknown option '--stat' on the command line; valid options are nodes, hosts, priority, wait, stat, pty, memory, disk, time, mpi, scored, reattach, verbose");
 }
 
 #[test]
@@ -552,6 +552,7 @@ fn mpi() {
     check("-mpi=pmi1 a", "nodes=1 mpi=pmi1 | a");
     check("-mpi=none a", "nodes=1 mpi=none | a");
     check("-mpi=auto a", "nodes=1 | a");
-    check("-mpi=pmix a", "error: option 'mpi' on the command line: 'pmix' is not auto, pmi1, pmi2 or none");
+    check("-mpi=pmix a", "nodes=1 mpi=pmix | a");
+    check("-mpi=pmi3 a", "error: option 'mpi' on the command line: 'pmi3' is not auto, pmix, pmi1, pmi2 or none");
     check("-mpi a", "error: option 'mpi' on the command line needs a value, such as -mpi=pmi2");
 }

@@ -12,6 +12,8 @@
 //! job's ranks hold, never through a port another user could connect to.
 #![forbid(unsafe_code)]
 
+pub mod names;
+pub mod pmix;
 pub mod wire;
 mod world;
 
@@ -20,14 +22,18 @@ pub use world::{Effect, Limits, World, LIMITS};
 /// Which PMI wire protocols scrun serves (`-mpi=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
-    /// Both, told apart by each rank's first bytes (the default).
+    /// PMIx where libpmix can be loaded, and PMI-1 and PMI-2 (told apart
+    /// by each rank's first bytes) beside it: every MPI finds the one it
+    /// speaks (the default).
     #[default]
     Auto,
+    /// PMIx only (OpenMPI and what is built on it).
+    Pmix,
     /// PMI-1 only.
     Pmi1,
     /// PMI-2 only.
     Pmi2,
-    /// No PMI: the ranks get no `PMI_FD`.
+    /// No PMI: the ranks get no `PMI_FD` and no PMIx server.
     None,
 }
 
@@ -35,7 +41,8 @@ impl Mode {
     /// The protocols served, for messages.
     pub fn describe(self) -> &'static str {
         match self {
-            Mode::Auto => "PMI-1 and PMI-2",
+            Mode::Auto => "PMIx, PMI-1 and PMI-2",
+            Mode::Pmix => "PMIx only",
             Mode::Pmi1 => "PMI-1 only",
             Mode::Pmi2 => "PMI-2 only",
             Mode::None => "no PMI",
@@ -46,6 +53,7 @@ impl Mode {
     pub fn name(self) -> &'static str {
         match self {
             Mode::Auto => "auto",
+            Mode::Pmix => "pmix",
             Mode::Pmi1 => "pmi1",
             Mode::Pmi2 => "pmi2",
             Mode::None => "none",

@@ -9,8 +9,11 @@
 //! that is not speaking PMI ends the job.
 #![forbid(unsafe_code)]
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
+use super::names::{NameError, Names, Publisher};
 use super::wire::{encode, excerpt, Command, Decoder, Wire, WireError};
 use super::Mode;
 
@@ -102,6 +105,10 @@ pub struct World {
     node: BTreeMap<String, String>,
     bytes: usize,
     ended: bool,
+    /// The job's published names, shared by its worlds, and this world's
+    /// stage among them.
+    names: Rc<RefCell<Names>>,
+    stage: usize,
 }
 
 impl World {
@@ -126,7 +133,17 @@ impl World {
             node: BTreeMap::new(),
             bytes: 0,
             ended: false,
+            names: Rc::new(RefCell::new(Names::new())),
+            stage: 0,
         }
+    }
+
+    /// The same world, stage `stage` of a job whose worlds share `names`
+    /// (a name one stage publishes, another finds).
+    pub fn sharing_names(mut self, names: Rc<RefCell<Names>>, stage: usize) -> World {
+        self.names = names;
+        self.stage = stage;
+        self
     }
 
     /// The number of ranks.
@@ -396,15 +413,53 @@ impl World {
                 out.push(self.reply(rank, wire, name, &[("rc", "0")]));
                 self.check_barrier(out);
             }
-            (Wire::V1, "spawn" | "publish_name" | "unpublish_name" | "lookup_name")
-            | (
-                Wire::V2,
-                "spawn" | "name-publish" | "name-unpublish" | "name-lookup" | "job-connect"
-                | "job-disconnect",
-            ) => {
+            (Wire::V1, "publish_name") | (Wire::V2, "name-publish") => {
+                let name = command
+                    .get("service")
+                    .or_else(|| command.get("name"))
+                    .unwrap_or_default();
+                let port = command.get("port").unwrap_or_default();
+                let who = Publisher {
+                    world: self.stage,
+                    rank,
+                };
+                let result = if port.contains(['\n', '\0']) {
+                    // A PMI-1 reply is one line.
+                    Err(NameError::Limit(
+                        "a port holds no newline or NUL".to_string(),
+                    ))
+                } else {
+                    self.names.borrow_mut().publish(who, name, port.to_string())
+                };
+                out.push(self.name_reply(rank, wire, &command.cmd, result, None));
+            }
+            (Wire::V1, "unpublish_name") | (Wire::V2, "name-unpublish") => {
+                let name = command
+                    .get("service")
+                    .or_else(|| command.get("name"))
+                    .unwrap_or_default();
+                let who = Publisher {
+                    world: self.stage,
+                    rank,
+                };
+                let result = self.names.borrow_mut().unpublish(who, name);
+                out.push(self.name_reply(rank, wire, &command.cmd, result, None));
+            }
+            (Wire::V1, "lookup_name") | (Wire::V2, "name-lookup") => {
+                let name = command
+                    .get("service")
+                    .or_else(|| command.get("name"))
+                    .unwrap_or_default();
+                let port = self.names.borrow().lookup(name).cloned();
+                let result = match &port {
+                    Some(_) => Ok(()),
+                    None => Err(NameError::NotFound(name.to_string())),
+                };
+                out.push(self.name_reply(rank, wire, &command.cmd, result, port.as_deref()));
+            }
+            (Wire::V1, "spawn") | (Wire::V2, "spawn" | "job-connect" | "job-disconnect") => {
                 let name = match (wire, command.cmd.as_str()) {
-                    (Wire::V1, "spawn") => "spawn_result".to_string(),
-                    (Wire::V1, other) => format!("{}_result", other.trim_end_matches("_name")),
+                    (Wire::V1, _) => "spawn_result".to_string(),
                     (Wire::V2, other) => format!("{other}-response"),
                 };
                 let message = format!("{} is not supported by scrun's PMI", command.cmd);
@@ -417,6 +472,43 @@ impl World {
                 );
                 self.fault(rank, message, out);
             }
+        }
+    }
+
+    /// The reply to a name command: `publish_result` and the like (PMI-1),
+    /// `name-publish-response` and the like (PMI-2), with the port found.
+    fn name_reply(
+        &self,
+        rank: usize,
+        wire: Wire,
+        cmd: &str,
+        result: Result<(), NameError>,
+        port: Option<&str>,
+    ) -> Effect {
+        let name = match wire {
+            Wire::V1 => format!("{}_result", cmd.trim_end_matches("_name")),
+            Wire::V2 => format!("{cmd}-response"),
+        };
+        match (result, port) {
+            (Ok(()), Some(port)) => match wire {
+                Wire::V1 => self.reply(rank, wire, &name, &[("rc", "0"), ("port", port)]),
+                Wire::V2 => self.reply(
+                    rank,
+                    wire,
+                    &name,
+                    &[
+                        ("rc", "0"),
+                        ("found", "TRUE"),
+                        ("port", port),
+                        ("value", port),
+                    ],
+                ),
+            },
+            (Ok(()), None) => match wire {
+                Wire::V1 => self.reply(rank, wire, &name, &[("rc", "0"), ("msg", "success")]),
+                Wire::V2 => self.reply(rank, wire, &name, &[("rc", "0")]),
+            },
+            (Err(error), _) => self.error(rank, wire, &name, &error.to_string()),
         }
     }
 

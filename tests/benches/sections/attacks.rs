@@ -85,6 +85,7 @@ pub(crate) fn attacks(rows: &mut Vec<Row>) {
                 closed_stdio: Vec::new(),
                 fds: Vec::new(),
                 pmi_ranks: 0,
+                pmix_namespace: None,
             },
         };
         let mut connection =

@@ -1,9 +1,10 @@
 //! What gang scheduling is for: two MPI jobs of `cores` busy-polling
-//! ranks each (MPICH, a tight allreduce loop and a ping-pong), one alone,
-//! both at once under the kernel (`mpiexec` twice, oversubscribed), and
-//! both under scored at 500, 100 and 10 ms slices; the time until both
-//! finish against twice one alone, and the time per message. Then the
-//! launch cost of PMI: `scrun -nodes=2 true` with and without it.
+//! ranks each (a tight allreduce loop and a ping-pong, built with MPICH
+//! and with OpenMPI), one alone, both at once under the kernel (the MPI's
+//! own launcher twice, oversubscribed), and both under scored at 500, 100
+//! and 10 ms slices; the time until both finish against twice one alone,
+//! and the time per message. Then the launch cost of PMI and PMIx:
+//! `scrun -nodes=2 true` with and without them.
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -47,19 +48,72 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// Compiles the loop into `dir`, or `None` without MPICH.
-fn compile(dir: &Path) -> Option<PathBuf> {
-    Command::new("mpicc.mpich").arg("-v").output().ok()?;
-    let src = dir.join("loop.c");
-    std::fs::write(&src, LOOP).expect("write loop.c");
-    let exe = dir.join("mpi_loop");
-    let status = Command::new("mpicc.mpich")
-        .args(["-O2", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("mpicc.mpich");
-    status.success().then_some(exe)
+/// An MPI: its compiler and its own launcher.
+struct Mpi {
+    name: &'static str,
+    compiler: &'static str,
+}
+
+const MPIS: [Mpi; 2] = [
+    Mpi {
+        name: "MPICH",
+        compiler: "mpicc.mpich",
+    },
+    Mpi {
+        name: "OpenMPI",
+        compiler: "mpicc.openmpi",
+    },
+];
+
+impl Mpi {
+    /// Compiles the loop into `dir`, or `None` without this MPI.
+    fn compile(&self, dir: &Path) -> Option<PathBuf> {
+        Command::new(self.compiler).arg("--version").output().ok()?;
+        let src = dir.join("loop.c");
+        std::fs::write(&src, LOOP).expect("write loop.c");
+        let exe = dir.join(format!("mpi_loop_{}", self.name));
+        let status = Command::new(self.compiler)
+            .args(["-O2", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .expect("mpicc");
+        status.success().then_some(exe)
+    }
+
+    /// The MPI's own launcher for `ranks` ranks of the loop, rank i on
+    /// core i when `pinned` (as scored pins rank i to host i's CPU: the
+    /// two cases differ only in who decides when each rank runs).
+    fn launcher(
+        &self,
+        exe: &Path,
+        ranks: usize,
+        kind: &str,
+        iterations: u64,
+        pinned: bool,
+    ) -> Command {
+        let n = ranks.to_string();
+        let mut command = match self.name {
+            "MPICH" => {
+                let mut command = Command::new("mpiexec.mpich");
+                if pinned {
+                    command.args(["-bind-to", "core"]);
+                }
+                command.args(["-n", &n]);
+                command
+            }
+            _ => {
+                let mut command = Command::new("mpirun.openmpi");
+                command
+                    .args(["--allow-run-as-root", "--oversubscribe", "--bind-to"])
+                    .arg(if pinned { "core" } else { "none" })
+                    .args(["-n", &n]);
+                command
+            }
+        };
+        command.arg(exe).args([kind, &iterations.to_string()]);
+        command
+    }
 }
 
 /// Runs `commands` at once; the time until all end and the largest
@@ -115,30 +169,28 @@ fn run_together(commands: Vec<Command>, cap: Duration) -> Option<(f64, f64)> {
     Some((elapsed, per_message))
 }
 
-fn mpiexec(exe: &Path, ranks: usize, kind: &str, iterations: u64) -> Command {
-    // Rank i on core i, as scored pins rank i to host i's CPU: the two
-    // cases differ only in who decides when each rank runs.
-    let mut command = Command::new("mpiexec.mpich");
-    command
-        .args(["-bind-to", "core", "-n", &ranks.to_string()])
-        .arg(exe)
-        .args([kind, &iterations.to_string()]);
-    command
-}
-
 pub(crate) fn mpi(rows: &mut Vec<Row>) {
     let sandbox = Sandbox::new();
-    let Some(exe) = compile(&sandbox.path) else {
-        eprintln!("  skipped: mpicc.mpich is not installed");
-        rows.push(row(
-            "MPI under gang scheduling",
-            "not measured: no MPICH".into(),
-            "-".into(),
-            "-".into(),
-            "-",
-        ));
-        return;
-    };
+    for mpi in &MPIS {
+        match mpi.compile(&sandbox.path) {
+            Some(exe) => gang(mpi, &exe, rows),
+            None => {
+                eprintln!("  skipped: {} is not installed", mpi.compiler);
+                rows.push(row(
+                    &format!("{} under gang scheduling", mpi.name),
+                    format!("not measured: no {}", mpi.compiler),
+                    "-".into(),
+                    "-".into(),
+                    "-",
+                ));
+            }
+        }
+    }
+    launch_cost(rows);
+}
+
+/// The gang table of one MPI.
+fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
     let cores = online_cpus().len().max(1);
     let ranks = cores.min(2);
     // One daemon per slice length, two hosts of one CPU each.
@@ -165,20 +217,13 @@ pub(crate) fn mpi(rows: &mut Vec<Row>) {
             command.stdin(Stdio::null());
             command
         };
-        let unpinned = || {
-            let mut command = Command::new("mpiexec.mpich");
-            command
-                .args(["-n", &ranks.to_string()])
-                .arg(&exe)
-                .args([kind, &count]);
-            command
-        };
+        let launcher = |pinned| mpi.launcher(exe, ranks, kind, iterations, pinned);
         // Each configuration once per round, the rounds interleaved, so
         // that the machine's other load falls on all alike; medians.
         let names = [
-            "one job alone under the kernel (mpiexec, rank i on core i)",
-            "two jobs under the kernel, pinned alike (mpiexec twice)",
-            "two jobs under the kernel, unpinned (mpiexec twice)",
+            "one job alone under the kernel (its launcher, rank i on core i)",
+            "two jobs under the kernel, pinned alike (its launcher twice)",
+            "two jobs under the kernel, unpinned (its launcher twice)",
             "one job alone under scored",
             "two jobs under scored, 500 ms slices",
             "two jobs under scored, 100 ms slices",
@@ -187,20 +232,14 @@ pub(crate) fn mpi(rows: &mut Vec<Row>) {
         let mut times: Vec<Vec<Option<(f64, f64)>>> = vec![Vec::new(); names.len()];
         let mut cap = Duration::from_secs(scaled(60, 20));
         for _ in 0..scaled(3, 1) {
-            let alone = run_together(vec![mpiexec(&exe, ranks, kind, iterations)], cap);
+            let alone = run_together(vec![launcher(true)], cap);
             if let Some((seconds, _)) = alone {
                 // The kernel may take minutes: stopped at 10 times the ideal.
                 cap = Duration::from_secs_f64((20.0 * seconds).max(10.0));
             }
             times[0].push(alone);
-            times[1].push(run_together(
-                vec![
-                    mpiexec(&exe, ranks, kind, iterations),
-                    mpiexec(&exe, ranks, kind, iterations),
-                ],
-                cap,
-            ));
-            times[2].push(run_together(vec![unpinned(), unpinned()], cap));
+            times[1].push(run_together(vec![launcher(true), launcher(true)], cap));
+            times[2].push(run_together(vec![launcher(false), launcher(false)], cap));
             times[3].push(run_together(vec![scrun(&daemons[1])], cap));
             for (idx, daemon) in daemons.iter().enumerate() {
                 times[4 + idx].push(run_together(vec![scrun(daemon), scrun(daemon)], cap));
@@ -235,7 +274,10 @@ pub(crate) fn mpi(rows: &mut Vec<Row>) {
                 _ => "for comparison",
             };
             rows.push(row(
-                &format!("MPI {kind} ({ranks} ranks, {iterations} iterations): {name}"),
+                &format!(
+                    "{} {kind} ({ranks} ranks, {iterations} iterations): {name}",
+                    mpi.name
+                ),
                 value,
                 if single {
                     format!("{alone:.2} s (one alone under the kernel)")
@@ -247,17 +289,25 @@ pub(crate) fn mpi(rows: &mut Vec<Row>) {
             ));
         }
     }
-    // The launch cost of PMI, for a program that never uses it.
+}
+
+/// The launch cost of PMI and of PMIx, for a program that never uses them.
+fn launch_cost(rows: &mut Vec<Row>) {
     let daemon = Daemon::builder()
         .log("scored=info")
         .hosts(&pinned_hosts())
         .start();
     let rounds = scaled(40, 10);
-    let mut with = Vec::new();
+    let mut pmi = Vec::new();
+    let mut auto = Vec::new();
     let mut without = Vec::new();
-    // Interleaved, so that the machine's other load falls on both alike.
+    // Interleaved, so that the machine's other load falls on all alike.
     for _ in 0..if quick() { 2 } else { 4 } {
-        with.push(time_command(
+        pmi.push(time_command(
+            || daemon.run(&["-nodes=2,mpi=pmi2", "true"]).status.success(),
+            rounds,
+        ));
+        auto.push(time_command(
             || daemon.run(&["-nodes=2", "true"]).status.success(),
             rounds,
         ));
@@ -266,13 +316,21 @@ pub(crate) fn mpi(rows: &mut Vec<Row>) {
             rounds,
         ));
     }
-    let with = crate::median(&mut with);
+    let pmi = crate::median(&mut pmi);
+    let auto = crate::median(&mut auto);
     let without = crate::median(&mut without);
     rows.push(row(
-        "launch `scrun -nodes=2 true` with PMI (default)",
-        ms(with),
+        "launch `scrun -nodes=2 true` with PMI-2 (`-mpi=pmi2`)",
+        ms(pmi),
         format!("{} (-mpi=none)", ms(without)),
-        format!("{:+.3} ms", (with - without) * 1e3),
+        format!("{:+.3} ms", (pmi - without) * 1e3),
         "nothing measurable",
+    ));
+    rows.push(row(
+        "launch `scrun -nodes=2 true` with PMI and PMIx (default)",
+        ms(auto),
+        format!("{} (-mpi=none)", ms(without)),
+        format!("{:+.3} ms", (auto - without) * 1e3),
+        "the PMIx server's start",
     ));
 }

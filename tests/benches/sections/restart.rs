@@ -46,6 +46,7 @@ pub(crate) fn submit_raw(
         closed_stdio: Vec::new(),
         fds: Vec::new(),
         pmi_ranks: 0,
+        pmix_namespace: None,
     };
     let frame = scored_proto::proto::encode(&scored_proto::proto::Request::Submit {
         version: scored_proto::proto::VERSION,

@@ -34,6 +34,7 @@ pub(crate) fn submit_frame() -> Vec<u8> {
         closed_stdio: Vec::new(),
         fds: Vec::new(),
         pmi_ranks: 0,
+        pmix_namespace: None,
     };
     scored_proto::proto::encode(&scored_proto::proto::Request::Submit {
         version: scored_proto::proto::VERSION,

@@ -30,6 +30,7 @@ fn good() -> Submit {
         closed_stdio: Vec::new(),
         fds: Vec::new(),
         pmi_ranks: 0,
+        pmix_namespace: None,
     }
 }
 
@@ -267,4 +268,23 @@ fn pmi_descriptors_match_a_known_rank_count_and_are_bounded() {
         "PMI descriptors for 2 ranks do not match hosts=2: a PMI world needs the rank count of nodes=N or nodes=NxM");
     check(|s| { s.options.procs = ProcRequest::Nodes(65); s.pmi_ranks = 65; s.stages = vec![vec!["true".into()]; 2] },
         "PMI for 65 ranks in each of 2 stages is over the limit of 128 ranks in all");
+}
+
+#[test]
+fn a_pmix_namespace_is_plain_and_short_or_refused() {
+    let mut submit = good();
+    submit.pmix_namespace = Some("scrun.42.0123abcd".into());
+    assert_eq!(super::check(&submit), Ok(()));
+    check(
+        |s| s.pmix_namespace = Some("a b".into()),
+        "PMIx namespace \"a b\" is not 1 to 200 letters, digits, '.', '_' or '-'",
+    );
+    check(
+        |s| s.pmix_namespace = Some(String::new()),
+        "PMIx namespace \"\" is not 1 to 200 letters, digits, '.', '_' or '-'",
+    );
+    check(
+        |s| s.pmix_namespace = Some("x".repeat(201)),
+        "PMIx namespace \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\" is not 1 to 200 letters, digits, '.', '_' or '-'",
+    );
 }

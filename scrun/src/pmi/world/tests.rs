@@ -327,3 +327,51 @@ fn a_value_that_would_break_another_ranks_line_is_refused() {
         ["0< 73    cmd=kvs-put-response;rc=-1;errmsg=keys and values hold no newline or NUL;"]
     );
 }
+
+#[test]
+fn names_are_published_found_and_withdrawn_across_stages_and_wires() {
+    let names = Rc::new(RefCell::new(Names::new()));
+    let mut first = World::new(1, "a".into(), Mode::Auto).sharing_names(Rc::clone(&names), 0);
+    let mut second = World::new(1, "b".into(), Mode::Auto).sharing_names(Rc::clone(&names), 1);
+    send(&mut first, 0, "cmd=init pmi_version=1 pmi_subversion=1\n");
+    assert_eq!(
+        send(
+            &mut first,
+            0,
+            "cmd=publish_name service=svc port=tcp://x:1\n"
+        ),
+        ["0< cmd=publish_result rc=0 msg=success"]
+    );
+    assert_eq!(
+        send(&mut first, 0, "cmd=publish_name service=svc port=other\n"),
+        ["0< cmd=publish_result rc=-1 msg=service_svc_is_published_already"]
+    );
+    // Stage 2 speaks PMI-2 and finds what stage 1 published.
+    let frame = |cmd: &str, attrs: &[(&str, &str)]| {
+        String::from_utf8(wire::encode(Wire::V2, cmd, attrs)).unwrap()
+    };
+    send(&mut second, 0, &frame("fullinit", &[("pmirank", "0")]));
+    let found = send(&mut second, 0, &frame("name-lookup", &[("name", "svc")]));
+    assert_eq!(found.len(), 1);
+    assert!(
+        found[0]
+            .contains("cmd=name-lookup-response;rc=0;found=TRUE;port=tcp://x:1;value=tcp://x:1;"),
+        "{found:?}"
+    );
+    // Only the publisher withdraws it.
+    let refused = send(&mut second, 0, &frame("name-unpublish", &[("name", "svc")]));
+    assert!(
+        refused[0].contains("rc=-1;errmsg=service svc was published by another rank;"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        send(&mut first, 0, "cmd=unpublish_name service=svc\n"),
+        ["0< cmd=unpublish_result rc=0 msg=success"]
+    );
+    assert_eq!(
+        send(&mut first, 0, "cmd=lookup_name service=svc\n"),
+        ["0< cmd=lookup_result rc=-1 msg=service_svc_is_not_published"]
+    );
+    assert!(names.borrow().is_empty());
+    assert!(!first.ended() && !second.ended());
+}

@@ -1,0 +1,255 @@
+//! What plain users hand over to root's daemon: descriptors whose last
+//! close sleeps in the kernel for as long as their sender likes (a TCP
+//! socket with a huge `SO_LINGER` and unsent data its peer never reads),
+//! passed in a message, left unread in the queue of a connection scored
+//! has stopped reading, or inherited by a scrun. Root's console is answered and another user's
+//! jobs go on being switched while the sender holds the peer.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use scored_proto::proto::{self, Request};
+use scored_tests::*;
+
+/// The attacker: connects a TCP pair on loopback, fills the send buffer
+/// of one end, sets `SO_LINGER {1, 0x7fffffff}` on it, hands it to scored
+/// and closes its own copy while scored still holds one, so that scored's
+/// is the last: `message`, with a frame it leaves unfinished over a
+/// connection that then hangs up; `unread`, over a connection that scored
+/// no longer reads (its replies wait unread) and that then hangs up;
+/// `scrun`, as a descriptor that the scrun of a job waiting in a
+/// deactivated queue inherits, the scrun then killed. It says `holding`
+/// and keeps the peer open until its stdin closes.
+const ATTACK: &str = r#"
+import array, fcntl, json, socket, struct, subprocess, sys, termios, time
+path, mode, frame, scrun = sys.argv[1], sys.argv[2], bytes.fromhex(sys.argv[3]), sys.argv[4]
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(1)
+end = socket.socket()
+end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+end.connect(server.getsockname())
+peer, _ = server.accept()
+peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+end.setblocking(False)
+try:
+    while True:
+        end.send(b"x" * 65536)
+except BlockingIOError:
+    pass
+end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0x7fffffff))
+rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [end.fileno()]))]
+if mode == "message":
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(path)
+    client.sendmsg([frame[:-1]], rights)
+    end.close()
+    time.sleep(0.5)
+    client.close()
+elif mode == "unread":
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(path)
+    client.sendall(frame * 400)
+    waiting, since = -1, time.time()
+    while time.time() - since < 1:
+        time.sleep(0.1)
+        now = struct.unpack("i", fcntl.ioctl(client, termios.FIONREAD, b"\0" * 4))[0]
+        if now != waiting:
+            waiting, since = now, time.time()
+    client.sendmsg([b"x"], rights)
+    end.close()
+    client.close()
+else:
+    job = subprocess.Popen([scrun, "-priority=2", "sleep", "100"], pass_fds=[end.fileno()], stdin=subprocess.DEVNULL)
+    end.close()
+    time.sleep(2)
+    job.kill()
+    job.wait()
+print("holding", flush=True)
+sys.stdin.read()
+"#;
+
+/// A python3 that other users may run, or `None` (the test then skips).
+fn python_for_users() -> Option<PathBuf> {
+    ["/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|path| path.exists())
+}
+
+/// The attacker's process; killed (and so the peer released) when dropped.
+struct Attacker(Child);
+
+impl Drop for Attacker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn attack(daemon: &Daemon, user: &TestUser, python: &Path, mode: &str) -> Attacker {
+    let frame = proto::encode(&Request::Console {
+        version: proto::VERSION,
+        line: "help".into(),
+        json: false,
+    });
+    let hex: String = frame.iter().map(|byte| format!("{byte:02x}")).collect();
+    let socket = daemon.socket.display().to_string();
+    let scrun = bin("scrun").display().to_string();
+    let mut child = command_as(user, python, &["-c", ATTACK, &socket, mode, &hex, &scrun])
+        .env("SCORED_SOCKET", &daemon.socket)
+        .env("SCORED_TEST_TAG", &daemon.tag)
+        .current_dir(&daemon.sandbox.path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the attacker");
+    let out = child.stdout.take().expect("stdout");
+    let attacker = Attacker(child);
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = sender.send(line);
+    });
+    let line = receiver
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_default();
+    assert_eq!(
+        line.trim(),
+        "holding",
+        "{mode}: the attacker did not get going"
+    );
+    attacker
+}
+
+/// Runs root's `sc_console -c status`; how long it took, or `None` if it
+/// had not answered within `bound` (it is then killed).
+fn timed_status(daemon: &Daemon, bound: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut child = std::process::Command::new(bin("sc_console"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["-c", "status"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sc_console");
+    let done = wait_until(bound, || matches!(child.try_wait(), Ok(Some(_))));
+    if !done {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    }
+    let took = started.elapsed();
+    let output = child.wait_with_output().expect("sc_console output");
+    assert!(
+        output.status.success(),
+        "status failed: {}",
+        stderr(&output)
+    );
+    assert!(stdout(&output).contains("uptime:"), "{}", stdout(&output));
+    Some(took)
+}
+
+/// The descriptor a plain user hands over never makes root's daemon wait
+/// for its close: root's status is answered, and a spinning job of
+/// another user goes on being switched with root's on their shared host,
+/// while the sender holds the peer of a lingering socket.
+#[test]
+fn a_descriptor_whose_close_blocks_never_freezes_the_daemon() {
+    let Some(users) = test_users("a_descriptor_whose_close_blocks_never_freezes_the_daemon") else {
+        return;
+    };
+    let Some(python) = python_for_users() else {
+        println!("skipped: a_descriptor_whose_close_blocks_never_freezes_the_daemon needs python3");
+        return;
+    };
+    let daemon = Daemon::builder()
+        .hosts("host0 cpus=0\n")
+        .timeslice("50ms")
+        .rc("queue 2 deactivate\n")
+        .start();
+    // Root's spinner and user b's share the one host: a gang pair.
+    let _root_job = daemon.spawn(&["-nodes=1", &testprog(), "spin", "0"]);
+    let root_pid = daemon.wait_job_pids(1, 1)[0];
+    let _b_job = daemon.spawn_as(&users.b, &["-nodes=1", &testprog(), "spin", "0"]);
+    let b_pid = daemon.wait_job_pids(2, 1)[0];
+    for mode in ["message", "unread", "scrun"] {
+        let attacker = attack(&daemon, &users.a, &python, mode);
+        // Whatever scored does with what it was handed has been done.
+        std::thread::sleep(Duration::from_millis(500));
+        for _ in 0..3 {
+            let took = timed_status(&daemon, Duration::from_secs(10));
+            assert!(
+                took.is_some(),
+                "{mode}: root's status was not answered within 10 s while user a held the peer"
+            );
+        }
+        // Both spinners get the CPU: the gang switch goes on.
+        let cpu = |pid| proc_stat(pid).map_or(0, |stat| stat.cpu_ticks);
+        let before = (cpu(root_pid), cpu(b_pid));
+        std::thread::sleep(Duration::from_secs(2));
+        let after = (cpu(root_pid), cpu(b_pid));
+        assert!(
+            after.0 > before.0 && after.1 > before.1,
+            "{mode}: the jobs were not both switched in while user a held the peer \
+             (CPU ticks of root's {before:?} -> {after:?} of b's)"
+        );
+        drop(attacker);
+    }
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+}
+
+/// The closer crosses an in-place restart (same process, still closing),
+/// and one that dies is started again: the descriptors let go of
+/// meanwhile wait for it, and a job's pipe still sees its end.
+#[test]
+fn the_closer_crosses_a_restart_and_is_started_again_when_it_dies() {
+    let daemon = Daemon::start();
+    let mut closer = 0;
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            closer = daemon.closer().unwrap_or(0);
+            closer > 0
+        }),
+        "scored has no closer"
+    );
+    let restarted = daemon.ok("restart");
+    assert!(restarted.contains("restarted in place"), "{restarted}");
+    assert_eq!(
+        daemon.closer(),
+        Some(closer),
+        "the closer did not cross the restart"
+    );
+    // A job's output through a pipe ends when the job does: scored's copy
+    // went through the closer.
+    let output = daemon.run(&["echo", "through the closer"]);
+    assert_eq!(stdout(&output).trim(), "through the closer");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(closer),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the closer");
+    for round in 0..3 {
+        let mut job = daemon.spawn(&["echo", "after the closer died"]);
+        // `wait` fails if scrun's pipes stay open past its end.
+        let (status, _) = job.wait(Duration::from_secs(20));
+        assert!(status.success(), "round {round}: {status}");
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon
+            .closer()
+            .is_some_and(|pid| pid != closer)),
+        "no closer was started again:\n{}",
+        daemon.log()
+    );
+    assert!(daemon
+        .log()
+        .contains("the closer of users' descriptors is gone"));
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+}
