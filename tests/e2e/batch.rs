@@ -631,7 +631,10 @@ fn batch_jobs_dependants_and_arrays_survive_a_kill_of_scored() {
     assert_eq!(record["state"], "done", "{record}");
     assert_eq!(record["exit"], 3, "{record}");
     assert!(record["wall"].as_f64().unwrap_or(0.0) >= 3.0, "{record}");
-    assert!(!record["reason"].as_str().unwrap_or("").contains("lost"), "{record}");
+    assert!(
+        !record["reason"].as_str().unwrap_or("").contains("lost"),
+        "{record}"
+    );
 }
 
 /// Whether job `job` has not ended (running, or time-sharing its hosts).

@@ -340,9 +340,15 @@ fn when_scored_is_killed_its_job_processes_live_on() {
     std::thread::sleep(Duration::from_millis(500));
     let gone: Vec<i32> = pids.iter().copied().filter(|pid| !alive(*pid)).collect();
     assert!(gone.is_empty(), "job processes died with scored: {gone:?}");
-    assert!(stopped(held), "the suspended job ran while no scored was there");
+    assert!(
+        stopped(held),
+        "the suspended job ran while no scored was there"
+    );
     daemon.start_again();
-    assert!(stopped(held), "the suspended job was continued by the takeover");
+    assert!(
+        stopped(held),
+        "the suspended job was continued by the takeover"
+    );
     for id in 1..=3 {
         daemon.ok(&format!("kill {id} KILL"));
     }
@@ -422,5 +428,8 @@ fn the_next_scored_kills_what_a_job_without_a_keeper_left_in_its_cgroup() {
     );
     let (status, stderr) = job.wait(Duration::from_secs(20));
     assert_eq!(status.code(), Some(137), "{stderr}");
-    assert!(stderr.contains("keeper could not be found again"), "{stderr}");
+    assert!(
+        stderr.contains("keeper could not be found again"),
+        "{stderr}"
+    );
 }

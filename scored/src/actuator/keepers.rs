@@ -278,6 +278,7 @@ impl OsActuator {
                     }
                 }
                 Some(StdioLayout {
+                    client: true,
                     standard,
                     controlling_terminal: io.controlling_terminal,
                     inherited,
@@ -288,6 +289,7 @@ impl OsActuator {
             }
             // No client (a batch job): /dev/null, as the order says.
             (true, None) => Some(StdioLayout {
+                client: false,
                 standard: [false; 3],
                 controlling_terminal: false,
                 inherited: Vec::new(),

@@ -29,8 +29,9 @@ impl<A: Actuator> Daemon<A> {
     /// (`reattach`) the clients are gone too: a job's scrun may reattach
     /// within that time. Then every job is made what the core holds it to
     /// be: the switched-out ones stopped first (confirmed), then the
-    /// running ones continued, so that two jobs sharing a host never run
-    /// together whatever the dead daemon had done of its last switch.
+    /// running ones continued (after a crash), so that two jobs sharing a
+    /// host never run together whatever the dead daemon had done of its
+    /// last switch.
     pub fn take_over(
         mut self,
         keepers: &std::collections::HashMap<u64, (i32, u64)>,
@@ -73,9 +74,15 @@ impl<A: Actuator> Daemon<A> {
         self.actuator
             .await_stops(super::STOP_WAIT, &mut confirmations);
         self.feed(confirmations);
-        for (job, phase) in jobs {
-            if phase == Phase::Running {
-                self.actuator.cont(job);
+        // A dead daemon may have died between a job's continue and its
+        // signals; the image before an in-place restart continued every
+        // job it held as running, and a continue now would undo a stop
+        // the job's own user made.
+        if reattach.is_some() {
+            for (job, phase) in jobs {
+                if phase == Phase::Running {
+                    self.actuator.cont(job);
+                }
             }
         }
         self

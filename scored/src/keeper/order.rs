@@ -90,6 +90,10 @@ pub struct Order {
 /// then the PMI ones present.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StdioLayout {
+    /// The job has a client; without one (a batch job) its ranks' stdin,
+    /// stdout and stderr are /dev/null (under their output files).
+    #[serde(default = "yes")]
+    pub client: bool,
     /// stdin, stdout, stderr present (the client had them open).
     pub standard: [bool; 3],
     /// stdin is a terminal rank 0 takes as its controlling terminal.
@@ -183,9 +187,15 @@ impl Order {
     }
 }
 
+fn yes() -> bool {
+    true
+}
+
 /// The descriptors of a job, held by its keeper.
 #[derive(Debug, Default)]
 pub struct JobFds {
+    /// The job has a client (see `StdioLayout::client`).
+    pub client: bool,
     /// stdin, stdout, stderr, when the client had them.
     pub standard: [Option<OwnedFd>; 3],
     /// rank 0 takes stdin as its controlling terminal.
@@ -220,6 +230,7 @@ impl JobFds {
             pmi.push(if *present { Some(fds.next()?) } else { None });
         }
         Some(JobFds {
+            client: layout.client,
             standard,
             controlling_terminal: layout.controlling_terminal,
             inherited,
@@ -550,7 +561,12 @@ pub fn spawn_rank(
     } else {
         None
     };
-    let reads_client = rank == 0 && !(order.pipe && stage_idx > 0);
+    // The process that reads the client's stdin (rank 0 of the first
+    // stage, or of each stage with `::`) also gets the client's other
+    // descriptors; a standard descriptor the client had closed stays
+    // closed (`spawn::CLOSED`). Without a client, /dev/null.
+    let reads_client = fds.client && rank == 0 && !(order.pipe && stage_idx > 0);
+    let client = fds.client;
     let standard = |which: usize| {
         fds.standard[which]
             .as_ref()
@@ -568,9 +584,14 @@ pub fn spawn_rank(
     };
     let stdout_fd = match stdout_pipe {
         Some(pipe) => hold(&mut owned, pipe),
-        None => standard(1),
+        None if client => standard(1),
+        None => hold(&mut owned, open_null(true)?),
     };
-    let stderr_fd = standard(2);
+    let stderr_fd = if client {
+        standard(2)
+    } else {
+        hold(&mut owned, open_null(true)?)
+    };
     let mut stdio_fds = [stdin_fd, stdout_fd, stderr_fd];
     for fd in &mut stdio_fds {
         if let Some(copy) = ChildSetup::stdio_fd(*fd)? {
