@@ -120,6 +120,11 @@ pub struct Held {
     pub reaped_peak: Vec<u64>,
     /// It is still creating processes.
     pub launching: bool,
+    /// What its last order runs, for the messages of a rank that fails
+    /// to start: the first stage of the order, each stage's program, and
+    /// the working directory.
+    #[serde(default)]
+    pub described: (usize, Vec<String>, String),
 }
 
 /// One rank a keeper holds.

@@ -330,9 +330,10 @@ int main(int argc, char **argv) {
 fn a_killed_keeper_ends_its_job_only() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let spin = testprog();
+    // One after the other, so that the victim is job 1.
     let mut victim = daemon.spawn(&["-nodes=1", &spin, "spin", "0"]);
-    let mut bystander = daemon.spawn(&["-nodes=1", &spin, "spin", "3"]);
     let rank = victim.wait_pids(1)[0];
+    let mut bystander = daemon.spawn(&["-nodes=1", &spin, "spin", "3"]);
     let other = bystander.wait_pids(1)[0];
     let keeper = parent_of(rank);
     assert!(keeper > 1 && keeper != daemon.pid() as i32);

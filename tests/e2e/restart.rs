@@ -753,16 +753,23 @@ fn a_restart_is_not_held_up_by_a_user_s_launches_in_flight() {
         })
         .collect();
     spawned[0].wait_pids(1);
+    let in_progress = spawned
+        .iter_mut()
+        .any(|job| (1..n).contains(&job.count_lines("pid ")));
     let asked = std::time::Instant::now();
     let text = restart(&daemon);
     let took = asked.elapsed();
     assert!(text.contains("restarted in place"), "{text}");
     println!("the restart took {took:?} with launches of {jobs} x {n} ranks in flight");
-    assert!(
-        daemon.log().contains("took over a keeper still creating"),
-        "no launch was handed over:\n{}",
-        daemon.log()
-    );
+    if in_progress {
+        assert!(
+            daemon.log().contains("took over a keeper still creating"),
+            "no launch was handed over:\n{}",
+            daemon.log()
+        );
+    } else {
+        eprintln!("no launch was in progress when the restart was asked for");
+    }
     for (i, job) in spawned.iter_mut().enumerate() {
         let pids = job.wait_pids(n);
         let (status, stderr) = job.wait(Duration::from_secs(120));

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -926,7 +927,7 @@ impl OsActuator {
         procs.hold.switched_out = switched_out;
         if held.launching {
             tracing::info!(job = %job, "took over a keeper still creating the job's processes");
-            procs.launch = Some(super::launch::LaunchInProgress::adopted());
+            procs.launch = Some(super::launch::LaunchInProgress::adopted(&held.described));
         }
         let mut ends = Vec::new();
         for rank in held.ranks {
@@ -978,8 +979,13 @@ impl OsActuator {
                         deadline: self.clock.now() + super::EXEC_TIMEOUT,
                         machine_waits: 0,
                         failed: false,
-                        program: "?".into(),
-                        cwd: "?".into(),
+                        program: Rc::from(
+                            rank.stage
+                                .checked_sub(held.described.0)
+                                .and_then(|idx| held.described.1.get(idx))
+                                .map_or("?", String::as_str),
+                        ),
+                        cwd: Rc::from(held.described.2.as_str()),
                         files: None,
                     },
                 );

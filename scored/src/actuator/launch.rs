@@ -40,12 +40,17 @@ pub(super) struct LaunchInProgress {
 }
 
 impl LaunchInProgress {
-    /// A launch a keeper was in the middle of when this daemon took it over.
-    pub(super) fn adopted() -> LaunchInProgress {
+    /// A launch a keeper was in the middle of when this daemon took it
+    /// over, of the programs it names (see `keeper::Held::described`).
+    pub(super) fn adopted(described: &(usize, Vec<String>, String)) -> LaunchInProgress {
         LaunchInProgress {
-            programs: Vec::new(),
-            cwd: "?".into(),
-            first_stage: 0,
+            programs: described
+                .1
+                .iter()
+                .map(|program| Rc::from(program.as_str()))
+                .collect(),
+            cwd: Rc::from(described.2.as_str()),
+            first_stage: described.0,
             files: HashMap::new(),
             paused: false,
         }

@@ -94,6 +94,8 @@ struct Keeper {
     ending: Option<Instant>,
     /// The job's `cgroup.procs`, from its first order.
     cgroup_procs: Option<PathBuf>,
+    /// What its last order runs (see `Held::described`).
+    described: (usize, Vec<String>, String),
     buffer: Vec<u8>,
 }
 
@@ -161,6 +163,7 @@ impl Keeper {
             wait,
             ending: None,
             cgroup_procs: None,
+            described: (0, Vec::new(), String::new()),
             buffer: vec![0u8; super::MAX_MESSAGE],
         };
         keeper.hello(false);
@@ -291,6 +294,7 @@ impl Keeper {
             reaped_cpu_us: self.reaped_cpu_us,
             reaped_peak: self.reaped_peak.clone(),
             launching: self.launch.is_some(),
+            described: self.described.clone(),
         }
     }
 
@@ -473,6 +477,7 @@ impl Keeper {
         self.reaped_peak.iter_mut().for_each(|peak| *peak = 0);
         match prepare(&order, fds) {
             Ok(prepared) => {
+                self.described = (order.first_stage, prepared.programs(), prepared.cwd());
                 self.launch = Some(Launching {
                     order,
                     prepared,

@@ -324,6 +324,11 @@ impl Prepared {
         })
     }
 
+    /// The program of each stage of the order, for messages.
+    pub fn programs(&self) -> Vec<String> {
+        self.programs.clone()
+    }
+
     /// The program of stage `idx` of the order, for messages.
     pub fn program(&self, idx: usize) -> &str {
         self.programs.get(idx).map_or("?", String::as_str)
