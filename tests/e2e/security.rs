@@ -1494,6 +1494,7 @@ fn reattach_as(daemon: &Daemon, user: &TestUser, job: u64) -> String {
             stages: 1,
             pty: false,
             pmix_namespace: None,
+            pmi_port: false,
         },
     });
     let hex: String = frame.iter().map(|byte| format!("{byte:02x}")).collect();

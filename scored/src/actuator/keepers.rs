@@ -284,6 +284,7 @@ impl OsActuator {
                     controlling_terminal: io.controlling_terminal,
                     inherited,
                     pmi_per_stage: per_stage,
+                    pmi_port: io.pmi.port(),
                     pmi,
                     pmix: io.pmi.pmix().map(str::to_string),
                 })
@@ -295,6 +296,7 @@ impl OsActuator {
                 controlling_terminal: false,
                 inherited: Vec::new(),
                 pmi_per_stage: 0,
+                pmi_port: false,
                 pmi: Vec::new(),
                 pmix: None,
             }),

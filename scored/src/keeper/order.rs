@@ -102,6 +102,10 @@ pub struct StdioLayout {
     pub inherited: Vec<RawFd>,
     /// PMI descriptors per stage (0 without PMI).
     pub pmi_per_stage: usize,
+    /// The ranks without a PMI descriptor reach scrun's PMI server at the
+    /// environment's `PMI_PORT`, each naming itself by `PMI_ID`.
+    #[serde(default)]
+    pub pmi_port: bool,
     /// Which PMI descriptors, stage by stage in rank order, are present.
     pub pmi: Vec<bool>,
     /// The PMIx namespace of the job's ranks (`scrun -mpi=pmix`), if any:
@@ -204,6 +208,8 @@ pub struct JobFds {
     pub inherited: Vec<(RawFd, OwnedFd)>,
     /// PMI descriptors per stage.
     pub pmi_per_stage: usize,
+    /// See `StdioLayout::pmi_port`.
+    pub pmi_port: bool,
     /// The PMI descriptors not yet given to a rank.
     pub pmi: Vec<Option<OwnedFd>>,
     /// The PMIx namespace of the job's ranks, if any.
@@ -235,6 +241,7 @@ impl JobFds {
             controlling_terminal: layout.controlling_terminal,
             inherited,
             pmi_per_stage: layout.pmi_per_stage,
+            pmi_port: layout.pmi_port,
             pmi,
             pmix: layout.pmix.clone(),
         })
@@ -272,7 +279,7 @@ const SCORE_KEYS: [&str; 9] = [
 ];
 
 /// The variables of a rank with PMI, over the caller's.
-const PMI_KEYS: [&str; 3] = ["PMI_FD", "PMI_RANK", "PMI_SIZE"];
+const PMI_KEYS: [&str; 4] = ["PMI_FD", "PMI_ID", "PMI_RANK", "PMI_SIZE"];
 
 /// The variables of a rank with PMIx (`scrun -mpi=pmix`), over the
 /// caller's: its namespace and rank.
@@ -359,7 +366,7 @@ pub fn prepare(order: &Order, fds: &JobFds) -> Result<Prepared, LaunchFailure> {
     for key in SCORE_KEYS {
         base.remove(key.as_bytes());
     }
-    if fds.pmi_per_stage > 0 {
+    if fds.pmi_per_stage > 0 || fds.pmi_port {
         for key in PMI_KEYS {
             base.remove(key.as_bytes());
         }
@@ -517,6 +524,18 @@ pub fn spawn_rank(
         own.push((
             b"PMI_SIZE",
             entry("PMI_SIZE", fds.pmi_per_stage.to_string().as_bytes()),
+        ));
+    }
+    // Without a descriptor, the rank's place among the ranks that reach
+    // scrun's PMI server at the environment's PMI_PORT: its number across
+    // the stages, its rank and its stage's size.
+    if pmi.is_none() && fds.pmi_port {
+        let id = stage * order.nprocs as usize + rank as usize;
+        own.push((b"PMI_ID", entry("PMI_ID", id.to_string().as_bytes())));
+        own.push((b"PMI_RANK", entry("PMI_RANK", rank.to_string().as_bytes())));
+        own.push((
+            b"PMI_SIZE",
+            entry("PMI_SIZE", order.nprocs.to_string().as_bytes()),
         ));
     }
     // The rank's place in its stage's PMIx namespace, beside the server's
