@@ -321,5 +321,6 @@ fn submit(reader: &mut Reader<'_>) -> Submit {
         fds,
         pmi_ranks,
         pmix_namespace,
+        pmi_port: reader.byte() & 1 == 1,
     }
 }

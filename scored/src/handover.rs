@@ -104,6 +104,9 @@ pub struct ConnectionSnapshot {
     /// The PMIx namespace of the job's ranks, if any.
     #[serde(default)]
     pub pmix: Option<String>,
+    /// The ranks reach scrun's PMI server by port (`Submit::pmi_port`).
+    #[serde(default)]
+    pub pmi_port: bool,
     /// A job was submitted on it.
     pub submitted: bool,
     /// Close once the output is written.

@@ -28,7 +28,7 @@ use crate::report::Final;
 use crate::session::{self, PtySide};
 use crate::signals::Signals;
 use crate::single::{self, PrivatePaths};
-use crate::submit::PmixWorlds;
+use crate::submit::{PmiRoute, PmixWorlds};
 use crate::terminal::{Pty, Relay};
 
 /// How scrun ends: its exit status, or the signal it ends by (with the
@@ -141,23 +141,17 @@ pub fn run(invocation: &Invocation) -> Outcome {
     let mut pmix = pmix;
     // With PMI, one socketpair per rank of each stage: the ranks' ends go
     // with the submission, scrun serves the others until the job ends.
-    let pmi_ranks = match &request {
-        Request::Submit { submit, .. } => submit.pmi_ranks as usize,
-        _ => 0,
-    };
-    let (mut pmi, rank_ends) = if pmi_ranks > 0 {
-        match PmiServer::create(invocation.options.mpi, pmi_ranks, invocation.stages.len()) {
-            Ok((server, ends)) => (Some(server), ends),
-            Err(error) => {
-                return report_fatal(&Fatal::with_source(
-                    exitcode::INTERNAL,
-                    "cannot create the ranks' PMI connections",
-                    error,
-                ))
-            }
+    // Where the rank count is known only once placed (or is over what
+    // descriptors carry), PMI-1 at a loopback port instead.
+    let (mut pmi, rank_ends) = match start_pmi(invocation, &mut request) {
+        Ok(started) => started,
+        Err(error) => {
+            return report_fatal(&Fatal::with_source(
+                exitcode::INTERNAL,
+                "cannot create the ranks' PMI connections",
+                error,
+            ))
         }
-    } else {
-        (None, Vec::new())
     };
     let sent = submit(
         &mut connection,
@@ -187,6 +181,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
                 stages: submit.stages.len() as u32,
                 pty: submit.options.pty,
                 pmix_namespace: submit.pmix_namespace.clone(),
+                pmi_port: submit.pmi_port,
             },
             _ => scored_proto::proto::Reattach {
                 job: 0,
@@ -197,6 +192,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
                 stages: 0,
                 pty: false,
                 pmix_namespace: None,
+                pmi_port: false,
             },
         },
         rank_ends,
@@ -276,6 +272,43 @@ fn check_output(invocation: &Invocation) -> Result<(), Fatal> {
     };
     let index = batch.array.map(|spec| spec.first);
     crate::batch::check_output(batch, &name, index, &cwd)
+}
+
+/// The job's PMI-1 and PMI-2 server, as `request` asks: one socketpair
+/// per rank of each stage (the ranks' ends returned, to go with the
+/// submission), or a loopback port that `request`'s environment names
+/// (`PMI_PORT`, replacing an outer launcher's `PMI_*`).
+fn start_pmi(
+    invocation: &Invocation,
+    request: &mut Request,
+) -> io::Result<(Option<PmiServer>, Vec<OwnedFd>)> {
+    let Request::Submit { submit, .. } = request else {
+        return Ok((None, Vec::new()));
+    };
+    let (mode, stages) = (invocation.options.mpi, invocation.stages.len());
+    if submit.pmi_ranks > 0 {
+        let (server, ends) = PmiServer::create(mode, submit.pmi_ranks as usize, stages)?;
+        return Ok((Some(server), ends));
+    }
+    if !submit.pmi_port {
+        return Ok((None, Vec::new()));
+    }
+    let ranks = match crate::submit::pmi_route(invocation) {
+        Ok(PmiRoute::Port(ranks)) => ranks,
+        _ => None,
+    };
+    let (server, port) = PmiServer::listen(mode, ranks, stages)?;
+    submit.env.retain(|(key, _)| {
+        !matches!(
+            key.as_bytes(),
+            b"PMI_PORT" | b"PMI_ID" | b"PMI_FD" | b"PMI_RANK" | b"PMI_SIZE"
+        )
+    });
+    submit.env.push((
+        "PMI_PORT".into(),
+        format!("127.0.0.1:{port}").as_str().into(),
+    ));
+    Ok((Some(server), Vec::new()))
 }
 
 /// Starts the job's PMIx server if `-mpi=` asks for one (for the ranks

@@ -3,7 +3,11 @@
 //!
 //! [`PmiServer::create`] makes one socketpair per rank of each stage; the
 //! ranks' ends travel to scored with the submission (`Submit::pmi_ranks`)
-//! and scrun keeps the others, non-blocking. The session's loop polls
+//! and scrun keeps the others, non-blocking. [`PmiServer::listen`] serves
+//! instead at a loopback port (`Submit::pmi_port`): a connection of this
+//! user's says which rank it is in its first line (PMI-1's `initack`),
+//! and is served from then on as a descriptor would be; its worlds exist
+//! once the rank count is known ([`PmiServer::placed`]). The session's loop polls
 //! them ([`PmiServer::poll_fds`]) and hands readiness to
 //! [`PmiServer::service`], which returns the end of the job a rank asked
 //! for (abort) or caused (a fault), once. Memory is bounded: a read takes
@@ -14,6 +18,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
@@ -22,6 +27,7 @@ use nix::sys::socket::{self, AddressFamily, MsgFlags, SockFlag, SockType};
 use std::rc::Rc;
 
 use scrun::pmi::names::Names;
+use scrun::pmi::wire::{initack_id, initack_reply, MAX_LINE};
 use scrun::pmi::{Effect, Mode, World};
 
 /// The most bytes one read takes from a rank.
@@ -32,6 +38,11 @@ const READ_PER_WAKE: usize = 64 * 1024;
 /// The most bytes of replies a rank may leave unread before it is taken
 /// for a rank that floods requests without reading.
 const MAX_UNREAD: usize = 256 * 1024;
+/// The connections by port open at once beyond one per rank: room for a
+/// rank that reconnects, never a table a flood of connections grows.
+const SPARE_CONNECTIONS: usize = 16;
+/// The poll index of the listening socket (see [`PmiServer::poll_fds`]).
+pub const LISTENER: usize = usize::MAX;
 
 /// How a rank ended the job through PMI: the status scrun exits with and
 /// the line it prints.
@@ -45,15 +56,25 @@ pub struct PmiEnd {
 
 struct Conn {
     fd: Option<OwnedFd>,
-    world: usize,
-    rank: usize,
+    /// The world and rank; `None` for a connection by port that has not
+    /// said which rank it is.
+    who: Option<(usize, usize)>,
+    /// The first line of a connection by port, until it is whole.
+    head: Vec<u8>,
     unread: VecDeque<u8>,
 }
 
 /// The server ends of every rank's PMI connection, and the worlds.
 pub struct PmiServer {
+    mode: Mode,
+    stages: usize,
+    /// One per stage, once the rank count is known.
     worlds: Vec<World>,
     conns: Vec<Conn>,
+    /// The connection of rank `r` of stage `s`, at `s * size + r`.
+    by_rank: Vec<Option<usize>>,
+    /// Where ranks connect by port, if they do.
+    listener: Option<TcpListener>,
     ended: bool,
 }
 
@@ -66,7 +87,6 @@ impl PmiServer {
         ranks: usize,
         stages: usize,
     ) -> std::io::Result<(PmiServer, Vec<OwnedFd>)> {
-        let pid = std::process::id();
         let mut conns = Vec::with_capacity(ranks * stages);
         let mut rank_ends = Vec::with_capacity(ranks * stages);
         for world in 0..stages {
@@ -85,54 +105,102 @@ impl PmiServer {
                 )?;
                 conns.push(Conn {
                     fd: Some(server),
-                    world,
-                    rank,
+                    who: Some((world, rank)),
+                    head: Vec::new(),
                     unread: VecDeque::new(),
                 });
                 rank_ends.push(client);
             }
         }
+        let mut server = PmiServer {
+            mode,
+            stages,
+            worlds: Vec::new(),
+            conns,
+            by_rank: Vec::new(),
+            listener: None,
+            ended: false,
+        };
+        server.placed(ranks as u32);
+        server.by_rank = (0..ranks * stages).map(Some).collect();
+        Ok((server, rank_ends))
+    }
+
+    /// Worlds for `stages` stages of `ranks` ranks (`None`: as many as
+    /// [`PmiServer::placed`] says), whose ranks connect to the loopback
+    /// port returned (their `PMI_PORT`).
+    pub fn listen(
+        mode: Mode,
+        ranks: Option<u32>,
+        stages: usize,
+    ) -> std::io::Result<(PmiServer, u16)> {
+        let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let mut server = PmiServer {
+            mode,
+            stages,
+            worlds: Vec::new(),
+            conns: Vec::new(),
+            by_rank: Vec::new(),
+            listener: Some(listener),
+            ended: false,
+        };
+        if let Some(ranks) = ranks {
+            server.placed(ranks);
+        }
+        Ok((server, port))
+    }
+
+    /// The job's stages have `ranks` ranks each, as placed; told once.
+    pub fn placed(&mut self, ranks: u32) {
+        if !self.worlds.is_empty() || ranks == 0 {
+            return;
+        }
+        let (pid, ranks) = (std::process::id(), ranks as usize);
         let names = Rc::new(RefCell::new(Names::new()));
-        let worlds = (0..stages)
+        self.worlds = (0..self.stages)
             .map(|stage| {
-                World::new(ranks, format!("scrun_{pid}_{stage}"), mode)
+                World::new(ranks, format!("scrun_{pid}_{stage}"), self.mode)
                     .sharing_names(Rc::clone(&names), stage)
             })
             .collect();
-        Ok((
-            PmiServer {
-                worlds,
-                conns,
-                ended: false,
-            },
-            rank_ends,
-        ))
+        self.by_rank = vec![None; ranks * self.stages];
     }
 
     /// The descriptors to poll, each with its index for
-    /// [`PmiServer::service`] and what to wait for. None once the job is
-    /// ended through PMI: the ranks are being killed.
+    /// [`PmiServer::service`] and what to wait for: the listening socket
+    /// ([`LISTENER`]) once the worlds exist, and the connections. None
+    /// once the job is ended through PMI: the ranks are being killed.
     pub fn poll_fds(&self) -> Vec<(usize, BorrowedFd<'_>, PollFlags)> {
         if self.ended {
             return Vec::new();
         }
-        self.conns
-            .iter()
-            .enumerate()
-            .filter_map(|(idx, conn)| {
+        let listener = self
+            .listener
+            .as_ref()
+            .filter(|_| !self.worlds.is_empty())
+            .map(|listener| (LISTENER, listener.as_fd(), PollFlags::POLLIN));
+        listener
+            .into_iter()
+            .chain(self.conns.iter().enumerate().filter_map(|(idx, conn)| {
                 let fd = conn.fd.as_ref()?;
                 let mut flags = PollFlags::POLLIN;
                 if !conn.unread.is_empty() {
                     flags |= PollFlags::POLLOUT;
                 }
                 Some((idx, fd.as_fd(), flags))
-            })
+            }))
             .collect()
     }
 
-    /// Serves connection `idx` after poll said `revents`; returns how the
-    /// job ends if a rank ended it.
+    /// Serves connection `idx` (or the listening socket) after poll said
+    /// `revents`; returns how the job ends if a rank ended it.
     pub fn service(&mut self, idx: usize, revents: PollFlags) -> Option<PmiEnd> {
+        if idx == LISTENER && !self.ended {
+            self.accept();
+            return None;
+        }
         if self.ended || idx >= self.conns.len() {
             return None;
         }
@@ -146,30 +214,114 @@ impl PmiServer {
         self.apply(idx, effects)
     }
 
+    /// Takes the connections waiting at the port: each of this user's,
+    /// within the budget, waits to say which rank it is; others are closed.
+    fn accept(&mut self) {
+        let Some(listener) = self.listener.as_ref() else {
+            return;
+        };
+        let uid = nix::unistd::geteuid().as_raw();
+        let budget = self.by_rank.len() + SPARE_CONNECTIONS;
+        for _ in 0..budget {
+            let Ok((stream, peer)) = listener.accept() else {
+                return;
+            };
+            let open = self.conns.iter().filter(|conn| conn.fd.is_some()).count();
+            if open >= budget
+                || !crate::pmix_server::owned_by(&stream, peer, uid)
+                || stream.set_nonblocking(true).is_err()
+            {
+                continue;
+            }
+            let conn = Conn {
+                fd: Some(OwnedFd::from(stream)),
+                who: None,
+                head: Vec::new(),
+                unread: VecDeque::new(),
+            };
+            // A closed connection that never said who it was leaves its place.
+            match self
+                .conns
+                .iter()
+                .position(|old| old.fd.is_none() && old.who.is_none())
+            {
+                Some(free) => self.conns[free] = conn,
+                None => self.conns.push(conn),
+            }
+        }
+    }
+
+    /// The first bytes of connection `idx` by port: once its first line
+    /// names a rank of the job not yet connected, it is that rank's, and
+    /// what follows goes to its world; anything else closes it (it is not
+    /// a rank of this job, or one already served).
+    fn identify(&mut self, idx: usize, bytes: &[u8], effects: &mut Vec<Effect>) {
+        let conn = &mut self.conns[idx];
+        conn.head.extend_from_slice(bytes);
+        let Some(end) = conn.head.iter().position(|&b| b == b'\n') else {
+            if conn.head.len() > MAX_LINE {
+                conn.fd = None;
+                conn.head = Vec::new();
+            }
+            return;
+        };
+        let head = std::mem::take(&mut conn.head);
+        let size = self.worlds.first().map_or(0, World::size);
+        let id = initack_id(&head[..end])
+            .filter(|&id| self.by_rank.get(id).is_some_and(Option::is_none));
+        let Some(id) = id else {
+            self.conns[idx].fd = None;
+            return;
+        };
+        let (world, rank) = (id / size, id % size);
+        self.conns[idx].who = Some((world, rank));
+        self.by_rank[id] = Some(idx);
+        effects.push(Effect::Send {
+            rank,
+            bytes: initack_reply(size, rank),
+        });
+        if head.len() > end + 1 {
+            effects.extend(self.worlds[world].received(rank, &head[end + 1..]));
+        }
+    }
+
     /// Reads what the rank sent, within the bounds, and feeds its world.
     fn read(&mut self, idx: usize, effects: &mut Vec<Effect>) {
-        let (world, rank) = (self.conns[idx].world, self.conns[idx].rank);
         let mut taken = 0;
         let mut chunk = [0u8; READ_CHUNK];
-        while taken < READ_PER_WAKE && !self.worlds[world].ended() {
+        while taken < READ_PER_WAKE {
+            let who = self.conns[idx].who;
+            if who.is_some_and(|(world, _)| self.worlds[world].ended()) {
+                return;
+            }
             let Some(fd) = self.conns[idx].fd.as_ref() else {
                 return;
             };
             match socket::recv(fd.as_raw_fd(), &mut chunk, MsgFlags::MSG_DONTWAIT) {
                 Ok(0) | Err(Errno::ECONNRESET) => {
                     self.conns[idx].fd = None;
-                    effects.extend(self.worlds[world].closed(rank));
+                    if let Some((world, rank)) = who {
+                        effects.extend(self.worlds[world].closed(rank));
+                    }
                     return;
                 }
                 Ok(n) => {
                     taken += n;
-                    effects.extend(self.worlds[world].received(rank, &chunk[..n]));
+                    match who {
+                        Some((world, rank)) => {
+                            effects.extend(self.worlds[world].received(rank, &chunk[..n]))
+                        }
+                        None => self.identify(idx, &chunk[..n], effects),
+                    }
                 }
                 Err(Errno::EINTR) => {}
                 Err(Errno::EAGAIN) => return,
                 Err(errno) => {
-                    let message = format!("its PMI connection failed: {}", errno.desc());
-                    self.worlds[world].fault(rank, message, effects);
+                    self.conns[idx].fd = None;
+                    if let Some((world, rank)) = who {
+                        let message = format!("its PMI connection failed: {}", errno.desc());
+                        self.worlds[world].fault(rank, message, effects);
+                    }
                     return;
                 }
             }
@@ -203,7 +355,9 @@ impl PmiServer {
             }
         }
         if conn.unread.len() > MAX_UNREAD {
-            let (world, rank) = (conn.world, conn.rank);
+            let Some((world, rank)) = conn.who else {
+                return;
+            };
             let message = format!(
                 "left more than {} KiB of PMI replies unread (a flood of requests)",
                 MAX_UNREAD / 1024
@@ -215,7 +369,7 @@ impl PmiServer {
     /// Queues the replies, writes them, and turns an abort or a fault into
     /// the job's end.
     fn apply(&mut self, idx: usize, effects: Vec<Effect>) -> Option<PmiEnd> {
-        let world = self.conns[idx].world;
+        let (world, _) = self.conns[idx].who?;
         let ranks = self.worlds[world].size();
         let mut end = None;
         let mut touched = Vec::new();
@@ -223,9 +377,9 @@ impl PmiServer {
         for effect in effects {
             match effect {
                 Effect::Send { rank, bytes } => {
-                    let target = world * ranks + rank;
-                    if let Some(conn) = self.conns.get_mut(target) {
-                        conn.unread.extend(bytes);
+                    let target = self.by_rank.get(world * ranks + rank).copied().flatten();
+                    if let Some(target) = target {
+                        self.conns[target].unread.extend(bytes);
                         touched.push(target);
                     }
                 }

@@ -97,8 +97,8 @@ struct Size {
 }
 
 /// How long a rank's first connection waits for the rank count (which
-/// scored gives before the ranks exist, unless a scored restarted in
-/// between gave none).
+/// scored gives before the ranks exist, in `Admitted` or `Reattached`;
+/// a daemon of an older protocol may give none).
 const SIZE_WAIT: Duration = Duration::from_secs(30);
 
 impl Size {
@@ -397,7 +397,7 @@ impl Lazy {
 }
 
 /// Whether the socket at `peer` belongs to this user.
-fn owned_by(client: &TcpStream, peer: SocketAddr, uid: u32) -> bool {
+pub(crate) fn owned_by(client: &TcpStream, peer: SocketAddr, uid: u32) -> bool {
     let (SocketAddr::V4(peer), Ok(SocketAddr::V4(local))) = (peer, client.local_addr()) else {
         return false;
     };

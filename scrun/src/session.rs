@@ -722,10 +722,15 @@ pub fn run(
         }
         pending.extend(events);
         while let Some(event) = pending.pop_front() {
-            if let (Some(server), Event::Reply(Reply::Admitted { ranks, .. })) =
-                (pmix.as_deref_mut(), &event)
+            if let Event::Reply(Reply::Admitted { ranks, .. } | Reply::Reattached { ranks, .. }) =
+                &event
             {
-                server.placed(*ranks);
+                if let Some(server) = pmix.as_deref_mut() {
+                    server.placed(*ranks);
+                }
+                if let Some(server) = pmi.as_deref_mut() {
+                    server.placed(*ranks);
+                }
             }
             let started = matches!(
                 &event,

@@ -49,22 +49,64 @@ pub fn build(invocation: &Invocation, caller: &Caller) -> Result<Request, Fatal>
             }
             submit.fds = caller.descriptors.clone();
         }
-        submit.pmi_ranks = pmi_ranks(invocation)?;
+        match pmi_route(invocation)? {
+            PmiRoute::None => {}
+            PmiRoute::Descriptors(ranks) => submit.pmi_ranks = ranks,
+            PmiRoute::Port(_) => submit.pmi_port = true,
+        }
     }
     check_size(&request)?;
     check_rules(&request)?;
     Ok(request)
 }
 
-/// How many ranks of each stage get a PMI descriptor (`-mpi=auto`,
-/// `pmi1`, `pmi2`): each rank of a job whose rank count scrun knows
-/// (`-nodes=N`, `-nodes=NxM`) within [`proto::MAX_PMI_FDS`] in all; none
-/// with `-mpi=none` or `-mpi=pmix`. The default `auto` quietly serves no
-/// PMI where it cannot; `pmi1` and `pmi2` say why.
-pub fn pmi_ranks(invocation: &Invocation) -> Result<u32, Fatal> {
-    match invocation.options.mpi {
-        Mode::Auto | Mode::Pmi1 | Mode::Pmi2 => known_ranks(invocation),
-        Mode::Pmix | Mode::None => Ok(0),
+/// How a job's ranks reach scrun's PMI-1 and PMI-2 server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmiRoute {
+    /// No PMI.
+    None,
+    /// A descriptor for each of this many ranks of each stage, sent with
+    /// the submission.
+    Descriptors(u32),
+    /// PMI-1 at a loopback port (`PMI_PORT`): for stages of a size known
+    /// only once placed (`-hosts=`, `None`) or of more ranks in all than
+    /// descriptors can carry.
+    Port(Option<u32>),
+}
+
+/// How the ranks reach the PMI server (`-mpi=auto`, `pmi1`, `pmi2`):
+/// descriptors for a job whose rank count scrun knows (`-nodes=N`,
+/// `-nodes=NxM`) within [`proto::MAX_PMI_FDS`] in all; with `auto` and
+/// `pmi1`, PMI-1 by port for the others (`-hosts=H`, or more ranks);
+/// none with `-mpi=none` or `-mpi=pmix`. `pmi2` says why it cannot
+/// serve a job.
+pub fn pmi_route(invocation: &Invocation) -> Result<PmiRoute, Fatal> {
+    let mode = invocation.options.mpi;
+    if !matches!(mode, Mode::Auto | Mode::Pmi1 | Mode::Pmi2) {
+        return Ok(PmiRoute::None);
+    }
+    if matches!(mode, Mode::Auto | Mode::Pmi1) && !invocation.options.batch.detach {
+        let stages = invocation.stages.len() as u64;
+        match rank_count(invocation) {
+            None => return Ok(PmiRoute::Port(None)),
+            Some(ranks) if ranks * stages > proto::MAX_PMI_FDS as u64 => {
+                return Ok(PmiRoute::Port(Some(ranks as u32)))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(match known_ranks(invocation)? {
+        0 => PmiRoute::None,
+        ranks => PmiRoute::Descriptors(ranks),
+    })
+}
+
+/// The ranks of each stage, if scrun knows them before placement.
+fn rank_count(invocation: &Invocation) -> Option<u64> {
+    match invocation.options.procs {
+        ProcRequest::Nodes(n) => Some(u64::from(n)),
+        ProcRequest::Grid { hosts, per_host } => Some(u64::from(hosts) * u64::from(per_host)),
+        ProcRequest::Hosts(_) => None,
     }
 }
 
@@ -133,14 +175,12 @@ fn known_ranks(invocation: &Invocation) -> Result<u32, Fatal> {
             ))
         }
     };
-    let ranks = match invocation.options.procs {
-        ProcRequest::Nodes(n) => u64::from(n),
-        ProcRequest::Grid { hosts, per_host } => u64::from(hosts) * u64::from(per_host),
-        ProcRequest::Hosts(h) => {
-            return refuse(format!(
-                "the number of ranks of hosts={h} is known only once placed; use -nodes=N or -nodes=NxM"
-            ))
-        }
+    let Some(ranks) = rank_count(invocation) else {
+        return refuse(
+            "the number of ranks of a -hosts= job is known only once placed, and PMI-2 \
+             needs it before: use -mpi=pmi1, -nodes=N or -nodes=NxM"
+                .to_string(),
+        );
     };
     let stages = invocation.stages.len() as u64;
     if ranks * stages > proto::MAX_PMI_FDS as u64 {
@@ -198,6 +238,7 @@ pub fn submit_request(
             fds: Vec::new(),
             pmi_ranks: 0,
             pmix_namespace: None,
+            pmi_port: false,
         },
     }
 }
@@ -296,12 +337,15 @@ mod tests {
     }
 
     #[test]
-    fn pmi_goes_to_each_rank_of_a_known_count_or_is_refused_when_asked() {
-        let ranks = |args: &[&str]| pmi_ranks(&invocation(args)).map_err(|f| f.to_string());
-        assert_eq!(ranks(&["-nodes=4", "a"]), Ok(4));
-        assert_eq!(ranks(&["-nodes=2x3", "a", "::", "b"]), Ok(6));
-        assert_eq!(ranks(&["-nodes=4,mpi=none", "a"]), Ok(0));
-        assert_eq!(ranks(&["-nodes=4,mpi=pmix", "a"]), Ok(0));
+    fn pmi_goes_to_each_rank_of_a_known_count_by_port_to_others_or_is_refused_when_asked() {
+        let route = |args: &[&str]| pmi_route(&invocation(args)).map_err(|f| f.to_string());
+        assert_eq!(route(&["-nodes=4", "a"]), Ok(PmiRoute::Descriptors(4)));
+        assert_eq!(
+            route(&["-nodes=2x3", "a", "::", "b"]),
+            Ok(PmiRoute::Descriptors(6))
+        );
+        assert_eq!(route(&["-nodes=4,mpi=none", "a"]), Ok(PmiRoute::None));
+        assert_eq!(route(&["-nodes=4,mpi=pmix", "a"]), Ok(PmiRoute::None));
         let pmix = |args: &[&str]| pmix_worlds(&invocation(args)).map_err(|f| f.to_string());
         assert_eq!(pmix(&["-nodes=4", "a"]), Ok(PmixWorlds::Ranks(4)));
         assert_eq!(pmix(&["-nodes=1", "a"]), Ok(PmixWorlds::None));
@@ -312,14 +356,23 @@ mod tests {
         assert_eq!(pmix(&["-hosts=2", "a"]), Ok(PmixWorlds::Placed));
         assert_eq!(pmix(&["-hosts=2,mpi=pmix", "a"]), Ok(PmixWorlds::Placed));
         assert_eq!(pmix(&["-hosts=2,mpi=none", "a"]), Ok(PmixWorlds::None));
-        assert_eq!(ranks(&["-hosts=2", "a"]), Ok(0));
-        assert_eq!(ranks(&["-nodes=129", "a"]), Ok(0));
+        assert_eq!(route(&["-hosts=2", "a"]), Ok(PmiRoute::Port(None)));
+        assert_eq!(route(&["-hosts=2,mpi=pmi1", "a"]), Ok(PmiRoute::Port(None)));
+        assert_eq!(route(&["-nodes=129", "a"]), Ok(PmiRoute::Port(Some(129))));
         assert_eq!(
-            ranks(&["-hosts=2,mpi=pmi1", "a"]),
-            Err("-mpi=pmi1: the number of ranks of hosts=2 is known only once placed; use -nodes=N or -nodes=NxM".to_string())
+            route(&["-nodes=65", "a", "::", "b"]),
+            Ok(PmiRoute::Port(Some(65)))
         );
         assert_eq!(
-            ranks(&["-nodes=65,mpi=pmi2", "a", "::", "b"]),
+            route(&["-hosts=2,batch", "a"]).map_err(|_| ()),
+            Ok(PmiRoute::None)
+        );
+        assert_eq!(
+            route(&["-hosts=2,mpi=pmi2", "a"]),
+            Err("-mpi=pmi2: the number of ranks of a -hosts= job is known only once placed, and PMI-2 needs it before: use -mpi=pmi1, -nodes=N or -nodes=NxM".to_string())
+        );
+        assert_eq!(
+            route(&["-nodes=65,mpi=pmi2", "a", "::", "b"]),
             Err(
                 "-mpi=pmi2: PMI serves at most 128 ranks in all stages of a job, this one has 130"
                     .to_string()

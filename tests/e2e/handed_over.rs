@@ -342,6 +342,7 @@ fn one_user_cannot_fill_roots_descriptor_table() {
             fds: (3..67).collect(),
             pmi_ranks: 0,
             pmix_namespace: None,
+            pmi_port: false,
         },
     });
     let hex: String = frame.iter().map(|byte| format!("{byte:02x}")).collect();

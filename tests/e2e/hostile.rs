@@ -111,6 +111,7 @@ fn submit_request(daemon: &Daemon) -> Request {
             fds: Vec::new(),
             pmi_ranks: 0,
             pmix_namespace: None,
+            pmi_port: false,
         },
     }
 }

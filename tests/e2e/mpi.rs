@@ -457,6 +457,133 @@ fn a_hosts_job_is_one_openmpi_world_of_the_ranks_placed() {
     assert_no_process_left(&daemon);
 }
 
+#[test]
+fn a_hosts_job_is_one_mpich_world_through_pmi_by_port() {
+    let daemon = Daemon::builder().hosts(&two_hosts_of(2)).start();
+    let Some(hello) = mpicc(&daemon.sandbox.path, "hello", HELLO) else {
+        return;
+    };
+    let hello = hello.to_str().unwrap();
+    // scrun learns the rank count (4, then 2) once scored has placed the
+    // job; the ranks reach its PMI-1 server at PMI_PORT.
+    for (args, ranks) in [(["-hosts=2", hello], 4), (["-hosts=1,mpi=pmi1", hello], 2)] {
+        let output = daemon.run(&args);
+        assert_eq!(code(&output), Some(0), "{args:?}: {}", stderr(&output));
+        let sum = ranks * (ranks + 1) / 2;
+        let expected: Vec<String> = (0..ranks)
+            .map(|rank| format!("rank {rank} of {ranks} score {rank} sum {sum}"))
+            .collect();
+        assert_eq!(sorted_lines(&stdout(&output)), expected, "{args:?}");
+    }
+    // Each `::` stage a world of its own, and an abort ends the job.
+    let output = daemon.run(&["-hosts=1", hello, "::", hello]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let expected: Vec<String> = (0..2)
+        .flat_map(|rank| vec![format!("rank {rank} of 2 score {rank} sum 3"); 2])
+        .collect();
+    assert_eq!(sorted_lines(&stdout(&output)), expected);
+    let output = daemon.run(&["-hosts=1", hello, "1"]);
+    assert_eq!(code(&output), Some(7), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("scrun: rank 1 called abort with exit code 7\n"),
+        "{}",
+        stderr(&output)
+    );
+    // PMI-2 needs the rank count before placement.
+    let output = daemon.run(&["-hosts=1,mpi=pmi2", hello]);
+    assert_eq!(code(&output), Some(64), "{}", stderr(&output));
+    assert!(
+        stderr(&output)
+            .contains("-mpi=pmi2: the number of ranks of a -hosts= job is known only once placed"),
+        "{}",
+        stderr(&output)
+    );
+    assert_no_process_left(&daemon);
+}
+
+#[test]
+fn a_connection_to_the_pmi_port_that_is_not_a_waiting_rank_is_closed() {
+    let daemon = Daemon::builder().hosts(&two_hosts_of(2)).start();
+    // Each rank connects by bash's /dev/tcp and names itself; rank 1 then
+    // tries a second connection as rank 0 and one that speaks garbage:
+    // both are closed, and the world goes on.
+    let script = r#"
+exec 5<>/dev/tcp/${PMI_PORT%:*}/${PMI_PORT#*:}
+printf 'cmd=initack pmiid=%s\n' "$PMI_ID" >&5
+for i in 1 2 3 4; do read -r line <&5; echo "$PMI_RANK: $line"; done
+if [ "$PMI_RANK" = 1 ]; then
+  exec 6<>/dev/tcp/${PMI_PORT%:*}/${PMI_PORT#*:}
+  printf 'cmd=initack pmiid=0\n' >&6
+  read -r line <&6 && echo "second: $line"
+  exec 7<>/dev/tcp/${PMI_PORT%:*}/${PMI_PORT#*:}
+  printf 'GET / HTTP/1.0\n' >&7
+  read -r line <&7 && echo "garbage: $line"
+fi
+printf 'cmd=init pmi_version=1 pmi_subversion=1\n' >&5; read -r line <&5; echo "$PMI_RANK: $line"
+printf 'cmd=barrier_in\n' >&5; read -r line <&5; echo "$PMI_RANK: $line"
+printf 'cmd=finalize\n' >&5; read -r line <&5; echo "$PMI_RANK: $line"
+"#;
+    let output = daemon.run(&["-hosts=1", "bash", "-c", script]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let mut expected = Vec::new();
+    for rank in 0..2 {
+        expected.extend([
+            format!("{rank}: cmd=initack"),
+            format!("{rank}: cmd=set size=2"),
+            format!("{rank}: cmd=set rank={rank}"),
+            format!("{rank}: cmd=set debug=0"),
+            format!("{rank}: cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1"),
+            format!("{rank}: cmd=barrier_out rc=0"),
+            format!("{rank}: cmd=finalize_ack rc=0"),
+        ]);
+    }
+    expected.sort();
+    assert_eq!(sorted_lines(&stdout(&output)), expected);
+    assert_no_process_left(&daemon);
+}
+
+#[test]
+fn only_the_jobs_user_reaches_its_pmi_port() {
+    let Some(users) = test_users("only_the_jobs_user_reaches_its_pmi_port") else {
+        return;
+    };
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let mut job = daemon.spawn_as(
+        &users.a,
+        &["-hosts=1", "sh", "-c", "echo pid $$; exec sleep 60"],
+    );
+    let pids = job.wait_pids(1);
+    let environ = std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap();
+    let port = environ
+        .split(|&b| b == 0)
+        .filter_map(|entry| std::str::from_utf8(entry).ok())
+        .find_map(|entry| entry.strip_prefix("PMI_PORT="))
+        .expect("PMI_PORT in the rank's environment")
+        .to_string();
+    let (host, number) = port.split_once(':').unwrap();
+    assert_eq!(host, "127.0.0.1");
+    // Says it is rank 0 and prints the first line it is answered, if any.
+    let claim = format!(
+        "exec 5<>/dev/tcp/{host}/{number}; printf 'cmd=initack pmiid=0\\n' >&5; \
+         read -t 10 -r line <&5; echo \"answer: $line\""
+    );
+    let run = |user: &TestUser| {
+        let output = command_as(user, Path::new("/bin/bash"), &["-c", &claim])
+            .output()
+            .expect("bash");
+        stdout(&output).trim().to_string()
+    };
+    assert_eq!(
+        run(&users.b),
+        "answer:",
+        "another user's connection is closed"
+    );
+    assert_eq!(run(&users.a), "answer: cmd=initack");
+    job.signal(nix::sys::signal::Signal::SIGTERM);
+    job.wait(Duration::from_secs(20));
+    assert_no_process_left(&daemon);
+}
+
 /// Rank 0 spawns a copy of the program (the others wait in the
 /// collective); errors are returned, not fatal, so that only scrun can
 /// end the wait.

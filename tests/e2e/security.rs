@@ -1484,6 +1484,7 @@ fn reattach_as(daemon: &Daemon, user: &TestUser, job: u64) -> String {
             stages: 1,
             pty: false,
             pmix_namespace: None,
+            pmi_port: false,
         },
     });
     let hex: String = frame.iter().map(|byte| format!("{byte:02x}")).collect();

@@ -337,6 +337,7 @@ fn bad_inherited_fields_are_refused_with_a_clear_error() {
                 fds: Vec::new(),
                 pmi_ranks: 0,
                 pmix_namespace: None,
+                pmi_port: false,
             },
         };
         connection

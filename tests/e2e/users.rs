@@ -548,6 +548,7 @@ fn a_daemon_that_is_not_root_runs_only_its_own_users_jobs() {
             fds: Vec::new(),
             pmi_ranks: 0,
             pmix_namespace: None,
+            pmi_port: false,
         },
     };
     let null = std::fs::File::open("/dev/null").expect("/dev/null");

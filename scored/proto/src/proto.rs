@@ -256,6 +256,14 @@ pub struct Submit {
     /// ranks then find no PMIx server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pmix_namespace: Option<String>,
+    /// The ranks reach scrun's PMI-1 server at the loopback port the
+    /// environment names (`PMI_PORT`), not through descriptors: for jobs
+    /// whose rank count is known only once placed (`-hosts=`) or is over
+    /// [`MAX_PMI_FDS`]. Rank `r` of stage `s` of a stage size `n` gets
+    /// `PMI_ID=s*n+r` (the number it gives the server), `PMI_RANK=r` and
+    /// `PMI_SIZE=n`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pmi_port: bool,
 }
 
 impl Submit {
@@ -379,6 +387,9 @@ pub struct Reattach {
     /// The PMIx namespace of its ranks, as `Submit::pmix_namespace`.
     #[serde(default)]
     pub pmix_namespace: Option<String>,
+    /// Its ranks reach scrun's PMI server by port, as `Submit::pmi_port`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pmi_port: bool,
 }
 
 impl Reattach {
@@ -545,6 +556,12 @@ pub enum Reply {
         started: bool,
         /// Its owner holds it (scrun was suspended).
         held: bool,
+        /// The processes of each of its stages, as placed (as `Admitted`
+        /// says, which a scrun whose daemon died may not have had): what
+        /// scrun's PMI of a `-hosts=H` job waits for. 0 from a daemon
+        /// that does not say.
+        #[serde(default)]
+        ranks: u32,
     },
     /// The job is held (acknowledges `Hold`).
     Held {
@@ -773,6 +790,7 @@ mod tests {
                 fds: vec![3, 63],
                 pmi_ranks: 0,
                 pmix_namespace: None,
+                pmi_port: false,
             },
         }
     }

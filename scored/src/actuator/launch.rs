@@ -425,7 +425,7 @@ impl OsActuator {
         }
         // With PMI, the ranks' own `PMI_*` entries replace any of the
         // caller's (a scrun run inside another launcher's job).
-        if stdio.is_some_and(|io| io.pmi.per_stage() > 0) {
+        if stdio.is_some_and(|io| io.pmi.per_stage() > 0 || io.pmi.port()) {
             for key in PMI_KEYS {
                 base.remove(key.as_bytes());
             }
@@ -537,6 +537,21 @@ impl OsActuator {
                 own.push((
                     b"PMI_SIZE",
                     score_entry("PMI_SIZE", size.to_string().as_bytes()),
+                ));
+            }
+            // Without a descriptor, the rank's place among the ranks that
+            // reach scrun's PMI server at the environment's PMI_PORT: its
+            // number across the stages, its rank and its stage's size.
+            if pmi.is_none() && stdio.is_some_and(|io| io.pmi.port()) {
+                let id = proc_plan.stage * plan.nprocs as usize + proc_plan.rank as usize;
+                own.push((b"PMI_ID", score_entry("PMI_ID", id.to_string().as_bytes())));
+                own.push((
+                    b"PMI_RANK",
+                    score_entry("PMI_RANK", proc_plan.rank.to_string().as_bytes()),
+                ));
+                own.push((
+                    b"PMI_SIZE",
+                    score_entry("PMI_SIZE", plan.nprocs.to_string().as_bytes()),
                 ));
             }
             // The rank's place in its stage's PMIx namespace, beside the
@@ -796,7 +811,7 @@ fn path_text(path: &CString) -> Box<str> {
 /// The environment variables the daemon sets for a rank with PMI
 /// (`scrun -mpi=`), over the caller's: what MPICH's PMI-1 and PMI-2
 /// clients read to find their server, rank and world size.
-const PMI_KEYS: [&str; 3] = ["PMI_FD", "PMI_RANK", "PMI_SIZE"];
+const PMI_KEYS: [&str; 4] = ["PMI_FD", "PMI_ID", "PMI_RANK", "PMI_SIZE"];
 
 /// The variables the daemon sets for a rank with PMIx (`scrun
 /// -mpi=pmix`), over the caller's: its namespace and rank.

@@ -248,6 +248,8 @@ pub struct PmiFds {
     /// The PMIx namespace of the job's ranks (`scrun -mpi=pmix`), if any:
     /// stage `s` is `NAME.s` (`Submit::pmix_namespace`).
     pmix: Option<Rc<str>>,
+    /// The ranks reach scrun's PMI server by port (`Submit::pmi_port`).
+    port: bool,
 }
 
 impl PmiFds {
@@ -257,6 +259,7 @@ impl PmiFds {
             per_stage,
             fds: Rc::new(std::cell::RefCell::new(fds)),
             pmix: None,
+            port: false,
         }
     }
 
@@ -264,6 +267,18 @@ impl PmiFds {
     pub fn with_pmix(mut self, namespace: Option<String>) -> PmiFds {
         self.pmix = namespace.map(Rc::from);
         self
+    }
+
+    /// The same, whose ranks reach scrun's PMI server by port when `port`.
+    pub fn with_port(mut self, port: bool) -> PmiFds {
+        self.port = port;
+        self
+    }
+
+    /// The ranks reach scrun's PMI server by port: each gets `PMI_ID`,
+    /// `PMI_RANK` and `PMI_SIZE` instead of a descriptor.
+    pub fn port(&self) -> bool {
+        self.port
     }
 
     /// The PMIx namespace of the job's ranks, for the handover of a restart.

@@ -142,11 +142,17 @@ impl<A: Actuator> Daemon<A> {
                 false,
             ),
             ClientEvent::Held(job) => (Reply::Held { job: job.0 }, false),
-            ClientEvent::Reattached { job, started, held } => (
+            ClientEvent::Reattached {
+                job,
+                started,
+                held,
+                ranks,
+            } => (
                 Reply::Reattached {
                     job: job.0,
                     started,
                     held,
+                    ranks,
                 },
                 false,
             ),
@@ -495,6 +501,7 @@ impl<A: Actuator> Daemon<A> {
                 let (closed, numbers) = (submit.closed_stdio.clone(), submit.fds.clone());
                 let pmi_ranks = submit.pmi_ranks as usize;
                 let pmix = submit.pmix_namespace.clone();
+                let pmi_port = submit.pmi_port;
                 // The boundary: the one validator of a submission (the
                 // protocol crate's, which scrun runs too), and the only
                 // way to the core's request.
@@ -552,7 +559,8 @@ impl<A: Actuator> Daemon<A> {
                         return;
                     }
                 }
-                conn.stdio = Some(stdio);
+                let pmi = stdio.pmi.clone().with_port(pmi_port);
+                conn.stdio = Some(JobStdio { pmi, ..stdio });
                 conn.submitted = true;
                 self.served_a_job = true;
                 self.idle_since = Instant::now();
@@ -672,7 +680,8 @@ impl<A: Actuator> Daemon<A> {
                     ) else {
                         return refuse(conn, "descriptors went missing".into());
                     };
-                    conn.stdio = Some(stdio);
+                    let pmi = stdio.pmi.clone().with_port(reattach.pmi_port);
+                    conn.stdio = Some(JobStdio { pmi, ..stdio });
                 }
                 conn.submitted = true;
                 self.idle_since = Instant::now();

@@ -110,7 +110,8 @@ impl<A: Actuator> Daemon<A> {
                                 .map(|&raw| (raw >= 0).then(|| adopt(raw)).transpose())
                                 .collect::<io::Result<_>>()?,
                         )
-                        .with_pmix(record.pmix.clone()),
+                        .with_pmix(record.pmix.clone())
+                        .with_port(record.pmi_port),
                     })
                 }
                 None => None,
@@ -329,6 +330,7 @@ impl<A: Actuator> Daemon<A> {
                     .stdio
                     .as_ref()
                     .and_then(|stdio| stdio.pmi.pmix().map(str::to_string)),
+                pmi_port: conn.stdio.as_ref().is_some_and(|stdio| stdio.pmi.port()),
                 controlling_terminal: conn
                     .stdio
                     .as_ref()

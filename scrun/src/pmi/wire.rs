@@ -345,6 +345,28 @@ pub fn encode(wire: Wire, cmd: &str, attrs: &[(&str, &str)]) -> Vec<u8> {
     }
 }
 
+/// The number a rank that reached the server by port gives in its first
+/// line, PMI-1's `cmd=initack pmiid=N` (MPICH's client sends it when
+/// `PMI_PORT` and `PMI_ID` are set); `None` for any other line.
+pub fn initack_id(line: &[u8]) -> Option<usize> {
+    let line = std::str::from_utf8(line).ok()?.trim_end_matches('\r');
+    let mut words = line.split_whitespace();
+    if words.next()? != "cmd=initack" {
+        return None;
+    }
+    let id = words.next()?.strip_prefix("pmiid=")?;
+    if words.next().is_some() || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    id.parse().ok()
+}
+
+/// The answer to [`initack_id`]: the acknowledgement, then the world's
+/// size, the rank and the debug flag, in the order MPICH reads them.
+pub fn initack_reply(size: usize, rank: usize) -> Vec<u8> {
+    format!("cmd=initack\ncmd=set size={size}\ncmd=set rank={rank}\ncmd=set debug=0\n").into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -448,6 +470,21 @@ mod tests {
         assert_eq!(
             refuse(&long),
             "a PMI-1 multi-line command longer than 65536 bytes"
+        );
+    }
+
+    #[test]
+    fn a_rank_by_port_names_itself_in_initack_and_is_told_its_place() {
+        assert_eq!(initack_id(b"cmd=initack pmiid=3"), Some(3));
+        assert_eq!(initack_id(b"cmd=initack pmiid=0 "), Some(0));
+        assert_eq!(initack_id(b"cmd=init pmi_version=1 pmi_subversion=1"), None);
+        assert_eq!(initack_id(b"cmd=initack pmiid=-1"), None);
+        assert_eq!(initack_id(b"cmd=initack pmiid=1 extra=2"), None);
+        assert_eq!(initack_id(b"cmd=initack"), None);
+        assert_eq!(initack_id(b"\xff"), None);
+        assert_eq!(
+            initack_reply(4, 2),
+            b"cmd=initack\ncmd=set size=4\ncmd=set rank=2\ncmd=set debug=0\n".to_vec()
         );
     }
 }

@@ -43,11 +43,13 @@ fn event(line: &str) -> (Duration, Event) {
             job: number(),
             started: true,
             held: false,
+            ranks: 2,
         },
         "reattached-unstarted" => Reply::Reattached {
             job: number(),
             started: false,
             held: false,
+            ranks: 2,
         },
         "connected" => return (Duration::ZERO, Event::Connected),
         "connect-failed" => return (Duration::ZERO, Event::ConnectFailed(rest.into())),

@@ -87,6 +87,7 @@ pub(crate) fn attacks(rows: &mut Vec<Row>) {
                 fds: Vec::new(),
                 pmi_ranks: 0,
                 pmix_namespace: None,
+                pmi_port: false,
             },
         };
         let mut connection =

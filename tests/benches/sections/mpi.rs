@@ -1,6 +1,6 @@
 //! What gang scheduling is for: two MPI jobs of `cores` busy-polling
 //! ranks each (a tight allreduce loop and a ping-pong, built with MPICH
-//! and with OpenMPI), one alone, both at once under the kernel (the MPI's
+//! and with OpenMPI, and Debian's NetPIPE on OpenMPI), one alone, both at once under the kernel (the MPI's
 //! own launcher twice, oversubscribed), and both under scored at 500, 100
 //! and 10 ms slices; the time until both finish against twice one alone,
 //! and the time per message. Then the launch cost of PMI and PMIx:
@@ -81,17 +81,10 @@ impl Mpi {
         status.success().then_some(exe)
     }
 
-    /// The MPI's own launcher for `ranks` ranks of the loop, rank i on
+    /// The MPI's own launcher for `ranks` ranks of `argv`, rank i on
     /// core i when `pinned` (as scored pins rank i to host i's CPU: the
     /// two cases differ only in who decides when each rank runs).
-    fn launcher(
-        &self,
-        exe: &Path,
-        ranks: usize,
-        kind: &str,
-        iterations: u64,
-        pinned: bool,
-    ) -> Command {
+    fn launcher(&self, argv: &[String], ranks: usize, pinned: bool) -> Command {
         let n = ranks.to_string();
         let mut command = match self.name {
             "MPICH" => {
@@ -111,7 +104,7 @@ impl Mpi {
                 command
             }
         };
-        command.arg(exe).args([kind, &iterations.to_string()]);
+        command.args(argv);
         command
     }
 }
@@ -159,11 +152,12 @@ fn run_together(commands: Vec<Command>, cap: Duration) -> Option<(f64, f64)> {
         if let Some(mut stdout) = child.stdout.take() {
             let _ = stdout.read_to_string(&mut out);
         }
+        // NetPIPE prints its own lines: no time per message.
         let us: f64 = out
             .split_whitespace()
             .next()
             .and_then(|value| value.parse().ok())
-            .unwrap_or_else(|| panic!("the loop printed {out:?}"));
+            .unwrap_or(f64::NAN);
         per_message = per_message.max(us);
     }
     Some((elapsed, per_message))
@@ -206,18 +200,47 @@ fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
         })
         .collect();
     let nodes = format!("-nodes={ranks}");
-    for (kind, iterations) in [
-        ("allreduce", scaled(600_000, 200_000)),
-        ("pingpong", scaled(600_000, 200_000)),
-    ] {
-        let count = iterations.to_string();
+    let exe = exe.to_str().expect("UTF-8 path").to_string();
+    let mut workloads = Vec::new();
+    for kind in ["allreduce", "pingpong"] {
+        let iterations = scaled(600_000, 200_000);
+        workloads.push((
+            format!("{kind} ({ranks} ranks, {iterations} iterations)"),
+            vec![exe.clone(), kind.to_string(), iterations.to_string()],
+        ));
+    }
+    // Debian's NetPIPE on OpenMPI (netpipe-openmpi): ping-pongs of 1 B
+    // to 4 KiB, a fixed number of each, results to /dev/null.
+    if mpi.name == "OpenMPI" && Command::new("NPopenmpi").arg("-v").output().is_ok() {
+        let repeats = scaled(20_000, 5_000).to_string();
+        workloads.push((
+            format!("NetPIPE ({ranks} ranks, 1 B to 4 KiB, {repeats} each)"),
+            [
+                "NPopenmpi",
+                "-l",
+                "1",
+                "-u",
+                "4096",
+                "-p",
+                "0",
+                "-n",
+                &repeats,
+                "-o",
+                "/dev/null",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ));
+    }
+    for (kind, argv) in &workloads {
         let scrun = |daemon: &Daemon| {
-            let mut command =
-                daemon.scrun(&[&nodes, exe.to_str().expect("UTF-8 path"), kind, &count]);
+            let mut args = vec![nodes.as_str()];
+            args.extend(argv.iter().map(String::as_str));
+            let mut command = daemon.scrun(&args);
             command.stdin(Stdio::null());
             command
         };
-        let launcher = |pinned| mpi.launcher(exe, ranks, kind, iterations, pinned);
+        let launcher = |pinned| mpi.launcher(argv, ranks, pinned);
         // Each configuration once per round, the rounds interleaved, so
         // that the machine's other load falls on all alike; medians.
         let names = [
@@ -250,8 +273,14 @@ fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
                 return None;
             }
             let mut seconds: Vec<f64> = samples.iter().flatten().map(|s| s.0).collect();
+            // NaN where the program printed no time per message.
             let mut us: Vec<f64> = samples.iter().flatten().map(|s| s.1).collect();
-            Some((crate::median(&mut seconds), crate::median(&mut us)))
+            let us = if us.iter().any(|us| us.is_nan()) {
+                f64::NAN
+            } else {
+                crate::median(&mut us)
+            };
+            Some((crate::median(&mut seconds), us))
         };
         let alone = med(&times[0]).expect("one job alone ends").0;
         let ideal = 2.0 * alone;
@@ -259,6 +288,9 @@ fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
             let single = idx == 0 || idx == 3;
             let base = if single { alone } else { ideal };
             let (value, ratio) = match med(&times[idx]) {
+                Some((seconds, us)) if us.is_nan() => {
+                    (format!("{seconds:.2} s"), format!("{:.2}×", seconds / base))
+                }
                 Some((seconds, us)) => (
                     format!("{seconds:.2} s, {us:.2} µs per message"),
                     format!("{:.2}×", seconds / base),
@@ -274,10 +306,7 @@ fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
                 _ => "for comparison",
             };
             rows.push(row(
-                &format!(
-                    "{} {kind} ({ranks} ranks, {iterations} iterations): {name}",
-                    mpi.name
-                ),
+                &format!("{} {kind}: {name}", mpi.name),
                 value,
                 if single {
                     format!("{alone:.2} s (one alone under the kernel)")

@@ -48,6 +48,7 @@ pub(crate) fn submit_raw(
         fds: Vec::new(),
         pmi_ranks: 0,
         pmix_namespace: None,
+        pmi_port: false,
     };
     let frame = scored_proto::proto::encode(&scored_proto::proto::Request::Submit {
         version: scored_proto::proto::VERSION,

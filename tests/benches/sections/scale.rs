@@ -36,6 +36,7 @@ pub(crate) fn submit_frame() -> Vec<u8> {
         fds: Vec::new(),
         pmi_ranks: 0,
         pmix_namespace: None,
+        pmi_port: false,
     };
     scored_proto::proto::encode(&scored_proto::proto::Request::Submit {
         version: scored_proto::proto::VERSION,

@@ -126,6 +126,9 @@ pub enum ClientEvent {
         started: bool,
         /// Its owner holds it.
         held: bool,
+        /// The processes of each of its stages, as placed (as `Admitted`
+        /// tells them: a scrun whose daemon died may not have had it).
+        ranks: u32,
     },
     /// The job ended: its status, reason and accounting.
     Ended(Box<Ending>),

@@ -126,6 +126,7 @@ impl Core {
                         job,
                         started: record.started(),
                         held: record.owner_hold,
+                        ranks: record.nprocs(),
                     }
                 }
             };

@@ -32,6 +32,7 @@ fn good() -> Submit {
         fds: Vec::new(),
         pmi_ranks: 0,
         pmix_namespace: None,
+        pmi_port: false,
     }
 }
 

@@ -209,8 +209,13 @@ impl Sim {
                         ClientEvent::Rejected { kind, .. } => format!("rejected {kind:?}"),
                         ClientEvent::Started(job) => format!("started {job}"),
                         ClientEvent::Held(job) => format!("held {job}"),
-                        ClientEvent::Reattached { job, started, held } => {
-                            format!("reattached {job} started={started} held={held}")
+                        ClientEvent::Reattached {
+                            job,
+                            started,
+                            held,
+                            ranks,
+                        } => {
+                            format!("reattached {job} started={started} held={held} ranks={ranks}")
                         }
                         ClientEvent::Answer(reply) => format!("answer {}", reply.to_text()),
                         ClientEvent::Ended(ending) => {

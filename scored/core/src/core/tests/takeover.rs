@@ -33,13 +33,32 @@ fn a_scrun_that_reattaches_gets_its_jobs_end() {
     take_over(&mut sim, 5_000);
     assert_eq!(sim.core.job(JobId(1)).unwrap().client(), None);
     let again = reattach(&mut sim, user(1000), 1);
-    check(&sim.client(again), "reattached 1 started=true held=false");
+    check(
+        &sim.client(again),
+        "reattached 1 started=true held=false ranks=1",
+    );
     sim.exit(1, 3);
     check(
         &sim.client(again),
-        "reattached 1 started=true held=false, ended 1 Exited 3",
+        "reattached 1 started=true held=false ranks=1, ended 1 Exited 3",
     );
     check(&sim.client(first), "admitted 1, started 1");
+}
+
+/// A reattached scrun is told the job's placed rank count, as `Admitted`
+/// told it (a `-hosts=` job's PMI waits for it), which the killed daemon
+/// may never have sent.
+#[test]
+fn a_reattached_scrun_is_told_the_rank_count_of_its_placed_job() {
+    let mut sim = Sim::new(3, 100);
+    sim.submit_with(user(1000), ProcRequest::Hosts(3), Some(1), false);
+    sim.advance(10);
+    take_over(&mut sim, 5_000);
+    let again = reattach(&mut sim, user(1000), 1);
+    check(
+        &sim.client(again),
+        "reattached 1 started=true held=false ranks=3",
+    );
 }
 
 /// Only the job's owner may reattach; anyone else is refused and changes
@@ -52,7 +71,10 @@ fn only_the_owner_reattaches() {
     let stranger = reattach(&mut sim, user(1001), 1);
     check(&sim.client(stranger), "rejected Invalid");
     let owner = reattach(&mut sim, user(1000), 1);
-    check(&sim.client(owner), "reattached 1 started=true held=false");
+    check(
+        &sim.client(owner),
+        "reattached 1 started=true held=false ranks=1",
+    );
     // Once reattached, a second scrun cannot take the job.
     let second = reattach(&mut sim, user(1000), 1);
     check(&sim.client(second), "rejected Invalid");
