@@ -792,3 +792,255 @@ fn history_shows_the_name_and_the_command() {
         "{row}"
     );
 }
+
+#[test]
+fn output_files_of_queued_and_running_jobs_are_kept_across_a_restart() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let path = |name: &str| daemon.sandbox.path.join(name);
+    // A job of two `::` stages whose first stage writes before the restart
+    // and whose second writes after it, into the same files: the second
+    // stage appends to what the first wrote.
+    let staged = submit(
+        &daemon,
+        &[
+            "-output=staged.%j.out,error=staged.%j.err",
+            "sh",
+            "-c",
+            "echo one; echo one-err >&2; while [ ! -e go ]; do sleep 0.05; done",
+            "::",
+            "sh",
+            "-c",
+            "echo two; echo two-err >&2",
+        ],
+    );
+    let staged_out = path(&format!("staged.{staged}.out"));
+    let staged_err = path(&format!("staged.{staged}.err"));
+    assert_eq!(read_lines(&staged_out, 1), ["one"]);
+    assert_eq!(read_lines(&staged_err, 1), ["one-err"]);
+    // Jobs that wait in the queue through the restart, with their own
+    // patterns for stdout and stderr: a batch job, an array element and an
+    // interactive job.
+    daemon.ok("queue 1 deactivate");
+    let queued = submit(
+        &daemon,
+        &[
+            "-output=q.%x.%j.out,error=q.%x.%j.err,name=late",
+            "sh",
+            "-c",
+            "echo out-$SCORE_JOBID; echo err-$SCORE_JOBID >&2",
+        ],
+    );
+    let array = submit(
+        &daemon,
+        &[
+            "-array=1-2,output=arr.%a.out,error=arr.%a.err",
+            "sh",
+            "-c",
+            "echo out-$SCORE_ARRAY_INDEX; echo err-$SCORE_ARRAY_INDEX >&2",
+        ],
+    );
+    let mut interactive = daemon.spawn(&[
+        "-output=inter.out,error=inter.err",
+        "sh",
+        "-c",
+        "echo inter-out; echo inter-err >&2",
+    ]);
+    let counted = wait_until(Duration::from_secs(30), || {
+        daemon.json("status")["jobs"]["queued"].as_u64() >= Some(3)
+    });
+    assert!(counted, "{}", daemon.ok("jobs"));
+    let output = daemon.console("restart");
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{}{}",
+        stdout(&output),
+        daemon.log()
+    );
+    // The patterns came through the restart: `job ID` still shows them.
+    assert_eq!(
+        field(&daemon, queued, "output"),
+        format!("q.late.{queued}.out")
+    );
+    assert_eq!(
+        field(&daemon, queued, "error"),
+        format!("q.late.{queued}.err")
+    );
+    assert_eq!(field(&daemon, queued, "state"), "queued");
+    daemon.ok("queue 1 activate");
+    std::fs::write(path("go"), "").unwrap();
+    wait_ended(&daemon, staged);
+    wait_ended(&daemon, queued);
+    wait_ended(&daemon, array + 1);
+    let (status, message) = interactive.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{message}");
+    assert_eq!(read_lines(&staged_out, 2), ["one", "two"]);
+    assert_eq!(read_lines(&staged_err, 2), ["one-err", "two-err"]);
+    assert_eq!(
+        read_lines(&path(&format!("q.late.{queued}.out")), 1),
+        [format!("out-{queued}")]
+    );
+    assert_eq!(
+        read_lines(&path(&format!("q.late.{queued}.err")), 1),
+        [format!("err-{queued}")]
+    );
+    for index in 1..=2 {
+        assert_eq!(
+            read_lines(&path(&format!("arr.{index}.out")), 1),
+            [format!("out-{index}")]
+        );
+        assert_eq!(
+            read_lines(&path(&format!("arr.{index}.err")), 1),
+            [format!("err-{index}")]
+        );
+    }
+    assert_eq!(read_lines(&path("inter.out"), 1), ["inter-out"]);
+    assert_eq!(read_lines(&path("inter.err"), 1), ["inter-err"]);
+    // Nothing went to a default file.
+    let strays: Vec<_> = std::fs::read_dir(&daemon.sandbox.path)
+        .expect("list the sandbox")
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("scored-"))
+        .collect();
+    assert!(strays.is_empty(), "{strays:?}");
+}
+
+/// Makes `link` a symbolic link to `target` owned by `user`, as if the
+/// user had made it.
+fn plant_link(user: &TestUser, target: &Path, link: &Path) {
+    std::os::unix::fs::symlink(target, link).expect("plant a link");
+    nix::unistd::fchownat(
+        nix::fcntl::AT_FDCWD,
+        link,
+        Some(nix::unistd::Uid::from_raw(user.uid)),
+        Some(nix::unistd::Gid::from_raw(user.gid)),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .expect("give the link to the user");
+}
+
+#[test]
+fn output_paths_swapped_after_submission_never_make_root_write_nor_block() {
+    let Some(users) =
+        test_users("output_paths_swapped_after_submission_never_make_root_write_nor_block")
+    else {
+        return;
+    };
+    let daemon = Daemon::start();
+    let dir = user_dir(&daemon, &users.a);
+    let other = user_dir(&daemon, &users.b);
+    let give = |path: &Path, user: &TestUser| {
+        nix::unistd::chown(
+            path,
+            Some(nix::unistd::Uid::from_raw(user.uid)),
+            Some(nix::unistd::Gid::from_raw(user.gid)),
+        )
+        .expect("chown");
+    };
+    // What the links will point at: root's file, root's directory, and
+    // another user's file.
+    let root_file = daemon.sandbox.path.join("root-file");
+    std::fs::write(&root_file, "root's\n").unwrap();
+    let root_dir = daemon.sandbox.path.join("root-dir");
+    std::fs::create_dir(&root_dir).unwrap();
+    let other_file = other.join("b-file");
+    std::fs::write(&other_file, "b's\n").unwrap();
+    give(&other_file, &users.b);
+    let sub = dir.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    give(&sub, &users.a);
+    // Each path is one the user may create when the job is submitted; the
+    // jobs wait in the queue while the user swaps them.
+    daemon.ok("queue 1 deactivate");
+    let submit_as = |options: &str| -> u64 {
+        printed_id(&run_as(
+            &daemon,
+            &users.a,
+            &dir,
+            &["-batch", options, "sh", "-c", "echo written; echo err >&2"],
+        ))
+    };
+    let file_swapped = submit_as("-output=out.file");
+    let parent_swapped = submit_as("-output=sub/out");
+    let other_swapped = submit_as("-output=mine.out,error=out.other");
+    let fifo_swapped = submit_as("-output=out.fifo");
+    // The swaps, as the user makes them.
+    plant_link(&users.a, &root_file, &dir.join("out.file"));
+    std::fs::rename(&sub, dir.join("sub.old")).unwrap();
+    plant_link(&users.a, &root_dir, &sub);
+    plant_link(&users.a, &other_file, &dir.join("out.other"));
+    nix::unistd::mkfifo(
+        &dir.join("out.fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .expect("make a fifo");
+    give(&dir.join("out.fifo"), &users.a);
+    daemon.ok("queue 1 activate");
+    // The loop is never held by what the user planted: root's console
+    // answers, and root's own job runs, while the user's jobs fail.
+    let started = std::time::Instant::now();
+    assert_eq!(code(&daemon.console("status")), Some(0));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "status took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(code(&daemon.run(&["true"])), Some(0));
+    for (job, file, error) in [
+        (file_swapped, "output file out.file", "ermission denied"),
+        (parent_swapped, "output file sub/out", "ermission denied"),
+        (other_swapped, "error file out.other", "ermission denied"),
+        (
+            fifo_swapped,
+            "output file out.fifo",
+            "No such device or address",
+        ),
+    ] {
+        wait_ended(&daemon, job);
+        let reason = field(&daemon, job, "reason");
+        assert!(
+            reason.contains(&format!("cannot open the {file}")) && reason.contains(error),
+            "job {job}: {reason}"
+        );
+        assert_ne!(field(&daemon, job, "exit"), "0", "job {job}");
+    }
+    assert_eq!(std::fs::read_to_string(&root_file).unwrap(), "root's\n");
+    assert_eq!(
+        std::fs::read_dir(&root_dir).unwrap().count(),
+        0,
+        "a file was made in root's directory"
+    );
+    assert_eq!(std::fs::read_to_string(&other_file).unwrap(), "b's\n");
+    let meta = std::fs::metadata(&root_file).unwrap();
+    assert_eq!((meta.uid(), meta.len()), (0, 7));
+}
+
+#[test]
+fn an_interactive_dependant_is_told_it_ended_with_a_killed_scored() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let first = submit(
+        &daemon,
+        &["sh", "-c", "while [ ! -e go ]; do sleep 0.05; done"],
+    );
+    let mut dependant = daemon.spawn(&[&format!("-after={first}"), "echo", "never"]);
+    // Until its scrun has submitted it, `job ID` knows no such job.
+    let waiting = wait_until(Duration::from_secs(30), || {
+        stdout(&daemon.console(&format!("job {}", first + 1))).contains("state: waiting")
+    });
+    assert!(waiting, "{}", daemon.ok("jobs all"));
+    daemon.kill_hard();
+    daemon.start_again();
+    // Its scrun comes back to the new daemon, which tells it that the job
+    // ended with the killed one, and why; the job never ran.
+    let (status, message) = dependant.wait(Duration::from_secs(60));
+    assert_ne!(status.code(), Some(0), "{message}");
+    assert!(
+        message.contains(&format!(
+            "cannot reattach to job {}: it ended before it started",
+            first + 1
+        )) && message.contains("lost with a killed scored"),
+        "{message}"
+    );
+    assert!(!message.contains("never"), "{message}");
+    assert_eq!(field(&daemon, first + 1, "state"), "killed");
+}

@@ -20,7 +20,9 @@
 //! hands them in ([`Input::KnownEnd`](super::Input::KnownEnd)).
 //!
 //! The backlog is one value the checkpoint shares (`Core::commit`): it is
-//! copied when an event changes it, not at every commit.
+//! copied when an event changes it, not at every commit. The ends it keeps,
+//! which grow with the jobs that end, are not in it but among the
+//! containers that log their changes ([`Ends`]).
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -34,6 +36,7 @@ use super::{
 use crate::admission::Decision;
 use crate::ids::{ClientToken, Cred, JobId, Tick};
 use crate::job::{JobRequest, JobState, Link, Submission};
+use crate::undo::{Undo, UndoDeque};
 use scored_proto::batch::{Dependency, Expansion};
 use scored_proto::command::reply::Value;
 
@@ -193,30 +196,35 @@ pub(super) struct Backlog {
     ready: VecDeque<JobId>,
     /// Entries by the jobs they wait for.
     dependants: BTreeMap<JobId, Vec<JobId>>,
-    /// How the last [`OUTCOMES`] jobs ended (an array's under its id, once
-    /// all of it ended), with their owners, newest last.
-    outcomes: VecDeque<(JobId, u32, Outcome)>,
-    /// Jobs that ended without being admitted, newest last.
-    pub(super) ended: VecDeque<Rc<EndedEarly>>,
     /// Admissions were left for the next event ([`ADMIT_PER_EVENT`]).
     pub(super) more: bool,
 }
 
-impl Backlog {
-    /// The entry job `id` belongs to, with the element it is.
-    pub(super) fn entry_of(&self, id: JobId) -> Option<(&Entry, u32)> {
-        let (_, entry) = self.entries.range(..=id).next_back()?;
-        let k = u32::try_from(id.0 - entry.first().0).ok()?;
-        (k < entry.count).then_some((entry, k))
+/// The ends the backlog keeps, which grow with the jobs that end: they
+/// log their own changes (`crate::undo`) as the core's other growing
+/// containers do, so that a commit after a job's end copies neither.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Ends {
+    /// How the last [`OUTCOMES`] jobs ended (an array's under its id, once
+    /// all of it ended), with their owners, newest last.
+    outcomes: UndoDeque<(JobId, u32, Outcome)>,
+    /// Jobs that ended without being admitted, newest last.
+    pub(super) ended: UndoDeque<Rc<EndedEarly>>,
+}
+
+impl Undo for Ends {
+    fn commit(&mut self) {
+        self.outcomes.commit();
+        self.ended.commit();
     }
 
-    /// Whether job `id` waits here (not admitted, not ended).
-    pub(super) fn holds(&self, id: JobId) -> bool {
-        self.entry_of(id)
-            .is_some_and(|(entry, k)| k >= entry.next && !entry.skipped.contains(&k))
+    fn rollback(&mut self) {
+        self.outcomes.rollback();
+        self.ended.rollback();
     }
+}
 
-    /// How a job that ended is known to have ended.
+impl Ends {
     /// How a job that ended is known to have ended, with its owner.
     fn outcome(&self, id: JobId) -> Option<(u32, &Outcome)> {
         self.outcomes
@@ -233,25 +241,52 @@ impl Backlog {
         self.outcomes.push_back((id, owner, outcome));
     }
 
-    /// Whether nothing is in the backlog.
-    pub(super) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// The ends kept, oldest first, for the snapshot.
     pub(super) fn outcomes(&self) -> impl Iterator<Item = &(JobId, u32, Outcome)> {
         self.outcomes.iter()
     }
 
-    /// Puts back what the snapshot kept: the entries, the ends, and what
-    /// is derived from them (the ready entries in order, the dependants).
-    pub(super) fn restored(
-        entries: BTreeMap<JobId, Entry>,
-        outcomes: Vec<(JobId, u32, Outcome)>,
-    ) -> Backlog {
+    /// Puts back the ends the snapshot kept.
+    pub(super) fn restored(outcomes: Vec<(JobId, u32, Outcome)>) -> Ends {
+        let mut ends = Ends::default();
+        for (id, owner, outcome) in outcomes {
+            ends.remember(id, owner, outcome);
+        }
+        ends
+    }
+
+    fn end_early(&mut self, ended: EndedEarly) {
+        if self.ended.len() == ENDED_KEPT {
+            self.ended.pop_front();
+        }
+        self.ended.push_back(Rc::new(ended));
+    }
+}
+
+impl Backlog {
+    /// The entry job `id` belongs to, with the element it is.
+    pub(super) fn entry_of(&self, id: JobId) -> Option<(&Entry, u32)> {
+        let (_, entry) = self.entries.range(..=id).next_back()?;
+        let k = u32::try_from(id.0 - entry.first().0).ok()?;
+        (k < entry.count).then_some((entry, k))
+    }
+
+    /// Whether job `id` waits here (not admitted, not ended).
+    pub(super) fn holds(&self, id: JobId) -> bool {
+        self.entry_of(id)
+            .is_some_and(|(entry, k)| k >= entry.next && !entry.skipped.contains(&k))
+    }
+
+    /// Whether nothing is in the backlog.
+    pub(super) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Puts back what the snapshot kept: the entries, and what is derived
+    /// from them (the ready entries in order, the dependants).
+    pub(super) fn restored(entries: BTreeMap<JobId, Entry>) -> Backlog {
         let mut backlog = Backlog {
             entries,
-            outcomes: outcomes.into(),
             ..Backlog::default()
         };
         let mut ready: Vec<(Tick, JobId)> = Vec::new();
@@ -433,7 +468,8 @@ impl Core {
         if told {
             let waits = waits.or_else(|| {
                 // Ended at once: say how.
-                self.backlog
+                self.logged
+                    .ends
                     .ended
                     .iter()
                     .rev()
@@ -493,7 +529,7 @@ impl Core {
                 return Ok((entry.cred.uid, None));
             }
         }
-        if let Some((owner, outcome)) = self.backlog.outcome(id) {
+        if let Some((owner, outcome)) = self.logged.ends.outcome(id) {
             return Ok((owner, Some(outcome.clone())));
         }
         if let Some(done) = self.logged.finished.iter().find(|done| done.job.id == id) {
@@ -542,11 +578,11 @@ impl Core {
         outcome: Outcome,
         now: Tick,
     ) -> Vec<(JobId, Outcome)> {
-        let backlog = self.backlog_mut();
-        let Some(first) = backlog.entry_of(id).map(|(entry, _)| entry.first()) else {
-            backlog.remember(id, owner, outcome.clone());
+        let Some(first) = self.backlog.entry_of(id).map(|(entry, _)| entry.first()) else {
+            self.logged.ends.remember(id, owner, outcome.clone());
             return vec![(id, outcome)];
         };
+        let backlog = Rc::make_mut(&mut self.backlog);
         let entry = backlog.entries.get_mut(&first).expect("found above");
         if admitted {
             entry.admitted = entry.admitted.saturating_sub(1);
@@ -573,7 +609,7 @@ impl Core {
             backlog.ready.push_back(first);
         }
         for (job, outcome) in &ends {
-            backlog.remember(*job, owner, outcome.clone());
+            self.logged.ends.remember(*job, owner, outcome.clone());
         }
         ends
     }
@@ -701,12 +737,7 @@ impl Core {
         if entry.n_waiting() == 0 {
             entry.request = None;
         }
-        if backlog.ended.len() == ENDED_KEPT {
-            backlog.ended.pop_front();
-        }
-        backlog
-            .ended
-            .push_back(Rc::new(EndedEarly { id, uid, fields }));
+        self.logged.ends.end_early(EndedEarly { id, uid, fields });
         let outcome = Outcome::Failure(format!("job {id} {reason}"));
         Some((id, false, uid, outcome))
     }
@@ -952,8 +983,8 @@ impl Core {
 
     /// A job's end from the journal, for a submission that depends on it.
     pub(super) fn known_end(&mut self, job: JobId, owner: u32, outcome: Outcome) {
-        if self.backlog.outcome(job).is_none() {
-            self.backlog_mut().remember(job, owner, outcome);
+        if self.logged.ends.outcome(job).is_none() {
+            self.logged.ends.remember(job, owner, outcome);
         }
     }
 
@@ -962,7 +993,7 @@ impl Core {
     pub fn knows(&self, id: JobId) -> bool {
         self.logged.jobs.contains_key(&id)
             || self.backlog.holds(id)
-            || self.backlog.ended.iter().any(|ended| ended.id == id)
+            || self.logged.ends.ended.iter().any(|ended| ended.id == id)
     }
 
     /// The jobs a submission depends on that the core cannot say how they

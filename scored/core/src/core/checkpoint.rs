@@ -91,6 +91,8 @@ logged! {
     /// Launch data of unfinished jobs by content hash, so identical
     /// submissions share one copy.
     launches: UndoMap<u64, Vec<Launch>>,
+    /// The ends the backlog keeps for its dependants and listings.
+    ends: super::backlog::Ends,
 }
 
 impl Core {

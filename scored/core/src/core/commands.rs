@@ -245,7 +245,7 @@ impl Core {
             return reply;
         }
         if self.logged.finished.iter().any(|done| done.job.id == id)
-            || self.backlog.ended.iter().any(|ended| ended.id == id)
+            || self.logged.ends.ended.iter().any(|ended| ended.id == id)
         {
             Reply::error(format!("job {id} has already ended"))
         } else {

@@ -618,7 +618,7 @@ impl Core {
     /// The backlog as data, its requests' launch data among the others.
     fn backlog_snapshot(&self, launches: &mut Launches) -> Option<BacklogSnapshot> {
         let backlog = &self.backlog;
-        if backlog.entries.is_empty() && backlog.outcomes().next().is_none() {
+        if backlog.entries.is_empty() && self.logged.ends.outcomes().next().is_none() {
             return None;
         }
         let entries = backlog
@@ -661,7 +661,9 @@ impl Core {
                 held: entry.held,
             })
             .collect();
-        let outcomes = backlog
+        let outcomes = self
+            .logged
+            .ends
             .outcomes()
             .map(|(job, owner, outcome)| {
                 (

@@ -133,6 +133,22 @@ impl Core {
             out.push(Action::notify(client, event));
             return;
         }
+        // An interactive job that waited for other jobs (`-after=`) ended
+        // with the daemon that held its client (`clients_lost`): say so.
+        if let Some(early) = self.logged.ends.ended.iter().rev().find(|e| e.id == job) {
+            let event = if early.uid == cred.uid {
+                let reason = early
+                    .fields
+                    .iter()
+                    .find_map(|(key, value)| (key == "reason").then(|| value.to_text()))
+                    .unwrap_or_default();
+                refusal(job, &format!("it ended before it started: {reason}"))
+            } else {
+                refusal(job, "it is not yours")
+            };
+            out.push(Action::notify(client, event));
+            return;
+        }
         let ended = self
             .logged
             .finished

@@ -283,7 +283,7 @@ impl Core {
                     detail(details, Value::text(&done.ending.reason)),
                 ]);
             }
-            for ended in &self.backlog.ended {
+            for ended in &self.logged.ends.ended {
                 let details = self.is_operator(cred) || ended.uid == cred.uid;
                 let field = |key: &str| {
                     ended
@@ -387,7 +387,7 @@ impl Core {
                 return Reply::Record(self.entry_fields(entry, k, None, now, details));
             }
         }
-        if let Some(ended) = self.backlog.ended.iter().find(|ended| ended.id == id) {
+        if let Some(ended) = self.logged.ends.ended.iter().find(|ended| ended.id == id) {
             let details = self.is_operator(cred) || ended.uid == cred.uid;
             let mut fields = ended.fields.clone();
             if !details {

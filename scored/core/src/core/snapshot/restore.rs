@@ -17,7 +17,7 @@ use super::{
 };
 use crate::admission::{ClusterLimits, Ledger, Placement};
 use crate::cluster::Topology;
-use crate::core::backlog::{Backlog, Entry};
+use crate::core::backlog::{Backlog, Ends, Entry};
 use crate::core::Outcome;
 use crate::core::{usage_limited, Core, CoreConfig, CoreSnapshot, Switches, Waiter};
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
@@ -494,7 +494,7 @@ fn restore_backlog(
     snapshot: BacklogSnapshot,
     launches: &[LaunchParts],
     submissions: &mut HashMap<u64, Rc<Submission>>,
-) -> Result<Backlog, RestoreError> {
+) -> Result<(Backlog, Ends), RestoreError> {
     let mut admitted: HashMap<u64, u32> = HashMap::new();
     for job in core.logged.jobs.values() {
         if let Some(submission) = &job.submission {
@@ -578,7 +578,7 @@ fn restore_backlog(
             )
         })
         .collect();
-    Ok(Backlog::restored(entries, outcomes))
+    Ok((Backlog::restored(entries), Ends::restored(outcomes)))
 }
 
 impl Core {
@@ -843,12 +843,9 @@ impl Core {
         };
         core.shutting_down = snapshot.shutting_down;
         if let Some(backlog) = snapshot.backlog {
-            core.backlog = Rc::new(restore_backlog(
-                &core,
-                backlog,
-                &launches,
-                &mut submissions,
-            )?);
+            let (backlog, ends) = restore_backlog(&core, backlog, &launches, &mut submissions)?;
+            core.backlog = Rc::new(backlog);
+            core.logged.ends = ends;
         }
         core.turn_pending = snapshot.slice.turn_pending.into_iter().map(JobId).collect();
         core.ran_refill = snapshot.slice.ran_refill;
