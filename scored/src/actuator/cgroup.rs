@@ -115,10 +115,10 @@ impl Cgroups {
     }
 
     /// Creates the job's cgroup, with its limit of processes where the
-    /// pids controller is there; returns the paths of the `cgroup.procs`
-    /// each rank joins (the job's, and its v1 pids cgroup's when the pids
-    /// controller is mounted apart), as C strings ready to be written
-    /// between fork and exec.
+    /// pids controller is there; returns the files each rank writes to
+    /// join it (the job's, and its v1 pids cgroup's when the pids
+    /// controller is mounted apart: see [`join_path`]), as C strings ready
+    /// to be written between fork and exec.
     pub fn add_job(&self, job: JobId) -> io::Result<(CString, Option<CString>)> {
         let dir = self.dir(job);
         make_dir(&dir)?;
@@ -128,7 +128,7 @@ impl Cgroups {
                 let pids_dir = pids_base.join(format!("job-{job}"));
                 make_dir(&pids_dir)?;
                 fs::write(pids_dir.join("pids.max"), &limit)?;
-                Some(procs_path(&pids_dir)?)
+                Some(join_path(&pids_dir, true)?)
             }
             None => {
                 if dir.join("pids.max").exists() {
@@ -137,13 +137,13 @@ impl Cgroups {
                 None
             }
         };
-        Ok((procs_path(&dir)?, pids_procs))
+        Ok((join_path(&dir, self.v1_freezer)?, pids_procs))
     }
 
-    /// The `cgroup.procs` of the job's v1 pids cgroup, if it has one.
+    /// The file a rank writes to join the job's v1 pids cgroup, if it has one.
     pub fn pids_procs(&self, job: JobId) -> Option<CString> {
         let dir = self.pids_base.as_ref()?.join(format!("job-{job}"));
-        dir.is_dir().then(|| procs_path(&dir).ok()).flatten()
+        dir.is_dir().then(|| join_path(&dir, true).ok()).flatten()
     }
 
     /// Whether the pids controller refused a fork of the job's (its
@@ -394,10 +394,17 @@ fn pids_hierarchy(own_cgroups: &str, tag: &str) -> Option<PathBuf> {
     }
 }
 
-/// `dir`'s `cgroup.procs`, as a C string ready to be written between fork
-/// and exec.
-fn procs_path(dir: &Path) -> io::Result<CString> {
-    CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+/// The file of `dir` a rank writes `0` to between fork and exec to join
+/// that cgroup, as a C string. In a v1 hierarchy, `tasks`: the rank is
+/// one thread there (the daemon has no other), so moving that thread moves
+/// the whole process, and the kernel moves the caller's own thread without
+/// the machine-wide lock that a write to `cgroup.procs` takes, whose
+/// release waits for an RCU grace period (0.4 ms idle, tens of ms under
+/// load, paid by every launch). v2 has no `tasks`, and its
+/// `cgroup.threads` is refused outside threaded cgroups.
+fn join_path(dir: &Path, v1: bool) -> io::Result<CString> {
+    let file = if v1 { "tasks" } else { "cgroup.procs" };
+    CString::new(dir.join(file).as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "cgroup path contains NUL"))
 }
 
