@@ -81,6 +81,9 @@ pub struct Flags {
     /// How long a client may take to finish sending a request it has begun (default 10s).
     #[arg(long, value_name = "DUR")]
     pub request_timeout: Option<String>,
+    /// How long a job's keeper waits for a scored to take the job over once its own has died, before it ends the job (default 10m).
+    #[arg(long, value_name = "DUR")]
+    pub keeper_wait: Option<String>,
     /// The most unfinished jobs one user other than root and the operators may have (default 1000).
     #[arg(long, value_name = "N")]
     pub max_jobs_per_user: Option<usize>,
@@ -139,6 +142,8 @@ pub struct FileSettings {
     max_descriptors_per_user: Option<usize>,
     #[serde(default, deserialize_with = "text_or_number")]
     request_timeout: Option<String>,
+    #[serde(default, deserialize_with = "text_or_number")]
+    keeper_wait: Option<String>,
     max_jobs_per_user: Option<usize>,
     max_jobs: Option<usize>,
     max_waiting_per_user: Option<usize>,
@@ -216,6 +221,8 @@ pub struct Settings {
     pub max_descriptors_per_user: usize,
     /// How long a begun request may take to arrive whole.
     pub request_timeout: Duration,
+    /// How long a keeper waits for a scored once its own died.
+    pub keeper_wait: Duration,
     /// The budgets of unfinished jobs and waiting submissions of users
     /// other than root and the operators.
     pub budgets: scored_core::core::Budgets,
@@ -362,6 +369,20 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError
             range: "between 10ms and 1h",
         });
     }
+    let keeper_wait_text = flags.keeper_wait.or(file.keeper_wait);
+    let keeper_wait = duration(
+        keeper_wait_text.clone(),
+        None,
+        "keeper-wait",
+        crate::keeper::DEFAULT_WAIT,
+    )?;
+    if keeper_wait < Duration::from_secs(1) || keeper_wait > Duration::from_secs(7 * 86_400) {
+        return Err(ConfigError::OutOfRange {
+            flag: "keeper-wait",
+            value: keeper_wait_text.unwrap_or_default(),
+            range: "between 1s and 7d",
+        });
+    }
     let idle_exit = match flags.idle_exit.or(file.idle_exit) {
         Some(text) => Some(parse_duration(&text).map_err(|source| ConfigError::Value {
             flag: "idle-exit",
@@ -415,6 +436,7 @@ pub fn resolve(flags: Flags, file: FileSettings) -> Result<Settings, ConfigError
             None => DEFAULT_MAX_DESCRIPTORS_PER_USER,
         },
         request_timeout,
+        keeper_wait,
         budgets: {
             let defaults = scored_core::core::Budgets::default();
             let count = |flag: Option<usize>, key: Option<usize>, name, default| match flag.or(key)
@@ -488,7 +510,7 @@ mod tests {
     fn file_errors_name_file_and_line() {
         assert_eq!(
             settings(&[], "group = \"a\"\ncolour = \"red\"\n").unwrap_err(),
-            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `max_descriptors_per_user`, `request_timeout`, `max_jobs_per_user`, `max_jobs`, `max_waiting_per_user`, `max_waiting`, `idle_exit`, `verbose`, `journal_size`, `journal`, `client`"
+            "scored.toml:2: unknown field `colour`, expected one of `hosts`, `group`, `rc`, `timeslice`, `socket`, `state_dir`, `operator`, `kill_grace`, `cgroups`, `max_connections`, `max_connections_per_user`, `max_descriptors_per_user`, `request_timeout`, `keeper_wait`, `max_jobs_per_user`, `max_jobs`, `max_waiting_per_user`, `max_waiting`, `idle_exit`, `verbose`, `journal_size`, `journal`, `client`"
         );
         assert!(settings(&[], "timeslice = true")
             .unwrap_err()

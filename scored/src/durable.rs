@@ -130,6 +130,9 @@ pub struct StateFile {
     pub settings: Settings,
     /// The core.
     pub core: CoreSnapshot,
+    /// The jobs' keepers: job, pid, start time.
+    #[serde(default)]
+    pub keepers: Vec<(u64, i32, u64)>,
 }
 
 /// One logged batch of inputs.
@@ -141,6 +144,9 @@ pub struct Record {
     pub tick: u64,
     /// The inputs, in order.
     pub inputs: Vec<InputRecord>,
+    /// Keepers that said who they are: job, pid, start time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keepers: Vec<(u64, i32, u64)>,
 }
 
 /// What a killed daemon left: its last snapshot and the records after it.
@@ -152,6 +158,18 @@ pub struct Left {
     pub records: Vec<Record>,
     /// Records that could not be read (a torn last one), dropped.
     pub dropped: usize,
+}
+
+impl Left {
+    /// The keepers recorded, by job: pid and start time.
+    pub fn keepers(&self) -> std::collections::HashMap<u64, (i32, u64)> {
+        self.state
+            .keepers
+            .iter()
+            .chain(self.records.iter().flat_map(|record| &record.keepers))
+            .map(|&(job, pid, start)| (job, (pid, start)))
+            .collect()
+    }
 }
 
 /// Why the state a daemon left cannot be read.
@@ -283,6 +301,7 @@ impl Durable {
         seq: u64,
         settings: Settings,
         core: CoreSnapshot,
+        keepers: Vec<(u64, i32, u64)>,
     ) -> io::Result<Durable> {
         let boot_id = crate::instance::boot_id()?;
         let path = state_dir.join(LOG);
@@ -307,7 +326,7 @@ impl Durable {
             unsynced: false,
             last_sync: Instant::now(),
         };
-        durable.fold(core)?;
+        durable.fold(core, keepers)?;
         Ok(durable)
     }
 
@@ -318,8 +337,28 @@ impl Durable {
             seq: self.seq + 1,
             tick: tick.0,
             inputs: inputs.iter().map(InputRecord::of).collect(),
+            keepers: Vec::new(),
         };
-        match serde_json::to_writer(&mut self.pending, &record) {
+        self.push(&record);
+    }
+
+    /// Logs the identities of keepers that said who they are (a record
+    /// with no input, which the replay passes over).
+    pub fn note_keepers(&mut self, keepers: Vec<(u64, i32, u64)>) {
+        if keepers.is_empty() {
+            return;
+        }
+        let record = Record {
+            seq: self.seq + 1,
+            tick: 0,
+            inputs: Vec::new(),
+            keepers,
+        };
+        self.push(&record);
+    }
+
+    fn push(&mut self, record: &Record) {
+        match serde_json::to_writer(&mut self.pending, record) {
             Ok(()) => {
                 self.pending.push(b'\n');
                 self.seq += 1;
@@ -362,9 +401,9 @@ impl Durable {
         self.log_size >= MAX_LOG
     }
 
-    /// Writes `core` (the core after every logged record) as the new
-    /// snapshot, and empties the log.
-    pub fn fold(&mut self, core: CoreSnapshot) -> io::Result<()> {
+    /// Writes `core` (the core after every logged record) and the keepers
+    /// as the new snapshot, and empties the log.
+    pub fn fold(&mut self, core: CoreSnapshot, keepers: Vec<(u64, i32, u64)>) -> io::Result<()> {
         self.write_pending()?;
         let state = StateFile {
             format: FORMAT,
@@ -373,6 +412,7 @@ impl Durable {
             seq: self.seq,
             settings: self.settings.clone(),
             core,
+            keepers,
         };
         let bytes = serde_json::to_vec(&state).map_err(io::Error::other)?;
         let fresh = self.dir.join(format!("{SNAPSHOT}.new"));

@@ -26,9 +26,8 @@
 //!   `STOP_WAIT`; the rest is confirmed later through SIGCHLD and /proc;
 //! - usage samples at a slice boundary: one read of /proc per process, and
 //!   a scratch walk bounded in entries per sample and per window;
-//! - a launch: a batch of about `actuator::LAUNCH_BATCH` of work per event,
-//!   with at most `actuator::EXEC_WINDOW` ranks of a job between fork and
-//!   exec; the loop never waits for an exec;
+//! - a launch: one order to the job's keeper, which forks the ranks; the
+//!   loop never waits for a fork or an exec;
 //! - removing a finished job's scratch tree: renamed aside at once, then
 //!   removed in slices of `actuator::SWEEP_SLICE` per wakeup;
 //! - the journal: one `write` per record, and at most one `fdatasync` per
@@ -652,8 +651,9 @@ impl<A: Actuator> Daemon<A> {
                 let now = Instant::now();
                 self.cut_slow_requests(now, &mut inputs);
                 self.actuator.poll(now, &mut inputs);
-                // A batch of a large launch, between the events of others.
-                self.actuator.continue_launches(&mut inputs);
+                // Ranks' ends come from their keepers, read here.
+                self.recovery.note(&inputs);
+                faults::panic_after_exit(&inputs);
                 if self
                     .core
                     .next_deadline()
@@ -661,7 +661,6 @@ impl<A: Actuator> Daemon<A> {
                 {
                     inputs.push(Input::Tick);
                 }
-                self.recovery.note(&inputs);
             }
         }
         self.feed(inputs);

@@ -28,6 +28,7 @@ pub mod handover;
 pub mod hostsfile;
 pub mod instance;
 pub mod journal;
+pub mod keeper;
 pub mod logline;
 pub mod sys;
 pub mod version;

@@ -59,6 +59,16 @@ fn run() -> Result<(), String> {
     // with: a private daemon inherits its scrun's, which may be 0777.
     // Jobs get their caller's umask (see `actuator::spawn`).
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+    // The zygote that makes the jobs' keepers, forked while scored's heap
+    // holds nothing of its jobs (`keeper/zygote.rs`); not for a binary
+    // that only checks a handover.
+    let zygote = match &check_state {
+        Some(_) => None,
+        None => Some(
+            scored::keeper::zygote::Zygote::start()
+                .map_err(|error| format!("cannot start the zygote of keepers: {error}"))?,
+        ),
+    };
     // Before anything could start a thread: the loop reads these signals.
     let signals =
         evloop::block_signals().map_err(|error| format!("cannot block signals: {error}"))?;
@@ -149,6 +159,8 @@ fn run() -> Result<(), String> {
     let mut origin_ns = scored::durable::monotonic_ns();
     let mut replayed = Vec::new();
     let mut taken_over = false;
+    // The jobs' keepers as recorded: job, pid and start time.
+    let mut keepers: std::collections::HashMap<u64, (i32, u64)> = Default::default();
     let settings_now = scored::durable::Settings::of(&core_config);
     let (mut core, mut resumed, start_actions) = match (resumed, left) {
         (Some(handover), _) => {
@@ -169,10 +181,8 @@ fn run() -> Result<(), String> {
             )
         }
         (None, Some(left)) => {
-            // The killed daemon's processes died with it: what they left
-            // in their scratch directories goes.
-            remove_scratch_leftovers(&state_dir);
             origin_ns = left.state.origin_ns;
+            keepers = left.keepers();
             let (mut core, events) = recover_core(&core_config, &topology, left)?;
             core.set_directory(Box::new(evloop::SystemDirectory));
             replayed = events;
@@ -223,17 +233,23 @@ fn run() -> Result<(), String> {
         state_dir: state_dir.clone(),
         use_cgroups: settings.cgroups,
         job_nofile: (fd_limits.current != fd_limits.original.0).then_some(fd_limits.original),
+        keeper_wait: settings.keeper_wait,
     };
     let (actuator, listener, resumed) = match resumed {
         Some((actuator, connections, tick_us, _, _)) => {
-            let actuator = OsActuator::resume(actuator_config, &topology, actuator)
+            keepers = actuator
+                .keepers()
+                .iter()
+                .map(|&(job, pid, start)| (job, (pid, start)))
+                .collect();
+            let actuator = OsActuator::resume(actuator_config, &topology, &actuator, zygote)
                 .map_err(|error| format!("cannot take over the jobs: {error}"))?;
             let listener = evloop::adopt_listener(connections.listener)
                 .map_err(|error| format!("cannot take over the socket: {error}"))?;
             (actuator, listener, Some((connections, tick_us)))
         }
         None => {
-            let actuator = OsActuator::new(actuator_config, &topology)
+            let actuator = OsActuator::new(actuator_config, &topology, zygote)
                 .map_err(|error| format!("cannot prepare to run jobs: {error}"))
                 .map_err(given_back(&state_dir))?;
             (
@@ -289,6 +305,10 @@ fn run() -> Result<(), String> {
         0,
         settings_now,
         daemon.core().snapshot(),
+        keepers
+            .iter()
+            .map(|(job, (pid, start))| (*job, *pid, *start))
+            .collect(),
     )
     .map_err(|error| format!("cannot write the daemon's state: {error}"))?;
     daemon = daemon.with_clock_origin(origin_ns).with_durable(durable);
@@ -297,21 +317,11 @@ fn run() -> Result<(), String> {
         daemon = daemon
             .resume(connections, tick_us)
             .map_err(|error| format!("cannot take over the connections: {error}"))?;
-    }
-    if taken_over {
-        // The processes of the killed daemon's jobs died with it.
-        let lost: Vec<(scored_core::ids::JobId, String)> = daemon
-            .core()
-            .jobs()
-            .filter(|job| job.phase() != scored_core::job::Phase::Idle)
-            .map(|job| {
-                (
-                    job.id,
-                    "scored was killed and the job's processes with it".to_string(),
-                )
-            })
-            .collect();
-        daemon = daemon.take_over(lost, scored::durable::REATTACH_WAIT);
+        // The processes stayed with their keepers: the same takeover as
+        // after a crash, the clients kept.
+        daemon = daemon.take_over(&keepers, None);
+    } else if taken_over {
+        daemon = daemon.take_over(&keepers, Some(scored::durable::REATTACH_WAIT));
     }
     let result = daemon
         .run()
@@ -375,6 +385,10 @@ fn recover_core(
     let n_records = records.len();
     let mut applied = 0;
     for record in records {
+        if record.inputs.is_empty() {
+            // Only keepers' identities: no input was handled.
+            continue;
+        }
         let inputs = match record
             .inputs
             .into_iter()

@@ -942,6 +942,182 @@ pub fn peer_groups(fd: RawFd) -> Vec<u32> {
     }
 }
 
+/// `clone(CLONE_PARENT | SIGCHLD)`: a fork whose child is the child of the
+/// caller's parent, not of the caller (a keeper made by the zygote is the
+/// daemon's child). `Some(pid)` in the caller, `None` in the child.
+///
+/// Only in a single-threaded process, as `fork`: the child inherits no
+/// lock held by another thread. Not for use between fork and exec.
+pub fn fork_sibling() -> io::Result<Option<i32>> {
+    let flags = (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_long;
+    // SAFETY: with a null stack the child runs on a copy-on-write copy of
+    // the caller's, as after fork; the caller is single-threaded, so no
+    // lock is held by another thread; no pointer is passed.
+    let ret =
+        cvt(unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) })?;
+    Ok((ret != 0).then_some(ret as i32))
+}
+
+/// A `siginfo_t` from `waitid` as a pid and a [`WaitEvent`].
+fn waited_event(info: &libc::siginfo_t) -> Option<(i32, WaitEvent)> {
+    // SAFETY: waitid filled `info` for a SIGCHLD-like event, whose pid and
+    // status fields these read.
+    let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if pid == 0 {
+        return None;
+    }
+    let event = match info.si_code {
+        libc::CLD_EXITED => WaitEvent::Exited(status),
+        libc::CLD_KILLED => WaitEvent::Signaled(status, false),
+        libc::CLD_DUMPED => WaitEvent::Signaled(status, true),
+        libc::CLD_STOPPED | libc::CLD_TRAPPED => WaitEvent::Stopped,
+        libc::CLD_CONTINUED => WaitEvent::Continued,
+        _ => return None,
+    };
+    Some((pid, event))
+}
+
+/// The raw `waitid(2)`, which takes a `rusage` (glibc's wrapper does not).
+fn waitid_raw(
+    idtype: libc::idtype_t,
+    id: libc::id_t,
+    options: libc::c_int,
+) -> io::Result<Option<Waited>> {
+    // SAFETY: all-zero is a valid value of these plain C structs.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` and `usage` are valid and writable across the call;
+    // waitid writes only into them.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_waitid,
+            idtype as libc::c_long,
+            id as libc::c_long,
+            &mut info as *mut libc::siginfo_t,
+            options as libc::c_long,
+            &mut usage as *mut libc::rusage,
+        )
+    };
+    if ret == -1 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::ECHILD) => Ok(None),
+            _ => Err(error),
+        };
+    }
+    let Some((pid, event)) = waited_event(&info) else {
+        return Ok(None);
+    };
+    let time = |tv: libc::timeval| {
+        Duration::new(tv.tv_sec.max(0) as u64, (tv.tv_usec.max(0) as u32) * 1000)
+    };
+    Ok(Some(Waited {
+        pid,
+        event,
+        cpu: time(usage.ru_utime) + time(usage.ru_stime),
+        max_rss: (usage.ru_maxrss.max(0) as u64).saturating_mul(1024),
+    }))
+}
+
+/// `waitid(P_PIDFD, pidfd, WEXITED | WNOHANG)`: whether the child behind
+/// `pidfd` has ended, how, and what it (with its waited-for descendants)
+/// used; with `keep`, it stays a zombie (`WNOWAIT`), its pid still its own.
+///
+/// Not for use between fork and exec.
+pub fn wait_ended(pidfd: &OwnedFd, keep: bool) -> io::Result<Option<Waited>> {
+    const P_PIDFD: libc::idtype_t = 3;
+    let mut options = libc::WEXITED | libc::WNOHANG;
+    if keep {
+        options |= libc::WNOWAIT;
+    }
+    waitid_raw(P_PIDFD, pidfd.as_raw_fd() as libc::id_t, options)
+}
+
+/// `waitid(P_ALL, WSTOPPED | WCONTINUED | WNOHANG)`: the next stop or
+/// continue of any child, which it takes (ends are not looked at).
+///
+/// Not for use between fork and exec.
+pub fn wait_stop_or_continue() -> io::Result<Option<Waited>> {
+    waitid_raw(
+        libc::P_ALL,
+        0,
+        libc::WSTOPPED | libc::WCONTINUED | libc::WNOHANG,
+    )
+}
+
+/// `waitid(P_ALL, WEXITED | WNOHANG | WNOWAIT)`: some child that has
+/// ended, left a zombie.
+///
+/// Not for use between fork and exec.
+pub fn peek_ended() -> io::Result<Option<i32>> {
+    Ok(waitid_raw(
+        libc::P_ALL,
+        0,
+        libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+    )?
+    .map(|waited| waited.pid))
+}
+
+/// `wait4(pid, WNOHANG)`: reaps that child if it has ended.
+///
+/// Not for use between fork and exec.
+pub fn reap(pid: i32) -> io::Result<Option<Waited>> {
+    wait4_pid(pid, libc::WNOHANG)
+}
+
+/// Waits up to `timeout` (`None`: for ever) for descriptors of `epoll` to
+/// be ready; their data into `ready`, how many (0 on timeout or signal).
+///
+/// Not for use between fork and exec.
+pub fn epoll_wait_for(
+    epoll: &OwnedFd,
+    ready: &mut [u64],
+    timeout: Option<Duration>,
+) -> io::Result<usize> {
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    let max = ready.len().min(events.len());
+    let millis = timeout.map_or(-1, |timeout| {
+        timeout
+            .as_millis()
+            .saturating_add(u128::from(timeout.subsec_nanos() % 1_000_000 != 0))
+            .min(i32::MAX as u128) as i32
+    });
+    // SAFETY: `events` has room for `max` entries and lives across the call.
+    let ret =
+        unsafe { libc::epoll_wait(epoll.as_raw_fd(), events.as_mut_ptr(), max as i32, millis) };
+    let n = match cvt(ret as libc::c_long) {
+        Ok(n) => n as usize,
+        Err(error) if error.raw_os_error() == Some(libc::EINTR) => 0,
+        Err(error) => return Err(error),
+    };
+    for (slot, event) in ready.iter_mut().zip(&events[..n]) {
+        *slot = event.u64;
+    }
+    Ok(n)
+}
+
+/// `fork()`: `Some(pid)` in the parent, `None` in the child.
+///
+/// Only in a single-threaded process: the child inherits no lock held by
+/// another thread. Not for use between fork and exec.
+pub fn fork_process() -> io::Result<Option<i32>> {
+    // SAFETY: the caller is single-threaded (the daemon starts no thread,
+    // and this runs before anything could), so the child inherits no lock
+    // held by another thread.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => Ok(Some(child.as_raw())),
+        nix::unistd::ForkResult::Child => Ok(None),
+    }
+}
+
+/// `_exit(code)`: ends the process without running exit handlers or
+/// destructors (a zygote or keeper, whose memory is a copy of scored's).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no memory of ours.
+    unsafe { libc::_exit(code) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

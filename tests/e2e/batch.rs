@@ -523,13 +523,34 @@ fn batch_jobs_dependants_and_arrays_survive_a_restart() {
 #[test]
 fn batch_jobs_dependants_and_arrays_survive_a_kill_of_scored() {
     let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
-    // One that runs when scored is killed: it is lost with it, and what
-    // waits for it never runs.
-    let running = submit(&daemon, &["-output=running", "sleep", "60"]);
+    // One that runs when scored is killed: it runs on (its keeper holds
+    // it), ends with its status, and what waits for it runs after it.
+    let running = submit(
+        &daemon,
+        &[
+            "-output=running",
+            "sh",
+            "-c",
+            "echo before; sleep 3; echo after; exit 3",
+        ],
+    );
     assert!(wait_until(Duration::from_secs(30), || field(
         &daemon, running, "state"
     ) == "running"));
-    let on_running = submit(&daemon, &[&format!("-after={running}"), "true"]);
+    assert_eq!(
+        read_lines(&daemon.sandbox.path.join("running"), 1),
+        ["before"]
+    );
+    let rank = daemon.wait_job_pids(running, 1)[0];
+    let on_running = submit(
+        &daemon,
+        &[
+            &format!("-afterany={running}"),
+            "-output=on_running",
+            "echo",
+            "next",
+        ],
+    );
     // The others wait: admitted and queued, waiting for a job, or for
     // their array's turn.
     daemon.ok("queue 1 deactivate");
@@ -548,6 +569,10 @@ fn batch_jobs_dependants_and_arrays_survive_a_kill_of_scored() {
         ],
     );
     daemon.kill_hard();
+    assert!(
+        std::path::Path::new(&format!("/proc/{rank}")).exists(),
+        "the running job died with scored"
+    );
     daemon.start_again();
     assert_eq!(field(&daemon, first, "state"), "queued", "{}", daemon.log());
     assert_eq!(field(&daemon, first, "batch"), "true");
@@ -558,11 +583,19 @@ fn batch_jobs_dependants_and_arrays_survive_a_kill_of_scored() {
         "{}",
         daemon.ok(&format!("job {}", array + 1))
     );
-    wait_ended(&daemon, running);
-    assert!(field(&daemon, running, "reason").starts_with("lost"));
-    wait_ended(&daemon, on_running);
-    assert!(field(&daemon, on_running, "reason").contains(&format!("job {running}")));
     daemon.ok("queue 1 activate");
+    wait_ended(&daemon, running);
+    assert_eq!(field(&daemon, running, "state"), "done");
+    assert_eq!(field(&daemon, running, "exit"), "3");
+    assert_eq!(
+        read_lines(&daemon.sandbox.path.join("running"), 2),
+        ["before", "after"]
+    );
+    wait_ended(&daemon, on_running);
+    assert_eq!(
+        read_lines(&daemon.sandbox.path.join("on_running"), 1),
+        ["next"]
+    );
     wait_ended(&daemon, after);
     wait_ended(&daemon, array + 2);
     assert_eq!(read_lines(&daemon.sandbox.path.join("first"), 1), ["first"]);
@@ -590,6 +623,18 @@ fn batch_jobs_dependants_and_arrays_survive_a_kill_of_scored() {
     assert_eq!(record["state"], "done", "{record}");
     assert_eq!(record["exit"], 0, "{record}");
     assert_eq!(record["output"], "after");
+    // The job that ran across the crash: its true end and wall time.
+    let record = records
+        .iter()
+        .find(|record| record["id"] == running)
+        .expect("the running job in history");
+    assert_eq!(record["state"], "done", "{record}");
+    assert_eq!(record["exit"], 3, "{record}");
+    assert!(record["wall"].as_f64().unwrap_or(0.0) >= 3.0, "{record}");
+    assert!(
+        !record["reason"].as_str().unwrap_or("").contains("lost"),
+        "{record}"
+    );
 }
 
 /// Whether job `job` has not ended (running, or time-sharing its hosts).

@@ -2,9 +2,12 @@
 //! directory takes over every job the killed one held, and each
 //! interactive scrun reattaches and ends with its job's status.
 
+use std::path::Path;
 use std::time::Duration;
 
 use scored_tests::*;
+
+use crate::restart::all_gone;
 
 /// Every finished job of `history --json`, as (id, state, exit, reason).
 fn history(daemon: &Daemon) -> Vec<(u64, String, i64, String)> {
@@ -93,36 +96,6 @@ fn a_scrun_whose_daemon_does_not_come_back_gives_up() {
     );
 }
 
-/// The processes of a running job die with a killed scored: the new
-/// scored records the job as lost with the reason, and its scrun, once
-/// reattached, says so and exits non-zero; no process of it is left.
-#[test]
-fn a_running_job_lost_with_scored_is_told_so() {
-    let mut daemon = Daemon::builder().hosts("h0 cpus=0\n").start();
-    let mut job = daemon.spawn(&["sh", "-c", "echo started; exec sleep 60"]);
-    job.wait_lines("started", 1);
-    let pids = daemon.wait_job_pids(1, 1);
-    daemon.kill_hard();
-    daemon.start_again();
-    let (status, stderr) = job.wait(Duration::from_secs(20));
-    assert_eq!(status.code(), Some(137), "{stderr}");
-    assert_eq!(
-        stderr,
-        "scrun: job 1 lost: scored was killed and the job's processes with it\n"
-    );
-    assert!(
-        wait_until(Duration::from_secs(10), || pids
-            .iter()
-            .all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())),
-        "a process of the lost job is left"
-    );
-    let history = history(&daemon);
-    assert_eq!(history.len(), 1, "{history:?}");
-    let (id, state, _, reason) = &history[0];
-    assert_eq!((*id, state.as_str()), (1, "killed"), "{history:?}");
-    assert!(reason.starts_with("lost: scored was killed"), "{history:?}");
-}
-
 /// A queued job with a pseudo-terminal (`-pty`) survives a kill -9 of
 /// scored: its scrun keeps the terminal, sends the slave again when it
 /// reattaches, and the job, once run, has it as its terminal and ends
@@ -155,4 +128,393 @@ fn a_queued_pty_job_survives_a_kill_of_scored() {
         out.contains("/dev/pts/") && out.contains("stdin-is-tty"),
         "{out}"
     );
+}
+
+/// The pid of the parent of `pid` (a rank's keeper).
+fn parent_of(pid: i32) -> i32 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+    rest.split_whitespace()
+        .nth(1)
+        .and_then(|ppid| ppid.parse().ok())
+        .unwrap_or(0)
+}
+
+/// (a) An interactive job survives a kill -9 of scored: its processes run
+/// on (the same ones), its scrun reattaches to the new scored and exits
+/// with the job's status, its output whole, and `history` records its
+/// true wall and CPU time.
+#[test]
+fn an_interactive_job_outlives_a_kill_of_scored() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let script = format!(
+        "{} work 300 >/dev/null; echo first; sleep 2; echo second; exit 5",
+        testprog()
+    );
+    let mut job = daemon.spawn(&["-nodes=2,stat", "sh", "-c", &script]);
+    job.wait_lines("first", 2);
+    let ranks = daemon.job_pids(1);
+    assert!(!ranks.is_empty());
+    daemon.kill_hard();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        ranks.iter().all(|pid| alive(*pid)),
+        "the job's processes died with scored"
+    );
+    daemon.start_again();
+    job.wait_lines("second", 2);
+    let (status, stderr) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("job 1 accounting"), "{stderr}");
+    let records = daemon.json("history");
+    let record = &records.as_array().unwrap()[0];
+    assert_eq!(record["state"], "done", "{record}");
+    assert_eq!(record["exit"], 5, "{record}");
+    assert!(record["wall"].as_f64().unwrap() >= 2.0, "{record}");
+    assert!(record["cpu"].as_f64().unwrap() > 0.05, "{record}");
+    assert!(
+        !record["reason"].as_str().unwrap().contains("lost"),
+        "{record}"
+    );
+}
+
+/// (b) Two gang jobs time-sharing one host: while no scored runs, the
+/// switched-out one stays stopped (never both running), and after the new
+/// scored starts both finish with status 0 and gang switching resumes.
+#[test]
+fn two_gang_jobs_sharing_a_host_never_run_together_while_scored_is_away() {
+    let mut daemon = Daemon::builder()
+        .hosts("h0 cpus=0\n")
+        .timeslice("50ms")
+        .start();
+    let spin = testprog();
+    let mut first = daemon.spawn(&[&spin, "spin", "2"]);
+    let mut second = daemon.spawn(&[&spin, "spin", "2"]);
+    let a = first.wait_pids(1)[0];
+    let b = second.wait_pids(1)[0];
+    // Both have run a little: gang switching is under way.
+    std::thread::sleep(Duration::from_millis(300));
+    daemon.kill_hard();
+    let runs = |pid: i32| proc_stat(pid).is_some_and(|stat| stat.state != 'T' && stat.state != 't');
+    let mut samples = 0;
+    let until = std::time::Instant::now() + Duration::from_secs(1);
+    while std::time::Instant::now() < until {
+        let (ra, rb) = (runs(a), runs(b));
+        assert!(!(ra && rb), "both jobs ran while no scored was there");
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(samples > 50);
+    daemon.start_again();
+    let (status, stderr) = first.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let (status, stderr) = second.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let status = daemon.ok("status");
+    let switches: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("switches:"))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(switches > 0, "{status}");
+    let records = daemon.json("history");
+    for record in records.as_array().unwrap() {
+        assert_eq!(record["exit"], 0, "{record}");
+        assert!(record["switches"].as_u64().unwrap() > 0, "{record}");
+    }
+}
+
+/// (d) A job on a pseudo-terminal (`-pty`) keeps its terminal across a
+/// kill -9 of scored: what it writes after the new scored took over
+/// reaches the user's terminal, and its status passes through.
+#[test]
+fn a_pty_job_keeps_its_terminal_across_a_kill_of_scored() {
+    let mut daemon = Daemon::start();
+    let log = daemon.sandbox.path.join("pty.out");
+    let command = format!(
+        "{} -pty sh -c 'tty; echo before; sleep 2; echo after; test -t 0 && echo still-a-tty; exit 4'; echo status=$?",
+        bin("scrun").display()
+    );
+    // util-linux script(1) gives scrun a terminal.
+    let mut session = std::process::Command::new("script")
+        .args(["-qfec", &command])
+        .arg(&log)
+        .env("SCORED_SOCKET", &daemon.socket)
+        .env("SCORED_TEST_TAG", &daemon.tag)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run script(1)");
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(20), || read().contains("before")),
+        "{}",
+        read()
+    );
+    daemon.kill_hard();
+    daemon.start_again();
+    assert!(
+        wait_until(Duration::from_secs(30), || read().contains("status=")),
+        "{}",
+        read()
+    );
+    let _ = session.wait();
+    let text = read();
+    assert!(text.contains("/dev/pts/"), "{text}");
+    assert!(text.contains("after"), "{text}");
+    assert!(text.contains("still-a-tty"), "{text}");
+    assert!(text.contains("status=4"), "{text}");
+}
+
+/// (e) An MPI job under PMI (MPICH) survives a kill -9 of scored: scrun
+/// keeps serving its PMI, the ranks finish their world, and the job ends
+/// with status 0.
+#[test]
+fn an_mpi_job_outlives_a_kill_of_scored() {
+    const RING: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int rank, size, sum = 0, one;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    printf("ready %d\n", rank);
+    fflush(stdout);
+    sleep(2);
+    one = rank + 1;
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    printf("rank %d of %d sum %d\n", rank, size, sum);
+    fflush(stdout);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let found = std::process::Command::new("mpicc.mpich")
+        .arg("--version")
+        .output();
+    if found.is_err() {
+        println!("skipped: mpicc.mpich is not installed (apt-get install mpich libmpich-dev)");
+        return;
+    }
+    let src = daemon.sandbox.write("ring.c", RING);
+    let exe = daemon.sandbox.path.join("ring");
+    let built = std::process::Command::new("mpicc.mpich")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run mpicc.mpich");
+    assert!(built.status.success(), "{}", stderr(&built));
+    let mut job = daemon.spawn(&["-nodes=2", exe.to_str().unwrap()]);
+    job.wait_lines("ready", 2);
+    daemon.kill_hard();
+    std::thread::sleep(Duration::from_millis(200));
+    daemon.start_again();
+    let lines = job.wait_lines("rank ", 2);
+    let (status, stderr) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let mut lines = lines;
+    lines.sort();
+    assert_eq!(lines, ["0 of 2 sum 3", "1 of 2 sum 3"]);
+}
+
+/// A kill -9 of a job's keeper ends that job only: its processes die,
+/// it is recorded with a reason naming the keeper, its scrun says so, and
+/// another job runs on untouched.
+#[test]
+fn a_killed_keeper_ends_its_job_only() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let spin = testprog();
+    // One after the other, so that the victim is job 1.
+    let mut victim = daemon.spawn(&["-nodes=1", &spin, "spin", "0"]);
+    let rank = victim.wait_pids(1)[0];
+    let mut bystander = daemon.spawn(&["-nodes=1", &spin, "spin", "3"]);
+    let other = bystander.wait_pids(1)[0];
+    let keeper = parent_of(rank);
+    assert!(keeper > 1 && keeper != daemon.pid() as i32);
+    assert_eq!(
+        parent_of(keeper),
+        daemon.pid() as i32,
+        "a keeper is scored's child"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(keeper),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the keeper");
+    let (status, stderr) = victim.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(137), "{stderr}");
+    assert!(
+        stderr.contains(&format!("its keeper (pid {keeper}) was killed by SIGKILL")),
+        "{stderr}"
+    );
+    assert!(all_gone(&[rank], Duration::from_secs(5)));
+    assert!(alive(other), "the other job died with the keeper");
+    let (status, stderr) = bystander.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let records = daemon.json("history");
+    let lost = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|record| record["id"] == 1)
+        .expect("the victim is in the history")
+        .clone();
+    assert!(
+        lost["reason"].as_str().unwrap().contains("its keeper (pid"),
+        "{lost}"
+    );
+}
+
+/// Keepers whose scored never comes back end their jobs after
+/// `--keeper-wait` (no process is left), and the scrun gives up after
+/// its `-reattach=`.
+#[test]
+fn a_scored_that_never_returns_leaves_no_process() {
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--keeper-wait")
+        .arg("2s")
+        .start();
+    let spin = testprog();
+    let mut job = daemon.spawn(&["-nodes=2,reattach=5s", &spin, "spin", "0"]);
+    let ranks = job.wait_pids(2);
+    let keeper = parent_of(ranks[0]);
+    daemon.kill_hard();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(ranks.iter().all(|pid| alive(*pid)), "ended before the wait");
+    assert!(
+        all_gone(&ranks, Duration::from_secs(10)),
+        "the keeper did not end its job"
+    );
+    assert!(
+        all_gone(&[keeper], Duration::from_secs(5)),
+        "the keeper stayed"
+    );
+    let (status, stderr) = job.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(69), "{stderr}");
+}
+
+/// A removed state directory: no scored can find the keepers, which end
+/// their jobs after their wait; the next scored starts clean.
+#[test]
+fn a_removed_state_directory_ends_the_jobs_after_the_keepers_wait() {
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--keeper-wait")
+        .arg("2s")
+        .start();
+    let spin = testprog();
+    let mut job = daemon.spawn(&["-nodes=1,reattach=1s", &spin, "spin", "0"]);
+    let ranks = job.wait_pids(1);
+    daemon.kill_hard();
+    std::fs::remove_dir_all(daemon.sandbox.path.join("state")).expect("remove the state");
+    daemon.start_again();
+    let (status, _) = job.wait(Duration::from_secs(20));
+    assert_ne!(status.code(), Some(0));
+    assert!(
+        all_gone(&ranks, Duration::from_secs(10)),
+        "the keeper did not end its job"
+    );
+    assert!(daemon.ok("jobs").lines().count() <= 1);
+}
+
+/// A process that is not the recorded keeper (another process, even
+/// root's, listening at a keeper's socket) is not taken over: the job is
+/// recorded lost, and the impostor is told nothing of it.
+#[test]
+fn a_process_posing_as_a_keeper_is_not_taken_over() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let spin = testprog();
+    let mut job = daemon.spawn(&["-nodes=1", &spin, "spin", "0"]);
+    let rank = job.wait_pids(1)[0];
+    let keeper = parent_of(rank);
+    daemon.kill_hard();
+    // The real keeper dies (its rank with it); a stranger binds its socket.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(keeper),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(all_gone(&[keeper, rank], Duration::from_secs(5)));
+    let path = daemon.sandbox.path.join("state/keepers/1.sock");
+    let _ = std::fs::remove_file(&path);
+    let impostor = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+    impostor.set_nonblocking(true).unwrap();
+    daemon.start_again();
+    let (status, stderr) = job.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(137), "{stderr}");
+    assert!(
+        stderr.contains("keeper could not be found again"),
+        "{stderr}"
+    );
+    assert!(
+        daemon.log().contains("cannot take over the job's keeper"),
+        "{}",
+        daemon.log()
+    );
+}
+
+/// A plain user can neither reattach to another user's job after a crash
+/// nor reach a keeper: the keepers' sockets are in a directory only
+/// scored's user may enter, and a reattach is the job owner's only.
+#[test]
+fn a_plain_user_can_neither_take_another_users_job_nor_reach_a_keeper() {
+    let Some(users) = test_users("a_plain_user_can_neither_take_another_users_job") else {
+        return;
+    };
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let spin = testprog();
+    let mut job = daemon.spawn(&["-nodes=1", &spin, "spin", "3"]);
+    job.wait_pids(1);
+    daemon.kill_hard();
+    daemon.start_again();
+    let script = daemon.sandbox.write(
+        "reattach.py",
+        r#"
+import json, socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+body = json.dumps({"type": "reattach", "version": int(sys.argv[3]), "reattach": {"job": 1, "descriptors": False}}).encode()
+s.sendall(struct.pack(">I", len(body)) + body)
+size = struct.unpack(">I", s.recv(4))[0]
+data = b""
+while len(data) < size:
+    data += s.recv(size - len(data))
+print(data.decode())
+try:
+    k = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    k.connect(sys.argv[2])
+    print("keeper-reached")
+except OSError as error:
+    print("keeper-refused", error.errno)
+"#,
+    );
+    let keeper = daemon.sandbox.path.join("state/keepers/1.sock");
+    let output = command_as(
+        &users.a,
+        Path::new("/usr/bin/python3"),
+        &[
+            script.to_str().unwrap(),
+            daemon.socket.to_str().unwrap(),
+            keeper.to_str().unwrap(),
+            &scored_proto::proto::VERSION.to_string(),
+        ],
+    )
+    .output()
+    .expect("run python3 as the user");
+    let text = stdout(&output);
+    assert!(
+        text.contains("cannot reattach to job 1: it is not yours"),
+        "{text}{}",
+        stderr(&output)
+    );
+    assert!(text.contains("keeper-refused 13"), "{text}");
+    // The owner's scrun still has its job.
+    let (status, stderr) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{stderr}");
 }

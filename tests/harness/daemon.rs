@@ -304,18 +304,25 @@ impl Daemon {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    /// The daemon's own child processes, job processes or not, but not
-    /// its closer of users' descriptors (which lives as long as it does).
+    /// The daemon's child processes but its zygote (which forks the
+    /// jobs' keepers) and its closer of users' descriptors, both of which
+    /// live as long as it does: the keepers of the jobs, and processes it
+    /// forks for itself (removers of large trees).
     pub fn children(&self) -> Vec<i32> {
         let closer = self.closer();
         self.all_children()
             .into_iter()
             .filter(|pid| Some(*pid) != closer)
+            .filter(|pid| {
+                !std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|line| line.starts_with(b"scored zygote"))
+            })
             .collect()
     }
 
-    /// Every child process of the daemon.
-    fn all_children(&self) -> Vec<i32> {
+    /// Every child process of the daemon (its zygote, its closer, the
+    /// jobs' keepers, anything else), as the kernel lists them.
+    pub fn all_children(&self) -> Vec<i32> {
         std::fs::read_dir(format!("/proc/{}/task", self.pid()))
             .into_iter()
             .flatten()

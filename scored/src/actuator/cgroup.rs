@@ -11,12 +11,12 @@
 //! is missed while the daemon runs (it is neither stopped nor killed with
 //! its job), and is killed only when scored exits.
 //!
-//! If scored itself is killed with SIGKILL, ranks die by their
-//! parent-death signal, but their running descendants survive (the kernel
-//! clears that signal at fork) until the next scored of the state
-//! directory starts and kills what is left in the dead daemon's job
-//! cgroups, thawing them first (`a_job_frozen_when_scored_is_killed_dies_when_the_next_scored_starts`).
-//! Closing that gap would need a process that outlives the daemon.
+//! The hierarchy's directory is the state directory's (`scored-TAG`), not
+//! a daemon's: jobs outlive a daemon killed with SIGKILL (their keepers
+//! hold them), and the next daemon of the state directory takes their
+//! cgroups over with them. What it does not take over (a job whose keeper
+//! is gone) it kills, thawing it first, and removes; so it does with the
+//! cgroups of older daemons, named `scored-TAG-PID`.
 //!
 //! The cgroup v1 freezer hierarchy is used where mounted; otherwise a pure
 //! cgroup v2 hierarchy at /sys/fs/cgroup. Membership is what we use on the
@@ -48,16 +48,13 @@ pub struct Cgroups {
 }
 
 impl Cgroups {
-    /// Finds a writable hierarchy and creates the daemon's directory in it,
-    /// inside the daemon's own cgroup (so that under a service manager the
-    /// jobs stay within the service), named after the daemon's pid so that
-    /// several daemons never share one.
-    ///
-    /// The name also carries a tag of the daemon's state directory: a daemon
-    /// cleans up after earlier daemons of its own installation (same state
-    /// directory) that died without doing it, and never touches the cgroups
-    /// of unrelated daemons on the same machine.
-    pub fn create(daemon_pid: u32, state_dir: &Path) -> Option<Cgroups> {
+    /// Finds a writable hierarchy and creates (or finds) the state
+    /// directory's directory in it, inside the daemon's own cgroup (so that
+    /// under a service manager the jobs stay within the service), named by
+    /// a tag of the state directory: one daemon at a time uses a state
+    /// directory (`instance.rs`), and the next one takes over the jobs the
+    /// last one left, never touching the cgroups of unrelated daemons.
+    pub fn create(state_dir: &Path) -> Option<Cgroups> {
         let tag = state_tag(state_dir);
         let own_cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let own = &own_cgroups;
@@ -76,7 +73,7 @@ impl Cgroups {
             }
             let parent = root.join(own.trim_start_matches('/'));
             remove_stale(&parent, &tag);
-            let base = parent.join(format!("scored-{tag}-{daemon_pid}"));
+            let base = parent.join(format!("scored-{tag}"));
             let v1_freezer = root.ends_with("freezer");
             match fs::create_dir(&base) {
                 Ok(()) => {}
@@ -87,7 +84,7 @@ impl Cgroups {
                 }
             }
             let pids_base = if v1_freezer {
-                pids_hierarchy(&own_cgroups, &tag, daemon_pid)
+                pids_hierarchy(&own_cgroups, &tag)
             } else {
                 // v2: the pids controller, where the daemon's cgroup
                 // passes it on, is enabled for the jobs' cgroups.
@@ -101,21 +98,6 @@ impl Cgroups {
             });
         }
         None
-    }
-
-    /// The directory an earlier image of this process created and used,
-    /// taken over as it is across an in-place restart (with its pids
-    /// hierarchy's, if it made one).
-    pub fn adopt(base: PathBuf, v1_freezer: bool) -> Cgroups {
-        let pids_base = base
-            .file_name()
-            .map(|name| PathBuf::from(V1_PIDS).join(name))
-            .filter(|dir| v1_freezer && dir.is_dir());
-        Cgroups {
-            base,
-            v1_freezer,
-            pids_base,
-        }
     }
 
     /// Whether the hierarchy is the v1 freezer's (else v2).
@@ -133,10 +115,10 @@ impl Cgroups {
     }
 
     /// Creates the job's cgroup, with its limit of processes where the
-    /// pids controller is there; returns the paths of the `cgroup.procs`
-    /// each rank joins (the job's, and its v1 pids cgroup's when the pids
-    /// controller is mounted apart), as C strings ready to be written
-    /// between fork and exec.
+    /// pids controller is there; returns the files each rank writes to
+    /// join it (the job's, and its v1 pids cgroup's when the pids
+    /// controller is mounted apart: see [`join_path`]), as C strings ready
+    /// to be written between fork and exec.
     pub fn add_job(&self, job: JobId) -> io::Result<(CString, Option<CString>)> {
         let dir = self.dir(job);
         make_dir(&dir)?;
@@ -146,7 +128,7 @@ impl Cgroups {
                 let pids_dir = pids_base.join(format!("job-{job}"));
                 make_dir(&pids_dir)?;
                 fs::write(pids_dir.join("pids.max"), &limit)?;
-                Some(procs_path(&pids_dir)?)
+                Some(join_path(&pids_dir, true)?)
             }
             None => {
                 if dir.join("pids.max").exists() {
@@ -155,13 +137,13 @@ impl Cgroups {
                 None
             }
         };
-        Ok((procs_path(&dir)?, pids_procs))
+        Ok((join_path(&dir, self.v1_freezer)?, pids_procs))
     }
 
-    /// The `cgroup.procs` of the job's v1 pids cgroup, if it has one.
+    /// The file a rank writes to join the job's v1 pids cgroup, if it has one.
     pub fn pids_procs(&self, job: JobId) -> Option<CString> {
         let dir = self.pids_base.as_ref()?.join(format!("job-{job}"));
-        dir.is_dir().then(|| procs_path(&dir).ok()).flatten()
+        dir.is_dir().then(|| join_path(&dir, true).ok()).flatten()
     }
 
     /// Whether the pids controller refused a fork of the job's (its
@@ -219,6 +201,32 @@ impl Cgroups {
         } else {
             fs::read_to_string(self.dir(job).join("cgroup.events"))
                 .is_ok_and(|events| events.lines().any(|line| line.trim() == "frozen 1"))
+        }
+    }
+
+    /// Kills what is left in the cgroups of jobs not in `held` (a dead
+    /// daemon's jobs whose keepers are gone), and removes them.
+    pub fn remove_unheld(&self, held: &[JobId]) {
+        let Ok(entries) = fs::read_dir(&self.base) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(job) = name
+                .to_str()
+                .and_then(|name| name.strip_prefix("job-"))
+                .and_then(|id| id.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if held.contains(&JobId(job)) || !entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                continue;
+            }
+            kill_members(&entry.path());
+            let _ = fs::remove_dir(entry.path());
+            if let Some(pids_base) = &self.pids_base {
+                let _ = fs::remove_dir(pids_base.join(format!("job-{job}")));
+            }
         }
     }
 
@@ -368,14 +376,14 @@ const V1_PIDS: &str = "/sys/fs/cgroup/pids";
 /// The daemon's directory in the v1 pids hierarchy, created (after
 /// cleaning those of dead daemons of its installation), or `None` where
 /// that hierarchy is not there or not writable.
-fn pids_hierarchy(own_cgroups: &str, tag: &str, daemon_pid: u32) -> Option<PathBuf> {
+fn pids_hierarchy(own_cgroups: &str, tag: &str) -> Option<PathBuf> {
     let root = Path::new(V1_PIDS);
     if !root.join("cgroup.procs").exists() {
         return None;
     }
     let parent = root.join(own_path(own_cgroups, Some("pids")).trim_start_matches('/'));
     remove_stale(&parent, tag);
-    let dir = parent.join(format!("scored-{tag}-{daemon_pid}"));
+    let dir = parent.join(format!("scored-{tag}"));
     match fs::create_dir(&dir) {
         Ok(()) => Some(dir),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Some(dir),
@@ -386,10 +394,17 @@ fn pids_hierarchy(own_cgroups: &str, tag: &str, daemon_pid: u32) -> Option<PathB
     }
 }
 
-/// `dir`'s `cgroup.procs`, as a C string ready to be written between fork
-/// and exec.
-fn procs_path(dir: &Path) -> io::Result<CString> {
-    CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+/// The file of `dir` a rank writes `0` to between fork and exec to join
+/// that cgroup, as a C string. In a v1 hierarchy, `tasks`: the rank is
+/// one thread there (the daemon has no other), so moving that thread moves
+/// the whole process, and the kernel moves the caller's own thread without
+/// the machine-wide lock that a write to `cgroup.procs` takes, whose
+/// release waits for an RCU grace period (0.4 ms idle, tens of ms under
+/// load, paid by every launch). v2 has no `tasks`, and its
+/// `cgroup.threads` is refused outside threaded cgroups.
+fn join_path(dir: &Path, v1: bool) -> io::Result<CString> {
+    let file = if v1 { "tasks" } else { "cgroup.procs" };
+    CString::new(dir.join(file).as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "cgroup path contains NUL"))
 }
 

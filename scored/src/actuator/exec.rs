@@ -1,15 +1,11 @@
-//! Ranks between fork and exec: the report pipe each one writes its
-//! failure to (end of file: the exec happened), watched as one epoll set;
-//! the executable counted in the job's disk use; a rank that takes
-//! longer than [`EXEC_TIMEOUT`] killed (unless it is not stopped, and so
-//! waits for the machine);
-//! a failed launch reported once.
+//! Ranks between fork and exec, as their keepers report them: the
+//! executable counted in the job's disk use once a rank exec'd; a rank
+//! that takes longer than [`EXEC_TIMEOUT`] killed (unless it is not
+//! stopped, and so waits for the machine); a failed launch reported once.
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::rc::Rc;
 use std::time::Instant;
@@ -27,24 +23,20 @@ use super::{procfs, spawn, sys, OsActuator, EXEC_TIMEOUT};
 /// How many times a rank that is not stopped at its deadline gets another
 /// [`EXEC_TIMEOUT`]: a minute in all. Such a rank waits for the machine: a
 /// CPU that real-time work holds (this daemon, or another, serving a flood
-/// of requests, ahead of which the rank, still at the daemon's priority and
+/// of requests, ahead of which the rank, still at its keeper's priority and
 /// pinned to its host's CPUs, cannot run), or a kernel lock that another
 /// rank holds while it waits for one (the cgroup attach). Only a stop is
 /// its user's doing; a minute bounds whatever else (a file system that
 /// never answers) could hold it.
 const MACHINE_WAITS: u32 = 11;
 
-/// A rank between its fork and its exec: the read end of its report pipe
-/// (see `spawn.rs`), watched through `OsActuator::exec_watch`.
+/// A rank between its fork and its exec.
 #[derive(Debug)]
 pub(super) struct PendingExec {
     pub(super) job: JobId,
     pub(super) rank: u32,
-    /// The user it runs as.
-    pub(super) uid: u32,
-    /// Open until the pipe said something: end of file (the exec
-    /// succeeded) or a failure.
-    pub(super) report: Option<OwnedFd>,
+    /// Its keeper has not yet said whether it exec'd.
+    pub(super) awaiting: bool,
     /// When it is killed if it has not exec'd (pushed back while its job
     /// is switched out, and while it waits for the machine).
     pub(super) deadline: Instant,
@@ -63,55 +55,6 @@ pub(super) struct PendingExec {
 }
 
 impl OsActuator {
-    /// Reads the report pipes of ranks between fork and exec that are
-    /// ready (the loop saw `exec_watch` readable, or it polls).
-    pub(super) fn collect_exec_reports(&mut self, out: &mut Vec<Input>) {
-        if self.execs.is_empty() {
-            return;
-        }
-        let mut ready = [0u64; 64];
-        loop {
-            let n = match sys::epoll_ready(&self.exec_watch, &mut ready) {
-                Ok(n) => n,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot read the set of exec reports");
-                    0
-                }
-            };
-            for &pid in &ready[..n] {
-                self.exec_report(pid as i32, out);
-            }
-            if n < ready.len() {
-                break;
-            }
-        }
-    }
-
-    /// What a rank's report pipe says now: nothing yet, its exec (its
-    /// executable is then counted in the job's disk use), or a failure.
-    pub(super) fn exec_report(&mut self, pid: i32, out: &mut Vec<Input>) {
-        let Some(report) = self
-            .execs
-            .get(&pid)
-            .and_then(|pending| pending.report.as_ref())
-        else {
-            return;
-        };
-        match spawn::read_report(report) {
-            spawn::Report::Pending => {}
-            spawn::Report::Execd => {
-                if let Some(pending) = self.execs.remove(&pid) {
-                    let job = pending.job;
-                    close_report(&self.exec_watch, pending.report);
-                    self.exec_settled(job);
-                    self.count_executable(job, pid);
-                    self.stop_at_exec(job, pid);
-                }
-            }
-            spawn::Report::Failed(step, errno) => self.exec_failed(pid, step, errno, out),
-        }
-    }
-
     /// One of the job's ranks in flight has reported (or will never):
     /// room for the next in its launch's window.
     pub(super) fn exec_settled(&mut self, job: JobId) {
@@ -159,9 +102,7 @@ impl OsActuator {
         let Some(pending) = self.execs.get_mut(&pid) else {
             return;
         };
-        let report = pending.report.take();
-        let settled = report.is_some();
-        close_report(&self.exec_watch, report);
+        let settled = std::mem::take(&mut pending.awaiting);
         pending.failed = true;
         let (job, rank) = (pending.job, pending.rank);
         if settled {
@@ -235,23 +176,19 @@ impl OsActuator {
     /// [`MACHINE_WAITS`]).
     pub(super) fn expire_execs(&mut self, now: Instant, out: &mut Vec<Input>) {
         let jobs = &self.jobs;
-        let released = &self.released;
         let expired: Vec<i32> = self
             .execs
             .iter()
-            .filter(|(pid, pending)| {
+            .filter(|(_, pending)| {
                 !pending.failed
                     && pending.deadline <= now
-                    && (released.contains(pid)
-                        || !jobs
-                            .get(&pending.job)
-                            .is_some_and(|procs| procs.hold.switched_out))
+                    && !jobs
+                        .get(&pending.job)
+                        .is_some_and(|procs| procs.hold.switched_out)
             })
             .map(|(pid, _)| *pid)
             .collect();
         for pid in expired {
-            // A last look: it may have exec'd or failed just now.
-            self.exec_report(pid, out);
             let Some(pending) = self.execs.get_mut(&pid).filter(|pending| !pending.failed) else {
                 continue;
             };
@@ -263,11 +200,12 @@ impl OsActuator {
                 tracing::debug!(job = %pending.job, pid, rank = pending.rank, %state, "a rank waits for the machine before its exec; its deadline is pushed back");
                 continue;
             }
-            // An unreaped child of ours: its pid is still its own. SIGKILL
-            // ends a stopped process too.
+            // An unreaped child of its keeper, which reaps it only once
+            // scored has its end: its pid is still its own. SIGKILL ends a
+            // stopped process too.
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             pending.failed = true;
-            close_report(&self.exec_watch, pending.report.take());
+            pending.awaiting = false;
             let (job, rank) = (pending.job, pending.rank);
             let program = Rc::clone(&pending.program);
             self.exec_settled(job);
@@ -279,44 +217,6 @@ impl OsActuator {
                 program,
                 after: EXEC_TIMEOUT,
             };
-            self.fail_launch(job, failure, out);
-        }
-    }
-
-    /// Kills the ranks between fork and exec that are stopped while their
-    /// job runs (their user stopped them; scored stops such ranks only
-    /// with their switched-out job), failing their launches: an in-place
-    /// restart cannot hand them over and does not wait for them.
-    pub(super) fn end_stopped_execs(&mut self, out: &mut Vec<Input>) {
-        let jobs = &self.jobs;
-        let stopped: Vec<i32> = self
-            .execs
-            .iter()
-            .filter(|(_, pending)| {
-                !pending.failed
-                    && !jobs
-                        .get(&pending.job)
-                        .is_some_and(|procs| procs.hold.switched_out)
-            })
-            .map(|(pid, _)| *pid)
-            .filter(|pid| {
-                procfs::read_stat(*pid).is_some_and(|stat| matches!(stat.state, b'T' | b't'))
-            })
-            .collect();
-        for pid in stopped {
-            // A last look: it may have exec'd or failed just now.
-            self.exec_report(pid, out);
-            let Some(pending) = self.execs.get_mut(&pid).filter(|pending| !pending.failed) else {
-                continue;
-            };
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            pending.failed = true;
-            close_report(&self.exec_watch, pending.report.take());
-            let (job, rank) = (pending.job, pending.rank);
-            let program = Rc::clone(&pending.program);
-            self.exec_settled(job);
-            tracing::warn!(job = %job, pid, rank, "a rank stopped before its exec holds up a restart; killed");
-            let failure = LaunchError::StoppedBeforeExec { job, rank, program };
             self.fail_launch(job, failure, out);
         }
     }
@@ -338,52 +238,24 @@ impl OsActuator {
             message,
             status: failure.status(),
         });
-        if let Some(launch) = procs.launch.as_mut() {
-            launch.aborted = true;
-        }
+        // Its keeper creates nothing more, and kills what it made.
+        self.tell_keeper(job, crate::keeper::ToKeeper::Kill);
         self.send(job, Signal::SIGKILL);
     }
 
     /// A rank that ended: whether it ended before its exec because a step
-    /// failed or it was killed for taking too long (reading its report
-    /// now if the loop had not yet). One killed by someone else before
-    /// its exec ends as killed by that signal, as it would in a shell.
-    pub(super) fn exec_never_happened(&mut self, pid: i32, out: &mut Vec<Input>) -> bool {
-        if !self.execs.contains_key(&pid) {
-            return false;
-        }
-        self.exec_report(pid, out);
+    /// failed or it was killed for taking too long. One killed by someone
+    /// else before its exec ends as killed by that signal, as it would in
+    /// a shell.
+    pub(super) fn exec_never_happened(&mut self, pid: i32) -> bool {
         match self.execs.remove(&pid) {
             Some(pending) => {
-                let (job, failed) = (pending.job, pending.failed);
-                let settled = pending.report.is_some();
-                close_report(&self.exec_watch, pending.report);
-                if settled {
-                    self.exec_settled(job);
+                if pending.awaiting {
+                    self.exec_settled(pending.job);
                 }
-                failed
+                pending.failed
             }
             None => false,
         }
     }
-}
-
-/// Closes a rank's report pipe, first removing it from the set the loop
-/// watches: a copy of it in another process would keep its registration,
-/// and so its reports, alive after the daemon's descriptor is gone.
-pub(super) fn close_report(watch: &OwnedFd, report: Option<OwnedFd>) {
-    if let Some(report) = report {
-        if let Err(error) = sys::epoll_remove(watch, report.as_raw_fd()) {
-            tracing::debug!(%error, "cannot remove a report pipe from the watched set");
-        }
-    }
-}
-
-/// How many ranks of `uid`'s jobs are between fork and exec with their
-/// report still awaited.
-pub(super) fn user_execs_in_flight(execs: &HashMap<i32, PendingExec>, uid: u32) -> usize {
-    execs
-        .values()
-        .filter(|pending| pending.uid == uid && pending.report.is_some())
-        .count()
 }

@@ -113,16 +113,13 @@ pub enum LaunchError {
         /// The timeout.
         after: Duration,
     },
-    /// A rank was found stopped before its exec (by its own user: scored
-    /// stops none while its job runs) when an in-place restart was asked
-    /// for, which does not wait for it.
-    StoppedBeforeExec {
-        /// The job.
-        job: JobId,
-        /// The rank.
-        rank: u32,
-        /// The program.
-        program: Rc<str>,
+    /// The job's keeper could not create its processes (a pipe, a fork,
+    /// the order itself); the text says what, with the status.
+    Keeper {
+        /// What failed.
+        message: String,
+        /// The status scrun reports.
+        status: i32,
     },
 }
 
@@ -132,6 +129,7 @@ impl LaunchError {
     pub fn status(&self) -> i32 {
         match self {
             LaunchError::Prepare { .. } => exitcode::INTERNAL,
+            LaunchError::Keeper { status, .. } => *status,
             LaunchError::Run { error, .. } if error.kind() == io::ErrorKind::NotFound => {
                 exitcode::NOT_FOUND
             }
@@ -211,11 +209,7 @@ impl fmt::Display for LaunchError {
                  (stopped before its exec?): killed",
                 after.as_secs()
             ),
-            LaunchError::StoppedBeforeExec { job, rank, program } => write!(
-                f,
-                "rank {rank} of job {job} was stopped before it started '{program}' when \
-                 scored restarted in place, which does not wait for it: killed"
-            ),
+            LaunchError::Keeper { message, .. } => f.write_str(message),
         }
     }
 }
@@ -311,17 +305,6 @@ mod tests {
             timeout.to_string(),
             "rank 3 of job 7 had not started 'prog' 5s after it was created \
              (stopped before its exec?): killed"
-        );
-        let stopped = LaunchError::StoppedBeforeExec {
-            job: JobId(7),
-            rank: 3,
-            program: "prog".into(),
-        };
-        assert_eq!(stopped.status(), 126);
-        assert_eq!(
-            stopped.to_string(),
-            "rank 3 of job 7 was stopped before it started 'prog' when scored restarted \
-             in place, which does not wait for it: killed"
         );
     }
 

@@ -43,19 +43,20 @@ pub mod cgroup;
 pub mod procfs;
 mod recover;
 mod snapshot;
-mod spawn;
+pub(crate) mod spawn;
 pub mod statedir;
 
 mod daemon;
 mod exec;
 mod failure;
+mod keepers;
 mod launch;
 mod reap;
 mod sample;
 mod stop;
 
 pub use daemon::{become_subreaper, check_handover, elevate_priority, seal_inherited_descriptors};
-use exec::{user_execs_in_flight, PendingExec};
+use exec::PendingExec;
 pub use failure::LaunchError;
 use launch::LaunchInProgress;
 pub use recover::input_job;
@@ -111,8 +112,6 @@ const DRAIN_KILL_EVERY: Duration = Duration::from_millis(100);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How recent a look for a job's descendants must be for a stop to trust it.
 const FRESH_DISCOVERY: Duration = Duration::from_millis(2);
-/// How often the alarm interrupts a blocking wait for stops.
-const ALARM_EVERY: Duration = Duration::from_millis(1);
 /// How often the state directory is checked (and healed) between launches.
 const STATE_DIR_CHECK: Duration = Duration::from_secs(1);
 /// The time one wakeup of the loop spends removing finished jobs' scratch
@@ -144,9 +143,6 @@ const FREEZE_AFTER: Duration = Duration::from_millis(500);
 /// How long a stop may go unconfirmed, freezer or not, before the job is
 /// killed so that the jobs sharing its hosts are not kept waiting forever.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long one batch of a launch may take before the loop serves other
-/// events: a job of thousands of processes is created a batch at a time.
-pub const LAUNCH_BATCH: Duration = Duration::from_millis(5);
 /// How long a rank may take from its fork to its exec while its job runs
 /// (the time it is switched out does not count) before it is killed with
 /// SIGKILL and its job's launch fails. A rank takes well under a
@@ -162,11 +158,6 @@ pub const EXEC_TIMEOUT: Duration = Duration::from_secs(5);
 /// rank leads a session, and so, with `sched_autogroup`, a scheduling
 /// group of its own); the bound also bounds the report pipes held open.
 pub const EXEC_WINDOW: usize = 16;
-/// How many ranks of one user's jobs may be between fork and exec at once.
-/// A user who stops their own ranks before their exec holds each one's
-/// report pipe until `EXEC_TIMEOUT`; without this bound, many jobs of
-/// theirs would hold sixteen descriptors each.
-pub const USER_EXEC_WINDOW: usize = 64;
 /// Without a freezer, how many times a switched-out job may be found
 /// continued by someone else (and stopped again) before it is killed.
 const ROGUE_CONTINUE_LIMIT: u32 = 20;
@@ -183,16 +174,13 @@ const ESCAPE_CHECK_EVERY: Duration = Duration::from_millis(100);
 const ESCAPE_TICKS: u64 = 2;
 
 /// Why an actuator cannot hand its processes over to the next image of an
-/// in-place restart now; the text is what the operator who asked for the
+/// in-place restart; the text is what the operator who asked for the
 /// restart is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HandoverError {
     /// This actuator holds no processes it could hand over (one that
     /// only records actions).
     Unsupported,
-    /// The job's processes are still being created: the launch's pipes
-    /// and plan cannot be taken over.
-    Launching(JobId),
 }
 
 impl std::fmt::Display for HandoverError {
@@ -201,10 +189,6 @@ impl std::fmt::Display for HandoverError {
             HandoverError::Unsupported => {
                 write!(f, "this actuator cannot hand its processes over")
             }
-            HandoverError::Launching(job) => write!(
-                f,
-                "job {job} is still being launched; restart once its processes exist"
-            ),
         }
     }
 }
@@ -339,6 +323,9 @@ pub struct ActuatorConfig {
     pub use_cgroups: bool,
     /// The descriptor limits (soft, hard) jobs get, when the daemon raised its own.
     pub job_nofile: Option<(u64, u64)>,
+    /// How long a keeper whose scored died waits for one to take its job
+    /// over before it ends the job (`--keeper-wait`).
+    pub keeper_wait: Duration,
 }
 
 /// The seam between the event loop and the operating system, so that the
@@ -377,10 +364,6 @@ pub trait Actuator {
     fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {
         Err(HandoverError::Unsupported)
     }
-    /// Creates the next batch of processes of launches still in progress
-    /// (a job of many processes is created a batch at a time between
-    /// events); `next_deadline` is now while one is due.
-    fn continue_launches(&mut self, _out: &mut Vec<Input>) {}
     /// Every job with a record here, and whether it has processes now
     /// (for the loop's recovery after a panic).
     fn known_jobs(&self) -> Vec<(JobId, bool)> {
@@ -391,49 +374,59 @@ pub trait Actuator {
     /// they report; `true`: forget the job's record as well. Reports of
     /// other jobs go to `out`.
     fn discard_jobs(&mut self, _jobs: &[(JobId, bool)], _out: &mut Vec<Input>) {}
-    /// Whether some rank is between its fork and its exec, or a rank of a
-    /// switched-out job released to its exec is not yet stopped again:
-    /// what an in-place restart waits for (a few milliseconds, or
-    /// `EXEC_TIMEOUT`), since its report pipe cannot be handed over. A
-    /// launch in progress is handed over and does not hold a restart up.
-    fn launching(&self) -> bool {
-        false
-    }
-    /// Ends the ranks that their user stopped between fork and exec (an
-    /// in-place restart cannot hand them over and does not wait for them),
-    /// failing their jobs' launches.
-    fn end_stopped_execs(&mut self, _out: &mut Vec<Input>) {}
-    /// An in-place restart is handing the launches in progress over
-    /// (`true`), or no longer is: meanwhile no process is created, and the
-    /// ranks of switched-out jobs between fork and exec go on to their
-    /// exec, each stopped as it does, so that nothing waits for a job to
-    /// be continued.
-    fn finish_launches(&mut self, _on: bool) {}
-    /// The jobs whose launch an earlier image handed over, which wait for
-    /// their plan and descriptors (`resume_launch`).
-    fn handed_over_launches(&self) -> Vec<JobId> {
-        Vec::new()
-    }
-    /// Goes on with the launch of `job` an earlier image handed over:
-    /// `plan` is the job's launch plan as the core gives it (none if the
-    /// core holds no such job, which drops the launch), `stdio` its
-    /// client's descriptors.
-    fn resume_launch(
-        &mut self,
-        _job: JobId,
-        _plan: Option<&LaunchPlan>,
-        _stdio: Option<&JobStdio>,
-    ) {
-    }
-    /// A descriptor that is readable while some rank between fork and
-    /// exec has something to report (its exec, or a failure); the loop
-    /// then calls `poll`.
+    /// A descriptor that is readable while some keeper has something to
+    /// say; the loop then calls `poll`.
     fn exec_watch_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+    /// What the inputs handed back so far caused is on disk: the keepers
+    /// may reap the ranks whose ends they reported.
+    fn recorded(&mut self) {}
+    /// The keepers (job, pid, start time) that said who they are since
+    /// the last call, for the daemon's state on disk.
+    fn fresh_keepers(&mut self) -> Vec<(u64, i32, u64)> {
+        Vec::new()
+    }
+    /// Every keeper (job, pid, start time), for a snapshot of the state.
+    fn keepers(&self) -> Vec<(u64, i32, u64)> {
+        Vec::new()
+    }
+    /// Takes over the processes of `jobs` from their keepers (a daemon
+    /// that died left them, or the image before an in-place restart); what
+    /// the core must hear of them (ends it missed, jobs whose keeper is
+    /// gone) goes to `out`.
+    fn take_over(&mut self, jobs: &[Adopt], out: &mut Vec<Input>) {
+        for adopt in jobs {
+            out.push(Input::ProcessesLost {
+                job: adopt.job,
+                reason: "its processes could not be taken over".into(),
+            });
+        }
+    }
 }
 
-/// A direct child: one rank.
+/// A job a new daemon holds as started, whose processes (if any) its
+/// keeper holds.
+#[derive(Debug, Clone)]
+pub struct Adopt {
+    /// The job.
+    pub job: JobId,
+    /// Its keeper, as recorded: pid and start time.
+    pub keeper: Option<(i32, u64)>,
+    /// Its owner.
+    pub uid: u32,
+    /// Its host slots.
+    pub slots: usize,
+    /// The stage it is at, and how many of that stage's ranks the core
+    /// has not seen end.
+    pub stage: usize,
+    /// See `stage`.
+    pub ranks_left: u32,
+    /// The core holds it as switched out (stopped or stopping).
+    pub switched_out: bool,
+}
+
+/// A rank, its keeper's unreaped child.
 #[derive(Debug, Clone, Copy)]
 struct Child {
     job: JobId,
@@ -441,6 +434,12 @@ struct Child {
     rank: u32,
     slot: usize,
     stopped: bool,
+    /// Its start time, which tells it from a process that later has its pid.
+    start: u64,
+    /// scored continued it and its keeper has not yet reported it
+    /// continued (or stopped since): the next continue reported is
+    /// scored's own, not one from outside.
+    cont_sent: bool,
 }
 
 /// A descendant that is not a direct child, held through a pidfd.
@@ -467,6 +466,8 @@ struct StopWait {
     since: Instant,
     /// The job's cgroup was asked to freeze: its being frozen confirms the stop.
     freezing: bool,
+    /// Its keeper, told to pause its launch, has not yet said it did.
+    pausing: bool,
 }
 
 /// How a switched-out job is held against SIGCONT from outside it.
@@ -560,9 +561,11 @@ struct JobProcs {
     launch_failed: bool,
     /// It was found with more processes than a job may have (reported once).
     over_limit: bool,
-    /// Its ranks between fork and exec whose report is still awaited (at
-    /// most [`EXEC_WINDOW`]).
+    /// Its ranks between fork and exec whose report is still awaited.
     execs_in_flight: usize,
+    /// Its keeper is gone, for this reason: once its processes are gone
+    /// the job ends lost.
+    lost: Option<String>,
 }
 
 /// The actuator of real processes: what it knows of each job's ranks and
@@ -601,28 +604,13 @@ pub struct OsActuator {
     ignored_signals: Option<u64>,
     /// Ranks between fork and exec, by pid.
     execs: HashMap<i32, PendingExec>,
-    /// An epoll set of their report pipes, which the event loop watches
+    /// An epoll set of the keepers' links, which the event loop watches
     /// as one source (`Actuator::exec_watch_fd`).
     exec_watch: OwnedFd,
+    /// The keepers of the jobs, and the zygote that makes them.
+    keepers: keepers::Keepers,
     /// Where every timeout and deadline of the actuator reads the time.
     clock: Box<dyn Clock>,
-    /// An in-place restart is handing the launches in progress over: no
-    /// process is created, and the ranks of switched-out jobs between fork
-    /// and exec go on to their exec (`finish_launches`).
-    finishing: bool,
-    /// Ranks of switched-out jobs let go on to their exec while launches
-    /// are handed over: scored's own continue, not one from outside; each
-    /// is stopped as it execs.
-    released: BTreeSet<i32>,
-    /// Released ranks stopped at their exec whose stop is not yet seen.
-    restops: BTreeSet<i32>,
-    /// Switched-out jobs whose ranks were released to their exec, and
-    /// whether each was thawed for it (it is frozen again once they are
-    /// stopped).
-    settling: HashMap<JobId, bool>,
-    /// Launches an earlier image handed over, until the loop gives each
-    /// its plan and descriptors (`resume_launch`).
-    handed_over: HashMap<JobId, launch::HandedOver>,
     /// Jobs whose stop was confirmed and whose hold is still to be
     /// checked (`check_held`): at the next poll, after the switch's
     /// continues, so that the check does not delay them.
@@ -653,9 +641,13 @@ impl Clock for SystemClock {
 
 impl OsActuator {
     /// Prepares the actuator: the scratch root, the cgroup hierarchy, and the
-    /// CPU masks of the hosts.
-    pub fn new(config: ActuatorConfig, topology: &Topology) -> io::Result<OsActuator> {
-        OsActuator::prepare(config, topology, true, Box::new(SystemClock))
+    /// CPU masks of the hosts; its jobs' keepers are made by `zygote`.
+    pub fn new(
+        config: ActuatorConfig,
+        topology: &Topology,
+        zygote: Option<crate::keeper::zygote::Zygote>,
+    ) -> io::Result<OsActuator> {
+        OsActuator::prepare(config, topology, Box::new(SystemClock), zygote)
     }
 
     /// `new`, reading the time from `clock` for every timeout.
@@ -664,16 +656,17 @@ impl OsActuator {
         topology: &Topology,
         clock: Box<dyn Clock>,
     ) -> io::Result<OsActuator> {
-        OsActuator::prepare(config, topology, true, clock)
+        OsActuator::prepare(config, topology, clock, None)
     }
 
-    /// `new`, with a fresh cgroup hierarchy only when `fresh` (an in-place
-    /// restart adopts the one in use instead), reading the time from `clock`.
+    /// `new`, reading the time from `clock`. The cgroup hierarchy is that
+    /// of the state directory, made or found: the jobs a dead daemon (or
+    /// the image before an in-place restart) left in it are taken over.
     fn prepare(
         config: ActuatorConfig,
         topology: &Topology,
-        fresh: bool,
         clock: Box<dyn Clock>,
+        zygote: Option<crate::keeper::zygote::Zygote>,
     ) -> io::Result<OsActuator> {
         // SIGALRM bounds the blocking wait for stops (`await_stops`).
         sys::install_alarm_handler()?;
@@ -691,8 +684,8 @@ impl OsActuator {
             }
             hosts.push((host.name.clone(), mask));
         }
-        let cgroups = if fresh && config.use_cgroups && daemon_uid == 0 {
-            Cgroups::create(std::process::id(), &config.state_dir)
+        let cgroups = if config.use_cgroups && daemon_uid == 0 {
+            Cgroups::create(&config.state_dir)
         } else {
             None
         };
@@ -700,12 +693,12 @@ impl OsActuator {
             Some(cgroups) => {
                 tracing::info!(path = %cgroups.base().display(), "jobs are held in cgroups")
             }
-            None if fresh => {
+            None => {
                 tracing::info!("no cgroup hierarchy in use; descendants are found through /proc")
             }
-            None => {}
         }
         let removals = state.unfinished_removals().into();
+        let keepers = keepers::Keepers::new(zygote, state.keepers_path(), config.keeper_wait);
         Ok(OsActuator {
             config,
             hosts,
@@ -728,13 +721,9 @@ impl OsActuator {
             ignored_signals: sys::ignored_signals(),
             execs: HashMap::new(),
             exec_watch: sys::epoll_create()?,
-            finishing: false,
-            released: BTreeSet::new(),
-            restops: BTreeSet::new(),
-            settling: HashMap::new(),
-            handed_over: HashMap::new(),
             held_checks: Vec::new(),
             later: Vec::new(),
+            keepers,
         })
     }
 
@@ -742,9 +731,8 @@ impl OsActuator {
     /// finished, the state directory, unconfirmed stops and draining
     /// jobs, switched-out jobs' CPU time, and scratch trees to remove.
     pub(super) fn poll_processes(&mut self, now: Instant, out: &mut Vec<Input>) {
-        self.collect_exec_reports(out);
+        self.collect_keeper_events(out);
         self.expire_execs(now, out);
-        self.settle_launches(out);
         if now >= self.state_check_at {
             let _ = self.check_state_dir(out);
         }
@@ -776,47 +764,26 @@ impl Actuator for OsActuator {
         self.discard(jobs, out);
     }
 
-    fn launching(&self) -> bool {
-        !self.execs.is_empty() || !self.restops.is_empty() || !self.settling.is_empty()
-    }
-
-    fn finish_launches(&mut self, on: bool) {
-        OsActuator::finish_launches(self, on);
-    }
-
-    fn handed_over_launches(&self) -> Vec<JobId> {
-        self.handed_over.keys().copied().collect()
-    }
-
-    fn resume_launch(&mut self, job: JobId, plan: Option<&LaunchPlan>, stdio: Option<&JobStdio>) {
-        OsActuator::resume_launch(self, job, plan, stdio);
-    }
-
     fn exec_watch_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.exec_watch.as_raw_fd())
     }
 
-    fn end_stopped_execs(&mut self, out: &mut Vec<Input>) {
-        OsActuator::end_stopped_execs(self, out);
+    fn recorded(&mut self) {
+        self.acknowledge_ends();
+    }
+
+    fn fresh_keepers(&mut self) -> Vec<(u64, i32, u64)> {
+        std::mem::take(&mut self.keepers.fresh)
+    }
+
+    fn keepers(&self) -> Vec<(u64, i32, u64)> {
+        self.keepers.identities()
     }
 
     fn handover(&self) -> Result<(ActuatorSnapshot, Vec<std::os::fd::RawFd>), HandoverError> {
-        // A launch in progress is handed over as it stands (see
-        // `snapshot`); a rank between fork and exec: its report pipe cannot be taken
-        // over either; it lasts under a millisecond, or `EXEC_TIMEOUT`.
-        if let Some(pending) = self.execs.values().next() {
-            return Err(HandoverError::Launching(pending.job));
-        }
-        // A rank stopped at its exec, its stop not yet seen, or a job
-        // thawed for its launch and not yet frozen again.
-        let settling = self
-            .restops
-            .iter()
-            .find_map(|pid| self.children.get(pid).map(|child| child.job))
-            .or_else(|| self.settling.keys().next().copied());
-        if let Some(job) = settling {
-            return Err(HandoverError::Launching(job));
-        }
+        // The processes stay with their keepers, launches in progress
+        // included: the new image takes the keepers over as a daemon that
+        // takes over from a dead one does.
         Ok(self.snapshot())
     }
 
@@ -835,20 +802,15 @@ impl Actuator for OsActuator {
                     .stop_wait
                     .as_ref()
                     .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
-        }) || !self.restops.is_empty()
-            || !self.settling.is_empty();
+        });
         if !self.held_checks.is_empty() || !self.later.is_empty() {
             return Some(self.clock.now());
         }
-        let launching = self
-            .jobs
-            .values()
-            .any(|procs| procs.launch_due(&self.execs, self.finishing));
         let removing = self
             .removals
             .front()
             .is_some_and(|removal| !removal.is_large() || self.removers.len() < MAX_REMOVERS);
-        if launching || removing {
+        if removing {
             return Some(self.clock.now());
         }
         let poll = busy.then(|| self.clock.now() + POLL_INTERVAL);
@@ -864,13 +826,12 @@ impl Actuator for OsActuator {
         let exec = self
             .execs
             .iter()
-            .filter(|(pid, pending)| {
+            .filter(|(_, pending)| {
                 !pending.failed
-                    && (self.released.contains(pid)
-                        || !self
-                            .jobs
-                            .get(&pending.job)
-                            .is_some_and(|procs| procs.hold.switched_out))
+                    && !self
+                        .jobs
+                        .get(&pending.job)
+                        .is_some_and(|procs| procs.hold.switched_out)
             })
             .map(|(_, pending)| pending.deadline)
             .min();
@@ -887,10 +848,6 @@ impl Actuator for OsActuator {
 
     fn spawn(&mut self, plan: &LaunchPlan, stdio: Option<&JobStdio>, out: &mut Vec<Input>) {
         self.begin_launch(plan, stdio, out);
-    }
-
-    fn continue_launches(&mut self, out: &mut Vec<Input>) {
-        self.run_due_launches(out);
     }
 
     fn stop(&mut self, job: JobId, out: &mut Vec<Input>) {
@@ -924,6 +881,10 @@ impl Actuator for OsActuator {
     fn kill_everything(&mut self) {
         self.kill_all_jobs();
     }
+
+    fn take_over(&mut self, jobs: &[Adopt], out: &mut Vec<Input>) {
+        self.take_over_jobs(jobs, out);
+    }
 }
 
 #[cfg(test)]
@@ -932,10 +893,6 @@ mod tests {
 
     #[test]
     fn a_refused_handover_says_why_in_the_operators_words() {
-        assert_eq!(
-            HandoverError::Launching(JobId(42)).to_string(),
-            "job 42 is still being launched; restart once its processes exist"
-        );
         assert_eq!(
             HandoverError::Unsupported.to_string(),
             "this actuator cannot hand its processes over"

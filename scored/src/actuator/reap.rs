@@ -1,7 +1,8 @@
-//! The ends of a job's processes: each child's state change from wait4
-//! turned into core inputs, the processes a finished job left behind
-//! killed and drained, its final accounting, and what is left of it
-//! removed.
+//! The ends of a job's processes: each rank's state change (as its keeper
+//! reports it) turned into core inputs, the processes a finished job left
+//! behind killed and drained, its final accounting, and what is left of it
+//! removed; and scored's own children (keepers, the zygote, removers, and
+//! the orphans of a keeper that died) reaped.
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
@@ -35,6 +36,11 @@ impl OsActuator {
     }
 
     pub(super) fn release_job(&mut self, job: JobId) {
+        // Its keeper ends once what it holds is gone.
+        self.tell_keeper(job, crate::keeper::ToKeeper::Release);
+        if let Some(link) = self.keepers.links.get_mut(&job) {
+            link.released = true;
+        }
         let Some(procs) = self.jobs.remove(&job) else {
             return;
         };
@@ -110,6 +116,10 @@ impl OsActuator {
             procs.launch = None;
         }
         let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
+        let kept: Vec<JobId> = self.keepers.links.keys().copied().collect();
+        for job in kept {
+            self.tell_keeper(job, crate::keeper::ToKeeper::Kill);
+        }
         for job in &jobs {
             // Pick up what escaped since the last sample, so it dies too.
             self.discover(*job);
@@ -128,30 +138,25 @@ impl OsActuator {
             && self.clock.now() < deadline
         {
             self.reap(&mut events);
+            self.collect_keeper_events(&mut events);
+            self.acknowledge_ends();
             std::thread::sleep(Duration::from_millis(1));
         }
         for job in jobs {
             self.release(job);
         }
+        self.acknowledge_ends();
+        self.flush_keepers(Duration::from_secs(1));
     }
 
     /// Turns one state change of a child into core inputs.
     pub(super) fn handle_waited(&mut self, waited: sys::Waited, out: &mut Vec<Input>) {
         let pid = waited.pid;
-        if matches!(
-            waited.event,
-            sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(..)
-        ) {
-            self.released.remove(&pid);
-            self.restops.remove(&pid);
-        }
         match (self.children.get(&pid).copied(), waited.event) {
             (Some(child), sys::WaitEvent::Stopped) => {
                 if let Some(entry) = self.children.get_mut(&pid) {
                     entry.stopped = true;
-                }
-                if self.restops.remove(&pid) {
-                    self.released.remove(&pid);
+                    entry.cont_sent = false;
                 }
                 if let Some(wait) = self
                     .jobs
@@ -163,20 +168,24 @@ impl OsActuator {
                 self.check_stop(child.job, out);
             }
             (Some(child), sys::WaitEvent::Continued) => {
-                if let Some(entry) = self.children.get_mut(&pid) {
+                let ours = self.children.get_mut(&pid).is_some_and(|entry| {
                     entry.stopped = false;
+                    std::mem::take(&mut entry.cont_sent)
+                });
+                if ours {
+                    // The continue scored sent, reported late by the keeper.
+                    return;
                 }
                 let switched_out = self
                     .jobs
                     .get(&child.job)
                     .is_some_and(|procs| procs.hold.switched_out);
-                // Not from outside: scored let it go on to its exec.
-                if switched_out && !self.released.contains(&pid) {
+                if switched_out {
                     self.continued_from_outside(child.job, pid, out);
                 }
             }
             (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(..))
-                if self.exec_never_happened(pid, out) =>
+                if self.exec_never_happened(pid) =>
             {
                 // It failed before its exec (its launch failure is
                 // reported): not a rank's exit.
@@ -216,9 +225,18 @@ impl OsActuator {
                 let tree = self.removers.remove(&pid).unwrap_or_default();
                 tracing::warn!(%tree, signal, "the remover of a scratch tree was killed; the tree is left for the next start");
             }
+            (None, event) if self.is_keeper(pid) => {
+                if matches!(
+                    event,
+                    sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(..)
+                ) {
+                    self.child_keeper_ended(pid, event, out);
+                }
+            }
             (None, event) => {
                 // A descendant that was orphaned and came to us (we are
-                // the child subreaper): account its CPU to its job.
+                // the child subreaper: the orphans of a keeper that died):
+                // account its CPU to its job.
                 if matches!(
                     event,
                     sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(..)
@@ -234,13 +252,6 @@ impl OsActuator {
                     }
                 }
             }
-        }
-    }
-
-    /// Collects the child state changes already pending, without waiting.
-    pub(super) fn reap_pending(&mut self, out: &mut Vec<Input>) {
-        while let Ok(Some(waited)) = sys::wait_any() {
-            self.handle_waited(waited, out);
         }
     }
 
@@ -362,18 +373,26 @@ impl OsActuator {
             peak_memory: procs.reaped_peak.clone(),
             disk: procs.exe_bytes + scratch_size,
         });
-        out.push(Input::ProcessesGone(job));
+        match procs.lost.take() {
+            Some(reason) => out.push(Input::ProcessesLost { job, reason }),
+            None => out.push(Input::ProcessesGone(job)),
+        }
     }
 
-    /// Our children that are not ranks: orphaned job descendants, not yet
-    /// reaped (and scratch removers), but never the closer of users'
-    /// descriptors (`crate::closer`), which outlives every job.
+    /// Our children that are neither keepers, the zygote, removers nor
+    /// the closer of users' descriptors (`crate::closer`): orphaned job
+    /// descendants (of a keeper that died), not yet reaped.
     pub(super) fn orphans(&self) -> Vec<i32> {
         let closer = crate::closer::pid();
         procfs::all_processes()
             .into_iter()
-            .filter(|stat| stat.ppid == self.daemon_pid && !self.children.contains_key(&stat.pid))
-            .filter(|stat| Some(stat.pid) != closer)
+            .filter(|stat| {
+                stat.ppid == self.daemon_pid
+                    && !self.children.contains_key(&stat.pid)
+                    && !self.is_keeper(stat.pid)
+                    && !self.removers.contains_key(&stat.pid)
+                    && Some(stat.pid) != closer
+            })
             .map(|stat| stat.pid)
             .collect()
     }

@@ -67,6 +67,8 @@ impl OsActuator {
             if let Some(procs) = self.jobs.get_mut(job) {
                 procs.launch = None;
             }
+            // Its keeper creates nothing more and kills what it made.
+            self.tell_keeper(*job, crate::keeper::ToKeeper::Kill);
             self.discover(*job);
             // `send` thaws a frozen job before SIGKILL.
             self.send(*job, Signal::SIGKILL);
@@ -88,8 +90,11 @@ impl OsActuator {
                 }
                 break;
             }
-            if let Err(error) = sys::wait_sigchld((deadline - now).min(Duration::from_millis(10))) {
-                tracing::warn!(%error, "waiting for SIGCHLD failed");
+            // The ends come from the keepers.
+            let mut ready = [0u64; 1];
+            let step = (deadline - now).min(Duration::from_millis(10));
+            if let Err(error) = sys::epoll_wait_for(&self.exec_watch, &mut ready, Some(step)) {
+                tracing::warn!(%error, "waiting for the keepers failed");
                 break;
             }
         }

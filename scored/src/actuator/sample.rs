@@ -128,6 +128,22 @@ impl OsActuator {
                         .map(|stat| stat.pid)
                         .collect::<Vec<i32>>(),
                 );
+                // The job's own orphans came to its keeper, their
+                // subreaper: every child of the keeper is the job's.
+                if let Some(keeper) = self
+                    .keepers
+                    .links
+                    .get(&job)
+                    .and_then(|link| link.id)
+                    .map(|(pid, _)| pid)
+                {
+                    known.extend(
+                        all.iter()
+                            .filter(|stat| stat.ppid == keeper && !stat.is_dead())
+                            .map(|stat| stat.pid)
+                            .collect::<Vec<i32>>(),
+                    );
+                }
                 // Walk down from known members, level by level.
                 let mut members: Vec<Stat> = Vec::new();
                 let mut changed = true;

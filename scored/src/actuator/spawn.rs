@@ -83,6 +83,11 @@ pub enum Step {
 }
 
 impl Step {
+    /// The step of a report's number; an unknown one is the exec itself.
+    pub fn from_number(value: u32) -> Step {
+        Step::from_u32(value).unwrap_or(Step::Exec)
+    }
+
     fn from_u32(value: u32) -> Option<Step> {
         const ALL: [Step; 16] = [
             Step::Stdio,

@@ -267,6 +267,34 @@ impl StateDir {
             open_dir_at(state.as_fd(), "jobs").map_err(|errno| open_error(&jobs_path, errno))?;
         // Scratch directories are created, and handed to users, in here.
         check_handle(jobs.as_fd(), &jobs_path, uid, false)?;
+        // The keepers' sockets: only the daemon's user may enter, so that
+        // nobody else can reach a keeper or put a socket in its place.
+        let keepers_path = path.join(crate::keeper::SOCKETS);
+        match mkdirat(
+            state.as_fd(),
+            crate::keeper::SOCKETS,
+            Mode::from_bits_truncate(0o700),
+        ) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(errno) => {
+                return Err(StateDirError::Create {
+                    path: keepers_path,
+                    state_dir: false,
+                    source: io::Error::from(errno),
+                })
+            }
+        }
+        let keepers = open_dir_at(state.as_fd(), crate::keeper::SOCKETS)
+            .map_err(|errno| open_error(&keepers_path, errno))?;
+        let stat = check_handle(keepers.as_fd(), &keepers_path, uid, false)?;
+        if stat.st_uid == uid && stat.st_mode & 0o077 != 0 {
+            fchmod(keepers.as_fd(), Mode::from_bits_truncate(0o700)).map_err(|errno| {
+                StateDirError::Inspect {
+                    path: keepers_path.clone(),
+                    source: io::Error::from(errno),
+                }
+            })?;
+        }
         Ok(StateDir {
             path: path.to_path_buf(),
             uid,
@@ -308,6 +336,11 @@ impl StateDir {
         }
         *self = StateDir::open(&self.path, self.uid)?;
         Ok(true)
+    }
+
+    /// The directory of the keepers' sockets.
+    pub fn keepers_path(&self) -> PathBuf {
+        self.path.join(crate::keeper::SOCKETS)
     }
 
     /// The path of job `job`'s scratch directory.

@@ -8,14 +8,13 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, killpg, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use scored_core::core::Input;
 use scored_core::ids::JobId;
 
 use super::{
-    procfs, sample, sys, Actuator, Member, OsActuator, StopWait, ALARM_EVERY, CONFIRM_FALLBACK,
+    procfs, sample, sys, Actuator, Member, OsActuator, StopWait, CONFIRM_FALLBACK,
     DRAIN_KILL_EVERY, DRAIN_TIMEOUT, ESCAPE_LIMIT, ESCAPE_TICKS, EXEC_TIMEOUT, FREEZE_AFTER,
     FRESH_DISCOVERY, MEMBER_READS_PER_SAMPLE, POLL_INTERVAL, ROGUE_CONTINUE_LIMIT, STOP_TIMEOUT,
 };
@@ -37,7 +36,7 @@ impl OsActuator {
         // Our own SIGCONTs of the last `cont` are reported as continues:
         // take them now, so that a continue seen from here on was someone
         // else's.
-        self.reap_pending(out);
+        self.read_link(job, out);
         self.send(job, Signal::SIGSTOP);
         let freeze = self
             .jobs
@@ -52,9 +51,16 @@ impl OsActuator {
         procs.hold.switched_out = true;
         procs.hold.rogue_continues = 0;
         procs.hold.stopped_cpu = None;
-        if let Some(launch) = procs.launch.as_mut() {
-            launch.paused = true;
-        }
+        // A launch in progress: its keeper creates nothing more and stops
+        // what it made that scored may not know of yet; the stop waits
+        // for it to say so.
+        let pausing = match procs.launch.as_mut() {
+            Some(launch) => {
+                launch.paused = true;
+                true
+            }
+            None => false,
+        };
         let pending_children: BTreeSet<i32> = procs
             .children
             .iter()
@@ -83,11 +89,14 @@ impl OsActuator {
             extras: pending_extras,
             since: self.clock.now(),
             freezing: freeze,
+            pausing,
         });
+        if pausing {
+            self.tell_keeper(job, crate::keeper::ToKeeper::Pause);
+        }
         // Descendants are confirmed through /proc right away when they
         // already stopped; the rest at the next poll.
         self.poll_job(job, self.clock.now(), false, out);
-        self.release_execs(job);
     }
 
     pub(super) fn continue_job(&mut self, job: JobId) {
@@ -97,38 +106,37 @@ impl OsActuator {
         for pending in self.execs.values_mut().filter(|pending| pending.job == job) {
             pending.deadline = deadline;
         }
-        // Its ranks stopped at their exec are continued with the rest.
-        let children = &self.children;
-        let of_job = |pid: &i32| children.get(pid).is_some_and(|child| child.job == job);
-        self.restops.retain(|pid| !of_job(pid));
-        self.released.retain(|pid| !of_job(pid));
-        self.settling.remove(&job);
+        let mut resume = false;
         if let Some(procs) = self.jobs.get_mut(&job) {
             procs.hold.switched_out = false;
             procs.hold.stopped_cpu = None;
             procs.hold.serial += 1;
             procs.stop_wait = None;
             if let Some(launch) = procs.launch.as_mut() {
-                launch.paused = false;
+                resume = std::mem::take(&mut launch.paused);
             }
             for pid in &procs.children {
                 if let Some(child) = self.children.get_mut(pid) {
                     child.stopped = false;
+                    child.cont_sent = true;
                 }
             }
         }
         self.send(job, Signal::SIGCONT);
+        if resume {
+            self.tell_keeper(job, crate::keeper::ToKeeper::Resume);
+        }
     }
 
     pub(super) fn signal_job(&mut self, job: JobId, signal: i32) {
-        if signal == libc::SIGKILL || signal == libc::SIGTERM {
+        if signal == libc::SIGKILL {
             // A job being killed gets no more processes.
-            if let Some(launch) = self
+            let launching = self
                 .jobs
-                .get_mut(&job)
-                .and_then(|procs| procs.launch.as_mut())
-            {
-                launch.aborted = true;
+                .get(&job)
+                .is_some_and(|procs| procs.launch.is_some());
+            if launching {
+                self.tell_keeper(job, crate::keeper::ToKeeper::Kill);
             }
         }
         match signal_from(signal) {
@@ -140,59 +148,44 @@ impl OsActuator {
 
     pub(super) fn wait_for_stops(&mut self, max: Duration, out: &mut Vec<Input>) {
         let deadline = self.clock.now() + max;
-        // Only ranks pending: block in wait4 for them, one system call per
-        // child as a plain killpg/waitpid program does, bounded by an alarm.
-        let only_ranks = self.jobs.values().all(|procs| {
-            procs
-                .stop_wait
-                .as_ref()
-                .is_none_or(|wait| wait.extras.is_empty())
-        });
-        if only_ranks && self.pending_stops() > 0 && sys::set_alarm(ALARM_EVERY).is_ok() {
-            let pending: Vec<i32> = self
-                .jobs
-                .values()
-                .filter_map(|procs| procs.stop_wait.as_ref())
-                .flat_map(|wait| wait.children.iter().copied())
-                .collect();
-            'waiting: for pid in pending {
-                // Each pending rank in turn; whatever it reports first (its
-                // stop, or its end) is handled. The periodic alarm
-                // interrupts every blocking wait, and the deadline is
-                // checked after each interruption.
-                while self.children.get(&pid).is_some_and(|child| !child.stopped) {
-                    match sys::wait_pid_blocking(pid) {
-                        Ok(Some(waited)) => self.handle_waited(waited, out),
-                        Ok(None) if self.clock.now() < deadline => {}
-                        // Out of time: the rest is confirmed asynchronously.
-                        Ok(None) => break 'waiting,
-                        Err(error) => {
-                            tracing::warn!(pid, %error, "waiting for a rank failed");
-                            break 'waiting;
-                        }
-                    }
-                }
-            }
-            let _ = sys::set_alarm(Duration::ZERO);
-            // Not `poll`: the state directory's check (due every second)
-            // would then fall between a switch's stops and its continues.
-            self.poll_waiting_jobs(self.clock.now(), out);
-            return;
-        }
+        // The ranks' keepers say when they stopped: wait in the kernel for
+        // their links (one wakeup for each keeper's batch of stops, as a
+        // plain killpg/waitpid program wakes for each child), and look at
+        // /proc every so often for descendants other than ranks, which no
+        // one reports.
+        let mut ready = [0u64; 64];
         while self.pending_stops() > 0 {
             let now = self.clock.now();
             if now >= deadline {
                 break;
             }
-            // Descendants other than ranks send no SIGCHLD: look at /proc
-            // for them every so often.
-            let step = POLL_INTERVAL.min(deadline - now);
-            match sys::wait_sigchld(step) {
-                Ok(_) => self.reap(out),
+            let extras = self.jobs.values().any(|procs| {
+                procs
+                    .stop_wait
+                    .as_ref()
+                    .is_some_and(|wait| !wait.extras.is_empty())
+            });
+            let step = if extras {
+                POLL_INTERVAL.min(deadline - now)
+            } else {
+                deadline - now
+            };
+            match sys::epoll_wait_for(&self.exec_watch, &mut ready, Some(step)) {
+                Ok(n) => {
+                    for &data in &ready[..n] {
+                        self.read_link(JobId(data), out);
+                    }
+                }
                 Err(error) => {
-                    tracing::warn!(%error, "waiting for SIGCHLD failed");
+                    tracing::warn!(%error, "waiting for the keepers failed");
                     break;
                 }
+            }
+            if extras {
+                // Not `poll`: the state directory's check (due every
+                // second) would then fall between a switch's stops and its
+                // continues.
+                self.poll_waiting_jobs(self.clock.now(), out);
             }
         }
     }
@@ -269,10 +262,9 @@ impl OsActuator {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
-        let done = procs
-            .stop_wait
-            .as_ref()
-            .is_some_and(|wait| wait.children.is_empty() && wait.extras.is_empty());
+        let done = procs.stop_wait.as_ref().is_some_and(|wait| {
+            wait.children.is_empty() && wait.extras.is_empty() && !wait.pausing
+        });
         if done {
             if let Some(wait) = procs.stop_wait.take() {
                 tracing::debug!(job = %job, confirm_us = self.clock.now().duration_since(wait.since).as_micros() as u64, "stop confirmed");
@@ -496,169 +488,6 @@ impl OsActuator {
                     procs.hold.rogue_continues
                 ),
             });
-        }
-    }
-
-    /// An in-place restart is handing the launches in progress over
-    /// (`on`), or gave up. Meanwhile no process is created (the next image
-    /// creates the rest of each launch), and the ranks of a switched-out
-    /// job that are between fork and exec are continued so that they
-    /// exec, each stopped as it does (`stop_at_exec`): once none is left
-    /// to exec or to stop, the job is switched out as before, every rank
-    /// it has stopped, and the restart can hand it over.
-    pub(super) fn finish_launches(&mut self, on: bool) {
-        if self.finishing == on {
-            return;
-        }
-        self.finishing = on;
-        if !on {
-            // What was created stays, stopped (the ranks released on
-            // their way to their exec are stopped there still); the rest
-            // waits for the job's continue again, frozen again if it was.
-            for (job, thawed) in std::mem::take(&mut self.settling) {
-                if thawed && !self.freeze(job) {
-                    tracing::warn!(job = %job, "cannot freeze again a job thawed for its launch");
-                }
-            }
-            return;
-        }
-        let jobs: Vec<JobId> = self
-            .jobs
-            .iter()
-            .filter(|(_, procs)| procs.hold.switched_out)
-            .map(|(job, _)| *job)
-            .collect();
-        for job in jobs {
-            self.release_execs(job);
-        }
-    }
-
-    /// While launches are handed over for a restart, lets the ranks of
-    /// the switched-out `job` that are between fork and exec go on to
-    /// their exec, with a fresh exec deadline. A frozen job is thawed for
-    /// it (its other processes held by SIGSTOP) and frozen again once they
-    /// are stopped.
-    pub(super) fn release_execs(&mut self, job: JobId) {
-        if !self.finishing {
-            return;
-        }
-        let pids: Vec<i32> = self
-            .execs
-            .iter()
-            .filter(|(_, pending)| pending.job == job && !pending.failed)
-            .map(|(pid, _)| *pid)
-            .collect();
-        let Some(procs) = self.jobs.get_mut(&job) else {
-            return;
-        };
-        if !procs.hold.switched_out || pids.is_empty() {
-            return;
-        }
-        // The CPU time the new ranks use up to their stop is the
-        // launch's, not an escape: it is noted again once they are stopped.
-        procs.hold.stopped_cpu = None;
-        let frozen = procs.hold.frozen;
-        let thawed = self.settling.entry(job).or_insert(false);
-        *thawed |= frozen;
-        if frozen {
-            self.thaw(job);
-            self.send(job, Signal::SIGSTOP);
-        }
-        let deadline = self.clock.now() + EXEC_TIMEOUT;
-        for pid in pids {
-            if let Some(pending) = self.execs.get_mut(&pid) {
-                pending.deadline = deadline;
-            }
-            if let Some(child) = self.children.get_mut(&pid) {
-                child.stopped = false;
-            }
-            self.released.insert(pid);
-            // An unreaped child of ours: its pid is still its own.
-            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
-        }
-    }
-
-    /// A rank released while its job is switched out has exec'd: it is
-    /// stopped at once (with its group, which it leads since before its
-    /// exec), and the restart waits until the stop is seen.
-    pub(super) fn stop_at_exec(&mut self, job: JobId, pid: i32) {
-        if !self.released.contains(&pid)
-            || !self
-                .jobs
-                .get(&job)
-                .is_some_and(|procs| procs.hold.switched_out)
-        {
-            return;
-        }
-        if self.children.get(&pid).is_some_and(|child| child.stopped) {
-            // Stopped already, and seen so.
-            self.released.remove(&pid);
-            return;
-        }
-        if let Err(error) = killpg(Pid::from_raw(pid), Signal::SIGSTOP) {
-            tracing::debug!(job = %job, pid, %error, "killpg failed");
-        }
-        self.restops.insert(pid);
-    }
-
-    /// The launches being handed over for a restart: the stops at exec
-    /// that /proc shows done (wait4 reports them too, see
-    /// `handle_waited`), and the jobs with no rank left to exec or to
-    /// stop, which are held as any switched-out job again: frozen if they
-    /// were, their processes' CPU time noted otherwise.
-    pub(super) fn settle_launches(&mut self, out: &mut Vec<Input>) {
-        if !self.restops.is_empty() {
-            let children = &mut self.children;
-            let released = &mut self.released;
-            self.restops.retain(|pid| {
-                match procfs::read_stat(*pid).filter(|stat| !stat.is_dead()) {
-                    Some(stat) if stat.is_stopped() => {
-                        if let Some(child) = children.get_mut(pid) {
-                            child.stopped = true;
-                        }
-                        released.remove(pid);
-                        false
-                    }
-                    Some(_) => true,
-                    None => {
-                        released.remove(pid);
-                        false
-                    }
-                }
-            });
-        }
-        if self.settling.is_empty() {
-            return;
-        }
-        let execs = &self.execs;
-        let children = &self.children;
-        let restops = &self.restops;
-        let done: Vec<(JobId, bool)> = self
-            .settling
-            .iter()
-            .filter(|(job, _)| {
-                self.jobs.get(job).is_none_or(|_| {
-                    !execs.values().any(|pending| pending.job == **job)
-                        && !restops
-                            .iter()
-                            .any(|pid| children.get(pid).is_some_and(|child| child.job == **job))
-                })
-            })
-            .map(|(job, thawed)| (*job, *thawed))
-            .collect();
-        for (job, thawed) in done {
-            self.settling.remove(&job);
-            if !self
-                .jobs
-                .get(&job)
-                .is_some_and(|procs| procs.hold.switched_out)
-            {
-                continue;
-            }
-            tracing::debug!(job = %job, "the ranks of a switched-out job released for a restart are stopped");
-            if !(thawed && self.freeze(job)) {
-                self.check_held(job, out);
-            }
         }
     }
 

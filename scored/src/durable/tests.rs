@@ -26,8 +26,15 @@ fn what_is_logged_and_written_reads_back_after_the_snapshot() {
         kill_grace: Duration::from_millis(1500),
         ..CoreConfig::default()
     };
-    let mut durable =
-        Durable::start(&dir, 42, 7, Settings::of(&config), core().snapshot()).unwrap();
+    let mut durable = Durable::start(
+        &dir,
+        42,
+        7,
+        Settings::of(&config),
+        core().snapshot(),
+        vec![],
+    )
+    .unwrap();
     durable.note(Tick(10), &[Input::Tick]);
     durable.note(Tick(20), &[Input::Tick, Input::Shutdown { now: false }]);
     // Logged but not written: a crash loses it, and nobody heard of it.
@@ -63,6 +70,7 @@ fn a_torn_record_and_what_follows_a_gap_are_dropped() {
         0,
         Settings::of(&CoreConfig::default()),
         core().snapshot(),
+        vec![],
     )
     .unwrap();
     durable.note(Tick(1), &[Input::Tick]);
@@ -86,11 +94,12 @@ fn folding_empties_the_log_and_keeps_the_numbering() {
         0,
         Settings::of(&CoreConfig::default()),
         core().snapshot(),
+        vec![],
     )
     .unwrap();
     durable.note(Tick(1), &[Input::Tick]);
     durable.note(Tick(2), &[Input::Tick]);
-    durable.fold(core().snapshot()).unwrap();
+    durable.fold(core().snapshot(), vec![]).unwrap();
     assert_eq!(fs::metadata(dir.join(LOG)).unwrap().len(), 0);
     durable.note(Tick(3), &[Input::Tick]);
     durable.write_pending().unwrap();

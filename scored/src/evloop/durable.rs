@@ -22,35 +22,84 @@ impl<A: Actuator> Daemon<A> {
         self
     }
 
-    /// Takes over the core of a killed daemon: its clients are gone (a
-    /// job's scrun may reattach within `reattach`), and the jobs of `lost`
-    /// lost their processes, each with why.
+    /// Takes over the jobs of a killed daemon (or of the image before an
+    /// in-place restart): their processes from their keepers (`keepers`:
+    /// each job's keeper as recorded, pid and start time), the ends the
+    /// core missed, and the jobs whose keeper is gone, lost. After a crash
+    /// (`reattach`) the clients are gone too: a job's scrun may reattach
+    /// within that time. Then every job is made what the core holds it to
+    /// be: the switched-out ones stopped first (confirmed), then the
+    /// running ones continued (after a crash), so that two jobs sharing a
+    /// host never run together whatever the dead daemon had done of its
+    /// last switch.
     pub fn take_over(
         mut self,
-        lost: Vec<(scored_core::ids::JobId, String)>,
-        reattach: std::time::Duration,
+        keepers: &std::collections::HashMap<u64, (i32, u64)>,
+        reattach: Option<std::time::Duration>,
     ) -> Daemon<A> {
-        let until =
-            scored_core::ids::Tick(self.tick().0.saturating_add(reattach.as_micros() as u64));
-        let mut inputs = vec![scored_core::core::Input::Takeover {
-            reattach_until: until,
-        }];
-        inputs.extend(
-            lost.into_iter()
-                .map(|(job, reason)| scored_core::core::Input::ProcessesLost { job, reason }),
-        );
+        use scored_core::core::Input;
+        use scored_core::job::Phase;
+        let adopt: Vec<crate::actuator::Adopt> = self
+            .core
+            .jobs()
+            .filter(|job| job.started())
+            .map(|job| crate::actuator::Adopt {
+                job: job.id,
+                keeper: keepers.get(&job.id.0).copied(),
+                uid: job.owner.uid,
+                slots: job.hosts.len(),
+                stage: job.stage(),
+                ranks_left: job.ranks_left(),
+                switched_out: matches!(job.phase(), Phase::Stopped | Phase::Stopping),
+            })
+            .collect();
+        let mut inputs = Vec::new();
+        if let Some(reattach) = reattach {
+            let until =
+                scored_core::ids::Tick(self.tick().0.saturating_add(reattach.as_micros() as u64));
+            inputs.push(Input::Takeover {
+                reattach_until: until,
+            });
+        }
+        self.actuator.take_over(&adopt, &mut inputs);
         self.feed(inputs);
+        let jobs: Vec<(scored_core::ids::JobId, Phase)> =
+            self.core.jobs().map(|job| (job.id, job.phase())).collect();
+        let mut confirmations = Vec::new();
+        for (job, phase) in &jobs {
+            if matches!(phase, Phase::Stopped | Phase::Stopping) {
+                self.actuator.stop(*job, &mut confirmations);
+            }
+        }
+        self.actuator
+            .await_stops(super::STOP_WAIT, &mut confirmations);
+        self.feed(confirmations);
+        // A dead daemon may have died between a job's continue and its
+        // signals; the image before an in-place restart continued every
+        // job it held as running, and a continue now would undo a stop
+        // the job's own user made.
+        if reattach.is_some() {
+            for (job, phase) in jobs {
+                if phase == Phase::Running {
+                    self.actuator.cont(job);
+                }
+            }
+        }
         self
     }
 
     /// Writes what was logged: before a reply or a process of those
-    /// inputs leaves the daemon.
+    /// inputs leaves the daemon; then the keepers may reap the ranks whose
+    /// ends it holds.
     pub(super) fn write_durable(&mut self) {
         if let Some(durable) = &mut self.durable {
+            durable.note_keepers(self.actuator.fresh_keepers());
             if let Err(error) = durable.write_pending() {
                 tracing::error!(%error, "cannot write the daemon's state");
+                return;
             }
         }
+        self.actuator.recorded();
     }
 
     /// Folds the log into a new snapshot once it has grown past its size.
@@ -66,7 +115,7 @@ impl<A: Actuator> Daemon<A> {
             return;
         };
         let started = std::time::Instant::now();
-        match durable.fold(self.core.snapshot()) {
+        match durable.fold(self.core.snapshot(), self.actuator.keepers()) {
             Ok(()) => tracing::debug!(
                 jobs = self.core.n_jobs(),
                 took_us = started.elapsed().as_micros() as u64,

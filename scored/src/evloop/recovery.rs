@@ -2,8 +2,6 @@
 //! goes back to its checkpoint of the event before, the processes are
 //! brought in line with it, and the daemon restarts in place.
 
-use std::time::Instant;
-
 use super::faults::checkpoints_off;
 use super::{queue_reply, Daemon, Event};
 use crate::actuator::Actuator;
@@ -172,8 +170,6 @@ pub(super) struct Recovery {
     facts: Vec<Input>,
     /// Recovering: the reports fed again are not kept again.
     replaying: bool,
-    /// Since when a restart has waited for launches to finish.
-    pub(super) restart_wait: Option<Instant>,
 }
 
 impl Recovery {

@@ -160,17 +160,6 @@ impl<A: Actuator> Daemon<A> {
             self.dirty.push(token);
         }
         self.next_token = snapshot.next_token.max(FIRST_CLIENT);
-        // The launches handed over go on with the plan the core gives and
-        // their clients' descriptors, both handed over too.
-        for job in self.actuator.handed_over_launches() {
-            let plan = self.core.launch_plan(job);
-            let stdio = plan
-                .as_ref()
-                .and_then(|plan| plan.client)
-                .and_then(|client| self.connections.get(&Token(client.0 as usize)))
-                .and_then(|conn| conn.stdio.as_ref());
-            self.actuator.resume_launch(job, plan.as_ref(), stdio);
-        }
         self.served_a_job = snapshot.served_a_job;
         self.terminations = snapshot.terminations;
         if let Some((token, json)) = snapshot.reply_to {
@@ -204,46 +193,11 @@ impl<A: Actuator> Daemon<A> {
     /// is a new image and this function does not return; on failure the
     /// daemon carries on unchanged and says why.
     ///
-    /// A launch in progress (a job's processes are created a batch at a
-    /// time) is handed over as it stands, and the next image creates the
-    /// rest; meanwhile no process is created. The restart waits only for
-    /// the ranks between fork and exec (whose report pipes cannot be
-    /// handed over): at most a window of them per user, each for at most
-    /// `EXEC_TIMEOUT`, so the wait does not grow with what users submit.
-    /// It is retried after each event meanwhile, up to [`LAUNCH_WAIT`].
-    /// The ranks of a switched-out job (suspended, held, or out of its
-    /// slice) that are between fork and exec go on to their exec, each
-    /// stopped there, so that the job is handed over stopped. Ranks that
-    /// their user stopped before their exec are not waited for: they are
-    /// killed and their launch fails.
+    /// Nothing is waited for: the jobs' processes, those being created
+    /// included, stay with their keepers, which the new image takes over.
     pub(super) fn restart_in_place(&mut self, requester: Option<(Token, bool)>) {
-        if self.actuator.launching() {
-            // Ranks their users keep stopped before their exec would hold
-            // the restart up as long as they like: they are ended.
-            let mut inputs = Vec::new();
-            self.actuator.end_stopped_execs(&mut inputs);
-            if !inputs.is_empty() {
-                self.feed(inputs);
-            }
-        }
-        if self.actuator.launching() {
-            self.actuator.finish_launches(true);
-            let since = match self.recovery.restart_wait {
-                Some(since) => since,
-                None => {
-                    tracing::info!("the restart waits for ranks between fork and exec");
-                    *self.recovery.restart_wait.insert(Instant::now())
-                }
-            };
-            if since.elapsed() < LAUNCH_WAIT {
-                self.pending_restart = Some(requester);
-                return;
-            }
-        }
-        self.recovery.restart_wait = None;
         let asked = Instant::now();
         let Err(reason) = self.hand_over(requester);
-        self.actuator.finish_launches(false);
         tracing::error!(%reason, elapsed_us = asked.elapsed().as_micros() as u64, "in-place restart failed; carrying on");
         if let Some((token, json)) = requester {
             if let Some(conn) = self.connections.get_mut(&token) {
@@ -447,9 +401,6 @@ impl<A: Actuator> Daemon<A> {
         Err(format!("cannot execute {}: {error}", setup.exe.display()))
     }
 }
-
-/// How long an in-place restart waits for ranks between fork and exec.
-const LAUNCH_WAIT: Duration = Duration::from_secs(10);
 
 /// The listening socket an earlier image of this process handed over.
 pub fn adopt_listener(fd: RawFd) -> io::Result<std::os::unix::net::UnixListener> {

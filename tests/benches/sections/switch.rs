@@ -21,6 +21,21 @@ use scored_tests::*;
 /// The layouts measured: hosts × processes per host of each of the two jobs.
 pub(crate) const LAYOUTS: [(u32, u32); 4] = [(1, 1), (16, 1), (4, 4), (16, 4)];
 
+/// The layouts of [`LAYOUTS`] that `BENCH_LAYOUTS` names (`16x4,4x4`), or
+/// all of them.
+pub(crate) fn layouts() -> Vec<(u32, u32)> {
+    let asked = std::env::var("BENCH_LAYOUTS").unwrap_or_default();
+    LAYOUTS
+        .into_iter()
+        .filter(|(hosts, per_host)| {
+            asked.is_empty()
+                || asked
+                    .split(',')
+                    .any(|item| item.trim() == format!("{hosts}x{per_host}"))
+        })
+        .collect()
+}
+
 /// The layout of the other sections' jobs of `n` processes: packed four
 /// per host.
 pub(crate) fn layout(n: u32) -> (u32, u32) {
@@ -135,7 +150,7 @@ pub(crate) fn scored_switches(
 pub(crate) fn switch(rows: &mut Vec<Row>) {
     let rounds = scaled(5, 2);
     let time = Duration::from_secs(scaled(4, 2));
-    for (n_hosts, per_host) in LAYOUTS {
+    for (n_hosts, per_host) in layouts() {
         measure_layout(n_hosts, per_host, rounds, time, rows);
     }
 }
@@ -146,7 +161,7 @@ pub(crate) fn switch(rows: &mut Vec<Row>) {
 /// hand-made switch of scored's layout in some layout three times running.
 pub(crate) fn guard(rows: &mut Vec<Row>) {
     let mut failed = Vec::new();
-    for (n_hosts, per_host) in LAYOUTS {
+    for (n_hosts, per_host) in layouts() {
         let mut ratios = Vec::new();
         for _ in 0..3 {
             let ratio = measure_layout(n_hosts, per_host, 3, Duration::from_secs(2), rows);

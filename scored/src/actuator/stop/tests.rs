@@ -54,6 +54,7 @@ impl Fixture {
             state_dir: state_dir.clone(),
             use_cgroups: false,
             job_nofile: None,
+            keeper_wait: std::time::Duration::from_secs(60),
         };
         let mut actuator =
             OsActuator::with_clock(config, &Topology::default(), Box::new(clock.clone()))
@@ -75,6 +76,8 @@ impl Fixture {
                 rank: 0,
                 slot: 0,
                 stopped: false,
+                start: 0,
+                cont_sent: false,
             },
         );
         actuator.jobs.insert(
@@ -102,6 +105,7 @@ impl Fixture {
                 launch_failed: false,
                 over_limit: false,
                 execs_in_flight: 0,
+                lost: None,
             },
         );
         Fixture {

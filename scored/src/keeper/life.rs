@@ -1,0 +1,808 @@
+//! A keeper's life: it creates its job's ranks as scored orders, is their
+//! parent and the subreaper of their descendants, and tells scored what
+//! only the parent sees; it outlives scored, and tells the scored that
+//! takes its job over what it holds.
+//!
+//! One epoll set holds everything that can happen: scored's messages (or
+//! its end), a scored connecting to the keeper's socket, SIGCHLD (through
+//! a signalfd: stops and continues of ranks, ends of orphaned
+//! descendants), each rank's pidfd (readable once it ended) and the
+//! report pipe of each rank between fork and exec. At most
+//! `actuator::EXEC_WINDOW` ranks are between fork and exec at once.
+//!
+//! A rank that ended stays a zombie until scored says its end is recorded
+//! (`Reap`): its process group, which scored signals, keeps its id. While
+//! no scored is connected, ends are reaped at once and kept for the next
+//! one. A keeper whose scored does not come back within its wait ends the
+//! job (SIGKILL to every process of it) and then itself; so does one whose
+//! socket a scored can no longer reach.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::unistd::Pid;
+
+use super::order::{prepare, spawn_rank, JobFds, Order, Prepared};
+use super::{batches, receive, send, Ended, Event, FromKeeper, Held, RankHeld, ToKeeper, PROTOCOL};
+use crate::actuator::{procfs, spawn, EXEC_WINDOW};
+use crate::sys;
+
+const LINK: u64 = 1;
+const LISTENER: u64 = 2;
+const SIGNALS: u64 = 3;
+const PIDFD: u64 = 1 << 32;
+const REPORT: u64 = 2 << 32;
+const KIND: u64 = 0xffff_ffff << 32;
+
+/// One rank the keeper holds.
+struct Rank {
+    start: u64,
+    stage: usize,
+    rank: u32,
+    slot: usize,
+    /// Open until the rank is reaped.
+    pidfd: Option<OwnedFd>,
+    /// Open until the rank exec'd or failed before.
+    report: Option<OwnedFd>,
+    execd: bool,
+    stopped: bool,
+    /// How it ended, once it did.
+    ended: Option<Ended>,
+}
+
+/// A launch in progress.
+struct Launching {
+    order: Order,
+    prepared: Prepared,
+    next: usize,
+    paused: bool,
+    /// Each output file a process of the launch opens, with the first
+    /// process that named it: that one empties it, and the others are
+    /// created only once it has exec'd, so that none writes before it is
+    /// emptied.
+    opened: HashMap<Vec<u8>, i32>,
+}
+
+struct Keeper {
+    job: u64,
+    pid: i32,
+    start: u64,
+    link: Option<OwnedFd>,
+    listener: Option<OwnedFd>,
+    socket_path: PathBuf,
+    epoll: OwnedFd,
+    signals: SignalFd,
+    ranks: HashMap<i32, Rank>,
+    fds: Option<JobFds>,
+    launch: Option<Launching>,
+    in_flight: usize,
+    outbox: Vec<Event>,
+    unsent: Vec<FromKeeper>,
+    reaped_cpu_us: u64,
+    reaped_peak: Vec<u64>,
+    released: bool,
+    /// Since when no scored is connected, and how long to wait for one.
+    lost_since: Option<Instant>,
+    wait: Duration,
+    /// The job is being ended (no scored came back): since when.
+    ending: Option<Instant>,
+    /// The job's `cgroup.procs`, from its first order.
+    cgroup_procs: Option<PathBuf>,
+    /// What its last order runs (see `Held::described`).
+    described: (usize, Vec<String>, String),
+    buffer: Vec<u8>,
+}
+
+/// Runs the keeper of `job`, talking to scored on `link`; never returns.
+pub fn run(job: u64, link: OwnedFd, sockets: PathBuf, wait: Duration) -> ! {
+    match Keeper::new(job, link, sockets, wait) {
+        Ok(mut keeper) => keeper.serve(),
+        Err(error) => {
+            tracing::error!(job, %error, "a keeper cannot start");
+            sys::exit_now(1)
+        }
+    }
+}
+
+impl Keeper {
+    fn new(job: u64, link: OwnedFd, sockets: PathBuf, wait: Duration) -> std::io::Result<Keeper> {
+        let pid = std::process::id() as i32;
+        super::retitle(&format!("scored keeper of job {job}"));
+        // Its orphaned descendants come to it, not to scored.
+        sys::set_child_subreaper()?;
+        // Nothing of scored's but the link; the standard streams log.
+        let _ = sys::close_from_3_except(&[], link.as_raw_fd(), false);
+        let mut mask = SigSet::empty();
+        mask.add(Signal::SIGCHLD);
+        let _ = SigSet::all().thread_unblock();
+        mask.thread_block()?;
+        let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        // A rank's pidfd for each: room for the largest jobs.
+        if let Ok((_, hard)) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        {
+            let _ = nix::sys::resource::setrlimit(
+                nix::sys::resource::Resource::RLIMIT_NOFILE,
+                hard,
+                hard,
+            );
+        }
+        let socket_path = sockets.join(format!("{job}.sock"));
+        let _ = std::fs::remove_file(&socket_path);
+        let listener = super::listen(&socket_path)?;
+        let epoll = sys::epoll_create()?;
+        sys::epoll_add(&epoll, link.as_raw_fd(), LINK)?;
+        sys::epoll_add(&epoll, listener.as_raw_fd(), LISTENER)?;
+        sys::epoll_add(&epoll, signals.as_fd().as_raw_fd(), SIGNALS)?;
+        let start = procfs::read_stat(pid).map_or(0, |stat| stat.start);
+        let mut keeper = Keeper {
+            job,
+            pid,
+            start,
+            link: Some(link),
+            listener: Some(listener),
+            socket_path,
+            epoll,
+            signals,
+            ranks: HashMap::new(),
+            fds: None,
+            launch: None,
+            in_flight: 0,
+            outbox: Vec::new(),
+            unsent: Vec::new(),
+            reaped_cpu_us: 0,
+            reaped_peak: Vec::new(),
+            released: false,
+            lost_since: None,
+            wait,
+            ending: None,
+            cgroup_procs: None,
+            described: (0, Vec::new(), String::new()),
+            buffer: vec![0u8; super::MAX_MESSAGE],
+        };
+        keeper.hello(false);
+        Ok(keeper)
+    }
+
+    fn serve(&mut self) -> ! {
+        let mut ready = [0u64; 64];
+        loop {
+            self.continue_launch();
+            self.flush();
+            if self.done() {
+                self.leave(0);
+            }
+            let timeout = self.timeout();
+            let n = sys::epoll_wait_for(&self.epoll, &mut ready, timeout).unwrap_or(0);
+            for &token in &ready[..n] {
+                match token {
+                    LINK => self.read_scored(),
+                    LISTENER => self.accept(),
+                    SIGNALS => self.children_changed(),
+                    _ if token & KIND == PIDFD => self.rank_ended((token & !KIND) as i32),
+                    _ if token & KIND == REPORT => self.exec_report((token & !KIND) as i32),
+                    _ => {}
+                }
+            }
+            self.check_wait();
+        }
+    }
+
+    /// How long the loop may wait: not at all while a launch has room,
+    /// a millisecond while messages wait for room in the socket, until
+    /// the end of the wait for a scored, or for ever.
+    fn timeout(&self) -> Option<Duration> {
+        if self.launch_has_room() {
+            return Some(Duration::ZERO);
+        }
+        if !self.unsent.is_empty() {
+            return Some(Duration::from_millis(1));
+        }
+        if self.ending.is_some() {
+            return Some(Duration::from_millis(100));
+        }
+        self.lost_since
+            .map(|since| (since + self.wait).saturating_duration_since(Instant::now()))
+    }
+
+    fn launch_has_room(&self) -> bool {
+        self.launch.as_ref().is_some_and(|launch| {
+            !launch.paused
+                && launch.next < launch.order.len()
+                && self.in_flight < EXEC_WINDOW
+                && self.truncation(launch).is_some()
+        }) && self.ending.is_none()
+    }
+
+    /// Which output files the next process of `launch` empties, or `None`
+    /// while a file it names is still to be emptied by a process that has
+    /// not yet exec'd. A `::` stage after the first empties none.
+    fn truncation(&self, launch: &Launching) -> Option<[bool; 2]> {
+        let mut truncate = [false; 2];
+        for (slot, path) in launch.prepared.files(launch.next).into_iter().enumerate() {
+            let Some(path) = path else { continue };
+            match launch.opened.get(path) {
+                None => truncate[slot] = launch.order.first_stage == 0,
+                Some(pid)
+                    if self
+                        .ranks
+                        .get(pid)
+                        .is_some_and(|rank| rank.report.is_some()) =>
+                {
+                    return None
+                }
+                Some(_) => {}
+            }
+        }
+        Some(truncate)
+    }
+
+    /// Everything is over: scored released the job (or no scored came
+    /// back) and no process of it is left unreaped or untold.
+    fn done(&self) -> bool {
+        let idle = self.launch.is_none() && self.ranks.is_empty();
+        idle && (self.released || self.ending.is_some())
+    }
+
+    fn leave(&mut self, code: i32) -> ! {
+        let _ = std::fs::remove_file(&self.socket_path);
+        tracing::debug!(job = self.job, "the keeper ends");
+        sys::exit_now(code)
+    }
+
+    // ----- scored -----
+
+    fn hello(&mut self, taking_over: bool) {
+        self.unsent.push(FromKeeper::Hello {
+            protocol: PROTOCOL,
+            job: self.job,
+            pid: self.pid,
+            start: self.start,
+        });
+        if taking_over {
+            let held = self.held();
+            self.unsent.push(FromKeeper::State(held));
+        }
+    }
+
+    /// What it holds, for a scored that takes the job over: every rank
+    /// not yet told to have ended.
+    fn held(&self) -> Held {
+        let mut ranks: Vec<RankHeld> = self
+            .ranks
+            .iter()
+            .map(|(pid, rank)| RankHeld {
+                pid: *pid,
+                start: rank.start,
+                stage: rank.stage,
+                rank: rank.rank,
+                slot: rank.slot,
+                execd: rank.execd,
+                stopped: rank.stopped,
+                ended: rank.ended,
+            })
+            .collect();
+        ranks.sort_by_key(|rank| (rank.stage, rank.rank, rank.pid));
+        Held {
+            ranks,
+            reaped_cpu_us: self.reaped_cpu_us,
+            reaped_peak: self.reaped_peak.clone(),
+            launching: self.launch.is_some(),
+            described: self.described.clone(),
+        }
+    }
+
+    /// Sends what waits, if scored is connected.
+    fn flush(&mut self) {
+        let Some(link) = &self.link else {
+            return;
+        };
+        if !self.outbox.is_empty() {
+            let events = std::mem::take(&mut self.outbox);
+            self.unsent.extend(batches(events));
+        }
+        while let Some(message) = self.unsent.first() {
+            match send(link.as_fd(), message, &[]) {
+                Ok(true) => {
+                    self.unsent.remove(0);
+                }
+                Ok(false) => return,
+                Err(_) => {
+                    // scored is gone; its end shows as the link's end.
+                    return;
+                }
+            }
+        }
+    }
+
+    fn read_scored(&mut self) {
+        loop {
+            let Some(link) = &self.link else {
+                return;
+            };
+            match receive::<ToKeeper>(link.as_fd(), &mut self.buffer) {
+                Ok(Some((message, fds))) => self.order(message, fds),
+                Ok(None) => return,
+                Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+                    tracing::error!(job = self.job, %error, "the keeper got a message it cannot read");
+                }
+                Err(_) => {
+                    self.scored_lost();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// scored is gone: nothing signals the job now. What ended is reaped
+    /// and kept for the next scored, which has `wait` to come.
+    fn scored_lost(&mut self) {
+        if let Some(link) = self.link.take() {
+            let _ = sys::epoll_remove(&self.epoll, link.as_raw_fd());
+        }
+        self.unsent.clear();
+        self.outbox.clear();
+        self.lost_since = Some(Instant::now());
+        tracing::info!(
+            job = self.job,
+            "the keeper lost its scored; it waits for one to take the job over"
+        );
+        let ended: Vec<i32> = self
+            .ranks
+            .iter()
+            .filter(|(_, rank)| rank.ended.is_some() && rank.pidfd.is_some())
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in ended {
+            self.reap_rank(pid, false);
+        }
+        if self.released && self.ranks.is_empty() {
+            // Nothing to keep for anyone.
+            self.leave(0);
+        }
+    }
+
+    fn accept(&mut self) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
+        loop {
+            let link = match super::accept(listener.as_fd()) {
+                Ok(Some(link)) => link,
+                _ => return,
+            };
+            let cred =
+                nix::sys::socket::getsockopt(&link, nix::sys::socket::sockopt::PeerCredentials);
+            let ours = nix::unistd::geteuid().as_raw();
+            let trusted = cred.is_ok_and(|cred| cred.uid() == ours);
+            if !trusted || self.link.is_some() || self.ending.is_some() {
+                // Only scored's user may take the job over, one at a time.
+                continue;
+            }
+            if sys::epoll_add(&self.epoll, link.as_raw_fd(), LINK).is_err() {
+                continue;
+            }
+            tracing::info!(job = self.job, "a scored took the keeper's job over");
+            self.link = Some(link);
+            self.lost_since = None;
+            self.hello(true);
+            return;
+        }
+    }
+
+    fn order(&mut self, message: ToKeeper, fds: Vec<OwnedFd>) {
+        match message {
+            ToKeeper::Launch => self.launch(fds),
+            ToKeeper::Pause => {
+                if let Some(launch) = &mut self.launch {
+                    launch.paused = true;
+                    // What exists is stopped with the job; scored knows
+                    // of it from the events before `Paused`.
+                    let pids: Vec<i32> = self.ranks.keys().copied().collect();
+                    for pid in pids {
+                        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGSTOP);
+                        let _ = killpg(Pid::from_raw(pid), Signal::SIGSTOP);
+                    }
+                }
+                self.outbox.push(Event::Paused);
+            }
+            ToKeeper::Resume => {
+                if let Some(launch) = &mut self.launch {
+                    launch.paused = false;
+                }
+            }
+            ToKeeper::Reap(pids) => {
+                for pid in pids {
+                    self.reap_rank(pid, true);
+                }
+                self.reap_orphans();
+            }
+            ToKeeper::Release => {
+                // Nothing more is created for a job that is over.
+                self.released = true;
+                self.launch = None;
+            }
+            ToKeeper::Kill => self.kill_all(),
+        }
+    }
+
+    fn launch(&mut self, mut fds: Vec<OwnedFd>) {
+        if fds.is_empty() {
+            self.fail_launch("internal error: a launch without its order".into(), 70);
+            return;
+        }
+        let memfd = fds.remove(0);
+        let mut text = Vec::new();
+        let read = std::fs::File::from(memfd).read_to_end(&mut text);
+        let order: Order = match read
+            .map_err(|error| error.to_string())
+            .and_then(|_| serde_json::from_slice(&text).map_err(|error| error.to_string()))
+        {
+            Ok(order) => order,
+            Err(error) => {
+                self.fail_launch(
+                    format!("internal error: an order that does not read: {error}"),
+                    70,
+                );
+                return;
+            }
+        };
+        if let Some(path) = &order.cgroup_procs {
+            self.cgroup_procs = Some(PathBuf::from(path.to_os()));
+        }
+        if let Some(layout) = &order.stdio {
+            match JobFds::from_layout(layout, fds) {
+                Some(job_fds) => self.fds = Some(job_fds),
+                None => {
+                    self.fail_launch(
+                        "internal error: descriptors missing from an order".into(),
+                        70,
+                    );
+                    return;
+                }
+            }
+        }
+        let fds = self.fds.get_or_insert_with(JobFds::default);
+        let slots = order.procs.iter().map(|p| p.3 + 1).max().unwrap_or(0);
+        if self.reaped_peak.len() < slots {
+            self.reaped_peak.resize(slots, 0);
+        }
+        // A new stage is limited on its own.
+        self.reaped_peak.iter_mut().for_each(|peak| *peak = 0);
+        match prepare(&order, fds) {
+            Ok(prepared) => {
+                self.described = (order.first_stage, prepared.programs(), prepared.cwd());
+                self.launch = Some(Launching {
+                    order,
+                    prepared,
+                    next: 0,
+                    paused: false,
+                    opened: HashMap::new(),
+                });
+            }
+            Err(failure) => self.fail_launch(failure.message, failure.status),
+        }
+    }
+
+    fn fail_launch(&mut self, message: String, status: i32) {
+        self.launch = None;
+        self.outbox.push(Event::LaunchFailed { message, status });
+        self.outbox.push(Event::Launched);
+    }
+
+    /// Creates the next ranks of the launch, as many as its window allows.
+    fn continue_launch(&mut self) {
+        while self.launch_has_room() {
+            let Some(truncate) = self
+                .launch
+                .as_ref()
+                .and_then(|launch| self.truncation(launch))
+            else {
+                return;
+            };
+            let Some(launch) = &mut self.launch else {
+                return;
+            };
+            let idx = launch.next;
+            launch.next += 1;
+            let fds = self.fds.get_or_insert_with(JobFds::default);
+            let spawned = spawn_rank(
+                &launch.order,
+                &mut launch.prepared,
+                fds,
+                idx,
+                truncate,
+                self.pid,
+            );
+            let (stage, rank, _, slot) = launch.order.procs[idx];
+            let stage_idx = stage - launch.order.first_stage;
+            match spawned {
+                Ok((pid, report)) => {
+                    for path in launch.prepared.files(idx).into_iter().flatten() {
+                        launch.opened.entry(path.to_vec()).or_insert(pid);
+                    }
+                    let pidfd = sys::pidfd_open(pid).ok();
+                    if let Some(pidfd) = &pidfd {
+                        let _ = sys::epoll_add(&self.epoll, pidfd.as_raw_fd(), PIDFD | pid as u64);
+                    }
+                    let _ = sys::epoll_add(&self.epoll, report.as_raw_fd(), REPORT | pid as u64);
+                    let start = procfs::read_stat(pid).map_or(0, |stat| stat.start);
+                    self.ranks.insert(
+                        pid,
+                        Rank {
+                            start,
+                            stage,
+                            rank,
+                            slot,
+                            pidfd,
+                            report: Some(report),
+                            execd: false,
+                            stopped: false,
+                            ended: None,
+                        },
+                    );
+                    self.in_flight += 1;
+                    self.outbox.push(Event::Spawned {
+                        pid,
+                        start,
+                        stage,
+                        rank,
+                        slot,
+                    });
+                }
+                Err(error) => {
+                    let message = format!(
+                        "cannot run '{}' in {}: {error}",
+                        launch.prepared.program(stage_idx),
+                        launch.prepared.cwd()
+                    );
+                    let status = if error.kind() == std::io::ErrorKind::NotFound {
+                        scored_proto::exitcode::NOT_FOUND
+                    } else {
+                        scored_proto::exitcode::NOT_EXECUTABLE
+                    };
+                    self.fail_launch(message, status);
+                    return;
+                }
+            }
+        }
+        let complete = self
+            .launch
+            .as_ref()
+            .is_some_and(|launch| launch.next >= launch.order.len());
+        if complete {
+            self.launch = None;
+            self.outbox.push(Event::Launched);
+        }
+    }
+
+    // ----- the processes -----
+
+    fn exec_report(&mut self, pid: i32) {
+        let Some(rank) = self.ranks.get_mut(&pid) else {
+            return;
+        };
+        let Some(report) = &rank.report else {
+            return;
+        };
+        let event = match spawn::read_report(report) {
+            spawn::Report::Pending => return,
+            spawn::Report::Execd => {
+                rank.execd = true;
+                Event::Execd(pid)
+            }
+            spawn::Report::Failed(step, errno) => Event::Failed {
+                pid,
+                step: step as u32,
+                errno,
+            },
+        };
+        if let Some(report) = rank.report.take() {
+            let _ = sys::epoll_remove(&self.epoll, report.as_raw_fd());
+        }
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.outbox.push(event);
+    }
+
+    /// A rank's pidfd is readable: it ended. It stays a zombie (its
+    /// process group keeps its id) until scored has recorded it.
+    fn rank_ended(&mut self, pid: i32) {
+        // What it said before its end comes first.
+        self.exec_report(pid);
+        let keep = self.link.is_some();
+        let Some(rank) = self.ranks.get_mut(&pid) else {
+            return;
+        };
+        if rank.ended.is_some() {
+            return;
+        }
+        let Some(pidfd) = &rank.pidfd else {
+            return;
+        };
+        let waited = match sys::wait_ended(pidfd, keep) {
+            Ok(Some(waited)) => waited,
+            _ => return,
+        };
+        if let Some(report) = rank.report.take() {
+            // Ended before it said anything: no exec.
+            let _ = sys::epoll_remove(&self.epoll, report.as_raw_fd());
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
+        let ended = ended_of(&waited);
+        rank.ended = Some(ended);
+        if self.ending.is_some() {
+            // No scored will hear of it.
+            self.ranks.remove(&pid);
+            return;
+        }
+        if !keep {
+            if let Some(pidfd) = rank.pidfd.take() {
+                let _ = sys::epoll_remove(&self.epoll, pidfd.as_raw_fd());
+            }
+        } else if let Some(pidfd) = &rank.pidfd {
+            // Told once; the zombie waits for `Reap`.
+            let _ = sys::epoll_remove(&self.epoll, pidfd.as_raw_fd());
+        }
+        self.outbox.push(Event::Exited { pid, ended });
+    }
+
+    /// Reaps a rank whose end scored has recorded (`told`), or that no
+    /// scored is there to record.
+    fn reap_rank(&mut self, pid: i32, told: bool) {
+        let Some(rank) = self.ranks.get_mut(&pid) else {
+            return;
+        };
+        let Some(ended) = rank.ended else {
+            return;
+        };
+        if let Some(pidfd) = rank.pidfd.take() {
+            let _ = sys::wait_ended(&pidfd, false);
+        }
+        // A released job's ends are no scored's concern any more.
+        if told || self.ending.is_some() || self.released {
+            let slot = rank.slot;
+            self.ranks.remove(&pid);
+            self.reaped_cpu_us = self.reaped_cpu_us.saturating_add(ended.cpu_us);
+            if let Some(peak) = self.reaped_peak.get_mut(slot) {
+                *peak = peak.saturating_add(ended.max_rss);
+            }
+        }
+    }
+
+    /// SIGCHLD: stops and continues of ranks; ends of orphaned descendants.
+    fn children_changed(&mut self) {
+        while let Ok(Some(_)) = self.signals.read_signal() {}
+        while let Ok(Some(waited)) = sys::wait_stop_or_continue() {
+            let Some(rank) = self.ranks.get_mut(&waited.pid) else {
+                continue;
+            };
+            match waited.event {
+                sys::WaitEvent::Stopped => {
+                    rank.stopped = true;
+                    self.outbox.push(Event::Stopped(waited.pid));
+                }
+                sys::WaitEvent::Continued => {
+                    rank.stopped = false;
+                    self.outbox.push(Event::Continued(waited.pid));
+                }
+                _ => {}
+            }
+        }
+        self.reap_orphans();
+    }
+
+    /// Reaps the descendants that came to the keeper and ended, up to the
+    /// first rank's zombie (which waits for scored).
+    fn reap_orphans(&mut self) {
+        loop {
+            let pid = match sys::peek_ended() {
+                Ok(Some(pid)) => pid,
+                _ => return,
+            };
+            if self.ranks.contains_key(&pid) {
+                let unseen = self
+                    .ranks
+                    .get(&pid)
+                    .is_some_and(|rank| rank.ended.is_none());
+                if unseen {
+                    self.rank_ended(pid);
+                    continue;
+                }
+                return;
+            }
+            match sys::reap(pid) {
+                Ok(Some(waited)) => self.outbox.push(Event::Orphan {
+                    pid,
+                    cpu_us: waited.cpu.as_micros() as u64,
+                }),
+                _ => return,
+            }
+        }
+    }
+
+    /// SIGKILL to every process of the job: the ranks' groups (each led
+    /// by an unreaped child of ours), the ranks themselves, and every
+    /// other descendant of the keeper (orphans come to it: it is their
+    /// subreaper) or member of the job's cgroup, each through a pidfd
+    /// checked against the start time it was listed with.
+    fn kill_all(&mut self) {
+        self.launch = None;
+        for pid in self.ranks.keys() {
+            let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+        let all = procfs::all_processes();
+        let parents: HashMap<i32, i32> = all.iter().map(|stat| (stat.pid, stat.ppid)).collect();
+        let descends = |mut pid: i32| {
+            for _ in 0..4096 {
+                match parents.get(&pid) {
+                    Some(&parent) if parent == self.pid => return true,
+                    Some(&parent) if parent > 1 => pid = parent,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        let members: Vec<i32> = self
+            .cgroup_procs
+            .as_ref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .map(|text| {
+                text.lines()
+                    .filter_map(|line| line.trim().parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for stat in &all {
+            if stat.pid == self.pid || !(descends(stat.pid) || members.contains(&stat.pid)) {
+                continue;
+            }
+            let Ok(pidfd) = sys::pidfd_open(stat.pid) else {
+                continue;
+            };
+            if procfs::read_stat(stat.pid).map(|again| again.start) == Some(stat.start) {
+                let _ = sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// No scored came back within the wait: the job ends.
+    fn check_wait(&mut self) {
+        let Some(since) = self.lost_since else {
+            return;
+        };
+        if self.ending.is_some() || since.elapsed() < self.wait {
+            return;
+        }
+        tracing::warn!(
+            job = self.job,
+            wait_s = self.wait.as_secs(),
+            "no scored took the keeper's job over in time; ending the job"
+        );
+        self.ending = Some(Instant::now());
+        self.listener = None;
+        let _ = std::fs::remove_file(&self.socket_path);
+        self.kill_all();
+    }
+}
+
+/// How a waited-for process ended, with what it used.
+fn ended_of(waited: &sys::Waited) -> Ended {
+    let (code, signal) = match waited.event {
+        sys::WaitEvent::Exited(code) => (Some(code), None),
+        sys::WaitEvent::Signaled(signal, core) => (None, Some((signal, core))),
+        _ => (None, None),
+    };
+    Ended {
+        code,
+        signal,
+        cpu_us: waited.cpu.as_micros() as u64,
+        max_rss: waited.max_rss,
+    }
+}
