@@ -400,6 +400,37 @@ fn a_scored_that_never_returns_leaves_no_process() {
     assert_eq!(status.code(), Some(69), "{stderr}");
 }
 
+/// A job that ends while no scored runs keeps its end for the next
+/// scored; if none comes within `--keeper-wait`, its keeper leaves all the
+/// same.
+#[test]
+fn a_keeper_whose_job_ended_while_no_scored_came_back_leaves() {
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--keeper-wait")
+        .arg("2s")
+        .start();
+    let mut job = daemon.spawn(&[
+        "-nodes=1,reattach=1s",
+        "sh",
+        "-c",
+        "echo pid $$; sleep 1; exit 3",
+    ]);
+    let rank = job.wait_pids(1)[0];
+    let keeper = parent_of(rank);
+    daemon.kill_hard();
+    assert!(
+        all_gone(&[rank], Duration::from_secs(10)),
+        "the job did not end"
+    );
+    assert!(
+        all_gone(&[keeper], Duration::from_secs(10)),
+        "the keeper stayed after its wait"
+    );
+    let (status, stderr) = job.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(69), "{stderr}");
+}
+
 /// A removed state directory: no scored can find the keepers, which end
 /// their jobs after their wait; the next scored starts clean.
 #[test]

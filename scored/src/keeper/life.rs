@@ -788,6 +788,9 @@ impl Keeper {
         self.ending = Some(Instant::now());
         self.listener = None;
         let _ = std::fs::remove_file(&self.socket_path);
+        // The ends kept for a scored that did not come: no one will hear
+        // of them, and the keeper leaves once the rest are gone.
+        self.ranks.retain(|_, rank| rank.ended.is_none());
         self.kill_all();
     }
 }
