@@ -1009,29 +1009,38 @@ fn renames_from_outside_do_not_keep_a_scratch_tree() {
     );
     job.wait_lines("ready", 1);
     let inside = daemon.sandbox.path.join("state/jobs/1/w");
-    let mut renamer = command_as(
-        &users.a,
-        Path::new("/bin/sh"),
-        &[
-            "-c",
-            "cd \"$1\" || exit 1; i=0; while :; do mkdir -p a/b; touch a/b/f; mv a n$i; \
+    /// The renamer, killed and reaped however the test ends.
+    struct Renamer(std::process::Child);
+    impl Drop for Renamer {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let renamer = Renamer(
+        command_as(
+            &users.a,
+            Path::new("/bin/sh"),
+            &[
+                "-c",
+                "cd \"$1\" || exit 1; i=0; while :; do mkdir -p a/b; touch a/b/f; mv a n$i; \
              i=$((i+1)); done",
-            "renamer",
-            &inside.display().to_string(),
-        ],
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("start the renamer");
+                "renamer",
+                &inside.display().to_string(),
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the renamer"),
+    );
     std::thread::sleep(Duration::from_millis(300));
     job.signal(nix::sys::signal::Signal::SIGINT);
     job.wait(Duration::from_secs(30));
     let gone = wait_until(Duration::from_secs(60), || {
         !daemon.sandbox.path.join("state/jobs/1").exists() && trees_being_removed(&daemon) == 0
     });
-    let _ = renamer.kill();
-    let _ = renamer.wait();
+    drop(renamer);
     assert!(
         gone,
         "the tree stayed: jobs/1 {}, {} in removing\n{}",
