@@ -36,6 +36,22 @@ pub struct Waited {
     pub max_rss: u64,
 }
 
+impl Waited {
+    /// The event with what `usage` (from `wait4` or `waitid`) says the
+    /// child used: CPU time as user plus system, peak RSS in bytes.
+    fn from_usage(pid: i32, event: WaitEvent, usage: &libc::rusage) -> Waited {
+        let time = |tv: libc::timeval| {
+            Duration::new(tv.tv_sec.max(0) as u64, (tv.tv_usec.max(0) as u32) * 1000)
+        };
+        Waited {
+            pid,
+            event,
+            cpu: time(usage.ru_utime) + time(usage.ru_stime),
+            max_rss: (usage.ru_maxrss.max(0) as u64).saturating_mul(1024),
+        }
+    }
+}
+
 /// `wait4(-1, WNOHANG | WUNTRACED | WCONTINUED)`: the next stop,
 /// continue or end of any child, or `None` when no child has anything to
 /// report. Continues matter: one that scored did not send means someone
@@ -89,16 +105,7 @@ fn wait4_pid(target: i32, flags: libc::c_int) -> io::Result<Option<Waited>> {
     } else {
         WaitEvent::Continued
     };
-    let time = |tv: libc::timeval| {
-        Duration::new(tv.tv_sec.max(0) as u64, (tv.tv_usec.max(0) as u32) * 1000)
-    };
-    let max_rss = (usage.ru_maxrss.max(0) as u64).saturating_mul(1024);
-    Ok(Some(Waited {
-        pid,
-        event,
-        cpu: time(usage.ru_utime) + time(usage.ru_stime),
-        max_rss,
-    }))
+    Ok(Some(Waited::from_usage(pid, event, &usage)))
 }
 
 /// Waits up to `timeout` for SIGCHLD, which must be blocked, and takes it
@@ -183,15 +190,7 @@ fn waitid_raw(
     let Some((pid, event)) = waited_event(&info) else {
         return Ok(None);
     };
-    let time = |tv: libc::timeval| {
-        Duration::new(tv.tv_sec.max(0) as u64, (tv.tv_usec.max(0) as u32) * 1000)
-    };
-    Ok(Some(Waited {
-        pid,
-        event,
-        cpu: time(usage.ru_utime) + time(usage.ru_stime),
-        max_rss: (usage.ru_maxrss.max(0) as u64).saturating_mul(1024),
-    }))
+    Ok(Some(Waited::from_usage(pid, event, &usage)))
 }
 
 /// `waitid(P_PIDFD, pidfd, WEXITED | WNOHANG)`: whether the child behind
