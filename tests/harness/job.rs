@@ -114,6 +114,9 @@ impl Job {
         // open: read what is there, but never wait for it forever.
         let mut stderr = String::new();
         if let Some(mut pipe) = child.stderr.take() {
+            let ours = std::os::fd::AsFd::as_fd(&pipe)
+                .try_clone_to_owned()
+                .expect("dup scrun's stderr");
             let (sender, receiver) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
                 let mut text = String::new();
@@ -123,7 +126,9 @@ impl Job {
             match receiver.recv_timeout(Duration::from_secs(10)) {
                 Ok(text) => stderr = text,
                 Err(_) => panic!(
-                    "scrun's stderr stayed open after it exited: a job process outlived its job"
+                    "scrun's stderr stayed open after it exited: a job process outlived its job; \
+                     held by {:#?}",
+                    crate::pipe_holders(std::os::fd::AsFd::as_fd(&ours))
                 ),
             }
         }

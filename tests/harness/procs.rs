@@ -65,3 +65,56 @@ pub fn tagged_processes(tag: &str, job: Option<u64>) -> Vec<i32> {
     pids.sort_unstable();
     pids
 }
+
+/// The processes other than this one that hold the pipe `fd` is an end
+/// of (the other end included): pid, each holding descriptor, and name
+/// and command line, to say who kept a pipe open.
+pub fn pipe_holders(fd: std::os::fd::BorrowedFd<'_>) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::File::from(fd.try_clone_to_owned().expect("dup")).metadata() else {
+        return Vec::new();
+    };
+    let wanted = format!("pipe:[{}]", meta.ino());
+    let me = std::process::id().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut holders = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if pid == me || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let held: Vec<String> = fds
+            .filter_map(Result::ok)
+            .filter(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|link| link.as_os_str() == wanted.as_str())
+            })
+            .map(|fd| fd.file_name().to_string_lossy().into_owned())
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        let read = |name: &str| std::fs::read(entry.path().join(name)).unwrap_or_default();
+        let cmdline: Vec<String> = read("cmdline")
+            .split(|&b| b == 0)
+            .filter(|arg| !arg.is_empty())
+            .map(|arg| String::from_utf8_lossy(arg).into_owned())
+            .collect();
+        let stat = String::from_utf8_lossy(&read("stat")).into_owned();
+        let ppid = stat
+            .rfind(')')
+            .and_then(|at| stat[at + 1..].split_whitespace().nth(1).map(str::to_string))
+            .unwrap_or_default();
+        holders.push(format!(
+            "pid {pid} (parent {ppid}, {}) descriptors {} running {:?}",
+            String::from_utf8_lossy(&read("comm")).trim(),
+            held.join(","),
+            cmdline
+        ));
+    }
+    holders
+}
