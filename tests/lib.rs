@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 mod harness {
     pub mod daemon;
     pub mod fixtures;
+    pub mod hung;
     pub mod job;
     pub mod procs;
     pub mod shell;
@@ -25,6 +26,7 @@ mod harness {
 
 pub use harness::daemon::*;
 pub use harness::fixtures::*;
+pub use harness::hung::*;
 pub use harness::job::*;
 pub use harness::procs::*;
 pub use harness::shell::*;

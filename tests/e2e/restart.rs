@@ -733,10 +733,12 @@ fn a_restart_during_a_launch_hands_it_over() {
 }
 
 /// A plain user's large launches in flight do not hold a restart up:
-/// four jobs submitted at once, the restart asked for while they launch.
-/// It happens without waiting for them (their launches are handed over
-/// and go on in the new image), and every job gets each of its ranks
-/// once and ends with its status; nothing is left.
+/// four jobs submitted at once, the restart asked for while they launch,
+/// one of them held in flight by a working directory on a file system
+/// that hangs. It happens without waiting for them (their launches are
+/// handed over and go on in the new image), and once the file system
+/// answers every job gets each of its ranks once and ends with its
+/// status; nothing is left.
 #[test]
 fn a_restart_is_not_held_up_by_a_user_s_launches_in_flight() {
     let (n, jobs) = (300, 4);
@@ -744,35 +746,52 @@ fn a_restart_is_not_held_up_by_a_user_s_launches_in_flight() {
         .hosts(&format!("host0 cores={}\n", n * jobs))
         .start();
     let users = test_users("a_restart_is_not_held_up (as root instead)");
+    // The first job works in a directory whose file system hangs until
+    // released: its ranks wait in their chdir, before their exec, and as a
+    // launch has fewer ranks between fork and exec at a time than the job
+    // has, its keeper is still creating them for as long as it hangs.
+    let Some(hung) = HungDir::mount(&daemon.sandbox.path.join("hung")) else {
+        println!("no FUSE here: no launch can be held in flight");
+        return;
+    };
     let nodes = format!("-nodes={n}");
     let args = [&nodes, "sh", "-c", "echo pid $$; sleep 1; exit 5"];
-    let mut spawned: Vec<Job> = (0..jobs)
-        .map(|_| match &users {
-            Some(users) => daemon.spawn_as(&users.a, &args),
-            None => daemon.spawn(&args),
-        })
-        .collect();
-    spawned[0].wait_pids(1);
-    let in_progress = spawned
-        .iter_mut()
-        .any(|job| (1..n).contains(&job.count_lines("pid ")));
+    let start = |dir: &std::path::Path| {
+        let mut scrun = match &users {
+            Some(users) => daemon.scrun_as(&users.a, &args),
+            None => daemon.scrun(&args),
+        };
+        Job::start(scrun.current_dir(dir))
+    };
+    let mut spawned = vec![start(hung.path())];
+    spawned.extend((1..jobs).map(|_| start(&daemon.sandbox.path)));
+    assert!(
+        wait_until(Duration::from_secs(60), || hung.held() > 0),
+        "no rank of the first job reached its working directory:\n{}",
+        daemon.log()
+    );
+    spawned[1].wait_pids(1);
     let asked = std::time::Instant::now();
     let text = restart(&daemon);
     let took = asked.elapsed();
     assert!(text.contains("restarted in place"), "{text}");
     println!("the restart took {took:?} with launches of {jobs} x {n} ranks in flight");
-    if in_progress {
-        assert!(
-            daemon.log().contains("took over a keeper still creating"),
-            "no launch was handed over:\n{}",
-            daemon.log()
-        );
-    } else {
-        eprintln!("no launch was in progress when the restart was asked for");
-    }
+    // The keepers are taken over after the reply.
+    assert!(
+        wait_until(Duration::from_secs(30), || daemon
+            .log()
+            .contains("took over a keeper still creating")),
+        "the launch held in flight was not handed over:\n{}",
+        daemon.log()
+    );
+    assert!(
+        hung.held() > 0,
+        "the held launch went on before its release"
+    );
+    hung.release();
     for (i, job) in spawned.iter_mut().enumerate() {
-        let pids = job.wait_pids(n);
         let (status, stderr) = job.wait(Duration::from_secs(120));
+        let pids = job.wait_pids(n);
         assert_eq!(status.code(), Some(5), "job {}: {stderr}", i + 1);
         assert_eq!(job.count_lines("pid "), n, "job {}: each rank once", i + 1);
         assert!(all_gone(&pids, Duration::from_secs(10)));

@@ -15,6 +15,21 @@ pub struct Job {
 }
 
 impl Job {
+    /// Starts `scrun` (a command from [`crate::Daemon::scrun`] or
+    /// [`crate::Daemon::scrun_as`]) in the background with its output piped.
+    pub fn start(scrun: &mut std::process::Command) -> Job {
+        let child = scrun
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn scrun");
+        Job {
+            child: Some(child),
+            lines: Vec::new(),
+            reader: None,
+        }
+    }
+
     /// scrun's pid.
     pub fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |child| child.id() as i32)
@@ -98,6 +113,8 @@ impl Job {
 
     /// Waits for scrun to exit; returns its status and stderr.
     pub fn wait(&mut self, timeout: Duration) -> (std::process::ExitStatus, String) {
+        // What it printed stays readable after its end.
+        self.pump();
         let mut child = self.child.take().expect("job still running");
         let deadline = Instant::now() + timeout;
         let status = loop {
