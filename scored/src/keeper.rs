@@ -9,8 +9,11 @@
 //! their descendants, and relays to scored what only the parent sees
 //! (each rank's exec or its failure, stops and continues, and exits with
 //! status and usage). It runs no user code. scored keeps signalling the
-//! ranks' process groups itself: the switch stays scored's own killpg,
-//! and only the confirmations come through the keeper.
+//! ranks' process groups itself (the switch stays scored's own killpg),
+//! but tells the keeper first: `Stop` before its SIGSTOP, `Continue`
+//! before its SIGCONT. The keeper owns the confirmation: it answers a
+//! stop once, when every rank stopped, and it alone tells a continue of
+//! scored's from one sent by someone else (see `life.rs`).
 //!
 //! Keepers are made by the **zygote**, a fork of scored taken at the very
 //! start of `main` (before scored's heap holds anything), which forks one
@@ -56,7 +59,7 @@ pub mod zygote;
 
 /// The protocol between scored and its keepers; a keeper of another
 /// protocol is not taken over.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 /// The largest message either side sends; events beyond it go in the
 /// next message.
 pub const MAX_MESSAGE: usize = 64 * 1024;
@@ -74,11 +77,14 @@ pub enum ToKeeper {
     /// Create processes. The message carries a memfd holding the
     /// [`order::Order`] (JSON), then the descriptors it lists.
     Launch,
-    /// The job is switched out while its processes are being created:
-    /// create no more, and stop those created (answered by `Paused`).
-    Pause,
-    /// Go on creating processes.
-    Resume,
+    /// The job is being switched out (scored's SIGSTOP follows this
+    /// message): create no more processes, and answer `Stopped` with the
+    /// serial once every rank has stopped. A continue seen from now until
+    /// the next `Continue` is someone else's.
+    Stop(u64),
+    /// The job is being continued (scored's SIGCONT follows this
+    /// message); creating processes goes on.
+    Continue(u64),
     /// These ranks' ends are recorded: reap them.
     Reap(Vec<i32>),
     /// The job is over: once its processes are gone, end.
@@ -120,6 +126,10 @@ pub struct Held {
     pub reaped_peak: Vec<u64>,
     /// It is still creating processes.
     pub launching: bool,
+    /// The serial of scored's last `Stop` or `Continue`, and whether it
+    /// was a `Stop`.
+    #[serde(default)]
+    pub switch: (u64, bool),
     /// What its last order runs, for the messages of a rank that fails
     /// to start: the first stage of the order, each stage's program, and
     /// the working directory.
@@ -189,10 +199,17 @@ pub enum Event {
         /// The errno.
         errno: i32,
     },
-    /// A rank stopped.
-    Stopped(i32),
-    /// A rank continued.
-    Continued(i32),
+    /// Every rank stopped after the `Stop` of this serial (or ended).
+    Stopped(u64),
+    /// A rank was continued by someone other than scored while its job
+    /// was switched out (after the `Stop` of `serial`); the keeper has
+    /// stopped it again.
+    ContinuedOutside {
+        /// The rank.
+        pid: i32,
+        /// The serial of the `Stop` it was continued after.
+        serial: u64,
+    },
     /// A rank ended (its zombie waits for `Reap`).
     Exited {
         /// The rank.
@@ -210,8 +227,6 @@ pub enum Event {
     },
     /// The launch has created every process (or stopped for good).
     Launched,
-    /// The launch was paused: the processes created are listed before.
-    Paused,
     /// The launch failed before a rank could be created (a pipe, a fork,
     /// a descriptor); the text says what, with the status.
     LaunchFailed {

@@ -444,9 +444,26 @@ impl OsActuator {
                 }
                 self.exec_failed(pid, super::spawn::Step::from_number(step), errno, out);
             }
-            Event::Stopped(pid) => self.handle_waited(waited(pid, sys::WaitEvent::Stopped), out),
-            Event::Continued(pid) => {
-                self.handle_waited(waited(pid, sys::WaitEvent::Continued), out)
+            Event::Stopped(serial) => {
+                let Some(procs) = self.jobs.get_mut(&job) else {
+                    return;
+                };
+                if procs.hold.switch_serial != serial {
+                    return;
+                }
+                if let Some(wait) = procs.stop_wait.as_mut() {
+                    wait.children.clear();
+                    wait.pausing = false;
+                }
+                self.check_stop(job, out);
+            }
+            Event::ContinuedOutside { pid, serial } => {
+                let current = self.jobs.get(&job).is_some_and(|procs| {
+                    procs.hold.switched_out && procs.hold.switch_serial == serial
+                });
+                if current {
+                    self.continued_from_outside(job, pid, out);
+                }
             }
             Event::Exited { pid, ended } => {
                 let event = match (ended.code, ended.signal) {
@@ -481,16 +498,6 @@ impl OsActuator {
                 if procs.launch.take().is_some() && procs.children.is_empty() {
                     self.last_child_gone(job, out);
                 }
-            }
-            Event::Paused => {
-                if let Some(wait) = self
-                    .jobs
-                    .get_mut(&job)
-                    .and_then(|procs| procs.stop_wait.as_mut())
-                {
-                    wait.pausing = false;
-                }
-                self.check_stop(job, out);
             }
             Event::LaunchFailed { message, status } => {
                 self.fail_launch(job, LaunchError::Keeper { message, status }, out);
@@ -533,9 +540,7 @@ impl OsActuator {
                 stage,
                 rank,
                 slot,
-                stopped: false,
                 start,
-                cont_sent: false,
             },
         );
         self.execs.insert(
@@ -687,16 +692,6 @@ impl OsActuator {
                 .zygote
                 .as_ref()
                 .is_some_and(|zygote| zygote.pid() == pid)
-    }
-}
-
-/// A waited-for stop or continue of `pid`.
-fn waited(pid: i32, event: sys::WaitEvent) -> sys::Waited {
-    sys::Waited {
-        pid,
-        event,
-        cpu: Duration::ZERO,
-        max_rss: 0,
     }
 }
 

@@ -35,8 +35,6 @@ pub(super) struct LaunchInProgress {
     /// and rank, for the message of a failure to open one; empty when the
     /// job has none.
     files: HashMap<(usize, u32), ShownFiles>,
-    /// Switched out: its keeper creates nothing until the job is continued.
-    pub(super) paused: bool,
 }
 
 impl LaunchInProgress {
@@ -52,7 +50,6 @@ impl LaunchInProgress {
             cwd: Rc::from(described.2.as_str()),
             first_stage: described.0,
             files: HashMap::new(),
-            paused: false,
         }
     }
 
@@ -156,7 +153,6 @@ impl OsActuator {
                 cwd,
                 first_stage: plan.first_stage,
                 files: shown,
-                paused: false,
             });
         }
         if let Err(error) = self.send_order(plan, stdio, files) {

@@ -433,13 +433,8 @@ struct Child {
     stage: usize,
     rank: u32,
     slot: usize,
-    stopped: bool,
     /// Its start time, which tells it from a process that later has its pid.
     start: u64,
-    /// scored continued it and its keeper has not yet reported it
-    /// continued (or stopped since): the next continue reported is
-    /// scored's own, not one from outside.
-    cont_sent: bool,
 }
 
 /// A descendant that is not a direct child, held through a pidfd.
@@ -466,7 +461,9 @@ struct StopWait {
     since: Instant,
     /// The job's cgroup was asked to freeze: its being frozen confirms the stop.
     freezing: bool,
-    /// Its keeper, told to pause its launch, has not yet said it did.
+    /// Its keeper has not yet answered the stop (`keeper::Event::Stopped`):
+    /// while its launch is in progress, only that answer confirms the
+    /// stop, since only it comes after every rank scored must know of.
     pausing: bool,
 }
 
@@ -477,6 +474,9 @@ struct SwitchedOutHold {
     /// the next `cont`, any of its ranks seen continued was continued by
     /// someone else.
     switched_out: bool,
+    /// The serial of the last `Stop` or `Continue` its keeper was told:
+    /// its answers and reports of other serials are stale.
+    switch_serial: u64,
     /// Its cgroup is frozen now.
     frozen: bool,
     /// It was continued from outside once: freeze it at every stop.

@@ -153,37 +153,10 @@ impl OsActuator {
     pub(super) fn handle_waited(&mut self, waited: sys::Waited, out: &mut Vec<Input>) {
         let pid = waited.pid;
         match (self.children.get(&pid).copied(), waited.event) {
-            (Some(child), sys::WaitEvent::Stopped) => {
-                if let Some(entry) = self.children.get_mut(&pid) {
-                    entry.stopped = true;
-                    entry.cont_sent = false;
-                }
-                if let Some(wait) = self
-                    .jobs
-                    .get_mut(&child.job)
-                    .and_then(|procs| procs.stop_wait.as_mut())
-                {
-                    wait.children.remove(&pid);
-                }
-                self.check_stop(child.job, out);
-            }
-            (Some(child), sys::WaitEvent::Continued) => {
-                let ours = self.children.get_mut(&pid).is_some_and(|entry| {
-                    entry.stopped = false;
-                    std::mem::take(&mut entry.cont_sent)
-                });
-                if ours {
-                    // The continue scored sent, reported late by the keeper.
-                    return;
-                }
-                let switched_out = self
-                    .jobs
-                    .get(&child.job)
-                    .is_some_and(|procs| procs.hold.switched_out);
-                if switched_out {
-                    self.continued_from_outside(child.job, pid, out);
-                }
-            }
+            // A rank's stops and continues are its keeper's to see (it
+            // answers stops once per switch, and reports continues from
+            // outside): a rank is never scored's own child.
+            (Some(_), sys::WaitEvent::Stopped | sys::WaitEvent::Continued) => {}
             (Some(child), sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(..))
                 if self.exec_never_happened(pid) =>
             {

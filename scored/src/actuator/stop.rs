@@ -1,8 +1,14 @@
 //! Stopping, holding and continuing a job: SIGSTOP to its groups and
-//! escaped descendants, the confirmation of every stop (wait4 for ranks,
-//! /proc for the others, the freezer when a stop is not confirmed in
-//! time), and a switched-out job held against SIGCONT from outside it, a
-//! tracer that resumes it, or anything else that lets it use CPU time.
+//! escaped descendants, the confirmation of every stop (its keeper's one
+//! answer for the ranks, /proc for the others, the freezer when a stop is
+//! not confirmed in time), and a switched-out job held against SIGCONT
+//! from outside it (which its keeper tells from scored's own), a tracer
+//! that resumes it, or anything else that lets it use CPU time.
+//!
+//! Each stop and continue is told to the job's keeper before the signals
+//! are sent, on the link its reports come back on: the keeper, which
+//! alone sees the ranks' stops and continues, thereby knows which
+//! continues are scored's (see `keeper/life.rs`).
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
@@ -33,17 +39,21 @@ impl OsActuator {
             self.adopt_new_members(job);
         }
         self.note_stopped_by_job(job);
-        // Our own SIGCONTs of the last `cont` are reported as continues:
-        // take them now, so that a continue seen from here on was someone
-        // else's.
-        self.read_link(job, out);
+        // The keeper hears of the stop before any rank can stop.
+        let serial = match self.jobs.get_mut(&job) {
+            Some(procs) => {
+                procs.hold.switch_serial += 1;
+                procs.hold.switch_serial
+            }
+            None => 0,
+        };
+        self.tell_keeper(job, crate::keeper::ToKeeper::Stop(serial));
         self.send(job, Signal::SIGSTOP);
         let freeze = self
             .jobs
             .get(&job)
             .is_some_and(|procs| procs.hold.freeze_on_stop)
             && self.freeze(job);
-        let children = &self.children;
         let Some(procs) = self.jobs.get_mut(&job) else {
             out.push(Input::Stopped(job));
             return;
@@ -53,20 +63,9 @@ impl OsActuator {
         procs.hold.stopped_cpu = None;
         // A launch in progress: its keeper creates nothing more and stops
         // what it made that scored may not know of yet; the stop waits
-        // for it to say so.
-        let pausing = match procs.launch.as_mut() {
-            Some(launch) => {
-                launch.paused = true;
-                true
-            }
-            None => false,
-        };
-        let pending_children: BTreeSet<i32> = procs
-            .children
-            .iter()
-            .copied()
-            .filter(|pid| children.get(pid).is_some_and(|child| !child.stopped))
-            .collect();
+        // for its answer, which comes after the news of those.
+        let pausing = procs.launch.is_some();
+        let pending_children: BTreeSet<i32> = procs.children.clone();
         // Descendants in the job's groups got the group signal, escaped ones
         // theirs through their pidfd; those held, and of the other members
         // of its cgroup those last seen running, are confirmed through
@@ -91,9 +90,6 @@ impl OsActuator {
             freezing: freeze,
             pausing,
         });
-        if pausing {
-            self.tell_keeper(job, crate::keeper::ToKeeper::Pause);
-        }
         // Descendants are confirmed through /proc right away when they
         // already stopped; the rest at the next poll.
         self.poll_job(job, self.clock.now(), false, out);
@@ -106,26 +102,21 @@ impl OsActuator {
         for pending in self.execs.values_mut().filter(|pending| pending.job == job) {
             pending.deadline = deadline;
         }
-        let mut resume = false;
+        let mut serial = None;
         if let Some(procs) = self.jobs.get_mut(&job) {
             procs.hold.switched_out = false;
             procs.hold.stopped_cpu = None;
             procs.hold.serial += 1;
+            procs.hold.switch_serial += 1;
+            serial = Some(procs.hold.switch_serial);
             procs.stop_wait = None;
-            if let Some(launch) = procs.launch.as_mut() {
-                resume = std::mem::take(&mut launch.paused);
-            }
-            for pid in &procs.children {
-                if let Some(child) = self.children.get_mut(pid) {
-                    child.stopped = false;
-                    child.cont_sent = true;
-                }
-            }
+        }
+        // The keeper hears of the continue before any rank can continue:
+        // a continue it sees without this message was someone else's.
+        if let Some(serial) = serial {
+            self.tell_keeper(job, crate::keeper::ToKeeper::Continue(serial));
         }
         self.send(job, Signal::SIGCONT);
-        if resume {
-            self.tell_keeper(job, crate::keeper::ToKeeper::Resume);
-        }
     }
 
     pub(super) fn signal_job(&mut self, job: JobId, signal: i32) {

@@ -10,6 +10,21 @@
 //! report pipe of each rank between fork and exec. At most
 //! `actuator::EXEC_WINDOW` ranks are between fork and exec at once.
 //!
+//! The switch: scored tells the keeper `Stop` before it sends its
+//! SIGSTOPs and `Continue` before its SIGCONTs, on the one link, so the
+//! keeper, which alone sees the ranks' stops and continues (`waitid`),
+//! answers each stop once (`Stopped`, when every rank it holds stopped),
+//! and tells scored's continues from anyone else's: a continue reported
+//! while the job is switched out is scored's only if a `Continue` waits
+//! on the link (scored wrote it before its SIGCONT, so it is there by the
+//! time the kernel reports the continue); otherwise it came from outside,
+//! and the rank is stopped again at once, whether a scored is connected
+//! or not. Before taking a `Stop` the keeper reads every report the
+//! kernel holds, so that none of scored's earlier continues is taken for
+//! one from outside. A rank that cannot stop yet (a vfork parent whose
+//! child is stopped) is confirmed through /proc, and one found running
+//! there is sent SIGSTOP again.
+//!
 //! A rank that ended stays a zombie until scored says its end is recorded
 //! (`Reap`): its process group, which scored signals, keeps its id. While
 //! no scored is connected, ends are reaped at once and kept for the next
@@ -18,7 +33,7 @@
 //! socket a scored can no longer reach.
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -39,6 +54,9 @@ const SIGNALS: u64 = 3;
 const PIDFD: u64 = 1 << 32;
 const REPORT: u64 = 2 << 32;
 const KIND: u64 = 0xffff_ffff << 32;
+/// How long a stop waits for `waitid` before the ranks still to stop are
+/// looked at in /proc (and sent SIGSTOP again if they run).
+const STOP_CHECK: Duration = Duration::from_millis(20);
 
 /// One rank the keeper holds.
 struct Rank {
@@ -96,6 +114,19 @@ struct Keeper {
     cgroup_procs: Option<PathBuf>,
     /// What its last order runs (see `Held::described`).
     described: (usize, Vec<String>, String),
+    /// The serial of scored's last `Stop` or `Continue`.
+    switch_serial: u64,
+    /// The last of them was a `Stop`: a continue seen now is someone
+    /// else's.
+    switched_out: bool,
+    /// The ranks whose stop the last `Stop` awaits, and when they are
+    /// next looked at in /proc; `None` once it is answered.
+    stopping: Option<Instant>,
+    pending: BTreeSet<i32>,
+    /// Ranks it stopped again after a continue from outside, since the
+    /// last `Continue`: that continue may have been scored's, reported
+    /// before its message could be read, so the `Continue` continues them.
+    restopped: BTreeSet<i32>,
     buffer: Vec<u8>,
 }
 
@@ -164,6 +195,11 @@ impl Keeper {
             ending: None,
             cgroup_procs: None,
             described: (0, Vec::new(), String::new()),
+            switch_serial: 0,
+            switched_out: false,
+            stopping: None,
+            pending: BTreeSet::new(),
+            restopped: BTreeSet::new(),
             buffer: vec![0u8; super::MAX_MESSAGE],
         };
         keeper.hello(false);
@@ -190,6 +226,7 @@ impl Keeper {
                     _ => {}
                 }
             }
+            self.check_stopping();
             self.check_wait();
         }
     }
@@ -207,8 +244,16 @@ impl Keeper {
         if self.ending.is_some() {
             return Some(Duration::from_millis(100));
         }
-        self.lost_since
-            .map(|since| (since + self.wait).saturating_duration_since(Instant::now()))
+        let lost = self
+            .lost_since
+            .map(|since| (since + self.wait).saturating_duration_since(Instant::now()));
+        let stopping = self
+            .stopping
+            .map(|at| at.saturating_duration_since(Instant::now()));
+        match (lost, stopping) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn launch_has_room(&self) -> bool {
@@ -294,6 +339,7 @@ impl Keeper {
             reaped_cpu_us: self.reaped_cpu_us,
             reaped_peak: self.reaped_peak.clone(),
             launching: self.launch.is_some(),
+            switch: (self.switch_serial, self.switched_out),
             described: self.described.clone(),
         }
     }
@@ -322,20 +368,28 @@ impl Keeper {
     }
 
     fn read_scored(&mut self) {
-        loop {
-            let Some(link) = &self.link else {
-                return;
-            };
-            match receive::<ToKeeper>(link.as_fd(), &mut self.buffer) {
-                Ok(Some((message, fds))) => self.order(message, fds),
-                Ok(None) => return,
-                Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
-                    tracing::error!(job = self.job, %error, "the keeper got a message it cannot read");
-                }
-                Err(_) => {
-                    self.scored_lost();
-                    return;
-                }
+        while self.read_one() {}
+    }
+
+    /// Reads and carries out one message of scored's, if one waits;
+    /// whether one did.
+    fn read_one(&mut self) -> bool {
+        let Some(link) = &self.link else {
+            return false;
+        };
+        match receive::<ToKeeper>(link.as_fd(), &mut self.buffer) {
+            Ok(Some((message, fds))) => {
+                self.order(message, fds);
+                true
+            }
+            Ok(None) => false,
+            Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+                tracing::error!(job = self.job, %error, "the keeper got a message it cannot read");
+                true
+            }
+            Err(_) => {
+                self.scored_lost();
+                false
             }
         }
     }
@@ -399,20 +453,22 @@ impl Keeper {
     fn order(&mut self, message: ToKeeper, fds: Vec<OwnedFd>) {
         match message {
             ToKeeper::Launch => self.launch(fds),
-            ToKeeper::Pause => {
-                if let Some(launch) = &mut self.launch {
-                    launch.paused = true;
-                    // What exists is stopped with the job; scored knows
-                    // of it from the events before `Paused`.
-                    let pids: Vec<i32> = self.ranks.keys().copied().collect();
-                    for pid in pids {
-                        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGSTOP);
-                        let _ = killpg(Pid::from_raw(pid), Signal::SIGSTOP);
+            ToKeeper::Stop(serial) => self.stop(serial),
+            ToKeeper::Continue(serial) => {
+                self.switch_serial = serial;
+                self.switched_out = false;
+                self.stopping = None;
+                self.pending.clear();
+                for pid in std::mem::take(&mut self.restopped) {
+                    if self
+                        .ranks
+                        .get(&pid)
+                        .is_some_and(|rank| rank.ended.is_none())
+                    {
+                        let _ = killpg(Pid::from_raw(pid), Signal::SIGCONT);
+                        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGCONT);
                     }
                 }
-                self.outbox.push(Event::Paused);
-            }
-            ToKeeper::Resume => {
                 if let Some(launch) = &mut self.launch {
                     launch.paused = false;
                 }
@@ -430,6 +486,71 @@ impl Keeper {
             }
             ToKeeper::Kill => self.kill_all(),
         }
+    }
+
+    /// scored's `Stop`: its SIGSTOPs follow. Every report the kernel holds
+    /// is read first, while the job still counts as running (scored's
+    /// earlier continues among them); then the ranks not yet stopped are
+    /// awaited, and a launch creates nothing more and stops what it made
+    /// (scored may not know of it yet: the answer comes after the events
+    /// that tell it).
+    fn stop(&mut self, serial: u64) {
+        if !self.switched_out {
+            self.children_changed();
+        }
+        self.switch_serial = serial;
+        self.switched_out = true;
+        if let Some(launch) = &mut self.launch {
+            launch.paused = true;
+            for pid in self.ranks.keys() {
+                let _ = nix::sys::signal::kill(Pid::from_raw(*pid), Signal::SIGSTOP);
+                let _ = killpg(Pid::from_raw(*pid), Signal::SIGSTOP);
+            }
+        }
+        self.pending = self
+            .ranks
+            .iter()
+            .filter(|(_, rank)| rank.ended.is_none() && !rank.stopped)
+            .map(|(pid, _)| *pid)
+            .collect();
+        self.stopping = Some(Instant::now() + STOP_CHECK);
+        self.answer_stop();
+    }
+
+    /// Answers the `Stop` once no rank is left to stop.
+    fn answer_stop(&mut self) {
+        if self.stopping.is_some() && self.pending.is_empty() {
+            self.stopping = None;
+            self.outbox.push(Event::Stopped(self.switch_serial));
+        }
+    }
+
+    /// A stop that `waitid` has not confirmed in time: the ranks /proc
+    /// shows unable to run are stopped (a vfork parent whose child is
+    /// stopped reports its stop only once it runs again); the others are
+    /// sent SIGSTOP again.
+    fn check_stopping(&mut self) {
+        let Some(at) = self.stopping else {
+            return;
+        };
+        if Instant::now() < at {
+            return;
+        }
+        let pending: Vec<i32> = self.pending.iter().copied().collect();
+        for pid in pending {
+            let start = self.ranks.get(&pid).map(|rank| rank.start);
+            match procfs::read_stat(pid).filter(|stat| Some(stat.start) == start) {
+                Some(stat) if !procfs::cannot_run(&stat) => {
+                    let _ = killpg(Pid::from_raw(pid), Signal::SIGSTOP);
+                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGSTOP);
+                }
+                _ => {
+                    self.pending.remove(&pid);
+                }
+            }
+        }
+        self.stopping = Some(Instant::now() + STOP_CHECK);
+        self.answer_stop();
     }
 
     fn launch(&mut self, mut fds: Vec<OwnedFd>) {
@@ -636,6 +757,12 @@ impl Keeper {
         }
         let ended = ended_of(&waited);
         rank.ended = Some(ended);
+        if self.pending.remove(&pid) {
+            self.answer_stop();
+        }
+        let Some(rank) = self.ranks.get_mut(&pid) else {
+            return;
+        };
         if self.ending.is_some() {
             // No scored will hear of it.
             self.ranks.remove(&pid);
@@ -679,22 +806,52 @@ impl Keeper {
     fn children_changed(&mut self) {
         while let Ok(Some(_)) = self.signals.read_signal() {}
         while let Ok(Some(waited)) = sys::wait_stop_or_continue() {
-            let Some(rank) = self.ranks.get_mut(&waited.pid) else {
+            let pid = waited.pid;
+            let Some(rank) = self.ranks.get_mut(&pid) else {
                 continue;
             };
             match waited.event {
                 sys::WaitEvent::Stopped => {
                     rank.stopped = true;
-                    self.outbox.push(Event::Stopped(waited.pid));
+                    if self.pending.remove(&pid) {
+                        self.answer_stop();
+                    }
                 }
                 sys::WaitEvent::Continued => {
                     rank.stopped = false;
-                    self.outbox.push(Event::Continued(waited.pid));
+                    self.rank_continued(pid);
                 }
                 _ => {}
             }
         }
         self.reap_orphans();
+    }
+
+    /// A rank continued. While its job is switched out that is scored's
+    /// continue only if scored's `Continue` waits on the link (it is
+    /// written before the SIGCONT); scored's messages are read up to it.
+    /// Otherwise someone else continued it: it is stopped again and
+    /// scored is told.
+    fn rank_continued(&mut self, pid: i32) {
+        while self.switched_out && self.read_one() {}
+        if !self.switched_out {
+            return;
+        }
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGSTOP);
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGSTOP);
+        self.restopped.insert(pid);
+        if self.stopping.is_some() {
+            self.pending.insert(pid);
+        }
+        tracing::debug!(
+            job = self.job,
+            pid,
+            "a switched-out rank was continued from outside; stopped again"
+        );
+        self.outbox.push(Event::ContinuedOutside {
+            pid,
+            serial: self.switch_serial,
+        });
     }
 
     /// Reaps the descendants that came to the keeper and ended, up to the

@@ -267,6 +267,9 @@ impl OsActuator {
             *peak = (*peak).max(*kept);
         }
         procs.hold.switched_out = switched_out;
+        // The keeper's serial goes on, so that its reports of the dead
+        // daemon's last stop count.
+        procs.hold.switch_serial = held.switch.0;
         if held.launching {
             tracing::info!(job = %job, "took over a keeper still creating the job's processes");
             procs.launch = Some(super::super::launch::LaunchInProgress::adopted(
@@ -307,9 +310,7 @@ impl OsActuator {
                     stage: rank.stage,
                     rank: rank.rank,
                     slot: rank.slot,
-                    stopped: rank.stopped,
                     start: rank.start,
-                    cont_sent: false,
                 },
             );
             if !rank.execd {

@@ -75,9 +75,7 @@ impl Fixture {
                 stage: 0,
                 rank: 0,
                 slot: 0,
-                stopped: false,
                 start: 0,
-                cont_sent: false,
             },
         );
         actuator.jobs.insert(
