@@ -74,6 +74,19 @@ fn sorted_lines(text: &str) -> Vec<String> {
     lines
 }
 
+/// The environment of process `pid`. A rank that printed its pid and
+/// then `exec`s shows an empty environment while the kernel builds the
+/// new image, so an empty one is read again until it is filled.
+fn environ_of(pid: i32) -> Vec<u8> {
+    let read = || std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let mut environ = read();
+    wait_until(Duration::from_secs(10), || {
+        environ = read();
+        !environ.is_empty()
+    });
+    environ
+}
+
 /// Waits for the job processes of `daemon` to be gone.
 fn assert_no_process_left(daemon: &Daemon) {
     let gone = wait_until(Duration::from_secs(10), || daemon.all_job_pids().is_empty());
@@ -553,7 +566,7 @@ fn only_the_jobs_user_reaches_its_pmi_port() {
         &["-hosts=1", "sh", "-c", "echo pid $$; exec sleep 60"],
     );
     let pids = job.wait_pids(1);
-    let environ = std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap();
+    let environ = environ_of(pids[0]);
     let port = environ
         .split(|&b| b == 0)
         .filter_map(|entry| std::str::from_utf8(entry).ok())
@@ -946,7 +959,7 @@ fn a_job_that_is_not_mpi_starts_no_pmix_server() {
     let mut job = daemon.spawn(&["-nodes=2", "sh", "-c", "echo pid $$; exec sleep 60"]);
     let pids = job.wait_pids(2);
     // The ranks are told where the server is, as any MPI needs ...
-    let environ = std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap();
+    let environ = environ_of(pids[0]);
     assert!(
         environ
             .split(|&b| b == 0)
@@ -1009,7 +1022,7 @@ fn only_the_jobs_user_who_knows_its_namespace_reaches_its_pmix_server() {
         &["-nodes=2", "sh", "-c", "echo pid $$; exec sleep 60"],
     );
     let pids = job.wait_pids(2);
-    let environ = std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap();
+    let environ = environ_of(pids[0]);
     let pmix: Vec<(String, String)> = environ
         .split(|&b| b == 0)
         .filter_map(|entry| std::str::from_utf8(entry).ok())
