@@ -696,16 +696,17 @@ impl OsActuator {
 }
 
 /// A memfd holding `order` as JSON, sealed against changes, read from its
-/// start.
+/// start. The JSON is made in memory and written at once: written as
+/// serde makes it, each token would be a `write` of its own.
 fn order_memfd(order: &Order) -> io::Result<OwnedFd> {
     use nix::sys::memfd::{memfd_create, MFdFlags};
+    let text = serde_json::to_vec(order).map_err(io::Error::other)?;
     let fd = memfd_create(
         "scored-order",
         MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
     )?;
     let mut file = std::fs::File::from(fd);
-    serde_json::to_writer(&mut file, order).map_err(io::Error::other)?;
-    file.flush()?;
+    file.write_all(&text)?;
     use std::io::Seek;
     file.seek(io::SeekFrom::Start(0))?;
     Ok(OwnedFd::from(file))
