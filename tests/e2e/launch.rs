@@ -195,3 +195,70 @@ fn sc_console_status_answers() {
         assert!(status.contains(key), "status lacks {key:?}:\n{status}");
     }
 }
+
+/// The keepers among the daemon's children.
+fn keepers(daemon: &Daemon) -> Vec<i32> {
+    daemon
+        .all_children()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.starts_with("scored keeper of job"))
+        })
+        .collect()
+}
+
+/// A job killed while its processes are still being created ends: its
+/// keeper creates nothing more, what it created dies, the job is over in
+/// the daemon's books and its keeper gone, so nothing of it holds scrun's
+/// output. Killed both ways a job dies during its launch: by `kill`, and
+/// by its scrun dying. The launch is held in flight by a working
+/// directory on a file system that hangs, where the ranks created wait
+/// before their exec until the kill's signal interrupts them.
+#[test]
+fn a_job_killed_during_its_launch_ends_and_leaves_nothing() {
+    let n = 40;
+    let daemon = Daemon::builder()
+        .hosts(&format!("host0 cores={n}\n"))
+        .start();
+    let Some(hung) = HungDir::mount(&daemon.sandbox.path.join("hung")) else {
+        println!("no FUSE here: no launch can be held in flight");
+        return;
+    };
+    let nodes = format!("-nodes={n}");
+    for (id, by_scrun) in [(1, false), (2, true)] {
+        let mut job = Job::start(
+            daemon
+                .scrun(&[&nodes, "sh", "-c", "echo pid $$"])
+                .current_dir(hung.path()),
+        );
+        assert!(
+            wait_until(Duration::from_secs(30), || hung.held() > 0),
+            "job {id}: no rank reached its working directory:\n{}",
+            daemon.log()
+        );
+        if by_scrun {
+            job.signal(Signal::SIGKILL);
+        } else {
+            daemon.ok(&format!("kill {id} KILL"));
+        }
+        let (status, stderr) = job.wait(Duration::from_secs(30));
+        if !by_scrun {
+            assert_eq!(status.code(), Some(137), "job {id}: {stderr}");
+        }
+        // `jobs` lists live jobs under its header.
+        assert!(
+            wait_until(Duration::from_secs(30), || daemon
+                .ok("jobs")
+                .lines()
+                .count()
+                <= 1
+                && keepers(&daemon).is_empty()),
+            "job {id} lives on ({:?}) with keepers {:?}:\n{}",
+            daemon.job_state(id),
+            keepers(&daemon),
+            daemon.log()
+        );
+        assert_eq!(job.count_lines("pid "), 0, "job {id}: a rank ran");
+    }
+}

@@ -4,8 +4,8 @@
 //! answering. Until the test releases it, a process that changes into the
 //! directory waits in the kernel (the access check of `chdir` is a
 //! question to the server), unless it is a child of the test process (a
-//! client the test starts there); every other question is answered at
-//! once.
+//! client the test starts there), or until a signal interrupts it; every
+//! other question is answered at once.
 //!
 //! The server answers the few questions a directory's life needs (`INIT`,
 //! `ACCESS`, `GETATTR`; no entries inside) and refuses the rest. Dropping
@@ -204,7 +204,20 @@ fn serve(device: &OwnedFd, shared: &Mutex<Shared>, stop: &AtomicBool) {
                 out[16 + 80..16 + 84].copy_from_slice(&4096u32.to_ne_bytes());
                 reply(device, unique, 0, &out);
             }
-            FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT => {}
+            FUSE_INTERRUPT => {
+                // A waiting process got a signal: its question is answered
+                // EINTR, as a server that honours interrupts does, so
+                // that a fatal signal ends it.
+                let target =
+                    u64::from_ne_bytes(buffer[IN_HEADER..IN_HEADER + 8].try_into().expect("8"));
+                let mut state = shared.lock().expect("lock");
+                if let Some(at) = state.held.iter().position(|held| *held == target) {
+                    state.held.remove(at);
+                    drop(state);
+                    reply(device, target, -libc::EINTR, &[]);
+                }
+            }
+            FUSE_FORGET | FUSE_BATCH_FORGET => {}
             _ => reply(device, unique, -libc::ENOSYS, &[]),
         }
     }

@@ -889,7 +889,11 @@ impl Keeper {
     /// subreaper) or member of the job's cgroup, each through a pidfd
     /// checked against the start time it was listed with.
     fn kill_all(&mut self) {
-        self.launch = None;
+        // Nothing more is created, and scored must hear that the launch is
+        // over: a job whose processes are gone ends only then.
+        if self.launch.take().is_some() {
+            self.outbox.push(Event::Launched);
+        }
         for pid in self.ranks.keys() {
             let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
             let _ = nix::sys::signal::kill(Pid::from_raw(*pid), Signal::SIGKILL);
