@@ -611,10 +611,13 @@ pub fn spawn_remover(removal: &mut super::statedir::Removal) -> io::Result<i32> 
             let _ = sys::set_nice(19);
             // Only the tree's handles: a copy of what the daemon holds for
             // users (a job's pipe) would keep it open for the whole removal.
-            if let Some((&last, rest)) = keep.split_last() {
-                let pairs: Vec<(RawFd, RawFd)> = rest.iter().map(|&fd| (fd, fd)).collect();
-                let _ = sys::close_from_3_except(&pairs, last, false);
-            }
+            // With no handle to keep, every other descriptor goes (-1 is
+            // no descriptor).
+            let (last, rest) = keep
+                .split_last()
+                .map_or((-1, &[][..]), |(&last, rest)| (last, rest));
+            let pairs: Vec<(RawFd, RawFd)> = rest.iter().map(|&fd| (fd, fd)).collect();
+            let _ = sys::close_from_3_except(&pairs, last, false);
             let code = match removal.finish() {
                 Ok(()) => 0,
                 Err(_) => 1,
