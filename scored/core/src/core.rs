@@ -149,10 +149,6 @@ pub struct Core {
     /// The state of the last `commit` but for the containers that log
     /// their changes (see `Core::commit`).
     saved: Option<Box<Core>>,
-    /// Jobs that have their ids and are not admitted yet: batch jobs,
-    /// jobs that wait for others, arrays (`backlog.rs`); shared with the
-    /// checkpoint until an event changes it.
-    backlog: Rc<Backlog>,
 }
 
 impl Core {
@@ -191,7 +187,6 @@ impl Core {
             build: (env!("CARGO_PKG_VERSION").to_string(), 0),
             directory: Rc::new(NoDirectory),
             saved: None,
-            backlog: Rc::default(),
         }
     }
 
@@ -248,7 +243,7 @@ impl Core {
             .values()
             .map(|job| self.job_fields(job, command_line(job), job.state(), None, now, true));
         // A submission of the backlog by its first job waiting.
-        let waiting = self.backlog.entries.values().filter_map(|entry| {
+        let waiting = self.logged.backlog.entries.values().filter_map(|entry| {
             let k = entry.waiting().next()?;
             Some(self.entry_fields(entry, k, None, now, true))
         });
@@ -290,7 +285,7 @@ impl Core {
     /// Whether the core holds no job: none admitted and unfinished, none
     /// in the backlog.
     pub fn no_jobs(&self) -> bool {
-        self.logged.jobs.is_empty() && self.backlog.is_empty()
+        self.logged.jobs.is_empty() && self.logged.backlog.is_empty()
     }
 
     /// Whether a shutdown is under way.
@@ -352,8 +347,8 @@ impl Core {
             _ => false,
         };
         // A tick that admits jobs of the backlog brings jobs that may start.
-        let admits =
-            matches!(input, Input::Tick) && (self.backlog.more || self.backlog_waits_for_starts());
+        let admits = matches!(input, Input::Tick)
+            && (*self.logged.backlog.more || self.backlog_waits_for_starts());
         let keeps_waiting = !admits
             && matches!(
                 input,
@@ -619,7 +614,7 @@ pub use repeat::RotationMark;
 pub use script::{ScriptError, ScriptProblem, ScriptRun};
 pub use snapshot::{CoreSnapshot, InputRecord, RestoreError};
 
-use backlog::{Backlog, ClientChange};
+use backlog::ClientChange;
 use checkpoint::Logged;
 use table::JobTable;
 use views::{command_line, queue_group_name, stages_line};

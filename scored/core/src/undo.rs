@@ -16,7 +16,7 @@
 //! Pure: no clock, no system calls.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hash};
 use std::ops::Deref;
 
@@ -375,6 +375,103 @@ impl<K, V, S> Deref for UndoMap<K, V, S> {
 }
 
 impl<K: Eq + Hash, V, S: BuildHasher> Undo for UndoMap<K, V, S> {
+    fn commit(&mut self) {
+        self.recording = true;
+        self.log.clear();
+    }
+
+    fn rollback(&mut self) {
+        while let Some((key, old)) = self.log.pop() {
+            match old {
+                Some(value) => {
+                    self.map.insert(key, value);
+                }
+                None => {
+                    self.map.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// An ordered map whose changes are logged as [`UndoMap`]'s are: for maps
+/// read by ranges (the backlog's submissions, found by the job ids they
+/// cover).
+#[derive(Debug)]
+pub struct UndoTree<K, V> {
+    map: BTreeMap<K, V>,
+    log: Vec<(K, Option<V>)>,
+    recording: bool,
+}
+
+impl<K, V> Default for UndoTree<K, V> {
+    fn default() -> UndoTree<K, V> {
+        UndoTree {
+            map: BTreeMap::new(),
+            log: Vec::new(),
+            recording: false,
+        }
+    }
+}
+
+impl<K: Ord + Clone, V: Clone> UndoTree<K, V> {
+    /// Wraps a map (nothing is logged until the first commit).
+    pub fn new(map: BTreeMap<K, V>) -> UndoTree<K, V> {
+        UndoTree {
+            map,
+            log: Vec::new(),
+            recording: false,
+        }
+    }
+
+    /// Inserts; returns the value it replaced.
+    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        if self.recording {
+            let old = self.map.insert(key.clone(), value);
+            self.log.push((key, old.clone()));
+            old
+        } else {
+            self.map.insert(key, value)
+        }
+    }
+
+    /// Removes; returns the value it had.
+    pub fn remove(&mut self, key: &K) -> Option<V> {
+        let old = self.map.remove(key)?;
+        if self.recording {
+            self.log.push((key.clone(), Some(old.clone())));
+        }
+        Some(old)
+    }
+
+    /// A value, to change: its present value is logged first.
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        if self.recording {
+            let old = self.map.get(key)?.clone();
+            self.log.push((key.clone(), Some(old)));
+        }
+        self.map.get_mut(key)
+    }
+}
+
+impl<K: Clone, V: Clone> Clone for UndoTree<K, V> {
+    fn clone(&self) -> UndoTree<K, V> {
+        UndoTree {
+            map: self.map.clone(),
+            log: Vec::new(),
+            recording: self.recording,
+        }
+    }
+}
+
+impl<K, V> Deref for UndoTree<K, V> {
+    type Target = BTreeMap<K, V>;
+    fn deref(&self) -> &BTreeMap<K, V> {
+        &self.map
+    }
+}
+
+impl<K: Ord, V> Undo for UndoTree<K, V> {
     fn commit(&mut self) {
         self.recording = true;
         self.log.clear();
@@ -807,6 +904,7 @@ mod tests {
             let mut sorted: UndoSet<SortedSet<u64>> = UndoSet::default();
             let mut hashed: UndoSet<HashSet<u64>> = UndoSet::default();
             let mut map: UndoMap<u64, Vec<u64>> = UndoMap::default();
+            let mut tree: UndoTree<u64, Vec<u64>> = UndoTree::default();
             let mut deque: UndoDeque<u64> = UndoDeque::default();
             let mut cell = UndoCell::new(vec![0u64; 4]);
             let mut committed = None;
@@ -816,6 +914,7 @@ mod tests {
                     sorted.commit();
                     hashed.commit();
                     map.commit();
+                    tree.commit();
                     deque.commit();
                     cell.commit();
                     committed = Some((
@@ -825,6 +924,7 @@ mod tests {
                         (*deque).clone(),
                         (*cell).clone(),
                         (*sorted).clone(),
+                        (*tree).clone(),
                     ));
                 }
                 let key = random.next(20);
@@ -851,12 +951,17 @@ mod tests {
                     }
                     4 => {
                         map.insert(key, vec![step]);
+                        tree.insert(key, vec![step]);
                     }
                     5 => {
                         map.remove(&key);
+                        tree.remove(&key);
                     }
                     6 => {
                         if let Some(value) = map.get_mut(&key) {
+                            value.push(step);
+                        }
+                        if let Some(value) = tree.get_mut(&key) {
                             value.push(step);
                         }
                     }
@@ -875,8 +980,10 @@ mod tests {
                     sorted.rollback();
                     hashed.rollback();
                     map.rollback();
+                    tree.rollback();
                     deque.rollback();
                     cell.rollback();
+                    assert_eq!(*tree, committed.6, "seed {seed} step {step}");
                     assert_eq!(*set, committed.0, "seed {seed} step {step}");
                     assert_eq!(*sorted, committed.5, "seed {seed} step {step}");
                     assert_eq!(*hashed, committed.1, "seed {seed} step {step}");

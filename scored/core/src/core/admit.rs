@@ -326,7 +326,7 @@ impl Core {
     /// it began to wait: the clients that wait (`-wait`) and the jobs of
     /// the backlog whose turn came, at most `ADMIT_PER_EVENT` of these.
     pub(super) fn admit_waiters(&mut self, now: Tick, out: &mut Vec<Action>) {
-        Rc::make_mut(&mut self.backlog).more = false;
+        *self.logged.backlog.more.get_mut() = false;
         let mut from_backlog = 0;
         loop {
             let client_since = self.logged.waiting.front().map(|front| front.submitted_at);

@@ -19,13 +19,13 @@
 //! to be depended on; the event loop reads older ones from the journal and
 //! hands them in ([`Input::KnownEnd`](super::Input::KnownEnd)).
 //!
-//! The backlog is one value the checkpoint shares (`Core::commit`): it is
-//! copied when an event changes it, not at every commit. The ends it keeps,
-//! which grow with the jobs that end, are not in it but among the
-//! containers that log their changes ([`Ends`]).
+//! The backlog and the ends it keeps ([`Ends`]) are among the containers
+//! that log their changes for the checkpoint (`Core::commit`), so that an
+//! event costs the checkpoint what it changed of them: an admission or an
+//! end logs one entry, however many submissions wait.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use super::{
@@ -35,6 +35,7 @@ use super::{
 use crate::admission::Decision;
 use crate::ids::{ClientToken, Cred, JobId, Tick};
 use crate::job::{JobRequest, JobState, Link, Submission};
+use crate::undo::{Undo, UndoCell, UndoDeque, UndoTree};
 use scored_proto::batch::Dependency;
 use scored_proto::command::reply::Value;
 
@@ -189,19 +190,35 @@ pub(super) struct EndedEarly {
     pub(super) fields: Vec<(String, Value)>,
 }
 
-/// The jobs that have their ids and are not admitted yet, and the ends
-/// that jobs depending on others need (see the module documentation).
+/// The jobs that have their ids and are not admitted yet (see the module
+/// documentation).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Backlog {
     /// The submissions, by their first job's id.
-    pub(super) entries: BTreeMap<JobId, Entry>,
+    pub(super) entries: UndoTree<JobId, Entry>,
     /// Entries that may admit their next element, in the order they became
     /// ready (an entry no longer ready is dropped when met).
-    ready: VecDeque<JobId>,
+    ready: UndoDeque<JobId>,
     /// Entries by the jobs they wait for.
-    dependants: BTreeMap<JobId, Vec<JobId>>,
+    dependants: UndoTree<JobId, Vec<JobId>>,
     /// Admissions were left for the next event ([`ADMIT_PER_EVENT`]).
-    pub(super) more: bool,
+    pub(super) more: UndoCell<bool>,
+}
+
+impl Undo for Backlog {
+    fn commit(&mut self) {
+        self.entries.commit();
+        self.ready.commit();
+        self.dependants.commit();
+        self.more.commit();
+    }
+
+    fn rollback(&mut self) {
+        self.entries.rollback();
+        self.ready.rollback();
+        self.dependants.rollback();
+        self.more.rollback();
+    }
 }
 
 impl Backlog {
@@ -226,27 +243,37 @@ impl Backlog {
     /// Puts back what the snapshot kept: the entries, and what is derived
     /// from them (the ready entries in order, the dependants).
     pub(super) fn restored(entries: BTreeMap<JobId, Entry>) -> Backlog {
-        let mut backlog = Backlog {
-            entries,
-            ..Backlog::default()
-        };
+        let mut dependants: BTreeMap<JobId, Vec<JobId>> = BTreeMap::new();
         let mut ready: Vec<(Tick, JobId)> = Vec::new();
-        for (first, entry) in &backlog.entries {
+        for (first, entry) in &entries {
             for dep in &entry.waits_for {
-                backlog
-                    .dependants
-                    .entry(JobId(dep.job))
-                    .or_default()
-                    .push(*first);
+                dependants.entry(JobId(dep.job)).or_default().push(*first);
             }
             if entry.may_admit() {
                 ready.push((entry.since, *first));
             }
         }
         ready.sort();
-        backlog.ready = ready.into_iter().map(|(_, first)| first).collect();
-        backlog.more = !backlog.ready.is_empty();
+        let mut backlog = Backlog {
+            entries: UndoTree::new(entries),
+            dependants: UndoTree::new(dependants),
+            more: UndoCell::new(!ready.is_empty()),
+            ..Backlog::default()
+        };
+        for (_, first) in ready {
+            backlog.ready.push_back(first);
+        }
         backlog
+    }
+
+    /// Notes that entry `first` waits for job `target`.
+    fn add_dependant(&mut self, target: JobId, first: JobId) {
+        match self.dependants.get_mut(&target) {
+            Some(list) => list.push(first),
+            None => {
+                self.dependants.insert(target, vec![first]);
+            }
+        }
     }
 }
 
@@ -269,7 +296,7 @@ impl EarlyEnd {
 
 impl Core {
     fn backlog_mut(&mut self) -> &mut Backlog {
-        Rc::make_mut(&mut self.backlog)
+        &mut self.logged.backlog
     }
 
     /// Takes a submission that needs its ids now (`-batch`, `-after=`,
@@ -350,11 +377,7 @@ impl Core {
         let mark = out.len();
         let backlog = self.backlog_mut();
         for dep in &entry.waits_for {
-            backlog
-                .dependants
-                .entry(JobId(dep.job))
-                .or_default()
-                .push(first);
+            backlog.add_dependant(JobId(dep.job), first);
         }
         let ready = entry.may_admit();
         backlog.entries.insert(first, entry);
@@ -374,7 +397,7 @@ impl Core {
             );
         }
         self.admit_waiters(now, out);
-        let waits = self.backlog.entry_of(first).and_then(|(entry, k)| {
+        let waits = self.logged.backlog.entry_of(first).and_then(|(entry, k)| {
             (k >= entry.next && !entry.skipped.contains(&k)).then(|| entry.why())
         });
         let told = link.is_batch() || waits.is_some() || !self.logged.jobs.contains_key(&first);
@@ -460,10 +483,10 @@ impl Core {
         if let Some(job) = self.logged.jobs.get(&id) {
             return Ok((job.owner.uid, None));
         }
-        if let Some((entry, k)) = self.backlog.entry_of(id) {
+        if let Some((entry, k)) = self.logged.backlog.entry_of(id) {
             // An array's id stands for all of it, which has not ended
             // while its entry is here.
-            if (entry.is_array() && k == 0) || self.backlog.holds(id) {
+            if (entry.is_array() && k == 0) || self.logged.backlog.holds(id) {
                 return Ok((entry.cred.uid, None));
             }
         }
@@ -516,11 +539,16 @@ impl Core {
         outcome: Outcome,
         now: Tick,
     ) -> Vec<(JobId, Outcome)> {
-        let Some(first) = self.backlog.entry_of(id).map(|(entry, _)| entry.first()) else {
+        let Some(first) = self
+            .logged
+            .backlog
+            .entry_of(id)
+            .map(|(entry, _)| entry.first())
+        else {
             self.logged.ends.remember(id, owner, outcome.clone());
             return vec![(id, outcome)];
         };
-        let backlog = Rc::make_mut(&mut self.backlog);
+        let backlog = &mut self.logged.backlog;
         let entry = backlog.entries.get_mut(&first).expect("found above");
         if admitted {
             entry.admitted = entry.admitted.saturating_sub(1);
@@ -615,7 +643,7 @@ impl Core {
         now: Tick,
         out: &mut Vec<Action>,
     ) -> Vec<(JobId, bool, u32, Outcome)> {
-        let Some(entry) = self.backlog.entries.get(&first) else {
+        let Some(entry) = self.logged.backlog.entries.get(&first) else {
             return Vec::new();
         };
         let ks: Vec<u32> = entry.waiting().collect();
@@ -638,7 +666,7 @@ impl Core {
         now: Tick,
         out: &mut Vec<Action>,
     ) -> Option<(JobId, bool, u32, Outcome)> {
-        let entry = self.backlog.entries.get(&first)?;
+        let entry = self.logged.backlog.entries.get(&first)?;
         let id = entry.id(k);
         let reason = cap_reason(end.reason.clone());
         let ending = Ending {
@@ -697,8 +725,8 @@ impl Core {
             // started yet keeps its place.
             let mut found = None;
             let mut gone = Vec::new();
-            for &first in &self.backlog.ready {
-                match self.backlog.entries.get(&first) {
+            for &first in &self.logged.backlog.ready {
+                match self.logged.backlog.entries.get(&first) {
                     Some(entry) if entry.may_admit() => {
                         if self.within_window(entry) {
                             found = Some(first);
@@ -708,24 +736,20 @@ impl Core {
                     _ => gone.push(first),
                 }
             }
-            if !gone.is_empty() {
-                self.backlog_mut()
-                    .ready
-                    .retain(|first| !gone.contains(first));
-            }
+            self.drop_from_ready(&gone);
             let Some(first) = found else {
                 return false;
             };
-            let entry = &self.backlog.entries[&first];
+            let entry = &self.logged.backlog.entries[&first];
             if before.is_some_and(|before| before < entry.since) {
                 return false;
             }
             if *admitted >= ADMIT_PER_EVENT {
-                self.backlog_mut().more = true;
+                *self.backlog_mut().more.get_mut() = true;
                 return false;
             }
             let Some(request) = entry.request.as_deref() else {
-                self.backlog_mut().ready.retain(|known| *known != first);
+                self.drop_from_ready(&[first]);
                 continue;
             };
             let k = entry.next;
@@ -788,12 +812,26 @@ impl Core {
         }
     }
 
+    /// Drops entries from the queue of ready ones: those at its front one
+    /// at a time (each logged as such, which the usual case is), any
+    /// others with one copy of the queue.
+    fn drop_from_ready(&mut self, gone: &[JobId]) {
+        let ready = &mut self.backlog_mut().ready;
+        while ready.front().is_some_and(|first| gone.contains(first)) {
+            ready.pop_front();
+        }
+        if ready.iter().any(|first| gone.contains(first)) {
+            ready.modify(|ready| ready.retain(|first| !gone.contains(first)));
+        }
+    }
+
     /// The oldest entry ready to admit now, if any: since when it is ready.
     pub(super) fn backlog_ready_since(&self) -> Option<Tick> {
-        self.backlog
+        self.logged
+            .backlog
             .ready
             .iter()
-            .filter_map(|first| self.backlog.entries.get(first))
+            .filter_map(|first| self.logged.backlog.entries.get(first))
             .find(|entry| entry.may_admit() && self.within_window(entry))
             .map(|entry| entry.since)
     }
@@ -831,8 +869,9 @@ impl Core {
 
     /// Whether an entry waits only for an element of its array to start.
     pub(super) fn backlog_waits_for_starts(&self) -> bool {
-        self.backlog.ready.iter().any(|first| {
-            self.backlog
+        self.logged.backlog.ready.iter().any(|first| {
+            self.logged
+                .backlog
                 .entries
                 .get(first)
                 .is_some_and(|entry| entry.may_admit() && !self.within_window(entry))
@@ -841,7 +880,8 @@ impl Core {
 
     /// How many jobs of the backlog wait for resources.
     pub(super) fn backlog_short(&self) -> usize {
-        self.backlog
+        self.logged
+            .backlog
             .entries
             .values()
             .filter(|entry| entry.short.is_some() && entry.may_admit())
@@ -856,10 +896,10 @@ impl Core {
         now: Tick,
         out: &mut Vec<Action>,
     ) -> bool {
-        let Some((entry, k)) = self.backlog.entry_of(id) else {
+        let Some((entry, k)) = self.logged.backlog.entry_of(id) else {
             return false;
         };
-        if !self.backlog.holds(id) {
+        if !self.logged.backlog.holds(id) {
             return false;
         }
         let first = entry.first();
@@ -882,6 +922,7 @@ impl Core {
         out: &mut Vec<Action>,
     ) -> bool {
         let Some(first) = self
+            .logged
             .backlog
             .entries
             .values()
@@ -908,7 +949,7 @@ impl Core {
 
     /// Ends every job of the backlog (a shutdown).
     pub(super) fn end_backlog(&mut self, now: Tick, out: &mut Vec<Action>) {
-        let firsts: Vec<JobId> = self.backlog.entries.keys().copied().collect();
+        let firsts: Vec<JobId> = self.logged.backlog.entries.keys().copied().collect();
         let end = EarlyEnd {
             kind: EndKind::Shutdown,
             status: scored_proto::exitcode::from_signal(SIGTERM),
@@ -930,7 +971,7 @@ impl Core {
     /// waiting in the backlog, or ended from it recently.
     pub fn knows(&self, id: JobId) -> bool {
         self.logged.jobs.contains_key(&id)
-            || self.backlog.holds(id)
+            || self.logged.backlog.holds(id)
             || self.logged.ends.ended.iter().any(|ended| ended.id == id)
     }
 

@@ -107,7 +107,7 @@ impl Core {
                 mine.bytes += cost;
             }
         }
-        for entry in self.backlog.entries.values() {
+        for entry in self.logged.backlog.entries.values() {
             let owner = entry.cred.uid;
             if self.is_privileged(owner) {
                 continue;

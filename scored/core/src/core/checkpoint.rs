@@ -93,6 +93,9 @@ logged! {
     launches: UndoMap<u64, Vec<Launch>>,
     /// The ends the backlog keeps for its dependants and listings.
     ends: super::backlog::Ends,
+    /// Jobs that have their ids and are not admitted yet: batch jobs,
+    /// jobs that wait for others, arrays (`backlog.rs`).
+    backlog: super::backlog::Backlog,
 }
 
 impl Core {

@@ -261,8 +261,8 @@ impl Core {
     /// The answer to a command that needs an admitted job, for a job of
     /// the backlog.
     fn not_admitted(&self, id: JobId) -> Option<Reply> {
-        let (entry, _) = self.backlog.entry_of(id)?;
-        self.backlog.holds(id).then(|| {
+        let (entry, _) = self.logged.backlog.entry_of(id)?;
+        self.logged.backlog.holds(id).then(|| {
             Reply::error(format!(
                 "job {id} is not admitted yet ({}): kill ends it",
                 entry.why()

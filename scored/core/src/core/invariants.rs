@@ -140,7 +140,7 @@ impl Core {
             }
         }
         let mut last_end = 0;
-        for (first, entry) in &self.backlog.entries {
+        for (first, entry) in self.logged.backlog.entries.iter() {
             assert_eq!(*first, entry.submission.first, "backlog key of {first}");
             assert!(first.0 >= last_end, "backlog entries overlap at {first}");
             last_end = first.0 + u64::from(entry.count);

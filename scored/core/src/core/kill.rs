@@ -83,8 +83,11 @@ impl Core {
             let id = JobId(id);
             let (target, owner) = if let Some(job) = self.logged.jobs.get(&id) {
                 (Target::Admitted(id), job.owner.uid)
-            } else if let Some((entry, _)) =
-                self.backlog.entry_of(id).filter(|_| self.backlog.holds(id))
+            } else if let Some((entry, _)) = self
+                .logged
+                .backlog
+                .entry_of(id)
+                .filter(|_| self.logged.backlog.holds(id))
             {
                 (Target::Waiting(id), entry.cred.uid)
             } else {
@@ -114,7 +117,8 @@ impl Core {
                     .filter(|job| by_user.matches(&job.user, job.owner.uid, "", ""))
                     .map(|job| job.owner.uid)
                     .chain(
-                        self.backlog
+                        self.logged
+                            .backlog
                             .entries
                             .values()
                             .filter(|entry| by_user.matches(&entry.user, entry.cred.uid, "", ""))
@@ -135,7 +139,7 @@ impl Core {
                     targets.push(Target::Admitted(job.id));
                 }
             }
-            for entry in self.backlog.entries.values() {
+            for entry in self.logged.backlog.entries.values() {
                 if mine(entry.cred.uid)
                     && filter.matches(&entry.user, entry.cred.uid, &entry.name, "")
                 {
@@ -189,7 +193,10 @@ impl Core {
             }
             let by = self.killed_by(
                 cred,
-                self.backlog.entry_of(id).map(|(entry, _)| entry.cred.uid),
+                self.logged
+                    .backlog
+                    .entry_of(id)
+                    .map(|(entry, _)| entry.cred.uid),
             );
             self.kill_waiting(id, by, now, out);
             return (format!("job {id}: killed before it started"), true);

@@ -618,7 +618,7 @@ impl Core {
 
     /// The backlog as data, its requests' launch data among the others.
     fn backlog_snapshot(&self, launches: &mut Launches) -> Option<BacklogSnapshot> {
-        let backlog = &self.backlog;
+        let backlog = &self.logged.backlog;
         if backlog.entries.is_empty() && self.logged.ends.outcomes().next().is_none() {
             return None;
         }

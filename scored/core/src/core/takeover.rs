@@ -45,6 +45,7 @@ impl Core {
     pub(super) fn clients_lost(&mut self, until: Tick, now: Tick, out: &mut Vec<Action>) {
         self.logged.waiting.modify(|waiting| waiting.clear());
         let waiting_clients: Vec<ClientToken> = self
+            .logged
             .backlog
             .entries
             .values()

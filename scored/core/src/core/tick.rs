@@ -25,7 +25,7 @@ impl Core {
     /// The earliest graceful-kill escalation or `-time` limit, or at once
     /// when the backlog has admissions left from the last event.
     pub(super) fn timer_deadline(&self) -> Option<Tick> {
-        if self.backlog.more {
+        if *self.logged.backlog.more {
             return Some(Tick::default());
         }
         let kill = self
@@ -179,7 +179,7 @@ impl Core {
         self.expire_detached(now, out);
         // Admit what the last event left of the backlog's share, and the
         // elements of arrays whose admitted ones have started since.
-        if self.backlog.more || self.backlog_waits_for_starts() {
+        if *self.logged.backlog.more || self.backlog_waits_for_starts() {
             self.admit_waiters(now, out);
         }
         // Escalate graceful kills whose grace is over.

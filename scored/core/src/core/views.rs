@@ -21,6 +21,7 @@ impl Core {
             *counts.entry(job.state().as_str()).or_default() += 1;
         }
         let waiting: u32 = self
+            .logged
             .backlog
             .entries
             .values()
@@ -338,7 +339,7 @@ impl Core {
                 Value::None,
             ]);
         }
-        for entry in self.backlog.entries.values() {
+        for entry in self.logged.backlog.entries.values() {
             let state = JobState::Waiting.as_str();
             if !filter.matches(&entry.user, entry.cred.uid, &entry.name, state) {
                 continue;
@@ -381,8 +382,8 @@ impl Core {
     }
 
     pub(super) fn job_record(&self, cred: &Cred, id: JobId, now: Tick) -> Reply {
-        if let Some((entry, k)) = self.backlog.entry_of(id) {
-            if self.backlog.holds(id) {
+        if let Some((entry, k)) = self.logged.backlog.entry_of(id) {
+            if self.logged.backlog.holds(id) {
                 let details = self.is_operator(cred) || entry.cred.uid == cred.uid;
                 return Reply::Record(self.entry_fields(entry, k, None, now, details));
             }

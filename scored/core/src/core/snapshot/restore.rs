@@ -667,7 +667,7 @@ impl Core {
         core.shutting_down = snapshot.shutting_down;
         if let Some(backlog) = snapshot.backlog {
             let (backlog, ends) = restore_backlog(&core, backlog, &launches, &mut submissions)?;
-            core.backlog = Rc::new(backlog);
+            core.logged.backlog = backlog;
             core.logged.ends = ends;
         }
         let jobs = &core.logged.jobs;

@@ -373,3 +373,45 @@ fn a_job_may_wait_only_for_its_owners_jobs() {
     let late = submit_batch(&mut sim, user(1001), after(&[1]));
     check(&sim.client(late), "rejected Invalid");
 }
+
+/// The backlog is among what a rollback gives back: submissions that wait
+/// (an array under its throttle, a dependant, batch jobs), changed after
+/// the commit by admissions, ends and a kill, come back as they were, and
+/// from there the core decides as a copy of the commit does.
+#[test]
+fn a_rollback_returns_the_backlog_as_it_was() {
+    let mut sim = Sim::new(1, 100);
+    submit_batch(&mut sim, root(), array("1-6%2"));
+    submit_batch(&mut sim, root(), after(&[1]));
+    for _ in 0..3 {
+        submit_batch(&mut sim, root(), detached());
+    }
+    sim.core.commit();
+    let committed = sim.clone();
+    let events = |sim: &mut Sim| {
+        for job in [1, 2, 3, 8] {
+            sim.exit_if_running(JobId(job));
+            sim.advance(150);
+        }
+        sim.cmd(&root(), "kill 9");
+        sim.advance(150);
+    };
+    events(&mut sim);
+    let changed = super::checkpoint::observe(&mut sim);
+    assert!(sim.core.rollback());
+    let core = std::mem::replace(&mut sim.core, committed.core.clone());
+    let mut sim = committed.clone();
+    sim.core = core;
+    sim.core.check_invariants();
+    let mut reference = committed.clone();
+    let back = super::checkpoint::observe(&mut sim);
+    assert_ne!(back, changed, "the events changed what the core shows");
+    assert_eq!(back, super::checkpoint::observe(&mut reference));
+    events(&mut sim);
+    events(&mut reference);
+    assert_eq!(sim.take_log(), reference.take_log());
+    assert_eq!(
+        super::checkpoint::observe(&mut sim),
+        super::checkpoint::observe(&mut reference)
+    );
+}
