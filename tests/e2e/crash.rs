@@ -224,6 +224,122 @@ fn two_gang_jobs_sharing_a_host_never_run_together_while_scored_is_away() {
     }
 }
 
+/// The time of day of a log line's timestamp, in seconds.
+fn logged_at(line: &str) -> Option<f64> {
+    let time = line.split_whitespace().next()?.split('T').nth(1)?;
+    let mut parts = time.trim_end_matches('Z').split(':');
+    let hours: f64 = parts.next()?.parse().ok()?;
+    let minutes: f64 = parts.next()?.parse().ok()?;
+    let seconds: f64 = parts.next()?.parse().ok()?;
+    Some(hours * 3600.0 + minutes * 60.0 + seconds)
+}
+
+/// Gang switching resumes after a kill -9 of scored: once the new scored
+/// has taken the two jobs sharing a host over, the one that was switched
+/// out at the crash is the next to run and the other stops (never both
+/// running), the new scored's first switch comes within a few slices of
+/// its takeover by its own log, and the jobs go on alternating.
+#[test]
+fn gang_switching_resumes_within_a_slice_after_a_kill_of_scored() {
+    const SLICE: Duration = Duration::from_millis(200);
+    let mut daemon = Daemon::builder()
+        .hosts("h0 cpus=0\n")
+        .timeslice("200ms")
+        .start();
+    let spin = testprog();
+    let mut first = daemon.spawn(&[&spin, "spin", "0"]);
+    let mut second = daemon.spawn(&[&spin, "spin", "0"]);
+    let pids = [first.wait_pids(1)[0], second.wait_pids(1)[0]];
+    std::thread::sleep(3 * SLICE);
+    daemon.kill_hard();
+    let stopped = |pid: i32| proc_stat(pid).is_some_and(|stat| stat.state == 'T');
+    // While no scored runs, the jobs keep their states for longer than a
+    // slice: one stopped, the other running (or both stopped, had scored
+    // died between the stop and the continue of a switch).
+    std::thread::sleep(SLICE / 2);
+    let away = [stopped(pids[0]), stopped(pids[1])];
+    assert!(
+        away[0] || away[1],
+        "both jobs ran while no scored was there"
+    );
+    std::thread::sleep(2 * SLICE);
+    assert_eq!(
+        [stopped(pids[0]), stopped(pids[1])],
+        away,
+        "the jobs keep their states while no scored runs"
+    );
+    daemon.start_again();
+    // Watches the two jobs until `done` holds for the pair of "runs"
+    // states, failing if both ever run at once; the states then.
+    let watch = |done: &dyn Fn([bool; 2]) -> bool| {
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < until {
+            let runs = [!stopped(pids[0]), !stopped(pids[1])];
+            assert!(
+                !(runs[0] && runs[1]),
+                "both jobs ran at once after the takeover:\n{}",
+                daemon.log()
+            );
+            if done(runs) {
+                return Some(runs);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        None
+    };
+    // The job switched out at the crash runs next, the other one stopped;
+    // then the other runs again: they alternate.
+    let next = match away {
+        [true, false] => 0,
+        [false, true] => 1,
+        // Both stopped by a crash mid-switch: either may come first.
+        _ => watch(&|runs| runs[0] || runs[1]).map_or(0, |runs| usize::from(runs[1])),
+    };
+    assert!(
+        watch(&|runs| runs[next]).is_some(),
+        "the switched-out job never ran after the takeover:\n{}",
+        daemon.log()
+    );
+    assert!(
+        watch(&|runs| runs[1 - next]).is_some(),
+        "the jobs did not go on alternating after the takeover:\n{}",
+        daemon.log()
+    );
+    // By the new scored's own clock, its first switch came within a few
+    // slices of its takeover.
+    let log = daemon.log();
+    let took_over = log
+        .lines()
+        .rfind(|line| line.contains("took over the keepers of the jobs"))
+        .and_then(logged_at)
+        .expect("the takeover is logged");
+    let first_switch = log
+        .lines()
+        .filter(|line| line.contains("switch complete"))
+        .filter_map(logged_at)
+        .find(|at| *at >= took_over)
+        .expect("a switch is logged after the takeover");
+    println!(
+        "first switch {:.3} s after the takeover",
+        first_switch - took_over
+    );
+    assert!(
+        first_switch - took_over < 5.0 * SLICE.as_secs_f64(),
+        "the first switch came {:.3} s after the takeover, at {} ms slices",
+        first_switch - took_over,
+        SLICE.as_millis()
+    );
+    for job in [&first, &second] {
+        job.signal(nix::sys::signal::Signal::SIGINT);
+    }
+    for job in [&mut first, &mut second] {
+        job.wait(Duration::from_secs(60));
+    }
+    assert!(wait_until(Duration::from_secs(10), || daemon
+        .all_job_pids()
+        .is_empty()));
+}
+
 /// (d) A job on a pseudo-terminal (`-pty`) keeps its terminal across a
 /// kill -9 of scored: what it writes after the new scored took over
 /// reaches the user's terminal, and its status passes through.
