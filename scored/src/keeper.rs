@@ -37,8 +37,9 @@
 //! has its rank, a keeper's unreaped child, as leader (its id cannot be
 //! reused), no exit is ever lost, and a new scored learns every rank
 //! from its keeper: alive (stopped or running), or ended with its status.
-//! While no scored runs, nothing signals the jobs: running ones run,
-//! switched-out ones stay stopped.
+//! While no scored runs, nothing but their keepers signals the jobs:
+//! running ones run, switched-out ones stay stopped (a keeper stops again
+//! a rank of a switched-out job continued from outside).
 //!
 //! Where to look: the messages and their framing are here; the zygote is
 //! `zygote.rs`; a keeper's life is `life.rs`, and the creation of its

@@ -394,7 +394,8 @@ impl Keeper {
         }
     }
 
-    /// scored is gone: nothing signals the job now. What ended is reaped
+    /// scored is gone: only the keeper signals the job now (see
+    /// `rank_continued`). What ended is reaped
     /// and kept for the next scored, which has `wait` to come.
     fn scored_lost(&mut self) {
         if let Some(link) = self.link.take() {
