@@ -4,7 +4,10 @@
 //! elements finished per second from submission to the last end, and the
 //! daemon's resident memory before and after (and at its peak); against
 //! sequential interactive `scrun true` jobs in the same run, and the figure
-//! of Slurm's `sbatch` measured on this kind of machine.
+//! of Slurm's `sbatch` measured on this kind of machine. The CPU time each
+//! job costs (the daemon's own, and its children's: the keepers and the
+//! ranks they reaped) does not depend on what else the machine runs, as
+//! the rates do.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +28,46 @@ fn hwm_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The CPU time of process `pid` (seconds): its own, and that of its
+/// children it reaped (`/proc/PID/stat` utime + stime, cutime + cstime).
+fn cpu_seconds(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .map(|field| field.parse().unwrap_or(0))
+                .collect()
+        })
+        .unwrap_or_default();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    // Fields 14 to 17 of proc(5), counted from field 3 after the name.
+    let ticks = |from: usize| fields.get(from..from + 2).map_or(0, |two| two[0] + two[1]);
+    (ticks(11) as f64 / hz, ticks(13) as f64 / hz)
+}
+
+/// CPU time per job, in ms, of the daemon and of its children, between two
+/// readings of [`cpu_seconds`].
+fn cpu_per_job(before: (f64, f64), after: (f64, f64), jobs: u64) -> (f64, f64) {
+    let per = |from: f64, to: f64| (to - from).max(0.0) * 1e3 / jobs as f64;
+    (per(before.0, after.0), per(before.1, after.1))
+}
+
+/// What one run measured.
+struct Measured {
+    /// Seconds to submit (0 for sequential jobs).
+    submitted: f64,
+    /// Jobs finished per second.
+    rate: f64,
+    /// The daemon's CPU time per job, and its children's (ms).
+    cpu: (f64, f64),
+    /// The daemon's RSS growth (MiB), after and at its peak.
+    growth: (f64, f64),
+}
+
 /// Whether the daemon holds no job: none admitted, none waiting.
 fn idle(daemon: &Daemon) -> bool {
     let status = daemon.json("status");
@@ -34,16 +77,15 @@ fn idle(daemon: &Daemon) -> bool {
         .all(|state| jobs[*state].as_u64().unwrap_or(0) == 0)
 }
 
-/// One array of `n` elements of `true` on a fresh daemon: seconds to
-/// submit, elements finished per second, and the daemon's RSS (KiB)
-/// before, after and at its peak.
-fn one_array(n: u64) -> (f64, f64, u64, u64, u64) {
+/// One array of `n` elements of `true` on a fresh daemon.
+fn one_array(n: u64) -> Measured {
     let daemon = Daemon::builder().log("scored=warn").start();
     // Warm: a few jobs, so that what is measured is the array's own cost.
     for _ in 0..5 {
         assert_eq!(code(&daemon.run(&["true"])), Some(0));
     }
     let before = rss_kib(daemon.pid());
+    let cpu_before = cpu_seconds(daemon.pid());
     let array = format!("-array=1-{n}");
     let start = Instant::now();
     let output = daemon.run(&["-batch", &array, "-output=/dev/null", "true"]);
@@ -52,46 +94,56 @@ fn one_array(n: u64) -> (f64, f64, u64, u64, u64) {
     let done = wait_until(Duration::from_secs(3600), || idle(&daemon));
     assert!(done, "the array did not finish");
     let total = start.elapsed().as_secs_f64();
+    let cpu_after = cpu_seconds(daemon.pid());
     let after = rss_kib(daemon.pid());
     let peak = hwm_kib(daemon.pid());
-    (submitted, n as f64 / total, before, after, peak)
+    let mib = |kib: u64| kib.saturating_sub(before) as f64 / 1024.0;
+    Measured {
+        submitted,
+        rate: n as f64 / total,
+        cpu: cpu_per_job(cpu_before, cpu_after, n),
+        growth: (mib(after), mib(peak)),
+    }
 }
 
-/// `n` interactive `scrun true` one after the other: jobs per second.
-fn sequential(n: u64) -> f64 {
+/// `n` interactive `scrun true` one after the other.
+fn sequential(n: u64) -> Measured {
     let daemon = Daemon::builder().log("scored=warn").start();
     for _ in 0..5 {
         assert_eq!(code(&daemon.run(&["true"])), Some(0));
     }
+    let cpu_before = cpu_seconds(daemon.pid());
     let start = Instant::now();
     for _ in 0..n {
         assert_eq!(code(&daemon.run(&["true"])), Some(0));
     }
-    n as f64 / start.elapsed().as_secs_f64()
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    Measured {
+        submitted: 0.0,
+        rate,
+        cpu: cpu_per_job(cpu_before, cpu_seconds(daemon.pid()), n),
+        growth: (0.0, 0.0),
+    }
 }
 
 pub(crate) fn batch(rows: &mut Vec<Row>) {
     let n = scaled(10_000, 1_000);
     let repeats = scaled(3, 1);
-    let mut submits = Vec::new();
-    let mut rates = Vec::new();
-    let mut sequential_rates = Vec::new();
-    let mut growth = Vec::new();
-    let mut peaks = Vec::new();
+    let mut arrays = Vec::new();
+    let mut sequentials = Vec::new();
     for _ in 0..repeats {
         // Interleaved with the arrays, so that both see the same machine.
-        sequential_rates.push(sequential(scaled(300, 50)));
-        let (submitted, rate, before, after, peak) = one_array(n);
-        submits.push(submitted);
-        rates.push(rate);
-        growth.push(after.saturating_sub(before) as f64 / 1024.0);
-        peaks.push(peak.saturating_sub(before) as f64 / 1024.0);
+        sequentials.push(sequential(scaled(300, 50)));
+        arrays.push(one_array(n));
     }
-    let sequential_rate = median(&mut sequential_rates);
-    let rate = median(&mut rates);
+    let of = |runs: &[Measured], value: fn(&Measured) -> f64| {
+        median(&mut runs.iter().map(value).collect::<Vec<_>>())
+    };
+    let sequential_rate = of(&sequentials, |m| m.rate);
+    let rate = of(&arrays, |m| m.rate);
     rows.push(row(
         &format!("submission of an array of {n} `true` (scrun -batch -array=1-{n})"),
-        format!("{:.3} s", median(&mut submits)),
+        format!("{:.3} s", of(&arrays, |m| m.submitted)),
         "-".into(),
         "-".into(),
         "under 1 s",
@@ -109,12 +161,26 @@ pub(crate) fn batch(rows: &mut Vec<Row>) {
         ),
         "at least 1,000 jobs/s",
     ));
+    let (daemon, children) = (of(&arrays, |m| m.cpu.0), of(&arrays, |m| m.cpu.1));
+    let (sequential_daemon, sequential_children) =
+        (of(&sequentials, |m| m.cpu.0), of(&sequentials, |m| m.cpu.1));
+    rows.push(row(
+        "CPU time per job: the daemon; its children (keepers and ranks)",
+        format!("{daemon:.2} ms; {children:.2} ms (array element)"),
+        format!("{sequential_daemon:.2} ms; {sequential_children:.2} ms (sequential scrun true)"),
+        format!(
+            "{:.2}×; {:.2}×",
+            daemon / sequential_daemon,
+            children / sequential_children
+        ),
+        "-",
+    ));
     rows.push(row(
         &format!("daemon RSS growth through an array of {n} (after; at its peak)"),
         format!(
             "{:.1} MB; {:.1} MB",
-            median(&mut growth),
-            median(&mut peaks)
+            of(&arrays, |m| m.growth.0),
+            of(&arrays, |m| m.growth.1)
         ),
         "-".into(),
         "-".into(),
