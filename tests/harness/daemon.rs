@@ -370,17 +370,7 @@ impl Daemon {
 
     /// Starts scrun in the background with its output piped.
     pub fn spawn(&self, args: &[&str]) -> Job {
-        let child = self
-            .scrun(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn scrun");
-        Job {
-            child: Some(child),
-            lines: Vec::new(),
-            reader: None,
-        }
+        Job::start(&mut self.scrun(args))
     }
 
     /// Runs a console line through sc_console.

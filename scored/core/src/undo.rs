@@ -297,40 +297,102 @@ impl<S: SetLike> Undo for UndoSet<S> {
     }
 }
 
-/// A hash map whose changes are logged: each entry is a key and the value
-/// it had before the change (`None`: absent).
+/// The map operations the undo log needs.
+pub trait MapLike: Default {
+    /// The keys.
+    type Key: Clone;
+    /// The values.
+    type Value: Clone;
+    /// Inserts; returns the value it replaced.
+    fn insert_entry(&mut self, key: Self::Key, value: Self::Value) -> Option<Self::Value>;
+    /// Removes; returns the value it had.
+    fn remove_entry(&mut self, key: &Self::Key) -> Option<Self::Value>;
+    /// A value, to read.
+    fn entry(&self, key: &Self::Key) -> Option<&Self::Value>;
+    /// A value, to change.
+    fn entry_mut(&mut self, key: &Self::Key) -> Option<&mut Self::Value>;
+}
+
+impl<K: Eq + Hash + Clone, V: Clone, S: BuildHasher + Default> MapLike for HashMap<K, V, S> {
+    type Key = K;
+    type Value = V;
+    fn insert_entry(&mut self, key: K, value: V) -> Option<V> {
+        self.insert(key, value)
+    }
+    fn remove_entry(&mut self, key: &K) -> Option<V> {
+        self.remove(key)
+    }
+    fn entry(&self, key: &K) -> Option<&V> {
+        self.get(key)
+    }
+    fn entry_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.get_mut(key)
+    }
+}
+
+impl<K: Ord + Clone, V: Clone> MapLike for BTreeMap<K, V> {
+    type Key = K;
+    type Value = V;
+    fn insert_entry(&mut self, key: K, value: V) -> Option<V> {
+        self.insert(key, value)
+    }
+    fn remove_entry(&mut self, key: &K) -> Option<V> {
+        self.remove(key)
+    }
+    fn entry(&self, key: &K) -> Option<&V> {
+        self.get(key)
+    }
+    fn entry_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.get_mut(key)
+    }
+}
+
+/// A map whose changes are logged: each entry is a key and the value it
+/// had before the change (`None`: absent).
 #[derive(Debug)]
-pub struct UndoMap<K, V, S = std::collections::hash_map::RandomState> {
-    map: HashMap<K, V, S>,
-    log: Vec<(K, Option<V>)>,
+pub struct UndoMapOf<M: MapLike> {
+    map: M,
+    log: Vec<(M::Key, Option<M::Value>)>,
     recording: bool,
 }
 
-impl<K, V, S: Default> Default for UndoMap<K, V, S> {
-    fn default() -> UndoMap<K, V, S> {
-        UndoMap {
-            map: HashMap::default(),
+/// A hash map whose changes are logged.
+pub type UndoMap<K, V, S = std::collections::hash_map::RandomState> = UndoMapOf<HashMap<K, V, S>>;
+
+/// An ordered map whose changes are logged: for maps read by ranges (the
+/// backlog's submissions, found by the job ids they cover).
+pub type UndoTree<K, V> = UndoMapOf<BTreeMap<K, V>>;
+
+impl<M: MapLike> Default for UndoMapOf<M> {
+    fn default() -> UndoMapOf<M> {
+        UndoMapOf::new(M::default())
+    }
+}
+
+impl<M: MapLike> UndoMapOf<M> {
+    /// Wraps a map (nothing is logged until the first commit).
+    pub fn new(map: M) -> UndoMapOf<M> {
+        UndoMapOf {
+            map,
             log: Vec::new(),
             recording: false,
         }
     }
-}
 
-impl<K: Eq + Hash + Clone, V: Clone, S: BuildHasher> UndoMap<K, V, S> {
     /// Inserts; returns the value it replaced.
-    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+    pub fn insert(&mut self, key: M::Key, value: M::Value) -> Option<M::Value> {
         if self.recording {
-            let old = self.map.insert(key.clone(), value);
+            let old = self.map.insert_entry(key.clone(), value);
             self.log.push((key, old.clone()));
             old
         } else {
-            self.map.insert(key, value)
+            self.map.insert_entry(key, value)
         }
     }
 
     /// Removes; returns the value it had.
-    pub fn remove(&mut self, key: &K) -> Option<V> {
-        let old = self.map.remove(key)?;
+    pub fn remove(&mut self, key: &M::Key) -> Option<M::Value> {
+        let old = self.map.remove_entry(key)?;
         if self.recording {
             self.log.push((key.clone(), Some(old.clone())));
         }
@@ -338,14 +400,16 @@ impl<K: Eq + Hash + Clone, V: Clone, S: BuildHasher> UndoMap<K, V, S> {
     }
 
     /// A value, to change: its present value is logged first.
-    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+    pub fn get_mut(&mut self, key: &M::Key) -> Option<&mut M::Value> {
         if self.recording {
-            let old = self.map.get(key)?.clone();
+            let old = self.map.entry(key)?.clone();
             self.log.push((key.clone(), Some(old)));
         }
-        self.map.get_mut(key)
+        self.map.entry_mut(key)
     }
+}
 
+impl<K: Eq + Hash + Clone, V: Clone, S: BuildHasher + Default> UndoMap<K, V, S> {
     /// Removes every entry.
     pub fn clear(&mut self) {
         if self.recording {
@@ -357,9 +421,9 @@ impl<K: Eq + Hash + Clone, V: Clone, S: BuildHasher> UndoMap<K, V, S> {
     }
 }
 
-impl<K: Clone, V: Clone, S: Clone> Clone for UndoMap<K, V, S> {
-    fn clone(&self) -> UndoMap<K, V, S> {
-        UndoMap {
+impl<M: MapLike + Clone> Clone for UndoMapOf<M> {
+    fn clone(&self) -> UndoMapOf<M> {
+        UndoMapOf {
             map: self.map.clone(),
             log: Vec::new(),
             recording: self.recording,
@@ -367,14 +431,14 @@ impl<K: Clone, V: Clone, S: Clone> Clone for UndoMap<K, V, S> {
     }
 }
 
-impl<K, V, S> Deref for UndoMap<K, V, S> {
-    type Target = HashMap<K, V, S>;
-    fn deref(&self) -> &HashMap<K, V, S> {
+impl<M: MapLike> Deref for UndoMapOf<M> {
+    type Target = M;
+    fn deref(&self) -> &M {
         &self.map
     }
 }
 
-impl<K: Eq + Hash, V, S: BuildHasher> Undo for UndoMap<K, V, S> {
+impl<M: MapLike> Undo for UndoMapOf<M> {
     fn commit(&mut self) {
         self.recording = true;
         self.log.clear();
@@ -384,107 +448,10 @@ impl<K: Eq + Hash, V, S: BuildHasher> Undo for UndoMap<K, V, S> {
         while let Some((key, old)) = self.log.pop() {
             match old {
                 Some(value) => {
-                    self.map.insert(key, value);
+                    self.map.insert_entry(key, value);
                 }
                 None => {
-                    self.map.remove(&key);
-                }
-            }
-        }
-    }
-}
-
-/// An ordered map whose changes are logged as [`UndoMap`]'s are: for maps
-/// read by ranges (the backlog's submissions, found by the job ids they
-/// cover).
-#[derive(Debug)]
-pub struct UndoTree<K, V> {
-    map: BTreeMap<K, V>,
-    log: Vec<(K, Option<V>)>,
-    recording: bool,
-}
-
-impl<K, V> Default for UndoTree<K, V> {
-    fn default() -> UndoTree<K, V> {
-        UndoTree {
-            map: BTreeMap::new(),
-            log: Vec::new(),
-            recording: false,
-        }
-    }
-}
-
-impl<K: Ord + Clone, V: Clone> UndoTree<K, V> {
-    /// Wraps a map (nothing is logged until the first commit).
-    pub fn new(map: BTreeMap<K, V>) -> UndoTree<K, V> {
-        UndoTree {
-            map,
-            log: Vec::new(),
-            recording: false,
-        }
-    }
-
-    /// Inserts; returns the value it replaced.
-    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
-        if self.recording {
-            let old = self.map.insert(key.clone(), value);
-            self.log.push((key, old.clone()));
-            old
-        } else {
-            self.map.insert(key, value)
-        }
-    }
-
-    /// Removes; returns the value it had.
-    pub fn remove(&mut self, key: &K) -> Option<V> {
-        let old = self.map.remove(key)?;
-        if self.recording {
-            self.log.push((key.clone(), Some(old.clone())));
-        }
-        Some(old)
-    }
-
-    /// A value, to change: its present value is logged first.
-    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
-        if self.recording {
-            let old = self.map.get(key)?.clone();
-            self.log.push((key.clone(), Some(old)));
-        }
-        self.map.get_mut(key)
-    }
-}
-
-impl<K: Clone, V: Clone> Clone for UndoTree<K, V> {
-    fn clone(&self) -> UndoTree<K, V> {
-        UndoTree {
-            map: self.map.clone(),
-            log: Vec::new(),
-            recording: self.recording,
-        }
-    }
-}
-
-impl<K, V> Deref for UndoTree<K, V> {
-    type Target = BTreeMap<K, V>;
-    fn deref(&self) -> &BTreeMap<K, V> {
-        &self.map
-    }
-}
-
-impl<K: Ord, V> Undo for UndoTree<K, V> {
-    fn commit(&mut self) {
-        self.recording = true;
-        self.log.clear();
-    }
-
-    fn rollback(&mut self) {
-        while let Some((key, old)) = self.log.pop() {
-            match old {
-                Some(value) => {
-                    self.map.insert(key, value);
-                }
-                None => {
-                    self.map.remove(&key);
+                    self.map.remove_entry(&key);
                 }
             }
         }
@@ -879,149 +846,4 @@ impl Undo for UndoLedger {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A small deterministic generator, so that a failing sequence is
-    /// reproduced by its seed.
-    struct Lcg(u64);
-
-    impl Lcg {
-        fn next(&mut self, below: u64) -> u64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (self.0 >> 33) % below
-        }
-    }
-
-    #[test]
-    fn a_rollback_restores_each_container_as_it_was_at_the_commit() {
-        for seed in 0..200 {
-            let mut random = Lcg(seed);
-            let mut set: UndoSet<BTreeSet<u64>> = UndoSet::default();
-            let mut sorted: UndoSet<SortedSet<u64>> = UndoSet::default();
-            let mut hashed: UndoSet<HashSet<u64>> = UndoSet::default();
-            let mut map: UndoMap<u64, Vec<u64>> = UndoMap::default();
-            let mut tree: UndoTree<u64, Vec<u64>> = UndoTree::default();
-            let mut deque: UndoDeque<u64> = UndoDeque::default();
-            let mut cell = UndoCell::new(vec![0u64; 4]);
-            let mut committed = None;
-            for step in 0..300 {
-                if step % 37 == 0 {
-                    set.commit();
-                    sorted.commit();
-                    hashed.commit();
-                    map.commit();
-                    tree.commit();
-                    deque.commit();
-                    cell.commit();
-                    committed = Some((
-                        (*set).clone(),
-                        (*hashed).clone(),
-                        (*map).clone(),
-                        (*deque).clone(),
-                        (*cell).clone(),
-                        (*sorted).clone(),
-                        (*tree).clone(),
-                    ));
-                }
-                let key = random.next(20);
-                match random.next(12) {
-                    0 => {
-                        set.insert(key);
-                        sorted.insert(key);
-                        hashed.insert(key);
-                    }
-                    1 => {
-                        set.remove(&key);
-                        sorted.remove(&key);
-                        hashed.remove(&key);
-                    }
-                    2 => {
-                        set.pop_first();
-                        sorted.pop_first();
-                    }
-                    3 if random.next(10) == 0 => {
-                        set.clear();
-                        sorted.clear();
-                        hashed.clear();
-                        map.clear();
-                    }
-                    4 => {
-                        map.insert(key, vec![step]);
-                        tree.insert(key, vec![step]);
-                    }
-                    5 => {
-                        map.remove(&key);
-                        tree.remove(&key);
-                    }
-                    6 => {
-                        if let Some(value) = map.get_mut(&key) {
-                            value.push(step);
-                        }
-                        if let Some(value) = tree.get_mut(&key) {
-                            value.push(step);
-                        }
-                    }
-                    7 => deque.push_back(step),
-                    8 => {
-                        deque.pop_front();
-                    }
-                    9 => deque.modify(|deque| deque.retain(|item| item % 3 != key % 3)),
-                    _ => cell.get_mut()[key as usize % 4] = step,
-                }
-                if random.next(50) == 0 {
-                    let Some(committed) = &committed else {
-                        continue;
-                    };
-                    set.rollback();
-                    sorted.rollback();
-                    hashed.rollback();
-                    map.rollback();
-                    tree.rollback();
-                    deque.rollback();
-                    cell.rollback();
-                    assert_eq!(*tree, committed.6, "seed {seed} step {step}");
-                    assert_eq!(*set, committed.0, "seed {seed} step {step}");
-                    assert_eq!(*sorted, committed.5, "seed {seed} step {step}");
-                    assert_eq!(*hashed, committed.1, "seed {seed} step {step}");
-                    assert_eq!(*map, committed.2, "seed {seed} step {step}");
-                    assert_eq!(*deque, committed.3, "seed {seed} step {step}");
-                    assert_eq!(*cell, committed.4, "seed {seed} step {step}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn nothing_is_logged_before_the_first_commit() {
-        let mut set: UndoSet<BTreeSet<u64>> = UndoSet::default();
-        let mut map: UndoMap<u64, u64> = UndoMap::default();
-        let mut deque: UndoDeque<u64> = UndoDeque::default();
-        for item in 0..100 {
-            set.insert(item);
-            map.insert(item, item);
-            deque.push_back(item);
-        }
-        assert!(set.log.is_empty() && map.log.is_empty() && deque.log.is_empty());
-        // A rollback without a commit changes nothing.
-        set.rollback();
-        map.rollback();
-        deque.rollback();
-        assert_eq!((set.len(), map.len(), deque.len()), (100, 100, 100));
-    }
-
-    #[test]
-    fn a_commit_forgets_the_log() {
-        let mut set: UndoSet<BTreeSet<u64>> = UndoSet::default();
-        set.commit();
-        set.insert(1);
-        set.commit();
-        assert!(set.log.is_empty());
-        set.insert(2);
-        set.rollback();
-        assert_eq!(set.iter().copied().collect::<Vec<_>>(), vec![1]);
-    }
-}
+mod tests;
