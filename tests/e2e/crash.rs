@@ -131,7 +131,7 @@ fn a_queued_pty_job_survives_a_kill_of_scored() {
 }
 
 /// The pid of the parent of `pid` (a rank's keeper).
-fn parent_of(pid: i32) -> i32 {
+pub(crate) fn parent_of(pid: i32) -> i32 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let rest = text.rsplit_once(')').map_or("", |(_, rest)| rest);
     rest.split_whitespace()

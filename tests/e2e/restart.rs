@@ -275,6 +275,62 @@ fn a_job_frozen_when_scored_is_killed_stays_frozen_until_the_next_scored() {
     assert!(all_gone(&[pid_a, pid_b], Duration::from_secs(5)));
 }
 
+/// A job frozen when scored is killed, whose scored never comes back, is
+/// ended by its keeper after `--keeper-wait`: the keeper thaws the job's
+/// cgroup after its SIGKILL, without which the frozen rank would never
+/// take the signal and stay for good.
+#[test]
+fn a_frozen_job_whose_scored_never_returns_is_ended_by_its_keeper() {
+    let mut daemon = Daemon::builder()
+        .hosts("host0 cores=1\n")
+        .timeslice("1s")
+        .log("scored=info")
+        .arg("--keeper-wait")
+        .arg("2s")
+        .start();
+    let spin = testprog();
+    let mut first = daemon.spawn(&["-nodes=1,reattach=3s", &spin, "spin", "0"]);
+    let pid_a = first.wait_pids(1)[0];
+    let mut second = daemon.spawn(&["-nodes=1,reattach=3s", &spin, "spin", "0"]);
+    let pid_b = second.wait_pids(1)[0];
+    let Some(state_file) =
+        freezer_state_file(pid_a).filter(|_| daemon.log().contains("jobs are held in cgroups"))
+    else {
+        println!("no v1 freezer cgroups here: scored never freezes a job");
+        return;
+    };
+    let keepers = [
+        crate::crash::parent_of(pid_a),
+        crate::crash::parent_of(pid_b),
+    ];
+    let frozen =
+        || std::fs::read_to_string(&state_file).is_ok_and(|state| state.trim() == "FROZEN");
+    let froze = wait_until(Duration::from_secs(30), || {
+        if stopped(pid_a) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid_a),
+                nix::sys::signal::Signal::SIGCONT,
+            );
+        }
+        frozen()
+    });
+    assert!(froze, "scored never froze the job:\n{}", daemon.log());
+    daemon.kill_hard();
+    assert!(
+        all_gone(&[pid_a, pid_b], Duration::from_secs(20)),
+        "a rank outlived its keeper's wait (frozen: {})",
+        frozen()
+    );
+    assert!(
+        all_gone(&keepers, Duration::from_secs(10)),
+        "a keeper stayed"
+    );
+    for scrun in [&mut first, &mut second] {
+        let (status, text) = scrun.wait(Duration::from_secs(20));
+        assert_eq!(status.code(), Some(69), "{text}");
+    }
+}
+
 /// A killed daemon that its parent has not reaped stays in /proc as a
 /// zombie with its pid: the next scored must still see it as dead, and
 /// take its jobs over.

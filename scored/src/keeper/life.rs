@@ -36,7 +36,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, SigSet, Signal};
@@ -930,6 +930,18 @@ impl Keeper {
             };
             if procfs::read_stat(stat.pid).map(|again| again.start) == Some(stat.start) {
                 let _ = sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+            }
+        }
+        // A process the freezer holds takes its SIGKILL only once thawed.
+        // scored thaws a job it kills; a keeper that ends its job alone
+        // (its scored never came back) thaws the job's cgroup itself, after
+        // the signals, so that nothing of the job runs again but to die.
+        if let Some(dir) = self.cgroup_procs.as_deref().and_then(Path::parent) {
+            for (file, value) in [("freezer.state", "THAWED"), ("cgroup.freeze", "0")] {
+                let path = dir.join(file);
+                if path.exists() {
+                    let _ = std::fs::write(&path, value);
+                }
             }
         }
     }
