@@ -4,8 +4,9 @@
 //! answering. Until the test releases it, a process that changes into the
 //! directory waits in the kernel (the access check of `chdir` is a
 //! question to the server), unless it is a child of the test process (a
-//! client the test starts there), or until a signal interrupts it; every
-//! other question is answered at once.
+//! client the test starts there), or until a fatal signal interrupts it
+//! (a stop, as on a hung hard-mounted NFS, leaves it waiting); every other
+//! question is answered at once.
 //!
 //! The server answers the few questions a directory's life needs (`INIT`,
 //! `ACCESS`, `GETATTR`; no entries inside) and refuses the rest. Dropping
@@ -33,8 +34,8 @@ const IN_HEADER: usize = 40;
 struct Shared {
     /// Access checks of processes other than the test's children wait.
     holding: bool,
-    /// The access checks waiting: their request ids.
-    held: Vec<u64>,
+    /// The access checks waiting: their request ids and processes.
+    held: Vec<(u64, u32)>,
 }
 
 /// A FUSE directory whose access checks wait until the test releases them.
@@ -123,7 +124,7 @@ impl HungDir {
             shared.holding = false;
             std::mem::take(&mut shared.held)
         };
-        for unique in held {
+        for (unique, _) in held {
             reply(&self.device, unique, 0, &[]);
         }
     }
@@ -187,7 +188,7 @@ fn serve(device: &OwnedFd, shared: &Mutex<Shared>, stop: &AtomicBool) {
             FUSE_ACCESS => {
                 let mut state = shared.lock().expect("lock");
                 if state.holding && parent_of(pid) != Some(std::process::id()) {
-                    state.held.push(unique);
+                    state.held.push((unique, pid));
                 } else {
                     drop(state);
                     reply(device, unique, 0, &[]);
@@ -205,13 +206,14 @@ fn serve(device: &OwnedFd, shared: &Mutex<Shared>, stop: &AtomicBool) {
                 reply(device, unique, 0, &out);
             }
             FUSE_INTERRUPT => {
-                // A waiting process got a signal: its question is answered
-                // EINTR, as a server that honours interrupts does, so
-                // that a fatal signal ends it.
+                // A waiting process got a signal. As a hung network file
+                // system, only a fatal one ends its wait (its question is
+                // answered EINTR); a stop, say, leaves it waiting.
                 let target =
                     u64::from_ne_bytes(buffer[IN_HEADER..IN_HEADER + 8].try_into().expect("8"));
                 let mut state = shared.lock().expect("lock");
-                if let Some(at) = state.held.iter().position(|held| *held == target) {
+                let found = state.held.iter().position(|held| held.0 == target);
+                if let Some(at) = found.filter(|at| being_killed(state.held[*at].1)) {
                     state.held.remove(at);
                     drop(state);
                     reply(device, target, -libc::EINTR, &[]);
@@ -221,6 +223,19 @@ fn serve(device: &OwnedFd, shared: &Mutex<Shared>, stop: &AtomicBool) {
             _ => reply(device, unique, -libc::ENOSYS, &[]),
         }
     }
+}
+
+/// Process `pid` has a SIGKILL pending (or is gone).
+fn being_killed(pid: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    text.lines()
+        .filter_map(|line| {
+            let (key, mask) = line.split_once(':')?;
+            matches!(key, "SigPnd" | "ShdPnd").then(|| u64::from_str_radix(mask.trim(), 16).ok())?
+        })
+        .any(|mask| mask & (1 << (libc::SIGKILL - 1)) != 0)
 }
 
 /// The parent of process `pid` (which waits in the kernel for an answer,
