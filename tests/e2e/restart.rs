@@ -216,6 +216,44 @@ fn freezer_state_file(pid: i32) -> Option<std::path::PathBuf> {
     )))
 }
 
+/// Two spinning jobs time-sharing `daemon`'s one host, started with
+/// `option`; the first one's rank is continued from outside whenever it is
+/// switched out, until scored freezes its job. Their scruns, their ranks'
+/// pids and the first one's freezer state file; `None` (said) where no v1
+/// freezer holds jobs.
+fn a_frozen_job_and_another(
+    daemon: &Daemon,
+    option: &str,
+) -> Option<([Job; 2], [i32; 2], std::path::PathBuf)> {
+    let spin = testprog();
+    let mut first = daemon.spawn(&[option, &spin, "spin", "0"]);
+    let pid_a = first.wait_pids(1)[0];
+    let mut second = daemon.spawn(&[option, &spin, "spin", "0"]);
+    let pid_b = second.wait_pids(1)[0];
+    let Some(state_file) =
+        freezer_state_file(pid_a).filter(|_| daemon.log().contains("jobs are held in cgroups"))
+    else {
+        println!("no v1 freezer cgroups here: scored never freezes a job");
+        return None;
+    };
+    let froze = wait_until(Duration::from_secs(30), || {
+        if stopped(pid_a) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid_a),
+                nix::sys::signal::Signal::SIGCONT,
+            );
+        }
+        is_frozen(&state_file)
+    });
+    assert!(froze, "scored never froze the job:\n{}", daemon.log());
+    Some(([first, second], [pid_a, pid_b], state_file))
+}
+
+/// The freezer state file says FROZEN.
+fn is_frozen(state_file: &std::path::Path) -> bool {
+    std::fs::read_to_string(state_file).is_ok_and(|state| state.trim() == "FROZEN")
+}
+
 /// A job that scored froze (its rank was continued from outside while it
 /// was switched out) stays frozen while no scored runs, so it never runs
 /// beside the job sharing its host; the next scored takes it over frozen,
@@ -227,31 +265,13 @@ fn a_job_frozen_when_scored_is_killed_stays_frozen_until_the_next_scored() {
         .timeslice("1s")
         .log("scored=info")
         .start();
-    let spin = testprog();
-    let mut first = daemon.spawn(&["-nodes=1", &spin, "spin", "0"]);
-    let pid_a = first.wait_pids(1)[0];
-    let mut second = daemon.spawn(&["-nodes=1", &spin, "spin", "0"]);
-    let pid_b = second.wait_pids(1)[0];
-    let Some(state_file) =
-        freezer_state_file(pid_a).filter(|_| daemon.log().contains("jobs are held in cgroups"))
+    // Kill scored while it holds a job frozen.
+    let Some(([mut first, mut second], [pid_a, pid_b], state_file)) =
+        a_frozen_job_and_another(&daemon, "-nodes=1")
     else {
-        println!("no v1 freezer cgroups here: scored never freezes a job");
         return;
     };
-    // Continue the rank from outside whenever it is switched out, until
-    // scored freezes it; then kill scored while it is frozen.
-    let frozen =
-        || std::fs::read_to_string(&state_file).is_ok_and(|state| state.trim() == "FROZEN");
-    let froze = wait_until(Duration::from_secs(30), || {
-        if stopped(pid_a) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid_a),
-                nix::sys::signal::Signal::SIGCONT,
-            );
-        }
-        frozen()
-    });
-    assert!(froze, "scored never froze the job:\n{}", daemon.log());
+    let frozen = || is_frozen(&state_file);
     daemon.kill_hard();
     std::thread::sleep(Duration::from_millis(500));
     assert!(frozen(), "the job thawed while no scored ran");
@@ -288,33 +308,16 @@ fn a_frozen_job_whose_scored_never_returns_is_ended_by_its_keeper() {
         .arg("--keeper-wait")
         .arg("2s")
         .start();
-    let spin = testprog();
-    let mut first = daemon.spawn(&["-nodes=1,reattach=3s", &spin, "spin", "0"]);
-    let pid_a = first.wait_pids(1)[0];
-    let mut second = daemon.spawn(&["-nodes=1,reattach=3s", &spin, "spin", "0"]);
-    let pid_b = second.wait_pids(1)[0];
-    let Some(state_file) =
-        freezer_state_file(pid_a).filter(|_| daemon.log().contains("jobs are held in cgroups"))
+    let Some(([mut first, mut second], [pid_a, pid_b], state_file)) =
+        a_frozen_job_and_another(&daemon, "-nodes=1,reattach=3s")
     else {
-        println!("no v1 freezer cgroups here: scored never freezes a job");
         return;
     };
     let keepers = [
         crate::crash::parent_of(pid_a),
         crate::crash::parent_of(pid_b),
     ];
-    let frozen =
-        || std::fs::read_to_string(&state_file).is_ok_and(|state| state.trim() == "FROZEN");
-    let froze = wait_until(Duration::from_secs(30), || {
-        if stopped(pid_a) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid_a),
-                nix::sys::signal::Signal::SIGCONT,
-            );
-        }
-        frozen()
-    });
-    assert!(froze, "scored never froze the job:\n{}", daemon.log());
+    let frozen = || is_frozen(&state_file);
     daemon.kill_hard();
     assert!(
         all_gone(&[pid_a, pid_b], Duration::from_secs(20)),
