@@ -57,6 +57,13 @@ const KIND: u64 = 0xffff_ffff << 32;
 /// How long a stop waits for `waitid` before the ranks still to stop are
 /// looked at in /proc (and sent SIGSTOP again if they run).
 const STOP_CHECK: Duration = Duration::from_millis(20);
+/// How long a stop may hold the keeper in the kernel, waiting for its
+/// ranks one at a time (see `await_stops`) before it goes back to its
+/// loop; scored waits as long for the answer before it goes on with its
+/// own loop.
+const STOP_BLOCK: Duration = Duration::from_millis(5);
+/// The alarm that interrupts that wait, so that it ends in time.
+const STOP_ALARM: Duration = Duration::from_millis(1);
 
 /// One rank the keeper holds.
 struct Rank {
@@ -147,6 +154,8 @@ impl Keeper {
         super::retitle(&format!("scored keeper of job {job}"));
         // Its orphaned descendants come to it, not to scored.
         sys::set_child_subreaper()?;
+        // SIGALRM ends a wait for stops in time (`await_stops`).
+        sys::install_alarm_handler()?;
         // Nothing of scored's but the link; the standard streams log.
         let _ = sys::close_from_3_except(&[], link.as_raw_fd(), false);
         let mut mask = SigSet::empty();
@@ -515,6 +524,58 @@ impl Keeper {
             .map(|(pid, _)| *pid)
             .collect();
         self.stopping = Some(Instant::now() + STOP_CHECK);
+        self.answer_stop();
+        self.await_stops();
+    }
+
+    /// Waits in the kernel for the ranks the `Stop` awaits, one after the
+    /// other, as a killpg/waitpid program does: woken only when the rank
+    /// waited for stops (or ends), where SIGCHLD would wake the keeper, at
+    /// scored's real-time priority, for each rank, taking the CPU from the
+    /// very ranks that must run to stop. Ranks that stopped before their
+    /// turn cost one look each. The wait ends after `STOP_BLOCK` (the
+    /// alarm interrupts it); what is left is awaited in the loop, with
+    /// scored's messages and the other events.
+    fn await_stops(&mut self) {
+        if self.stopping.is_none() || self.pending.is_empty() {
+            return;
+        }
+        if sys::set_alarm(STOP_ALARM).is_err() {
+            return;
+        }
+        let deadline = Instant::now() + STOP_BLOCK;
+        let pending: Vec<i32> = self.pending.iter().copied().collect();
+        'ranks: for pid in pending {
+            loop {
+                if Instant::now() >= deadline {
+                    break 'ranks;
+                }
+                let Some(pidfd) = self.ranks.get(&pid).and_then(|rank| rank.pidfd.as_ref()) else {
+                    continue 'ranks;
+                };
+                match sys::wait_stopped_or_ended(pidfd) {
+                    Ok(Some(sys::WaitEvent::Stopped)) => {
+                        // Continued again since (from outside): the loop
+                        // sees that continue.
+                        if sys::take_stop(pidfd).unwrap_or(false) {
+                            if let Some(rank) = self.ranks.get_mut(&pid) {
+                                rank.stopped = true;
+                            }
+                            self.pending.remove(&pid);
+                        }
+                        continue 'ranks;
+                    }
+                    Ok(Some(_)) => {
+                        self.rank_ended(pid);
+                        continue 'ranks;
+                    }
+                    // The alarm: the deadline is looked at again.
+                    Ok(None) => {}
+                    Err(_) => continue 'ranks,
+                }
+            }
+        }
+        let _ = sys::set_alarm(Duration::ZERO);
         self.answer_stop();
     }
 

@@ -207,6 +207,55 @@ pub fn wait_ended(pidfd: &OwnedFd, keep: bool) -> io::Result<Option<Waited>> {
     waitid_raw(P_PIDFD, pidfd.as_raw_fd() as libc::id_t, options)
 }
 
+/// `waitid(P_PIDFD, pidfd, WSTOPPED | WEXITED | WNOWAIT)`: blocks until
+/// the child behind `pidfd` has stopped or ended, and leaves the report
+/// for [`take_stop`] or [`wait_ended`]. Waiting for one child, the caller
+/// is woken by that child's change only, as a killpg/waitpid program is,
+/// where SIGCHLD wakes it for every child. `Ok(None)` when a signal (the
+/// alarm of [`set_alarm`](super::set_alarm)) interrupted the wait.
+///
+/// Not for use between fork and exec.
+pub fn wait_stopped_or_ended(pidfd: &OwnedFd) -> io::Result<Option<WaitEvent>> {
+    const P_PIDFD: libc::idtype_t = 3;
+    // SAFETY: all-zero is a valid value of this plain C struct.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is valid and writable across the call; waitid writes
+    // only into it (no rusage is asked for).
+    let ret = unsafe {
+        libc::waitid(
+            P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            libc::WSTOPPED | libc::WEXITED | libc::WNOWAIT,
+        )
+    };
+    if ret == -1 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::EINTR) => Ok(None),
+            _ => Err(error),
+        };
+    }
+    match waited_event(&info) {
+        Some((_, event)) => Ok(Some(event)),
+        None => Err(io::Error::from_raw_os_error(libc::ECHILD)),
+    }
+}
+
+/// `waitid(P_PIDFD, pidfd, WSTOPPED | WNOHANG)`: takes the child's stop
+/// report, if it has one; whether it had.
+///
+/// Not for use between fork and exec.
+pub fn take_stop(pidfd: &OwnedFd) -> io::Result<bool> {
+    const P_PIDFD: libc::idtype_t = 3;
+    let waited = waitid_raw(
+        P_PIDFD,
+        pidfd.as_raw_fd() as libc::id_t,
+        libc::WSTOPPED | libc::WNOHANG,
+    )?;
+    Ok(waited.is_some_and(|waited| waited.event == WaitEvent::Stopped))
+}
+
 /// `waitid(P_ALL, WSTOPPED | WCONTINUED | WNOHANG)`: the next stop or
 /// continue of any child, which it takes (ends are not looked at).
 ///
