@@ -21,6 +21,11 @@
 //! (`clone(CLONE_PARENT)`): a keeper costs what it writes of a small
 //! process's pages, never a copy of scored's heap, and scored, their
 //! parent and subreaper, learns when one dies and inherits its orphans.
+//! A keeper whose job is over, with no child left and no descriptor
+//! whose close could wait, says so (`FromKeeper::Idle`); scored keeps a
+//! few such keepers and gives each its next job (`ToKeeper::Adopt`), so
+//! that a launch skips the zygote's fork and a keeper's set-up. An idle
+//! keeper holds nothing of any job and ends when its link closes.
 //!
 //! Who owns what: scored owns the decisions and the signals; a keeper owns
 //! its job's processes (their creation, their reaping and what only the
@@ -42,9 +47,11 @@
 //! a rank of a switched-out job continued from outside).
 //!
 //! Where to look: the messages and their framing are here; the zygote is
-//! `zygote.rs`; a keeper's life is `life.rs`, and the creation of its
-//! ranks from scored's order `order.rs`. scored's side (a link per keeper,
-//! their events turned into the actuator's) is `actuator/keepers.rs`.
+//! `zygote.rs`; a keeper's life is `life.rs` (between jobs
+//! `life/spare.rs`, ending its job alone `life/ending.rs`), and the
+//! creation of its ranks from scored's order `order.rs`. scored's side (a
+//! link per keeper, their events turned into the actuator's) is
+//! `actuator/keepers.rs`.
 #![forbid(unsafe_code)]
 
 use std::io::{self, IoSlice, IoSliceMut};
@@ -92,6 +99,9 @@ pub enum ToKeeper {
     Release,
     /// End the job: kill every process of it.
     Kill,
+    /// Keep this job (a spare keeper, see [`FromKeeper::Idle`]): its
+    /// orders follow.
+    Adopt(u64),
 }
 
 /// What a keeper tells scored.
@@ -112,6 +122,10 @@ pub enum FromKeeper {
     State(Held),
     /// What happened since it last said.
     Events(Vec<Event>),
+    /// Its job is over and nothing of it is left (no child, no descriptor
+    /// that could hold a close): it may keep another job (`Adopt`), and
+    /// ends when its link closes. Said only on the link the zygote gave it.
+    Idle,
 }
 
 /// What a keeper holds, for a scored that takes its job over.
@@ -380,18 +394,10 @@ pub fn retitle(title: &str) {
     if let Ok(name) = std::ffi::CString::new(name) {
         let _ = nix::sys::prctl::set_name(&name);
     }
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return;
-    };
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // Fields 48 and 49 of proc(5), counted from field 3 after the name.
-    let (Some(start), Some(end)) = (
-        fields.get(45).and_then(|text| text.parse::<u64>().ok()),
-        fields.get(46).and_then(|text| text.parse::<u64>().ok()),
-    ) else {
+    // Where the arguments lie does not change: read once (by the zygote,
+    // whose keepers inherit it).
+    static ARGUMENTS: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    let Some((start, end)) = *ARGUMENTS.get_or_init(arguments_area) else {
         return;
     };
     let room = end.saturating_sub(start) as usize;
@@ -408,6 +414,16 @@ pub fn retitle(title: &str) {
         use std::os::unix::fs::FileExt;
         let _ = mem.write_at(&bytes, start);
     }
+}
+
+/// Where this process's arguments lie in its memory (`arg_start`,
+/// `arg_end` of /proc/self/stat).
+fn arguments_area() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 48 and 49 of proc(5), counted from field 3 after the name.
+    Some((fields.get(45)?.parse().ok()?, fields.get(46)?.parse().ok()?))
 }
 
 /// Events split into messages under [`MAX_MESSAGE`].

@@ -16,8 +16,8 @@ use std::time::Duration;
 mod wait;
 
 pub use wait::{
-    peek_ended, reap, take_stop, wait_any, wait_ended, wait_pid_blocking, wait_sigchld,
-    wait_stop_or_continue, wait_stopped_or_ended, WaitEvent, Waited,
+    has_children, peek_ended, reap, take_stop, wait_any, wait_ended, wait_pid_blocking,
+    wait_sigchld, wait_stop_or_continue, wait_stopped_or_ended, WaitEvent, Waited,
 };
 
 /// Turns a `-1` return into the thread's `errno`.
@@ -774,6 +774,58 @@ pub fn cached_identity(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<(u64, u64,
     } as libc::c_long)?;
     let dev = libc::makedev(stat.stx_dev_major, stat.stx_dev_minor);
     Ok((dev, stat.stx_ino, u32::from(stat.stx_mode)))
+}
+
+/// Whether closing `fd` returns at once whatever its other end does: a
+/// pipe, a Unix socket (which never lingers), or a terminal or memory
+/// device (`/dev/null`, a pseudo-terminal, `/dev/tty`), from the kernel's
+/// cached attributes. A network socket may linger on close, and a file
+/// system's server or another device may make its release wait.
+///
+/// Not for use between fork and exec.
+pub fn closes_at_once(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    // SAFETY: an all-zero statx is a valid value for the kernel to fill.
+    let mut stat: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open for the call, the path is an empty C string
+    // (AT_EMPTY_PATH: the descriptor itself) and `stat` is valid for writing.
+    let ret = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC,
+            libc::STATX_TYPE,
+            &mut stat,
+        )
+    };
+    if ret != 0 {
+        return false;
+    }
+    match u32::from(stat.stx_mode) & libc::S_IFMT {
+        libc::S_IFIFO => true,
+        // Memory devices (1), /dev/tty and /dev/ptmx (5), pseudo-terminals
+        // (136 to 143).
+        libc::S_IFCHR => matches!(stat.stx_rdev_major, 1 | 5 | 136..=143),
+        libc::S_IFSOCK => socket_domain(fd) == Some(libc::AF_UNIX),
+        _ => false,
+    }
+}
+
+/// A socket's address family (`SO_DOMAIN`).
+fn socket_domain(fd: std::os::fd::BorrowedFd<'_>) -> Option<libc::c_int> {
+    let mut domain: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `domain` is a writable int and `len` its size, both valid
+    // across the call; getsockopt writes at most `len` bytes.
+    let ret = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            (&mut domain as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (ret == 0).then_some(domain)
 }
 
 /// Makes `command`'s child run at SCHED_FIFO `priority` (reset on fork)

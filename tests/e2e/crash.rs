@@ -665,3 +665,55 @@ except OSError as error:
     let (status, stderr) = job.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "{stderr}");
 }
+
+/// scored keeps the keeper of a finished job for its next job: a job
+/// given such a keeper is held as one given a new keeper is. It outlives
+/// a kill -9 of scored, the new scored takes it over, and it ends with its
+/// own status; nothing of the earlier job is counted in it.
+#[test]
+fn a_job_given_the_keeper_of_an_earlier_job_outlives_a_kill_of_scored() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let first = daemon.run(&["sh", "-c", "echo keeper $PPID"]);
+    assert_eq!(code(&first), Some(0), "{}", stderr(&first));
+    let first_keeper: i32 = stdout(&first)
+        .trim()
+        .strip_prefix("keeper ")
+        .and_then(|pid| pid.parse().ok())
+        .expect("the first job's keeper");
+    let idle = |daemon: &Daemon| {
+        daemon.all_children().contains(&first_keeper)
+            && std::fs::read(format!("/proc/{first_keeper}/cmdline"))
+                .is_ok_and(|line| line.starts_with(b"scored keeper, idle"))
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || idle(&daemon)),
+        "the first job's keeper was not kept:\n{}",
+        daemon.log()
+    );
+    let mut job = daemon.spawn(&[
+        "-nodes=1",
+        "sh",
+        "-c",
+        "echo pid $$; sleep 2; echo second; exit 4",
+    ]);
+    let rank = job.wait_pids(1)[0];
+    assert_eq!(
+        parent_of(rank),
+        first_keeper,
+        "the second job was not given the idle keeper"
+    );
+    daemon.kill_hard();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(rank), "the job died with scored");
+    daemon.start_again();
+    job.wait_lines("second", 1);
+    let (status, stderr) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(4), "{stderr}");
+    let history = history(&daemon);
+    assert!(
+        history
+            .iter()
+            .any(|(id, state, exit, _)| *id == 2 && state == "done" && *exit == 4),
+        "{history:?}"
+    );
+}

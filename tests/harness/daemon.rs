@@ -305,17 +305,19 @@ impl Daemon {
     }
 
     /// The daemon's child processes but its zygote (which forks the
-    /// jobs' keepers) and its closer of users' descriptors, both of which
-    /// live as long as it does: the keepers of the jobs, and processes it
-    /// forks for itself (removers of large trees).
+    /// jobs' keepers), its idle keepers kept for the next jobs, and its
+    /// closer of users' descriptors, which may live as long as it does:
+    /// the keepers of the jobs, and processes it forks for itself
+    /// (removers of large trees).
     pub fn children(&self) -> Vec<i32> {
         let closer = self.closer();
         self.all_children()
             .into_iter()
             .filter(|pid| Some(*pid) != closer)
             .filter(|pid| {
-                !std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|line| line.starts_with(b"scored zygote"))
+                !std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                    line.starts_with(b"scored zygote") || line.starts_with(b"scored keeper, idle")
+                })
             })
             .collect()
     }

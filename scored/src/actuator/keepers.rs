@@ -54,7 +54,26 @@ pub(super) struct Keepers {
     /// Keepers that said who they are since the daemon's state last
     /// recorded them: job, pid, start time.
     pub(super) fresh: Vec<(u64, i32, u64)>,
+    /// Keepers whose job is over, kept for the next jobs (at most
+    /// [`SPARES`]), the last idle first.
+    spares: Vec<Spare>,
+    /// The pids of keepers that keep no job (spares, and those let go),
+    /// until they are reaped.
+    idle: std::collections::HashSet<i32>,
     buffer: Vec<u8>,
+}
+
+/// How many idle keepers scored keeps for the next jobs: a launch through
+/// one skips the zygote's fork and the keeper's set-up; each costs what it
+/// wrote of its pages.
+const SPARES: usize = 8;
+
+/// An idle keeper (`FromKeeper::Idle`), its link no longer watched.
+#[derive(Debug)]
+struct Spare {
+    socket: OwnedFd,
+    pid: i32,
+    start: u64,
 }
 
 /// One keeper.
@@ -87,6 +106,8 @@ impl Keepers {
             by_pid: HashMap::new(),
             reaps: HashMap::new(),
             fresh: Vec::new(),
+            spares: Vec::new(),
+            idle: std::collections::HashSet::new(),
             buffer: vec![0u8; keeper::MAX_MESSAGE],
         }
     }
@@ -166,9 +187,29 @@ fn token(job: JobId) -> u64 {
 }
 
 impl OsActuator {
-    /// The link to `job`'s keeper, made through the zygote at its first
-    /// launch.
+    /// The link to `job`'s keeper, at its first launch an idle keeper's
+    /// (told to keep it) or one made through the zygote.
     pub(super) fn keeper_of(&mut self, job: JobId) -> io::Result<&mut Link> {
+        while !self.keepers.links.contains_key(&job) {
+            let Some(spare) = self.keepers.spares.pop() else {
+                break;
+            };
+            // A spare that cannot take it (gone, or its socket full) is
+            // let go: its link closes and it ends.
+            if !matches!(
+                keeper::send(spare.socket.as_fd(), &ToKeeper::Adopt(job.0), &[]),
+                Ok(true)
+            ) {
+                continue;
+            }
+            sys::epoll_add(&self.exec_watch, spare.socket.as_raw_fd(), token(job))?;
+            self.keepers.idle.remove(&spare.pid);
+            self.keepers.by_pid.insert(spare.pid, job);
+            self.keepers.fresh.push((job.0, spare.pid, spare.start));
+            let mut link = Link::new(spare.socket, true);
+            link.id = Some((spare.pid, spare.start));
+            self.keepers.links.insert(job, link);
+        }
         if !self.keepers.links.contains_key(&job) {
             let zygote = self.keepers.zygote.as_ref().ok_or_else(|| {
                 io::Error::new(io::ErrorKind::NotConnected, "no zygote to make keepers")
@@ -413,11 +454,43 @@ impl OsActuator {
                 }
             }
             FromKeeper::State(_) => {}
+            FromKeeper::Idle => self.keeper_idle(job),
             FromKeeper::Events(events) => {
                 for event in events {
                     self.keeper_event(job, event, out);
                 }
             }
+        }
+    }
+
+    /// `job`'s keeper is idle, its job over and nothing of it left: it is
+    /// kept for the next job while there is room, or let go (its link
+    /// closes, and it ends).
+    fn keeper_idle(&mut self, job: JobId) {
+        // Only a keeper scored made and told the job is over rests.
+        let idle =
+            self.keepers.links.get(&job).is_some_and(|link| {
+                link.ours && link.released && !link.closed && link.id.is_some()
+            });
+        if !idle {
+            return;
+        }
+        let Some(link) = self.keepers.links.remove(&job) else {
+            return;
+        };
+        let _ = sys::epoll_remove(&self.exec_watch, link.socket.as_raw_fd());
+        let Some((pid, start)) = link.id else {
+            return;
+        };
+        let keep = self.keepers.spares.len() < SPARES && link.unsent.is_empty();
+        self.keepers.by_pid.remove(&pid);
+        self.keepers.idle.insert(pid);
+        if keep {
+            self.keepers.spares.push(Spare {
+                socket: link.socket,
+                pid,
+                start,
+            });
         }
     }
 
@@ -626,6 +699,10 @@ impl OsActuator {
             };
             return;
         }
+        if self.keepers.idle.remove(&pid) {
+            self.keepers.spares.retain(|spare| spare.pid != pid);
+            return;
+        }
         let Some(job) = self.keepers.by_pid.remove(&pid) else {
             return;
         };
@@ -687,6 +764,7 @@ impl OsActuator {
     /// Reaps a keeper that scored forked, if `pid` is one; whether it was.
     pub(super) fn is_keeper(&self, pid: i32) -> bool {
         self.keepers.by_pid.contains_key(&pid)
+            || self.keepers.idle.contains(&pid)
             || self
                 .keepers
                 .zygote

@@ -36,7 +36,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, SigSet, Signal};
@@ -47,6 +47,9 @@ use super::order::{prepare, spawn_rank, JobFds, Order, Prepared};
 use super::{batches, receive, send, Ended, Event, FromKeeper, Held, RankHeld, ToKeeper, PROTOCOL};
 use crate::actuator::{procfs, spawn, EXEC_WINDOW};
 use crate::sys;
+
+mod ending;
+mod spare;
 
 const LINK: u64 = 1;
 const LISTENER: u64 = 2;
@@ -134,6 +137,11 @@ struct Keeper {
     /// last `Continue`: that continue may have been scored's, reported
     /// before its message could be read, so the `Continue` continues them.
     restopped: BTreeSet<i32>,
+    /// Its link is the one the zygote gave it (no scored was lost): once
+    /// its job is over it may keep another (`rest`).
+    spare: bool,
+    /// It keeps no job: it waits for `Adopt`, or for its link to close.
+    resting: bool,
     buffer: Vec<u8>,
 }
 
@@ -209,6 +217,8 @@ impl Keeper {
             stopping: None,
             pending: BTreeSet::new(),
             restopped: BTreeSet::new(),
+            spare: true,
+            resting: false,
             buffer: vec![0u8; super::MAX_MESSAGE],
         };
         keeper.hello(false);
@@ -221,7 +231,11 @@ impl Keeper {
             self.continue_launch();
             self.flush();
             if self.done() {
-                self.leave(0);
+                if self.may_rest() {
+                    self.rest();
+                } else {
+                    self.leave(0);
+                }
             }
             let timeout = self.timeout();
             let n = sys::epoll_wait_for(&self.epoll, &mut ready, timeout).unwrap_or(0);
@@ -410,6 +424,11 @@ impl Keeper {
         if let Some(link) = self.link.take() {
             let _ = sys::epoll_remove(&self.epoll, link.as_raw_fd());
         }
+        if self.resting {
+            // No job: nothing to keep for anyone.
+            self.leave(0);
+        }
+        self.spare = false;
         self.unsent.clear();
         self.outbox.clear();
         self.lost_since = Some(Instant::now());
@@ -461,6 +480,14 @@ impl Keeper {
     }
 
     fn order(&mut self, message: ToKeeper, fds: Vec<OwnedFd>) {
+        if self.resting {
+            // Only a job to keep; what scored sent for the job before
+            // hearing that it is over concerns nothing left.
+            if let ToKeeper::Adopt(job) = message {
+                self.adopt(job);
+            }
+            return;
+        }
         match message {
             ToKeeper::Launch => self.launch(fds),
             ToKeeper::Stop(serial) => self.stop(serial),
@@ -495,6 +522,13 @@ impl Keeper {
                 self.launch = None;
             }
             ToKeeper::Kill => self.kill_all(),
+            ToKeeper::Adopt(job) => {
+                tracing::error!(
+                    job = self.job,
+                    other = job,
+                    "a keeper with a job was told to keep another"
+                );
+            }
         }
     }
 
@@ -943,90 +977,6 @@ impl Keeper {
                 _ => return,
             }
         }
-    }
-
-    /// SIGKILL to every process of the job: the ranks' groups (each led
-    /// by an unreaped child of ours), the ranks themselves, and every
-    /// other descendant of the keeper (orphans come to it: it is their
-    /// subreaper) or member of the job's cgroup, each through a pidfd
-    /// checked against the start time it was listed with.
-    fn kill_all(&mut self) {
-        // Nothing more is created, and scored must hear that the launch is
-        // over: a job whose processes are gone ends only then.
-        if self.launch.take().is_some() {
-            self.outbox.push(Event::Launched);
-        }
-        for pid in self.ranks.keys() {
-            let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
-            let _ = nix::sys::signal::kill(Pid::from_raw(*pid), Signal::SIGKILL);
-        }
-        let all = procfs::all_processes();
-        let parents: HashMap<i32, i32> = all.iter().map(|stat| (stat.pid, stat.ppid)).collect();
-        let descends = |mut pid: i32| {
-            for _ in 0..4096 {
-                match parents.get(&pid) {
-                    Some(&parent) if parent == self.pid => return true,
-                    Some(&parent) if parent > 1 => pid = parent,
-                    _ => return false,
-                }
-            }
-            false
-        };
-        let members: Vec<i32> = self
-            .cgroup_procs
-            .as_ref()
-            .and_then(|path| std::fs::read_to_string(path).ok())
-            .map(|text| {
-                text.lines()
-                    .filter_map(|line| line.trim().parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        for stat in &all {
-            if stat.pid == self.pid || !(descends(stat.pid) || members.contains(&stat.pid)) {
-                continue;
-            }
-            let Ok(pidfd) = sys::pidfd_open(stat.pid) else {
-                continue;
-            };
-            if procfs::read_stat(stat.pid).map(|again| again.start) == Some(stat.start) {
-                let _ = sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
-            }
-        }
-        // A process the freezer holds takes its SIGKILL only once thawed.
-        // scored thaws a job it kills; a keeper that ends its job alone
-        // (its scored never came back) thaws the job's cgroup itself, after
-        // the signals, so that nothing of the job runs again but to die.
-        if let Some(dir) = self.cgroup_procs.as_deref().and_then(Path::parent) {
-            for (file, value) in [("freezer.state", "THAWED"), ("cgroup.freeze", "0")] {
-                let path = dir.join(file);
-                if path.exists() {
-                    let _ = std::fs::write(&path, value);
-                }
-            }
-        }
-    }
-
-    /// No scored came back within the wait: the job ends.
-    fn check_wait(&mut self) {
-        let Some(since) = self.lost_since else {
-            return;
-        };
-        if self.ending.is_some() || since.elapsed() < self.wait {
-            return;
-        }
-        tracing::warn!(
-            job = self.job,
-            wait_s = self.wait.as_secs(),
-            "no scored took the keeper's job over in time; ending the job"
-        );
-        self.ending = Some(Instant::now());
-        self.listener = None;
-        let _ = std::fs::remove_file(&self.socket_path);
-        // The ends kept for a scored that did not come: no one will hear
-        // of them, and the keeper leaves once the rest are gone.
-        self.ranks.retain(|_, rank| rank.ended.is_none());
-        self.kill_all();
     }
 }
 

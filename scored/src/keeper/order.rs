@@ -247,6 +247,19 @@ impl JobFds {
         })
     }
 
+    /// Whether closing every descriptor held returns at once
+    /// (`sys::closes_at_once`), so that a keeper may let go of them
+    /// itself and keep another job.
+    pub fn close_at_once(&self) -> bool {
+        use std::os::fd::AsFd;
+        self.standard
+            .iter()
+            .flatten()
+            .chain(self.inherited.iter().map(|(_, fd)| fd))
+            .chain(self.pmi.iter().flatten())
+            .all(|fd| crate::sys::closes_at_once(fd.as_fd()))
+    }
+
     fn take_pmi(&mut self, stage: usize, rank: usize) -> Option<OwnedFd> {
         if rank >= self.pmi_per_stage {
             return None;

@@ -281,6 +281,33 @@ pub fn peek_ended() -> io::Result<Option<i32>> {
     .map(|waited| waited.pid))
 }
 
+/// Whether this process has a child at all, alive or a zombie
+/// (`waitid(P_ALL, WEXITED | WNOHANG | WNOWAIT)` is not `ECHILD`).
+///
+/// Not for use between fork and exec.
+pub fn has_children() -> io::Result<bool> {
+    // SAFETY: all-zero is a valid value of this plain C struct.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is valid and writable across the call; waitid writes
+    // only into it (no usage asked for).
+    let ret = unsafe {
+        libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    if ret == -1 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::ECHILD) => Ok(false),
+            _ => Err(error),
+        };
+    }
+    Ok(true)
+}
+
 /// `wait4(pid, WNOHANG)`: reaps that child if it has ended.
 ///
 /// Not for use between fork and exec.
