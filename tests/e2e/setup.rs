@@ -263,8 +263,15 @@ fn the_sample_hosts_start_without_warnings_on_every_cpu() {
     for host in hosts.as_array().expect("a listing") {
         assert_eq!(host["cpus"], online.trim(), "{hosts:#}");
     }
-    // A real program runs under the sample policy.
-    let output = daemon.run(&["-nodes=2", "python3", "-c", "print('ran')"]);
+    // A real program runs under the sample policy; one write per line, so
+    // that the ranks' lines do not mix when Python writes unbuffered
+    // (PYTHONUNBUFFERED in the environment).
+    let output = daemon.run(&[
+        "-nodes=2",
+        "python3",
+        "-c",
+        "import sys; sys.stdout.write('ran\\n')",
+    ]);
     assert_eq!(code(&output), Some(0), "{}", stderr(&output));
     assert_eq!(stdout(&output), "ran\nran\n");
     let log = daemon.log();
