@@ -440,3 +440,62 @@ fn at_level_two_two_jobs_time_share_and_a_third_waits() {
     second.wait(Duration::from_secs(30));
     third.wait(Duration::from_secs(30));
 }
+
+/// Two clusters of one host each (a fast and a slow one), a gang queue at
+/// level 2: five one-rank jobs, each submitted with `-wait`, are placed
+/// two on each host wherever admission booked them, and the fifth waits;
+/// when a job ends, the waiting one takes its place on that host.
+#[test]
+fn a_waiting_job_is_placed_on_any_cluster_with_room_under_the_level() {
+    let daemon = Daemon::builder()
+        .hosts("f0 cpus=0 speed=2\ns0 cpus=1 speed=1\n")
+        .timeslice("100ms")
+        .rc("queue 1 set mode=gang\n")
+        .start();
+    let mut jobs = Vec::new();
+    for id in 1..=5u64 {
+        jobs.push(daemon.spawn(&["-wait,priority=1", &testprog(), "spin", "0"]));
+        assert!(
+            wait_until(Duration::from_secs(20), || !daemon.job_state(id).is_empty()),
+            "job {id} was not admitted"
+        );
+    }
+    let host = |id: u64| daemon.job_field(id, "hosts").to_string();
+    for id in 1..=4u64 {
+        assert!(
+            wait_until(Duration::from_secs(20), || daemon.job_state(id) != "queued"),
+            "job {id} is {}",
+            daemon.job_state(id)
+        );
+    }
+    let hosts: Vec<String> = (1..=4).map(host).collect();
+    for name in ["f0", "s0"] {
+        assert_eq!(
+            hosts.iter().filter(|hosts| hosts.contains(name)).count(),
+            2,
+            "two jobs on {name}: {hosts:?}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        daemon.job_state(5),
+        "queued",
+        "the fifth job is above the level"
+    );
+    let on_s0 = (1..=4u64)
+        .find(|id| host(*id).contains("s0"))
+        .expect("a job on s0");
+    let mut ended = jobs.remove(on_s0 as usize - 1);
+    ended.signal(Signal::SIGINT);
+    ended.wait(Duration::from_secs(30));
+    assert!(
+        wait_until(Duration::from_secs(20), || daemon.job_state(5) != "queued"),
+        "job 5 is {}",
+        daemon.job_state(5)
+    );
+    assert!(host(5).contains("s0"), "job 5 on {}", host(5));
+    for mut job in jobs {
+        job.signal(Signal::SIGINT);
+        job.wait(Duration::from_secs(30));
+    }
+}

@@ -105,6 +105,26 @@ impl Ledger {
         }
     }
 
+    /// Moves the cluster totals an admitted job without hosts booked from
+    /// the cluster admission chose to the one it is placed on (its layout
+    /// on each).
+    pub fn move_job(
+        &mut self,
+        (from, from_layout): (ClusterId, &[u32]),
+        (to, to_layout): (ClusterId, &[u32]),
+        disk: Option<u64>,
+    ) {
+        let procs = |layout: &[u32]| layout.iter().map(|&n| u64::from(n)).sum::<u64>();
+        let (from, to) = (from.idx(), to.idx());
+        let disk = disk.unwrap_or(0);
+        self.cluster_disk[from] = self.cluster_disk[from].saturating_sub(disk);
+        self.cluster_jobs[from] = self.cluster_jobs[from].saturating_sub(1);
+        self.cluster_procs[from] = self.cluster_procs[from].saturating_sub(procs(from_layout));
+        self.cluster_disk[to] = self.cluster_disk[to].saturating_add(disk);
+        self.cluster_jobs[to] = self.cluster_jobs[to].saturating_add(1);
+        self.cluster_procs[to] = self.cluster_procs[to].saturating_add(procs(to_layout));
+    }
+
     /// Undoes [`Ledger::bind`].
     pub fn unbind(
         &mut self,
@@ -206,10 +226,13 @@ pub struct Ask {
 ///
 /// In a gang queue without a multiprogramming level the job's hosts are
 /// chosen now: it keeps its place in the time-sharing matrix for life. In
-/// an exclusive queue, and a gang queue with a level, they are left empty, to be chosen from the free hosts of the cluster when the job
-/// starts (so that first-come-first-served and backfilling are not defeated
-/// by fragmentation); admission then checks the cluster's job and disk
-/// limits, and the per-host memory limit only against an empty host.
+/// an exclusive queue, and a gang queue with a level, they are left empty,
+/// and the cluster only booked: the decision places the job when it starts,
+/// on the free hosts of any cluster that can take it then (so that
+/// first-come-first-served and backfilling are not defeated by
+/// fragmentation, nor a job kept waiting for one cluster); admission then
+/// checks the cluster's job and disk limits, and the per-host memory limit
+/// only against an empty host.
 pub fn decide(
     ask: Ask,
     queue: &Queue,

@@ -451,7 +451,8 @@ pub struct Job {
     pub queue: u32,
     /// Queues it has been in, in order.
     pub queues_visited: Small<u32>,
-    /// The cluster admission chose; its hosts are all in it.
+    /// The cluster admission chose, or the one the decision placed it on
+    /// (a job whose hosts are chosen when it starts); its hosts are all in it.
     pub cluster: ClusterId,
     /// Its hosts, in slot order. A `Vec`, not a `Small`: the decision
     /// reads every queued job's hosts, and jobs of more and fewer than four

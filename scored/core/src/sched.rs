@@ -60,6 +60,23 @@ pub trait JobView {
     /// For a job whose hosts are not chosen: its cluster (index) and how
     /// many hosts it needs.
     fn need(&self, job: JobId) -> (usize, usize);
+    /// For a job whose hosts are not chosen: the clusters it may be placed
+    /// on, one bit a cluster (its own, [`JobView::need`]'s, among them),
+    /// each needing as many hosts as its own; 0 when it goes to its own
+    /// alone. A function of the job's request and the machine only.
+    fn clusters(&self, _job: JobId) -> u64 {
+        0
+    }
+    /// Whether a job may be placed on `cluster` now (the cluster's limits
+    /// allow it there); asked only of clusters of [`JobView::clusters`].
+    fn may_use(&self, _job: JobId, _cluster: usize) -> bool {
+        true
+    }
+    /// How a cluster ranks among those that can take a job now, least
+    /// first: its load per unit of speed, then the faster.
+    fn cluster_rank(&self, _cluster: usize) -> (f64, f64) {
+        (0.0, 0.0)
+    }
     /// The hosts of a cluster, by index.
     fn cluster_hosts(&self, cluster: usize) -> &[HostId];
     /// Whether the job's memory fits on `host` next to what is reserved there.
@@ -78,4 +95,69 @@ pub trait JobView {
     /// The gang time slice, in microseconds: a job that time-shares may
     /// wait up to one for its first turn.
     fn slice(&self) -> u64;
+}
+
+/// The clusters a job may be placed on: its own alone (`mask` 0), or one
+/// bit a cluster.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Places {
+    pub(super) home: usize,
+    pub(super) mask: u64,
+}
+
+impl Places {
+    /// The places of `job` ([`JobView::need`], [`JobView::clusters`]).
+    pub(super) fn of(view: &impl JobView, job: JobId) -> Places {
+        Places {
+            home: view.need(job).0,
+            mask: view.clusters(job),
+        }
+    }
+
+    /// Whether the job may go to more than one cluster.
+    pub(super) fn several(self) -> bool {
+        self.mask & self.mask.wrapping_sub(1) != 0
+    }
+
+    /// Each cluster, in increasing order.
+    pub(super) fn each(self) -> impl Iterator<Item = usize> {
+        let mut mask = self.mask;
+        let mut home = (mask == 0).then_some(self.home);
+        std::iter::from_fn(move || {
+            if let Some(home) = home.take() {
+                return Some(home);
+            }
+            if mask == 0 {
+                return None;
+            }
+            let next = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            Some(next)
+        })
+    }
+
+    /// A cluster that names the set whatever the job's own cluster is (the
+    /// first), so that what is kept of a waiting job outlives a move.
+    pub(super) fn canonical(self) -> usize {
+        if self.mask == 0 {
+            self.home
+        } else {
+            self.mask.trailing_zeros() as usize
+        }
+    }
+}
+
+/// Whether cluster `a` ranks before `b` for a job ([`JobView::cluster_rank`];
+/// ties to the lower number).
+pub(super) fn ranks_before(view: &impl JobView, a: usize, b: usize) -> bool {
+    rank_order(view, a, b).is_lt()
+}
+
+/// The order of [`ranks_before`].
+pub(super) fn rank_order(view: &impl JobView, a: usize, b: usize) -> std::cmp::Ordering {
+    let ((load_a, speed_a), (load_b, speed_b)) = (view.cluster_rank(a), view.cluster_rank(b));
+    load_a
+        .total_cmp(&load_b)
+        .then(speed_b.total_cmp(&speed_a))
+        .then(a.cmp(&b))
 }

@@ -785,6 +785,18 @@ impl UndoLedger {
         self.ledger.bind(cluster, hosts, layout, memory);
     }
 
+    /// See [`Ledger::move_job`].
+    pub fn move_job(
+        &mut self,
+        from: (ClusterId, &[u32]),
+        to: (ClusterId, &[u32]),
+        disk: Option<u64>,
+    ) {
+        self.note(from.0, &[], true);
+        self.note(to.0, &[], true);
+        self.ledger.move_job(from, to, disk);
+    }
+
     /// See [`Ledger::unbind`].
     pub fn unbind(
         &mut self,

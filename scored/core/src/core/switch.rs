@@ -89,6 +89,25 @@ impl Core {
         let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
+        let topology = &self.logged.topology;
+        if let Some(cluster) = hosts.first().map(|host| topology.host(*host).cluster) {
+            if cluster != record.cluster {
+                // Placed on another cluster than admission's: its booking
+                // there moves with it, with its layout on that cluster's hosts.
+                let layout = record
+                    .spec
+                    .procs
+                    .layout(topology.cluster(cluster).cores)
+                    .unwrap_or_default();
+                self.logged.ledger.move_job(
+                    (record.cluster, &record.layout),
+                    (cluster, &layout),
+                    record.limits.disk,
+                );
+                record.cluster = cluster;
+                record.layout = layout.into();
+            }
+        }
         self.logged
             .ledger
             .bind(record.cluster, &hosts, &record.layout, record.limits.memory);
@@ -247,6 +266,65 @@ impl sched::JobView for View<'_> {
             .map_or((0, 0), |record| (record.cluster.idx(), record.layout.len()))
     }
 
+    fn clusters(&self, job: JobId) -> u64 {
+        let clusters = &self.topology.clusters;
+        let Some(record) = self.jobs.get(&job) else {
+            return 0;
+        };
+        if clusters.len() < 2 || clusters.len() > 64 {
+            return 0;
+        }
+        // The clusters where its request takes as many hosts as on its own
+        // (so that what the decision keeps of it holds on each).
+        let n_hosts = record.layout.len();
+        clusters
+            .iter()
+            .enumerate()
+            .filter(|(_, cluster)| {
+                cluster.hosts.len() >= n_hosts
+                    && record
+                        .spec
+                        .procs
+                        .layout(cluster.cores)
+                        .is_some_and(|layout| {
+                            layout.len() == n_hosts
+                                && layout.iter().all(|procs| *procs <= cluster.cores)
+                        })
+            })
+            .fold(0, |mask, (idx, _)| mask | 1 << idx)
+    }
+
+    fn may_use(&self, job: JobId, cluster: usize) -> bool {
+        let Some(record) = self.jobs.get(&job) else {
+            return false;
+        };
+        if record.cluster.idx() == cluster {
+            return true;
+        }
+        // A job keeps the limits admission gave it: it goes to another
+        // cluster only where they hold, and where what it books there needs
+        // no check against what others book (no job count, no disk of its
+        // own under a disk limit).
+        let limits = self.limits.get(cluster).copied().unwrap_or_default();
+        limits.jobs.is_none()
+            && (record.limits.disk.is_none() || limits.disk.is_none())
+            && match (record.limits.memory, limits.memory) {
+                (Some(need), Some(limit)) => need <= limit,
+                _ => true,
+            }
+    }
+
+    fn cluster_rank(&self, cluster: usize) -> (f64, f64) {
+        let (Some(record), Some(procs)) = (
+            self.topology.clusters.get(cluster),
+            self.ledger.cluster_procs.get(cluster),
+        ) else {
+            return (f64::MAX, 0.0);
+        };
+        let slots = record.hosts.len() as f64 * f64::from(record.cores.max(1));
+        (*procs as f64 / slots / record.speed, record.speed)
+    }
+
     fn cluster_hosts(&self, cluster: usize) -> &[HostId] {
         self.topology
             .clusters
@@ -257,8 +335,10 @@ impl sched::JobView for View<'_> {
     fn fits_on(&self, job: JobId, host: HostId) -> bool {
         self.jobs.get(&job).is_some_and(|record| {
             let limit = self
-                .limits
-                .get(record.cluster.idx())
+                .topology
+                .hosts
+                .get(host.idx())
+                .and_then(|host| self.limits.get(host.cluster.idx()))
                 .and_then(|limits| limits.memory);
             self.ledger.memory_fits(host, record.limits.memory, limit)
         })
@@ -267,10 +347,7 @@ impl sched::JobView for View<'_> {
     fn checks_memory(&self, job: JobId) -> bool {
         self.jobs.get(&job).is_some_and(|record| {
             record.limits.memory.is_some()
-                && self
-                    .limits
-                    .get(record.cluster.idx())
-                    .is_some_and(|limits| limits.memory.is_some())
+                && self.limits.iter().any(|limits| limits.memory.is_some())
         })
     }
 

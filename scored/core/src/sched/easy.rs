@@ -7,8 +7,8 @@
 //! every later one of its queue waiting (first come, first served).
 
 use super::waiting::Waiting;
-use super::walk::{take_free, Scratch, Walk};
-use super::JobView;
+use super::walk::{take_free_where, Scratch, Walk};
+use super::{JobView, Places};
 use crate::ids::{HostId, JobId};
 use crate::queue::Queue;
 
@@ -61,9 +61,12 @@ impl<V: JobView> Walk<'_, V> {
         let Some((_, info)) = at.and_then(|at| kept.at(at)) else {
             return false;
         };
-        let free = self.scratch.cluster_free.get(info.cluster).copied();
-        let fit = held.admits(info.cluster, info.n_needed, info.estimate, self.now);
-        if free.unwrap_or(0) >= info.n_needed && (fit.in_time || fit.spare) {
+        let could = info.places().each().any(|cluster| {
+            let free = self.scratch.cluster_free.get(cluster).copied();
+            let fit = held.admits(cluster, info.n_needed, info.estimate, self.now);
+            free.unwrap_or(0) >= info.n_needed && (fit.in_time || fit.spare)
+        });
+        if could {
             return false;
         }
         debug_assert_eq!(kept.jobs[at.unwrap_or_default()], job);
@@ -117,19 +120,32 @@ impl<V: JobView> Walk<'_, V> {
         if bound {
             return true;
         }
-        let (cluster, n_needed) = self.view.need(job);
-        if self.scratch.cluster_free.get(cluster).copied().unwrap_or(0) < n_needed {
-            return true;
-        }
-        let fit = held.admits(cluster, n_needed, self.view.estimate(job), self.now);
-        if !fit.in_time && !fit.spare {
-            return true;
-        }
-        let taken = take_free(job, self.view, self.busy, self.scratch, self.out, self.bind);
+        let n_needed = self.view.need(job).1;
+        let estimate = self.view.estimate(job);
+        let (now, reserved) = (self.now, *held);
+        let fits = |cluster: usize| {
+            let fit = reserved.admits(cluster, n_needed, estimate, now);
+            fit.in_time || fit.spare
+        };
+        let taken = take_free_where(
+            job,
+            self.view,
+            self.busy,
+            self.scratch,
+            self.out,
+            self.bind,
+            fits,
+        );
         if taken == 0 {
             return true;
         }
         self.free_hosts = self.free_hosts.saturating_sub(taken);
+        let cluster = self.bind.last().map_or(usize::MAX, |(_, hosts)| {
+            hosts
+                .first()
+                .map_or(usize::MAX, |host| self.scratch.host_cluster[host.idx()])
+        });
+        let fit = reserved.admits(cluster, n_needed, estimate, now);
         if !fit.in_time && cluster == held.cluster {
             held.extra -= n_needed;
         }
@@ -146,17 +162,40 @@ fn reserve(
     now: u64,
     scratch: &mut Scratch,
 ) -> Option<Reservation> {
-    let (cluster, n_needed) = view.need(job);
-    let hosts = view.cluster_hosts(cluster);
-    if n_needed == 0 || n_needed > hosts.len() {
-        return None;
-    }
-    let free_now = scratch.cluster_free.get(cluster).copied().unwrap_or(0);
     for taker in scratch.unwritten.drain(..) {
         for host in view.hosts(taker) {
             scratch.holder[host.idx()] = (taker, scratch.decision);
         }
     }
+    let n_needed = view.need(job).1;
+    let mut best: Option<Reservation> = None;
+    for cluster in Places::of(view, job).each() {
+        if Places::of(view, job).several() && !view.may_use(job, cluster) {
+            continue;
+        }
+        let Some(made) = reserve_on(cluster, n_needed, view, now, scratch) else {
+            continue;
+        };
+        if best.is_none_or(|best| made.shadow < best.shadow) {
+            best = Some(made);
+        }
+    }
+    best
+}
+
+/// The reservation of a job of `n_needed` hosts on `cluster`.
+fn reserve_on(
+    cluster: usize,
+    n_needed: usize,
+    view: &impl JobView,
+    now: u64,
+    scratch: &mut Scratch,
+) -> Option<Reservation> {
+    let hosts = view.cluster_hosts(cluster);
+    if n_needed == 0 || n_needed > hosts.len() {
+        return None;
+    }
+    let free_now = scratch.cluster_free.get(cluster).copied().unwrap_or(0);
     let mut ends = std::mem::take(&mut scratch.ends);
     ends.clear();
     ends.extend(

@@ -5,7 +5,7 @@
 use super::matrix::{self, Matrix};
 use super::waiting::{Behind, WaitInfo, Waiting};
 use super::walk::{mark, Scratch, Walk};
-use super::JobView;
+use super::{ranks_before, JobView};
 use crate::ids::{HostId, JobId};
 use crate::queue::Queue;
 
@@ -80,7 +80,7 @@ struct Leveled {
     /// The first waiting job that cannot start on idle hosts (its cluster
     /// and size), once met: its reservation is predicted only when a later
     /// job could start behind it.
-    reserving: Option<(usize, usize)>,
+    reserving: Option<WaitInfo>,
     reserved: Option<Reserved>,
     /// The matrix predicted when each host is idle.
     predicted: bool,
@@ -95,6 +95,8 @@ struct Leveled {
 /// Where a job would go: a column of its width, or the narrowest open
 /// shared hosts (in `Lists::partial`), or idle hosts alone.
 struct Room {
+    /// The cluster tried.
+    cluster: usize,
     column: Option<usize>,
     fits: bool,
     /// It lacks idle hosts, so it would time-share.
@@ -188,7 +190,7 @@ impl<V: JobView> Walk<'_, V> {
             match leveled.consider(self, job, info) {
                 Consider::Pass => {}
                 Consider::Stop => break,
-                Consider::Start(room) => leveled.place(self, job, info, &room),
+                Consider::Start(room) => leveled.place(self, job, info.on(room.cluster), &room),
             }
         }
         leveled.matrix.settle();
@@ -377,6 +379,50 @@ impl Leveled {
         job: JobId,
         info: WaitInfo,
     ) -> Consider {
+        let places = info.places();
+        let several = places.several();
+        let mut best: Option<(WaitInfo, Room)> = None;
+        for cluster in places.each() {
+            let tried = info.on(cluster);
+            let Some(room) = self.room_on(walk, tried) else {
+                continue;
+            };
+            if several && !walk.view.may_use(job, cluster) {
+                continue;
+            }
+            // Where it starts without sharing, else where it shares; load
+            // and speed decide between clusters that can take it alike.
+            let better = best.as_ref().is_none_or(|(kept, kept_room)| {
+                let (a, b) = (
+                    (!room.fits, room.shares),
+                    (!kept_room.fits, kept_room.shares),
+                );
+                a < b || (a == b && ranks_before(walk.view, cluster, kept.cluster))
+            });
+            if better {
+                best = Some((tried, room));
+            }
+        }
+        let Some((info, mut room)) = best else {
+            return Consider::Pass;
+        };
+        if several {
+            // The lists hold what the last cluster tried left there.
+            room = self.room(walk.scratch, walk.view, info);
+        }
+        let facts = walk.view.facts(job);
+        if !facts.runnable || !facts.hosts.is_empty() {
+            return Consider::Pass;
+        }
+        match self.reserving {
+            Some(reserving) => self.backfill(walk, info, room, reserving),
+            None => self.first_job(info, room),
+        }
+    }
+
+    /// Where a waiting job tried on `info`'s cluster would go, or `None`
+    /// when it cannot start there in this decision.
+    fn room_on<V: JobView>(&mut self, walk: &Walk<'_, V>, info: WaitInfo) -> Option<Room> {
         let view = walk.view;
         let (now, slice) = (walk.now, view.slice());
         let WaitInfo {
@@ -393,14 +439,14 @@ impl Leveled {
                 .is_none_or(|idle| idle.len() < n_needed);
             let fit = self.beside(held, info, shares, now, slice);
             if !fit.in_time && !fit.spare {
-                return Consider::Pass;
+                return None;
             }
         }
         if n_needed == 0
             || n_needed > view.cluster_hosts(cluster).len()
             || cluster >= self.n_clusters
         {
-            return Consider::Pass;
+            return None;
         }
         let room = self.room(walk.scratch, view, info);
         // Behind the first job that could not start, one that fits nowhere
@@ -409,16 +455,9 @@ impl Leveled {
         // the way, which depend on the hosts alone) are the same whether
         // or not it could run.
         if self.reserving.is_some() && !room.fits {
-            return Consider::Pass;
+            return None;
         }
-        let facts = view.facts(job);
-        if !facts.runnable || !facts.hosts.is_empty() {
-            return Consider::Pass;
-        }
-        match self.reserving {
-            Some(reserving) => self.backfill(walk, info, room, reserving),
-            None => self.first_job(info, room),
-        }
+        Some(room)
     }
 
     /// Where a job of `info`'s size would go (the columns pass): idle
@@ -432,6 +471,7 @@ impl Leveled {
             cluster,
             n_needed,
             estimate,
+            ..
         } = info;
         let n_idle = self.lists.idle[cluster].len();
         let mut column = None;
@@ -462,6 +502,7 @@ impl Leveled {
             }
         }
         Room {
+            cluster,
             column,
             fits: n_idle >= n_needed || column.is_some() || !self.lists.partial.is_empty(),
             shares: n_idle < n_needed,
@@ -541,7 +582,7 @@ impl Leveled {
         if !room.shares || (info.estimate.is_none() && room.fits) {
             return Consider::Start(room);
         }
-        self.reserving = Some((info.cluster, info.n_needed));
+        self.reserving = Some(info);
         // Behind it, short jobs first, shortest first; then the others in
         // submission order. Open hosts only fill up during a decision, so
         // a job needing more than its cluster's idle hosts (or, if brief,
@@ -558,13 +599,15 @@ impl Leveled {
             &self.waiting,
             self.waiting.number(self.next - 1),
             |info| {
-                rooms.get(info.cluster).is_some_and(|&(plain, brief)| {
-                    info.n_needed
-                        <= if is_brief(info.estimate) {
-                            brief
-                        } else {
-                            plain
-                        }
+                info.places().each().any(|cluster| {
+                    rooms.get(cluster).is_some_and(|&(plain, brief)| {
+                        info.n_needed
+                            <= if is_brief(info.estimate) {
+                                brief
+                            } else {
+                                plain
+                            }
+                    })
                 })
             },
             |info| is_short(info.estimate),
@@ -580,7 +623,7 @@ impl Leveled {
         walk: &mut Walk<'_, V>,
         info: WaitInfo,
         room: Room,
-        reserving: (usize, usize),
+        reserving: WaitInfo,
     ) -> Consider {
         if !room.fits {
             return Consider::Pass;
@@ -606,13 +649,14 @@ impl Leveled {
         Consider::Start(room)
     }
 
-    /// The reservation pass: when enough hosts of the reserved job's
-    /// cluster are predicted to be idle, counting the jobs that started
-    /// before it in this decision; `None` without a prediction.
+    /// The reservation pass: when enough hosts of one of the reserved
+    /// job's clusters are predicted to be idle (the earliest of them),
+    /// counting the jobs that started before it in this decision; `None`
+    /// without a prediction.
     fn reservation<V: JobView>(
         &mut self,
         walk: &mut Walk<'_, V>,
-        (cluster, n_needed): (usize, usize),
+        reserving: WaitInfo,
     ) -> Option<Reserved> {
         let (view, now) = (walk.view, walk.now);
         if !self.predicted {
@@ -623,25 +667,33 @@ impl Leveled {
                     .occupy(hosts, view.estimate(*started), now, view);
             }
         }
+        let n_needed = reserving.n_needed;
         let times = &self.matrix.idle_at;
-        let hosts = view.cluster_hosts(cluster);
-        let ends = &mut walk.scratch.ends;
-        ends.clear();
-        ends.extend(hosts.iter().map(|host| times[host.idx()].max(now)));
-        // The time of the `n_needed`-th host to be idle.
-        let (_, &mut at, _) = ends.select_nth_unstable(n_needed - 1);
-        if at == u64::MAX {
-            return None;
+        let mut best: Option<Reserved> = None;
+        for cluster in reserving.places().each() {
+            let hosts = view.cluster_hosts(cluster);
+            if n_needed == 0 || n_needed > hosts.len() {
+                continue;
+            }
+            let ends = &mut walk.scratch.ends;
+            ends.clear();
+            ends.extend(hosts.iter().map(|host| times[host.idx()].max(now)));
+            // The time of the `n_needed`-th host to be idle.
+            let (_, &mut at, _) = ends.select_nth_unstable(n_needed - 1);
+            if at == u64::MAX || best.is_some_and(|best| best.at <= at) {
+                continue;
+            }
+            let available = hosts
+                .iter()
+                .filter(|host| times[host.idx()].max(now) <= at)
+                .count();
+            best = Some(Reserved {
+                cluster,
+                at,
+                extra: available.saturating_sub(n_needed),
+            });
         }
-        let available = hosts
-            .iter()
-            .filter(|host| times[host.idx()].max(now) <= at)
-            .count();
-        Some(Reserved {
-            cluster,
-            at,
-            extra: available.saturating_sub(n_needed),
-        })
+        best
     }
 
     /// Starts a job in `room`: it joins the matrix now, and runs now if its
@@ -658,6 +710,7 @@ impl Leveled {
             cluster,
             n_needed,
             estimate,
+            ..
         } = info;
         let view = walk.view;
         let lists = &mut self.lists;
@@ -681,6 +734,21 @@ impl Leveled {
         if let Some(idx) = room.column {
             lists.blocks[cluster].remove(idx);
         }
+        if self.level >= 2 {
+            // The idle hosts it takes are open shared hosts from now on:
+            // a later job of this decision may share them (the open hosts,
+            // idle and shared together, still only shrink), ranked by its
+            // width ([`Matrix::raise_idle`]).
+            for &host in &lists.chosen[width..] {
+                lists.shared[host.idx() / 64] |= 1 << (host.idx() % 64);
+                lists.n_shared[cluster] += 1;
+                if let Some(narrow) = self.narrow.as_mut() {
+                    let entry = (n_needed, host);
+                    let at = narrow[cluster].partition_point(|kept| *kept < entry);
+                    narrow[cluster].insert(at, entry);
+                }
+            }
+        }
         if !lists.partial.is_empty() {
             // Columns it took part of are columns no longer.
             lists.partial.sort_unstable();
@@ -691,10 +759,14 @@ impl Leveled {
                     .any(|host| partial.binary_search(host).is_ok())
             });
         }
-        lists.chosen.sort_unstable();
-        for host in &lists.chosen {
-            self.matrix.raise(*host);
+        for (at, host) in lists.chosen.iter().enumerate() {
+            if at < width {
+                self.matrix.raise(*host);
+            } else {
+                self.matrix.raise_idle(*host, n_needed);
+            }
         }
+        lists.chosen.sort_unstable();
         if !lists.partial.is_empty() {
             if let Some(narrow) = self.narrow.as_mut() {
                 let (matrix, level) = (&self.matrix, self.level);

@@ -64,6 +64,8 @@ pub(super) struct Matrix {
     walks: u64,
     /// Hosts whose count the current decision raised.
     raised: Vec<HostId>,
+    /// Idle hosts whose width the current decision set.
+    widened: Vec<HostId>,
     /// Per host, when it will be idle (µs; `u64::MAX`: a resident has no
     /// estimate), once [`Matrix::predict`] has run.
     pub(super) idle_at: Vec<u64>,
@@ -209,10 +211,22 @@ impl Matrix {
         self.raised.push(host);
     }
 
-    /// Ends the decision: the counts are those of the residents again.
+    /// Counts a job of `width` hosts started in this decision on `host`,
+    /// which was idle: its width is the host's until [`Matrix::settle`].
+    pub(super) fn raise_idle(&mut self, host: HostId, width: usize) {
+        self.raise(host);
+        self.widths[host.idx()] = width;
+        self.widened.push(host);
+    }
+
+    /// Ends the decision: the counts and widths are those of the
+    /// residents again.
     pub(super) fn settle(&mut self) {
         for host in self.raised.drain(..) {
             self.count[host.idx()] = self.on[host.idx()].len() as u32;
+        }
+        for host in self.widened.drain(..) {
+            self.widths[host.idx()] = 0;
         }
     }
 

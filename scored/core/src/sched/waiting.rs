@@ -10,21 +10,53 @@
 //! minima over their numbers (least size, least estimate), which finds the
 //! next one that could start without passing over those that cannot.
 
-use super::{JobView, BRIEF_JOB};
+use super::{JobView, Places, BRIEF_JOB};
 use crate::ids::JobId;
 use crate::queue::Queue;
 
 /// What a decision asks of a waiting job: fixed for the job's life.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct WaitInfo {
-    /// Its cluster (index) and how many hosts it needs ([`JobView::need`]).
+    /// A cluster (index) and how many hosts it needs ([`JobView::need`]):
+    /// kept, the first of the clusters it may go to ([`Places`]); while a
+    /// decision tries one, that one.
     pub(super) cluster: usize,
+    /// The clusters it may go to ([`JobView::clusters`]).
+    pub(super) clusters: u64,
     pub(super) n_needed: usize,
     /// Its estimate ([`JobView::estimate`]).
     pub(super) estimate: Option<u64>,
 }
 
 impl WaitInfo {
+    /// What is kept of `job`.
+    pub(super) fn of(view: &impl JobView, job: JobId) -> WaitInfo {
+        let (home, n_needed) = view.need(job);
+        let places = Places {
+            home,
+            mask: view.clusters(job),
+        };
+        WaitInfo {
+            cluster: places.canonical(),
+            clusters: places.mask,
+            n_needed,
+            estimate: view.estimate(job),
+        }
+    }
+
+    /// The clusters it may go to.
+    pub(super) fn places(&self) -> Places {
+        Places {
+            home: self.cluster,
+            mask: self.clusters,
+        }
+    }
+
+    /// The job tried on `cluster`.
+    pub(super) fn on(self, cluster: usize) -> WaitInfo {
+        WaitInfo { cluster, ..self }
+    }
+
     /// Whether the job never time-shares: its estimate is longer than a
     /// brief job's (see [`super::start_waiting`]).
     fn is_long(&self) -> bool {
@@ -119,15 +151,7 @@ impl Waiting {
         self.jobs.truncate(write);
         self.numbers.truncate(write);
         for &job in first.iter().chain(second).skip(pos) {
-            let (cluster, n_needed) = view.need(job);
-            self.push(
-                job,
-                WaitInfo {
-                    cluster,
-                    n_needed,
-                    estimate: view.estimate(job),
-                },
-            );
+            self.push(job, WaitInfo::of(view, job));
         }
     }
 
@@ -221,14 +245,9 @@ impl Waiting {
         let fresh: Vec<JobId> = queue.order().skip(queue.n_started()).collect();
         assert_eq!(self.jobs, fresh, "the waiting jobs are not the queue's");
         for (at, job) in self.jobs.iter().enumerate() {
-            let (cluster, n_needed) = view.need(*job);
             assert_eq!(
                 self.at(at).map(|(_, info)| info),
-                Some(WaitInfo {
-                    cluster,
-                    n_needed,
-                    estimate: view.estimate(*job),
-                }),
+                Some(WaitInfo::of(view, *job)),
                 "the waiting information of job {job} is stale"
             );
         }

@@ -8,7 +8,7 @@ use super::level::Lists;
 use super::masks::{overlaps, Masks};
 use super::matrix::Matrix;
 use super::waiting::{Behind, Waiting};
-use super::JobView;
+use super::{rank_order, JobView, Places};
 use crate::ids::{HostId, JobId};
 use crate::queue::Queue;
 
@@ -402,8 +402,10 @@ pub(super) fn mark(scratch: &mut Scratch, host: HostId, job: JobId) {
     scratch.cluster_free[cluster] = scratch.cluster_free[cluster].saturating_sub(1);
 }
 
-/// Chooses free hosts of its cluster for a job that has none, preferring
-/// hosts where nothing runs now; returns how many it took (0: it does not fit).
+/// Chooses free hosts for a job that has none, on one of the clusters it
+/// may go to that has room for it (load and speed decide between them,
+/// [`JobView::cluster_rank`]), preferring hosts where nothing runs now;
+/// returns how many it took (0: it fits on none).
 pub(super) fn take_free(
     job: JobId,
     view: &impl JobView,
@@ -412,7 +414,58 @@ pub(super) fn take_free(
     out: &mut Vec<JobId>,
     bind: &mut Vec<(JobId, Vec<HostId>)>,
 ) -> usize {
-    let (cluster, n_needed) = view.need(job);
+    take_free_where(job, view, busy, scratch, out, bind, |_| true)
+}
+
+/// [`take_free`] on the clusters `allowed` lets it have.
+pub(super) fn take_free_where(
+    job: JobId,
+    view: &impl JobView,
+    busy: &[u64],
+    scratch: &mut Scratch,
+    out: &mut Vec<JobId>,
+    bind: &mut Vec<(JobId, Vec<HostId>)>,
+    allowed: impl Fn(usize) -> bool,
+) -> usize {
+    let places = Places::of(view, job);
+    let n_needed = view.need(job).1;
+    if !places.several() {
+        let cluster = places.each().next().unwrap_or(usize::MAX);
+        if !allowed(cluster) {
+            return 0;
+        }
+        return take_free_in(job, cluster, n_needed, view, busy, scratch, out, bind);
+    }
+    let mut clusters: smallvec::SmallVec<[usize; 8]> = places
+        .each()
+        .filter(|cluster| {
+            scratch.cluster_free.get(*cluster).copied().unwrap_or(0) >= n_needed
+                && allowed(*cluster)
+                && view.may_use(job, *cluster)
+        })
+        .collect();
+    clusters.sort_by(|a, b| rank_order(view, *a, *b));
+    for cluster in clusters {
+        let taken = take_free_in(job, cluster, n_needed, view, busy, scratch, out, bind);
+        if taken > 0 {
+            return taken;
+        }
+    }
+    0
+}
+
+/// Chooses free hosts of `cluster` for a job that has none.
+#[allow(clippy::too_many_arguments)]
+fn take_free_in(
+    job: JobId,
+    cluster: usize,
+    n_needed: usize,
+    view: &impl JobView,
+    busy: &[u64],
+    scratch: &mut Scratch,
+    out: &mut Vec<JobId>,
+    bind: &mut Vec<(JobId, Vec<HostId>)>,
+) -> usize {
     if n_needed == 0 || scratch.cluster_free.get(cluster).copied().unwrap_or(0) < n_needed {
         return 0;
     }

@@ -22,6 +22,7 @@ mod backlog;
 mod budgets;
 mod checkpoint;
 mod exclusive;
+mod placement;
 mod properties;
 mod replay;
 mod restore;
@@ -105,6 +106,11 @@ struct Sim {
 
 impl Sim {
     fn new(n_hosts: u32, slice_ms: u64) -> Sim {
+        Sim::on(topology(n_hosts), vec![Some(1 << 30)], slice_ms)
+    }
+
+    /// A core on `topology`, with per-host memory limits by cluster.
+    fn on(topology: Topology, memory_limits: Vec<Option<u64>>, slice_ms: u64) -> Sim {
         let config = CoreConfig {
             timeslice: Duration::from_millis(slice_ms),
             kill_grace: Duration::from_millis(1000),
@@ -112,7 +118,7 @@ impl Sim {
             ..CoreConfig::default()
         };
         Sim {
-            core: Core::new(config, topology(n_hosts), vec![Some(1 << 30)]),
+            core: Core::new(config, topology, memory_limits),
             now: Tick(0),
             log: Vec::new(),
             procs: BTreeMap::new(),

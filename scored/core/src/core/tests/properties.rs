@@ -163,7 +163,7 @@ fn leveled_step(sim: &mut Sim, op: Op, time: Option<Duration>) {
 
 /// Resumes every held job and lets the running ones exit until none is
 /// left (or a bound is reached).
-fn finish_all(sim: &mut Sim) {
+pub(super) fn finish_all(sim: &mut Sim) {
     sim.confirm_stops();
     let held: Vec<JobId> = sim
         .core
