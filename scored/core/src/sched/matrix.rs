@@ -66,6 +66,11 @@ pub(super) struct Matrix {
     raised: Vec<HostId>,
     /// Idle hosts whose width the current decision set.
     widened: Vec<HostId>,
+    /// The hosts of each job [`Matrix::occupy`] counted in the current
+    /// decision, and per host which of them are there: a job started in
+    /// a decision may share the hosts of one started before it in it.
+    fresh: Vec<Vec<HostId>>,
+    fresh_on: Vec<SmallVec<[u32; 2]>>,
     /// Per host, when it will be idle (µs; `u64::MAX`: a resident has no
     /// estimate), once [`Matrix::predict`] has run.
     pub(super) idle_at: Vec<u64>,
@@ -228,6 +233,13 @@ impl Matrix {
         for host in self.widened.drain(..) {
             self.widths[host.idx()] = 0;
         }
+        for hosts in self.fresh.drain(..) {
+            for host in hosts {
+                if let Some(on) = self.fresh_on.get_mut(host.idx()) {
+                    on.clear();
+                }
+            }
+        }
     }
 
     /// The open hosts (not in `hard`, fewer than `level` residents) of
@@ -360,7 +372,29 @@ impl Matrix {
             }
         }
         self.partners = partners;
+        // Jobs counted earlier in this decision on these hosts are slowed
+        // alike on their other hosts.
+        self.fresh_on.resize_with(self.on.len(), SmallVec::new);
+        let mut fresh: SmallVec<[u32; 4]> = hosts
+            .iter()
+            .flat_map(|host| self.fresh_on[host.idx()].iter().copied())
+            .collect();
+        fresh.sort_unstable();
+        fresh.dedup();
+        for partner in fresh {
+            for host in &self.fresh[partner as usize] {
+                if hosts.binary_search(host).is_ok() {
+                    continue;
+                }
+                if let Some(idle) = self.idle_at.get_mut(host.idx()) {
+                    *idle = estimate.map_or(u64::MAX, |run| idle.saturating_add(run));
+                }
+            }
+        }
+        let number = self.fresh.len() as u32;
+        self.fresh.push(hosts.to_vec());
         for host in hosts {
+            self.fresh_on[host.idx()].push(number);
             let after = self.after(*host, estimate, now);
             if let Some(idle) = self.idle_at.get_mut(host.idx()) {
                 *idle = after;
