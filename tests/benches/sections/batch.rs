@@ -5,9 +5,9 @@
 //! daemon's resident memory before and after (and at its peak); against
 //! sequential interactive `scrun true` jobs in the same run, and the figure
 //! of Slurm's `sbatch` measured on this kind of machine. The CPU time each
-//! job costs (the daemon's own, and its children's: the keepers and the
-//! ranks they reaped) does not depend on what else the machine runs, as
-//! the rates do.
+//! job costs (the daemon's own, and its children's: the zygote, the
+//! keepers and the ranks they reaped) does not depend on what else the
+//! machine runs, as the rates do.
 
 use std::time::{Duration, Instant};
 
@@ -28,25 +28,50 @@ fn hwm_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// The CPU time of process `pid` (seconds): its own, and that of its
-/// children it reaped (`/proc/PID/stat` utime + stime, cutime + cstime).
-fn cpu_seconds(pid: u32) -> (f64, f64) {
+/// The fields of `/proc/PID/stat` after the command name.
+fn stat_fields(pid: u32) -> Vec<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<u64> = stat
-        .rsplit_once(')')
+    stat.rsplit_once(')')
         .map(|(_, rest)| {
             rest.split_whitespace()
                 .map(|field| field.parse().unwrap_or(0))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The CPU time of process `pid` (seconds): its own; and that of its
+/// children, reaped (`/proc/PID/stat` cutime + cstime) or alive (each
+/// one's own and reaped children's time: the zygote, and the keepers that
+/// outlive their jobs, idle for the next, with the ranks they reaped).
+fn cpu_seconds(pid: u32) -> (f64, f64) {
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
         .unwrap_or(100) as f64;
     // Fields 14 to 17 of proc(5), counted from field 3 after the name.
-    let ticks = |from: usize| fields.get(from..from + 2).map_or(0, |two| two[0] + two[1]);
-    (ticks(11) as f64 / hz, ticks(13) as f64 / hz)
+    let ticks =
+        |fields: &[u64], from: usize| fields.get(from..from + 2).map_or(0, |two| two[0] + two[1]);
+    let own = stat_fields(pid);
+    let live: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|child| child.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .map(|child| {
+            let fields = stat_fields(child);
+            ticks(&fields, 11) + ticks(&fields, 13)
+        })
+        .sum();
+    (
+        ticks(&own, 11) as f64 / hz,
+        (ticks(&own, 13) + live) as f64 / hz,
+    )
 }
 
 /// CPU time per job, in ms, of the daemon and of its children, between two
