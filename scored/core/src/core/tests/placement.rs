@@ -127,6 +127,50 @@ fn an_exclusive_job_takes_a_free_host_of_another_cluster() {
     assert_eq!(first, Some(JobId(3)));
 }
 
+#[test]
+fn a_job_goes_only_where_its_limits_hold_without_counting_others() {
+    // Cluster c1 counts its jobs: a job booked on the full c0 does not
+    // move there, and waits for its own cluster.
+    let mut sim = sim_on(clusters(&[(1, 2), (1, 1)]));
+    sim.cmd(&root(), "cluster 1 limit jobs=5");
+    sim.cmd(&root(), "queue 1 set mpl=1");
+    for _ in 0..3 {
+        sim.submit_with(root(), ProcRequest::Nodes(1), Some(1), true);
+    }
+    let booked: Vec<(u64, u32)> = sim
+        .core
+        .jobs()
+        .map(|job| (job.id.0, job.cluster.0))
+        .collect();
+    let (residents, first) = residents_and_first_waiting(&sim.core, 1);
+    assert_eq!(residents, vec![1, 1], "booked {booked:?}");
+    let waiting = first.expect("a job waits");
+    let record = sim
+        .core
+        .jobs()
+        .find(|job| job.id == waiting)
+        .expect("listed");
+    assert_eq!(record.cluster, ClusterId(0), "booked {booked:?}");
+    // Its host idle, c1 still does not take it.
+    let on_c1 = sim
+        .core
+        .jobs()
+        .find(|job| job.hosts == [HostId(1)])
+        .map(|job| job.id)
+        .expect("a job on c1");
+    sim.advance(100);
+    sim.exit_if_running(on_c1);
+    let (residents, first) = residents_and_first_waiting(&sim.core, 1);
+    assert_eq!((residents, first), (vec![1, 0], Some(waiting)));
+    // Without the limit it moves there, its booking with it.
+    sim.cmd(&root(), "cluster 1 limit jobs=none");
+    sim.advance(100);
+    let (residents, first) = residents_and_first_waiting(&sim.core, 1);
+    assert_eq!((residents, first), (vec![1, 1], None));
+    let record = sim.core.jobs().find(|job| job.id == waiting).expect("runs");
+    assert_eq!(record.cluster, ClusterId(1));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
