@@ -31,10 +31,19 @@ impl Keeper {
     /// state) and says it is idle; scored keeps it for the next job, or
     /// closes the link, and it ends.
     pub(super) fn rest(&mut self) {
-        if let Some(listener) = self.listener.take() {
-            let _ = sys::epoll_remove(&self.epoll, listener.as_raw_fd());
+        // Its socket keeps listening under a name of no job (a scored
+        // taking over looks for `ID.sock` alone, and is refused while the
+        // zygote's link holds the keeper): renamed, not made again, for
+        // the next job.
+        let idle = self.sockets().join(format!("idle-{}.sock", self.pid));
+        if self.listener.is_some() && std::fs::rename(&self.socket_path, &idle).is_ok() {
+            self.socket_path = idle;
+        } else {
+            if let Some(listener) = self.listener.take() {
+                let _ = sys::epoll_remove(&self.epoll, listener.as_raw_fd());
+            }
+            let _ = std::fs::remove_file(&self.socket_path);
         }
-        let _ = std::fs::remove_file(&self.socket_path);
         self.fds = None;
         self.in_flight = 0;
         self.reaped_cpu_us = 0;
@@ -59,12 +68,16 @@ impl Keeper {
         self.job = job;
         self.resting = false;
         crate::keeper::retitle(&format!("scored keeper of job {job}"));
-        let sockets = self
-            .socket_path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        self.socket_path = sockets.join(format!("{job}.sock"));
+        let path = self.sockets().join(format!("{job}.sock"));
+        if self.listener.is_some() && std::fs::rename(&self.socket_path, &path).is_ok() {
+            self.socket_path = path;
+            return;
+        }
+        if let Some(listener) = self.listener.take() {
+            let _ = sys::epoll_remove(&self.epoll, listener.as_raw_fd());
+        }
+        let _ = std::fs::remove_file(&self.socket_path);
+        self.socket_path = path;
         let _ = std::fs::remove_file(&self.socket_path);
         match crate::keeper::listen(&self.socket_path) {
             Ok(listener) => {
@@ -78,5 +91,13 @@ impl Keeper {
                 tracing::error!(job, %error, "a keeper cannot listen for a scored that takes over");
             }
         }
+    }
+
+    /// The directory of the keepers' sockets.
+    fn sockets(&self) -> std::path::PathBuf {
+        self.socket_path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
     }
 }
