@@ -282,6 +282,10 @@ pub struct Daemon<A: Actuator> {
     start: Instant,
     /// The open switches, with the times of their phases so far.
     switch_starts: HashMap<u64, OpenSwitch>,
+    /// Jobs the core holds running that a takeover or a recovery
+    /// continues only once every stop in flight is confirmed
+    /// (`continue_after_stops`), as a switch does.
+    continue_after_stops: Vec<scored_core::ids::JobId>,
     /// Times the loop woke from poll (for the switch log).
     wakeups: u64,
     exiting: bool,
@@ -415,6 +419,7 @@ impl<A: Actuator> Daemon<A> {
             next_token: FIRST_CLIENT,
             start: Instant::now(),
             switch_starts: HashMap::new(),
+            continue_after_stops: Vec::new(),
             wakeups: 0,
             exiting: false,
             terminations: 0,
@@ -699,6 +704,7 @@ impl<A: Actuator> Daemon<A> {
                 self.recovery.note(&batch[before..]);
             }
         }
+        self.continue_after_stops();
         if let Some(line) = self.panic_after.take() {
             faults::panic_after_line(&line);
         }

@@ -148,7 +148,7 @@ pub(crate) fn parent_of(pid: i32) -> i32 {
 fn an_interactive_job_outlives_a_kill_of_scored() {
     let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
     let script = format!(
-        "{} work 300 >/dev/null; echo first; sleep 2; echo second; exit 5",
+        "{} work 50 >/dev/null; echo first; sleep 2; echo second; exit 5",
         testprog()
     );
     let mut job = daemon.spawn(&["-nodes=2,stat", "sh", "-c", &script]);

@@ -79,13 +79,35 @@ impl<A: Actuator> Daemon<A> {
         // job it held as running, and a continue now would undo a stop
         // the job's own user made.
         if reattach.is_some() {
-            for (job, phase) in jobs {
-                if phase == Phase::Running {
-                    self.actuator.cont(job);
-                }
-            }
+            self.continue_after_stops = jobs
+                .into_iter()
+                .filter(|(_, phase)| *phase == Phase::Running)
+                .map(|(job, _)| job)
+                .collect();
+            self.continue_after_stops();
         }
         self
+    }
+
+    /// Continues the jobs a takeover or a recovery left to continue, once
+    /// no stop is in flight: until then a job the core holds running may
+    /// share a host with one whose ranks have been sent SIGSTOP and not yet
+    /// stopped (a busy machine, many ranks), and the two would run at once.
+    /// A job the core has since stopped or ended is left as it is.
+    pub(super) fn continue_after_stops(&mut self) {
+        use scored_core::job::Phase;
+        if self.continue_after_stops.is_empty() || self.actuator.pending_stops() > 0 {
+            return;
+        }
+        for job in std::mem::take(&mut self.continue_after_stops) {
+            if self
+                .core
+                .job(job)
+                .is_some_and(|record| record.phase() == Phase::Running)
+            {
+                self.actuator.cont(job);
+            }
+        }
     }
 
     /// Writes what was logged: before a reply or a process of those

@@ -140,18 +140,24 @@ impl<A: Actuator> Daemon<A> {
         let mut first = replayed;
         first.extend(inputs);
         self.feed(first);
+        // Stops first; the running jobs are continued once they are
+        // confirmed, as in a switch.
         let mut confirmations = Vec::new();
         let jobs: Vec<(JobId, Phase)> = self.core.jobs().map(|job| (job.id, job.phase())).collect();
-        for (job, phase) in jobs {
-            match phase {
-                Phase::Running => self.actuator.cont(job),
-                Phase::Stopping | Phase::Stopped => self.actuator.stop(job, &mut confirmations),
-                Phase::Idle => {}
+        for (job, phase) in &jobs {
+            if matches!(phase, Phase::Stopping | Phase::Stopped) {
+                self.actuator.stop(*job, &mut confirmations);
             }
         }
+        self.continue_after_stops = jobs
+            .into_iter()
+            .filter(|(_, phase)| *phase == Phase::Running)
+            .map(|(job, _)| job)
+            .collect();
         self.actuator
             .await_stops(super::STOP_WAIT, &mut confirmations);
         self.feed(confirmations);
+        self.continue_after_stops();
     }
 }
 

@@ -83,6 +83,8 @@ impl Actuator for RecordingActuator {
     fn handover(&self) -> Result<(ActuatorSnapshot, Vec<RawFd>), HandoverError> {
         Err(HandoverError::Unsupported)
     }
+    /// Every job's keeper is found: nothing to report.
+    fn take_over(&mut self, _jobs: &[crate::actuator::Adopt], _out: &mut Vec<Input>) {}
 }
 
 /// A loop on one host with 100 ms slices, the fake actuator, and a socket
@@ -223,6 +225,30 @@ fn an_unconfirmed_stop_keeps_the_next_job_out_until_it_is_confirmed() {
     daemon.actuator.stopping.clear();
     daemon.feed(vec![Input::Stopped(JobId(1))]);
     assert_eq!(daemon.actuator.calls.last(), Some(&Call::Spawn(JobId(2))));
+    std::fs::remove_dir_all(dir).expect("clean up");
+}
+
+/// A new daemon taking jobs over (after a crash) stops the jobs the core
+/// holds switched out first, and continues the running ones only once
+/// those stops are confirmed, as a switch does: a dead daemon may have
+/// died between a switch's continue and the stop before it.
+#[test]
+fn a_takeover_continues_only_once_its_stops_are_confirmed() {
+    let (mut daemon, dir) = daemon("takeover", true);
+    daemon.feed(vec![submit(1), submit(2)]);
+    end_slice(&mut daemon);
+    assert_eq!(daemon.actuator.calls.last(), Some(&Call::Spawn(JobId(2))));
+    daemon.actuator.confirm_stops = false;
+    daemon.actuator.calls.clear();
+    let mut daemon = daemon.take_over(&HashMap::new(), Some(Duration::from_secs(60)));
+    assert_eq!(
+        daemon.actuator.calls,
+        [Call::Stop(JobId(1)), Call::AwaitStops],
+        "job 2 is continued before job 1's stop is confirmed"
+    );
+    daemon.actuator.stopping.clear();
+    daemon.feed(vec![Input::Stopped(JobId(1))]);
+    assert_eq!(daemon.actuator.calls.last(), Some(&Call::Cont(JobId(2))));
     std::fs::remove_dir_all(dir).expect("clean up");
 }
 
