@@ -105,6 +105,132 @@ fn thousands_of_idle_descendants_hold_no_descriptor_each() {
     );
 }
 
+/// The same job of 3,000 idle `sleep`s beside another user's spinner, at
+/// 200 ms slices: its switches stop and continue its rank alone and
+/// freeze or thaw the rest, so root's scored spends a few milliseconds of
+/// CPU time a switch, not one signal to each sleep at each switch; and a
+/// sleep that its owner continues while the job is switched out stays
+/// held (a frozen process takes no SIGCONT) until scored continues the job.
+#[test]
+fn thousands_of_idle_descendants_are_frozen_with_their_job() {
+    let test = "thousands_of_idle_descendants_are_frozen_with_their_job";
+    let Some(users) = test_users(test) else {
+        return;
+    };
+    let daemon = Daemon::builder()
+        .hosts("h0 cpus=0\n")
+        .timeslice("200ms")
+        .start();
+    if !has_cgroups(&daemon, test) {
+        return;
+    }
+    let mut sleeps = daemon.spawn_as(
+        &users.a,
+        &[
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i+1)); done; echo started; wait",
+        ],
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
+        "the job of sleeps never started"
+    );
+    let rank = daemon.job_pids(1)[0];
+    let mut spinner = daemon.spawn_as(&users.b, &[&testprog(), "spin", "0"]);
+    assert!(
+        wait_until(Duration::from_secs(300), || sleeps.count_lines("started")
+            > 0),
+        "the job never started its sleeps"
+    );
+    let mut pids = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            pids = daemon.job_pids(1);
+            pids.len() > 3000
+        }),
+        "the job has {} processes",
+        pids.len()
+    );
+    let sleep = *pids
+        .iter()
+        .rev()
+        .find(|pid| **pid != rank)
+        .expect("a sleep");
+    let switches = |daemon: &Daemon| daemon.json("status")["switches"].as_u64().unwrap_or(0);
+    // Switches with every sleep in the job first, then a dozen measured.
+    let before = switches(&daemon);
+    assert!(
+        wait_until(Duration::from_secs(60), || switches(&daemon) >= before + 4),
+        "the two jobs do not take turns"
+    );
+    // Measured over a dozen switches, asking rarely (each question costs
+    // the daemon too).
+    let ticks = |daemon: &Daemon| proc_stat(daemon.pid() as i32).map_or(0, |stat| stat.cpu_ticks);
+    let (ticks_before, switches_before) = (ticks(&daemon), switches(&daemon));
+    for _ in 0..240 {
+        std::thread::sleep(Duration::from_millis(500));
+        if switches(&daemon) >= switches_before + 12 {
+            break;
+        }
+    }
+    let (spent, switched) = (
+        ticks(&daemon) - ticks_before,
+        switches(&daemon) - switches_before,
+    );
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
+    assert!(switched >= 12, "the two jobs stopped taking turns");
+    let per_switch_ms = spent * 1000 / hz / switched;
+    assert!(
+        per_switch_ms < 8,
+        "root's scored spent {per_switch_ms} ms of CPU time a switch ({spent} ticks over \
+         {switched} switches) with 3,000 idle processes in a job"
+    );
+    // Its owner continues a sleep of the switched-out job: it stays held
+    // while the job is switched out (no switch between the two looks).
+    let mut seen = None;
+    for _ in 0..20 {
+        assert!(
+            wait_until(Duration::from_secs(60), || daemon.job_state(1) == "stopped"
+                && proc_stat(sleep)
+                    .is_some_and(|stat| matches!(stat.state, 'T' | 'D'))),
+            "the job of sleeps was never switched out with its sleeps held"
+        );
+        let at = switches(&daemon);
+        let status = command_as(
+            &users.a,
+            std::path::Path::new("/bin/kill"),
+            &["-CONT", &sleep.to_string()],
+        )
+        .status()
+        .expect("run kill");
+        assert!(status.success(), "its owner could not signal the sleep");
+        std::thread::sleep(Duration::from_millis(20));
+        let state = proc_stat(sleep).map(|stat| stat.state);
+        if switches(&daemon) == at && daemon.job_state(1) == "stopped" {
+            seen = state;
+            break;
+        }
+    }
+    let state = seen.expect("the job was never switched out long enough to look");
+    assert!(
+        matches!(state, 'T' | 'D'),
+        "a sleep of the switched-out job, continued by its owner, shows state {state}"
+    );
+    sleeps.signal(Signal::SIGINT);
+    spinner.signal(Signal::SIGINT);
+    sleeps.wait(Duration::from_secs(60));
+    spinner.wait(Duration::from_secs(60));
+    assert!(
+        wait_until(Duration::from_secs(60), || daemon.job_pids(1).is_empty()),
+        "{} of the job's processes outlived it",
+        daemon.job_pids(1).len()
+    );
+}
+
 /// A plain user's job that starts more processes than a job may have (40
 /// here, set for the test through the fault-injection build) is killed,
 /// and its scrun says why.

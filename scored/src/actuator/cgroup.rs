@@ -204,6 +204,12 @@ impl Cgroups {
         }
     }
 
+    /// Whether the job's cgroup was asked to freeze (frozen, or still
+    /// freezing) and not thawed since.
+    pub fn freeze_asked(&self, job: JobId) -> bool {
+        freeze_asked(&self.dir(job))
+    }
+
     /// Kills what is left in the cgroups of jobs not in `held` (a dead
     /// daemon's jobs whose keepers are gone), and removes them.
     pub fn remove_unheld(&self, held: &[JobId]) {
@@ -412,6 +418,19 @@ fn make_dir(dir: &Path) -> io::Result<()> {
     match fs::create_dir(dir) {
         Err(error) if error.kind() != io::ErrorKind::AlreadyExists => Err(error),
         _ => Ok(()),
+    }
+}
+
+/// Whether the cgroup `dir` was asked to freeze (frozen, or still
+/// freezing), whichever freezer it has. A process of such a cgroup that
+/// sleeps uninterruptibly (`D`: frozen, or in a system call) freezes
+/// before it can return to user code.
+pub fn freeze_asked(dir: &Path) -> bool {
+    let read = |file: &str| fs::read_to_string(dir.join(file)).ok();
+    match (read("freezer.state"), read("cgroup.freeze")) {
+        (Some(state), _) => state.trim() != "THAWED",
+        (None, Some(value)) => value.trim() == "1",
+        (None, None) => false,
     }
 }
 

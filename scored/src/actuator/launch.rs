@@ -250,6 +250,7 @@ impl JobProcs {
             drain: None,
             reaped_cpu: Duration::ZERO,
             discovered_at: None,
+            listed_at: None,
             reaped_peak: vec![0; n_slots],
             exe_bytes: 0,
             seen_exes: BTreeSet::new(),

@@ -86,7 +86,27 @@ const CONFIRM_FALLBACK: Duration = Duration::from_millis(20);
 /// sample reads from /proc at most: those not seen yet first, then the
 /// others in turn, so that a job of thousands of idle processes costs
 /// each slice a bounded amount of work (the rest keep their last reading).
-const MEMBER_READS_PER_SAMPLE: usize = 256;
+const MEMBER_READS_PER_SAMPLE: usize = 32;
+/// With a freezer, how many processes besides its ranks a job may have
+/// before its switches hold them by its freezer: its ranks are still
+/// stopped and continued by signal (their keeper confirms it), the rest
+/// frozen and thawed in one write each. Signalling a process costs the
+/// kernel a wakeup of it (3,000 idle processes stopped and continued
+/// through their groups cost 20 ms of CPU a switch, frozen and thawed
+/// 2 ms), while freezing a sleeping process only marks it.
+const FREEZER_SWITCH_ABOVE: usize = 256;
+/// How often a job whose switches its freezer holds has its `cgroup.procs`
+/// listed by a sample (a list of thousands costs more than the rest of
+/// the sample): its processes are held whether listed or not, and the
+/// pids controller, where present, counts them at each fork.
+const MEMBER_LIST_EVERY: Duration = Duration::from_millis(500);
+/// How long a switch waits for a job's freezer to read frozen. A process
+/// of a cgroup asked to freeze cannot return to user code without
+/// freezing, as one sent SIGSTOP cannot without stopping; those that must
+/// run to freeze (forked or running at the freeze, on a busy CPU) may
+/// take longer, and the stop holds without them: a slow freeze never
+/// delays a switch further, nor kills a job.
+const FREEZE_CONFIRM: Duration = Duration::from_millis(20);
 /// With a cgroup, how many of a job's processes outside its ranks'
 /// process groups (which group signals miss) are held through a pidfd to
 /// be signalled one by one; a job with more is held by its freezer at
@@ -461,6 +481,13 @@ struct StopWait {
     since: Instant,
     /// The job's cgroup was asked to freeze: its being frozen confirms the stop.
     freezing: bool,
+    /// Its processes other than its ranks are held by its freezer alone
+    /// (`SwitchedOutHold::by_freezer`): once its ranks stopped, its cgroup
+    /// is frozen, and the stop waits for it to read frozen, for
+    /// `FREEZE_CONFIRM` at most.
+    cgroup: bool,
+    /// When its cgroup was asked to freeze (while `freezing`).
+    frozen_at: Instant,
     /// Its keeper has not yet answered the stop (`keeper::Event::Stopped`):
     /// while its launch is in progress, only that answer confirms the
     /// stop, since only it comes after every rank scored must know of.
@@ -481,6 +508,13 @@ struct SwitchedOutHold {
     frozen: bool,
     /// It was continued from outside once: freeze it at every stop.
     freeze_on_stop: bool,
+    /// It has more than `FREEZER_SWITCH_ABOVE` processes besides its
+    /// ranks, and a freezer: a switch signals its ranks alone, by pid, and
+    /// freezes or thaws the rest. Set while it runs, for its life.
+    by_freezer: bool,
+    /// Its last stop signalled every process group (no freezer switch, or
+    /// one whose freeze was slow): its continue does too.
+    signalled: bool,
     /// Continues from outside seen since it was switched out.
     rogue_continues: u32,
     /// Stops it got out of other than by SIGCONT (traced ranks, CPU time
@@ -536,6 +570,8 @@ struct JobProcs {
     reaped_cpu: Duration,
     /// When descendants were last looked for (a sample, a stop).
     discovered_at: Option<Instant>,
+    /// When its `cgroup.procs` was last listed.
+    listed_at: Option<Instant>,
     /// Per host slot, the sum of the peak memory of its reaped ranks.
     reaped_peak: Vec<u64>,
     /// Size of the executables of the job's programs.
@@ -798,10 +834,9 @@ impl Actuator for OsActuator {
     fn next_deadline(&self) -> Option<Instant> {
         let busy = self.jobs.values().any(|procs| {
             procs.drain.is_some()
-                || procs
-                    .stop_wait
-                    .as_ref()
-                    .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
+                || procs.stop_wait.as_ref().is_some_and(|wait| {
+                    !wait.extras.is_empty() || !wait.children.is_empty() || wait.cgroup
+                })
         });
         if !self.held_checks.is_empty() || !self.later.is_empty() {
             return Some(self.clock.now());
@@ -842,7 +877,7 @@ impl Actuator for OsActuator {
         self.jobs
             .values()
             .filter_map(|procs| procs.stop_wait.as_ref())
-            .map(|wait| wait.children.len() + wait.extras.len())
+            .map(|wait| wait.children.len() + wait.extras.len() + usize::from(wait.cgroup))
             .sum()
     }
 

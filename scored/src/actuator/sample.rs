@@ -13,8 +13,8 @@ use scored_core::job::Usage;
 use super::procfs::Stat;
 use super::{
     max_job_processes, procfs, sys, Descendant, JobProcs, Member, OsActuator, DISK_ENTRIES_MIN,
-    DISK_ENTRIES_PER_SAMPLE, DISK_ENTRIES_PER_WINDOW, DISK_WINDOW, ESCAPE_TICKS, HELD_ESCAPED,
-    MEMBER_READS_PER_SAMPLE,
+    DISK_ENTRIES_PER_SAMPLE, DISK_ENTRIES_PER_WINDOW, DISK_WINDOW, ESCAPE_TICKS,
+    FREEZER_SWITCH_ABOVE, HELD_ESCAPED, MEMBER_LIST_EVERY, MEMBER_READS_PER_SAMPLE,
 };
 
 impl OsActuator {
@@ -258,17 +258,41 @@ impl OsActuator {
     /// Returns every member's reading; the job is noted as over its limit
     /// when it has more than `MAX_JOB_PROCESSES`.
     fn discover_in_cgroup(&mut self, job: JobId) -> Vec<Stat> {
+        let now = self.clock.now();
         let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else {
             return Vec::new();
         };
-        let mut listed = cgroups.pids(job);
+        // A job its freezer holds is listed every `MEMBER_LIST_EVERY`;
+        // in between, its members are those last listed (one that ended
+        // leaves when its turn to be read comes).
+        let list = !procs.hold.by_freezer
+            || procs
+                .listed_at
+                .is_none_or(|at| now.duration_since(at) >= MEMBER_LIST_EVERY);
+        let mut listed = if list {
+            procs.listed_at = Some(now);
+            cgroups.pids(job)
+        } else {
+            procs
+                .members
+                .keys()
+                .chain(&procs.children)
+                .copied()
+                .collect()
+        };
         let refused = cgroups.forks_refused(job);
         listed.sort_unstable();
         listed.dedup();
         if listed.len() > max_job_processes() || refused {
             over_limit(job, procs, listed.len(), &mut self.later);
         }
-        procs.discovered_at = Some(self.clock.now());
+        let others = listed.len().saturating_sub(procs.children.len());
+        if others > FREEZER_SWITCH_ABOVE && !procs.hold.by_freezer && !procs.hold.switched_out {
+            // Only while it runs: its next stop is its first by freezer.
+            procs.hold.by_freezer = true;
+            tracing::info!(job = %job, processes = listed.len(), "the job has so many processes that its switches signal its ranks alone and freeze the rest");
+        }
+        procs.discovered_at = Some(now);
         let is_listed = |pid: &i32| listed.binary_search(pid).is_ok();
         procs.members.retain(|pid, _| is_listed(pid));
         procs.extras.retain(|pid, _| is_listed(pid));

@@ -22,23 +22,34 @@ use scored_core::ids::JobId;
 use super::{
     procfs, sample, sys, Actuator, Member, OsActuator, StopWait, CONFIRM_FALLBACK,
     DRAIN_KILL_EVERY, DRAIN_TIMEOUT, ESCAPE_LIMIT, ESCAPE_TICKS, EXEC_TIMEOUT, FREEZE_AFTER,
-    FRESH_DISCOVERY, MEMBER_READS_PER_SAMPLE, POLL_INTERVAL, ROGUE_CONTINUE_LIMIT, STOP_TIMEOUT,
+    FREEZE_CONFIRM, FRESH_DISCOVERY, MEMBER_READS_PER_SAMPLE, POLL_INTERVAL, ROGUE_CONTINUE_LIMIT,
+    STOP_TIMEOUT,
 };
 
 impl OsActuator {
     pub(super) fn stop_job(&mut self, job: JobId, out: &mut Vec<Input>) {
         // At a slice boundary the job was sampled just before this stop, so
         // its descendants are known; otherwise look at its cgroup again.
+        // A job whose freezer holds its switches needs neither: its
+        // freezer holds every process of its cgroup, listed or not.
         let now = self.clock.now();
+        // (While its keeper still creates its ranks, which a stop pauses
+        // by their groups' signals, a job is switched as any other.)
+        let by_freezer = self
+            .jobs
+            .get(&job)
+            .is_some_and(|procs| procs.hold.by_freezer && procs.launch.is_none());
         let fresh = self
             .jobs
             .get(&job)
             .and_then(|procs| procs.discovered_at)
             .is_some_and(|at| now.duration_since(at) < FRESH_DISCOVERY);
-        if !fresh {
+        if !fresh && !by_freezer {
             self.adopt_new_members(job);
         }
-        self.note_stopped_by_job(job);
+        if !by_freezer {
+            self.note_stopped_by_job(job);
+        }
         // The keeper hears of the stop before any rank can stop.
         let serial = match self.jobs.get_mut(&job) {
             Some(procs) => {
@@ -48,16 +59,33 @@ impl OsActuator {
             None => 0,
         };
         self.tell_keeper(job, crate::keeper::ToKeeper::Stop(serial));
-        self.send(job, Signal::SIGSTOP);
-        let freeze = self
-            .jobs
-            .get(&job)
-            .is_some_and(|procs| procs.hold.freeze_on_stop)
+        // Such a job's ranks alone get SIGSTOP, by pid; once their keeper
+        // confirms their stops, the rest of its cgroup is frozen
+        // (`freeze_rest`), the stopped ranks with it (a stopped process
+        // is frozen as it is, without running). Otherwise every group is
+        // signalled.
+        let by_freezer = by_freezer
+            && self.cgroups.is_some()
+            && self
+                .jobs
+                .get(&job)
+                .is_some_and(|procs| procs.cgroup_procs.is_some());
+        if by_freezer {
+            self.signal_ranks(job, Signal::SIGSTOP);
+        } else {
+            self.send(job, Signal::SIGSTOP);
+        }
+        let freeze = !by_freezer
+            && self
+                .jobs
+                .get(&job)
+                .is_some_and(|procs| procs.hold.freeze_on_stop)
             && self.freeze(job);
         let Some(procs) = self.jobs.get_mut(&job) else {
             out.push(Input::Stopped(job));
             return;
         };
+        procs.hold.signalled = !by_freezer;
         procs.hold.switched_out = true;
         procs.hold.rogue_continues = 0;
         procs.hold.stopped_cpu = None;
@@ -70,24 +98,20 @@ impl OsActuator {
         // theirs through their pidfd; those held, and of the other members
         // of its cgroup those last seen running, are confirmed through
         // /proc (a member stops before it runs user code again anyway).
-        let pending_extras: BTreeSet<i32> = procs
-            .extras
-            .keys()
-            .copied()
-            .chain(
-                procs
-                    .members
-                    .iter()
-                    .filter(|(_, member)| member.stat.state == b'R')
-                    .map(|(pid, _)| *pid)
-                    .take(MEMBER_READS_PER_SAMPLE),
-            )
-            .collect();
+        // Those of a job its freezer holds are confirmed by the freezer.
+        let pending_extras: BTreeSet<i32> = if by_freezer {
+            BTreeSet::new()
+        } else {
+            pending_members(procs)
+        };
+        let now = self.clock.now();
         procs.stop_wait = Some(StopWait {
             children: pending_children,
             extras: pending_extras,
-            since: self.clock.now(),
+            since: now,
             freezing: freeze,
+            cgroup: by_freezer,
+            frozen_at: now,
             pausing,
         });
         // Descendants are confirmed through /proc right away when they
@@ -103,7 +127,9 @@ impl OsActuator {
             pending.deadline = deadline;
         }
         let mut serial = None;
+        let mut ranks_only = false;
         if let Some(procs) = self.jobs.get_mut(&job) {
+            ranks_only = procs.hold.by_freezer && !std::mem::take(&mut procs.hold.signalled);
             procs.hold.switched_out = false;
             procs.hold.stopped_cpu = None;
             procs.hold.serial += 1;
@@ -116,7 +142,26 @@ impl OsActuator {
         if let Some(serial) = serial {
             self.tell_keeper(job, crate::keeper::ToKeeper::Continue(serial));
         }
-        self.send(job, Signal::SIGCONT);
+        // The thaw let the rest of a job its freezer held go on.
+        if ranks_only {
+            self.signal_ranks(job, Signal::SIGCONT);
+        } else {
+            self.send(job, Signal::SIGCONT);
+        }
+    }
+
+    /// Sends `signal` to each unreaped rank of the job alone, by pid (an
+    /// unreaped child's pid is still its own): the switch of a job whose
+    /// freezer holds the rest.
+    fn signal_ranks(&self, job: JobId, signal: Signal) {
+        let Some(procs) = self.jobs.get(&job) else {
+            return;
+        };
+        for &pid in &procs.children {
+            if let Err(error) = sys::kill_number(pid, signal as i32) {
+                tracing::debug!(job = %job, pid, %error, "kill of a rank failed");
+            }
+        }
     }
 
     pub(super) fn signal_job(&mut self, job: JobId, signal: i32) {
@@ -154,7 +199,7 @@ impl OsActuator {
                 procs
                     .stop_wait
                     .as_ref()
-                    .is_some_and(|wait| !wait.extras.is_empty())
+                    .is_some_and(|wait| !wait.extras.is_empty() || wait.cgroup && wait.freezing)
             });
             let step = if extras {
                 POLL_INTERVAL.min(deadline - now)
@@ -250,11 +295,19 @@ impl OsActuator {
     }
 
     pub(super) fn check_stop(&mut self, job: JobId, out: &mut Vec<Input>) {
+        let ranks_stopped = self.jobs.get(&job).is_some_and(|procs| {
+            procs.stop_wait.as_ref().is_some_and(|wait| {
+                wait.cgroup && !wait.freezing && wait.children.is_empty() && !wait.pausing
+            })
+        });
+        if ranks_stopped {
+            self.freeze_rest(job);
+        }
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
         let done = procs.stop_wait.as_ref().is_some_and(|wait| {
-            wait.children.is_empty() && wait.extras.is_empty() && !wait.pausing
+            wait.children.is_empty() && wait.extras.is_empty() && !wait.pausing && !wait.cgroup
         });
         if done {
             if let Some(wait) = procs.stop_wait.take() {
@@ -508,13 +561,17 @@ impl OsActuator {
         if let Some(wait) = procs.stop_wait.as_mut() {
             let extras = &procs.extras;
             let members = &procs.members;
+            // A process of a cgroup asked to freeze that sleeps
+            // uninterruptibly (frozen, or in a system call) freezes before
+            // it can return to user code.
+            let freezing = procs.hold.frozen;
             wait.extras.retain(|pid| {
                 let start = extras
                     .get(pid)
                     .map(|extra| extra.start)
                     .or_else(|| members.get(pid).map(|member| member.stat.start));
                 match (start, procfs::read_stat(*pid)) {
-                    (Some(start), Some(stat)) => stat.start == start && !procfs::cannot_run(&stat),
+                    (Some(start), Some(stat)) => stat.start == start && !held(&stat, freezing),
                     _ => false,
                 }
             });
@@ -528,6 +585,26 @@ impl OsActuator {
                 // Frozen: none of its processes can run until thawed.
                 wait.children.clear();
                 wait.extras.clear();
+                wait.cgroup = false;
+            } else if wait.cgroup
+                && wait.freezing
+                && fallback
+                && now.duration_since(wait.frozen_at) >= FREEZE_CONFIRM
+            {
+                // Still freezing: processes that must run to freeze (ones
+                // forked or running at the freeze, waiting for a busy
+                // CPU) take longer. Each was marked and freezes on its way
+                // back to user code, where it would take a SIGSTOP too, so
+                // none runs the job's code again until thawed: the stop
+                // holds. The freeze is asked again, which makes the v1
+                // freezer look at each process anew.
+                if let Some(cgroups) = &self.cgroups {
+                    let _ = cgroups.set_frozen(job, true);
+                }
+                tracing::debug!(job = %job, "the job's cgroup is still freezing; its stop holds");
+                wait.children.clear();
+                wait.extras.clear();
+                wait.cgroup = false;
             } else if fallback
                 && !wait.freezing
                 && waited >= FREEZE_AFTER
@@ -579,8 +656,9 @@ impl OsActuator {
                 // parent whose child is stopped: it never reports a stop
                 // until its job is continued, and waiting for it stalled
                 // every switch of its hosts).
+                let freezing = procs.hold.frozen;
                 wait.children.retain(|pid| {
-                    procfs::read_stat(*pid).is_none_or(|stat| !procfs::cannot_run(&stat))
+                    procfs::read_stat(*pid).is_none_or(|stat| !held(&stat, freezing))
                 });
             }
         }
@@ -611,6 +689,69 @@ impl OsActuator {
         }
         self.check_stop(job, out);
     }
+}
+
+impl OsActuator {
+    /// The ranks of a job that its freezer switches are stopped: the
+    /// rest of its cgroup is frozen, which its stop then waits for (see
+    /// `poll_job`). Without a freezer after all, every group and held
+    /// descendant gets SIGSTOP (and its continue SIGCONT), and those of
+    /// its other processes last seen running are confirmed through /proc.
+    fn freeze_rest(&mut self, job: JobId) {
+        let now = self.clock.now();
+        if self.freeze(job) {
+            let frozen = self
+                .cgroups
+                .as_ref()
+                .is_some_and(|cgroups| cgroups.is_frozen(job));
+            if let Some(wait) = self
+                .jobs
+                .get_mut(&job)
+                .and_then(|procs| procs.stop_wait.as_mut())
+            {
+                wait.freezing = true;
+                wait.frozen_at = now;
+                wait.cgroup = !frozen;
+            }
+            return;
+        }
+        let Some(procs) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        procs.hold.signalled = true;
+        let members = pending_members(procs);
+        if let Some(wait) = procs.stop_wait.as_mut() {
+            wait.cgroup = false;
+            wait.extras.extend(members);
+        }
+        self.deliver(job, libc::SIGSTOP);
+    }
+}
+
+/// The processes of a stopping job that are confirmed stopped through
+/// /proc: those held through a pidfd, and of the other members of its
+/// cgroup those last seen running (at most `MEMBER_READS_PER_SAMPLE`).
+fn pending_members(procs: &super::JobProcs) -> BTreeSet<i32> {
+    procs
+        .extras
+        .keys()
+        .copied()
+        .chain(
+            procs
+                .members
+                .iter()
+                .filter(|(_, member)| member.stat.state == b'R')
+                .map(|(pid, _)| *pid)
+                .take(MEMBER_READS_PER_SAMPLE),
+        )
+        .collect()
+}
+
+/// Whether a process read from /proc cannot run user code: it is
+/// stopped (`procfs::cannot_run`), or it sleeps uninterruptibly in a
+/// cgroup asked to freeze (`freezing`), frozen or on its way to it.
+fn held(stat: &procfs::Stat, freezing: bool) -> bool {
+    procfs::cannot_run(stat) || freezing && stat.state == b'D'
 }
 
 fn signal_from(signal: i32) -> Option<Signal> {

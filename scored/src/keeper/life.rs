@@ -633,12 +633,25 @@ impl Keeper {
             return;
         }
         let pending: Vec<i32> = self.pending.iter().copied().collect();
+        // A rank of a cgroup scored asked to freeze cannot return to user
+        // code without freezing, whatever /proc shows (`D` once frozen,
+        // whether it took its stop first or not); and its group, which
+        // the freezer holds, is not signalled.
+        let freezing = self
+            .cgroup_procs
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .is_some_and(crate::actuator::cgroup::freeze_asked);
         for pid in pending {
             let start = self.ranks.get(&pid).map(|rank| rank.start);
             match procfs::read_stat(pid).filter(|stat| Some(stat.start) == start) {
-                Some(stat) if !procfs::cannot_run(&stat) => {
+                Some(stat) if !procfs::cannot_run(&stat) && !freezing => {
                     let _ = killpg(Pid::from_raw(pid), Signal::SIGSTOP);
                     let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGSTOP);
+                    // Its group is continued with it: scored's continue
+                    // may reach the rank alone (a job it switches by its
+                    // freezer).
+                    self.restopped.insert(pid);
                 }
                 _ => {
                     self.pending.remove(&pid);

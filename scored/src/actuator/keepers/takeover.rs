@@ -178,12 +178,13 @@ impl OsActuator {
             );
             let ends = self.adopt(adopt.job, state, adopt.switched_out);
             // A job the dead daemon froze (something outside kept
-            // continuing it) stays held so: its stops are confirmed by the
-            // freezer, as before.
+            // continuing it, or a switch that its freezer holds), frozen
+            // or still freezing, stays held so: its stops are confirmed by
+            // the freezer, and its continue thaws it.
             let frozen = self
                 .cgroups
                 .as_ref()
-                .is_some_and(|cgroups| cgroups.is_frozen(adopt.job));
+                .is_some_and(|cgroups| cgroups.freeze_asked(adopt.job));
             if let Some(procs) = self.jobs.get_mut(&adopt.job) {
                 if frozen && procs.cgroup_procs.is_some() {
                     procs.hold.frozen = true;

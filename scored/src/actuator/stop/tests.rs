@@ -90,6 +90,7 @@ impl Fixture {
                 drain: None,
                 reaped_cpu: Duration::ZERO,
                 discovered_at: Some(clock.now()),
+                listed_at: None,
                 reaped_peak: vec![0],
                 exe_bytes: 0,
                 seen_exes: BTreeSet::new(),
