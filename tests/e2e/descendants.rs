@@ -231,6 +231,94 @@ fn thousands_of_idle_descendants_are_frozen_with_their_job() {
     );
 }
 
+/// A kill -9 of root's scored while a plain user's job of 3,000 idle
+/// `sleep`s is switched out, frozen: the sleeps stay held while no scored
+/// runs, and the next scored takes the job over and thaws it when it
+/// continues it, so that its sleeps run again with their job.
+#[test]
+fn a_frozen_job_of_thousands_of_processes_runs_again_after_a_kill_of_scored() {
+    let test = "a_frozen_job_of_thousands_of_processes_runs_again_after_a_kill_of_scored";
+    let Some(users) = test_users(test) else {
+        return;
+    };
+    let mut daemon = Daemon::builder()
+        .hosts("h0 cpus=0\n")
+        .timeslice("200ms")
+        .start();
+    if !has_cgroups(&daemon, test) {
+        return;
+    }
+    let mut sleeps = daemon.spawn_as(
+        &users.a,
+        &[
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i+1)); done; echo started; wait",
+        ],
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
+        "the job of sleeps never started"
+    );
+    let rank = daemon.job_pids(1)[0];
+    let mut spinner = daemon.spawn_as(&users.b, &[&testprog(), "spin", "0"]);
+    assert!(
+        wait_until(Duration::from_secs(300), || sleeps.count_lines("started")
+            > 0),
+        "the job never started its sleeps"
+    );
+    let mut pids = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            pids = daemon.job_pids(1);
+            pids.len() > 3000
+        }),
+        "the job has {} processes",
+        pids.len()
+    );
+    let sleep = *pids
+        .iter()
+        .rev()
+        .find(|pid| **pid != rank)
+        .expect("a sleep");
+    let switches = |daemon: &Daemon| daemon.json("status")["switches"].as_u64().unwrap_or(0);
+    let before = switches(&daemon);
+    assert!(
+        wait_until(Duration::from_secs(60), || switches(&daemon) >= before + 4),
+        "the two jobs do not take turns"
+    );
+    let state = |pid: i32| proc_stat(pid).map_or('?', |stat| stat.state);
+    assert!(
+        wait_until(Duration::from_secs(60), || daemon.job_state(1) == "stopped"
+            && state(sleep) == 'D'),
+        "the job of sleeps was never switched out frozen"
+    );
+    daemon.kill_hard();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        matches!(state(sleep), 'D' | 'T'),
+        "a sleep of the switched-out job shows state {} while no scored runs",
+        state(sleep)
+    );
+    daemon.start_again();
+    assert!(
+        wait_until(Duration::from_secs(60), || daemon.job_state(1) == "running"
+            && state(sleep) == 'S'),
+        "the sleeps never ran again with their job after the takeover (state {}):\n{}",
+        state(sleep),
+        daemon.log()
+    );
+    sleeps.signal(Signal::SIGINT);
+    spinner.signal(Signal::SIGINT);
+    sleeps.wait(Duration::from_secs(60));
+    spinner.wait(Duration::from_secs(60));
+    assert!(
+        wait_until(Duration::from_secs(60), || daemon.job_pids(1).is_empty()),
+        "{} of the job's processes outlived it",
+        daemon.job_pids(1).len()
+    );
+}
+
 /// A plain user's job that starts more processes than a job may have (40
 /// here, set for the test through the fault-injection build) is killed,
 /// and its scrun says why.
