@@ -1,0 +1,147 @@
+//! A keeper's part in a switch's stop: scored's `Stop` awaited rank by
+//! rank in the kernel, as a killpg/waitpid program does, answered once
+//! every rank has stopped, and what the kernel did not report in time
+//! checked through /proc.
+#![forbid(unsafe_code)]
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+use super::{Keeper, STOP_ALARM, STOP_BLOCK, STOP_CHECK};
+use crate::actuator::procfs;
+use crate::keeper::Event;
+use crate::sys;
+
+impl Keeper {
+    /// scored's `Stop`: its SIGSTOPs follow. Every report the kernel holds
+    /// is read first, while the job still counts as running (scored's
+    /// earlier continues among them); then the ranks not yet stopped are
+    /// awaited, and a launch creates nothing more and stops what it made
+    /// (scored may not know of it yet: the answer comes after the events
+    /// that tell it).
+    pub(super) fn stop(&mut self, serial: u64) {
+        if !self.switched_out {
+            self.children_changed();
+        }
+        self.switch_serial = serial;
+        self.switched_out = true;
+        if let Some(launch) = &mut self.launch {
+            launch.paused = true;
+            for pid in self.ranks.keys() {
+                let _ = nix::sys::signal::kill(Pid::from_raw(*pid), Signal::SIGSTOP);
+                let _ = killpg(Pid::from_raw(*pid), Signal::SIGSTOP);
+            }
+        }
+        self.pending = self
+            .ranks
+            .iter()
+            .filter(|(_, rank)| rank.ended.is_none() && !rank.stopped)
+            .map(|(pid, _)| *pid)
+            .collect();
+        self.stopping = Some(Instant::now() + STOP_CHECK);
+        self.answer_stop();
+        self.await_stops();
+    }
+
+    /// Waits in the kernel for the ranks the `Stop` awaits, one after the
+    /// other, as a killpg/waitpid program does: woken only when the rank
+    /// waited for stops (or ends), where SIGCHLD would wake the keeper, at
+    /// scored's real-time priority, for each rank, taking the CPU from the
+    /// very ranks that must run to stop. Ranks that stopped before their
+    /// turn cost one look each. The wait ends after `STOP_BLOCK` (the
+    /// alarm interrupts it); what is left is awaited in the loop, with
+    /// scored's messages and the other events.
+    pub(super) fn await_stops(&mut self) {
+        if self.stopping.is_none() || self.pending.is_empty() {
+            return;
+        }
+        if sys::set_alarm(STOP_ALARM).is_err() {
+            return;
+        }
+        let deadline = Instant::now() + STOP_BLOCK;
+        let pending: Vec<i32> = self.pending.iter().copied().collect();
+        'ranks: for pid in pending {
+            loop {
+                if Instant::now() >= deadline {
+                    break 'ranks;
+                }
+                let Some(pidfd) = self.ranks.get(&pid).and_then(|rank| rank.pidfd.as_ref()) else {
+                    continue 'ranks;
+                };
+                match sys::wait_stopped_or_ended(pidfd) {
+                    Ok(Some(sys::WaitEvent::Stopped)) => {
+                        // Continued again since (from outside): the loop
+                        // sees that continue.
+                        if sys::take_stop(pidfd).unwrap_or(false) {
+                            if let Some(rank) = self.ranks.get_mut(&pid) {
+                                rank.stopped = true;
+                            }
+                            self.pending.remove(&pid);
+                        }
+                        continue 'ranks;
+                    }
+                    Ok(Some(_)) => {
+                        self.rank_ended(pid);
+                        continue 'ranks;
+                    }
+                    // The alarm: the deadline is looked at again.
+                    Ok(None) => {}
+                    Err(_) => continue 'ranks,
+                }
+            }
+        }
+        let _ = sys::set_alarm(Duration::ZERO);
+        self.answer_stop();
+    }
+
+    /// Answers the `Stop` once no rank is left to stop.
+    pub(super) fn answer_stop(&mut self) {
+        if self.stopping.is_some() && self.pending.is_empty() {
+            self.stopping = None;
+            self.outbox.push(Event::Stopped(self.switch_serial));
+        }
+    }
+
+    /// A stop that `waitid` has not confirmed in time: the ranks /proc
+    /// shows unable to run are stopped (a vfork parent whose child is
+    /// stopped reports its stop only once it runs again); the others are
+    /// sent SIGSTOP again.
+    pub(super) fn check_stopping(&mut self) {
+        let Some(at) = self.stopping else {
+            return;
+        };
+        if Instant::now() < at {
+            return;
+        }
+        let pending: Vec<i32> = self.pending.iter().copied().collect();
+        // A rank of a cgroup scored asked to freeze cannot return to user
+        // code without freezing, whatever /proc shows (`D` once frozen,
+        // whether it took its stop first or not); and its group, which
+        // the freezer holds, is not signalled.
+        let freezing = self
+            .cgroup_procs
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .is_some_and(crate::actuator::cgroup::freeze_asked);
+        for pid in pending {
+            let start = self.ranks.get(&pid).map(|rank| rank.start);
+            match procfs::read_stat(pid).filter(|stat| Some(stat.start) == start) {
+                Some(stat) if !procfs::cannot_run(&stat) && !freezing => {
+                    let _ = killpg(Pid::from_raw(pid), Signal::SIGSTOP);
+                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGSTOP);
+                    // Its group is continued with it: scored's continue
+                    // may reach the rank alone (a job it switches by its
+                    // freezer).
+                    self.restopped.insert(pid);
+                }
+                _ => {
+                    self.pending.remove(&pid);
+                }
+            }
+        }
+        self.stopping = Some(Instant::now() + STOP_CHECK);
+        self.answer_stop();
+    }
+}
