@@ -322,6 +322,18 @@ impl Daemon {
             .collect()
     }
 
+    /// How many keepers the daemon keeps idle for its next jobs: each
+    /// holds nothing of a job, and the daemon one socket to it.
+    pub fn idle_keepers(&self) -> usize {
+        self.all_children()
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|line| line.starts_with(b"scored keeper, idle"))
+            })
+            .count()
+    }
+
     /// Every child process of the daemon (its zygote, its closer, the
     /// jobs' keepers, anything else), as the kernel lists them.
     pub fn all_children(&self) -> Vec<i32> {
