@@ -631,6 +631,19 @@ impl OsActuator {
             },
         );
         tracing::debug!(job = %job, pid, rank, stage, "spawned");
+        // Signals asked for the job since its launch began reached the
+        // ranks known then; this one, before its exec, gets them by pid.
+        let signals = self
+            .jobs
+            .get(&job)
+            .and_then(|procs| procs.launch.as_ref())
+            .map(|launch| launch.signals.clone())
+            .unwrap_or_default();
+        for signal in signals {
+            if let Err(error) = sys::kill_number(pid, signal) {
+                tracing::debug!(job = %job, pid, signal, %error, "a signal to a new rank failed");
+            }
+        }
     }
 
     /// `job`'s link ended: its keeper is gone (or scored's end of it was

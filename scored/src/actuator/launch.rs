@@ -35,6 +35,11 @@ pub(super) struct LaunchInProgress {
     /// and rank, for the message of a failure to open one; empty when the
     /// job has none.
     files: HashMap<(usize, u32), ShownFiles>,
+    /// The signals asked for the job (`kill`, scrun passing on a ^C) while
+    /// its processes are being created, each once: a rank its keeper
+    /// reports after one of them gets it then, as the ranks reported
+    /// before got it at once.
+    pub(super) signals: Vec<i32>,
 }
 
 impl LaunchInProgress {
@@ -50,6 +55,7 @@ impl LaunchInProgress {
             cwd: Rc::from(described.2.as_str()),
             first_stage: described.0,
             files: HashMap::new(),
+            signals: Vec::new(),
         }
     }
 
@@ -153,6 +159,7 @@ impl OsActuator {
                 cwd,
                 first_stage: plan.first_stage,
                 files: shown,
+                signals: Vec::new(),
             });
         }
         if let Err(error) = self.send_order(plan, stdio, files) {

@@ -180,6 +180,16 @@ impl OsActuator {
             // One nix has no name for: a real-time one, which a job may trap.
             None => self.deliver(job, signal),
         }
+        // The ranks not created yet get it as they are.
+        if let Some(launch) = self
+            .jobs
+            .get_mut(&job)
+            .and_then(|procs| procs.launch.as_mut())
+        {
+            if !launch.signals.contains(&signal) {
+                launch.signals.push(signal);
+            }
+        }
     }
 
     pub(super) fn wait_for_stops(&mut self, max: Duration, out: &mut Vec<Input>) {
