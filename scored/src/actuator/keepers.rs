@@ -580,7 +580,7 @@ impl OsActuator {
 
     /// A rank of `job` exists: it is recorded as a rank forked by scored
     /// was (its group, its host slot, its exec awaited).
-    fn rank_spawned(
+    pub(in crate::actuator) fn rank_spawned(
         &mut self,
         job: JobId,
         pid: i32,

@@ -1,7 +1,8 @@
 //! The stop's timeouts, on a clock that moves only when the test moves
-//! it. The job's one rank is a `sleep` the test starts itself (the
-//! actuator's own fork refuses a test harness's threads), recorded as
-//! the actuator records a rank it forked.
+//! it, and signals to a job still being launched. The job's one rank is
+//! a `sleep` the test starts itself (the actuator's own fork refuses a
+//! test harness's threads), recorded as the actuator records a rank it
+//! forked.
 
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap};
@@ -202,4 +203,58 @@ fn a_stop_not_confirmed_within_the_stop_timeout_fails_the_job() {
         }]
     );
     assert_eq!(fixture.actuator.pending_stops(), 0);
+}
+
+/// Waits (in real time, 10 s at most) for `child` to end, and says how.
+fn ended(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    None
+}
+
+/// A signal asked for a job while its keeper is still creating its
+/// ranks reaches the ranks known then at once, and a rank the keeper
+/// reports afterwards as it is reported: scrun passes a ^C on as soon as
+/// it hears of the start, which comes before the processes exist.
+#[test]
+fn a_signal_during_a_launch_reaches_the_ranks_created_after_it() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut fixture = Fixture::new("launch-signal");
+    fixture.actuator.jobs.get_mut(&JOB).expect("the job").launch =
+        Some(super::super::launch::LaunchInProgress::adopted(&(
+            0,
+            vec!["sleep".to_string()],
+            "/".to_string(),
+        )));
+    fixture.actuator.signal(JOB, libc::SIGUSR1);
+    assert_eq!(
+        ended(&mut fixture.rank).and_then(|status| status.signal()),
+        Some(libc::SIGUSR1),
+        "the rank known at the signal"
+    );
+    let mut late = std::os::unix::process::CommandExt::process_group(
+        &mut std::process::Command::new("sleep"),
+        0,
+    )
+    .arg("60")
+    .spawn()
+    .expect("sleep starts");
+    fixture
+        .actuator
+        .rank_spawned(JOB, late.id() as i32, 0, 0, 1, 0);
+    let status = ended(&mut late);
+    if status.is_none() {
+        let _ = late.kill();
+        let _ = late.wait();
+    }
+    assert_eq!(
+        status.and_then(|status| status.signal()),
+        Some(libc::SIGUSR1),
+        "the rank reported after the signal"
+    );
 }
