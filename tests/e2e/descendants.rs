@@ -19,6 +19,60 @@ fn has_cgroups(daemon: &Daemon, test: &str) -> bool {
     held
 }
 
+/// The number of switches the daemon has made.
+fn switches(daemon: &Daemon) -> u64 {
+    daemon.json("status")["switches"].as_u64().unwrap_or(0)
+}
+
+/// Starts user A's job of 3,000 idle `sleep`s (job 1) and user B's
+/// spinner on the daemon's one host, and waits until every sleep is in
+/// the job and the two jobs have taken turns a few times. Returns the two
+/// jobs, the pids of job 1's processes then, and one of its sleeps.
+fn sleeps_beside_a_spinner(daemon: &Daemon, users: &TestUsers) -> (Job, Job, Vec<i32>, i32) {
+    let mut sleeps = daemon.spawn_as(
+        &users.a,
+        &[
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i+1)); done; echo started; wait",
+        ],
+    );
+    // Job 1 is the sleeps' before the spinner is submitted.
+    assert!(
+        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
+        "the job of sleeps never started"
+    );
+    let rank = daemon.job_pids(1)[0];
+    let spinner = daemon.spawn_as(&users.b, &[&testprog(), "spin", "0"]);
+    // Starting them takes a while on a loaded machine, at half the CPU.
+    assert!(
+        wait_until(Duration::from_secs(300), || sleeps.count_lines("started")
+            > 0),
+        "the job never started its sleeps"
+    );
+    let mut pids = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            pids = daemon.job_pids(1);
+            pids.len() > 3000
+        }),
+        "the job has {} processes",
+        pids.len()
+    );
+    let sleep = *pids
+        .iter()
+        .rev()
+        .find(|pid| **pid != rank)
+        .expect("a sleep");
+    // Some switches with every sleep in the job.
+    let before = switches(daemon);
+    assert!(
+        wait_until(Duration::from_secs(60), || switches(daemon) >= before + 4),
+        "the two jobs do not take turns"
+    );
+    (sleeps, spinner, pids, sleep)
+}
+
 /// A plain user's job of 3,000 idle `sleep`s (a shell that starts them
 /// in the background, in its own process group) time-shares a host with
 /// another user's spinner: root's scored holds fewer than 1,000
@@ -38,42 +92,7 @@ fn thousands_of_idle_descendants_hold_no_descriptor_each() {
     if !has_cgroups(&daemon, test) {
         return;
     }
-    let mut sleeps = daemon.spawn_as(
-        &users.a,
-        &[
-            "sh",
-            "-c",
-            "i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i+1)); done; echo started; wait",
-        ],
-    );
-    // Job 1 is the sleeps' before the spinner is submitted.
-    assert!(
-        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
-        "the job of sleeps never started"
-    );
-    let mut spinner = daemon.spawn_as(&users.b, &[&testprog(), "spin", "0"]);
-    // Starting them takes a while on a loaded machine, at half the CPU.
-    assert!(
-        wait_until(Duration::from_secs(300), || sleeps.count_lines("started")
-            > 0),
-        "the job never started its sleeps"
-    );
-    let mut pids = Vec::new();
-    assert!(
-        wait_until(Duration::from_secs(60), || {
-            pids = daemon.job_pids(1);
-            pids.len() > 3000
-        }),
-        "the job has {} processes",
-        pids.len()
-    );
-    // Some switches with every sleep in the job.
-    let switches = |daemon: &Daemon| daemon.json("status")["switches"].as_u64().unwrap_or(0);
-    let before = switches(&daemon);
-    assert!(
-        wait_until(Duration::from_secs(60), || switches(&daemon) >= before + 4),
-        "the two jobs do not take turns"
-    );
+    let (mut sleeps, mut spinner, pids, _) = sleeps_beside_a_spinner(&daemon, &users);
     let fds = daemon.open_fds();
     assert!(
         fds < 1000,
@@ -124,46 +143,7 @@ fn thousands_of_idle_descendants_are_frozen_with_their_job() {
     if !has_cgroups(&daemon, test) {
         return;
     }
-    let mut sleeps = daemon.spawn_as(
-        &users.a,
-        &[
-            "sh",
-            "-c",
-            "i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i+1)); done; echo started; wait",
-        ],
-    );
-    assert!(
-        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
-        "the job of sleeps never started"
-    );
-    let rank = daemon.job_pids(1)[0];
-    let mut spinner = daemon.spawn_as(&users.b, &[&testprog(), "spin", "0"]);
-    assert!(
-        wait_until(Duration::from_secs(300), || sleeps.count_lines("started")
-            > 0),
-        "the job never started its sleeps"
-    );
-    let mut pids = Vec::new();
-    assert!(
-        wait_until(Duration::from_secs(60), || {
-            pids = daemon.job_pids(1);
-            pids.len() > 3000
-        }),
-        "the job has {} processes",
-        pids.len()
-    );
-    let sleep = *pids
-        .iter()
-        .rev()
-        .find(|pid| **pid != rank)
-        .expect("a sleep");
-    let switches = |daemon: &Daemon| daemon.json("status")["switches"].as_u64().unwrap_or(0);
-    // Switches with every sleep in the job first, then a dozen measured.
-    let before = switches(&daemon);
-    assert!(
-        wait_until(Duration::from_secs(60), || switches(&daemon) >= before + 4),
-        "the two jobs do not take turns"
-    );
+    let (mut sleeps, mut spinner, _, sleep) = sleeps_beside_a_spinner(&daemon, &users);
     // Measured over a dozen switches, asking rarely (each question costs
     // the daemon too).
     let ticks = |daemon: &Daemon| proc_stat(daemon.pid() as i32).map_or(0, |stat| stat.cpu_ticks);
@@ -248,45 +228,7 @@ fn a_frozen_job_of_thousands_of_processes_runs_again_after_a_kill_of_scored() {
     if !has_cgroups(&daemon, test) {
         return;
     }
-    let mut sleeps = daemon.spawn_as(
-        &users.a,
-        &[
-            "sh",
-            "-c",
-            "i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i+1)); done; echo started; wait",
-        ],
-    );
-    assert!(
-        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
-        "the job of sleeps never started"
-    );
-    let rank = daemon.job_pids(1)[0];
-    let mut spinner = daemon.spawn_as(&users.b, &[&testprog(), "spin", "0"]);
-    assert!(
-        wait_until(Duration::from_secs(300), || sleeps.count_lines("started")
-            > 0),
-        "the job never started its sleeps"
-    );
-    let mut pids = Vec::new();
-    assert!(
-        wait_until(Duration::from_secs(60), || {
-            pids = daemon.job_pids(1);
-            pids.len() > 3000
-        }),
-        "the job has {} processes",
-        pids.len()
-    );
-    let sleep = *pids
-        .iter()
-        .rev()
-        .find(|pid| **pid != rank)
-        .expect("a sleep");
-    let switches = |daemon: &Daemon| daemon.json("status")["switches"].as_u64().unwrap_or(0);
-    let before = switches(&daemon);
-    assert!(
-        wait_until(Duration::from_secs(60), || switches(&daemon) >= before + 4),
-        "the two jobs do not take turns"
-    );
+    let (mut sleeps, mut spinner, _, sleep) = sleeps_beside_a_spinner(&daemon, &users);
     let state = |pid: i32| proc_stat(pid).map_or('?', |stat| stat.state);
     assert!(
         wait_until(Duration::from_secs(60), || daemon.job_state(1) == "stopped"
