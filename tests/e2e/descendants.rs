@@ -24,6 +24,20 @@ fn switches(daemon: &Daemon) -> u64 {
     daemon.json("status")["switches"].as_u64().unwrap_or(0)
 }
 
+/// Ends the two jobs as their users would (^C to their scruns), and
+/// waits until nothing of job 1 is left.
+fn end_both(daemon: &Daemon, mut sleeps: Job, mut spinner: Job) {
+    sleeps.signal(Signal::SIGINT);
+    spinner.signal(Signal::SIGINT);
+    sleeps.wait(Duration::from_secs(60));
+    spinner.wait(Duration::from_secs(60));
+    assert!(
+        wait_until(Duration::from_secs(60), || daemon.job_pids(1).is_empty()),
+        "{} of the job's processes outlived it",
+        daemon.job_pids(1).len()
+    );
+}
+
 /// Starts user A's job of 3,000 idle `sleep`s (job 1) and user B's
 /// spinner on the daemon's one host, and waits until every sleep is in
 /// the job and the two jobs have taken turns a few times. Returns the two
@@ -92,7 +106,7 @@ fn thousands_of_idle_descendants_hold_no_descriptor_each() {
     if !has_cgroups(&daemon, test) {
         return;
     }
-    let (mut sleeps, mut spinner, pids, _) = sleeps_beside_a_spinner(&daemon, &users);
+    let (sleeps, spinner, pids, _) = sleeps_beside_a_spinner(&daemon, &users);
     let fds = daemon.open_fds();
     assert!(
         fds < 1000,
@@ -113,15 +127,7 @@ fn thousands_of_idle_descendants_hold_no_descriptor_each() {
             "the sleeps were never all {state} with their job"
         );
     }
-    sleeps.signal(Signal::SIGINT);
-    spinner.signal(Signal::SIGINT);
-    sleeps.wait(Duration::from_secs(60));
-    spinner.wait(Duration::from_secs(60));
-    assert!(
-        wait_until(Duration::from_secs(60), || daemon.job_pids(1).is_empty()),
-        "{} of the job's processes outlived it",
-        daemon.job_pids(1).len()
-    );
+    end_both(&daemon, sleeps, spinner);
 }
 
 /// The same job of 3,000 idle `sleep`s beside another user's spinner, at
@@ -143,7 +149,7 @@ fn thousands_of_idle_descendants_are_frozen_with_their_job() {
     if !has_cgroups(&daemon, test) {
         return;
     }
-    let (mut sleeps, mut spinner, _, sleep) = sleeps_beside_a_spinner(&daemon, &users);
+    let (sleeps, spinner, _, sleep) = sleeps_beside_a_spinner(&daemon, &users);
     // Measured over a dozen switches, asking rarely (each question costs
     // the daemon too).
     let ticks = |daemon: &Daemon| proc_stat(daemon.pid() as i32).map_or(0, |stat| stat.cpu_ticks);
@@ -200,15 +206,7 @@ fn thousands_of_idle_descendants_are_frozen_with_their_job() {
         matches!(state, 'T' | 'D'),
         "a sleep of the switched-out job, continued by its owner, shows state {state}"
     );
-    sleeps.signal(Signal::SIGINT);
-    spinner.signal(Signal::SIGINT);
-    sleeps.wait(Duration::from_secs(60));
-    spinner.wait(Duration::from_secs(60));
-    assert!(
-        wait_until(Duration::from_secs(60), || daemon.job_pids(1).is_empty()),
-        "{} of the job's processes outlived it",
-        daemon.job_pids(1).len()
-    );
+    end_both(&daemon, sleeps, spinner);
 }
 
 /// A kill -9 of root's scored while a plain user's job of 3,000 idle
@@ -228,7 +226,7 @@ fn a_frozen_job_of_thousands_of_processes_runs_again_after_a_kill_of_scored() {
     if !has_cgroups(&daemon, test) {
         return;
     }
-    let (mut sleeps, mut spinner, _, sleep) = sleeps_beside_a_spinner(&daemon, &users);
+    let (sleeps, spinner, _, sleep) = sleeps_beside_a_spinner(&daemon, &users);
     let state = |pid: i32| proc_stat(pid).map_or('?', |stat| stat.state);
     assert!(
         wait_until(Duration::from_secs(60), || daemon.job_state(1) == "stopped"
@@ -250,15 +248,7 @@ fn a_frozen_job_of_thousands_of_processes_runs_again_after_a_kill_of_scored() {
         state(sleep),
         daemon.log()
     );
-    sleeps.signal(Signal::SIGINT);
-    spinner.signal(Signal::SIGINT);
-    sleeps.wait(Duration::from_secs(60));
-    spinner.wait(Duration::from_secs(60));
-    assert!(
-        wait_until(Duration::from_secs(60), || daemon.job_pids(1).is_empty()),
-        "{} of the job's processes outlived it",
-        daemon.job_pids(1).len()
-    );
+    end_both(&daemon, sleeps, spinner);
 }
 
 /// A plain user's job that starts more processes than a job may have (40
