@@ -40,11 +40,11 @@ fn stat_fields(pid: u32) -> Vec<u64> {
         .unwrap_or_default()
 }
 
-/// The CPU time of process `pid` (seconds): its own; and that of its
+/// The CPU time of the daemon (seconds): its own; and that of its
 /// children, reaped (`/proc/PID/stat` cutime + cstime) or alive (each
 /// one's own and reaped children's time: the zygote, and the keepers that
 /// outlive their jobs, idle for the next, with the ranks they reaped).
-fn cpu_seconds(pid: u32) -> (f64, f64) {
+fn cpu_seconds(daemon: &Daemon) -> (f64, f64) {
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
@@ -52,19 +52,12 @@ fn cpu_seconds(pid: u32) -> (f64, f64) {
     // Fields 14 to 17 of proc(5), counted from field 3 after the name.
     let ticks =
         |fields: &[u64], from: usize| fields.get(from..from + 2).map_or(0, |two| two[0] + two[1]);
-    let own = stat_fields(pid);
-    let live: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
+    let own = stat_fields(daemon.pid());
+    let live: u64 = daemon
+        .all_children()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|text| {
-            text.split_whitespace()
-                .filter_map(|child| child.parse::<u32>().ok())
-                .collect::<Vec<_>>()
-        })
         .map(|child| {
-            let fields = stat_fields(child);
+            let fields = stat_fields(child as u32);
             ticks(&fields, 11) + ticks(&fields, 13)
         })
         .sum();
@@ -110,7 +103,7 @@ fn one_array(n: u64) -> Measured {
         assert_eq!(code(&daemon.run(&["true"])), Some(0));
     }
     let before = rss_kib(daemon.pid());
-    let cpu_before = cpu_seconds(daemon.pid());
+    let cpu_before = cpu_seconds(&daemon);
     let array = format!("-array=1-{n}");
     let start = Instant::now();
     let output = daemon.run(&["-batch", &array, "-output=/dev/null", "true"]);
@@ -119,7 +112,7 @@ fn one_array(n: u64) -> Measured {
     let done = wait_until(Duration::from_secs(3600), || idle(&daemon));
     assert!(done, "the array did not finish");
     let total = start.elapsed().as_secs_f64();
-    let cpu_after = cpu_seconds(daemon.pid());
+    let cpu_after = cpu_seconds(&daemon);
     let after = rss_kib(daemon.pid());
     let peak = hwm_kib(daemon.pid());
     let mib = |kib: u64| kib.saturating_sub(before) as f64 / 1024.0;
@@ -137,7 +130,7 @@ fn sequential(n: u64) -> Measured {
     for _ in 0..5 {
         assert_eq!(code(&daemon.run(&["true"])), Some(0));
     }
-    let cpu_before = cpu_seconds(daemon.pid());
+    let cpu_before = cpu_seconds(&daemon);
     let start = Instant::now();
     for _ in 0..n {
         assert_eq!(code(&daemon.run(&["true"])), Some(0));
@@ -146,7 +139,7 @@ fn sequential(n: u64) -> Measured {
     Measured {
         submitted: 0.0,
         rate,
-        cpu: cpu_per_job(cpu_before, cpu_seconds(daemon.pid()), n),
+        cpu: cpu_per_job(cpu_before, cpu_seconds(&daemon), n),
         growth: (0.0, 0.0),
     }
 }
