@@ -266,8 +266,9 @@ pub struct Stretch {
 pub struct Failure {
     /// How it ended.
     pub status: ExitStatus,
-    /// Which process it was: (stage, rank); unknown in a record restored
-    /// from a build that did not keep it. Stages are few (`MAX_STAGES`),
+    /// Which process it was: (stage, rank); unknown when processes were
+    /// killed before they existed, or in a record restored from a build
+    /// that did not keep it. Stages are few (`MAX_STAGES`),
     /// and a `u32` keeps the job record a size class smaller.
     pub rank: Option<(u32, u32)>,
 }
@@ -868,6 +869,21 @@ impl Job {
                 started.failure = Some(Failure {
                     status,
                     rank: Some((u32::try_from(stage).unwrap_or(u32::MAX), rank)),
+                });
+            }
+        }
+    }
+
+    /// Its processes are gone though some ranks never reported an end:
+    /// they were never created, because a kill came while its keeper was
+    /// still creating them. Unless a rank failed already, the job failed
+    /// as if `signal` had ended those ranks; which rank it was is unknown.
+    pub fn unreported_ranks_killed(&mut self, signal: i32) {
+        if let Some(started) = self.started_mut() {
+            if started.ranks_left > 0 && started.failure.is_none() {
+                started.failure = Some(Failure {
+                    status: ExitStatus::Signal(signal),
+                    rank: None,
                 });
             }
         }

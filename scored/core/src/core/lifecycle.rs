@@ -62,6 +62,9 @@ impl Core {
         let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
+        if let Some(signal) = record.ending().and_then(kill_signal) {
+            record.unreported_ranks_killed(signal);
+        }
         let (phase, time_deadline) = record.processes_gone(now);
         if let Some(deadline) = time_deadline {
             self.logged.time_deadlines.remove(&(deadline, job));
@@ -298,18 +301,17 @@ impl Core {
                 format!("killed: {why}"),
                 JobState::Killed,
             ),
-            Some(EndCause::Killed(by)) => {
-                let (status, reason) = asked_to_end(&record, by, SIGTERM);
+            Some(cause @ EndCause::Killed(by)) => {
+                let (status, reason) = asked_to_end(&record, by, cause);
                 (EndKind::Killed, status, reason, JobState::Killed)
             }
-            Some(EndCause::ClientGone) => {
-                let (status, reason) =
-                    asked_to_end(&record, "because its scrun went away", SIGKILL);
+            Some(cause @ EndCause::ClientGone) => {
+                let (status, reason) = asked_to_end(&record, "because its scrun went away", cause);
                 (EndKind::Killed, status, reason, JobState::Killed)
             }
-            Some(EndCause::Shutdown) => {
+            Some(cause @ EndCause::Shutdown) => {
                 let (status, reason) =
-                    asked_to_end(&record, "because scored is shutting down", SIGTERM);
+                    asked_to_end(&record, "because scored is shutting down", cause);
                 (EndKind::Shutdown, status, reason, JobState::Killed)
             }
             Some(EndCause::Lost(what)) => (
@@ -502,24 +504,30 @@ pub(super) fn describe_exit(job: &Job) -> String {
 /// owner`, `because scored is shutting down`, ...). A job that handled
 /// the request and exited has its own status, as scrun passes on any
 /// other; one whose processes a signal ended has that signal's; one that
-/// never ran has `default_signal`'s.
-pub(super) fn asked_to_end(job: &Job, who: &str, default_signal: i32) -> (i32, String) {
+/// never ran, or was killed while its processes were being created, has
+/// the status of the kill's first signal ([`kill_signal`]).
+pub(super) fn asked_to_end(job: &Job, who: &str, cause: &EndCause) -> (i32, String) {
+    let default_signal = kill_signal(cause).unwrap_or(SIGKILL);
     if !job.started() {
         return (
             scored_proto::exitcode::from_signal(default_signal),
             format!("killed {who} before it started"),
         );
     }
-    match job.failure() {
-        None => (0, format!("asked to end {who}; it exited with status 0")),
-        Some(ExitStatus::Code(code)) => (
+    match (job.failure(), job.failed_rank()) {
+        (None, _) => (0, format!("asked to end {who}; it exited with status 0")),
+        (Some(ExitStatus::Code(code)), _) => (
             code,
             format!(
                 "asked to end {who}; {} exited with status {code}",
                 failed_process(job)
             ),
         ),
-        Some(status) => (
+        (Some(status), None) => (
+            status.as_shell(),
+            format!("killed {who} while its processes were being created"),
+        ),
+        (Some(status), Some(_)) => (
             status.as_shell(),
             format!(
                 "killed {who}: {} ended by {}",
@@ -527,6 +535,18 @@ pub(super) fn asked_to_end(job: &Job, who: &str, default_signal: i32) -> (i32, S
                 status.describe_signal().unwrap_or_default()
             ),
         ),
+    }
+}
+
+/// The signal a kill for `cause` sends first, which is also the status of
+/// a job that it ended before its processes existed: SIGTERM for an owner's
+/// or operator's kill and a shutdown, SIGKILL for a client gone; none for
+/// the other ends, which have statuses of their own.
+fn kill_signal(cause: &EndCause) -> Option<i32> {
+    match cause {
+        EndCause::Killed(_) | EndCause::Shutdown => Some(SIGTERM),
+        EndCause::ClientGone => Some(SIGKILL),
+        _ => None,
     }
 }
 

@@ -232,6 +232,57 @@ fn a_job_that_handles_sigterm_and_exits_has_its_own_status() {
     );
 }
 
+/// A kill that comes while a job's keeper is still creating its
+/// processes leaves ranks that never existed and so never report an end:
+/// the job failed by the kill's signal, not "exited with status 0".
+#[test]
+fn a_job_killed_while_its_processes_are_created_ends_by_the_kill() {
+    let mut sim = Sim::new(2, 100);
+    let client = sim.submit(2, Some(1));
+    sim.stubborn.push(JobId(1));
+    sim.cmd(&user(0), "kill 1");
+    // Rank 0 existed and ended by the SIGTERM; rank 1 was never created.
+    sim.procs.remove(&JobId(1)).expect("job 1 runs");
+    sim.input(Input::RankExited {
+        job: JobId(1),
+        stage: 0,
+        rank: 0,
+        status: ExitStatus::Signal(15),
+    });
+    sim.input(Input::ProcessesGone(JobId(1)));
+    check(
+        &sim.client(client),
+        "admitted 1, started 1, ended 1 Killed 143",
+    );
+    // Not one of them existed: no rank reported anything.
+    let client = sim.submit(2, Some(1));
+    sim.stubborn.push(JobId(2));
+    sim.cmd(&user(0), "kill 2");
+    sim.procs.remove(&JobId(2)).expect("job 2 runs");
+    sim.input(Input::ProcessesGone(JobId(2)));
+    check(
+        &sim.client(client),
+        "admitted 2, started 2, ended 2 Killed 143",
+    );
+    let reason = sim.cmd(&root(), "job 2");
+    assert!(
+        reason.contains("reason: killed by its owner while its processes were being created\n"),
+        "{reason}"
+    );
+    // A job whose scrun went away has SIGKILL's status.
+    let client = sim.submit(1, Some(1));
+    sim.procs.remove(&JobId(3)).expect("job 3 runs");
+    sim.input(Input::ClientGone(ClientToken(client)));
+    sim.input(Input::ProcessesGone(JobId(3)));
+    let reason = sim.cmd(&root(), "job 3");
+    assert!(
+        reason.contains(
+            "reason: killed because its scrun went away while its processes were being created\n"
+        ),
+        "{reason}"
+    );
+}
+
 #[test]
 fn killed_stopped_job_runs_to_handle_sigterm_before_others() {
     let mut sim = Sim::new(1, 100);
