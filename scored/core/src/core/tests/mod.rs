@@ -5,7 +5,7 @@
 //! assert on the rendered timeline of actions; property tests drive random
 //! event sequences and check the invariants after every step.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::OsString;
 use std::time::Duration;
 
@@ -97,6 +97,10 @@ struct Sim {
     unconfirmed: Vec<JobId>,
     /// Jobs that ignore SIGTERM.
     stubborn: Vec<JobId>,
+    /// Jobs whose processes have all ended, the end not yet fed to the
+    /// core: it may still stop or continue them, as the daemon's core may
+    /// before the actuator's report of their end reaches it.
+    dying: BTreeSet<JobId>,
     clients: BTreeMap<u64, Vec<String>>,
     next_client: u64,
     /// Every input fed to the core, with its tick, once recording is on
@@ -125,6 +129,7 @@ impl Sim {
             hold_confirmations: false,
             unconfirmed: Vec::new(),
             stubborn: Vec::new(),
+            dying: BTreeSet::new(),
             clients: BTreeMap::new(),
             next_client: 1,
             tape: None,
@@ -136,7 +141,15 @@ impl Sim {
         if let Some(tape) = &mut self.tape {
             tape.push((self.now, InputRecord::of(&input)));
         }
-        self.core.handle(input, self.now)
+        let gone = match input {
+            Input::ProcessesGone(job) | Input::ProcessesLost { job, .. } => Some(job),
+            _ => None,
+        };
+        let actions = self.core.handle(input, self.now);
+        if let Some(job) = gone {
+            self.dying.remove(&job);
+        }
+        actions
     }
 
     fn input(&mut self, input: Input) {
@@ -163,6 +176,9 @@ impl Sim {
                 }
                 Action::Stop(job) => {
                     self.log.push(format!("stop {job}"));
+                    if self.dying.contains(&job) {
+                        continue;
+                    }
                     let entry = self
                         .procs
                         .get_mut(&job)
@@ -177,6 +193,9 @@ impl Sim {
                 }
                 Action::Continue(job) => {
                     self.log.push(format!("cont {job}"));
+                    if self.dying.contains(&job) {
+                        continue;
+                    }
                     let entry = self
                         .procs
                         .get_mut(&job)
@@ -237,6 +256,7 @@ impl Sim {
 
     fn kill_all(&mut self, job: JobId, signal: i32, inputs: &mut VecDeque<Input>) {
         if let Some((_, n)) = self.procs.remove(&job) {
+            self.dying.insert(job);
             for rank in 0..n {
                 inputs.push_back(Input::RankExited {
                     job,
@@ -322,6 +342,7 @@ impl Sim {
     fn exit(&mut self, job: u64, code: i32) {
         let job = JobId(job);
         let (state, n) = self.procs.remove(&job).expect("job has processes");
+        self.dying.insert(job);
         assert_eq!(state, SimProcs::Running, "a stopped job cannot exit");
         for rank in 0..n {
             self.input(Input::RankExited {
