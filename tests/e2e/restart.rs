@@ -205,17 +205,6 @@ fn after_kill_9_the_next_scored_takes_every_job_over() {
     assert!(wait_until(Duration::from_secs(10), || !scratch.exists()));
 }
 
-/// The freezer file of a process's v1 freezer cgroup, if it is in one.
-fn freezer_state_file(pid: i32) -> Option<std::path::PathBuf> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let path = text
-        .lines()
-        .find_map(|line| line.split_once(":freezer:").map(|(_, path)| path))?;
-    Some(std::path::PathBuf::from(format!(
-        "/sys/fs/cgroup/freezer{path}/freezer.state"
-    )))
-}
-
 /// Two spinning jobs time-sharing `daemon`'s one host, started with
 /// `option`; the first one's rank is continued from outside whenever it is
 /// switched out, until scored freezes its job. Their scruns, their ranks'

@@ -16,6 +16,26 @@ pub struct ProcStat {
     pub policy: i32,
 }
 
+/// The freezer file of a process's v1 freezer cgroup, if it is in one.
+pub fn freezer_state_file(pid: i32) -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = text
+        .lines()
+        .find_map(|line| line.split_once(":freezer:").map(|(_, path)| path))?;
+    Some(std::path::PathBuf::from(format!(
+        "/sys/fs/cgroup/freezer{path}/freezer.state"
+    )))
+}
+
+/// Whether `pid`'s v1 freezer cgroup is freezing or frozen: a process the
+/// kernel shows runnable (`R`) in it is on its way into the freezer and
+/// runs no more of its own code.
+pub fn freezing(pid: i32) -> bool {
+    freezer_state_file(pid)
+        .and_then(|file| std::fs::read_to_string(file).ok())
+        .is_some_and(|state| matches!(state.trim(), "FREEZING" | "FROZEN"))
+}
+
 /// Whether the kernel shows `pid` stopped (state `T`).
 pub fn stopped(pid: i32) -> bool {
     proc_stat(pid).is_some_and(|stat| stat.state == 'T')
