@@ -876,12 +876,12 @@ fn a_restart_hands_over_the_pipes_of_a_launch() {
     job.wait_pids(n);
     let (status, stderr) = job.wait(Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "{stderr}");
+    let counts = job.lines_with("lines=");
     assert_eq!(
-        job.lines_with("lines=")
-            .iter()
-            .filter(|l| l.trim() == "3")
-            .count(),
-        n
+        counts.iter().filter(|l| l.trim() == "3").count(),
+        n,
+        "every reader counts its writer's 3 lines: {counts:?}\n{}",
+        daemon.log()
     );
     assert!(daemon.all_job_pids().is_empty());
 }
