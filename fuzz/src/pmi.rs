@@ -11,6 +11,8 @@
 //! - every reply goes to a rank of the world, as one whole command of
 //!   its wire: a PMI-1 line with one newline at its end, or a PMI-2
 //!   command whose length prefix is its length;
+//! - a spawn is asked for by a rank of the world, for at least one
+//!   process, and its answer (here a refusal) is one whole reply;
 //! - the job ends at most once (one abort or fault), and after that the
 //!   world answers nothing;
 //! - memory stays bounded: a rank's undecoded bytes never exceed the
@@ -43,14 +45,27 @@ pub fn check(data: &[u8]) {
         if was_ended {
             assert!(effects.is_empty(), "an ended world answered: {effects:?}");
         }
+        let mut answers = Vec::new();
         for effect in &effects {
             match effect {
                 Effect::Send { rank, bytes } => {
                     assert!(*rank < size, "a reply to rank {rank} of {size}");
                     check_reply(bytes);
                 }
+                Effect::Spawn { rank, spawn } => {
+                    assert!(*rank < size, "a spawn of rank {rank} of {size}");
+                    assert!(spawn.nprocs >= 1, "a spawn of no process");
+                    answers.extend(world.spawn_result(*rank, Err("refused".to_string())));
+                }
                 Effect::Abort { .. } | Effect::Fault { .. } => ends += 1,
             }
+        }
+        for answer in &answers {
+            let Effect::Send { rank, bytes } = answer else {
+                panic!("a spawn's answer that is not a reply: {answer:?}");
+            };
+            assert!(*rank < size, "a reply to rank {rank} of {size}");
+            check_reply(bytes);
         }
         assert!(ends <= 1, "the job ended {ends} times");
         assert_eq!(

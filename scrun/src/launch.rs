@@ -52,6 +52,12 @@ impl From<i32> for Outcome {
 /// Runs the job and returns how scrun ends. Everything scrun has to say
 /// is already on stderr, and its terminal restored, when this returns.
 pub fn run(invocation: &Invocation) -> Outcome {
+    // A scrun started for a spawn first takes its parent's socket off its
+    // standard input, so that the job gets /dev/null there instead.
+    let spawned = match crate::spawner::child_side() {
+        Ok(spawned) => spawned,
+        Err(message) => return report_fatal(&Fatal::new(exitcode::USAGE, message)),
+    };
     // Read before scrun changes anything, so that the job gets what the
     // caller gave scrun.
     let caller = crate::caller::read();
@@ -153,6 +159,17 @@ pub fn run(invocation: &Invocation) -> Outcome {
             ))
         }
     };
+    if let Some(server) = pmi.as_mut() {
+        server.serve_spawns(path.clone());
+        if let Some(side) = spawned {
+            server.spawned(side);
+        }
+    }
+    if let Request::Submit { submit, .. } = &mut request {
+        submit
+            .env
+            .retain(|(key, _)| key.as_bytes() != crate::spawner::SPAWN_ENV.as_bytes());
+    }
     let sent = submit(
         &mut connection,
         &request,
@@ -242,6 +259,10 @@ pub fn run(invocation: &Invocation) -> Outcome {
         },
     };
     let _ = io::stderr().lock().write_all(end.stderr.as_bytes());
+    // The jobs its ranks spawned end with it.
+    if let Some(server) = pmi.as_mut() {
+        server.end_spawned();
+    }
     // Closing the connection is what tells scored we are gone: a job still
     // running (after a second interrupt) is killed.
     connection.shutdown();

@@ -20,6 +20,7 @@ mod report;
 mod session;
 mod signals;
 mod single;
+mod spawner;
 mod submit;
 mod sys;
 mod terminal;

@@ -30,6 +30,8 @@ use scrun::pmi::names::Names;
 use scrun::pmi::wire::{initack_id, initack_reply, MAX_LINE};
 use scrun::pmi::{Effect, Mode, World};
 
+use crate::spawner::{SpawnedSide, Spawner};
+
 /// The most bytes one read takes from a rank.
 const READ_CHUNK: usize = 4096;
 /// The most bytes read from one rank per wake-up, so that a flooding rank
@@ -43,6 +45,8 @@ const MAX_UNREAD: usize = 256 * 1024;
 const SPARE_CONNECTIONS: usize = 16;
 /// The poll index of the listening socket (see [`PmiServer::poll_fds`]).
 pub const LISTENER: usize = usize::MAX;
+/// Poll indices from here on are the sockets of spawned jobs' scruns.
+const SPAWNED: usize = usize::MAX / 2;
 
 /// How a rank ended the job through PMI: the status scrun exits with and
 /// the line it prints.
@@ -76,6 +80,10 @@ pub struct PmiServer {
     /// Where ranks connect by port, if they do.
     listener: Option<TcpListener>,
     ended: bool,
+    /// Starts the jobs that ranks spawn, once told where scored is.
+    spawner: Option<Spawner>,
+    /// This job was spawned: what its parent said.
+    spawned: Option<SpawnedSide>,
 }
 
 impl PmiServer {
@@ -120,6 +128,8 @@ impl PmiServer {
             by_rank: Vec::new(),
             listener: None,
             ended: false,
+            spawner: None,
+            spawned: None,
         };
         server.placed(ranks as u32);
         server.by_rank = (0..ranks * stages).map(Some).collect();
@@ -145,11 +155,41 @@ impl PmiServer {
             by_rank: Vec::new(),
             listener: Some(listener),
             ended: false,
+            spawner: None,
+            spawned: None,
         };
         if let Some(ranks) = ranks {
             server.placed(ranks);
         }
         Ok((server, port))
+    }
+
+    /// Ranks may spawn jobs, submitted to the scored at `scored`.
+    pub fn serve_spawns(&mut self, scored: std::path::PathBuf) {
+        self.spawner = Some(Spawner::new(scored, self.mode));
+    }
+
+    /// This job was spawned: its worlds start with what the parent put,
+    /// and know their spawner.
+    pub fn spawned(&mut self, side: SpawnedSide) {
+        for world in &mut self.worlds {
+            world.set_spawner(side.spawner.clone(), &side.preput);
+        }
+        self.spawned = Some(side);
+    }
+
+    /// scored admitted the job: a spawning parent is told.
+    pub fn admitted(&mut self) {
+        if let Some(side) = self.spawned.as_mut() {
+            side.admitted();
+        }
+    }
+
+    /// Ends the jobs the ranks spawned (the job has ended).
+    pub fn end_spawned(&mut self) {
+        if let Some(spawner) = self.spawner.as_mut() {
+            spawner.end_all();
+        }
     }
 
     /// The job's stages have `ranks` ranks each, as placed; told once.
@@ -161,8 +201,12 @@ impl PmiServer {
         let names = Rc::new(RefCell::new(Names::new()));
         self.worlds = (0..self.stages)
             .map(|stage| {
-                World::new(ranks, format!("scrun_{pid}_{stage}"), self.mode)
-                    .sharing_names(Rc::clone(&names), stage)
+                let mut world = World::new(ranks, format!("scrun_{pid}_{stage}"), self.mode)
+                    .sharing_names(Rc::clone(&names), stage);
+                if let Some(side) = &self.spawned {
+                    world.set_spawner(side.spawner.clone(), &side.preput);
+                }
+                world
             })
             .collect();
         self.by_rank = vec![None; ranks * self.stages];
@@ -181,8 +225,15 @@ impl PmiServer {
             .as_ref()
             .filter(|_| !self.worlds.is_empty())
             .map(|listener| (LISTENER, listener.as_fd(), PollFlags::POLLIN));
+        let spawned = self.spawner.iter().flat_map(|spawner| {
+            spawner
+                .poll_fds()
+                .into_iter()
+                .map(|(idx, fd)| (SPAWNED + idx, fd, PollFlags::POLLIN))
+        });
         listener
             .into_iter()
+            .chain(spawned)
             .chain(self.conns.iter().enumerate().filter_map(|(idx, conn)| {
                 let fd = conn.fd.as_ref()?;
                 let mut flags = PollFlags::POLLIN;
@@ -200,6 +251,12 @@ impl PmiServer {
         if idx == LISTENER && !self.ended {
             self.accept();
             return None;
+        }
+        if (SPAWNED..LISTENER).contains(&idx) && !self.ended {
+            let ((world, rank), result) = self.spawner.as_mut()?.service(idx - SPAWNED)?;
+            let effects = self.worlds.get_mut(world)?.spawn_result(rank, result);
+            let conn = self.by_rank[world * self.worlds[world].size() + rank]?;
+            return self.apply(conn, effects);
         }
         if self.ended || idx >= self.conns.len() {
             return None;
@@ -374,8 +431,19 @@ impl PmiServer {
         let mut end = None;
         let mut touched = Vec::new();
         let mut later = Vec::new();
-        for effect in effects {
+        let mut effects = VecDeque::from(effects);
+        while let Some(effect) = effects.pop_front() {
             match effect {
+                Effect::Spawn { rank, spawn } => {
+                    let kvsname = self.worlds[world].kvsname().to_string();
+                    let started = match self.spawner.as_mut() {
+                        Some(spawner) => spawner.launch((world, rank), &spawn, &kvsname),
+                        None => Err("scrun cannot spawn from this job".to_string()),
+                    };
+                    if let Err(message) = started {
+                        effects.extend(self.worlds[world].spawn_result(rank, Err(message)));
+                    }
+                }
                 Effect::Send { rank, bytes } => {
                     let target = self.by_rank.get(world * ranks + rank).copied().flatten();
                     if let Some(target) = target {

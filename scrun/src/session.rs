@@ -679,6 +679,7 @@ pub fn run(
                 }
                 if let Some(server) = pmi.as_deref_mut() {
                     server.placed(*ranks);
+                    server.admitted();
                 }
             }
             let started = matches!(

@@ -17,6 +17,7 @@ mod isolation;
 mod launch;
 mod limits;
 mod mpi;
+mod mpi_spawn;
 mod private_daemon;
 mod recovery;
 mod replay;

@@ -14,6 +14,7 @@
 
 pub mod names;
 pub mod pmix;
+pub mod spawn;
 pub mod wire;
 mod world;
 

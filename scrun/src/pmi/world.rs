@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use super::names::{NameError, Names, Publisher};
+use super::spawn::{self, Spawn};
 use super::wire::{encode, excerpt, Command, Decoder, Wire, WireError};
 use super::Mode;
 
@@ -60,6 +61,14 @@ pub enum Effect {
         /// Its message, if it sent one.
         message: Option<String>,
     },
+    /// The rank asks for new processes (`MPI_Comm_spawn`): start them,
+    /// then answer with [`World::spawn_result`].
+    Spawn {
+        /// The rank.
+        rank: usize,
+        /// What to start.
+        spawn: Spawn,
+    },
     /// The rank broke the protocol or left the world: end the job.
     Fault {
         /// The rank.
@@ -92,6 +101,10 @@ struct Rank {
     in_barrier: bool,
     /// A node attribute the rank waits for (`info-getnodeattr` with `wait`).
     waiting_for: Option<String>,
+    /// The PMI-1 spawn blocks received so far, until the last.
+    spawn_blocks: Vec<Command>,
+    /// A spawn of the rank's waits for its answer.
+    spawning: bool,
 }
 
 /// One world: a stage's ranks and their key-value space.
@@ -109,6 +122,8 @@ pub struct World {
     /// stage among them.
     names: Rc<RefCell<Names>>,
     stage: usize,
+    /// The kvs name of the world that spawned this one, if one did.
+    spawner: Option<String>,
 }
 
 impl World {
@@ -127,6 +142,8 @@ impl World {
                     keys: 0,
                     in_barrier: false,
                     waiting_for: None,
+                    spawn_blocks: Vec::new(),
+                    spawning: false,
                 })
                 .collect(),
             kvs: BTreeMap::new(),
@@ -135,7 +152,49 @@ impl World {
             ended: false,
             names: Rc::new(RefCell::new(Names::new())),
             stage: 0,
+            spawner: None,
         }
+    }
+
+    /// The world was started by a spawn of the world named `spawner`;
+    /// its key-value space starts with `preput` (within the limits).
+    pub fn set_spawner(&mut self, spawner: String, preput: &[(String, String)]) {
+        for (key, value) in preput.iter().take(spawn::MAX_PREPUT) {
+            let bytes = key.len() + value.len();
+            if self.bytes + bytes <= LIMITS.bytes && !self.kvs.contains_key(key) {
+                self.bytes += bytes;
+                self.kvs.insert(key.clone(), value.clone());
+            }
+        }
+        self.spawner = Some(spawner);
+    }
+
+    /// The kvs name.
+    pub fn kvsname(&self) -> &str {
+        &self.kvsname
+    }
+
+    /// The answer to the spawn `rank` waits for: the new processes' kvs
+    /// name, or why they were not started.
+    pub fn spawn_result(&mut self, rank: usize, result: Result<String, String>) -> Vec<Effect> {
+        let mut out = Vec::new();
+        if self.ended || rank >= self.size || !self.ranks[rank].spawning {
+            return out;
+        }
+        self.ranks[rank].spawning = false;
+        let wire = self.ranks[rank].decoder.wire().unwrap_or(Wire::V1);
+        let name = match wire {
+            Wire::V1 => "spawn_result",
+            Wire::V2 => "spawn-response",
+        };
+        out.push(match (result, wire) {
+            (Ok(_), Wire::V1) => self.reply(rank, wire, name, &[("rc", "0")]),
+            (Ok(jobid), Wire::V2) => {
+                self.reply(rank, wire, name, &[("rc", "0"), ("jobid", &jobid)])
+            }
+            (Err(message), _) => self.error(rank, wire, name, &message),
+        });
+        out
     }
 
     /// The same world, stage `stage` of a job whose worlds share `names`
@@ -457,11 +516,13 @@ impl World {
                 };
                 out.push(self.name_reply(rank, wire, &command.cmd, result, port.as_deref()));
             }
-            (Wire::V1, "spawn") | (Wire::V2, "spawn" | "job-connect" | "job-disconnect") => {
-                let name = match (wire, command.cmd.as_str()) {
-                    (Wire::V1, _) => "spawn_result".to_string(),
-                    (Wire::V2, other) => format!("{other}-response"),
-                };
+            (Wire::V1, "spawn") => self.spawn_v1(rank, command, out),
+            (Wire::V2, "spawn") => {
+                let result = spawn::from_v2(&command);
+                self.start_spawn(rank, wire, result, out);
+            }
+            (Wire::V2, "job-connect" | "job-disconnect") => {
+                let name = format!("{}-response", command.cmd);
                 let message = format!("{} is not supported by scrun's PMI", command.cmd);
                 out.push(self.error(rank, wire, &name, &message));
             }
@@ -472,6 +533,59 @@ impl World {
                 );
                 self.fault(rank, message, out);
             }
+        }
+    }
+
+    /// A PMI-1 spawn block: gathered until the last of the spawn's blocks.
+    fn spawn_v1(&mut self, rank: usize, block: Command, out: &mut Vec<Effect>) {
+        let position = spawn::v1_block_position(&block);
+        let blocks = &mut self.ranks[rank].spawn_blocks;
+        let result = match position {
+            Ok((so_far, total)) if so_far == blocks.len() + 1 => {
+                blocks.push(block);
+                if so_far < total {
+                    return;
+                }
+                spawn::from_v1(&std::mem::take(blocks))
+            }
+            Ok((so_far, total)) => {
+                blocks.clear();
+                Err(format!(
+                    "spawn block {so_far} of {total} out of order (MPICH sends them in order)"
+                ))
+            }
+            Err(message) => {
+                blocks.clear();
+                Err(message)
+            }
+        };
+        self.start_spawn(rank, Wire::V1, result, out);
+    }
+
+    /// Asks the caller to start a spawn, or refuses it.
+    fn start_spawn(
+        &mut self,
+        rank: usize,
+        wire: Wire,
+        result: Result<Spawn, String>,
+        out: &mut Vec<Effect>,
+    ) {
+        let name = match wire {
+            Wire::V1 => "spawn_result",
+            Wire::V2 => "spawn-response",
+        };
+        match result {
+            _ if self.ranks[rank].spawning => out.push(self.error(
+                rank,
+                wire,
+                name,
+                "a spawn while the rank's previous spawn waits for its answer",
+            )),
+            Ok(spawn) => {
+                self.ranks[rank].spawning = true;
+                out.push(Effect::Spawn { rank, spawn });
+            }
+            Err(message) => out.push(self.error(rank, wire, name, &message)),
         }
     }
 
@@ -574,21 +688,20 @@ impl World {
             return self.fault(rank, message, out);
         }
         let (rank_text, size) = (rank.to_string(), self.size.to_string());
-        out.push(self.reply(
-            rank,
-            Wire::V2,
-            "fullinit-response",
-            &[
-                ("rc", "0"),
-                ("pmi-version", "2"),
-                ("pmi-subversion", "0"),
-                ("rank", &rank_text),
-                ("size", &size),
-                ("appnum", "0"),
-                ("debugged", "FALSE"),
-                ("pmiverbose", "FALSE"),
-            ],
-        ));
+        let mut attrs = vec![
+            ("rc", "0"),
+            ("pmi-version", "2"),
+            ("pmi-subversion", "0"),
+            ("rank", rank_text.as_str()),
+            ("size", size.as_str()),
+            ("appnum", "0"),
+        ];
+        // MPICH's client takes a world with a spawner for spawned.
+        if let Some(spawner) = &self.spawner {
+            attrs.push(("spawner-jobid", spawner));
+        }
+        attrs.extend([("debugged", "FALSE"), ("pmiverbose", "FALSE")]);
+        out.push(self.reply(rank, Wire::V2, "fullinit-response", &attrs));
         self.ranks[rank].stage = Stage::Active;
     }
 

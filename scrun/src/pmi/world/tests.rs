@@ -17,6 +17,10 @@ fn text(effects: &[Effect]) -> Vec<String> {
                 message,
             } => format!("abort {rank} {code} {message:?}"),
             Effect::Fault { rank, message } => format!("fault {rank}: {message}"),
+            Effect::Spawn { rank, spawn } => format!(
+                "spawn {rank}: {} x{} {:?} {:?}",
+                spawn.execname, spawn.nprocs, spawn.args, spawn.preput
+            ),
         })
         .collect()
 }
@@ -374,4 +378,85 @@ fn names_are_published_found_and_withdrawn_across_stages_and_wires() {
     );
     assert!(names.borrow().is_empty());
     assert!(!first.ended() && !second.ended());
+}
+
+#[test]
+fn a_pmi1_spawn_of_two_blocks_is_refused_once_after_the_last() {
+    let mut world = World::new(1, "kvs_7_0".into(), Mode::Auto);
+    send(&mut world, 0, "cmd=init pmi_version=1 pmi_subversion=1\n");
+    let block = |n: usize| {
+        format!("mcmd=spawn\nnprocs=1\nexecname=a\ntotspawns=2\nspawnssofar={n}\nargcnt=0\ninfo_num=0\nendcmd\n")
+    };
+    assert!(send(&mut world, 0, &block(1)).is_empty());
+    let got = send(&mut world, 0, &block(2));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("0< cmd=spawn_result rc=-1 msg=a_spawn_of_2_programs"),
+        "{got:?}"
+    );
+    // The rank goes on.
+    assert_eq!(
+        send(&mut world, 0, "cmd=get_appnum\n"),
+        ["0< cmd=appnum rc=0 appnum=0"]
+    );
+}
+
+#[test]
+fn a_spawn_is_asked_for_then_answered_once_in_the_ranks_wire() {
+    let mut world = World::new(2, "kvs_7_0".into(), Mode::Auto);
+    send(&mut world, 0, "cmd=init pmi_version=1 pmi_subversion=1\n");
+    let spawn = "mcmd=spawn\nnprocs=3\nexecname=child\ntotspawns=1\nspawnssofar=1\nargcnt=1\narg1=x y\npreput_num=1\npreput_key_0=PARENT_ROOT_PORT_NAME\npreput_val_0=port#1\ninfo_num=0\nendcmd\n";
+    assert_eq!(
+        send(&mut world, 0, spawn),
+        ["spawn 0: child x3 [\"x y\"] [(\"PARENT_ROOT_PORT_NAME\", \"port#1\")]"]
+    );
+    // A second spawn while the first waits is refused; the first is
+    // answered once.
+    let again = send(&mut world, 0, spawn);
+    assert!(again[0].contains("rc=-1"), "{again:?}");
+    assert_eq!(
+        text(&world.spawn_result(0, Ok("kvs_9_0".into()))),
+        ["0< cmd=spawn_result rc=0"]
+    );
+    assert!(world.spawn_result(0, Ok("kvs_9_0".into())).is_empty());
+    // PMI-2: the children's kvs name comes back; a refusal says why.
+    let frame = |body: &str| format!("{:<6}{body}", body.len());
+    send(&mut world, 1, &frame("cmd=fullinit;pmirank=1;"));
+    let asked = send(
+        &mut world,
+        1,
+        &frame("cmd=spawn;ncmds=1;preputcount=0;subcmd=child;maxprocs=2;argc=0;infokeycount=0;"),
+    );
+    assert_eq!(asked, ["spawn 1: child x2 [] []"]);
+    assert_eq!(
+        text(&world.spawn_result(1, Ok("kvs_9_0".into()))),
+        ["1< 38    cmd=spawn-response;rc=0;jobid=kvs_9_0;"]
+    );
+    send(
+        &mut world,
+        1,
+        &frame("cmd=spawn;ncmds=1;subcmd=child;maxprocs=2;argc=0;"),
+    );
+    assert_eq!(
+        text(&world.spawn_result(1, Err("not admitted".into()))),
+        ["1< 45    cmd=spawn-response;rc=-1;errmsg=not admitted;"]
+    );
+}
+
+#[test]
+fn a_spawned_world_starts_with_the_preput_and_names_its_spawner() {
+    let mut world = World::new(1, "kvs_9_0".into(), Mode::Auto);
+    world.set_spawner(
+        "kvs_7_0".into(),
+        &[("PARENT_ROOT_PORT_NAME".into(), "port#1".into())],
+    );
+    let frame = |body: &str| format!("{:<6}{body}", body.len());
+    let init = send(&mut world, 0, &frame("cmd=fullinit;pmirank=0;"));
+    assert!(init[0].contains(";spawner-jobid=kvs_7_0;"), "{init:?}");
+    let got = send(
+        &mut world,
+        0,
+        &frame("cmd=kvs-get;jobid=kvs_9_0;srcid=-1;key=PARENT_ROOT_PORT_NAME;"),
+    );
+    assert!(got[0].ends_with("found=TRUE;value=port#1;"), "{got:?}");
 }
