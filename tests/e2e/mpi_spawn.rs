@@ -234,3 +234,31 @@ send1 "cmd=finalize"; read -r _ <&$PMI_FD
     );
     assert_no_process_left(&daemon);
 }
+
+#[test]
+fn spawned_children_end_when_their_parents_scrun_is_killed() {
+    let daemon = Daemon::builder().hosts(&hosts()).start();
+    let dir = &daemon.sandbox.path;
+    let kid = child(dir, "kid5", r#"echo "up $PMI_RANK"; exec sleep 300"#);
+    let parent = format!(
+        r#"{CLIENT}
+send1 "cmd=init pmi_version=1 pmi_subversion=1"; read -r _ <&$PMI_FD
+printf 'mcmd=spawn\nnprocs=2\nexecname=%s\ntotspawns=1\nspawnssofar=1\nargcnt=0\npreput_num=0\ninfo_num=0\nendcmd\n' "{kid}" >&$PMI_FD
+recv1
+exec sleep 300
+"#,
+        kid = kid.display()
+    );
+    let mut job = Job::start(&mut daemon.scrun(&["-nodes=1", "bash", "-c", &parent]));
+    job.wait_lines("cmd=spawn_result rc=0", 1);
+    job.wait_lines("up ", 2);
+    // Three ranks run: the parent's and its two children.
+    assert_eq!(
+        daemon.all_job_pids().len(),
+        3,
+        "{:?}",
+        daemon.all_job_pids()
+    );
+    job.signal(nix::sys::signal::Signal::SIGKILL);
+    assert_no_process_left(&daemon);
+}
