@@ -259,8 +259,10 @@ pub fn run(invocation: &Invocation) -> Outcome {
         },
     };
     let _ = io::stderr().lock().write_all(end.stderr.as_bytes());
-    // The jobs its ranks spawned end with it.
+    // The jobs its ranks spawned end with it; a spawning parent that
+    // still waits hears why this job was not admitted.
     if let Some(server) = pmi.as_mut() {
+        server.refused(&end.stderr);
         server.end_spawned();
     }
     // Closing the connection is what tells scored we are gone: a job still

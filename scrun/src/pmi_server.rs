@@ -185,6 +185,14 @@ impl PmiServer {
         }
     }
 
+    /// The job ends unadmitted, for the reason `why` (scrun's last
+    /// words): a spawning parent is told.
+    pub fn refused(&mut self, why: &str) {
+        if let Some(side) = self.spawned.as_mut() {
+            side.refused(why);
+        }
+    }
+
     /// Ends the jobs the ranks spawned (the job has ended).
     pub fn end_spawned(&mut self) {
         if let Some(spawner) = self.spawner.as_mut() {

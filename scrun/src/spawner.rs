@@ -9,9 +9,9 @@
 //! `PMI_SPAWNED=1` in its environment (which its ranks inherit), its
 //! standard input one end of a socketpair. The child scrun
 //! ([`child_side`]) takes that end for itself, puts /dev/null in its
-//! place, and writes `admitted` on it once scored admits the job: the
-//! rank's spawn is answered then, with rc 0, or with an error if the
-//! child scrun ended first (scored refused the job; its scrun says why).
+//! place, and writes `admitted` on it once scored admits the job, or
+//! `refused` and why if it ends first: the rank's spawn is answered then,
+//! with rc 0, or with an error saying why.
 //! The spawned job ends with its parent: scrun ends its child scruns
 //! when its own job ends, and a child scrun gets SIGTERM if its parent
 //! dies (`PR_SET_PDEATHSIG`).
@@ -42,6 +42,11 @@ const END_GRACE: Duration = Duration::from_secs(5);
 const EXIT_WAIT: Duration = Duration::from_millis(500);
 /// The message a child scrun sends once admitted.
 const ADMITTED: &[u8] = b"admitted\n";
+/// The start of the message a child scrun sends if its job was refused,
+/// before the reason.
+const REFUSED: &[u8] = b"refused ";
+/// The most bytes read from a child scrun's socket.
+const MAX_NOTICE: usize = 512;
 
 struct Spawned {
     child: Child,
@@ -149,7 +154,7 @@ impl Spawner {
         let ended = loop {
             match notify.read(&mut chunk) {
                 Ok(0) => break true,
-                Ok(n) if spawned.got.len() + n <= ADMITTED.len() => {
+                Ok(n) if spawned.got.len() + n <= MAX_NOTICE => {
                     spawned.got.extend_from_slice(&chunk[..n])
                 }
                 Ok(_) => break true,
@@ -175,15 +180,22 @@ impl Spawner {
                 Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(5))
                 }
-                Ok(Some(status)) => {
-                    break format!(" (its scrun ended with {status}; its message is above)")
-                }
+                Ok(Some(status)) => break format!(" (its scrun ended with {status})"),
                 _ => break String::new(),
             }
         };
+        let reason = spawned
+            .got
+            .strip_prefix(REFUSED)
+            .and_then(|rest| rest.split(|&b| b == b'\n').next())
+            .map(|line| {
+                let line = String::from_utf8_lossy(line);
+                format!(": {}", line.escape_debug())
+            })
+            .unwrap_or_default();
         Some((
             spawned.who,
-            Err(format!("the spawned job was not admitted{status}")),
+            Err(format!("the spawned job was not admitted{reason}{status}")),
         ))
     }
 
@@ -267,6 +279,20 @@ impl SpawnedSide {
         if let Some(fd) = self.notify.take() {
             let mut stream = UnixStream::from(fd);
             let _ = stream.write_all(ADMITTED);
+        }
+    }
+
+    /// Tells the parent scrun why the job ends unadmitted: the first line
+    /// of scrun's last words (nothing if it was admitted).
+    pub fn refused(&mut self, why: &str) {
+        if let Some(fd) = self.notify.take() {
+            let line = why.lines().next().unwrap_or_default();
+            let line = line.strip_prefix("scrun: ").unwrap_or(line);
+            let mut notice = REFUSED.to_vec();
+            notice.extend(line.bytes().take(MAX_NOTICE - REFUSED.len() - 1));
+            notice.push(b'\n');
+            let mut stream = UnixStream::from(fd);
+            let _ = stream.write_all(&notice);
         }
     }
 }

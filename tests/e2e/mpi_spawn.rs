@@ -184,7 +184,8 @@ send1 "cmd=finalize"; recv1
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 4, "{out}\n{}", stderr(&output));
     assert!(
-        lines[0].starts_with("cmd=spawn_result rc=-1 msg=the_spawned_job_was_not_admitted_(its_scrun_ended_with_exit_status:_75;"),
+        lines[0].starts_with("cmd=spawn_result rc=-1 msg=the_spawned_job_was_not_admitted:_job_rejected:_nodes=5_needs_")
+            && lines[0].ends_with("_(its_scrun_ended_with_exit_status:_75)"),
         "{out}\n{}",
         stderr(&output)
     );
