@@ -160,7 +160,12 @@ pub fn run(invocation: &Invocation) -> Outcome {
         }
     };
     if let Some(server) = pmi.as_mut() {
-        server.serve_spawns(path.clone());
+        // The children's scrun goes to the daemon this one reached,
+        // the user's private one included.
+        server.serve_spawns(match &reached {
+            Reached::Socket(socket) => socket.clone(),
+            Reached::Private(paths, _) => paths.socket.clone(),
+        });
         if let Some(side) = spawned {
             server.spawned(side);
         }

@@ -355,3 +355,41 @@ echo "root sees:"
         shown(&output)
     );
 }
+
+#[test]
+fn a_spawn_from_a_job_on_the_private_daemon_runs_there_as_the_user() {
+    both(
+        "a_spawn_from_a_job_on_the_private_daemon_runs_there_as_the_user",
+        |user| {
+            let runtime = Runtime::new(user);
+            let parent = r#"
+D=$(mktemp -d)
+printf 'cmd=init pmi_version=1 pmi_subversion=1\n' >&$PMI_FD; read -r line <&$PMI_FD
+printf 'mcmd=spawn\nnprocs=1\nexecname=sh\ntotspawns=1\nspawnssofar=1\nargcnt=2\narg1=-c\narg2=echo child spawned=$PMI_SPAWNED uid=$(id -u) job=$SCORE_JOBID; touch %s/done\npreput_num=0\ninfo_num=0\nendcmd\n' "$D" >&$PMI_FD
+read -r line <&$PMI_FD; echo "$line uid=$(id -u) job=$SCORE_JOBID"
+for i in $(seq 300); do [ -e "$D/done" ] && break; sleep 0.1; done
+rm -rf "$D"
+printf 'cmd=finalize\n' >&$PMI_FD; read -r line <&$PMI_FD
+"#;
+            let output = runtime
+                .shell("\"$SCRUN\" bash -c \"$PARENT\"")
+                .env("PARENT", parent)
+                .output()
+                .expect("run sh");
+            assert_eq!(code(&output), Some(0), "{}", shown(&output));
+            let uid = user.map_or(0, |user| user.uid);
+            let mut lines: Vec<String> = stdout(&output).lines().map(str::to_string).collect();
+            lines.sort();
+            assert_eq!(
+                lines,
+                [
+                    format!("child spawned=1 uid={uid} job=2"),
+                    format!("cmd=spawn_result rc=0 uid={uid} job=1"),
+                ],
+                "{}",
+                shown(&output)
+            );
+            assert_eq!(runtime.daemons().len(), 1, "{:?}", runtime.daemons());
+        },
+    );
+}
