@@ -44,6 +44,8 @@ fn pieces() -> Vec<Vec<u8>> {
         "cmd=abort exitcode=3\n",
         "mcmd=spawn\nnprocs=1\n",
         "endcmd\n",
+        "mcmd=spawn\nnprocs=2\nexecname=a\ntotspawns=1\nspawnssofar=1\nargcnt=1\narg1=x\npreput_num=1\npreput_key_0=k\npreput_val_0=v\ninfo_num=0\nendcmd\n",
+        "mcmd=spawn\nnprocs=1\nexecname=a\ntotspawns=2\nspawnssofar=1\nargcnt=0\nendcmd\n",
     ];
     let frames = [
         "cmd=fullinit;pmirank=0;",
@@ -54,6 +56,7 @@ fn pieces() -> Vec<Vec<u8>> {
         "cmd=info-putnodeattr;key=a;value=1;",
         "cmd=info-getnodeattr;key=a;wait=TRUE;",
         "cmd=finalize;",
+        "cmd=spawn;ncmds=1;preputcount=1;ppkey0=k;ppval0=v;subcmd=a;maxprocs=2;argc=0;",
     ];
     lines
         .iter()
