@@ -28,6 +28,7 @@ use crate::report::Final;
 use crate::session::{self, PtySide};
 use crate::signals::Signals;
 use crate::single::{self, PrivatePaths};
+use crate::spawner::SpawnedSide;
 use crate::submit::{PmiRoute, PmixWorlds};
 use crate::terminal::{Pty, Relay};
 
@@ -54,10 +55,16 @@ impl From<i32> for Outcome {
 pub fn run(invocation: &Invocation) -> Outcome {
     // A scrun started for a spawn first takes its parent's socket off its
     // standard input, so that the job gets /dev/null there instead.
-    let spawned = match crate::spawner::child_side() {
+    let mut spawned = match crate::spawner::child_side() {
         Ok(spawned) => spawned,
         Err(message) => return report_fatal(&Fatal::new(exitcode::USAGE, message)),
     };
+    run_job(invocation, &mut spawned)
+}
+
+/// [`run`], for a job spawned by another's rank when `spawned` says so:
+/// its parent hears why the job could not be submitted.
+fn run_job(invocation: &Invocation, spawned: &mut Option<SpawnedSide>) -> Outcome {
     // Read before scrun changes anything, so that the job gets what the
     // caller gave scrun.
     let caller = crate::caller::read();
@@ -65,32 +72,38 @@ pub fn run(invocation: &Invocation) -> Outcome {
     // starts a private daemon.
     let mut request = match crate::submit::build(invocation, &caller) {
         Ok(request) => request,
-        Err(fatal) => return report_fatal(&fatal),
+        Err(fatal) => return refuse(spawned, &fatal),
     };
     // Output files the user may not create are refused before anything
     // is sent, and so before anything is created.
     if let Err(fatal) = check_output(invocation) {
-        return report_fatal(&fatal);
+        return refuse(spawned, &fatal);
     }
     // Blocked before connecting, so that an early Ctrl-C is read from the
     // signalfd rather than killing scrun between submission and the loop.
     let signals = match Signals::block(&caller.ignored_signals) {
         Ok(signals) => signals,
         Err(errno) => {
-            return report_fatal(&Fatal::with_source(
-                exitcode::INTERNAL,
-                "cannot block signals",
-                io::Error::from(errno),
-            ))
+            return refuse(
+                spawned,
+                &Fatal::with_source(
+                    exitcode::INTERNAL,
+                    "cannot block signals",
+                    io::Error::from(errno),
+                ),
+            )
         }
     };
     let settings = match settings::read() {
         Ok(settings) => settings,
         Err(error) => {
-            return report_fatal(&Fatal::new(
-                exitcode::UNREACHABLE,
-                format!("cannot tell where scored is: {error}"),
-            ))
+            return refuse(
+                spawned,
+                &Fatal::new(
+                    exitcode::UNREACHABLE,
+                    format!("cannot tell where scored is: {error}"),
+                ),
+            )
         }
     };
     let (path, source) = client::socket_path(invocation.options.scored.clone(), &settings);
@@ -102,7 +115,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
         invocation.options.verbose,
     ) {
         Ok(connected) => connected,
-        Err(fatal) => return report_fatal(&fatal),
+        Err(fatal) => return refuse(spawned, &fatal),
     };
     if invocation.options.batch.detach {
         // No descriptor goes with it: the job has no client.
@@ -117,7 +130,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
         connection.shutdown();
         return match end {
             Ok(code) => code.into(),
-            Err(fatal) => report_fatal(&fatal),
+            Err(fatal) => refuse(spawned, &fatal),
         };
     }
     // With -pty, the job gets the slave of a new pty as stdin, stdout and
@@ -126,11 +139,14 @@ pub fn run(invocation: &Invocation) -> Outcome {
         match Pty::open() {
             Ok(pty) => Some(pty),
             Err(error) => {
-                return report_fatal(&Fatal::with_source(
-                    exitcode::INTERNAL,
-                    "-pty: cannot open a pseudo-terminal",
-                    error,
-                ))
+                return refuse(
+                    spawned,
+                    &Fatal::with_source(
+                        exitcode::INTERNAL,
+                        "-pty: cannot open a pseudo-terminal",
+                        error,
+                    ),
+                )
             }
         }
     } else {
@@ -142,7 +158,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
     // it cannot be had.
     let pmix = match start_pmix(invocation, &mut request) {
         Ok(pmix) => pmix,
-        Err(fatal) => return report_fatal(&fatal),
+        Err(fatal) => return refuse(spawned, &fatal),
     };
     let mut pmix = pmix;
     // With PMI, one socketpair per rank of each stage: the ranks' ends go
@@ -152,11 +168,14 @@ pub fn run(invocation: &Invocation) -> Outcome {
     let (mut pmi, rank_ends) = match start_pmi(invocation, &mut request) {
         Ok(started) => started,
         Err(error) => {
-            return report_fatal(&Fatal::with_source(
-                exitcode::INTERNAL,
-                "cannot create the ranks' PMI connections",
-                error,
-            ))
+            return refuse(
+                spawned,
+                &Fatal::with_source(
+                    exitcode::INTERNAL,
+                    "cannot create the ranks' PMI connections",
+                    error,
+                ),
+            )
         }
     };
     if let Some(server) = pmi.as_mut() {
@@ -166,7 +185,7 @@ pub fn run(invocation: &Invocation) -> Outcome {
             Reached::Socket(socket) => socket.clone(),
             Reached::Private(paths, _) => paths.socket.clone(),
         });
-        if let Some(side) = spawned {
+        if let Some(side) = spawned.take() {
             server.spawned(side);
         }
     }
@@ -570,6 +589,14 @@ fn submit(
             error,
         )),
     }
+}
+
+/// [`report_fatal`], telling a spawning parent too.
+fn refuse(spawned: &mut Option<SpawnedSide>, fatal: &Fatal) -> Outcome {
+    if let Some(side) = spawned.as_mut() {
+        side.refused(&chain(fatal));
+    }
+    report_fatal(fatal)
 }
 
 /// Prints a failure of scrun itself and returns how scrun ends: with its
