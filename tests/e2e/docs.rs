@@ -566,6 +566,9 @@ fn sample_hosts_and_rc_start_with_the_policy_the_rc_sets() {
                 if let Some(mode) = settings.mode {
                     assert_eq!(row["mode"], mode.as_str(), "{line}: {row}");
                 }
+                if let Some(share) = settings.share {
+                    assert_eq!(row["share"], share.as_str(), "{line}: {row}");
+                }
                 for (key, setting) in [
                     ("cputime", settings.cputime),
                     ("residency", settings.residency),

@@ -499,3 +499,70 @@ fn a_waiting_job_is_placed_on_any_cluster_with_room_under_the_level() {
         job.wait(Duration::from_secs(30));
     }
 }
+
+/// The share of the CPU the one job of user b gets on one host beside
+/// three jobs of user a, in a gang queue with `share`.
+fn lone_users_share(users: &TestUsers, share: &str) -> f64 {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let first = online
+        .trim()
+        .split([',', '-'])
+        .next()
+        .unwrap_or("0")
+        .to_string();
+    let daemon = Daemon::builder()
+        .hosts(&format!("host0 cpus={first}\n"))
+        .timeslice("100ms")
+        .rc(&format!("queue 1 set share={share}\n"))
+        .start();
+    let mut jobs = Vec::new();
+    let mut a_pids = Vec::new();
+    for _ in 0..3 {
+        let mut job = daemon.spawn_as(&users.a, &["-priority=1", &testprog(), "spin", "0"]);
+        a_pids.extend(job.wait_pids(1));
+        jobs.push(job);
+    }
+    let mut lone = daemon.spawn_as(&users.b, &["-priority=1", &testprog(), "spin", "0"]);
+    let b_pids = lone.wait_pids(1);
+    jobs.push(lone);
+    std::thread::sleep(Duration::from_secs(1));
+    let (a_before, b_before) = (cpu(&a_pids), cpu(&b_pids));
+    std::thread::sleep(Duration::from_secs(6));
+    let (a_used, b_used) = (cpu(&a_pids) - a_before, cpu(&b_pids) - b_before);
+    for job in &jobs {
+        job.signal(Signal::SIGINT);
+    }
+    for job in &mut jobs {
+        job.wait(Duration::from_secs(30));
+    }
+    assert!(
+        a_used + b_used > 100,
+        "the four jobs ran only {} ticks in 6 s",
+        a_used + b_used
+    );
+    b_used as f64 / (a_used + b_used) as f64
+}
+
+/// One host, three jobs of one user and one of another: by user, the
+/// lone job gets about half the CPU; by job, about a quarter.
+#[test]
+fn a_lone_users_job_gets_half_a_host_shared_by_user_and_a_quarter_by_job() {
+    let Some(users) =
+        test_users("a_lone_users_job_gets_half_a_host_shared_by_user_and_a_quarter_by_job")
+    else {
+        return;
+    };
+    let by_user = lone_users_share(&users, "user");
+    assert!(
+        by_user >= 0.4,
+        "shared by user, the lone job got {:.0}% of the CPU",
+        by_user * 100.0
+    );
+    let by_job = lone_users_share(&users, "job");
+    println!("the lone job's share of the CPU: {by_user:.2} by user, {by_job:.2} by job");
+    assert!(
+        (0.15..=0.35).contains(&by_job),
+        "shared by job, the lone job got {:.0}% of the CPU",
+        by_job * 100.0
+    );
+}

@@ -130,6 +130,7 @@ fn queue_number_then_action_then_settings() {
             "group=",
             "backfill=",
             "mpl=",
+            "share=",
         ],
     );
     check("queue 1 set m", &["mode=", "memory=", "mpl="]);
@@ -137,6 +138,8 @@ fn queue_number_then_action_then_settings() {
     check("queue 1 set b", &["backfill="]);
     check("queue 1 set backfill=", &["backfill=on", "backfill=off"]);
     check("queue 1 set mpl=", &[]);
+    check("queue 1 set share=", &["share=user", "share=job"]);
+    check("queue 1 set s", &["share="]);
     check("queue 1 set mode=", &["mode=gang", "mode=exclusive"]);
     check("queue 1 set mode=e", &["mode=exclusive"]);
     check(
@@ -149,6 +152,7 @@ fn queue_number_then_action_then_settings() {
             "group=",
             "backfill=",
             "mpl=",
+            "share=",
         ],
     );
     check("queue 1 set mode=gang memory=50% m", &["mpl="]);
@@ -326,14 +330,14 @@ fn hints_show_the_rest_of_the_usage() {
         "queue 1 set ",
         Some(
             "mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none \
-             disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none",
+             disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job",
         ),
     );
     check_hint(
         "queue 1 set mode=gang memory=50% ",
         Some(
             "cputime=DUR|none residency=DUR|none disk=PCT%|none group=NAME|GID|none \
-             backfill=on|off mpl=N|none",
+             backfill=on|off mpl=N|none share=user|job",
         ),
     );
     check_hint(

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::ids::JobId;
-use scored_proto::command::QueueMode;
+use scored_proto::command::{QueueMode, QueueShare};
 
 /// The number of queues scored has, as SCore-D boots.
 pub const DEFAULT_QUEUES: u32 = 3;
@@ -56,6 +56,9 @@ pub struct Queue {
     /// a host (`None`, as queues boot: unbounded, every job placed at
     /// admission; `mode=gang` sets [`DEFAULT_MPL`]).
     pub mpl: Option<u32>,
+    /// Gang queues: what a host contested by several users' jobs is
+    /// shared between, its users or its jobs (`sched/share.rs`).
+    pub share: QueueShare,
     /// Its unfinished jobs in scheduling order. In a gang queue the jobs that
     /// ran in a slice move to the back at its end; in an exclusive queue,
     /// and in a gang queue with a level, the started jobs stay in front (in
@@ -65,6 +68,9 @@ pub struct Queue {
     /// How many jobs at the front of `order` have started (queues whose
     /// jobs get hosts when they start only).
     started_prefix: usize,
+    /// How many of its jobs each user has (uid, jobs), by uid: whether
+    /// several users share the queue is known without a pass over it.
+    users: Vec<(u32, usize)>,
 }
 
 impl Queue {
@@ -83,8 +89,10 @@ impl Queue {
             group_name: None,
             backfill: false,
             mpl: None,
+            share: QueueShare::default(),
             order: VecDeque::new(),
             started_prefix: 0,
+            users: Vec::new(),
         }
     }
 
@@ -166,40 +174,81 @@ impl Queue {
         self.order.is_empty()
     }
 
-    /// Adds a job at the back; `started` says whether it already ran (a job
-    /// moved in from another queue).
+    /// Adds a job of user 0 (see [`Queue::push_by`]).
     pub fn push(&mut self, job: JobId, started: bool) {
+        self.push_by(job, started, 0);
+    }
+
+    /// Adds a job of user `user` at the back; `started` says whether it
+    /// already ran (a job moved in from another queue).
+    pub fn push_by(&mut self, job: JobId, started: bool, user: u32) {
         if self.starts_late() && started {
             self.order.insert(self.started_prefix, job);
             self.started_prefix += 1;
         } else {
             self.order.push_back(job);
         }
+        self.count_user(user, true);
     }
 
-    /// Undoes the [`Queue::push`] that was the last change to the queue
-    /// (a rollback of the panic checkpoint, `crate::undo`).
-    pub fn unpush(&mut self, started: bool) {
-        if self.starts_late() && started && self.started_prefix > 0 {
+    /// Undoes the [`Queue::push_by`] of a job of `user` that was the last
+    /// change to the queue (a rollback of the panic checkpoint, `crate::undo`).
+    pub fn unpush(&mut self, started: bool, user: u32) {
+        let popped = if self.starts_late() && started && self.started_prefix > 0 {
             self.started_prefix -= 1;
-            self.order.remove(self.started_prefix);
+            self.order.remove(self.started_prefix)
         } else {
-            self.order.pop_back();
+            self.order.pop_back()
+        };
+        if popped.is_some() {
+            self.count_user(user, false);
         }
     }
 
-    /// Removes a job; returns whether it was there.
+    /// Removes a job of user 0 (see [`Queue::remove_by`]).
     pub fn remove(&mut self, job: JobId) -> bool {
+        self.remove_by(job, 0)
+    }
+
+    /// Removes a job of user `user`; returns whether it was there.
+    pub fn remove_by(&mut self, job: JobId, user: u32) -> bool {
         match self.order.iter().position(|&queued| queued == job) {
             Some(idx) => {
                 self.order.remove(idx);
                 if idx < self.started_prefix {
                     self.started_prefix -= 1;
                 }
+                self.count_user(user, false);
                 true
             }
             None => false,
         }
+    }
+
+    /// Counts a job of `user` in (`add`) or out.
+    fn count_user(&mut self, user: u32, add: bool) {
+        match self.users.binary_search_by_key(&user, |(uid, _)| *uid) {
+            Ok(at) if add => self.users[at].1 += 1,
+            Ok(at) => {
+                self.users[at].1 -= 1;
+                if self.users[at].1 == 0 {
+                    self.users.remove(at);
+                }
+            }
+            Err(at) if add => self.users.insert(at, (user, 1)),
+            Err(_) => {}
+        }
+    }
+
+    /// Whether jobs of more than one user are in the queue.
+    pub fn several_users(&self) -> bool {
+        self.users.len() > 1
+    }
+
+    /// Whether the queue shares its contested hosts between users: a gang
+    /// queue with `share=user` that holds jobs of several users.
+    pub fn shares_by_user(&self) -> bool {
+        self.mode == QueueMode::Gang && self.share == QueueShare::User && self.several_users()
     }
 
     /// Records that a job started: in a queue that [`Queue::starts_late`]
@@ -358,6 +407,17 @@ impl Queue {
         self.order.extend(spare.drain(..));
         positions.clear();
         true
+    }
+
+    /// Lets `permute` reorder the jobs a gang rotation moves (see
+    /// [`Queue::rotate`]); it must leave the same jobs, which is all the
+    /// slice it is given allows.
+    pub fn permute_rotating(&mut self, permute: impl FnOnce(&mut [JobId])) {
+        if self.mode != QueueMode::Gang {
+            return;
+        }
+        let limit = self.rotating();
+        permute(&mut self.order.make_contiguous()[..limit]);
     }
 
     /// Changes the mode; the order is kept, and an exclusive queue's started

@@ -13,8 +13,9 @@
 //! masks (`masks.rs`), EASY backfilling of exclusive queues (`easy.rs`),
 //! gang queues with a level, whose waiting jobs start in named passes
 //! (open hosts, columns, reservation, backfill; `level.rs`), the
-//! time-sharing matrix those passes read (`matrix.rs`) and the waiting jobs
-//! kept between decisions (`waiting.rs`).
+//! time-sharing matrix those passes read (`matrix.rs`), the waiting jobs
+//! kept between decisions (`waiting.rs`), and the rotation's regrouping of
+//! a queue that shares its contested hosts by user (`share.rs`).
 //!
 //! Architecture invariant: this module performs no system call and reads
 //! no clock; it is a function of its arguments.
@@ -27,11 +28,13 @@ mod level;
 mod masks;
 mod matrix;
 mod scheduler;
+mod share;
 mod waiting;
 mod walk;
 
 pub use level::{BRIEF_JOB, SHORT_JOB};
 pub use scheduler::{CoreView, Decision, Scheduler, SchedulerState};
+pub use share::Owners;
 pub use walk::{active_set, Scratch};
 
 #[cfg(test)]

@@ -561,8 +561,8 @@ impl<T> Undo for UndoDeque<T> {
 /// A change to [`UndoQueues`].
 #[derive(Debug)]
 enum QueuesChange {
-    /// A job was pushed on this queue (`started` as given).
-    Pushed(usize, bool),
+    /// A job of a user was pushed on this queue (`started` as given).
+    Pushed(usize, bool, u32),
     /// This queue before any other change.
     One(usize, Queue),
     /// Every queue before a change of their number.
@@ -592,11 +592,11 @@ impl UndoQueues {
         }
     }
 
-    /// Adds a job to queue `idx` (see [`Queue::push`]).
-    pub fn push_job(&mut self, idx: usize, job: JobId, started: bool) {
-        self.queues[idx].push(job, started);
+    /// Adds a job of `user` to queue `idx` (see [`Queue::push_by`]).
+    pub fn push_job(&mut self, idx: usize, job: JobId, started: bool, user: u32) {
+        self.queues[idx].push_by(job, started, user);
         if self.recording {
-            self.log.push(QueuesChange::Pushed(idx, started));
+            self.log.push(QueuesChange::Pushed(idx, started, user));
         }
     }
 
@@ -669,9 +669,9 @@ impl Undo for UndoQueues {
     fn rollback(&mut self) {
         while let Some(change) = self.log.pop() {
             match change {
-                QueuesChange::Pushed(idx, started) => {
+                QueuesChange::Pushed(idx, started, user) => {
                     if let Some(queue) = self.queues.get_mut(idx) {
-                        queue.unpush(started);
+                        queue.unpush(started, user);
                     }
                 }
                 QueuesChange::One(idx, queue) => {

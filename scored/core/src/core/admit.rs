@@ -304,7 +304,9 @@ impl Core {
             // that the first job gets a whole slice.
             self.sched.restart_slices(now, self.logged.config.timeslice);
         }
-        self.logged.queues.push_job(queue as usize, id, false);
+        self.logged
+            .queues
+            .push_job(queue as usize, id, false, job.owner.uid);
         if self.journal.is_some() {
             let record = self.job_fields(&job, command_line(&job), job.state(), None, now, true);
             self.journal(JobEvent::Admitted {

@@ -403,6 +403,9 @@ impl Core {
         if let Some(backfill) = settings.backfill {
             record.backfill = backfill;
         }
+        if let Some(share) = settings.share {
+            record.share = share;
+        }
         apply(&mut record.cputime, settings.cputime);
         apply(&mut record.residency, settings.residency);
         apply(&mut record.memory_pct, settings.memory);
@@ -449,7 +452,7 @@ fn describe_queue(queue: &Queue) -> String {
     let opt_duration = |value: Option<Duration>| value.map_or("none".to_string(), format_duration);
     let opt_pct = |value: Option<f64>| value.map_or("none".to_string(), |pct| format!("{pct}%"));
     format!(
-        "mode={} cputime={} residency={} memory={} disk={} group={} backfill={} mpl={}",
+        "mode={} cputime={} residency={} memory={} disk={} group={} backfill={} mpl={} share={}",
         queue.mode.as_str(),
         opt_duration(queue.cputime),
         opt_duration(queue.residency),
@@ -464,5 +467,6 @@ fn describe_queue(queue: &Queue) -> String {
         queue
             .mpl
             .map_or("none".to_string(), |level| level.to_string()),
+        queue.share.as_str(),
     )
 }

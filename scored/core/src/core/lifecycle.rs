@@ -185,8 +185,9 @@ impl Core {
         record.queues_visited.push(to);
         record.residency_base = record.usage.cpu;
         let started = record.started();
-        self.logged.queues[from as usize].remove(job);
-        self.logged.queues.push_job(to as usize, job, started);
+        let user = record.owner.uid;
+        self.logged.queues[from as usize].remove_by(job, user);
+        self.logged.queues.push_job(to as usize, job, started, user);
     }
     /// Starts killing a job. A graceful kill sends SIGTERM and lets the job
     /// run (ahead of every queue) to handle it, then SIGKILL after the grace.
@@ -258,7 +259,7 @@ impl Core {
         self.sched
             .finished(job, &record.hosts, phase == Phase::Stopping, live);
         self.refresh_crossing(job);
-        self.logged.queues[record.queue as usize].remove(job);
+        self.logged.queues[record.queue as usize].remove_by(job, record.owner.uid);
         self.logged.ledger.release(&Placement {
             cluster: record.cluster,
             hosts: record.hosts.clone(),

@@ -30,7 +30,7 @@ use crate::job::{
     EndCause, ExitStatus, Job, JobRequest, Joiner, Launch, Phase, ProcRequest, Submission,
 };
 use scored_proto::batch::Batch;
-use scored_proto::command::QueueMode;
+use scored_proto::command::{QueueMode, QueueShare};
 
 mod input;
 mod restore;
@@ -146,6 +146,10 @@ struct QueueSnapshot {
     backfill: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     mpl: Option<u32>,
+    /// `share=job` (a gang queue shares its contested hosts between jobs,
+    /// not users).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    share_jobs: bool,
     order: Vec<u64>,
 }
 
@@ -585,6 +589,7 @@ impl Core {
                     group_name: queue.group_name.clone(),
                     backfill: queue.backfill,
                     mpl: queue.mpl,
+                    share_jobs: queue.share == QueueShare::Job,
                     order: queue.order().map(|job| job.0).collect(),
                 })
                 .collect(),

@@ -167,3 +167,15 @@ impl std::ops::Index<&JobId> for JobTable {
         self.get(id).expect("the job is in the table")
     }
 }
+
+/// The owner and hosts of a job, for the rotation of a queue that shares
+/// its contested hosts by user.
+impl crate::sched::Owners for JobTable {
+    fn user(&self, job: JobId) -> u32 {
+        self.get(&job).map_or(0, |record| record.owner.uid)
+    }
+
+    fn hosts(&self, job: JobId) -> &[crate::ids::HostId] {
+        self.get(&job).map_or(&[], |record| &record.hosts)
+    }
+}

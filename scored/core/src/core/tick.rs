@@ -217,11 +217,13 @@ impl Core {
         // At a slice boundary the gang queues rotate.
         let logged = &mut self.logged;
         let jobs = &logged.jobs;
-        let boundary =
-            self.sched
-                .slice_boundary(now, logged.config.timeslice, &mut logged.queues, |job| {
-                    jobs.get(&job).map(|record| record.queue as usize)
-                });
+        let boundary = self.sched.slice_boundary(
+            now,
+            logged.config.timeslice,
+            &mut logged.queues,
+            |job| jobs.get(&job).map(|record| record.queue as usize),
+            jobs,
+        );
         if !boundary {
             return;
         }

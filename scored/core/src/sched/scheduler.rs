@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use scored_proto::command::QueueMode;
 
+use super::share::{Owners, ShareScratch};
 use super::walk::{active_set, Scratch};
 use super::JobView;
 use crate::ids::{HostId, JobId, Tick};
@@ -155,6 +156,8 @@ struct Rotation {
     ran_per_queue: Vec<usize>,
     /// Positions in a queue's order, for a rotation.
     positions: Vec<usize>,
+    /// The regrouping of queues that share contested hosts by user.
+    share: ShareScratch,
 }
 
 /// Up to this many jobs that ran in a slice, a rotation compares queued
@@ -254,15 +257,17 @@ impl Scheduler {
     /// A tick at `now`: at or after a slice boundary, the next one is set
     /// at the cadence (however late this tick, however long the last
     /// switch took), the gang queues rotate the jobs that took their turn
-    /// to the back, and the next decision counts the turns of the new
-    /// slice; returns whether it was a boundary. `queue_of` gives a job's
-    /// queue index.
+    /// to the back (and those that share by user regroup, `share.rs`), and
+    /// the next decision counts the turns of the new slice; returns whether
+    /// it was a boundary. `queue_of` gives a job's queue index, `jobs` its
+    /// owner and hosts.
     pub fn slice_boundary(
         &mut self,
         now: Tick,
         slice: Duration,
         queues: &mut UndoQueues,
         queue_of: impl Fn(JobId) -> Option<usize>,
+        jobs: &impl Owners,
     ) -> bool {
         if now < self.next_slice {
             return false;
@@ -270,7 +275,7 @@ impl Scheduler {
         let slice = slice.as_micros().max(1) as u64;
         let elapsed = now.0.saturating_sub(self.slice_anchor.0);
         self.next_slice = Tick(self.slice_anchor.0 + (elapsed / slice + 1) * slice);
-        self.rotate(queues, queue_of);
+        self.rotate(queues, queue_of, jobs);
         self.ran_refill = true;
         true
     }
@@ -280,7 +285,12 @@ impl Scheduler {
 impl Scheduler {
     /// Moves the jobs that ran in the slice to the back of their gang
     /// queues, and empties the set of them for the new slice.
-    fn rotate(&mut self, queues: &mut UndoQueues, queue_of: impl Fn(JobId) -> Option<usize>) {
+    fn rotate(
+        &mut self,
+        queues: &mut UndoQueues,
+        queue_of: impl Fn(JobId) -> Option<usize>,
+        jobs: &impl Owners,
+    ) {
         let mut ran = std::mem::take(&mut self.rotation.ran_sorted);
         ran.extend(&self.ran);
         // Kept through the rotation (a membership test is a bit), then
@@ -317,6 +327,8 @@ impl Scheduler {
             }
             let rotated = &mut self.rotation.rotated;
             let positions = &mut self.rotation.positions;
+            let share = &mut self.rotation.share;
+            let n_hosts = self.n_hosts;
             let scratch = &self.scratch;
             queues.modify_all(|queues| {
                 for (idx, (queue, at_most)) in queues.iter_mut().zip(&per_queue).enumerate() {
@@ -346,6 +358,7 @@ impl Scheduler {
                     if let Some(expected) = expected {
                         assert_eq!(*queue, expected, "the rotation of queue {idx}");
                     }
+                    share.regroup(queue, jobs, n_hosts);
                 }
             });
             self.rotation.ran_per_queue = per_queue;

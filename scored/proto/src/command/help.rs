@@ -120,7 +120,7 @@ static ENTRIES: &[HelpEntry] = &[
         name: "queue",
         usage: "queue Q enable|disable|activate|deactivate\n\
                 queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none \
-                memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none",
+                memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job",
         summary: "change a queue's state or attributes",
         description: "Changes queue Q: disable only refuses new submissions (admitted jobs \
                       keep being scheduled while the queue is activated), enable accepts \
@@ -134,7 +134,10 @@ static ENTRIES: &[HelpEntry] = &[
                       and backfilling: an exclusive queue with backfill=on reserves the \
                       earliest start for its first waiting job and starts later jobs that \
                       declared -time out of order only when they do not delay it, \
-                      and a gang queue's multiprogramming level (mpl).",
+                      a gang queue's multiprogramming level (mpl), and what a gang \
+                      queue shares a host contested by several users' jobs between: \
+                      share=user (the default) gives each user's jobs together an equal \
+                      share of the rotation, share=job each job.",
         access: Access::Operator,
         example: "queue 2 set mode=gang cputime=1h residency=10m memory=50%",
     },

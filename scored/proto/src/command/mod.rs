@@ -65,6 +65,28 @@ impl QueueMode {
     }
 }
 
+/// What a gang queue shares a contested host between (scored(8),
+/// SCHEDULING MODEL): its users, each user's jobs together getting an equal
+/// share of the rotation, or its jobs, each getting an equal share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueShare {
+    /// Each user's jobs together get an equal share of a contested host.
+    #[default]
+    User,
+    /// Each job gets an equal share, however many its user has.
+    Job,
+}
+
+impl QueueShare {
+    /// The word used in the console language.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueShare::User => "user",
+            QueueShare::Job => "job",
+        }
+    }
+}
+
 /// `queue Q enable|disable|activate|deactivate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueAction {
@@ -108,6 +130,8 @@ pub struct QueueSettings {
     pub backfill: Option<bool>,
     /// `mpl=N|none`: a gang queue's multiprogramming level.
     pub mpl: Option<Setting<u32>>,
+    /// `share=user|job`: what a gang queue shares a contested host between.
+    pub share: Option<QueueShare>,
 }
 
 /// The job states a listing shows, which `jobs --state` takes.

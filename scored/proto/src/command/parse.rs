@@ -148,6 +148,7 @@ const QUEUE_SETTINGS: &[&str] = &[
     "group",
     "backfill",
     "mpl",
+    "share",
 ];
 const QUEUE_ACTIONS: &[&str] = &["enable", "disable", "activate", "deactivate", "set"];
 

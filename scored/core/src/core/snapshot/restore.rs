@@ -29,7 +29,7 @@ use crate::queue::Queue;
 use crate::sched::{Scheduler, SchedulerState};
 use scored_proto::batch::Dependency;
 use scored_proto::batch::{self, Batch, BatchOptions};
-use scored_proto::command::QueueMode;
+use scored_proto::command::{QueueMode, QueueShare};
 use scored_proto::inherit::Inherited;
 
 /// Why a snapshot cannot be restored: what does not fit, and where. The
@@ -869,6 +869,11 @@ impl Core {
             restored.group_name = queue.group_name;
             restored.backfill = queue.backfill;
             restored.mpl = queue.mpl;
+            restored.share = if queue.share_jobs {
+                QueueShare::Job
+            } else {
+                QueueShare::User
+            };
             for id in queue.order {
                 let Some(job) = self.logged.jobs.get(&JobId(id)) else {
                     return Err(RestoreError::QueueHoldsUnknownJob {
@@ -886,7 +891,7 @@ impl Core {
                 // In a gang queue with a level, a job that has its hosts
                 // is in the matrix and the rotation, run yet or not.
                 let in_matrix = restored.level().is_some() && !job.hosts.is_empty();
-                restored.push(JobId(id), started.contains(&id) || in_matrix);
+                restored.push_by(JobId(id), started.contains(&id) || in_matrix, job.owner.uid);
             }
             self.logged
                 .queues

@@ -15,7 +15,7 @@ use super::*;
 use crate::cluster::{Cluster, Host};
 use crate::ids::{ClusterId, HostId};
 use crate::job::{ExitStatus, Joiner, Life, ProcRequest, Usage};
-use scored_proto::command::parse_line;
+use scored_proto::command::{parse_line, QueueShare};
 use scored_proto::units::CpuSet;
 
 mod backlog;
@@ -27,6 +27,7 @@ mod properties;
 mod replay;
 mod restore;
 mod scenarios;
+mod share;
 mod startup;
 mod takeover;
 

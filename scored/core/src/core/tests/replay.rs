@@ -9,7 +9,7 @@ use super::properties::op;
 use super::*;
 
 /// A core restored from `sim`'s snapshot, through the snapshot's JSON.
-fn restored(sim: &Sim) -> Core {
+pub(super) fn restored(sim: &Sim) -> Core {
     let text = serde_json::to_string(&sim.core.snapshot()).expect("a snapshot serializes");
     let snapshot: CoreSnapshot = serde_json::from_str(&text).expect("and reads back");
     let config = CoreConfig {
@@ -24,7 +24,7 @@ fn restored(sim: &Sim) -> Core {
 /// What a client, an operator or a later decision can see of the core,
 /// but for the finished jobs it remembers for `jobs all`, which a
 /// snapshot does not carry (the daemon lists them from its journal).
-fn observe(sim: &mut Sim) -> String {
+pub(super) fn observe(sim: &mut Sim) -> String {
     let mut seen = format!("{:?}\n", sim.core.snapshot());
     for line in ["jobs", "queues", "status", "clusters"] {
         for text in sim.cmd(&root(), line).lines() {
@@ -38,7 +38,7 @@ fn observe(sim: &mut Sim) -> String {
 }
 
 /// Feeds `tape` to `core`, each input through its JSON line.
-fn replay(core: &mut Core, tape: Vec<(Tick, InputRecord)>) {
+pub(super) fn replay(core: &mut Core, tape: Vec<(Tick, InputRecord)>) {
     for (tick, record) in tape {
         let line = serde_json::to_string(&record).expect("an input serializes");
         let record: InputRecord = serde_json::from_str(&line).expect("and reads back");

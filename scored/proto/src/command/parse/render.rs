@@ -81,6 +81,10 @@ pub fn render(command: &Command) -> String {
                 });
             }
             push_setting(&mut text, "mpl", settings.mpl, |level| level.to_string());
+            if let Some(share) = settings.share {
+                text.push_str(" share=");
+                text.push_str(share.as_str());
+            }
             text
         }
         Command::Jobs { all, filter } => {

@@ -7,7 +7,9 @@ use super::{
     did_you_mean, is_group_name, one_of, parse_digits, ParseErrorKind, Parser, CLUSTER_LIMITS,
     MAX_GROUP_NAME, QUEUE_SETTINGS,
 };
-use crate::command::{ClusterLimits, GroupRef, ParseError, QueueMode, QueueSettings, Setting};
+use crate::command::{
+    ClusterLimits, GroupRef, ParseError, QueueMode, QueueSettings, QueueShare, Setting,
+};
 use crate::units::{parse_duration, parse_percent, parse_size, quote, tiny_limit};
 
 impl<'a> Parser<'a> {
@@ -154,6 +156,22 @@ impl<'a> Parser<'a> {
                                 format!(
                                     "{}unknown value {}; expected backfill=on|off",
                                     did_you_mean(value, &["on", "off"]),
+                                    quote(value)
+                                ),
+                            ))
+                        }
+                    })
+                }
+                "share" => {
+                    settings.share = Some(match value {
+                        "user" => QueueShare::User,
+                        "job" => QueueShare::Job,
+                        _ => {
+                            return Err(self.bad_setting(
+                                word,
+                                format!(
+                                    "{}unknown value {}; expected share=user|job",
+                                    did_you_mean(value, &["user", "job"]),
                                     quote(value)
                                 ),
                             ))
