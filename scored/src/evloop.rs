@@ -704,6 +704,7 @@ impl<A: Actuator> Daemon<A> {
                 self.recovery.note(&batch[before..]);
             }
         }
+        self.actuator.settled();
         self.continue_after_stops();
         if let Some(line) = self.panic_after.take() {
             faults::panic_after_line(&line);

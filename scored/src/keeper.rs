@@ -10,10 +10,12 @@
 //! (each rank's exec or its failure, stops and continues, and exits with
 //! status and usage). It runs no user code. scored keeps signalling the
 //! ranks' process groups itself (the switch stays scored's own killpg),
-//! but tells the keeper first: `Stop` before its SIGSTOP, `Continue`
-//! before its SIGCONT. The keeper owns the confirmation: it answers a
-//! stop once, when every rank stopped, and it alone tells a continue of
-//! scored's from one sent by someone else (see `life.rs`).
+//! and tells the keeper of each: `Continue` before its SIGCONT, `Stop`
+//! after its SIGSTOP (once the switch is over, or before scored waits
+//! for the answer). The keeper answers a stop once, when every rank
+//! stopped, unless /proc has shown scored every rank stopped first; and
+//! it alone tells a continue of scored's from one sent by someone else
+//! (see `life.rs`).
 //!
 //! Keepers are made by the **zygote**, a fork of scored taken at the very
 //! start of `main` (before scored's heap holds anything), which forks one
@@ -85,9 +87,10 @@ pub enum ToKeeper {
     /// Create processes. The message carries a memfd holding the
     /// [`order::Order`] (JSON), then the descriptors it lists.
     Launch,
-    /// The job is being switched out (scored's SIGSTOP follows this
+    /// The job is being switched out (scored's SIGSTOP went before this
     /// message): create no more processes, and answer `Stopped` with the
-    /// serial once every rank has stopped. A continue seen from now until
+    /// serial once every rank has stopped. A rank found continued as the
+    /// message is taken is stopped again; a continue seen from then until
     /// the next `Continue` is someone else's.
     Stop(u64),
     /// The job is being continued (scored's SIGCONT follows this

@@ -16,8 +16,9 @@ use std::time::Duration;
 mod wait;
 
 pub use wait::{
-    has_children, peek_ended, reap, take_stop, wait_any, wait_ended, wait_pid_blocking,
-    wait_sigchld, wait_stop_or_continue, wait_stopped_or_ended, WaitEvent, Waited,
+    has_children, peek_ended, readable_within, reap, take_stop, wait_any, wait_ended,
+    wait_pid_blocking, wait_sigchld, wait_stop_or_continue, wait_stopped_or_ended, WaitEvent,
+    Waited,
 };
 
 /// Turns a `-1` return into the thread's `errno`.

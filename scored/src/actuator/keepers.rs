@@ -143,7 +143,7 @@ impl AsRawFd for Carried {
 }
 
 impl Link {
-    fn new(socket: OwnedFd, ours: bool) -> Link {
+    pub(super) fn new(socket: OwnedFd, ours: bool) -> Link {
         Link {
             socket,
             id: None,
@@ -361,6 +361,15 @@ impl OsActuator {
     /// Tells `job`'s keeper something; a keeper that is gone shows as
     /// gone when its link is read.
     pub(super) fn tell_keeper(&mut self, job: JobId, message: ToKeeper) {
+        // A stop not told yet comes first: the keeper hears of every stop
+        // and continue in the order scored made them.
+        let untold = self
+            .jobs
+            .get_mut(&job)
+            .and_then(|procs| procs.hold.untold_stop.take());
+        if let Some(serial) = untold {
+            self.tell_keeper(job, ToKeeper::Stop(serial));
+        }
         if let Some(link) = self.keepers.links.get_mut(&job) {
             if let Err(error) = link.send(message, Vec::new()) {
                 tracing::debug!(job = %job, %error, "cannot tell the keeper");

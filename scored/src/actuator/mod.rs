@@ -402,6 +402,9 @@ pub trait Actuator {
     /// What the inputs handed back so far caused is on disk: the keepers
     /// may reap the ranks whose ends they reported.
     fn recorded(&mut self) {}
+    /// The actions of an event are carried out: what waited for the end
+    /// of its switches may go.
+    fn settled(&mut self) {}
     /// The keepers (job, pid, start time) that said who they are since
     /// the last call, for the daemon's state on disk.
     fn fresh_keepers(&mut self) -> Vec<(u64, i32, u64)> {
@@ -501,9 +504,15 @@ struct SwitchedOutHold {
     /// the next `cont`, any of its ranks seen continued was continued by
     /// someone else.
     switched_out: bool,
-    /// The serial of the last `Stop` or `Continue` its keeper was told:
-    /// its answers and reports of other serials are stale.
+    /// The serial of the last `Stop` or `Continue` its keeper was told
+    /// (or is about to be): its answers and reports of other serials are
+    /// stale.
     switch_serial: u64,
+    /// The serial of a `Stop` its keeper is still to be told: sent once
+    /// the switch is over, before scored waits for the keeper's answer,
+    /// or before anything else scored tells that keeper
+    /// (`OsActuator::tell_stops`).
+    untold_stop: Option<u64>,
     /// Its cgroup is frozen now.
     frozen: bool,
     /// It was continued from outside once: freeze it at every stop.
@@ -806,6 +815,10 @@ impl Actuator for OsActuator {
 
     fn recorded(&mut self) {
         self.acknowledge_ends();
+    }
+
+    fn settled(&mut self) {
+        self.tell_stops(false);
     }
 
     fn fresh_keepers(&mut self) -> Vec<(u64, i32, u64)> {

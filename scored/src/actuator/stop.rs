@@ -1,13 +1,14 @@
 //! Stopping, holding and continuing a job: SIGSTOP to its groups and
-//! escaped descendants, the confirmation of every stop (its keeper's one
-//! answer for the ranks, /proc for the others, the freezer when a stop is
-//! not confirmed in time), and a switched-out job held against SIGCONT
-//! from outside it (which its keeper tells from scored's own), a tracer
-//! that resumes it, or anything else that lets it use CPU time.
+//! escaped descendants, the confirmation of every stop (a look at the
+//! ranks in /proc right after the signals, else its keeper's one answer
+//! for the ranks; /proc for the others; the freezer when a stop is not
+//! confirmed in time), and a switched-out job held against SIGCONT from
+//! outside it (which its keeper tells from scored's own), a tracer that
+//! resumes it, or anything else that lets it use CPU time.
 //!
-//! Each stop and continue is told to the job's keeper before the signals
-//! are sent, on the link its reports come back on: the keeper, which
-//! alone sees the ranks' stops and continues, thereby knows which
+//! Each continue is told to the job's keeper before its signals, each
+//! stop after them, on the link its reports come back on: the keeper,
+//! which alone sees the ranks' stops and continues, thereby knows which
 //! continues are scored's (see `keeper/life.rs`).
 #![forbid(unsafe_code)]
 
@@ -50,15 +51,6 @@ impl OsActuator {
         if !by_freezer {
             self.note_stopped_by_job(job);
         }
-        // The keeper hears of the stop before any rank can stop.
-        let serial = match self.jobs.get_mut(&job) {
-            Some(procs) => {
-                procs.hold.switch_serial += 1;
-                procs.hold.switch_serial
-            }
-            None => 0,
-        };
-        self.tell_keeper(job, crate::keeper::ToKeeper::Stop(serial));
         // Such a job's ranks alone get SIGSTOP, by pid; once their keeper
         // confirms their stops, the rest of its cgroup is frozen
         // (`freeze_rest`), the stopped ranks with it (a stopped process
@@ -74,6 +66,17 @@ impl OsActuator {
             self.signal_ranks(job, Signal::SIGSTOP);
         } else {
             self.send(job, Signal::SIGSTOP);
+        }
+        // The keeper hears of the stop after the signals, once the switch
+        // is over or scored waits for its answer (`tell_stops`): woken
+        // first, at real-time priority, it would take a CPU from a rank
+        // that has to run to stop, and waking it costs the switch what
+        // sending the signals does. A stop it sees before the message
+        // counts as any stop of a running job; a continue it finds as it
+        // takes the message is undone (see `keeper/life/stopping.rs`).
+        if let Some(procs) = self.jobs.get_mut(&job) {
+            procs.hold.switch_serial += 1;
+            procs.hold.untold_stop = Some(procs.hold.switch_serial);
         }
         let freeze = !by_freezer
             && self
@@ -194,6 +197,31 @@ impl OsActuator {
 
     pub(super) fn wait_for_stops(&mut self, max: Duration, out: &mut Vec<Input>) {
         let deadline = self.clock.now() + max;
+        self.look_for_stops(out);
+        // Only its keeper's answer confirms a stop during a launch.
+        self.tell_stops(true);
+        // A rank that shares scored's CPU stops only once scored lets go of
+        // it: when no more ranks are left to stop than there are CPUs, each
+        // can stop at once, and a look after each of a few short waits for
+        // the keepers' answers confirms them sooner than those answers.
+        let mut pause = LOOK_PAUSE;
+        for _ in 0..LOOKS {
+            let left: usize = self
+                .jobs
+                .values()
+                .filter_map(|procs| procs.stop_wait.as_ref())
+                .map(|wait| wait.children.len())
+                .sum();
+            if left == 0 || left > online_cpus() {
+                break;
+            }
+            if sys::readable_within(&self.exec_watch, pause).unwrap_or(false) {
+                self.collect_keeper_events(out);
+            }
+            self.look_for_stops(out);
+            pause *= 2;
+        }
+        self.tell_stops(false);
         // The ranks' keepers say when they stopped: wait in the kernel for
         // their links (one wakeup for each keeper's batch of stops, as a
         // plain killpg/waitpid program wakes for each child), and look at
@@ -233,6 +261,67 @@ impl OsActuator {
                 // continues.
                 self.poll_waiting_jobs(self.clock.now(), out);
             }
+        }
+    }
+
+    /// Tells the keepers the stops they have not heard of (of jobs whose
+    /// launch is in progress only, if `pausing_only`).
+    pub(super) fn tell_stops(&mut self, pausing_only: bool) {
+        let untold: Vec<(JobId, u64)> = self
+            .jobs
+            .iter_mut()
+            .filter(|(_, procs)| {
+                !pausing_only || procs.stop_wait.as_ref().is_some_and(|wait| wait.pausing)
+            })
+            .filter_map(|(job, procs)| Some((*job, procs.hold.untold_stop.take()?)))
+            .collect();
+        for (job, serial) in untold {
+            self.tell_keeper(job, crate::keeper::ToKeeper::Stop(serial));
+        }
+    }
+
+    /// One look at the ranks of each stop, right after the switch's
+    /// signals: a rank that was running on another CPU, or sleeping, has
+    /// stopped by now, and /proc says so at the cost of one read, where
+    /// its keeper's answer costs two wakeups. The look at a job ends at
+    /// its first rank still running, which needs a CPU to stop and is
+    /// left to its keeper's answer. A stop whose launch is in progress
+    /// waits for that answer (see `StopWait::pausing`).
+    fn look_for_stops(&mut self, out: &mut Vec<Input>) {
+        let jobs: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, procs)| {
+                procs
+                    .stop_wait
+                    .as_ref()
+                    .is_some_and(|wait| !wait.pausing && !wait.children.is_empty())
+            })
+            .map(|(job, _)| *job)
+            .collect();
+        for job in jobs {
+            let Some(procs) = self.jobs.get_mut(&job) else {
+                continue;
+            };
+            let freezing = procs.hold.frozen;
+            let Some(wait) = procs.stop_wait.as_mut() else {
+                continue;
+            };
+            let mut stopped = Vec::new();
+            for &pid in &wait.children {
+                // An unreaped child of its keeper: the pid is still the rank's.
+                if !procfs::read_stat(pid).is_none_or(|stat| held(&stat, freezing)) {
+                    break;
+                }
+                stopped.push(pid);
+            }
+            if stopped.is_empty() {
+                continue;
+            }
+            for pid in stopped {
+                wait.children.remove(&pid);
+            }
+            self.check_stop(job, out);
         }
     }
 
@@ -762,6 +851,18 @@ fn pending_members(procs: &super::JobProcs) -> BTreeSet<i32> {
 /// cgroup asked to freeze (`freezing`), frozen or on its way to it.
 fn held(stat: &procfs::Stat, freezing: bool) -> bool {
     procfs::cannot_run(stat) || freezing && stat.state == b'D'
+}
+
+/// How long scored first waits for the ranks of a stop to take it before
+/// it looks at them again (`wait_for_stops`), and how many such looks it
+/// takes, each wait twice the last.
+const LOOK_PAUSE: Duration = Duration::from_micros(20);
+const LOOKS: u32 = 3;
+
+/// The CPUs scored may run on.
+fn online_cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 
 fn signal_from(signal: i32) -> Option<Signal> {

@@ -10,7 +10,7 @@
 //! report pipe of each rank between fork and exec. At most
 //! `actuator::EXEC_WINDOW` ranks are between fork and exec at once.
 //!
-//! The switch: scored tells the keeper `Stop` before it sends its
+//! The switch: scored tells the keeper `Stop` after it sends its
 //! SIGSTOPs and `Continue` before its SIGCONTs, on the one link, so the
 //! keeper, which alone sees the ranks' stops and continues (`waitid`),
 //! answers each stop once (`Stopped`, when every rank it holds stopped),
@@ -21,7 +21,9 @@
 //! and the rank is stopped again at once, whether a scored is connected
 //! or not. Before taking a `Stop` the keeper reads every report the
 //! kernel holds, so that none of scored's earlier continues is taken for
-//! one from outside. A rank that cannot stop yet (a vfork parent whose
+//! one from outside; a rank they show continued (by scored before the
+//! stop, or by someone else since its SIGSTOP) is sent SIGSTOP again,
+//! which the `Continue` after undoes. A rank that cannot stop yet (a vfork parent whose
 //! child is stopped) is confirmed through /proc, and one found running
 //! there is sent SIGSTOP again.
 //!
@@ -134,6 +136,8 @@ struct Keeper {
     /// next looked at in /proc; `None` once it is answered.
     stopping: Option<Instant>,
     pending: BTreeSet<i32>,
+    /// It is reading the reports the kernel holds as it takes a `Stop`.
+    taking_stop: bool,
     /// Ranks it stopped again after a continue from outside, since the
     /// last `Continue`: that continue may have been scored's, reported
     /// before its message could be read, so the `Continue` continues them.
@@ -217,6 +221,7 @@ impl Keeper {
             switched_out: false,
             stopping: None,
             pending: BTreeSet::new(),
+            taking_stop: false,
             restopped: BTreeSet::new(),
             spare: true,
             resting: false,
@@ -814,6 +819,18 @@ impl Keeper {
     /// scored is told.
     fn rank_continued(&mut self, pid: i32) {
         while self.switched_out && self.read_one() {}
+        if self.taking_stop {
+            // Read with the `Stop`, after scored's SIGSTOP: a continue
+            // since then (from outside, or scored's last continue still
+            // unread if the rank has not taken the stop yet) would leave
+            // the rank running. It is stopped again, which is harmless if
+            // the stop is on its way anyway; scored's next `Continue`
+            // continues it.
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGSTOP);
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGSTOP);
+            self.restopped.insert(pid);
+            return;
+        }
         if !self.switched_out {
             return;
         }

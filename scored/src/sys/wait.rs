@@ -1,12 +1,30 @@
 //! Waiting for children: `wait4` and `waitid` with each child's resource
 //! usage, the stops and continues the switch and the defence against an
-//! outside SIGCONT read, the ends the reaper takes, and SIGCHLD itself.
+//! outside SIGCONT read, the ends the reaper takes, SIGCHLD itself, and
+//! a short wait for a descriptor to be readable.
 //! Part of the daemon's `sys` module: each call wrapped once, with `unsafe`
 //! only here and in the rest of `sys`.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
+
+/// Waits at most `timeout` (to the nanosecond, unlike `epoll_wait`'s
+/// milliseconds) for `fd` to be readable; whether it is.
+pub fn readable_within(fd: &OwnedFd, timeout: Duration) -> io::Result<bool> {
+    use nix::poll::{ppoll, PollFd, PollFlags};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    match ppoll(
+        &mut fds,
+        Some(nix::sys::time::TimeSpec::from_duration(timeout)),
+        None,
+    ) {
+        Ok(n) => Ok(n > 0),
+        Err(nix::errno::Errno::EINTR) => Ok(false),
+        Err(errno) => Err(errno.into()),
+    }
+}
 
 /// How a waited-for child changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

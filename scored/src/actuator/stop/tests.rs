@@ -258,3 +258,67 @@ fn a_signal_during_a_launch_reaches_the_ranks_created_after_it() {
         "the rank reported after the signal"
     );
 }
+
+/// Right after the switch's signals, a rank /proc shows stopped confirms
+/// the stop without its keeper's answer; one running again does not.
+#[test]
+fn a_stop_the_kernel_carried_out_is_confirmed_by_a_look_right_after_the_signals() {
+    let mut fixture = Fixture::new("look");
+    let mut out = Vec::new();
+    fixture.actuator.stop(JOB, &mut out);
+    fixture.wait_until_stopped(true);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(fixture.pid()),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .expect("SIGCONT to our own child");
+    fixture.wait_until_stopped(false);
+    fixture.actuator.await_stops(Duration::ZERO, &mut out);
+    assert_eq!(out, [], "a running rank confirmed by a look");
+    assert_eq!(fixture.actuator.pending_stops(), 1);
+    // The same switch again, the rank stopped by the time of the look.
+    fixture.actuator.cont(JOB);
+    fixture.actuator.stop(JOB, &mut out);
+    fixture.wait_until_stopped(true);
+    fixture.actuator.await_stops(Duration::ZERO, &mut out);
+    assert_eq!(out, [Input::Stopped(JOB)]);
+    assert_eq!(fixture.actuator.pending_stops(), 0);
+}
+
+/// The keeper hears of a stop once the switch is over (or before scored
+/// waits for its answer), and always before anything scored tells it
+/// next, so that it sees every stop and continue in the order scored
+/// made them.
+#[test]
+fn the_keeper_hears_of_a_stop_after_its_signals_and_before_what_follows() {
+    use crate::keeper::{receive, socket_pair, ToKeeper};
+    use std::os::fd::AsFd;
+    let mut fixture = Fixture::new("told");
+    let (ours, keeper) = socket_pair().expect("a socket pair");
+    fixture
+        .actuator
+        .keepers
+        .links
+        .insert(JOB, super::super::keepers::Link::new(ours, true));
+    let mut buffer = vec![0u8; crate::keeper::MAX_MESSAGE];
+    let mut heard = || -> Vec<ToKeeper> {
+        let mut messages = Vec::new();
+        while let Some((message, _)) =
+            receive::<ToKeeper>(keeper.as_fd(), &mut buffer).expect("the link reads")
+        {
+            messages.push(message);
+        }
+        messages
+    };
+    let mut out = Vec::new();
+    fixture.actuator.stop(JOB, &mut out);
+    assert_eq!(heard(), [], "told before the switch is over");
+    fixture.actuator.cont(JOB);
+    assert_eq!(heard(), [ToKeeper::Stop(1), ToKeeper::Continue(2)]);
+    fixture.actuator.stop(JOB, &mut out);
+    assert_eq!(heard(), []);
+    fixture.actuator.settled();
+    assert_eq!(heard(), [ToKeeper::Stop(3)]);
+    fixture.actuator.cont(JOB);
+    assert_eq!(heard(), [ToKeeper::Continue(4)]);
+}

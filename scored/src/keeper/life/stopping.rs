@@ -15,15 +15,18 @@ use crate::keeper::Event;
 use crate::sys;
 
 impl Keeper {
-    /// scored's `Stop`: its SIGSTOPs follow. Every report the kernel holds
-    /// is read first, while the job still counts as running (scored's
-    /// earlier continues among them); then the ranks not yet stopped are
-    /// awaited, and a launch creates nothing more and stops what it made
-    /// (scored may not know of it yet: the answer comes after the events
-    /// that tell it).
+    /// scored's `Stop`, sent once its SIGSTOPs are: every report the
+    /// kernel holds is read first, while the job still counts as running
+    /// (scored's earlier continues among them), and a rank reported
+    /// continued is sent SIGSTOP again (`rank_continued`); then the ranks
+    /// not yet stopped are awaited, and a launch creates nothing more and
+    /// stops what it made (scored may not know of it yet: the answer comes
+    /// after the events that tell it).
     pub(super) fn stop(&mut self, serial: u64) {
         if !self.switched_out {
+            self.taking_stop = true;
             self.children_changed();
+            self.taking_stop = false;
         }
         self.switch_serial = serial;
         self.switched_out = true;
