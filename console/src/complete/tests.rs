@@ -131,6 +131,7 @@ fn queue_number_then_action_then_settings() {
             "backfill=",
             "mpl=",
             "share=",
+            "fairshare=",
         ],
     );
     check("queue 1 set m", &["mode=", "memory=", "mpl="]);
@@ -153,6 +154,7 @@ fn queue_number_then_action_then_settings() {
             "backfill=",
             "mpl=",
             "share=",
+            "fairshare=",
         ],
     );
     check("queue 1 set mode=gang memory=50% m", &["mpl="]);
@@ -330,14 +332,14 @@ fn hints_show_the_rest_of_the_usage() {
         "queue 1 set ",
         Some(
             "mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none \
-             disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job",
+             disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job fairshare=DUR|none",
         ),
     );
     check_hint(
         "queue 1 set mode=gang memory=50% ",
         Some(
             "cputime=DUR|none residency=DUR|none disk=PCT%|none group=NAME|GID|none \
-             backfill=on|off mpl=N|none share=user|job",
+             backfill=on|off mpl=N|none share=user|job fairshare=DUR|none",
         ),
     );
     check_hint(

@@ -588,6 +588,7 @@ mod budget;
 mod checkpoint;
 mod commands;
 mod config;
+mod fair;
 mod input;
 mod invariants;
 mod kill;

@@ -2,7 +2,8 @@
 //!
 //! Identifiers and the clock ([`ids`]), the hosts database behind the
 //! [`hosts::Loader`] trait ([`hosts`]), clusters ([`cluster`]), jobs
-//! ([`job`]), sets of job ids ([`jobset`]), queues ([`queue`]), admission ([`admission`]), the choice of
+//! ([`job`]), sets of job ids ([`jobset`]), queues ([`queue`]) and their
+//! users' decayed usage ([`fairshare`]), admission ([`admission`]), the choice of
 //! the active set ([`sched`]) and the state machine with its console
 //! commands and views ([`core`]).
 //!
@@ -16,6 +17,7 @@
 pub mod admission;
 pub mod cluster;
 pub mod core;
+pub mod fairshare;
 pub mod hosts;
 pub mod ids;
 pub mod job;

@@ -14,6 +14,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::fairshare::DecayedUsage;
 use crate::ids::JobId;
 use scored_proto::command::{QueueMode, QueueShare};
 
@@ -59,6 +60,12 @@ pub struct Queue {
     /// Gang queues: what a host contested by several users' jobs is
     /// shared between, its users or its jobs (`sched/share.rs`).
     pub share: QueueShare,
+    /// Queues whose jobs wait (exclusive, or gang with a level): the
+    /// half-life of the usage that orders the waiting jobs behind the
+    /// first, least used user first (`None`: submission order).
+    pub fairshare: Option<Duration>,
+    /// The users' usage since `fairshare` was set, decayed by it.
+    pub usage: DecayedUsage,
     /// Its unfinished jobs in scheduling order. In a gang queue the jobs that
     /// ran in a slice move to the back at its end; in an exclusive queue,
     /// and in a gang queue with a level, the started jobs stay in front (in
@@ -90,6 +97,8 @@ impl Queue {
             backfill: false,
             mpl: None,
             share: QueueShare::default(),
+            fairshare: None,
+            usage: DecayedUsage::default(),
             order: VecDeque::new(),
             started_prefix: 0,
             users: Vec::new(),
@@ -418,6 +427,18 @@ impl Queue {
         }
         let limit = self.rotating();
         permute(&mut self.order.make_contiguous()[..limit]);
+    }
+
+    /// Lets `permute` reorder the waiting jobs behind the first of a queue
+    /// that [`Queue::starts_late`] (the first keeps its place, and with it
+    /// its reservation); it must leave the same jobs, which is all the
+    /// slice it is given allows.
+    pub fn permute_waiting(&mut self, permute: impl FnOnce(&mut [JobId])) {
+        if !self.starts_late() || self.order.len() <= self.started_prefix + 1 {
+            return;
+        }
+        let from = self.started_prefix + 1;
+        permute(&mut self.order.make_contiguous()[from..]);
     }
 
     /// Changes the mode; the order is kept, and an exclusive queue's started

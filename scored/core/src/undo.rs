@@ -564,7 +564,7 @@ enum QueuesChange {
     /// A job of a user was pushed on this queue (`started` as given).
     Pushed(usize, bool, u32),
     /// This queue before any other change.
-    One(usize, Queue),
+    One(usize, Box<Queue>),
     /// Every queue before a change of their number.
     All(Vec<Queue>),
 }
@@ -605,7 +605,7 @@ impl UndoQueues {
         if self.recording && idx < self.queues.len() && !self.copied.contains(&idx) {
             self.copied.push(idx);
             self.log
-                .push(QueuesChange::One(idx, self.queues[idx].clone()));
+                .push(QueuesChange::One(idx, Box::new(self.queues[idx].clone())));
         }
         self.queues.get_mut(idx)
     }
@@ -676,7 +676,7 @@ impl Undo for UndoQueues {
                 }
                 QueuesChange::One(idx, queue) => {
                     if let Some(slot) = self.queues.get_mut(idx) {
-                        *slot = queue;
+                        *slot = *queue;
                     }
                 }
                 QueuesChange::All(queues) => self.queues = queues,

@@ -322,6 +322,7 @@ impl Core {
             self.n_usage_limited += 1;
         }
         self.logged.jobs.insert(id, job);
+        self.order_by_usage(queue as usize, now);
     }
 
     /// Admits what waits for admission while resources allow, in the order

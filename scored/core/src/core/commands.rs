@@ -96,7 +96,7 @@ impl Core {
             } => self.kill(cred, &jobs, &filter, signal, now, out),
             Command::Suspend(job) => self.suspend_command(cred, JobId(job)),
             Command::Resume(job) => self.resume_command(cred, JobId(job)),
-            Command::Move { job, queue } => self.move_command(JobId(job), queue),
+            Command::Move { job, queue } => self.move_command(JobId(job), queue, now),
             Command::Timeslice(None) => Reply::Record(vec![(
                 "timeslice".into(),
                 Value::Duration(self.logged.config.timeslice),
@@ -236,7 +236,7 @@ impl Core {
     }
 
     /// `move ID Q`.
-    fn move_command(&mut self, id: JobId, queue: u32) -> Reply {
+    fn move_command(&mut self, id: JobId, queue: u32, now: Tick) -> Reply {
         let job = id.0;
         if !self.logged.jobs.contains_key(&id) {
             return self.no_job(id);
@@ -248,7 +248,7 @@ impl Core {
             return Reply::error(format!("job {job} is already in queue {queue}"));
         }
         let from = self.logged.jobs[&id].queue;
-        self.move_job(id, queue);
+        self.move_job(id, queue, now);
         self.journal(JobEvent::Moved {
             job: id,
             from,
@@ -406,6 +406,14 @@ impl Core {
         if let Some(share) = settings.share {
             record.share = share;
         }
+        match settings.fairshare {
+            Some(Setting::Set(half_life)) => record.fairshare = Some(half_life),
+            Some(Setting::Clear) => {
+                record.fairshare = None;
+                record.usage = Default::default();
+            }
+            None => {}
+        }
         apply(&mut record.cputime, settings.cputime);
         apply(&mut record.residency, settings.residency);
         apply(&mut record.memory_pct, settings.memory);
@@ -414,6 +422,7 @@ impl Core {
             record.group = group.as_ref().map(|(gid, _)| *gid);
             self.group_names_set(queue, group.and_then(|(_, name)| name));
         }
+        self.order_by_usage(queue as usize, now);
         self.admit_waiters(now, out);
         let record = &self.logged.queues[queue as usize];
         Reply::Done(format!("queue {queue}: {}", describe_queue(record)))
@@ -452,7 +461,7 @@ fn describe_queue(queue: &Queue) -> String {
     let opt_duration = |value: Option<Duration>| value.map_or("none".to_string(), format_duration);
     let opt_pct = |value: Option<f64>| value.map_or("none".to_string(), |pct| format!("{pct}%"));
     format!(
-        "mode={} cputime={} residency={} memory={} disk={} group={} backfill={} mpl={} share={}",
+        "mode={} cputime={} residency={} memory={} disk={} group={} backfill={} mpl={} share={} fairshare={}",
         queue.mode.as_str(),
         opt_duration(queue.cputime),
         opt_duration(queue.residency),
@@ -468,5 +477,6 @@ fn describe_queue(queue: &Queue) -> String {
             .mpl
             .map_or("none".to_string(), |level| level.to_string()),
         queue.share.as_str(),
+        opt_duration(queue.fairshare),
     )
 }

@@ -165,7 +165,7 @@ impl Core {
                 && (queue as usize) + 1 < self.logged.queues.len()
             {
                 tracing::info!(job = %job, from = queue, to = queue + 1, "residency exceeded; moving down");
-                self.move_job(job, queue + 1);
+                self.move_job(job, queue + 1, now);
                 self.journal(JobEvent::Moved {
                     job,
                     from: queue,
@@ -176,7 +176,7 @@ impl Core {
         }
     }
 
-    pub(super) fn move_job(&mut self, job: JobId, to: u32) {
+    pub(super) fn move_job(&mut self, job: JobId, to: u32, now: Tick) {
         let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
@@ -188,6 +188,7 @@ impl Core {
         let user = record.owner.uid;
         self.logged.queues[from as usize].remove_by(job, user);
         self.logged.queues.push_job(to as usize, job, started, user);
+        self.order_by_usage(to as usize, now);
     }
     /// Starts killing a job. A graceful kill sends SIGTERM and lets the job
     /// run (ahead of every queue) to handle it, then SIGKILL after the grace.
@@ -260,6 +261,9 @@ impl Core {
             .finished(job, &record.hosts, phase == Phase::Stopping, live);
         self.refresh_crossing(job);
         self.logged.queues[record.queue as usize].remove_by(job, record.owner.uid);
+        let run = record.run_time_at(now);
+        self.count_usage(record.owner.uid, record.hosts.len(), run, now);
+        self.order_all_by_usage(now);
         self.logged.ledger.release(&Placement {
             cluster: record.cluster,
             hosts: record.hosts.clone(),

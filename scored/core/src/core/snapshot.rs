@@ -150,6 +150,12 @@ struct QueueSnapshot {
     /// not users).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     share_jobs: bool,
+    /// The half-life of the usage that orders waiting jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fairshare_us: Option<u64>,
+    /// Each user's usage: (uid, host-µs, as of µs), by uid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    usage: Vec<(u32, u64, u64)>,
     order: Vec<u64>,
 }
 
@@ -590,6 +596,8 @@ impl Core {
                     backfill: queue.backfill,
                     mpl: queue.mpl,
                     share_jobs: queue.share == QueueShare::Job,
+                    fairshare_us: queue.fairshare.map(us),
+                    usage: queue.usage.entries().to_vec(),
                     order: queue.order().map(|job| job.0).collect(),
                 })
                 .collect(),

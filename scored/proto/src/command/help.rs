@@ -120,7 +120,8 @@ static ENTRIES: &[HelpEntry] = &[
         name: "queue",
         usage: "queue Q enable|disable|activate|deactivate\n\
                 queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none \
-                memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job",
+                memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job \
+                fairshare=DUR|none",
         summary: "change a queue's state or attributes",
         description: "Changes queue Q: disable only refuses new submissions (admitted jobs \
                       keep being scheduled while the queue is activated), enable accepts \
@@ -137,7 +138,10 @@ static ENTRIES: &[HelpEntry] = &[
                       a gang queue's multiprogramming level (mpl), and what a gang \
                       queue shares a host contested by several users' jobs between: \
                       share=user (the default) gives each user's jobs together an equal \
-                      share of the rotation, share=job each job.",
+                      share of the rotation, share=job each job, and, with fairshare=DUR, \
+                      the order of an exclusive queue's or a leveled gang queue's waiting \
+                      jobs behind the first: least used first, by each user's use of \
+                      hosts over time, halving every DUR.",
         access: Access::Operator,
         example: "queue 2 set mode=gang cputime=1h residency=10m memory=50%",
     },

@@ -132,6 +132,9 @@ pub struct QueueSettings {
     pub mpl: Option<Setting<u32>>,
     /// `share=user|job`: what a gang queue shares a contested host between.
     pub share: Option<QueueShare>,
+    /// `fairshare=HALFLIFE|none`: waiting jobs ordered by their users'
+    /// usage, decaying with this half-life.
+    pub fairshare: Option<Setting<Duration>>,
 }
 
 /// The job states a listing shows, which `jobs --state` takes.

@@ -149,6 +149,7 @@ const QUEUE_SETTINGS: &[&str] = &[
     "backfill",
     "mpl",
     "share",
+    "fairshare",
 ];
 const QUEUE_ACTIONS: &[&str] = &["enable", "disable", "activate", "deactivate", "set"];
 

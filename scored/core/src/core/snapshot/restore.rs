@@ -20,6 +20,7 @@ use crate::cluster::Topology;
 use crate::core::backlog::{Backlog, Ends, Entry};
 use crate::core::Outcome;
 use crate::core::{usage_limited, Core, CoreConfig, CoreSnapshot, Switches, Waiter};
+use crate::fairshare::DecayedUsage;
 use crate::ids::{ClientToken, ClusterId, Cred, HostId, JobId, Tick};
 use crate::job::{
     EndCause, ExitStatus, Failure, Job, JobLimits, JobRequest, JobSpec, Joiner, Killing, Life,
@@ -75,6 +76,11 @@ pub enum RestoreError {
     },
     /// A job appears twice, or has an id not below the next one.
     DuplicateJob(JobId),
+    /// A queue's usage by user is not by increasing uid.
+    BadUsage {
+        /// The queue.
+        queue: u32,
+    },
     /// A queue holds a job that the state does not have.
     QueueHoldsUnknownJob {
         /// The queue that lists it.
@@ -157,6 +163,10 @@ impl fmt::Display for RestoreError {
             RestoreError::DuplicateJob(id) => {
                 write!(f, "job {id} appears twice or after the next id")
             }
+            RestoreError::BadUsage { queue } => write!(
+                f,
+                "queue {queue}'s usage by user is not by increasing uid"
+            ),
             RestoreError::QueueHoldsUnknownJob { queue, job } => write!(
                 f,
                 "queue {queue} holds job {job}, which is not in the state"
@@ -874,6 +884,11 @@ impl Core {
             } else {
                 QueueShare::User
             };
+            restored.fairshare = queue.fairshare_us.map(from_us);
+            restored.usage =
+                DecayedUsage::from_entries(queue.usage).ok_or(RestoreError::BadUsage {
+                    queue: number as u32,
+                })?;
             for id in queue.order {
                 let Some(job) = self.logged.jobs.get(&JobId(id)) else {
                     return Err(RestoreError::QueueHoldsUnknownJob {

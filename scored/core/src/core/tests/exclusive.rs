@@ -133,7 +133,7 @@ fn backfill_starts_a_short_job_in_the_hole_without_delaying_the_wide_one() {
     let mut sim = Sim::new(4, 100);
     check(
         &sim.cmd(&root(), "queue 0 set backfill=on"),
-        "queue 0: mode=exclusive cputime=none residency=none memory=none disk=none group=none backfill=on mpl=none share=user\n",
+        "queue 0: mode=exclusive cputime=none residency=none memory=none disk=none group=none backfill=on mpl=none share=user fairshare=none\n",
     );
     timed(&mut sim, 2, 0, 1050); // job 1: hosts 0-1, at most until 1050
     timed(&mut sim, 4, 0, 1000); // job 2: reserved at 1050
@@ -293,15 +293,15 @@ fn mode_gang_brings_its_level_and_queues_shows_it() {
     let mut sim = Sim::new(4, 100);
     check(
         &sim.cmd(&root(), "queue 1 set mode=gang"),
-        "queue 1: mode=gang cputime=none residency=none memory=none disk=none group=none backfill=off mpl=2 share=user\n",
+        "queue 1: mode=gang cputime=none residency=none memory=none disk=none group=none backfill=off mpl=2 share=user fairshare=none\n",
     );
     check(
         &sim.cmd(&root(), "queue 1 set mpl=none"),
-        "queue 1: mode=gang cputime=none residency=none memory=none disk=none group=none backfill=off mpl=none share=user\n",
+        "queue 1: mode=gang cputime=none residency=none memory=none disk=none group=none backfill=off mpl=none share=user fairshare=none\n",
     );
     check(
         &sim.cmd(&root(), "queue 1 set mode=gang mpl=3"),
-        "queue 1: mode=gang cputime=none residency=none memory=none disk=none group=none backfill=off mpl=3 share=user\n",
+        "queue 1: mode=gang cputime=none residency=none memory=none disk=none group=none backfill=off mpl=3 share=user fairshare=none\n",
     );
     let queues = sim.cmd(&root(), "queues");
     assert!(

@@ -22,6 +22,7 @@ mod backlog;
 mod budgets;
 mod checkpoint;
 mod exclusive;
+mod fair;
 mod placement;
 mod properties;
 mod replay;

@@ -85,6 +85,12 @@ pub fn render(command: &Command) -> String {
                 text.push_str(" share=");
                 text.push_str(share.as_str());
             }
+            push_setting(
+                &mut text,
+                "fairshare",
+                settings.fairshare,
+                format_duration_exact,
+            );
             text
         }
         Command::Jobs { all, filter } => {

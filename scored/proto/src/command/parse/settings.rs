@@ -202,6 +202,21 @@ impl<'a> Parser<'a> {
                         }
                     })
                 }
+                "fairshare" => {
+                    settings.fairshare = Some(if value == "none" {
+                        Setting::Clear
+                    } else {
+                        let half_life = parse_duration(value)
+                            .map_err(|error| self.bad_setting(word, error.0))?;
+                        if half_life.is_zero() {
+                            return Err(self.bad_setting(
+                                word,
+                                "a half-life of 0 forgets all usage at once; give fairshare=HALFLIFE above 0, or fairshare=none".into(),
+                            ));
+                        }
+                        Setting::Set(half_life)
+                    });
+                }
                 "cputime" | "residency" => {
                     let setting = if value == "none" {
                         Setting::Clear

@@ -201,13 +201,13 @@ fn queue_states() {
     check("queue 1 disable", "queue 1 disable");
     check("queue 0 activate", "queue 0 activate");
     check("queue 255 deactivate", "queue 255 deactivate");
-    check("queue", "MissingArgument: missing queue number in 'queue': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job");
-    check("queue 1", "MissingArgument: missing an action (enable, disable, activate, deactivate or set) in 'queue 1': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job");
+    check("queue", "MissingArgument: missing queue number in 'queue': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job fairshare=DUR|none");
+    check("queue 1", "MissingArgument: missing an action (enable, disable, activate, deactivate or set) in 'queue 1': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job fairshare=DUR|none");
     check("queue 256 enable", "InvalidValue: invalid queue number '256' in 'queue 256 enable': expected a number from 0 to 255");
     check("queue -1 enable", "InvalidValue: invalid queue number '-1' in 'queue -1 enable': expected a number from 0 to 255");
     check("queue one enable", "InvalidValue: invalid queue number 'one' in 'queue one enable': expected a number from 0 to 255");
-    check("queue 1 enabel", "UnknownKeyword: unexpected 'enabel' in 'queue 1 enabel': did you mean 'enable'? expected enable, disable, activate, deactivate or set; usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job");
-    check("queue 1 enable now", "ExtraArgument: extra argument 'now' in 'queue 1 enable now': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job");
+    check("queue 1 enabel", "UnknownKeyword: unexpected 'enabel' in 'queue 1 enabel': did you mean 'enable'? expected enable, disable, activate, deactivate or set; usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job fairshare=DUR|none");
+    check("queue 1 enable now", "ExtraArgument: extra argument 'now' in 'queue 1 enable now': usage: queue Q enable|disable|activate|deactivate or queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job fairshare=DUR|none");
 }
 
 #[test]
@@ -250,10 +250,10 @@ fn queue_setting_lines() {
 
 #[test]
 fn queue_setting_errors() {
-    check("queue 1 set colour=red", "UnknownSetting: unknown queue setting 'colour' in 'queue 1 set colour=red': expected mode, cputime, residency, memory, disk, group, backfill, mpl or share");
-    check("queue 1 set memroy=5%", "UnknownSetting: unknown queue setting 'memroy' in 'queue 1 set memroy=5%': did you mean 'memory'? expected mode, cputime, residency, memory, disk, group, backfill, mpl or share");
-    check("queue 1 set", "MissingArgument: missing queue settings in 'queue 1 set': usage: queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job");
-    check("queue 1 set gang", "MissingEquals: queue setting 'gang' without '=' in 'queue 1 set gang': expected KEY=VALUE with a key from mode, cputime, residency, memory, disk, group, backfill, mpl or share");
+    check("queue 1 set colour=red", "UnknownSetting: unknown queue setting 'colour' in 'queue 1 set colour=red': expected mode, cputime, residency, memory, disk, group, backfill, mpl, share or fairshare");
+    check("queue 1 set memroy=5%", "UnknownSetting: unknown queue setting 'memroy' in 'queue 1 set memroy=5%': did you mean 'memory'? expected mode, cputime, residency, memory, disk, group, backfill, mpl, share or fairshare");
+    check("queue 1 set", "MissingArgument: missing queue settings in 'queue 1 set': usage: queue Q set mode=gang|exclusive cputime=DUR|none residency=DUR|none memory=PCT%|none disk=PCT%|none group=NAME|GID|none backfill=on|off mpl=N|none share=user|job fairshare=DUR|none");
+    check("queue 1 set gang", "MissingEquals: queue setting 'gang' without '=' in 'queue 1 set gang': expected KEY=VALUE with a key from mode, cputime, residency, memory, disk, group, backfill, mpl, share or fairshare");
     check("queue 1 set cputime", "MissingEquals: queue setting 'cputime' without '=' in 'queue 1 set cputime': expected cputime=DUR|none");
     check(
         "queue 1 set group=",
@@ -270,6 +270,13 @@ fn queue_setting_errors() {
         "queue 1 set mpl=2 share=user",
     );
     check("queue 1 set share=users", "InvalidValue: bad setting 'share=users' in 'queue 1 set share=users': did you mean 'user'? unknown value 'users'; expected share=user|job");
+    check("queue 1 set fairshare=1d", "queue 1 set fairshare=1d");
+    check(
+        "queue 1 set fairshare=none share=job",
+        "queue 1 set share=job fairshare=none",
+    );
+    check("queue 1 set fairshare=0", "InvalidValue: bad setting 'fairshare=0' in 'queue 1 set fairshare=0': a half-life of 0 forgets all usage at once; give fairshare=HALFLIFE above 0, or fairshare=none");
+    check("queue 1 set fairshare=soon", "InvalidValue: bad setting 'fairshare=soon' in 'queue 1 set fairshare=soon': invalid duration 'soon': expected a number with an optional ms, s, m, h or d suffix (e.g. 500ms)");
     check("queue 1 set share=none", "InvalidValue: bad setting 'share=none' in 'queue 1 set share=none': unknown value 'none'; expected share=user|job");
     check("queue 1 set backfill=yes", "InvalidValue: bad setting 'backfill=yes' in 'queue 1 set backfill=yes': unknown value 'yes'; expected backfill=on|off");
     check("queue 1 set mode=fast", "InvalidValue: bad setting 'mode=fast' in 'queue 1 set mode=fast': unknown mode 'fast'; expected mode=gang|exclusive");
@@ -612,19 +619,25 @@ fn queue_settings() -> impl Strategy<Value = QueueSettings> {
         setting(group_ref()),
         prop::option::of(any::<bool>()),
         setting(1u32..=64),
-        prop::option::of(prop_oneof![Just(QueueShare::User), Just(QueueShare::Job)]),
+        (
+            prop::option::of(prop_oneof![Just(QueueShare::User), Just(QueueShare::Job)]),
+            setting(positive_duration()),
+        ),
     )
         .prop_map(
-            |(mode, cputime, residency, memory, disk, group, backfill, mpl, share)| QueueSettings {
-                mode,
-                cputime,
-                residency,
-                memory,
-                disk,
-                group,
-                backfill,
-                mpl,
-                share,
+            |(mode, cputime, residency, memory, disk, group, backfill, mpl, (share, fairshare))| {
+                QueueSettings {
+                    mode,
+                    cputime,
+                    residency,
+                    memory,
+                    disk,
+                    group,
+                    backfill,
+                    mpl,
+                    share,
+                    fairshare,
+                }
             },
         )
         .prop_filter("at least one setting", |settings| {
