@@ -244,3 +244,68 @@ fn the_share_setting_survives_a_restart() {
     assert_eq!(restored.cmd(&root(), "queues"), before);
     assert_eq!(restored.core.queues()[1].share, QueueShare::Job);
 }
+
+#[derive(Debug, Clone)]
+enum Event {
+    Submit { uid: u32, nodes: u32, queue: u32 },
+    Exit { pick: usize },
+    Advance { ms: u64 },
+    Hold { pick: usize },
+    Release { pick: usize },
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        4 => (1001u32..1004, 1u32..=3, 0u32..3).prop_map(|(uid, nodes, queue)| Event::Submit { uid, nodes, queue }),
+        2 => any::<usize>().prop_map(|pick| Event::Exit { pick }),
+        4 => (1u64..400).prop_map(|ms| Event::Advance { ms }),
+        1 => any::<usize>().prop_map(|pick| Event::Hold { pick }),
+        1 => any::<usize>().prop_map(|pick| Event::Release { pick }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Several users' jobs in a gang queue with a level, a gang queue
+    /// without one and an exclusive queue, all sharing by user and the
+    /// waiting ones ordered by usage: the invariants hold after every
+    /// input (checked by the simulator), and once holds are released every
+    /// job runs to its end.
+    #[test]
+    fn users_jobs_in_every_kind_of_queue_all_end(events in proptest::collection::vec(event(), 1..80)) {
+        let mut sim = Sim::new(4, 100);
+        sim.cmd(&root(), "queue 1 set mode=gang fairshare=10m");
+        sim.cmd(&root(), "queue 0 set fairshare=1m backfill=on");
+        for event in events {
+            let pick = |sim: &Sim, idx: usize| {
+                let jobs: Vec<JobId> = sim.core.jobs().map(|job| job.id).collect();
+                (!jobs.is_empty()).then(|| jobs[idx % jobs.len()])
+            };
+            match event {
+                Event::Submit { uid, nodes, queue } => {
+                    sim.submit_with(user(uid), ProcRequest::Nodes(nodes), Some(queue), false);
+                }
+                Event::Exit { pick: idx } => {
+                    if let Some(job) = pick(&sim, idx) {
+                        sim.exit_if_running(job);
+                    }
+                }
+                Event::Advance { ms } => sim.advance(ms),
+                Event::Hold { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("suspend {job}")); },
+                Event::Release { pick: idx } => if let Some(job) = pick(&sim, idx) { sim.cmd(&root(), &format!("resume {job}")); },
+            }
+        }
+        let held: Vec<JobId> = sim.core.jobs().filter(|job| job.held()).map(|job| job.id).collect();
+        for job in held { sim.cmd(&root(), &format!("resume {job}")); }
+        for _ in 0..10_000 {
+            if sim.core.n_jobs() == 0 { break; }
+            if let Some(job) = sim.running().first().copied() {
+                sim.exit(job, 0);
+            } else {
+                sim.advance(100);
+            }
+        }
+        prop_assert_eq!(sim.core.n_jobs(), 0, "every job ends");
+    }
+}
