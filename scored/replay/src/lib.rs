@@ -65,6 +65,10 @@ pub struct Setup {
     pub default_queue: u32,
     /// A start-up script, as scored.rc: its name (for messages) and text.
     pub rc: Option<(String, String)>,
+    /// Each job is submitted as its trace user (field 12), so that the
+    /// queues' `share=user` and `fairshare` tell users apart; otherwise
+    /// (and for a job whose user the trace does not name) as root.
+    pub as_users: bool,
 }
 
 impl Setup {
@@ -78,6 +82,7 @@ impl Setup {
             queue_map: BTreeMap::new(),
             default_queue: 1,
             rc: None,
+            as_users: false,
         }
     }
 }
@@ -276,6 +281,10 @@ pub fn run(
     replay(trace, setup, progress, true)
 }
 
+/// The uid a trace's user 0 replays as, with `Setup::as_users`: user N
+/// is this plus N.
+pub const TRACE_UIDS: u32 = 100_000;
+
 /// [`run`], repeating whole periods of the gang rotation at once when
 /// `repeat` says so, else stepping through every slice.
 fn replay(
@@ -296,7 +305,20 @@ fn replay(
                 .min()
         })
         .collect();
+    // A trace user replays as a uid of its own, an operator so that no
+    // budget of a shared daemon's users refuses its jobs.
+    let uid_of = |user: Option<i64>| {
+        user.filter(|_| setup.as_users)
+            .and_then(|user| u32::try_from(user).ok())
+            .and_then(|user| user.checked_add(TRACE_UIDS))
+            .filter(|uid| *uid < u32::MAX)
+            .unwrap_or(0)
+    };
+    let mut operators: Vec<u32> = trace.jobs.iter().map(|job| uid_of(job.user)).collect();
+    operators.sort_unstable();
+    operators.dedup();
     let config = CoreConfig {
+        operators,
         timeslice: setup.timeslice,
         // Only samples that can change a decision are answered here.
         sample_every_slice: false,
@@ -384,9 +406,13 @@ fn replay(
             );
             waiting += 1;
             quiet = false;
+            let cred = Cred {
+                uid: uid_of(trace.jobs[arrival.trace_idx].user),
+                ..root.clone()
+            };
             inputs.push(Input::Submit {
                 client,
-                cred: root.clone(),
+                cred,
                 user: user.clone(),
                 request: Box::new(arrival.request.clone()),
             });

@@ -51,6 +51,10 @@ struct Flags {
     /// SWF queue numbers to scored queues, e.g. 1=0,2=1 (default: all to queue 1).
     #[arg(long, value_name = "SWFQ=Q,...")]
     queue_map: Option<String>,
+    /// Submit each job as its trace user (field 12), so that share=user
+    /// and fairshare tell users apart (default: every job as root).
+    #[arg(long)]
+    as_users: bool,
     /// Write one CSV row per job to FILE.
     #[arg(long, value_name = "FILE")]
     jobs_csv: Option<PathBuf>,
@@ -62,7 +66,7 @@ struct Flags {
     svg: Option<PathBuf>,
     /// Write a synthetic trace of N jobs (Lublin and Feitelson's model) to
     /// standard output instead of replaying.
-    #[arg(long, value_name = "N", conflicts_with_all = ["trace", "hosts", "rc", "json", "jobs_csv", "svg", "queue_map", "arrival_scale", "timeslice", "switch_cost"])]
+    #[arg(long, value_name = "N", conflicts_with_all = ["trace", "hosts", "rc", "json", "jobs_csv", "svg", "queue_map", "arrival_scale", "timeslice", "switch_cost", "as_users"])]
     generate: Option<usize>,
     /// Offered load of the generated trace (default 0.8).
     #[arg(long, value_name = "L", requires = "generate")]
@@ -135,6 +139,7 @@ fn run(flags: Flags) -> Result<(), String> {
         }
         setup.arrival_scale = scale;
     }
+    setup.as_users = flags.as_users;
     if let Some(text) = &flags.queue_map {
         setup.queue_map = parse_queue_map(text)?;
     }

@@ -239,6 +239,33 @@ fn gang_time_sharing_stretches_jobs_by_the_slices_they_wait() {
 }
 
 #[test]
+fn replayed_as_its_users_a_trace_shares_a_host_by_user() {
+    // One host, four jobs of 10 s: three of user 7, one of user 8. As root
+    // the lone job has one slice in four; as its user, one in two.
+    let trace = "\
+1 0 -1 10 1 -1 -1 1 -1 -1 1 7 1 1 1 -1 -1 -1
+2 0 -1 10 1 -1 -1 1 -1 -1 1 7 1 1 1 -1 -1 -1
+3 0 -1 10 1 -1 -1 1 -1 -1 1 7 1 1 1 -1 -1 -1
+4 0 -1 10 1 -1 -1 1 -1 -1 1 8 1 1 1 -1 -1 -1
+";
+    let lone_end = |as_users: bool, rc: &str| {
+        let (trace, errors) = swf::parse(trace.lines());
+        assert!(errors.is_empty(), "{errors:?}");
+        let mut setup = Setup::new(uniform_machine(1, 1 << 30));
+        setup.rc = Some(("test.rc".into(), rc.into()));
+        setup.as_users = as_users;
+        let outcome = run(&trace, &setup, &mut |_, _| {}).expect("replay");
+        starts(&outcome)[3].2
+    };
+    let by_user = lone_end(true, "timeslice 1s\n");
+    assert!(by_user <= 21.0, "the lone user's job ended at {by_user} s");
+    let as_root = lone_end(false, "timeslice 1s\n");
+    assert!(as_root >= 34.0, "as root, it ended at {as_root} s");
+    let by_job = lone_end(true, "timeslice 1s\nqueue 1 set share=job\n");
+    assert_eq!(by_job, as_root, "share=job replays as root does");
+}
+
+#[test]
 fn the_switch_cost_delays_the_entering_job() {
     let trace = "\
 1 0 -1 10 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1
