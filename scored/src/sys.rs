@@ -13,7 +13,9 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+mod clone;
 mod wait;
+pub use clone::{clone_vfork, futex_wait, futex_wake, ChildStack};
 
 pub use wait::{
     has_children, peek_ended, readable_within, reap, take_stop, wait_any, wait_ended,
@@ -162,13 +164,15 @@ pub fn set_parent_death_signal(signal: i32) -> io::Result<()> {
 
 /// `setgroups`, `setgid`, `setuid`, in that order, each checked: the only
 /// correct order when dropping root for a user (sudo-rs `set_target_user`).
+/// Raw system calls, which change the calling thread alone (the C library
+/// would signal the threads of the keeper whose memory a child shares).
 pub fn become_user(uid: u32, gid: u32, groups: &[libc::gid_t]) -> io::Result<()> {
     // SAFETY: `groups` is a valid slice for the length passed.
-    cvt(unsafe { libc::setgroups(groups.len(), groups.as_ptr()) } as libc::c_long)?;
+    cvt(unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) })?;
     // SAFETY: setgid and setuid take plain integers.
-    cvt(unsafe { libc::setgid(gid) } as libc::c_long)?;
+    cvt(unsafe { libc::syscall(libc::SYS_setgid, gid) })?;
     // SAFETY: as above.
-    cvt(unsafe { libc::setuid(uid) } as libc::c_long)?;
+    cvt(unsafe { libc::syscall(libc::SYS_setuid, uid) })?;
     Ok(())
 }
 

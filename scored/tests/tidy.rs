@@ -3,7 +3,7 @@
 //!
 //! - every `.rs` file of the six crates starts with a `//!` paragraph;
 //! - `unsafe` appears only in the daemon's `sys` module and the child's side
-//!   of its fork (`actuator/spawn.rs`), and in scrun's `sys` (the system
+//!   of a rank's clone (`actuator/spawn.rs`, `actuator/spawn/`), and in scrun's `sys` (the system
 //!   calls nix and rustix do not wrap, and the probe of the process as it
 //!   was at exec, which must run before the Rust runtime) and scrun's
 //!   `pmix_sys` (libpmix, loaded at run time, and the functions it calls);
@@ -16,7 +16,8 @@
 //!   processes, files, sockets and threads;
 //! - the replay crate depends on neither the daemon nor nix, libc, mio or
 //!   sysinfo, and its library is as pure as the core;
-//! - the daemon never starts a thread, and its test-only fault injection
+//! - the daemon never starts a thread (a keeper starts one, its spawner,
+//!   and only keepers create ranks), and its test-only fault injection
 //!   stays in the one module that compiles it only for the tests;
 //! - crates are named as crates: no crate re-exports another's modules or
 //!   reaches them as its own (`crate::submit` for `scored_proto::submit`),
@@ -121,6 +122,7 @@ fn unsafe_lives_only_in_the_sys_modules_and_the_spawn_path() {
         let allowed = path == Path::new("scored/src/sys.rs")
             || path.starts_with("scored/src/sys/")
             || path == Path::new("scored/src/actuator/spawn.rs")
+            || path.starts_with("scored/src/actuator/spawn/")
             || path == Path::new("scrun/src/sys.rs")
             || path == Path::new("scrun/src/pmix_sys.rs")
             || path.starts_with("scrun/src/pmix_sys");
@@ -154,10 +156,26 @@ fn daemon_sources() -> impl Iterator<Item = (PathBuf, String)> {
 
 #[test]
 fn the_daemon_never_starts_a_thread() {
-    // The fork of a rank is safe only in a single-threaded process: a
+    // A fork (the zygote's of a keeper, the daemon's of a remover or of
+    // the closer's helper) is safe only in a single-threaded process: a
     // thread holding a lock (the allocator's, say) at the fork would leave
-    // it held forever in the child. The spawn path also checks, in debug
-    // builds, that the process has one thread when it forks.
+    // it held forever in the child. The one thread is a keeper's spawner
+    // (`actuator/spawn/spawner.rs`), started by the keeper's first rank,
+    // in a process that forks nothing; so only a keeper creates ranks.
+    let spawner = Path::new("scored/src/actuator/spawn/spawner.rs");
+    let mut offenders = Vec::new();
+    for (path, text) in daemon_sources() {
+        let keeper =
+            path.starts_with("scored/src/keeper/") || path.starts_with("scored/src/actuator/spawn");
+        for (line_no, line) in code_lines(&text) {
+            if line.contains("spawn::spawn(") && !keeper {
+                offenders.push(format!(
+                    "{}:{line_no}: a rank created outside a keeper",
+                    path.display()
+                ));
+            }
+        }
+    }
     let forbidden = [
         "thread::spawn",
         "thread::scope",
@@ -166,8 +184,10 @@ fn the_daemon_never_starts_a_thread() {
         "tokio::",
         "crossbeam",
     ];
-    let mut offenders = Vec::new();
     for (path, text) in daemon_sources() {
+        if path == spawner {
+            continue;
+        }
         for (line_no, line) in code_lines(&text) {
             for word in forbidden {
                 if line.contains(word) {

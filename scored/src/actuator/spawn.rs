@@ -1,40 +1,39 @@
-//! The daemon's own spawn: one `fork`, the pre-exec steps on data prepared
-//! before it, and an `exec`, without ever waiting for the child.
+//! A keeper's spawn of a rank: one clone, the pre-exec steps on data
+//! prepared before it, and an `exec`, without ever waiting for the child.
 //!
 //! `std::process::Command::spawn` blocks until the child has exec'd (it
 //! reads a close-on-exec pipe to learn whether exec failed), which would
 //! serialize a launch with every child's whole pre-exec work, and let a
 //! user who stops their own child between its `setuid` and its `exec` (a
-//! loop of `kill(-1, SIGSTOP)` is enough) stall the whole daemon. Here the
+//! loop of `kill(-1, SIGSTOP)` is enough) stall the keeper. Here the
 //! child reports a failure through such a pipe too, but the parent only
 //! reads it when the event loop says it is readable ([`read_report`]): end
 //! of file means the exec succeeded, eight bytes name the step that failed
 //! and its errno.
 //!
-//! Why a plain `fork`: a `clone(CLONE_VM)` child without `CLONE_VFORK`
-//! would run beside the daemon in the same memory and with the same thread
-//! pointer, so glibc's `errno`, which every system call wrapper writes,
-//! would be the daemon's own; each child in flight would need a stack of
-//! its own; and a mistake would corrupt the daemon rather than a copy.
-//! `clone(CLONE_VM | CLONE_VFORK)`, what `posix_spawn` does, suspends the
-//! daemon until the exec, which is the stall again.
+//! The child shares the keeper's memory until its exec, created by a
+//! thread of its own that it alone suspends (`spawner`): no copy of the
+//! keeper's memory is made and thrown away for every rank.
 //!
 //! Architecture invariant: the child allocates nothing, frees nothing,
-//! takes no lock and does not log. Everything it touches (argument and
-//! environment arrays, paths, descriptors, limits) is in [`ChildSetup`],
-//! built before the fork, and it makes only system calls on it (and
-//! glibc's `execvp`, which allocates nothing either, as `posix_spawn`
-//! relies on). The daemon is single-threaded, so no other thread's lock can
-//! be held at the fork.
+//! takes no lock, does not log, and calls no C library function that keeps
+//! state across threads. Everything it touches (argument and environment
+//! arrays, the program's candidate paths, descriptors, limits) is in
+//! [`ChildSetup`] and `spawner::Exec`, built before the clone and owned by
+//! the spawner thread until the exec, and it makes only system calls on it.
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::unistd::Pid;
 
 use super::sys;
+
+mod spawner;
+
+pub use spawner::{drain, freed_fd, ready};
 
 /// In [`ChildSetup::stdio`], a standard descriptor that the job gets
 /// closed (its client had it closed).
@@ -227,17 +226,10 @@ fn fd_floor(targets: impl Iterator<Item = RawFd>) -> RawFd {
     targets.max().map_or(3, |max| max.saturating_add(1)).max(3)
 }
 
-extern "C" {
-    /// glibc's environment, which `execvp` reads `PATH` from.
-    static mut environ: *const *const libc::c_char;
-}
-
-/// Forks a child that runs the pre-exec steps of `setup` and execs its
-/// program; returns its pid and the read end of its report pipe
-/// (non-blocking, close-on-exec). Never waits for the child.
-///
-/// The daemon must be single-threaded: the tidy test keeps threads out
-/// of its sources, and debug builds check it at every fork.
+/// Creates a child that runs the pre-exec steps of `setup` and execs its
+/// program, through the spawner thread (see [`spawner`]); returns its pid
+/// and the read end of its report pipe (non-blocking, close-on-exec) as
+/// soon as the child exists. Never waits for its exec.
 pub fn spawn(setup: &ChildSetup) -> io::Result<(i32, OwnedFd)> {
     let (report_read, report_write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
@@ -248,41 +240,8 @@ pub fn spawn(setup: &ChildSetup) -> io::Result<(i32, OwnedFd)> {
         &report_write,
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
     )?;
-    let argv: Vec<*const libc::c_char> = setup
-        .args
-        .iter()
-        .map(|arg| arg.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    let envp: Vec<*const libc::c_char> = setup
-        .env
-        .iter()
-        .map(|entry| entry.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    // The fork below is safe only in a single-threaded process; the tidy
-    // test keeps threads out of the daemon's sources, and debug builds of
-    // the daemon check here that none was started.
-    #[cfg(all(debug_assertions, not(test)))]
-    assert!(
-        super::procfs::thread_count().is_none_or(|threads| threads == 1),
-        "the daemon forks a rank with more than one thread"
-    );
-    // SAFETY: the daemon is single-threaded, so the child inherits no lock
-    // held by another thread; the child runs only `child`, which makes
-    // system calls on data prepared above and never returns.
-    match unsafe { nix::unistd::fork() }? {
-        nix::unistd::ForkResult::Child => {
-            // SAFETY: in the child of a fork of a single-threaded process,
-            // with every pointer in `argv` and `envp` valid and
-            // NUL-terminated arrays.
-            unsafe { child(setup, &argv, &envp, report_write.as_raw_fd()) }
-        }
-        nix::unistd::ForkResult::Parent { child } => {
-            drop(report_write);
-            Ok((child.as_raw(), report_read))
-        }
-    }
+    let pid = spawner::spawn(setup, report_write)?;
+    Ok((pid, report_read))
 }
 
 /// Reads what a child's report pipe says, without blocking.
@@ -317,28 +276,15 @@ pub fn read_report(report: &OwnedFd) -> Report {
 ///
 /// # Safety
 ///
-/// Only in the child of a fork of a single-threaded process; `argv` and
-/// `envp` are null-terminated arrays of valid C strings.
-unsafe fn child(
-    setup: &ChildSetup,
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
-    report: RawFd,
-) -> ! {
+/// Only in a child created by the spawner thread, before its exec, with
+/// `exec` prepared for it.
+unsafe fn child(setup: &ChildSetup, exec: &mut spawner::Exec, report: RawFd) -> ! {
     // The report pipe may move (above the passed descriptors' numbers,
     // see `install_descriptors`); a failure is written where it is then.
     let mut report = report;
     let (step, errno) = match steps(setup, &mut report) {
-        Ok(()) => {
-            // SAFETY: the child's own copy of the environment pointer;
-            // `envp` outlives the exec, after which nothing of this
-            // process's memory is used.
-            unsafe { environ = envp.as_ptr() };
-            // SAFETY: `program` and `argv` are valid and NUL-terminated;
-            // execvp returns only on failure.
-            unsafe { libc::execvp(setup.program.as_ptr(), argv.as_ptr()) };
-            (Step::Exec, io::Error::last_os_error().raw_os_error())
-        }
+        // SAFETY: the steps are done; the exec replaces the child.
+        Ok(()) => (Step::Exec, Some(unsafe { exec.exec() })),
         Err((step, error)) => (step, error.raw_os_error()),
     };
     let mut bytes = [0u8; 8];
@@ -669,7 +615,21 @@ pub fn spawn_closer(socket: RawFd, argv0: &CStr) -> io::Result<i32> {
 mod tests {
     use super::*;
     use std::ffi::CString;
+    use std::os::fd::AsRawFd;
     use std::time::{Duration, Instant};
+
+    /// Spawns `setup` once the spawner is free: the tests run in threads
+    /// of one process, and a spawn while another's child has not yet
+    /// exec'd is refused, as a keeper's loop never asks for one.
+    fn spawn_in_turn(setup: &ChildSetup) -> (i32, OwnedFd) {
+        static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let started = Instant::now();
+        while !ready() && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        spawn(setup).expect("spawn")
+    }
 
     /// Spawns `argv` in `cwd` with stdio on /dev/null, and returns what its
     /// report pipe said and how it ended.
@@ -712,7 +672,7 @@ mod tests {
             rlimits: &[],
             output: [None, None],
         };
-        spawn(&setup).expect("fork")
+        spawn_in_turn(&setup)
     }
 
     /// What the report pipe of child `pid` says once it has said
@@ -883,7 +843,7 @@ mod tests {
             rlimits: &[],
             output: [None, None],
         };
-        let (pid, report) = spawn(&setup).expect("fork");
+        let (pid, report) = spawn_in_turn(&setup);
         drop(out_write);
         let mut text = String::new();
         std::fs::File::from(out_read)

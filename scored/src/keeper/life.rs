@@ -57,6 +57,7 @@ mod stopping;
 const LINK: u64 = 1;
 const LISTENER: u64 = 2;
 const SIGNALS: u64 = 3;
+const SPAWNER: u64 = 4;
 const PIDFD: u64 = 1 << 32;
 const REPORT: u64 = 2 << 32;
 const KIND: u64 = 0xffff_ffff << 32;
@@ -193,6 +194,7 @@ impl Keeper {
         sys::epoll_add(&epoll, link.as_raw_fd(), LINK)?;
         sys::epoll_add(&epoll, listener.as_raw_fd(), LISTENER)?;
         sys::epoll_add(&epoll, signals.as_fd().as_raw_fd(), SIGNALS)?;
+        sys::epoll_add(&epoll, spawn::freed_fd()?, SPAWNER)?;
         let start = procfs::read_stat(pid).map_or(0, |stat| stat.start);
         let mut keeper = Keeper {
             job,
@@ -250,6 +252,7 @@ impl Keeper {
                     LINK => self.read_scored(),
                     LISTENER => self.accept(),
                     SIGNALS => self.children_changed(),
+                    SPAWNER => spawn::drain(),
                     _ if token & KIND == PIDFD => self.rank_ended((token & !KIND) as i32),
                     _ if token & KIND == REPORT => self.exec_report((token & !KIND) as i32),
                     _ => {}
@@ -290,6 +293,7 @@ impl Keeper {
             !launch.paused
                 && launch.next < launch.order.len()
                 && self.in_flight < EXEC_WINDOW
+                && spawn::ready()
                 && self.truncation(launch).is_some()
         }) && self.ending.is_none()
     }
