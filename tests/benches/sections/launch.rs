@@ -75,10 +75,15 @@ fn spawn_trues(n: u32) -> bool {
 }
 
 /// Preemption: a job of queue 2 spins on the only host; `scrun
-/// -priority=0 true` is started, and the time until the spinner shows
+/// -priority=0 sleep 30` is started, and the time until the spinner shows
 /// stopped in /proc is taken (scrun's own start-up, its submission, the
 /// decision and the stop), against fork+exec+wait of one `true` in the
-/// same rounds. The spinner runs again before the next round.
+/// same rounds. The high job is ended once the stop is seen, and the
+/// spinner runs again before the next round. (The stop comes before the
+/// high job's processes are created, so what it runs does not count;
+/// with `true` the spinner was stopped only for as long as `true` ran,
+/// which a benchmark that waits for a CPU of a busy machine may never
+/// see.)
 fn preemption(rows: &mut Vec<Row>, rounds: u64) {
     let daemon = Daemon::builder()
         .log("scored=info")
@@ -96,7 +101,7 @@ fn preemption(rows: &mut Vec<Row>, rounds: u64) {
         );
         let start = Instant::now();
         let mut high = daemon
-            .scrun(&["-nodes=1,priority=0", "true"])
+            .scrun(&["-nodes=1,priority=0", "sleep", "30"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -109,14 +114,16 @@ fn preemption(rows: &mut Vec<Row>, rounds: u64) {
             std::hint::spin_loop();
         }
         stop.push(start.elapsed().as_secs_f64());
-        assert!(high.wait().expect("wait for scrun").success());
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(high.id() as i32), Signal::SIGINT);
+        let _ = high.wait().expect("wait for scrun");
         fork.push(time_command(|| spawn_trues(1), 1));
     }
     low.signal(Signal::SIGINT);
     low.wait(Duration::from_secs(30));
     let (stop, fork) = (median(&mut stop), median(&mut fork));
     rows.push(row(
-        "preemption: `scrun -priority=0 true` started → the queue-2 job's rank stopped",
+        "preemption: `scrun -priority=0 sleep 30` started → the queue-2 job's rank stopped",
         ms(stop),
         format!("{} (fork+exec+wait of `true`)", ms(fork)),
         format!("+{} over", ms(stop - fork)),
