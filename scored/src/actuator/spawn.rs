@@ -641,8 +641,18 @@ mod tests {
     /// Spawns `argv` in `cwd` with stdio on /dev/null, and the cgroup
     /// file `cgroup_procs` if given: its pid and report pipe.
     fn start(argv: &[&str], cwd: &str, cgroup_procs: Option<&CStr>) -> (i32, OwnedFd) {
+        start_in(argv, cwd, cgroup_procs, "/usr/bin:/bin")
+    }
+
+    /// [`start`] with the job's `PATH`.
+    fn start_in(
+        argv: &[&str],
+        cwd: &str,
+        cgroup_procs: Option<&CStr>,
+        path: &str,
+    ) -> (i32, OwnedFd) {
         let args: Vec<CString> = argv.iter().map(|arg| CString::new(*arg).unwrap()).collect();
-        let env = [CString::new("PATH=/usr/bin:/bin").unwrap()];
+        let env = [CString::new(format!("PATH={path}")).unwrap()];
         let cwd = CString::new(cwd).unwrap();
         let null = std::fs::OpenOptions::new()
             .read(true)
@@ -686,6 +696,39 @@ mod tests {
         }
         let status = nix::sys::wait::waitpid(Pid::from_raw(pid), None).expect("reap");
         (said, status)
+    }
+
+    /// The job's `PATH` is searched as `execvp` searches it: a candidate
+    /// that may not be executed is passed over for a later one, and named
+    /// (`EACCES`) when none runs; a file of no executable format runs
+    /// through `/bin/sh`.
+    #[test]
+    fn the_program_is_searched_as_execvp_searches() {
+        let dir = std::env::temp_dir().join(format!("scored-spawn-path-{}", std::process::id()));
+        let (refused, runs) = (dir.join("refused"), dir.join("runs"));
+        for (sub, mode, text) in [(&refused, 0o644, "exit 4\n"), (&runs, 0o755, "exit 5\n")] {
+            std::fs::create_dir_all(sub).unwrap();
+            let file = sub.join("prog");
+            std::fs::write(&file, text).unwrap();
+            std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .unwrap();
+        }
+        let run_in = |path: String| {
+            let (pid, report) = start_in(&["prog"], "/", None, &path);
+            settle(pid, &report)
+        };
+        let both = format!("{}:{}", refused.display(), runs.display());
+        let (said, status) = run_in(both);
+        assert_eq!(said, Report::Execd);
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 5)),
+            "{status:?}"
+        );
+        let (said, _) = run_in(refused.display().to_string());
+        assert_eq!(said, Report::Failed(Step::Exec, libc::EACCES));
+        let (said, _) = run_in(dir.join("none").display().to_string());
+        assert_eq!(said, Report::Failed(Step::Exec, libc::ENOENT));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
