@@ -47,8 +47,8 @@ pub trait Owners {
 pub(super) struct ShareScratch {
     /// Per host: how many of the rotating jobs have it.
     on_host: Vec<usize>,
-    /// Positions of the rotating jobs, by their hosts then position.
-    by_hosts: Vec<usize>,
+    /// (first host, position) of the rotating jobs, sorted.
+    by_hosts: Vec<(u32, usize)>,
     /// One pool's jobs: (key of its user, position, job).
     pool: Vec<(usize, usize, JobId)>,
     /// One pool's users: (uid, key), by uid; the key is the position of
@@ -83,24 +83,28 @@ impl ShareScratch {
             for host in hosts {
                 self.on_host[host.idx()] += 1;
             }
-            self.by_hosts.push(position);
+            self.by_hosts.push((hosts[0].0, position));
         }
-        self.by_hosts.sort_by(|a, b| {
-            jobs.hosts(order[*a])
-                .cmp(jobs.hosts(order[*b]))
-                .then(a.cmp(b))
-        });
+        // Every job of a pool has its first host, and no other job has it:
+        // the jobs by first host are the candidates, each checked whole.
+        self.by_hosts.sort_unstable();
         let mut start = 0;
         while start < self.by_hosts.len() {
-            let hosts = jobs.hosts(order[self.by_hosts[start]]);
+            let first = self.by_hosts[start].0;
             let mut end = start + 1;
-            while end < self.by_hosts.len() && jobs.hosts(order[self.by_hosts[end]]) == hosts {
+            while end < self.by_hosts.len() && self.by_hosts[end].0 == first {
                 end += 1;
             }
-            // A pool: no other job touches its hosts.
             let size = end - start;
-            if size > 1 && hosts.iter().all(|host| self.on_host[host.idx()] == size) {
-                self.regroup_pool(order, start, end, jobs);
+            if size > 1 && self.on_host[first as usize] == size {
+                let hosts = jobs.hosts(order[self.by_hosts[start].1]);
+                let pool = hosts.iter().all(|host| self.on_host[host.idx()] == size)
+                    && self.by_hosts[start + 1..end]
+                        .iter()
+                        .all(|(_, position)| jobs.hosts(order[*position]) == hosts);
+                if pool {
+                    self.regroup_pool(order, start, end, jobs);
+                }
             }
             start = end;
         }
@@ -110,7 +114,7 @@ impl ShareScratch {
     /// user by user, in the positions it holds.
     fn regroup_pool(&mut self, order: &mut [JobId], start: usize, end: usize, jobs: &impl Owners) {
         self.users.clear();
-        for &position in &self.by_hosts[start..end] {
+        for &(_, position) in &self.by_hosts[start..end] {
             let user = jobs.user(order[position]);
             match self.users.binary_search_by_key(&user, |(uid, _)| *uid) {
                 Ok(at) => self.users[at].1 = position,
@@ -121,7 +125,7 @@ impl ShareScratch {
             return;
         }
         self.pool.clear();
-        for &position in &self.by_hosts[start..end] {
+        for &(_, position) in &self.by_hosts[start..end] {
             let job = order[position];
             let user = jobs.user(job);
             let key = self
@@ -134,7 +138,7 @@ impl ShareScratch {
         // so each user's jobs come together, in their order.
         self.pool
             .sort_unstable_by_key(|(key, position, _)| (*key, *position));
-        for (&position, &(_, _, job)) in self.by_hosts[start..end].iter().zip(&self.pool) {
+        for (&(_, position), &(_, _, job)) in self.by_hosts[start..end].iter().zip(&self.pool) {
             order[position] = job;
         }
     }
