@@ -271,7 +271,7 @@ fn spawner() -> io::Result<&'static Spawner> {
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
     let (sender, receiver) = channel();
     std::thread::Builder::new()
-        .name("spawner".into())
+        .name("scored spawner".into())
         .spawn(move || serve(receiver, free))?;
     Ok(SPAWNER.get_or_init(|| Spawner {
         queue: Mutex::new(sender),
