@@ -829,8 +829,16 @@ impl Keeper {
             // unread if the rank has not taken the stop yet) would leave
             // the rank running. It is stopped again, which is harmless if
             // the stop is on its way anyway; scored's next `Continue`
-            // continues it.
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGSTOP);
+            // continues it. The group of a rank whose cgroup scored asked
+            // to freeze is the freezer's to hold, as in `check_stopping`.
+            let freezing = self
+                .cgroup_procs
+                .as_deref()
+                .and_then(std::path::Path::parent)
+                .is_some_and(crate::actuator::cgroup::freeze_asked);
+            if !freezing {
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGSTOP);
+            }
             let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGSTOP);
             self.restopped.insert(pid);
             return;
