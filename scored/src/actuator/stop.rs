@@ -856,8 +856,8 @@ fn held(stat: &procfs::Stat, freezing: bool) -> bool {
 /// How long scored first waits for the ranks of a stop to take it before
 /// it looks at them again (`wait_for_stops`), and how many such looks it
 /// takes, each wait twice the last.
-const LOOK_PAUSE: Duration = Duration::from_micros(20);
-const LOOKS: u32 = 3;
+const LOOK_PAUSE: Duration = Duration::from_micros(10);
+const LOOKS: u32 = 6;
 
 /// The CPUs scored may run on.
 fn online_cpus() -> usize {
