@@ -54,6 +54,14 @@ pub fn proc_stat(pid: i32) -> Option<ProcStat> {
     })
 }
 
+/// The CPU time a process's main thread has run, in nanoseconds (the first
+/// field of `/proc/PID/schedstat`), or `None` if it is gone: exact where
+/// `/proc/PID/stat`'s times count whole clock ticks.
+pub fn cpu_ns(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
 /// Whether a process exists and is not a zombie.
 pub fn alive(pid: i32) -> bool {
     proc_stat(pid).is_some_and(|stat| stat.state != 'Z' && stat.state != 'X')
