@@ -72,7 +72,10 @@ fn check_pattern(
         index,
         name,
     };
-    let dir = cwd.join(expand(dir, &with));
+    let dir = match dir {
+        "." => cwd.to_path_buf(),
+        _ => cwd.join(expand(dir, &with)),
+    };
     match std::fs::metadata(&dir) {
         Ok(meta) if meta.is_dir() => {}
         Ok(_) => return refuse(format!("{} is not a directory", dir.display())),

@@ -302,7 +302,19 @@ fn run_job(invocation: &Invocation, spawned: &mut Option<SpawnedSide>) -> Outcom
 /// Checks as the user that the job's output files can be created in the
 /// working directory (see [`crate::batch::check_output`]).
 fn check_output(invocation: &Invocation) -> Result<(), Fatal> {
-    let batch = &invocation.options.batch;
+    let given = &invocation.options.batch;
+    // A batch job without -output= writes to the default file, which is
+    // checked as one given would be.
+    let defaulted;
+    let batch = if given.detach && given.output.is_none() {
+        defaulted = scored_proto::batch::BatchOptions {
+            output: Some(scored_proto::batch::DEFAULT_OUTPUT.into()),
+            ..given.clone()
+        };
+        &defaulted
+    } else {
+        given
+    };
     if batch.output.is_none() && batch.error.is_none() {
         return Ok(());
     }

@@ -296,6 +296,48 @@ fn a_path_the_user_may_not_create_is_refused_and_nothing_is_created() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "root's\n");
 }
 
+/// A batch job without `-output=` writes to `scored-%j.out` in its
+/// working directory, so a plain user's batch job from a directory the
+/// user may not write in (root's) is refused at submission, as a given
+/// pattern there is: nothing is submitted and nothing is created.
+#[test]
+fn the_default_output_file_is_checked_as_a_given_one() {
+    let Some(users) = test_users("the_default_output_file_is_checked_as_a_given_one") else {
+        return;
+    };
+    let daemon = Daemon::start();
+    let output = run_as(&daemon, &users.a, &daemon.sandbox.path, &["-batch", "true"]);
+    assert_eq!(code(&output), Some(64), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("scored-%j.out") && message.contains("may not create files in"),
+        "{message}"
+    );
+    assert_eq!(stdout(&output), "");
+    assert!(
+        daemon.ok("jobs all").lines().count() <= 1,
+        "{}",
+        daemon.ok("jobs all")
+    );
+    let created: Vec<_> = std::fs::read_dir(&daemon.sandbox.path)
+        .expect("list the sandbox")
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("scored-"))
+        .collect();
+    assert!(created.is_empty(), "{created:?}");
+    // From the user's own directory the same submission runs, and its
+    // default file is the user's.
+    let dir = user_dir(&daemon, &users.a);
+    let output = run_as(&daemon, &users.a, &dir, &["-batch", "sh", "-c", "echo ran"]);
+    let id = printed_id(&output);
+    let path = dir.join(format!("scored-{id}.out"));
+    assert_eq!(read_lines(&path, 1), ["ran"]);
+    assert_eq!(
+        std::fs::metadata(&path).expect("the file").uid(),
+        users.a.uid
+    );
+}
+
 #[test]
 fn a_chain_after_a_success_runs_in_order_and_after_a_failure_never() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();
