@@ -96,6 +96,59 @@ fn a_scrun_whose_daemon_does_not_come_back_gives_up() {
     );
 }
 
+/// A scrun that gave up waiting for its daemon (its `-reattach=` ran
+/// out) is gone for good: the new scored kills its job at once, as it
+/// kills one whose scrun went away, rather than waiting for a reattach
+/// that cannot come; the job's processes are gone and its end recorded.
+#[test]
+fn a_job_whose_scrun_gave_up_is_killed_when_scored_returns() {
+    let mut daemon = Daemon::builder().hosts("h0 cpus=0\n").start();
+    // The job's processes hold scrun's output past its end: a file, not
+    // a pipe, holds what scrun says.
+    let said = daemon.sandbox.path.join("scrun.err");
+    let mut scrun = daemon
+        .scrun(&["-reattach=1s", "sleep", "300"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&said).expect("a file for scrun's stderr"))
+        .spawn()
+        .expect("start scrun");
+    let ranks = daemon.wait_job_pids(1, 1);
+    daemon.kill_hard();
+    let mut status = None;
+    assert!(wait_until(Duration::from_secs(10), || {
+        status = scrun.try_wait().expect("try_wait");
+        status.is_some()
+    }));
+    let stderr = std::fs::read_to_string(&said).unwrap_or_default();
+    assert_eq!(
+        status.and_then(|status| status.code()),
+        Some(69),
+        "{stderr}"
+    );
+    assert!(stderr.contains("did not come back"), "{stderr}");
+    assert!(
+        ranks.iter().all(|pid| alive(*pid)),
+        "the job ended with scored"
+    );
+    daemon.start_again();
+    assert!(
+        all_gone(&ranks, Duration::from_secs(15)),
+        "the job of a scrun that gave up still runs:\n{}",
+        daemon.ok("job 1")
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon.job_state(1) == "killed"),
+        "{}",
+        daemon.ok("job 1")
+    );
+    let records = history(&daemon);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert!(
+        !records[0].3.contains("lost"),
+        "the job was recorded lost: {records:?}"
+    );
+}
+
 /// A queued job with a pseudo-terminal (`-pty`) survives a kill -9 of
 /// scored: its scrun keeps the terminal, sends the slave again when it
 /// reattaches, and the job, once run, has it as its terminal and ends

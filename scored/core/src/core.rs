@@ -450,7 +450,10 @@ impl Core {
             Input::Shutdown { now: kill } => {
                 self.shutdown(kill, now, out);
             }
-            Input::Takeover { reattach_until } => self.clients_lost(reattach_until, now, out),
+            Input::Takeover {
+                reattach_until,
+                gone,
+            } => self.clients_lost(reattach_until, &gone, now, out),
             Input::ProcessesLost { job, reason } => self.processes_lost(job, reason, now, out),
             Input::Reattach { client, cred, job } => self.reattach(client, &cred, job, out),
         }

@@ -57,8 +57,18 @@ impl<A: Actuator> Daemon<A> {
         if let Some(reattach) = reattach {
             let until =
                 scored_core::ids::Tick(self.tick().0.saturating_add(reattach.as_micros() as u64));
+            // A scrun that gave up waiting (its -reattach= ran out) or was
+            // killed while no daemon ran will not come back: its job is
+            // not waited for.
+            let gone = self
+                .core
+                .jobs()
+                .filter(|job| job.client().is_some() && !client_alive(job.owner.pid))
+                .map(|job| job.id)
+                .collect();
             inputs.push(Input::Takeover {
                 reattach_until: until,
+                gone,
             });
         }
         self.actuator.take_over(&adopt, &mut inputs);
@@ -157,5 +167,22 @@ impl<A: Actuator> Daemon<A> {
         if let (Some(durable), Some(mark)) = (&mut self.durable, mark) {
             durable.forget(mark);
         }
+    }
+}
+
+/// Whether the process that submitted a job (its scrun, by the pid its
+/// connection had) may still be there to reattach: a pid with no process,
+/// or a zombie, is a scrun gone for good. A pid the kernel gave to another
+/// process since counts as there: that job waits for its scrun's reattach
+/// time, as every job did.
+fn client_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return true;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(error) => error.kind() != std::io::ErrorKind::NotFound,
     }
 }

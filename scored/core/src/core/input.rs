@@ -195,6 +195,9 @@ pub enum Input {
     Takeover {
         /// Until when a job's scrun may reattach.
         reattach_until: Tick,
+        /// Jobs whose scrun the new daemon found gone (it gave up waiting,
+        /// or was killed): they are not waited for.
+        gone: Vec<JobId>,
     },
     /// A job's processes are gone and nothing says how they ended: the
     /// job ends, lost.

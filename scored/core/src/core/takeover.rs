@@ -37,12 +37,20 @@ fn refusal(job: JobId, why: &str) -> ClientEvent {
 
 impl Core {
     /// A new daemon took the core over: every client of the killed one is
-    /// gone. Jobs with a client wait for it to reattach until `until`;
-    /// waiting submissions are dropped. Batch jobs, which have no client,
-    /// go on as they were, waiting in the backlog or not; an interactive
+    /// gone. Jobs with a client wait for it to reattach until `until`, but
+    /// for those whose scrun the new daemon found gone (`gone`), which are
+    /// killed at once; waiting submissions are dropped. Batch jobs, which
+    /// have no client, go on as they were, waiting in the backlog or not;
+    /// an interactive
     /// job of the backlog (one that waits for others) ends as when its
     /// scrun goes away, since its client's token is the killed daemon's.
-    pub(super) fn clients_lost(&mut self, until: Tick, now: Tick, out: &mut Vec<Action>) {
+    pub(super) fn clients_lost(
+        &mut self,
+        until: Tick,
+        gone: &[JobId],
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) {
         self.logged.waiting.modify(|waiting| waiting.clear());
         let waiting_clients: Vec<ClientToken> = self
             .logged
@@ -73,7 +81,8 @@ impl Core {
                     // One that has not started waits for the descriptors
                     // its scrun sends again.
                     record.awaits_client = !record.started();
-                    self.logged.detached.insert((until, job));
+                    let deadline = if gone.contains(&job) { now } else { until };
+                    self.logged.detached.insert((deadline, job));
                 }
             }
         }

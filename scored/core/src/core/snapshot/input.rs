@@ -171,6 +171,9 @@ pub enum InputRecord {
     Takeover {
         /// Until when a scrun may reattach (µs).
         reattach_until: u64,
+        /// Jobs whose scrun was found gone.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        gone: Vec<u64>,
     },
     /// [`Input::ProcessesLost`].
     ProcessesLost {
@@ -287,8 +290,12 @@ impl InputRecord {
                 line: render(command),
             },
             Input::Shutdown { now } => InputRecord::Shutdown { now: *now },
-            Input::Takeover { reattach_until } => InputRecord::Takeover {
+            Input::Takeover {
+                reattach_until,
+                gone,
+            } => InputRecord::Takeover {
                 reattach_until: reattach_until.0,
+                gone: gone.iter().map(|job| job.0).collect(),
             },
             Input::ProcessesLost { job, reason } => InputRecord::ProcessesLost {
                 job: job.0,
@@ -403,8 +410,12 @@ impl InputRecord {
                 }
             }
             InputRecord::Shutdown { now } => Input::Shutdown { now },
-            InputRecord::Takeover { reattach_until } => Input::Takeover {
+            InputRecord::Takeover {
+                reattach_until,
+                gone,
+            } => Input::Takeover {
                 reattach_until: Tick(reattach_until),
+                gone: gone.into_iter().map(JobId).collect(),
             },
             InputRecord::ProcessesLost { job, reason } => Input::ProcessesLost {
                 job: JobId(job),

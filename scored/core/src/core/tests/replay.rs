@@ -74,7 +74,10 @@ proptest! {
         // which the snapshot must carry.
         if taken_over {
             let until = Tick(sim.now.0 + 300_000);
-            sim.input(Input::Takeover { reattach_until: until });
+            sim.input(Input::Takeover {
+                reattach_until: until,
+                gone: Vec::new(),
+            });
         }
         let mut core = restored(&sim);
         sim.tape = Some(Vec::new());

@@ -9,6 +9,7 @@ fn take_over(sim: &mut Sim, grace_ms: u64) {
     let until = Tick(sim.now.0 + grace_ms * 1000);
     sim.input(Input::Takeover {
         reattach_until: until,
+        gone: Vec::new(),
     });
 }
 
