@@ -61,8 +61,14 @@
 //!     elements finished per second and the daemon's memory, against
 //!     sequential `scrun true` in the same run and Slurm's `sbatch`.
 //!
+//! 13. Takeover after a kill -9 of scored: 100 running and 20 stopped
+//!     gang jobs, a new scored on the same state directory, timed from
+//!     its start to its takeover (by its log) and to its first switch (in
+//!     /proc), against an in-place restart of the same jobs in the same
+//!     rounds.
+//!
 //! `BENCH_QUICK=1` shortens every run (for a smoke test of the benchmark);
-//! `BENCH_ONLY=switch,freezer,descendants,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi,attacks,batch`
+//! `BENCH_ONLY=switch,freezer,descendants,launch,fairness,slices,scale,decision,biglaunch,restart,journal,checkpoint,blocking,mpi,attacks,batch,takeover`
 //! runs only those sections. `SCORED_TEST_BIN_DIR=DIR` runs the daemons of
 //! DIR (an earlier build) instead of this build's, to compare.
 //!
@@ -81,6 +87,7 @@ use sections::{
     restart::{checkpoint_cost, journal_cost, restart_under_load},
     scale::{decision_time, machine, scale},
     switch::{guard, hand_switches, layout, switch, switch_freezer, Freezer, Groups},
+    takeover::takeover,
 };
 
 mod sections {
@@ -94,6 +101,7 @@ mod sections {
     pub mod restart;
     pub mod scale;
     pub mod switch;
+    pub mod takeover;
 }
 
 /// Counts the bytes the benchmark process holds, to tell how much of the
@@ -334,6 +342,10 @@ fn main() {
     if wanted("batch") {
         eprintln!("12. arrays of batch jobs");
         batch(&mut rows);
+    }
+    if wanted("takeover") {
+        eprintln!("13. takeover after a kill -9 of scored");
+        takeover(&mut rows);
     }
 
     println!("Machine: {}\n", machine());
