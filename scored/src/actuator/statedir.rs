@@ -410,9 +410,17 @@ impl StateDir {
     /// is renamed into `STATE_DIR/removing` (which only scored may enter)
     /// and its top given to scored, mode 0700, so that nothing more can be
     /// made in it by path, and the removal that follows, in slices, works
-    /// on what scored holds. `None` when the job has no tree.
+    /// on what scored holds. `None` when the job has no tree, or an empty
+    /// one, removed at once.
     pub fn take_scratch(&self, job: JobId) -> io::Result<Option<Removal>> {
         let name = job.to_string();
+        // An empty tree (most jobs leave nothing) goes at once: only
+        // scored may write `jobs`, so the entry is the directory scored
+        // made, and one that is empty holds nothing to take.
+        match unlinkat(self.jobs.as_fd(), name.as_str(), UnlinkatFlags::RemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => return Ok(None),
+            Err(_) => {}
+        }
         let removing = self.removing_dir()?;
         let mut attempt = 0u32;
         let target = loop {

@@ -147,3 +147,24 @@ fn a_tree_of_many_entries_is_large_and_finished_in_one_call() {
     assert!(removal.removed as usize > files, "{}", removal.removed);
     std::fs::remove_dir_all(&root).expect("clean up");
 }
+
+#[test]
+fn an_empty_scratch_tree_goes_at_once_and_a_full_one_is_taken_away() {
+    let root = scratch_root("take");
+    let uid = nix::unistd::geteuid().as_raw();
+    let state = StateDir::open(&root, uid).expect("open the state directory");
+    let (empty, full) = (JobId(1), JobId(2));
+    let empty_path = state.create_scratch(empty, None).expect("scratch");
+    let full_path = state.create_scratch(full, None).expect("scratch");
+    std::fs::write(full_path.join("left"), "x").expect("write");
+    assert!(state.take_scratch(empty).expect("take").is_none());
+    assert!(!empty_path.exists());
+    let mut removal = state
+        .take_scratch(full)
+        .expect("take")
+        .expect("a tree to remove");
+    assert!(!full_path.exists());
+    removal.finish().expect("remove");
+    assert!(state.unfinished_removals().is_empty());
+    std::fs::remove_dir_all(&root).expect("clean up");
+}
