@@ -285,3 +285,38 @@ fn a_job_beyond_the_limit_of_processes_is_killed_and_told_why() {
         "the job's processes outlived it"
     );
 }
+
+/// A job's cgroup is kept for later jobs only when it ended clean: a job
+/// that starts in the cgroup of one before it still has the limit of
+/// processes, and the job after one killed at that limit forks freely.
+#[test]
+fn a_cgroup_passed_on_keeps_its_limit_and_no_refusal() {
+    let test = "a_cgroup_passed_on_keeps_its_limit_and_no_refusal";
+    let daemon = Daemon::builder()
+        .hosts("h0 cpus=0\n")
+        .env("SCORED_TEST_MAX_JOB_PROCESSES", "40")
+        .start();
+    if !has_cgroups(&daemon, test) {
+        return;
+    }
+    assert_eq!(code(&daemon.run(&["true"])), Some(0));
+    let output = daemon.run(&[
+        "bash",
+        "-c",
+        "for i in $(seq 100); do sleep 600 & done; wait",
+    ]);
+    assert!(
+        stderr(&output).contains("limit of 40 processes a job may have"),
+        "{}",
+        stderr(&output)
+    );
+    for _ in 0..3 {
+        let output = daemon.run(&[
+            "bash",
+            "-c",
+            "for i in $(seq 20); do sleep 0.01 & done; wait; echo forked",
+        ]);
+        assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+        assert!(stdout(&output).contains("forked"));
+    }
+}

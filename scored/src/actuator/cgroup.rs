@@ -18,6 +18,12 @@
 //! is gone) it kills, thawing it first, and removes; so it does with the
 //! cgroups of older daemons, named `scored-TAG-PID`.
 //!
+//! A job's cgroup that ended empty, never frozen and with no fork
+//! refused is kept, under its job's name, for a later job, which renames
+//! it to its own (v1 alone renames cgroups): making and removing a cgroup
+//! costs the kernel more than a job of `true` costs the daemon, and an
+//! array of thousands of short jobs made and removed one per element.
+//!
 //! The cgroup v1 freezer hierarchy is used where mounted; otherwise a pure
 //! cgroup v2 hierarchy at /sys/fs/cgroup. Membership is what we use on the
 //! fast path; the freezer (v1 `freezer.state`, v2 `cgroup.freeze`) holds a
@@ -25,6 +31,8 @@
 //! SIGCONT, which a frozen process ignores until it is thawed.
 #![forbid(unsafe_code)]
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::ffi::CString;
 use std::fs;
 use std::io;
@@ -36,6 +44,9 @@ use scored_core::ids::JobId;
 use super::max_job_processes;
 use super::procfs::parse_pids;
 
+/// How many cgroups of ended jobs are kept for later jobs.
+const SPARES: usize = 8;
+
 /// The daemon's own directory in a cgroup hierarchy.
 #[derive(Debug)]
 pub struct Cgroups {
@@ -45,6 +56,13 @@ pub struct Cgroups {
     /// The daemon's directory in the v1 pids hierarchy, when the pids
     /// controller is mounted apart (v2 has it in `base`, when enabled).
     pids_base: Option<PathBuf>,
+    /// Jobs whose cgroup this daemon made (or took from a spare) and never
+    /// froze: what a later job may take once they end empty.
+    fresh: RefCell<HashSet<JobId>>,
+    /// Ended jobs whose cgroups, empty and thawed, with their limit of
+    /// processes set and no fork refused, wait under their names for a
+    /// later job ([`Cgroups::add_job`]).
+    spares: RefCell<Vec<JobId>>,
 }
 
 impl Cgroups {
@@ -95,6 +113,8 @@ impl Cgroups {
                 base,
                 v1_freezer,
                 pids_base,
+                fresh: RefCell::new(HashSet::new()),
+                spares: RefCell::new(Vec::new()),
             });
         }
         None
@@ -121,7 +141,17 @@ impl Cgroups {
     /// to be written between fork and exec.
     pub fn add_job(&self, job: JobId) -> io::Result<(CString, Option<CString>)> {
         let dir = self.dir(job);
-        make_dir(&dir)?;
+        if let Some(joins) = self.take_spare(job) {
+            return Ok(joins);
+        }
+        // One that was there already (a job taken over) may be frozen.
+        match fs::create_dir(&dir) {
+            Ok(()) => {
+                self.fresh.borrow_mut().insert(job);
+            }
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(error),
+        }
         let limit = max_job_processes().to_string();
         let pids_procs = match &self.pids_base {
             Some(pids_base) => {
@@ -138,6 +168,34 @@ impl Cgroups {
             }
         };
         Ok((join_path(&dir, self.v1_freezer)?, pids_procs))
+    }
+
+    /// A spare cgroup (see [`Cgroups::remove_job`]) renamed to `job`'s,
+    /// in each hierarchy: the files its ranks write to join it. `None`
+    /// when there is none, or a rename failed (the spare is then removed).
+    fn take_spare(&self, job: JobId) -> Option<(CString, Option<CString>)> {
+        let spare = self.spares.borrow_mut().pop()?;
+        let renamed = fs::rename(self.dir(spare), self.dir(job)).and_then(|()| {
+            if let Some(pids_base) = &self.pids_base {
+                let pids = |id: JobId| pids_base.join(format!("job-{id}"));
+                if let Err(error) = fs::rename(pids(spare), pids(job)) {
+                    let _ = fs::rename(self.dir(job), self.dir(spare));
+                    return Err(error);
+                }
+            }
+            Ok(())
+        });
+        if let Err(error) = renamed {
+            tracing::debug!(job = %job, spare = %spare, %error, "cannot rename a spare cgroup; making a new one");
+            self.remove_dirs(spare);
+            return None;
+        }
+        self.fresh.borrow_mut().insert(job);
+        let pids_procs = match &self.pids_base {
+            Some(pids_base) => Some(join_path(&pids_base.join(format!("job-{job}")), true).ok()?),
+            None => None,
+        };
+        Some((join_path(&self.dir(job), self.v1_freezer).ok()?, pids_procs))
     }
 
     /// The file a rank writes to join the job's v1 pids cgroup, if it has one.
@@ -184,6 +242,9 @@ impl Cgroups {
     /// Freezes (or thaws) every process of the job's cgroup. Freezing is
     /// asynchronous: [`Cgroups::is_frozen`] says when it is complete.
     pub fn set_frozen(&self, job: JobId, frozen: bool) -> io::Result<()> {
+        if frozen {
+            self.fresh.borrow_mut().remove(&job);
+        }
         let (file, value): (&str, &[u8]) = match (self.v1_freezer, frozen) {
             (true, true) => ("freezer.state", b"FROZEN"),
             (true, false) => ("freezer.state", b"THAWED"),
@@ -225,7 +286,8 @@ impl Cgroups {
             else {
                 continue;
             };
-            if held.contains(&JobId(job)) || !entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            let kept = held.contains(&JobId(job)) || self.spares.borrow().contains(&JobId(job));
+            if kept || !entry.file_type().is_ok_and(|kind| kind.is_dir()) {
                 continue;
             }
             kill_members(&entry.path());
@@ -236,14 +298,29 @@ impl Cgroups {
         }
     }
 
-    /// Removes the job's cgroup; it must be empty.
-    pub fn remove_job(&self, job: JobId) {
+    /// Removes the job's cgroup; it must be empty. `clean`: its job ended
+    /// with the cgroup found empty and no fork refused, so that, if this
+    /// daemon made it and never froze it, it is kept for a later job
+    /// while fewer than [`SPARES`] are (v1 only, which renames cgroups).
+    pub fn remove_job(&self, job: JobId, clean: bool) {
+        let fresh = self.fresh.borrow_mut().remove(&job);
+        if clean && fresh && self.v1_freezer && self.spares.borrow().len() < SPARES {
+            self.spares.borrow_mut().push(job);
+            return;
+        }
+        // A frozen cgroup's processes could never die and leave it.
+        if !fresh {
+            let _ = self.set_frozen(job, false);
+        }
+        self.remove_dirs(job);
+    }
+
+    /// Removes the job's cgroup directories, in each hierarchy.
+    fn remove_dirs(&self, job: JobId) {
         if let Some(pids_base) = &self.pids_base {
             let _ = fs::remove_dir(pids_base.join(format!("job-{job}")));
         }
         let dir = self.dir(job);
-        // A frozen cgroup's processes could never die and leave it.
-        let _ = self.set_frozen(job, false);
         if let Err(error) = fs::remove_dir(&dir) {
             if error.kind() != io::ErrorKind::NotFound {
                 tracing::warn!(path = %dir.display(), %error, "failed to remove a job's cgroup");

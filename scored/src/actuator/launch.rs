@@ -265,6 +265,7 @@ impl JobProcs {
             disk_walk: statedir::DiskWalk::default(),
             cgroup_procs,
             pids_procs,
+            cgroup_clean: false,
             uid,
             hold: SwitchedOutHold::default(),
             launch: None,

@@ -595,6 +595,9 @@ struct JobProcs {
     /// The `cgroup.procs` of its cgroup in the v1 pids hierarchy, which
     /// each rank joins too.
     pids_procs: Option<CString>,
+    /// Its cgroup was found empty once its last rank was gone, with no
+    /// fork refused (so a later job may take it, `Cgroups::remove_job`).
+    cgroup_clean: bool,
     /// The user the job runs as.
     uid: u32,
     /// Holding it stopped while it is switched out.

@@ -60,7 +60,12 @@ impl OsActuator {
             }
         }
         if let Some(cgroups) = &self.cgroups {
-            cgroups.remove_job(job);
+            let clean = procs.cgroup_clean
+                && !procs.over_limit
+                && procs.children.is_empty()
+                && procs.drain.is_none()
+                && procs.launch.is_none();
+            cgroups.remove_job(job, clean);
         }
     }
 
@@ -286,6 +291,7 @@ impl OsActuator {
             // Its end may come from the refused fork: say so.
             sample::over_limit(job, procs, listed, out);
         }
+        procs.cgroup_clean = false;
         procs.stop_wait = None;
         let pids: Vec<(i32, u64)> = leftovers
             .iter()
@@ -304,6 +310,8 @@ impl OsActuator {
         } else {
             procs.extras.clear();
             procs.members.clear();
+            // Found empty, with no fork refused: a later job may take it.
+            procs.cgroup_clean = in_cgroup && !refused;
             Self::gone(job, procs, &self.state, out);
         }
     }

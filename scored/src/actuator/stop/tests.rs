@@ -99,6 +99,7 @@ impl Fixture {
                 disk_walk: statedir::DiskWalk::default(),
                 cgroup_procs: None,
                 pids_procs: None,
+                cgroup_clean: false,
                 uid: 0,
                 hold: SwitchedOutHold::default(),
                 launch: None,
