@@ -35,6 +35,11 @@
 //!   image ([`hand_over`], [`resume`]).
 //! - Without a closer (the loop's unit tests start none), descriptors are
 //!   closed at once.
+//! - The daemon's own files that want an `fdatasync` (the job journal, the
+//!   log of the core's state) go to the closer too ([`sync`]): it syncs
+//!   them in a child of its own, one at a time, so that the loop never
+//!   waits for the disk. A sync asked for while one runs waits for it,
+//!   each file once.
 //!
 //! The rule for every surface that takes a descriptor from a user, now and
 //! to come: make it a [`UserFd`] as it arrives (or give it to [`discard`]
@@ -69,6 +74,10 @@ pub const RESTART_EVERY: Duration = Duration::from_secs(1);
 pub const EXIT_WAIT: Duration = Duration::from_secs(1);
 /// How long the closer waits before trying a fork again that failed.
 const FORK_RETRY: Duration = Duration::from_millis(100);
+/// The payload of a message that asks the closer to sync the files it
+/// carries: longer than the uid that a batch of descriptors to close
+/// carries, so that the two cannot be taken for each other.
+const SYNC: &[u8; 8] = b"fdatasyn";
 
 /// A descriptor a user handed over. Dropping it hands it to the closer;
 /// it is never closed in the daemon (see the module doc).
@@ -184,6 +193,15 @@ pub fn next_deadline() -> Option<Instant> {
     .flatten()
 }
 
+/// Asks the closer to `fdatasync` each of `files` (the daemon's own,
+/// never a user's), in a child of its own; never blocks. `false` when no
+/// closer takes it (none runs, its socket is full, or an earlier image of
+/// scored started it and it knows nothing of syncs): the caller syncs
+/// them itself.
+pub fn sync(files: &[BorrowedFd<'_>]) -> bool {
+    !files.is_empty() && with_state(|state| state.sync(files)).unwrap_or(false)
+}
+
 /// Starts the closer; from now on descriptors let go of go to it.
 pub fn start() -> io::Result<()> {
     with_state(|state| {
@@ -255,6 +273,10 @@ pub struct CloserSnapshot {
     pub queued: Vec<(u32, RawFd)>,
     /// Descriptors the closer has not yet said it closed, per user.
     pub in_closer: Vec<(u32, usize)>,
+    /// The closer syncs files ([`sync`]); one that an image without this
+    /// field started does not.
+    #[serde(default)]
+    pub syncs: bool,
 }
 
 /// The closer's state for the next image, and the descriptors it needs
@@ -277,6 +299,7 @@ pub fn hand_over() -> (CloserSnapshot, Vec<RawFd>) {
             pid: state.pid,
             queued,
             in_closer: state.in_closer.iter().map(|(u, n)| (*u, *n)).collect(),
+            syncs: state.syncs,
         };
         (snapshot, keep)
     })
@@ -301,6 +324,7 @@ pub fn resume(snapshot: CloserSnapshot) -> io::Result<()> {
             Some(raw) => {
                 state.socket = Some(sys::adopt_descriptor(raw)?);
                 state.pid = snapshot.pid;
+                state.syncs = snapshot.syncs;
                 state.generation += 1;
                 Ok(())
             }
@@ -323,6 +347,8 @@ struct State {
     started_at: Option<Instant>,
     /// Closers started or taken over so far.
     generation: u64,
+    /// The closer syncs files ([`sync`]).
+    syncs: bool,
     /// Descriptors let go of and not yet sent, by user.
     queue: BTreeMap<u32, Vec<OwnedFd>>,
     /// How many descriptors `queue` holds.
@@ -403,7 +429,38 @@ impl State {
         self.generation += 1;
         self.socket = Some(ours);
         self.pid = Some(pid);
+        self.syncs = true;
         Ok(())
+    }
+
+    /// Sends the closer `files` to sync, if it syncs and its socket has
+    /// room; whether it took them.
+    fn sync(&mut self, files: &[BorrowedFd<'_>]) -> bool {
+        if !self.syncs {
+            return false;
+        }
+        let Some(socket) = &self.socket else {
+            return false;
+        };
+        let raws: Vec<RawFd> = files.iter().map(AsRawFd::as_raw_fd).collect();
+        loop {
+            let sent = sendmsg::<()>(
+                socket.as_raw_fd(),
+                &[IoSlice::new(SYNC)],
+                &[ControlMessage::ScmRights(&raws)],
+                MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+                None,
+            );
+            match sent {
+                Ok(_) => return true,
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => return false,
+                Err(error) => {
+                    self.lost(&error);
+                    return false;
+                }
+            }
+        }
     }
 
     /// The closer is gone: what it held is its children's to close, and
@@ -548,6 +605,9 @@ fn serve(socket: OwnedFd) -> i32 {
     let mut children: HashMap<i32, (u32, u32)> = HashMap::new();
     let mut reports: VecDeque<[u8; 8]> = VecDeque::new();
     let mut waiting: VecDeque<(u32, Vec<OwnedFd>)> = VecDeque::new();
+    // The child syncing files, and the files to sync once it is done.
+    let mut syncer: Option<i32> = None;
+    let mut to_sync: Vec<OwnedFd> = Vec::new();
     let mut control = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
     loop {
         while let Some((uid, batch)) = waiting.front() {
@@ -560,10 +620,32 @@ fn serve(socket: OwnedFd) -> i32 {
                 Err(_) => break,
             }
         }
+        // Forked while no user's descriptor is held here, so that the
+        // child, which waits for the disk, keeps no copy of one.
+        if syncer.is_none() && !to_sync.is_empty() && waiting.is_empty() {
+            match sys::fork_process() {
+                Ok(Some(pid)) => {
+                    syncer = Some(pid);
+                    // The child syncs them; these copies, of the daemon's
+                    // own files, close at once.
+                    to_sync.clear();
+                }
+                Ok(None) => {
+                    for file in to_sync.drain(..) {
+                        let _ = std::fs::File::from(file).sync_data();
+                    }
+                    sys::exit_now(0)
+                }
+                Err(_) => {}
+            }
+        }
         while let Ok(Some(_)) = signals.read_signal() {}
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, ..)) => {
+                    if syncer == Some(pid.as_raw()) {
+                        syncer = None;
+                    }
                     if let Some((uid, n)) = children.remove(&pid.as_raw()) {
                         let mut report = [0u8; 8];
                         report[..4].copy_from_slice(&uid.to_le_bytes());
@@ -603,7 +685,8 @@ fn serve(socket: OwnedFd) -> i32 {
             PollFd::new(socket.as_fd(), socket_events),
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
         ];
-        let timeout = if waiting.is_empty() {
+        let fork_failed = syncer.is_none() && !to_sync.is_empty();
+        let timeout = if waiting.is_empty() && !fork_failed {
             PollTimeout::NONE
         } else {
             PollTimeout::from(FORK_RETRY.as_millis() as u16)
@@ -619,10 +702,10 @@ fn serve(socket: OwnedFd) -> i32 {
             continue;
         }
         loop {
-            let mut uid = [0u8; 4];
+            let mut payload = [0u8; SYNC.len()];
             let mut batch = Vec::new();
             let bytes = {
-                let mut iov = [IoSliceMut::new(&mut uid)];
+                let mut iov = [IoSliceMut::new(&mut payload)];
                 let message = match recvmsg::<()>(
                     socket.as_raw_fd(),
                     &mut iov,
@@ -647,7 +730,12 @@ fn serve(socket: OwnedFd) -> i32 {
                 // The daemon is gone: what waits is closed by our exit.
                 return 0;
             }
+            if bytes == SYNC.len() && payload == *SYNC {
+                add_files(&mut to_sync, batch);
+                continue;
+            }
             if !batch.is_empty() {
+                let uid = [payload[0], payload[1], payload[2], payload[3]];
                 waiting.push_back((u32::from_le_bytes(uid), batch));
                 break;
             }
@@ -655,9 +743,50 @@ fn serve(socket: OwnedFd) -> i32 {
     }
 }
 
+/// Adds `files` to those waiting for a sync, each file once (a sync
+/// asked for again while one runs adds nothing): the list holds as many
+/// descriptors as the daemon has files to sync, however long a sync
+/// takes.
+fn add_files(to_sync: &mut Vec<OwnedFd>, files: Vec<OwnedFd>) {
+    let identity = |fd: &OwnedFd| {
+        nix::sys::stat::fstat(fd)
+            .ok()
+            .map(|stat| (stat.st_dev, stat.st_ino))
+    };
+    for file in files {
+        let id = identity(&file);
+        if id.is_none() || !to_sync.iter().any(|held| identity(held) == id) {
+            to_sync.push(file);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_waits_for_its_sync_once_however_often_it_is_asked() {
+        let dir = std::env::temp_dir().join(format!("scored-closer-sync-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let open = |name: &str| {
+            OwnedFd::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join(name))
+                    .unwrap(),
+            )
+        };
+        let mut to_sync = Vec::new();
+        add_files(&mut to_sync, vec![open("journal"), open("state.log")]);
+        add_files(&mut to_sync, vec![open("journal")]);
+        add_files(&mut to_sync, vec![open("journal"), open("state.log")]);
+        assert_eq!(to_sync.len(), 2);
+        add_files(&mut to_sync, vec![open("journal.1")]);
+        assert_eq!(to_sync.len(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_report_names_the_user_and_the_count() {

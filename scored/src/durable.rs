@@ -454,6 +454,20 @@ impl Durable {
         self.unsynced.then(|| self.last_sync + SYNC_INTERVAL)
     }
 
+    /// The log, when something was written to it since the last sync, for
+    /// a sync made elsewhere (then [`Durable::synced`]).
+    pub fn unsynced_log(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.unsynced.then(|| self.log.as_fd())
+    }
+
+    /// What was written is being synced elsewhere (by the closer, see
+    /// `crate::closer::sync`).
+    pub fn synced(&mut self) {
+        self.unsynced = false;
+        self.last_sync = Instant::now();
+    }
+
     /// The last record's number.
     pub fn seq(&self) -> u64 {
         self.seq

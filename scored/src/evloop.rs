@@ -30,9 +30,11 @@
 //!   loop never waits for a fork or an exec;
 //! - removing a finished job's scratch tree: renamed aside at once, then
 //!   removed in slices of `actuator::SWEEP_SLICE` per wakeup;
-//! - the journal: one `write` per record, and at most one `fdatasync` per
-//!   `journal::SYNC_INTERVAL`; `history` and `job ID` read only the lines
-//!   they show, through the index, at most `journal::HISTORY_BYTES`;
+//! - the journal: one `write` per record; its `fdatasync` and the state
+//!   log's are the closer's (`closer::sync`), or, without a closer that
+//!   syncs, the loop's, at most one each per `journal::SYNC_INTERVAL`;
+//!   `history` and `job ID` read only the lines they show, through the
+//!   index, at most `journal::HISTORY_BYTES`;
 //! - a user-name lookup through NSS, once per uid for the daemon's life;
 //! - an in-place restart: writing the handover and the new binary's check;
 //! - console views, in proportion to the jobs they list;
@@ -714,16 +716,7 @@ impl<A: Actuator> Daemon<A> {
         self.write_durable();
         self.write_journal();
         self.flush_all();
-        if let Some(journal) = &mut self.journal {
-            if let Err(error) = journal.sync_if_needed() {
-                tracing::error!(%error, "cannot sync the job journal");
-            }
-        }
-        if let Some(durable) = &mut self.durable {
-            if let Err(error) = durable.sync_if_needed() {
-                tracing::error!(%error, "cannot sync the daemon's state");
-            }
-        }
+        self.sync_files();
         self.fold_if_needed();
     }
 

@@ -7,8 +7,10 @@
 //! crash leaves at most a torn last line, which reading skips. The file is
 //! synced (`fdatasync`) after a job's end is written, after the batch of
 //! events that wrote it and never between the stops and continues of a
-//! switch, and at most once per [`SYNC_INTERVAL`]: a sync costs the loop
-//! milliseconds, and many jobs ending would otherwise pay it each. At the
+//! switch, and at most once per [`SYNC_INTERVAL`]: a sync waits for the
+//! disk for milliseconds, and many jobs ending would otherwise pay it
+//! each. The closer makes it, in a child of its own, where it has one
+//! that syncs (`evloop/durable.rs`, `sync_files`); the loop otherwise. At the
 //! configured size the file is renamed to `journal.1` (replacing the older
 //! one) and a new one starts with a checkpoint: the next job id and the
 //! records of the unfinished jobs, so that recovery never needs more than
@@ -520,6 +522,21 @@ impl Journal {
     /// When a job's end written since the last sync must be synced.
     pub fn sync_deadline(&self) -> Option<Instant> {
         self.unsynced.then(|| self.last_sync + SYNC_INTERVAL)
+    }
+
+    /// The file, when a job's end was written to it since the last sync,
+    /// for a sync made elsewhere (then [`Journal::synced`]).
+    pub fn unsynced_file(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.unsynced.then(|| self.file.as_fd())
+    }
+
+    /// What was written is being synced elsewhere (by the closer, see
+    /// `crate::closer::sync`): the next sync is due [`SYNC_INTERVAL`]
+    /// after the next end.
+    pub fn synced(&mut self) {
+        self.unsynced = false;
+        self.last_sync = Instant::now();
     }
 
     fn remember(&mut self, record: &Json) {

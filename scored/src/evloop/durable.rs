@@ -7,6 +7,7 @@
 use super::Daemon;
 use crate::actuator::Actuator;
 use crate::durable::Durable;
+use crate::journal::Journal;
 
 impl<A: Actuator> Daemon<A> {
     /// Keeps the core's state on disk.
@@ -132,6 +133,47 @@ impl<A: Actuator> Daemon<A> {
             }
         }
         self.actuator.recorded();
+    }
+
+    /// Has the journal and the state log synced once either is due (a
+    /// job's end, or the log's records, written `SYNC_INTERVAL` after the
+    /// last sync): by the closer, in a child of its own, so that the loop
+    /// never waits for the disk (0.4 to 10 ms a sync); or here, each when
+    /// due, without a closer that takes them.
+    pub(super) fn sync_files(&mut self) {
+        let now = std::time::Instant::now();
+        let due = |deadline: Option<std::time::Instant>| deadline.is_some_and(|due| due <= now);
+        let journal_due = due(self.journal.as_ref().and_then(Journal::sync_deadline));
+        let log_due = due(self.durable.as_ref().and_then(Durable::sync_deadline));
+        if !journal_due && !log_due {
+            return;
+        }
+        let files: Vec<_> = self
+            .journal
+            .as_ref()
+            .and_then(Journal::unsynced_file)
+            .into_iter()
+            .chain(self.durable.as_ref().and_then(Durable::unsynced_log))
+            .collect();
+        if crate::closer::sync(&files) {
+            if let Some(journal) = &mut self.journal {
+                journal.synced();
+            }
+            if let Some(durable) = &mut self.durable {
+                durable.synced();
+            }
+            return;
+        }
+        if let Some(journal) = &mut self.journal {
+            if let Err(error) = journal.sync_if_needed() {
+                tracing::error!(%error, "cannot sync the job journal");
+            }
+        }
+        if let Some(durable) = &mut self.durable {
+            if let Err(error) = durable.sync_if_needed() {
+                tracing::error!(%error, "cannot sync the daemon's state");
+            }
+        }
     }
 
     /// Folds the log into a new snapshot once it has grown past its size.
