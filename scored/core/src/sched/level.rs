@@ -2,6 +2,8 @@
 //! events, on idle hosts or beside residents in the matrix, behind a
 //! reservation for the first that cannot start.
 
+use smallvec::SmallVec;
+
 use super::matrix::{self, Matrix};
 use super::waiting::{Behind, WaitInfo, Waiting};
 use super::walk::{mark, Scratch, Walk};
@@ -152,9 +154,10 @@ impl<V: JobView> Walk<'_, V> {
     /// reservation spares.
     ///
     /// Behind the reservation a job must end by it (if it time-shares, a
-    /// slice plus its estimate rounded up to whole slices times the level: it
-    /// runs one whole slice in `level`, after what is left of the current
-    /// one) or take idle hosts the reservation can spare; the
+    /// slice plus its estimate rounded up to whole slices times the level,
+    /// or times its partners plus one if it has more: it runs one whole
+    /// slice in that many, after what is left of the current one; see
+    /// [`Leveled::turns`]) or take idle hosts the reservation can spare; the
     /// partners a brief job slows may delay the reserved job by its estimate
     /// at most.
     ///
@@ -341,18 +344,17 @@ impl Leveled {
     }
 
     /// How long a job runs if it starts now: its estimate, or if it
-    /// shares, a slice plus its estimate rounded up to whole slices, times
-    /// the level (it runs one whole slice in `level` at least, its hosts
-    /// holding fewer than `level` other jobs, after what is left of the
-    /// current slice).
-    fn runs(&self, estimate: Option<u64>, shares: bool, slice: u64) -> Option<u64> {
+    /// shares, running one whole slice in `turns` at least after what is
+    /// left of the current slice ([`Leveled::turns`]), a slice plus its
+    /// estimate rounded up to whole slices times `turns`.
+    fn runs(estimate: Option<u64>, shares: bool, turns: u32, slice: u64) -> Option<u64> {
         estimate.map(|estimate| {
             if shares {
                 let slice = slice.max(1);
                 estimate
                     .div_ceil(slice)
                     .saturating_mul(slice)
-                    .saturating_mul(u64::from(self.level))
+                    .saturating_mul(u64::from(turns))
                     .saturating_add(slice)
             } else {
                 estimate
@@ -360,13 +362,44 @@ impl Leveled {
         })
     }
 
+    /// In how many slices a job that shares in `room` runs one at least:
+    /// the residents of the hosts it shares are its partners, and in every
+    /// slice it does not run, a partner ahead of it in the rotation does
+    /// and goes behind it, so it runs one slice in its partners plus one. In a column those are fewer than the
+    /// level; on the narrowest open hosts, each with fewer than the level,
+    /// there may be more (a job started in this decision on several of
+    /// them is counted on each).
+    fn turns(&self, room: &Room) -> u32 {
+        let partial = &self.lists.partial;
+        if room.column.is_some() || partial.is_empty() {
+            return self.level;
+        }
+        let mut partners: SmallVec<[JobId; 8]> = SmallVec::new();
+        let mut fresh = 0;
+        for host in partial {
+            let residents = self.matrix.on(*host);
+            partners.extend_from_slice(residents);
+            fresh += (self.matrix.count[host.idx()] as usize).saturating_sub(residents.len());
+        }
+        partners.sort_unstable();
+        partners.dedup();
+        let turns = u32::try_from(partners.len() + fresh + 1).unwrap_or(u32::MAX);
+        turns.max(self.level)
+    }
+
     /// Whether a job starting now fits beside the reservation: it ends by
     /// it (slowed if it shares), or takes idle hosts the reservation can
     /// spare (the partners a brief job slows may delay the reserved job by
     /// its estimate at most).
-    fn beside(&self, held: Reserved, info: WaitInfo, shares: bool, now: u64, slice: u64) -> Fit {
-        let in_time = self
-            .runs(info.estimate, shares, slice)
+    fn beside(
+        held: Reserved,
+        info: WaitInfo,
+        shares: bool,
+        turns: u32,
+        now: u64,
+        slice: u64,
+    ) -> Fit {
+        let in_time = Self::runs(info.estimate, shares, turns, slice)
             .is_some_and(|runs| now.saturating_add(runs) <= held.at);
         let spare = !shares && (info.cluster != held.cluster || info.n_needed <= held.extra);
         Fit { in_time, spare }
@@ -437,7 +470,9 @@ impl Leveled {
                 .idle
                 .get(cluster)
                 .is_none_or(|idle| idle.len() < n_needed);
-            let fit = self.beside(held, info, shares, now, slice);
+            // Counted at one slice in the level, the fewest turns it may
+            // have: a job that cannot end in time so cannot in its room.
+            let fit = Self::beside(held, info, shares, self.level, now, slice);
             if !fit.in_time && !fit.spare {
                 return None;
             }
@@ -637,7 +672,8 @@ impl Leveled {
         let Some(held) = self.reserved else {
             return Consider::Stop;
         };
-        let fit = self.beside(held, info, room.shares, walk.now, walk.view.slice());
+        let turns = if room.shares { self.turns(&room) } else { 1 };
+        let fit = Self::beside(held, info, room.shares, turns, walk.now, walk.view.slice());
         if !fit.in_time && !fit.spare {
             return Consider::Pass;
         }

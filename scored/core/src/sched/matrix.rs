@@ -419,9 +419,11 @@ impl Matrix {
     /// the earlier of two bounds. In every slice it runs or a job sharing
     /// one of its hosts does, so it ends within its remaining estimate plus
     /// those of its partners. And it runs one whole slice in `level` at
-    /// least, after what is left of the current one, so it ends within a
-    /// slice plus its remaining estimate rounded up to whole slices, times
-    /// the level. The second keeps a job that shares with a long one
+    /// least, or in its partners plus one if it has more (in every slice
+    /// it does not run, a partner ahead of it in the rotation does and goes
+    /// behind it), after what is left of the current one, so it ends
+    /// within a slice plus its remaining estimate rounded up to whole
+    /// slices, times that many. The second keeps a job that shares with a long one
     /// predicted by its own run: with the first alone, its hosts would look
     /// busy until the long job ends, and a reservation made then would
     /// admit jobs that keep the reserved one waiting past the time it was
@@ -459,10 +461,11 @@ impl Matrix {
             }
         }
         let slice = view.slice().max(1);
+        let turns = u64::from(level).max(self.partners.len() as u64 + 1);
         let slowed = (end - now)
             .div_ceil(slice)
             .saturating_mul(slice)
-            .saturating_mul(u64::from(level))
+            .saturating_mul(turns)
             .saturating_add(slice)
             .saturating_add(now);
         total.min(slowed)

@@ -701,3 +701,55 @@ fn a_job_sharing_with_a_long_one_is_predicted_by_its_own_run() {
     assert_eq!(seen.broken, None);
     assert!(seen.kept > 0);
 }
+
+/// A job that time-shares the narrowest open hosts has the residents of
+/// each as partners, and two of them that share a host of their own never
+/// run together: job 5 (three hosts, 37 s) would join job 1 (336 s) on
+/// host 1 and job 4 (1 s) on hosts 2 and 3, and with job 4 beside job 1
+/// on host 0 the three would take turns, one slice in three. Counted at
+/// one slice in two it was let in by job 2's reservation at 337 s and
+/// ended after it.
+#[test]
+fn a_job_sharing_with_partners_that_exclude_each_other_counts_a_slice_in_each() {
+    let job = |gap, nodes, estimate| Planned {
+        gap,
+        nodes,
+        estimate: Some(estimate),
+        percent: 100,
+    };
+    let plan = [
+        job(0, 2, 336),
+        job(0, 4, 1),
+        job(2, 1, 1),
+        job(236, 4, 1),
+        job(0, 3, 37),
+        job(0, 3, 24),
+    ];
+    let seen = run_plan(5, 2, 1, &plan);
+    assert_eq!(seen.broken, None);
+    assert!(seen.kept > 0);
+}
+
+/// The same in one decision: job 2 (three hosts) starts as job 1 ends and
+/// job 3 is reserved at its end; job 4 (38 s) shares host 0 with job 2 and
+/// takes idle host 3, and job 5 (58 s), sharing host 1 with job 2 and host
+/// 3 with job 4, would run one slice in three while job 4 runs.
+#[test]
+fn partners_started_in_the_same_decision_count_as_partners() {
+    let job = |nodes, estimate| Planned {
+        gap: 0,
+        nodes,
+        estimate,
+        percent: 100,
+    };
+    let plan = [
+        job(2, None),
+        job(3, Some(119)),
+        job(2, Some(1)),
+        job(2, Some(38)),
+        job(2, Some(58)),
+    ];
+    let seen = run_plan(4, 2, 1, &plan);
+    assert_eq!(seen.broken, None);
+    assert!(seen.kept > 0);
+}
