@@ -61,7 +61,7 @@ struct Flags {
     /// Print the figures as one JSON object.
     #[arg(long)]
     json: bool,
-    /// Draw utilisation, waiting jobs and slowdowns by job size to FILE.
+    /// Draw utilisation, waiting jobs, slowdowns by job size and by user to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
     /// Write a synthetic trace of N jobs (Lublin and Feitelson's model) to

@@ -1,5 +1,6 @@
 //! The picture of a replay (`sc_replay --svg`): utilisation and waiting
-//! jobs over time, and the distribution of bounded slowdowns by job size.
+//! jobs over time, the distribution of bounded slowdowns by job size, and
+//! each user's mean bounded slowdown with Jain's index of them.
 //!
 //! Drawn with plotters' SVG backend; this module writes the one file it
 //! is given and nothing else.
@@ -10,7 +11,10 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use super::Outcome;
+use super::{metrics, Outcome};
+
+/// The most users the picture draws a bar for (those with the most jobs).
+const MOST_USERS: usize = 60;
 
 /// Size classes: 1, 2, 3–4, 5–8, … (powers of two).
 fn size_class(procs: u32) -> u32 {
@@ -50,9 +54,10 @@ pub fn draw(outcome: &Outcome, path: &Path) -> Result<(), DrawError> {
         path: path.to_path_buf(),
         message: error.to_string(),
     };
-    let root = SVGBackend::new(path, (1000, 900)).into_drawing_area();
+    let root = SVGBackend::new(path, (1000, 1200)).into_drawing_area();
     root.fill(&WHITE).map_err(|error| failed(&error))?;
     let (top, bottom) = root.split_vertically(600);
+    let (bottom, users_area) = bottom.split_vertically(300);
     let (utilisation_area, waiting_area) = top.split_vertically(300);
 
     let end = outcome
@@ -178,6 +183,65 @@ pub fn draw(outcome: &Outcome, path: &Path) -> Result<(), DrawError> {
             )))
             .map_err(|error| failed(&error))?;
     }
+    draw_users(outcome, &users_area).map_err(|error| failed(&error))?;
     root.present().map_err(|error| failed(&error))?;
+    Ok(())
+}
+
+/// Each user's mean bounded slowdown as a bar, the users with the most
+/// jobs first (at most [`MOST_USERS`]), on a log scale; the caption gives
+/// Jain's index of all the users' means (`user_fairness`). Nothing is drawn but the caption
+/// when the trace names no user.
+fn draw_users<DB: DrawingBackend>(
+    outcome: &Outcome,
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let report = metrics::report(outcome);
+    let mut users: Vec<(i64, usize, f64)> = report
+        .users
+        .iter()
+        .map(|(user, figures)| (*user, figures.jobs, figures.mean_bounded_slowdown))
+        .collect();
+    users.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let shown = users.len().min(MOST_USERS);
+    users.truncate(shown);
+    let caption = match report.user_fairness {
+        Some(fairness) => format!(
+            "mean bounded slowdown by user, most jobs first ({} of {} users; fairness, Jain: {fairness:.3})",
+            shown,
+            report.users.len()
+        ),
+        None => "mean bounded slowdown by user (the trace names no user)".to_string(),
+    };
+    let highest = users.iter().map(|user| user.2).fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(
+            -0.5f64..(shown.max(1) as f64) - 0.5,
+            (0.8f64..highest * 1.25).log_scale(),
+        )?;
+    let labels: Vec<String> = users.iter().map(|user| user.0.to_string()).collect();
+    chart
+        .configure_mesh()
+        .x_desc("user (trace field 12)")
+        .x_labels(shown.clamp(1, 30))
+        .x_label_formatter(&|at| {
+            let at = at.round();
+            (at >= 0.0)
+                .then(|| labels.get(at as usize).cloned())
+                .flatten()
+                .unwrap_or_default()
+        })
+        .draw()?;
+    chart.draw_series(users.iter().enumerate().map(|(at, user)| {
+        let x = at as f64;
+        Rectangle::new(
+            [(x - 0.35, 0.8), (x + 0.35, user.2.max(0.81))],
+            BLUE.mix(0.5).filled(),
+        )
+    }))?;
     Ok(())
 }

@@ -87,13 +87,10 @@ fn five_jobs_first_come_first_served() {
     assert_eq!(outcome.switches, 0);
 }
 
-/// The five jobs of two users (field 12: 7 for jobs 1, 3 and 5, 8 for 2
-/// and 4), first come first served: per user its jobs, mean wait and mean
-/// bounded slowdown, and Jain's index of the two slowdowns.
-#[test]
-fn figures_per_user_and_their_fairness() {
-    let trace: String = FIVE
-        .lines()
+/// [`FIVE`] as jobs of two users (field 12): 7 for jobs 1, 3 and 5, 8 for
+/// 2 and 4.
+fn two_users() -> String {
+    FIVE.lines()
         .map(|line| {
             let mut fields: Vec<&str> = line.split(' ').collect();
             if !line.starts_with(';') {
@@ -105,8 +102,15 @@ fn figures_per_user_and_their_fairness() {
             }
             fields.join(" ") + "\n"
         })
-        .collect();
-    let report = report(&replay(&trace, 4, FCFS));
+        .collect()
+}
+
+/// The five jobs of two users (field 12: 7 for jobs 1, 3 and 5, 8 for 2
+/// and 4), first come first served: per user its jobs, mean wait and mean
+/// bounded slowdown, and Jain's index of the two slowdowns.
+#[test]
+fn figures_per_user_and_their_fairness() {
+    let report = report(&replay(&two_users(), 4, FCFS));
     // Slowdowns: 100/100, 140/50, 190/60, 150/30, 340/200.
     let seven = (1.0 + 190.0 / 60.0 + 340.0 / 200.0) / 3.0;
     let eight = (140.0 / 50.0 + 150.0 / 30.0) / 2.0;
@@ -366,6 +370,50 @@ fn a_picture_that_cannot_be_written_names_its_file() {
     let svg = std::fs::read_to_string(&path).expect("written");
     assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(100)]);
     std::fs::remove_dir_all(&dir).expect("cleaned up");
+}
+
+/// The picture draws each user's mean bounded slowdown, a bar a user
+/// labelled with its number, and the users' fairness in the caption.
+#[test]
+fn the_picture_draws_each_users_slowdown() {
+    let outcome = replay(&two_users(), 4, FCFS);
+    let fairness = report(&outcome).user_fairness.expect("two users");
+    let dir = std::env::temp_dir().join(format!("sc_replay-users-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    let path = dir.join("replay.svg");
+    plot::draw(&outcome, &path).expect("drawn");
+    let svg = std::fs::read_to_string(&path).expect("written");
+    std::fs::remove_dir_all(&dir).expect("cleaned up");
+    let caption = format!(
+        "mean bounded slowdown by user, most jobs first (2 of 2 users; fairness, Jain: {fairness:.3})"
+    );
+    let panel = svg
+        .split_once(&caption)
+        .unwrap_or_else(|| panic!("no {caption:?} in the picture"))
+        .1;
+    for user in ["7", "8"] {
+        assert!(
+            panel.contains(&format!(">\n{user}\n</text>")),
+            "no label of user {user}"
+        );
+    }
+    // A bar a user, user 7 (three jobs) first; user 8's mean (3.9) is
+    // higher than user 7's (1.96), so its bar is taller.
+    let heights: Vec<u32> = panel
+        .split("<rect ")
+        .skip(1)
+        .map(|rect| {
+            let at = rect.find("height=\"").expect("a height") + 8;
+            rect[at..]
+                .split('"')
+                .next()
+                .unwrap_or("")
+                .parse()
+                .expect("a number")
+        })
+        .collect();
+    assert_eq!(heights.len(), 2, "{heights:?}");
+    assert!(heights[0] < heights[1], "{heights:?}");
 }
 
 #[test]
