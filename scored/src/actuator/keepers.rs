@@ -125,12 +125,18 @@ impl Keepers {
 }
 
 /// A descriptor a message to a keeper carries: the daemon's own (the
-/// order's memfd), or a copy of one a user handed over, which, like every
-/// such descriptor, the daemon lets go of through the closer once sent.
+/// order's memfd), one a user handed over that the daemon keeps no more
+/// once sent (a PMI end), which, like every such descriptor, it lets go
+/// of through the closer, or one the job's client connection still holds
+/// (its standard and inherited ones), shared rather than copied: a copy
+/// would cost a batch of the closer, a fork, in the middle of the launch.
+/// A message that waits for room in the socket holds the shared
+/// descriptor open until it is sent.
 #[derive(Debug)]
 pub(super) enum Carried {
     Own(OwnedFd),
     User(UserFd),
+    Shared(std::rc::Rc<UserFd>),
 }
 
 impl AsRawFd for Carried {
@@ -138,6 +144,7 @@ impl AsRawFd for Carried {
         match self {
             Carried::Own(fd) => fd.as_raw_fd(),
             Carried::User(fd) => fd.as_raw_fd(),
+            Carried::Shared(fd) => fd.as_raw_fd(),
         }
     }
 }
@@ -283,20 +290,17 @@ impl OsActuator {
         let layout = match (first, stdio) {
             (false, _) => None,
             (true, Some(io)) => {
-                let dup = |fd: &UserFd| {
-                    let copy = fd.as_fd().try_clone_to_owned()?;
-                    Ok::<_, io::Error>(Carried::User(UserFd::new(copy, fd.uid())))
-                };
+                let shared = |fd: &std::rc::Rc<UserFd>| Carried::Shared(std::rc::Rc::clone(fd));
                 let mut standard = [false; 3];
                 for (idx, fd) in [&io.stdin, &io.stdout, &io.stderr].into_iter().enumerate() {
                     if let Some(fd) = fd {
-                        fds.push(dup(fd).map_err(fail)?);
+                        fds.push(shared(fd));
                         standard[idx] = true;
                     }
                 }
                 let mut inherited = Vec::new();
                 for (number, fd) in &io.inherited {
-                    fds.push(dup(fd).map_err(fail)?);
+                    fds.push(shared(fd));
                     inherited.push(*number);
                 }
                 // The PMI ends of every stage go to the keeper, and scored
