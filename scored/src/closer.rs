@@ -11,8 +11,8 @@
 //! makes that last close itself:
 //!
 //! - Every descriptor received from a client is a [`UserFd`] from the
-//!   moment it is received, and every client's socket is let go through
-//!   [`discard`]. Dropping a `UserFd` does not close it: it joins a queue,
+//!   moment it is received, and every client's socket not read to its end
+//!   is let go through [`discard`]. Dropping a `UserFd` does not close it: it joins a queue,
 //!   and [`flush`] sends the queue to the closer (SCM_RIGHTS over a
 //!   socketpair, never blocking). Once a descriptor is in flight, the
 //!   daemon's own close is not the last and costs nothing.
@@ -163,6 +163,22 @@ pub fn held_where(counted: impl Fn(u32) -> bool) -> usize {
             .sum()
     })
     .unwrap_or(0)
+}
+
+/// How many descriptors wait in the daemon to be sent to the closer.
+pub fn queued() -> usize {
+    with_state(|state| state.queued).unwrap_or(0)
+}
+
+/// Queues what is let go of as though a closer had just been started and
+/// died (it is not started again for a while): for tests of what goes to
+/// the closer.
+#[cfg(test)]
+pub fn queue_only() {
+    with_state(|state| {
+        state.enabled = true;
+        state.started_at = Some(Instant::now());
+    });
 }
 
 /// The closer's pid, while there is one.

@@ -16,7 +16,7 @@
 //! of a FUSE file sleeps for as long as its owner likes. Every descriptor
 //! received is a [`closer::UserFd`] from the moment it arrives, and every
 //! client's socket (whose unread messages may carry more) is let go of
-//! through [`closer::discard`]; both go to the closer process
+//! through [`closer::discard`], unless it was read to its end; both go to the closer process
 //! (`crate::closer`), which closes them where a stall hurts no one. A new
 //! surface that takes descriptors from users does the same.
 //!
@@ -288,6 +288,10 @@ pub struct Daemon<A: Actuator> {
     /// continues only once every stop in flight is confirmed
     /// (`continue_after_stops`), as a switch does.
     continue_after_stops: Vec<scored_core::ids::JobId>,
+    /// Finished jobs whose cgroup, scratch directory and keeper are let go
+    /// of once the batch's replies are sent: a job's client hears of its
+    /// end without waiting for that work.
+    releases: Vec<scored_core::ids::JobId>,
     /// Times the loop woke from poll (for the switch log).
     wakeups: u64,
     exiting: bool,
@@ -421,6 +425,7 @@ impl<A: Actuator> Daemon<A> {
             next_token: FIRST_CLIENT,
             start: Instant::now(),
             switch_starts: HashMap::new(),
+            releases: Vec::new(),
             continue_after_stops: Vec::new(),
             wakeups: 0,
             exiting: false,
@@ -716,6 +721,9 @@ impl<A: Actuator> Daemon<A> {
         self.write_durable();
         self.write_journal();
         self.flush_all();
+        for job in std::mem::take(&mut self.releases) {
+            self.actuator.release(job);
+        }
         self.sync_files();
         self.fold_if_needed();
     }
@@ -767,7 +775,7 @@ impl<A: Actuator> Daemon<A> {
                         inputs.push(Input::Usage { job, usage });
                     }
                 }
-                Action::Release(job) => self.actuator.release(job),
+                Action::Release(job) => self.releases.push(job),
                 Action::SwitchBegin(id) => {
                     self.switch_starts
                         .insert(id, OpenSwitch::new(Instant::now(), self.wakeups));

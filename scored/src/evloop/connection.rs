@@ -28,11 +28,17 @@ use scored_proto::proto::{self, Reply, Request};
 
 /// A client's socket, let go of through the closer (`crate::closer`):
 /// messages it has not read may carry descriptors, and a close here would
-/// be the last close of each.
+/// be the last close of each. A socket read to its end (the client shut
+/// its side) holds no message and can receive none, and no one else holds
+/// the daemon's end of it: its close here releases nothing of the user's
+/// and returns at once, so it is closed here, without a batch of the
+/// closer (a fork) after every job's scrun exits.
 pub(super) struct ClientSocket {
     /// `None` only while it is being dropped.
     stream: Option<UnixStream>,
     uid: u32,
+    /// A read returned its end.
+    drained: bool,
 }
 
 impl ClientSocket {
@@ -41,7 +47,13 @@ impl ClientSocket {
         ClientSocket {
             stream: Some(stream),
             uid,
+            drained: false,
         }
+    }
+
+    /// A read returned the end of the stream: nothing is left in it.
+    pub(super) fn drained(&mut self) {
+        self.drained = true;
     }
 }
 
@@ -68,7 +80,11 @@ impl std::ops::DerefMut for ClientSocket {
 impl Drop for ClientSocket {
     fn drop(&mut self) {
         if let Some(stream) = self.stream.take() {
-            closer::discard(OwnedFd::from(stream), self.uid);
+            if self.drained {
+                drop(stream);
+            } else {
+                closer::discard(OwnedFd::from(stream), self.uid);
+            }
         }
     }
 }
@@ -835,6 +851,7 @@ pub(super) fn read_available(
                 return Err(io::Error::new(io::ErrorKind::InvalidData, why.to_string()));
             }
             if peeked.bytes == 0 {
+                conn.stream.drained();
                 return Ok(false);
             }
             take = peeked.bytes;
@@ -892,6 +909,7 @@ pub(super) fn read_available(
             ));
         }
         if len == 0 {
+            conn.stream.drained();
             return Ok(false);
         }
         conn.input.extend(&chunk[..len]);

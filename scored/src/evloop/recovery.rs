@@ -80,6 +80,8 @@ impl<A: Actuator> Daemon<A> {
             return;
         }
         self.switch_starts.clear();
+        // The restored core ends those jobs again if they end.
+        self.releases.clear();
         self.recovery.replaying = true;
         let outcome =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.reconcile(facts)));

@@ -32,13 +32,13 @@ struct RecordingActuator {
     stopping: Vec<JobId>,
     confirm_stops: bool,
     /// A client's end of its connection, and the replies it could read
-    /// there when each job's processes were created.
+    /// there when each job's processes were created or released.
     client: Option<(std::os::unix::net::UnixStream, Vec<Reply>)>,
 }
 
-impl Actuator for RecordingActuator {
-    fn spawn(&mut self, plan: &LaunchPlan, _stdio: Option<&JobStdio>, _out: &mut Vec<Input>) {
-        self.calls.push(Call::Spawn(plan.job));
+impl RecordingActuator {
+    /// Reads what the client has been told so far.
+    fn read_client(&mut self) {
         if let Some((stream, told)) = &mut self.client {
             use std::io::Read;
             stream.set_nonblocking(true).expect("non-blocking");
@@ -48,6 +48,13 @@ impl Actuator for RecordingActuator {
                 told.push(reply);
             }
         }
+    }
+}
+
+impl Actuator for RecordingActuator {
+    fn spawn(&mut self, plan: &LaunchPlan, _stdio: Option<&JobStdio>, _out: &mut Vec<Input>) {
+        self.calls.push(Call::Spawn(plan.job));
+        self.read_client();
     }
     fn stop(&mut self, job: JobId, _out: &mut Vec<Input>) {
         self.calls.push(Call::Stop(job));
@@ -64,6 +71,7 @@ impl Actuator for RecordingActuator {
     }
     fn release(&mut self, job: JobId) {
         self.calls.push(Call::Release(job));
+        self.read_client();
     }
     fn reap(&mut self, _out: &mut Vec<Input>) {}
     fn poll(&mut self, _now: Instant, _out: &mut Vec<Input>) {}
@@ -271,12 +279,9 @@ fn a_client_gone_has_its_job_signalled() {
     std::fs::remove_dir_all(dir).expect("clean up");
 }
 
-/// A client hears that its job started before the job's processes
-/// exist, so that nothing they do (their output, which reaches the client
-/// directly, or a signal sent to scrun in answer to it) comes first.
-#[test]
-fn a_client_is_told_its_job_started_before_the_processes_exist() {
-    let (mut daemon, dir) = daemon("told", true);
+/// Connects a client of root's (token 1) to the loop: its end of the
+/// connection.
+fn connect_client(daemon: &mut Daemon<RecordingActuator>) -> std::os::unix::net::UnixStream {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
     let cred = Cred {
         uid: 0,
@@ -302,6 +307,16 @@ fn a_client_is_told_its_job_started_before_the_processes_exist() {
             counted: (0, 0),
         }),
     );
+    ours
+}
+
+/// A client hears that its job started before the job's processes
+/// exist, so that nothing they do (their output, which reaches the client
+/// directly, or a signal sent to scrun in answer to it) comes first.
+#[test]
+fn a_client_is_told_its_job_started_before_the_processes_exist() {
+    let (mut daemon, dir) = daemon("told", true);
+    let ours = connect_client(&mut daemon);
     daemon.actuator.client = Some((ours, Vec::new()));
     daemon.feed(vec![submit(1)]);
     assert_eq!(daemon.actuator.calls, [Call::Spawn(JobId(1))]);
@@ -311,6 +326,56 @@ fn a_client_is_told_its_job_started_before_the_processes_exist() {
             .any(|reply| matches!(reply, Reply::Started { job: 1, .. })),
         "{told:?}"
     );
+    std::fs::remove_dir_all(dir).expect("clean up");
+}
+
+/// A client hears that its job ended before the actuator lets go of what
+/// the job held (its cgroup, scratch directory and keeper): that work is
+/// no reason for the client to wait.
+#[test]
+fn a_client_is_told_its_job_ended_before_the_job_is_released() {
+    let (mut daemon, dir) = daemon("ended", true);
+    let ours = connect_client(&mut daemon);
+    daemon.actuator.client = Some((ours, Vec::new()));
+    daemon.feed(vec![submit(1)]);
+    daemon.feed(vec![
+        Input::RankExited {
+            job: JobId(1),
+            stage: 0,
+            rank: 0,
+            status: scored_core::job::ExitStatus::Code(0),
+        },
+        Input::ProcessesGone(JobId(1)),
+    ]);
+    assert_eq!(
+        daemon.actuator.calls,
+        [Call::Spawn(JobId(1)), Call::Release(JobId(1))]
+    );
+    let told = &daemon.actuator.client.as_ref().expect("the client").1;
+    assert!(
+        told.iter()
+            .any(|reply| matches!(reply, Reply::Ended { job: 1, .. })),
+        "{told:?}"
+    );
+    std::fs::remove_dir_all(dir).expect("clean up");
+}
+
+/// A client's socket read to its end holds nothing more: the loop closes
+/// it at once. One not read to its end may hold messages that carry
+/// descriptors, and goes to the closer.
+#[test]
+fn a_client_socket_read_to_its_end_is_closed_without_the_closer() {
+    let (mut daemon, dir) = daemon("drained", true);
+    crate::closer::queue_only();
+    drop(connect_client(&mut daemon));
+    let mut inputs = Vec::new();
+    daemon.serve_client(Token(1), &mut inputs);
+    assert!(!daemon.connections.contains_key(&Token(1)), "still open");
+    assert_eq!(crate::closer::queued(), 0);
+    let ours = connect_client(&mut daemon);
+    daemon.close(Token(1), &mut inputs);
+    assert_eq!(crate::closer::queued(), 1);
+    drop(ours);
     std::fs::remove_dir_all(dir).expect("clean up");
 }
 
