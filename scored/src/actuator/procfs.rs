@@ -27,6 +27,8 @@ pub struct Stat {
     pub start: u64,
     /// Resident set size in pages.
     pub rss_pages: u64,
+    /// The CPU it runs on, or last ran on.
+    pub processor: u32,
 }
 
 impl Stat {
@@ -61,6 +63,9 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
         children_ticks: field(16)? + field(17)?,
         start: field(22)?,
         rss_pages: field(24)?,
+        processor: field(39)
+            .and_then(|cpu| u32::try_from(cpu).ok())
+            .unwrap_or(0),
     })
 }
 
@@ -191,6 +196,7 @@ mod tests {
         assert_eq!(stat.children_ticks, 3);
         assert_eq!(stat.start, 123456);
         assert_eq!(stat.rss_pages, 250);
+        assert_eq!(stat.processor, 1);
         assert!(stat.is_stopped());
     }
 

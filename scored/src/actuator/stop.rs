@@ -197,15 +197,21 @@ impl OsActuator {
 
     pub(super) fn wait_for_stops(&mut self, max: Duration, out: &mut Vec<Input>) {
         let deadline = self.clock.now() + max;
-        self.look_for_stops(out);
+        let mut elsewhere = self.look_for_stops(out);
         // Only its keeper's answer confirms a stop during a launch.
         self.tell_stops(true);
         // A rank that shares scored's CPU stops only once scored lets go of
         // it: when no more ranks are left to stop than there are CPUs, each
         // can stop at once, and a look after each of a few short waits for
         // the keepers' answers confirms them sooner than those answers.
+        // While every rank left runs on another CPU, its stop comes with
+        // the interrupt the SIGSTOP sent there, and scored looks again at
+        // once, a few times: a wait would halt its own CPU, which a virtual
+        // machine wakes slowly.
         let mut pause = LOOK_PAUSE;
-        for _ in 0..LOOKS {
+        let mut waits = 0;
+        let mut spins = 0;
+        loop {
             let left: usize = self
                 .jobs
                 .values()
@@ -215,13 +221,26 @@ impl OsActuator {
             if left == 0 || left > online_cpus() {
                 break;
             }
-            if sys::readable_within(&self.exec_watch, pause).unwrap_or(false) {
-                self.collect_keeper_events(out);
+            if elsewhere && spins < SPIN_LOOKS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                if waits == LOOKS {
+                    break;
+                }
+                waits += 1;
+                if sys::readable_within(&self.exec_watch, pause).unwrap_or(false) {
+                    self.collect_keeper_events(out);
+                }
+                pause *= 2;
             }
-            self.look_for_stops(out);
-            pause *= 2;
+            elsewhere = self.look_for_stops(out);
         }
-        self.tell_stops(false);
+        // Only the stops still awaited are told now; one /proc confirmed
+        // is told once the switch is over (`settled`), or before anything
+        // else scored tells that keeper, so that the keeper's wakeup costs
+        // the switch nothing.
+        self.tell_awaited_stops();
         // The ranks' keepers say when they stopped: wait in the kernel for
         // their links (one wakeup for each keeper's batch of stops, as a
         // plain killpg/waitpid program wakes for each child), and look at
@@ -264,6 +283,25 @@ impl OsActuator {
         }
     }
 
+    /// Tells the keepers of the stops still awaited the stops they have
+    /// not heard of.
+    fn tell_awaited_stops(&mut self) {
+        let untold: Vec<(JobId, u64)> = self
+            .jobs
+            .iter_mut()
+            .filter(|(_, procs)| {
+                procs
+                    .stop_wait
+                    .as_ref()
+                    .is_some_and(|wait| wait.pausing || !wait.children.is_empty())
+            })
+            .filter_map(|(job, procs)| Some((*job, procs.hold.untold_stop.take()?)))
+            .collect();
+        for (job, serial) in untold {
+            self.tell_keeper(job, crate::keeper::ToKeeper::Stop(serial));
+        }
+    }
+
     /// Tells the keepers the stops they have not heard of (of jobs whose
     /// launch is in progress only, if `pausing_only`).
     pub(super) fn tell_stops(&mut self, pausing_only: bool) {
@@ -286,8 +324,13 @@ impl OsActuator {
     /// its keeper's answer costs two wakeups. The look at a job ends at
     /// its first rank still running, which needs a CPU to stop and is
     /// left to its keeper's answer. A stop whose launch is in progress
-    /// waits for that answer (see `StopWait::pausing`).
-    fn look_for_stops(&mut self, out: &mut Vec<Input>) {
+    /// waits for that answer (see `StopWait::pausing`). A job of no more
+    /// ranks to stop than there are CPUs is looked at whole; returns
+    /// whether each rank seen still running runs on a CPU other than
+    /// scored's (`false` once a look ended early).
+    fn look_for_stops(&mut self, out: &mut Vec<Input>) -> bool {
+        let here = nix::sched::sched_getcpu().ok();
+        let mut elsewhere = here.is_some();
         let jobs: Vec<JobId> = self
             .jobs
             .iter()
@@ -307,13 +350,19 @@ impl OsActuator {
             let Some(wait) = procs.stop_wait.as_mut() else {
                 continue;
             };
+            let whole = wait.children.len() <= online_cpus();
             let mut stopped = Vec::new();
             for &pid in &wait.children {
                 // An unreaped child of its keeper: the pid is still the rank's.
-                if !procfs::read_stat(pid).is_none_or(|stat| held(&stat, freezing)) {
-                    break;
+                match procfs::read_stat(pid) {
+                    Some(stat) if !held(&stat, freezing) => {
+                        elsewhere &= whole && here != Some(stat.processor as usize);
+                        if !whole {
+                            break;
+                        }
+                    }
+                    _ => stopped.push(pid),
                 }
-                stopped.push(pid);
             }
             if stopped.is_empty() {
                 continue;
@@ -323,6 +372,7 @@ impl OsActuator {
             }
             self.check_stop(job, out);
         }
+        elsewhere
     }
 
     /// Signals the process group of every unreaped rank (see
@@ -855,9 +905,15 @@ fn held(stat: &procfs::Stat, freezing: bool) -> bool {
 
 /// How long scored first waits for the ranks of a stop to take it before
 /// it looks at them again (`wait_for_stops`), and how many such looks it
-/// takes, each wait twice the last.
-const LOOK_PAUSE: Duration = Duration::from_micros(10);
-const LOOKS: u32 = 6;
+/// takes, each wait twice the last: a rank that shares scored's CPU needs
+/// some 30 to 40 µs of it to take its SIGSTOP, and a wait that ends
+/// sooner takes the CPU back from it.
+const LOOK_PAUSE: Duration = Duration::from_micros(40);
+const LOOKS: u32 = 4;
+/// How many looks scored takes one after the other, without a wait,
+/// while the ranks left to stop run on other CPUs (a look reads one
+/// /proc file a rank, a few microseconds).
+const SPIN_LOOKS: u32 = 40;
 
 /// The CPUs scored may run on.
 fn online_cpus() -> usize {

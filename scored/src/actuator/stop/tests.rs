@@ -323,3 +323,53 @@ fn the_keeper_hears_of_a_stop_after_its_signals_and_before_what_follows() {
     fixture.actuator.cont(JOB);
     assert_eq!(heard(), [ToKeeper::Continue(4)]);
 }
+
+/// A stop /proc confirmed during the switch is told to the keeper once
+/// the switch is over, since no answer is awaited; a stop still awaited
+/// is told before scored waits for the answer.
+#[test]
+fn only_an_awaited_stop_is_told_to_the_keeper_during_the_switch() {
+    use crate::keeper::{receive, socket_pair, ToKeeper};
+    use std::os::fd::AsFd;
+    let mut fixture = Fixture::new("awaited");
+    let (ours, keeper) = socket_pair().expect("a socket pair");
+    fixture
+        .actuator
+        .keepers
+        .links
+        .insert(JOB, super::super::keepers::Link::new(ours, true));
+    let mut buffer = vec![0u8; crate::keeper::MAX_MESSAGE];
+    let mut heard = || -> Vec<ToKeeper> {
+        let mut messages = Vec::new();
+        while let Some((message, _)) =
+            receive::<ToKeeper>(keeper.as_fd(), &mut buffer).expect("the link reads")
+        {
+            messages.push(message);
+        }
+        messages
+    };
+    let mut out = Vec::new();
+    fixture.actuator.stop(JOB, &mut out);
+    fixture.wait_until_stopped(true);
+    fixture.actuator.await_stops(Duration::ZERO, &mut out);
+    assert_eq!(out, [Input::Stopped(JOB)]);
+    assert_eq!(heard(), [], "told though /proc confirmed the stop");
+    fixture.actuator.settled();
+    assert_eq!(heard(), [ToKeeper::Stop(1)]);
+    // A rank running again when scored looks: its keeper's answer is
+    // awaited, and the keeper hears of the stop first.
+    fixture.actuator.cont(JOB);
+    assert_eq!(heard(), [ToKeeper::Continue(2)]);
+    out.clear();
+    fixture.actuator.stop(JOB, &mut out);
+    fixture.wait_until_stopped(true);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(fixture.pid()),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .expect("SIGCONT to our own child");
+    fixture.wait_until_stopped(false);
+    fixture.actuator.await_stops(Duration::ZERO, &mut out);
+    assert_eq!(out, []);
+    assert_eq!(heard(), [ToKeeper::Stop(3)]);
+}
