@@ -467,10 +467,10 @@ impl Journal {
                     json!({"t": now, "event": "held", "job": job.0, "by": by})
                 }
                 JobEvent::Released(job) => json!({"t": now, "event": "released", "job": job.0}),
-                JobEvent::Ended { job, record } => {
+                JobEvent::Ended { job, record, early } => {
                     let mut record = fields_json(&record);
                     if let Json::Object(map) = &mut record {
-                        map.insert("ended".into(), json!(now));
+                        map.insert("ended".into(), json!(now - early.as_secs_f64()));
                     }
                     self.remember(&record);
                     self.unsynced = true;

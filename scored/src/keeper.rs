@@ -187,6 +187,10 @@ pub struct Ended {
     pub cpu_us: u64,
     /// Its peak memory (bytes).
     pub max_rss: u64,
+    /// When its keeper saw it end (µs since the epoch; 0: not known), so
+    /// that an end while no scored ran is recorded at its time.
+    #[serde(default)]
+    pub at_us: u64,
 }
 
 /// One thing that happened to a keeper's processes.

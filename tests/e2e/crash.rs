@@ -149,6 +149,46 @@ fn a_job_whose_scrun_gave_up_is_killed_when_scored_returns() {
     );
 }
 
+/// A job that ends while no scored runs is recorded as it ended: its wall
+/// time and end in `history` are those of its processes, which its keeper
+/// saw end, not those of the new scored's takeover seconds later.
+#[test]
+fn a_job_that_ends_while_scored_is_away_keeps_its_true_wall_time() {
+    let mut daemon = Daemon::builder().hosts("h0 cpus=0\n").start();
+    let output = daemon.run(&["-batch,output=/dev/null", "sleep", "1"]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    let ranks = daemon.wait_job_pids(1, 1);
+    daemon.kill_hard();
+    assert!(
+        all_gone(&ranks, Duration::from_secs(10)),
+        "the job did not end"
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let restarted = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs_f64();
+    daemon.start_again();
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon.job_state(1) == "done"),
+        "{}",
+        daemon.ok("job 1")
+    );
+    let records = daemon.json("history");
+    let record = &records.as_array().expect("a list")[0];
+    assert_eq!(record["exit"], 0, "{record}");
+    let wall = record["wall"].as_f64().unwrap_or(f64::MAX);
+    assert!(
+        (1.0..2.5).contains(&wall),
+        "wall {wall} s, where sleep 1 ended before the new scored started: {record}"
+    );
+    let ended = record["ended"].as_f64().unwrap_or(f64::MAX);
+    assert!(
+        ended < restarted,
+        "ended at {ended}, after the new scored's start at {restarted}: {record}"
+    );
+}
+
 /// A queued job with a pseudo-terminal (`-pty`) survives a kill -9 of
 /// scored: its scrun keeps the terminal, sends the slave again when it
 /// reattaches, and the job, once run, has it as its terminal and ends

@@ -130,6 +130,9 @@ pub struct Core {
     /// Unfinished jobs with a CPU time, memory or disk limit (whose usage
     /// samples can change a decision).
     n_usage_limited: usize,
+    /// Jobs whose processes ended while no daemon ran, and when (told at
+    /// a takeover, just before their end is handled).
+    ended_away: std::collections::HashMap<JobId, Tick>,
     next_job: u64,
     switches: Switches,
     shutting_down: bool,
@@ -178,6 +181,7 @@ impl Core {
             sampled_at: Tick::default(),
             n_cputime_limited: 0,
             n_usage_limited: 0,
+            ended_away: std::collections::HashMap::new(),
             next_job: 1,
             switches: Switches::default(),
             shutting_down: false,
@@ -401,6 +405,12 @@ impl Core {
                 }
             }
             Input::ProcessesGone(job) => self.processes_gone(job, now, out),
+            Input::EndedAway { job, ago } => {
+                if self.logged.jobs.contains_key(&job) {
+                    let at = Tick(now.0.saturating_sub(ago.as_micros() as u64));
+                    self.ended_away.insert(job, at);
+                }
+            }
             Input::StopFailed { job, reason } => {
                 self.begin_kill(job, EndCause::Limit(cap_reason(reason)), false, now, out);
             }

@@ -720,6 +720,21 @@ impl Job {
         self.layout.iter().sum()
     }
 
+    /// When the job ended, its processes gone `now`, and how long before
+    /// `now` that was: `away`, when they ended while no daemon ran (no
+    /// earlier than its last run's start), else `now`.
+    pub fn ended_at(&self, away: Option<Tick>, now: Tick) -> (Tick, Duration) {
+        let Some(away) = away else {
+            return (now, Duration::ZERO);
+        };
+        let floor = self
+            .running_since()
+            .or_else(|| self.first_run_at())
+            .unwrap_or(now);
+        let ended = Tick(away.0.clamp(floor.0.min(now.0), now.0));
+        (ended, now.since(ended))
+    }
+
     /// Time spent stopped or held since the first run.
     pub fn stopped_time(&self, now: Tick) -> Duration {
         match self.first_run_at() {

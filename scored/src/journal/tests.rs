@@ -42,6 +42,7 @@ fn ended(id: u64) -> JobEvent {
     JobEvent::Ended {
         job: JobId(id),
         record: fields,
+        early: std::time::Duration::ZERO,
     }
 }
 
@@ -208,6 +209,7 @@ fn ended_records_are_found_through_the_index_across_rotation_and_reopening() {
         .record(vec![JobEvent::Ended {
             job: JobId(id),
             record: other,
+            early: std::time::Duration::ZERO,
         }])
         .expect("record");
     // Past the in-memory recent records: job 1 comes from journal.1.
@@ -298,6 +300,7 @@ fn ended_as(id: u64, uid: u32, reason: &str) -> JobEvent {
     JobEvent::Ended {
         job: JobId(id),
         record: fields,
+        early: std::time::Duration::ZERO,
     }
 }
 
@@ -359,6 +362,7 @@ fn a_record_over_the_budget_is_cut_with_a_marker() {
         .record(vec![JobEvent::Ended {
             job: JobId(2),
             record: hosts,
+            early: std::time::Duration::ZERO,
         }])
         .expect("record");
     drop(journal);

@@ -905,5 +905,8 @@ fn ended_of(waited: &sys::Waited) -> Ended {
         signal,
         cpu_us: waited.cpu.as_micros() as u64,
         max_rss: waited.max_rss,
+        at_us: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_micros() as u64),
     }
 }

@@ -39,6 +39,7 @@ fn many_events_are_cut_into_messages_that_fit() {
                 signal: Some((9, true)),
                 cpu_us: u64::MAX,
                 max_rss: u64::MAX,
+                at_us: u64::MAX,
             },
         })
         .collect();

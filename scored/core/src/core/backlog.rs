@@ -689,6 +689,7 @@ impl Core {
             self.journal(JobEvent::Ended {
                 job: id,
                 record: fields.clone(),
+                early: std::time::Duration::ZERO,
             });
         }
         if let Some(client) = client {

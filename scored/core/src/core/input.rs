@@ -64,6 +64,9 @@ pub enum JobEvent {
         job: JobId,
         /// Every field of its `job ID` record, in the order shown.
         record: Vec<(String, Value)>,
+        /// How long before now it ended (a job whose processes ended
+        /// while no daemon ran); zero for one that ends now.
+        early: std::time::Duration,
     },
 }
 
@@ -138,6 +141,14 @@ pub enum Input {
     },
     /// The job has no process left (ranks and their descendants).
     ProcessesGone(JobId),
+    /// The job's processes ended `ago` before now, while no daemon ran:
+    /// its end, which follows, is recorded at that time.
+    EndedAway {
+        /// The job.
+        job: JobId,
+        /// How long ago its last process ended.
+        ago: std::time::Duration,
+    },
     /// The job could not be kept stopped (its stop was not confirmed in
     /// time, or something outside it kept continuing it while it was
     /// switched out, with no freezer to hold it), or it reached the limit

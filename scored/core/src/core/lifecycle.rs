@@ -59,13 +59,14 @@ impl Core {
     }
 
     pub(super) fn processes_gone(&mut self, job: JobId, now: Tick, out: &mut Vec<Action>) {
+        let away = self.ended_away.get(&job).copied();
         let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
         if let Some(signal) = record.ending().and_then(kill_signal) {
             record.unreported_ranks_killed(signal);
         }
-        let (phase, time_deadline) = record.processes_gone(now);
+        let (phase, time_deadline) = record.processes_gone(record.ended_at(away, now).0);
         if let Some(deadline) = time_deadline {
             self.logged.time_deadlines.remove(&(deadline, job));
         }
@@ -80,6 +81,7 @@ impl Core {
             && record.stage() + 1 < record.spec.launch.n_stages();
         if !record.is_ending() && record.failure().is_none() && more_stages {
             record.next_stage();
+            self.ended_away.remove(&job);
             return;
         }
         self.finish(job, now, out);
@@ -243,7 +245,8 @@ impl Core {
         let Some(mut record) = self.logged.jobs.remove(&job) else {
             return;
         };
-        let (phase, time_deadline) = record.processes_gone(now);
+        let (ended, early) = record.ended_at(self.ended_away.remove(&job), now);
+        let (phase, time_deadline) = record.processes_gone(ended);
         if let Some(deadline) = record.harden_kill() {
             self.logged.kill_deadlines.remove(&(deadline, job));
         }
@@ -340,7 +343,7 @@ impl Core {
         // What a user's paths and programs made long is cut before it is
         // logged, journalled, told or kept.
         let reason = super::cap_reason(reason);
-        let accounting = self.accounting(&record, now);
+        let accounting = self.accounting(&record, ended);
         let ending = Ending {
             job,
             kind,
@@ -356,10 +359,10 @@ impl Core {
                 command_line(&record),
                 state,
                 Some(&ending),
-                now,
+                ended,
                 true,
             );
-            self.journal(JobEvent::Ended { job, record });
+            self.journal(JobEvent::Ended { job, record, early });
         }
         if let Some(client) = record.client() {
             out.push(Action::notify(
@@ -382,7 +385,7 @@ impl Core {
             job: record,
             command,
             state,
-            ended_at: now,
+            ended_at: ended,
             ending,
         }));
         self.backlog_job_ended(job, true, owner, outcome, now, out);

@@ -205,13 +205,15 @@ impl OsActuator {
                 .collect();
             let new_from = current.len().saturating_sub(unseen);
             let new: Vec<usize> = current[new_from..].to_vec();
-            for (idx, (_, stage, rank, waited)) in ends.into_iter().enumerate() {
+            let mut last_end = 0;
+            for (idx, (_, stage, rank, waited, at_us)) in ends.into_iter().enumerate() {
                 if let Some(procs) = self.jobs.get_mut(&adopt.job) {
                     procs.reaped_cpu += waited.cpu;
                 }
                 if !new.contains(&idx) {
                     continue;
                 }
+                last_end = last_end.max(at_us);
                 let status = match waited.event {
                     sys::WaitEvent::Exited(code) => scored_core::job::ExitStatus::Code(code),
                     sys::WaitEvent::Signaled(signal, false) => {
@@ -234,6 +236,17 @@ impl OsActuator {
                 .get(&adopt.job)
                 .is_some_and(|procs| procs.children.is_empty() && procs.launch.is_none());
             if idle {
+                // Its processes all ended while no scored ran: its end is
+                // recorded at the time its keeper saw the last one end.
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |since| since.as_micros() as u64);
+                if last_end > 0 && last_end <= now {
+                    out.push(Input::EndedAway {
+                        job: adopt.job,
+                        ago: Duration::from_micros(now - last_end),
+                    });
+                }
                 self.last_child_gone(adopt.job, out);
             }
         }
@@ -256,7 +269,7 @@ impl OsActuator {
         job: JobId,
         held: Held,
         switched_out: bool,
-    ) -> Vec<(i32, usize, u32, sys::Waited)> {
+    ) -> Vec<(i32, usize, u32, sys::Waited, u64)> {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return Vec::new();
         };
@@ -296,6 +309,7 @@ impl OsActuator {
                         cpu: Duration::from_micros(ended.cpu_us),
                         max_rss: ended.max_rss,
                     },
+                    ended.at_us,
                 ));
                 continue;
             }

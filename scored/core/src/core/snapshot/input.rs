@@ -112,6 +112,13 @@ pub enum InputRecord {
         /// The job.
         job: u64,
     },
+    /// [`Input::EndedAway`].
+    EndedAway {
+        /// The job.
+        job: u64,
+        /// How long ago (µs).
+        ago_us: u64,
+    },
     /// [`Input::StopFailed`].
     StopFailed {
         /// The job.
@@ -253,6 +260,10 @@ impl InputRecord {
                 status: *status,
             },
             Input::ProcessesGone(job) => InputRecord::ProcessesGone { job: job.0 },
+            Input::EndedAway { job, ago } => InputRecord::EndedAway {
+                job: job.0,
+                ago_us: ago.as_micros() as u64,
+            },
             Input::StopFailed { job, reason } => InputRecord::StopFailed {
                 job: job.0,
                 reason: reason.clone(),
@@ -363,6 +374,10 @@ impl InputRecord {
                 status,
             },
             InputRecord::ProcessesGone { job } => Input::ProcessesGone(JobId(job)),
+            InputRecord::EndedAway { job, ago_us } => Input::EndedAway {
+                job: JobId(job),
+                ago: std::time::Duration::from_micros(ago_us),
+            },
             InputRecord::StopFailed { job, reason } => Input::StopFailed {
                 job: JobId(job),
                 reason,
