@@ -3,8 +3,11 @@
 //!
 //! The last close of some files sleeps in the kernel for as long as
 //! someone else likes: a TCP socket with `SO_LINGER` and unsent data waits
-//! for its peer to read (`sk_stream_wait_close`), a FUSE file waits for its
-//! server to answer FLUSH, an NFS file for its server. Users choose what
+//! for its peer to read (`sk_stream_wait_close`), a file system's release
+//! for its server. (A FUSE file's server is asked to FLUSH at every close,
+//! not only the last, so no process that holds a copy can let go of it
+//! without waiting for that server: scored relies on plain users being
+//! unable to mount FUSE file systems, as scored(8) says.) Users choose what
 //! they pass to scored (a job's standard and inherited descriptors, PMI
 //! descriptors, and the socket of their connection, whose queue may still
 //! hold descriptors in flight that a close would drop), so the loop never
@@ -19,10 +22,11 @@
 //! - The closer is a process the daemon starts with it ([`start`]): this
 //!   binary again, named `scored-closer`, with nothing of the daemon's but
 //!   its end of the socket; it runs no user code. For each batch it receives it forks a child that does
-//!   nothing but exit (`sys::fork_exiter`), and the batch is closed by that
-//!   exit: an exiting process never lingers on a socket (the kernel skips
-//!   `SO_LINGER` for a task that is exiting), and a close that still waits
-//!   (FUSE) holds that child alone, never the closer or the daemon. Each
+//!   nothing but exit (`sys::fork_exiter`) once the closer has closed its
+//!   own copies, and the batch is closed by that exit: an exiting process
+//!   never lingers on a socket (the kernel skips `SO_LINGER` for a task
+//!   that is exiting), and a last close that still waits holds that child
+//!   alone, never the closer or the daemon. Each
 //!   user's batches are apart, so one user's stuck close delays no one
 //!   else's (another job's pipe still sees its end).
 //! - The closer says which batches it has closed, so that [`held`] counts
@@ -628,10 +632,12 @@ fn serve(socket: OwnedFd) -> i32 {
     loop {
         while let Some((uid, batch)) = waiting.front() {
             match sys::fork_exiter() {
-                Ok(pid) => {
+                Ok((pid, release)) => {
                     children.insert(pid, (*uid, batch.len() as u32));
-                    // The child holds the batch; these copies are not the last.
+                    // The child holds the batch and exits once released:
+                    // these copies close first, so they are not the last.
                     waiting.pop_front();
+                    drop(release);
                 }
                 Err(_) => break,
             }

@@ -12,8 +12,8 @@
 //! frame gets an error reply and closes that connection only.
 //!
 //! No descriptor a user handed over is closed here, nor asked anything
-//! of its file system or peer: the last close of a lingering TCP socket or
-//! of a FUSE file sleeps for as long as its owner likes. Every descriptor
+//! of its file system or peer: the last close of a lingering TCP socket
+//! sleeps for as long as its owner likes. Every descriptor
 //! received is a [`closer::UserFd`] from the moment it arrives, and every
 //! client's socket (whose unread messages may carry more) is let go of
 //! through [`closer::discard`], unless it was read to its end; both go to the closer process

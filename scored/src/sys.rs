@@ -742,18 +742,36 @@ pub fn own_received_descriptor(fd: RawFd) -> OwnedFd {
 /// descriptor it inherited: the closer's way to let go of descriptors
 /// users handed over (see `crate::closer`). An exiting process never
 /// lingers on a socket (the kernel skips `SO_LINGER` for a task that is
-/// exiting), and whatever else a last close waits for (a FUSE server's
-/// answer to FLUSH) holds only this child. Safe in any process: the child
-/// makes one system call.
-pub fn fork_exiter() -> io::Result<i32> {
-    // SAFETY: the child calls only `_exit`, which is async-signal-safe and
-    // takes no lock, so it is sound whatever the parent's threads hold.
+/// exiting), and whatever else a last close waits for holds only this
+/// child. The child exits once the returned descriptor is closed: the
+/// caller closes its own copies of what the child is to let go of first,
+/// then that descriptor, so that the child's exit is the last close of
+/// each (a child that exited before the caller's closes left the last,
+/// lingering close to the caller). Safe in any process: the child makes
+/// only async-signal-safe system calls.
+pub fn fork_exiter() -> io::Result<(i32, OwnedFd)> {
+    let (release_read, release_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (read, write) = (release_read.as_raw_fd(), release_write.as_raw_fd());
+    // SAFETY: the child calls only `close`, `read` and `_exit`, which are
+    // async-signal-safe and take no lock, so it is sound whatever the
+    // parent's threads hold.
     match unsafe { libc::fork() } {
         -1 => Err(io::Error::last_os_error()),
-        // SAFETY: `_exit` ends the child at once without running the
-        // parent's exit handlers or destructors.
-        0 => unsafe { libc::_exit(0) },
-        pid => Ok(pid),
+        0 => {
+            let mut byte = 0u8;
+            // SAFETY: `write` and `read` are the pipe's ends, open in the
+            // child's copy of the table; `byte` is valid for one byte;
+            // `_exit` ends the child at once without running the parent's
+            // exit handlers or destructors. The read returns at the end of
+            // the pipe, once the parent's write end is closed (or the
+            // parent is gone), or on a signal.
+            unsafe {
+                libc::close(write);
+                libc::read(read, (&mut byte as *mut u8).cast(), 1);
+                libc::_exit(0)
+            }
+        }
+        pid => Ok((pid, release_write)),
     }
 }
 
@@ -952,48 +970,4 @@ pub fn exit_now(code: i32) -> ! {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The kernel writes back exactly the structure `raw_set_disposition`
-    /// hands it: no more (it would read past the end of ours), no less.
-    #[cfg(any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    ))]
-    #[test]
-    fn the_kernel_sigaction_is_the_size_the_kernel_uses() {
-        const CANARY: u8 = 0xa5;
-        let mut old = [CANARY; 64];
-        // SAFETY: no new action is set; `old` has room for any kernel
-        // sigaction (at most 32 bytes) and lives across the call.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                libc::SIGURG,
-                std::ptr::null::<KernelSigaction>(),
-                old.as_mut_ptr(),
-                SIGSET_BYTES,
-            )
-        };
-        assert_eq!(ret, 0, "{}", io::Error::last_os_error());
-        // The kernel writes every field, the zeros of the mask last.
-        let written = old
-            .iter()
-            .rposition(|&byte| byte != CANARY)
-            .map_or(0, |at| at + 1);
-        assert_eq!(written, std::mem::size_of::<KernelSigaction>());
-
-        // SIGURG is ignored by default: setting it is harmless to the other
-        // tests of this process.
-        raw_set_disposition(libc::SIGURG, libc::SIG_IGN).expect("set SIGURG");
-        // SAFETY: an all-zero sigaction is a valid value to fill in.
-        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: no new action is set; `action` is written by the call.
-        let ret = unsafe { libc::sigaction(libc::SIGURG, std::ptr::null(), &mut action) };
-        assert_eq!(ret, 0, "{}", io::Error::last_os_error());
-        assert_eq!(action.sa_sigaction, libc::SIG_IGN);
-        raw_set_disposition(libc::SIGURG, libc::SIG_DFL).expect("reset SIGURG");
-    }
-}
+mod tests;
