@@ -183,8 +183,11 @@ impl Core {
                 break;
             }
             self.logged.detached.pop_first();
-            tracing::info!(job = %job, "its scrun did not come back after scored restarted; killing the job");
-            self.begin_kill(job, EndCause::ClientGone, false, now, out);
+            // A job may have ended of itself while its scrun was away.
+            if self.logged.jobs.contains_key(&job) {
+                tracing::info!(job = %job, "its scrun did not come back after scored restarted; killing the job");
+                self.begin_kill(job, EndCause::ClientGone, false, now, out);
+            }
         }
     }
 
