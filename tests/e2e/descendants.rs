@@ -166,9 +166,12 @@ fn thousands_of_idle_descendants_are_frozen_with_their_job() {
         switches(&daemon) - switches_before,
     );
     assert!(switched >= 24, "the two jobs stopped taking turns");
+    // Per switch, with the sampling of the 200 ms between switches: 6.5 to
+    // 8.4 ms idle on this kind of machine, 9.3 ms in a loaded CI run; a
+    // signal to each sleep at each switch cost 16 ms.
     let per_switch_us = spent / 1000 / switched;
     assert!(
-        per_switch_us < 8_000,
+        per_switch_us < 12_000,
         "root's scored spent {per_switch_us} µs of CPU time a switch ({} ms over \
          {switched} switches) with 3,000 idle processes in a job",
         spent / 1_000_000
