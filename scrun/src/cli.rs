@@ -495,10 +495,12 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
             }
             "stat" => {
                 let value = parse_flag("stat", setting)?;
+                note_origin(&mut origins, "stat", setting.origin);
                 stat.get_or_insert(value);
             }
             "pty" => {
                 let value = parse_flag("pty", setting)?;
+                note_origin(&mut origins, "pty", setting.origin);
                 pty.get_or_insert(value);
             }
             "mpi" => {
@@ -620,6 +622,39 @@ fn resolve(settings: &[Setting]) -> Result<Options, UsageError> {
             reason: error.reason,
         })
     })?;
+    // What scrun does at a job's end and for its terminal needs a scrun
+    // that stays: a batch job has none, nor a terminal.
+    if batch.detach {
+        let refusals = [
+            (
+                "stat",
+                stat,
+                "a batch job has no scrun at its end to print its accounting on: \
+                 leave out -stat or -batch (sc_console's 'job ID' and 'history' show \
+                 a batch job's accounting)",
+            ),
+            (
+                "pty",
+                pty,
+                "a batch job runs without a terminal (its input is /dev/null, its \
+                 output goes to its files): leave out -pty or -batch",
+            ),
+        ];
+        for (key, given, reason) in refusals {
+            if given == Some(true) {
+                let origin = origins
+                    .iter()
+                    .find(|(known, _)| *known == key)
+                    .map_or(Origin::CommandLine, |(_, origin)| *origin);
+                return Err(ErrorKind::InvalidValue {
+                    key,
+                    origin,
+                    reason: reason.to_string(),
+                }
+                .into());
+            }
+        }
+    }
     Ok(Options {
         procs: procs.unwrap_or(ProcRequest::Nodes(1)),
         priority,

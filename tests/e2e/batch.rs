@@ -794,6 +794,39 @@ fn jobs_lists_by_user_name_and_state_and_kill_ends_by_name_only_ones_own() {
 }
 
 #[test]
+fn a_batch_job_with_stat_or_pty_is_refused_naming_both_and_nothing_is_made() {
+    let daemon = Daemon::start();
+    for (args, option) in [
+        (vec!["-batch", "-stat", "echo", "x"], "stat"),
+        (vec!["-stat,batch", "echo", "x"], "stat"),
+        (vec!["-batch,pty", "echo", "x"], "pty"),
+    ] {
+        let output = daemon.run(&args);
+        assert_eq!(code(&output), Some(64), "{args:?}: {}", said(&output));
+        let text = stderr(&output);
+        assert!(
+            text.contains(&format!("option '{option}'")) && text.contains("-batch"),
+            "{args:?}: {text}"
+        );
+        assert_eq!(stdout(&output), "", "{args:?}");
+    }
+    // Nothing was submitted, and no output file was made.
+    assert_eq!(
+        daemon.ok("jobs all").lines().count(),
+        1,
+        "{}",
+        daemon.ok("jobs all")
+    );
+    let files: Vec<_> = std::fs::read_dir(&daemon.sandbox.path)
+        .expect("the sandbox")
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("scored-"))
+        .collect();
+    assert!(files.is_empty(), "{files:?}");
+}
+
+#[test]
 fn kill_of_two_ids_ends_both_and_a_realtime_signal_is_delivered() {
     let daemon = Daemon::builder().hosts(&two_hosts()).start();
     let trap = "trap 'echo got-rt' RTMIN+2; trap 'echo got-usr1' USR1; \

@@ -603,3 +603,14 @@ fn bad_batch_options_name_the_option() {
     check("-name= p", "error: option 'name' on the command line needs a value, such as -name=sweep");
     check("-batch=maybe p", "error: option 'batch' on the command line: 'maybe' is not a yes or no: expected yes, no, true, false, 1 or 0, or no value");
 }
+
+#[test]
+fn a_batch_job_refuses_what_needs_a_scrun_or_a_terminal() {
+    check("-batch,stat p", "error: option 'stat' on the command line: a batch job has no scrun at its end to print its accounting on: leave out -stat or -batch (sc_console's 'job ID' and 'history' show a batch job's accounting)");
+    check("-stat -batch p", "error: option 'stat' on the command line: a batch job has no scrun at its end to print its accounting on: leave out -stat or -batch (sc_console's 'job ID' and 'history' show a batch job's accounting)");
+    check("-batch -pty p", "error: option 'pty' on the command line: a batch job runs without a terminal (its input is /dev/null, its output goes to its files): leave out -pty or -batch");
+    check_env("-batch p", "-stat", "error: option 'stat' in SCORE_OPTIONS: a batch job has no scrun at its end to print its accounting on: leave out -stat or -batch (sc_console's 'job ID' and 'history' show a batch job's accounting)");
+    // A flag turned off, or one of an interactive job, stands.
+    check_env("-batch,stat=no p", "-stat", "nodes=1 batch | p");
+    check("-stat,pty p", "nodes=1 stat pty | p");
+}
