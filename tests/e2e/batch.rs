@@ -757,7 +757,8 @@ fn jobs_lists_by_user_name_and_state_and_kill_ends_by_name_only_ones_own() {
         waiting[0].contains("waits for its array: 1 of %1 running"),
         "{waiting:?}"
     );
-    assert!(listed(&daemon, "jobs --user nobody-at-all", "sleep").is_empty());
+    let unknown = daemon.console("jobs --user nobody-at-all");
+    assert_eq!(code(&unknown), Some(1), "{}", said(&unknown));
     // Another user's jobs are not a plain user's to kill: nothing is done.
     let refused = daemon.console_as(&users.a, &format!("kill --user {}", users.b.name));
     assert_eq!(code(&refused), Some(1), "{}", said(&refused));
@@ -824,6 +825,39 @@ fn a_batch_job_with_stat_or_pty_is_refused_naming_both_and_nothing_is_made() {
         .filter(|name| name.starts_with("scored-"))
         .collect();
     assert!(files.is_empty(), "{files:?}");
+}
+
+#[test]
+fn a_user_filter_naming_no_user_is_an_error_that_changes_nothing() {
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let job = submit(&daemon, &["sleep", "60"]);
+    let running = wait_until(Duration::from_secs(30), || {
+        field(&daemon, job, "state") == "running"
+    });
+    assert!(running, "{}", daemon.ok("jobs"));
+    for line in [
+        "jobs --user no-such-user-here",
+        "jobs all --user no-such-user-here",
+        "jobs --user no-such-user-here --name sleep",
+        "kill --user no-such-user-here",
+        "kill --user no-such-user-here --name sleep",
+        "kill -s USR1 --user no-such-user-here",
+    ] {
+        let output = daemon.console(line);
+        assert_eq!(code(&output), Some(1), "{line}: {}", said(&output));
+        assert!(
+            said(&output).contains("no user named 'no-such-user-here'"),
+            "{line}: {}",
+            said(&output)
+        );
+    }
+    assert_eq!(field(&daemon, job, "state"), "running");
+    // A user that exists, by name or by uid, filters as before.
+    assert_eq!(listed(&daemon, "jobs --user root", "sleep").len(), 1);
+    assert_eq!(listed(&daemon, "jobs --user 0", "sleep").len(), 1);
+    assert!(listed(&daemon, "jobs --user 4000000", "sleep").is_empty());
+    daemon.ok(&format!("kill {job}"));
+    wait_ended(&daemon, job);
 }
 
 #[test]

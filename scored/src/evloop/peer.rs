@@ -34,6 +34,12 @@ impl Directory for SystemDirectory {
             },
         }
     }
+
+    fn has_user(&self, name: &str) -> Result<bool, String> {
+        nix::unistd::User::from_name(name)
+            .map(|user| user.is_some())
+            .map_err(|error| error.to_string())
+    }
 }
 
 /// The name of a user, or its number.

@@ -84,6 +84,10 @@ impl Default for CoreConfig {
 pub trait Directory {
     /// Resolves a group named in `queue Q set group=`: its id and name.
     fn group(&self, group: &GroupRef) -> Result<(u32, Option<String>), GroupError>;
+
+    /// Whether the user database has a user named `name` (for `--user`):
+    /// `Err` with the lookup's own words when it could not be read.
+    fn has_user(&self, name: &str) -> Result<bool, String>;
 }
 
 /// Why a group named in a console command cannot be used.
@@ -138,5 +142,9 @@ impl Directory for NoDirectory {
             GroupRef::Gid(gid) => Ok((*gid, None)),
             GroupRef::Name(name) => Err(GroupError::NoNames { name: name.clone() }),
         }
+    }
+
+    fn has_user(&self, _name: &str) -> Result<bool, String> {
+        Ok(false)
     }
 }

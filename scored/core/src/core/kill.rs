@@ -50,6 +50,9 @@ impl Core {
                 ),
             });
         }
+        if let Some(refusal) = self.unknown_user(filter) {
+            return refusal;
+        }
         let targets = match self.kill_targets(cred, ids, filter) {
             Ok(targets) => targets,
             Err(reply) => return reply,

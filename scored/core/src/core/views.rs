@@ -258,9 +258,43 @@ impl Core {
         self.is_operator(cred) || job.owner.uid == cred.uid
     }
 
+    /// The refusal of a `--user U` that names no user: neither the user
+    /// database nor any job scored knows a user of that name (a number is
+    /// a uid, and always stands).
+    pub(super) fn unknown_user(&self, filter: &JobFilter) -> Option<Reply> {
+        let user = filter.user.as_deref()?;
+        if user.parse::<u32>().is_ok() {
+            return None;
+        }
+        let named = |name: &str| name == user;
+        let on_a_job = self.logged.jobs.values().any(|job| named(&job.user))
+            || self
+                .logged
+                .backlog
+                .entries
+                .values()
+                .any(|entry| named(&entry.user))
+            || self
+                .logged
+                .finished
+                .iter()
+                .any(|done| named(&done.job.user));
+        match self.directory.has_user(user) {
+            Ok(true) => None,
+            _ if on_a_job => None,
+            Ok(false) => Some(Reply::error(format!("--user: no user named '{user}'"))),
+            Err(error) => Some(Reply::error(format!(
+                "--user: cannot look up user '{user}': {error}"
+            ))),
+        }
+    }
+
     /// The `jobs` listing as `cred` may see it (`all`: with the finished
     /// jobs the core remembers): admitted jobs, then those of the backlog.
     pub fn jobs_table(&self, cred: &Cred, all: bool, filter: &JobFilter, now: Tick) -> Reply {
+        if let Some(refusal) = self.unknown_user(filter) {
+            return refusal;
+        }
         let mut table = Table::new(&[
             "id", "user", "name", "queue", "state", "procs", "hosts", "cpu", "wall", "exit",
             "command", "reason",
