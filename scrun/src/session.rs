@@ -370,10 +370,21 @@ impl Session {
     }
 
     fn on_reply(&mut self, reply: Reply, now: Instant) -> Vec<Action> {
+        let mut said = Vec::new();
         if let Link::Reattaching { .. } = self.link {
             match reply {
                 Reply::Reattached { job, started, .. } => {
                     return self.on_reattached(job, started, now)
+                }
+                // The job ended before a daemon took it back: its end
+                // ends scrun, and what waited to be sent is moot.
+                Reply::Ended { job, .. } => {
+                    self.link = Link::Up;
+                    self.queued.clear();
+                    if self.verbose {
+                        let line = format!("reattached to job {job}, which ended meanwhile");
+                        said.push(Action::Say(line));
+                    }
                 }
                 Reply::Rejected { reason, .. } | Reply::Error { message: reason } => {
                     return vec![Action::Finish(Final::line(
@@ -400,7 +411,8 @@ impl Session {
                     reraise: None,
                 };
             }
-            return vec![Action::Finish(end)];
+            said.push(Action::Finish(end));
+            return said;
         }
         match reply {
             Reply::Waiting { reason } if !self.told_waiting => {

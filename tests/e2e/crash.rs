@@ -189,6 +189,28 @@ fn a_job_that_ends_while_scored_is_away_keeps_its_true_wall_time() {
     );
 }
 
+/// With `-v`, a scrun says that its daemon went away and that it
+/// reattached, also when its job ended while no daemon ran: the new
+/// scored answers with the job's end, which scrun reports as it ended.
+#[test]
+fn a_verbose_scrun_says_it_reattached_to_a_job_that_ended_meanwhile() {
+    let mut daemon = Daemon::builder().hosts("h0 cpus=0\n").start();
+    let mut job = daemon.spawn(&["-v", "sh", "-c", "echo started; sleep 1; exit 3"]);
+    job.wait_lines("started", 1);
+    let ranks = daemon.wait_job_pids(1, 1);
+    daemon.kill_hard();
+    assert!(
+        all_gone(&ranks, Duration::from_secs(10)),
+        "the job did not end"
+    );
+    daemon.start_again();
+    let (status, stderr) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    let went = stderr.find("scored went away; waiting up to 1m for it to come back to job 1");
+    let back = stderr.find("reattached to job 1, which ended meanwhile");
+    assert!(went.is_some() && back.is_some() && went < back, "{stderr}");
+}
+
 /// A queued job with a pseudo-terminal (`-pty`) survives a kill -9 of
 /// scored: its scrun keeps the terminal, sends the slave again when it
 /// reattaches, and the job, once run, has it as its terminal and ends

@@ -883,3 +883,31 @@ fn a_daemon_that_refuses_the_job_ends_the_session() {
         ",
     );
 }
+
+#[test]
+fn a_job_that_ended_while_the_daemon_was_away_is_reattached_to_its_end() {
+    check_reattach(
+        "
+        admitted 7
+        started 7
+        lost
+        +0
+        connected
+        SIGINT
+        ended exited 3 rank 0 exited with status 3
+        ",
+        "
+        admitted 7
+        started 7
+        lost
+          say scored went away; waiting up to 2s for it to come back to job 7
+        +0
+          reconnect to job 7 (descriptors: false)
+        connected
+        SIGINT
+        ended exited 3 rank 0 exited with status 3
+          say reattached to job 7, which ended meanwhile
+          finish 3:
+        ",
+    );
+}
