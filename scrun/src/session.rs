@@ -23,7 +23,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{raise, Signal};
 use scored_proto::client::Connection;
 use scored_proto::exitcode;
-use scored_proto::proto::{Reply, Request};
+use scored_proto::proto::{Reply, Request, ENDED_BEFORE_START};
 
 use crate::error::describe_io;
 use crate::pmi_server::PmiServer;
@@ -381,16 +381,17 @@ impl Session {
                 Reply::Ended { job, .. } => {
                     self.link = Link::Up;
                     self.queued.clear();
-                    if self.verbose {
-                        let line = format!("reattached to job {job}, which ended meanwhile");
-                        said.push(Action::Say(line));
-                    }
+                    let line = format!("reattached to job {job}, which ended meanwhile");
+                    said.extend(self.verbose.then_some(Action::Say(line)));
                 }
                 Reply::Rejected { reason, .. } | Reply::Error { message: reason } => {
-                    return vec![Action::Finish(Final::line(
-                        exitcode::UNREACHABLE,
-                        format!("scored came back, but: {reason}"),
-                    ))]
+                    let (code, what) = if reason.contains(ENDED_BEFORE_START) {
+                        (exitcode::REJECTED, "job rejected")
+                    } else {
+                        (exitcode::UNREACHABLE, "scored came back, but")
+                    };
+                    let end = Final::line(code, format!("{what}: {reason}"));
+                    return vec![Action::Finish(end)];
                 }
                 _ => {}
             }

@@ -1186,11 +1186,12 @@ fn an_interactive_dependant_is_told_it_ended_with_a_killed_scored() {
     daemon.start_again();
     // Its scrun comes back to the new daemon, which tells it that the job
     // ended with the killed one, and why; the job never ran.
+    // As scrun(1) says: a rejected job, status 75.
     let (status, message) = dependant.wait(Duration::from_secs(60));
-    assert_ne!(status.code(), Some(0), "{message}");
+    assert_eq!(status.code(), Some(75), "{message}");
     assert!(
         message.contains(&format!(
-            "cannot reattach to job {}: it ended before it started",
+            "scrun: job rejected: cannot reattach to job {}: it ended before it started",
             first + 1
         )) && message.contains("lost with a killed scored"),
         "{message}"

@@ -50,6 +50,11 @@ pub const MAX_FD_NUMBER: i32 = 1 << 20;
 /// SIGINT, SIGQUIT, SIGTERM, SIGWINCH) and SIGPIPE, which scrun passes on
 /// when the reader of its output went away.
 pub const PASSED_SIGNALS: [i32; 6] = [1, 2, 3, 13, 15, 28];
+/// What a refused reattach says when its job ended before it started
+/// (an interactive job that waited for others when its daemon was
+/// killed): scrun reports it as a rejected job, not as a daemon that
+/// did not come back.
+pub const ENDED_BEFORE_START: &str = "it ended before it started";
 
 /// Bytes that travel as a JSON string when they are UTF-8, and as an array
 /// of numbers otherwise, so that arguments and environment reach the job

@@ -911,3 +911,26 @@ fn a_job_that_ended_while_the_daemon_was_away_is_reattached_to_its_end() {
         ",
     );
 }
+
+#[test]
+fn a_job_that_ended_before_it_started_is_a_rejected_one_when_reattaching() {
+    check_reattach(
+        "
+        admitted 7
+        lost
+        +0
+        connected
+        rejected cannot reattach to job 7: it ended before it started: killed
+        ",
+        "
+        admitted 7
+        lost
+          say scored went away; waiting up to 2s for it to come back to job 7
+        +0
+          reconnect to job 7 (descriptors: true)
+        connected
+        rejected cannot reattach to job 7: it ended before it started: killed
+          finish 75: scrun: job rejected: cannot reattach to job 7: it ended before it started: killed
+        ",
+    );
+}

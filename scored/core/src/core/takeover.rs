@@ -152,7 +152,10 @@ impl Core {
                     .iter()
                     .find_map(|(key, value)| (key == "reason").then(|| value.to_text()))
                     .unwrap_or_default();
-                refusal(job, &format!("it ended before it started: {reason}"))
+                refusal(
+                    job,
+                    &format!("{}: {reason}", scored_proto::proto::ENDED_BEFORE_START),
+                )
             } else {
                 refusal(job, "it is not yours")
             };
