@@ -24,6 +24,15 @@ impl OsActuator {
     pub(super) fn reap_children(&mut self, out: &mut Vec<Input>) {
         loop {
             match sys::wait_any() {
+                Ok(Some(waited))
+                    if self.children.contains_key(&waited.pid)
+                        && matches!(
+                            waited.event,
+                            sys::WaitEvent::Exited(_) | sys::WaitEvent::Signaled(..)
+                        ) =>
+                {
+                    self.orphaned_rank_reaped(waited, out);
+                }
                 Ok(Some(waited)) => self.handle_waited(waited, out),
                 Ok(None) => break,
                 Err(error) => {
@@ -33,6 +42,41 @@ impl OsActuator {
             }
         }
         self.poll_processes(self.clock.now(), out);
+    }
+
+    /// scored reaped a rank itself: ranks are their keeper's children,
+    /// so its keeper died, and the rank came to scored, the subreaper
+    /// (killed by its parent-death signal). How it ended is the keeper's
+    /// doing, not the job's: its time is counted and its job is lost with
+    /// how the keeper ended, which the keeper's zombie, already there,
+    /// tells (else its reaping does, later).
+    fn orphaned_rank_reaped(&mut self, waited: sys::Waited, out: &mut Vec<Input>) {
+        let Some(child) = self.children.remove(&waited.pid) else {
+            return;
+        };
+        self.execs.remove(&waited.pid);
+        tracing::debug!(job = %child.job, pid = waited.pid, rank = child.rank, "a rank outlived its keeper");
+        if let Some(procs) = self.jobs.get_mut(&child.job) {
+            procs.reaped_cpu += waited.cpu;
+            procs.reaped_peak[child.slot] += waited.max_rss;
+            procs.children.remove(&waited.pid);
+            procs.groups.remove(&waited.pid);
+            if let Some(wait) = procs.stop_wait.as_mut() {
+                wait.children.remove(&waited.pid);
+            }
+        }
+        let keeper = self
+            .keepers
+            .links
+            .get(&child.job)
+            .filter(|link| link.ours)
+            .and_then(|link| link.id)
+            .map(|(pid, _)| pid);
+        if let Some(keeper) = keeper {
+            if let Ok(Some(ended)) = sys::reap(keeper) {
+                self.handle_waited(ended, out);
+            }
+        }
     }
 
     pub(super) fn release_job(&mut self, job: JobId) {
