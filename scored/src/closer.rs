@@ -1,42 +1,59 @@
 //! The closer: the one way the daemon lets go of a descriptor that a user
 //! handed over.
 //!
-//! The last close of some files sleeps in the kernel for as long as
-//! someone else likes: a TCP socket with `SO_LINGER` and unsent data waits
-//! for its peer to read (`sk_stream_wait_close`), a file system's release
-//! for its server. (A FUSE file's server is asked to FLUSH at every close,
-//! not only the last, so no process that holds a copy can let go of it
-//! without waiting for that server: scored relies on plain users being
-//! unable to mount FUSE file systems, as scored(8) says.) Users choose what
-//! they pass to scored (a job's standard and inherited descriptors, PMI
-//! descriptors, and the socket of their connection, whose queue may still
-//! hold descriptors in flight that a close would drop), so the loop never
-//! makes that last close itself:
+//! Closing a user's descriptor can sleep in the kernel for as long as
+//! someone else likes. The last close of a TCP socket with `SO_LINGER`
+//! and unsent data waits for its peer to read (`sk_stream_wait_close`),
+//! a file system's release for its server; and every close(2), not only
+//! the last, of a FUSE file asks its server to flush (`fuse_flush`, from
+//! `filp_close`, also at exec and exit), which a hostile server (any user
+//! may mount FUSE where `fusermount3` is setuid) need never answer. Users
+//! choose what they pass to scored (a job's standard and inherited
+//! descriptors, PMI descriptors, and the socket of their connection,
+//! whose queue may still hold descriptors in flight that a close would
+//! drop), so no process that serves every user closes one:
 //!
 //! - Every descriptor received from a client is a [`UserFd`] from the
-//!   moment it is received, and every client's socket not read to its end
-//!   is let go through [`discard`]. Dropping a `UserFd` does not close it: it joins a queue,
-//!   and [`flush`] sends the queue to the closer (SCM_RIGHTS over a
-//!   socketpair, never blocking). Once a descriptor is in flight, the
-//!   daemon's own close is not the last and costs nothing.
+//!   moment it is received, and every client's socket not read to its
+//!   end is let go through [`discard`]. Dropping a `UserFd` does not
+//!   close it: it joins a queue, and [`flush`] sends the queue to the
+//!   closer (SCM_RIGHTS over a socketpair, never blocking), one user's
+//!   batch at a time, each with the read end of a release pipe.
+//! - The daemon's own copies of a batch sent are let go of by a
+//!   replacing task ([`Closing`], `sys::ReplacingTask`): a child that
+//!   shares the daemon's memory and descriptor table and puts /dev/null
+//!   in place of each (closing what the entry held is then its, and so is
+//!   any wait), then of the release pipe's write end, and exits. The
+//!   numbers stay the daemon's until the task is reaped (at the next
+//!   [`flush`]), so none is reused under a task. At most
+//!   [`MAX_TASKS_PER_USER`] tasks run for one user and [`MAX_TASKS`] in
+//!   all: a user whose file system holds their closes holds their own
+//!   tasks, and their later batches wait in the daemon, counted against
+//!   them; no one else's.
 //! - The closer is a process the daemon starts with it ([`start`]): this
 //!   binary again, named `scored-closer`, with nothing of the daemon's but
-//!   its end of the socket; it runs no user code. For each batch it receives it forks a child that does
-//!   nothing but exit (`sys::fork_exiter`) once the closer has closed its
-//!   own copies, and the batch is closed by that exit: an exiting process
-//!   never lingers on a socket (the kernel skips `SO_LINGER` for a task
-//!   that is exiting), and a last close that still waits holds that child
-//!   alone, never the closer or the daemon. Each
-//!   user's batches are apart, so one user's stuck close delays no one
-//!   else's (another job's pipe still sees its end).
-//! - The closer says which batches it has closed, so that [`held`] counts
+//!   its end of the socket; it runs no user code and never holds a
+//!   user's descriptor (`serve.rs`). For each batch it forks a child that
+//!   receives it, waits for the release pipe's end (the daemon's copies
+//!   are then gone) and exits, so the batch's last close is that exit: an
+//!   exiting process never lingers on a socket (the kernel skips
+//!   `SO_LINGER` for a task that is exiting), and a close that still
+//!   waits holds that child alone. One child per batch, so one user's
+//!   stuck close delays no one else's (another job's pipe still sees its
+//!   end).
+//! - The closer says which batches it has closed (once their child is
+//!   reaped, so after the daemon's copies too), so that [`held`] counts
 //!   what each user makes root hold, in the daemon and in the closer, for
 //!   the per-user descriptor budget (`evloop::budget`).
 //! - While the closer's socket is full, or the closer is gone, the queue
 //!   waits in the daemon (and still counts against its users). A closer
 //!   that dies is started again, at most every [`RESTART_EVERY`]; an
-//!   in-place restart hands its socket, its pid and the queue to the new
-//!   image ([`hand_over`], [`resume`]).
+//!   in-place restart hands its socket, its pid, the queue and the
+//!   batches still being let go of to the new image ([`hand_over`],
+//!   [`resume`]), which sends those again and reaps the tasks.
+//! - At the daemon's exit ([`finish`]), what is left goes to replacing
+//!   tasks, so the exit itself closes nothing of a user's while a task
+//!   shares the table.
 //! - Without a closer (the loop's unit tests start none), descriptors are
 //!   closed at once.
 //! - The daemon's own files that want an `fdatasync` (the job journal, the
@@ -50,23 +67,29 @@
 //! when done with it), and make no system call on it in the loop that
 //! asks its file system or its peer anything (`fstat` is
 //! `sys::cached_identity`, which asks no server; reads and writes are the
-//! job's business).
+//! job's business). A process forked from the daemon holds a copy of
+//! every such descriptor and asks each server to flush when it closes its
+//! copies, at its exec or exit.
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::{self, IoSlice, IoSliceMut};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::socket::{
-    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
-    SockFlag, SockType,
+    sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::sys;
+
+mod serve;
+
+use serve::CLOSER_NAME;
+pub use serve::{invoked_as_closer, serve_inherited};
 
 /// The most descriptors one message carries (SCM_MAX_FD in the kernel's
 /// include/net/scm.h).
@@ -82,6 +105,16 @@ const FORK_RETRY: Duration = Duration::from_millis(100);
 /// carries: longer than the uid that a batch of descriptors to close
 /// carries, so that the two cannot be taken for each other.
 const SYNC: &[u8; 8] = b"fdatasyn";
+/// The flag of a batch's payload (after the uid) that says its last
+/// descriptor is the read end of a release pipe, which reaches its end
+/// once the daemon's own copies of the batch are gone.
+const RELEASE: u32 = 1;
+/// The most replacing tasks let go of the daemon's copies at once, and
+/// the most for one user: a user whose file system holds their closes
+/// holds that many tasks, and their later batches wait in the daemon,
+/// counted against them.
+const MAX_TASKS: usize = 64;
+const MAX_TASKS_PER_USER: usize = 4;
 
 /// A descriptor a user handed over. Dropping it hands it to the closer;
 /// it is never closed in the daemon (see the module doc).
@@ -190,6 +223,19 @@ pub fn pid() -> Option<i32> {
     with_state(|state| state.pid).flatten()
 }
 
+/// Whether `pid` is a replacing task (see [`Closing`]): a child of the
+/// daemon's that is neither a job's nor to be signalled.
+pub fn is_task(pid: i32) -> bool {
+    with_state(|state| {
+        state.strays.contains(&pid)
+            || state
+                .closing
+                .iter()
+                .any(|closing| closing.task.as_ref().is_some_and(|task| task.pid() == pid))
+    })
+    .unwrap_or(false)
+}
+
 /// The daemon's end of the closer's socket, to watch for the closer's
 /// reports (readable) and for room to send (writable), with the number of
 /// the closer it leads to (a closer started again may get the same
@@ -241,20 +287,6 @@ pub fn flush() {
     });
 }
 
-/// Sends what is queued, if anything is, as far as the socket takes it:
-/// before the fork of a helper that lives a while (a remover of scratch
-/// trees), so that it does not inherit copies of what the daemon has let
-/// go of (a copy that outlives the others would make the last close, and
-/// keep a pipe from its end). A rank needs none: it closes what it
-/// inherited first thing after its fork.
-pub fn send_queued() {
-    with_state(|state| {
-        if state.queued > 0 {
-            state.flush();
-        }
-    });
-}
-
 /// At the daemon's exit: sends what is still queued, waiting up to
 /// [`EXIT_WAIT`] for room. What is left is closed by the exit itself.
 pub fn finish() {
@@ -280,6 +312,25 @@ pub fn finish() {
         }) == Some(true)
     };
     while more() {}
+    // What the closer did not take, and every batch without a task, goes
+    // to a replacing task: the daemon's exit then closes nothing of a
+    // user's while a task shares its table (and the last task's exit
+    // closes what is left, in the task).
+    with_state(|state| {
+        let queue = std::mem::take(&mut state.queue);
+        state.queued = 0;
+        for (uid, fds) in queue {
+            state.closing.push(Closing {
+                uid,
+                fds,
+                release: None,
+                task: None,
+                done: false,
+            });
+        }
+        state.start_tasks(false);
+        state.sweep_at_exit();
+    });
 }
 
 /// What the closer's part of an in-place restart hands to the new image.
@@ -297,6 +348,10 @@ pub struct CloserSnapshot {
     /// field started does not.
     #[serde(default)]
     pub syncs: bool,
+    /// Replacing tasks still running (see [`Closing`]), for the new
+    /// image to reap; their batches are among `queued`.
+    #[serde(default)]
+    pub tasks: Vec<i32>,
 }
 
 /// The closer's state for the next image, and the descriptors it needs
@@ -306,20 +361,55 @@ pub fn hand_over() -> (CloserSnapshot, Vec<RawFd>) {
     with_state(|state| {
         state.read_reports();
         state.flush();
+        // The batches whose copies are still being let go of go through
+        // the closer again in the new image: which of their numbers a
+        // running task has replaced is the task's business (a replaced
+        // one holds /dev/null). Their release pipes close with this
+        // image (close-on-exec).
+        let closing = state
+            .closing
+            .iter()
+            .flat_map(|closing| closing.fds.iter().map(|fd| (closing.uid, fd.as_raw_fd())));
         let queued: Vec<(u32, RawFd)> = state
             .queue
             .iter()
             .flat_map(|(uid, fds)| fds.iter().map(|fd| (*uid, fd.as_raw_fd())))
+            .chain(closing)
             .collect();
         let socket = state.socket.as_ref().map(AsRawFd::as_raw_fd);
         let mut keep: Vec<RawFd> = queued.iter().map(|(_, fd)| *fd).collect();
         keep.extend(socket);
+        let mut tasks: Vec<i32> = state
+            .closing
+            .iter()
+            .filter_map(|closing| closing.task.as_ref().map(sys::ReplacingTask::pid))
+            .chain(state.strays.iter().copied())
+            .collect();
+        // A task still running (it waits in a close) keeps the table this
+        // image leaves behind at its execve, with a copy of every
+        // descriptor it holds: a last task puts the placeholder in place
+        // of each of those once the exec is done (and does nothing if it
+        // is not), so that the old table keeps nothing but the batches
+        // still being let go of, and another user's pipe sees its end
+        // when the new image lets go of it.
+        if state.closing.iter().any(|closing| closing.task.is_some()) {
+            if let Some((own, with)) = state.own_descriptors() {
+                if let Ok(task) = sys::ReplacingTask::start_after_exec(&own, with) {
+                    tasks.push(task.pid());
+                    state.strays.push(task.pid());
+                    // Its stack and list are in the memory this image
+                    // leaves to it (or, without an exec, never freed).
+                    std::mem::forget(task);
+                }
+            }
+        }
         let snapshot = CloserSnapshot {
             socket,
             pid: state.pid,
             queued,
             in_closer: state.in_closer.iter().map(|(u, n)| (*u, *n)).collect(),
             syncs: state.syncs,
+            tasks,
         };
         (snapshot, keep)
     })
@@ -340,6 +430,7 @@ pub fn resume(snapshot: CloserSnapshot) -> io::Result<()> {
         for (uid, n) in snapshot.in_closer {
             *state.in_closer.entry(uid).or_default() += n;
         }
+        state.strays.extend(snapshot.tasks);
         match snapshot.socket {
             Some(raw) => {
                 state.socket = Some(sys::adopt_descriptor(raw)?);
@@ -377,6 +468,53 @@ struct State {
     in_daemon: HashMap<u32, usize>,
     /// Per user: descriptors sent that the closer has not closed yet.
     in_closer: HashMap<u32, usize>,
+    /// Batches sent whose copies in the daemon's table are let go of by
+    /// replacing tasks, in the order sent.
+    closing: Vec<Closing>,
+    /// /dev/null, which replacing tasks put in place of what they let go of.
+    placeholder: Option<OwnedFd>,
+    /// Replacing tasks an earlier image started, to reap.
+    strays: Vec<i32>,
+}
+
+/// A batch sent to the closer whose copies in the daemon's table are yet
+/// to be let go of. Closing a user's descriptor in the daemon would make
+/// the daemon wait: a FUSE file's server is asked to flush at every
+/// close, not only the last, and may never answer. So a replacing task
+/// (`sys::ReplacingTask`), which shares the daemon's table, puts the
+/// placeholder in place of each, and waits, if anything does, in the
+/// daemon's stead; each number stays the daemon's (and this batch's)
+/// until the task is reaped, and then holds only the placeholder.
+struct Closing {
+    uid: u32,
+    /// The user's descriptors (the placeholder, once replaced).
+    fds: Vec<OwnedFd>,
+    /// The write end of the batch's release pipe: the closer's child
+    /// exits once it reaches its end, after the daemon's copies are gone,
+    /// so that the child's exit makes the last close of each.
+    release: Option<OwnedFd>,
+    task: Option<sys::ReplacingTask>,
+    /// Its task replaced every number: closing them closes the
+    /// placeholder.
+    done: bool,
+}
+
+impl Drop for Closing {
+    /// Closes the batch's numbers only once a task has replaced them all;
+    /// otherwise (the daemon exits first) leaves them to the task, or to
+    /// the exit of the last process that shares the table, and leaves a
+    /// running task its stack.
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        for fd in self.fds.drain(..).chain(self.release.take()) {
+            let _ = std::os::fd::IntoRawFd::into_raw_fd(fd);
+        }
+        if let Some(task) = self.task.take() {
+            std::mem::forget(task);
+        }
+    }
 }
 
 thread_local! {
@@ -496,6 +634,14 @@ impl State {
         if !self.enabled {
             return;
         }
+        self.reap_tasks();
+        self.send();
+        self.start_tasks(true);
+    }
+
+    /// Sends what is queued to the closer, as far as its socket takes it
+    /// (starting a closer again if the last one died and one is due).
+    fn send(&mut self) {
         if self.socket.is_none() {
             if self.queued == 0 || self.restart_at().is_some_and(|at| Instant::now() < at) {
                 return;
@@ -511,9 +657,16 @@ impl State {
             };
             let uid = *entry.key();
             let batch = entry.get_mut();
-            let n = batch.len().min(SCM_MAX_FD);
-            let raws: Vec<RawFd> = batch[..n].iter().map(AsRawFd::as_raw_fd).collect();
-            let bytes = uid.to_le_bytes();
+            // One place for the release pipe's read end.
+            let n = batch.len().min(SCM_MAX_FD - 1);
+            let mut raws: Vec<RawFd> = batch[..n].iter().map(AsRawFd::as_raw_fd).collect();
+            let release = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok();
+            let mut bytes = [0u8; 8];
+            bytes[..4].copy_from_slice(&uid.to_le_bytes());
+            if let Some((read, _)) = &release {
+                raws.push(read.as_raw_fd());
+                bytes[4..].copy_from_slice(&RELEASE.to_le_bytes());
+            }
             let sent = sendmsg::<()>(
                 socket.as_raw_fd(),
                 &[IoSlice::new(&bytes)],
@@ -523,14 +676,21 @@ impl State {
             );
             match sent {
                 Ok(_) => {
-                    // In flight now: these closes are not the last ones.
-                    let sent: Vec<OwnedFd> = batch.drain(..n).collect();
+                    // In flight now: the daemon's closes are not the last
+                    // ones. They are a replacing task's, not the loop's.
+                    let fds: Vec<OwnedFd> = batch.drain(..n).collect();
                     if batch.is_empty() {
                         entry.remove();
                     }
                     self.queued -= n;
                     self.forget(uid, n, true);
-                    drop(sent);
+                    self.closing.push(Closing {
+                        uid,
+                        fds,
+                        release: release.map(|(_, write)| write),
+                        task: None,
+                        done: false,
+                    });
                 }
                 Err(Errno::EAGAIN) => return,
                 Err(Errno::EINTR) => {}
@@ -540,6 +700,126 @@ impl State {
                 }
             }
         }
+    }
+
+    /// Starts a replacing task for each batch sent that has none, within
+    /// [`MAX_TASKS`] and [`MAX_TASKS_PER_USER`] when `bounded`.
+    fn start_tasks(&mut self, bounded: bool) {
+        if self.closing.iter().all(|closing| closing.task.is_some()) {
+            return;
+        }
+        if self.placeholder.is_none() {
+            match std::fs::File::open("/dev/null") {
+                Ok(null) => self.placeholder = Some(OwnedFd::from(null)),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot open /dev/null; the daemon's copies of users' descriptors wait");
+                    return;
+                }
+            }
+        }
+        let Some(with) = self.placeholder.as_ref().map(AsRawFd::as_raw_fd) else {
+            return;
+        };
+        let mut per_user: HashMap<u32, usize> = HashMap::new();
+        for closing in &self.closing {
+            if closing.task.is_some() {
+                *per_user.entry(closing.uid).or_default() += 1;
+            }
+        }
+        let mut running: usize = per_user.values().sum();
+        for closing in &mut self.closing {
+            if closing.task.is_some() {
+                continue;
+            }
+            let mine = per_user.entry(closing.uid).or_default();
+            if bounded && (running >= MAX_TASKS || *mine >= MAX_TASKS_PER_USER) {
+                continue;
+            }
+            let raws: Vec<RawFd> = closing
+                .fds
+                .iter()
+                .chain(&closing.release)
+                .map(AsRawFd::as_raw_fd)
+                .collect();
+            match sys::ReplacingTask::start(&raws, with) {
+                Ok(task) => {
+                    closing.task = Some(task);
+                    *mine += 1;
+                    running += 1;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot start a task to let go of users' descriptors; they wait");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// At the daemon's exit, while a replacing task still runs (it waits
+    /// in a close) and so keeps the table the daemon shares with it: a
+    /// last task puts the placeholder in place of every other descriptor
+    /// of the daemon's (its sockets, keepers' links, the zygote's), so
+    /// that what the daemon leaves behind is closed now, not once a
+    /// user's file system answers. A descriptor of a user's that got
+    /// there (none should) then waits in that task.
+    fn sweep_at_exit(&mut self) {
+        if self.closing.iter().all(|closing| closing.task.is_none()) {
+            return;
+        }
+        let Some((own, with)) = self.own_descriptors() else {
+            return;
+        };
+        if let Ok(task) = sys::ReplacingTask::start(&own, with) {
+            // Its stack and list are its own until the daemon is gone.
+            std::mem::forget(task);
+        }
+    }
+
+    /// The daemon's descriptors but 0 to 2, the placeholder and the
+    /// batches being let go of, with the placeholder.
+    fn own_descriptors(&self) -> Option<(Vec<RawFd>, RawFd)> {
+        let with = self.placeholder.as_ref().map(AsRawFd::as_raw_fd)?;
+        let batches: Vec<RawFd> = self
+            .closing
+            .iter()
+            .flat_map(|closing| closing.fds.iter().chain(&closing.release))
+            .map(AsRawFd::as_raw_fd)
+            .collect();
+        // Collected first: the listing is itself a descriptor, closed
+        // before a task starts (which then puts /dev/null there).
+        let listed: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
+            .ok()?
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+            .collect();
+        let (mut own, slow): (Vec<RawFd>, Vec<RawFd>) = listed
+            .into_iter()
+            .filter(|fd| *fd > 2 && *fd != with && !batches.contains(fd))
+            .partition(|fd| sys::closes_at_once_number(*fd));
+        // What closes at once first (sockets, pipes): a user's file whose
+        // close waits then keeps only what comes after it.
+        own.extend(slow);
+        Some((own, with))
+    }
+
+    /// Reaps the replacing tasks that ended: their batches' numbers hold
+    /// the placeholder and are closed; a task killed halfway is started
+    /// again on the same batch.
+    fn reap_tasks(&mut self) {
+        for closing in &mut self.closing {
+            let Some(task) = &closing.task else { continue };
+            match sys::reap_replacing(task.pid()) {
+                None => {}
+                Some(true) => {
+                    closing.task = None;
+                    closing.done = true;
+                }
+                Some(false) => closing.task = None,
+            }
+        }
+        self.closing.retain(|closing| !closing.done);
+        self.strays
+            .retain(|pid| sys::reap_replacing(*pid).is_none());
     }
 
     /// Reads the closer's reports of batches closed.
@@ -576,239 +856,9 @@ fn parse_report(report: [u8; 8]) -> (u32, usize) {
     (uid, n as usize)
 }
 
-/// The closer's command name (`argv[0]`), which tells the binary to be
-/// the closer, and `ps` to show it apart from the daemon.
-const CLOSER_NAME: &std::ffi::CStr = c"scored-closer";
-
-/// Whether this process was started as the closer (see [`serve_inherited`]).
-pub fn invoked_as_closer() -> bool {
-    std::env::args_os()
-        .next()
-        .is_some_and(|arg0| arg0.as_encoded_bytes() == CLOSER_NAME.to_bytes())
-}
-
-/// The closer process, started by the daemon (`actuator::spawn_closer`)
-/// with its end of the socket as descriptor 3 and nothing else of the
-/// daemon's: serves until the daemon is gone, and returns the exit status.
-pub fn serve_inherited() -> i32 {
-    match sys::adopt_descriptor(3) {
-        Ok(socket) => serve(socket),
-        Err(_) => 1,
-    }
-}
-
-/// The closer process: receives batches of one user's descriptors, hands
-/// each to a child that exits at once, and reports each batch closed once
-/// its child is reaped. Returns (and so exits) when the daemon's end is
-/// closed: the daemon is gone.
-fn serve(socket: OwnedFd) -> i32 {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use nix::sys::signal::{SigSet, Signal};
-    use nix::sys::signalfd::{SfdFlags, SignalFd};
-    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-
-    // Started from /proc/self/exe, whose name the kernel took as its own.
-    let _ = nix::sys::prctl::set_name(CLOSER_NAME);
-    // Children's ends through a signalfd; every other signal as for any
-    // process, so that root can end the closer like any other.
-    let mut children_set = SigSet::empty();
-    children_set.add(Signal::SIGCHLD);
-    if children_set.thread_set_mask().is_err() {
-        return 1;
-    }
-    let Ok(signals) = SignalFd::with_flags(
-        &children_set,
-        SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
-    ) else {
-        return 1;
-    };
-    let mut children: HashMap<i32, (u32, u32)> = HashMap::new();
-    let mut reports: VecDeque<[u8; 8]> = VecDeque::new();
-    let mut waiting: VecDeque<(u32, Vec<OwnedFd>)> = VecDeque::new();
-    // The child syncing files, and the files to sync once it is done.
-    let mut syncer: Option<i32> = None;
-    let mut to_sync: Vec<OwnedFd> = Vec::new();
-    let mut control = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
-    loop {
-        while let Some((uid, batch)) = waiting.front() {
-            match sys::fork_exiter() {
-                Ok((pid, release)) => {
-                    children.insert(pid, (*uid, batch.len() as u32));
-                    // The child holds the batch and exits once released:
-                    // these copies close first, so they are not the last.
-                    waiting.pop_front();
-                    drop(release);
-                }
-                Err(_) => break,
-            }
-        }
-        // Forked while no user's descriptor is held here, so that the
-        // child, which waits for the disk, keeps no copy of one.
-        if syncer.is_none() && !to_sync.is_empty() && waiting.is_empty() {
-            match sys::fork_process() {
-                Ok(Some(pid)) => {
-                    syncer = Some(pid);
-                    // The child syncs them; these copies, of the daemon's
-                    // own files, close at once.
-                    to_sync.clear();
-                }
-                Ok(None) => {
-                    for file in to_sync.drain(..) {
-                        let _ = std::fs::File::from(file).sync_data();
-                    }
-                    sys::exit_now(0)
-                }
-                Err(_) => {}
-            }
-        }
-        while let Ok(Some(_)) = signals.read_signal() {}
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, ..)) => {
-                    if syncer == Some(pid.as_raw()) {
-                        syncer = None;
-                    }
-                    if let Some((uid, n)) = children.remove(&pid.as_raw()) {
-                        let mut report = [0u8; 8];
-                        report[..4].copy_from_slice(&uid.to_le_bytes());
-                        report[4..].copy_from_slice(&n.to_le_bytes());
-                        reports.push_back(report);
-                    }
-                }
-                Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(_) => {}
-            }
-        }
-        while let Some(report) = reports.front() {
-            match nix::sys::socket::send(
-                socket.as_raw_fd(),
-                report,
-                MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
-            ) {
-                Ok(_) => {
-                    reports.pop_front();
-                }
-                Err(Errno::EINTR) => {}
-                Err(Errno::EAGAIN) => break,
-                Err(_) => return 0,
-            }
-        }
-        // Take no more while a batch waits for a fork: the table stays
-        // small, so that receiving never fails for want of room (the
-        // kernel would then close what did not fit, here).
-        let mut socket_events = PollFlags::empty();
-        if waiting.is_empty() {
-            socket_events |= PollFlags::POLLIN;
-        }
-        if !reports.is_empty() {
-            socket_events |= PollFlags::POLLOUT;
-        }
-        let mut fds = [
-            PollFd::new(socket.as_fd(), socket_events),
-            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
-        ];
-        let fork_failed = syncer.is_none() && !to_sync.is_empty();
-        let timeout = if waiting.is_empty() && !fork_failed {
-            PollTimeout::NONE
-        } else {
-            PollTimeout::from(FORK_RETRY.as_millis() as u16)
-        };
-        match poll(&mut fds, timeout) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(_) => return 1,
-        }
-        let hung_up = fds[0]
-            .revents()
-            .is_some_and(|events| events.intersects(PollFlags::POLLHUP | PollFlags::POLLERR));
-        if !waiting.is_empty() && !hung_up {
-            continue;
-        }
-        loop {
-            let mut payload = [0u8; SYNC.len()];
-            let mut batch = Vec::new();
-            let bytes = {
-                let mut iov = [IoSliceMut::new(&mut payload)];
-                let message = match recvmsg::<()>(
-                    socket.as_raw_fd(),
-                    &mut iov,
-                    Some(&mut control),
-                    MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
-                ) {
-                    Ok(message) => message,
-                    Err(Errno::EINTR) => continue,
-                    Err(Errno::EAGAIN) => break,
-                    Err(_) => return 0,
-                };
-                if let Ok(cmsgs) = message.cmsgs() {
-                    for cmsg in cmsgs {
-                        if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                            batch.extend(raw.into_iter().map(sys::own_received_descriptor));
-                        }
-                    }
-                }
-                message.bytes
-            };
-            if bytes == 0 && batch.is_empty() {
-                // The daemon is gone: what waits is closed by our exit.
-                return 0;
-            }
-            if bytes == SYNC.len() && payload == *SYNC {
-                add_files(&mut to_sync, batch);
-                continue;
-            }
-            if !batch.is_empty() {
-                let uid = [payload[0], payload[1], payload[2], payload[3]];
-                waiting.push_back((u32::from_le_bytes(uid), batch));
-                break;
-            }
-        }
-    }
-}
-
-/// Adds `files` to those waiting for a sync, each file once (a sync
-/// asked for again while one runs adds nothing): the list holds as many
-/// descriptors as the daemon has files to sync, however long a sync
-/// takes.
-fn add_files(to_sync: &mut Vec<OwnedFd>, files: Vec<OwnedFd>) {
-    let identity = |fd: &OwnedFd| {
-        nix::sys::stat::fstat(fd)
-            .ok()
-            .map(|stat| (stat.st_dev, stat.st_ino))
-    };
-    for file in files {
-        let id = identity(&file);
-        if id.is_none() || !to_sync.iter().any(|held| identity(held) == id) {
-            to_sync.push(file);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_file_waits_for_its_sync_once_however_often_it_is_asked() {
-        let dir = std::env::temp_dir().join(format!("scored-closer-sync-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let open = |name: &str| {
-            OwnedFd::from(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(dir.join(name))
-                    .unwrap(),
-            )
-        };
-        let mut to_sync = Vec::new();
-        add_files(&mut to_sync, vec![open("journal"), open("state.log")]);
-        add_files(&mut to_sync, vec![open("journal")]);
-        add_files(&mut to_sync, vec![open("journal"), open("state.log")]);
-        assert_eq!(to_sync.len(), 2);
-        add_files(&mut to_sync, vec![open("journal.1")]);
-        assert_eq!(to_sync.len(), 3);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 
     #[test]
     fn a_report_names_the_user_and_the_count() {

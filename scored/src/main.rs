@@ -25,8 +25,12 @@ use scored_proto::units::CpuSet;
 use scored_proto::{exitcode, paths};
 
 fn main() {
+    actuator::fill_standard_descriptors();
     if closer::invoked_as_closer() {
         std::process::exit(closer::serve_inherited());
+    }
+    if actuator::invoked_as_remover() {
+        std::process::exit(actuator::remove_inherited());
     }
     let code = match run() {
         Ok(()) => exitcode::OK,

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 mod clone;
 mod wait;
-pub use clone::{clone_vfork, futex_wait, futex_wake, ChildStack};
+pub use clone::{
+    clone_vfork, futex_wait, futex_wake, reap_replacing, spawn_clean, ChildStack, ReplacingTask,
+};
 
 pub use wait::{
     has_children, peek_ended, readable_within, reap, take_stop, wait_any, wait_ended,
@@ -738,43 +740,6 @@ pub fn own_received_descriptor(fd: RawFd) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
-/// Forks a child that only exits (`_exit(0)`), closing by its exit every
-/// descriptor it inherited: the closer's way to let go of descriptors
-/// users handed over (see `crate::closer`). An exiting process never
-/// lingers on a socket (the kernel skips `SO_LINGER` for a task that is
-/// exiting), and whatever else a last close waits for holds only this
-/// child. The child exits once the returned descriptor is closed: the
-/// caller closes its own copies of what the child is to let go of first,
-/// then that descriptor, so that the child's exit is the last close of
-/// each (a child that exited before the caller's closes left the last,
-/// lingering close to the caller). Safe in any process: the child makes
-/// only async-signal-safe system calls.
-pub fn fork_exiter() -> io::Result<(i32, OwnedFd)> {
-    let (release_read, release_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let (read, write) = (release_read.as_raw_fd(), release_write.as_raw_fd());
-    // SAFETY: the child calls only `close`, `read` and `_exit`, which are
-    // async-signal-safe and take no lock, so it is sound whatever the
-    // parent's threads hold.
-    match unsafe { libc::fork() } {
-        -1 => Err(io::Error::last_os_error()),
-        0 => {
-            let mut byte = 0u8;
-            // SAFETY: `write` and `read` are the pipe's ends, open in the
-            // child's copy of the table; `byte` is valid for one byte;
-            // `_exit` ends the child at once without running the parent's
-            // exit handlers or destructors. The read returns at the end of
-            // the pipe, once the parent's write end is closed (or the
-            // parent is gone), or on a signal.
-            unsafe {
-                libc::close(write);
-                libc::read(read, (&mut byte as *mut u8).cast(), 1);
-                libc::_exit(0)
-            }
-        }
-        pid => Ok((pid, release_write)),
-    }
-}
-
 /// The device, inode and mode of the file behind `fd`, as the kernel has
 /// them cached (`statx` with `AT_STATX_DONT_SYNC`): a file system that asks
 /// a server for attributes (FUSE, NFS) is not asked, so that a descriptor a
@@ -807,13 +772,20 @@ pub fn cached_identity(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<(u64, u64,
 ///
 /// Not for use between fork and exec.
 pub fn closes_at_once(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    closes_at_once_number(fd.as_raw_fd())
+}
+
+/// [`closes_at_once`] for a number of the caller's table, which need not
+/// be open (one that is not does not close at once).
+pub fn closes_at_once_number(fd: RawFd) -> bool {
     // SAFETY: an all-zero statx is a valid value for the kernel to fill.
     let mut stat: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is open for the call, the path is an empty C string
-    // (AT_EMPTY_PATH: the descriptor itself) and `stat` is valid for writing.
+    // SAFETY: a number that is not open only makes statx fail (EBADF); the
+    // path is an empty C string (AT_EMPTY_PATH: the descriptor itself) and
+    // `stat` is valid for writing.
     let ret = unsafe {
         libc::statx(
-            fd.as_raw_fd(),
+            fd,
             c"".as_ptr(),
             libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC,
             libc::STATX_TYPE,
@@ -834,14 +806,14 @@ pub fn closes_at_once(fd: std::os::fd::BorrowedFd<'_>) -> bool {
 }
 
 /// A socket's address family (`SO_DOMAIN`).
-fn socket_domain(fd: std::os::fd::BorrowedFd<'_>) -> Option<libc::c_int> {
+fn socket_domain(fd: RawFd) -> Option<libc::c_int> {
     let mut domain: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `domain` is a writable int and `len` its size, both valid
     // across the call; getsockopt writes at most `len` bytes.
     let ret = unsafe {
         libc::getsockopt(
-            fd.as_raw_fd(),
+            fd,
             libc::SOL_SOCKET,
             libc::SO_DOMAIN,
             (&mut domain as *mut libc::c_int).cast(),
@@ -849,21 +821,6 @@ fn socket_domain(fd: std::os::fd::BorrowedFd<'_>) -> Option<libc::c_int> {
         )
     };
     (ret == 0).then_some(domain)
-}
-
-/// Makes `command`'s child run at SCHED_FIFO `priority` (reset on fork)
-/// from before its exec; where that is refused it runs at normal priority.
-/// Not for use between fork and exec.
-pub fn set_fifo_priority_in_child(command: &mut std::process::Command, priority: i32) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure makes one system call (sched_setscheduler), which
-    // allocates nothing and takes no lock, between fork and exec.
-    unsafe {
-        command.pre_exec(move || {
-            let _ = set_scheduler(Some(priority), true);
-            Ok(())
-        });
-    }
 }
 
 /// SO_PEERGROUPS: the supplementary groups the peer had when it connected.

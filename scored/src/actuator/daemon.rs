@@ -6,7 +6,6 @@
 use std::fs;
 use std::io;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use super::sys;
 
@@ -39,19 +38,113 @@ pub fn elevate_priority() -> String {
 /// daemon waits for the check, so the check runs at the daemon's own
 /// priority: at normal priority on a loaded machine it waited for the CPU
 /// longer than it ran. Where that is refused it runs at normal priority.
+/// It is started with no descriptor of the daemon's but its pipes
+/// (`sys::spawn_clean`): a copy of a user's FUSE file, closed by its exec,
+/// would make the check, and so the daemon, wait for that file's server.
 pub fn check_handover(
     exe: &Path,
     args: &[std::ffi::OsString],
     path: &Path,
 ) -> io::Result<std::process::Output> {
-    let mut check = Command::new(exe);
-    check
-        .args(args)
-        .arg("--check-state")
-        .arg(path)
-        .stdin(Stdio::null());
-    sys::set_fifo_priority_in_child(&mut check, 10);
-    check.output()
+    use std::ffi::CString;
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let c_string = |bytes: &[u8]| {
+        CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte"))
+    };
+    let program = c_string(exe.as_os_str().as_bytes())?;
+    let mut words = vec![program.clone()];
+    for arg in args {
+        words.push(c_string(arg.as_bytes())?);
+    }
+    words.push(c_string(b"--check-state")?);
+    words.push(c_string(path.as_os_str().as_bytes())?);
+    let mut environment = Vec::new();
+    for (key, value) in std::env::vars_os() {
+        let mut entry = key.as_bytes().to_vec();
+        entry.push(b'=');
+        entry.extend_from_slice(value.as_bytes());
+        if let Ok(entry) = CString::new(entry) {
+            environment.push(entry);
+        }
+    }
+    let pointers = |strings: &[CString]| {
+        let mut list: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+        list.push(std::ptr::null());
+        list
+    };
+    let null = fs::OpenOptions::new().read(true).open("/dev/null")?;
+    let (out_read, out_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (err_read, err_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let pid = sys::spawn_clean(
+        &program,
+        &pointers(&words),
+        &pointers(&environment),
+        [
+            null.as_raw_fd(),
+            out_write.as_raw_fd(),
+            err_write.as_raw_fd(),
+        ],
+        false,
+        Some(10),
+    )?;
+    drop((null, out_write, err_write));
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    let mut open = [Some(out_read), Some(err_read)];
+    while open.iter().any(Option::is_some) {
+        let mut fds: Vec<nix::poll::PollFd> = open
+            .iter()
+            .flatten()
+            .map(|fd| nix::poll::PollFd::new(fd.as_fd(), nix::poll::PollFlags::POLLIN))
+            .collect();
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(error) => return Err(error.into()),
+        }
+        drop(fds);
+        for (slot, sink) in open.iter_mut().zip([&mut stdout, &mut stderr]) {
+            let Some(fd) = slot else { continue };
+            let mut buffer = [0u8; 4096];
+            match nix::unistd::read(&*fd, &mut buffer) {
+                Ok(0) => *slot = None,
+                Ok(n) => sink.extend_from_slice(&buffer[..n]),
+                Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => {}
+                Err(_) => *slot = None,
+            }
+        }
+    }
+    let status = loop {
+        match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => break code << 8,
+            Ok(nix::sys::wait::WaitStatus::Signaled(_, signal, _)) => break signal as i32,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(error) => return Err(error.into()),
+        }
+    };
+    Ok(std::process::Output {
+        status: std::os::unix::process::ExitStatusExt::from_raw(status),
+        stdout,
+        stderr,
+    })
+}
+
+/// Opens /dev/null on each of descriptors 0 to 2 that is closed, so that
+/// they are always the daemon's own: no descriptor a user hands over is
+/// given one of those numbers (`sys::spawn_clean` relies on it).
+pub fn fill_standard_descriptors() {
+    while let Ok(null) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(null);
+        if fd > 2 {
+            let _ = sys::close(fd);
+            return;
+        }
+        // The lowest free number, one of 0 to 2: kept open for good.
+    }
 }
 
 /// Marks every descriptor the daemon inherited (other than stdio)

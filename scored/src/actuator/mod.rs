@@ -55,13 +55,17 @@ mod reap;
 mod sample;
 mod stop;
 
-pub use daemon::{become_subreaper, check_handover, elevate_priority, seal_inherited_descriptors};
+pub use daemon::{
+    become_subreaper, check_handover, elevate_priority, fill_standard_descriptors,
+    seal_inherited_descriptors,
+};
 use exec::PendingExec;
 pub use failure::LaunchError;
 use launch::LaunchInProgress;
 pub use recover::input_job;
 pub use snapshot::ActuatorSnapshot;
 pub use spawn::spawn_closer;
+pub use statedir::{invoked_as_remover, remove_inherited};
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::CString;

@@ -404,8 +404,9 @@ impl OsActuator {
         }
     }
 
-    /// Our children that are neither keepers, the zygote, removers nor
-    /// the closer of users' descriptors (`crate::closer`): orphaned job
+    /// Our children that are neither keepers, the zygote, removers, the
+    /// closer of users' descriptors nor the daemon's replacing tasks
+    /// (`crate::closer`): orphaned job
     /// descendants (of a keeper that died), not yet reaped.
     pub(super) fn orphans(&self) -> Vec<i32> {
         let closer = crate::closer::pid();
@@ -417,6 +418,7 @@ impl OsActuator {
                     && !self.is_keeper(stat.pid)
                     && !self.removers.contains_key(&stat.pid)
                     && Some(stat.pid) != closer
+                    && !crate::closer::is_task(stat.pid)
             })
             .map(|stat| stat.pid)
             .collect()

@@ -517,98 +517,82 @@ fn shed_root_leftovers(became_user: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Forks a child that removes the rest of a large scratch tree (see
+/// Starts a process that removes the rest of a large scratch tree (see
 /// [`Removal::is_large`](super::statedir::Removal::is_large)) and exits: 0
 /// once the tree is gone, 1 if the removal failed (the tree then stays in
 /// `STATE_DIR/removing` for the next start). Its pid is returned for the
 /// reaper.
 ///
-/// Unlike a rank's child, this one runs the daemon's own Rust code, which
-/// allocates: that is sound because the daemon is single-threaded, so no
-/// allocator lock is held by another thread at the fork, and the child
-/// never returns into the daemon's loop (it ends with `_exit`, running no
-/// destructor and flushing nothing of the daemon's). It first leaves the
-/// daemon's real-time class, which a fork keeps (the daemon does not set
-/// SCHED_RESET_ON_FORK, see `drop_daemon_priority`), for the lowest normal
-/// priority: removing hundreds of thousands of files takes seconds of CPU
-/// without a pause, and at real-time priority it held its CPU for all of
-/// them, ahead of every job and of the ranks that wait there for their exec
-/// (which were then killed for not starting in time).
+/// It is this binary again (`statedir::remove_inherited`), with the
+/// tree's directory as its descriptor 3 and no other descriptor of the
+/// daemon's (`sys::spawn_clean`): a fork would hold a copy of every
+/// user's descriptor the daemon holds, and its closes of them (at its exit
+/// at the latest) would wait for any FUSE server among them, for as long
+/// as that server likes, with the removers every user's trees wait for.
+/// It leaves the daemon's real-time class for the lowest normal priority:
+/// removing hundreds of thousands of files takes seconds of CPU without a
+/// pause, and at real-time priority it held its CPU for all of them, ahead
+/// of every job and of the ranks that wait there for their exec (which
+/// were then killed for not starting in time).
 pub fn spawn_remover(removal: &mut super::statedir::Removal) -> io::Result<i32> {
-    crate::closer::send_queued();
-    let mut keep = removal.descriptors();
-    keep.sort_unstable();
+    use std::ffi::CString;
+    const EXE: &CStr = c"/proc/self/exe";
+    let (parent, name, uid) = removal.whereabouts();
+    let invalid = |_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a tree's name");
+    let name = CString::new(name).map_err(invalid)?;
+    let uid = CString::new(uid.to_string()).map_err(invalid)?;
+    let argv = [
+        super::statedir::REMOVER_NAME.as_ptr(),
+        name.as_ptr(),
+        uid.as_ptr(),
+        std::ptr::null(),
+    ];
+    let environment = environment();
+    let mut envp: Vec<*const libc::c_char> = environment.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
     #[cfg(all(debug_assertions, not(test)))]
     assert!(
         super::procfs::thread_count().is_none_or(|threads| threads == 1),
-        "the daemon forks a remover with more than one thread"
+        "the daemon starts a remover with more than one thread"
     );
-    // SAFETY: the daemon is single-threaded, so the child inherits no lock
-    // held by another thread; the child only removes the tree through the
-    // descriptors it inherited and ends with `_exit`.
-    match unsafe { nix::unistd::fork() }? {
-        nix::unistd::ForkResult::Child => {
-            if sys::set_scheduler(None, false).is_err() {
-                // Never remove a tree at the daemon's real-time priority.
-                // SAFETY: `_exit` ends the child without running the
-                // daemon's exit handlers or destructors.
-                unsafe { libc::_exit(1) }
-            }
-            let _ = sys::set_nice(19);
-            // Only the tree's handles: a copy of what the daemon holds for
-            // users (a job's pipe) would keep it open for the whole removal.
-            // With no handle to keep, every other descriptor goes (-1 is
-            // no descriptor).
-            let (last, rest) = keep
-                .split_last()
-                .map_or((-1, &[][..]), |(&last, rest)| (last, rest));
-            let pairs: Vec<(RawFd, RawFd)> = rest.iter().map(|&fd| (fd, fd)).collect();
-            let _ = sys::close_from_3_except(&pairs, last, false);
-            let code = match removal.finish() {
-                Ok(()) => 0,
-                Err(_) => 1,
-            };
-            // SAFETY: `_exit` ends the child without running the daemon's
-            // exit handlers or destructors, which belong to the parent.
-            unsafe { libc::_exit(code) }
-        }
-        nix::unistd::ForkResult::Parent { child } => Ok(child.as_raw()),
-    }
+    sys::spawn_clean(EXE, &argv, &envp, [parent, -1, -1], true, None)
+}
+
+/// The daemon's environment as `NAME=value` strings, for an exec.
+fn environment() -> Vec<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::env::vars_os()
+        .filter_map(|(key, value)| {
+            let mut entry = key.as_bytes().to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            std::ffi::CString::new(entry).ok()
+        })
+        .collect()
 }
 
 /// Starts the closer of users' descriptors (see `crate::closer`): this
 /// binary again (`/proc/self/exe`, which still runs after an upgrade
 /// replaced the file), under the name `argv0`, with `socket` as its
-/// descriptor 3 and no other descriptor of the daemon's, at normal
-/// scheduling priority (the daemon's real-time priority is not for it).
-/// Its own command line tells it from the daemon in `ps`.
+/// descriptor 3, /dev/null as 0, the daemon's 1 and 2 (its log) and no
+/// other descriptor of the daemon's, at normal scheduling priority (the
+/// daemon's real-time priority is not for it). Its own command line tells
+/// it from the daemon in `ps`. Started without a copy of the daemon's
+/// other descriptors (`sys::spawn_clean`): a closer started again while
+/// users' descriptors are open would otherwise close copies of them at
+/// its exec, and wait there for any FUSE server among them.
 pub fn spawn_closer(socket: RawFd, argv0: &CStr) -> io::Result<i32> {
     const EXE: &CStr = c"/proc/self/exe";
-    const SOCKET: RawFd = 3;
     let argv = [argv0.as_ptr(), std::ptr::null()];
+    let environment = environment();
+    let mut envp: Vec<*const libc::c_char> = environment.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
     #[cfg(all(debug_assertions, not(test)))]
     assert!(
         super::procfs::thread_count().is_none_or(|threads| threads == 1),
-        "the daemon forks its closer with more than one thread"
+        "the daemon starts its closer with more than one thread"
     );
-    // SAFETY: the daemon is single-threaded, so the child inherits no lock
-    // held by another thread; the child makes system calls on data
-    // prepared above, then execs or `_exit`s.
-    match unsafe { nix::unistd::fork() }? {
-        nix::unistd::ForkResult::Child => {
-            if sys::install_stdio(socket, SOCKET).is_ok() && sys::set_scheduler(None, false).is_ok()
-            {
-                let _ = sys::close_from_3_except(&[], SOCKET, true);
-                // SAFETY: `EXE` and `argv` are NUL-terminated and valid;
-                // execv returns only on failure.
-                unsafe { libc::execv(EXE.as_ptr(), argv.as_ptr()) };
-            }
-            // SAFETY: `_exit` ends the child without running the daemon's
-            // exit handlers or destructors, which belong to the parent.
-            unsafe { libc::_exit(127) }
-        }
-        nix::unistd::ForkResult::Parent { child } => Ok(child.as_raw()),
-    }
+    sys::spawn_clean(EXE, &argv, &envp, [socket, -1, -1], true, None)
 }
 
 #[cfg(test)]

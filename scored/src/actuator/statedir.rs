@@ -591,16 +591,12 @@ impl Removal {
         })
     }
 
-    /// The descriptors the removal works through (a child that finishes
-    /// it keeps these and no other).
-    pub fn descriptors(&self) -> Vec<std::os::fd::RawFd> {
+    /// The directory the tree is in, its name there and the daemon's uid:
+    /// what a process of its own needs to remove the rest
+    /// ([`remove_inherited`]).
+    pub fn whereabouts(&self) -> (std::os::fd::RawFd, &str, u32) {
         use std::os::fd::AsRawFd;
-        let mut fds = vec![self.parent.as_raw_fd()];
-        fds.extend(self.top.as_ref().map(AsRawFd::as_raw_fd));
-        for dir in &self.stack {
-            fds.extend([dir.fd.as_raw_fd(), dir.entries.as_raw_fd()]);
-        }
-        fds
+        (self.parent.as_raw_fd(), &self.name, self.uid)
     }
 
     /// The tree's name in its parent, for messages.
@@ -857,3 +853,41 @@ impl DiskWalk {
 
 #[cfg(test)]
 mod tests;
+
+/// The remover of a large scratch tree (`spawn::spawn_remover`), started
+/// as this binary named [`REMOVER_NAME`] with the tree's directory as
+/// descriptor 3 and its name and the daemon's uid as arguments: removes
+/// the tree at the lowest normal priority and returns the exit status, 0
+/// once it is gone, 1 if the removal failed (the tree then stays for the
+/// next start).
+pub fn remove_inherited() -> i32 {
+    let mut args = std::env::args_os().skip(1);
+    let (Some(name), Some(uid)) = (args.next(), args.next()) else {
+        return 1;
+    };
+    let (Some(name), Some(uid)) = (
+        name.to_str().map(str::to_string),
+        uid.to_str().and_then(|uid| uid.parse::<u32>().ok()),
+    ) else {
+        return 1;
+    };
+    let _ = super::sys::set_nice(19);
+    let Ok(parent) = super::sys::adopt_descriptor(3) else {
+        return 1;
+    };
+    match Removal::new(parent, name, uid).and_then(|mut removal| removal.finish()) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// The remover's command name (`argv[0]`), which tells the binary to be a
+/// remover, and `ps` to show it apart from the daemon.
+pub const REMOVER_NAME: &std::ffi::CStr = c"scored-remover";
+
+/// Whether this process was started as a remover (see [`remove_inherited`]).
+pub fn invoked_as_remover() -> bool {
+    std::env::args_os()
+        .next()
+        .is_some_and(|arg0| arg0.as_encoded_bytes() == REMOVER_NAME.to_bytes())
+}

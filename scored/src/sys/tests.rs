@@ -1,25 +1,37 @@
 //! Unit tests of the system calls the daemon wraps.
 
 use super::*;
+use std::os::fd::AsFd;
 
-/// An exiter waits for its release: it exits only once the caller has
-/// closed the descriptor it was given, after the caller's own copies.
+/// A replacing task lets go of a descriptor in the caller's own table
+/// (the read end then sees the pipe's end) and leaves the number taken,
+/// holding the replacement, until the caller closes it.
 #[test]
-fn an_exiter_exits_only_once_released() {
-    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-    let (pid, release) = fork_exiter().expect("fork");
-    let pid = nix::unistd::Pid::from_raw(pid);
-    std::thread::sleep(Duration::from_millis(50));
+fn a_replacing_task_lets_go_of_the_callers_copy() {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    let task = ReplacingTask::start(&[write.as_raw_fd()], null.as_raw_fd()).expect("start");
+    let started = std::time::Instant::now();
+    let ended = loop {
+        if let Some(ended) = reap_replacing(task.pid()) {
+            break ended;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the task never ended"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(ended, "the task was killed");
+    let mut byte = [0u8; 1];
+    assert_eq!(nix::unistd::read(&read, &mut byte).expect("read"), 0);
+    let (_, _, mode) = cached_identity(write.as_fd()).expect("statx");
     assert_eq!(
-        waitpid(pid, Some(WaitPidFlag::WNOHANG)).expect("waitpid"),
-        WaitStatus::StillAlive,
-        "the exiter exited before its release"
+        mode & libc::S_IFMT,
+        libc::S_IFCHR,
+        "the number holds /dev/null"
     );
-    drop(release);
-    assert_eq!(
-        waitpid(pid, None).expect("waitpid"),
-        WaitStatus::Exited(pid, 0)
-    );
+    drop(task);
 }
 
 /// The kernel writes back exactly the structure `raw_set_disposition`
