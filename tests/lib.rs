@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 mod harness {
     pub mod daemon;
     pub mod fixtures;
+    pub mod flushes;
     pub mod hung;
     pub mod job;
     pub mod procs;
@@ -26,6 +27,7 @@ mod harness {
 
 pub use harness::daemon::*;
 pub use harness::fixtures::*;
+pub use harness::flushes::*;
 pub use harness::hung::*;
 pub use harness::job::*;
 pub use harness::procs::*;

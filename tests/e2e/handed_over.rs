@@ -397,3 +397,110 @@ fn one_user_cannot_fill_roots_descriptor_table() {
     drop(flooder);
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
 }
+
+/// A plain user's FUSE file, handed to root's daemon as a job's standard
+/// output, whose server sits for ever on the flush that each close of a
+/// copy asks of it when the closer is one of root's processes that serve
+/// every user (the daemon, its closer and their children): root's console
+/// is answered at once, another user's job launches and ends, and when
+/// the first job ends nothing waits, nor after an in-place restart (a job
+/// of another user's running across it still sees its pipes' end), while
+/// the server still sits on what it was asked.
+#[test]
+fn a_fuse_server_that_never_flushes_never_freezes_the_daemon() {
+    let test = "a_fuse_server_that_never_flushes_never_freezes_the_daemon";
+    let Some(users) = test_users(test) else {
+        return;
+    };
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    // Declared after the daemon, so dropped before it: what waits is
+    // answered and the file system goes even when the test fails.
+    let Some(fuse) = FlushFile::mount(&daemon.sandbox.path.join("fuse")) else {
+        println!("skipped: {test} needs to mount FUSE");
+        return;
+    };
+    let go = daemon.sandbox.path.join("go");
+    let script = format!(
+        "echo written; while [ ! -e {} ]; do sleep 0.05; done; echo ended",
+        go.display()
+    );
+    let output = std::fs::OpenOptions::new()
+        .write(true)
+        .open(fuse.path())
+        .expect("open the FUSE file");
+    let mut first = daemon
+        .scrun_as(&users.a, &["-nodes=1", "sh", "-c", &script])
+        .stdout(Stdio::from(output))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn user a's scrun");
+    fuse.hold_daemon(daemon.pid());
+    assert!(
+        wait_until(Duration::from_secs(30), || fuse
+            .written()
+            .contains("written")),
+        "user a's job never wrote to the FUSE file:\n{}",
+        daemon.log()
+    );
+    let check = |when: &str| {
+        for _ in 0..3 {
+            assert!(
+                timed_status(&daemon, Duration::from_secs(10)).is_some(),
+                "{when}: root's status was not answered within 10 s while the FUSE server \
+                 sat on the flushes of {}",
+                fuse.held_processes()
+            );
+        }
+        let mut other = daemon.spawn_as(&users.b, &["-nodes=1", "echo", "served"]);
+        other.wait_lines("served", 1);
+        let (status, stderr) = other.wait(Duration::from_secs(30));
+        assert!(status.success(), "{when}: user b's job: {status} {stderr}");
+    };
+    check("while user a's job runs");
+    std::fs::write(&go, "").expect("end user a's job");
+    let ended = wait_until(Duration::from_secs(30), || {
+        matches!(first.try_wait(), Ok(Some(_)))
+    });
+    if !ended {
+        let _ = first.kill();
+    }
+    assert!(
+        ended,
+        "user a's scrun did not end with its job while the FUSE server sat on the flushes \
+         of {}",
+        fuse.held_processes()
+    );
+    let status = first.wait().expect("user a's scrun");
+    assert!(status.success(), "user a's job: {status}");
+    assert!(fuse.written().contains("ended"), "{}", fuse.written());
+    // scored lets go of its copies of the job's output once the job is
+    // over: the server sits on what that asks.
+    assert!(
+        wait_until(Duration::from_secs(30), || fuse.held() > 0),
+        "no process of root's let go of a copy of the file after the job ended \
+         ({} flushes asked)",
+        fuse.flushes()
+    );
+    check("after user a's job ended");
+    // Across an in-place restart while a close still waits: user b's job
+    // running meanwhile still sees its pipes' end once it ends.
+    let go = daemon.sandbox.path.join("go-b");
+    let script = format!(
+        "echo started; while [ ! -e {} ]; do sleep 0.05; done",
+        go.display()
+    );
+    let mut across = daemon.spawn_as(&users.b, &["-nodes=1", "sh", "-c", &script]);
+    across.wait_lines("started", 1);
+    let restarted = daemon.ok("restart");
+    assert!(restarted.contains("restarted in place"), "{restarted}");
+    check("after a restart in place");
+    std::fs::write(&go, "").expect("end user b's job");
+    let (status, stderr) = across.wait(Duration::from_secs(30));
+    assert!(
+        status.success(),
+        "user b's job across the restart: {status} {stderr}"
+    );
+    assert!(fuse.held() > 0, "the FUSE server's flushes were answered");
+    println!("flushes waiting at the end: {}", fuse.held_processes());
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+}

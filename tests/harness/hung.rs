@@ -226,7 +226,7 @@ fn serve(device: &OwnedFd, shared: &Mutex<Shared>, stop: &AtomicBool) {
 }
 
 /// Process `pid` has a SIGKILL pending (or is gone).
-fn being_killed(pid: u32) -> bool {
+pub(crate) fn being_killed(pid: u32) -> bool {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return true;
     };
@@ -240,7 +240,7 @@ fn being_killed(pid: u32) -> bool {
 
 /// The parent of process `pid` (which waits in the kernel for an answer,
 /// so its id is still its own).
-fn parent_of(pid: u32) -> Option<u32> {
+pub(crate) fn parent_of(pid: u32) -> Option<u32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     text[text.rfind(')')? + 1..]
         .split_whitespace()
@@ -251,7 +251,7 @@ fn parent_of(pid: u32) -> Option<u32> {
 
 /// Writes the answer to request `unique`: `error` (0 or a negated errno)
 /// and `body`.
-fn reply(device: &OwnedFd, unique: u64, error: i32, body: &[u8]) {
+pub(crate) fn reply(device: &OwnedFd, unique: u64, error: i32, body: &[u8]) {
     let mut out = Vec::with_capacity(16 + body.len());
     out.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
     out.extend_from_slice(&error.to_ne_bytes());
