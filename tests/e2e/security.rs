@@ -945,8 +945,8 @@ fn many_files_count_as_disk_use_and_their_removal_does_not_hold_the_loop() {
     let removing_dir = daemon.sandbox.path.join("state/removing");
     let meta = std::fs::metadata(&removing_dir).expect("removing");
     assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o700));
-    // The child that removes the tree (the daemon's only child once the
-    // job is gone, not exec'd) runs at normal priority: its seconds of
+    // The child that removes the tree (`scored-remover`, the daemon's
+    // only child of that name) runs at normal priority: its seconds of
     // unlinking at the daemon's real-time priority would hold a CPU
     // against every process that must run there.
     let mut remover_policies = Vec::new();
@@ -958,7 +958,7 @@ fn many_files_count_as_disk_use_and_their_removal_does_not_hold_the_loop() {
                     .into_iter()
                     .filter(|pid| {
                         std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                            .is_ok_and(|comm| comm.trim() == "scored")
+                            .is_ok_and(|comm| comm.trim() == "scored-remover")
                     })
                     .filter_map(|pid| proc_stat(pid).map(|stat| stat.policy)),
             );

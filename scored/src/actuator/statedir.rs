@@ -861,6 +861,8 @@ mod tests;
 /// once it is gone, 1 if the removal failed (the tree then stays for the
 /// next start).
 pub fn remove_inherited() -> i32 {
+    // Started from /proc/self/exe, whose name the kernel took as its own.
+    let _ = nix::sys::prctl::set_name(REMOVER_NAME);
     let mut args = std::env::args_os().skip(1);
     let (Some(name), Some(uid)) = (args.next(), args.next()) else {
         return 1;
