@@ -128,8 +128,7 @@ enum Link {
     /// The daemon went away: scrun tries to reach it again at `next_try`,
     /// until `until`.
     Away { until: Instant, next_try: Instant },
-    /// Connected again and `Reattach` sent; its answer is awaited until
-    /// `until`.
+    /// Connected again and `Reattach` sent; its answer awaited until `until`.
     Reattaching { until: Instant },
 }
 
@@ -681,6 +680,7 @@ pub fn run(
         };
         if let Some(side) = pty.as_deref_mut() {
             side.sync_raw();
+            side.note_typed(&mut session);
         }
         pending.extend(events);
         while let Some(event) = pending.pop_front() {

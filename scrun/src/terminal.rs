@@ -50,6 +50,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::sys::signal::Signal;
 use nix::sys::termios::{self, SetArg, SpecialCharacterIndices, Termios};
 
 /// The window size given to the pty when scrun has no terminal to copy
@@ -330,6 +331,9 @@ pub struct Relay {
     hold_until: Option<std::time::Instant>,
     /// scrun's stdin is a terminal that hung up, not yet told.
     terminal_gone: bool,
+    /// The signal the last key typed for the job's terminal raised there
+    /// (its interrupt or quit character), not yet told.
+    typed_signal: Option<Signal>,
 }
 
 /// What the relay wants `poll` to watch.
@@ -360,7 +364,14 @@ impl Relay {
             stopped_for_output: false,
             hold_until: None,
             terminal_gone: false,
+            typed_signal: None,
         }
+    }
+
+    /// The signal a key typed for the job raised in its terminal since
+    /// last asked, if any (SIGINT or SIGQUIT).
+    pub fn take_typed_signal(&mut self) -> Option<Signal> {
+        self.typed_signal.take()
     }
 
     /// The master, to poll.
@@ -408,6 +419,9 @@ impl Relay {
             Ok(len) => {
                 self.to_job.extend_from_slice(&buffer[..len]);
                 self.last_typed = Some(buffer[len - 1]);
+                if let Some(signal) = raised_by(&self.pty.master, &buffer[..len]) {
+                    self.typed_signal = Some(signal);
+                }
             }
         }
         self.flush_typed();
@@ -583,6 +597,28 @@ impl Relay {
     pub fn take_output_gone(&mut self) -> bool {
         std::mem::take(&mut self.output_gone)
     }
+}
+
+/// The signal that the last of `typed`, written to the pty `master`,
+/// raises there: its interrupt (SIGINT) or quit (SIGQUIT) character, while
+/// the line discipline turns keys into signals.
+fn raised_by(master: &OwnedFd, typed: &[u8]) -> Option<Signal> {
+    let modes = termios::tcgetattr(master.as_fd()).ok()?;
+    if !modes.local_flags.contains(termios::LocalFlags::ISIG) {
+        return None;
+    }
+    let key = |index: SpecialCharacterIndices| modes.control_chars[index as usize];
+    let (interrupt, quit) = (
+        key(SpecialCharacterIndices::VINTR),
+        key(SpecialCharacterIndices::VQUIT),
+    );
+    // A character of 0 is disabled (_POSIX_VDISABLE).
+    typed.iter().rev().find_map(|&byte| match byte {
+        0 => None,
+        byte if byte == interrupt => Some(Signal::SIGINT),
+        byte if byte == quit => Some(Signal::SIGQUIT),
+        _ => None,
+    })
 }
 
 #[cfg(test)]

@@ -212,6 +212,26 @@ fn ctrl_c_typed_on_a_pty_reaches_the_job_through_its_line_discipline() {
     assert!(screen.contains("modes=same"), "{screen}");
 }
 
+/// Ctrl-C typed on a pty that ends the job ends scrun by SIGINT, silently,
+/// as it does without `-pty` and as the program run directly would end:
+/// so a shell loop around it stops.
+#[test]
+fn ctrl_c_that_ends_a_pty_job_ends_scrun_by_it_silently() {
+    let daemon = Daemon::start();
+    let script = "set -m\n\
+        perl -e 'system(@ARGV); printf \"signal=%d exit=%d\\n\", $? & 127, $? >> 8' \
+        \"$SCRUN\" -pty sh -c 'echo ready; exec sleep 600'\n";
+    let Some(tmux) = Tmux::start(&daemon, script, 100, 30) else {
+        return;
+    };
+    tmux.expect("ready");
+    tmux.keys("C-c");
+    tmux.expect("signal=");
+    let screen = tmux.screen();
+    assert!(screen.contains("signal=2 exit=0"), "{screen}");
+    assert!(!screen.contains("killed by SIGINT"), "{screen}");
+}
+
 #[test]
 fn the_terminal_is_restored_when_a_pty_job_is_killed() {
     let daemon = Daemon::start();

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
+use super::Session;
 use crate::terminal::{in_background, in_foreground, RawMode, Relay};
 
 /// The pty side of a `-pty` session: the relay and scrun's terminal in raw
@@ -26,6 +27,15 @@ pub struct PtySide {
 }
 
 impl PtySide {
+    /// A key typed for the job that raised SIGINT or SIGQUIT in its
+    /// terminal counts as that signal passed on by scrun: the job's end by
+    /// it is scrun's too, as without `-pty` (see scrun(1), SIGNALS).
+    pub(super) fn note_typed(&mut self, session: &mut Session) {
+        if let Some(signal) = self.relay.take_typed_signal() {
+            session.passed = Some((signal, Instant::now()));
+        }
+    }
+
     /// Whether raw mode is on.
     pub(super) fn raw_active(&self) -> bool {
         self.raw.as_ref().is_some_and(RawMode::is_active)
