@@ -19,7 +19,10 @@
 //!   close it: it joins a queue, and [`flush`] sends the queue to the
 //!   closer (SCM_RIGHTS over a socketpair, never blocking), one user's
 //!   batch at a time, each with the read end of a release pipe.
-//! - The daemon's own copies of a batch sent are let go of by a
+//! - The daemon closes its own copies of a batch sent that close at once
+//!   (`sys::closes_at_once`: a pipe, a Unix socket, a terminal, which
+//!   have nothing to flush and, with a copy in flight, are not the last).
+//!   The others are let go of by a
 //!   replacing task ([`Closing`], `sys::ReplacingTask`): a child that
 //!   shares the daemon's memory and descriptor table and puts /dev/null
 //!   in place of each (closing what the entry held is then its, and so is
@@ -431,6 +434,7 @@ pub fn resume(snapshot: CloserSnapshot) -> io::Result<()> {
             *state.in_closer.entry(uid).or_default() += n;
         }
         state.strays.extend(snapshot.tasks);
+        state.open_placeholder();
         match snapshot.socket {
             Some(raw) => {
                 state.socket = Some(sys::adopt_descriptor(raw)?);
@@ -571,6 +575,7 @@ impl State {
 
     fn start(&mut self) -> io::Result<()> {
         self.started_at = Some(Instant::now());
+        self.open_placeholder();
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -677,20 +682,29 @@ impl State {
             match sent {
                 Ok(_) => {
                     // In flight now: the daemon's closes are not the last
-                    // ones. They are a replacing task's, not the loop's.
+                    // ones. Those of descriptors that close at once (a
+                    // pipe, a Unix socket, a terminal: nothing to flush,
+                    // no linger) are made here; the others are a
+                    // replacing task's, not the loop's.
                     let fds: Vec<OwnedFd> = batch.drain(..n).collect();
                     if batch.is_empty() {
                         entry.remove();
                     }
                     self.queued -= n;
                     self.forget(uid, n, true);
-                    self.closing.push(Closing {
-                        uid,
-                        fds,
-                        release: release.map(|(_, write)| write),
-                        task: None,
-                        done: false,
-                    });
+                    let (at_once, fds): (Vec<OwnedFd>, Vec<OwnedFd>) = fds
+                        .into_iter()
+                        .partition(|fd| sys::closes_at_once(fd.as_fd()));
+                    drop(at_once);
+                    if !fds.is_empty() {
+                        self.closing.push(Closing {
+                            uid,
+                            fds,
+                            release: release.map(|(_, write)| write),
+                            task: None,
+                            done: false,
+                        });
+                    }
                 }
                 Err(Errno::EAGAIN) => return,
                 Err(Errno::EINTR) => {}
@@ -708,15 +722,7 @@ impl State {
         if self.closing.iter().all(|closing| closing.task.is_some()) {
             return;
         }
-        if self.placeholder.is_none() {
-            match std::fs::File::open("/dev/null") {
-                Ok(null) => self.placeholder = Some(OwnedFd::from(null)),
-                Err(error) => {
-                    tracing::warn!(%error, "cannot open /dev/null; the daemon's copies of users' descriptors wait");
-                    return;
-                }
-            }
-        }
+        self.open_placeholder();
         let Some(with) = self.placeholder.as_ref().map(AsRawFd::as_raw_fd) else {
             return;
         };
@@ -800,6 +806,20 @@ impl State {
         // close waits then keeps only what comes after it.
         own.extend(slow);
         Some((own, with))
+    }
+
+    /// Opens the placeholder if it is not open yet: at start, so that it
+    /// is there when the daemon runs out of descriptors.
+    fn open_placeholder(&mut self) {
+        if self.placeholder.is_some() {
+            return;
+        }
+        match std::fs::File::open("/dev/null") {
+            Ok(null) => self.placeholder = Some(OwnedFd::from(null)),
+            Err(error) => {
+                tracing::warn!(%error, "cannot open /dev/null; the daemon's copies of users' descriptors wait for it");
+            }
+        }
     }
 
     /// Reaps the replacing tasks that ended: their batches' numbers hold
