@@ -795,6 +795,32 @@ fn jobs_lists_by_user_name_and_state_and_kill_ends_by_name_only_ones_own() {
 }
 
 #[test]
+fn a_batch_job_whose_program_cannot_run_says_why_in_its_output_file() {
+    let daemon = Daemon::start();
+    std::fs::write(daemon.sandbox.path.join("not-executable"), "echo never\n")
+        .expect("write a script");
+    for (program, status, why) in [
+        ("no-such-program-here", "127", "No such file or directory"),
+        ("./not-executable", "126", "Permission denied"),
+    ] {
+        let job = submit(&daemon, &[program, "arg"]);
+        wait_ended(&daemon, job);
+        assert_eq!(field(&daemon, job, "exit"), status, "{program}");
+        let file = daemon.sandbox.path.join(format!("scored-{job}.out"));
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        assert_eq!(
+            text,
+            format!("scored: cannot run '{program}': {why}\n"),
+            "{program}"
+        );
+    }
+    // An interactive job without files says it once, on scrun's stderr.
+    let output = daemon.run(&["no-such-program-here"]);
+    assert_eq!(code(&output), Some(127));
+    assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
+}
+
+#[test]
 fn a_batch_job_with_stat_or_pty_is_refused_naming_both_and_nothing_is_made() {
     let daemon = Daemon::start();
     for (args, option) in [

@@ -287,6 +287,9 @@ unsafe fn child(setup: &ChildSetup, exec: &mut spawner::Exec, report: RawFd) -> 
         Ok(()) => (Step::Exec, Some(unsafe { exec.exec() })),
         Err((step, error)) => (step, error.raw_os_error()),
     };
+    if step == Step::Exec && setup.output[1].is_some() {
+        say_exec_failure(setup.program, errno.unwrap_or(libc::EIO));
+    }
     let mut bytes = [0u8; 8];
     bytes[..4].copy_from_slice(&(step as u32).to_le_bytes());
     bytes[4..].copy_from_slice(&errno.unwrap_or(libc::EIO).to_le_bytes());
@@ -297,6 +300,38 @@ unsafe fn child(setup: &ChildSetup, exec: &mut spawner::Exec, report: RawFd) -> 
     // SAFETY: `_exit` ends the child without running the daemon's exit
     // handlers or flushing its buffers.
     unsafe { libc::_exit(127) }
+}
+
+/// Says on the job's standard error, a file of its output patterns, that
+/// `program` could not be run and why, as a shell would say it: a batch
+/// job's user finds it in the file rather than an empty one. The daemon
+/// says it in full in the job's reason. Async-signal-safe: writes of bytes
+/// at hand, no allocation.
+fn say_exec_failure(program: &CStr, errno: i32) {
+    let reason: &[u8] = match errno {
+        libc::ENOENT => b"No such file or directory",
+        libc::EACCES => b"Permission denied",
+        libc::ENOEXEC => b"Exec format error",
+        libc::ENOTDIR => b"Not a directory",
+        libc::ELOOP => b"Too many levels of symbolic links",
+        libc::ETXTBSY => b"Text file busy",
+        libc::E2BIG => b"Argument list too long",
+        libc::ENOMEM => b"Cannot allocate memory",
+        libc::EISDIR => b"Is a directory",
+        _ => b"cannot be executed",
+    };
+    let parts: [&[u8]; 5] = [
+        b"scored: cannot run '",
+        program.to_bytes(),
+        b"': ",
+        reason,
+        b"\n",
+    ];
+    for part in parts {
+        // SAFETY: `part` is valid for its length; a failed write to the
+        // job's stderr loses only this line.
+        unsafe { libc::write(libc::STDERR_FILENO, part.as_ptr().cast(), part.len()) };
+    }
 }
 
 fn at<T>(step: Step, result: io::Result<T>) -> Result<T, (Step, io::Error)> {
