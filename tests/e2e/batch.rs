@@ -423,7 +423,7 @@ fn bad_batch_options_and_unknown_dependencies_change_nothing() {
         (vec!["-batch,output=no/such/dir/x", "true"], "directory", 64),
         (vec!["-batch,after=999", "true"], "there is no job 999", 75),
         (vec!["-batch,array=0-99999", "true"], "at most 10000", 64),
-        (vec!["-batch,pty", "true"], "option 'batch'", 75),
+        (vec!["-batch,pty", "true"], "option 'pty'", 64),
     ] {
         let output = daemon.run(&args);
         assert_eq!(code(&output), Some(status), "{args:?}: {}", stderr(&output));
