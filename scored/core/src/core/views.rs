@@ -279,9 +279,13 @@ impl Core {
                 .finished
                 .iter()
                 .any(|done| named(&done.job.user));
+        // A user of a job is known without asking the user database, whose
+        // lookup may be slow (a network directory) and holds the loop.
+        if on_a_job {
+            return None;
+        }
         match self.directory.has_user(user) {
             Ok(true) => None,
-            _ if on_a_job => None,
             Ok(false) => Some(Reply::error(format!("--user: no user named '{user}'"))),
             Err(error) => Some(Reply::error(format!(
                 "--user: cannot look up user '{user}': {error}"
