@@ -11,7 +11,8 @@
 //! choose what they pass to scored (a job's standard and inherited
 //! descriptors, PMI descriptors, and the socket of their connection,
 //! whose queue may still hold descriptors in flight that a close would
-//! drop), so no process that serves every user closes one:
+//! drop), so no process that serves every user makes a close of one
+//! that could wait:
 //!
 //! - Every descriptor received from a client is a [`UserFd`] from the
 //!   moment it is received, and every client's socket not read to its
