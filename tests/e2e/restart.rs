@@ -113,7 +113,7 @@ fn bad_history_arguments_are_named() {
         ("history --all", "unexpected '--all'"),
         (
             "history --user no-such-user-here",
-            "no user named 'no-such-user-here'",
+            "error: --user: no user named 'no-such-user-here'",
         ),
     ] {
         let output = daemon.console(line);

@@ -168,14 +168,15 @@ impl<A: Actuator> Daemon<A> {
     }
 }
 
-/// A user named on the console (a name or a uid): its uid.
+/// The user `history --user` names (a name or a uid): its uid. The
+/// error names the option, as `jobs --user` and `kill --user` do.
 fn resolve_user(user: &str) -> Result<u32, String> {
     if let Ok(uid) = user.parse::<u32>() {
         return Ok(uid);
     }
     match nix::unistd::User::from_name(user) {
         Ok(Some(found)) => Ok(found.uid.as_raw()),
-        Ok(None) => Err(format!("no user named '{user}'")),
-        Err(error) => Err(format!("cannot look up user '{user}': {error}")),
+        Ok(None) => Err(format!("--user: no user named '{user}'")),
+        Err(error) => Err(format!("--user: cannot look up user '{user}': {error}")),
     }
 }
