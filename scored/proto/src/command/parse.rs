@@ -152,6 +152,10 @@ const QUEUE_SETTINGS: &[&str] = &[
     "fairshare",
 ];
 const QUEUE_ACTIONS: &[&str] = &["enable", "disable", "activate", "deactivate", "set"];
+/// The options of `jobs`, `kill` and `history`: none of them is the value
+/// of another (`kill --user --name x` lacks its user, it is not user
+/// `--name`).
+const OPTION_WORDS: &[&str] = &["-s", "--signal", "--user", "--name", "--state", "--since"];
 
 /// Parses one console line. Blank lines and comments (a word starting with
 /// `#` ends the line) give `Ok(None)`. A final `\n` or `\r\n`, as read from a
@@ -308,7 +312,7 @@ impl<'a> Parser<'a> {
                     match word {
                         "--user" if user.is_none() => {
                             user = Some(
-                                self.required("a user name or uid after --user")?
+                                self.option_value("a user name or uid after --user")?
                                     .to_string(),
                             );
                         }
@@ -360,6 +364,22 @@ impl<'a> Parser<'a> {
                 format!("missing {what}"),
                 self.usage_hint(),
             )),
+        }
+    }
+
+    /// The value of an option, which is no option word itself.
+    fn option_value(&mut self, what: &str) -> Result<&'a str, ParseError> {
+        match self.words.get(self.pos) {
+            Some(word) if OPTION_WORDS.contains(word) => Err(self.error(
+                ParseErrorKind::MissingArgument,
+                format!("missing {what}"),
+                format!(
+                    "{} is an option of its own; {}",
+                    quote(word),
+                    self.usage_hint()
+                ),
+            )),
+            _ => self.required(what),
         }
     }
 
@@ -435,16 +455,7 @@ impl<'a> Parser<'a> {
         if given {
             return Err(self.invalid(format!("{} given twice", quote(option)), self.usage_hint()));
         }
-        let value = match self.next() {
-            Some(value) => value,
-            None => {
-                return Err(self.error(
-                    ParseErrorKind::MissingArgument,
-                    format!("missing {what}"),
-                    self.usage_hint(),
-                ))
-            }
-        };
+        let value = self.option_value(what)?;
         if option == "--state" && !JOB_STATES.contains(&value) {
             return Err(self.invalid(
                 format!("unknown state {}", quote(value)),
@@ -466,7 +477,9 @@ impl<'a> Parser<'a> {
 
     /// `kill [-s SIGNAL] ID [ID...]`, `kill [-s SIGNAL] [--user U] [--name
     /// N]`, or `kill ID [ID...] SIGNAL` with a signal's name: a number is
-    /// always a job id, so `kill 63 64` ends jobs 63 and 64.
+    /// always a job id, so `kill 63 64` ends jobs 63 and 64. A word out of
+    /// place is named with where it stands, never taken for a job id it
+    /// cannot be.
     fn kill(&mut self) -> Result<Command, ParseError> {
         let mut jobs = Vec::new();
         let mut filter = JobFilter::default();
@@ -487,14 +500,6 @@ impl<'a> Parser<'a> {
                     self.pos -= 1;
                     jobs.push(self.job_id()?);
                 }
-                // The older form: a signal's name after the ids.
-                _ if signal.is_none()
-                    && !jobs.is_empty()
-                    && self.pos == self.words.len()
-                    && !word.starts_with('-') =>
-                {
-                    signal = Some(self.signal(word)?);
-                }
                 // `kill -9 42`, as the shell's kill: the signal goes with -s.
                 _ if word
                     .strip_prefix('-')
@@ -511,6 +516,27 @@ impl<'a> Parser<'a> {
                 }
                 _ if word.starts_with('-') => {
                     return Err(self.unknown_keyword(word, &["-s", "--user", "--name"]))
+                }
+                _ if parse_signal(word).is_some() => {
+                    signal = Some(self.signal_after_ids(word, &jobs, &filter, signal)?);
+                }
+                // Where a signal's name may stand, a word that is none.
+                _ if signal.is_none() && !jobs.is_empty() && self.pos == self.words.len() => {
+                    signal = Some(self.signal(word)?);
+                }
+                _ if jobs.is_empty() && !filter.is_empty() => {
+                    return Err(self.error(
+                        ParseErrorKind::ExtraArgument,
+                        format!(
+                            "unexpected {} after {}",
+                            quote(word),
+                            quote(self.words[self.pos - 2])
+                        ),
+                        format!(
+                            "--user and --name take one word each; {}",
+                            self.usage_hint()
+                        ),
+                    ))
                 }
                 _ => {
                     return Err(self.invalid(
@@ -538,6 +564,50 @@ impl<'a> Parser<'a> {
             filter,
             signal,
         })
+    }
+
+    /// A signal's name without -s (`word`, which names one), taken only in
+    /// the one place it may stand: last, after the job ids, with no other
+    /// signal given.
+    fn signal_after_ids(
+        &self,
+        word: &str,
+        jobs: &[u64],
+        filter: &JobFilter,
+        signal: Option<i32>,
+    ) -> Result<i32, ParseError> {
+        let number = self.signal(word)?;
+        let hint = |why: &str| format!("{why} -s {}; {}", signal_name(number), self.usage_hint());
+        if signal.is_some() {
+            return Err(self.invalid("a signal given twice".to_string(), self.usage_hint()));
+        }
+        if jobs.is_empty() && filter.is_empty() {
+            return Err(self.invalid(
+                format!("{} is a signal, not a job id", quote(word)),
+                hint("a signal's name goes after the job ids, or anywhere with -s, as"),
+            ));
+        }
+        if jobs.is_empty() {
+            return Err(self.invalid(
+                format!("signal {} without -s", quote(word)),
+                hint("with --user or --name the signal goes with -s, as"),
+            ));
+        }
+        match self.words.get(self.pos) {
+            None => Ok(number),
+            Some(next) => Err(self.error(
+                ParseErrorKind::ExtraArgument,
+                format!(
+                    "unexpected {} after the signal {}",
+                    quote(next),
+                    quote(word)
+                ),
+                hint(
+                    "a signal's name after the job ids ends the line: give every id \
+                     before it, or the signal with -s, as",
+                ),
+            )),
+        }
     }
 
     // Arguments.

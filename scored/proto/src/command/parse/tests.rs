@@ -340,10 +340,37 @@ fn kill_lines() {
     check("kill 42 -9", "InvalidValue: '-9' is not an option in 'kill 42 -9': give a signal with -s, as -s 9; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
     check("kill -KILL 42", "InvalidValue: '-KILL' is not an option in 'kill -KILL 42': give a signal with -s, as -s KILL; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
     check("kill --nmae x", "UnknownKeyword: unexpected '--nmae' in 'kill --nmae x': did you mean '--name'? expected -s, --user or --name; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
-    check("kill 42 TERM now", "InvalidValue: invalid job id 'TERM' in 'kill 42 TERM now': expected a job number such as 42; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill 42 TERM now", "ExtraArgument: unexpected 'now' after the signal 'TERM' in 'kill 42 TERM now': a signal's name after the job ids ends the line: give every id before it, or the signal with -s, as -s TERM; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
     check("kill 42 --user alice", "InvalidValue: job ids and --user or --name together in 'kill 42 --user alice': give one or the other; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
     check("kill -s TERM -s KILL 42", "InvalidValue: a signal given twice in 'kill -s TERM -s KILL 42': usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
     check("kill -s", "MissingArgument: missing a signal after -s in 'kill -s': usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+}
+
+/// A word out of place in `kill` is named with where it stands: a signal's
+/// name is never reported as a bad job id.
+#[test]
+fn kill_names_a_word_out_of_place() {
+    check("kill 12 KILL extra", "ExtraArgument: unexpected 'extra' after the signal 'KILL' in 'kill 12 KILL extra': a signal's name after the job ids ends the line: give every id before it, or the signal with -s, as -s KILL; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill 12 sigkill 13", "ExtraArgument: unexpected '13' after the signal 'sigkill' in 'kill 12 sigkill 13': a signal's name after the job ids ends the line: give every id before it, or the signal with -s, as -s KILL; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill 12 HUP TERM", "ExtraArgument: unexpected 'TERM' after the signal 'HUP' in 'kill 12 HUP TERM': a signal's name after the job ids ends the line: give every id before it, or the signal with -s, as -s HUP; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill KILL 12", "InvalidValue: 'KILL' is a signal, not a job id in 'kill KILL 12': a signal's name goes after the job ids, or anywhere with -s, as -s KILL; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill usr1", "InvalidValue: 'usr1' is a signal, not a job id in 'kill usr1': a signal's name goes after the job ids, or anywhere with -s, as -s USR1; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill -s TERM 12 KILL", "InvalidValue: a signal given twice in 'kill -s TERM 12 KILL': usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill --user alice KILL", "InvalidValue: signal 'KILL' without -s in 'kill --user alice KILL': with --user or --name the signal goes with -s, as -s KILL; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill --name sweep HUP", "InvalidValue: signal 'HUP' without -s in 'kill --name sweep HUP': with --user or --name the signal goes with -s, as -s HUP; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill --user alice bob", "ExtraArgument: unexpected 'bob' after 'alice' in 'kill --user alice bob': --user and --name take one word each; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill --user --name sweep", "MissingArgument: missing a user name or uid after --user in 'kill --user --name sweep': '--name' is an option of its own; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("kill --name -s HUP", "MissingArgument: missing a job name after --name in 'kill --name -s HUP': '-s' is an option of its own; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
+    check("jobs --user --state running", "MissingArgument: missing a user name or uid after --user in 'jobs --user --state running': '--state' is an option of its own; usage: jobs [all] [--user U] [--name N] [--state S]");
+    check("history --user --since 2h", "MissingArgument: missing a user name or uid after --user in 'history --user --since 2h': '--since' is an option of its own; usage: history [--user U] [--since T]");
+    // Every documented form still reads as it did.
+    check("kill 12 KILL", "kill -s KILL 12");
+    check("kill 12 13 KILL", "kill -s KILL 12 13");
+    check("kill 12 -s KILL", "kill -s KILL 12");
+    check("kill -s KILL --user alice", "kill -s KILL --user alice");
+    check("kill --name sweep -s 9", "kill -s KILL --name sweep");
+    check("kill 12 nosuch", "InvalidValue: unknown signal 'nosuch' in 'kill 12 nosuch': expected a number from 1 to 64 or a name such as TERM, KILL, INT, HUP, USR1 or RTMIN+2");
+    check("kill 12 x 13", "InvalidValue: invalid job id 'x' in 'kill 12 x 13': expected a job number such as 42; usage: kill [-s SIGNAL] ID [ID...] or kill [-s SIGNAL] [--user U] [--name N] or kill ID SIGNAL");
 }
 
 #[test]
