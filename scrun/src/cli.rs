@@ -61,7 +61,8 @@ options:
   -error=PATTERN   stderr to a file of its own
   -after=ID[:ID]   start once those jobs ended with status 0 (else never)
   -afterany=ID     start once those jobs ended, however they ended
-  -array=A-B[:STEP][%MAX]  one job per index, at most MAX at once (-batch)
+  -array=A-B[:STEP][%MAX]  one job per index, at most MAX at once (-batch);
+                   -array=N[%MAX] is the one index N
   -scored=PATH     the daemon's socket (default: SCORED_SOCKET, then the standard path)
   -reattach=DUR    if scored dies, wait this long for it to come back (default 60s; 0: do not)
   -verbose, -v     say when a private scored is started
@@ -224,6 +225,14 @@ enum ErrorKind {
         key: String,
         origin: Origin,
     },
+    /// A value that goes on past a comma, such as `-array=1,3,5`.
+    CommaInValue {
+        key: String,
+        value: String,
+        origin: Origin,
+        /// What the option takes instead.
+        what: &'static str,
+    },
     TakesNoValue {
         key: String,
         value: String,
@@ -267,6 +276,16 @@ impl fmt::Display for UsageError {
             ErrorKind::Unknown { key, origin } => write!(
                 f,
                 "unknown option {key} {origin}; valid options are {VALID_KEYS}"
+            ),
+            ErrorKind::CommaInValue {
+                key,
+                value,
+                origin,
+                what,
+            } => write!(
+                f,
+                "option {key} {origin}: {value} holds a comma, which separates options \
+                 (-a=1,b=2 is -a=1 -b=2): {what}"
             ),
             ErrorKind::TakesNoValue { key, value } => {
                 write!(f, "option {key} takes no value, got {value}")
@@ -423,11 +442,34 @@ fn lex_word(word: &OsStr, origin: Origin, out: &mut Vec<Setting>) -> Result<(), 
         }
         .into());
     };
-    for item in strip_dashes(text).split(',') {
+    let items: Vec<&str> = strip_dashes(text).split(',').collect();
+    for (k, item) in items.iter().enumerate() {
         let (key, value) = match item.split_once('=') {
             Some((key, value)) => (key, Some(value)),
-            None => (item, None),
+            None => (*item, None),
         };
+        // No option's name starts with a digit: after `key=value`, such a
+        // word is more of that value (`-array=1,3,5`), which a comma ends.
+        if let (Some(previous), None) = (items[..k].last(), value) {
+            if key.starts_with(|ch: char| ch.is_ascii_digit()) && previous.contains('=') {
+                let (name, first) = previous.split_once('=').unwrap_or_default();
+                let rest = items[k..].iter().take_while(|item| {
+                    item.starts_with(|ch: char| ch.is_ascii_digit()) && !item.contains('=')
+                });
+                let list: Vec<&str> = std::iter::once(first).chain(rest.copied()).collect();
+                return Err(ErrorKind::CommaInValue {
+                    key: quote(name),
+                    value: quote(&list.join(",")),
+                    origin,
+                    what: match name {
+                        "array" => "an array is one range A-B[:STEP][%MAX] or one index N",
+                        "after" | "afterany" => "join job ids with ':', as 12:15",
+                        _ => "give one value",
+                    },
+                }
+                .into());
+            }
+        }
         if key.is_empty() {
             return Err(ErrorKind::MissingName {
                 word: quote(text),

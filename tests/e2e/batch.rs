@@ -423,6 +423,8 @@ fn bad_batch_options_and_unknown_dependencies_change_nothing() {
         (vec!["-batch,output=no/such/dir/x", "true"], "directory", 64),
         (vec!["-batch,after=999", "true"], "there is no job 999", 75),
         (vec!["-batch,array=0-99999", "true"], "at most 10000", 64),
+        (vec!["-batch,array=1,3,5", "true"], "option 'array'", 64),
+        (vec!["-batch,array=3:2", "true"], "option 'array'", 64),
         (vec!["-batch,pty", "true"], "option 'pty'", 64),
     ] {
         let output = daemon.run(&args);
@@ -488,6 +490,40 @@ fn an_array_runs_at_most_max_at_once_by_its_own_timestamps() {
         all >= last_end,
         "-after= on the array's id ran before all of it ended"
     );
+}
+
+/// `-array=N`, as Slurm's `--array=N`: one element, index N, whose id is
+/// the array's; a job after the array's id waits for it.
+#[test]
+fn a_single_index_is_an_array_of_one() {
+    let daemon = Daemon::start();
+    let first = submit(
+        &daemon,
+        &[
+            "-array=3%1,output=one.%a",
+            "sh",
+            "-c",
+            "echo $SCORE_ARRAY_INDEX $SCORE_ARRAY_JOBID $SCORE_JOBID",
+        ],
+    );
+    let after = submit(
+        &daemon,
+        &[&format!("-after={first}"), "-output=after", "echo", "after"],
+    );
+    wait_ended(&daemon, after);
+    assert_eq!(
+        read_lines(&daemon.sandbox.path.join("one.3"), 1),
+        [format!("3 {first} {first}")]
+    );
+    assert_eq!(read_lines(&daemon.sandbox.path.join("after"), 1), ["after"]);
+    assert_eq!(after, first + 1, "the array took one id");
+    let outputs: Vec<_> = std::fs::read_dir(&daemon.sandbox.path)
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("one."))
+        .collect();
+    assert_eq!(outputs, ["one.3"]);
+    assert_eq!(field(&daemon, first, "exit"), "0");
 }
 
 #[test]

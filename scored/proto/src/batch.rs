@@ -67,7 +67,8 @@ pub struct BatchOptions {
 }
 
 /// `-array=A-B[:STEP][%MAX]`: one job for each index A, A+STEP, ... up to
-/// B, at most MAX of them unfinished and admitted at once.
+/// B, at most MAX of them unfinished and admitted at once; `-array=N` is
+/// `N-N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ArraySpec {
     /// The first index.
@@ -83,9 +84,10 @@ pub struct ArraySpec {
 }
 
 impl ArraySpec {
-    /// Parses `A-B[:STEP][%MAX]`; the error says what is wrong with `text`.
+    /// Parses `A-B[:STEP][%MAX]`, or one index `N[%MAX]`, the array `N-N`
+    /// (as Slurm's `--array=N`); the error says what is wrong with `text`.
     pub fn parse(text: &str) -> Result<ArraySpec, String> {
-        let form = "expected A-B, A-B:STEP or A-B:STEP%MAX, such as 1-100%4";
+        let form = "expected A-B, A-B:STEP or A-B:STEP%MAX, such as 1-100%4, or one index N";
         let (range, max) = match text.split_once('%') {
             Some((range, max)) => (range, Some(max)),
             None => (text, None),
@@ -100,8 +102,21 @@ impl ArraySpec {
             }
             part.parse().ok()
         };
-        let Some((first, last)) = range.split_once('-') else {
-            return Err(format!("{} is not a range: {form}", quote(text)));
+        let (first, last) = match range.split_once('-') {
+            Some(bounds) => bounds,
+            None if range.is_empty() || !range.bytes().all(|byte| byte.is_ascii_digit()) => {
+                return Err(format!(
+                    "{} is not a range or an index: {form}",
+                    quote(text)
+                ))
+            }
+            None if step.is_some() => {
+                return Err(format!(
+                    "{} has a step but one index: a step needs a range A-B:STEP",
+                    quote(text)
+                ))
+            }
+            None => (range, range),
         };
         let (Some(first), Some(last)) = (number(first), number(last)) else {
             return Err(format!(

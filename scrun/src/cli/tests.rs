@@ -586,6 +586,8 @@ fn batch_options() {
     check("-batch,name=sweep,output=run.%j.out,error=e.%x prog", "nodes=1 batch name=sweep output=run.%j.out error=e.%x | prog");
     check("-after=12:15,afterany=3 prog", "nodes=1 after=[12, 15] afterany=[3] | prog");
     check("-batch,array=1-10:2%3,output=o.%a prog", "nodes=1 batch output=o.%a array=1-10:2%3 | prog");
+    check("-batch,array=3 prog", "nodes=1 batch array=3-3 | prog");
+    check("-batch -array=3%1,output=o.%a prog", "nodes=1 batch output=o.%a array=3-3%1 | prog");
     check_env("-name=cli prog", "-name=env -batch", "nodes=1 batch name=cli | prog");
 }
 
@@ -594,6 +596,14 @@ fn bad_batch_options_name_the_option() {
     check("-batch,array=5-1 p", "error: option 'array' on the command line: '5-1' ends before it starts: 5 is above 1");
     check("-batch,array=0-99999 p", "error: option 'array' on the command line: '0-99999' has 100000 elements; an array may have at most 10000");
     check("-array=1-4 p", "error: option 'array' on the command line: an array's elements run without a terminal: give -batch too");
+    check("-array=3 p", "error: option 'array' on the command line: an array's elements run without a terminal: give -batch too");
+    check("-batch,array=3:2 p", "error: option 'array' on the command line: '3:2' has a step but one index: a step needs a range A-B:STEP");
+    check("-batch,array=first p", "error: option 'array' on the command line: 'first' is not a range or an index: expected A-B, A-B:STEP or A-B:STEP%MAX, such as 1-100%4, or one index N");
+    check("-batch,array=1,3,5 p", "error: option 'array' on the command line: '1,3,5' holds a comma, which separates options (-a=1,b=2 is -a=1 -b=2): an array is one range A-B[:STEP][%MAX] or one index N");
+    check("-array=1-3,7-9,batch p", "error: option 'array' on the command line: '1-3,7-9' holds a comma, which separates options (-a=1,b=2 is -a=1 -b=2): an array is one range A-B[:STEP][%MAX] or one index N");
+    check_env("-batch p", "-array=1,3", "error: option 'array' in SCORE_OPTIONS: '1,3' holds a comma, which separates options (-a=1,b=2 is -a=1 -b=2): an array is one range A-B[:STEP][%MAX] or one index N");
+    check("-after=12,15 p", "error: option 'after' on the command line: '12,15' holds a comma, which separates options (-a=1,b=2 is -a=1 -b=2): join job ids with ':', as 12:15");
+    check("-nodes=4,8 p", "error: option 'nodes' on the command line: '4,8' holds a comma, which separates options (-a=1,b=2 is -a=1 -b=2): give one value");
     check("-after=abc p", "error: option 'after' on the command line: 'abc' is not a job id: expected ID or ID:ID..., such as 12 or 12:15");
     check("-afterany=0 p", "error: option 'afterany' on the command line: 0 is not a job id: ids start at 1");
     check("-output=%q p", "error: option 'output' on the command line: '%q' has an unknown escape '%q': the escapes are %j (job id), %r (rank), %a (array index), %x (job name) and %% (a percent sign)");

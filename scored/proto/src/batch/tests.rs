@@ -76,12 +76,44 @@ fn arrays_parse_with_step_and_throttle() {
 }
 
 #[test]
+fn one_index_is_an_array_of_one() {
+    let spec = ArraySpec::parse("7").unwrap();
+    assert_eq!(
+        spec,
+        ArraySpec {
+            first: 7,
+            last: 7,
+            step: 1,
+            max: None
+        }
+    );
+    assert_eq!((spec.len(), spec.index(0)), (1, 7));
+    assert_eq!(ArraySpec::parse("7%1").unwrap().max, Some(1));
+    let top = ArraySpec::parse(&u32::MAX.to_string()).unwrap();
+    assert_eq!((top.len(), top.index(0)), (1, u32::MAX));
+    assert!(ArraySpec::parse("4294967296")
+        .unwrap_err()
+        .contains("not a range of indices from 0 to 4294967295"));
+}
+
+#[test]
 fn bad_arrays_say_what_is_wrong() {
     let error = |text| ArraySpec::parse(text).unwrap_err();
     assert!(error("5-1").contains("5 is above 1"), "{}", error("5-1"));
     assert!(error("1-5:0").contains("step of 0"));
     assert!(error("1-5%0").contains("%0"));
-    assert!(error("7").contains("not a range"));
+    assert!(
+        error("x").contains("'x' is not a range or an index"),
+        "{}",
+        error("x")
+    );
+    assert!(
+        error("7:2").contains("a step needs a range"),
+        "{}",
+        error("7:2")
+    );
+    assert!(error("7%0").contains("%0"));
+    assert!(error("1,3").contains("not a range or an index"));
     assert!(error("a-b").contains("not a range of indices"));
     assert!(error("1-5:").contains("no step"));
     assert!(error("1-5%").contains("no count"));
