@@ -508,7 +508,7 @@ impl OsActuator {
     }
 
     /// One event of `job`'s keeper, handled as the actuator handled what
-    /// `wait4` and a rank's report pipe said when it was the ranks' parent.
+    /// `wait4` and a rank's report said when it was the ranks' parent.
     fn keeper_event(&mut self, job: JobId, event: Event, out: &mut Vec<Input>) {
         match event {
             Event::Spawned {

@@ -180,7 +180,7 @@ pub const EXEC_TIMEOUT: Duration = Duration::from_secs(5);
 /// an exec, so without a bound a launch of thousands of ranks would put
 /// them all on the CPUs at once, ahead of every other user's work (each
 /// rank leads a session, and so, with `sched_autogroup`, a scheduling
-/// group of its own); the bound also bounds the report pipes held open.
+/// group of its own); it also bounds the execs a keeper awaits.
 pub const EXEC_WINDOW: usize = 16;
 /// Without a freezer, how many times a switched-out job may be found
 /// continued by someone else (and stopped again) before it is killed.

@@ -6,10 +6,12 @@
 //! serialize a launch with every child's whole pre-exec work, and let a
 //! user who stops their own child between its `setuid` and its `exec` (a
 //! loop of `kill(-1, SIGSTOP)` is enough) stall the keeper. Here the
-//! child reports a failure through such a pipe too, but the parent only
-//! reads it when the event loop says it is readable ([`read_report`]): end
-//! of file means the exec succeeded, eight bytes name the step that failed
-//! and its errno.
+//! child, which shares the keeper's memory until its exec, writes a
+//! failure into its [`ExecWord`] before it exits: the step that failed and
+//! its errno. The spawner thread, which the clone holds until the exec or
+//! the exit, marks the exec once it is free again and wakes the loop
+//! ([`freed_fd`]), which reads the word then ([`ExecWord::report`]), or
+//! when the child ended, never waiting for it.
 //!
 //! The child shares the keeper's memory until its exec, created by a
 //! thread of its own that it alone suspends (`spawner`): no copy of the
@@ -18,13 +20,16 @@
 //! Architecture invariant: the child allocates nothing, frees nothing,
 //! takes no lock, does not log, and calls no C library function that keeps
 //! state across threads. Everything it touches (argument and environment
-//! arrays, the program's candidate paths, descriptors, limits) is in
-//! [`ChildSetup`] and `spawner::Exec`, built before the clone and owned by
-//! the spawner thread until the exec, and it makes only system calls on it.
+//! arrays, the program's candidate paths, descriptors, limits, its word)
+//! is in [`ChildSetup`] and `spawner::Exec`, built before the clone and
+//! owned by the spawner thread until the exec, and it makes only system
+//! calls on it, and one atomic store.
 
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::unistd::Pid;
@@ -132,15 +137,55 @@ impl Step {
     }
 }
 
-/// What a child's report pipe says.
+/// What a child's [`ExecWord`] says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Report {
     /// Nothing yet: the child is still between fork and exec.
     Pending,
-    /// End of file without a word: the exec succeeded.
+    /// The clone returned with no failure written: the exec succeeded (or
+    /// the child was killed before it, which its end then tells).
     Execd,
     /// A step failed with this errno (the child then exits).
     Failed(Step, i32),
+}
+
+/// A child's word on its exec, in memory the child shares until then: 0
+/// while it is pending, a failure as the child wrote it before its exit,
+/// or [`ExecWord::EXECD`] as the spawner marks it once the clone returned
+/// with no failure written.
+#[derive(Debug, Default)]
+pub struct ExecWord(AtomicU64);
+
+impl ExecWord {
+    const EXECD: u64 = 1 << 63;
+    const FAILED: u64 = 1 << 62;
+
+    /// What the word says now.
+    pub fn report(&self) -> Report {
+        match self.0.load(Ordering::Acquire) {
+            0 => Report::Pending,
+            Self::EXECD => Report::Execd,
+            word => Report::Failed(
+                Step::from_u32((word >> 32) as u32 & 0xff).unwrap_or(Step::Exec),
+                word as u32 as i32,
+            ),
+        }
+    }
+
+    /// The child's failure at `step` with `errno`: one atomic store, safe
+    /// between clone and exec.
+    fn fail(&self, step: Step, errno: i32) {
+        let word = Self::FAILED | (u64::from(step as u32) << 32) | u64::from(errno as u32);
+        self.0.store(word, Ordering::Release);
+    }
+
+    /// The spawner's mark once the clone returned: the exec succeeded
+    /// unless the child wrote a failure.
+    fn mark_execd(&self) {
+        let _ = self
+            .0
+            .compare_exchange(0, Self::EXECD, Ordering::AcqRel, Ordering::Acquire);
+    }
 }
 
 /// A file a rank writes its stdout or stderr to instead of what it was
@@ -228,61 +273,22 @@ fn fd_floor(targets: impl Iterator<Item = RawFd>) -> RawFd {
 
 /// Creates a child that runs the pre-exec steps of `setup` and execs its
 /// program, through the spawner thread (see [`spawner`]); returns its pid
-/// and the read end of its report pipe (non-blocking, close-on-exec) as
-/// soon as the child exists. Never waits for its exec.
-pub fn spawn(setup: &ChildSetup) -> io::Result<(i32, OwnedFd)> {
-    let (report_read, report_write) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
-    // The child's end must block: its one write must not fail for want of
-    // room (eight bytes never fill a pipe, but a blocking write cannot
-    // report EAGAIN either way).
-    nix::fcntl::fcntl(
-        &report_write,
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
-    )?;
-    let pid = spawner::spawn(setup, report_write)?;
-    Ok((pid, report_read))
+/// and its [`ExecWord`] as soon as the child exists. Never waits for its
+/// exec.
+pub fn spawn(setup: &ChildSetup) -> io::Result<(i32, Arc<ExecWord>)> {
+    let word = Arc::new(ExecWord::default());
+    let pid = spawner::spawn(setup, Arc::clone(&word))?;
+    Ok((pid, word))
 }
 
-/// Reads what a child's report pipe says, without blocking.
-pub fn read_report(report: &OwnedFd) -> Report {
-    let mut bytes = [0u8; 8];
-    let mut filled = 0;
-    loop {
-        match nix::unistd::read(report, &mut bytes[filled..]) {
-            Ok(0) if filled == 0 => return Report::Execd,
-            Ok(0) => return Report::Failed(Step::Exec, libc::EIO),
-            Ok(n) => {
-                filled += n;
-                if filled == bytes.len() {
-                    let step = u32::from_le_bytes(bytes[..4].try_into().expect("four bytes"));
-                    let errno = i32::from_le_bytes(bytes[4..].try_into().expect("four bytes"));
-                    return Report::Failed(Step::from_u32(step).unwrap_or(Step::Exec), errno);
-                }
-            }
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(nix::errno::Errno::EAGAIN) if filled == 0 => return Report::Pending,
-            // Half a report cannot happen (the child writes it in one write
-            // of eight bytes, which a pipe never splits); were it to, the
-            // bytes read so far would be lost with this call, so it counts
-            // as a failure rather than as nothing yet.
-            Err(nix::errno::Errno::EAGAIN) => return Report::Failed(Step::Exec, libc::EIO),
-            Err(errno) => return Report::Failed(Step::Exec, errno as i32),
-        }
-    }
-}
-
-/// The child: the steps, then exec; on a failure, the report and `_exit`.
+/// The child: the steps, then exec; on a failure, its word and `_exit`.
 ///
 /// # Safety
 ///
 /// Only in a child created by the spawner thread, before its exec, with
 /// `exec` prepared for it.
-unsafe fn child(setup: &ChildSetup, exec: &mut spawner::Exec, report: RawFd) -> ! {
-    // The report pipe may move (above the passed descriptors' numbers,
-    // see `install_descriptors`); a failure is written where it is then.
-    let mut report = report;
-    let (step, errno) = match steps(setup, &mut report) {
+unsafe fn child(setup: &ChildSetup, exec: &mut spawner::Exec, word: &ExecWord) -> ! {
+    let (step, errno) = match steps(setup) {
         // SAFETY: the steps are done; the exec replaces the child.
         Ok(()) => (Step::Exec, Some(unsafe { exec.exec() })),
         Err((step, error)) => (step, error.raw_os_error()),
@@ -290,13 +296,7 @@ unsafe fn child(setup: &ChildSetup, exec: &mut spawner::Exec, report: RawFd) -> 
     if step == Step::Exec && setup.output[1].is_some() {
         say_exec_failure(setup.program, errno.unwrap_or(libc::EIO));
     }
-    let mut bytes = [0u8; 8];
-    bytes[..4].copy_from_slice(&(step as u32).to_le_bytes());
-    bytes[4..].copy_from_slice(&errno.unwrap_or(libc::EIO).to_le_bytes());
-    // SAFETY: `bytes` is valid for its length; `report` is the pipe's
-    // write end, open in this process. A failed write leaves the parent
-    // reading end of file without a report, which it takes as an exec.
-    unsafe { libc::write(report, bytes.as_ptr().cast(), bytes.len()) };
+    word.fail(step, errno.unwrap_or(libc::EIO));
     // SAFETY: `_exit` ends the child without running the daemon's exit
     // handlers or flushing its buffers.
     unsafe { libc::_exit(127) }
@@ -339,12 +339,12 @@ fn at<T>(step: Step, result: io::Result<T>) -> Result<T, (Step, io::Error)> {
 }
 
 /// Puts the job's descriptors in place: stdin, stdout and stderr (closed
-/// ones closed), and the passed ones at their numbers. The report pipe and
-/// a copy of each passed descriptor go above every number the job gets
-/// first (the descriptor limit raised for them as far as the child may),
-/// so that no `dup2` clobbers what another still needs or the report.
-/// Only system calls, on a fixed array: no allocation.
-fn install_descriptors(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)> {
+/// ones closed), and the passed ones at their numbers. A copy of each
+/// passed descriptor goes above every number the job gets first (the
+/// descriptor limit raised for them as far as the child may), so that no
+/// `dup2` clobbers what another still needs. Only system calls, on a
+/// fixed array: no allocation.
+fn install_descriptors(setup: &ChildSetup) -> Result<(), (Step, io::Error)> {
     // The standard ones first, while their sources (numbered 3 or above,
     // see `ChildSetup::stdio_fd`) are all still there: a passed one may
     // take the number of one of them.
@@ -356,8 +356,7 @@ fn install_descriptors(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (St
     let passed = &setup.inherited[..setup.inherited.len().min(MAX_PASSED)];
     if !passed.is_empty() {
         let floor = fd_floor(passed.iter().map(|(target, _)| *target));
-        sys::make_room_for_descriptors(floor.saturating_add(passed.len() as RawFd + 1));
-        *report = at(Step::Stdio, sys::dup_above(*report, floor))?;
+        sys::make_room_for_descriptors(floor.saturating_add(passed.len() as RawFd));
         let mut copies = [CLOSED; MAX_PASSED];
         for (copy, &(_, source)) in copies.iter_mut().zip(passed) {
             *copy = at(Step::Stdio, sys::dup_above(source, floor))?;
@@ -379,18 +378,16 @@ fn install_descriptors(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (St
 const MAX_PASSED: usize = scored_proto::proto::MAX_INHERITED_FDS + 1;
 
 /// The pre-exec steps, in order. Only system calls.
-fn steps(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)> {
-    install_descriptors(setup, report)?;
+fn steps(setup: &ChildSetup) -> Result<(), (Step, io::Error)> {
+    install_descriptors(setup)?;
     // Every other descriptor of the daemon is closed now, before the
     // change of user, so that no copy outlives this step: a rank that its
     // user stops before its exec would otherwise hold other users'
     // connections and pipes open (a pipeline would not see its end) and
-    // other ranks' report pipes (whose registrations in the daemon's
-    // epoll set would outlive the daemon's own descriptors). Only the
-    // passed descriptors and the report pipe stay, the latter until the
-    // exec closes it. Old kernels lack close_range; there, the
-    // descriptors go at the exec, as before.
-    match sys::close_from_3_except(setup.inherited, *report, false) {
+    // the pidfds the keeper's epoll set watches. Only the passed
+    // descriptors stay (-1: no descriptor above them). Old kernels lack
+    // close_range; there, the descriptors go at the exec, as before.
+    match sys::close_from_3_except(setup.inherited, -1, false) {
         Ok(()) => {}
         Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {}
         Err(error) => return Err((Step::Descriptors, error)),
@@ -427,7 +424,7 @@ fn steps(setup: &ChildSetup, report: &mut RawFd) -> Result<(), (Step, io::Error)
     // Only the stdio descriptors and the passed ones reach the job. Old
     // kernels lack close_range; there, every descriptor of the daemon is
     // close-on-exec already (see `seal_inherited_descriptors`).
-    match sys::close_from_3_except(setup.inherited, *report, true) {
+    match sys::close_from_3_except(setup.inherited, -1, true) {
         Ok(()) => {}
         Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {}
         Err(error) => return Err((Step::Descriptors, error)),
@@ -640,7 +637,7 @@ mod tests {
     /// Spawns `setup` once the spawner is free: the tests run in threads
     /// of one process, and a spawn while another's child has not yet
     /// exec'd is refused, as a keeper's loop never asks for one.
-    fn spawn_in_turn(setup: &ChildSetup) -> (i32, OwnedFd) {
+    fn spawn_in_turn(setup: &ChildSetup) -> (i32, Arc<ExecWord>) {
         static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let started = Instant::now();
@@ -651,15 +648,15 @@ mod tests {
     }
 
     /// Spawns `argv` in `cwd` with stdio on /dev/null, and returns what its
-    /// report pipe said and how it ended.
+    /// word said and how it ended.
     fn run(argv: &[&str], cwd: &str) -> (Report, nix::sys::wait::WaitStatus) {
         let (pid, report) = start(argv, cwd, None);
         settle(pid, &report)
     }
 
     /// Spawns `argv` in `cwd` with stdio on /dev/null, and the cgroup
-    /// file `cgroup_procs` if given: its pid and report pipe.
-    fn start(argv: &[&str], cwd: &str, cgroup_procs: Option<&CStr>) -> (i32, OwnedFd) {
+    /// file `cgroup_procs` if given: its pid and word.
+    fn start(argv: &[&str], cwd: &str, cgroup_procs: Option<&CStr>) -> (i32, Arc<ExecWord>) {
         start_in(argv, cwd, cgroup_procs, "/usr/bin:/bin")
     }
 
@@ -669,7 +666,7 @@ mod tests {
         cwd: &str,
         cgroup_procs: Option<&CStr>,
         path: &str,
-    ) -> (i32, OwnedFd) {
+    ) -> (i32, Arc<ExecWord>) {
         let args: Vec<CString> = argv.iter().map(|arg| CString::new(*arg).unwrap()).collect();
         let env = [CString::new(format!("PATH={path}")).unwrap()];
         let cwd = CString::new(cwd).unwrap();
@@ -704,14 +701,14 @@ mod tests {
         spawn_in_turn(&setup)
     }
 
-    /// What the report pipe of child `pid` says once it has said
-    /// something (10 s at most), and how the child ended.
-    fn settle(pid: i32, report: &OwnedFd) -> (Report, nix::sys::wait::WaitStatus) {
+    /// What the word of child `pid` says once it has said something
+    /// (10 s at most), and how the child ended.
+    fn settle(pid: i32, word: &ExecWord) -> (Report, nix::sys::wait::WaitStatus) {
         let started = Instant::now();
-        let mut said = read_report(report);
+        let mut said = word.report();
         while said == Report::Pending && started.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(1));
-            said = read_report(report);
+            said = word.report();
         }
         let status = nix::sys::wait::waitpid(Pid::from_raw(pid), None).expect("reap");
         (said, status)
@@ -751,7 +748,7 @@ mod tests {
     }
 
     #[test]
-    fn a_program_that_runs_reports_its_exec_by_end_of_file() {
+    fn a_program_that_runs_reports_its_exec() {
         let (said, status) = run(&["true"], "/");
         assert_eq!(said, Report::Execd);
         assert!(
@@ -789,7 +786,7 @@ mod tests {
     }
 
     /// Once its stdio is in place, a rank holds no other descriptor of the
-    /// daemon's but its report pipe: one its user stops before the exec
+    /// daemon's: one its user stops before the exec
     /// must not keep other users' connections or pipes open. The child is
     /// caught in its cgroup step, whose file here is a FIFO that blocks
     /// its open until the test reads it.
@@ -834,14 +831,8 @@ mod tests {
             secret.as_raw_fd()
         );
         assert!(
-            held.iter()
-                .all(|(fd, target)| *fd < 3 || target.starts_with("pipe:")),
-            "the child held more than its stdio and its report pipe: {held:?}"
-        );
-        assert_eq!(
-            held.iter().filter(|(fd, _)| *fd >= 3).count(),
-            1,
-            "{held:?}"
+            held.iter().all(|(fd, _)| *fd < 3),
+            "the child held more than its stdio: {held:?}"
         );
         assert_eq!(written, "0");
         assert_eq!(said, Report::Execd);

@@ -7,8 +7,9 @@
 //! its end), a scored connecting to the keeper's socket, SIGCHLD (through
 //! a signalfd: stops and continues of ranks, ends of orphaned
 //! descendants), each rank's pidfd (readable once it ended) and the
-//! report pipe of each rank between fork and exec. At most
-//! `actuator::EXEC_WINDOW` ranks are between fork and exec at once.
+//! spawner's pipe, written once each rank has exec'd or failed to (its
+//! `spawn::ExecWord` then says which). At most `actuator::EXEC_WINDOW`
+//! ranks are between fork and exec at once.
 //!
 //! The switch: scored tells the keeper `Stop` after it sends its
 //! SIGSTOPs and `Continue` before its SIGCONTs, on the one link, so the
@@ -39,6 +40,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, SigSet, Signal};
@@ -59,7 +61,6 @@ const LISTENER: u64 = 2;
 const SIGNALS: u64 = 3;
 const SPAWNER: u64 = 4;
 const PIDFD: u64 = 1 << 32;
-const REPORT: u64 = 2 << 32;
 const KIND: u64 = 0xffff_ffff << 32;
 /// How long a stop waits for `waitid` before the ranks still to stop are
 /// looked at in /proc (and sent SIGSTOP again if they run).
@@ -80,8 +81,8 @@ struct Rank {
     slot: usize,
     /// Open until the rank is reaped.
     pidfd: Option<OwnedFd>,
-    /// Open until the rank exec'd or failed before.
-    report: Option<OwnedFd>,
+    /// Its word on its exec, until it exec'd or failed before.
+    report: Option<Arc<spawn::ExecWord>>,
     execd: bool,
     stopped: bool,
     /// How it ended, once it did.
@@ -252,9 +253,11 @@ impl Keeper {
                     LINK => self.read_scored(),
                     LISTENER => self.accept(),
                     SIGNALS => self.children_changed(),
-                    SPAWNER => spawn::drain(),
+                    SPAWNER => {
+                        spawn::drain();
+                        self.exec_reports();
+                    }
                     _ if token & KIND == PIDFD => self.rank_ended((token & !KIND) as i32),
-                    _ if token & KIND == REPORT => self.exec_report((token & !KIND) as i32),
                     _ => {}
                 }
             }
@@ -641,7 +644,6 @@ impl Keeper {
                     if let Some(pidfd) = &pidfd {
                         let _ = sys::epoll_add(&self.epoll, pidfd.as_raw_fd(), PIDFD | pid as u64);
                     }
-                    let _ = sys::epoll_add(&self.epoll, report.as_raw_fd(), REPORT | pid as u64);
                     let start = procfs::read_stat(pid).map_or(0, |stat| stat.start);
                     self.ranks.insert(
                         pid,
@@ -694,6 +696,20 @@ impl Keeper {
 
     // ----- the processes -----
 
+    /// The spawner is free again: what the ranks it created since said of
+    /// their execs.
+    fn exec_reports(&mut self) {
+        let waiting: Vec<i32> = self
+            .ranks
+            .iter()
+            .filter(|(_, rank)| rank.report.is_some())
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in waiting {
+            self.exec_report(pid);
+        }
+    }
+
     fn exec_report(&mut self, pid: i32) {
         let Some(rank) = self.ranks.get_mut(&pid) else {
             return;
@@ -701,7 +717,7 @@ impl Keeper {
         let Some(report) = &rank.report else {
             return;
         };
-        let event = match spawn::read_report(report) {
+        let event = match report.report() {
             spawn::Report::Pending => return,
             spawn::Report::Execd => {
                 rank.execd = true;
@@ -713,9 +729,7 @@ impl Keeper {
                 errno,
             },
         };
-        if let Some(report) = rank.report.take() {
-            let _ = sys::epoll_remove(&self.epoll, report.as_raw_fd());
-        }
+        rank.report = None;
         self.in_flight = self.in_flight.saturating_sub(1);
         self.outbox.push(event);
     }
@@ -739,9 +753,8 @@ impl Keeper {
             Ok(Some(waited)) => waited,
             _ => return,
         };
-        if let Some(report) = rank.report.take() {
-            // Ended before it said anything: no exec.
-            let _ = sys::epoll_remove(&self.epoll, report.as_raw_fd());
+        if rank.report.take().is_some() {
+            // Ended before the spawner marked its exec: the end says it.
             self.in_flight = self.in_flight.saturating_sub(1);
         }
         let ended = ended_of(&waited);

@@ -488,7 +488,7 @@ pub fn prepare(order: &Order, fds: &JobFds) -> Result<Prepared, LaunchFailure> {
 
 /// Creates process `idx` of `order`: forks it, as its keeper's child, to
 /// run its pre-exec steps and exec, emptying the output files `truncate`
-/// says. Returns its pid and the read end of its report pipe (see
+/// says. Returns its pid and its word on its exec (see
 /// `actuator::spawn`).
 pub fn spawn_rank(
     order: &Order,
@@ -497,7 +497,7 @@ pub fn spawn_rank(
     idx: usize,
     truncate: [bool; 2],
     keeper_pid: i32,
-) -> io::Result<(i32, OwnedFd)> {
+) -> io::Result<(i32, std::sync::Arc<spawn::ExecWord>)> {
     let (stage, rank, host_id, _slot) = order.procs[idx];
     let stage_idx = stage - order.first_stage;
     let last_stage = order.first_stage + order.argv.len() - 1;

@@ -14,6 +14,9 @@
 //! The loop learns the pid at once all the same: the kernel writes it
 //! (`CLONE_PARENT_SETTID`) before the child runs, and the child's first act,
 //! while it is still root's and no user can stop it, is to wake the loop.
+//! Once the clone returns (the child exec'd or exited), this thread marks
+//! the child's [`ExecWord`] and says it is free on its pipe: that one
+//! wakeup of the loop carries the news of the exec.
 //! Everything the child reads ([`Owned`], the argument and environment
 //! arrays, the program's candidate paths, its stack) belongs to this thread
 //! until the clone returns, that is until the child has exec'd or exited.
@@ -33,7 +36,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use nix::sys::resource::Resource;
 
-use super::{child, ChildSetup, OutputFile};
+use super::{child, ChildSetup, ExecWord, OutputFile};
 
 /// The child's stack: its steps use a few kilobytes.
 const STACK_BYTES: usize = 256 * 1024;
@@ -244,8 +247,8 @@ fn candidates(program: &[u8], path: &[u8]) -> Vec<CString> {
 /// One rank to create.
 struct Request {
     owned: Owned,
-    /// The write end of its report pipe, closed once the clone returns.
-    report: OwnedFd,
+    /// Its word on its exec, marked once the clone returns.
+    word: Arc<ExecWord>,
     /// 0 until the clone; then the child's pid, or minus the errno of a
     /// failed clone.
     pid: Arc<AtomicI32>,
@@ -304,7 +307,7 @@ pub fn ready() -> bool {
 /// Creates the child of `setup` through the spawner thread; returns its
 /// pid once the kernel has made it, without waiting for its exec. Refused
 /// (`WouldBlock`) while the spawner is not [`ready`].
-pub(super) fn spawn(setup: &ChildSetup<'_>, report: OwnedFd) -> io::Result<i32> {
+pub(super) fn spawn(setup: &ChildSetup<'_>, word: Arc<ExecWord>) -> io::Result<i32> {
     let spawner = spawner()?;
     if BUSY.swap(true, Ordering::AcqRel) {
         return Err(io::Error::from(io::ErrorKind::WouldBlock));
@@ -312,7 +315,7 @@ pub(super) fn spawn(setup: &ChildSetup<'_>, report: OwnedFd) -> io::Result<i32> 
     let pid = Arc::new(AtomicI32::new(0));
     let request = Request {
         owned: Owned::of(setup),
-        report,
+        word,
         pid: Arc::clone(&pid),
     };
     let sent = spawner
@@ -341,7 +344,7 @@ pub(super) fn spawn(setup: &ChildSetup<'_>, report: OwnedFd) -> io::Result<i32> 
 struct ChildArgs<'a> {
     setup: &'a ChildSetup<'a>,
     exec: *mut Exec,
-    report: RawFd,
+    word: &'a ExecWord,
     pid: &'a AtomicI32,
 }
 
@@ -366,7 +369,10 @@ fn serve(requests: Receiver<Request>, free: OwnedFd) {
             None => Err(io::Error::from_raw_os_error(libc::ENOMEM)),
         };
         let value = match created {
-            Ok(_) => request.pid.load(Ordering::Acquire),
+            Ok(_) => {
+                request.word.mark_execd();
+                request.pid.load(Ordering::Acquire)
+            }
             Err(error) => -error.raw_os_error().unwrap_or(libc::EIO),
         };
         // The child is past its exec or gone: what it read is free now.
@@ -386,7 +392,7 @@ fn clone_one(request: &Request, stack: &mut super::sys::ChildStack) -> io::Resul
     let args = ChildArgs {
         setup: &setup,
         exec: &mut exec,
-        report: request.report.as_raw_fd(),
+        word: &request.word,
         pid: &request.pid,
     };
     extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
@@ -397,7 +403,7 @@ fn clone_one(request: &Request, stack: &mut super::sys::ChildStack) -> io::Resul
         super::sys::futex_wake(args.pid);
         // SAFETY: a child sharing the keeper's memory whose parent thread is
         // suspended; `exec` is this child's alone until the exec.
-        unsafe { child(args.setup, &mut *args.exec, args.report) }
+        unsafe { child(args.setup, &mut *args.exec, args.word) }
     }
     // SAFETY: `entry` runs on `stack`, which nothing else uses while the
     // child lives, and reads only `args`, which outlives it.
