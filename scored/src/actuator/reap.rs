@@ -95,8 +95,14 @@ impl OsActuator {
             }
         }
         // Taken from the user now, removed in slices (`sweep`); handles,
-        // not paths: the user may have planted links in the tree.
-        match self.state.take_scratch(job) {
+        // not paths: the user may have planted links in the tree. An empty
+        // one is kept for the same user's next job.
+        let user = if self.daemon_uid == 0 {
+            procs.uid
+        } else {
+            self.daemon_uid
+        };
+        match self.state.take_scratch(job, Some(user)) {
             Ok(Some(removal)) => self.removals.push_back(removal),
             Ok(None) => {}
             Err(error) => {

@@ -10,8 +10,16 @@
 //! a handle (`fchown`, `fchmod`) after checking that it is the directory we
 //! made. A scratch tree is removed, and measured, by walking those handles,
 //! never by path.
+//!
+//! A finished job's scratch directory that is empty once taken back (made
+//! scored's, mode 0700, so that nothing more can be made in it) is kept as
+//! `jobs/.spare-K` for the next job of the same user, which renames it to
+//! its own: making and removing a directory cost an array element far more
+//! than two renames. It never goes to another user, who could otherwise
+//! watch it through a descriptor its last owner kept.
 #![forbid(unsafe_code)]
 
+use std::cell::RefCell;
 use std::ffi::{CStr, OsStr};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -41,6 +49,9 @@ const MAX_REMOVE_DEPTH: usize = 64;
 /// directory: the daemon's own, mode 0700, so that no user reaches a tree
 /// by its path once it is there.
 pub const REMOVING: &str = "removing";
+/// How many empty scratch directories of finished jobs are kept for later
+/// jobs, as `jobs/.spare-K` (K below this).
+const SPARES: usize = 8;
 /// The passes a removal makes over a tree that keeps being refilled (by a
 /// process outside the job holding a directory of it open) before it is
 /// left for the next start of the daemon.
@@ -230,6 +241,14 @@ pub struct StateDir {
     uid: u32,
     state: OwnedFd,
     jobs: OwnedFd,
+    /// The spare scratch directories: slot K (`jobs/.spare-K`) and the
+    /// user whose job had it last.
+    spares: RefCell<Vec<(usize, u32)>>,
+}
+
+/// The name of spare slot `slot` in `jobs`.
+fn spare_name(slot: usize) -> String {
+    format!(".spare-{slot}")
 }
 
 impl StateDir {
@@ -295,11 +314,20 @@ impl StateDir {
                 }
             })?;
         }
+        // Spares an earlier daemon kept are not known to this one.
+        for slot in 0..SPARES {
+            let _ = unlinkat(
+                jobs.as_fd(),
+                spare_name(slot).as_str(),
+                UnlinkatFlags::RemoveDir,
+            );
+        }
         Ok(StateDir {
             path: path.to_path_buf(),
             uid,
             state,
             jobs,
+            spares: RefCell::new(Vec::new()),
         })
     }
 
@@ -354,7 +382,13 @@ impl StateDir {
     pub fn create_scratch(&self, job: JobId, owner: Option<(u32, u32)>) -> io::Result<PathBuf> {
         let name = job.to_string();
         let mode = Mode::from_bits_truncate(0o700);
-        match mkdirat(self.jobs.as_fd(), name.as_str(), mode) {
+        let user = owner.map_or(self.uid, |(uid, _)| uid);
+        let made = if self.take_spare(user, &name) {
+            Ok(())
+        } else {
+            mkdirat(self.jobs.as_fd(), name.as_str(), mode)
+        };
+        match made {
             Ok(()) => {}
             Err(Errno::EEXIST) => {
                 remove_tree_at(self.jobs.as_fd(), OsStr::new(&name), self.uid)?;
@@ -384,6 +418,59 @@ impl StateDir {
         Ok(self.scratch_path(job))
     }
 
+    /// Renames a spare scratch directory of `user`'s, if there is one, to
+    /// `name`; whether it did. One that cannot be is removed.
+    fn take_spare(&self, user: u32, name: &str) -> bool {
+        let mut spares = self.spares.borrow_mut();
+        let Some(at) = spares.iter().position(|(_, owner)| *owner == user) else {
+            return false;
+        };
+        let (slot, _) = spares.swap_remove(at);
+        let spare = spare_name(slot);
+        let renamed = nix::fcntl::renameat2(
+            self.jobs.as_fd(),
+            spare.as_str(),
+            self.jobs.as_fd(),
+            name,
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        );
+        if renamed.is_err() {
+            let _ = unlinkat(self.jobs.as_fd(), spare.as_str(), UnlinkatFlags::RemoveDir);
+        }
+        renamed.is_ok()
+    }
+
+    /// Keeps job `job`'s scratch directory, `user`'s, as a spare if there
+    /// is room and it is empty once taken back; whether it did. Only
+    /// scored may write `jobs`, so the entry is the directory scored made;
+    /// taken back (scored's, mode 0700), nobody else can make anything in
+    /// it, so one found empty then stays empty.
+    fn keep_spare(&self, job: &str, user: u32) -> bool {
+        let mut spares = self.spares.borrow_mut();
+        let Some(slot) = (0..SPARES).find(|slot| spares.iter().all(|(kept, _)| kept != slot))
+        else {
+            return false;
+        };
+        let Ok(dir) = open_dir_at(self.jobs.as_fd(), job) else {
+            return false;
+        };
+        if take_dir(dir.as_fd(), self.uid).is_err() || !is_empty(dir) {
+            return false;
+        }
+        let renamed = nix::fcntl::renameat2(
+            self.jobs.as_fd(),
+            job,
+            self.jobs.as_fd(),
+            spare_name(slot).as_str(),
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        );
+        if renamed.is_err() {
+            return false;
+        }
+        spares.push((slot, user));
+        true
+    }
+
     /// Opens (creating it if missing) the directory where trees wait for
     /// their removal, checked as the state directory is.
     fn removing_dir(&self) -> io::Result<OwnedFd> {
@@ -411,9 +498,14 @@ impl StateDir {
     /// and its top given to scored, mode 0700, so that nothing more can be
     /// made in it by path, and the removal that follows, in slices, works
     /// on what scored holds. `None` when the job has no tree, or an empty
-    /// one, removed at once.
-    pub fn take_scratch(&self, job: JobId) -> io::Result<Option<Removal>> {
+    /// one, kept for the next job of user `keep_for` (whose it was: the
+    /// owner [`StateDir::create_scratch`] gave it, or scored's user) or
+    /// removed at once.
+    pub fn take_scratch(&self, job: JobId, keep_for: Option<u32>) -> io::Result<Option<Removal>> {
         let name = job.to_string();
+        if keep_for.is_some_and(|user| self.keep_spare(&name, user)) {
+            return Ok(None);
+        }
         // An empty tree (most jobs leave nothing) goes at once: only
         // scored may write `jobs`, so the entry is the directory scored
         // made, and one that is empty holds nothing to take.
@@ -735,6 +827,14 @@ impl Removal {
             }
         }
     }
+}
+
+/// Whether directory `dir` holds nothing but `.` and `..`.
+fn is_empty(dir: OwnedFd) -> bool {
+    Dir::from_fd(dir).is_ok_and(|dir| {
+        dir.into_iter()
+            .all(|entry| entry.is_ok_and(|entry| is_dot(entry.file_name())))
+    })
 }
 
 /// Makes the directory `dir` the daemon's own, mode 0700: nobody else may

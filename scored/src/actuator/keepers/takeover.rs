@@ -149,7 +149,7 @@ impl OsActuator {
         for adopt in jobs {
             let Some(state) = held.remove(&adopt.job) else {
                 // What its processes left in their scratch directory goes.
-                if let Ok(Some(removal)) = self.state.take_scratch(adopt.job) {
+                if let Ok(Some(removal)) = self.state.take_scratch(adopt.job, None) {
                     self.removals.push_back(removal);
                 }
                 out.push(Input::ProcessesLost {

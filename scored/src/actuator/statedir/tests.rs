@@ -157,14 +157,73 @@ fn an_empty_scratch_tree_goes_at_once_and_a_full_one_is_taken_away() {
     let empty_path = state.create_scratch(empty, None).expect("scratch");
     let full_path = state.create_scratch(full, None).expect("scratch");
     std::fs::write(full_path.join("left"), "x").expect("write");
-    assert!(state.take_scratch(empty).expect("take").is_none());
+    assert!(state.take_scratch(empty, None).expect("take").is_none());
     assert!(!empty_path.exists());
     let mut removal = state
-        .take_scratch(full)
+        .take_scratch(full, Some(uid))
         .expect("take")
         .expect("a tree to remove");
     assert!(!full_path.exists());
     removal.finish().expect("remove");
     assert!(state.unfinished_removals().is_empty());
+    std::fs::remove_dir_all(&root).expect("clean up");
+}
+
+/// An empty scratch directory is kept for its user's next job, taken back
+/// meanwhile (scored's, mode 0700); never for another user's job, nor
+/// once it holds anything.
+#[test]
+fn an_empty_scratch_directory_goes_to_its_users_next_job_only() {
+    use std::os::unix::fs::MetadataExt;
+    let root = scratch_root("spare");
+    let uid = nix::unistd::geteuid().as_raw();
+    let state = StateDir::open(&root, uid).expect("open the state directory");
+    // As root, the jobs are another user's, as a root daemon's are.
+    let (user, other) = if uid == 0 { (4242, 4343) } else { (uid, uid) };
+    let owner = |user: u32| (uid == 0).then_some((user, user));
+    let first = state
+        .create_scratch(JobId(1), owner(user))
+        .expect("scratch");
+    let inode = std::fs::metadata(&first).expect("stat").ino();
+    assert!(state
+        .take_scratch(JobId(1), Some(user))
+        .expect("take")
+        .is_none());
+    assert!(!first.exists());
+    let spare = std::fs::metadata(root.join("jobs/.spare-0")).expect("the spare");
+    assert_eq!((spare.uid(), spare.mode() & 0o7777), (uid, 0o700));
+    if uid == 0 {
+        let theirs = state
+            .create_scratch(JobId(2), owner(other))
+            .expect("scratch");
+        assert_ne!(std::fs::metadata(&theirs).expect("stat").ino(), inode);
+    }
+    let next = state
+        .create_scratch(JobId(3), owner(user))
+        .expect("scratch");
+    let meta = std::fs::metadata(&next).expect("stat");
+    assert_eq!(meta.ino(), inode, "the spare was not used");
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (user, 0o700));
+    assert!(!root.join("jobs/.spare-0").exists());
+    // One that holds something is taken away, not kept.
+    std::fs::write(next.join("left"), "x").expect("write");
+    let mut removal = state
+        .take_scratch(JobId(3), Some(user))
+        .expect("take")
+        .expect("a tree to remove");
+    removal.finish().expect("remove");
+    assert!(!root.join("jobs/.spare-0").exists());
+    // A new daemon does not know the spares of the one before.
+    let _ = state
+        .create_scratch(JobId(4), owner(user))
+        .expect("scratch");
+    assert!(state
+        .take_scratch(JobId(4), Some(user))
+        .expect("take")
+        .is_none());
+    assert!(root.join("jobs/.spare-0").exists());
+    drop(state);
+    let _state = StateDir::open(&root, uid).expect("open again");
+    assert!(!root.join("jobs/.spare-0").exists());
     std::fs::remove_dir_all(&root).expect("clean up");
 }
