@@ -397,27 +397,46 @@ pub fn connect(path: &std::path::Path) -> io::Result<OwnedFd> {
 /// first 15 bytes of `title`. A zygote or keeper would otherwise show
 /// scored's own command line.
 pub fn retitle(title: &str) {
-    let name: String = title.chars().filter(|c| *c != '\0').take(15).collect();
-    if let Ok(name) = std::ffi::CString::new(name) {
-        let _ = nix::sys::prctl::set_name(&name);
+    Title::open().set(title);
+}
+
+/// This process's /proc/self/mem, held open to retitle it again and again
+/// (a keeper at each job it keeps) without opening it each time. It is
+/// this process's: one inherited across a fork would write the parent's
+/// memory.
+pub struct Title {
+    mem: Option<std::fs::File>,
+}
+
+impl Title {
+    /// Opens this process's memory for its titles.
+    pub fn open() -> Title {
+        let mem = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/proc/self/mem")
+            .ok();
+        Title { mem }
     }
-    // Where the arguments lie does not change: read once (by the zygote,
-    // whose keepers inherit it).
-    static ARGUMENTS: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
-    let Some((start, end)) = *ARGUMENTS.get_or_init(arguments_area) else {
-        return;
-    };
-    let room = end.saturating_sub(start) as usize;
-    if room == 0 {
-        return;
-    }
-    let mut bytes = vec![0u8; room];
-    let len = title.len().min(room - 1);
-    bytes[..len].copy_from_slice(&title.as_bytes()[..len]);
-    if let Ok(mem) = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/proc/self/mem")
-    {
+
+    /// See [`retitle`].
+    pub fn set(&self, title: &str) {
+        let name: String = title.chars().filter(|c| *c != '\0').take(15).collect();
+        if let Ok(name) = std::ffi::CString::new(name) {
+            let _ = nix::sys::prctl::set_name(&name);
+        }
+        // Where the arguments lie does not change: read once (by the
+        // zygote, whose keepers inherit it).
+        static ARGUMENTS: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+        let Some((start, end)) = *ARGUMENTS.get_or_init(arguments_area) else {
+            return;
+        };
+        let room = end.saturating_sub(start) as usize;
+        let Some(mem) = self.mem.as_ref().filter(|_| room > 0) else {
+            return;
+        };
+        let mut bytes = vec![0u8; room];
+        let len = title.len().min(room - 1);
+        bytes[..len].copy_from_slice(&title.as_bytes()[..len]);
         use std::os::unix::fs::FileExt;
         let _ = mem.write_at(&bytes, start);
     }

@@ -149,6 +149,8 @@ struct Keeper {
     spare: bool,
     /// It keeps no job: it waits for `Adopt`, or for its link to close.
     resting: bool,
+    /// Its title, set at each job it keeps.
+    title: super::Title,
     buffer: Vec<u8>,
 }
 
@@ -166,13 +168,14 @@ pub fn run(job: u64, link: OwnedFd, sockets: PathBuf, wait: Duration) -> ! {
 impl Keeper {
     fn new(job: u64, link: OwnedFd, sockets: PathBuf, wait: Duration) -> std::io::Result<Keeper> {
         let pid = std::process::id() as i32;
-        super::retitle(&format!("scored keeper of job {job}"));
         // Its orphaned descendants come to it, not to scored.
         sys::set_child_subreaper()?;
         // SIGALRM ends a wait for stops in time (`await_stops`).
         sys::install_alarm_handler()?;
         // Nothing of scored's but the link; the standard streams log.
         let _ = sys::close_from_3_except(&[], link.as_raw_fd(), false);
+        let title = super::Title::open();
+        title.set(&format!("scored keeper of job {job}"));
         let mut mask = SigSet::empty();
         mask.add(Signal::SIGCHLD);
         let _ = SigSet::all().thread_unblock();
@@ -228,6 +231,7 @@ impl Keeper {
             restopped: BTreeSet::new(),
             spare: true,
             resting: false,
+            title,
             buffer: vec![0u8; super::MAX_MESSAGE],
         };
         keeper.hello(false);

@@ -57,7 +57,7 @@ impl Keeper {
         self.pending.clear();
         self.restopped.clear();
         self.resting = true;
-        crate::keeper::retitle("scored keeper, idle");
+        self.title.set("scored keeper, idle");
         self.unsent.push(FromKeeper::Idle);
         self.flush();
     }
@@ -67,7 +67,7 @@ impl Keeper {
     pub(super) fn adopt(&mut self, job: u64) {
         self.job = job;
         self.resting = false;
-        crate::keeper::retitle(&format!("scored keeper of job {job}"));
+        self.title.set(&format!("scored keeper of job {job}"));
         let path = self.sockets().join(format!("{job}.sock"));
         if self.listener.is_some() && std::fs::rename(&self.socket_path, &path).is_ok() {
             self.socket_path = path;
