@@ -38,7 +38,7 @@ use super::sys;
 
 mod spawner;
 
-pub use spawner::{drain, freed_fd, ready};
+pub use spawner::{await_free, drain, freed_fd, ready};
 
 /// In [`ChildSetup::stdio`], a standard descriptor that the job gets
 /// closed (its client had it closed).

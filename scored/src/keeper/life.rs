@@ -70,6 +70,9 @@ const STOP_CHECK: Duration = Duration::from_millis(20);
 /// loop; scored waits as long for the answer before it goes on with its
 /// own loop.
 const STOP_BLOCK: Duration = Duration::from_millis(5);
+/// How long a keeper waits for the exec of the last rank of an order
+/// before it tells scored of the rank, so as to tell both at once.
+const LAST_EXEC_WAIT: Duration = Duration::from_micros(500);
 /// The alarm that interrupts that wait, so that it ends in time.
 const STOP_ALARM: Duration = Duration::from_millis(1);
 
@@ -693,6 +696,13 @@ impl Keeper {
             .as_ref()
             .is_some_and(|launch| launch.next >= launch.order.len());
         if complete {
+            // The last rank's exec usually follows within a fraction of a
+            // millisecond: told with its creation, it costs scored one
+            // wakeup, not two. The wait is bounded, once an order.
+            if spawn::await_free(LAST_EXEC_WAIT) {
+                spawn::drain();
+                self.exec_reports();
+            }
             self.launch = None;
             self.outbox.push(Event::Launched);
         }

@@ -288,6 +288,22 @@ pub fn freed_fd() -> io::Result<RawFd> {
     Ok(spawner()?.freed.as_raw_fd())
 }
 
+/// Waits at most `limit` for the spawner to be free again (its last child
+/// exec'd or ended); whether it is. Its pipe is left for [`drain`].
+pub fn await_free(limit: std::time::Duration) -> bool {
+    use nix::poll::{ppoll, PollFd, PollFlags};
+    use std::os::fd::AsFd;
+    if ready() {
+        return true;
+    }
+    let Ok(spawner) = spawner() else {
+        return false;
+    };
+    let mut fds = [PollFd::new(spawner.freed.as_fd(), PollFlags::POLLIN)];
+    let _ = ppoll(&mut fds, Some(nix::sys::time::TimeSpec::from(limit)), None);
+    ready()
+}
+
 /// Empties the spawner's pipe of its wake-ups.
 pub fn drain() {
     if let Ok(spawner) = spawner() {
