@@ -23,7 +23,7 @@
 //! when the test failed.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,42 +96,8 @@ impl FlushFile {
             println!("the kernel has no fuse file system");
             return None;
         }
-        let device = match std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/fuse")
-        {
-            Ok(file) => OwnedFd::from(file),
-            Err(error) => {
-                println!("cannot open /dev/fuse: {error}");
-                return None;
-            }
-        };
         std::fs::create_dir(dir).expect("create the mount point");
-        let target = CString::new(dir.as_os_str().as_bytes()).expect("path");
-        let options = CString::new(format!(
-            "fd={},rootmode=40000,user_id=0,group_id=0,allow_other",
-            device.as_raw_fd()
-        ))
-        .expect("options");
-        // SAFETY: every pointer is a NUL-terminated string that outlives
-        // the call; mount(2) takes no other memory.
-        let mounted = unsafe {
-            libc::mount(
-                c"scored-test-flush".as_ptr(),
-                target.as_ptr(),
-                c"fuse".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                options.as_ptr().cast(),
-            )
-        };
-        if mounted != 0 {
-            println!(
-                "cannot mount a FUSE file system: {}",
-                std::io::Error::last_os_error()
-            );
-            return None;
-        }
+        let device = super::hung::mount_fuse(dir, c"scored-test-flush", "40000")?;
         let device = Arc::new(device);
         let shared = Arc::new(Mutex::new(Shared::default()));
         let stop = Arc::new(AtomicBool::new(false));

@@ -53,41 +53,7 @@ impl HungDir {
     /// cannot be mounted (no `/dev/fuse`, or no right to mount).
     pub fn mount(path: &Path) -> Option<HungDir> {
         std::fs::create_dir(path).expect("create the mount point");
-        let device = match std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/fuse")
-        {
-            Ok(file) => OwnedFd::from(file),
-            Err(error) => {
-                println!("cannot open /dev/fuse: {error}");
-                return None;
-            }
-        };
-        let target = CString::new(path.as_os_str().as_bytes()).expect("path");
-        let options = CString::new(format!(
-            "fd={},rootmode=40755,user_id=0,group_id=0,allow_other",
-            device.as_raw_fd()
-        ))
-        .expect("options");
-        // SAFETY: every pointer is a NUL-terminated string that outlives
-        // the call; mount(2) takes no other memory.
-        let mounted = unsafe {
-            libc::mount(
-                c"scored-test-hung".as_ptr(),
-                target.as_ptr(),
-                c"fuse".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                options.as_ptr().cast(),
-            )
-        };
-        if mounted != 0 {
-            println!(
-                "cannot mount a FUSE file system: {}",
-                std::io::Error::last_os_error()
-            );
-            return None;
-        }
+        let device = mount_fuse(path, c"scored-test-hung", "40755")?;
         let device = Arc::new(device);
         let shared = Arc::new(Mutex::new(Shared {
             holding: true,
@@ -143,6 +109,48 @@ impl Drop for HungDir {
         // The last copy of the connection's descriptor closes with `self`:
         // the kernel then fails whatever still asks.
     }
+}
+
+/// Opens `/dev/fuse` and mounts a FUSE file system named `source` on
+/// `path` (its root of mode `rootmode`, in octal, open to every user);
+/// the device to serve it through, or `None` with the reason printed.
+pub(crate) fn mount_fuse(path: &Path, source: &std::ffi::CStr, rootmode: &str) -> Option<OwnedFd> {
+    let device = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        Ok(file) => OwnedFd::from(file),
+        Err(error) => {
+            println!("cannot open /dev/fuse: {error}");
+            return None;
+        }
+    };
+    let target = CString::new(path.as_os_str().as_bytes()).expect("path");
+    let options = CString::new(format!(
+        "fd={},rootmode={rootmode},user_id=0,group_id=0,allow_other",
+        device.as_raw_fd()
+    ))
+    .expect("options");
+    // SAFETY: every pointer is a NUL-terminated string that outlives
+    // the call; mount(2) takes no other memory.
+    let mounted = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            c"fuse".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            options.as_ptr().cast(),
+        )
+    };
+    if mounted != 0 {
+        println!(
+            "cannot mount a FUSE file system: {}",
+            std::io::Error::last_os_error()
+        );
+        return None;
+    }
+    Some(device)
 }
 
 /// The server: answers until told to stop or the connection ends.
