@@ -22,9 +22,7 @@
 //! closes the connection, so that nothing waits on it afterwards, even
 //! when the test failed.
 
-use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -167,9 +165,7 @@ impl FlushFile {
 impl Drop for FlushFile {
     fn drop(&mut self) {
         self.release();
-        let target = CString::new(self.dir.as_os_str().as_bytes()).expect("path");
-        // SAFETY: a NUL-terminated path that outlives the call.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        super::hung::unmount_fuse(&self.dir);
         self.stop.store(true, Ordering::SeqCst);
         if let Some(server) = self.server.take() {
             let _ = server.join();

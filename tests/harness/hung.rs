@@ -99,9 +99,7 @@ impl HungDir {
 impl Drop for HungDir {
     fn drop(&mut self) {
         self.release();
-        let target = CString::new(self.path.as_os_str().as_bytes()).expect("path");
-        // SAFETY: a NUL-terminated path that outlives the call.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        unmount_fuse(&self.path);
         self.stop.store(true, Ordering::SeqCst);
         if let Some(server) = self.server.take() {
             let _ = server.join();
@@ -109,6 +107,14 @@ impl Drop for HungDir {
         // The last copy of the connection's descriptor closes with `self`:
         // the kernel then fails whatever still asks.
     }
+}
+
+/// Detaches the FUSE file system mounted on `path` (lazily: whatever
+/// still uses it keeps it until it lets go).
+pub(crate) fn unmount_fuse(path: &Path) {
+    let target = CString::new(path.as_os_str().as_bytes()).expect("path");
+    // SAFETY: a NUL-terminated path that outlives the call.
+    unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
 }
 
 /// Opens `/dev/fuse` and mounts a FUSE file system named `source` on
