@@ -1569,3 +1569,39 @@ fn another_user_cannot_take_a_job_whose_scrun_waits_to_reattach() {
     assert_eq!(status.code(), Some(0), "{out}");
     assert!(out.contains("survived"), "{out}");
 }
+
+/// A job's arguments are the user's text, and listings show them to root:
+/// a newline in one would draw a row of the user's making in the operator's
+/// `jobs`, and an escape sequence would reach the operator's terminal. The
+/// text forms show them escaped, as the log does; JSON keeps them as given.
+#[test]
+fn a_job_s_arguments_cannot_draw_rows_or_send_escapes_to_the_operator() {
+    let daemon = Daemon::start();
+    let forged = " 99  root  bk  0  running";
+    let argument = format!("x\n{forged}\r\x1b]0;owned\x07\u{2028}y");
+    let output = daemon.run(&["sh", "-c", ": \"$1\"", "sh", &argument]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    for line in ["jobs all", "job 1", "history"] {
+        let text = daemon.ok(line);
+        for row in text.lines() {
+            assert!(
+                !row.starts_with(forged),
+                "'{line}' shows a row the job's argument drew:\n{text}"
+            );
+        }
+        assert!(
+            !text.contains(['\x1b', '\x07', '\r', '\u{2028}']),
+            "'{line}' passes control characters to the terminal:\n{text:?}"
+        );
+        assert!(
+            text.contains(&format!("x\\n{forged}\\r\\x1b]0;owned\\x07\\u{{2028}}y")),
+            "'{line}' does not show the argument escaped:\n{text}"
+        );
+    }
+    let command = daemon.job_field(1, "command");
+    assert_eq!(
+        command.as_str(),
+        Some(format!("sh -c : \"$1\" sh {argument}").as_str()),
+        "JSON keeps the arguments as given"
+    );
+}

@@ -50,10 +50,15 @@ impl Value {
         value.unwrap_or(Value::None)
     }
 
-    /// The human text of the value.
+    /// The human text of the value. Text is shown on one line with no
+    /// control character: a job's arguments, its reason and paths are a
+    /// user's text, shown to root, and a newline would draw a row of the
+    /// user's making in a listing, an escape sequence reach the reader's
+    /// terminal. They are written as the log writes them (`\n`, `\r`,
+    /// `\t`, `\xHH`, `\u{2028}`); JSON keeps the text as given.
     pub fn to_text(&self) -> String {
         match self {
-            Value::Text(text) => text.clone(),
+            Value::Text(text) => one_line(text),
             Value::Uint(n) => n.to_string(),
             Value::Int(n) => n.to_string(),
             Value::Float(x) => format!("{x:.2}"),
@@ -111,6 +116,31 @@ impl Value {
                 | Value::Percent(_)
         )
     }
+}
+
+/// `text` with its control characters and line separators escaped.
+fn one_line(text: &str) -> String {
+    if !text.chars().any(needs_escape) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for ch in text.chars() {
+        match ch {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{85}' | '\u{2028}' | '\u{2029}' => {
+                out.push_str(&format!("\\u{{{:x}}}", ch as u32));
+            }
+            _ if ch.is_control() => out.push_str(&format!("\\x{:02x}", ch as u32)),
+            _ => out.push(ch),
+        }
+    }
+    out
+}
+
+fn needs_escape(ch: char) -> bool {
+    ch.is_control() || matches!(ch, '\u{85}' | '\u{2028}' | '\u{2029}')
 }
 
 fn object(fields: &[(String, Value)]) -> Json {
