@@ -47,9 +47,11 @@
 //!    journal.
 //!
 //! 10. What gang scheduling is for: two MPI jobs of busy-polling ranks
-//!     (MPICH: allreduce, ping-pong), one alone, both under the kernel, and
-//!     both under scored at 500, 100 and 10 ms slices; and the launch cost
-//!     of PMI, and of PMI with PMIx, against `-mpi=none`.
+//!     (MPICH and OpenMPI: allreduce, ping-pong; NetPIPE), each round one
+//!     alone then both (turned each round), under the kernel and under
+//!     scored at 100 and 10 ms slices, every job's status and output
+//!     checked; and the launch cost of PMI, and of PMI with PMIx, against
+//!     `-mpi=none`.
 //!
 //! 11. What a plain user can make a root scored spend: memory through
 //!     floods of oversize submissions and queued environments, root's

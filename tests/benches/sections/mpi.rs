@@ -1,15 +1,19 @@
 //! What gang scheduling is for: two MPI jobs of `cores` busy-polling
 //! ranks each (a tight allreduce loop and a ping-pong, built with MPICH
-//! and with OpenMPI, and Debian's NetPIPE on OpenMPI), one alone, both at once under the kernel (the MPI's
-//! own launcher twice, oversubscribed), and both under scored at 500, 100
-//! and 10 ms slices; the time until both finish against twice one alone,
-//! and the time per message. Then the launch cost of PMI and PMIx:
-//! `scrun -nodes=2 true` with and without them.
+//! and with OpenMPI, and Debian's NetPIPE on OpenMPI). Each round runs,
+//! setting by setting, one job alone and then two at once (the other way
+//! round in odd rounds), so that the machine's drift falls on both: under
+//! the kernel (the MPI's own launcher twice, pinned alike) and under
+//! scored at 100 and 10 ms slices; each pair against twice the one alone
+//! of its round, medians and ranges over the rounds; the kernel unpinned
+//! in the first rounds. Every job must exit 0 and print what its program
+//! prints on success. Then the launch cost of PMI and PMIx: `scrun
+//! -nodes=2 true` with and without them.
 
-use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::sections::launch::time_command;
@@ -109,62 +113,205 @@ impl Mpi {
     }
 }
 
-/// Runs `commands` at once; the time until all end and the largest
-/// per-message time they printed, or `None` if they did not end within
-/// `cap` (then they are killed).
-fn run_together(commands: Vec<Command>, cap: Duration) -> Option<(f64, f64)> {
-    let start = Instant::now();
-    let mut children: Vec<Child> = commands
-        .into_iter()
-        .map(|mut command| {
-            command
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .process_group(0)
-                .spawn()
-                .expect("spawn")
+/// What a workload's program prints when it succeeds.
+#[derive(Clone, Copy)]
+enum Program {
+    /// The loop: one line, `X us each`, from rank 0.
+    Loop,
+    /// NetPIPE: a line per message size on standard error, 1 B to 4 KiB.
+    NetPipe,
+}
+
+impl Program {
+    /// The time per message a job printed, in µs (NetPIPE's at 1 B), or
+    /// why its output is not what the program prints on success.
+    fn per_message(self, output: &Output) -> Result<f64, String> {
+        match self {
+            Program::Loop => {
+                let stdout = String::from_utf8_lossy(&output.stdout);
+                let lines: Vec<&str> = stdout.lines().collect();
+                let [line] = lines.as_slice() else {
+                    return Err(format!("{} lines on standard output, not one", lines.len()));
+                };
+                line.strip_suffix(" us each")
+                    .and_then(|value| value.parse::<f64>().ok())
+                    .filter(|us| us.is_finite() && *us > 0.0)
+                    .ok_or_else(|| format!("{line:?} is not `X us each`"))
+            }
+            Program::NetPipe => {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                let sizes: Vec<(u64, f64)> = stderr.lines().filter_map(netpipe_line).collect();
+                let rising = sizes.windows(2).all(|pair| pair[0].0 < pair[1].0);
+                match (sizes.first(), sizes.last()) {
+                    (Some(&(1, us)), Some(&(4096, _))) if rising => Ok(us),
+                    _ => Err(format!("NetPIPE's sizes are not 1 to 4096 B: {sizes:?}")),
+                }
+            }
+        }
+    }
+}
+
+/// The size and the one-way time of a line of NetPIPE's main loop,
+/// `  0:       1 bytes  20000 times -->     17.07 Mbps in       0.45 usec`.
+fn netpipe_line(line: &str) -> Option<(u64, f64)> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        [_, bytes, "bytes", _, "times", "-->", _, "Mbps", "in", usec, "usec"] => {
+            Some((bytes.parse().ok()?, usec.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// The environment entry each process of a run inherits, to find them all.
+const RUN_TAG: &str = "SCORED_BENCH_MPI_RUN";
+
+/// The processes carrying `RUN_TAG=tag`, zombies left out.
+fn run_processes(tag: &str) -> Vec<i32> {
+    let entry = format!("{RUN_TAG}={tag}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|&b| b == 0)
+                    .any(|var| var == entry.as_bytes())
+            }) && alive(*pid)
         })
-        .collect();
-    let mut done = vec![false; children.len()];
-    while !done.iter().all(|d| *d) {
-        if start.elapsed() > cap {
-            for child in &mut children {
-                // The whole group: mpiexec and its ranks.
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(child.id() as i32),
+        .collect()
+}
+
+/// How jobs run at once ended.
+#[derive(Clone, Copy)]
+struct Ended {
+    /// From the first start to the last end.
+    seconds: f64,
+    /// The largest time per message they printed, µs.
+    us: f64,
+}
+
+/// Runs `commands` at once; how they ended, or `None` if they did not all
+/// end within `cap` (then every process of the run is killed). Panics,
+/// with the job's status and output, when a job exits other than 0 or
+/// prints other than what `program` prints on success, and when a
+/// process of the run outlives it.
+fn run_together(commands: Vec<Command>, program: Program, cap: Duration) -> Option<Ended> {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let tag = format!(
+        "{}.{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    );
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let start = Instant::now();
+    let mut waiters = Vec::new();
+    for mut command in commands {
+        let line = format!("{command:?}");
+        command
+            .env(RUN_TAG, &tag)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot start {line}: {err}"));
+        let sender = sender.clone();
+        waiters.push(std::thread::spawn(move || {
+            // Both pipes to their ends, then the exit status.
+            let output = child.wait_with_output().expect("wait for a job");
+            let _ = sender.send(Instant::now());
+            (line, output)
+        }));
+    }
+    drop(sender);
+    let deadline = start + cap;
+    let mut last = start;
+    let mut n_ended = 0;
+    while n_ended < waiters.len() {
+        match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(end) => {
+                last = last.max(end);
+                n_ended += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    let stopped = n_ended < waiters.len();
+    if stopped {
+        // The launchers, their daemons and the ranks, wherever they hang.
+        wait_until(Duration::from_secs(10), || {
+            let pids = run_processes(&tag);
+            for pid in &pids {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid),
                     nix::sys::signal::Signal::SIGKILL,
                 );
-                let _ = child.wait();
             }
-            return None;
-        }
-        for (child, done) in children.iter_mut().zip(done.iter_mut()) {
-            if !*done && child.try_wait().expect("try_wait").is_some() {
-                *done = true;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
+            pids.is_empty()
+        });
     }
-    let elapsed = start.elapsed().as_secs_f64();
-    let mut per_message: f64 = 0.0;
-    for child in &mut children {
-        let mut out = String::new();
-        if let Some(mut stdout) = child.stdout.take() {
-            let _ = stdout.read_to_string(&mut out);
-        }
-        // NetPIPE prints its own lines: no time per message.
-        let us: f64 = out
-            .split_whitespace()
-            .next()
-            .and_then(|value| value.parse().ok())
-            .unwrap_or(f64::NAN);
-        per_message = per_message.max(us);
+    let outputs: Vec<(String, Output)> = waiters
+        .into_iter()
+        .map(|waiter| waiter.join().expect("a job's waiter"))
+        .collect();
+    // Nothing may spin on beside the next run.
+    assert!(
+        wait_until(Duration::from_secs(10), || run_processes(&tag).is_empty()),
+        "processes of {:?} outlived them: {:?}",
+        outputs.iter().map(|(line, _)| line).collect::<Vec<_>>(),
+        run_processes(&tag)
+    );
+    if stopped {
+        return None;
     }
-    Some((elapsed, per_message))
+    let mut us: f64 = 0.0;
+    for (line, output) in &outputs {
+        let per_message = if output.status.success() {
+            program.per_message(output)
+        } else {
+            Err(output.status.to_string())
+        };
+        match per_message {
+            Ok(value) => us = us.max(value),
+            Err(why) => panic!(
+                "{line}: {why}\n--- standard output\n{}--- standard error\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        }
+    }
+    Some(Ended {
+        seconds: (last - start).as_secs_f64(),
+        us,
+    })
+}
+
+/// The time the CPUs were stolen by the hypervisor, and all CPU time, in
+/// ticks (`/proc/stat`).
+fn steal_and_total() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .find_map(|line| line.strip_prefix("cpu "))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    // user nice system idle iowait irq softirq steal guest guest_nice; the
+    // guest times are counted in user and nice already.
+    let total = ticks.iter().take(8).sum();
+    (ticks.get(7).copied().unwrap_or(0), total)
 }
 
 pub(crate) fn mpi(rows: &mut Vec<Row>) {
     let sandbox = Sandbox::new();
+    let (steal_before, total_before) = steal_and_total();
     for mpi in &MPIS {
         match mpi.compile(&sandbox.path) {
             Some(exe) => gang(mpi, &exe, rows),
@@ -180,7 +327,55 @@ pub(crate) fn mpi(rows: &mut Vec<Row>) {
             }
         }
     }
+    let (steal_after, total_after) = steal_and_total();
+    rows.push(row(
+        "CPU time stolen by the hypervisor during the MPI runs",
+        format!(
+            "{:.1} %",
+            100.0 * (steal_after - steal_before) as f64
+                / (total_after - total_before).max(1) as f64
+        ),
+        "-".into(),
+        "-".into(),
+        "for the record",
+    ));
     launch_cost(rows);
+}
+
+/// The median, least and largest of `values` (infinite for runs stopped).
+fn spread(values: &[f64]) -> (f64, f64, f64) {
+    let mut sorted = values.to_vec();
+    let median = crate::median(&mut sorted);
+    (median, sorted[0], sorted[sorted.len() - 1])
+}
+
+/// `1.00× (0.98–1.03)`; runs stopped count as infinite, and as more than
+/// the least of `bounds` (their caps against their baselines).
+fn ratio_text(ratios: &[f64], bounds: &[f64]) -> String {
+    let (median, least, largest) = spread(ratios);
+    let bound = bounds.iter().copied().fold(f64::INFINITY, f64::min);
+    let n_stopped = bounds.len();
+    if median.is_infinite() {
+        format!("> {bound:.1}× ({n_stopped} of {} stopped)", ratios.len())
+    } else if largest.is_infinite() {
+        format!("{median:.2}× ({least:.2} to > {bound:.1}, {n_stopped} stopped)")
+    } else {
+        format!("{median:.2}× ({least:.2}–{largest:.2})")
+    }
+}
+
+/// `0.70 s (0.68–0.73), 0.97 µs per message` over the runs that ended.
+fn time_text(ended: &[Ended]) -> String {
+    let seconds: Vec<f64> = ended.iter().map(|run| run.seconds).collect();
+    let us: Vec<f64> = ended.iter().map(|run| run.us).collect();
+    if seconds.is_empty() {
+        return "stopped".into();
+    }
+    let (median, least, largest) = spread(&seconds);
+    format!(
+        "{median:.2} s ({least:.2}–{largest:.2}), {:.2} µs per message",
+        spread(&us).0
+    )
 }
 
 /// The gang table of one MPI.
@@ -188,7 +383,7 @@ fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
     let cores = online_cpus().len().max(1);
     let ranks = cores.min(2);
     // One daemon per slice length, two hosts of one CPU each.
-    let slices = ["500ms", "100ms", "10ms"];
+    let slices = ["100ms", "10ms"];
     let daemons: Vec<Daemon> = slices
         .iter()
         .map(|slice| {
@@ -207,14 +402,15 @@ fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
         workloads.push((
             format!("{kind} ({ranks} ranks, {iterations} iterations)"),
             vec![exe.clone(), kind.to_string(), iterations.to_string()],
+            Program::Loop,
         ));
     }
     // Debian's NetPIPE on OpenMPI (netpipe-openmpi): ping-pongs of 1 B
     // to 4 KiB, a fixed number of each, results to /dev/null.
     if mpi.name == "OpenMPI" && Command::new("NPopenmpi").arg("-v").output().is_ok() {
-        let repeats = scaled(20_000, 5_000).to_string();
+        let repeats = scaled(2_000, 500).to_string();
         workloads.push((
-            format!("NetPIPE ({ranks} ranks, 1 B to 4 KiB, {repeats} each)"),
+            format!("NetPIPE ({ranks} ranks, 1 B to 4 KiB, {repeats} each; per message: its one-way time at 1 B)"),
             [
                 "NPopenmpi",
                 "-l",
@@ -230,91 +426,157 @@ fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
             ]
             .map(String::from)
             .to_vec(),
+            Program::NetPipe,
         ));
     }
-    for (kind, argv) in &workloads {
+    for (kind, argv, program) in &workloads {
+        let program = *program;
         let scrun = |daemon: &Daemon| {
             let mut args = vec![nodes.as_str()];
             args.extend(argv.iter().map(String::as_str));
-            let mut command = daemon.scrun(&args);
-            command.stdin(Stdio::null());
-            command
+            daemon.scrun(&args)
         };
         let launcher = |pinned| mpi.launcher(argv, ranks, pinned);
-        // Each configuration once per round, the rounds interleaved, so
-        // that the machine's other load falls on all alike; medians.
-        let names = [
-            "one job alone under the kernel (its launcher, rank i on core i)",
-            "two jobs under the kernel, pinned alike (its launcher twice)",
-            "two jobs under the kernel, unpinned (its launcher twice)",
-            "one job alone under scored",
-            "two jobs under scored, 500 ms slices",
-            "two jobs under scored, 100 ms slices",
-            "two jobs under scored, 10 ms slices",
-        ];
-        let mut times: Vec<Vec<Option<(f64, f64)>>> = vec![Vec::new(); names.len()];
-        let mut cap = Duration::from_secs(scaled(60, 20));
-        for _ in 0..scaled(3, 1) {
-            let alone = run_together(vec![launcher(true)], cap);
-            if let Some((seconds, _)) = alone {
-                // The kernel may take minutes: stopped at 10 times the ideal.
-                cap = Duration::from_secs_f64((20.0 * seconds).max(10.0));
-            }
-            times[0].push(alone);
-            times[1].push(run_together(vec![launcher(true), launcher(true)], cap));
-            times[2].push(run_together(vec![launcher(false), launcher(false)], cap));
-            times[3].push(run_together(vec![scrun(&daemons[1])], cap));
-            for (idx, daemon) in daemons.iter().enumerate() {
-                times[4 + idx].push(run_together(vec![scrun(daemon), scrun(daemon)], cap));
-            }
+        // Each setting starts one job; the kernel's first.
+        let mut settings: Vec<(String, Box<dyn Fn() -> Command + '_>)> = vec![(
+            "under the kernel, pinned alike (its launcher, rank i on core i)".into(),
+            Box::new(|| launcher(true)),
+        )];
+        for (daemon, slice) in daemons.iter().zip(["100 ms", "10 ms"]) {
+            settings.push((
+                format!("under scored, {slice} slices"),
+                Box::new(move || scrun(daemon)),
+            ));
         }
-        let med = |samples: &[Option<(f64, f64)>]| -> Option<(f64, f64)> {
-            if samples.iter().any(Option::is_none) {
-                return None;
-            }
-            let mut seconds: Vec<f64> = samples.iter().flatten().map(|s| s.0).collect();
-            // NaN where the program printed no time per message.
-            let mut us: Vec<f64> = samples.iter().flatten().map(|s| s.1).collect();
-            let us = if us.iter().any(|us| us.is_nan()) {
-                f64::NAN
-            } else {
-                crate::median(&mut us)
-            };
-            Some((crate::median(&mut seconds), us))
-        };
-        let alone = med(&times[0]).expect("one job alone ends").0;
-        let ideal = 2.0 * alone;
-        for (idx, name) in names.iter().enumerate() {
-            let single = idx == 0 || idx == 3;
-            let base = if single { alone } else { ideal };
-            let (value, ratio) = match med(&times[idx]) {
-                Some((seconds, us)) if us.is_nan() => {
-                    (format!("{seconds:.2} s"), format!("{:.2}×", seconds / base))
-                }
-                Some((seconds, us)) => (
-                    format!("{seconds:.2} s, {us:.2} µs per message"),
-                    format!("{:.2}×", seconds / base),
-                ),
-                None => (
-                    format!("> {:.0} s (stopped)", cap.as_secs_f64()),
-                    format!("> {:.1}×", cap.as_secs_f64() / base),
-                ),
-            };
-            let target = match idx {
-                5 => "within 1.05×",
-                6 => "within 1.1×",
-                _ => "for comparison",
-            };
-            rows.push(row(
-                &format!("{} {kind}: {name}", mpi.name),
-                value,
-                if single {
-                    format!("{alone:.2} s (one alone under the kernel)")
+        // A job alone that does not end within this is a failure.
+        let alone_cap = Duration::from_secs(scaled(60, 30));
+        // Unmeasured: the first start of each setting reads in the programs
+        // and libraries; it gives the pairs' first cap.
+        let mut latest: Vec<f64> = settings
+            .iter()
+            .map(|(name, start)| {
+                run_together(vec![start()], program, alone_cap)
+                    .unwrap_or_else(|| panic!("{kind}: one job {name} ran past {alone_cap:?}"))
+                    .seconds
+            })
+            .collect();
+        // Pairs are stopped at 10 times twice one alone (the kernel may
+        // take minutes), the kernel's unpinned at 5 (busy-polling ranks
+        // sharing CPUs unpinned may take tens of times longer, and waiting
+        // for them would be most of the section's time); a ratio stopped is
+        // infinite.
+        const BOUND: f64 = 10.0;
+        const UNPINNED_BOUND: f64 = 5.0;
+        let n_settings = settings.len();
+        let mut alone: Vec<Vec<Ended>> = vec![Vec::new(); n_settings];
+        let mut pairs: Vec<Vec<Ended>> = vec![Vec::new(); n_settings];
+        let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n_settings];
+        let mut bounds: Vec<Vec<f64>> = vec![Vec::new(); n_settings + 1];
+        let mut against_kernel: Vec<Vec<f64>> = vec![Vec::new(); n_settings];
+        let mut unpinned: Vec<Ended> = Vec::new();
+        let mut unpinned_ratios = Vec::new();
+        let (rounds, unpinned_rounds) = (scaled(5, 2), scaled(2, 1));
+        for round in 0..rounds {
+            let mut said = format!("  {kind}, round {}, alone/two:", round + 1);
+            for (idx, (name, start)) in settings.iter().enumerate() {
+                let one = || {
+                    run_together(vec![start()], program, alone_cap)
+                        .unwrap_or_else(|| panic!("{kind}: one job {name} ran past {alone_cap:?}"))
+                };
+                let two = |alone_seconds: f64| {
+                    let cap = Duration::from_secs_f64(2.0 * BOUND * alone_seconds);
+                    (cap, run_together(vec![start(), start()], program, cap))
+                };
+                // Alone first in even rounds, the pair first in odd ones.
+                let (single, (cap, pair)) = if round % 2 == 0 {
+                    let single = one();
+                    (single, two(single.seconds))
                 } else {
-                    format!("{ideal:.2} s (twice one alone)")
+                    let pair = two(latest[idx]);
+                    (one(), pair)
+                };
+                latest[idx] = single.seconds;
+                let ratio = match pair {
+                    Some(pair) => {
+                        pairs[idx].push(pair);
+                        pair.seconds / (2.0 * single.seconds)
+                    }
+                    // Gang must end what it runs: only the kernel may be stopped.
+                    None if idx > 0 => panic!("{kind}: two jobs {name} ran past {cap:?}"),
+                    None => {
+                        bounds[idx].push(cap.as_secs_f64() / (2.0 * single.seconds));
+                        f64::INFINITY
+                    }
+                };
+                said += &format!(
+                    " {:.2}/{:.2} s",
+                    single.seconds,
+                    ratio * 2.0 * single.seconds
+                );
+                ratios[idx].push(ratio);
+                alone[idx].push(single);
+                against_kernel[idx].push(single.seconds / alone[0][alone[idx].len() - 1].seconds);
+            }
+            if round < unpinned_rounds {
+                let single = latest[0];
+                let cap = Duration::from_secs_f64(2.0 * UNPINNED_BOUND * single);
+                let pair = run_together(vec![launcher(false), launcher(false)], program, cap);
+                if pair.is_none() {
+                    bounds[n_settings].push(UNPINNED_BOUND);
+                }
+                unpinned_ratios
+                    .push(pair.map_or(f64::INFINITY, |pair| pair.seconds / (2.0 * single)));
+                unpinned.extend(pair);
+                said += &format!(
+                    ", unpinned {:.2} s",
+                    pair.map_or(f64::INFINITY, |pair| pair.seconds)
+                );
+            }
+            eprintln!("{said}");
+        }
+        let title = |what: &str| format!("{} {kind}: {what}", mpi.name);
+        let kernel = &settings[0].0;
+        rows.push(row(
+            &title(&format!("one job alone {kernel}")),
+            time_text(&alone[0]),
+            "-".into(),
+            "-".into(),
+            "the baseline",
+        ));
+        rows.push(row(
+            &title("two jobs under the kernel, pinned alike"),
+            time_text(&pairs[0]),
+            "twice one alone under the kernel, same round".into(),
+            ratio_text(&ratios[0], &bounds[0]),
+            "for comparison",
+        ));
+        rows.push(row(
+            &title(&format!(
+                "two jobs under the kernel, unpinned (the first {unpinned_rounds} rounds)"
+            )),
+            time_text(&unpinned),
+            "twice one alone under the kernel, same round".into(),
+            ratio_text(&unpinned_ratios, &bounds[n_settings]),
+            "for comparison",
+        ));
+        for (idx, (name, _)) in settings.iter().enumerate().skip(1) {
+            rows.push(row(
+                &title(&format!("one job alone {name}")),
+                time_text(&alone[idx]),
+                "one alone under the kernel, same round".into(),
+                ratio_text(&against_kernel[idx], &[]),
+                "1.00×",
+            ));
+            rows.push(row(
+                &title(&format!("two jobs {name}")),
+                time_text(&pairs[idx]),
+                format!("twice one alone {name}, same round"),
+                ratio_text(&ratios[idx], &bounds[idx]),
+                if idx == 1 {
+                    "within 1.05×"
+                } else {
+                    "within 1.1×"
                 },
-                ratio,
-                target,
             ));
         }
     }
