@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{raise, Signal};
+use nix::sys::signal::Signal;
 use scored_proto::client::Connection;
 use scored_proto::exitcode;
 use scored_proto::proto::{Reply, Request, ENDED_BEFORE_START};
@@ -744,10 +744,9 @@ pub fn run(
                         if let Some(raw) = pty.as_deref_mut().and_then(|side| side.raw.as_mut()) {
                             raw.suspend();
                         }
-                        // SIGSTOP cannot be blocked or caught; raise returns
-                        // once scrun is continued, and the SIGCONT that did it
-                        // is then waiting on the signalfd.
-                        if let Err(errno) = raise(Signal::SIGSTOP) {
+                        // The SIGCONT that continues scrun then waits on the
+                        // signalfd.
+                        if let Err(errno) = crate::signals::stop_self() {
                             say(&format!("cannot stop scrun: {}", errno.desc()));
                         }
                         if let Some(side) = pty.as_deref_mut() {

@@ -91,6 +91,30 @@ pub fn stoppable(f: impl FnOnce()) {
     let _ = set.thread_block();
 }
 
+/// Stops scrun as Ctrl-Z stops a program, by SIGTSTP, so that its parent
+/// sees it stopped by that signal (a shell's `$?` is 148, as for the
+/// program run without scrun); returns once scrun is continued. SIGTSTP is
+/// raised while blocked and delivered by unblocking it for the moment of
+/// the stop. The kernel drops SIGTSTP in an orphaned process group, so
+/// unless scrun's parent is in another group of its session, which keeps
+/// the group from being orphaned, or where SIGTSTP is ignored, scrun stops
+/// by SIGSTOP, which nothing drops.
+pub fn stop_self() -> nix::Result<()> {
+    use nix::unistd::{getpgid, getpgrp, getppid, getsid};
+    let parent = getppid();
+    let held = getpgid(Some(parent)).is_ok_and(|group| group != getpgrp())
+        && getsid(Some(parent)).ok() == getsid(None).ok();
+    if !held || crate::sys::ignores(Signal::SIGTSTP) {
+        return nix::sys::signal::raise(Signal::SIGSTOP);
+    }
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTSTP);
+    nix::sys::signal::raise(Signal::SIGTSTP)?;
+    let unblocked = set.thread_unblock();
+    set.thread_block()?;
+    unblocked
+}
+
 /// Whether `signal` asks scrun to kill its job (and, a second time, to leave).
 pub fn is_terminating(signal: Signal) -> bool {
     matches!(

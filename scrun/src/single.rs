@@ -617,7 +617,7 @@ fn wait_signals(signals: &Signals, timeout: Duration) -> Option<Signal> {
             return Some(signal);
         }
         if signal == Signal::SIGTSTP {
-            let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+            let _ = crate::signals::stop_self();
         }
     }
     None

@@ -331,6 +331,40 @@ fn a_program_stopped_by_ctrl_z_in_a_pty_shell_stays_stopped_across_gang_switches
     other.wait(Duration::from_secs(30));
 }
 
+/// Ctrl-Z in an interactive shell stops scrun as it stops the program run
+/// without it: by SIGTSTP, which the shell reports as status 148 (`$?`,
+/// and `wait` in scripts and `make` see the same signal).
+#[test]
+fn ctrl_z_stops_scrun_by_sigtstp_as_it_stops_the_program() {
+    let daemon = Daemon::start();
+    let Some(tmux) = Tmux::start(&daemon, "PS1='$ ' exec bash --norc -i\n", 100, 30) else {
+        return;
+    };
+    for (what, command) in [("plain", "sleep 300"), ("scrun", "\"$SCRUN\" sleep 300")] {
+        tmux.keys(&format!("echo go-{what}; {command}"));
+        tmux.keys("Enter");
+        tmux.expect(&format!("\ngo-{what}"));
+        if what == "scrun" {
+            assert!(
+                wait_until(Duration::from_secs(20), || daemon.job_state(1) == "running"),
+                "the job never ran:\n{}",
+                tmux.screen()
+            );
+        }
+        tmux.keys("C-z");
+        tmux.expect(&format!("{command}\n"));
+        tmux.keys(&format!("echo {what}-status=$?"));
+        tmux.keys("Enter");
+        tmux.expect(&format!("\n{what}-status="));
+    }
+    let screen = tmux.screen();
+    assert!(screen.contains("\nplain-status=148"), "{screen}");
+    assert!(screen.contains("\nscrun-status=148"), "{screen}");
+    assert_eq!(daemon.job_state(1), "held", "{screen}");
+    tmux.keys("kill -KILL %1 %2");
+    tmux.keys("Enter");
+}
+
 /// Until the job runs, scrun's terminal stays as it is, so that Ctrl-C
 /// still interrupts a `-pty` job that waits in a deactivated queue.
 #[test]
