@@ -166,14 +166,38 @@ fn netpipe_line(line: &str) -> Option<(u64, f64)> {
 /// The environment entry each process of a run inherits, to find them all.
 const RUN_TAG: &str = "SCORED_BENCH_MPI_RUN";
 
-/// The processes carrying `RUN_TAG=tag`, zombies left out.
-fn run_processes(tag: &str) -> Vec<i32> {
+/// `roots` and their descendants, by the kernel's lists of children: a
+/// scan of every process's environment would wait on any process of the
+/// machine caught in an exec.
+fn descendants(roots: &[i32]) -> Vec<i32> {
+    let mut found = Vec::new();
+    let mut queue = roots.to_vec();
+    while let Some(pid) = queue.pop() {
+        if found.contains(&pid) {
+            continue;
+        }
+        found.push(pid);
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.filter_map(Result::ok) {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            queue.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|child| child.parse::<i32>().ok()),
+            );
+        }
+    }
+    found
+}
+
+/// The processes under `roots` carrying `RUN_TAG=tag`, zombies left out.
+fn run_processes(tag: &str, roots: &[i32]) -> Vec<i32> {
     let entry = format!("{RUN_TAG}={tag}");
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+    descendants(roots)
+        .into_iter()
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
                 environ
@@ -197,8 +221,13 @@ struct Ended {
 /// end within `cap` (then every process of the run is killed). Panics,
 /// with the job's status and output, when a job exits other than 0 or
 /// prints other than what `program` prints on success, and when a
-/// process of the run outlives it.
-fn run_together(commands: Vec<Command>, program: Program, cap: Duration) -> Option<Ended> {
+/// process of the run outlives it under its launcher or under `daemons`.
+fn run_together(
+    commands: Vec<Command>,
+    program: Program,
+    cap: Duration,
+    daemons: &[i32],
+) -> Option<Ended> {
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let tag = format!(
         "{}.{}",
@@ -208,6 +237,7 @@ fn run_together(commands: Vec<Command>, program: Program, cap: Duration) -> Opti
     let (sender, receiver) = std::sync::mpsc::channel();
     let start = Instant::now();
     let mut waiters = Vec::new();
+    let mut roots = daemons.to_vec();
     for mut command in commands {
         let line = format!("{command:?}");
         command
@@ -219,6 +249,7 @@ fn run_together(commands: Vec<Command>, program: Program, cap: Duration) -> Opti
         let child = command
             .spawn()
             .unwrap_or_else(|err| panic!("cannot start {line}: {err}"));
+        roots.push(child.id() as i32);
         let sender = sender.clone();
         waiters.push(std::thread::spawn(move || {
             // Both pipes to their ends, then the exit status.
@@ -244,7 +275,8 @@ fn run_together(commands: Vec<Command>, program: Program, cap: Duration) -> Opti
     if stopped {
         // The launchers, their daemons and the ranks, wherever they hang.
         wait_until(Duration::from_secs(10), || {
-            let pids = run_processes(&tag);
+            // The whole tree at once, before orphans leave it.
+            let pids = run_processes(&tag, &roots);
             for pid in &pids {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(*pid),
@@ -260,10 +292,11 @@ fn run_together(commands: Vec<Command>, program: Program, cap: Duration) -> Opti
         .collect();
     // Nothing may spin on beside the next run.
     assert!(
-        wait_until(Duration::from_secs(10), || run_processes(&tag).is_empty()),
+        wait_until(Duration::from_secs(10), || run_processes(&tag, &roots)
+            .is_empty()),
         "processes of {:?} outlived them: {:?}",
         outputs.iter().map(|(line, _)| line).collect::<Vec<_>>(),
-        run_processes(&tag)
+        run_processes(&tag, &roots)
     );
     if stopped {
         return None;
@@ -311,10 +344,22 @@ fn steal_and_total() -> (u64, u64) {
 
 pub(crate) fn mpi(rows: &mut Vec<Row>) {
     let sandbox = Sandbox::new();
+    // One daemon per slice length, two hosts of one CPU each, for the
+    // whole section.
+    let daemons: Vec<Daemon> = ["100ms", "10ms"]
+        .iter()
+        .map(|slice| {
+            Daemon::builder()
+                .log("scored=info")
+                .hosts(&pinned_hosts())
+                .timeslice(slice)
+                .start()
+        })
+        .collect();
     let (steal_before, total_before) = steal_and_total();
     for mpi in &MPIS {
         match mpi.compile(&sandbox.path) {
-            Some(exe) => gang(mpi, &exe, rows),
+            Some(exe) => gang(mpi, &exe, &daemons, rows),
             None => {
                 eprintln!("  skipped: {} is not installed", mpi.compiler);
                 rows.push(row(
@@ -339,6 +384,7 @@ pub(crate) fn mpi(rows: &mut Vec<Row>) {
         "-".into(),
         "for the record",
     ));
+    drop(daemons);
     launch_cost(rows);
 }
 
@@ -378,22 +424,12 @@ fn time_text(ended: &[Ended]) -> String {
     )
 }
 
-/// The gang table of one MPI.
-fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
+/// The gang table of one MPI, under `daemons` at 100 and 10 ms slices.
+fn gang(mpi: &Mpi, exe: &Path, daemons: &[Daemon], rows: &mut Vec<Row>) {
     let cores = online_cpus().len().max(1);
     let ranks = cores.min(2);
-    // One daemon per slice length, two hosts of one CPU each.
-    let slices = ["100ms", "10ms"];
-    let daemons: Vec<Daemon> = slices
-        .iter()
-        .map(|slice| {
-            Daemon::builder()
-                .log("scored=info")
-                .hosts(&pinned_hosts())
-                .timeslice(slice)
-                .start()
-        })
-        .collect();
+    // Where the ranks of scored's jobs live.
+    let under: Vec<i32> = daemons.iter().map(|daemon| daemon.pid() as i32).collect();
     let nodes = format!("-nodes={ranks}");
     let exe = exe.to_str().expect("UTF-8 path").to_string();
     let mut workloads = Vec::new();
@@ -455,7 +491,7 @@ fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
         let mut latest: Vec<f64> = settings
             .iter()
             .map(|(name, start)| {
-                run_together(vec![start()], program, alone_cap)
+                run_together(vec![start()], program, alone_cap, &under)
                     .unwrap_or_else(|| panic!("{kind}: one job {name} ran past {alone_cap:?}"))
                     .seconds
             })
@@ -480,12 +516,15 @@ fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
             let mut said = format!("  {kind}, round {}, alone/two:", round + 1);
             for (idx, (name, start)) in settings.iter().enumerate() {
                 let one = || {
-                    run_together(vec![start()], program, alone_cap)
+                    run_together(vec![start()], program, alone_cap, &under)
                         .unwrap_or_else(|| panic!("{kind}: one job {name} ran past {alone_cap:?}"))
                 };
                 let two = |alone_seconds: f64| {
                     let cap = Duration::from_secs_f64(2.0 * BOUND * alone_seconds);
-                    (cap, run_together(vec![start(), start()], program, cap))
+                    (
+                        cap,
+                        run_together(vec![start(), start()], program, cap, &under),
+                    )
                 };
                 // Alone first in even rounds, the pair first in odd ones.
                 let (single, (cap, pair)) = if round % 2 == 0 {
@@ -520,7 +559,8 @@ fn gang(mpi: &Mpi, exe: &Path, rows: &mut Vec<Row>) {
             if round < unpinned_rounds {
                 let single = latest[0];
                 let cap = Duration::from_secs_f64(2.0 * UNPINNED_BOUND * single);
-                let pair = run_together(vec![launcher(false), launcher(false)], program, cap);
+                let pair =
+                    run_together(vec![launcher(false), launcher(false)], program, cap, &under);
                 if pair.is_none() {
                     bounds[n_settings].push(UNPINNED_BOUND);
                 }
