@@ -253,12 +253,17 @@ pub(crate) fn being_killed(pid: u32) -> bool {
 }
 
 /// The parent of process `pid` (which waits in the kernel for an answer,
-/// so its id is still its own).
+/// so its id is still its own), from `/proc/PID/status`. Not from
+/// `/proc/PID/stat`: a process that asks in the middle of its execve (the
+/// close of its close-on-exec descriptors flushes each FUSE file) makes
+/// every reader of its `stat` sleep uninterruptibly until the exec is
+/// done, so a server that read it before answering would never answer,
+/// and every `ps` of the machine would hang with it.
 pub(crate) fn parent_of(pid: u32) -> Option<u32> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    text[text.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(1)?
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("PPid:"))?
+        .trim()
         .parse()
         .ok()
 }
