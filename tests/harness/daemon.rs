@@ -365,8 +365,19 @@ impl Daemon {
 
     /// A scrun command aimed at this daemon, tagged, in the sandbox.
     pub fn scrun(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(bin("scrun"));
+        let mut command = self.scrun_spawned(args);
         crate::without_stray_descriptors(&mut command);
+        command
+    }
+
+    /// [`Daemon::scrun`] without its `pre_exec` step, so that std starts
+    /// it as it starts a plain command (posix_spawn: a child sharing the
+    /// caller's memory until its exec), not by a fork of the whole
+    /// caller: the launch benchmark times it against plain commands
+    /// started alike. The caller seals its own descriptors first
+    /// ([`crate::seal_own_descriptors`]).
+    pub fn scrun_spawned(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(bin("scrun"));
         command
             .args(args)
             .env("SCORED_SOCKET", &self.socket)

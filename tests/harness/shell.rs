@@ -1,6 +1,7 @@
 //! What the tests of scrun as the shell's child need besides a daemon: a
-//! command that inherits none of the test process's stray descriptors,
-//! and the private daemon a scrun starts under a runtime directory.
+//! command that inherits none of the test process's stray descriptors
+//! (or a test process whose own are all close-on-exec), and the private
+//! daemon a scrun starts under a runtime directory.
 
 use std::path::Path;
 use std::process::Command;
@@ -28,6 +29,23 @@ pub fn without_stray_descriptors(command: &mut Command) -> &mut Command {
             Ok(())
         })
     }
+}
+
+/// Marks every descriptor of the calling process above 2 close-on-exec,
+/// so that what it starts inherits none of them without a `pre_exec` step
+/// (which makes std fork the whole process rather than posix_spawn).
+pub fn seal_own_descriptors() {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on
+    // the caller's own descriptors.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    assert_eq!(ret, 0, "close_range: {}", std::io::Error::last_os_error());
 }
 
 /// The pid of the private daemon that scrun started under the runtime

@@ -25,6 +25,10 @@ pub(crate) fn time_command(mut make: impl FnMut() -> bool, rounds: u64) -> f64 {
 /// server in scrun) against spawning as many `true`s and waiting for
 /// them, rounds taking turns; and preemption.
 pub(crate) fn launch(rows: &mut Vec<Row>) {
+    // scrun is started as the baseline's `true`s are (posix_spawn), not
+    // by a fork of this whole process, which a `pre_exec` step would make
+    // std do: so no descriptor of ours may reach it.
+    seal_own_descriptors();
     let daemon = Daemon::builder()
         .log("scored=info")
         .hosts(&hosts_file(4, 4))
@@ -40,7 +44,14 @@ pub(crate) fn launch(rows: &mut Vec<Row>) {
         let mut fork = Vec::new();
         for _ in 0..rounds {
             scrun.push(time_command(
-                || daemon.run(&[&nodes, "true"]).status.success(),
+                || {
+                    daemon
+                        .scrun_spawned(&[&nodes, "true"])
+                        .output()
+                        .expect("run scrun")
+                        .status
+                        .success()
+                },
                 1,
             ));
             fork.push(time_command(|| spawn_trues(n), 1));
@@ -101,7 +112,7 @@ fn preemption(rows: &mut Vec<Row>, rounds: u64) {
         );
         let start = Instant::now();
         let mut high = daemon
-            .scrun(&["-nodes=1,priority=0", "sleep", "30"])
+            .scrun_spawned(&["-nodes=1,priority=0", "sleep", "30"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
