@@ -34,6 +34,11 @@
 //!   all: a user whose file system holds their closes holds their own
 //!   tasks, and their later batches wait in the daemon, counted against
 //!   them; no one else's.
+//! - At a job's end, its client's descriptors that close at once are
+//!   closed in the daemon, not batched, while the job's keeper still holds
+//!   its copies (it keeps them until told the job is over): the daemon's
+//!   close is then not the last either ([`UserFd::close_beside_held_copy`]),
+//!   and an interactive job's end costs the closer no fork.
 //! - The closer is a process the daemon starts with it ([`start`]): this
 //!   binary again, named `scored-closer`, with nothing of the daemon's but
 //!   its end of the socket; it runs no user code and never holds a
@@ -139,6 +144,27 @@ impl UserFd {
     /// The user it is counted against.
     pub fn uid(&self) -> u32 {
         self.uid
+    }
+}
+
+impl UserFd {
+    /// Closes this copy in the daemon where that cannot wait: it closes at
+    /// once (`sys::closes_at_once`: a pipe, a Unix socket, a terminal,
+    /// with nothing to flush) and a process that serves this one job, its
+    /// keeper, holds a copy of the same open file past this close (until
+    /// it is told the job is over), so that this close is not the last
+    /// and releases nothing. Anything else goes to the closer, as a drop
+    /// sends it.
+    pub fn close_beside_held_copy(mut self) {
+        let Some(fd) = self.fd.take() else {
+            return;
+        };
+        if sys::closes_at_once(fd.as_fd()) {
+            with_state(|state| state.forget(self.uid, 1, false));
+            drop(fd);
+        } else {
+            release(fd, self.uid);
+        }
     }
 }
 
@@ -887,6 +913,23 @@ mod tests {
         report[..4].copy_from_slice(&1234u32.to_le_bytes());
         report[4..].copy_from_slice(&17u32.to_le_bytes());
         assert_eq!(parse_report(report), (1234, 17));
+    }
+
+    #[test]
+    fn beside_a_held_copy_a_pipe_closes_here_and_a_file_goes_to_the_closer() {
+        queue_only();
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let keepers_copy = write.try_clone().unwrap();
+        UserFd::new(write, 4343).close_beside_held_copy();
+        assert_eq!((held(4343), queued()), (0, 0));
+        // Only the holder's copy kept the pipe open.
+        drop(keepers_copy);
+        let mut byte = [0u8; 1];
+        assert_eq!(nix::unistd::read(&read, &mut byte).unwrap(), 0);
+        // A regular file may sit on its file system's server: the closer's.
+        let file = std::fs::File::open(std::env::current_exe().unwrap()).unwrap();
+        UserFd::new(OwnedFd::from(file), 4343).close_beside_held_copy();
+        assert_eq!((held(4343), queued()), (1, 1));
     }
 
     #[test]

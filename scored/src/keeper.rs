@@ -31,7 +31,9 @@
 //!
 //! Who owns what: scored owns the decisions and the signals; a keeper owns
 //! its job's processes (their creation, their reaping and what only the
-//! parent sees) and the descriptors the processes are given (stdio, PMI);
+//! parent sees) and the descriptors the processes are given (stdio, PMI),
+//! holding the client's until scored releases the job (scored then closes
+//! its own copies beside them, `closer::UserFd::close_beside_held_copy`);
 //! the state directory holds the core's state (`durable.rs`) and, in
 //! `STATE_DIR/keepers/ID.sock`, each keeper's socket (a directory only
 //! scored's user can enter).

@@ -84,6 +84,9 @@ pub(super) struct Link {
     pub(super) id: Option<(i32, u64)>,
     /// Its job's descriptors went with an order.
     pub(super) has_fds: bool,
+    /// They were the client connection's, sent by this daemon (not a
+    /// keeper taken over, whose copies a reattached client's need not be).
+    gave_stdio: bool,
     /// Messages that found its socket full.
     unsent: Vec<(ToKeeper, Vec<Carried>)>,
     /// It was told the job is over.
@@ -155,6 +158,7 @@ impl Link {
             socket,
             id: None,
             has_fds: false,
+            gave_stdio: false,
             unsent: Vec::new(),
             released: false,
             ours,
@@ -173,6 +177,14 @@ impl Link {
         }
         self.unsent.push((message, fds));
         Ok(())
+    }
+
+    /// It was sent the client's descriptors (with the job's first order,
+    /// which no longer waits here), is alive as far as scored knows and
+    /// was not told the job is over: a keeper holds them until then
+    /// (`keeper::life`, `rest`).
+    pub(super) fn holds_stdio(&self) -> bool {
+        self.gave_stdio && self.unsent.is_empty() && !self.released && !self.closed
     }
 
     /// Sends what found the socket full.
@@ -359,7 +371,9 @@ impl OsActuator {
         carried.extend(fds);
         let link = self.keeper_of(job).map_err(fail)?;
         link.has_fds = true;
-        link.send(ToKeeper::Launch, carried).map_err(fail)
+        let sent = link.send(ToKeeper::Launch, carried);
+        link.gave_stdio |= sent.is_ok() && first && stdio.is_some();
+        sent.map_err(fail)
     }
 
     /// Tells `job`'s keeper something; a keeper that is gone shows as

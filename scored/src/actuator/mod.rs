@@ -325,6 +325,18 @@ impl PmiFds {
 }
 
 impl JobStdio {
+    /// Lets go of the daemon's copies while the job's keeper holds its
+    /// own (see [`UserFd::close_beside_held_copy`]); one still shared in
+    /// the daemon, and the PMI ends (not held), go as a drop sends them.
+    pub fn close_beside_keeper_copies(self) {
+        let standard = [self.stdin, self.stdout, self.stderr].into_iter().flatten();
+        for fd in standard.chain(self.inherited.into_iter().map(|(_, fd)| fd)) {
+            if let Ok(fd) = Rc::try_unwrap(fd) {
+                fd.close_beside_held_copy();
+            }
+        }
+    }
+
     /// Another handle on the same descriptors.
     pub fn share(&self) -> JobStdio {
         JobStdio {
@@ -402,6 +414,12 @@ pub trait Actuator {
     /// say; the loop then calls `poll`.
     fn exec_watch_fd(&self) -> Option<std::os::fd::RawFd> {
         None
+    }
+    /// Whether `job`'s keeper holds its copies of the job's standard and
+    /// inherited descriptors, and keeps them until it is told the job is
+    /// over (`release`).
+    fn keeper_holds_stdio(&self, _job: JobId) -> bool {
+        false
     }
     /// What the inputs handed back so far caused is on disk: the keepers
     /// may reap the ranks whose ends they reported.
@@ -818,6 +836,13 @@ impl Actuator for OsActuator {
 
     fn exec_watch_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.exec_watch.as_raw_fd())
+    }
+
+    fn keeper_holds_stdio(&self, job: JobId) -> bool {
+        self.keepers
+            .links
+            .get(&job)
+            .is_some_and(keepers::Link::holds_stdio)
     }
 
     fn recorded(&mut self) {

@@ -122,6 +122,7 @@ impl<A: Actuator> Daemon<A> {
         let Some(conn) = self.connections.get_mut(&token) else {
             return;
         };
+        let mut ended = None;
         let (reply, last) = match event {
             ClientEvent::Waiting(reason) => (Reply::Waiting { reason }, false),
             ClientEvent::Accepted { job, count, waits } => (
@@ -173,22 +174,32 @@ impl<A: Actuator> Daemon<A> {
                 false,
             ),
             ClientEvent::Answer(reply) => return self.answer(token, reply),
-            ClientEvent::Ended(ending) => (
-                Reply::Ended {
-                    job: ending.job.0,
-                    kind: ending.kind,
-                    status: ending.status,
-                    reason: ending.reason.clone(),
-                    signal: ending.signal,
-                    accounting: ending.accounting.to_proto(self.core.topology()),
-                },
-                true,
-            ),
+            ClientEvent::Ended(ending) => {
+                ended = Some(ending.job);
+                (
+                    Reply::Ended {
+                        job: ending.job.0,
+                        kind: ending.kind,
+                        status: ending.status,
+                        reason: ending.reason.clone(),
+                        signal: ending.signal,
+                        accounting: ending.accounting.to_proto(self.core.topology()),
+                    },
+                    true,
+                )
+            }
         };
         queue_reply(conn, &reply);
         if last {
-            // The job's story is told; the descriptors are not needed any more.
-            conn.stdio = None;
+            // The job's story is told; the descriptors are not needed any
+            // more. While its keeper still holds its own copies, the
+            // daemon's close here is not the last (no closer's batch).
+            match (conn.stdio.take(), ended) {
+                (Some(stdio), Some(job)) if self.actuator.keeper_holds_stdio(job) => {
+                    stdio.close_beside_keeper_copies()
+                }
+                (stdio, _) => drop(stdio),
+            }
         }
         self.recount(token);
     }
