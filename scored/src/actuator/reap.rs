@@ -80,14 +80,22 @@ impl OsActuator {
     }
 
     pub(super) fn release_job(&mut self, job: JobId) {
-        // Its keeper ends once what it holds is gone.
+        if let Some(procs) = self.jobs.remove(&job) {
+            self.let_go_of_job(job, procs);
+        }
+        // Its keeper ends once what it holds is gone; told last, so that
+        // the end of the client's descriptors it holds (what a reader of
+        // the job's output waits for) comes after the scratch directory
+        // is taken from the user.
         self.tell_keeper(job, crate::keeper::ToKeeper::Release);
         if let Some(link) = self.keepers.links.get_mut(&job) {
             link.released = true;
         }
-        let Some(procs) = self.jobs.remove(&job) else {
-            return;
-        };
+    }
+
+    /// What [`OsActuator::release_job`] takes from a job: its processes
+    /// (none should be left), its scratch directory and its cgroups.
+    fn let_go_of_job(&mut self, job: JobId, procs: JobProcs) {
         if !procs.children.is_empty() {
             tracing::error!(job = %job, n = procs.children.len(), "releasing a job whose processes are alive; killing them");
             for pid in &procs.children {
