@@ -162,7 +162,13 @@ fn the_daemon_never_starts_a_thread() {
     // it held forever in the child. The one thread is a keeper's spawner
     // (`actuator/spawn/spawner.rs`), started by the keeper's first rank,
     // in a process that forks nothing; so only a keeper creates ranks.
+    // The other is the /proc reader (`actuator/procfs/reader.rs`: files
+    // whose read can wait on their process), in the daemon and the
+    // keepers, which create children only by `clone(CLONE_VM |
+    // CLONE_VFORK)` children that make system calls alone and exec; the
+    // processes that fork (the zygote, the closer) never read through it.
     let spawner = Path::new("scored/src/actuator/spawn/spawner.rs");
+    let reader = Path::new("scored/src/actuator/procfs/reader.rs");
     let mut offenders = Vec::new();
     for (path, text) in daemon_sources() {
         let keeper =
@@ -185,7 +191,15 @@ fn the_daemon_never_starts_a_thread() {
         "crossbeam",
     ];
     for (path, text) in daemon_sources() {
-        if path == spawner {
+        let forks = path != Path::new("scored/src/sys.rs")
+            && code_lines(&text).any(|(_, line)| line.contains("fork_process"));
+        if forks && code_lines(&text).any(|(_, line)| line.contains("procfs")) {
+            offenders.push(format!(
+                "{}: forks and reads /proc by threads",
+                path.display()
+            ));
+        }
+        if path == spawner || path == reader {
             continue;
         }
         for (line_no, line) in code_lines(&text) {

@@ -72,11 +72,16 @@ impl OsActuator {
     /// names a path the user controls (`/home/u/prog (deleted)` can be a
     /// symbolic link they planted), and root must not follow it.
     pub(super) fn count_executable(&mut self, job: JobId, pid: i32) {
-        let Ok(exe) = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-            .open(format!("/proc/{pid}/exe"))
-        else {
+        // Opened by the reader, with a deadline: the link waits while the
+        // process holds its exec lock (see `procfs::reader`).
+        let open = move || {
+            fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+                .open(format!("/proc/{pid}/exe"))
+                .ok()
+        };
+        let Some(exe) = procfs::reader::within_deadline(pid, open).flatten() else {
             return;
         };
         let Ok(meta) = exe.metadata() else {
@@ -209,7 +214,10 @@ impl OsActuator {
             let (job, rank) = (pending.job, pending.rank);
             let program = Rc::clone(&pending.program);
             self.exec_settled(job);
-            let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+            let wchan = procfs::reader::within_deadline(pid, move || {
+                std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default()
+            })
+            .unwrap_or_default();
             tracing::warn!(job = %job, pid, rank, %state, %wchan, "a rank did not exec in time; killed");
             let failure = LaunchError::ExecTimeout {
                 job,

@@ -1,10 +1,16 @@
 //! Reading processes from /proc: state, parentage, CPU times and memory.
 //!
-//! The parser is pure and tested on text; the readers are thin.
+//! The parser is pure and tested on text; the readers are thin. A file
+//! whose read can wait on its process (`stat`, `environ`) is read by
+//! [`reader`], with a deadline; `status` is read directly.
 #![forbid(unsafe_code)]
 
+pub mod reader;
+
+use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 /// The fields of `/proc/PID/stat` the actuator uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,11 +76,82 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
 }
 
 /// Reads `/proc/PID/stat`, or `None` if the process is gone.
+///
+/// The read waits while the process holds its exec lock (a flush of a
+/// FUSE file in the middle of its execve, for as long as the server
+/// likes), so it is made by [`reader`] with a deadline. A read given up
+/// on yields what `/proc/PID/status` says (state, parent, group, session,
+/// memory), which never waits, with the times and the start time last
+/// read for that pid (0 if none was), so that the process is still seen,
+/// as sleeping uninterruptibly.
 pub fn read_stat(pid: i32) -> Option<Stat> {
+    match reader::within_deadline(pid, move || read_stat_now(pid)) {
+        Some(stat) => {
+            let mut known = known();
+            match stat {
+                Some(stat) => {
+                    if known.len() >= MOST_KNOWN {
+                        known.clear();
+                    }
+                    known.insert(pid, stat);
+                }
+                None => {
+                    known.remove(&pid);
+                }
+            }
+            stat
+        }
+        None => {
+            let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let last = known().get(&pid).copied();
+            stat_from_status(pid, &text, last)
+        }
+    }
+}
+
+/// How many pids' last stat [`read_stat`] keeps.
+const MOST_KNOWN: usize = 1 << 15;
+
+/// The last stat read of each pid.
+fn known() -> std::sync::MutexGuard<'static, HashMap<i32, Stat>> {
+    static KNOWN: LazyLock<Mutex<HashMap<i32, Stat>>> = LazyLock::new(Default::default);
+    KNOWN.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn read_stat_now(pid: i32) -> Option<Stat> {
     let mut buffer = [0u8; 1024];
     let mut file = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
     let len = file.read(&mut buffer).ok()?;
     parse_stat(std::str::from_utf8(&buffer[..len]).ok()?)
+}
+
+/// A [`Stat`] from the text of `/proc/PID/status`: its state, parent,
+/// group, session and resident size, with the times, start and processor
+/// of `last` (the last stat read of that pid), or 0.
+pub fn stat_from_status(pid: i32, text: &str, last: Option<Stat>) -> Option<Stat> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let first =
+        |name: &str| -> Option<i32> { field(name)?.split_whitespace().next()?.parse().ok() };
+    let kib: u64 = field("VmRSS")
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let last = last.filter(|last| last.pid == pid);
+    Some(Stat {
+        pid,
+        state: *field("State")?.as_bytes().first()?,
+        ppid: first("PPid")?,
+        pgrp: first("NSpgid")?,
+        session: first("NSsid")?,
+        own_ticks: last.map_or(0, |last| last.own_ticks),
+        children_ticks: last.map_or(0, |last| last.children_ticks),
+        start: last.map_or(0, |last| last.start),
+        rss_pages: kib / 4,
+        processor: last.map_or(0, |last| last.processor),
+    })
 }
 
 /// The pid of the process tracing this one (`TracerPid` of
@@ -141,9 +218,13 @@ pub fn is_orphan_of(pid: i32, uid: u32, job: u64) -> bool {
     let owner = fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|text| parse_real_uid(&text));
+    // Read by the reader: reading a process's environment waits while
+    // the process holds its exec lock. One that cannot be read in time is
+    // not attributed now.
     owner == Some(uid)
-        && fs::read(format!("/proc/{pid}/environ"))
-            .is_ok_and(|entries| environ_names_job(&entries, job))
+        && reader::within_deadline(pid, move || fs::read(format!("/proc/{pid}/environ")).ok())
+            .flatten()
+            .is_some_and(|entries| environ_names_job(&entries, job))
 }
 
 /// Every process on the machine, for attribution when no cgroup is available.
@@ -165,9 +246,19 @@ pub fn parse_pids(text: &str) -> Vec<i32> {
 }
 
 /// How many threads the calling process has (the entries of
-/// /proc/self/task); `None` where /proc cannot be read.
+/// /proc/self/task) but [`reader`]'s, which only read /proc files;
+/// `None` where /proc cannot be read.
 pub fn thread_count() -> Option<usize> {
-    Some(fs::read_dir("/proc/self/task").ok()?.count())
+    let threads = fs::read_dir("/proc/self/task").ok()?;
+    Some(
+        threads
+            .filter_map(Result::ok)
+            .filter(|thread| {
+                fs::read_to_string(thread.path().join("comm"))
+                    .is_ok_and(|comm| comm.trim_end() != reader::THREAD_NAME)
+            })
+            .count(),
+    )
 }
 
 #[cfg(test)]
@@ -181,6 +272,30 @@ mod tests {
         assert_eq!(parse_tracer("Name:\tprog\nTracerPid:\t0\n"), Some(0));
         assert_eq!(parse_tracer("Name:\tprog\n"), None);
         assert_eq!(read_tracer(std::process::id() as i32), Some(0));
+    }
+
+    #[test]
+    fn a_stat_from_the_status_keeps_what_was_last_read_of_the_same_pid() {
+        let status = "Name:\tsh\nState:\tD (disk sleep)\nTgid:\t4242\nNgid:\t0\nPid:\t4242\nPPid:\t17\nNStgid:\t4242\nNSpid:\t4242\nNSpgid:\t4240\nNSsid:\t4239\nVmRSS:\t    1000 kB\n";
+        let text = "4242 (sh) S 17 4240 4239 0 -1 0 0 0 0 0 7 3 2 1 20 0 1 0 123456 1000000 250 0 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        let last = parse_stat(text);
+        let stat = stat_from_status(4242, status, last).expect("parses");
+        assert_eq!(
+            (stat.state, stat.ppid, stat.pgrp, stat.session),
+            (b'D', 17, 4240, 4239)
+        );
+        assert_eq!(
+            (stat.start, stat.own_ticks, stat.rss_pages),
+            (123456, 10, 250)
+        );
+        let unknown = stat_from_status(4243, status, last).expect("parses");
+        assert_eq!(
+            (unknown.start, unknown.own_ticks, unknown.state),
+            (0, 0, b'D')
+        );
+        assert_eq!(stat_from_status(4242, "Name:\tsh\n", last), None);
+        let own = read_stat(std::process::id() as i32).expect("this process");
+        assert_eq!(own.ppid, std::os::unix::process::parent_id() as i32);
     }
 
     #[test]

@@ -221,10 +221,13 @@ fn client_alive(pid: i32) -> bool {
     if pid <= 0 {
         return true;
     }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+    // Its status, not its stat: reading a process's stat waits while the
+    // process holds its exec lock, for as long as its user likes.
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(status) => !status.lines().any(|line| {
+            line.strip_prefix("State:")
+                .is_some_and(|state| state.trim_start().starts_with('Z'))
+        }),
         Err(error) => error.kind() != std::io::ErrorKind::NotFound,
     }
 }

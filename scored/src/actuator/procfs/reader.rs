@@ -1,0 +1,173 @@
+//! Reads of a process's /proc files that may wait on the process, done by
+//! a thread of their own and given up on after a deadline.
+//!
+//! Every file whose read checks ptrace access (`stat`, `environ`, `wchan`,
+//! `exe`, `io`, `stack`, `syscall`, `maps`, ...) waits while its process
+//! holds its exec lock: for a process in the middle of an execve, its
+//! close of its close-on-exec descriptors included. Closing a file of a
+//! FUSE server that never answers the flush makes that wait last for as
+//! long as the server likes, and any user may mount FUSE. `status`,
+//! `cgroup`, `comm`, `schedstat` and the directory listings never wait so
+//! (see ARCHITECTURE.md), and are read directly.
+//!
+//! A read is handed to the reader thread; the caller waits for it at most
+//! [`DEADLINE`]. A read that outlives it is left to its thread, which ends
+//! once the read does, and the next read gets a new thread; the process's
+//! files are not read again meanwhile, and at most [`MOST_WAITING`] reads
+//! wait at once (beyond that, every read is given up at once).
+//!
+//! The threads only open, read and close files of /proc, with the
+//! close-on-exec flag: none of them touches descriptors 0 to 2, takes a
+//! lock a child of a fork could need, or holds anything of a user's.
+
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+/// How long a read may take before it is given up on. Reads that do not
+/// wait on their process take microseconds; the threads share the
+/// daemon's real-time priority.
+pub const DEADLINE: Duration = Duration::from_millis(20);
+
+/// How many given-up reads may wait at once, each holding a thread.
+pub const MOST_WAITING: usize = 64;
+
+/// The name of the reader threads (`/proc/self/task/TID/comm`).
+pub const THREAD_NAME: &str = "scored procfs";
+
+type Task = Box<dyn FnOnce() + Send>;
+
+/// The reader thread's queue and the processes whose reads wait.
+struct Reader {
+    queue: Option<Sender<Task>>,
+    waiting: Vec<i32>,
+}
+
+static READER: Mutex<Reader> = Mutex::new(Reader {
+    queue: None,
+    waiting: Vec::new(),
+});
+
+fn lock_reader() -> std::sync::MutexGuard<'static, Reader> {
+    READER.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What became of one read.
+enum Slot<T> {
+    Pending,
+    Done(T),
+    GivenUp,
+}
+
+/// Runs `read`, a read of process `pid`'s /proc files, on the reader
+/// thread: its result, or `None` when it did not end within [`DEADLINE`],
+/// when an earlier read of `pid`'s files still waits, or when
+/// [`MOST_WAITING`] reads wait.
+pub fn within_deadline<T: Send + 'static>(
+    pid: i32,
+    read: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let slot = Arc::new((Mutex::new(Slot::Pending), Condvar::new()));
+    {
+        let mut reader = lock_reader();
+        if reader.waiting.contains(&pid) || reader.waiting.len() >= MOST_WAITING {
+            return None;
+        }
+        let theirs = Arc::clone(&slot);
+        let task: Task = Box::new(move || {
+            let value = read();
+            let (lock, ready) = &*theirs;
+            let mut slot = lock.lock().unwrap_or_else(PoisonError::into_inner);
+            if matches!(*slot, Slot::GivenUp) {
+                drop(slot);
+                lock_reader().waiting.retain(|waiting| *waiting != pid);
+            } else {
+                *slot = Slot::Done(value);
+                ready.notify_one();
+            }
+        });
+        let queue = match reader.queue.take() {
+            Some(queue) => queue,
+            None => start()?,
+        };
+        let queue = match queue.send(task) {
+            Ok(()) => queue,
+            Err(returned) => {
+                let queue = start()?;
+                queue.send(returned.0).ok()?;
+                queue
+            }
+        };
+        reader.queue = Some(queue);
+    }
+    let (lock, ready) = &*slot;
+    let guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
+    let (guard, _) = ready
+        .wait_timeout_while(guard, DEADLINE, |slot| matches!(slot, Slot::Pending))
+        .unwrap_or_else(PoisonError::into_inner);
+    drop(guard);
+    // The reader's lock before the slot's, as the thread takes them (it
+    // lets go of the slot's first), so that a read ending now either
+    // gives its value or finds itself given up and `pid` listed.
+    let mut reader = lock_reader();
+    let mut guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
+    match std::mem::replace(&mut *guard, Slot::GivenUp) {
+        Slot::Done(value) => Some(value),
+        _ => {
+            reader.waiting.push(pid);
+            // The thread is busy for as long as the read waits.
+            reader.queue = None;
+            None
+        }
+    }
+}
+
+/// Starts a reader thread, which runs tasks until its queue is dropped.
+fn start() -> Option<Sender<Task>> {
+    let (queue, tasks) = channel::<Task>();
+    std::thread::Builder::new()
+        .name(THREAD_NAME.into())
+        .stack_size(128 * 1024)
+        .spawn(move || {
+            for task in tasks {
+                task();
+            }
+        })
+        .ok()?;
+    Some(queue)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::sync_channel;
+
+    #[test]
+    fn a_read_that_waits_is_given_up_and_the_next_reads_are_served() {
+        // A pid no process has: the reads are closures, not files.
+        let stuck = i32::MAX - 7;
+        let (release, wait) = sync_channel::<()>(0);
+        let started = std::time::Instant::now();
+        assert_eq!(
+            within_deadline(stuck, move || {
+                let _ = wait.recv();
+                1
+            }),
+            None
+        );
+        assert!(started.elapsed() < DEADLINE * 50);
+        // The same process's files are not read while its read waits.
+        assert_eq!(within_deadline(stuck, || 2), None);
+        // Another process's are, by a new thread.
+        assert_eq!(within_deadline(i32::MAX - 8, || 3), Some(3));
+        release.send(()).expect("the waiting read");
+        let served = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(2));
+            within_deadline(stuck, || 4) == Some(4)
+        });
+        assert!(
+            served,
+            "the process's files were not read again once its read ended"
+        );
+    }
+}
