@@ -62,9 +62,37 @@ pub fn cpu_ns(pid: i32) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-/// Whether a process exists and is not a zombie.
+/// Whether a process exists and is not a zombie, from its
+/// `/proc/PID/status`: reading its stat waits while it holds its exec lock
+/// (a flush of a FUSE file in the middle of its execve), for as long as
+/// the FUSE server likes.
 pub fn alive(pid: i32) -> bool {
-    proc_stat(pid).is_some_and(|stat| stat.state != 'Z' && stat.state != 'X')
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("State:"))
+            .is_some_and(|state| {
+                !matches!(state.trim_start().chars().next(), Some('Z' | 'X') | None)
+            })
+    })
+}
+
+/// Reads `path` on a thread of its own, or `None` if the read did not end
+/// within `deadline` (the thread is left to end when the read does): a
+/// read of a process's `environ`, `stat` and more waits while the process
+/// holds its exec lock, for as long as a FUSE server likes.
+pub fn read_within(
+    path: std::path::PathBuf,
+    deadline: std::time::Duration,
+) -> Option<std::io::Result<Vec<u8>>> {
+    let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("procfs read".into())
+        .spawn(move || {
+            let _ = sender.send(std::fs::read(path));
+        })
+        .ok()?;
+    receiver.recv_timeout(deadline).ok()
 }
 
 /// Processes whose environment carries `SCORED_TEST_TAG=tag` (and `SCORE_JOBID=job`).
@@ -77,8 +105,17 @@ pub fn tagged_processes(tag: &str, job: Option<u64>) -> Vec<i32> {
     let mut pids: Vec<i32> = entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-                return false;
+            // A process stuck in an exec (of another test's FUSE file: a
+            // test's own are answered before its daemon's end) cannot be
+            // told; it is named and passed over rather than hanging here.
+            let path = std::path::PathBuf::from(format!("/proc/{pid}/environ"));
+            let environ = match read_within(path, std::time::Duration::from_secs(2)) {
+                Some(Ok(environ)) => environ,
+                Some(Err(_)) => return false,
+                None => {
+                    eprintln!("process {pid} passed over: its environment was not read within 2 s");
+                    return false;
+                }
             };
             let vars: Vec<&[u8]> = environ.split(|&b| b == 0).collect();
             vars.contains(&tag_entry.as_bytes())
