@@ -504,3 +504,73 @@ fn a_fuse_server_that_never_flushes_never_freezes_the_daemon() {
     println!("flushes waiting at the end: {}", fuse.held_processes());
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
 }
+
+/// A user's job stuck in its own execve, closing a FUSE file whose server
+/// sits on the flush: the kernel holds the process's exec lock meanwhile,
+/// and every read of its `/proc/PID/stat` (and `environ`, `exe`, `wchan`,
+/// ...) waits for it. scored, sampling the job, must not wait with them.
+#[test]
+fn a_job_stuck_in_its_exec_never_freezes_the_daemon() {
+    let test = "a_job_stuck_in_its_exec_never_freezes_the_daemon";
+    let Some(users) = test_users(test) else {
+        return;
+    };
+    if !Path::new("/usr/bin/perl").exists() {
+        println!("skipped: {test} needs /usr/bin/perl");
+        return;
+    }
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    // Declared after the daemon, so dropped before it: what waits is
+    // answered and the file system goes even when the test fails.
+    let Some(fuse) = FlushFile::mount(&daemon.sandbox.path.join("fuse")) else {
+        println!("skipped: {test} needs to mount FUSE");
+        return;
+    };
+    fuse.hold_every_flush();
+    // perl opens its files close-on-exec: its exec closes the FUSE file
+    // and waits for the flush, with its exec lock held.
+    let file = fuse.path();
+    let program = "open(my $file, '<', $ARGV[0]) or die \"open: $!\"; \
+                   print \"opened\\n\"; STDOUT->flush(); exec('echo', 'execd')";
+    let mut stuck = daemon.spawn_as(
+        &users.a,
+        &[
+            "-nodes=1",
+            "perl",
+            "-e",
+            program,
+            file.to_str().expect("utf-8 path"),
+        ],
+    );
+    stuck.wait_lines("opened", 1);
+    assert!(
+        wait_until(Duration::from_secs(30), || fuse.held() > 0),
+        "user a's job never flushed the FUSE file in its exec:\n{}",
+        daemon.log()
+    );
+    // Long enough for the daemon to sample the job (and wait, if it
+    // read the stuck process's stat) before being asked.
+    std::thread::sleep(Duration::from_secs(3));
+    for _ in 0..3 {
+        assert!(
+            timed_status(&daemon, Duration::from_secs(10)).is_some(),
+            "root's status was not answered within 10 s while user a's job was stuck in its \
+             exec ({})",
+            fuse.held_processes()
+        );
+    }
+    let mut other = daemon.spawn_as(&users.b, &["-nodes=1", "echo", "served"]);
+    other.wait_lines("served", 1);
+    let (status, stderr) = other.wait(Duration::from_secs(30));
+    assert!(status.success(), "user b's job: {status} {stderr}");
+    assert!(fuse.held() > 0, "user a's job was not stuck all along");
+    fuse.release();
+    stuck.wait_lines("execd", 1);
+    let (status, stderr) = stuck.wait(Duration::from_secs(30));
+    assert!(status.success(), "user a's job: {status} {stderr}");
+    assert!(
+        wait_until(Duration::from_secs(30), || daemon.all_job_pids().is_empty()),
+        "user a's job left {:?} behind",
+        daemon.all_job_pids()
+    );
+}

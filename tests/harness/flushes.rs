@@ -55,6 +55,8 @@ const FILE_NODE: u64 = 2;
 struct Shared {
     /// The daemon whose processes' flushes wait, once named.
     daemon: Option<u32>,
+    /// Every flush waits, whoever asks.
+    everyone: bool,
     /// Flushes wait no more.
     released: bool,
     /// The flushes waiting: their request ids and processes.
@@ -123,6 +125,12 @@ impl FlushFile {
     }
 
     /// How many flushes wait.
+    /// Sits on every flush, whoever asks (a job's processes too), until
+    /// [`FlushFile::release`].
+    pub fn hold_every_flush(&self) {
+        self.shared.lock().expect("lock").everyone = true;
+    }
+
     pub fn held(&self) -> usize {
         self.shared.lock().expect("lock").held.len()
     }
@@ -298,9 +306,10 @@ fn serve(device: &OwnedFd, shared: &Mutex<Shared>, stop: &AtomicBool) {
                 let mut state = shared.lock().expect("lock");
                 state.flushes += 1;
                 let hold = !state.released
-                    && state
-                        .daemon
-                        .is_some_and(|daemon| serves_everyone(pid, daemon));
+                    && (state.everyone
+                        || state
+                            .daemon
+                            .is_some_and(|daemon| serves_everyone(pid, daemon)));
                 if hold {
                     state.held.push((unique, pid));
                     state.held_ever.push(pid);
