@@ -86,27 +86,45 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
 /// as sleeping uninterruptibly.
 pub fn read_stat(pid: i32) -> Option<Stat> {
     match reader::within_deadline(pid, move || read_stat_now(pid)) {
+        Some(stat) => remember(pid, stat),
+        None => stat_from_waiting(pid),
+    }
+}
+
+/// [`read_stat`] of each of `pids`, in one hand-over to the reader.
+pub fn read_stats(pids: &[i32]) -> Vec<Option<Stat>> {
+    let read = reader::each_within_deadline(pids, read_stat_now);
+    pids.iter()
+        .zip(read)
+        .map(|(&pid, read)| match read {
+            Some(stat) => remember(pid, stat),
+            None => stat_from_waiting(pid),
+        })
+        .collect()
+}
+
+/// Keeps `stat` as the last read of `pid` (forgets it if gone).
+fn remember(pid: i32, stat: Option<Stat>) -> Option<Stat> {
+    let mut known = known();
+    match stat {
         Some(stat) => {
-            let mut known = known();
-            match stat {
-                Some(stat) => {
-                    if known.len() >= MOST_KNOWN {
-                        known.clear();
-                    }
-                    known.insert(pid, stat);
-                }
-                None => {
-                    known.remove(&pid);
-                }
+            if known.len() >= MOST_KNOWN {
+                known.clear();
             }
-            stat
+            known.insert(pid, stat);
         }
         None => {
-            let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let last = known().get(&pid).copied();
-            stat_from_status(pid, &text, last)
+            known.remove(&pid);
         }
     }
+    stat
+}
+
+/// What `/proc/PID/status` says of a process whose stat read was given up.
+fn stat_from_waiting(pid: i32) -> Option<Stat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let last = known().get(&pid).copied();
+    stat_from_status(pid, &text, last)
 }
 
 /// How many pids' last stat [`read_stat`] keeps.
@@ -232,10 +250,10 @@ pub fn all_processes() -> Vec<Stat> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
-    entries
+    let pids: Vec<i32> = entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(read_stat)
-        .collect()
+        .collect();
+    read_stats(&pids).into_iter().flatten().collect()
 }
 
 /// Parses a cgroup `cgroup.procs` file: one pid per line.

@@ -307,13 +307,14 @@ impl OsActuator {
             procs.member_cursor = *last;
         }
         reads.extend(turn);
-        let mut stats: Vec<Stat> = procs
-            .children
-            .iter()
-            .filter_map(|pid| procfs::read_stat(*pid))
+        let children: Vec<i32> = procs.children.iter().copied().collect();
+        let mut stats: Vec<Stat> = procfs::read_stats(&children)
+            .into_iter()
+            .flatten()
             .collect();
-        for pid in reads {
-            match procfs::read_stat(pid) {
+        let read = procfs::read_stats(&reads);
+        for (pid, stat) in reads.into_iter().zip(read) {
+            match stat {
                 Some(stat) => self.take_member(job, stat),
                 None => {
                     if let Some(procs) = self.jobs.get_mut(&job) {
