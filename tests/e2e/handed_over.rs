@@ -511,7 +511,22 @@ fn a_fuse_server_that_never_flushes_never_freezes_the_daemon() {
 /// ...) waits for it. scored, sampling the job, must not wait with them.
 #[test]
 fn a_job_stuck_in_its_exec_never_freezes_the_daemon() {
-    let test = "a_job_stuck_in_its_exec_never_freezes_the_daemon";
+    stuck_in_exec("a_job_stuck_in_its_exec_never_freezes_the_daemon", false);
+}
+
+/// The same job interrupted while stuck: scored kills it and waits for
+/// its end (a process in an exec's flush takes SIGKILL only once the
+/// flush is answered), reading /proc of what is left, on the stop path
+/// and in the job's keeper; it must not wait with those reads.
+#[test]
+fn a_job_killed_while_stuck_in_its_exec_never_freezes_the_daemon() {
+    stuck_in_exec(
+        "a_job_killed_while_stuck_in_its_exec_never_freezes_the_daemon",
+        true,
+    );
+}
+
+fn stuck_in_exec(test: &str, interrupt: bool) {
     let Some(users) = test_users(test) else {
         return;
     };
@@ -548,8 +563,11 @@ fn a_job_stuck_in_its_exec_never_freezes_the_daemon() {
         "user a's job never flushed the FUSE file in its exec:\n{}",
         daemon.log()
     );
-    // Long enough for the daemon to sample the job (and wait, if it
-    // read the stuck process's stat) before being asked.
+    if interrupt {
+        stuck.signal(nix::sys::signal::Signal::SIGINT);
+    }
+    // Long enough for the daemon to sample (or kill) the job, and wait,
+    // if it read the stuck process's stat, before being asked.
     std::thread::sleep(Duration::from_secs(3));
     for _ in 0..3 {
         assert!(
@@ -565,9 +583,15 @@ fn a_job_stuck_in_its_exec_never_freezes_the_daemon() {
     assert!(status.success(), "user b's job: {status} {stderr}");
     assert!(fuse.held() > 0, "user a's job was not stuck all along");
     fuse.release();
-    stuck.wait_lines("execd", 1);
+    if !interrupt {
+        stuck.wait_lines("execd", 1);
+    }
     let (status, stderr) = stuck.wait(Duration::from_secs(30));
-    assert!(status.success(), "user a's job: {status} {stderr}");
+    assert_eq!(
+        status.success(),
+        !interrupt,
+        "user a's job: {status} {stderr}"
+    );
     assert!(
         wait_until(Duration::from_secs(30), || daemon.all_job_pids().is_empty()),
         "user a's job left {:?} behind",
