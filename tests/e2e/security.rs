@@ -1185,16 +1185,25 @@ fn a_rank_its_user_resumes_with_ptrace_is_held_by_the_freezer() {
 /// fork and its exec, the child of its job's keeper, which is the
 /// daemon's child), stopped; `None` if none was caught in time.
 fn stop_a_rank_before_its_exec(daemon: u32, exe: &Path) -> Option<i32> {
+    // Its status and a link read with a deadline: a process's stat and
+    // exe wait while it is in an exec (another test's may be stuck so).
     let parent_of = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
             .ok()
-            .and_then(|stat| {
-                stat.rsplit_once(") ")
-                    .and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok())
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|line| line.strip_prefix("PPid:"))?
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
             })
     };
     let is_pre_exec = |pid: i32| {
-        std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|link| link == exe)
+        within(Duration::from_secs(2), move || {
+            std::fs::read_link(format!("/proc/{pid}/exe"))
+        })
+        .is_some_and(|link| link.is_ok_and(|link| link == exe))
             && parent_of(pid as u32).is_some_and(|keeper| {
                 keeper != daemon
                     && parent_of(keeper) == Some(daemon)

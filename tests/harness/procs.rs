@@ -77,22 +77,30 @@ pub fn alive(pid: i32) -> bool {
     })
 }
 
-/// Reads `path` on a thread of its own, or `None` if the read did not end
-/// within `deadline` (the thread is left to end when the read does): a
-/// read of a process's `environ`, `stat` and more waits while the process
-/// holds its exec lock, for as long as a FUSE server likes.
-pub fn read_within(
-    path: std::path::PathBuf,
+/// Runs `read` on a thread of its own, or `None` if it did not end within
+/// `deadline` (the thread is left to end when the read does): a read of a
+/// process's `environ`, `stat`, `exe` or `fd/N` links and more waits while
+/// the process holds its exec lock, for as long as a FUSE server likes.
+pub fn within<T: Send + 'static>(
     deadline: std::time::Duration,
-) -> Option<std::io::Result<Vec<u8>>> {
+    read: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
     let (sender, receiver) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("procfs read".into())
         .spawn(move || {
-            let _ = sender.send(std::fs::read(path));
+            let _ = sender.send(read());
         })
         .ok()?;
     receiver.recv_timeout(deadline).ok()
+}
+
+/// Reads `path` with [`within`].
+pub fn read_within(
+    path: std::path::PathBuf,
+    deadline: std::time::Duration,
+) -> Option<std::io::Result<Vec<u8>>> {
+    within(deadline, move || std::fs::read(path))
 }
 
 /// Processes whose environment carries `SCORED_TEST_TAG=tag` (and `SCORE_JOBID=job`).
@@ -156,7 +164,12 @@ pub fn pipe_holders(fd: std::os::fd::BorrowedFd<'_>) -> Vec<String> {
         let held: Vec<String> = fds
             .filter_map(Result::ok)
             .filter(|fd| {
-                std::fs::read_link(fd.path()).is_ok_and(|link| link.as_os_str() == wanted.as_str())
+                // The link waits while its process is in an exec.
+                let path = fd.path();
+                within(std::time::Duration::from_secs(2), move || {
+                    std::fs::read_link(path)
+                })
+                .is_some_and(|link| link.is_ok_and(|link| link.as_os_str() == wanted.as_str()))
             })
             .map(|fd| fd.file_name().to_string_lossy().into_owned())
             .collect();
@@ -169,10 +182,12 @@ pub fn pipe_holders(fd: std::os::fd::BorrowedFd<'_>) -> Vec<String> {
             .filter(|arg| !arg.is_empty())
             .map(|arg| String::from_utf8_lossy(arg).into_owned())
             .collect();
-        let stat = String::from_utf8_lossy(&read("stat")).into_owned();
-        let ppid = stat
-            .rfind(')')
-            .and_then(|at| stat[at + 1..].split_whitespace().nth(1).map(str::to_string))
+        // The status, which never waits (the stat does, in an exec).
+        let status = String::from_utf8_lossy(&read("status")).into_owned();
+        let ppid = status
+            .lines()
+            .find_map(|line| line.strip_prefix("PPid:"))
+            .map(|ppid| ppid.trim().to_string())
             .unwrap_or_default();
         holders.push(format!(
             "pid {pid} (parent {ppid}, {}) descriptors {} running {:?}",
