@@ -88,19 +88,36 @@ fn check_pattern(
     // (or that each job names anew) is created in the directory.
     if !file.contains('%') {
         let path = dir.join(file);
-        if let Ok(meta) = std::fs::metadata(&path) {
-            if meta.is_dir() {
+        let denied = |desc: &str| {
+            refuse(format!(
+                "{}: {desc} (as user {})",
+                path.display(),
+                nix::unistd::getuid()
+            ))
+        };
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_dir() => {
                 return refuse(format!("{} is a directory", path.display()));
             }
-            return match access(&path, AccessFlags::W_OK) {
-                Ok(()) => Ok(()),
-                Err(errno) => refuse(format!(
-                    "{}: {} (as user {})",
-                    path.display(),
-                    errno.desc(),
-                    nix::unistd::getuid()
-                )),
-            };
+            Ok(_) => {
+                return match access(&path, AccessFlags::W_OK) {
+                    Ok(()) => Ok(()),
+                    Err(errno) => denied(errno.desc()),
+                };
+            }
+            // Nothing there (or a link to nothing yet): the file is made
+            // in the directory, checked below.
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            // Something the user cannot even look at, such as a link into
+            // a directory closed to the user: the rank's open would fail
+            // the same way.
+            Err(error) => {
+                let desc = error
+                    .raw_os_error()
+                    .map(|raw| nix::errno::Errno::from_raw(raw).desc().to_string())
+                    .unwrap_or_else(|| error.to_string());
+                return denied(&desc);
+            }
         }
     }
     match access(&dir, AccessFlags::W_OK | AccessFlags::X_OK) {

@@ -296,6 +296,50 @@ fn a_path_the_user_may_not_create_is_refused_and_nothing_is_created() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "root's\n");
 }
 
+/// A link of the user's own to a file in a directory closed to the user
+/// (root's, mode 0700) names a file the user may not write: scrun, which
+/// cannot even look at it as the user, refuses it at submission, naming
+/// the option and the path, for `-output=` and `-error=` alike, and
+/// nothing is submitted or written.
+#[test]
+fn a_link_into_a_directory_closed_to_the_user_is_refused_at_submission() {
+    let Some(users) =
+        test_users("a_link_into_a_directory_closed_to_the_user_is_refused_at_submission")
+    else {
+        return;
+    };
+    let daemon = Daemon::start();
+    let dir = user_dir(&daemon, &users.a);
+    let closed = daemon.sandbox.path.join("root-only");
+    std::fs::create_dir(&closed).expect("root's directory");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700))
+        .expect("close root's directory");
+    let target = closed.join("secret");
+    std::fs::write(&target, "root's\n").expect("root's file");
+    plant_link(&users.a, &target, &dir.join("out.link"));
+    for options in ["-output=out.link", "-output=mine.out,error=out.link"] {
+        let output = run_as(&daemon, &users.a, &dir, &["-batch", options, "echo", "x"]);
+        assert_eq!(code(&output), Some(64), "{options}: {}", stderr(&output));
+        let option = if options.contains("error") { "error" } else { "output" };
+        let message = stderr(&output);
+        assert!(
+            message.contains(&format!("option '{option}'"))
+                && message.contains("out.link")
+                && message.contains("ermission denied"),
+            "{options}: {message}"
+        );
+        assert_eq!(stdout(&output), "", "{options}");
+    }
+    assert!(
+        daemon.ok("jobs all").lines().count() <= 1,
+        "{}",
+        daemon.ok("jobs all")
+    );
+    assert!(!dir.join("mine.out").exists(), "a file was made");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "root's\n");
+}
+
 /// A batch job without `-output=` writes to `scored-%j.out` in its
 /// working directory, so a plain user's batch job from a directory the
 /// user may not write in (root's) is refused at submission, as a given
