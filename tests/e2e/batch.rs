@@ -321,7 +321,11 @@ fn a_link_into_a_directory_closed_to_the_user_is_refused_at_submission() {
     for options in ["-output=out.link", "-output=mine.out,error=out.link"] {
         let output = run_as(&daemon, &users.a, &dir, &["-batch", options, "echo", "x"]);
         assert_eq!(code(&output), Some(64), "{options}: {}", stderr(&output));
-        let option = if options.contains("error") { "error" } else { "output" };
+        let option = if options.contains("error") {
+            "error"
+        } else {
+            "output"
+        };
         let message = stderr(&output);
         assert!(
             message.contains(&format!("option '{option}'"))

@@ -189,6 +189,46 @@ fn a_job_that_ends_while_scored_is_away_keeps_its_true_wall_time() {
     );
 }
 
+/// A job that ended before a kill of scored is one the new scored knows
+/// only from its journal: `kill`, `suspend`, `resume` and `move` of it say
+/// that it has already ended, as they do before the crash, and change
+/// nothing; an id never handed out is still no job.
+#[test]
+fn commands_on_a_job_that_ended_before_a_kill_of_scored_say_it_ended() {
+    let mut daemon = Daemon::builder().hosts("h0 cpus=0\n").start();
+    let output = daemon.run(&["true"]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    daemon.kill_hard();
+    daemon.start_again();
+    for line in [
+        "kill 1",
+        "kill -s TERM 1",
+        "suspend 1",
+        "resume 1",
+        "move 1 2",
+    ] {
+        let output = daemon.console(line);
+        assert_ne!(code(&output), Some(0), "{line}");
+        let said = format!("{}{}", stdout(&output), stderr(&output));
+        assert!(
+            said.contains("error: job 1 has already ended"),
+            "{line}: {said}"
+        );
+    }
+    let output = daemon.console("kill 7");
+    assert!(
+        stderr(&output).contains("error: no job 7") || stdout(&output).contains("error: no job 7"),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    let records = daemon.json("history");
+    let records = records.as_array().expect("a list");
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["state"], "done", "{records:?}");
+    assert_eq!(records[0]["exit"], 0, "{records:?}");
+}
+
 /// With `-v`, a scrun says that its daemon went away and that it
 /// reattached, also when its job ended while no daemon ran: the new
 /// scored answers with the job's end, which scrun reports as it ended.

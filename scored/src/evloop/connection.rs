@@ -617,6 +617,7 @@ impl<A: Actuator> Daemon<A> {
                 // no job. Only the test harness sets the variable.
                 faults::panic_on_line(&line);
                 let parsed = command::parse_line(&line);
+                let mut ended = Vec::new();
                 if let Ok(Some(command)) = &parsed {
                     let cred = conn.cred.clone();
                     if let Some(reply) = self.journal_command(command, json, self.tick(), &cred) {
@@ -625,6 +626,10 @@ impl<A: Actuator> Daemon<A> {
                         }
                         return;
                     }
+                    // The jobs it names that ended before the core's
+                    // memory of them: from the journal, so that the reply
+                    // says they ended rather than that they never were.
+                    ended = self.named_ends(command);
                 }
                 let Some(conn) = self.connections.get_mut(&token) else {
                     return;
@@ -640,6 +645,7 @@ impl<A: Actuator> Daemon<A> {
                         }
                         self.console_asks
                             .push_back((token, ConsoleAsk { json, restart }));
+                        inputs.append(&mut ended);
                         inputs.push(Input::Console {
                             client,
                             cred: conn.cred.clone(),

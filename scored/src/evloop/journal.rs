@@ -1,6 +1,8 @@
 //! The loop's side of the job journal: the records the core hands back
 //! after each event appended to it, and the console commands answered from
-//! it (`history`, and `jobs all` and `job ID` of jobs no longer in memory).
+//! it (`history`, and `jobs all` and `job ID` of jobs no longer in memory),
+//! and how the jobs a submission or a command names ended, for those the
+//! core no longer remembers.
 
 use super::Daemon;
 use crate::actuator::Actuator;
@@ -137,6 +139,35 @@ impl<A: Actuator> Daemon<A> {
         request: &scored_core::job::JobRequest,
     ) -> Vec<scored_core::core::Input> {
         let unknown = self.core.unknown_ends(request);
+        self.journaled_ends(unknown)
+    }
+
+    /// How the jobs a console command names (`kill`, `suspend`, `resume`,
+    /// `move`) ended, as the journal says, for those the core no longer
+    /// knows: inputs to give before it.
+    pub(super) fn named_ends(
+        &mut self,
+        command: &command::Command,
+    ) -> Vec<scored_core::core::Input> {
+        let named: Vec<scored_core::ids::JobId> = match command {
+            command::Command::Kill { jobs, .. } => jobs.clone(),
+            command::Command::Suspend(job)
+            | command::Command::Resume(job)
+            | command::Command::Move { job, .. } => vec![*job],
+            _ => Vec::new(),
+        }
+        .into_iter()
+        .map(scored_core::ids::JobId)
+        .filter(|job| !self.core.knows(*job))
+        .collect();
+        self.journaled_ends(named)
+    }
+
+    /// The journal's word on how each of `unknown` ended, as inputs.
+    fn journaled_ends(
+        &mut self,
+        unknown: Vec<scored_core::ids::JobId>,
+    ) -> Vec<scored_core::core::Input> {
         let Some(journal) = self.journal.as_mut() else {
             return Vec::new();
         };

@@ -276,6 +276,7 @@ impl Core {
         }
         if self.logged.finished.iter().any(|done| done.job.id == id)
             || self.logged.ends.ended.iter().any(|ended| ended.id == id)
+            || self.logged.ends.outcome(id).is_some()
         {
             Reply::error(format!("job {id} has already ended"))
         } else {

@@ -33,7 +33,7 @@ impl Undo for Ends {
 
 impl Ends {
     /// How a job that ended is known to have ended, with its owner.
-    pub(super) fn outcome(&self, id: JobId) -> Option<(u32, &Outcome)> {
+    pub(in crate::core) fn outcome(&self, id: JobId) -> Option<(u32, &Outcome)> {
         self.outcomes
             .iter()
             .rev()
