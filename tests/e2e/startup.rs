@@ -192,3 +192,46 @@ fn a_broken_rc_file_is_refused_with_its_line() {
     );
     assert!(!sandbox.path.join("s.sock").exists());
 }
+
+/// A cluster that does not exist is named with the line that named it
+/// and the clusters there are, in a start-up script as on the console,
+/// where it changes nothing.
+#[test]
+fn a_cluster_that_does_not_exist_is_refused_quoting_its_line() {
+    let sandbox = Sandbox::new();
+    let hosts = sandbox.write("scorehosts.db", "h0 cpus=0\n");
+    let rc = sandbox.write(
+        "scored.rc",
+        "cluster 0 limit jobs=4\ncluster 3 limit jobs=2\n",
+    );
+    let output = std::process::Command::new(bin("scored"))
+        .arg("--hosts")
+        .arg(&hosts)
+        .arg("--rc")
+        .arg(&rc)
+        .arg("--socket")
+        .arg(sandbox.path.join("s.sock"))
+        .arg("--state-dir")
+        .arg(sandbox.path.join("state"))
+        .output()
+        .expect("scored");
+    assert_eq!(code(&output), Some(1));
+    let message = stderr(&output);
+    assert!(
+        message.contains(
+            "scored.rc:2: no cluster 3 in 'cluster 3 limit jobs=2': the only cluster is 0 (default)"
+        ),
+        "{message}"
+    );
+    assert!(!sandbox.path.join("s.sock").exists());
+    let daemon = Daemon::builder().hosts("h0 cpus=0\nh1 cpus=1\n").start();
+    let before = daemon.ok("clusters");
+    let output = daemon.console("cluster x86 limit memory=1G");
+    assert_ne!(code(&output), Some(0));
+    let said = format!("{}{}", stdout(&output), stderr(&output));
+    assert!(
+        said.contains("error: no cluster 'x86' in 'cluster x86 limit memory=1G': the only cluster is 0 (default)"),
+        "{said}"
+    );
+    assert_eq!(daemon.ok("clusters"), before);
+}

@@ -144,7 +144,15 @@ impl Core {
         out: &mut Vec<Action>,
     ) -> Reply {
         let Some(id) = self.logged.topology.find_cluster(cluster) else {
-            return Reply::error(format!("no cluster {}", describe_cluster_ref(cluster)));
+            let line = command::parse::render(&command::Command::ClusterLimit {
+                cluster: cluster.clone(),
+                limits: limits.clone(),
+            });
+            return Reply::error(format!(
+                "no cluster {} in '{line}': {}",
+                describe_cluster_ref(cluster),
+                self.describe_clusters()
+            ));
         };
         let current = &mut self.limits[id.idx()];
         apply(&mut current.memory, limits.memory);
@@ -439,6 +447,29 @@ fn apply<T>(slot: &mut Option<T>, setting: Option<Setting<T>>) {
         Some(Setting::Set(value)) => *slot = Some(value),
         Some(Setting::Clear) => *slot = None,
         None => {}
+    }
+}
+
+impl Core {
+    /// The clusters there are, by index and name, for an error that names
+    /// one that is not: `clusters are 0 (x86) and 1 (arm)`.
+    fn describe_clusters(&self) -> String {
+        /// Beyond this many, the range of indexes alone.
+        const NAMED: usize = 8;
+        let clusters = &self.logged.topology.clusters;
+        let named: Vec<String> = clusters
+            .iter()
+            .enumerate()
+            .map(|(idx, cluster)| format!("{idx} ({})", cluster.name))
+            .collect();
+        match named.as_slice() {
+            [] => "there is no cluster".to_string(),
+            [only] => format!("the only cluster is {only}"),
+            [first @ .., last] if named.len() <= NAMED => {
+                format!("clusters are {} and {last}", first.join(", "))
+            }
+            _ => format!("clusters are 0 to {}", clusters.len() - 1),
+        }
     }
 }
 
