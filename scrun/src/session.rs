@@ -25,7 +25,6 @@ use scored_proto::client::Connection;
 use scored_proto::exitcode;
 use scored_proto::proto::{Reply, Request, ENDED_BEFORE_START};
 
-use crate::error::describe_io;
 use crate::pmi_server::PmiServer;
 use crate::pmix_server::PmixServer;
 use crate::report::{final_report, lost_connection, Final};
@@ -335,6 +334,11 @@ impl Session {
     /// out, and a start missed while away is taken as heard.
     fn on_reattached(&mut self, job: u64, started: bool, now: Instant) -> Vec<Action> {
         self.link = Link::Up;
+        if let Hold::Awaiting { .. } = self.hold {
+            self.hold = Hold::Awaiting {
+                deadline: now + HOLD_TIMEOUT,
+            };
+        }
         let mut actions = Vec::new();
         if self.verbose {
             actions.push(Action::Say(format!("reattached to job {job}")));
@@ -598,6 +602,19 @@ impl Session {
             // still goes out so that the job does not start behind our back.
             return vec![Action::Send(Request::Hold), Action::StopSelf];
         }
+        if let (Link::Away { until, .. } | Link::Reattaching { until }, Some(job)) =
+            (self.link, self.job)
+        {
+            // A stopped scrun could not reattach, and the job would run on
+            // (or be killed as left): the hold waits for the daemon.
+            self.hold = Hold::Awaiting { deadline: until };
+            return vec![
+                Action::Send(Request::Hold),
+                Action::Say(format!(
+                    "scored is away; job {job} is suspended once it is back"
+                )),
+            ];
+        }
         self.hold = Hold::Awaiting {
             deadline: now + HOLD_TIMEOUT,
         };
@@ -606,6 +623,12 @@ impl Session {
 
     fn on_tick(&mut self, now: Instant) -> Vec<Action> {
         let mut actions = self.on_link_tick(now);
+        if actions
+            .iter()
+            .any(|action| matches!(action, Action::Finish(_)))
+        {
+            return actions;
+        }
         if let (Some(at), Some(job)) = (self.queued_notice, self.job) {
             if now >= at {
                 self.queued_notice = None;
@@ -943,33 +966,6 @@ fn wait(
     Ok(events)
 }
 
-/// Reads every complete reply that has arrived, then the connection's end if it came.
-fn read_replies(connection: &mut Connection, events: &mut Vec<Event>) {
-    loop {
-        match connection.read_available() {
-            Ok(Some(reply)) => events.push(Event::Reply(reply)),
-            Ok(None) => return,
-            Err(error) if error.kind() == io::ErrorKind::InvalidData => {
-                events.push(Event::Garbled(error.to_string()));
-                return;
-            }
-            Err(error) => {
-                if error.kind() != io::ErrorKind::UnexpectedEof {
-                    note_broken(&error);
-                }
-                events.push(Event::Lost);
-                return;
-            }
-        }
-    }
-}
-
-/// A broken connection (reset, say) ends like a closed one; its cause is
-/// worth one line, since a reset usually means scored died.
-fn note_broken(error: &io::Error) {
-    say(&format!("connection to scored: {}", describe_io(error)));
-}
-
 /// Prints one `scrun:` line on stderr. A closed stderr is no reason to
 /// fail: the exit status still tells the story.
 ///
@@ -991,8 +987,10 @@ pub fn say(line: &str) {
 }
 
 mod pty;
+mod replies;
 #[cfg(test)]
 mod tests;
 
 pub use pty::PtySide;
 use pty::{drain_pty, give_back_typed, FOREGROUND_LOOK};
+use replies::read_replies;

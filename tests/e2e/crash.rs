@@ -229,6 +229,65 @@ fn commands_on_a_job_that_ended_before_a_kill_of_scored_say_it_ended() {
     assert_eq!(records[0]["exit"], 0, "{records:?}");
 }
 
+/// A suspension of scrun (SIGTSTP, Ctrl-Z) while its daemon is away waits
+/// for the daemon, since a stopped scrun could not reattach: scrun says so
+/// and stays, the job runs on meanwhile (nothing signals it but its
+/// keeper), and once a new scored takes the job over the job is held, its
+/// rank and scrun stopped; a continue of scrun releases it, and both end
+/// as the job does.
+#[test]
+fn a_suspension_while_scored_is_away_holds_the_job_once_it_is_back() {
+    let mut daemon = Daemon::builder().hosts("h0 cpus=0\n").start();
+    let go = daemon.sandbox.path.join("go");
+    let script = format!("while [ ! -e {} ]; do sleep 0.05; done", go.display());
+    let mut job = daemon.spawn(&["sh", "-c", &script]);
+    let ranks = daemon.wait_job_pids(1, 1);
+    let scrun = nix::unistd::Pid::from_raw(job.pid());
+    daemon.kill_hard();
+    job.signal(nix::sys::signal::Signal::SIGTSTP);
+    // Longer than scrun waits for a hold to be confirmed while its daemon
+    // runs (2 s): scrun neither stops nor leaves the job to run unheld.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !stopped(scrun.as_raw()),
+        "scrun stopped while scored was away"
+    );
+    assert!(!stopped(ranks[0]), "the job stopped while scored was away");
+    daemon.start_again();
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon.job_state(1) == "held"),
+        "{}",
+        daemon.ok("job 1")
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || stopped(ranks[0])
+            && stopped(scrun.as_raw())),
+        "rank stopped: {}, scrun stopped: {}",
+        stopped(ranks[0]),
+        stopped(scrun.as_raw())
+    );
+    nix::sys::signal::kill(scrun, nix::sys::signal::Signal::SIGCONT).expect("continue scrun");
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon.job_state(1) == "running"),
+        "{}",
+        daemon.ok("job 1")
+    );
+    std::fs::write(&go, "").expect("let the job end");
+    let (status, stderr) = job.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("scored is away; job 1 is suspended once it is back"),
+        "{stderr}"
+    );
+    let history = history(&daemon);
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(
+        (history[0].1.as_str(), history[0].2),
+        ("done", 0),
+        "{history:?}"
+    );
+}
+
 /// With `-v`, a scrun says that its daemon went away and that it
 /// reattached, also when its job ended while no daemon ran: the new
 /// scored answers with the job's end, which scrun reports as it ended.

@@ -859,6 +859,73 @@ fn a_daemon_that_does_not_come_back_in_time_is_left() {
     );
 }
 
+/// A suspension while the daemon is away waits for it: scrun stops only
+/// once the job is held, as a stopped scrun could not reattach; a daemon
+/// that does not come back in time leaves the session, unstopped.
+#[test]
+fn a_suspension_while_the_daemon_is_away_waits_for_the_hold() {
+    check_reattach(
+        "
+        admitted 7
+        started 7
+        lost
+        +0
+        connect-failed no socket
+        SIGTSTP
+        +1000
+        connected
+        reattached 7
+        +1999
+        held 7
+        SIGCONT
+        ",
+        "
+        admitted 7
+        started 7
+        lost
+          say scored went away; waiting up to 2s for it to come back to job 7
+        +0
+          reconnect to job 7 (descriptors: false)
+        connect-failed no socket
+        SIGTSTP
+          say scored is away; job 7 is suspended once it is back
+        +1000
+          reconnect to job 7 (descriptors: false)
+        connected
+        reattached 7
+          say reattached to job 7
+          send hold
+        +1999
+        held 7
+          stop
+        SIGCONT
+          send release
+        ",
+    );
+    check_reattach(
+        "
+        admitted 7
+        started 7
+        lost
+        SIGTSTP
+        +1000
+        +1000
+        ",
+        "
+        admitted 7
+        started 7
+        lost
+          say scored went away; waiting up to 2s for it to come back to job 7
+        SIGTSTP
+          say scored is away; job 7 is suspended once it is back
+        +1000
+          reconnect to job 7 (descriptors: false)
+        +1000
+          finish 69: scrun: scored did not come back within 2s (-reattach); leaving job 7, which is killed when scored returns
+        ",
+    );
+}
+
 #[test]
 fn a_daemon_that_refuses_the_job_ends_the_session() {
     check_reattach(
