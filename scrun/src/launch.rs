@@ -452,6 +452,21 @@ fn connect(
     verbose: bool,
 ) -> Result<(Connection, Reached), Fatal> {
     match client::connect_default(path, source) {
+        // The user's own private daemon at its socket (a plain user's
+        // default socket is that one): it is started again if it dies,
+        // as one this scrun started would be.
+        Ok((connection, reached))
+            if matches!(source, SocketSource::Default | SocketSource::Configured)
+                && settings.private =>
+        {
+            let uid = nix::unistd::geteuid().as_raw();
+            let paths = PrivatePaths::new(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid);
+            if reached == paths.socket {
+                Ok((connection, Reached::Private(paths, path.to_path_buf())))
+            } else {
+                Ok((connection, Reached::Socket(reached)))
+            }
+        }
         Ok((connection, reached)) => Ok((connection, Reached::Socket(reached))),
         Err(error)
             if matches!(source, SocketSource::Default | SocketSource::Configured)

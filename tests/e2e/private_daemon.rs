@@ -393,3 +393,53 @@ printf 'cmd=finalize\n' >&$PMI_FD; read -r line <&$PMI_FD
         },
     );
 }
+
+/// A scrun that found the user's private daemon running (a plain user's
+/// default socket is that daemon's) starts it again when it is killed, as
+/// one that started it does: the new daemon takes the job over, and scrun
+/// reattaches and ends with the job's status, saying nothing without `-v`.
+#[test]
+fn a_killed_private_daemon_found_running_is_started_again_for_its_job() {
+    both(
+        "a_killed_private_daemon_found_running_is_started_again_for_its_job",
+        |user| {
+            let runtime = Runtime::new(user);
+            let output = runtime.run("\"$SCRUN\" true");
+            assert_eq!(code(&output), Some(0), "{}", shown(&output));
+            let first = runtime.daemon().expect("a private daemon runs");
+            let started = runtime.dir.join("started");
+            let go = runtime.dir.join("go");
+            let job = runtime
+                .shell(
+                    "exec \"$SCRUN\" sh -c 'touch \"$XDG_RUNTIME_DIR/started\"; \
+                     while [ ! -e \"$XDG_RUNTIME_DIR/go\" ]; do sleep 0.05; done; echo done'",
+                )
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start scrun");
+            assert!(
+                wait_until(Duration::from_secs(20), || started.exists()),
+                "the job did not start"
+            );
+            assert_eq!(runtime.daemon(), Some(first));
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(first),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .expect("kill the private daemon");
+            assert!(
+                wait_until(Duration::from_secs(10), || runtime
+                    .daemon()
+                    .is_some_and(|pid| pid != first)),
+                "no private daemon was started again"
+            );
+            std::fs::write(&go, "").expect("let the job end");
+            let output = job.wait_with_output().expect("scrun's end");
+            assert_eq!(code(&output), Some(0), "{}", shown(&output));
+            assert_eq!(stdout(&output), "done\n", "{}", shown(&output));
+            assert_eq!(stderr(&output), "", "{}", shown(&output));
+            assert_eq!(runtime.daemons().len(), 1, "{:?}", runtime.daemons());
+        },
+    );
+}
