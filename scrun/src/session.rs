@@ -57,6 +57,8 @@ pub enum Event {
     TerminalGone,
     /// scored closed the connection (or it broke).
     Lost,
+    /// The connection broke (a reset, say) rather than closed; [`Event::Lost`] follows.
+    Broken(String),
     /// scored sent bytes that are not a reply; the text says what was wrong.
     Garbled(String),
     /// The shell connected to scored again and asked for the job back
@@ -245,6 +247,7 @@ impl Session {
             Event::OutputGone => self.on_output_gone(now),
             Event::TerminalGone => self.on_terminal_gone(now),
             Event::Lost => self.on_lost(now),
+            Event::Broken(why) => self.on_broken(why),
             Event::Garbled(why) => vec![Action::Finish(Final::line(exitcode::INTERNAL, why))],
             Event::Pmi { code, message } => self.on_pmi_end(code, message),
             Event::Connected => {

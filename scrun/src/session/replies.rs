@@ -1,11 +1,12 @@
 //! The replies scrun reads from scored between two waits, and the one line
-//! a connection broken (rather than closed) is worth.
+//! a connection broken (rather than closed) is worth when scrun does not
+//! wait quietly for its daemon to come back.
 
 use std::io;
 
 use scored_proto::client::Connection;
 
-use super::{say, Event};
+use super::{Action, Event, Session};
 use crate::error::describe_io;
 
 /// Reads every complete reply that has arrived, then the connection's end if it came.
@@ -20,7 +21,7 @@ pub(super) fn read_replies(connection: &mut Connection, events: &mut Vec<Event>)
             }
             Err(error) => {
                 if error.kind() != io::ErrorKind::UnexpectedEof {
-                    note_broken(&error);
+                    events.push(Event::Broken(describe_io(&error)));
                 }
                 events.push(Event::Lost);
                 return;
@@ -29,8 +30,15 @@ pub(super) fn read_replies(connection: &mut Connection, events: &mut Vec<Event>)
     }
 }
 
-/// A broken connection (reset, say) ends like a closed one; its cause is
-/// worth one line, since a reset usually means scored died.
-fn note_broken(error: &io::Error) {
-    say(&format!("connection to scored: {}", describe_io(error)));
+impl Session {
+    /// A broken connection (reset, say) ends like a closed one; its cause
+    /// is worth one line, since a reset usually means scored died, unless
+    /// scrun waits quietly for the daemon to come back (without `-v`).
+    pub(super) fn on_broken(&self, why: String) -> Vec<Action> {
+        let waits = self.job.is_some() && !self.reattach.is_zero();
+        if waits && !self.verbose {
+            return Vec::new();
+        }
+        vec![Action::Say(format!("connection to scored: {why}"))]
+    }
 }

@@ -53,6 +53,7 @@ fn event(line: &str) -> (Duration, Event) {
         },
         "connected" => return (Duration::ZERO, Event::Connected),
         "connect-failed" => return (Duration::ZERO, Event::ConnectFailed(rest.into())),
+        "broken" => return (Duration::ZERO, Event::Broken(rest.into())),
         "why" => Reply::Console {
             ok: true,
             text: String::new(),
@@ -924,6 +925,27 @@ fn a_suspension_while_the_daemon_is_away_waits_for_the_hold() {
           finish 69: scrun: scored did not come back within 2s (-reattach); leaving job 7, which is killed when scored returns
         ",
     );
+}
+
+/// A connection broken by a killed daemon (a reset) is said only when
+/// scrun does not wait quietly for the daemon to come back: with `-v`, or
+/// with no job to wait for, or with `-reattach=0`.
+#[test]
+fn a_broken_connection_is_said_unless_scrun_waits_quietly() {
+    let input = "admitted 7\nstarted 7\nbroken connection reset by peer\nlost";
+    let reattaching =
+        |verbose| Session::new(false, false).reattach(Duration::from_secs(2), verbose);
+    let said = "say connection to scored: connection reset by peer";
+    let quiet = transcript(reattaching(false), input);
+    assert!(!quiet.contains("say "), "{quiet}");
+    for (session, input) in [
+        (reattaching(true), input),
+        (reattaching(false), "broken connection reset by peer\nlost"),
+        (Session::new(false, false), input),
+    ] {
+        let out = transcript(session, input);
+        assert!(out.contains(said), "{out}");
+    }
 }
 
 #[test]
