@@ -566,3 +566,101 @@ fn a_lone_users_job_gets_half_a_host_shared_by_user_and_a_quarter_by_job() {
         by_job * 100.0
     );
 }
+
+/// A trace instance of the kernel's own, recording one process's changes
+/// of its CPU latency request (the `power:pm_qos_update_request` event);
+/// removed when dropped.
+struct QosTrace {
+    dir: std::path::PathBuf,
+}
+
+impl QosTrace {
+    /// `None` where tracefs or the event is not there.
+    fn of(pid: u32) -> Option<QosTrace> {
+        let dir = std::path::PathBuf::from(format!(
+            "/sys/kernel/tracing/instances/scored-e2e-qos-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir(&dir).ok()?;
+        let trace = QosTrace { dir };
+        let event = trace.dir.join("events/power/pm_qos_update_request");
+        std::fs::write(event.join("filter"), format!("common_pid == {pid}")).ok()?;
+        std::fs::write(event.join("enable"), "1").ok()?;
+        Some(trace)
+    }
+
+    /// The values the process asked for, in order.
+    fn values(&self) -> Vec<i64> {
+        std::fs::read_to_string(self.dir.join("trace"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.split("value=").nth(1)?.trim().parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for QosTrace {
+    fn drop(&mut self) {
+        let event = self.dir.join("events/power/pm_qos_update_request");
+        let _ = std::fs::write(event.join("enable"), "0");
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// While a switch waits for its keeper to confirm its stops, scored asks
+/// for no CPU wake-up latency (its request at 0, so that idle CPUs poll), and it
+/// lets go of the request (back at the default, -1) before the next switch
+/// and once no job is switched: the kernel's trace of its requests shows
+/// one hold and one release a switch, ending released.
+#[test]
+fn the_cpu_latency_is_held_at_zero_during_each_switch_only() {
+    if !is_root() {
+        eprintln!("skipped: the CPU latency request and tracefs need root");
+        return;
+    }
+    if !std::path::Path::new("/dev/cpu_dma_latency").exists() {
+        eprintln!("skipped: no /dev/cpu_dma_latency");
+        return;
+    }
+    // More ranks a job than CPUs: a stop of such a job always waits for
+    // its keeper's answer.
+    let ranks = std::thread::available_parallelism().map_or(2, usize::from) + 1;
+    let hosts: String = (0..ranks).map(|host| format!("host{host}\n")).collect();
+    let nodes = format!("-nodes={ranks},priority=1");
+    let daemon = Daemon::builder().hosts(&hosts).timeslice("50ms").start();
+    let Some(trace) = QosTrace::of(daemon.pid()) else {
+        eprintln!("skipped: no tracefs instance with the power:pm_qos_update_request event");
+        return;
+    };
+    let mut first = daemon.spawn(&[&nodes, &testprog(), "spin", "0"]);
+    first.wait_pids(ranks);
+    let mut second = daemon.spawn(&[&nodes, &testprog(), "spin", "0"]);
+    second.wait_pids(ranks);
+    std::thread::sleep(Duration::from_secs(2));
+    let switches = daemon.json("status")["switches"].as_u64().unwrap_or(0);
+    assert!(
+        switches >= 10,
+        "only {switches} switches in 2 s of 50 ms slices"
+    );
+    for job in [&first, &second] {
+        job.signal(Signal::SIGINT);
+    }
+    first.wait(Duration::from_secs(30));
+    second.wait(Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(500));
+    let values = trace.values();
+    let holds = values.iter().filter(|value| **value == 0).count() as u64;
+    assert!(
+        holds >= switches / 2,
+        "the CPU latency was held {holds} times in {switches} switches: {values:?}"
+    );
+    // Each hold is let go of before the next one, and the last at the end.
+    for pair in values.chunks(2) {
+        assert_eq!(
+            pair,
+            [0, -1],
+            "not one hold and one release a switch: {values:?}"
+        );
+    }
+}

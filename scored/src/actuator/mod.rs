@@ -689,6 +689,8 @@ pub struct OsActuator {
     /// over its limit of processes, or out of its stop), reported at the
     /// next poll.
     later: Vec<Input>,
+    /// The CPU latency request, held while a switch's stops are awaited.
+    latency: stop::LatencyHold,
 }
 
 /// The time as the actuator reads it, so that its timeouts (a stop not
@@ -794,6 +796,7 @@ impl OsActuator {
             held_checks: Vec::new(),
             later: Vec::new(),
             keepers,
+            latency: stop::LatencyHold::open(),
         })
     }
 
@@ -850,6 +853,7 @@ impl Actuator for OsActuator {
     }
 
     fn settled(&mut self) {
+        self.latency.release();
         self.tell_stops(false);
     }
 

@@ -27,6 +27,9 @@ use super::{
     STOP_TIMEOUT,
 };
 
+mod latency;
+pub(super) use latency::LatencyHold;
+
 impl OsActuator {
     pub(super) fn stop_job(&mut self, job: JobId, out: &mut Vec<Input>) {
         // At a slice boundary the job was sampled just before this stop, so
@@ -198,6 +201,12 @@ impl OsActuator {
     pub(super) fn wait_for_stops(&mut self, max: Duration, out: &mut Vec<Input>) {
         let deadline = self.clock.now() + max;
         let mut elsewhere = self.look_for_stops(out);
+        // Stops left to confirm: until the event is carried out
+        // (`settled`), an idle CPU polls, for the confirmation wakes
+        // scored's CPU, idle meanwhile.
+        if self.pending_stops() > 0 {
+            self.latency.hold();
+        }
         // Only its keeper's answer confirms a stop during a launch.
         self.tell_stops(true);
         // A rank that shares scored's CPU stops only once scored lets go of
