@@ -122,9 +122,28 @@ fn remember(pid: i32, stat: Option<Stat>) -> Option<Stat> {
 
 /// What `/proc/PID/status` says of a process whose stat read was given up.
 fn stat_from_waiting(pid: i32) -> Option<Stat> {
-    let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    read_status(pid)
+}
+
+/// What `/proc/PID/status` says of a process now (its state, parent,
+/// group, session and resident size), with the times, start time and
+/// processor of its last stat read: read directly, since `status` never
+/// waits, where a state is all that is needed now (a stop's
+/// confirmation).
+pub fn read_status(pid: i32) -> Option<Stat> {
+    let mut buffer = [0u8; 4096];
+    let mut file = fs::File::open(format!("/proc/{pid}/status")).ok()?;
+    let mut len = 0;
+    while len < buffer.len() {
+        match file.read(&mut buffer[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(_) => return None,
+        }
+    }
+    let text = std::str::from_utf8(&buffer[..len]).ok()?;
     let last = known().get(&pid).copied();
-    stat_from_status(pid, &text, last)
+    stat_from_status(pid, text, last)
 }
 
 /// How many pids' last stat [`read_stat`] keeps.

@@ -327,16 +327,17 @@ impl OsActuator {
         }
     }
 
-    /// One look at the ranks of each stop, right after the switch's
-    /// signals: a rank that was running on another CPU, or sleeping, has
-    /// stopped by now, and /proc says so at the cost of one read, where
-    /// its keeper's answer costs two wakeups. The look at a job ends at
-    /// its first rank still running, which needs a CPU to stop and is
-    /// left to its keeper's answer. A stop whose launch is in progress
-    /// waits for that answer (see `StopWait::pausing`). A job of no more
-    /// ranks to stop than there are CPUs is looked at whole; returns
-    /// whether each rank seen still running runs on a CPU other than
-    /// scored's (`false` once a look ended early).
+    /// One look at the ranks of each stop of no more ranks than there are
+    /// CPUs, right after the switch's signals and again while
+    /// `wait_for_stops` waits: a rank that was running on another CPU, or
+    /// sleeping, has stopped by now, and /proc says so at the cost of one
+    /// read, where its keeper's answer costs two wakeups. A stop of more
+    /// ranks waits for its keeper's answer, told at once: some of its
+    /// ranks must wait for a CPU to take their stops. A stop whose launch
+    /// is in progress waits for that answer too (see
+    /// `StopWait::pausing`). Returns whether each rank seen still running
+    /// runs on a CPU other than scored's, as far as its last stat read
+    /// says.
     fn look_for_stops(&mut self, out: &mut Vec<Input>) -> bool {
         let here = nix::sched::sched_getcpu().ok();
         let mut elsewhere = here.is_some();
@@ -344,10 +345,11 @@ impl OsActuator {
             .jobs
             .iter()
             .filter(|(_, procs)| {
-                procs
-                    .stop_wait
-                    .as_ref()
-                    .is_some_and(|wait| !wait.pausing && !wait.children.is_empty())
+                procs.stop_wait.as_ref().is_some_and(|wait| {
+                    !wait.pausing
+                        && !wait.children.is_empty()
+                        && wait.children.len() <= online_cpus()
+                })
             })
             .map(|(job, _)| *job)
             .collect();
@@ -359,16 +361,14 @@ impl OsActuator {
             let Some(wait) = procs.stop_wait.as_mut() else {
                 continue;
             };
-            let whole = wait.children.len() <= online_cpus();
             let mut stopped = Vec::new();
             for &pid in &wait.children {
-                // An unreaped child of its keeper: the pid is still the rank's.
-                match procfs::read_stat(pid) {
+                // An unreaped child of its keeper: the pid is still the
+                // rank's. Its status, not its stat, which would wait for
+                // a rank in the middle of an exec (see `procfs::read_stat`).
+                match procfs::read_status(pid) {
                     Some(stat) if !held(&stat, freezing) => {
-                        elsewhere &= whole && here != Some(stat.processor as usize);
-                        if !whole {
-                            break;
-                        }
+                        elsewhere &= here != Some(stat.processor as usize);
                     }
                     _ => stopped.push(pid),
                 }
