@@ -71,7 +71,9 @@ pub mod zygote;
 
 /// The protocol between scored and its keepers; a keeper of another
 /// protocol is not taken over.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
+/// The first protocol whose keepers read a notes pipe (`ToKeeper::Notes`).
+pub const NOTES_PROTOCOL: u32 = 3;
 /// The largest message either side sends; events beyond it go in the
 /// next message.
 pub const MAX_MESSAGE: usize = 64 * 1024;
@@ -107,6 +109,14 @@ pub enum ToKeeper {
     /// Keep this job (a spare keeper, see [`FromKeeper::Idle`]): its
     /// orders follow.
     Adopt(u64),
+    /// The message carries the read end of a pipe on which scored writes
+    /// the serial of a continue (8 bytes, native byte order) before its
+    /// SIGCONT, in place of a `Continue` first on the link, which would
+    /// wake the keeper in the middle of the switch: the keeper reads it
+    /// when it sees a rank of its switched-out job continued and finds no
+    /// `Continue` on the link. The `Continue` follows on the link once
+    /// the switch is over.
+    Notes,
 }
 
 /// What a keeper tells scored.

@@ -97,6 +97,9 @@ pub(super) struct Link {
     /// Its end of the link is closed: it is dying, and how it ended comes
     /// with its reaping (`child_keeper_ended`).
     closed: bool,
+    /// The write end of its notes pipe (see `ToKeeper::Notes`), once the
+    /// keeper is known to read one.
+    notes: Option<OwnedFd>,
 }
 
 impl Keepers {
@@ -163,7 +166,34 @@ impl Link {
             released: false,
             ours,
             closed: false,
+            notes: None,
         }
+    }
+
+    /// Gives the keeper a notes pipe (see `ToKeeper::Notes`), if it reads
+    /// one: scored's own keepers do, and one taken over that says so.
+    pub(super) fn open_notes(&mut self, protocol: u32) {
+        if protocol < keeper::NOTES_PROTOCOL || self.notes.is_some() {
+            return;
+        }
+        let flags = nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK;
+        let Ok((read, write)) = nix::unistd::pipe2(flags) else {
+            return;
+        };
+        if self.send(ToKeeper::Notes, vec![Carried::Own(read)]).is_ok() {
+            self.notes = Some(write);
+        }
+    }
+
+    /// Notes scored's continue `serial` on the keeper's notes pipe, which
+    /// wakes nobody; whether it could (else it is told on the link).
+    pub(super) fn note_continue(&mut self, serial: u64) -> bool {
+        let Some(notes) = &self.notes else {
+            return false;
+        };
+        // Only once everything before it is on the link: the keeper reads
+        // its link before the notes.
+        self.unsent.is_empty() && matches!(nix::unistd::write(notes, &serial.to_ne_bytes()), Ok(8))
     }
 
     /// Sends `message` (with `fds`), or keeps it for when the socket has
@@ -227,6 +257,7 @@ impl OsActuator {
             self.keepers.fresh.push((job.0, spare.pid, spare.start));
             let mut link = Link::new(spare.socket, true);
             link.id = Some((spare.pid, spare.start));
+            link.open_notes(keeper::PROTOCOL);
             self.keepers.links.insert(job, link);
         }
         if !self.keepers.links.contains_key(&job) {
@@ -239,7 +270,9 @@ impl OsActuator {
                 wait_ms: self.keepers.wait.as_millis() as u64,
             })?;
             sys::epoll_add(&self.exec_watch, socket.as_raw_fd(), token(job))?;
-            self.keepers.links.insert(job, Link::new(socket, true));
+            let mut link = Link::new(socket, true);
+            link.open_notes(keeper::PROTOCOL);
+            self.keepers.links.insert(job, link);
         }
         Ok(self.keepers.links.get_mut(&job).expect("inserted above"))
     }
@@ -379,18 +412,35 @@ impl OsActuator {
     /// Tells `job`'s keeper something; a keeper that is gone shows as
     /// gone when its link is read.
     pub(super) fn tell_keeper(&mut self, job: JobId, message: ToKeeper) {
-        // A stop not told yet comes first: the keeper hears of every stop
-        // and continue in the order scored made them.
-        let untold = self
-            .jobs
-            .get_mut(&job)
-            .and_then(|procs| procs.hold.untold_stop.take());
-        if let Some(serial) = untold {
-            self.tell_keeper(job, ToKeeper::Stop(serial));
-        }
+        // A continue, then a stop, not told yet come first: the keeper
+        // hears of every stop and continue in the order scored made them
+        // (a continue is noted only when no stop waits to be told).
+        self.tell_untold(job);
         if let Some(link) = self.keepers.links.get_mut(&job) {
             if let Err(error) = link.send(message, Vec::new()) {
                 tracing::debug!(job = %job, %error, "cannot tell the keeper");
+            }
+        }
+    }
+
+    /// Tells `job`'s keeper on its link the continue, then the stop, it
+    /// has not heard of there yet.
+    pub(super) fn tell_untold(&mut self, job: JobId) {
+        let (continued, stopped) = self.jobs.get_mut(&job).map_or((None, None), |procs| {
+            (
+                procs.hold.untold_continue.take(),
+                procs.hold.untold_stop.take(),
+            )
+        });
+        let told = continued
+            .map(ToKeeper::Continue)
+            .into_iter()
+            .chain(stopped.map(ToKeeper::Stop));
+        for message in told {
+            if let Some(link) = self.keepers.links.get_mut(&job) {
+                if let Err(error) = link.send(message, Vec::new()) {
+                    tracing::debug!(job = %job, %error, "cannot tell the keeper");
+                }
             }
         }
     }

@@ -535,6 +535,9 @@ struct SwitchedOutHold {
     /// or before anything else scored tells that keeper
     /// (`OsActuator::tell_stops`).
     untold_stop: Option<u64>,
+    /// A continue its keeper read on its notes pipe only (see
+    /// `ToKeeper::Notes`), told on the link once the switch is over.
+    untold_continue: Option<u64>,
     /// Its cgroup is frozen now.
     frozen: bool,
     /// It was continued from outside once: freeze it at every stop.
@@ -854,6 +857,7 @@ impl Actuator for OsActuator {
 
     fn settled(&mut self) {
         self.latency.release();
+        self.tell_continues();
         self.tell_stops(false);
     }
 

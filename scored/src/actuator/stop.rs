@@ -143,10 +143,26 @@ impl OsActuator {
             serial = Some(procs.hold.switch_serial);
             procs.stop_wait = None;
         }
-        // The keeper hears of the continue before any rank can continue:
-        // a continue it sees without this message was someone else's.
+        // The keeper hears of the continue before any rank can continue (a
+        // continue it sees without word of it was someone else's): on its
+        // notes pipe, which wakes nobody, and on the link once the switch
+        // is over (`tell_continues`); on the link first where it has no
+        // pipe, or a stop waits to be told to it.
         if let Some(serial) = serial {
-            self.tell_keeper(job, crate::keeper::ToKeeper::Continue(serial));
+            let untold = self
+                .jobs
+                .get(&job)
+                .is_some_and(|procs| procs.hold.untold_stop.is_some());
+            let noted = !untold
+                && self
+                    .keepers
+                    .links
+                    .get_mut(&job)
+                    .is_some_and(|link| link.note_continue(serial));
+            match self.jobs.get_mut(&job) {
+                Some(procs) if noted => procs.hold.untold_continue = Some(serial),
+                _ => self.tell_keeper(job, crate::keeper::ToKeeper::Continue(serial)),
+            }
         }
         // The thaw let the rest of a job its freezer held go on.
         if ranks_only {
@@ -308,6 +324,20 @@ impl OsActuator {
             .collect();
         for (job, serial) in untold {
             self.tell_keeper(job, crate::keeper::ToKeeper::Stop(serial));
+        }
+    }
+
+    /// Tells the keepers on their links the continues they read on their
+    /// notes pipes only.
+    pub(super) fn tell_continues(&mut self) {
+        let untold: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, procs)| procs.hold.untold_continue.is_some())
+            .map(|(job, _)| *job)
+            .collect();
+        for job in untold {
+            self.tell_untold(job);
         }
     }
 

@@ -143,6 +143,10 @@ struct Keeper {
     pending: BTreeSet<i32>,
     /// It is reading the reports the kernel holds as it takes a `Stop`.
     taking_stop: bool,
+    /// The read end of scored's notes pipe (`ToKeeper::Notes`), and the
+    /// highest continue serial read on it.
+    notes: Option<OwnedFd>,
+    noted: u64,
     /// Ranks it stopped again after a continue from outside, since the
     /// last `Continue`: that continue may have been scored's, reported
     /// before its message could be read, so the `Continue` continues them.
@@ -232,6 +236,8 @@ impl Keeper {
             pending: BTreeSet::new(),
             taking_stop: false,
             restopped: BTreeSet::new(),
+            notes: None,
+            noted: 0,
             spare: true,
             resting: false,
             title,
@@ -511,7 +517,14 @@ impl Keeper {
         match message {
             ToKeeper::Launch => self.launch(fds),
             ToKeeper::Stop(serial) => self.stop(serial),
+            ToKeeper::Notes => {
+                if let Some(notes) = fds.into_iter().next() {
+                    self.notes = Some(notes);
+                }
+            }
             ToKeeper::Continue(serial) => {
+                // What the pipe holds is told on the link as well.
+                self.read_notes();
                 self.switch_serial = serial;
                 self.switched_out = false;
                 self.stopping = None;
@@ -850,6 +863,12 @@ impl Keeper {
     /// scored is told.
     fn rank_continued(&mut self, pid: i32) {
         while self.switched_out && self.read_one() {}
+        if self.switched_out && !self.taking_stop && self.read_notes() > self.switch_serial {
+            // scored's continue, noted before its SIGCONT; its `Continue`
+            // follows on the link.
+            self.order(ToKeeper::Continue(self.noted), Vec::new());
+            return;
+        }
         if self.taking_stop {
             // Read with the `Stop`, after scored's SIGSTOP: a continue
             // since then (from outside, or scored's last continue still
@@ -888,6 +907,23 @@ impl Keeper {
             pid,
             serial: self.switch_serial,
         });
+    }
+
+    /// Reads what scored's notes pipe holds; the highest continue serial
+    /// noted on it.
+    fn read_notes(&mut self) -> u64 {
+        let Some(notes) = &self.notes else {
+            return self.noted;
+        };
+        // Each note is one write of 8 bytes, which a pipe never splits.
+        let mut buffer = [0u8; 512];
+        while let Ok(len @ 1..) = nix::unistd::read(notes, &mut buffer) {
+            for note in buffer[..len].chunks_exact(8) {
+                let serial = u64::from_ne_bytes(note.try_into().unwrap_or_default());
+                self.noted = self.noted.max(serial);
+            }
+        }
+        self.noted
     }
 
     /// Reaps the descendants that came to the keeper and ended, up to the

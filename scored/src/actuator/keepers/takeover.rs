@@ -68,6 +68,7 @@ impl OsActuator {
                 let Some(link) = self.keepers.links.get(job) else {
                     continue;
                 };
+                let mut said_protocol = None;
                 loop {
                     match keeper::receive::<FromKeeper>(
                         link.socket.as_fd(),
@@ -77,9 +78,19 @@ impl OsActuator {
                             held.insert(*job, state);
                             break;
                         }
+                        Ok(Some((FromKeeper::Hello { protocol, .. }, _))) => {
+                            said_protocol = Some(protocol);
+                        }
                         Ok(Some(_)) => continue,
                         _ => break,
                     }
+                }
+                // A keeper that reads notes gets its pipe before anything
+                // of a switch is told to it.
+                if let (Some(protocol), Some(link)) =
+                    (said_protocol, self.keepers.links.get_mut(job))
+                {
+                    link.open_notes(protocol);
                 }
             }
             std::thread::sleep(Duration::from_millis(1));

@@ -324,6 +324,81 @@ fn the_keeper_hears_of_a_stop_after_its_signals_and_before_what_follows() {
     assert_eq!(heard(), [ToKeeper::Continue(4)]);
 }
 
+/// A keeper with a notes pipe reads each continue there, written before
+/// the SIGCONT and waking nobody, and hears of it on the link once the
+/// switch is over; a stop still to be told sends the continue on the link
+/// first, in order.
+#[test]
+fn a_continue_is_noted_on_the_pipe_before_its_signals_and_told_after_the_switch() {
+    use crate::keeper::{receive, socket_pair, ToKeeper, PROTOCOL};
+    use std::os::fd::AsFd;
+    let mut fixture = Fixture::new("noted");
+    let (ours, keeper) = socket_pair().expect("a socket pair");
+    let mut link = super::super::keepers::Link::new(ours, true);
+    link.open_notes(PROTOCOL);
+    fixture.actuator.keepers.links.insert(JOB, link);
+    let mut buffer = vec![0u8; crate::keeper::MAX_MESSAGE];
+    let mut notes = None;
+    let mut heard = |notes: &mut Option<std::os::fd::OwnedFd>| -> Vec<ToKeeper> {
+        let mut messages = Vec::new();
+        while let Some((message, fds)) =
+            receive::<ToKeeper>(keeper.as_fd(), &mut buffer).expect("the link reads")
+        {
+            if message == ToKeeper::Notes {
+                *notes = fds.into_iter().next();
+            }
+            messages.push(message);
+        }
+        messages
+    };
+    let noted = |notes: &Option<std::os::fd::OwnedFd>| -> Vec<u64> {
+        let mut read = [0u8; 64];
+        let notes = notes
+            .as_ref()
+            .expect("the notes pipe came with its message");
+        match nix::unistd::read(notes, &mut read) {
+            Ok(len) => read[..len]
+                .chunks_exact(8)
+                .map(|note| u64::from_ne_bytes(note.try_into().expect("8 bytes")))
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    };
+    assert_eq!(heard(&mut notes), [ToKeeper::Notes]);
+    let mut out = Vec::new();
+    fixture.actuator.stop(JOB, &mut out);
+    fixture.wait_until_stopped(true);
+    fixture.actuator.await_stops(Duration::ZERO, &mut out);
+    fixture.actuator.settled();
+    assert_eq!(heard(&mut notes), [ToKeeper::Stop(1)]);
+    fixture.actuator.cont(JOB);
+    assert_eq!(noted(&notes), [2], "noted before the rank could continue");
+    assert_eq!(heard(&mut notes), [], "told on the link during the switch");
+    fixture.wait_until_stopped(false);
+    fixture.actuator.settled();
+    assert_eq!(heard(&mut notes), [ToKeeper::Continue(2)]);
+    // A stop not told yet: the continue goes on the link first, after it.
+    fixture.actuator.stop(JOB, &mut out);
+    fixture.actuator.cont(JOB);
+    assert_eq!(noted(&notes), Vec::<u64>::new());
+    assert_eq!(
+        heard(&mut notes),
+        [ToKeeper::Stop(3), ToKeeper::Continue(4)]
+    );
+    // A continue noted, then a stop in the same event: told in order.
+    fixture.wait_until_stopped(false);
+    fixture.actuator.stop(JOB, &mut out);
+    fixture.actuator.settled();
+    fixture.actuator.cont(JOB);
+    assert_eq!(noted(&notes), [6]);
+    fixture.actuator.stop(JOB, &mut out);
+    fixture.actuator.settled();
+    assert_eq!(
+        heard(&mut notes),
+        [ToKeeper::Stop(5), ToKeeper::Continue(6), ToKeeper::Stop(7)]
+    );
+}
+
 /// A stop /proc confirmed during the switch is told to the keeper once
 /// the switch is over, since no answer is awaited; a stop still awaited
 /// is told before scored waits for the answer.

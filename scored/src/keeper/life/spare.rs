@@ -56,6 +56,9 @@ impl Keeper {
         self.stopping = None;
         self.pending.clear();
         self.restopped.clear();
+        // The next job's scored gives it a pipe of its own.
+        self.notes = None;
+        self.noted = 0;
         self.resting = true;
         self.title.set("scored keeper, idle");
         self.unsent.push(FromKeeper::Idle);
