@@ -198,6 +198,7 @@ fn measure_layout(
     let mut maxima = Vec::new();
     let mut by_session = Vec::new();
     let mut by_host = Vec::new();
+    let mut held = Vec::new();
     let mut phases = Vec::new();
     let mut count = 0;
     for round in 0..rounds {
@@ -216,6 +217,12 @@ fn measure_layout(
                     switches,
                 )));
             }
+            held.push(median(&mut hand_switches(
+                n_hosts,
+                per_host,
+                Groups::Held,
+                switches,
+            )));
         };
         if round % 2 == 1 {
             hand();
@@ -245,6 +252,11 @@ fn measure_layout(
         "{} ({} ms) by hand, a session per process",
         ms(median(&mut by_session.clone())),
         range(&by_session)
+    );
+    baseline += &format!(
+        "; {} holding the CPU latency at 0 as scored does ({:.2}×)",
+        ms(median(&mut held.clone())),
+        median(&mut scored.clone()) / median(&mut held.clone())
     );
     if !by_host.is_empty() {
         baseline += &format!(
@@ -297,6 +309,10 @@ pub(crate) enum Groups {
     /// cannot share one; this is the least a switch of scored's layout
     /// can cost.
     PerProcess,
+    /// As `PerProcess`, holding the CPU latency request at 0 from the
+    /// SIGSTOPs to the SIGCONTs, as scored does while it awaits its stops
+    /// (idle CPUs poll instead of halting).
+    Held,
 }
 
 /// The same switch done by hand, `rounds` times at 50 ms intervals:
@@ -310,7 +326,7 @@ pub(crate) fn hand_switches(n_hosts: u32, cores: u32, grouping: Groups, rounds: 
         for _ in 0..n_hosts {
             let mut leader = 0;
             for _ in 0..cores {
-                if grouping == Groups::PerProcess {
+                if grouping != Groups::PerHost {
                     // setsid(1) calls setsid() and execs in the same
                     // process, since the child is not a group leader.
                     let child = Command::new("setsid")
@@ -362,12 +378,26 @@ pub(crate) fn hand_switches(n_hosts: u32, cores: u32, grouping: Groups, rounds: 
     let (groups_a, mut children_a) = spawn_set();
     let (groups_b, mut children_b) = spawn_set();
     stop_and_confirm(&groups_b, &children_b);
+    let mut latency = (grouping == Groups::Held)
+        .then(|| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/cpu_dma_latency")
+                .ok()
+        })
+        .flatten();
+    let mut ask = |value: i32| {
+        if let Some(device) = &mut latency {
+            let _ = std::io::Write::write(device, &value.to_ne_bytes());
+        }
+    };
     scored::sys::set_scheduler(Some(10), true).expect("SCHED_FIFO for the baseline (run as root)");
     let mut samples = Vec::new();
     let mut running_a = true;
     for _ in 0..rounds {
         std::thread::sleep(Duration::from_millis(50));
         let start = Instant::now();
+        ask(0);
         if running_a {
             stop_and_confirm(&groups_a, &children_a);
             cont(&groups_b);
@@ -376,6 +406,7 @@ pub(crate) fn hand_switches(n_hosts: u32, cores: u32, grouping: Groups, rounds: 
             cont(&groups_a);
         }
         samples.push(start.elapsed().as_secs_f64());
+        ask(-1);
         running_a = !running_a;
     }
     let _ = scored::sys::set_scheduler(None, false);
