@@ -150,11 +150,11 @@ impl UserFd {
 impl UserFd {
     /// Closes this copy in the daemon where that cannot wait: it closes at
     /// once (`sys::closes_at_once`: a pipe, a Unix socket, a terminal,
-    /// with nothing to flush) and a process that serves this one job, its
-    /// keeper, holds a copy of the same open file past this close (until
-    /// it is told the job is over), so that this close is not the last
-    /// and releases nothing. Anything else goes to the closer, as a drop
-    /// sends it.
+    /// with nothing to flush) and a copy of the same open file outlives
+    /// this close (the daemon's own, or that of the process that serves
+    /// this one job, its keeper, until the daemon tells it), so that this
+    /// close is not the last and releases nothing. Anything else goes to
+    /// the closer, as a drop sends it.
     pub fn close_beside_held_copy(mut self) {
         let Some(fd) = self.fd.take() else {
             return;

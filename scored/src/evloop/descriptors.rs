@@ -95,4 +95,29 @@ mod tests {
         assert!(stdio.pmi.take(1, 0).is_none() && stdio.pmi.take(0, 1).is_none());
         assert_eq!(stdio.pmi.raw(), vec![raw[3], -1]);
     }
+
+    /// stdin, stdout and stderr of one terminal (here, one pipe's end
+    /// thrice): one descriptor is kept, and the other two copies are
+    /// closed in the daemon, not sent to the closer.
+    #[test]
+    fn copies_of_one_description_are_kept_once_and_closed_without_the_closer() {
+        crate::closer::queue_only();
+        let mut pool = FdPool::default();
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let copies: Vec<UserFd> = (0..3)
+            .map(|_| UserFd::new(write.try_clone().unwrap(), 1000))
+            .collect();
+        let raw: Vec<RawFd> = copies.iter().map(AsRawFd::as_raw_fd).collect();
+        drop(write);
+        let stdio = job_stdio(copies, &[], &[], 0, None, false, &mut pool).unwrap();
+        let kept = |fd: &Option<std::rc::Rc<UserFd>>| fd.as_ref().map(|fd| fd.as_raw_fd());
+        assert_eq!(kept(&stdio.stdin), Some(raw[0]));
+        assert_eq!(kept(&stdio.stdout), Some(raw[0]));
+        assert_eq!(kept(&stdio.stderr), Some(raw[0]));
+        assert_eq!(crate::closer::queued(), 0);
+        // The kept copy goes to the closer, as every last copy does.
+        drop(stdio);
+        assert_eq!(crate::closer::queued(), 1);
+        drop(read);
+    }
 }

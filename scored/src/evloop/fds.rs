@@ -54,7 +54,11 @@ pub fn raise_fd_limit() -> FdLimits {
 /// `kcmp(KCMP_FILE)` says so, which is exact; without kcmp nothing is
 /// shared. Files are told apart first by device and inode as the kernel
 /// has them cached (`sys::cached_identity`): an `fstat` could make the
-/// loop wait for the server of a user's FUSE or NFS file.
+/// loop wait for the server of a user's FUSE or NFS file. A copy found
+/// shared is closed beside the one kept (`UserFd::close_beside_held_copy`)
+/// where that cannot wait, so that a job started from a terminal, whose
+/// stdin, stdout and stderr are one description, costs the closer no
+/// fork.
 #[derive(Default)]
 pub(super) struct FdPool {
     pub(super) by_inode: HashMap<(u64, u64), Vec<Weak<UserFd>>>,
@@ -77,7 +81,10 @@ impl FdPool {
                 continue;
             };
             match crate::sys::same_description(existing.as_raw_fd(), fd.as_raw_fd()) {
-                Ok(true) => return existing,
+                Ok(true) => {
+                    fd.close_beside_held_copy();
+                    return existing;
+                }
                 Ok(false) => {}
                 Err(error) => {
                     tracing::debug!(%error, "kcmp unavailable; passed descriptors are not shared");
