@@ -207,7 +207,9 @@ fn a_descriptor_whose_close_blocks_never_freezes_the_daemon() {
 
 /// The closer crosses an in-place restart (same process, still closing),
 /// and one that dies is started again: the descriptors let go of
-/// meanwhile wait for it, and a job's pipe still sees its end.
+/// meanwhile wait for it, and a job's pipe still sees its end. The jobs'
+/// stdin is a file, which the daemon lets go of through the closer (their
+/// pipes and PMI ends it closes itself).
 #[test]
 fn the_closer_crosses_a_restart_and_is_started_again_when_it_dies() {
     let daemon = Daemon::start();
@@ -226,9 +228,15 @@ fn the_closer_crosses_a_restart_and_is_started_again_when_it_dies() {
         Some(closer),
         "the closer did not cross the restart"
     );
-    // A job's output through a pipe ends when the job does: scored's copy
-    // went through the closer.
-    let output = daemon.run(&["echo", "through the closer"]);
+    let input = daemon.sandbox.write("input", "through the closer\n");
+    let from_file = |daemon: &Daemon| {
+        let mut command = daemon.scrun(&["cat"]);
+        command.stdin(std::fs::File::open(&input).expect("open the input"));
+        command
+    };
+    // A job's output through a pipe ends when the job does; scored's copy
+    // of its stdin went through the closer.
+    let output = from_file(&daemon).output().expect("run scrun");
     assert_eq!(stdout(&output).trim(), "through the closer");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(closer),
@@ -236,7 +244,7 @@ fn the_closer_crosses_a_restart_and_is_started_again_when_it_dies() {
     )
     .expect("kill the closer");
     for round in 0..3 {
-        let mut job = daemon.spawn(&["echo", "after the closer died"]);
+        let mut job = Job::start(&mut from_file(&daemon));
         // `wait` fails if scrun's pipes stay open past its end.
         let (status, _) = job.wait(Duration::from_secs(20));
         assert!(status.success(), "round {round}: {status}");

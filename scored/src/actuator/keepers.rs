@@ -132,12 +132,18 @@ impl Keepers {
 
 /// A descriptor a message to a keeper carries: the daemon's own (the
 /// order's memfd), one a user handed over that the daemon keeps no more
-/// once sent (a PMI end), which, like every such descriptor, it lets go
-/// of through the closer, or one the job's client connection still holds
+/// once sent (a PMI end), or one the job's client connection still holds
 /// (its standard and inherited ones), shared rather than copied: a copy
 /// would cost a batch of the closer, a fork, in the middle of the launch.
 /// A message that waits for room in the socket holds the shared
 /// descriptor open until it is sent.
+///
+/// A PMI end sent is closed in the daemon at once where that cannot wait
+/// (`UserFd::close_beside_held_copy`), not batched for the closer, a fork
+/// a job: the keeper holds its copy, in flight and then received, until
+/// the daemon tells it of that rank's end or the job's (`keeper::life`,
+/// `Rank::pmi`), so the daemon's close is never the last. One that is not
+/// sent (the keeper gone) goes to the closer, as a drop sends it.
 #[derive(Debug)]
 pub(super) enum Carried {
     Own(OwnedFd),
@@ -202,6 +208,7 @@ impl Link {
         if self.unsent.is_empty() {
             let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
             if keeper::send(self.socket.as_fd(), &message, &raw)? {
+                let_go_sent(fds);
                 return Ok(());
             }
         }
@@ -224,9 +231,20 @@ impl Link {
             if !keeper::send(self.socket.as_fd(), message, &raw)? {
                 return Ok(());
             }
-            self.unsent.remove(0);
+            let (_, fds) = self.unsent.remove(0);
+            let_go_sent(fds);
         }
         Ok(())
+    }
+}
+
+/// Lets go of the daemon's copies of descriptors a keeper was sent: a
+/// user's is closed beside the keeper's copy (see [`Carried`]).
+fn let_go_sent(fds: Vec<Carried>) {
+    for fd in fds {
+        if let Carried::User(fd) = fd {
+            fd.close_beside_held_copy();
+        }
     }
 }
 
@@ -878,4 +896,44 @@ fn order_memfd(order: &Order) -> io::Result<OwnedFd> {
     use std::io::Seek;
     file.seek(io::SeekFrom::Start(0))?;
     Ok(OwnedFd::from(file))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+
+    use super::*;
+
+    /// A user's descriptor sent to a keeper (a PMI end) is closed in the
+    /// daemon beside the copy in flight, not batched for the closer; the
+    /// keeper's copy is the same open file.
+    #[test]
+    fn a_user_descriptor_sent_to_a_keeper_is_closed_without_the_closer() {
+        crate::closer::queue_only();
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        )
+        .unwrap();
+        let mut link = Link::new(ours, true);
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let sent = Carried::User(UserFd::new(write, 1000));
+        link.send(ToKeeper::Launch, vec![sent]).unwrap();
+        assert!(link.unsent.is_empty());
+        assert_eq!(crate::closer::queued(), 0);
+        let mut buffer = [0u8; 256];
+        let (message, fds) = keeper::receive::<ToKeeper>(theirs.as_fd(), &mut buffer)
+            .unwrap()
+            .expect("the launch is there");
+        assert!(matches!(message, ToKeeper::Launch));
+        let [copy]: [OwnedFd; 1] = fds.try_into().expect("one descriptor");
+        std::fs::File::from(copy).write_all(b"rank").unwrap();
+        let mut text = String::new();
+        std::fs::File::from(read).read_to_string(&mut text).unwrap();
+        assert_eq!(text, "rank", "the keeper's copy was the last writer");
+    }
 }

@@ -84,6 +84,13 @@ struct Rank {
     slot: usize,
     /// Open until the rank is reaped.
     pidfd: Option<OwnedFd>,
+    /// Its PMI descriptor, closed when it is reaped: the daemon closes its
+    /// own copy as soon as it has sent it, and a rank is reaped only once
+    /// the daemon has recorded its end (or with no daemon there), so this
+    /// copy outlives the daemon's, whose close is then never the last (the
+    /// last close of a Unix socket releases what a user queued in it).
+    #[expect(dead_code, reason = "held to be closed with the record")]
+    pmi: Option<OwnedFd>,
     /// Its word on its exec, until it exec'd or failed before.
     report: Option<Arc<spawn::ExecWord>>,
     execd: bool,
@@ -579,6 +586,7 @@ impl Keeper {
         {
             Ok(order) => order,
             Err(error) => {
+                self.keep(fds);
                 self.fail_launch(
                     format!("internal error: an order that does not read: {error}"),
                     70,
@@ -591,8 +599,9 @@ impl Keeper {
         }
         if let Some(layout) = &order.stdio {
             match JobFds::from_layout(layout, fds) {
-                Some(job_fds) => self.fds = Some(job_fds),
-                None => {
+                Ok(job_fds) => self.fds = Some(job_fds),
+                Err(fds) => {
+                    self.keep(fds);
                     self.fail_launch(
                         "internal error: descriptors missing from an order".into(),
                         70,
@@ -623,6 +632,15 @@ impl Keeper {
         }
     }
 
+    /// Keeps the descriptors of an order that could not be carried out
+    /// until the job's descriptors go (see `JobFds::kept`).
+    fn keep(&mut self, fds: Vec<OwnedFd>) {
+        self.fds
+            .get_or_insert_with(JobFds::default)
+            .kept
+            .extend(fds);
+    }
+
     fn fail_launch(&mut self, message: String, status: i32) {
         self.launch = None;
         self.outbox.push(Event::LaunchFailed { message, status });
@@ -644,17 +662,21 @@ impl Keeper {
             };
             let idx = launch.next;
             launch.next += 1;
+            let (stage, rank, _, slot) = launch.order.procs[idx];
+            let stage_idx = stage - launch.order.first_stage;
             let fds = self.fds.get_or_insert_with(JobFds::default);
+            let mut pmi = fds.take_pmi(stage, rank as usize);
             let spawned = spawn_rank(
                 &launch.order,
                 &mut launch.prepared,
                 fds,
-                idx,
+                (idx, pmi.as_ref().map(AsFd::as_fd)),
                 truncate,
                 self.pid,
             );
-            let (stage, rank, _, slot) = launch.order.procs[idx];
-            let stage_idx = stage - launch.order.first_stage;
+            if spawned.is_err() {
+                fds.kept.extend(pmi.take());
+            }
             match spawned {
                 Ok((pid, report)) => {
                     for path in launch.prepared.files(idx).into_iter().flatten() {
@@ -673,6 +695,7 @@ impl Keeper {
                             rank,
                             slot,
                             pidfd,
+                            pmi,
                             report: Some(report),
                             execd: false,
                             stopped: false,

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
 use nix::sys::resource::Resource;
@@ -214,28 +214,38 @@ pub struct JobFds {
     pub pmi: Vec<Option<OwnedFd>>,
     /// The PMIx namespace of the job's ranks, if any.
     pub pmix: Option<String>,
+    /// Descriptors kept until the job's descriptors go: a PMI end whose
+    /// rank could not be created, or those of an order that could not be
+    /// carried out. The daemon closes its copy of a PMI end as soon as it
+    /// has sent it (`actuator::keepers`), so no copy it sent may be
+    /// closed here before a later word of the daemon's (see `Rank::pmi`).
+    pub kept: Vec<OwnedFd>,
 }
 
 impl JobFds {
-    /// The descriptors `layout` lists, taken from `fds` in order; `None`
-    /// if there are too few.
-    pub fn from_layout(layout: &StdioLayout, fds: Vec<OwnedFd>) -> Option<JobFds> {
+    /// The descriptors `layout` lists, taken from `fds` in order; if
+    /// there are too few, all of them back.
+    pub fn from_layout(layout: &StdioLayout, fds: Vec<OwnedFd>) -> Result<JobFds, Vec<OwnedFd>> {
+        let listed = layout.standard.iter().filter(|present| **present).count()
+            + layout.inherited.len()
+            + layout.pmi.iter().filter(|present| **present).count();
+        if fds.len() < listed {
+            return Err(fds);
+        }
         let mut fds = fds.into_iter();
-        let mut standard: [Option<OwnedFd>; 3] = [None, None, None];
-        for (slot, present) in standard.iter_mut().zip(layout.standard) {
-            if present {
-                *slot = Some(fds.next()?);
-            }
-        }
-        let mut inherited = Vec::new();
-        for number in &layout.inherited {
-            inherited.push((*number, fds.next()?));
-        }
-        let mut pmi = Vec::new();
-        for present in &layout.pmi {
-            pmi.push(if *present { Some(fds.next()?) } else { None });
-        }
-        Some(JobFds {
+        let mut next = || fds.next().expect("the descriptors were counted");
+        let standard = layout.standard.map(|present| present.then(&mut next));
+        let inherited = layout
+            .inherited
+            .iter()
+            .map(|number| (*number, next()))
+            .collect();
+        let pmi = layout
+            .pmi
+            .iter()
+            .map(|present| present.then(&mut next))
+            .collect();
+        Ok(JobFds {
             client: layout.client,
             standard,
             controlling_terminal: layout.controlling_terminal,
@@ -244,6 +254,7 @@ impl JobFds {
             pmi_port: layout.pmi_port,
             pmi,
             pmix: layout.pmix.clone(),
+            kept: Vec::new(),
         })
     }
 
@@ -257,10 +268,13 @@ impl JobFds {
             .flatten()
             .chain(self.inherited.iter().map(|(_, fd)| fd))
             .chain(self.pmi.iter().flatten())
+            .chain(&self.kept)
             .all(|fd| crate::sys::closes_at_once(fd.as_fd()))
     }
 
-    fn take_pmi(&mut self, stage: usize, rank: usize) -> Option<OwnedFd> {
+    /// Takes the PMI descriptor of `rank` of `stage`, if it has one: the
+    /// caller keeps it until that rank is reaped, or in `kept`.
+    pub fn take_pmi(&mut self, stage: usize, rank: usize) -> Option<OwnedFd> {
         if rank >= self.pmi_per_stage {
             return None;
         }
@@ -488,13 +502,14 @@ pub fn prepare(order: &Order, fds: &JobFds) -> Result<Prepared, LaunchFailure> {
 
 /// Creates process `idx` of `order`: forks it, as its keeper's child, to
 /// run its pre-exec steps and exec, emptying the output files `truncate`
-/// says. Returns its pid and its word on its exec (see
+/// says, with its PMI descriptor `pmi` (taken by the caller,
+/// [`JobFds::take_pmi`]). Returns its pid and its word on its exec (see
 /// `actuator::spawn`).
 pub fn spawn_rank(
     order: &Order,
     prepared: &mut Prepared,
     fds: &mut JobFds,
-    idx: usize,
+    (idx, pmi): (usize, Option<BorrowedFd<'_>>),
     truncate: [bool; 2],
     keeper_pid: i32,
 ) -> io::Result<(i32, std::sync::Arc<spawn::ExecWord>)> {
@@ -527,7 +542,6 @@ pub fn spawn_rank(
         (b"SCORE_TMPDIR", entry("SCORE_TMPDIR", &prepared.scratch)),
     ];
     let pmi_number = fds.inherited.last().map_or(3, |(last, _)| last + 1).max(3);
-    let pmi = fds.take_pmi(stage, rank as usize);
     if pmi.is_some() {
         own.push((
             b"PMI_FD",
@@ -644,7 +658,7 @@ pub fn spawn_rank(
         Vec::new()
     };
     if let Some(fd) = pmi {
-        passed.push((pmi_number, hold(&mut owned, fd)));
+        passed.push((pmi_number, fd.as_raw_fd()));
     }
     let groups: Vec<libc::gid_t> = order.user.2.clone();
     let args = &prepared.args[stage_idx];
