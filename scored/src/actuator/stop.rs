@@ -6,7 +6,8 @@
 //! outside it (which its keeper tells from scored's own), a tracer that
 //! resumes it, or anything else that lets it use CPU time.
 //!
-//! Each continue is told to the job's keeper before its signals, each
+//! Each continue is told to the job's keeper before its signals (on the
+//! keeper's notes pipe, then on the link once the switch is over), each
 //! stop after them, on the link its reports come back on: the keeper,
 //! which alone sees the ranks' stops and continues, thereby knows which
 //! continues are scored's (see `keeper/life.rs`).
@@ -216,7 +217,7 @@ impl OsActuator {
 
     pub(super) fn wait_for_stops(&mut self, max: Duration, out: &mut Vec<Input>) {
         let deadline = self.clock.now() + max;
-        let mut elsewhere = self.look_for_stops(out);
+        self.look_for_stops(out);
         // Stops left to confirm: until the event is carried out
         // (`settled`), an idle CPU polls, for the confirmation wakes
         // scored's CPU, idle meanwhile.
@@ -228,14 +229,12 @@ impl OsActuator {
         // A rank that shares scored's CPU stops only once scored lets go of
         // it: when no more ranks are left to stop than there are CPUs, each
         // can stop at once, and a look after each of a few short waits for
-        // the keepers' answers confirms them sooner than those answers.
-        // While every rank left runs on another CPU, its stop comes with
-        // the interrupt the SIGSTOP sent there, and scored looks again at
-        // once, a few times: a wait would halt its own CPU, which a virtual
-        // machine wakes slowly.
+        // the keepers' answers confirms them sooner than those answers. The
+        // waits halt no CPU (the latency is held), and leave scored's CPU
+        // to a rank that shares it, whatever /proc last said of where the
+        // rank runs.
         let mut pause = LOOK_PAUSE;
         let mut waits = 0;
-        let mut spins = 0;
         loop {
             let left: usize = self
                 .jobs
@@ -246,20 +245,15 @@ impl OsActuator {
             if left == 0 || left > online_cpus() {
                 break;
             }
-            if elsewhere && spins < SPIN_LOOKS {
-                spins += 1;
-                std::hint::spin_loop();
-            } else {
-                if waits == LOOKS {
-                    break;
-                }
-                waits += 1;
-                if sys::readable_within(&self.exec_watch, pause).unwrap_or(false) {
-                    self.collect_keeper_events(out);
-                }
-                pause *= 2;
+            if waits == LOOKS {
+                break;
             }
-            elsewhere = self.look_for_stops(out);
+            waits += 1;
+            if sys::readable_within(&self.exec_watch, pause).unwrap_or(false) {
+                self.collect_keeper_events(out);
+            }
+            pause *= 2;
+            self.look_for_stops(out);
         }
         // Only the stops still awaited are told now; one /proc confirmed
         // is told once the switch is over (`settled`), or before anything
@@ -365,12 +359,8 @@ impl OsActuator {
     /// ranks waits for its keeper's answer, told at once: some of its
     /// ranks must wait for a CPU to take their stops. A stop whose launch
     /// is in progress waits for that answer too (see
-    /// `StopWait::pausing`). Returns whether each rank seen still running
-    /// runs on a CPU other than scored's, as far as its last stat read
-    /// says.
-    fn look_for_stops(&mut self, out: &mut Vec<Input>) -> bool {
-        let here = nix::sched::sched_getcpu().ok();
-        let mut elsewhere = here.is_some();
+    /// `StopWait::pausing`).
+    fn look_for_stops(&mut self, out: &mut Vec<Input>) {
         let jobs: Vec<JobId> = self
             .jobs
             .iter()
@@ -396,11 +386,8 @@ impl OsActuator {
                 // An unreaped child of its keeper: the pid is still the
                 // rank's. Its status, not its stat, which would wait for
                 // a rank in the middle of an exec (see `procfs::read_stat`).
-                match procfs::read_status(pid) {
-                    Some(stat) if !held(&stat, freezing) => {
-                        elsewhere &= here != Some(stat.processor as usize);
-                    }
-                    _ => stopped.push(pid),
+                if procfs::read_status(pid).is_none_or(|stat| held(&stat, freezing)) {
+                    stopped.push(pid);
                 }
             }
             if stopped.is_empty() {
@@ -411,7 +398,6 @@ impl OsActuator {
             }
             self.check_stop(job, out);
         }
-        elsewhere
     }
 
     /// Signals the process group of every unreaped rank (see
@@ -949,10 +935,6 @@ fn held(stat: &procfs::Stat, freezing: bool) -> bool {
 /// sooner takes the CPU back from it.
 const LOOK_PAUSE: Duration = Duration::from_micros(40);
 const LOOKS: u32 = 4;
-/// How many looks scored takes one after the other, without a wait,
-/// while the ranks left to stop run on other CPUs (a look reads one
-/// /proc file a rank, a few microseconds).
-const SPIN_LOOKS: u32 = 40;
 
 /// The CPUs scored may run on.
 fn online_cpus() -> usize {

@@ -12,13 +12,16 @@
 //! ranks are between fork and exec at once.
 //!
 //! The switch: scored tells the keeper `Stop` after it sends its
-//! SIGSTOPs and `Continue` before its SIGCONTs, on the one link, so the
+//! SIGSTOPs, and a continue's serial before its SIGCONTs on the notes
+//! pipe (`ToKeeper::Notes`; `Continue` follows on the link once the
+//! switch is over, or comes first on it where there is no pipe), so the
 //! keeper, which alone sees the ranks' stops and continues (`waitid`),
 //! answers each stop once (`Stopped`, when every rank it holds stopped),
 //! and tells scored's continues from anyone else's: a continue reported
 //! while the job is switched out is scored's only if a `Continue` waits
-//! on the link (scored wrote it before its SIGCONT, so it is there by the
-//! time the kernel reports the continue); otherwise it came from outside,
+//! on the link or the pipe holds a later serial (scored wrote it before
+//! its SIGCONT, so it is there by the time the kernel reports the
+//! continue); otherwise it came from outside,
 //! and the rank is stopped again at once, whether a scored is connected
 //! or not. Before taking a `Stop` the keeper reads every report the
 //! kernel holds, so that none of scored's earlier continues is taken for
@@ -930,23 +933,6 @@ impl Keeper {
             pid,
             serial: self.switch_serial,
         });
-    }
-
-    /// Reads what scored's notes pipe holds; the highest continue serial
-    /// noted on it.
-    fn read_notes(&mut self) -> u64 {
-        let Some(notes) = &self.notes else {
-            return self.noted;
-        };
-        // Each note is one write of 8 bytes, which a pipe never splits.
-        let mut buffer = [0u8; 512];
-        while let Ok(len @ 1..) = nix::unistd::read(notes, &mut buffer) {
-            for note in buffer[..len].chunks_exact(8) {
-                let serial = u64::from_ne_bytes(note.try_into().unwrap_or_default());
-                self.noted = self.noted.max(serial);
-            }
-        }
-        self.noted
     }
 
     /// Reaps the descendants that came to the keeper and ended, up to the

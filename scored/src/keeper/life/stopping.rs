@@ -1,7 +1,7 @@
 //! A keeper's part in a switch's stop: scored's `Stop` awaited rank by
 //! rank in the kernel, as a killpg/waitpid program does, answered once
 //! every rank has stopped, and what the kernel did not report in time
-//! checked through /proc.
+//! checked through /proc; and the notes of scored's continues.
 #![forbid(unsafe_code)]
 
 use std::time::{Duration, Instant};
@@ -146,5 +146,22 @@ impl Keeper {
         }
         self.stopping = Some(Instant::now() + STOP_CHECK);
         self.answer_stop();
+    }
+
+    /// Reads what scored's notes pipe holds; the highest continue serial
+    /// noted on it.
+    pub(super) fn read_notes(&mut self) -> u64 {
+        let Some(notes) = &self.notes else {
+            return self.noted;
+        };
+        // Each note is one write of 8 bytes, which a pipe never splits.
+        let mut buffer = [0u8; 512];
+        while let Ok(len @ 1..) = nix::unistd::read(notes, &mut buffer) {
+            for note in buffer[..len].chunks_exact(8) {
+                let serial = u64::from_ne_bytes(note.try_into().unwrap_or_default());
+                self.noted = self.noted.max(serial);
+            }
+        }
+        self.noted
     }
 }
