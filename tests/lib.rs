@@ -101,6 +101,20 @@ impl Sandbox {
         std::fs::write(&path, text).expect("write sandbox file");
         path
     }
+
+    /// `scored` on the sandbox's socket and state directory, run from
+    /// the sandbox, for a test's own arguments (a daemon refused at
+    /// start-up, whose output the test reads).
+    pub fn scored(&self) -> std::process::Command {
+        let mut command = std::process::Command::new(bin("scored"));
+        command
+            .arg("--socket")
+            .arg(self.path.join("s.sock"))
+            .arg("--state-dir")
+            .arg(self.path.join("state"))
+            .current_dir(&self.path);
+        command
+    }
 }
 
 impl Default for Sandbox {

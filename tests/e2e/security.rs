@@ -731,13 +731,10 @@ fn hosts_database_values_that_cannot_be_meant() {
 
 fn start_fails_with(hosts: &str, expected: &[&str]) {
     let sandbox = Sandbox::new();
-    let output = Command::new(bin("scored"))
+    let output = sandbox
+        .scored()
         .arg("--hosts")
         .arg(sandbox.write("scorehosts.db", hosts))
-        .arg("--socket")
-        .arg(sandbox.path.join("s.sock"))
-        .arg("--state-dir")
-        .arg(sandbox.path.join("state"))
         .output()
         .expect("scored");
     let log = stderr(&output);
@@ -790,13 +787,10 @@ fn console_and_rc_values_that_cannot_be_meant() {
     assert_eq!(code(&daemon.run(&["true"])), Some(0));
 
     let sandbox = Sandbox::new();
-    let output = Command::new(bin("scored"))
+    let output = sandbox
+        .scored()
         .arg("--rc")
         .arg(sandbox.write("scored.rc", "queue 1 set memory=50\n"))
-        .arg("--socket")
-        .arg(sandbox.path.join("s.sock"))
-        .arg("--state-dir")
-        .arg(sandbox.path.join("state"))
         .output()
         .expect("scored");
     assert_eq!(code(&output), Some(1));

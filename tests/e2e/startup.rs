@@ -9,14 +9,10 @@ fn start_fails(hosts: &str, extra: &[(&str, &str)], expected: &[&str]) {
         sandbox.write(name, text);
     }
     let path = sandbox.write("scorehosts.db", hosts);
-    let output = std::process::Command::new(bin("scored"))
+    let output = sandbox
+        .scored()
         .arg("--hosts")
         .arg(&path)
-        .arg("--socket")
-        .arg(sandbox.path.join("s.sock"))
-        .arg("--state-dir")
-        .arg(sandbox.path.join("state"))
-        .current_dir(&sandbox.path)
         .output()
         .expect("scored");
     assert_eq!(
@@ -80,13 +76,10 @@ fn syntax_errors_give_file_and_line() {
 fn an_unknown_group_is_refused() {
     let sandbox = Sandbox::new();
     let path = sandbox.write("scorehosts.db", "h0 group=a\nh1 group=b\n");
-    let output = std::process::Command::new(bin("scored"))
+    let output = sandbox
+        .scored()
         .args(["--group", "c", "--hosts"])
         .arg(&path)
-        .arg("--socket")
-        .arg(sandbox.path.join("s.sock"))
-        .arg("--state-dir")
-        .arg(sandbox.path.join("state"))
         .output()
         .expect("scored");
     assert_eq!(code(&output), Some(1));
@@ -170,13 +163,10 @@ fn a_broken_rc_file_is_refused_with_its_line() {
         "scored.rc",
         "queue 1 deactivate\nqueue 9 activate\nfrobnicate\nshutdown now\n",
     );
-    let output = std::process::Command::new(bin("scored"))
+    let output = sandbox
+        .scored()
         .arg("--rc")
         .arg(&rc)
-        .arg("--socket")
-        .arg(sandbox.path.join("s.sock"))
-        .arg("--state-dir")
-        .arg(sandbox.path.join("state"))
         .output()
         .expect("scored");
     assert_eq!(code(&output), Some(1));
@@ -204,15 +194,12 @@ fn a_cluster_that_does_not_exist_is_refused_quoting_its_line() {
         "scored.rc",
         "cluster 0 limit jobs=4\ncluster 3 limit jobs=2\n",
     );
-    let output = std::process::Command::new(bin("scored"))
+    let output = sandbox
+        .scored()
         .arg("--hosts")
         .arg(&hosts)
         .arg("--rc")
         .arg(&rc)
-        .arg("--socket")
-        .arg(sandbox.path.join("s.sock"))
-        .arg("--state-dir")
-        .arg(sandbox.path.join("state"))
         .output()
         .expect("scored");
     assert_eq!(code(&output), Some(1));
