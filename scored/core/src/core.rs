@@ -464,6 +464,7 @@ impl Core {
                 reattach_until,
                 gone,
             } => self.clients_lost(reattach_until, &gone, now, out),
+            Input::KeeperEnded { job, reason } => self.keeper_ended(job, reason),
             Input::ProcessesLost { job, reason } => self.processes_lost(job, reason, now, out),
             Input::Reattach { client, cred, job } => self.reattach(client, &cred, job, out),
         }

@@ -210,6 +210,15 @@ pub enum Input {
         /// or was killed): they are not waited for.
         gone: Vec<JobId>,
     },
+    /// No daemon took the job over within its keeper's wait, and the
+    /// keeper killed what was left of it (the keeper's file says so): the
+    /// job ends killed for `reason`. Its processes' ends follow.
+    KeeperEnded {
+        /// The job.
+        job: JobId,
+        /// Why its keeper ended it, for its end reason.
+        reason: String,
+    },
     /// A job's processes are gone and nothing says how they ended: the
     /// job ends, lost.
     ProcessesLost {

@@ -108,6 +108,15 @@ impl Core {
         self.processes_gone(job, now, out);
     }
 
+    /// No daemon took `job` over within its keeper's wait: the keeper
+    /// killed what was left of it. It ends killed for `reason` once its
+    /// processes' ends, which follow, are in.
+    pub(super) fn keeper_ended(&mut self, job: JobId, reason: String) {
+        if let Some(record) = self.logged.jobs.get_mut(&job) {
+            record.end_unless_ending(EndCause::Killed(super::cap_reason(reason)));
+        }
+    }
+
     /// A scrun asks to be `job`'s client again.
     pub(super) fn reattach(
         &mut self,

@@ -182,6 +182,13 @@ pub enum InputRecord {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         gone: Vec<u64>,
     },
+    /// [`Input::KeeperEnded`].
+    KeeperEnded {
+        /// The job.
+        job: u64,
+        /// Why.
+        reason: String,
+    },
     /// [`Input::ProcessesLost`].
     ProcessesLost {
         /// The job.
@@ -308,6 +315,10 @@ impl InputRecord {
                 reattach_until: reattach_until.0,
                 gone: gone.iter().map(|job| job.0).collect(),
             },
+            Input::KeeperEnded { job, reason } => InputRecord::KeeperEnded {
+                job: job.0,
+                reason: reason.clone(),
+            },
             Input::ProcessesLost { job, reason } => InputRecord::ProcessesLost {
                 job: job.0,
                 reason: reason.clone(),
@@ -431,6 +442,10 @@ impl InputRecord {
             } => Input::Takeover {
                 reattach_until: Tick(reattach_until),
                 gone: gone.into_iter().map(JobId).collect(),
+            },
+            InputRecord::KeeperEnded { job, reason } => Input::KeeperEnded {
+                job: JobId(job),
+                reason,
             },
             InputRecord::ProcessesLost { job, reason } => Input::ProcessesLost {
                 job: JobId(job),

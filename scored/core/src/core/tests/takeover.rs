@@ -165,3 +165,40 @@ fn a_job_whose_processes_were_lost_ends_lost() {
     let listing = sim.cmd(&root(), "jobs all");
     assert!(listing.contains("killed"), "{listing}");
 }
+
+/// A job whose keeper killed it at the end of its wait (no daemon took
+/// it over in time) ends killed for that reason with its processes'
+/// status, not lost, and its hosts go to the next job.
+#[test]
+fn a_job_its_keeper_ended_at_its_wait_ends_killed_for_that_reason() {
+    let mut sim = Sim::new(1, 100);
+    let client = sim.submit_with(user(1000), ProcRequest::Nodes(1), Some(1), false);
+    sim.submit_with(user(1000), ProcRequest::Nodes(1), Some(1), false);
+    sim.procs.remove(&JobId(1));
+    sim.dying.insert(JobId(1));
+    sim.input(Input::KeeperEnded {
+        job: JobId(1),
+        reason: "because no scored took it over within 3s (--keeper-wait)".into(),
+    });
+    sim.input(Input::RankExited {
+        job: JobId(1),
+        stage: 0,
+        rank: 0,
+        status: ExitStatus::Signal(9),
+    });
+    sim.input(Input::ProcessesGone(JobId(1)));
+    assert!(sim.core.job(JobId(1)).is_none());
+    check(
+        &sim.client(client),
+        "admitted 1, started 1, ended 1 Killed 137",
+    );
+    let record = sim.cmd(&root(), "job 1");
+    assert!(
+        record.contains(
+            "reason: killed because no scored took it over within 3s (--keeper-wait): rank 0 ended by"
+        ),
+        "{record}"
+    );
+    assert!(!record.contains("lost"), "{record}");
+    assert!(sim.take_log().contains("spawn 2"));
+}
