@@ -48,12 +48,15 @@
 //! from its keeper: alive (stopped or running), or ended with its status.
 //! While no scored runs, nothing but their keepers signals the jobs:
 //! running ones run, switched-out ones stay stopped (a keeper stops again
-//! a rank of a switched-out job continued from outside).
+//! a rank of a switched-out job continued from outside). A keeper that
+//! ends with no scored connected (its wait ran out) leaves its job's ends
+//! in `STATE_DIR/keepers/ID.held` for the next one.
 //!
 //! Where to look: the messages and their framing are here; the zygote is
 //! `zygote.rs`; a keeper's life is `life.rs` (between jobs
-//! `life/spare.rs`, ending its job alone `life/ending.rs`), and the
-//! creation of its ranks from scored's order `order.rs`. scored's side (a
+//! `life/spare.rs`, ending its job alone and the file it then leaves
+//! `life/ending.rs` and `heldfile.rs`), and the creation of its ranks
+//! from scored's order `order.rs`. scored's side (a
 //! link per keeper, their events turned into the actuator's) is
 //! `actuator/keepers.rs`.
 #![forbid(unsafe_code)]
@@ -65,6 +68,7 @@ use std::time::Duration;
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use serde::{Deserialize, Serialize};
 
+pub mod heldfile;
 pub mod life;
 pub mod order;
 pub mod zygote;

@@ -35,8 +35,8 @@
 //! (`Reap`): its process group, which scored signals, keeps its id. While
 //! no scored is connected, ends are reaped at once and kept for the next
 //! one. A keeper whose scored does not come back within its wait ends the
-//! job (SIGKILL to every process of it) and then itself; so does one whose
-//! socket a scored can no longer reach.
+//! job (SIGKILL to every process of it) and then itself, its ends left
+//! in a file (`ending.rs`); so does one whose socket no scored can reach.
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeSet, HashMap};
@@ -136,8 +136,8 @@ struct Keeper {
     /// Since when no scored is connected, and how long to wait for one.
     lost_since: Option<Instant>,
     wait: Duration,
-    /// The job is being ended (no scored came back): since when.
-    ending: Option<Instant>,
+    /// The job is being ended (no scored came back), with its ends.
+    ending: Option<ending::Ending>,
     /// The job's `cgroup.procs`, from its first order.
     cgroup_procs: Option<PathBuf>,
     /// What its last order runs (see `Held::described`).
@@ -355,7 +355,7 @@ impl Keeper {
     }
 
     fn leave(&mut self, code: i32) -> ! {
-        let _ = std::fs::remove_file(&self.socket_path);
+        self.leave_files();
         tracing::debug!(job = self.job, "the keeper ends");
         sys::exit_now(code)
     }
@@ -819,8 +819,8 @@ impl Keeper {
             return;
         };
         if self.ending.is_some() {
-            // No scored will hear of it.
-            self.ranks.remove(&pid);
+            // No scored will hear of it but through the file it leaves.
+            self.keep_end_for_file(pid);
             return;
         }
         if !keep {

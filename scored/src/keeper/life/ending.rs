@@ -1,18 +1,30 @@
 //! A keeper ending its job alone: every process of it killed, when
-//! scored says so or when no scored came back within the wait.
+//! scored says so or when no scored came back within the wait; and,
+//! leaving with no scored connected, what it holds of its job (every
+//! rank's end, and why it ended the job if it did) left in
+//! `STATE_DIR/keepers/ID.held` (`keeper::heldfile`), so that the next
+//! scored records the job as it ended rather than as lost.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::Instant;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 use super::Keeper;
 use crate::actuator::procfs;
-use crate::keeper::Event;
+use crate::keeper::heldfile::{self, HeldFile};
+use crate::keeper::{Event, RankHeld, PROTOCOL};
 use crate::sys;
+
+/// A job its keeper ends because no scored came back: the ends of its
+/// ranks, kept for the file the keeper leaves, and whether the keeper
+/// killed any (some had not ended when its wait ran out).
+pub(super) struct Ending {
+    ends: Vec<RankHeld>,
+    killed: bool,
+}
 
 impl Keeper {
     /// SIGKILL to every process of the job: the ranks' groups (each led
@@ -90,12 +102,100 @@ impl Keeper {
             wait_s = self.wait.as_secs(),
             "no scored took the keeper's job over in time; ending the job"
         );
-        self.ending = Some(Instant::now());
+        let killed = self.launch.is_some() || self.ranks.values().any(|rank| rank.ended.is_none());
+        self.ending = Some(Ending {
+            ends: Vec::new(),
+            killed,
+        });
         self.listener = None;
         let _ = std::fs::remove_file(&self.socket_path);
-        // The ends kept for a scored that did not come: no one will hear
-        // of them, and the keeper leaves once the rest are gone.
-        self.ranks.retain(|_, rank| rank.ended.is_none());
+        // The ends kept for a scored that did not come go to the file the
+        // keeper leaves once the rest are gone.
+        let ended: Vec<i32> = self
+            .ranks
+            .iter()
+            .filter(|(_, rank)| rank.ended.is_some())
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in ended {
+            self.keep_end_for_file(pid);
+        }
         self.kill_all();
+    }
+
+    /// A rank ended, or had ended, while the keeper ends its job: it is
+    /// let go of, its end kept for the file.
+    pub(super) fn keep_end_for_file(&mut self, pid: i32) {
+        let Some(rank) = self.ranks.remove(&pid) else {
+            return;
+        };
+        let (Some(ending), Some(_)) = (&mut self.ending, rank.ended) else {
+            return;
+        };
+        ending.ends.push(RankHeld {
+            pid,
+            start: rank.start,
+            stage: rank.stage,
+            rank: rank.rank,
+            slot: rank.slot,
+            execd: rank.execd,
+            stopped: rank.stopped,
+            ended: rank.ended,
+        });
+    }
+
+    /// As it leaves: with no scored connected and its job not released,
+    /// it writes what it holds for the next scored (a keeper whose state
+    /// directory is gone cannot, and says so); then its socket goes.
+    pub(super) fn leave_files(&mut self) {
+        if self.link.is_none() && !self.released && !self.resting {
+            self.leave_held();
+        }
+        let _ = std::fs::remove_file(&self.socket_path);
+    }
+
+    fn leave_held(&mut self) {
+        let mut held = self.held();
+        if let Some(ending) = &mut self.ending {
+            held.ranks.append(&mut ending.ends);
+        }
+        held.ranks
+            .sort_by_key(|rank| (rank.stage, rank.rank, rank.pid));
+        // What the job's orphans used, which no scored was told.
+        for event in &self.outbox {
+            if let Event::Orphan { cpu_us, .. } = event {
+                held.reaped_cpu_us = held.reaped_cpu_us.saturating_add(*cpu_us);
+            }
+        }
+        let killed = self.ending.as_ref().is_some_and(|ending| ending.killed);
+        let file = HeldFile {
+            protocol: PROTOCOL,
+            job: self.job,
+            pid: self.pid,
+            start: self.start,
+            held,
+            killed: killed.then(|| {
+                format!(
+                    "no scored took it over within {} (--keeper-wait)",
+                    scored_proto::units::format_duration_exact(self.wait)
+                )
+            }),
+        };
+        let Some(keepers) = self.socket_path.parent() else {
+            return;
+        };
+        match heldfile::write(keepers, &file) {
+            Ok(path) => tracing::info!(
+                job = self.job,
+                path = %path.display(),
+                "the keeper left its job's ends for the next scored"
+            ),
+            Err(error) => tracing::warn!(
+                job = self.job,
+                dir = %keepers.display(),
+                %error,
+                "the keeper cannot leave its job's ends for the next scored"
+            ),
+        }
     }
 }
