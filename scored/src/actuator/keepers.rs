@@ -51,6 +51,9 @@ pub(super) struct Keepers {
     pub(super) by_pid: HashMap<i32, JobId>,
     /// Ranks whose ends are handled, to acknowledge once recorded.
     pub(super) reaps: HashMap<JobId, Vec<i32>>,
+    /// The files of keepers that ended with no scored connected whose
+    /// ends are handled, to remove once recorded.
+    pub(super) left_files: Vec<PathBuf>,
     /// Keepers that said who they are since the daemon's state last
     /// recorded them: job, pid, start time.
     pub(super) fresh: Vec<(u64, i32, u64)>,
@@ -111,6 +114,7 @@ impl Keepers {
             links: HashMap::new(),
             by_pid: HashMap::new(),
             reaps: HashMap::new(),
+            left_files: Vec::new(),
             fresh: Vec::new(),
             spares: Vec::new(),
             idle: std::collections::HashSet::new(),
@@ -481,10 +485,16 @@ impl OsActuator {
         }
     }
 
-    /// Sends the keepers the acknowledgements of the ends now recorded.
+    /// Sends the keepers the acknowledgements of the ends now recorded,
+    /// and removes the files of those that left them.
     pub(super) fn acknowledge_ends(&mut self) {
         for (job, pids) in std::mem::take(&mut self.keepers.reaps) {
             self.tell_keeper(job, ToKeeper::Reap(pids));
+        }
+        for path in std::mem::take(&mut self.keepers.left_files) {
+            if let Err(error) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), %error, "cannot remove the file a keeper left");
+            }
         }
     }
 

@@ -2,11 +2,15 @@
 //! before an in-place restart): each keeper found from the journal is
 //! reached at its socket and checked (scored's own user, the recorded pid
 //! and start time) before its jobs are rebuilt from what it holds; keepers
-//! of jobs nobody asked for are told to end theirs.
+//! of jobs nobody asked for are told to end theirs. A keeper that ended
+//! with no scored connected left what it held in a file
+//! (`keeper::heldfile`), read instead once checked, and removed once its
+//! ends are recorded.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +19,7 @@ use scored_core::ids::JobId;
 
 use super::super::{procfs, sys, Child, OsActuator, PendingExec};
 use super::{token, Link};
+use crate::keeper::heldfile::{self, HeldFile};
 use crate::keeper::{self, FromKeeper, Held, ToKeeper};
 
 /// How long a new daemon waits for the keepers it connects to to say who
@@ -118,6 +123,20 @@ impl OsActuator {
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
+            // The file of a keeper of a job not held: its ends were
+            // recorded, and it was left only by a crash before its removal.
+            let left = name
+                .to_str()
+                .and_then(|name| name.strip_suffix(".held"))
+                .and_then(|id| id.parse::<u64>().ok());
+            if let Some(job) = left.filter(|job| !jobs.iter().any(|(held, _)| held.0 == *job)) {
+                tracing::info!(
+                    job,
+                    "removing the file a keeper left of a job no longer held"
+                );
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            }
             let Some(job) = name
                 .to_str()
                 .and_then(|name| name.strip_suffix(".sock"))
@@ -154,21 +173,37 @@ impl OsActuator {
     ) {
         let ids: Vec<(JobId, Option<(i32, u64)>)> =
             jobs.iter().map(|adopt| (adopt.job, adopt.keeper)).collect();
-        let held: HashMap<JobId, Held> = self.take_over_keepers(&ids).into_iter().collect();
+        let mut held: HashMap<JobId, Held> = self.take_over_keepers(&ids).into_iter().collect();
+        let mut left = self.left_files(&ids, &held);
         let mut kept = Vec::new();
-        let mut held = held;
         for adopt in jobs {
-            let Some(state) = held.remove(&adopt.job) else {
-                // What its processes left in their scratch directory goes.
-                if let Ok(Some(removal)) = self.state.take_scratch(adopt.job, None) {
-                    self.removals.push_back(removal);
+            let state = match (held.remove(&adopt.job), left.remove(&adopt.job)) {
+                (Some(state), _) => state,
+                (None, Some((file, path))) => {
+                    // Its keeper ended with no scored connected: its file
+                    // says what it held, and why it ended the job if it
+                    // did. It goes once the ends are recorded.
+                    self.keepers.left_files.push(path);
+                    if let Some(why) = file.killed {
+                        out.push(Input::KeeperEnded {
+                            job: adopt.job,
+                            reason: format!("because {why}"),
+                        });
+                    }
+                    file.held
                 }
-                out.push(Input::ProcessesLost {
-                    job: adopt.job,
-                    reason: "scored was killed, and the job's keeper could not be found again"
-                        .into(),
-                });
-                continue;
+                (None, None) => {
+                    // What its processes left in their scratch directory goes.
+                    if let Ok(Some(removal)) = self.state.take_scratch(adopt.job, None) {
+                        self.removals.push_back(removal);
+                    }
+                    out.push(Input::ProcessesLost {
+                        job: adopt.job,
+                        reason: "scored was killed, and the job's keeper could not be found again"
+                            .into(),
+                    });
+                    continue;
+                }
             };
             kept.push(adopt.job);
             let scratch = self.state.scratch_path(adopt.job);
@@ -271,6 +306,46 @@ impl OsActuator {
         );
     }
 
+    /// The files left by the keepers of `jobs` (id, recorded keeper) that
+    /// were not reached (`reached`): each read and checked
+    /// (`heldfile::read`), a refused one said with its reason. A keeper
+    /// still alive (ending its job: its socket is gone, its file not yet
+    /// written) is waited for, up to `TAKEOVER_WAIT`.
+    fn left_files(
+        &self,
+        jobs: &[(JobId, Option<(i32, u64)>)],
+        reached: &HashMap<JobId, Held>,
+    ) -> HashMap<JobId, (HeldFile, PathBuf)> {
+        let mut found = HashMap::new();
+        let mut waiting: Vec<(JobId, Option<(i32, u64)>)> = jobs
+            .iter()
+            .filter(|(job, _)| !reached.contains_key(job))
+            .copied()
+            .collect();
+        let deadline = Instant::now() + TAKEOVER_WAIT;
+        while !waiting.is_empty() {
+            waiting.retain(|(job, recorded)| {
+                let path = heldfile::path(&self.keepers.sockets, job.0);
+                if std::fs::symlink_metadata(&path).is_err() {
+                    return keeper_alive(*recorded) && Instant::now() < deadline;
+                }
+                match heldfile::read(&path, self.daemon_uid, job.0, *recorded) {
+                    Ok(file) => {
+                        found.insert(*job, (file, path));
+                    }
+                    Err(why) => {
+                        tracing::warn!(job = %job, path = %path.display(), %why, "refused the file the job's keeper left");
+                    }
+                }
+                false
+            });
+            if !waiting.is_empty() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        found
+    }
+
     /// Records what `held` says of `job`'s processes, as the actuator
     /// knew them before the daemon died: its ranks (their groups, host
     /// slots, stops, execs awaited), what its reaped processes used, and
@@ -364,6 +439,13 @@ impl OsActuator {
         }
         ends
     }
+}
+
+/// Whether the recorded keeper (pid, start time) still runs.
+fn keeper_alive(recorded: Option<(i32, u64)>) -> bool {
+    recorded.is_some_and(|(pid, start)| {
+        procfs::read_stat(pid).is_some_and(|stat| stat.start == start && !stat.is_dead())
+    })
 }
 
 /// Connects to the keeper socket at `path` and checks whom it reached:
