@@ -936,3 +936,275 @@ fn a_job_given_the_keeper_of_an_earlier_job_outlives_a_kill_of_scored() {
         "{history:?}"
     );
 }
+
+/// The id `scrun -batch` printed.
+fn batch_id(output: &std::process::Output) -> u64 {
+    assert_eq!(code(output), Some(0), "{}", stderr(output));
+    stdout(output)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("not an id: {}", stdout(output)))
+}
+
+/// Seconds since the epoch, as `history` gives times.
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs_f64()
+}
+
+/// The `history --json` record of `job`.
+fn history_record(daemon: &Daemon, job: u64) -> serde_json::Value {
+    let records = daemon.json("history");
+    records
+        .as_array()
+        .expect("history is a list")
+        .iter()
+        .find(|record| record["id"] == job)
+        .unwrap_or_else(|| panic!("job {job} is not in the history: {records}"))
+        .clone()
+}
+
+/// The file the keeper of `job` leaves when it ends with no scored.
+fn left_file(daemon: &Daemon, job: u64) -> std::path::PathBuf {
+    daemon
+        .sandbox
+        .path
+        .join(format!("state/keepers/{job}.held"))
+}
+
+/// A batch job that ends while no scored runs, and whose keeper's wait
+/// runs out before a scored comes back, is recorded as it ended: its
+/// status 0, its CPU time, its end before the new scored's start, its
+/// output; not lost. Its `-after` dependant runs, and the file its keeper
+/// left goes once the job is recorded.
+#[test]
+fn a_job_that_ended_after_its_keepers_wait_ran_out_is_recorded_as_it_ended() {
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--keeper-wait")
+        .arg("3s")
+        .start();
+    let script = format!(
+        "echo ids $$ $PPID; while [ ! -e go ]; do sleep 0.05; done; \
+         {} spin 0.5 >/dev/null; echo finished; exit 0",
+        testprog()
+    );
+    let first = batch_id(&daemon.run(&["-batch,output=first.out", "sh", "-c", &script]));
+    let after = batch_id(&daemon.run(&[
+        "-batch",
+        &format!("-after={first}"),
+        "-output=after.out",
+        "echo",
+        "after",
+    ]));
+    // The rank and its keeper, as the rank says.
+    let out = daemon.sandbox.path.join("first.out");
+    let mut ids: Vec<i32> = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            ids = text
+                .lines()
+                .next()
+                .and_then(|line| line.strip_prefix("ids "))
+                .map(|line| line.split(' ').filter_map(|id| id.parse().ok()).collect())
+                .unwrap_or_default();
+            ids.len() == 2
+        }),
+        "the job did not start: {}",
+        daemon.log()
+    );
+    let (rank, keeper): (i32, i32) = (ids[0], ids[1]);
+    daemon.kill_hard();
+    std::fs::write(daemon.sandbox.path.join("go"), "").expect("let the job end");
+    assert!(
+        all_gone(&[rank], Duration::from_secs(20)),
+        "the job did not end"
+    );
+    assert!(
+        all_gone(&[keeper], Duration::from_secs(15)),
+        "the keeper stayed after its wait"
+    );
+    let left = left_file(&daemon, first);
+    assert!(
+        left.exists(),
+        "the keeper left no file at {}",
+        left.display()
+    );
+    let restarted = epoch_now();
+    daemon.start_again();
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon.job_state(first)
+            == "done"),
+        "{}\n{}",
+        daemon.ok(&format!("job {first}")),
+        daemon.log()
+    );
+    let record = history_record(&daemon, first);
+    assert_eq!(record["exit"], 0, "{record}");
+    assert!(
+        !record["reason"].as_str().unwrap_or("").contains("lost"),
+        "{record}"
+    );
+    let cpu = record["cpu"].as_f64().unwrap_or(0.0);
+    assert!(
+        cpu >= 0.4,
+        "cpu {cpu} s, where the job spun 0.5 s: {record}"
+    );
+    let ended = record["ended"].as_f64().unwrap_or(f64::MAX);
+    assert!(
+        ended < restarted,
+        "ended at {ended}, after the new scored's start at {restarted}: {record}"
+    );
+    assert_eq!(daemon.job_field(first, "output"), "first.out");
+    let output = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(output.ends_with("finished\n"), "{output:?}");
+    assert!(
+        wait_until(Duration::from_secs(20), || daemon.job_state(after)
+            == "done"),
+        "the dependant did not run: {}",
+        daemon.ok(&format!("job {after}"))
+    );
+    assert_eq!(
+        std::fs::read_to_string(daemon.sandbox.path.join("after.out")).unwrap_or_default(),
+        "after\n"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || !left.exists()),
+        "the keeper's file stayed once the job was recorded"
+    );
+}
+
+/// A job still running when its keeper's wait runs out is killed by its
+/// keeper, and the next scored records it killed for that reason, at
+/// the time of the kill: not lost, and not ended at the new scored's
+/// start.
+#[test]
+fn a_job_its_keeper_killed_at_the_end_of_its_wait_is_recorded_with_the_reason() {
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--keeper-wait")
+        .arg("3s")
+        .start();
+    let job = batch_id(&daemon.run(&["-batch,output=/dev/null", "sleep", "300"]));
+    let ranks = daemon.wait_job_pids(job, 1);
+    let keeper = parent_of(ranks[0]);
+    daemon.kill_hard();
+    assert!(
+        all_gone(&ranks, Duration::from_secs(20)),
+        "the keeper did not end its job"
+    );
+    assert!(
+        all_gone(&[keeper], Duration::from_secs(10)),
+        "the keeper stayed"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let restarted = epoch_now();
+    daemon.start_again();
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon.job_state(job)
+            == "killed"),
+        "{}\n{}",
+        daemon.ok(&format!("job {job}")),
+        daemon.log()
+    );
+    let record = history_record(&daemon, job);
+    assert_eq!(record["exit"], 137, "{record}");
+    let reason = record["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("no scored took it over within 3s (--keeper-wait)"),
+        "{record}"
+    );
+    assert!(!reason.contains("lost"), "{record}");
+    let ended = record["ended"].as_f64().unwrap_or(f64::MAX);
+    assert!(
+        ended < restarted,
+        "ended at {ended}, after the new scored's start at {restarted}: {record}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || !left_file(&daemon, job).exists()),
+        "the keeper's file stayed once the job was recorded"
+    );
+}
+
+/// The file a keeper leaves is believed only as the keeper wrote it: a
+/// symbolic link in its place (to a true copy), or a file naming another
+/// keeper process, is refused with the reason in the log, left as it is,
+/// and the job is lost as it would be without a file.
+#[test]
+fn a_planted_keeper_file_is_refused_and_changes_nothing() {
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .arg("--keeper-wait")
+        .arg("3s")
+        .start();
+    let linked = batch_id(&daemon.run(&["-batch,output=/dev/null", "sleep", "300"]));
+    let other = batch_id(&daemon.run(&["-batch,output=/dev/null", "sleep", "300"]));
+    let mut ranks = daemon.wait_job_pids(linked, 1);
+    ranks.extend(daemon.wait_job_pids(other, 1));
+    let keepers: Vec<i32> = ranks.iter().map(|rank| parent_of(*rank)).collect();
+    daemon.kill_hard();
+    assert!(
+        all_gone(&ranks, Duration::from_secs(20)),
+        "the keepers did not end their jobs"
+    );
+    assert!(
+        all_gone(&keepers, Duration::from_secs(10)),
+        "the keepers stayed"
+    );
+    // A link to a true copy in place of one file.
+    let link = left_file(&daemon, linked);
+    let copy = daemon.sandbox.path.join("state/keepers/copy");
+    std::fs::copy(&link, &copy).expect("copy the keeper's file");
+    let copied = std::fs::read(&copy).expect("the copy");
+    std::fs::remove_file(&link).expect("remove the keeper's file");
+    std::os::unix::fs::symlink(&copy, &link).expect("plant a link");
+    // Another keeper's pid in the other.
+    let planted = left_file(&daemon, other);
+    let mut file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&planted).expect("the keeper's file"))
+            .expect("the keeper's file is JSON");
+    file["pid"] = serde_json::json!(file["pid"].as_i64().expect("a pid") + 1);
+    let planted_bytes = serde_json::to_vec(&file).unwrap();
+    std::fs::write(&planted, &planted_bytes).expect("plant another pid");
+    daemon.start_again();
+    for job in [linked, other] {
+        assert!(
+            wait_until(Duration::from_secs(15), || daemon.job_state(job)
+                == "killed"),
+            "{}\n{}",
+            daemon.ok(&format!("job {job}")),
+            daemon.log()
+        );
+        let record = history_record(&daemon, job);
+        assert!(
+            record["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("the job's keeper could not be found again"),
+            "{record}"
+        );
+    }
+    let log = daemon.log();
+    assert!(
+        log.contains("refused the file the job's keeper left") && log.contains("symbolic link"),
+        "{log}"
+    );
+    assert!(log.contains("not the keeper recorded"), "{log}");
+    assert!(
+        std::fs::symlink_metadata(&link).is_ok_and(|meta| meta.file_type().is_symlink()),
+        "the planted link was touched"
+    );
+    assert_eq!(
+        std::fs::read(&copy).ok(),
+        Some(copied),
+        "its target changed"
+    );
+    assert_eq!(
+        std::fs::read(&planted).ok(),
+        Some(planted_bytes),
+        "the planted file changed"
+    );
+}
