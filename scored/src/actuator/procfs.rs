@@ -87,7 +87,7 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
 pub fn read_stat(pid: i32) -> Option<Stat> {
     match reader::within_deadline(pid, move || read_stat_now(pid)) {
         Some(stat) => remember(pid, stat),
-        None => stat_from_waiting(pid),
+        None => read_status(pid),
     }
 }
 
@@ -98,7 +98,7 @@ pub fn read_stats(pids: &[i32]) -> Vec<Option<Stat>> {
         .zip(read)
         .map(|(&pid, read)| match read {
             Some(stat) => remember(pid, stat),
-            None => stat_from_waiting(pid),
+            None => read_status(pid),
         })
         .collect()
 }
@@ -118,11 +118,6 @@ fn remember(pid: i32, stat: Option<Stat>) -> Option<Stat> {
         }
     }
     stat
-}
-
-/// What `/proc/PID/status` says of a process whose stat read was given up.
-fn stat_from_waiting(pid: i32) -> Option<Stat> {
-    read_status(pid)
 }
 
 /// What `/proc/PID/status` says of a process now (its state, parent,

@@ -65,14 +65,17 @@ impl LatencyHold {
         }
     }
 
-    /// Lets go of it: idle CPUs may halt again.
+    /// Lets go of it: idle CPUs may halt again. (A request that could not
+    /// be changed was dropped with its descriptor, which ends it as well.)
     pub fn release(&mut self) {
         if self.held {
-            self.held = !self.write(-1);
+            self.write(-1);
+            self.held = false;
         }
     }
 
-    /// Writes `value` as the request; whether it was taken.
+    /// Writes `value` as the request; whether it was taken. One that is
+    /// not is dropped: closing the descriptor removes the request.
     fn write(&mut self, value: i32) -> bool {
         let Some(device) = &mut self.device else {
             return false;
@@ -84,9 +87,8 @@ impl LatencyHold {
                     ?result,
                     "the CPU latency request could not be changed; it is dropped"
                 );
-                // Closing the descriptor removes the request, whatever it was.
                 self.device = None;
-                value != 0
+                false
             }
         }
     }
