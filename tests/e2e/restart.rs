@@ -339,9 +339,14 @@ fn a_zombie_daemon_is_known_dead() {
         Some('Z'),
         "the old daemon must still be a zombie while the new one starts"
     );
+    // The daemon's log lines reach the file as its loop writes them out,
+    // which may be after its socket accepts.
+    let recognised = wait_until(Duration::from_secs(5), || {
+        daemon.log().contains("did not exit cleanly")
+    });
     let log = daemon.log();
     assert!(
-        log.contains("did not exit cleanly"),
+        recognised,
         "the new scored did not recognise the dead one:\n{log}"
     );
     assert!(alive(grandchild));
