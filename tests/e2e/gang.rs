@@ -570,15 +570,15 @@ fn a_lone_users_job_gets_half_a_host_shared_by_user_and_a_quarter_by_job() {
 /// A trace instance of the kernel's own, recording one process's changes
 /// of its CPU latency request (the `power:pm_qos_update_request` event);
 /// removed when dropped.
-struct QosTrace {
+pub(crate) struct QosTrace {
     dir: std::path::PathBuf,
 }
 
 impl QosTrace {
     /// `None` where tracefs or the event is not there.
-    fn of(pid: u32) -> Option<QosTrace> {
+    pub(crate) fn of(pid: u32) -> Option<QosTrace> {
         let dir = std::path::PathBuf::from(format!(
-            "/sys/kernel/tracing/instances/scored-e2e-qos-{}",
+            "/sys/kernel/tracing/instances/scored-e2e-qos-{}-{pid}",
             std::process::id()
         ));
         std::fs::create_dir(&dir).ok()?;
@@ -590,7 +590,7 @@ impl QosTrace {
     }
 
     /// The values the process asked for, in order.
-    fn values(&self) -> Vec<i64> {
+    pub(crate) fn values(&self) -> Vec<i64> {
         std::fs::read_to_string(self.dir.join("trace"))
             .unwrap_or_default()
             .lines()

@@ -262,3 +262,66 @@ fn a_job_killed_during_its_launch_ends_and_leaves_nothing() {
         assert_eq!(job.count_lines("pid "), 0, "job {id}: a rank ran");
     }
 }
+
+/// From a submission's arrival until its ranks are created, scored asks
+/// for no CPU wake-up latency (its request at 0, so that idle CPUs poll),
+/// and it lets go of the request (back at the default, -1) once they are,
+/// at once for a submission refused or a launch that failed, and after a
+/// bounded time for a launch that hangs: the kernel's trace of its
+/// requests shows one hold and one release a submission, ending released
+/// while the hung launch is still in flight.
+#[test]
+fn the_cpu_latency_is_held_at_zero_during_each_launch_only() {
+    if !is_root() {
+        eprintln!("skipped: the CPU latency request and tracefs need root");
+        return;
+    }
+    if !std::path::Path::new("/dev/cpu_dma_latency").exists() {
+        eprintln!("skipped: no /dev/cpu_dma_latency");
+        return;
+    }
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(trace) = crate::gang::QosTrace::of(daemon.pid()) else {
+        eprintln!("skipped: no tracefs instance with the power:pm_qos_update_request event");
+        return;
+    };
+    let runs: [(&[&str], i32); 4] = [
+        (&["-nodes=1", "true"], 0),
+        (&["-nodes=2", "true"], 0),
+        // Refused at its arrival: more hosts than there are.
+        (&["-nodes=3", "true"], scored_proto::exitcode::REJECTED),
+        // Its rank fails to exec.
+        (&["-nodes=1", "/nonexistent/program"], 127),
+    ];
+    for (args, status) in runs {
+        let output = daemon.scrun(args).output().expect("scrun");
+        assert_eq!(code(&output), Some(status), "{args:?}: {}", stderr(&output));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let values = trace.values();
+    assert_eq!(
+        values,
+        [0, -1].repeat(runs.len()),
+        "not one hold and one release a submission"
+    );
+    let Some(hung) = HungDir::mount(&daemon.sandbox.path.join("hung")) else {
+        println!("no FUSE here: no launch can be held in flight");
+        return;
+    };
+    let mut job = Job::start(daemon.scrun(&["-nodes=1", "true"]).current_dir(hung.path()));
+    assert!(
+        wait_until(Duration::from_secs(30), || hung.held() > 0),
+        "the rank never reached its working directory:\n{}",
+        daemon.log()
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(hung.held(), 1, "the launch is no longer held in flight");
+    let values = trace.values();
+    assert_eq!(
+        values,
+        [0, -1].repeat(runs.len() + 1),
+        "the hung launch's hold is not let go of"
+    );
+    job.signal(Signal::SIGKILL);
+    job.wait(Duration::from_secs(30));
+}

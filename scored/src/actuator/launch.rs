@@ -98,6 +98,7 @@ impl OsActuator {
                 out.push(Input::ProcessesGone(plan.job));
             }
         };
+        self.hold_latency_for_launch();
         if !self.jobs.contains_key(&plan.job) {
             // Not the program's fault: the status says the daemon failed.
             if let Err(problem) = self.check_state_dir(out) {
@@ -167,6 +168,32 @@ impl OsActuator {
                 procs.launch = None;
             }
             fail(self, error, out);
+        }
+    }
+
+    /// A submission arrived, or a launch begins: idle CPUs poll while
+    /// its processes are created (see `stop::LatencyHold`).
+    pub(super) fn hold_latency_for_launch(&mut self) {
+        let now = self.clock.now();
+        self.latency.hold_for_launch(now);
+    }
+
+    /// At the end of an event: the launches let go of the CPU latency
+    /// request once none is creating processes (each rank exec'd or
+    /// failed, or the job is gone), or at their deadline.
+    pub(super) fn settle_launch_latency(&mut self) {
+        let launching = self
+            .jobs
+            .values()
+            .any(|procs| procs.launch.is_some() || procs.execs_in_flight > 0);
+        let now = self.clock.now();
+        if !launching
+            || self
+                .latency
+                .launch_deadline()
+                .is_some_and(|until| now >= until)
+        {
+            self.latency.end_launches();
         }
     }
 

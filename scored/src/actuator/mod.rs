@@ -427,6 +427,8 @@ pub trait Actuator {
     /// The actions of an event are carried out: what waited for the end
     /// of its switches may go.
     fn settled(&mut self) {}
+    /// A submission arrived: a launch may follow at once.
+    fn launch_coming(&mut self) {}
     /// The keepers (job, pid, start time) that said who they are since
     /// the last call, for the daemon's state on disk.
     fn fresh_keepers(&mut self) -> Vec<(u64, i32, u64)> {
@@ -692,7 +694,7 @@ pub struct OsActuator {
     /// over its limit of processes, or out of its stop), reported at the
     /// next poll.
     later: Vec<Input>,
-    /// The CPU latency request, held while a switch's stops are awaited.
+    /// The CPU latency request (a switch's stops, launches: `stop::LatencyHold`).
     latency: stop::LatencyHold,
 }
 
@@ -856,9 +858,14 @@ impl Actuator for OsActuator {
     }
 
     fn settled(&mut self) {
-        self.latency.release();
+        self.latency.end_switch();
+        self.settle_launch_latency();
         self.tell_continues();
         self.tell_stops(false);
+    }
+
+    fn launch_coming(&mut self) {
+        self.hold_latency_for_launch();
     }
 
     fn fresh_keepers(&mut self) -> Vec<(u64, i32, u64)> {
@@ -909,6 +916,9 @@ impl Actuator for OsActuator {
             .any(|procs| procs.hold.stopped_cpu.is_some())
         {
             next = next.min(self.escape_check_at);
+        }
+        if let Some(until) = self.latency.launch_deadline() {
+            next = next.min(until);
         }
         // The first rank that may still fail to exec in time.
         let exec = self

@@ -222,7 +222,7 @@ impl OsActuator {
         // (`settled`), an idle CPU polls, for the confirmation wakes
         // scored's CPU, idle meanwhile.
         if self.pending_stops() > 0 {
-            self.latency.hold();
+            self.latency.hold_for_switch();
         }
         // Only its keeper's answer confirms a stop during a launch.
         self.tell_stops(true);

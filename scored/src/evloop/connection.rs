@@ -492,6 +492,9 @@ impl<A: Actuator> Daemon<A> {
         let conn = self.connections.get_mut(&token).expect("caller checked");
         match request {
             Request::Submit { version, submit } => {
+                // Held until the event's end, or the launch's.
+                self.actuator.launch_coming();
+                let conn = self.connections.get_mut(&token).expect("caller checked");
                 if let Err(message) = same_version(version) {
                     return refuse(conn, message);
                 }
