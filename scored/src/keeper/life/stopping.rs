@@ -15,7 +15,7 @@ use crate::keeper::Event;
 use crate::sys;
 
 impl Keeper {
-    /// scored's `Stop`, sent once its SIGSTOPs are: every report the
+    /// scored's `Stop`, sent with its SIGSTOPs: every report the
     /// kernel holds is read first, while the job still counts as running
     /// (scored's earlier continues among them), and a rank reported
     /// continued is sent SIGSTOP again (`rank_continued`); then the ranks
@@ -60,12 +60,31 @@ impl Keeper {
         if self.stopping.is_none() || self.pending.is_empty() {
             return;
         }
-        if sys::set_alarm(STOP_ALARM).is_err() {
-            return;
-        }
         let deadline = Instant::now() + STOP_BLOCK;
         let pending: Vec<i32> = self.pending.iter().copied().collect();
+        // The alarm is armed before the first wait that blocks, and
+        // disarmed once the answer is sent: each costs a timer's setting.
+        let mut armed = false;
         'ranks: for pid in pending {
+            // A rank that stopped already: its report taken in one call.
+            let taken = self
+                .ranks
+                .get(&pid)
+                .and_then(|rank| rank.pidfd.as_ref())
+                .is_some_and(|pidfd| sys::take_stop(pidfd).unwrap_or(false));
+            if taken {
+                if let Some(rank) = self.ranks.get_mut(&pid) {
+                    rank.stopped = true;
+                }
+                self.pending.remove(&pid);
+                continue;
+            }
+            if !armed {
+                if sys::set_alarm(STOP_ALARM).is_err() {
+                    break;
+                }
+                armed = true;
+            }
             loop {
                 if Instant::now() >= deadline {
                     break 'ranks;
@@ -95,15 +114,19 @@ impl Keeper {
                 }
             }
         }
-        let _ = sys::set_alarm(Duration::ZERO);
         self.answer_stop();
+        if armed {
+            let _ = sys::set_alarm(Duration::ZERO);
+        }
     }
 
-    /// Answers the `Stop` once no rank is left to stop.
+    /// Answers the `Stop` once no rank is left to stop, at once: scored
+    /// waits for it to continue the next job.
     pub(super) fn answer_stop(&mut self) {
         if self.stopping.is_some() && self.pending.is_empty() {
             self.stopping = None;
             self.outbox.push(Event::Stopped(self.switch_serial));
+            self.flush();
         }
     }
 
