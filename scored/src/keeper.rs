@@ -11,7 +11,8 @@
 //! status and usage). It runs no user code. scored keeps signalling the
 //! ranks' process groups itself (the switch stays scored's own killpg),
 //! and tells the keeper of each: `Continue` before its SIGCONT, `Stop`
-//! after its SIGSTOP (once the switch is over, or before scored waits
+//! just before its SIGSTOP where only the keeper's answer can confirm the
+//! stop, else after it (once the switch is over, or before scored waits
 //! for the answer). The keeper answers a stop once, when every rank
 //! stopped, unless /proc has shown scored every rank stopped first; and
 //! it alone tells a continue of scored's from one sent by someone else
@@ -95,8 +96,8 @@ pub enum ToKeeper {
     /// Create processes. The message carries a memfd holding the
     /// [`order::Order`] (JSON), then the descriptors it lists.
     Launch,
-    /// The job is being switched out (scored's SIGSTOP went before this
-    /// message): create no more processes, and answer `Stopped` with the
+    /// The job is being switched out (scored's SIGSTOP follows this
+    /// message at once, or went before it): create no more processes, and answer `Stopped` with the
     /// serial once every rank has stopped. A rank found continued as the
     /// message is taken is stopped again; a continue seen from then until
     /// the next `Continue` is someone else's.

@@ -8,7 +8,8 @@
 //!
 //! Each continue is told to the job's keeper before its signals (on the
 //! keeper's notes pipe, then on the link once the switch is over), each
-//! stop after them, on the link its reports come back on: the keeper,
+//! stop after them (just before them where only the keeper's answer
+//! confirms it), on the link its reports come back on: the keeper,
 //! which alone sees the ranks' stops and continues, thereby knows which
 //! continues are scored's (see `keeper/life.rs`).
 #![forbid(unsafe_code)]
@@ -66,21 +67,32 @@ impl OsActuator {
                 .jobs
                 .get(&job)
                 .is_some_and(|procs| procs.cgroup_procs.is_some());
+        // A stop that only its keeper's answer confirms (more ranks than
+        // CPUs, or a launch in progress) is told before the signals: the
+        // first rank's stop wakes the keeper anyway (SIGCHLD), and told
+        // first it takes the message and then waits for each rank in the
+        // kernel, woken by no other stop, as a killpg/waitpid program is.
+        // A stop /proc can confirm is told after them, once the switch is
+        // over (`tell_stops`): woken first, at real-time priority, the
+        // keeper would take a CPU from a rank that has to run to stop. A
+        // stop it sees before the message counts as any stop of a running
+        // job; a continue it finds as it takes the message is undone (see
+        // `keeper/life/stopping.rs`).
+        let tell_first = self
+            .jobs
+            .get(&job)
+            .is_some_and(|procs| procs.launch.is_some() || procs.children.len() > online_cpus());
+        if let Some(procs) = self.jobs.get_mut(&job) {
+            procs.hold.switch_serial += 1;
+            procs.hold.untold_stop = Some(procs.hold.switch_serial);
+        }
+        if tell_first {
+            self.tell_untold(job);
+        }
         if by_freezer {
             self.signal_ranks(job, Signal::SIGSTOP);
         } else {
             self.send(job, Signal::SIGSTOP);
-        }
-        // The keeper hears of the stop after the signals, once the switch
-        // is over or scored waits for its answer (`tell_stops`): woken
-        // first, at real-time priority, it would take a CPU from a rank
-        // that has to run to stop, and waking it costs the switch what
-        // sending the signals does. A stop it sees before the message
-        // counts as any stop of a running job; a continue it finds as it
-        // takes the message is undone (see `keeper/life/stopping.rs`).
-        if let Some(procs) = self.jobs.get_mut(&job) {
-            procs.hold.switch_serial += 1;
-            procs.hold.untold_stop = Some(procs.hold.switch_serial);
         }
         let freeze = !by_freezer
             && self

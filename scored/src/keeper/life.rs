@@ -11,8 +11,9 @@
 //! `spawn::ExecWord` then says which). At most `actuator::EXEC_WINDOW`
 //! ranks are between fork and exec at once.
 //!
-//! The switch: scored tells the keeper `Stop` after it sends its
-//! SIGSTOPs, and a continue's serial before its SIGCONTs on the notes
+//! The switch: scored tells the keeper `Stop` just before its SIGSTOPs
+//! where only the keeper's answer confirms them (more ranks than CPUs,
+//! or a launch in progress), after them otherwise, and a continue's serial before its SIGCONTs on the notes
 //! pipe (`ToKeeper::Notes`; `Continue` follows on the link once the
 //! switch is over, or comes first on it where there is no pipe), so the
 //! keeper, which alone sees the ranks' stops and continues (`waitid`),

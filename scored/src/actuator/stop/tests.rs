@@ -448,3 +448,63 @@ fn only_an_awaited_stop_is_told_to_the_keeper_during_the_switch() {
     assert_eq!(out, []);
     assert_eq!(heard(), [ToKeeper::Stop(3)]);
 }
+
+/// A stop of more ranks than there are CPUs, which only its keeper's
+/// answer confirms, is told to the keeper as the stop is made, before
+/// scored waits for anything: the keeper then waits for each rank in the
+/// kernel instead of being woken by the first rank's stop. The continue
+/// that follows is noted as any other.
+#[test]
+fn a_stop_of_more_ranks_than_cpus_is_told_to_the_keeper_as_it_is_made() {
+    use crate::keeper::{receive, socket_pair, ToKeeper, PROTOCOL};
+    use std::os::fd::AsFd;
+    let mut fixture = Fixture::new("first");
+    let mut others = Vec::new();
+    for _ in 0..super::online_cpus() {
+        let rank = std::os::unix::process::CommandExt::process_group(
+            &mut std::process::Command::new("sleep"),
+            0,
+        )
+        .arg("60")
+        .spawn()
+        .expect("sleep starts");
+        let pid = rank.id() as i32;
+        let procs = fixture.actuator.jobs.get_mut(&JOB).expect("the job");
+        procs.groups.insert(pid, 0);
+        procs.children.insert(pid);
+        others.push(rank);
+    }
+    let (ours, keeper) = socket_pair().expect("a socket pair");
+    let mut link = super::super::keepers::Link::new(ours, true);
+    link.open_notes(PROTOCOL);
+    fixture.actuator.keepers.links.insert(JOB, link);
+    let mut buffer = vec![0u8; crate::keeper::MAX_MESSAGE];
+    let mut heard = || -> Vec<ToKeeper> {
+        let mut messages = Vec::new();
+        while let Some((message, _)) =
+            receive::<ToKeeper>(keeper.as_fd(), &mut buffer).expect("the link reads")
+        {
+            messages.push(message);
+        }
+        messages
+    };
+    assert_eq!(heard(), [ToKeeper::Notes]);
+    let mut out = Vec::new();
+    fixture.actuator.stop(JOB, &mut out);
+    assert_eq!(
+        heard(),
+        [ToKeeper::Stop(1)],
+        "not told as the stop was made"
+    );
+    fixture.wait_until_stopped(true);
+    fixture.actuator.await_stops(Duration::ZERO, &mut out);
+    fixture.actuator.settled();
+    assert_eq!(heard(), [], "told twice");
+    fixture.actuator.cont(JOB);
+    fixture.actuator.settled();
+    assert_eq!(heard(), [ToKeeper::Continue(2)]);
+    for mut rank in others {
+        let _ = rank.kill();
+        let _ = rank.wait();
+    }
+}
