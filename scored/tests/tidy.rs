@@ -16,8 +16,8 @@
 //!   processes, files, sockets and threads;
 //! - the replay crate depends on neither the daemon nor nix, libc, mio or
 //!   sysinfo, and its library is as pure as the core;
-//! - the daemon never starts a thread (a keeper starts one, its spawner,
-//!   and only keepers create ranks), and its test-only fault injection
+//! - the daemon never starts a thread (a keeper starts its spawners, two
+//!   at most, and only keepers create ranks), and its test-only fault injection
 //!   stays in the one module that compiles it only for the tests;
 //! - crates are named as crates: no crate re-exports another's modules or
 //!   reaches them as its own (`crate::submit` for `scored_proto::submit`),
@@ -160,7 +160,8 @@ fn the_daemon_never_starts_a_thread() {
     // the closer's helper) is safe only in a single-threaded process: a
     // thread holding a lock (the allocator's, say) at the fork would leave
     // it held forever in the child. The one thread is a keeper's spawner
-    // (`actuator/spawn/spawner.rs`), started by the keeper's first rank,
+    // (`actuator/spawn/spawner.rs`, and a second beside it on two CPUs
+    // or more), started by the keeper's first ranks,
     // in a process that forks nothing; so only a keeper creates ranks.
     // The other is the /proc reader (`actuator/procfs/reader.rs`: files
     // whose read can wait on their process), in the daemon and the

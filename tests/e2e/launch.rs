@@ -325,3 +325,35 @@ fn the_cpu_latency_is_held_at_zero_during_each_launch_only() {
     job.signal(Signal::SIGKILL);
     job.wait(Duration::from_secs(30));
 }
+
+/// On two CPUs or more a keeper sets two ranks up at once: a rank whose
+/// set-up waits (its working directory on a file system that does not
+/// answer) does not keep the next one from being created and set up
+/// beside it, and once the file system answers both run.
+#[test]
+fn a_rank_whose_set_up_waits_does_not_hold_the_next_one() {
+    if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
+        eprintln!("skipped: one CPU, one rank set up at a time");
+        return;
+    }
+    let daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let Some(hung) = HungDir::mount(&daemon.sandbox.path.join("hung")) else {
+        println!("no FUSE here: no set-up can be held");
+        return;
+    };
+    let mut job = Job::start(
+        daemon
+            .scrun(&["-nodes=2", "sh", "-c", "echo rank $SCORE_RANK"])
+            .current_dir(hung.path()),
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || hung.held() == 2),
+        "{} of the 2 ranks reached their working directory:\n{}",
+        hung.held(),
+        daemon.log()
+    );
+    hung.release();
+    let (status, stderr) = job.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(job.count_lines("rank "), 2, "{stderr}");
+}

@@ -1,5 +1,6 @@
 //! Where a keeper's ranks are created: `clone(CLONE_VM | CLONE_VFORK)` from
-//! a thread of the keeper's that does nothing else and never exits.
+//! a thread of the keeper's that does nothing else and never exits (two
+//! such threads where the keeper may use two CPUs, see [`SPAWNERS`]).
 //!
 //! A `fork` copies the keeper's page tables and write-protects its memory;
 //! then the keeper, going on with its loop, and the child, until its exec,
@@ -30,7 +31,7 @@
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -254,80 +255,178 @@ struct Request {
     pid: Arc<AtomicI32>,
 }
 
-/// The spawner thread: its queue, and the read end of the pipe on which
-/// it says it is free again.
+/// The most spawner threads a keeper has: one, and a second where the
+/// keeper may run on two CPUs or more, started only when a rank is to
+/// be created while the first's child has not exec'd yet. A clone
+/// returns once its child exec'd, a few hundred microseconds of set-up
+/// and exec later; with one thread, each rank of a job waited for the
+/// last one's, which the second thread runs beside it on another CPU.
+const SPAWNERS: usize = 2;
+
+/// One spawner thread: its queue, and whether a clone of its is under
+/// way (set by [`spawn`], cleared by the thread).
 struct Spawner {
     queue: Mutex<Sender<Request>>,
-    freed: OwnedFd,
+    busy: Arc<AtomicBool>,
 }
 
-/// Whether a clone is under way (set by [`spawn`], cleared by the thread).
-static BUSY: AtomicBool = AtomicBool::new(false);
+/// The keeper's spawners, and the pipe on which each says it is free
+/// again.
+struct Pool {
+    /// The read end, which the keeper's loop watches.
+    freed: OwnedFd,
+    /// The write end, the threads'.
+    free: Arc<OwnedFd>,
+    /// How many threads there may be: [`SPAWNERS`], one on a single CPU,
+    /// or as many as could be started.
+    most: AtomicUsize,
+    spawners: [OnceLock<Spawner>; SPAWNERS],
+}
 
-/// The spawner, started on first use.
-fn spawner() -> io::Result<&'static Spawner> {
-    static SPAWNER: OnceLock<Spawner> = OnceLock::new();
-    if let Some(spawner) = SPAWNER.get() {
-        return Ok(spawner);
+/// The pool, made on first use (its threads start as ranks need them).
+fn pool() -> io::Result<&'static Pool> {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    if let Some(pool) = POOL.get() {
+        return Ok(pool);
     }
     let (freed, free) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
-    let (sender, receiver) = channel();
-    std::thread::Builder::new()
-        .name("scored spawner".into())
-        .spawn(move || serve(receiver, free))?;
-    Ok(SPAWNER.get_or_init(|| Spawner {
-        queue: Mutex::new(sender),
+    let cpus = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map(|set| {
+            (0..nix::sched::CpuSet::count())
+                .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
+                .count()
+        })
+        .unwrap_or(1);
+    Ok(POOL.get_or_init(|| Pool {
         freed,
+        free: Arc::new(free),
+        most: AtomicUsize::new(cpus.clamp(1, SPAWNERS)),
+        spawners: Default::default(),
     }))
 }
 
-/// The descriptor that becomes readable when the spawner is free again
-/// after a clone (read it empty with [`drain`]); starts the spawner.
-pub fn freed_fd() -> io::Result<RawFd> {
-    Ok(spawner()?.freed.as_raw_fd())
+impl Pool {
+    /// The spawners started so far.
+    fn started(&self) -> impl Iterator<Item = &Spawner> {
+        self.spawners.iter().filter_map(OnceLock::get)
+    }
+
+    /// The `index`th spawner, its thread started if it was not.
+    fn start(&self, index: usize) -> io::Result<&Spawner> {
+        if let Some(spawner) = self.spawners[index].get() {
+            return Ok(spawner);
+        }
+        let (sender, receiver) = channel();
+        let busy = Arc::new(AtomicBool::new(false));
+        let (flag, free) = (Arc::clone(&busy), Arc::clone(&self.free));
+        std::thread::Builder::new()
+            .name("scored spawner".into())
+            .spawn(move || serve(receiver, &flag, &free))?;
+        Ok(self.spawners[index].get_or_init(|| Spawner {
+            queue: Mutex::new(sender),
+            busy,
+        }))
+    }
 }
 
-/// Waits at most `limit` for the spawner to be free again (its last child
-/// exec'd or ended); whether it is. Its pipe is left for [`drain`].
+/// The descriptor that becomes readable when a spawner is free again
+/// after a clone (read it empty with [`drain`]).
+pub fn freed_fd() -> io::Result<RawFd> {
+    Ok(pool()?.freed.as_raw_fd())
+}
+
+/// Waits at most `limit` for every spawner to be free again (their last
+/// children exec'd or ended); whether they are. Their pipe is left for
+/// [`drain`].
 pub fn await_free(limit: std::time::Duration) -> bool {
     use nix::poll::{ppoll, PollFd, PollFlags};
     use std::os::fd::AsFd;
-    if ready() {
-        return true;
-    }
-    let Ok(spawner) = spawner() else {
+    let Ok(pool) = pool() else {
         return false;
     };
-    let mut fds = [PollFd::new(spawner.freed.as_fd(), PollFlags::POLLIN)];
-    let _ = ppoll(&mut fds, Some(nix::sys::time::TimeSpec::from(limit)), None);
-    ready()
+    let all_free = || {
+        pool.started()
+            .all(|spawner| !spawner.busy.load(Ordering::Acquire))
+    };
+    let deadline = std::time::Instant::now() + limit;
+    let mut drained = false;
+    while !all_free() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let mut fds = [PollFd::new(pool.freed.as_fd(), PollFlags::POLLIN)];
+        let _ = ppoll(&mut fds, Some(nix::sys::time::TimeSpec::from(left)), None);
+        // One spawner free, another still busy: its word is emptied so
+        // that the wait sleeps until the next, and put back below.
+        drained |= empty(&pool.freed);
+    }
+    if drained {
+        let _ = nix::unistd::write(&*pool.free, &[1]);
+    }
+    all_free()
 }
 
-/// Empties the spawner's pipe of its wake-ups.
+/// Empties the spawners' pipe of its wake-ups.
 pub fn drain() {
-    if let Ok(spawner) = spawner() {
-        let mut bytes = [0u8; 64];
-        while matches!(nix::unistd::read(&spawner.freed, &mut bytes), Ok(n) if n > 0) {}
+    if let Ok(pool) = pool() {
+        empty(&pool.freed);
     }
 }
 
-/// Whether the spawner is free: a clone waits for the last one's child
-/// to exec or end, which its user may delay at will, so a loop asks for
-/// one only while no other is under way (and hears through
-/// [`freed_fd`] when it may).
+/// Reads `pipe` empty; whether it held anything.
+fn empty(pipe: &OwnedFd) -> bool {
+    let mut bytes = [0u8; 64];
+    let mut any = false;
+    while matches!(nix::unistd::read(pipe, &mut bytes), Ok(n) if n > 0) {
+        any = true;
+    }
+    any
+}
+
+/// Whether a spawner is free (or may be started): a clone waits for its
+/// child to exec or end, which its user may delay at will, so a loop asks
+/// for one only while one is free (and hears through [`freed_fd`] when one
+/// is again).
 pub fn ready() -> bool {
-    !BUSY.load(Ordering::Acquire)
+    let Ok(pool) = pool() else {
+        return false;
+    };
+    pool.spawners[..pool.most.load(Ordering::Acquire)]
+        .iter()
+        .any(|slot| {
+            slot.get()
+                .is_none_or(|spawner| !spawner.busy.load(Ordering::Acquire))
+        })
 }
 
-/// Creates the child of `setup` through the spawner thread; returns its
+/// Creates the child of `setup` through a free spawner thread (the first
+/// started; the next one started only while those are busy); returns its
 /// pid once the kernel has made it, without waiting for its exec. Refused
-/// (`WouldBlock`) while the spawner is not [`ready`].
+/// (`WouldBlock`) while none is [`ready`].
 pub(super) fn spawn(setup: &ChildSetup<'_>, word: Arc<ExecWord>) -> io::Result<i32> {
-    let spawner = spawner()?;
-    if BUSY.swap(true, Ordering::AcqRel) {
-        return Err(io::Error::from(io::ErrorKind::WouldBlock));
+    let pool = pool()?;
+    let mut chosen = None;
+    for index in 0..pool.most.load(Ordering::Acquire) {
+        let spawner = match pool.start(index) {
+            Ok(spawner) => spawner,
+            Err(error) if index == 0 => return Err(error),
+            // The first goes on alone.
+            Err(error) => {
+                tracing::warn!(%error, "cannot start a second spawner thread");
+                pool.most.store(index, Ordering::Release);
+                break;
+            }
+        };
+        if !spawner.busy.swap(true, Ordering::AcqRel) {
+            chosen = Some(spawner);
+            break;
+        }
     }
+    let Some(spawner) = chosen else {
+        return Err(io::Error::from(io::ErrorKind::WouldBlock));
+    };
     let pid = Arc::new(AtomicI32::new(0));
     let request = Request {
         owned: Owned::of(setup),
@@ -344,7 +443,7 @@ pub(super) fn spawn(setup: &ChildSetup<'_>, word: Arc<ExecWord>) -> io::Result<i
                 .map_err(|_| io::Error::other("the spawner thread is gone"))
         });
     if let Err(error) = sent {
-        BUSY.store(false, Ordering::Release);
+        spawner.busy.store(false, Ordering::Release);
         return Err(error);
     }
     loop {
@@ -366,7 +465,7 @@ struct ChildArgs<'a> {
 
 /// The spawner thread: every signal blocked (the child starts so, and
 /// sets its own mask before its exec), one clone per request.
-fn serve(requests: Receiver<Request>, free: OwnedFd) {
+fn serve(requests: Receiver<Request>, busy: &AtomicBool, free: &OwnedFd) {
     let _ = nix::sys::signal::pthread_sigmask(
         nix::sys::signal::SigmaskHow::SIG_SETMASK,
         Some(&nix::sys::signal::SigSet::all()),
@@ -395,8 +494,8 @@ fn serve(requests: Receiver<Request>, free: OwnedFd) {
         request.pid.store(value, Ordering::Release);
         super::sys::futex_wake(&request.pid);
         drop(request);
-        BUSY.store(false, Ordering::Release);
-        let _ = nix::unistd::write(&free, &[1]);
+        busy.store(false, Ordering::Release);
+        let _ = nix::unistd::write(free, &[1]);
     }
 }
 
