@@ -118,8 +118,7 @@ const FREEZE_CONFIRM: Duration = Duration::from_millis(20);
 const HELD_ESCAPED: usize = 64;
 /// The most processes a job may have at once: the kernel's limit on its
 /// cgroup where the pids controller is there (a fork beyond it fails),
-/// else checked at each sample; a job found beyond it is killed, and told
-/// why.
+/// else checked at each sample; a job found beyond it is killed, told why.
 pub const MAX_JOB_PROCESSES: usize = 10_000;
 
 /// [`MAX_JOB_PROCESSES`], or the tests' lower limit (see `evloop::faults`).
@@ -186,8 +185,7 @@ pub const EXEC_WINDOW: usize = 16;
 /// continued by someone else (and stopped again) before it is killed.
 const ROGUE_CONTINUE_LIMIT: u32 = 20;
 /// Without a freezer, how many stops a job may get out of otherwise (a
-/// tracer resuming its ranks, CPU time used while switched out) before it
-/// is killed.
+/// tracer resuming its ranks, CPU time used while switched out) until killed.
 const ESCAPE_LIMIT: u32 = 3;
 /// How often the CPU time of switched-out jobs that are not frozen is
 /// looked at: a job that used CPU time while switched out got out of its
@@ -544,6 +542,8 @@ struct SwitchedOutHold {
     frozen: bool,
     /// It was continued from outside once: freeze it at every stop.
     freeze_on_stop: bool,
+    /// It was sent SIGKILL: never frozen again (see `OsActuator::send`).
+    killed: bool,
     /// It has more than `FREEZER_SWITCH_ABOVE` processes besides its
     /// ranks, and a freezer: a switch signals its ranks alone, by pid, and
     /// freezes or thaws the rest. Set while it runs, for its life.

@@ -418,7 +418,12 @@ impl OsActuator {
     pub(super) fn send(&mut self, job: JobId, signal: Signal) {
         if signal == Signal::SIGKILL {
             // A frozen process acts on no signal, SIGKILL included, until
-            // it is thawed.
+            // it is thawed; and one that has not acted on it yet (no CPU
+            // for it, or in the kernel) would not once frozen, so nothing
+            // freezes the job again.
+            if let Some(procs) = self.jobs.get_mut(&job) {
+                procs.hold.killed = true;
+            }
             self.thaw(job);
         }
         self.deliver(job, signal as i32);
@@ -653,7 +658,7 @@ impl OsActuator {
         let (Some(cgroups), Some(procs)) = (&self.cgroups, self.jobs.get_mut(&job)) else {
             return false;
         };
-        if procs.cgroup_procs.is_none() {
+        if procs.cgroup_procs.is_none() || procs.hold.killed {
             return false;
         }
         if procs.hold.frozen {
@@ -744,6 +749,7 @@ impl OsActuator {
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
+        let killed = procs.hold.killed;
         if let Some(wait) = procs.stop_wait.as_mut() {
             let extras = &procs.extras;
             let members = &procs.members;
@@ -774,6 +780,7 @@ impl OsActuator {
                 wait.cgroup = false;
             } else if wait.cgroup
                 && wait.freezing
+                && !killed
                 && fallback
                 && now.duration_since(wait.frozen_at) >= FREEZE_CONFIRM
             {
@@ -793,6 +800,7 @@ impl OsActuator {
                 wait.cgroup = false;
             } else if fallback
                 && !wait.freezing
+                && !killed
                 && waited >= FREEZE_AFTER
                 && procs.cgroup_procs.is_some()
                 && !(wait.children.is_empty() && wait.extras.is_empty())

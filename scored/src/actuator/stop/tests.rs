@@ -11,8 +11,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::super::{
-    statedir, ActuatorConfig, Child, Clock, JobProcs, OsActuator, SwitchedOutHold,
-    CONFIRM_FALLBACK, STOP_TIMEOUT,
+    cgroup::Cgroups, statedir, ActuatorConfig, Child, Clock, JobProcs, OsActuator, SwitchedOutHold,
+    CONFIRM_FALLBACK, FREEZE_AFTER, STOP_TIMEOUT,
 };
 use crate::actuator::Actuator;
 use scored_core::cluster::Topology;
@@ -204,6 +204,66 @@ fn a_stop_not_confirmed_within_the_stop_timeout_fails_the_job() {
         }]
     );
     assert_eq!(fixture.actuator.pending_stops(), 0);
+}
+
+/// Whether the daemon freezes a job whose stop it has not seen taken
+/// within `FREEZE_AFTER`, after the job was sent SIGKILL (`kill`) or not.
+/// The job's rank is in a freezer cgroup of its own, and the job's signals
+/// reach no process (none is in its process groups), as those of a rank
+/// given no CPU, or waiting in the kernel, reach it late: `None` where no
+/// freezer cgroup can be made (not root).
+fn frozen_for_its_stop(name: &str, kill: bool) -> Option<bool> {
+    let mut fixture = Fixture::new(name);
+    let cgroups = Cgroups::create(&fixture.state_dir)?;
+    let (join, _) = cgroups.add_job(JOB).expect("the job's cgroup");
+    let dir = cgroups.base().join("job-1");
+    std::fs::write(dir.join("cgroup.procs"), fixture.pid().to_string()).expect("join the cgroup");
+    let procs = fixture.actuator.jobs.get_mut(&JOB).expect("the job");
+    procs.groups.clear();
+    procs.cgroup_procs = Some(join);
+    fixture.actuator.cgroups = Some(cgroups);
+    let mut out = Vec::new();
+    fixture.actuator.stop(JOB, &mut out);
+    if kill {
+        fixture.actuator.signal(JOB, libc::SIGKILL);
+    }
+    fixture.clock.advance(FREEZE_AFTER);
+    fixture.poll();
+    let frozen = super::super::cgroup::freeze_asked(&dir);
+    // Thawed, the rank dies with the fixture, and the cgroups go.
+    let _ = std::fs::write(dir.join("freezer.state"), "THAWED");
+    let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
+    let base = fixture
+        .actuator
+        .cgroups
+        .take()
+        .map(|cgroups| cgroups.base().to_path_buf());
+    drop(fixture);
+    let started = Instant::now();
+    while std::fs::remove_dir(&dir).is_err() && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if let Some(base) = base {
+        let _ = std::fs::remove_dir(base);
+    }
+    Some(frozen)
+}
+
+/// A job whose stop is not seen taken in time is frozen, unless it is
+/// being killed: a process frozen before it acted on its SIGKILL never
+/// acts on it, and the job would never end.
+#[test]
+fn a_job_being_killed_is_not_frozen_for_a_stop_it_did_not_take() {
+    let Some(unkilled) = frozen_for_its_stop("unkilled", false) else {
+        println!("skipped: no freezer cgroup can be made here");
+        return;
+    };
+    assert!(unkilled, "a stop not taken in time froze nothing");
+    assert_eq!(
+        frozen_for_its_stop("killed", true),
+        Some(false),
+        "a job sent SIGKILL was frozen"
+    );
 }
 
 /// Waits (in real time, 10 s at most) for `child` to end, and says how.
