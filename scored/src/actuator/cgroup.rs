@@ -16,7 +16,12 @@
 //! hold them), and the next daemon of the state directory takes their
 //! cgroups over with them. What it does not take over (a job whose keeper
 //! is gone) it kills, thawing it first, and removes; so it does with the
-//! cgroups of older daemons, named `scored-TAG-PID`.
+//! cgroups of older daemons, named `scored-TAG-PID`. A keeper that leaves
+//! with no daemon connected removes its job's cgroups itself, and
+//! `scored-TAG` once empty if no daemon owns the state directory
+//! (`keeper::cgroups`); so a daemon keeps `scored-TAG` only while a job's
+//! cgroup is in it (or until it exits), and makes it again when it is
+//! gone.
 //!
 //! A job's cgroup that ended empty, never frozen and with no fork
 //! refused is kept, under its job's name, for a later job, which renames
@@ -104,11 +109,16 @@ impl Cgroups {
             let pids_base = if v1_freezer {
                 pids_hierarchy(&own_cgroups, &tag)
             } else {
-                // v2: the pids controller, where the daemon's cgroup
-                // passes it on, is enabled for the jobs' cgroups.
-                let _ = fs::write(base.join("cgroup.subtree_control"), "+pids");
+                enable_pids(&base);
                 None
             };
+            // Made to see that the hierarchy takes it; kept only while it
+            // holds a job's cgroup (one taken over): a daemon killed with
+            // no job in a cgroup leaves nothing, and the first job's
+            // cgroup makes it again (`make_job_dir`).
+            for dir in std::iter::once(&base).chain(&pids_base) {
+                let _ = fs::remove_dir(dir);
+            }
             return Some(Cgroups {
                 base,
                 v1_freezer,
@@ -145,18 +155,14 @@ impl Cgroups {
             return Ok(joins);
         }
         // One that was there already (a job taken over) may be frozen.
-        match fs::create_dir(&dir) {
-            Ok(()) => {
-                self.fresh.borrow_mut().insert(job);
-            }
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(error) => return Err(error),
+        if make_job_dir(&self.base, &dir, !self.v1_freezer)? {
+            self.fresh.borrow_mut().insert(job);
         }
         let limit = max_job_processes().to_string();
         let pids_procs = match &self.pids_base {
             Some(pids_base) => {
                 let pids_dir = pids_base.join(format!("job-{job}"));
-                make_dir(&pids_dir)?;
+                make_job_dir(pids_base, &pids_dir, false)?;
                 fs::write(pids_dir.join("pids.max"), &limit)?;
                 Some(join_path(&pids_dir, true)?)
             }
@@ -295,6 +301,10 @@ impl Cgroups {
             if let Some(pids_base) = &self.pids_base {
                 let _ = fs::remove_dir(pids_base.join(format!("job-{job}")));
             }
+        }
+        // Kept while a job's cgroup is in it (see `Cgroups::create`).
+        for dir in std::iter::once(&self.base).chain(&self.pids_base) {
+            let _ = fs::remove_dir(dir);
         }
     }
 
@@ -491,11 +501,37 @@ fn join_path(dir: &Path, v1: bool) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "cgroup path contains NUL"))
 }
 
-fn make_dir(dir: &Path) -> io::Result<()> {
-    match fs::create_dir(dir) {
-        Err(error) if error.kind() != io::ErrorKind::AlreadyExists => Err(error),
-        _ => Ok(()),
+/// Makes a job's cgroup `dir` in the daemon's directory `base`, and
+/// `base` too when it is not there: the daemon keeps it only while it
+/// holds a job's cgroup, and a keeper that leaves with no daemon removes
+/// it once empty (`keeper::cgroups`), perhaps just as this daemon starts.
+/// `v2`: `base` is a v2 cgroup, whose jobs' cgroups get the pids
+/// controller. Whether `dir` was made (not there already).
+fn make_job_dir(base: &Path, dir: &Path, v2: bool) -> io::Result<bool> {
+    let mut tries = 0;
+    loop {
+        match fs::create_dir(dir) {
+            Ok(()) => return Ok(true),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(error) if error.kind() == io::ErrorKind::NotFound && tries < 3 => {
+                tries += 1;
+                match fs::create_dir(base) {
+                    Ok(()) if v2 => enable_pids(base),
+                    Err(error) if error.kind() != io::ErrorKind::AlreadyExists => {
+                        return Err(error)
+                    }
+                    _ => {}
+                }
+            }
+            Err(error) => return Err(error),
+        }
     }
+}
+
+/// Enables the pids controller, where the daemon's v2 cgroup passes it
+/// on, for the jobs' cgroups in `base`.
+fn enable_pids(base: &Path) {
+    let _ = fs::write(base.join("cgroup.subtree_control"), "+pids");
 }
 
 /// Whether the cgroup `dir` was asked to freeze (frozen, or still
@@ -549,6 +585,24 @@ mod tests {
         assert_eq!(own_path(text, Some("cpu")), "/x");
         assert_eq!(own_path(text, None), "/system.slice/scored.service");
         assert_eq!(own_path("", None), "/");
+    }
+
+    #[test]
+    fn a_jobs_cgroup_makes_the_daemons_directory_again_once_it_is_gone() {
+        let dir = std::env::temp_dir().join(format!("scored-cgroup-base-{}", std::process::id()));
+        let base = dir.join("scored-00000000");
+        let job = base.join("job-1");
+        fs::create_dir_all(&dir).expect("a directory");
+        let made = make_job_dir(&base, &job, false);
+        let again = make_job_dir(&base, &job, false);
+        let there = job.is_dir();
+        let _ = fs::remove_dir_all(&dir);
+        assert!(made.expect("made"), "the job's directory was not made");
+        assert!(
+            !again.expect("found"),
+            "a directory there was taken as made"
+        );
+        assert!(there);
     }
 
     #[test]
