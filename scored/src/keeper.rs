@@ -51,12 +51,14 @@
 //! running ones run, switched-out ones stay stopped (a keeper stops again
 //! a rank of a switched-out job continued from outside). A keeper that
 //! ends with no scored connected (its wait ran out) leaves its job's ends
-//! in `STATE_DIR/keepers/ID.held` for the next one.
+//! in `STATE_DIR/keepers/ID.held` for the next one, and removes its job's
+//! cgroups (and the daemon's directory above them, once empty, if no
+//! daemon owns the state directory).
 //!
 //! Where to look: the messages and their framing are here; the zygote is
 //! `zygote.rs`; a keeper's life is `life.rs` (between jobs
 //! `life/spare.rs`, ending its job alone and the file it then leaves
-//! `life/ending.rs` and `heldfile.rs`), and the creation of its ranks
+//! `life/ending.rs`, `heldfile.rs` and `cgroups.rs`), and the creation of its ranks
 //! from scored's order `order.rs`. scored's side (a
 //! link per keeper, their events turned into the actuator's) is
 //! `actuator/keepers.rs`.
@@ -69,6 +71,7 @@ use std::time::Duration;
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use serde::{Deserialize, Serialize};
 
+pub mod cgroups;
 pub mod heldfile;
 pub mod life;
 pub mod order;

@@ -145,6 +145,8 @@ struct Keeper {
     ending: Option<ending::Ending>,
     /// The job's `cgroup.procs`, from its first order.
     cgroup_procs: Option<PathBuf>,
+    /// Its cgroups, removed if it leaves with no scored (`cgroups.rs`).
+    cgroups: super::cgroups::JobCgroups,
     /// What its last order runs (see `Held::described`).
     described: (usize, Vec<String>, String),
     /// The serial of scored's last `Stop` or `Continue`.
@@ -244,6 +246,7 @@ impl Keeper {
             wait,
             ending: None,
             cgroup_procs: None,
+            cgroups: Default::default(),
             described: (0, Vec::new(), String::new()),
             switch_serial: 0,
             switched_out: false,
@@ -602,9 +605,7 @@ impl Keeper {
                 return;
             }
         };
-        if let Some(path) = &order.cgroup_procs {
-            self.cgroup_procs = Some(PathBuf::from(path.to_os()));
-        }
+        self.note_cgroups(&order);
         if let Some(layout) = &order.stdio {
             match JobFds::from_layout(layout, fds) {
                 Ok(job_fds) => self.fds = Some(job_fds),

@@ -7,14 +7,16 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 use super::Keeper;
 use crate::actuator::procfs;
+use crate::keeper::cgroups::JobCgroups;
 use crate::keeper::heldfile::{self, HeldFile};
+use crate::keeper::order::Order;
 use crate::keeper::{Event, RankHeld, PROTOCOL};
 use crate::sys;
 
@@ -146,12 +148,38 @@ impl Keeper {
 
     /// As it leaves: with no scored connected and its job not released,
     /// it writes what it holds for the next scored (a keeper whose state
-    /// directory is gone cannot, and says so); then its socket goes.
+    /// directory is gone cannot, and says so); then its socket goes, and,
+    /// with no scored connected, its job's cgroups (`keeper::cgroups`;
+    /// those of its last job, resting, unless its daemon lives).
     pub(super) fn leave_files(&mut self) {
         if self.link.is_none() && !self.released && !self.resting {
             self.leave_held();
         }
         let _ = std::fs::remove_file(&self.socket_path);
+        if self.link.is_none() {
+            let state_dir = self.socket_path.parent().and_then(Path::parent);
+            self.cgroups.remove(state_dir, self.resting);
+        }
+    }
+
+    /// Notes the job's cgroups from an order: the files its ranks join,
+    /// and, the first time, the cgroups opened (`JobCgroups::open`).
+    pub(super) fn note_cgroups(&mut self, order: &Order) {
+        let Some(procs) = &order.cgroup_procs else {
+            return;
+        };
+        let procs = PathBuf::from(procs.to_os());
+        if self.cgroup_procs.as_ref() != Some(&procs) {
+            let pids = order
+                .pids_procs
+                .as_ref()
+                .map(|path| PathBuf::from(path.to_os()));
+            let joins: Vec<&Path> = std::iter::once(procs.as_path())
+                .chain(pids.as_deref())
+                .collect();
+            self.cgroups = JobCgroups::open(self.job, &joins);
+        }
+        self.cgroup_procs = Some(procs);
     }
 
     fn leave_held(&mut self) {

@@ -49,6 +49,10 @@ impl Keeper {
         self.reaped_cpu_us = 0;
         self.reaped_peak.clear();
         self.released = false;
+        // Its job's cgroups stay held: with its scored gone, it removes
+        // them as it leaves (`leave_files`), unless scored gave them to
+        // a later job (renamed to that job's name) or the next launch
+        // names this keeper's next cgroups.
         self.cgroup_procs = None;
         self.described = (0, Vec::new(), String::new());
         self.switch_serial = 0;
