@@ -27,6 +27,24 @@ fn history(daemon: &Daemon) -> Vec<(u64, String, i64, String)> {
         .collect()
 }
 
+/// Waits until nothing of the daemon is left in the cgroup hierarchies:
+/// no directory of its, nor any job's cgroup in one.
+fn assert_no_cgroup_left(daemon: &Daemon) {
+    if daemon.cgroup_dirs().is_empty() {
+        eprintln!("no cgroup hierarchy in use: no cgroup to look for");
+        return;
+    }
+    let mut left = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            left = daemon.cgroups_left();
+            left.is_empty()
+        }),
+        "left in the cgroup hierarchies: {left:?}\n{}",
+        daemon.log()
+    );
+}
+
 /// A queued job and a held one survive a kill -9 of scored: the new
 /// scored holds them as they were (queued, held), their scruns reattach,
 /// and once the queue is activated and the hold released both run and
@@ -81,6 +99,7 @@ fn a_queued_and_a_held_job_survive_a_kill_of_scored() {
 
 /// A scrun whose daemon does not come back within `-reattach=` says so
 /// and exits 69; the job is killed when a daemon returns, and recorded.
+/// The daemon, which never launched a job, leaves no cgroup.
 #[test]
 fn a_scrun_whose_daemon_does_not_come_back_gives_up() {
     let mut daemon = Daemon::builder().hosts("h0 cpus=0\n").start();
@@ -94,6 +113,7 @@ fn a_scrun_whose_daemon_does_not_come_back_gives_up() {
         stderr.contains("scored did not come back within 1s") && stderr.contains("job 1"),
         "{stderr}"
     );
+    assert_no_cgroup_left(&daemon);
 }
 
 /// A scrun that gave up waiting for its daemon (its `-reattach=` ran
@@ -707,8 +727,8 @@ fn a_killed_keeper_ends_its_job_only() {
 }
 
 /// Keepers whose scored never comes back end their jobs after
-/// `--keeper-wait` (no process is left), and the scrun gives up after
-/// its `-reattach=`.
+/// `--keeper-wait` (no process is left, nor any cgroup of the daemon's),
+/// and the scrun gives up after its `-reattach=`.
 #[test]
 fn a_scored_that_never_returns_leaves_no_process() {
     let mut daemon = Daemon::builder()
@@ -731,13 +751,14 @@ fn a_scored_that_never_returns_leaves_no_process() {
         all_gone(&[keeper], Duration::from_secs(5)),
         "the keeper stayed"
     );
+    assert_no_cgroup_left(&daemon);
     let (status, stderr) = job.wait(Duration::from_secs(20));
     assert_eq!(status.code(), Some(69), "{stderr}");
 }
 
 /// A job that ends while no scored runs keeps its end for the next
 /// scored; if none comes within `--keeper-wait`, its keeper leaves all the
-/// same.
+/// same, and its job's cgroups with it.
 #[test]
 fn a_keeper_whose_job_ended_while_no_scored_came_back_leaves() {
     let mut daemon = Daemon::builder()
@@ -762,8 +783,35 @@ fn a_keeper_whose_job_ended_while_no_scored_came_back_leaves() {
         all_gone(&[keeper], Duration::from_secs(10)),
         "the keeper stayed after its wait"
     );
+    assert_no_cgroup_left(&daemon);
     let (status, stderr) = job.wait(Duration::from_secs(20));
     assert_eq!(status.code(), Some(69), "{stderr}");
+}
+
+/// A scored killed after its job ended, which kept the job's cgroup for
+/// a later job and its keeper idle: the keeper leaves with its link, and
+/// takes the cgroup, and the daemon's directory, with it.
+#[test]
+fn a_scored_killed_after_its_job_ended_leaves_no_cgroup() {
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    assert_eq!(code(&daemon.run(&["true"])), Some(0));
+    assert!(wait_until(Duration::from_secs(10), || daemon
+        .idle_keepers()
+        == 1));
+    let idle: Vec<i32> = daemon
+        .all_children()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|line| line.starts_with(b"scored keeper, idle"))
+        })
+        .collect();
+    daemon.kill_hard();
+    assert!(
+        all_gone(&idle, Duration::from_secs(10)),
+        "an idle keeper outlived its scored"
+    );
+    assert_no_cgroup_left(&daemon);
 }
 
 /// A removed state directory: no scored can find the keepers, which end

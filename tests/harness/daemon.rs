@@ -363,6 +363,56 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The daemon's directories in the cgroup hierarchies (none without
+    /// cgroups): the one its log says it holds jobs in, and, beside a v1
+    /// freezer one, its namesake in the v1 pids hierarchy, in the pids
+    /// cgroup the daemon inherited from this process.
+    pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
+        let log = self.log();
+        let Some(base) = log
+            .lines()
+            .find_map(|line| line.split_once("jobs are held in cgroups path="))
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .map(PathBuf::from)
+        else {
+            return Vec::new();
+        };
+        let mut dirs = vec![base.clone()];
+        let pids_root = Path::new("/sys/fs/cgroup/pids");
+        if base.starts_with("/sys/fs/cgroup/freezer") && pids_root.join("cgroup.procs").exists() {
+            let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+            let pids = own
+                .lines()
+                .find_map(|line| line.split_once(":pids:").map(|(_, path)| path.to_string()))
+                .unwrap_or_default();
+            if let Some(name) = base.file_name() {
+                dirs.push(pids_root.join(pids.trim_start_matches('/')).join(name));
+            }
+        }
+        dirs
+    }
+
+    /// What is left of the daemon's directories in the cgroup hierarchies
+    /// (see [`Daemon::cgroup_dirs`]), each with what is in it.
+    pub fn cgroups_left(&self) -> Vec<String> {
+        self.cgroup_dirs()
+            .into_iter()
+            .filter(|dir| dir.exists())
+            .map(|dir| {
+                let inside: Vec<String> = std::fs::read_dir(&dir)
+                    .map(|entries| {
+                        entries
+                            .flatten()
+                            .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+                            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                format!("{} {inside:?}", dir.display())
+            })
+            .collect()
+    }
+
     /// A scrun command aimed at this daemon, tagged, in the sandbox.
     pub fn scrun(&self, args: &[&str]) -> Command {
         let mut command = self.scrun_spawned(args);
