@@ -30,7 +30,7 @@
 #![forbid(unsafe_code)]
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -52,6 +52,8 @@ pub const MAX_LOG: u64 = 16 << 20;
 /// has to reattach before the job is killed as one whose scrun went away
 /// (scored(8), CRASHES).
 pub const REATTACH_WAIT: Duration = Duration::from_secs(60);
+/// The buffer a snapshot is written through.
+const WRITE_BUFFER: usize = 64 << 10;
 /// The shortest time between two syncs of the log.
 pub const SYNC_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -414,7 +416,6 @@ impl Durable {
             core,
             keepers,
         };
-        let bytes = serde_json::to_vec(&state).map_err(io::Error::other)?;
         let fresh = self.dir.join(format!("{SNAPSHOT}.new"));
         match fs::remove_file(&fresh) {
             Ok(()) => {}
@@ -427,7 +428,13 @@ impl Durable {
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(&fresh)?;
-        file.write_all(&bytes)?;
+        // Written as it is serialized, not made into one buffer first: the
+        // text of the queued jobs' environments is twice their bytes, and
+        // a buffer grown to hold it would hold it twice over while it grows.
+        let mut writer = BufWriter::with_capacity(WRITE_BUFFER, &mut file);
+        serde_json::to_writer(&mut writer, &state)?;
+        writer.flush()?;
+        drop(writer);
         file.sync_data()?;
         fs::rename(&fresh, self.dir.join(SNAPSHOT))?;
         self.log.set_len(0)?;

@@ -123,14 +123,17 @@ pub fn write(state_dir: &Path, handover: &Handover) -> io::Result<PathBuf> {
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
         Err(error) => return Err(error),
     }
-    let bytes = serde_json::to_vec(handover).map_err(io::Error::other)?;
-    let mut file = fs::OpenOptions::new()
+    let file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)?;
-    file.write_all(&bytes)?;
+    // Written as it is serialized: the core's launches, as text twice
+    // their bytes, are not gathered into one buffer first.
+    let mut writer = io::BufWriter::with_capacity(64 << 10, file);
+    serde_json::to_writer(&mut writer, handover)?;
+    writer.flush()?;
     Ok(path)
 }
 

@@ -33,8 +33,10 @@ use scored_proto::batch::Batch;
 use scored_proto::command::{QueueMode, QueueShare};
 
 mod input;
+mod launch;
 mod restore;
 pub use input::InputRecord;
+use launch::LaunchText;
 pub use restore::RestoreError;
 
 /// The core's state.
@@ -46,7 +48,7 @@ pub struct CoreSnapshot {
     limits: Vec<(Option<u64>, Option<u64>, Option<u64>)>,
     queues: Vec<QueueSnapshot>,
     /// Packed launch data, each once; jobs refer to it by index.
-    launches: Vec<String>,
+    launches: Vec<LaunchText>,
     jobs: Vec<JobSnapshot>,
     waiting: Vec<WaiterSnapshot>,
     ran: Vec<u64>,
@@ -335,7 +337,7 @@ impl RequestFields {
 /// [`CoreSnapshot`] packs it): a logged `Submit` input.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RequestSnapshot {
-    launch: String,
+    launch: LaunchText,
     #[serde(flatten)]
     fields: RequestFields,
 }
@@ -349,13 +351,13 @@ impl RequestSnapshot {
             &request.inherited,
         );
         RequestSnapshot {
-            launch: hex(launch.as_bytes()),
+            launch: LaunchText::Packed(launch),
             fields: RequestFields::of(request),
         }
     }
 
     fn into_request(self) -> Result<JobRequest, RestoreError> {
-        let parts = restore::unpack(restore::unhex(&self.launch)?)?;
+        let parts = restore::unpack(&self.launch.bytes()?)?;
         restore::request_in(&self.fields, &parts)
     }
 }
@@ -371,16 +373,6 @@ struct SwitchesSnapshot {
 
 fn us(duration: Duration) -> u64 {
     duration.as_micros().min(u128::from(u64::MAX)) as u64
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        out.push(DIGITS[usize::from(byte >> 4)] as char);
-        out.push(DIGITS[usize::from(byte & 15)] as char);
-    }
-    out
 }
 
 fn batch_out(batch: &Batch) -> BatchSnapshot {
@@ -436,24 +428,24 @@ fn status_out(status: ExitStatus) -> StatusSnapshot {
     }
 }
 
-/// Packed launch data, each distinct one once.
+/// Packed launch data, each distinct one once (launches are equal when
+/// their bytes are), shared with the core rather than copied.
 #[derive(Default)]
 struct Launches {
-    texts: Vec<String>,
-    index: HashMap<Vec<u8>, usize>,
+    texts: Vec<LaunchText>,
+    index: HashMap<Launch, usize>,
 }
 
 impl Launches {
     fn add(&mut self, launch: &Launch) -> usize {
         // The launch's own packed bytes: `unpack` reads them back, and
         // `Launch::pack_with` of the parts gives the same bytes again.
-        let bytes = launch.as_bytes().to_vec();
-        if let Some(idx) = self.index.get(&bytes) {
+        if let Some(idx) = self.index.get(launch) {
             return *idx;
         }
         let idx = self.texts.len();
-        self.texts.push(hex(&bytes));
-        self.index.insert(bytes, idx);
+        self.texts.push(LaunchText::Packed(launch.clone()));
+        self.index.insert(launch.clone(), idx);
         idx
     }
 }
@@ -698,9 +690,32 @@ impl Core {
 mod tests {
     use std::ffi::OsString;
 
-    use super::restore::{unhex, unpack};
+    use super::restore::{unhex, unpack, LaunchParts};
     use super::*;
     use scored_proto::inherit::Inherited;
+
+    /// The launch as the snapshot writes it and reads it back: its text
+    /// is the bytes in lowercase hexadecimal.
+    fn through_text(text: &LaunchText) -> LaunchParts {
+        let LaunchText::Packed(launch) = text else {
+            panic!("a launch taken from the core holds it");
+        };
+        let written = serde_json::to_string(text).expect("serialize");
+        let digits: String = launch
+            .as_bytes()
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        assert_eq!(written, format!("\"{digits}\""));
+        let read: LaunchText = serde_json::from_str(&written).expect("deserialize");
+        assert!(matches!(&read, LaunchText::Text(text) if *text == digits));
+        assert_eq!(serde_json::to_string(&read).expect("serialize"), written);
+        assert_eq!(
+            read.bytes().expect("hexadecimal").as_ref(),
+            launch.as_bytes()
+        );
+        unpack(&read.bytes().expect("hexadecimal")).expect("unpack")
+    }
 
     #[test]
     fn launch_data_round_trips_through_hex() {
@@ -715,7 +730,7 @@ mod tests {
         let mut launches = Launches::default();
         let idx = launches.add(&launch);
         assert_eq!(launches.add(&launch.clone()), idx);
-        let (s, e, c, i) = unpack(unhex(&launches.texts[idx]).unwrap()).unwrap();
+        let (s, e, c, i) = through_text(&launches.texts[idx]);
         assert_eq!(
             (s, e, c, i),
             (
@@ -735,9 +750,14 @@ mod tests {
         };
         let launch = Launch::pack_with(&stages, &env, &cwd, &inherited);
         let idx = launches.add(&launch);
-        let (s, e, c, i) = unpack(unhex(&launches.texts[idx]).unwrap()).unwrap();
-        assert_eq!((s, e, c, i), (stages, env, cwd, inherited));
-        assert!(unpack(vec![1, 0, 0]).is_err());
+        let (s, e, c, i) = through_text(&launches.texts[idx]);
+        assert_eq!((s, e, c, i), (stages, env.clone(), cwd.clone(), inherited));
+        // Longer than the pieces the text is written in, by an odd count.
+        let long = vec![vec![OsString::from("\u{ff}x".repeat(3001))]];
+        let launch = Launch::pack(&long, &env, &cwd);
+        let idx = launches.add(&launch);
+        assert_eq!(through_text(&launches.texts[idx]).0, long);
+        assert!(unpack(&[1, 0, 0]).is_err());
         assert!(unhex("zz").is_err());
     }
 }

@@ -413,11 +413,8 @@ pub(super) fn request_in(
     })
 }
 
-pub(super) fn unpack(bytes: Vec<u8>) -> Result<LaunchParts, RestoreError> {
-    let mut reader = Reader {
-        bytes: &bytes,
-        at: 0,
-    };
+pub(super) fn unpack(bytes: &[u8]) -> Result<LaunchParts, RestoreError> {
+    let mut reader = Reader { bytes, at: 0 };
     let n_stages = reader.count()?;
     let mut stages = Vec::new();
     for _ in 0..n_stages {
@@ -633,8 +630,8 @@ impl Core {
             .collect();
         let launches: Vec<LaunchParts> = snapshot
             .launches
-            .into_iter()
-            .map(|text| unpack(unhex(&text)?))
+            .iter()
+            .map(|text| unpack(&text.bytes()?))
             .collect::<Result<_, RestoreError>>()?;
         let mut started: BTreeSet<u64> = BTreeSet::new();
         let mut submissions: HashMap<u64, Rc<Submission>> = HashMap::new();
