@@ -602,6 +602,70 @@ fn running_out_of_descriptors_is_a_clear_refusal() {
     assert_no_panic(&mut daemon);
 }
 
+/// Stops a process until dropped (the test's end or its panic).
+struct Stopped(nix::unistd::Pid);
+
+impl Stopped {
+    fn new(pid: i32) -> Stopped {
+        let pid = nix::unistd::Pid::from_raw(pid);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// A socket the daemon lets go of unread goes to its closer, whose pace
+/// (a fork for each batch) is the machine's: under load, seconds. A
+/// client refused or dropped must still see its answer and then the end
+/// at once, whenever the closer gets to the socket; here it is stopped.
+#[test]
+fn refused_and_dropped_clients_see_the_end_while_the_closer_is_stopped() {
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .nofile(64, 64)
+        .arg("--max-connections")
+        .arg("1000")
+        .start();
+    // The closer names itself once it runs.
+    let mut closer = 0;
+    assert!(
+        wait_until(PROMPT, || {
+            closer = daemon.closer().unwrap_or(0);
+            closer > 0
+        }),
+        "scored has no closer"
+    );
+    let closer = Stopped::new(closer);
+    let mut clients: Vec<UnixStream> = (0..100).map(|_| connect(&daemon.socket)).collect();
+    for (idx, client) in clients.iter_mut().enumerate().skip(80) {
+        expect_error(
+            client,
+            &format!("client {idx} of 100, the closer stopped"),
+            "out of descriptors",
+        );
+    }
+    drop(clients);
+    assert!(wait_until(PROMPT, || daemon
+        .console("status")
+        .status
+        .success()));
+    let mut garbage = connect(&daemon.socket);
+    garbage.write_all(&frame(b"not a request")).expect("write");
+    expect_error(
+        &mut garbage,
+        "a garbage frame, the closer stopped",
+        "malformed",
+    );
+    drop(closer);
+    serves_normally(&daemon, "once the closer runs again");
+    assert_no_panic(&mut daemon);
+}
+
 #[test]
 fn a_client_that_pipelines_requests_gets_every_reply() {
     let mut daemon = Daemon::builder().hosts(&two_hosts()).start();

@@ -32,7 +32,10 @@ use scored_proto::proto::{self, Reply, Request};
 /// its side) holds no message and can receive none, and no one else holds
 /// the daemon's end of it: its close here releases nothing of the user's
 /// and returns at once, so it is closed here, without a batch of the
-/// closer (a fork) after every job's scrun exits.
+/// closer (a fork) after every job's scrun exits. One that goes to the
+/// closer is shut down first, both ways: the client sees the end of what
+/// it was sent (a refusal, its last reply) at once, not when the closer
+/// gets round to the batch, which under load can take seconds.
 pub(super) struct ClientSocket {
     /// `None` only while it is being dropped.
     stream: Option<UnixStream>,
@@ -83,6 +86,10 @@ impl Drop for ClientSocket {
             if self.drained {
                 drop(stream);
             } else {
+                // A shutdown of the daemon's own end of a Unix socket
+                // changes its state only: it asks no one anything, and
+                // what waits in it stays for the closer.
+                let _ = stream.shutdown(std::net::Shutdown::Both);
                 closer::discard(OwnedFd::from(stream), self.uid);
             }
         }
