@@ -93,9 +93,7 @@ impl JobCgroups {
         if self.held.is_empty() {
             return;
         }
-        let owned = state_dir
-            .and_then(crate::instance::recorded)
-            .is_some_and(|daemon| daemon.alive_now());
+        let owned = state_dir.is_some_and(owned);
         if owned && spare {
             return;
         }
@@ -123,6 +121,35 @@ impl JobCgroups {
             }
         }
     }
+}
+
+/// Whether a live daemon owns `state_dir`: the one recorded there lives
+/// and is not exiting. A daemon killed closes its descriptors (a
+/// keeper's link among them) before the kernel shows it dead, but after
+/// it marks it exiting (`PF_EXITING` in the flags of /proc/PID/stat);
+/// one that executes a new image (an in-place restart) is not exiting.
+fn owned(state_dir: &Path) -> bool {
+    let Some(daemon) = crate::instance::recorded(state_dir) else {
+        return false;
+    };
+    let (Ok(boot_id), Ok(stat)) = (
+        crate::instance::boot_id(),
+        std::fs::read_to_string(format!("/proc/{}/stat", daemon.pid)),
+    ) else {
+        return false;
+    };
+    daemon.is_alive(&boot_id, Some(&stat)) && !exiting(&stat)
+}
+
+/// Whether the process of a /proc/PID/stat line is exiting (or the line
+/// does not read): `PF_EXITING` in its flags, the ninth field.
+fn exiting(stat: &str) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let flags = stat
+        .rfind(')')
+        .and_then(|end| stat[end + 1..].split_whitespace().nth(6))
+        .and_then(|flags| flags.parse::<u64>().ok());
+    flags.is_none_or(|flags| flags & PF_EXITING != 0)
 }
 
 /// Removes one hierarchy's cgroup of the job, if it is still the one

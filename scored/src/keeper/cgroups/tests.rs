@@ -166,3 +166,15 @@ fn only_the_keepers_own_job_is_held() {
         "another job's cgroup was removed"
     );
 }
+
+#[test]
+fn a_daemon_that_is_exiting_owns_nothing() {
+    let line = |flags: u64| {
+        format!("42 (scored (x) y) R 1 42 42 0 -1 {flags} 100 0 0 0 5 3 0 0 20 0 1 0 777 1000 200")
+    };
+    assert!(!super::exiting(&line(0x0040_0000)));
+    assert!(super::exiting(&line(0x0040_0004)));
+    assert!(super::exiting("garbage"));
+    let own = fs::read_to_string("/proc/self/stat").expect("stat");
+    assert!(!super::exiting(&own), "{own}");
+}
