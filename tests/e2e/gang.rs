@@ -664,3 +664,70 @@ fn the_cpu_latency_is_held_at_zero_during_each_switch_only() {
         );
     }
 }
+
+/// Two jobs of more ranks than the machine has CPUs, whose stops only
+/// their keepers' answers confirm (each told to the keeper before its
+/// SIGSTOPs, each continue noted on its pipe before its SIGCONTs):
+/// switched many times, none of scored's own continues is taken for one
+/// from outside; a SIGCONT sent from outside to a switched-out rank is
+/// undone at once, and scored hears of it.
+#[test]
+fn a_wide_job_tells_scored_continues_from_one_from_outside() {
+    let n = std::thread::available_parallelism().map_or(2, usize::from) + 2;
+    let hosts: String = (0..n).map(|idx| format!("h{idx} cores=1\n")).collect();
+    let daemon = Daemon::builder().hosts(&hosts).timeslice("20ms").start();
+    let nodes = format!("-nodes={n},priority=1");
+    let mut first = daemon.spawn(&[&nodes, &testprog(), "spin", "0"]);
+    let a = first.wait_pids(n);
+    let mut second = daemon.spawn(&[&nodes, &testprog(), "spin", "0"]);
+    let b = second.wait_pids(n);
+    let switches = || daemon.json("status")["switches"].as_u64().unwrap_or(0);
+    let before = switches();
+    assert!(
+        wait_until(Duration::from_secs(30), || switches() >= before + 40),
+        "only {} switches of 20 ms slices",
+        switches() - before
+    );
+    assert!(
+        !daemon.log().contains("continued from outside"),
+        "a continue of scored's was taken for one from outside:\n{}",
+        daemon.log()
+    );
+    // Slices long enough to act in one: the rank is continued from
+    // outside right after its job was switched out.
+    daemon.ok("timeslice 3s");
+    let cannot_run = |pid: i32| proc_stat(pid).is_some_and(|stat| matches!(stat.state, 'T' | 'D'));
+    assert!(
+        wait_until(Duration::from_secs(10), || running(&a) > 0),
+        "the first job never ran again"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || a
+            .iter()
+            .all(|pid| cannot_run(*pid))),
+        "the first job was never switched out whole"
+    );
+    let switched_out_at = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(a[0]), Signal::SIGCONT)
+        .expect("SIGCONT to a rank");
+    let held = wait_until(Duration::from_millis(1500), || {
+        cannot_run(a[0]) && daemon.log().contains("continued from outside")
+    });
+    let in_slice = switched_out_at.elapsed() < Duration::from_millis(2500);
+    assert!(
+        held || !in_slice,
+        "a rank continued from outside ran on (state {:?}), or scored did not hear of it:\n{}",
+        proc_stat(a[0]).map(|stat| stat.state),
+        daemon.log()
+    );
+    assert!(
+        running(&b) > 0 || !in_slice,
+        "the second job lost its slice"
+    );
+    for job in [&first, &second] {
+        job.signal(Signal::SIGINT);
+    }
+    first.wait(Duration::from_secs(30));
+    second.wait(Duration::from_secs(30));
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+}
