@@ -173,6 +173,9 @@ impl OpenSwitch {
 /// The most connections served at once, whatever the descriptor limit;
 /// one more is told so and closed.
 pub const MAX_CONNECTIONS: usize = 65_536;
+/// While clients wait in the backlog for a free descriptor, the longest
+/// between two tries to accept them.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 /// Descriptors kept free for the daemon itself (listener, signalfd, pipes,
 /// /proc reads, spawning).
 const RESERVED_FDS: u64 = 256;
@@ -303,6 +306,11 @@ pub struct Daemon<A: Actuator> {
     dirty: Vec<Token>,
     /// A descriptor given up when the table is full, to refuse a client politely.
     spare_fd: Option<std::fs::File>,
+    /// The last accept left clients in the backlog (out of descriptors
+    /// and the spare not back yet): accepting is tried again at every
+    /// wakeup and at least every [`ACCEPT_RETRY`], since the listener
+    /// says nothing more until another client connects.
+    accept_waits: bool,
     /// The job journal, when the daemon keeps one.
     journal: Option<Journal>,
     /// The core's state on disk (`durable.rs`), when the daemon keeps it.
@@ -434,6 +442,7 @@ impl<A: Actuator> Daemon<A> {
             fd_pool: FdPool::default(),
             dirty: Vec::new(),
             spare_fd: spare_descriptor(),
+            accept_waits: false,
             idle_since: Instant::now(),
             journal: None,
             durable: None,
@@ -511,6 +520,9 @@ impl<A: Actuator> Daemon<A> {
                 deadline = Some(deadline.map_or(idle, |other| other.min(idle)));
             }
             let mut timeout = poll_timeout(deadline);
+            if self.accept_waits {
+                timeout = Some(timeout.map_or(ACCEPT_RETRY, |other| other.min(ACCEPT_RETRY)));
+            }
             let mut waiting = self.resumable();
             waiting.extend(self.deferred.iter().copied());
             if !waiting.is_empty() {
@@ -562,7 +574,7 @@ impl<A: Actuator> Daemon<A> {
             // New clients after the ready ones: a connection that hung up
             // in this wake-up frees its place for them, so a client that
             // connects at the cap just as another leaves is not refused.
-            if accept {
+            if accept || self.accept_waits {
                 self.handle_event_guarded(Event::Accept);
             }
             self.handle_event_guarded(Event::Deadline);

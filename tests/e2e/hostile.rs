@@ -666,6 +666,77 @@ fn refused_and_dropped_clients_see_the_end_while_the_closer_is_stopped() {
     assert_no_panic(&mut daemon);
 }
 
+/// Whether the daemon sends something or closes `client` within `wait`.
+fn answered_within(client: &mut UnixStream, wait: Duration) -> bool {
+    client.set_read_timeout(Some(wait)).expect("read timeout");
+    let mut byte = [0u8; 1];
+    // Peeked, to be read whole later.
+    let answered = !matches!(
+        nix::sys::socket::recv(client.as_raw_fd(), &mut byte, MsgFlags::MSG_PEEK),
+        Err(nix::errno::Errno::EAGAIN)
+    );
+    client.set_read_timeout(Some(PROMPT)).expect("read timeout");
+    answered
+}
+
+/// While the closer takes nothing, each refused socket goes to its
+/// socket, until that is full; the next one then waits in the daemon,
+/// holding the descriptor the spare needs, and so do the clients behind
+/// it, in the backlog. Once the closer reads again they must be refused,
+/// although the listener says nothing more.
+#[test]
+fn clients_behind_a_full_closer_are_refused_once_it_reads_again() {
+    if !enough_descriptors(3000) {
+        println!("skipped: the descriptor limit is too low to fill the closer's socket");
+        return;
+    }
+    let mut daemon = Daemon::builder()
+        .hosts(&two_hosts())
+        .nofile(64, 64)
+        .arg("--max-connections")
+        .arg("5000")
+        .start();
+    let mut closer = 0;
+    assert!(
+        wait_until(PROMPT, || {
+            closer = daemon.closer().unwrap_or(0);
+            closer > 0
+        }),
+        "scored has no closer"
+    );
+    let stopped = Stopped::new(closer);
+    // Past the limit, then one at a time until a client is not answered
+    // (or as many as the closer's socket could hold, if it is that large).
+    let mut clients: Vec<UnixStream> = (0..100).map(|_| connect(&daemon.socket)).collect();
+    loop {
+        let mut client = connect(&daemon.socket);
+        let answered = answered_within(&mut client, Duration::from_millis(500));
+        clients.push(client);
+        if !answered || clients.len() == 2500 {
+            break;
+        }
+    }
+    let waiting = clients.len() - 1;
+    println!("client {waiting} is the last connected with the closer stopped");
+    drop(stopped);
+    // That one, and one more that connects once the closer is back.
+    clients.push(connect(&daemon.socket));
+    for idx in [waiting, waiting + 1] {
+        expect_error(
+            &mut clients[idx],
+            &format!("client {idx}, once the closer reads again"),
+            "out of descriptors",
+        );
+    }
+    drop(clients);
+    assert!(wait_until(PROMPT, || daemon
+        .console("status")
+        .status
+        .success()));
+    serves_normally(&daemon, "after the closer's socket was full");
+    assert_no_panic(&mut daemon);
+}
+
 #[test]
 fn a_client_that_pipelines_requests_gets_every_reply() {
     let mut daemon = Daemon::builder().hosts(&two_hosts()).start();

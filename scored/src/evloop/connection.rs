@@ -266,17 +266,25 @@ impl<A: Actuator> Daemon<A> {
     }
 
     pub(super) fn accept(&mut self) {
+        // The spare is back once a descriptor is free again (the closer
+        // took a refused socket that waited for it).
+        if self.spare_fd.is_none() {
+            self.spare_fd = spare_descriptor();
+        }
         loop {
             let (stream, _) = match self.listener.accept() {
                 Ok(pair) => pair,
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    self.accept_waits = false;
+                    return;
+                }
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
                 Err(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
                     // Out of descriptors: give up the spare one for a moment
                     // to accept the client and tell it so, rather than leave
                     // it waiting in the backlog with no answer.
                     if self.spare_fd.take().is_none() {
-                        tracing::warn!(%error, "accept failed");
+                        self.accept_later(&error);
                         return;
                     }
                     // accept() fails with EMFILE before it looks for a
@@ -293,7 +301,16 @@ impl<A: Actuator> Daemon<A> {
                             tracing::warn!("connection refused: out of descriptors");
                             true
                         }
-                        Err(_) => false,
+                        // No client waited; or the number the spare freed
+                        // was taken (a reader thread opens /proc files).
+                        Err(error) => {
+                            if error.kind() == io::ErrorKind::WouldBlock {
+                                self.accept_waits = false;
+                            } else {
+                                self.accept_later(&error);
+                            }
+                            false
+                        }
                     };
                     // The refused socket went to the closer's queue: sent
                     // now, its number is free again for the spare.
@@ -305,7 +322,7 @@ impl<A: Actuator> Daemon<A> {
                     continue;
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "accept failed");
+                    self.accept_later(&error);
                     return;
                 }
             };
@@ -369,6 +386,15 @@ impl<A: Actuator> Daemon<A> {
                 self.plain_connections += 1;
             }
         }
+    }
+
+    /// Leaves the clients in the backlog to the next try (`run`), saying
+    /// why once for each time they start to wait.
+    fn accept_later(&mut self, error: &io::Error) {
+        if !self.accept_waits {
+            tracing::warn!(%error, "cannot accept clients for now; they wait in the backlog");
+        }
+        self.accept_waits = true;
     }
 
     pub(super) fn client_ready(&mut self, token: Token, inputs: &mut Vec<Input>) {
