@@ -527,8 +527,17 @@ fn lone_users_share(users: &TestUsers, share: &str) -> f64 {
     jobs.push(lone);
     std::thread::sleep(Duration::from_secs(1));
     let (a_before, b_before) = (cpu(&a_pids), cpu(&b_pids));
-    std::thread::sleep(Duration::from_secs(6));
-    let (a_used, b_used) = (cpu(&a_pids) - a_before, cpu(&b_pids) - b_before);
+    // At least 6 s, and on until the jobs have run 100 ticks between them
+    // (a loaded machine gives the host's CPU to others too): the shares
+    // are of the CPU the jobs got, whatever the time it took.
+    let started = Instant::now();
+    let used = || (cpu(&a_pids) - a_before, cpu(&b_pids) - b_before);
+    while started.elapsed() < Duration::from_secs(6)
+        || (used().0 + used().1 <= 100 && started.elapsed() < Duration::from_secs(120))
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (a_used, b_used) = used();
     for job in &jobs {
         job.signal(Signal::SIGINT);
     }
@@ -537,8 +546,9 @@ fn lone_users_share(users: &TestUsers, share: &str) -> f64 {
     }
     assert!(
         a_used + b_used > 100,
-        "the four jobs ran only {} ticks in 6 s",
-        a_used + b_used
+        "the four jobs ran only {} ticks in {:?}",
+        a_used + b_used,
+        started.elapsed()
     );
     b_used as f64 / (a_used + b_used) as f64
 }
