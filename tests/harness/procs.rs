@@ -36,6 +36,27 @@ pub fn freezing(pid: i32) -> bool {
         .is_some_and(|state| matches!(state.trim(), "FREEZING" | "FROZEN"))
 }
 
+/// Whether `pid` runs no more of its own code until continued or thawed:
+/// stopped (`T`, or `t` under a tracer), in a freezing or frozen cgroup,
+/// or with a SIGSTOP pending, which it takes before it returns to its code
+/// (a loaded machine may leave it runnable, `R`, for a while first).
+pub fn held(pid: i32) -> bool {
+    let stop_pending = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| {
+                let (key, mask) = line.split_once(':')?;
+                matches!(key, "SigPnd" | "ShdPnd")
+                    .then(|| u64::from_str_radix(mask.trim(), 16).ok())?
+            })
+            .any(|mask| mask & (1 << (libc::SIGSTOP - 1)) != 0)
+    };
+    proc_stat(pid).is_some_and(|stat| matches!(stat.state, 'T' | 't'))
+        || freezing(pid)
+        || stop_pending()
+}
+
 /// Whether the kernel shows `pid` stopped (state `T`).
 pub fn stopped(pid: i32) -> bool {
     proc_stat(pid).is_some_and(|stat| stat.state == 'T')
