@@ -619,19 +619,16 @@ impl Drop for Stopped {
     }
 }
 
-/// A socket the daemon lets go of unread goes to its closer, whose pace
-/// (a fork for each batch) is the machine's: under load, seconds. A
-/// client refused or dropped must still see its answer and then the end
-/// at once, whenever the closer gets to the socket; here it is stopped.
-#[test]
-fn refused_and_dropped_clients_see_the_end_while_the_closer_is_stopped() {
-    let mut daemon = Daemon::builder()
+/// A daemon with a hard limit of 64 descriptors and `max_connections`
+/// far above it, and its closer stopped (the closer names itself once it
+/// runs).
+fn short_of_descriptors_closer_stopped(max_connections: &str) -> (Daemon, Stopped) {
+    let daemon = Daemon::builder()
         .hosts(&two_hosts())
         .nofile(64, 64)
         .arg("--max-connections")
-        .arg("1000")
+        .arg(max_connections)
         .start();
-    // The closer names itself once it runs.
     let mut closer = 0;
     assert!(
         wait_until(PROMPT, || {
@@ -640,7 +637,16 @@ fn refused_and_dropped_clients_see_the_end_while_the_closer_is_stopped() {
         }),
         "scored has no closer"
     );
-    let closer = Stopped::new(closer);
+    (daemon, Stopped::new(closer))
+}
+
+/// A socket the daemon lets go of unread goes to its closer, whose pace
+/// (a fork for each batch) is the machine's: under load, seconds. A
+/// client refused or dropped must still see its answer and then the end
+/// at once, whenever the closer gets to the socket; here it is stopped.
+#[test]
+fn refused_and_dropped_clients_see_the_end_while_the_closer_is_stopped() {
+    let (mut daemon, closer) = short_of_descriptors_closer_stopped("1000");
     let mut clients: Vec<UnixStream> = (0..100).map(|_| connect(&daemon.socket)).collect();
     for (idx, client) in clients.iter_mut().enumerate().skip(80) {
         expect_error(
@@ -690,21 +696,7 @@ fn clients_behind_a_full_closer_are_refused_once_it_reads_again() {
         println!("skipped: the descriptor limit is too low to fill the closer's socket");
         return;
     }
-    let mut daemon = Daemon::builder()
-        .hosts(&two_hosts())
-        .nofile(64, 64)
-        .arg("--max-connections")
-        .arg("5000")
-        .start();
-    let mut closer = 0;
-    assert!(
-        wait_until(PROMPT, || {
-            closer = daemon.closer().unwrap_or(0);
-            closer > 0
-        }),
-        "scored has no closer"
-    );
-    let stopped = Stopped::new(closer);
+    let (mut daemon, stopped) = short_of_descriptors_closer_stopped("5000");
     // Past the limit, then one at a time until three in a row are not
     // answered (or as many as the closer's socket could hold, if it is
     // that large). One alone may have been accepted: a connection that
