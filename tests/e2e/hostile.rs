@@ -574,6 +574,25 @@ fn daemon_memory(daemon: &Daemon, field: &str) -> u64 {
         .map_or(0, |kib| kib << 10)
 }
 
+/// Connects 100 clients to a daemon of 64 descriptors: from the 80th on
+/// (`when`, said in a failure), each is refused as out of descriptors;
+/// once they all leave, the daemon answers a console again.
+fn hundred_clients_refused_past_80(daemon: &Daemon, when: &str) {
+    let mut clients: Vec<UnixStream> = (0..100).map(|_| connect(&daemon.socket)).collect();
+    for (idx, client) in clients.iter_mut().enumerate().skip(80) {
+        expect_error(
+            client,
+            &format!("client {idx} of 100{when}"),
+            "out of descriptors",
+        );
+    }
+    drop(clients);
+    assert!(wait_until(PROMPT, || daemon
+        .console("status")
+        .status
+        .success()));
+}
+
 #[test]
 fn running_out_of_descriptors_is_a_clear_refusal() {
     // A hard limit of 64 descriptors that scored cannot raise, and a
@@ -584,20 +603,8 @@ fn running_out_of_descriptors_is_a_clear_refusal() {
         .arg("--max-connections")
         .arg("1000")
         .start();
-    let mut clients: Vec<UnixStream> = (0..100).map(|_| connect(&daemon.socket)).collect();
-    for (idx, client) in clients.iter_mut().enumerate().skip(80) {
-        expect_error(
-            client,
-            &format!("client {idx} of 100"),
-            "out of descriptors",
-        );
-    }
-    drop(clients);
     // Once the clients leave, service resumes.
-    assert!(wait_until(PROMPT, || daemon
-        .console("status")
-        .status
-        .success()));
+    hundred_clients_refused_past_80(&daemon, "");
     serves_normally(&daemon, "after running out of descriptors");
     assert_no_panic(&mut daemon);
 }
@@ -647,19 +654,7 @@ fn short_of_descriptors_closer_stopped(max_connections: &str) -> (Daemon, Stoppe
 #[test]
 fn refused_and_dropped_clients_see_the_end_while_the_closer_is_stopped() {
     let (mut daemon, closer) = short_of_descriptors_closer_stopped("1000");
-    let mut clients: Vec<UnixStream> = (0..100).map(|_| connect(&daemon.socket)).collect();
-    for (idx, client) in clients.iter_mut().enumerate().skip(80) {
-        expect_error(
-            client,
-            &format!("client {idx} of 100, the closer stopped"),
-            "out of descriptors",
-        );
-    }
-    drop(clients);
-    assert!(wait_until(PROMPT, || daemon
-        .console("status")
-        .status
-        .success()));
+    hundred_clients_refused_past_80(&daemon, ", the closer stopped");
     let mut garbage = connect(&daemon.socket);
     garbage.write_all(&frame(b"not a request")).expect("write");
     expect_error(
