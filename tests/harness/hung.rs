@@ -241,15 +241,7 @@ fn serve(device: &OwnedFd, shared: &Mutex<Shared>, stop: &AtomicBool) {
 
 /// Process `pid` has a SIGKILL pending (or is gone).
 pub(crate) fn being_killed(pid: u32) -> bool {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return true;
-    };
-    text.lines()
-        .filter_map(|line| {
-            let (key, mask) = line.split_once(':')?;
-            matches!(key, "SigPnd" | "ShdPnd").then(|| u64::from_str_radix(mask.trim(), 16).ok())?
-        })
-        .any(|mask| mask & (1 << (libc::SIGKILL - 1)) != 0)
+    crate::harness::procs::signal_pending(pid as i32, libc::SIGKILL).unwrap_or(true)
 }
 
 /// The parent of process `pid` (which waits in the kernel for an answer,

@@ -41,20 +41,24 @@ pub fn freezing(pid: i32) -> bool {
 /// or with a SIGSTOP pending, which it takes before it returns to its code
 /// (a loaded machine may leave it runnable, `R`, for a while first).
 pub fn held(pid: i32) -> bool {
-    let stop_pending = || {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_default()
-            .lines()
+    proc_stat(pid).is_some_and(|stat| matches!(stat.state, 'T' | 't'))
+        || freezing(pid)
+        || signal_pending(pid, libc::SIGSTOP).unwrap_or(false)
+}
+
+/// Whether `signal` waits in process `pid`'s pending sets (its own or its
+/// thread group's); `None` if the process is gone.
+pub fn signal_pending(pid: i32, signal: i32) -> Option<bool> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    Some(
+        text.lines()
             .filter_map(|line| {
                 let (key, mask) = line.split_once(':')?;
                 matches!(key, "SigPnd" | "ShdPnd")
                     .then(|| u64::from_str_radix(mask.trim(), 16).ok())?
             })
-            .any(|mask| mask & (1 << (libc::SIGSTOP - 1)) != 0)
-    };
-    proc_stat(pid).is_some_and(|stat| matches!(stat.state, 'T' | 't'))
-        || freezing(pid)
-        || stop_pending()
+            .any(|mask| mask & (1 << (signal - 1)) != 0),
+    )
 }
 
 /// Whether the kernel shows `pid` stopped (state `T`).
