@@ -19,6 +19,10 @@
 //! scored-testprog flood PATH N LINE SECS  open N connections to the socket PATH and, for SECS,
 //!                                      keep 8 console requests LINE outstanding on each,
 //!                                      reading the replies as they come; print `served K`
+//! scored-testprog ask PATH LINE        on one connection to the socket PATH, at the daemon's
+//!                                      priority, send the console request LINE and wait for
+//!                                      its answer, every 10 ms until stdin ends; print
+//!                                      `asked N`, then `slowest MICROS` (or `unanswered TEXT`)
 //! ```
 //!
 //! It prints `pid PID` on stdout first (except `env`), so tests can find it.
@@ -139,6 +143,7 @@ fn main() {
             secs(4),
         ),
         "flood" => flood(&arg(1), arg(2).parse().unwrap_or(0), &arg(3), secs(4)),
+        "ask" => ask(&arg(1), &arg(2)),
         "ptrace-resume" => ptrace_resume(&args[1..]),
         "keyring" => match session_keyring() {
             Some(id) => println!("keyring {id}"),
@@ -201,6 +206,65 @@ fn flood(path: &str, n: usize, line: &str, seconds: f64) {
         std::thread::sleep(Duration::from_millis(1));
     }
     println!("served {served}");
+}
+
+/// Asks the console request `line` on one connection to `path` again and
+/// again, 10 ms apart, until stdin ends, and prints how many were asked
+/// and the slowest answer (`unanswered` and what came, if one was not a
+/// successful console reply within 60 s). It times the daemon, not this
+/// program: a process of its own (a thread of the test's process stalls
+/// behind the other tests' forks and allocations), at the daemon's
+/// real-time priority where it may have it, so that a loaded machine's
+/// queue for the CPU is not counted as the daemon's delay.
+fn ask(path: &str, line: &str) {
+    use scored_proto::proto::{self, Reply, Request};
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let param = libc::sched_param { sched_priority: 10 };
+    // SAFETY: sched_setscheduler reads the parameter it is given; a
+    // refusal leaves the policy as it was.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) };
+    static DONE: AtomicBool = AtomicBool::new(false);
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        DONE.store(true, Ordering::SeqCst);
+    });
+    let frame = proto::encode(&Request::Console {
+        version: proto::VERSION,
+        line: line.to_string(),
+        json: false,
+    });
+    let mut stream = UnixStream::connect(path).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let (mut asked, mut slowest) = (0u64, Duration::ZERO);
+    let mut chunk = [0u8; 4096];
+    while !DONE.load(Ordering::SeqCst) {
+        let started = Instant::now();
+        stream.write_all(&frame).expect("write");
+        let mut bytes = Vec::new();
+        let reply = loop {
+            if let Ok(Some(reply)) = proto::decode::<Reply>(&mut bytes, proto::MAX_REPLY) {
+                break Some(reply);
+            }
+            match stream.read(&mut chunk) {
+                Ok(len) if len > 0 => bytes.extend_from_slice(&chunk[..len]),
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                _ => break None,
+            }
+        };
+        if !matches!(reply, Some(Reply::Console { ok: true, .. })) {
+            println!("unanswered {reply:?} after {:?}", started.elapsed());
+            std::process::exit(1);
+        }
+        slowest = slowest.max(started.elapsed());
+        asked += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("asked {asked}");
+    println!("slowest {}", slowest.as_micros());
 }
 
 /// Opens `n` connections to a Unix socket, then reports which of them the

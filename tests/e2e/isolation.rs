@@ -592,33 +592,30 @@ fn the_console_answers_while_a_large_job_launches() {
     let nodes = format!("-nodes={N}");
     let launched = Instant::now();
     let mut job = daemon.spawn(&[&nodes, &testprog(), "ignore-term", "3"]);
-    // Ask for the status again and again until every rank has said it
-    // runs, on one connection, so that what is timed is the daemon's
-    // answer and not the start of a console program on a busy machine.
-    let mut console = UnixStream::connect(&daemon.socket).expect("connect");
-    console
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("timeout");
-    let mut latencies = Vec::new();
+    // The status is asked again and again until every rank has said it
+    // runs, on one connection, by a program of its own at the daemon's
+    // priority (`scored-testprog ask`), so that what is timed is the
+    // daemon's answer: neither the start of a console program on a busy
+    // machine, nor a thread of this process, which stalls behind the
+    // other tests' forks and allocations.
+    let socket = daemon.socket.display().to_string();
+    let mut asker = std::process::Command::new(testprog())
+        .args(["ask", &socket, "status"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the asker");
     let mut all_started = None;
     while launched.elapsed() < Duration::from_secs(120) {
-        let asked = Instant::now();
-        console.write_all(&status_request()).expect("write");
-        assert!(
-            matches!(
-                read_reply(&mut console),
-                Some(Reply::Console { ok: true, .. })
-            ),
-            "status answered"
-        );
-        latencies.push(asked.elapsed());
         std::thread::sleep(Duration::from_millis(10));
-        let started = job_lines(&mut job, "pid ");
-        if started >= N {
+        if job_lines(&mut job, "pid ") >= N {
             all_started = Some(launched.elapsed());
             break;
         }
     }
+    // Its stdin's end tells the asker to stop and report.
+    drop(asker.stdin.take());
+    let report = stdout(&asker.wait_with_output().expect("the asker ends"));
     let all_started = all_started.unwrap_or_else(|| {
         panic!(
             "only {} of {N} ranks started:\n{}",
@@ -626,8 +623,14 @@ fn the_console_answers_while_a_large_job_launches() {
             daemon.log()
         )
     });
-    let during = latencies.len().saturating_sub(1);
-    let worst = latencies.iter().max().copied().unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        report
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("the asker did not say `{name}`: {report}"))
+    };
+    let during = field("asked").saturating_sub(1);
+    let worst = Duration::from_micros(field("slowest"));
     eprintln!(
         "{N} ranks started in {all_started:?}; {during} status calls during the launch, the slowest {worst:?}"
     );
