@@ -4,8 +4,8 @@
 //! - every `.rs` file of the six crates starts with a `//!` paragraph;
 //! - `unsafe` appears only in the daemon's `sys` module and the child's side
 //!   of a rank's clone (`actuator/spawn.rs`, `actuator/spawn/`), and in scrun's `sys` (the system
-//!   calls nix and rustix do not wrap, and the probe of the process as it
-//!   was at exec, which must run before the Rust runtime) and scrun's
+//!   calls nix and rustix do not wrap, the probe of the process as it
+//!   was at exec, and the entry point that replaces the Rust runtime's) and scrun's
 //!   `pmix_sys` (libpmix, loaded at run time, and the functions it calls);
 //! - the core crate depends on nothing that calls the system: its manifest
 //!   names only the protocol crate (without the client), serde (for the

@@ -10,9 +10,9 @@
 //! and marked close-on-exec, so that no program scrun starts (a private
 //! scored) holds them. The signal dispositions and the umask come from
 //! `/proc/self/status` (`SigIgn:` and `Umask:`), which reads them without
-//! changing them; what the Rust runtime changed before `main` (a closed
+//! changing them; what scrun's entry point changed before `main` (a closed
 //! standard descriptor opened on /dev/null, SIGPIPE ignored) comes from
-//! [`crate::sys::at_exec`], which saw the process before the runtime did.
+//! [`crate::sys::at_exec`], which saw the process as it was exec'd.
 #![forbid(unsafe_code)]
 
 use nix::sys::resource::getrlimit;
@@ -93,7 +93,7 @@ fn umask_without_proc() -> Option<u32> {
     Some(mask.bits())
 }
 
-/// The ignored signals (SIGPIPE left out: the runtime ignored it, and
+/// The ignored signals (SIGPIPE left out: scrun's start ignored it, and
 /// whether the caller did is known from [`crate::sys::at_exec`]) and the
 /// umask of a `/proc/PID/status` text; what is missing or malformed is
 /// left out.
@@ -125,8 +125,8 @@ mod tests {
     fn status_lines_give_ignored_signals_and_umask() {
         let status = "Name:\tscrun\nUmask:\t0077\nSigBlk:\t0000000000000000\n\
                       SigIgn:\t0000000000001007\nSigCgt:\t0000000000000000\n";
-        // SIGHUP, SIGINT, SIGQUIT and SIGPIPE (13) ignored; SIGPIPE is the
-        // runtime's, not the caller's.
+        // SIGHUP, SIGINT, SIGQUIT and SIGPIPE (13) ignored; SIGPIPE is
+        // scrun's own, not the caller's.
         assert_eq!(parse_status(status), (vec![1, 2, 3], Some(0o077)));
         assert_eq!(
             parse_status("SigIgn:\t8000000000000000\n"),

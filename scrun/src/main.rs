@@ -7,7 +7,13 @@
 //! death by the signal that scrun passed on and that ended the job.
 //! `unsafe` is allowed only in [`sys`], which wraps the few system calls
 //! nix and rustix lack; every other module forbids it.
+//!
+//! The process starts in [`sys`]'s entry point, not in the Rust runtime's
+//! (`no_main`): it makes the runtime's changes that scrun relies on and
+//! calls `main`, leaving out the rest of the runtime's start, which every
+//! launch would pay for.
 #![deny(unsafe_code)]
+#![cfg_attr(not(test), no_main)]
 
 mod batch;
 mod caller;

@@ -1,20 +1,26 @@
 //! The few system calls scrun needs that nix and rustix do not wrap safely,
 //! each wrapped once; the rest of scrun forbids `unsafe`.
 //!
-//! - What scrun's process looked like at its exec, before the Rust
-//!   runtime changed it: the runtime opens `/dev/null` on a closed
-//!   standard descriptor and ignores SIGPIPE before `main` runs, so a
-//!   program run with `>&-` could not tell its closed stdout from a
-//!   `>/dev/null` one, nor an inherited ignored SIGPIPE from its own. A
-//!   function in the executable's `.init_array` runs before the runtime
-//!   and notes both ([`at_exec`]).
+//! - What scrun's process looked like at its exec: a function in the
+//!   executable's `.init_array` runs before `main` and notes the closed
+//!   standard descriptors and whether SIGPIPE is ignored ([`at_exec`]),
+//!   since `main` then changes both.
+//! - scrun's entry point ([`main`]), in place of the Rust runtime's
+//!   start (`#![no_main]`): it makes only the two changes of that start
+//!   scrun relies on, `/dev/null` on a closed standard descriptor (or a
+//!   socket scrun opens could take its number) and SIGPIPE ignored (a
+//!   reader gone is an error to report, not scrun's death). The rest of
+//!   the runtime's start costs every launch and gives scrun nothing: the
+//!   stack's guard found by reading `/proc/self/maps`, an alternate signal
+//!   stack and handlers that only turn a stack overflow's SIGSEGV into a
+//!   message.
 //! - The descriptors scrun inherited ([`inherited_descriptors`]) and the
 //!   close-on-exec flag ([`set_cloexec`]), on descriptors by number.
 //! - The I/O priority ([`io_priority`]): ioprio_get(2) has no wrapper.
 //! - Typed input given back to a terminal ([`push_input`]): TIOCSTI has
 //!   no wrapper.
 //! - Ending by a signal ([`end_by`]): its disposition back to the default
-//!   (SIGPIPE's is the runtime's SIG_IGN) needs sigaction(2), as does
+//!   (SIGPIPE's is the entry point's SIG_IGN) needs sigaction(2), as does
 //!   reading a disposition ([`ignores`]).
 //!
 //! Nothing here keeps state but the one byte the probe writes.
@@ -35,10 +41,12 @@ const PROBED: u8 = 1 << 4;
 /// What the probe saw; zero if it never ran.
 static AT_EXEC: AtomicU8 = AtomicU8::new(0);
 
-/// Runs before the Rust runtime's start-up (from `.init_array`, with the
-/// arguments the C runtime gives such functions, unused): notes which
-/// standard descriptors are closed and whether SIGPIPE is ignored. Only
-/// two system calls per descriptor and one for the signal, no allocation.
+/// Runs before `main` (from `.init_array`, with the arguments the C
+/// runtime gives such functions, unused), as the process was exec'd:
+/// notes which standard descriptors are closed and whether SIGPIPE is
+/// ignored. One system call per descriptor and one for the signal, no
+/// allocation. The test harness's binary runs it too, before its own
+/// runtime's start.
 extern "C" fn probe_at_exec(
     _argc: libc::c_int,
     _argv: *const *const libc::c_char,
@@ -72,6 +80,41 @@ static PROBE_AT_EXEC: extern "C" fn(
     *const *const libc::c_char,
     *const *const libc::c_char,
 ) = probe_at_exec;
+
+/// scrun's entry point, called by the C runtime with the process as the
+/// probe saw it (see the module doc): `/dev/null` opened on each standard
+/// descriptor found closed, at its number, SIGPIPE ignored, then
+/// `crate::main`. A panic ends scrun with status 101, as under the Rust
+/// runtime. The arguments are unused: the standard library reads them
+/// from `.init_array` as it does under its runtime.
+#[cfg(not(test))]
+#[no_mangle]
+extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    use std::os::fd::IntoRawFd;
+    let seen = AT_EXEC.load(Ordering::Relaxed);
+    for fd in 0..3 {
+        if seen & CLOSED_MASK & (1 << fd) == 0 {
+            continue;
+        }
+        // The lowest free number: `fd` itself, those below it being open.
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map(IntoRawFd::into_raw_fd);
+        if opened.ok() != Some(fd) {
+            // As the Rust runtime does: better no scrun than one whose
+            // socket could be taken for its caller's stdout.
+            std::process::abort();
+        }
+    }
+    // SAFETY: SIG_IGN runs no code of ours, and no other thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    match std::panic::catch_unwind(crate::main) {
+        Ok(()) => 0,
+        Err(_) => 101,
+    }
+}
 
 /// What scrun's process was at its exec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
