@@ -126,6 +126,11 @@ pub fn connect_default(
     }
 }
 
+/// The most [`Connection::read_available`] reads at once: a page or two
+/// of the stack, where a reply to scrun is a few hundred bytes (a larger
+/// buffer would be zeroed and its pages faulted in at every launch).
+pub const AVAILABLE_CHUNK: usize = 8 * 1024;
+
 /// A connection to the daemon.
 pub struct Connection {
     stream: UnixStream,
@@ -223,14 +228,18 @@ impl Connection {
     /// Reads what is available without blocking (call when the descriptor
     /// is readable) and returns a complete reply if one arrived. `Ok(None)`
     /// means more bytes are needed; the end of the connection is an error.
+    ///
+    /// One `recv` with `MSG_DONTWAIT` into a chunk of [`AVAILABLE_CHUNK`]
+    /// bytes: the socket stays blocking for [`Connection::recv`], and a
+    /// reply longer than a chunk is read over several calls, each when the
+    /// descriptor is readable again.
     pub fn read_available(&mut self) -> io::Result<Option<Reply>> {
         if let Some(reply) = self.try_decode()? {
             return Ok(Some(reply));
         }
-        let mut chunk = [0u8; 64 * 1024];
-        self.stream.set_nonblocking(true)?;
-        let result = self.stream.read(&mut chunk);
-        self.stream.set_nonblocking(false)?;
+        let mut chunk = [0u8; AVAILABLE_CHUNK];
+        let result =
+            nix::sys::socket::recv(self.stream.as_raw_fd(), &mut chunk, MsgFlags::MSG_DONTWAIT);
         match result {
             Ok(0) => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -240,15 +249,8 @@ impl Connection {
                 self.buffer.extend(&chunk[..len]);
                 self.try_decode()
             }
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(error) => Err(error),
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => Ok(None),
+            Err(errno) => Err(io::Error::from(errno)),
         }
     }
 
@@ -374,5 +376,36 @@ mod tests {
         assert!(means_no_daemon(&errno(nix::errno::Errno::ECONNREFUSED)));
         assert!(!means_no_daemon(&errno(nix::errno::Errno::EACCES)));
         assert!(!means_no_daemon(&errno(nix::errno::Errno::ENOTSOCK)));
+    }
+
+    #[test]
+    fn a_reply_longer_than_a_chunk_is_read_whole_without_blocking() {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let mut connection = Connection {
+            stream: ours,
+            buffer: proto::FrameBuffer::new(),
+        };
+        // Nothing sent yet: no reply, and no wait for one.
+        assert!(connection.read_available().unwrap().is_none());
+        let message = "m".repeat(3 * AVAILABLE_CHUNK);
+        theirs
+            .write_all(&proto::encode(&Reply::Error {
+                message: message.clone(),
+            }))
+            .unwrap();
+        let mut reads = 0;
+        let reply = loop {
+            reads += 1;
+            if let Some(reply) = connection.read_available().unwrap() {
+                break reply;
+            }
+            assert!(reads < 10, "the reply never completed");
+        };
+        assert!(matches!(reply, Reply::Error { message: m } if m == message));
+        assert!(reads > 1, "read in one chunk");
+        assert!(connection.read_available().unwrap().is_none());
+        drop(theirs);
+        let end = connection.read_available().unwrap_err();
+        assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
     }
 }
