@@ -19,6 +19,10 @@
 //! scored-testprog flood PATH N LINE SECS  open N connections to the socket PATH and, for SECS,
 //!                                      keep 8 console requests LINE outstanding on each,
 //!                                      reading the replies as they come; print `served K`
+//! scored-testprog watch SECS A B       at the daemon's priority, for SECS, sample whether
+//!                                      processes of both comma-separated pid lists A and B
+//!                                      run at once; print each such sample, then `samples N`
+//!                                      and `both K`
 //! scored-testprog ask PATH LINE        on one connection to the socket PATH, at the daemon's
 //!                                      priority, send the console request LINE and wait for
 //!                                      its answer, every 10 ms until stdin ends; print
@@ -144,6 +148,7 @@ fn main() {
         ),
         "flood" => flood(&arg(1), arg(2).parse().unwrap_or(0), &arg(3), secs(4)),
         "ask" => ask(&arg(1), &arg(2)),
+        "watch" => watch(secs(1), &pid_list(&arg(2)), &pid_list(&arg(3))),
         "ptrace-resume" => ptrace_resume(&args[1..]),
         "keyring" => match session_keyring() {
             Some(id) => println!("keyring {id}"),
@@ -208,6 +213,75 @@ fn flood(path: &str, n: usize, line: &str, seconds: f64) {
     println!("served {served}");
 }
 
+/// Raises this process to the daemon's real-time priority (SCHED_FIFO 10,
+/// not inherited by children), where it may have it: an observer of the
+/// daemon that waited for a CPU behind a loaded machine's processes would
+/// count that wait as the daemon's.
+fn at_daemon_priority() {
+    let param = libc::sched_param { sched_priority: 10 };
+    // SAFETY: sched_setscheduler reads the parameter it is given; a
+    // refusal leaves the policy as it was.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) };
+}
+
+fn pid_list(text: &str) -> Vec<i32> {
+    text.split(',').filter_map(|pid| pid.parse().ok()).collect()
+}
+
+/// How many of `pids` run their own code: runnable (`R`) and not held
+/// (a process with a SIGSTOP pending, or in a freezing cgroup, may show
+/// `R` on a loaded machine while it can only stop or freeze).
+fn running(pids: &[i32]) -> usize {
+    pids.iter()
+        .filter(|pid| {
+            scored_tests::proc_stat(**pid).is_some_and(|stat| stat.state == 'R')
+                && !scored_tests::held(**pid)
+        })
+        .count()
+}
+
+/// Samples, for `seconds`, whether processes of `a` and of `b` run at
+/// once, and prints each sample that saw it, then how many samples were
+/// taken and how many saw it. A sample reads `a`, then `b`, then `a`
+/// again, and counts only when `a` ran at both ends: the reads of /proc
+/// are not atomic, and a switch completed between the reads of `a` and
+/// `b` would look like overlap. A sample that took 20 ms or more (well
+/// under the shortest time slice the tests use, so that no switch and
+/// switch back can fall within one) says nothing and is not counted. It
+/// runs at the daemon's priority, in a process of its own: a thread of
+/// the test's process stalls behind the other tests' forks and
+/// allocations, and at normal priority waits for a CPU on a loaded
+/// machine, so that too few samples were quick enough.
+fn watch(seconds: f64, a: &[i32], b: &[i32]) {
+    const SAMPLE_BOUND: Duration = Duration::from_millis(20);
+    at_daemon_priority();
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let (mut both, mut samples) = (0u64, 0u64);
+    while Instant::now() < end {
+        let started = Instant::now();
+        let seen = running(a) > 0 && running(b) > 0 && running(a) > 0;
+        if started.elapsed() < SAMPLE_BOUND {
+            samples += 1;
+            if seen {
+                both += 1;
+                let states = |pids: &[i32]| -> Vec<String> {
+                    pids.iter()
+                        .map(|pid| {
+                            let state =
+                                scored_tests::proc_stat(*pid).map_or('-', |stat| stat.state);
+                            format!("{pid} {state} held {}", scored_tests::held(*pid))
+                        })
+                        .collect()
+                };
+                println!("at once: {:?} and {:?}", states(a), states(b));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    println!("samples {samples}");
+    println!("both {both}");
+}
+
 /// Asks the console request `line` on one connection to `path` again and
 /// again, 10 ms apart, until stdin ends, and prints how many were asked
 /// and the slowest answer (`unanswered` and what came, if one was not a
@@ -221,10 +295,7 @@ fn ask(path: &str, line: &str) {
     use std::io::Read;
     use std::os::unix::net::UnixStream;
     use std::sync::atomic::{AtomicBool, Ordering};
-    let param = libc::sched_param { sched_priority: 10 };
-    // SAFETY: sched_setscheduler reads the parameter it is given; a
-    // refusal leaves the policy as it was.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) };
+    at_daemon_priority();
     static DONE: AtomicBool = AtomicBool::new(false);
     std::thread::spawn(|| {
         let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
