@@ -84,9 +84,10 @@ static PROBE_AT_EXEC: extern "C" fn(
 /// scrun's entry point, called by the C runtime with the process as the
 /// probe saw it (see the module doc): `/dev/null` opened on each standard
 /// descriptor found closed, at its number, SIGPIPE ignored, then
-/// `crate::main`. A panic ends scrun with status 101, as under the Rust
-/// runtime. The arguments are unused: the standard library reads them
-/// from `.init_array` as it does under its runtime.
+/// `crate::main`. A panic ends scrun with status 101, and either way
+/// `std::process::exit` flushes stdout, as under the Rust runtime. The
+/// arguments are unused: the standard library reads them from
+/// `.init_array` as it does under its runtime.
 #[cfg(not(test))]
 #[no_mangle]
 extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
@@ -110,10 +111,11 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
     }
     // SAFETY: SIG_IGN runs no code of ours, and no other thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    match std::panic::catch_unwind(crate::main) {
+    let code = match std::panic::catch_unwind(crate::main) {
         Ok(()) => 0,
         Err(_) => 101,
-    }
+    };
+    std::process::exit(code)
 }
 
 /// What scrun's process was at its exec.
