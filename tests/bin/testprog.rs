@@ -23,6 +23,10 @@
 //!                                      processes of both comma-separated pid lists A and B
 //!                                      run at once; print each such sample, then `samples N`
 //!                                      and `both K`
+//! scored-testprog tally SECS A B       at the daemon's priority, every 2 ms for SECS, read
+//!                                      whether process A runs (`R`, its cgroup not freezing)
+//!                                      and B runs (`R`); print `samples N`, `a K`, `b K` and
+//!                                      `both K`, or `gone` if either ended
 //! scored-testprog ask PATH LINE        on one connection to the socket PATH, at the daemon's
 //!                                      priority, send the console request LINE and wait for
 //!                                      its answer, every 10 ms until stdin ends; print
@@ -148,6 +152,11 @@ fn main() {
         ),
         "flood" => flood(&arg(1), arg(2).parse().unwrap_or(0), &arg(3), secs(4)),
         "ask" => ask(&arg(1), &arg(2)),
+        "tally" => tally(
+            secs(1),
+            arg(2).parse().unwrap_or(0),
+            arg(3).parse().unwrap_or(0),
+        ),
         "watch" => watch(secs(1), &pid_list(&arg(2)), &pid_list(&arg(3))),
         "ptrace-resume" => ptrace_resume(&args[1..]),
         "keyring" => match session_keyring() {
@@ -279,6 +288,38 @@ fn watch(seconds: f64, a: &[i32], b: &[i32]) {
         std::thread::sleep(Duration::from_millis(2));
     }
     println!("samples {samples}");
+    println!("both {both}");
+}
+
+/// Reads, every 2 ms for `seconds`, whether `a` and `b` run, and prints
+/// how many samples saw each run and both at once. `a`'s freezer is read
+/// first: a freeze that begins between the reads counts as `a` running,
+/// never the other way round; a process of a freezing cgroup shows `R`
+/// until it gets a CPU to enter the freezer, and runs none of its code by
+/// then. At the daemon's priority, in a process of its own, so that the
+/// samples are evenly spread on a loaded machine (see [`watch`]).
+fn tally(seconds: f64, a: i32, b: i32) {
+    at_daemon_priority();
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let (mut samples, mut a_running, mut b_running, mut both) = (0u32, 0u32, 0u32, 0u32);
+    while Instant::now() < end {
+        let a_freezing = scored_tests::freezing(a);
+        let (Some(a_stat), Some(b_stat)) = (scored_tests::proc_stat(a), scored_tests::proc_stat(b))
+        else {
+            println!("gone");
+            std::process::exit(1);
+        };
+        samples += 1;
+        let a_runs = a_stat.state == 'R' && !a_freezing;
+        let b_runs = b_stat.state == 'R';
+        a_running += u32::from(a_runs);
+        b_running += u32::from(b_runs);
+        both += u32::from(a_runs && b_runs);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    println!("samples {samples}");
+    println!("a {a_running}");
+    println!("b {b_running}");
     println!("both {both}");
 }
 

@@ -463,26 +463,27 @@ fn continue_attack(
 /// Samples the states of two ranks for 3 s: (samples, A running, B
 /// running, both running).
 fn sample_states(pid_a: i32, pid_b: i32, daemon: &Daemon) -> (u32, u32, u32, u32) {
-    let started = Instant::now();
-    let (mut samples, mut a_running, mut b_running, mut both_running) = (0, 0, 0, 0);
-    while started.elapsed() < Duration::from_secs(3) {
-        // The freezer is read first: a freeze that begins between the two
-        // reads counts as A running, never the other way round.
-        let a_freezing = freezing(pid_a);
-        let (Some(a), Some(b)) = (proc_stat(pid_a), proc_stat(pid_b)) else {
-            panic!("a rank died during the attack:\n{}", daemon.log());
-        };
-        samples += 1;
-        // A rank of a freezing job shows R until it gets a CPU to enter
-        // the freezer, and runs none of its code by then: on a loaded
-        // machine that may take a few milliseconds.
-        let a_runs = a.state == 'R' && !a_freezing;
-        a_running += u32::from(a_runs);
-        b_running += u32::from(b.state == 'R');
-        both_running += u32::from(a_runs && b.state == 'R');
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    (samples, a_running, b_running, both_running)
+    // Read by `scored-testprog tally` (how a sample counts is said there),
+    // a process of its own at the daemon's priority: a thread of this
+    // process on a loaded machine took a sample only every 70 ms or so,
+    // at moments that need not be spread evenly over the slices.
+    let output = std::process::Command::new(testprog())
+        .args(["tally", "3", &pid_a.to_string(), &pid_b.to_string()])
+        .output()
+        .expect("run the tally");
+    let report = stdout(&output);
+    assert!(
+        !report.contains("gone"),
+        "a rank died during the attack:\n{}",
+        daemon.log()
+    );
+    let field = |name: &str| -> u32 {
+        report
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("the tally did not say `{name}`: {report}"))
+    };
+    (field("samples"), field("a"), field("b"), field("both"))
 }
 
 /// User A keeps sending SIGCONT to its own job's
