@@ -677,8 +677,11 @@ fn a_job_switched_out_during_its_launch_is_stopped_whole() {
     let started = Instant::now();
     let (mut checks, mut violations) = (0u32, Vec::new());
     while large.count_lines("pid ") < N && started.elapsed() < Duration::from_secs(120) {
-        let small_state = proc_stat(small_pid).map(|stat| stat.state);
+        // The count first: a stop of the small job after it was read
+        // shows in the count read at the end, whichever state the state's
+        // read then found.
         let small_stops = voluntary_switches(small_pid);
+        let small_state = proc_stat(small_pid).map(|stat| stat.state);
         if small_state == Some('R') {
             let ranks: Vec<i32> = large
                 .lines_with("pid ")
