@@ -150,6 +150,16 @@ pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// The number a helper program's report gives after `name` and a space,
+/// on a line of its own; `who` (the program) and the report are shown if
+/// it gives none.
+pub fn report_field<T: std::str::FromStr>(report: &str, who: &str, name: &str) -> T {
+    report
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{who} did not say `{name}`: {report}"))
+}
+
 /// stderr of an output as text.
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()

@@ -69,12 +69,7 @@ fn overlap(a: &[i32], b: &[i32], duration: Duration) -> (u64, u64) {
         .output()
         .expect("run the watcher");
     let report = stdout(&output);
-    let field = |name: &str| -> u64 {
-        report
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or_else(|| panic!("the watcher did not say `{name}`: {report}"))
-    };
+    let field = |name: &str| -> u64 { report_field(&report, "the watcher", name) };
     let (both, samples) = (field("both"), field("samples"));
     if both > 0 {
         eprintln!("{report}");

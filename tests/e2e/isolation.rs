@@ -477,12 +477,7 @@ fn sample_states(pid_a: i32, pid_b: i32, daemon: &Daemon) -> (u32, u32, u32, u32
         "a rank died during the attack:\n{}",
         daemon.log()
     );
-    let field = |name: &str| -> u32 {
-        report
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or_else(|| panic!("the tally did not say `{name}`: {report}"))
-    };
+    let field = |name: &str| -> u32 { report_field(&report, "the tally", name) };
     (field("samples"), field("a"), field("b"), field("both"))
 }
 
@@ -624,12 +619,7 @@ fn the_console_answers_while_a_large_job_launches() {
             daemon.log()
         )
     });
-    let field = |name: &str| -> u64 {
-        report
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or_else(|| panic!("the asker did not say `{name}`: {report}"))
-    };
+    let field = |name: &str| -> u64 { report_field(&report, "the asker", name) };
     let during = field("asked").saturating_sub(1);
     let worst = Duration::from_micros(field("slowest"));
     eprintln!(
