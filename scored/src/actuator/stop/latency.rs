@@ -1,8 +1,10 @@
 //! The CPUs' wake-up latency held at zero while a switch waits for its
 //! stops, and while a launch creates its processes, through the kernel's
 //! PM QoS request (`/dev/cpu_dma_latency`): an idle CPU then polls for
-//! work instead of halting. On a virtual machine a halted vCPU is woken
-//! through the host, 70 to 120 µs here, and a switch's confirmation ends
+//! work instead of halting (through the cpuidle driver, which honours it;
+//! where none is registered, as on some virtual machines, an idle CPU
+//! halts whatever the request). On a virtual machine a halted vCPU is
+//! woken through the host, 40 to 120 µs, and a switch's confirmation ends
 //! with such a wakeup (the keeper's answer, or a rank's stop, reaching
 //! scored's CPU, idle since it sent the signals). A program that stops
 //! processes itself waits in `waitpid` on a CPU the stopping ranks keep
