@@ -282,9 +282,12 @@ fn a_suspension_while_scored_is_away_holds_the_job_once_it_is_back() {
     assert!(
         wait_until(Duration::from_secs(10), || stopped(ranks[0])
             && stopped(scrun.as_raw())),
-        "rank stopped: {}, scrun stopped: {}",
+        "rank stopped: {}, scrun stopped: {}\n{}\n{}\n{}",
         stopped(ranks[0]),
-        stopped(scrun.as_raw())
+        stopped(scrun.as_raw()),
+        describe(ranks[0]),
+        describe(scrun.as_raw()),
+        daemon.log()
     );
     nix::sys::signal::kill(scrun, nix::sys::signal::Signal::SIGCONT).expect("continue scrun");
     assert!(

@@ -46,6 +46,32 @@ pub fn held(pid: i32) -> bool {
         || signal_pending(pid, libc::SIGSTOP).unwrap_or(false)
 }
 
+/// What a failed assertion about `pid` should show: its state, parent,
+/// signal masks and freezer state, as the kernel gives them.
+pub fn describe(pid: i32) -> String {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return format!("process {pid}: gone");
+    };
+    let lines: Vec<&str> = status
+        .lines()
+        .filter(|line| {
+            [
+                "State:", "PPid:", "SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:",
+            ]
+            .iter()
+            .any(|key| line.starts_with(key))
+        })
+        .collect();
+    let freezer = freezer_state_file(pid)
+        .and_then(|file| std::fs::read_to_string(file).ok())
+        .unwrap_or_else(|| "none".into());
+    format!(
+        "process {pid}: {}; freezer: {}",
+        lines.join("; "),
+        freezer.trim()
+    )
+}
+
 /// Whether `signal` waits in process `pid`'s pending sets (its own or its
 /// thread group's); `None` if the process is gone.
 pub fn signal_pending(pid: i32, signal: i32) -> Option<bool> {
