@@ -242,10 +242,8 @@ impl OsActuator {
             })
             .take(MEMBER_READS_PER_SAMPLE)
             .collect();
-        for pid in new {
-            if let Some(stat) = procfs::read_stat(pid) {
-                self.take_member(job, stat);
-            }
+        for stat in procfs::read_stats(&new).into_iter().flatten() {
+            self.take_member(job, stat);
         }
     }
 

@@ -542,8 +542,9 @@ impl OsActuator {
             .copied()
             .collect();
         let mut cpu = Vec::with_capacity(pids.len());
-        for pid in pids {
-            let Some(stat) = procfs::read_stat(pid) else {
+        let stats = procfs::read_stats(&pids);
+        for (pid, stat) in pids.into_iter().zip(stats) {
+            let Some(stat) = stat else {
                 continue;
             };
             // A traced process never shows a stop as `T`: a stop of its
@@ -563,8 +564,10 @@ impl OsActuator {
             return;
         };
         let serial = procs.hold.serial;
-        for pid in sample::members_in_turn(procs, MEMBER_READS_PER_SAMPLE) {
-            let Some(stat) = procfs::read_stat(pid) else {
+        let members = sample::members_in_turn(procs, MEMBER_READS_PER_SAMPLE);
+        let stats = procfs::read_stats(&members);
+        for (pid, stat) in members.into_iter().zip(stats) {
+            let Some(stat) = stat else {
                 continue;
             };
             if stat.state == b't' {
@@ -601,11 +604,15 @@ impl OsActuator {
             else {
                 continue;
             };
-            let ran = cpu.iter().find_map(|&(pid, start, ticks)| {
-                procfs::read_stat(pid)
-                    .filter(|stat| stat.start == start && stat.own_ticks > ticks + ESCAPE_TICKS)
-                    .map(|stat| (pid, stat.own_ticks - ticks))
-            });
+            let pids: Vec<i32> = cpu.iter().map(|&(pid, _, _)| pid).collect();
+            let stats = procfs::read_stats(&pids);
+            let ran = cpu
+                .iter()
+                .zip(stats)
+                .find_map(|(&(pid, start, ticks), stat)| {
+                    stat.filter(|stat| stat.start == start && stat.own_ticks > ticks + ESCAPE_TICKS)
+                        .map(|stat| (pid, stat.own_ticks - ticks))
+                });
             if let Some((pid, ticks)) = ran {
                 let ms = ticks.saturating_mul(1000) / self.clock_ticks.max(1);
                 self.escaped(
