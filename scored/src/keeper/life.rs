@@ -866,12 +866,11 @@ impl Keeper {
     /// SIGCHLD: stops and continues of ranks; ends of orphaned descendants.
     fn children_changed(&mut self) {
         while let Ok(Some(_)) = self.signals.read_signal() {}
-        while let Ok(Some(waited)) = sys::wait_stop_or_continue() {
-            let pid = waited.pid;
+        while let Ok(Some((pid, event))) = sys::wait_stop_or_continue() {
             let Some(rank) = self.ranks.get_mut(&pid) else {
                 continue;
             };
-            match waited.event {
+            match event {
                 sys::WaitEvent::Stopped => {
                     rank.stopped = true;
                     if self.pending.remove(&pid) {

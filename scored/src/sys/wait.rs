@@ -260,26 +260,53 @@ pub fn wait_stopped_or_ended(pidfd: &OwnedFd) -> io::Result<Option<WaitEvent>> {
     }
 }
 
+/// `waitid(2)` for a report alone: the child it is about and what
+/// happened, without what it used. A stop, a continue or a zombie left in
+/// place (`WNOWAIT`) has no use for the kernel's tally of the child's
+/// (and its threads' and waited-for descendants') times, which waitid
+/// makes whenever it is given a `rusage`: a keeper takes each rank's stop
+/// report in a switch, on a CPU the other ranks need to stop.
+fn waitid_report(
+    idtype: libc::idtype_t,
+    id: libc::id_t,
+    options: libc::c_int,
+) -> io::Result<Option<(i32, WaitEvent)>> {
+    // SAFETY: all-zero is a valid value of this plain C struct.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is valid and writable across the call; waitid writes
+    // only into it (no rusage is asked for).
+    let ret = unsafe { libc::waitid(idtype, id, &mut info, options) };
+    if ret == -1 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::ECHILD) => Ok(None),
+            _ => Err(error),
+        };
+    }
+    Ok(waited_event(&info))
+}
+
 /// `waitid(P_PIDFD, pidfd, WSTOPPED | WNOHANG)`: takes the child's stop
 /// report, if it has one; whether it had.
 ///
 /// Not for use between fork and exec.
 pub fn take_stop(pidfd: &OwnedFd) -> io::Result<bool> {
     const P_PIDFD: libc::idtype_t = 3;
-    let waited = waitid_raw(
+    let waited = waitid_report(
         P_PIDFD,
         pidfd.as_raw_fd() as libc::id_t,
         libc::WSTOPPED | libc::WNOHANG,
     )?;
-    Ok(waited.is_some_and(|waited| waited.event == WaitEvent::Stopped))
+    Ok(waited.is_some_and(|(_, event)| event == WaitEvent::Stopped))
 }
 
 /// `waitid(P_ALL, WSTOPPED | WCONTINUED | WNOHANG)`: the next stop or
-/// continue of any child, which it takes (ends are not looked at).
+/// continue of any child, which it takes (ends are not looked at), and
+/// the child's pid.
 ///
 /// Not for use between fork and exec.
-pub fn wait_stop_or_continue() -> io::Result<Option<Waited>> {
-    waitid_raw(
+pub fn wait_stop_or_continue() -> io::Result<Option<(i32, WaitEvent)>> {
+    waitid_report(
         libc::P_ALL,
         0,
         libc::WSTOPPED | libc::WCONTINUED | libc::WNOHANG,
@@ -291,12 +318,12 @@ pub fn wait_stop_or_continue() -> io::Result<Option<Waited>> {
 ///
 /// Not for use between fork and exec.
 pub fn peek_ended() -> io::Result<Option<i32>> {
-    Ok(waitid_raw(
+    Ok(waitid_report(
         libc::P_ALL,
         0,
         libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
     )?
-    .map(|waited| waited.pid))
+    .map(|(pid, _)| pid))
 }
 
 /// Whether this process has a child at all, alive or a zombie
