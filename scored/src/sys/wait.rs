@@ -235,28 +235,15 @@ pub fn wait_ended(pidfd: &OwnedFd, keep: bool) -> io::Result<Option<Waited>> {
 /// Not for use between fork and exec.
 pub fn wait_stopped_or_ended(pidfd: &OwnedFd) -> io::Result<Option<WaitEvent>> {
     const P_PIDFD: libc::idtype_t = 3;
-    // SAFETY: all-zero is a valid value of this plain C struct.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `info` is valid and writable across the call; waitid writes
-    // only into it (no rusage is asked for).
-    let ret = unsafe {
-        libc::waitid(
-            P_PIDFD,
-            pidfd.as_raw_fd() as libc::id_t,
-            &mut info,
-            libc::WSTOPPED | libc::WEXITED | libc::WNOWAIT,
-        )
-    };
-    if ret == -1 {
-        let error = io::Error::last_os_error();
-        return match error.raw_os_error() {
-            Some(libc::EINTR) => Ok(None),
-            _ => Err(error),
-        };
-    }
-    match waited_event(&info) {
-        Some((_, event)) => Ok(Some(event)),
-        None => Err(io::Error::from_raw_os_error(libc::ECHILD)),
+    match waitid_report(
+        P_PIDFD,
+        pidfd.as_raw_fd() as libc::id_t,
+        libc::WSTOPPED | libc::WEXITED | libc::WNOWAIT,
+    ) {
+        Ok(Some((_, event))) => Ok(Some(event)),
+        Ok(None) => Err(io::Error::from_raw_os_error(libc::ECHILD)),
+        Err(error) if error.raw_os_error() == Some(libc::EINTR) => Ok(None),
+        Err(error) => Err(error),
     }
 }
 
