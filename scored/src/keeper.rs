@@ -79,9 +79,12 @@ pub mod zygote;
 
 /// The protocol between scored and its keepers; a keeper of another
 /// protocol is not taken over.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 /// The first protocol whose keepers read a notes pipe (`ToKeeper::Notes`).
 pub const NOTES_PROTOCOL: u32 = 3;
+/// The first protocol whose keepers take stops and answer them on pipes
+/// (`ToKeeper::Notes`).
+pub const SWITCH_PIPES_PROTOCOL: u32 = 4;
 /// The largest message either side sends; events beyond it go in the
 /// next message.
 pub const MAX_MESSAGE: usize = 64 * 1024;
@@ -124,6 +127,17 @@ pub enum ToKeeper {
     /// when it sees a rank of its switched-out job continued and finds no
     /// `Continue` on the link. The `Continue` follows on the link once
     /// the switch is over.
+    ///
+    /// From [`SWITCH_PIPES_PROTOCOL`] on, it also carries the read end of
+    /// a **stops pipe** and the write end of an **answers pipe**: scored
+    /// writes the serial of a `Stop` (8 bytes) on the first in place of
+    /// the message, and the keeper answers it with the serial on the
+    /// second in place of `Events([Stopped])`. A pipe's read and write
+    /// cost a third of a socket's `recvmsg` and `sendmsg` and need no
+    /// JSON, and both are on the switch's critical path. Each side writes
+    /// on its pipe only once nothing waits to be sent on the link before
+    /// it, and reads its link before the pipe, so that everything keeps
+    /// the order it was said in.
     Notes,
 }
 

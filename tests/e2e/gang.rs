@@ -717,6 +717,15 @@ fn a_wide_job_tells_scored_continues_from_one_from_outside() {
         "only {} switches of 20 ms slices",
         switches() - before
     );
+    // Each stop is confirmed by its keeper's answer; without that answer,
+    // by /proc once the fallback delay (20 ms) has passed.
+    let median = daemon.json("status")["switch latency"]["median"]
+        .as_f64()
+        .unwrap_or(f64::MAX);
+    assert!(
+        median < 0.010,
+        "the median switch took {median} s: the keepers' answers did not confirm the stops"
+    );
     assert!(
         !daemon.log().contains("continued from outside"),
         "a continue of scored's was taken for one from outside:\n{}",

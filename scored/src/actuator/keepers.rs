@@ -4,7 +4,8 @@
 //! it was the ranks' parent; and a keeper's death. The takeover of the
 //! keepers of a daemon that died is in `keepers/takeover.rs`.
 //!
-//! The links are watched as one epoll set, which the event loop watches
+//! The links (and their answers pipes, `keepers/pipes.rs`) are watched
+//! as one epoll set, which the event loop watches
 //! as one source (`Actuator::exec_watch_fd`): a readable set makes the
 //! loop `poll`, which reads every link that has something.
 //!
@@ -13,6 +14,7 @@
 //! a crash in between leaves the zombie, and its end, for the next daemon.
 #![forbid(unsafe_code)]
 
+mod pipes;
 mod takeover;
 
 use std::collections::HashMap;
@@ -103,6 +105,11 @@ pub(super) struct Link {
     /// The write end of its notes pipe (see `ToKeeper::Notes`), once the
     /// keeper is known to read one.
     notes: Option<OwnedFd>,
+    /// The write end of its stops pipe and the read end of its answers
+    /// pipe (the latter watched with the link), once it is known to read
+    /// and write them.
+    stops: Option<OwnedFd>,
+    answers: Option<OwnedFd>,
 }
 
 impl Keepers {
@@ -177,38 +184,20 @@ impl Link {
             ours,
             closed: false,
             notes: None,
+            stops: None,
+            answers: None,
         }
-    }
-
-    /// Gives the keeper a notes pipe (see `ToKeeper::Notes`), if it reads
-    /// one: scored's own keepers do, and one taken over that says so.
-    pub(super) fn open_notes(&mut self, protocol: u32) {
-        if protocol < keeper::NOTES_PROTOCOL || self.notes.is_some() {
-            return;
-        }
-        let flags = nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK;
-        let Ok((read, write)) = nix::unistd::pipe2(flags) else {
-            return;
-        };
-        if self.send(ToKeeper::Notes, vec![Carried::Own(read)]).is_ok() {
-            self.notes = Some(write);
-        }
-    }
-
-    /// Notes scored's continue `serial` on the keeper's notes pipe, which
-    /// wakes nobody; whether it could (else it is told on the link).
-    pub(super) fn note_continue(&mut self, serial: u64) -> bool {
-        let Some(notes) = &self.notes else {
-            return false;
-        };
-        // Only once everything before it is on the link: the keeper reads
-        // its link before the notes.
-        self.unsent.is_empty() && matches!(nix::unistd::write(notes, &serial.to_ne_bytes()), Ok(8))
     }
 
     /// Sends `message` (with `fds`), or keeps it for when the socket has
-    /// room; an error means the keeper is gone.
+    /// room; an error means the keeper is gone. A `Stop` goes on the
+    /// stops pipe when there is one and nothing waits before it.
     pub(super) fn send(&mut self, message: ToKeeper, fds: Vec<Carried>) -> io::Result<()> {
+        if let ToKeeper::Stop(serial) = message {
+            if self.note_stop(serial) {
+                return Ok(());
+            }
+        }
         if self.unsent.is_empty() {
             let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
             if keeper::send(self.socket.as_fd(), &message, &raw)? {
@@ -279,7 +268,7 @@ impl OsActuator {
             self.keepers.fresh.push((job.0, spare.pid, spare.start));
             let mut link = Link::new(spare.socket, true);
             link.id = Some((spare.pid, spare.start));
-            link.open_notes(keeper::PROTOCOL);
+            link.open_notes(keeper::PROTOCOL, &self.exec_watch, job);
             self.keepers.links.insert(job, link);
         }
         if !self.keepers.links.contains_key(&job) {
@@ -293,7 +282,7 @@ impl OsActuator {
             })?;
             sys::epoll_add(&self.exec_watch, socket.as_raw_fd(), token(job))?;
             let mut link = Link::new(socket, true);
-            link.open_notes(keeper::PROTOCOL);
+            link.open_notes(keeper::PROTOCOL, &self.exec_watch, job);
             self.keepers.links.insert(job, link);
         }
         Ok(self.keepers.links.get_mut(&job).expect("inserted above"))
@@ -505,7 +494,7 @@ impl OsActuator {
         loop {
             let n = sys::epoll_ready(&self.exec_watch, &mut ready).unwrap_or(0);
             for &data in &ready[..n] {
-                self.read_link(JobId(data), out);
+                self.keeper_ready(data, out);
             }
             if n < ready.len() {
                 break;
@@ -583,7 +572,7 @@ impl OsActuator {
         let Some(link) = self.keepers.links.remove(&job) else {
             return;
         };
-        let _ = sys::epoll_remove(&self.exec_watch, link.socket.as_raw_fd());
+        link.unwatch(&self.exec_watch);
         let Some((pid, start)) = link.id else {
             return;
         };
@@ -762,7 +751,7 @@ impl OsActuator {
         let Some(mut link) = self.keepers.links.remove(&job) else {
             return;
         };
-        let _ = sys::epoll_remove(&self.exec_watch, link.socket.as_raw_fd());
+        link.unwatch(&self.exec_watch);
         let reaped_later = link.ours
             && link
                 .id
@@ -830,7 +819,7 @@ impl OsActuator {
             .get(&job)
             .is_none_or(|link| link.released);
         if let Some(link) = self.keepers.links.remove(&job) {
-            let _ = sys::epoll_remove(&self.exec_watch, link.socket.as_raw_fd());
+            link.unwatch(&self.exec_watch);
         }
         if released || !self.jobs.contains_key(&job) {
             return;

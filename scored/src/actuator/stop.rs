@@ -9,7 +9,8 @@
 //! Each continue is told to the job's keeper before its signals (on the
 //! keeper's notes pipe, then on the link once the switch is over), each
 //! stop after them (just before them where only the keeper's answer
-//! confirms it), on the link its reports come back on: the keeper,
+//! confirms it), on its stops pipe or its link, and its answer comes on
+//! the answers pipe or the link (`keepers/pipes.rs`): the keeper,
 //! which alone sees the ranks' stops and continues, thereby knows which
 //! continues are scored's (see `keeper/life.rs`).
 #![forbid(unsafe_code)]
@@ -297,7 +298,7 @@ impl OsActuator {
             match sys::epoll_wait_for(&self.exec_watch, &mut ready, Some(step)) {
                 Ok(n) => {
                     for &data in &ready[..n] {
-                        self.read_link(JobId(data), out);
+                        self.keeper_ready(data, out);
                     }
                 }
                 Err(error) => {

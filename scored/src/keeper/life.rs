@@ -64,6 +64,7 @@ const LINK: u64 = 1;
 const LISTENER: u64 = 2;
 const SIGNALS: u64 = 3;
 const SPAWNER: u64 = 4;
+const STOPS: u64 = 5;
 const PIDFD: u64 = 1 << 32;
 const KIND: u64 = 0xffff_ffff << 32;
 /// How long a stop waits for `waitid` before the ranks still to stop are
@@ -164,6 +165,10 @@ struct Keeper {
     /// highest continue serial read on it.
     notes: Option<OwnedFd>,
     noted: u64,
+    /// The read end of scored's stops pipe and the write end of the
+    /// answers pipe (`ToKeeper::Notes`).
+    stops: Option<OwnedFd>,
+    answers: Option<OwnedFd>,
     /// Ranks it stopped again after a continue from outside, since the
     /// last `Continue`: that continue may have been scored's, reported
     /// before its message could be read, so the `Continue` continues them.
@@ -256,6 +261,8 @@ impl Keeper {
             restopped: BTreeSet::new(),
             notes: None,
             noted: 0,
+            stops: None,
+            answers: None,
             spare: true,
             resting: false,
             title,
@@ -284,6 +291,7 @@ impl Keeper {
                     LINK => self.read_scored(),
                     LISTENER => self.accept(),
                     SIGNALS => self.children_changed(),
+                    STOPS => self.read_stops(),
                     SPAWNER => {
                         spawn::drain();
                         self.exec_reports();
@@ -468,6 +476,10 @@ impl Keeper {
         if let Some(link) = self.link.take() {
             let _ = sys::epoll_remove(&self.epoll, link.as_raw_fd());
         }
+        // A stop scored noted before it died is taken, as one it sent on
+        // the link would be.
+        self.take_stop_notes();
+        self.drop_switch_pipes();
         if self.resting {
             // No job: nothing to keep for anyone.
             self.leave(0);
@@ -535,32 +547,8 @@ impl Keeper {
         match message {
             ToKeeper::Launch => self.launch(fds),
             ToKeeper::Stop(serial) => self.stop(serial),
-            ToKeeper::Notes => {
-                if let Some(notes) = fds.into_iter().next() {
-                    self.notes = Some(notes);
-                }
-            }
-            ToKeeper::Continue(serial) => {
-                // What the pipe holds is told on the link as well.
-                self.read_notes();
-                self.switch_serial = serial;
-                self.switched_out = false;
-                self.stopping = None;
-                self.pending.clear();
-                for pid in std::mem::take(&mut self.restopped) {
-                    if self
-                        .ranks
-                        .get(&pid)
-                        .is_some_and(|rank| rank.ended.is_none())
-                    {
-                        let _ = killpg(Pid::from_raw(pid), Signal::SIGCONT);
-                        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGCONT);
-                    }
-                }
-                if let Some(launch) = &mut self.launch {
-                    launch.paused = false;
-                }
-            }
+            ToKeeper::Notes => self.take_pipes(fds),
+            ToKeeper::Continue(serial) => self.continued(serial),
             ToKeeper::Reap(pids) => {
                 for pid in pids {
                     self.reap_rank(pid, true);

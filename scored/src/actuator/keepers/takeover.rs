@@ -95,7 +95,7 @@ impl OsActuator {
                 if let (Some(protocol), Some(link)) =
                     (said_protocol, self.keepers.links.get_mut(job))
                 {
-                    link.open_notes(protocol);
+                    link.open_notes(protocol, &self.exec_watch, *job);
                 }
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -107,7 +107,7 @@ impl OsActuator {
                 None => {
                     tracing::warn!(job = %job, "its keeper did not say what it holds in time");
                     if let Some(link) = self.keepers.links.remove(&job) {
-                        let _ = sys::epoll_remove(&self.exec_watch, link.socket.as_raw_fd());
+                        link.unwatch(&self.exec_watch);
                     }
                 }
             }

@@ -384,18 +384,18 @@ fn the_keeper_hears_of_a_stop_after_its_signals_and_before_what_follows() {
     assert_eq!(heard(), [ToKeeper::Continue(4)]);
 }
 
-/// A keeper with a notes pipe reads each continue there, written before
-/// the SIGCONT and waking nobody, and hears of it on the link once the
-/// switch is over; a stop still to be told sends the continue on the link
-/// first, in order.
+/// A keeper with a notes pipe (and stops told on its link) reads each
+/// continue there, written before the SIGCONT and waking nobody, and
+/// hears of it on the link once the switch is over; a stop still to be
+/// told sends the continue on the link first, in order.
 #[test]
 fn a_continue_is_noted_on_the_pipe_before_its_signals_and_told_after_the_switch() {
-    use crate::keeper::{receive, socket_pair, ToKeeper, PROTOCOL};
+    use crate::keeper::{receive, socket_pair, ToKeeper, NOTES_PROTOCOL};
     use std::os::fd::AsFd;
     let mut fixture = Fixture::new("noted");
     let (ours, keeper) = socket_pair().expect("a socket pair");
     let mut link = super::super::keepers::Link::new(ours, true);
-    link.open_notes(PROTOCOL);
+    link.open_notes(NOTES_PROTOCOL, &fixture.actuator.exec_watch, JOB);
     fixture.actuator.keepers.links.insert(JOB, link);
     let mut buffer = vec![0u8; crate::keeper::MAX_MESSAGE];
     let mut notes = None;
@@ -509,16 +509,10 @@ fn only_an_awaited_stop_is_told_to_the_keeper_during_the_switch() {
     assert_eq!(heard(), [ToKeeper::Stop(3)]);
 }
 
-/// A stop of more ranks than there are CPUs, which only its keeper's
-/// answer confirms, is told to the keeper as the stop is made, before
-/// scored waits for anything: the keeper then waits for each rank in the
-/// kernel instead of being woken by the first rank's stop. The continue
-/// that follows is noted as any other.
-#[test]
-fn a_stop_of_more_ranks_than_cpus_is_told_to_the_keeper_as_it_is_made() {
-    use crate::keeper::{receive, socket_pair, ToKeeper, PROTOCOL};
-    use std::os::fd::AsFd;
-    let mut fixture = Fixture::new("first");
+/// Gives the fixture's job as many more ranks as there are CPUs, each a
+/// `sleep` leading a group of its own: a stop of it only its keeper's
+/// answer confirms.
+fn more_ranks_than_cpus(fixture: &mut Fixture) -> Vec<std::process::Child> {
     let mut others = Vec::new();
     for _ in 0..super::online_cpus() {
         let rank = std::os::unix::process::CommandExt::process_group(
@@ -534,9 +528,23 @@ fn a_stop_of_more_ranks_than_cpus_is_told_to_the_keeper_as_it_is_made() {
         procs.children.insert(pid);
         others.push(rank);
     }
+    others
+}
+
+/// A stop of more ranks than there are CPUs, which only its keeper's
+/// answer confirms, is told to a keeper of the notes protocol on its link
+/// as the stop is made, before scored waits for anything: the keeper then
+/// waits for each rank in the kernel instead of being woken by the first
+/// rank's stop. The continue that follows is noted as any other.
+#[test]
+fn a_stop_of_more_ranks_than_cpus_is_told_to_the_keeper_as_it_is_made() {
+    use crate::keeper::{receive, socket_pair, ToKeeper, NOTES_PROTOCOL};
+    use std::os::fd::AsFd;
+    let mut fixture = Fixture::new("first");
+    let others = more_ranks_than_cpus(&mut fixture);
     let (ours, keeper) = socket_pair().expect("a socket pair");
     let mut link = super::super::keepers::Link::new(ours, true);
-    link.open_notes(PROTOCOL);
+    link.open_notes(NOTES_PROTOCOL, &fixture.actuator.exec_watch, JOB);
     fixture.actuator.keepers.links.insert(JOB, link);
     let mut buffer = vec![0u8; crate::keeper::MAX_MESSAGE];
     let mut heard = || -> Vec<ToKeeper> {
@@ -563,6 +571,88 @@ fn a_stop_of_more_ranks_than_cpus_is_told_to_the_keeper_as_it_is_made() {
     fixture.actuator.cont(JOB);
     fixture.actuator.settled();
     assert_eq!(heard(), [ToKeeper::Continue(2)]);
+    for mut rank in others {
+        let _ = rank.kill();
+        let _ = rank.wait();
+    }
+}
+
+/// The serials a pipe holds (8 bytes each).
+fn serials(pipe: &std::os::fd::OwnedFd) -> Vec<u64> {
+    let mut read = [0u8; 64];
+    match nix::unistd::read(pipe, &mut read) {
+        Ok(len) => read[..len]
+            .chunks_exact(8)
+            .map(|note| u64::from_ne_bytes(note.try_into().expect("8 bytes")))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// A keeper of this protocol is noted a stop on its stops pipe as the
+/// stop is made, with nothing on its link, and its answer on the answers
+/// pipe confirms the stop (an answer to another stop confirms nothing).
+/// Once the keeper's end of the answers pipe is closed, stops are told on
+/// the link again.
+#[test]
+fn a_wide_stop_goes_on_the_stops_pipe_and_its_answer_comes_back_on_the_answers_pipe() {
+    use crate::keeper::{receive, socket_pair, ToKeeper, PROTOCOL};
+    use std::os::fd::{AsFd, OwnedFd};
+    let mut fixture = Fixture::new("piped");
+    let others = more_ranks_than_cpus(&mut fixture);
+    let (ours, keeper) = socket_pair().expect("a socket pair");
+    let mut link = super::super::keepers::Link::new(ours, true);
+    link.open_notes(PROTOCOL, &fixture.actuator.exec_watch, JOB);
+    fixture.actuator.keepers.links.insert(JOB, link);
+    let mut buffer = vec![0u8; crate::keeper::MAX_MESSAGE];
+    let (message, fds) = receive::<ToKeeper>(keeper.as_fd(), &mut buffer)
+        .expect("the link reads")
+        .expect("a message");
+    assert_eq!(message, ToKeeper::Notes);
+    let [notes, stops, answers]: [OwnedFd; 3] =
+        fds.try_into().expect("the notes, stops and answers pipes");
+    let mut heard = || -> Vec<ToKeeper> {
+        let mut messages = Vec::new();
+        while let Some((message, _)) =
+            receive::<ToKeeper>(keeper.as_fd(), &mut buffer).expect("the link reads")
+        {
+            messages.push(message);
+        }
+        messages
+    };
+    let mut out = Vec::new();
+    fixture.actuator.stop(JOB, &mut out);
+    assert_eq!(serials(&stops), [1], "not noted as the stop was made");
+    assert_eq!(heard(), [], "told on the link");
+    fixture.wait_until_stopped(true);
+    fixture.actuator.await_stops(Duration::ZERO, &mut out);
+    assert_eq!(out, [], "confirmed before its keeper answered");
+    let answer = |serial: u64| {
+        assert_eq!(
+            nix::unistd::write(&answers, &serial.to_ne_bytes()),
+            Ok(8),
+            "the answers pipe takes an answer"
+        );
+    };
+    answer(7);
+    assert_eq!(
+        fixture.poll(),
+        [],
+        "another stop's answer confirmed this one"
+    );
+    answer(1);
+    assert_eq!(fixture.poll(), [Input::Stopped(JOB)]);
+    fixture.actuator.settled();
+    assert_eq!(heard(), [], "told twice");
+    fixture.actuator.cont(JOB);
+    assert_eq!(serials(&notes), [2]);
+    fixture.actuator.settled();
+    assert_eq!(heard(), [ToKeeper::Continue(2)]);
+    drop(answers);
+    assert_eq!(fixture.poll(), []);
+    fixture.actuator.stop(JOB, &mut out);
+    assert_eq!(heard(), [ToKeeper::Stop(3)]);
+    assert_eq!(serials(&stops), Vec::<u64>::new());
     for mut rank in others {
         let _ = rank.kill();
         let _ = rank.wait();

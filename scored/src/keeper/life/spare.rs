@@ -63,6 +63,7 @@ impl Keeper {
         // The next job's scored gives it a pipe of its own.
         self.notes = None;
         self.noted = 0;
+        self.drop_switch_pipes();
         self.resting = true;
         self.title.set("scored keeper, idle");
         self.unsent.push(FromKeeper::Idle);

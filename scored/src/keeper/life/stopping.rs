@@ -1,15 +1,17 @@
 //! A keeper's part in a switch's stop: scored's `Stop` awaited rank by
 //! rank in the kernel, as a killpg/waitpid program does, answered once
 //! every rank has stopped, and what the kernel did not report in time
-//! checked through /proc; and the notes of scored's continues.
+//! checked through /proc; scored's continues; and the pipes on which
+//! scored notes its stops and continues and the keeper answers stops.
 #![forbid(unsafe_code)]
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-use super::{Keeper, STOP_ALARM, STOP_BLOCK, STOP_CHECK};
+use super::{Keeper, STOPS, STOP_ALARM, STOP_BLOCK, STOP_CHECK};
 use crate::actuator::procfs;
 use crate::keeper::Event;
 use crate::sys;
@@ -120,13 +122,117 @@ impl Keeper {
         }
     }
 
+    /// scored's `Continue`: creating processes goes on, and the ranks it
+    /// stopped again after a continue from outside are continued (that
+    /// continue may have been scored's, reported before its message).
+    pub(super) fn continued(&mut self, serial: u64) {
+        // What the pipe holds is told on the link as well.
+        self.read_notes();
+        self.switch_serial = serial;
+        self.switched_out = false;
+        self.stopping = None;
+        self.pending.clear();
+        for pid in std::mem::take(&mut self.restopped) {
+            if self
+                .ranks
+                .get(&pid)
+                .is_some_and(|rank| rank.ended.is_none())
+            {
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGCONT);
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGCONT);
+            }
+        }
+        if let Some(launch) = &mut self.launch {
+            launch.paused = false;
+        }
+    }
+
     /// Answers the `Stop` once no rank is left to stop, at once: scored
-    /// waits for it to continue the next job.
+    /// waits for it to continue the next job. On the answers pipe when
+    /// there is one and nothing waits to go on the link before it.
     pub(super) fn answer_stop(&mut self) {
         if self.stopping.is_some() && self.pending.is_empty() {
             self.stopping = None;
-            self.outbox.push(Event::Stopped(self.switch_serial));
+            let serial = self.switch_serial;
             self.flush();
+            let piped = self.link.is_some()
+                && self.unsent.is_empty()
+                && self.answers.as_ref().is_some_and(|answers| {
+                    matches!(nix::unistd::write(answers, &serial.to_ne_bytes()), Ok(8))
+                });
+            if !piped {
+                self.outbox.push(Event::Stopped(serial));
+                self.flush();
+            }
+        }
+    }
+
+    /// scored's `Notes`: its notes pipe, and its stops pipe and answers
+    /// pipe when it sent them (see `ToKeeper::Notes`).
+    pub(super) fn take_pipes(&mut self, fds: Vec<OwnedFd>) {
+        self.drop_switch_pipes();
+        let mut fds = fds.into_iter();
+        self.notes = fds.next();
+        if let (Some(stops), Some(answers)) = (fds.next(), fds.next()) {
+            if sys::epoll_add(&self.epoll, stops.as_raw_fd(), STOPS).is_ok() {
+                self.stops = Some(stops);
+                self.answers = Some(answers);
+            }
+        }
+    }
+
+    /// Lets go of the stops pipe and the answers pipe: stops come on the
+    /// link again.
+    pub(super) fn drop_switch_pipes(&mut self) {
+        if let Some(stops) = self.stops.take() {
+            let _ = sys::epoll_remove(&self.epoll, stops.as_raw_fd());
+        }
+        self.answers = None;
+    }
+
+    /// The stops pipe is readable: what scored said on its link before
+    /// the note is taken first, then the stop.
+    pub(super) fn read_stops(&mut self) {
+        self.read_scored();
+        self.take_stop_notes();
+    }
+
+    /// Takes the latest stop noted on the stops pipe, unless a later
+    /// continue was told on the link already; a pipe whose writer is gone
+    /// is let go.
+    pub(super) fn take_stop_notes(&mut self) {
+        let Some(stops) = &self.stops else {
+            return;
+        };
+        let mut latest = 0;
+        let mut ended = false;
+        // Each note is one write of 8 bytes, which a pipe never splits.
+        let mut buffer = [0u8; 512];
+        loop {
+            match nix::unistd::read(stops, &mut buffer) {
+                Ok(0) => {
+                    ended = true;
+                    break;
+                }
+                Ok(len) => {
+                    for note in buffer[..len].chunks_exact(8) {
+                        let serial = u64::from_ne_bytes(note.try_into().unwrap_or_default());
+                        latest = latest.max(serial);
+                    }
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(nix::errno::Errno::EAGAIN) => break,
+                Err(_) => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        if ended {
+            self.drop_switch_pipes();
+        }
+        if latest > self.switch_serial {
+            self.stop(latest);
         }
     }
 
