@@ -112,11 +112,17 @@ impl OsActuator {
                     ended = true;
                     break;
                 }
-                Ok(len) => serials.extend(
-                    buffer[..len]
-                        .chunks_exact(8)
-                        .map(|note| u64::from_ne_bytes(note.try_into().unwrap_or_default())),
-                ),
+                Ok(len) => {
+                    serials.extend(
+                        buffer[..len]
+                            .chunks_exact(8)
+                            .map(|note| u64::from_ne_bytes(note.try_into().unwrap_or_default())),
+                    );
+                    // Less than asked for: the pipe is empty.
+                    if len < buffer.len() {
+                        break;
+                    }
+                }
                 Err(nix::errno::Errno::EINTR) => {}
                 Err(nix::errno::Errno::EAGAIN) => break,
                 Err(_) => {

@@ -219,6 +219,10 @@ impl Keeper {
                         let serial = u64::from_ne_bytes(note.try_into().unwrap_or_default());
                         latest = latest.max(serial);
                     }
+                    // Less than asked for: the pipe is empty.
+                    if len < buffer.len() {
+                        break;
+                    }
                 }
                 Err(nix::errno::Errno::EINTR) => {}
                 Err(nix::errno::Errno::EAGAIN) => break,
