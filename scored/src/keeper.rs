@@ -362,6 +362,32 @@ pub fn receive<T: for<'de> Deserialize<'de>>(
     Ok(Some((message, fds)))
 }
 
+/// Reads the serials a pipe of [`ToKeeper::Notes`] holds (each one write
+/// of 8 bytes, which a pipe never splits), and whether its writer is gone.
+pub fn read_serials(pipe: BorrowedFd<'_>) -> (Vec<u64>, bool) {
+    let mut serials = Vec::new();
+    let mut buffer = [0u8; 512];
+    loop {
+        match nix::unistd::read(pipe, &mut buffer) {
+            Ok(0) => return (serials, true),
+            Ok(len) => {
+                serials.extend(
+                    buffer[..len]
+                        .chunks_exact(8)
+                        .map(|note| u64::from_ne_bytes(note.try_into().unwrap_or_default())),
+                );
+                // Less than asked for: the pipe is empty.
+                if len < buffer.len() {
+                    return (serials, false);
+                }
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => return (serials, false),
+            Err(_) => return (serials, true),
+        }
+    }
+}
+
 /// A pair of connected, close-on-exec message sockets.
 pub fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};

@@ -5,7 +5,7 @@
 //! link before the pipe, so that what is said keeps its order.
 #![forbid(unsafe_code)]
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::fcntl::OFlag;
 
@@ -102,35 +102,7 @@ impl OsActuator {
         let Some(answers) = &link.answers else {
             return;
         };
-        let mut serials = Vec::new();
-        let mut ended = false;
-        // Each answer is one write of 8 bytes, which a pipe never splits.
-        let mut buffer = [0u8; 512];
-        loop {
-            match nix::unistd::read(answers, &mut buffer) {
-                Ok(0) => {
-                    ended = true;
-                    break;
-                }
-                Ok(len) => {
-                    serials.extend(
-                        buffer[..len]
-                            .chunks_exact(8)
-                            .map(|note| u64::from_ne_bytes(note.try_into().unwrap_or_default())),
-                    );
-                    // Less than asked for: the pipe is empty.
-                    if len < buffer.len() {
-                        break;
-                    }
-                }
-                Err(nix::errno::Errno::EINTR) => {}
-                Err(nix::errno::Errno::EAGAIN) => break,
-                Err(_) => {
-                    ended = true;
-                    break;
-                }
-            }
-        }
+        let (serials, ended) = keeper::read_serials(answers.as_fd());
         if ended {
             if let Some(answers) = link.answers.take() {
                 let _ = sys::epoll_remove(&self.exec_watch, answers.as_raw_fd());

@@ -352,8 +352,7 @@ fn a_stop_the_kernel_carried_out_is_confirmed_by_a_look_right_after_the_signals(
 /// made them.
 #[test]
 fn the_keeper_hears_of_a_stop_after_its_signals_and_before_what_follows() {
-    use crate::keeper::{receive, socket_pair, ToKeeper};
-    use std::os::fd::AsFd;
+    use crate::keeper::{socket_pair, ToKeeper};
     let mut fixture = Fixture::new("told");
     let (ours, keeper) = socket_pair().expect("a socket pair");
     fixture
@@ -362,15 +361,7 @@ fn the_keeper_hears_of_a_stop_after_its_signals_and_before_what_follows() {
         .links
         .insert(JOB, super::super::keepers::Link::new(ours, true));
     let mut buffer = vec![0u8; crate::keeper::MAX_MESSAGE];
-    let mut heard = || -> Vec<ToKeeper> {
-        let mut messages = Vec::new();
-        while let Some((message, _)) =
-            receive::<ToKeeper>(keeper.as_fd(), &mut buffer).expect("the link reads")
-        {
-            messages.push(message);
-        }
-        messages
-    };
+    let mut heard = || told(&keeper, &mut buffer);
     let mut out = Vec::new();
     fixture.actuator.stop(JOB, &mut out);
     assert_eq!(heard(), [], "told before the switch is over");
@@ -412,17 +403,11 @@ fn a_continue_is_noted_on_the_pipe_before_its_signals_and_told_after_the_switch(
         messages
     };
     let noted = |notes: &Option<std::os::fd::OwnedFd>| -> Vec<u64> {
-        let mut read = [0u8; 64];
-        let notes = notes
-            .as_ref()
-            .expect("the notes pipe came with its message");
-        match nix::unistd::read(notes, &mut read) {
-            Ok(len) => read[..len]
-                .chunks_exact(8)
-                .map(|note| u64::from_ne_bytes(note.try_into().expect("8 bytes")))
-                .collect(),
-            Err(_) => Vec::new(),
-        }
+        serials(
+            notes
+                .as_ref()
+                .expect("the notes pipe came with its message"),
+        )
     };
     assert_eq!(heard(&mut notes), [ToKeeper::Notes]);
     let mut out = Vec::new();
@@ -464,8 +449,7 @@ fn a_continue_is_noted_on_the_pipe_before_its_signals_and_told_after_the_switch(
 /// is told before scored waits for the answer.
 #[test]
 fn only_an_awaited_stop_is_told_to_the_keeper_during_the_switch() {
-    use crate::keeper::{receive, socket_pair, ToKeeper};
-    use std::os::fd::AsFd;
+    use crate::keeper::{socket_pair, ToKeeper};
     let mut fixture = Fixture::new("awaited");
     let (ours, keeper) = socket_pair().expect("a socket pair");
     fixture
@@ -474,15 +458,7 @@ fn only_an_awaited_stop_is_told_to_the_keeper_during_the_switch() {
         .links
         .insert(JOB, super::super::keepers::Link::new(ours, true));
     let mut buffer = vec![0u8; crate::keeper::MAX_MESSAGE];
-    let mut heard = || -> Vec<ToKeeper> {
-        let mut messages = Vec::new();
-        while let Some((message, _)) =
-            receive::<ToKeeper>(keeper.as_fd(), &mut buffer).expect("the link reads")
-        {
-            messages.push(message);
-        }
-        messages
-    };
+    let mut heard = || told(&keeper, &mut buffer);
     let mut out = Vec::new();
     fixture.actuator.stop(JOB, &mut out);
     fixture.wait_until_stopped(true);
@@ -538,8 +514,7 @@ fn more_ranks_than_cpus(fixture: &mut Fixture) -> Vec<std::process::Child> {
 /// rank's stop. The continue that follows is noted as any other.
 #[test]
 fn a_stop_of_more_ranks_than_cpus_is_told_to_the_keeper_as_it_is_made() {
-    use crate::keeper::{receive, socket_pair, ToKeeper, NOTES_PROTOCOL};
-    use std::os::fd::AsFd;
+    use crate::keeper::{socket_pair, ToKeeper, NOTES_PROTOCOL};
     let mut fixture = Fixture::new("first");
     let others = more_ranks_than_cpus(&mut fixture);
     let (ours, keeper) = socket_pair().expect("a socket pair");
@@ -547,15 +522,7 @@ fn a_stop_of_more_ranks_than_cpus_is_told_to_the_keeper_as_it_is_made() {
     link.open_notes(NOTES_PROTOCOL, &fixture.actuator.exec_watch, JOB);
     fixture.actuator.keepers.links.insert(JOB, link);
     let mut buffer = vec![0u8; crate::keeper::MAX_MESSAGE];
-    let mut heard = || -> Vec<ToKeeper> {
-        let mut messages = Vec::new();
-        while let Some((message, _)) =
-            receive::<ToKeeper>(keeper.as_fd(), &mut buffer).expect("the link reads")
-        {
-            messages.push(message);
-        }
-        messages
-    };
+    let mut heard = || told(&keeper, &mut buffer);
     assert_eq!(heard(), [ToKeeper::Notes]);
     let mut out = Vec::new();
     fixture.actuator.stop(JOB, &mut out);
@@ -579,14 +546,8 @@ fn a_stop_of_more_ranks_than_cpus_is_told_to_the_keeper_as_it_is_made() {
 
 /// The serials a pipe holds (8 bytes each).
 fn serials(pipe: &std::os::fd::OwnedFd) -> Vec<u64> {
-    let mut read = [0u8; 64];
-    match nix::unistd::read(pipe, &mut read) {
-        Ok(len) => read[..len]
-            .chunks_exact(8)
-            .map(|note| u64::from_ne_bytes(note.try_into().expect("8 bytes")))
-            .collect(),
-        Err(_) => Vec::new(),
-    }
+    use std::os::fd::AsFd;
+    crate::keeper::read_serials(pipe.as_fd()).0
 }
 
 /// A keeper of this protocol is noted a stop on its stops pipe as the
@@ -611,15 +572,7 @@ fn a_wide_stop_goes_on_the_stops_pipe_and_its_answer_comes_back_on_the_answers_p
     assert_eq!(message, ToKeeper::Notes);
     let [notes, stops, answers]: [OwnedFd; 3] =
         fds.try_into().expect("the notes, stops and answers pipes");
-    let mut heard = || -> Vec<ToKeeper> {
-        let mut messages = Vec::new();
-        while let Some((message, _)) =
-            receive::<ToKeeper>(keeper.as_fd(), &mut buffer).expect("the link reads")
-        {
-            messages.push(message);
-        }
-        messages
-    };
+    let mut heard = || told(&keeper, &mut buffer);
     let mut out = Vec::new();
     fixture.actuator.stop(JOB, &mut out);
     assert_eq!(serials(&stops), [1], "not noted as the stop was made");
@@ -657,4 +610,17 @@ fn a_wide_stop_goes_on_the_stops_pipe_and_its_answer_comes_back_on_the_answers_p
         let _ = rank.kill();
         let _ = rank.wait();
     }
+}
+
+/// What the keeper's end of a link was told since it last looked, in order.
+fn told(keeper: &std::os::fd::OwnedFd, buffer: &mut [u8]) -> Vec<crate::keeper::ToKeeper> {
+    use std::os::fd::AsFd;
+    let mut messages = Vec::new();
+    while let Some((message, _)) =
+        crate::keeper::receive::<crate::keeper::ToKeeper>(keeper.as_fd(), buffer)
+            .expect("the link reads")
+    {
+        messages.push(message);
+    }
+    messages
 }

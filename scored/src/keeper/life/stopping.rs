@@ -5,7 +5,7 @@
 //! scored notes its stops and continues and the keeper answers stops.
 #![forbid(unsafe_code)]
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 
 use super::{Keeper, STOPS, STOP_ALARM, STOP_BLOCK, STOP_CHECK};
 use crate::actuator::procfs;
-use crate::keeper::Event;
+use crate::keeper::{read_serials, Event};
 use crate::sys;
 
 impl Keeper {
@@ -204,37 +204,11 @@ impl Keeper {
         let Some(stops) = &self.stops else {
             return;
         };
-        let mut latest = 0;
-        let mut ended = false;
-        // Each note is one write of 8 bytes, which a pipe never splits.
-        let mut buffer = [0u8; 512];
-        loop {
-            match nix::unistd::read(stops, &mut buffer) {
-                Ok(0) => {
-                    ended = true;
-                    break;
-                }
-                Ok(len) => {
-                    for note in buffer[..len].chunks_exact(8) {
-                        let serial = u64::from_ne_bytes(note.try_into().unwrap_or_default());
-                        latest = latest.max(serial);
-                    }
-                    // Less than asked for: the pipe is empty.
-                    if len < buffer.len() {
-                        break;
-                    }
-                }
-                Err(nix::errno::Errno::EINTR) => {}
-                Err(nix::errno::Errno::EAGAIN) => break,
-                Err(_) => {
-                    ended = true;
-                    break;
-                }
-            }
-        }
+        let (serials, ended) = read_serials(stops.as_fd());
         if ended {
             self.drop_switch_pipes();
         }
+        let latest = serials.into_iter().max().unwrap_or(0);
         if latest > self.switch_serial {
             self.stop(latest);
         }
@@ -287,14 +261,8 @@ impl Keeper {
         let Some(notes) = &self.notes else {
             return self.noted;
         };
-        // Each note is one write of 8 bytes, which a pipe never splits.
-        let mut buffer = [0u8; 512];
-        while let Ok(len @ 1..) = nix::unistd::read(notes, &mut buffer) {
-            for note in buffer[..len].chunks_exact(8) {
-                let serial = u64::from_ne_bytes(note.try_into().unwrap_or_default());
-                self.noted = self.noted.max(serial);
-            }
-        }
+        let (serials, _) = read_serials(notes.as_fd());
+        self.noted = serials.into_iter().fold(self.noted, u64::max);
         self.noted
     }
 }
