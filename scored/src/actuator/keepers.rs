@@ -852,6 +852,7 @@ impl OsActuator {
         let ranks: Vec<i32> = procs.children.iter().copied().collect();
         for pid in &ranks {
             self.execs.remove(pid);
+            procfs::forget_status(*pid);
             let start = self.children.remove(pid).map(|child| child.start);
             // Each through a pidfd checked against its start time: its
             // pid is no longer pinned by an unreaped keeper's child.

@@ -10,6 +10,7 @@ pub mod reader;
 use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::sync::{LazyLock, Mutex, PoisonError};
 
 /// The fields of `/proc/PID/stat` the actuator uses.
@@ -139,6 +140,66 @@ pub fn read_status(pid: i32) -> Option<Stat> {
     let text = std::str::from_utf8(&buffer[..len]).ok()?;
     let last = known().get(&pid).copied();
     stat_from_status(pid, text, last)
+}
+
+/// [`read_status`] through a descriptor of the file kept open from one
+/// read of the pid to the next, as a stop's confirmation reads the same
+/// ranks at every switch: a read of an open file costs half of an open,
+/// read and close. The file follows its process, not the pid: once the
+/// process is reaped its reads fail, and the pid's file is opened anew.
+pub fn read_status_kept(pid: i32) -> Option<Stat> {
+    let mut kept = kept_status();
+    if let Some(file) = kept.get(&pid) {
+        if let Some(stat) = status_from_file(pid, file) {
+            return Some(stat);
+        }
+        kept.remove(&pid);
+    }
+    let file = fs::File::open(format!("/proc/{pid}/status")).ok()?;
+    let stat = status_from_file(pid, &file)?;
+    if kept.len() >= MOST_KEPT {
+        kept.clear();
+    }
+    kept.insert(pid, file);
+    Some(stat)
+}
+
+/// Forgets the kept status file of `pid` (see [`read_status_kept`]).
+pub fn forget_status(pid: i32) {
+    kept_status().remove(&pid);
+}
+
+/// The [`Stat`] of an open status file, read from its start: the kernel
+/// writes the file anew for a read at offset 0, and one that returns less
+/// than it asked for has read all of it.
+fn status_from_file(pid: i32, file: &fs::File) -> Option<Stat> {
+    let mut buffer = [0u8; 4096];
+    let mut len = 0;
+    while len < buffer.len() {
+        match file.read_at(&mut buffer[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => {
+                len += n;
+                if len < buffer.len() {
+                    break;
+                }
+            }
+            Err(_) => return None,
+        }
+    }
+    let text = std::str::from_utf8(&buffer[..len]).ok()?;
+    let last = known().get(&pid).copied();
+    stat_from_status(pid, text, last)
+}
+
+/// How many status files [`read_status_kept`] keeps open: a few for each
+/// job small enough to have its stops confirmed from /proc.
+const MOST_KEPT: usize = 64;
+
+/// The status files kept open, by pid.
+fn kept_status() -> std::sync::MutexGuard<'static, HashMap<i32, fs::File>> {
+    static KEPT: LazyLock<Mutex<HashMap<i32, fs::File>>> = LazyLock::new(Default::default);
+    KEPT.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// How many pids' last stat [`read_stat`] keeps.
@@ -383,6 +444,53 @@ mod tests {
         for text in ["", "1", "1 (x", "x (y) R", "1 (y) R 2 3"] {
             assert_eq!(parse_stat(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn a_kept_status_file_reads_its_process_anew_until_it_is_reaped() {
+        // Killed and reaped however the test ends.
+        struct Sleeper(std::process::Child);
+        impl Drop for Sleeper {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let mut child = Sleeper(
+            std::process::Command::new("sleep")
+                .arg("30")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn sleep"),
+        );
+        let pid = child.0.id() as i32;
+        let state = || read_status_kept(pid).map(|stat| stat.state);
+        let until = |wanted: fn(Option<u8>) -> bool| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !wanted(state()) {
+                assert!(std::time::Instant::now() < deadline, "state {:?}", state());
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        };
+        until(|state| state == Some(b'S'));
+        assert!(kept_status().contains_key(&pid));
+        // One open file says what its process does at each read.
+        let file = fs::File::open(format!("/proc/{pid}/status")).expect("open status");
+        let read = || status_from_file(pid, &file).map(|stat| stat.state);
+        assert_eq!(read(), Some(b'S'));
+        let signal = |signal| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        signal(nix::sys::signal::Signal::SIGSTOP).expect("stop");
+        until(|state| state == Some(b'T'));
+        assert_eq!(read(), Some(b'T'));
+        signal(nix::sys::signal::Signal::SIGCONT).expect("continue");
+        until(|state| state == Some(b'S'));
+        child.0.kill().expect("kill");
+        child.0.wait().expect("reap");
+        assert_eq!(read(), None);
+        assert_eq!(state(), None);
+        assert!(!kept_status().contains_key(&pid));
+        forget_status(pid);
     }
 
     #[test]

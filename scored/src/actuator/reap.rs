@@ -61,6 +61,7 @@ impl OsActuator {
             procs.reaped_peak[child.slot] += waited.max_rss;
             procs.children.remove(&waited.pid);
             procs.groups.remove(&waited.pid);
+            procfs::forget_status(waited.pid);
             if let Some(wait) = procs.stop_wait.as_mut() {
                 wait.children.remove(&waited.pid);
             }
@@ -302,6 +303,7 @@ impl OsActuator {
         };
         procs.children.remove(&pid);
         procs.groups.remove(&pid);
+        procfs::forget_status(pid);
         // The members of its group are outside every rank's group now.
         let left: Vec<Stat> = procs
             .members

@@ -399,7 +399,7 @@ impl OsActuator {
                 // An unreaped child of its keeper: the pid is still the
                 // rank's. Its status, not its stat, which would wait for
                 // a rank in the middle of an exec (see `procfs::read_stat`).
-                if procfs::read_status(pid).is_none_or(|stat| held(&stat, freezing)) {
+                if procfs::read_status_kept(pid).is_none_or(|stat| held(&stat, freezing)) {
                     stopped.push(pid);
                 }
             }
