@@ -104,13 +104,6 @@ const FREEZER_SWITCH_ABOVE: usize = 256;
 /// the sample): its processes are held whether listed or not, and the
 /// pids controller, where present, counts them at each fork.
 const MEMBER_LIST_EVERY: Duration = Duration::from_millis(500);
-/// How long a switch waits for a job's freezer to read frozen. A process
-/// of a cgroup asked to freeze cannot return to user code without
-/// freezing, as one sent SIGSTOP cannot without stopping; those that must
-/// run to freeze (forked or running at the freeze, on a busy CPU) may
-/// take longer, and the stop holds without them: a slow freeze never
-/// delays a switch further, nor kills a job.
-const FREEZE_CONFIRM: Duration = Duration::from_millis(20);
 /// With a cgroup, how many of a job's processes outside its ranks'
 /// process groups (which group signals miss) are held through a pidfd to
 /// be signalled one by one; a job with more is held by its freezer at
@@ -508,11 +501,8 @@ struct StopWait {
     freezing: bool,
     /// Its processes other than its ranks are held by its freezer alone
     /// (`SwitchedOutHold::by_freezer`): once its ranks stopped, its cgroup
-    /// is frozen, and the stop waits for it to read frozen, for
-    /// `FREEZE_CONFIRM` at most.
+    /// is asked to freeze, which holds them (`OsActuator::freeze_rest`).
     cgroup: bool,
-    /// When its cgroup was asked to freeze (while `freezing`).
-    frozen_at: Instant,
     /// Its keeper has not yet answered the stop (`keeper::Event::Stopped`):
     /// while its launch is in progress, only that answer confirms the
     /// stop, since only it comes after every rank scored must know of.
