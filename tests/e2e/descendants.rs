@@ -323,3 +323,77 @@ fn a_cgroup_passed_on_keeps_its_limit_and_no_refusal() {
         assert!(stdout(&output).contains("forked"));
     }
 }
+
+/// A job of 300 busy processes besides its rank, switched by its freezer,
+/// time-shares one CPU with a spinner at 50 ms slices: its switches take
+/// about as long as the freeze and the signals (0.5 to 1.3 ms), though its
+/// rank sleeps at nice 19. Had its stop waited for the rank to take its
+/// SIGSTOP, for which the rank must get the CPU from its 300 busy
+/// neighbours, before freezing them, each stop of the job would have
+/// taken 4 to 5 ms here (and 20 at times), its neighbours running
+/// meanwhile, and the spinner not.
+#[test]
+fn a_job_of_hundreds_of_busy_processes_is_switched_without_waiting_for_a_cpu() {
+    let test = "a_job_of_hundreds_of_busy_processes_is_switched_without_waiting_for_a_cpu";
+    let daemon = Daemon::builder()
+        .hosts("h0 cpus=0\n")
+        .timeslice("50ms")
+        .log("scored=info,scored::switch=debug")
+        .start();
+    if !has_cgroups(&daemon, test) {
+        return;
+    }
+    let mut busy = daemon.spawn(&[
+        "sh",
+        "-c",
+        // Each waits for the others to be made before it spins: the shell
+        // makes them at a 301st of the CPU otherwise. The rank then sleeps
+        // at the lowest priority, which it needs the CPU at to stop.
+        "i=0; while [ $i -lt 300 ]; do (sleep 3; while :; do :; done) & i=$((i+1)); done; \
+         echo started; exec nice -n 19 sleep 600",
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
+        "the busy job never started"
+    );
+    let spinner = daemon.spawn(&[&testprog(), "spin", "0"]);
+    assert!(
+        wait_until(Duration::from_secs(300), || busy.count_lines("started") > 0),
+        "the job never started its busy processes"
+    );
+    const FROZEN_SWITCHES: &str = "its switches signal its ranks alone and freeze the rest";
+    assert!(
+        wait_until(Duration::from_secs(60), || daemon
+            .log()
+            .contains(FROZEN_SWITCHES)),
+        "the busy job is not switched by its freezer"
+    );
+    // Once they all spin (3 s after they were made, the freezer's switch
+    // decided), the switches from then on, from the daemon's log: each
+    // line's latency.
+    std::thread::sleep(Duration::from_secs(4));
+    let since = daemon.log().len();
+    let latencies = |daemon: &Daemon| -> Vec<u64> {
+        let log = daemon.log();
+        log[since.min(log.len())..]
+            .lines()
+            .filter(|line| line.contains("switch complete"))
+            .filter_map(|line| {
+                let value = line.split("latency_us=").nth(1)?;
+                value.split_whitespace().next()?.parse().ok()
+            })
+            .collect()
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || latencies(&daemon).len() >= 40),
+        "the two jobs do not take turns"
+    );
+    let latencies = latencies(&daemon);
+    let slow = latencies.iter().filter(|&&us| us >= 3_000).count();
+    assert!(
+        slow * 4 < latencies.len(),
+        "{slow} of {} switches took 3 ms or more: {latencies:?}",
+        latencies.len()
+    );
+    end_both(&daemon, busy, spinner);
+}

@@ -499,10 +499,6 @@ struct StopWait {
     since: Instant,
     /// The job's cgroup was asked to freeze: its being frozen confirms the stop.
     freezing: bool,
-    /// Its processes other than its ranks are held by its freezer alone
-    /// (`SwitchedOutHold::by_freezer`): once its ranks stopped, its cgroup
-    /// is asked to freeze, which holds them (`OsActuator::freeze_rest`).
-    cgroup: bool,
     /// Its keeper has not yet answered the stop (`keeper::Event::Stopped`):
     /// while its launch is in progress, only that answer confirms the
     /// stop, since only it comes after every rank scored must know of.
@@ -884,9 +880,10 @@ impl Actuator for OsActuator {
     fn next_deadline(&self) -> Option<Instant> {
         let busy = self.jobs.values().any(|procs| {
             procs.drain.is_some()
-                || procs.stop_wait.as_ref().is_some_and(|wait| {
-                    !wait.extras.is_empty() || !wait.children.is_empty() || wait.cgroup
-                })
+                || procs
+                    .stop_wait
+                    .as_ref()
+                    .is_some_and(|wait| !wait.extras.is_empty() || !wait.children.is_empty())
         });
         if !self.held_checks.is_empty() || !self.later.is_empty() {
             return Some(self.clock.now());
@@ -930,7 +927,7 @@ impl Actuator for OsActuator {
         self.jobs
             .values()
             .filter_map(|procs| procs.stop_wait.as_ref())
-            .map(|wait| wait.children.len() + wait.extras.len() + usize::from(wait.cgroup))
+            .map(|wait| wait.children.len() + wait.extras.len())
             .sum()
     }
 

@@ -56,10 +56,11 @@ impl OsActuator {
         if !by_freezer {
             self.note_stopped_by_job(job);
         }
-        // Such a job's ranks alone get SIGSTOP, by pid; once their keeper
-        // confirms their stops, the rest of its cgroup is frozen
-        // (`freeze_rest`), the stopped ranks with it (a stopped process
-        // is frozen as it is, without running). Otherwise every group is
+        // Such a job's ranks alone get SIGSTOP, by pid, and its whole
+        // cgroup is frozen right after (`freeze_rest`): the freeze holds
+        // the ranks too, and a rank frozen before it took its stop takes
+        // it once thawed, unless the SIGCONT of its continue, which
+        // discards a pending stop, comes first. Otherwise every group is
         // signalled.
         let by_freezer = by_freezer
             && self.cgroups.is_some()
@@ -129,9 +130,14 @@ impl OsActuator {
             extras: pending_extras,
             since: now,
             freezing: freeze,
-            cgroup: by_freezer,
             pausing,
         });
+        // Held by the freeze: its ranks need not run to stop first, which
+        // a busy rest (hundreds of processes on the same CPUs) made them
+        // wait for, some 20 ms.
+        if by_freezer {
+            self.freeze_rest(job);
+        }
         // Descendants are confirmed through /proc right away when they
         // already stopped; the rest at the next poll.
         self.poll_job(job, self.clock.now(), false, out);
@@ -286,7 +292,7 @@ impl OsActuator {
                 procs
                     .stop_wait
                     .as_ref()
-                    .is_some_and(|wait| !wait.extras.is_empty() || wait.cgroup && wait.freezing)
+                    .is_some_and(|wait| !wait.extras.is_empty())
             });
             let step = if extras {
                 POLL_INTERVAL.min(deadline - now)
@@ -485,19 +491,11 @@ impl OsActuator {
     }
 
     pub(super) fn check_stop(&mut self, job: JobId, out: &mut Vec<Input>) {
-        let ranks_stopped = self.jobs.get(&job).is_some_and(|procs| {
-            procs.stop_wait.as_ref().is_some_and(|wait| {
-                wait.cgroup && !wait.freezing && wait.children.is_empty() && !wait.pausing
-            })
-        });
-        if ranks_stopped {
-            self.freeze_rest(job);
-        }
         let Some(procs) = self.jobs.get_mut(&job) else {
             return;
         };
         let done = procs.stop_wait.as_ref().is_some_and(|wait| {
-            wait.children.is_empty() && wait.extras.is_empty() && !wait.pausing && !wait.cgroup
+            wait.children.is_empty() && wait.extras.is_empty() && !wait.pausing
         });
         if done {
             if let Some(wait) = procs.stop_wait.take() {
@@ -783,7 +781,6 @@ impl OsActuator {
                 // Frozen: none of its processes can run until thawed.
                 wait.children.clear();
                 wait.extras.clear();
-                wait.cgroup = false;
             } else if fallback
                 && !wait.freezing
                 && !killed
@@ -872,11 +869,11 @@ impl OsActuator {
 }
 
 impl OsActuator {
-    /// The ranks of a job that its freezer switches are stopped: the
-    /// rest of its cgroup is frozen, which its stop then waits for (see
-    /// `poll_job`). Without a freezer after all, every group and held
-    /// descendant gets SIGSTOP (and its continue SIGCONT), and those of
-    /// its other processes last seen running are confirmed through /proc.
+    /// The ranks of a job that its freezer switches were sent SIGSTOP:
+    /// its cgroup is frozen, which holds them and the rest. Without a
+    /// freezer after all, every group and held descendant gets SIGSTOP
+    /// (and its continue SIGCONT), and those of its other processes last
+    /// seen running are confirmed through /proc, as its ranks are.
     fn freeze_rest(&mut self, job: JobId) {
         if self.freeze(job) {
             // The freeze holds them from now on: each process of the
@@ -887,14 +884,14 @@ impl OsActuator {
             // the last of them got there, and each read goes over all of
             // them (0.4 ms for 3,000 sleeping processes, whose freeze took
             // 2), much later for ones that must run to freeze: no switch
-            // waits for it.
+            // waits for it, nor for the ranks' stops.
             if let Some(wait) = self
                 .jobs
                 .get_mut(&job)
                 .and_then(|procs| procs.stop_wait.as_mut())
             {
                 wait.freezing = true;
-                wait.cgroup = false;
+                wait.children.clear();
             }
             return;
         }
@@ -904,7 +901,6 @@ impl OsActuator {
         procs.hold.signalled = true;
         let members = pending_members(procs);
         if let Some(wait) = procs.stop_wait.as_mut() {
-            wait.cgroup = false;
             wait.extras.extend(members);
         }
         self.deliver(job, libc::SIGSTOP);
