@@ -497,7 +497,10 @@ struct StopWait {
     children: BTreeSet<i32>,
     extras: BTreeSet<i32>,
     since: Instant,
-    /// The job's cgroup was asked to freeze: its being frozen confirms the stop.
+    /// The job's cgroup was asked to freeze: a process of it /proc shows
+    /// sleeping uninterruptibly is held, and the cgroup read frozen
+    /// confirms the stop (a job its freezer switches needs neither: see
+    /// `OsActuator::freeze_rest`).
     freezing: bool,
     /// Its keeper has not yet answered the stop (`keeper::Event::Stopped`):
     /// while its launch is in progress, only that answer confirms the

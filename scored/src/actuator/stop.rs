@@ -133,8 +133,8 @@ impl OsActuator {
             pausing,
         });
         // Held by the freeze: its ranks need not run to stop first, which
-        // a busy rest (hundreds of processes on the same CPUs) made them
-        // wait for, some 20 ms.
+        // beside a busy rest (hundreds of processes on the same CPUs)
+        // takes them milliseconds.
         if by_freezer {
             self.freeze_rest(job);
         }
