@@ -127,19 +127,11 @@ fn remember(pid: i32, stat: Option<Stat>) -> Option<Stat> {
 /// waits, where a state is all that is needed now (a stop's
 /// confirmation).
 pub fn read_status(pid: i32) -> Option<Stat> {
-    let mut buffer = [0u8; 4096];
-    let mut file = fs::File::open(format!("/proc/{pid}/status")).ok()?;
-    let mut len = 0;
-    while len < buffer.len() {
-        match file.read(&mut buffer[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(_) => return None,
-        }
-    }
-    let text = std::str::from_utf8(&buffer[..len]).ok()?;
-    let last = known().get(&pid).copied();
-    stat_from_status(pid, text, last)
+    status_from_file(pid, &open_status(pid)?)
+}
+
+fn open_status(pid: i32) -> Option<fs::File> {
+    fs::File::open(format!("/proc/{pid}/status")).ok()
 }
 
 /// [`read_status`] through a descriptor of the file kept open from one
@@ -155,7 +147,7 @@ pub fn read_status_kept(pid: i32) -> Option<Stat> {
         }
         kept.remove(&pid);
     }
-    let file = fs::File::open(format!("/proc/{pid}/status")).ok()?;
+    let file = open_status(pid)?;
     let stat = status_from_file(pid, &file)?;
     if kept.len() >= MOST_KEPT {
         kept.clear();
