@@ -108,6 +108,15 @@ pub const RESTART_EVERY: Duration = Duration::from_secs(1);
 /// How long the daemon, as it exits, waits for the closer to take what is
 /// still queued; what it has not taken is closed by the daemon's exit.
 pub const EXIT_WAIT: Duration = Duration::from_secs(1);
+/// The closer's scheduling priority (SCHED_FIFO, below the daemon's and
+/// the keepers'), where the daemon has real-time priority: at normal
+/// priority, woken while jobs keep every CPU busy, it would wait for a
+/// CPU until the next switch's SIGSTOPs free one, and then take that CPU
+/// from the ranks that must run to take their stop, lengthening the
+/// switch. Its children start at this priority (the one that syncs the
+/// daemon's files keeps it); those that close users' descriptors go to
+/// normal priority once they have taken their batch.
+pub const CLOSER_PRIORITY: i32 = 1;
 /// How long the closer waits before trying a fork again that failed.
 const FORK_RETRY: Duration = Duration::from_millis(100);
 /// The payload of a message that asks the closer to sync the files it

@@ -485,6 +485,39 @@ impl<A: Actuator> Daemon<A> {
         Tick(self.start.elapsed().as_micros() as u64)
     }
 
+    /// When the loop must wake with no event: the earliest of the core's
+    /// deadline, the closer's restart, the actuator's, a sync due, a
+    /// request's timeout and the idle exit.
+    fn next_deadline(&self) -> Option<Instant> {
+        let mut deadline = self.core.next_deadline().map(|tick| self.instant(tick));
+        if let Some(restart) = closer::next_deadline() {
+            deadline = Some(deadline.map_or(restart, |other| other.min(restart)));
+        }
+        if let Some(actuator) = self.actuator.next_deadline() {
+            deadline = Some(deadline.map_or(actuator, |core| core.min(actuator)));
+        }
+        // A job's end written to the journal but not synced yet, or the
+        // state log: once no switch awaits its stops (`sync_files`).
+        let syncs = [
+            self.journal.as_ref().and_then(|j| j.sync_deadline()),
+            self.durable.as_ref().and_then(|d| d.sync_deadline()),
+        ];
+        if !self.core.stops_in_flight() {
+            for sync in syncs.into_iter().flatten() {
+                deadline = Some(deadline.map_or(sync, |other| other.min(sync)));
+            }
+        }
+        if let Some(first) = self.partial.values().min() {
+            let cut = *first + self.config.request_timeout;
+            deadline = Some(deadline.map_or(cut, |other| other.min(cut)));
+        }
+        if let Some(idle_exit) = self.config.idle_exit {
+            let idle = self.idle_since + idle_exit;
+            deadline = Some(deadline.map_or(idle, |other| other.min(idle)));
+        }
+        deadline
+    }
+
     fn instant(&self, tick: Tick) -> Instant {
         self.start + Duration::from_micros(tick.0)
     }
@@ -497,28 +530,7 @@ impl<A: Actuator> Daemon<A> {
             // What was let go of in the last round goes to the closer
             // before the loop sleeps.
             self.watch_closer();
-            let mut deadline = self.core.next_deadline().map(|tick| self.instant(tick));
-            if let Some(restart) = closer::next_deadline() {
-                deadline = Some(deadline.map_or(restart, |other| other.min(restart)));
-            }
-            if let Some(actuator) = self.actuator.next_deadline() {
-                deadline = Some(deadline.map_or(actuator, |core| core.min(actuator)));
-            }
-            // A job's end written to the journal but not synced yet.
-            if let Some(sync) = self.journal.as_ref().and_then(|j| j.sync_deadline()) {
-                deadline = Some(deadline.map_or(sync, |other| other.min(sync)));
-            }
-            if let Some(sync) = self.durable.as_ref().and_then(|d| d.sync_deadline()) {
-                deadline = Some(deadline.map_or(sync, |other| other.min(sync)));
-            }
-            if let Some(first) = self.partial.values().min() {
-                let cut = *first + self.config.request_timeout;
-                deadline = Some(deadline.map_or(cut, |other| other.min(cut)));
-            }
-            if let Some(idle_exit) = self.config.idle_exit {
-                let idle = self.idle_since + idle_exit;
-                deadline = Some(deadline.map_or(idle, |other| other.min(idle)));
-            }
+            let deadline = self.next_deadline();
             let mut timeout = poll_timeout(deadline);
             if self.accept_waits {
                 timeout = Some(timeout.map_or(ACCEPT_RETRY, |other| other.min(ACCEPT_RETRY)));

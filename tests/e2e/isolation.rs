@@ -781,6 +781,58 @@ fn jobs_run_at_normal_priority_though_created_at_the_daemons() {
     daemon.stop();
 }
 
+/// scored's closer (the process that closes the descriptors users hand
+/// over and syncs the daemon's files) runs at real-time priority below
+/// the daemon's, as `ps` shows it: asked for work while jobs keep every
+/// CPU busy, it does it then, not once a switch's SIGSTOPs free a CPU
+/// that the ranks taking their stop need. Where scored has no real-time
+/// priority, neither has the closer.
+#[test]
+fn the_closer_runs_at_real_time_priority_below_the_daemons() {
+    // rt_priority and policy (fields 40 and 41).
+    let priority_and_policy = |pid: i32| -> Option<(u32, u32)> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+        Some((fields.get(37)?.parse().ok()?, fields.get(38)?.parse().ok()?))
+    };
+    let mut daemon = Daemon::builder().hosts(&two_hosts()).start();
+    let (daemon_priority, daemon_policy) =
+        priority_and_policy(daemon.pid() as i32).expect("scored's stat");
+    // It names itself once it runs.
+    let started = Instant::now();
+    let closer = loop {
+        match daemon.closer() {
+            Some(closer) => break closer,
+            None if started.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            None => panic!("no closer among the daemon's children"),
+        }
+    };
+    let (priority, policy) = priority_and_policy(closer).expect("the closer's stat");
+    if daemon_policy != 1 {
+        assert_eq!(
+            policy, 0,
+            "the closer without the daemon's SCHED_FIFO: normal priority"
+        );
+        println!("note: scored runs without SCHED_FIFO here (policy {daemon_policy})");
+    } else {
+        assert_eq!(policy, 1, "the closer runs at SCHED_FIFO");
+        assert!(
+            priority >= 1 && priority < daemon_priority,
+            "the closer's priority {priority} is below the daemon's {daemon_priority}"
+        );
+    }
+    // A job still runs at normal priority.
+    let output = daemon.run(&["cat", "/proc/self/stat"]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        nice_and_policy(&stdout(&output)).map(|(_, policy)| policy),
+        Some(0)
+    );
+    daemon.stop();
+}
+
 /// What one plain user's unfinished requests make
 /// scored hold is bounded over all of that user's connections (4 MiB): the
 /// connection that goes past it is closed with a message, the others and

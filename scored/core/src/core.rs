@@ -307,6 +307,11 @@ impl Core {
         self.switches.count
     }
 
+    /// Whether a switch awaits the confirmation of its stops.
+    pub fn stops_in_flight(&self) -> bool {
+        self.sched.n_stopping() > 0
+    }
+
     /// Feeds one input; returns the actions to carry out, in order.
     pub fn handle(&mut self, input: Input, now: Tick) -> Vec<Action> {
         self.handle_all([input], now)

@@ -154,6 +154,9 @@ fn hand_to_child(
             let n = batch.len() as u32;
             let _ = nix::unistd::write(&said_write, &n.to_le_bytes());
             drop(said_write);
+            // The closes of the user's descriptors (this exit) at normal
+            // priority.
+            let _ = sys::set_scheduler(None, false);
             if let Some(release) = released {
                 let mut byte = [0u8; 1];
                 // The end of the pipe: the daemon's copies of the batch
@@ -187,6 +190,11 @@ fn serve(socket: OwnedFd) -> i32 {
 
     // Started from /proc/self/exe, whose name the kernel took as its own.
     let _ = nix::sys::prctl::set_name(CLOSER_NAME);
+    // Refused where the daemon got no real-time priority either (its
+    // user may not have it): the closer runs at normal priority then.
+    // Its children start at its priority, so that the one that syncs
+    // does not wait behind the jobs either.
+    let _ = sys::set_scheduler(Some(super::CLOSER_PRIORITY), false);
     // Children's ends through a signalfd; every other signal as for any
     // process, so that root can end the closer like any other.
     let mut children_set = SigSet::empty();

@@ -140,7 +140,16 @@ impl<A: Actuator> Daemon<A> {
     /// last sync): by the closer, in a child of its own, so that the loop
     /// never waits for the disk (0.4 to 10 ms a sync); or here, each when
     /// due, without a closer that takes them.
+    ///
+    /// Not while a switch awaits its stops: the closer (at real-time
+    /// priority) would take a CPU from the ranks that must run to take
+    /// their SIGSTOP, and so lengthen the switch, as would the loop's own
+    /// sync. A sync due then waits for the switch's end (its stops
+    /// confirmed, or given up on within `actuator::STOP_TIMEOUT`).
     pub(super) fn sync_files(&mut self) {
+        if self.core.stops_in_flight() {
+            return;
+        }
         let now = std::time::Instant::now();
         let due = |deadline: Option<std::time::Instant>| deadline.is_some_and(|due| due <= now);
         let journal_due = due(self.journal.as_ref().and_then(Journal::sync_deadline));
@@ -178,7 +187,8 @@ impl<A: Actuator> Daemon<A> {
 
     /// Folds the log into a new snapshot once it has grown past its size.
     pub(super) fn fold_if_needed(&mut self) {
-        if self.durable.as_ref().is_some_and(Durable::wants_fold) {
+        // After the switch under way, as a sync (`sync_files`).
+        if !self.core.stops_in_flight() && self.durable.as_ref().is_some_and(Durable::wants_fold) {
             self.fold();
         }
     }

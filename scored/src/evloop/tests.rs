@@ -389,3 +389,53 @@ fn a_deadline_taken_before_the_timeout_is_due_at_once() {
         .expect("a deadline gives a timeout");
     assert!(later > Duration::from_secs(59), "{later:?}");
 }
+
+/// The daemon's state log is not synced while a switch awaits its stops
+/// (the sync's work would take a CPU from the ranks that must run to take
+/// them), nor does its deadline wake the loop then; it is synced once the
+/// stops are confirmed.
+#[test]
+fn the_state_log_is_synced_after_a_switch_not_while_it_awaits_its_stops() {
+    let (daemon, dir) = daemon("sync", false);
+    let durable = crate::durable::Durable::start(
+        &dir,
+        0,
+        0,
+        crate::durable::Settings::of(&CoreConfig::default()),
+        daemon.core().snapshot(),
+        Vec::new(),
+    )
+    .expect("a state log");
+    let mut daemon = daemon.with_durable(durable);
+    daemon.feed(vec![submit(1), submit(2)]);
+    end_slice(&mut daemon);
+    assert!(daemon.actuator.calls.contains(&Call::Stop(JobId(1))));
+    assert!(
+        daemon.core.stops_in_flight(),
+        "job 1's stop awaits its confirmation"
+    );
+    let unsynced = |daemon: &Daemon<RecordingActuator>| {
+        daemon
+            .durable
+            .as_ref()
+            .and_then(crate::durable::Durable::sync_deadline)
+    };
+    let due = unsynced(&daemon).expect("the switch's records are written, not yet synced");
+    std::thread::sleep(due.saturating_duration_since(Instant::now()) + Duration::from_millis(5));
+    daemon.handle_event(Event::Deadline);
+    assert!(
+        unsynced(&daemon).is_some_and(|deadline| deadline <= Instant::now()),
+        "a sync due while the stop is awaited waits"
+    );
+    assert!(
+        daemon
+            .next_deadline()
+            .is_none_or(|deadline| deadline > Instant::now()),
+        "the sync due does not wake the loop meanwhile"
+    );
+    daemon.actuator.stopping.clear();
+    daemon.feed(vec![Input::Stopped(JobId(1))]);
+    assert_eq!(daemon.actuator.calls.last(), Some(&Call::Spawn(JobId(2))));
+    assert_eq!(unsynced(&daemon), None, "synced once the switch is over");
+    std::fs::remove_dir_all(dir).expect("clean up");
+}
