@@ -188,13 +188,14 @@ fn serve(socket: OwnedFd) -> i32 {
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 
-    // Started from /proc/self/exe, whose name the kernel took as its own.
-    let _ = nix::sys::prctl::set_name(CLOSER_NAME);
     // Refused where the daemon got no real-time priority either (its
     // user may not have it): the closer runs at normal priority then.
     // Its children start at its priority, so that the one that syncs
-    // does not wait behind the jobs either.
+    // does not wait behind the jobs either. Set before its name, so that
+    // a process named the closer has its priority.
     let _ = sys::set_scheduler(Some(super::CLOSER_PRIORITY), false);
+    // Started from /proc/self/exe, whose name the kernel took as its own.
+    let _ = nix::sys::prctl::set_name(CLOSER_NAME);
     // Children's ends through a signalfd; every other signal as for any
     // process, so that root can end the closer like any other.
     let mut children_set = SigSet::empty();
