@@ -356,7 +356,7 @@ fn a_job_of_hundreds_of_busy_processes_is_switched_without_waiting_for_a_cpu() {
         wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
         "the busy job never started"
     );
-    let spinner = daemon.spawn(&[&testprog(), "spin", "0"]);
+    let mut spinner = daemon.spawn(&[&testprog(), "spin", "0"]);
     assert!(
         wait_until(Duration::from_secs(300), || busy.count_lines("started") > 0),
         "the job never started its busy processes"
@@ -395,5 +395,18 @@ fn a_job_of_hundreds_of_busy_processes_is_switched_without_waiting_for_a_cpu() {
         "{slow} of {} switches took 3 ms or more: {latencies:?}",
         latencies.len()
     );
-    end_both(&daemon, busy, spinner);
+    // Its rank, at nice 19 behind 300 busy processes on one CPU, may wait
+    // a minute for the CPU it needs to act on a ^C (which the busy
+    // subshells, started with `&`, ignore): the job is killed instead,
+    // which ends them too, and then the rank.
+    let killed = daemon.console("kill 1");
+    assert!(killed.status.success(), "kill 1: {killed:?}");
+    spinner.signal(Signal::SIGINT);
+    spinner.wait(Duration::from_secs(60));
+    busy.wait(Duration::from_secs(60));
+    assert!(
+        wait_until(Duration::from_secs(60), || daemon.job_pids(1).is_empty()),
+        "{} of the job's processes outlived it",
+        daemon.job_pids(1).len()
+    );
 }
