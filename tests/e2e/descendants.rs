@@ -26,10 +26,16 @@ fn switches(daemon: &Daemon) -> u64 {
 
 /// Ends the two jobs as their users would (^C to their scruns), and
 /// waits until nothing of job 1 is left.
-fn end_both(daemon: &Daemon, mut sleeps: Job, mut spinner: Job) {
+fn end_both(daemon: &Daemon, sleeps: Job, spinner: Job) {
     sleeps.signal(Signal::SIGINT);
+    end_spinner_and_wait(daemon, sleeps, spinner);
+}
+
+/// Ends the spinner's job with ^C, and waits until both scruns have
+/// exited and nothing of job 1 is left.
+fn end_spinner_and_wait(daemon: &Daemon, mut first: Job, mut spinner: Job) {
     spinner.signal(Signal::SIGINT);
-    sleeps.wait(Duration::from_secs(60));
+    first.wait(Duration::from_secs(60));
     spinner.wait(Duration::from_secs(60));
     assert!(
         wait_until(Duration::from_secs(60), || daemon.job_pids(1).is_empty()),
@@ -356,7 +362,7 @@ fn a_job_of_hundreds_of_busy_processes_is_switched_without_waiting_for_a_cpu() {
         wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
         "the busy job never started"
     );
-    let mut spinner = daemon.spawn(&[&testprog(), "spin", "0"]);
+    let spinner = daemon.spawn(&[&testprog(), "spin", "0"]);
     assert!(
         wait_until(Duration::from_secs(300), || busy.count_lines("started") > 0),
         "the job never started its busy processes"
@@ -401,12 +407,5 @@ fn a_job_of_hundreds_of_busy_processes_is_switched_without_waiting_for_a_cpu() {
     // which ends them too, and then the rank.
     let killed = daemon.console("kill 1");
     assert!(killed.status.success(), "kill 1: {killed:?}");
-    spinner.signal(Signal::SIGINT);
-    spinner.wait(Duration::from_secs(60));
-    busy.wait(Duration::from_secs(60));
-    assert!(
-        wait_until(Duration::from_secs(60), || daemon.job_pids(1).is_empty()),
-        "{} of the job's processes outlived it",
-        daemon.job_pids(1).len()
-    );
+    end_spinner_and_wait(&daemon, busy, spinner);
 }
