@@ -89,6 +89,7 @@ mod journal;
 mod peer;
 mod recovery;
 mod restart;
+mod switch;
 
 pub use bind::{bind, BindError};
 use budget::UserUse;
@@ -98,6 +99,7 @@ pub use fds::{raise_fd_limit, FdLimits};
 use fds::{spare_descriptor, FdPool};
 pub use peer::{user_name, SystemDirectory};
 pub use restart::{adopt_listener, RestartSetup};
+use switch::OpenSwitch;
 
 const LISTENER: Token = Token(0);
 const SIGNALS: Token = Token(1);
@@ -116,59 +118,6 @@ const FIRST_CLIENT: usize = 2;
 /// killpg/waitpid/killpg program does costs one return per child. Stops
 /// not confirmed within this time are confirmed asynchronously.
 const STOP_WAIT: Duration = Duration::from_millis(5);
-
-/// A switch under way: when it began and when each of its phases ended,
-/// for the log line of its end (target `scored::switch`, at debug level).
-#[derive(Debug, Clone, Copy)]
-struct OpenSwitch {
-    start: Instant,
-    /// The loop's wakeups when it began.
-    wakeups: u64,
-    /// The last of its stops sent (its jobs' SIGSTOPs and the work before them).
-    stops_sent: Option<Instant>,
-    /// The end of the wait for its stops' confirmation in the kernel.
-    waited: Option<Instant>,
-    /// Its first continue.
-    continuing: Option<Instant>,
-}
-
-impl OpenSwitch {
-    fn new(start: Instant, wakeups: u64) -> OpenSwitch {
-        OpenSwitch {
-            start,
-            wakeups,
-            stops_sent: None,
-            waited: None,
-            continuing: None,
-        }
-    }
-
-    /// Logs the switch's latency and its phases in µs: `stop` (to the
-    /// last SIGSTOP sent), `confirm` (to the stops confirmed, or the
-    /// wait for them given up), `decide` (to the first SIGCONT), and
-    /// `cont` (to the last).
-    fn log(&self, id: u64, end: Instant, wakeups: u64) {
-        let us = |from: Instant, to: Option<Instant>| {
-            to.map_or(0, |to| {
-                to.saturating_duration_since(from).as_micros() as u64
-            })
-        };
-        let stops_sent = self.stops_sent.unwrap_or(self.start);
-        let waited = self.waited.unwrap_or(stops_sent);
-        let continuing = self.continuing.unwrap_or(end);
-        tracing::debug!(
-            target: "scored::switch",
-            switch = id,
-            latency_us = us(self.start, Some(end)),
-            stop_us = us(self.start, Some(stops_sent)),
-            confirm_us = us(stops_sent, Some(waited)),
-            decide_us = us(waited, Some(continuing)),
-            cont_us = us(continuing, Some(end)),
-            wakeups = wakeups - self.wakeups,
-            "switch complete"
-        );
-    }
-}
 
 /// The most connections served at once, whatever the descriptor limit;
 /// one more is told so and closed.
@@ -287,6 +236,9 @@ pub struct Daemon<A: Actuator> {
     start: Instant,
     /// The open switches, with the times of their phases so far.
     switch_starts: HashMap<u64, OpenSwitch>,
+    /// Jobs continued as their switch's stops were confirmed, whose
+    /// `Continue` from the core is still to come (`switch.rs`).
+    continued_early: Vec<scored_core::ids::JobId>,
     /// Jobs the core holds running that a takeover or a recovery
     /// continues only once every stop in flight is confirmed
     /// (`continue_after_stops`), as a switch does.
@@ -433,6 +385,7 @@ impl<A: Actuator> Daemon<A> {
             next_token: FIRST_CLIENT,
             start: Instant::now(),
             switch_starts: HashMap::new(),
+            continued_early: Vec::new(),
             releases: Vec::new(),
             continue_after_stops: Vec::new(),
             wakeups: 0,
@@ -726,15 +679,17 @@ impl<A: Actuator> Daemon<A> {
             if stops {
                 let before = batch.len();
                 self.actuator.await_stops(STOP_WAIT, &mut batch);
-                let now = Instant::now();
-                for open in self.switch_starts.values_mut() {
-                    if open.stops_sent.is_some() {
-                        open.waited.get_or_insert(now);
-                    }
-                }
+                self.stops_awaited(&batch);
                 self.recovery.note(&batch[before..]);
             }
         }
+        // Each job continued early is one the core continued: a job left
+        // would run while the core holds it stopped, which the recovery
+        // from this panic puts right (it stops every such job again).
+        assert!(
+            self.continued_early.is_empty(),
+            "jobs continued early that the core did not continue"
+        );
         self.actuator.settled();
         self.continue_after_stops();
         if let Some(line) = self.panic_after.take() {
@@ -786,13 +741,7 @@ impl<A: Actuator> Daemon<A> {
                         open.stops_sent = Some(now);
                     }
                 }
-                Action::Continue(job) => {
-                    let now = Instant::now();
-                    for open in self.switch_starts.values_mut() {
-                        open.continuing.get_or_insert(now);
-                    }
-                    self.actuator.cont(job);
-                }
+                Action::Continue(job) => self.continue_job(job),
                 Action::Signal { job, signal } => self.actuator.signal(job, signal),
                 Action::Sample(job) => {
                     if let Some(usage) = self.actuator.sample(job) {
@@ -806,7 +755,7 @@ impl<A: Actuator> Daemon<A> {
                 }
                 Action::SwitchEnd(id) => {
                     if let Some(open) = self.switch_starts.remove(&id) {
-                        let end = Instant::now();
+                        let end = open.continued.unwrap_or_else(Instant::now);
                         let latency = end.duration_since(open.start);
                         open.log(id, end, self.wakeups);
                         inputs.push(Input::SwitchMeasured { id, latency });

@@ -312,6 +312,54 @@ impl Core {
         self.sched.n_stopping() > 0
     }
 
+    /// The jobs that feeding `inputs` continues, in order, when they only
+    /// confirm the stops of the switch under way (beside samples that call
+    /// for nothing): every job being stopped, none of them ending or being
+    /// killed, under a decision that stands
+    /// (`Scheduler::kept_active`), which then continues the stopped jobs
+    /// it chose as soon as their hosts are free. `None` otherwise. The
+    /// loop continues them as soon as the confirmations arrive, before the
+    /// core hears of them, as a program that switches processes itself
+    /// continues the next ones as soon as `waitpid` returns.
+    pub fn continues_once_stopped(&self, inputs: &[Input]) -> Option<Vec<JobId>> {
+        let active = self.sched.kept_active()?;
+        let mut stopped = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let job = match input {
+                Input::Stopped(job) => job,
+                Input::Usage { job, usage } => match self.usage_verdict(*job, usage) {
+                    UsageVerdict::Fine => continue,
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            let record = self.logged.jobs.get(job)?;
+            if record.phase() != Phase::Stopping
+                || record.is_ending()
+                || record.kill_deadline().is_some()
+            {
+                return None;
+            }
+            stopped.push(*job);
+        }
+        stopped.sort_unstable();
+        stopped.dedup();
+        if stopped.is_empty() || stopped.len() != self.sched.n_stopping() {
+            return None;
+        }
+        let phase = |job: &JobId| match stopped.binary_search(job) {
+            Ok(_) => Some(Phase::Stopped),
+            Err(_) => self.logged.jobs.get(job).map(Job::phase),
+        };
+        Some(
+            active
+                .iter()
+                .filter(|job| phase(job) == Some(Phase::Stopped))
+                .copied()
+                .collect(),
+        )
+    }
+
     /// Feeds one input; returns the actions to carry out, in order.
     pub fn handle(&mut self, input: Input, now: Tick) -> Vec<Action> {
         self.handle_all([input], now)
@@ -338,10 +386,27 @@ impl Core {
         now: Tick,
         out: &mut Vec<Action>,
     ) {
+        #[cfg(debug_assertions)]
+        let (inputs, foreseen, first) = {
+            let inputs: Vec<Input> = inputs.into_iter().collect();
+            let foreseen = self.continues_once_stopped(&inputs);
+            (inputs, foreseen, out.len())
+        };
         for input in inputs {
             self.apply(input, now, out);
         }
         self.reschedule(now, out);
+        #[cfg(debug_assertions)]
+        if let Some(foreseen) = foreseen {
+            let continued: Vec<JobId> = out[first..]
+                .iter()
+                .filter_map(|action| match action {
+                    Action::Continue(job) => Some(*job),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(continued, foreseen, "the continues foreseen once stopped");
+        }
     }
 
     fn apply(&mut self, input: Input, now: Tick, out: &mut Vec<Action>) {
@@ -353,6 +418,11 @@ impl Core {
                 .jobs
                 .get(job)
                 .is_some_and(|record| !record.is_ending() && record.kill_deadline().is_none()),
+            // A sample that calls for nothing: the order of the queues and
+            // the jobs' kills, which place the gang queues' jobs, stand.
+            Input::Usage { job, usage } => {
+                matches!(self.usage_verdict(*job, usage), UsageVerdict::Fine)
+            }
             _ => false,
         };
         // A tick that admits jobs of the backlog brings jobs that may start.
@@ -612,6 +682,7 @@ mod input;
 mod invariants;
 mod kill;
 mod lifecycle;
+use lifecycle::UsageVerdict;
 mod repeat;
 mod script;
 mod snapshot;

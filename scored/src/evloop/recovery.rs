@@ -80,6 +80,7 @@ impl<A: Actuator> Daemon<A> {
             return;
         }
         self.switch_starts.clear();
+        self.continued_early.clear();
         // The restored core ends those jobs again if they end.
         self.releases.clear();
         self.recovery.replaying = true;

@@ -437,3 +437,45 @@ fn the_state_log_is_synced_after_a_switch_not_while_it_awaits_its_stops() {
     assert_eq!(unsynced(&daemon), None, "synced once the switch is over");
     std::fs::remove_dir_all(dir).expect("clean up");
 }
+
+/// A switch's continues are made as soon as its stops are confirmed,
+/// before the core hears of the confirmations (it foresees them), and
+/// only once: the core's own `Continue` then has nothing left to do.
+#[test]
+fn the_next_job_is_continued_as_soon_as_the_stop_is_confirmed() {
+    let (mut daemon, dir) = daemon("early", false);
+    daemon.feed(vec![submit(1), submit(2)]);
+    end_slice(&mut daemon);
+    daemon.actuator.stopping.clear();
+    daemon.feed(vec![Input::Stopped(JobId(1))]);
+    end_slice(&mut daemon);
+    assert_eq!(daemon.actuator.calls.last(), Some(&Call::AwaitStops));
+    assert_eq!(daemon.actuator.stopping, [JobId(2)]);
+    daemon.actuator.stopping.clear();
+    let confirmed = [Input::Stopped(JobId(2))];
+    daemon.stops_awaited(&confirmed);
+    assert_eq!(daemon.actuator.calls.last(), Some(&Call::Cont(JobId(1))));
+    assert!(
+        daemon.core.stops_in_flight(),
+        "continued before the core heard of the stop"
+    );
+    daemon.feed(confirmed.to_vec());
+    assert!(!daemon.core.stops_in_flight());
+    let conts = |daemon: &Daemon<RecordingActuator>| {
+        daemon
+            .actuator
+            .calls
+            .iter()
+            .filter(|call| **call == Call::Cont(JobId(1)))
+            .count()
+    };
+    assert_eq!(conts(&daemon), 1, "{:?}", daemon.actuator.calls);
+    // What the wait gathered beside the confirmation (a job's end) leaves
+    // the continue to the core.
+    end_slice(&mut daemon);
+    daemon.actuator.stopping.clear();
+    let with_more = [Input::Stopped(JobId(1)), Input::ClientGone(ClientToken(2))];
+    daemon.stops_awaited(&with_more);
+    assert_eq!(daemon.actuator.calls.last(), Some(&Call::AwaitStops));
+    std::fs::remove_dir_all(dir).expect("clean up");
+}

@@ -15,6 +15,13 @@ use crate::ids::{ClientToken, JobId, Tick};
 use crate::job::{EndCause, ExitStatus, Job, JobState, Joiner, Launch, Link, Phase, Usage};
 use scored_proto::units::{format_duration, format_size};
 
+/// See [`Core::usage_verdict`].
+pub(super) enum UsageVerdict {
+    Fine,
+    Kill(String),
+    MoveDown,
+}
+
 impl Core {
     pub(super) fn rank_exited(
         &mut self,
@@ -88,6 +95,7 @@ impl Core {
     }
 
     pub(super) fn usage(&mut self, job: JobId, usage: Usage, now: Tick, out: &mut Vec<Action>) {
+        let verdict = self.usage_verdict(job, &usage);
         let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
@@ -98,13 +106,40 @@ impl Core {
         // CPU time never goes back, even if a sample missed a process.
         let cpu = usage.cpu.max(record.usage.cpu);
         record.usage = Usage { cpu, ..usage };
-        if record.is_ending() {
-            return;
+        let queue = record.queue;
+        match verdict {
+            UsageVerdict::Fine => {}
+            UsageVerdict::Kill(why) => {
+                tracing::info!(job = %job, reason = %why, "limit exceeded; killing the job");
+                self.begin_kill(job, EndCause::Limit(why), false, now, out);
+            }
+            UsageVerdict::MoveDown => {
+                tracing::info!(job = %job, from = queue, to = queue + 1, "residency exceeded; moving down");
+                self.move_job(job, queue + 1, now);
+                self.journal(JobEvent::Moved {
+                    job,
+                    from: queue,
+                    to: queue + 1,
+                    by: "residency",
+                });
+            }
         }
-        let mut violation = None;
+    }
+
+    /// What a sample of a job's usage calls for: nothing, the job's kill
+    /// for a limit it exceeds, or its move to the next lower queue once
+    /// its CPU time in its queue exceeds the queue's residency time.
+    pub(super) fn usage_verdict(&self, job: JobId, usage: &Usage) -> UsageVerdict {
+        let Some(record) = self.logged.jobs.get(&job) else {
+            return UsageVerdict::Fine;
+        };
+        if record.is_ending() {
+            return UsageVerdict::Fine;
+        }
+        let cpu = usage.cpu.max(record.usage.cpu);
         if let Some(limit) = record.limits.cputime {
             if cpu > limit {
-                violation = Some(format!(
+                return UsageVerdict::Kill(format!(
                     "CPU time {} over the limit of {}",
                     format_duration(cpu),
                     format_duration(limit)
@@ -112,14 +147,14 @@ impl Core {
             }
         }
         if let Some(limit) = record.limits.memory {
-            for (slot, used) in record.usage.memory.iter().enumerate() {
-                if *used > limit && violation.is_none() {
+            for (slot, used) in usage.memory.iter().enumerate() {
+                if *used > limit {
                     let host = record
                         .hosts
                         .get(slot)
                         .map(|h| self.logged.topology.host(*h).name.as_str())
                         .unwrap_or("?");
-                    violation = Some(format!(
+                    return UsageVerdict::Kill(format!(
                         "memory {} over the limit of {} on {host}",
                         format_size(*used),
                         format_size(limit)
@@ -128,8 +163,8 @@ impl Core {
             }
         }
         if let Some(limit) = record.limits.disk {
-            if record.usage.disk > limit && violation.is_none() {
-                violation = Some(disk_violation(&record.usage, limit));
+            if usage.disk > limit {
+                return UsageVerdict::Kill(disk_violation(usage, limit));
             }
         } else if let Some(backstop) = self
             .limits
@@ -140,41 +175,29 @@ impl Core {
             // A job without a disk limit of its own (the queue sets no disk
             // percentage) reserves nothing, but it may still not fill the
             // filesystems the cluster's disk pool is measured on.
-            if record.usage.disk > backstop && violation.is_none() {
-                violation = Some(format!(
+            if usage.disk > backstop {
+                return UsageVerdict::Kill(format!(
                     "disk {} over {}, half of cluster {}'s disk limit (the job has no disk limit of its own)",
-                    format_size(record.usage.disk),
+                    format_size(usage.disk),
                     format_size(backstop),
                     self.logged.topology.cluster(record.cluster).name
                 ));
             }
         }
-        if let Some(why) = violation {
-            tracing::info!(job = %job, reason = %why, "limit exceeded; killing the job");
-            self.begin_kill(job, EndCause::Limit(why), false, now, out);
-            return;
-        }
-        // Residency: a job whose CPU time in its queue exceeds the queue's
-        // residency time sinks to the next lower queue, and the clock restarts.
         let queue = record.queue;
-        if let Some(residency) = self
+        let residency = self
             .logged
             .queues
             .get(queue as usize)
-            .and_then(|q| q.residency)
-        {
-            if cpu.saturating_sub(record.residency_base) > residency
-                && (queue as usize) + 1 < self.logged.queues.len()
+            .and_then(|q| q.residency);
+        match residency {
+            Some(residency)
+                if cpu.saturating_sub(record.residency_base) > residency
+                    && (queue as usize) + 1 < self.logged.queues.len() =>
             {
-                tracing::info!(job = %job, from = queue, to = queue + 1, "residency exceeded; moving down");
-                self.move_job(job, queue + 1, now);
-                self.journal(JobEvent::Moved {
-                    job,
-                    from: queue,
-                    to: queue + 1,
-                    by: "residency",
-                });
+                UsageVerdict::MoveDown
             }
+            _ => UsageVerdict::Fine,
         }
     }
 

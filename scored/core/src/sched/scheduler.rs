@@ -664,6 +664,14 @@ impl Scheduler {
         &self.active
     }
 
+    /// The active set, if the next decision keeps it: the inputs since the
+    /// last one only confirmed stops of jobs not being killed, and every
+    /// queue that takes part places its jobs by the queues' order alone
+    /// (see `decide`).
+    pub fn kept_active(&self) -> Option<&[JobId]> {
+        self.decision_current.then_some(&self.active[..])
+    }
+
     /// The jobs that took their turn in the current slice.
     pub fn ran(&self) -> impl Iterator<Item = JobId> + '_ {
         self.ran.iter()

@@ -72,6 +72,100 @@ fn entering_job_waits_for_the_stop_confirmation() {
 }
 
 #[test]
+fn the_continues_of_a_switch_are_known_before_its_stops_are_confirmed() {
+    let mut sim = Sim::new(2, 100);
+    sim.submit(1, Some(1));
+    sim.submit(1, Some(1));
+    sim.submit(2, Some(1));
+    sim.advance(100);
+    sim.advance(100);
+    check(
+        &sim.take_log(),
+        "spawn 1 stage 0 x1, spawn 2 stage 0 x1, stop 1, stop 2, spawn 3 stage 0 x2, \
+         stop 3, cont 1, cont 2",
+    );
+    sim.hold_confirmations = true;
+    sim.advance(100);
+    check(&sim.take_log(), "stop 1, stop 2");
+    let stopped = |jobs: &[u64]| -> Vec<Input> {
+        jobs.iter().map(|job| Input::Stopped(JobId(*job))).collect()
+    };
+    assert_eq!(
+        sim.core.continues_once_stopped(&stopped(&[2, 1])),
+        Some(vec![JobId(3)])
+    );
+    // Beside a sample that calls for nothing, too.
+    let mut sampled = stopped(&[1, 2]);
+    sampled.insert(
+        0,
+        Input::Usage {
+            job: JobId(2),
+            usage: Usage::default(),
+        },
+    );
+    assert_eq!(
+        sim.core.continues_once_stopped(&sampled),
+        Some(vec![JobId(3)])
+    );
+    // Part of the stops, or anything else beside them: not foreseen.
+    assert_eq!(sim.core.continues_once_stopped(&stopped(&[1])), None);
+    let mut more = stopped(&[1, 2]);
+    more.push(Input::Tick);
+    assert_eq!(sim.core.continues_once_stopped(&more), None);
+    assert_eq!(sim.core.continues_once_stopped(&[]), None);
+    let confirmations = stopped(&[1, 2]);
+    sim.unconfirmed.clear();
+    let actions = sim.core.handle_all(confirmations, sim.now);
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|action| matches!(action, Action::Continue(_)))
+            .count(),
+        1
+    );
+    let mut inputs = VecDeque::new();
+    sim.apply(actions, &mut inputs);
+    check(&sim.take_log(), "cont 3");
+    // A job killed while it stops takes its hosts first: the stop of the
+    // other no longer says what runs next.
+    sim.advance(100);
+    check(&sim.take_log(), "stop 3");
+    sim.advance(100);
+    sim.cmd(&root(), "kill 3");
+    assert_eq!(sim.core.continues_once_stopped(&stopped(&[3])), None);
+}
+
+#[test]
+fn a_sample_over_a_limit_during_a_switch_leaves_its_continues_to_the_core() {
+    let mut sim = Sim::new(1, 100);
+    sim.cmd(&root(), "cluster 0 limit memory=128M");
+    sim.cmd(&root(), "queue 1 set memory=50%");
+    sim.submit(1, Some(1));
+    sim.submit(1, Some(1));
+    sim.advance(100);
+    sim.take_log();
+    sim.hold_confirmations = true;
+    sim.advance(100);
+    check(&sim.take_log(), "stop 2");
+    let sample = |mib: u64| Input::Usage {
+        job: JobId(2),
+        usage: Usage {
+            cpu: Duration::ZERO,
+            memory: vec![mib << 20].into(),
+            disk: 0,
+            programs: 0,
+        },
+    };
+    let within = [sample(60), Input::Stopped(JobId(2))];
+    assert_eq!(
+        sim.core.continues_once_stopped(&within),
+        Some(vec![JobId(1)])
+    );
+    let over = [sample(80), Input::Stopped(JobId(2))];
+    assert_eq!(sim.core.continues_once_stopped(&over), None);
+}
+
+#[test]
 fn space_partitioning_and_time_sharing_together() {
     let mut sim = Sim::new(2, 100);
     sim.submit(1, Some(1));
