@@ -2,7 +2,8 @@
 //! continues noted before their signals, its stops, and the keeper's
 //! answers to them, each a serial of 8 bytes. Both sides write on a pipe
 //! only once nothing waits to go on the link before it, and read the
-//! link before the pipe, so that what is said keeps its order.
+//! link before the pipe (scored as the kernel lists them ready, see
+//! `keeper_ready`), so that what is said keeps its order.
 #![forbid(unsafe_code)]
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -84,11 +85,19 @@ impl Link {
 impl OsActuator {
     /// Reads what the watched set says is ready: a keeper's link, or its
     /// answers pipe (after its link).
+    ///
+    /// An answer is taken without a look at the link first: the keeper
+    /// writes it only once what it said before is in the link, whose
+    /// readiness then comes first in the watched set's ready list (the
+    /// kernel lists each descriptor as it becomes ready and keeps that
+    /// order), so the link was read already, earlier in the same list or
+    /// in an earlier one, each read taking all it holds.
     pub(in crate::actuator) fn keeper_ready(&mut self, data: u64, out: &mut Vec<Input>) {
         let job = JobId(data & !ANSWERS);
-        self.read_link(job, out);
         if data & ANSWERS != 0 {
             self.read_answers(job, out);
+        } else {
+            self.read_link(job, out);
         }
     }
 
