@@ -192,9 +192,10 @@ impl Scheduler {
 /// The events.
 impl Scheduler {
     /// An input arrived: unless it only confirmed the stop of a job not
-    /// being killed (`keeps_decision`), the last active set no longer
-    /// holds; unless it was a tick, a confirmed stop or a usage sample
-    /// (`keeps_waiting`), waiting jobs may start.
+    /// being killed, or was a usage sample that calls for nothing
+    /// (`keeps_decision`), the last active set no longer holds; unless it
+    /// was a tick, a confirmed stop or a usage sample (`keeps_waiting`),
+    /// waiting jobs may start.
     pub fn input(&mut self, keeps_decision: bool, keeps_waiting: bool) {
         if !keeps_decision {
             self.decision_current = false;
@@ -665,7 +666,8 @@ impl Scheduler {
     }
 
     /// The active set, if the next decision keeps it: the inputs since the
-    /// last one only confirmed stops of jobs not being killed, and every
+    /// last one only confirmed stops of jobs not being killed (or were
+    /// samples that call for nothing), and every
     /// queue that takes part places its jobs by the queues' order alone
     /// (see `decide`).
     pub fn kept_active(&self) -> Option<&[JobId]> {
