@@ -410,19 +410,22 @@ impl Core {
     }
 
     fn apply(&mut self, input: Input, now: Tick, out: &mut Vec<Action>) {
-        // Only a confirmed stop of a job that is not being killed leaves the
-        // last active set standing (a job being killed is placed first).
+        // What a sample calls for, worked out once.
+        let verdict = match &input {
+            Input::Usage { job, usage } => Some(self.usage_verdict(*job, usage)),
+            _ => None,
+        };
+        // Only a confirmed stop of a job that is not being killed, or a
+        // sample that calls for nothing, leaves the last active set
+        // standing (a job being killed is placed first, and a move changes
+        // the queues' order).
         let keeps_decision = match &input {
             Input::Stopped(job) => self
                 .logged
                 .jobs
                 .get(job)
                 .is_some_and(|record| !record.is_ending() && record.kill_deadline().is_none()),
-            // A sample that calls for nothing: the order of the queues and
-            // the jobs' kills, which place the gang queues' jobs, stand.
-            Input::Usage { job, usage } => {
-                matches!(self.usage_verdict(*job, usage), UsageVerdict::Fine)
-            }
+            Input::Usage { .. } => matches!(verdict, Some(UsageVerdict::Fine)),
             _ => false,
         };
         // A tick that admits jobs of the backlog brings jobs that may start.
@@ -490,7 +493,8 @@ impl Core {
                 self.begin_kill(job, EndCause::Limit(cap_reason(reason)), false, now, out);
             }
             Input::Usage { job, usage } => {
-                self.usage(job, usage, now, out);
+                let verdict = verdict.unwrap_or(UsageVerdict::Fine);
+                self.usage(job, usage, verdict, now, out);
                 self.refresh_crossing(job);
             }
             Input::FinalUsage {

@@ -94,8 +94,16 @@ impl Core {
         self.finish(job, now, out);
     }
 
-    pub(super) fn usage(&mut self, job: JobId, usage: Usage, now: Tick, out: &mut Vec<Action>) {
-        let verdict = self.usage_verdict(job, &usage);
+    /// Takes a sample of the job's usage, and carries out what it calls
+    /// for (`usage_verdict`, worked out before the sample is taken).
+    pub(super) fn usage(
+        &mut self,
+        job: JobId,
+        usage: Usage,
+        verdict: UsageVerdict,
+        now: Tick,
+        out: &mut Vec<Action>,
+    ) {
         let Some(record) = self.logged.jobs.get_mut(&job) else {
             return;
         };
