@@ -66,7 +66,8 @@ run() {
     local want=$((n + 2)) have=0
     until [ "$have" -ge "$want" ]; do
         sleep 0.5
-        have=$(cat "$cgroup"/job-1/cgroup.procs "$cgroup"/job-2/cgroup.procs 2>/dev/null | wc -l) || true
+        # (Its sleeps wait in job-1/rest once it is switched by its rank.)
+        have=$(cat "$cgroup"/job-{1,2}/cgroup.procs "$cgroup"/job-1/rest/cgroup.procs 2>/dev/null | wc -l) || true
     done
     sleep 2
     local before start now status=()

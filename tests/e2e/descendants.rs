@@ -216,6 +216,188 @@ fn thousands_of_idle_descendants_are_frozen_with_their_job() {
     end_both(&daemon, sleeps, spinner);
 }
 
+/// The latency of each switch the daemon's log (at
+/// `scored::switch=debug`) reports after its first `since` bytes, in µs.
+fn switch_latencies(daemon: &Daemon, since: usize) -> Vec<u64> {
+    let log = daemon.log();
+    log[since.min(log.len())..]
+        .lines()
+        .filter(|line| line.contains("switch complete"))
+        .filter_map(|line| {
+            let value = line.split("latency_us=").nth(1)?;
+            value.split_whitespace().next()?.parse().ok()
+        })
+        .collect()
+}
+
+fn median(mut values: Vec<u64>) -> u64 {
+    values.sort_unstable();
+    values[values.len() / 2]
+}
+
+/// A job beside a spinner at 50 ms slices starts 3,000 idle `sleep`s:
+/// its switches take about what they took before. They stop and continue
+/// its rank alone, and its sleeps are frozen and thawed once each switch
+/// is over; freezing them takes the kernel 1 to 1.5 ms, and thawing them
+/// 1 ms, which a switch that froze or thawed the whole job waited for
+/// (1.0 to 1.3 ms more, at the median, on an idle machine).
+#[test]
+fn thousands_of_idle_descendants_add_nothing_to_their_jobs_switches() {
+    let test = "thousands_of_idle_descendants_add_nothing_to_their_jobs_switches";
+    let daemon = Daemon::builder()
+        .hosts("h0 cpus=0\n")
+        .timeslice("50ms")
+        .log("scored=info,scored::switch=debug")
+        .start();
+    if !has_cgroups(&daemon, test) {
+        return;
+    }
+    let go = std::env::temp_dir().join(format!("scored-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&go);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&go)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo {}", go.display());
+    let script = format!(
+        "read go < {}; i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i+1)); done; \
+         echo started; wait",
+        go.display()
+    );
+    let mut sleeps = daemon.spawn(&["sh", "-c", &script]);
+    assert!(
+        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
+        "the job never started"
+    );
+    let spinner = daemon.spawn(&[&testprog(), "spin", "0"]);
+    let mut medians = Vec::new();
+    for sleeps_started in [false, true] {
+        if sleeps_started {
+            std::fs::write(&go, "go\n").expect("write the fifo");
+            assert!(
+                wait_until(Duration::from_secs(300), || sleeps.count_lines("started")
+                    > 0),
+                "the job never started its sleeps"
+            );
+            assert!(
+                wait_until(Duration::from_secs(60), || daemon.log().contains(
+                    "its switches signal its ranks alone and freeze the rest"
+                )),
+                "the job of sleeps is not switched by its rank"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        let since = daemon.log().len();
+        assert!(
+            wait_until(Duration::from_secs(60), || switch_latencies(&daemon, since)
+                .len()
+                >= 40),
+            "the two jobs do not take turns"
+        );
+        medians.push(median(switch_latencies(&daemon, since)));
+    }
+    let _ = std::fs::remove_file(&go);
+    let [before, after] = medians[..] else {
+        unreachable!()
+    };
+    assert!(
+        after < before + 500,
+        "a switch took {after} µs at the median with 3,000 idle processes in a job, \
+         {before} µs before they were started"
+    );
+    end_both(&daemon, sleeps, spinner);
+}
+
+/// A job switched by its rank (300 idle `sleep`s besides it) forks a busy
+/// process after its rest was first frozen: at the job's next switch out
+/// that process is moved into the job's `rest` cgroup and frozen with the
+/// rest (state `D`), and it runs again with its job.
+#[test]
+fn a_process_forked_after_its_jobs_rest_was_frozen_is_held_with_it() {
+    let test = "a_process_forked_after_its_jobs_rest_was_frozen_is_held_with_it";
+    let daemon = Daemon::builder()
+        .hosts("h0 cpus=0\n")
+        .timeslice("50ms")
+        .start();
+    if !has_cgroups(&daemon, test) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("scored-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("make the test's directory");
+    let (go, pidfile) = (dir.join("go"), dir.join("pid"));
+    let made = std::process::Command::new("mkfifo")
+        .arg(&go)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo {}", go.display());
+    let script = format!(
+        "i=0; while [ $i -lt 300 ]; do sleep 600 & i=$((i+1)); done; echo started; \
+         read go < {}; (while :; do :; done) & echo $! > {}; wait",
+        go.display(),
+        pidfile.display()
+    );
+    let mut job = daemon.spawn(&["sh", "-c", &script]);
+    assert!(
+        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
+        "the job never started"
+    );
+    let spinner = daemon.spawn(&[&testprog(), "spin", "0"]);
+    assert!(
+        wait_until(Duration::from_secs(300), || job.count_lines("started") > 0),
+        "the job never started its sleeps"
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || daemon.log().contains(
+            "its switches signal its ranks alone and freeze the rest"
+        )),
+        "the job is not switched by its rank"
+    );
+    let before = switches(&daemon);
+    assert!(
+        wait_until(Duration::from_secs(60), || switches(&daemon) >= before + 4),
+        "the two jobs do not take turns"
+    );
+    std::fs::write(&go, "go\n").expect("write the fifo");
+    let mut busy = 0;
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            busy = std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+                .unwrap_or(0);
+            busy > 0
+        }),
+        "the job never forked its busy process"
+    );
+    let in_rest = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .is_ok_and(|text| text.lines().any(|line| line.ends_with("/rest")))
+    };
+    let state = |pid: i32| proc_stat(pid).map_or('?', |stat| stat.state);
+    for job_state in ["stopped", "running", "stopped"] {
+        assert!(
+            wait_until(Duration::from_secs(60), || {
+                daemon.job_state(1) == job_state
+                    && in_rest(busy)
+                    && (state(busy) == 'D') == (job_state == "stopped")
+            }),
+            "the busy process was never {} with its job (state {}, in rest: {})",
+            if job_state == "stopped" {
+                "frozen"
+            } else {
+                "running"
+            },
+            state(busy),
+            in_rest(busy)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let killed = daemon.console("kill 1");
+    assert!(killed.status.success(), "kill 1: {killed:?}");
+    end_spinner_and_wait(&daemon, job, spinner);
+}
+
 /// A kill -9 of root's scored while a plain user's job of 3,000 idle
 /// `sleep`s is switched out, frozen: the sleeps stay held while no scored
 /// runs, and the next scored takes the job over and thaws it when it
@@ -330,14 +512,15 @@ fn a_cgroup_passed_on_keeps_its_limit_and_no_refusal() {
     }
 }
 
-/// A job of 300 busy processes besides its rank, switched by its freezer,
+/// A job of 300 busy processes besides its rank, switched by its rank,
 /// time-shares one CPU with a spinner at 50 ms slices: its switches take
-/// about as long as the freeze and the signals (0.5 to 1.3 ms), though its
-/// rank sleeps at nice 19. Had its stop waited for the rank to take its
-/// SIGSTOP, for which the rank must get the CPU from its 300 busy
-/// neighbours, before freezing them, each stop of the job would have
-/// taken 4 to 5 ms here (and 20 at times), its neighbours running
-/// meanwhile, and the spinner not.
+/// about as long as 1 ms and the freeze (1 to 2 ms), though its rank
+/// sleeps at nice 19: a rank that has not stopped within 1 ms is not
+/// waited for, its whole job is frozen. Had its stop waited for the rank
+/// to take its SIGSTOP, for which the rank must get the CPU from its 300
+/// busy neighbours, each stop of the job would have taken 4 to 5 ms here
+/// (and 20 at times), its neighbours running meanwhile, and the spinner
+/// not.
 #[test]
 fn a_job_of_hundreds_of_busy_processes_is_switched_without_waiting_for_a_cpu() {
     let test = "a_job_of_hundreds_of_busy_processes_is_switched_without_waiting_for_a_cpu";
@@ -372,9 +555,9 @@ fn a_job_of_hundreds_of_busy_processes_is_switched_without_waiting_for_a_cpu() {
         wait_until(Duration::from_secs(60), || daemon
             .log()
             .contains(FROZEN_SWITCHES)),
-        "the busy job is not switched by its freezer"
+        "the busy job is not switched by its rank"
     );
-    // Once they all spin (3 s after they were made, the freezer's switch
+    // Once they all spin (3 s after they were made, the switch by its rank
     // decided), the switches from then on, from the daemon's log: each
     // line's latency.
     std::thread::sleep(Duration::from_secs(4));

@@ -34,13 +34,24 @@
 //! fast path; the freezer (v1 `freezer.state`, v2 `cgroup.freeze`) holds a
 //! switched-out job that something outside it keeps continuing with
 //! SIGCONT, which a frozen process ignores until it is thawed.
+//!
+//! A job with hundreds of processes besides its ranks is switched by its
+//! ranks alone; the others wait in a child cgroup, `job-N/rest`, frozen
+//! while the job is switched out. Freezing or thawing goes over every
+//! process of a cgroup (1.5 ms to freeze 3,000 sleeping ones, 1 ms to
+//! thaw them), so it is done once the switch is over: the ranks hold the
+//! job's place in the gang, and a rest that runs a little after they
+//! stopped, or starts a little after they continued, takes no host from
+//! another job. Processes forked since are moved into `rest` while the
+//! whole job is frozen, when none of them can exit and have its pid
+//! reused ([`Cgroups::hold_rest`]).
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::ffi::CString;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -51,6 +62,16 @@ use super::procfs::parse_pids;
 
 /// How many cgroups of ended jobs are kept for later jobs.
 const SPARES: usize = 8;
+
+/// The child cgroup of a job's that holds its processes other than its
+/// ranks, where its switches signal the ranks alone.
+pub const REST: &str = "rest";
+
+/// How many times, `FROZEN_WAIT` apart, a job's cgroup frozen to gather
+/// its rest is read before the rest is left where it is: a process
+/// running on another CPU takes a few microseconds to freeze.
+const FROZEN_READS: u32 = 4;
+const FROZEN_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// The daemon's own directory in a cgroup hierarchy.
 #[derive(Debug)]
@@ -236,13 +257,15 @@ impl Cgroups {
             self.base.file_name().unwrap_or_default().to_string_lossy()
         );
         kill_listed(&dir, &marker, false)
+            + kill_listed(&dir.join(REST), &format!("{marker}/{REST}"), false)
     }
 
-    /// The processes in the job's cgroup.
+    /// The processes in the job's cgroup (and its `rest`).
     pub fn pids(&self, job: JobId) -> Vec<i32> {
-        fs::read_to_string(self.dir(job).join("cgroup.procs"))
-            .map(|text| parse_pids(&text))
-            .unwrap_or_default()
+        let dir = self.dir(job);
+        let mut pids = self.pids_of(&dir);
+        pids.extend(self.pids_of(&dir.join(REST)));
+        pids
     }
 
     /// Freezes (or thaws) every process of the job's cgroup. Freezing is
@@ -251,24 +274,101 @@ impl Cgroups {
         if frozen {
             self.fresh.borrow_mut().remove(&job);
         }
-        let (file, value): (&str, &[u8]) = match (self.v1_freezer, frozen) {
-            (true, true) => ("freezer.state", b"FROZEN"),
-            (true, false) => ("freezer.state", b"THAWED"),
-            (false, true) => ("cgroup.freeze", b"1"),
-            (false, false) => ("cgroup.freeze", b"0"),
-        };
-        fs::write(self.dir(job).join(file), value)
+        write_frozen(&self.dir(job), self.v1_freezer, frozen)
     }
 
     /// Whether every process of the job's cgroup is frozen.
     pub fn is_frozen(&self, job: JobId) -> bool {
-        if self.v1_freezer {
-            fs::read_to_string(self.dir(job).join("freezer.state"))
-                .is_ok_and(|state| state.trim() == "FROZEN")
-        } else {
-            fs::read_to_string(self.dir(job).join("cgroup.events"))
-                .is_ok_and(|events| events.lines().any(|line| line.trim() == "frozen 1"))
+        dir_frozen(&self.dir(job), self.v1_freezer)
+    }
+
+    /// Whether the job has a `rest` cgroup (its switches signal its ranks
+    /// alone).
+    pub fn has_rest(&self, job: JobId) -> bool {
+        self.dir(job).join(REST).is_dir()
+    }
+
+    /// Whether the job's `rest` cgroup was asked to freeze.
+    pub fn rest_freeze_asked(&self, job: JobId) -> bool {
+        freeze_asked(&self.dir(job).join(REST))
+    }
+
+    /// Thaws the job's `rest` cgroup, if it has one.
+    pub fn release_rest(&self, job: JobId) -> io::Result<()> {
+        let rest = self.dir(job).join(REST);
+        match write_frozen(&rest, self.v1_freezer, false) {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+            done => done,
         }
+    }
+
+    /// Holds a switched-out job's processes other than its `ranks`: its
+    /// `rest` cgroup (made the first time) is frozen, and any other
+    /// process found in the job's own cgroup is moved there. That move
+    /// is by pid, so it is made only while the job's cgroup reads frozen:
+    /// none of its processes can then exit, be reaped and have its pid
+    /// taken by a process of someone else's. `frozen`: the job's cgroup
+    /// is frozen already (and stays so). Returns whether the job's
+    /// cgroup is left frozen: when a process in it would not freeze at
+    /// once, or would not move, it is held by that freeze until the
+    /// job's continue thaws it. An error (the rest could not be frozen,
+    /// nor the job's cgroup) leaves the job's cgroup as it was.
+    pub fn hold_rest(&self, job: JobId, ranks: &BTreeSet<i32>, frozen: bool) -> io::Result<bool> {
+        let dir = self.dir(job);
+        let rest = dir.join(REST);
+        match fs::create_dir(&rest) {
+            Err(error) if error.kind() != io::ErrorKind::AlreadyExists => return Err(error),
+            _ => {}
+        }
+        self.fresh.borrow_mut().remove(&job);
+        write_frozen(&rest, self.v1_freezer, true)?;
+        let others = |pids: Vec<i32>| -> Vec<i32> {
+            pids.into_iter()
+                .filter(|pid| !ranks.contains(pid))
+                .collect()
+        };
+        if others(self.pids_of(&dir)).is_empty() {
+            return Ok(frozen);
+        }
+        if !frozen {
+            write_frozen(&dir, self.v1_freezer, true)?;
+        }
+        // From here on the job's cgroup is frozen: what fails leaves it so.
+        let mut reads = 0;
+        while !dir_frozen(&dir, self.v1_freezer) {
+            reads += 1;
+            if reads == FROZEN_READS {
+                return Ok(true);
+            }
+            std::thread::sleep(FROZEN_WAIT);
+        }
+        let Ok(procs) = fs::OpenOptions::new()
+            .write(true)
+            .open(rest.join("cgroup.procs"))
+        else {
+            return Ok(true);
+        };
+        let mut moved_all = true;
+        for pid in others(self.pids_of(&dir)) {
+            match (&procs).write_all(pid.to_string().as_bytes()) {
+                Ok(()) => {}
+                Err(error) if error.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(error) => {
+                    tracing::debug!(job = %job, pid, %error, "cannot move a process into the job's rest");
+                    moved_all = false;
+                }
+            }
+        }
+        if frozen || !moved_all {
+            return Ok(true);
+        }
+        Ok(write_frozen(&dir, self.v1_freezer, false).is_err())
+    }
+
+    fn pids_of(&self, dir: &Path) -> Vec<i32> {
+        fs::read_to_string(dir.join("cgroup.procs"))
+            .map(|text| parse_pids(&text))
+            .unwrap_or_default()
     }
 
     /// Whether the job's cgroup was asked to freeze (frozen, or still
@@ -320,6 +420,7 @@ impl Cgroups {
         }
         // A frozen cgroup's processes could never die and leave it.
         if !fresh {
+            let _ = self.release_rest(job);
             let _ = self.set_frozen(job, false);
         }
         self.remove_dirs(job);
@@ -331,6 +432,7 @@ impl Cgroups {
             let _ = fs::remove_dir(pids_base.join(format!("job-{job}")));
         }
         let dir = self.dir(job);
+        let _ = fs::remove_dir(dir.join(REST));
         if let Err(error) = fs::remove_dir(&dir) {
             if error.kind() != io::ErrorKind::NotFound {
                 tracing::warn!(path = %dir.display(), %error, "failed to remove a job's cgroup");
@@ -410,9 +512,10 @@ fn remove_stale(parent: &Path, tag: &str) {
     }
 }
 
-/// Kills the processes of an abandoned job cgroup and waits (briefly) for
-/// it to empty. Each process is held through a pidfd and signalled only if
-/// it is still in that cgroup, so a pid reused meanwhile is never touched.
+/// Kills the processes of an abandoned job cgroup (its `rest` too, which
+/// it removes) and waits (briefly) for it to empty. Each process is held
+/// through a pidfd and signalled only if it is still in that cgroup, so a
+/// pid reused meanwhile is never touched.
 fn kill_members(dir: &Path) {
     // The tail a member's /proc/PID/cgroup line ends with: scored-PID/job-N.
     let parts: Vec<String> = dir
@@ -422,17 +525,23 @@ fn kill_members(dir: &Path) {
         .map(|part| part.to_string_lossy().into_owned())
         .collect();
     let marker = match parts.as_slice() {
-        [job, daemon] => format!("{daemon}/{job}"),
+        [job, daemon] => format!("/{daemon}/{job}"),
         _ => return,
     };
+    let rest = dir.join(REST);
+    let rest_marker = format!("{marker}/{REST}");
     for _ in 0..100 {
-        if kill_listed(dir, &format!("/{marker}"), true) == 0 {
+        let listed = kill_listed(dir, &marker, true) + kill_listed(&rest, &rest_marker, true);
+        if listed == 0 {
+            let _ = fs::remove_dir(&rest);
             return;
         }
         // The dead daemon may have frozen the job (a rank continued from
-        // outside while switched out): a frozen process keeps its SIGKILL,
-        // the parent-death signal included, pending until it is thawed.
-        // Thawed only now, it dies before it runs a single instruction.
+        // outside while switched out, or its rest while switched out): a
+        // frozen process keeps its SIGKILL, the parent-death signal
+        // included, pending until it is thawed. Thawed only now, it dies
+        // before it runs a single instruction.
+        thaw(&rest);
         thaw(dir);
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
@@ -534,6 +643,29 @@ fn enable_pids(base: &Path) {
     let _ = fs::write(base.join("cgroup.subtree_control"), "+pids");
 }
 
+/// Freezes (or thaws) the cgroup `dir`, of the v1 freezer hierarchy
+/// (`freezer.state`) or v2 (`cgroup.freeze`).
+fn write_frozen(dir: &Path, v1: bool, frozen: bool) -> io::Result<()> {
+    let (file, value): (&str, &[u8]) = match (v1, frozen) {
+        (true, true) => ("freezer.state", b"FROZEN"),
+        (true, false) => ("freezer.state", b"THAWED"),
+        (false, true) => ("cgroup.freeze", b"1"),
+        (false, false) => ("cgroup.freeze", b"0"),
+    };
+    fs::write(dir.join(file), value)
+}
+
+/// Whether every process of the cgroup `dir` (and of the cgroups below
+/// it) is frozen.
+fn dir_frozen(dir: &Path, v1: bool) -> bool {
+    if v1 {
+        fs::read_to_string(dir.join("freezer.state")).is_ok_and(|state| state.trim() == "FROZEN")
+    } else {
+        fs::read_to_string(dir.join("cgroup.events"))
+            .is_ok_and(|events| events.lines().any(|line| line.trim() == "frozen 1"))
+    }
+}
+
 /// Whether the cgroup `dir` was asked to freeze (frozen, or still
 /// freezing), whichever freezer it has. A process of such a cgroup that
 /// sleeps uninterruptibly (`D`: frozen, or in a system call) freezes
@@ -565,6 +697,7 @@ impl Drop for Cgroups {
             if let Ok(entries) = fs::read_dir(base) {
                 for entry in entries.flatten() {
                     if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                        let _ = fs::remove_dir(entry.path().join(REST));
                         let _ = fs::remove_dir(entry.path());
                     }
                 }

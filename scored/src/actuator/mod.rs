@@ -93,13 +93,13 @@ const CONFIRM_FALLBACK: Duration = Duration::from_millis(20);
 const MEMBER_READS_PER_SAMPLE: usize = 32;
 /// With a freezer, how many processes besides its ranks a job may have
 /// before its switches hold them by its freezer: its ranks are still
-/// stopped and continued by signal (their keeper confirms it), the rest
-/// frozen and thawed in one write each. Signalling a process costs the
+/// stopped and continued by signal, the rest frozen and thawed in one
+/// write each once the switch is over (`stop/rest.rs`). Signalling a process costs the
 /// kernel a wakeup of it (3,000 idle processes stopped and continued
 /// through their groups cost 20 ms of CPU a switch, frozen and thawed
 /// 2 ms), while freezing a sleeping process only marks it.
 const FREEZER_SWITCH_ABOVE: usize = 256;
-/// How often a job whose switches its freezer holds has its `cgroup.procs`
+/// How often a job switched by its ranks has its `cgroup.procs`
 /// listed by a sample (a list of thousands costs more than the rest of
 /// the sample): its processes are held whether listed or not, and the
 /// pids controller, where present, counts them at each fork.
@@ -499,8 +499,7 @@ struct StopWait {
     since: Instant,
     /// The job's cgroup was asked to freeze: a process of it /proc shows
     /// sleeping uninterruptibly is held, and the cgroup read frozen
-    /// confirms the stop (a job its freezer switches needs neither: see
-    /// `OsActuator::freeze_rest`).
+    /// confirms the stop.
     freezing: bool,
     /// Its keeper has not yet answered the stop (`keeper::Event::Stopped`):
     /// while its launch is in progress, only that answer confirms the
@@ -535,8 +534,12 @@ struct SwitchedOutHold {
     killed: bool,
     /// It has more than `FREEZER_SWITCH_ABOVE` processes besides its
     /// ranks, and a freezer: a switch signals its ranks alone, by pid, and
-    /// freezes or thaws the rest. Set while it runs, for its life.
+    /// its other processes wait in its `rest` cgroup, frozen once the
+    /// switch is over (`OsActuator::hold_rests`). Set while it runs, for
+    /// its life.
     by_freezer: bool,
+    /// Its `rest` cgroup is frozen.
+    rest_frozen: bool,
     /// Its last stop signalled every process group (no freezer switch, or
     /// one whose freeze was slow): its continue does too.
     signalled: bool,
@@ -851,6 +854,7 @@ impl Actuator for OsActuator {
         self.settle_launch_latency();
         self.tell_continues();
         self.tell_stops(false);
+        self.hold_rests();
     }
 
     fn launch_coming(&mut self) {

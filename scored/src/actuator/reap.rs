@@ -338,6 +338,8 @@ impl OsActuator {
         } else {
             self.discover(job)
         };
+        // A frozen process acts on its SIGKILL only once thawed.
+        self.release_rest(job);
         let listed = self.kill_descendants(job);
         let refused = in_cgroup
             && self

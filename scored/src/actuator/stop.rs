@@ -2,7 +2,9 @@
 //! escaped descendants, the confirmation of every stop (a look at the
 //! ranks in /proc right after the signals, else its keeper's one answer
 //! for the ranks; /proc for the others; the freezer when a stop is not
-//! confirmed in time), and a switched-out job held against SIGCONT from
+//! confirmed in time), the rest of a job switched by its ranks alone
+//! frozen once the switch is over (`rest.rs`), and a switched-out job
+//! held against SIGCONT from
 //! outside it (which its keeper tells from scored's own), a tracer that
 //! resumes it, or anything else that lets it use CPU time.
 //!
@@ -30,14 +32,15 @@ use super::{
 };
 
 mod latency;
+mod rest;
 pub(super) use latency::LatencyHold;
 
 impl OsActuator {
     pub(super) fn stop_job(&mut self, job: JobId, out: &mut Vec<Input>) {
         // At a slice boundary the job was sampled just before this stop, so
         // its descendants are known; otherwise look at its cgroup again.
-        // A job whose freezer holds its switches needs neither: its
-        // freezer holds every process of its cgroup, listed or not.
+        // A job switched by its ranks needs neither: the freeze of its
+        // rest holds every other process of its cgroup, listed or not.
         let now = self.clock.now();
         // (While its keeper still creates its ranks, which a stop pauses
         // by their groups' signals, a job is switched as any other.)
@@ -56,12 +59,10 @@ impl OsActuator {
         if !by_freezer {
             self.note_stopped_by_job(job);
         }
-        // Such a job's ranks alone get SIGSTOP, by pid, and its whole
-        // cgroup is frozen right after (`freeze_rest`): the freeze holds
-        // the ranks too, and a rank frozen before it took its stop takes
-        // it once thawed, unless the SIGCONT of its continue, which
-        // discards a pending stop, comes first. Otherwise every group is
-        // signalled.
+        // Such a job's ranks alone get SIGSTOP, by pid, and are confirmed
+        // stopped as any job's; the rest of its processes are frozen in
+        // their own cgroup once the switch is over (`hold_rests`).
+        // Otherwise every group is signalled.
         let by_freezer = by_freezer
             && self.cgroups.is_some()
             && self
@@ -95,11 +96,10 @@ impl OsActuator {
         } else {
             self.send(job, Signal::SIGSTOP);
         }
-        let freeze = !by_freezer
-            && self
-                .jobs
-                .get(&job)
-                .is_some_and(|procs| procs.hold.freeze_on_stop)
+        let freeze = self
+            .jobs
+            .get(&job)
+            .is_some_and(|procs| procs.hold.freeze_on_stop)
             && self.freeze(job);
         let Some(procs) = self.jobs.get_mut(&job) else {
             out.push(Input::Stopped(job));
@@ -118,7 +118,7 @@ impl OsActuator {
         // theirs through their pidfd; those held, and of the other members
         // of its cgroup those last seen running, are confirmed through
         // /proc (a member stops before it runs user code again anyway).
-        // Those of a job its freezer holds are confirmed by the freezer.
+        // Those of a job switched by its ranks are held by their freeze.
         let pending_extras: BTreeSet<i32> = if by_freezer {
             BTreeSet::new()
         } else {
@@ -132,12 +132,6 @@ impl OsActuator {
             freezing: freeze,
             pausing,
         });
-        // Held by the freeze: its ranks need not run to stop first, which
-        // beside a busy rest (hundreds of processes on the same CPUs)
-        // takes them milliseconds.
-        if by_freezer {
-            self.freeze_rest(job);
-        }
         // Descendants are confirmed through /proc right away when they
         // already stopped; the rest at the next poll.
         self.poll_job(job, self.clock.now(), false, out);
@@ -182,7 +176,8 @@ impl OsActuator {
                 _ => self.tell_keeper(job, crate::keeper::ToKeeper::Continue(serial)),
             }
         }
-        // The thaw let the rest of a job its freezer held go on.
+        // The rest of a job switched by its ranks is thawed once the
+        // switch is over (`hold_rests`).
         if ranks_only {
             self.signal_ranks(job, Signal::SIGCONT);
         } else {
@@ -288,11 +283,12 @@ impl OsActuator {
             if now >= deadline {
                 break;
             }
+            // (A job switched by its ranks is looked at too: one that has
+            // not stopped soon is frozen.)
             let extras = self.jobs.values().any(|procs| {
-                procs
-                    .stop_wait
-                    .as_ref()
-                    .is_some_and(|wait| !wait.extras.is_empty())
+                procs.stop_wait.as_ref().is_some_and(|wait| {
+                    !wait.extras.is_empty() || procs.hold.by_freezer && !wait.freezing
+                })
             });
             let step = if extras {
                 POLL_INTERVAL.min(deadline - now)
@@ -430,6 +426,7 @@ impl OsActuator {
                 procs.hold.killed = true;
             }
             self.thaw(job);
+            self.release_rest(job);
         }
         self.deliver(job, signal as i32);
     }
@@ -782,6 +779,33 @@ impl OsActuator {
                 wait.children.clear();
                 wait.extras.clear();
             } else if fallback
+                && procs.hold.by_freezer
+                && !wait.freezing
+                && !killed
+                && waited >= RANKS_FREEZE_AFTER
+                && procs.cgroup_procs.is_some()
+                && !wait.children.is_empty()
+            {
+                // A rank of a job switched by its ranks that has yet to
+                // take its stop must wait for a CPU (its job's other
+                // processes busy on the same ones): the job's cgroup is
+                // frozen, which holds each of its processes without
+                // running it (a process marked cannot return to user code
+                // without freezing), its rest gathered with it.
+                if let Some(cgroups) = &self.cgroups {
+                    match cgroups.set_frozen(job, true) {
+                        Ok(()) => {
+                            tracing::debug!(job = %job, "its ranks wait for a CPU to stop; freezing the job");
+                            wait.freezing = true;
+                            procs.hold.frozen = true;
+                            wait.children.clear();
+                        }
+                        Err(error) => {
+                            tracing::warn!(job = %job, %error, "cannot freeze the job's cgroup")
+                        }
+                    }
+                }
+            } else if fallback
                 && !wait.freezing
                 && !killed
                 && waited >= FREEZE_AFTER
@@ -868,49 +892,10 @@ impl OsActuator {
     }
 }
 
-impl OsActuator {
-    /// The ranks of a job that its freezer switches were sent SIGSTOP:
-    /// its cgroup is frozen, which holds them and the rest. Without a
-    /// freezer after all, every group and held descendant gets SIGSTOP
-    /// (and its continue SIGCONT), and those of its other processes last
-    /// seen running are confirmed through /proc, as its ranks are.
-    fn freeze_rest(&mut self, job: JobId) {
-        if self.freeze(job) {
-            // The freeze holds them from now on: each process of the
-            // cgroup is marked before the write returns (one forked or
-            // moved in later, as it comes), and a marked process cannot
-            // return to user code without freezing, as one sent SIGSTOP
-            // cannot without stopping. The freezer reads frozen only once
-            // the last of them got there, and each read goes over all of
-            // them (0.4 ms for 3,000 sleeping processes, whose freeze took
-            // 2), much later for ones that must run to freeze: no switch
-            // waits for it, nor for the ranks' stops.
-            if let Some(wait) = self
-                .jobs
-                .get_mut(&job)
-                .and_then(|procs| procs.stop_wait.as_mut())
-            {
-                wait.freezing = true;
-                wait.children.clear();
-            }
-            return;
-        }
-        let Some(procs) = self.jobs.get_mut(&job) else {
-            return;
-        };
-        procs.hold.signalled = true;
-        let members = pending_members(procs);
-        if let Some(wait) = procs.stop_wait.as_mut() {
-            wait.extras.extend(members);
-        }
-        self.deliver(job, libc::SIGSTOP);
-    }
-}
-
 /// The processes of a stopping job that are confirmed stopped through
 /// /proc: those held through a pidfd, and of the other members of its
 /// cgroup those last seen running (at most `MEMBER_READS_PER_SAMPLE`).
-fn pending_members(procs: &super::JobProcs) -> BTreeSet<i32> {
+pub(super) fn pending_members(procs: &super::JobProcs) -> BTreeSet<i32> {
     procs
         .extras
         .keys()
@@ -940,6 +925,11 @@ fn held(stat: &procfs::Stat, freezing: bool) -> bool {
 /// sooner takes the CPU back from it.
 const LOOK_PAUSE: Duration = Duration::from_micros(40);
 const LOOKS: u32 = 4;
+
+/// How long the ranks of a job switched by its ranks may take to stop
+/// before the job is frozen (see `poll_job`): a sleeping rank on a CPU of
+/// its own stops in microseconds.
+const RANKS_FREEZE_AFTER: Duration = Duration::from_millis(1);
 
 /// The CPUs scored may run on.
 fn online_cpus() -> usize {

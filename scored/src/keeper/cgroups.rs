@@ -165,6 +165,7 @@ fn remove_job(held: &Held) {
         if !same {
             return;
         }
+        remove_rest(held);
         match unlinkat(
             &held.daemon,
             held.job_name.as_c_str(),
@@ -179,6 +180,27 @@ fn remove_job(held: &Held) {
         }
     }
     tracing::warn!(job = ?held.job_name, "the keeper's job's cgroup still holds a process; left for the next scored");
+}
+
+/// Removes the `rest` cgroup in the job's (`actuator::cgroup::REST`), if
+/// there is one and the job's is still the one noted: a cgroup holding
+/// another is not removed.
+fn remove_rest(held: &Held) {
+    let Ok(dir) = openat(
+        &held.daemon,
+        held.job_name.as_c_str(),
+        DIR_FLAGS,
+        Mode::empty(),
+    ) else {
+        return;
+    };
+    if fstat(&dir).is_ok_and(|stat| stat.st_ino == held.job_ino) {
+        let _ = unlinkat(
+            &dir,
+            crate::actuator::cgroup::REST,
+            UnlinkatFlags::RemoveDir,
+        );
+    }
 }
 
 /// Opens what [`Held`] holds of the cgroup whose join file is `join`.

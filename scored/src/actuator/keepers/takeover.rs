@@ -231,10 +231,23 @@ impl OsActuator {
                 .cgroups
                 .as_ref()
                 .is_some_and(|cgroups| cgroups.freeze_asked(adopt.job));
+            // One switched by its ranks alone still is: its rest is in
+            // its `rest` cgroup, perhaps frozen, and thawed once the job
+            // runs again (`hold_rests`).
+            let (rest, rest_frozen) = self.cgroups.as_ref().map_or((false, false), |cgroups| {
+                (
+                    cgroups.has_rest(adopt.job),
+                    cgroups.rest_freeze_asked(adopt.job),
+                )
+            });
             if let Some(procs) = self.jobs.get_mut(&adopt.job) {
                 if frozen && procs.cgroup_procs.is_some() {
                     procs.hold.frozen = true;
                     procs.hold.freeze_on_stop = true;
+                }
+                if procs.cgroup_procs.is_some() {
+                    procs.hold.by_freezer = rest;
+                    procs.hold.rest_frozen = rest_frozen;
                 }
             }
             let alive = self
