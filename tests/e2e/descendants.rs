@@ -440,6 +440,81 @@ fn a_frozen_job_of_thousands_of_processes_runs_again_after_a_kill_of_scored() {
     end_both(&daemon, sleeps, spinner);
 }
 
+/// A kill -9 of root's scored while a job of 300 idle `sleep`s besides its
+/// rank is switched out, its rest frozen, and no scored comes back: its
+/// keeper ends the job after `--keeper-wait`, its rest thawed so that its
+/// SIGKILL takes, and nothing of the job is left, nor any cgroup.
+#[test]
+fn a_frozen_rest_dies_with_its_job_when_no_scored_comes_back() {
+    let test = "a_frozen_rest_dies_with_its_job_when_no_scored_comes_back";
+    let mut daemon = Daemon::builder()
+        .hosts("h0 cpus=0\n")
+        .timeslice("100ms")
+        .arg("--keeper-wait")
+        .arg("2s")
+        .start();
+    if !has_cgroups(&daemon, test) {
+        return;
+    }
+    let mut job = daemon.spawn(&[
+        "-reattach=5s",
+        "sh",
+        "-c",
+        "i=0; while [ $i -lt 300 ]; do sleep 600 & i=$((i+1)); done; echo started; wait",
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
+        "the job never started"
+    );
+    let mut spinner = daemon.spawn(&["-reattach=5s", &testprog(), "spin", "0"]);
+    assert!(
+        wait_until(Duration::from_secs(300), || job.count_lines("started") > 0),
+        "the job never started its sleeps"
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || daemon.log().contains(
+            "its switches signal its ranks alone and freeze the rest"
+        )),
+        "the job is not switched by its rank"
+    );
+    let mut pids = Vec::new();
+    let in_rest = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .is_ok_and(|text| text.lines().any(|line| line.ends_with("/rest")))
+    };
+    let frozen = |pid: i32| proc_stat(pid).is_some_and(|stat| stat.state == 'D');
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            pids = daemon.all_job_pids();
+            daemon.job_state(1) == "stopped"
+                && pids
+                    .iter()
+                    .filter(|pid| in_rest(**pid) && frozen(**pid))
+                    .count()
+                    >= 300
+        }),
+        "the job was never switched out with its rest frozen"
+    );
+    daemon.kill_hard();
+    assert!(
+        wait_until(Duration::from_secs(30), || pids
+            .iter()
+            .all(|pid| !alive(*pid))),
+        "{} processes of the jobs outlived them",
+        pids.iter().filter(|pid| alive(**pid)).count()
+    );
+    let mut left = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            left = daemon.cgroups_left();
+            left.is_empty()
+        }),
+        "left in the cgroup hierarchies: {left:?}"
+    );
+    job.wait(Duration::from_secs(60));
+    spinner.wait(Duration::from_secs(60));
+}
+
 /// A plain user's job that starts more processes than a job may have (40
 /// here, set for the test through the fault-injection build) is killed,
 /// and its scrun says why.

@@ -56,16 +56,21 @@ impl Keeper {
             }
             false
         };
+        // The job's cgroup and its rest (`actuator::cgroup::REST`).
+        let dir = self.cgroup_procs.as_deref().and_then(Path::parent);
+        let rest = dir.map(|dir| dir.join(crate::actuator::cgroup::REST));
         let members: Vec<i32> = self
             .cgroup_procs
-            .as_ref()
-            .and_then(|path| std::fs::read_to_string(path).ok())
-            .map(|text| {
+            .iter()
+            .cloned()
+            .chain(rest.as_ref().map(|rest| rest.join("cgroup.procs")))
+            .filter_map(|path| std::fs::read_to_string(path).ok())
+            .flat_map(|text| {
                 text.lines()
                     .filter_map(|line| line.trim().parse().ok())
-                    .collect()
+                    .collect::<Vec<i32>>()
             })
-            .unwrap_or_default();
+            .collect();
         for stat in &all {
             if stat.pid == self.pid || !(descends(stat.pid) || members.contains(&stat.pid)) {
                 continue;
@@ -81,7 +86,7 @@ impl Keeper {
         // scored thaws a job it kills; a keeper that ends its job alone
         // (its scored never came back) thaws the job's cgroup itself, after
         // the signals, so that nothing of the job runs again but to die.
-        if let Some(dir) = self.cgroup_procs.as_deref().and_then(Path::parent) {
+        for dir in rest.iter().map(PathBuf::as_path).chain(dir) {
             for (file, value) in [("freezer.state", "THAWED"), ("cgroup.freeze", "0")] {
                 let path = dir.join(file);
                 if path.exists() {
