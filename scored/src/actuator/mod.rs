@@ -94,10 +94,10 @@ const MEMBER_READS_PER_SAMPLE: usize = 32;
 /// With a freezer, how many processes besides its ranks a job may have
 /// before its switches hold them by its freezer: its ranks are still
 /// stopped and continued by signal, the rest frozen and thawed in one
-/// write each once the switch is over (`stop/rest.rs`). Signalling a process costs the
-/// kernel a wakeup of it (3,000 idle processes stopped and continued
-/// through their groups cost 20 ms of CPU a switch, frozen and thawed
-/// 2 ms), while freezing a sleeping process only marks it.
+/// write each once the switch is over (`stop/rest.rs`). Signalling a
+/// process costs the kernel a wakeup of it (3,000 idle processes stopped
+/// and continued through their groups cost 20 ms of CPU a switch, frozen
+/// and thawed 2 ms), while freezing a sleeping process only marks it.
 const FREEZER_SWITCH_ABOVE: usize = 256;
 /// How often a job switched by its ranks has its `cgroup.procs`
 /// listed by a sample (a list of thousands costs more than the rest of

@@ -338,9 +338,10 @@ impl OsActuator {
         } else {
             self.discover(job)
         };
-        // A frozen process acts on its SIGKILL only once thawed.
-        self.release_rest(job);
         let listed = self.kill_descendants(job);
+        // A frozen process acts on its SIGKILL once thawed, before it runs
+        // a single instruction.
+        self.release_rest(job);
         let refused = in_cgroup
             && self
                 .cgroups

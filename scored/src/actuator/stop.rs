@@ -4,9 +4,9 @@
 //! for the ranks; /proc for the others; the freezer when a stop is not
 //! confirmed in time), the rest of a job switched by its ranks alone
 //! frozen once the switch is over (`rest.rs`), and a switched-out job
-//! held against SIGCONT from
-//! outside it (which its keeper tells from scored's own), a tracer that
-//! resumes it, or anything else that lets it use CPU time.
+//! held against SIGCONT from outside it (which its keeper tells from
+//! scored's own), a tracer that resumes it, or anything else that lets
+//! it use CPU time.
 //!
 //! Each continue is told to the job's keeper before its signals (on the
 //! keeper's notes pipe, then on the link once the switch is over), each
@@ -895,7 +895,7 @@ impl OsActuator {
 /// The processes of a stopping job that are confirmed stopped through
 /// /proc: those held through a pidfd, and of the other members of its
 /// cgroup those last seen running (at most `MEMBER_READS_PER_SAMPLE`).
-pub(super) fn pending_members(procs: &super::JobProcs) -> BTreeSet<i32> {
+fn pending_members(procs: &super::JobProcs) -> BTreeSet<i32> {
     procs
         .extras
         .keys()
