@@ -216,6 +216,37 @@ fn thousands_of_idle_descendants_are_frozen_with_their_job() {
     end_both(&daemon, sleeps, spinner);
 }
 
+/// A directory of the test's own with a fifo `go` in it, which a job's
+/// `read go < FIFO` waits on until the test writes a line to it.
+fn fifo_dir(test: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("scored-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("make the test's directory");
+    let go = dir.join("go");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&go)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo {}", go.display());
+    (dir, go)
+}
+
+/// Waits until the daemon says it switches a job by its ranks alone.
+fn wait_switched_by_ranks(daemon: &Daemon) {
+    assert!(
+        wait_until(Duration::from_secs(60), || daemon.log().contains(
+            "its switches signal its ranks alone and freeze the rest"
+        )),
+        "the job is not switched by its rank"
+    );
+}
+
+/// Whether a process is in its job's `rest` cgroup.
+fn in_rest(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .is_ok_and(|text| text.lines().any(|line| line.ends_with("/rest")))
+}
+
 /// The latency of each switch the daemon's log (at
 /// `scored::switch=debug`) reports after its first `since` bytes, in µs.
 fn switch_latencies(daemon: &Daemon, since: usize) -> Vec<u64> {
@@ -252,13 +283,7 @@ fn thousands_of_idle_descendants_add_nothing_to_their_jobs_switches() {
     if !has_cgroups(&daemon, test) {
         return;
     }
-    let go = std::env::temp_dir().join(format!("scored-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_file(&go);
-    let made = std::process::Command::new("mkfifo")
-        .arg(&go)
-        .status()
-        .expect("run mkfifo");
-    assert!(made.success(), "mkfifo {}", go.display());
+    let (dir, go) = fifo_dir(test);
     let script = format!(
         "read go < {}; i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i+1)); done; \
          echo started; wait",
@@ -279,12 +304,7 @@ fn thousands_of_idle_descendants_add_nothing_to_their_jobs_switches() {
                     > 0),
                 "the job never started its sleeps"
             );
-            assert!(
-                wait_until(Duration::from_secs(60), || daemon.log().contains(
-                    "its switches signal its ranks alone and freeze the rest"
-                )),
-                "the job of sleeps is not switched by its rank"
-            );
+            wait_switched_by_ranks(&daemon);
             std::thread::sleep(Duration::from_secs(1));
         }
         let since = daemon.log().len();
@@ -296,7 +316,7 @@ fn thousands_of_idle_descendants_add_nothing_to_their_jobs_switches() {
         );
         medians.push(median(switch_latencies(&daemon, since)));
     }
-    let _ = std::fs::remove_file(&go);
+    let _ = std::fs::remove_dir_all(&dir);
     let [before, after] = medians[..] else {
         unreachable!()
     };
@@ -322,15 +342,8 @@ fn a_process_forked_after_its_jobs_rest_was_frozen_is_held_with_it() {
     if !has_cgroups(&daemon, test) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("scored-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("make the test's directory");
-    let (go, pidfile) = (dir.join("go"), dir.join("pid"));
-    let made = std::process::Command::new("mkfifo")
-        .arg(&go)
-        .status()
-        .expect("run mkfifo");
-    assert!(made.success(), "mkfifo {}", go.display());
+    let (dir, go) = fifo_dir(test);
+    let pidfile = dir.join("pid");
     let script = format!(
         "i=0; while [ $i -lt 300 ]; do sleep 600 & i=$((i+1)); done; echo started; \
          read go < {}; (while :; do :; done) & echo $! > {}; wait",
@@ -347,12 +360,7 @@ fn a_process_forked_after_its_jobs_rest_was_frozen_is_held_with_it() {
         wait_until(Duration::from_secs(300), || job.count_lines("started") > 0),
         "the job never started its sleeps"
     );
-    assert!(
-        wait_until(Duration::from_secs(60), || daemon.log().contains(
-            "its switches signal its ranks alone and freeze the rest"
-        )),
-        "the job is not switched by its rank"
-    );
+    wait_switched_by_ranks(&daemon);
     let before = switches(&daemon);
     assert!(
         wait_until(Duration::from_secs(60), || switches(&daemon) >= before + 4),
@@ -370,10 +378,6 @@ fn a_process_forked_after_its_jobs_rest_was_frozen_is_held_with_it() {
         }),
         "the job never forked its busy process"
     );
-    let in_rest = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            .is_ok_and(|text| text.lines().any(|line| line.ends_with("/rest")))
-    };
     let state = |pid: i32| proc_stat(pid).map_or('?', |stat| stat.state);
     for job_state in ["stopped", "running", "stopped"] {
         assert!(
@@ -471,17 +475,8 @@ fn a_frozen_rest_dies_with_its_job_when_no_scored_comes_back() {
         wait_until(Duration::from_secs(300), || job.count_lines("started") > 0),
         "the job never started its sleeps"
     );
-    assert!(
-        wait_until(Duration::from_secs(60), || daemon.log().contains(
-            "its switches signal its ranks alone and freeze the rest"
-        )),
-        "the job is not switched by its rank"
-    );
+    wait_switched_by_ranks(&daemon);
     let mut pids = Vec::new();
-    let in_rest = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            .is_ok_and(|text| text.lines().any(|line| line.ends_with("/rest")))
-    };
     let frozen = |pid: i32| proc_stat(pid).is_some_and(|stat| stat.state == 'D');
     assert!(
         wait_until(Duration::from_secs(60), || {
@@ -625,29 +620,13 @@ fn a_job_of_hundreds_of_busy_processes_is_switched_without_waiting_for_a_cpu() {
         wait_until(Duration::from_secs(300), || busy.count_lines("started") > 0),
         "the job never started its busy processes"
     );
-    const FROZEN_SWITCHES: &str = "its switches signal its ranks alone and freeze the rest";
-    assert!(
-        wait_until(Duration::from_secs(60), || daemon
-            .log()
-            .contains(FROZEN_SWITCHES)),
-        "the busy job is not switched by its rank"
-    );
+    wait_switched_by_ranks(&daemon);
     // Once they all spin (3 s after they were made, the switch by its rank
     // decided), the switches from then on, from the daemon's log: each
     // line's latency.
     std::thread::sleep(Duration::from_secs(4));
     let since = daemon.log().len();
-    let latencies = |daemon: &Daemon| -> Vec<u64> {
-        let log = daemon.log();
-        log[since.min(log.len())..]
-            .lines()
-            .filter(|line| line.contains("switch complete"))
-            .filter_map(|line| {
-                let value = line.split("latency_us=").nth(1)?;
-                value.split_whitespace().next()?.parse().ok()
-            })
-            .collect()
-    };
+    let latencies = |daemon: &Daemon| switch_latencies(daemon, since);
     assert!(
         wait_until(Duration::from_secs(60), || latencies(&daemon).len() >= 40),
         "the two jobs do not take turns"
