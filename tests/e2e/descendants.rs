@@ -241,6 +241,40 @@ fn wait_switched_by_ranks(daemon: &Daemon) {
     );
 }
 
+/// Starts job 1 (`options` and the shell `script`, which prints
+/// `started` once it has made its processes) and a spinner beside it,
+/// with the same scrun `options`, and waits until job 1 is switched by
+/// its ranks. Returns the two jobs.
+fn switched_by_ranks_beside_a_spinner(
+    daemon: &Daemon,
+    options: &[&str],
+    script: &str,
+) -> (Job, Job) {
+    let job_args: Vec<&str> = options
+        .iter()
+        .copied()
+        .chain(["sh", "-c", script])
+        .collect();
+    let mut job = daemon.spawn(&job_args);
+    assert!(
+        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
+        "the job never started"
+    );
+    let spin = testprog();
+    let spinner_args: Vec<&str> = options
+        .iter()
+        .copied()
+        .chain([spin.as_str(), "spin", "0"])
+        .collect();
+    let spinner = daemon.spawn(&spinner_args);
+    assert!(
+        wait_until(Duration::from_secs(300), || job.count_lines("started") > 0),
+        "the job never started its processes"
+    );
+    wait_switched_by_ranks(daemon);
+    (job, spinner)
+}
+
 /// Whether a process is in its job's `rest` cgroup.
 fn in_rest(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
@@ -350,17 +384,7 @@ fn a_process_forked_after_its_jobs_rest_was_frozen_is_held_with_it() {
         go.display(),
         pidfile.display()
     );
-    let mut job = daemon.spawn(&["sh", "-c", &script]);
-    assert!(
-        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
-        "the job never started"
-    );
-    let spinner = daemon.spawn(&[&testprog(), "spin", "0"]);
-    assert!(
-        wait_until(Duration::from_secs(300), || job.count_lines("started") > 0),
-        "the job never started its sleeps"
-    );
-    wait_switched_by_ranks(&daemon);
+    let (job, spinner) = switched_by_ranks_beside_a_spinner(&daemon, &[], &script);
     let before = switches(&daemon);
     assert!(
         wait_until(Duration::from_secs(60), || switches(&daemon) >= before + 4),
@@ -460,22 +484,11 @@ fn a_frozen_rest_dies_with_its_job_when_no_scored_comes_back() {
     if !has_cgroups(&daemon, test) {
         return;
     }
-    let mut job = daemon.spawn(&[
-        "-reattach=5s",
-        "sh",
-        "-c",
+    let (mut job, mut spinner) = switched_by_ranks_beside_a_spinner(
+        &daemon,
+        &["-reattach=5s"],
         "i=0; while [ $i -lt 300 ]; do sleep 600 & i=$((i+1)); done; echo started; wait",
-    ]);
-    assert!(
-        wait_until(Duration::from_secs(60), || !daemon.job_pids(1).is_empty()),
-        "the job never started"
     );
-    let mut spinner = daemon.spawn(&["-reattach=5s", &testprog(), "spin", "0"]);
-    assert!(
-        wait_until(Duration::from_secs(300), || job.count_lines("started") > 0),
-        "the job never started its sleeps"
-    );
-    wait_switched_by_ranks(&daemon);
     let mut pids = Vec::new();
     let frozen = |pid: i32| proc_stat(pid).is_some_and(|stat| stat.state == 'D');
     assert!(
