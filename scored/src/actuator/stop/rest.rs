@@ -1,9 +1,10 @@
 //! The rest of a job switched by its ranks alone (`SwitchedOutHold::
 //! by_freezer`): its processes other than its ranks, frozen in the job's
 //! `rest` cgroup while it is switched out (`cgroup::REST`), and thawed
-//! while it runs. Both are done once the switch is over, when the ranks
-//! have stopped or continued: a freeze or a thaw goes over every process
-//! of the cgroup, which no switch of the ranks waits for.
+//! while it runs. Both are done once the switch is over (the ranks'
+//! signals sent, their stops confirmed or still awaited): a freeze or a
+//! thaw goes over every process of the cgroup, which no switch of the
+//! ranks waits for.
 #![forbid(unsafe_code)]
 
 use nix::sys::signal::Signal;
