@@ -20,9 +20,8 @@ pub use clone::{
 };
 
 pub use wait::{
-    has_children, peek_ended, readable_within, reap, take_stop, wait_any, wait_ended,
-    wait_pid_blocking, wait_sigchld, wait_stop_or_continue, wait_stopped_or_ended, WaitEvent,
-    Waited,
+    has_children, peek_ended, readable_within, reap, wait_any, wait_ended, wait_pid_blocking,
+    wait_sigchld, wait_stop, wait_stop_or_continue, WaitEvent, Waited,
 };
 
 /// Turns a `-1` return into the thread's `errno`.

@@ -225,23 +225,23 @@ pub fn wait_ended(pidfd: &OwnedFd, keep: bool) -> io::Result<Option<Waited>> {
     waitid_raw(P_PIDFD, pidfd.as_raw_fd() as libc::id_t, options)
 }
 
-/// `waitid(P_PIDFD, pidfd, WSTOPPED | WEXITED | WNOWAIT)`: blocks until
-/// the child behind `pidfd` has stopped or ended, and leaves the report
-/// for [`take_stop`] or [`wait_ended`]. Waiting for one child, the caller
-/// is woken by that child's change only, as a killpg/waitpid program is,
-/// where SIGCHLD wakes it for every child. `Ok(None)` when a signal (the
-/// alarm of [`set_alarm`](super::set_alarm)) interrupted the wait.
+/// `waitid(P_PIDFD, pidfd, WSTOPPED)`: blocks until the child behind
+/// `pidfd` has stopped and takes its stop report, in one call, at once
+/// if it stopped already. Waiting for one child, the caller is woken by
+/// that child's change only, as a killpg/waitpid program is, where
+/// SIGCHLD wakes it for every child. `Ok(Some(true))` once it stopped;
+/// `Ok(Some(false))` when no stop can come: the child has ended (the
+/// kernel ends the wait with `ECHILD` as the child dies, and leaves the
+/// zombie to [`wait_ended`]) or is none of the caller's; `Ok(None)` when
+/// a signal (the alarm of [`set_alarm`](super::set_alarm)) interrupted
+/// the wait.
 ///
 /// Not for use between fork and exec.
-pub fn wait_stopped_or_ended(pidfd: &OwnedFd) -> io::Result<Option<WaitEvent>> {
+pub fn wait_stop(pidfd: &OwnedFd) -> io::Result<Option<bool>> {
     const P_PIDFD: libc::idtype_t = 3;
-    match waitid_report(
-        P_PIDFD,
-        pidfd.as_raw_fd() as libc::id_t,
-        libc::WSTOPPED | libc::WEXITED | libc::WNOWAIT,
-    ) {
-        Ok(Some((_, event))) => Ok(Some(event)),
-        Ok(None) => Err(io::Error::from_raw_os_error(libc::ECHILD)),
+    match waitid_report(P_PIDFD, pidfd.as_raw_fd() as libc::id_t, libc::WSTOPPED) {
+        Ok(Some((_, event))) => Ok(Some(event == WaitEvent::Stopped)),
+        Ok(None) => Ok(Some(false)),
         Err(error) if error.raw_os_error() == Some(libc::EINTR) => Ok(None),
         Err(error) => Err(error),
     }
@@ -271,20 +271,6 @@ fn waitid_report(
         };
     }
     Ok(waited_event(&info))
-}
-
-/// `waitid(P_PIDFD, pidfd, WSTOPPED | WNOHANG)`: takes the child's stop
-/// report, if it has one; whether it had.
-///
-/// Not for use between fork and exec.
-pub fn take_stop(pidfd: &OwnedFd) -> io::Result<bool> {
-    const P_PIDFD: libc::idtype_t = 3;
-    let waited = waitid_report(
-        P_PIDFD,
-        pidfd.as_raw_fd() as libc::id_t,
-        libc::WSTOPPED | libc::WNOHANG,
-    )?;
-    Ok(waited.is_some_and(|(_, event)| event == WaitEvent::Stopped))
 }
 
 /// `waitid(P_ALL, WSTOPPED | WCONTINUED | WNOHANG)`: the next stop or

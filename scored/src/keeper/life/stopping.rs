@@ -54,39 +54,21 @@ impl Keeper {
     /// other, as a killpg/waitpid program does: woken only when the rank
     /// waited for stops (or ends), where SIGCHLD would wake the keeper, at
     /// scored's real-time priority, for each rank, taking the CPU from the
-    /// very ranks that must run to stop. Ranks that stopped before their
-    /// turn cost one look each. The wait ends after `STOP_BLOCK` (the
-    /// alarm interrupts it); what is left is awaited in the loop, with
-    /// scored's messages and the other events.
+    /// very ranks that must run to stop. Each rank costs one call, which
+    /// takes its stop at once if it stopped before its turn. The wait ends
+    /// after `STOP_BLOCK` (the alarm interrupts it); what is left is
+    /// awaited in the loop, with scored's messages and the other events.
     pub(super) fn await_stops(&mut self) {
         if self.stopping.is_none() || self.pending.is_empty() {
             return;
         }
         let deadline = Instant::now() + STOP_BLOCK;
         let pending: Vec<i32> = self.pending.iter().copied().collect();
-        // The alarm is armed before the first wait that blocks, and
-        // disarmed once the answer is sent: each costs a timer's setting.
-        let mut armed = false;
+        // Armed before the first wait, disarmed once the answer is sent.
+        if sys::set_alarm(STOP_ALARM).is_err() {
+            return;
+        }
         'ranks: for pid in pending {
-            // A rank that stopped already: its report taken in one call.
-            let taken = self
-                .ranks
-                .get(&pid)
-                .and_then(|rank| rank.pidfd.as_ref())
-                .is_some_and(|pidfd| sys::take_stop(pidfd).unwrap_or(false));
-            if taken {
-                if let Some(rank) = self.ranks.get_mut(&pid) {
-                    rank.stopped = true;
-                }
-                self.pending.remove(&pid);
-                continue;
-            }
-            if !armed {
-                if sys::set_alarm(STOP_ALARM).is_err() {
-                    break;
-                }
-                armed = true;
-            }
             loop {
                 if Instant::now() >= deadline {
                     break 'ranks;
@@ -94,19 +76,15 @@ impl Keeper {
                 let Some(pidfd) = self.ranks.get(&pid).and_then(|rank| rank.pidfd.as_ref()) else {
                     continue 'ranks;
                 };
-                match sys::wait_stopped_or_ended(pidfd) {
-                    Ok(Some(sys::WaitEvent::Stopped)) => {
-                        // Continued again since (from outside): the loop
-                        // sees that continue.
-                        if sys::take_stop(pidfd).unwrap_or(false) {
-                            if let Some(rank) = self.ranks.get_mut(&pid) {
-                                rank.stopped = true;
-                            }
-                            self.pending.remove(&pid);
+                match sys::wait_stop(pidfd) {
+                    Ok(Some(true)) => {
+                        if let Some(rank) = self.ranks.get_mut(&pid) {
+                            rank.stopped = true;
                         }
+                        self.pending.remove(&pid);
                         continue 'ranks;
                     }
-                    Ok(Some(_)) => {
+                    Ok(Some(false)) => {
                         self.rank_ended(pid);
                         continue 'ranks;
                     }
@@ -117,9 +95,7 @@ impl Keeper {
             }
         }
         self.answer_stop();
-        if armed {
-            let _ = sys::set_alarm(Duration::ZERO);
-        }
+        let _ = sys::set_alarm(Duration::ZERO);
     }
 
     /// scored's `Continue`: creating processes goes on, and the ranks it
