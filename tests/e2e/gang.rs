@@ -769,3 +769,74 @@ fn a_wide_job_tells_scored_continues_from_one_from_outside() {
     second.wait(Duration::from_secs(30));
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
 }
+
+/// A job of more ranks than CPUs has each stop confirmed by its keeper,
+/// which waits for every rank in turn: ranks that end one after another
+/// while it is switched every 10 ms (some perhaps just before a stop)
+/// end the job whole, each rank's output and status told, and the job it
+/// shares its host with goes on being switched.
+#[test]
+fn ranks_that_end_between_a_wide_jobs_switches_end_it_whole() {
+    let n = (std::thread::available_parallelism().map_or(2, usize::from) * 3).min(24);
+    let daemon = Daemon::builder()
+        .hosts(&format!("h0 cores={n}\n"))
+        .timeslice("10ms")
+        .start();
+    let nodes = format!("-nodes={n},priority=1");
+    let mut other = daemon.spawn(&[&nodes, &testprog(), "spin", "0"]);
+    let b = other.wait_pids(n);
+    let switches = || daemon.json("status")["switches"].as_u64().unwrap_or(0);
+    // Each rank spins for its own share of CPU time, then says so and ends.
+    let script = format!(
+        "{} spin 0.0$((SCORE_RANK % 9 + 1)) >/dev/null; echo rank $SCORE_RANK done",
+        testprog()
+    );
+    for round in 0..3 {
+        let before = switches();
+        let started = Instant::now();
+        let mut ending = daemon.spawn(&[&nodes, "sh", "-c", &script]);
+        let (status, stderr) = ending.wait(Duration::from_secs(120));
+        // Under a second of CPU time on a host it shares half the time:
+        // a lost end, or a stop that is never confirmed, shows as seconds more.
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(20),
+            "round {round}: the job took {took:?}"
+        );
+        assert!(
+            status.success(),
+            "round {round}: the job ended with {status:?}:\n{stderr}\n{}",
+            daemon.log()
+        );
+        let lines = ending.lines_with("rank ");
+        let mut done: Vec<usize> = lines
+            .iter()
+            .filter_map(|line| line.strip_suffix(" done")?.parse().ok())
+            .collect();
+        done.sort_unstable();
+        assert_eq!(
+            done,
+            (0..n).collect::<Vec<_>>(),
+            "round {round}: not every rank's end was told: {lines:?}"
+        );
+        assert!(
+            switches() > before + 4,
+            "round {round}: the two jobs were not switched while the ranks ended"
+        );
+    }
+    // Its stops were confirmed by the keepers' answers, not by /proc once
+    // the fallback delay (20 ms) had passed.
+    let median = daemon.json("status")["switch latency"]["median"]
+        .as_f64()
+        .unwrap_or(f64::MAX);
+    assert!(median < 0.010, "the median switch took {median} s");
+    // The other job runs on alone, whole.
+    assert!(
+        wait_until(Duration::from_secs(10), || running(&b) == b.len()),
+        "the job left on the host does not run ({} of {} running)",
+        running(&b),
+        b.len()
+    );
+    other.signal(Signal::SIGINT);
+    other.wait(Duration::from_secs(30));
+}
