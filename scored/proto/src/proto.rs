@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::batch::BatchOptions;
 
+mod decode;
+
 /// The protocol revision; a client and daemon of different revisions refuse each other.
 pub const VERSION: u32 = 1;
 /// The largest request frame a client may send (environment and arguments included).
@@ -58,8 +60,9 @@ pub const ENDED_BEFORE_START: &str = "it ended before it started";
 
 /// Bytes that travel as a JSON string when they are UTF-8, and as an array
 /// of numbers otherwise, so that arguments and environment reach the job
-/// unchanged.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// unchanged. Decoded by hand (`decode.rs`): the derived untagged
+/// decoder copies each value aside before trying its forms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum WireBytes {
     /// UTF-8 text.
@@ -314,7 +317,9 @@ pub struct WireRlimit {
 // A connection holds one request at a time, decoded and taken apart at
 // once; boxing the submission would save nothing worth its indirection.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+// Decoded by hand (`decode.rs`): the derived decoder of an internally
+// tagged enum copies the whole message aside before it reads the tag.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Request {
     /// Submit a job; the frame carries the descriptors that
@@ -761,7 +766,7 @@ pub fn frame_len(buffer: &[u8], max: usize) -> Result<Option<usize>, FrameError>
 mod tests {
     use super::*;
 
-    fn submit() -> Request {
+    pub(super) fn submit() -> Request {
         Request::Submit {
             version: VERSION,
             submit: Submit {
