@@ -309,6 +309,45 @@ impl Journal {
         Ok(())
     }
 
+    /// Appends a job's `ended` line made by `ended_line`, keeps its record
+    /// for `jobs all` and indexes it, as `append` and `remember` do for the
+    /// same line built as a tree.
+    fn append_ended(&mut self, ended: EndedLine) -> io::Result<()> {
+        let EndedLine {
+            mut line,
+            record,
+            id,
+            job,
+            uid,
+            ended,
+        } = ended;
+        // Kept even if the write fails, as `remember` keeps it.
+        if self.recent.len() == HISTORY {
+            self.recent.pop_front();
+        }
+        let text = String::from_utf8_lossy(&line[record]).into_owned();
+        self.recent.push_back(Recent {
+            id,
+            text: text.into_boxed_str(),
+        });
+        self.unsynced = true;
+        let offset = self.size;
+        let len = line.len();
+        line.push(b'\n');
+        self.append_raw(&line)?;
+        if let Some(index) = &mut self.index {
+            index.extend(u32::try_from(len).ok().map(|len| EndedAt {
+                id: job,
+                uid,
+                ended,
+                rotated: false,
+                offset,
+                len,
+            }));
+        }
+        Ok(())
+    }
+
     fn append_raw(&mut self, line: &[u8]) -> io::Result<()> {
         // A regular file takes the whole buffer in one write (or fails);
         // a short write would mean a full disk, and is reported.
@@ -468,6 +507,11 @@ impl Journal {
                 }
                 JobEvent::Released(job) => json!({"t": now, "event": "released", "job": job.0}),
                 JobEvent::Ended { job, record, early } => {
+                    let ended = now - early.as_secs_f64();
+                    if let Some(line) = ended_line(now, job.0, ended, &record)? {
+                        self.append_ended(line)?;
+                        continue;
+                    }
                     let mut record = fields_json(&record);
                     if let Json::Object(map) = &mut record {
                         map.insert("ended".into(), json!(now - early.as_secs_f64()));
@@ -855,5 +899,5 @@ mod records;
 #[cfg(test)]
 mod tests;
 
-use records::{admitted_line, fields_json, value_of};
+use records::{admitted_line, ended_line, fields_json, value_of, EndedLine};
 pub use records::{history_table, left_out_note, record_fields, redact};

@@ -144,6 +144,86 @@ pub(super) fn admitted_line(
     Ok(line)
 }
 
+/// A job's `ended` line as `ended_line` writes it, and what the journal
+/// keeps of it.
+pub(super) struct EndedLine {
+    /// The line, without its newline.
+    pub line: Vec<u8>,
+    /// Where the record lies in the line.
+    pub record: std::ops::Range<usize>,
+    /// The record's `id`, `uid` and `ended`, and the line's `job`.
+    pub id: Option<u64>,
+    pub uid: Option<u32>,
+    pub ended: f64,
+    pub job: u64,
+}
+
+/// The `ended` line of job `job`, without its newline: the text that
+/// `append` writes for `{"t", "event", "job", "record"}` with the record
+/// as `fields_json` makes it and its `ended` added last, serialized from
+/// the fields without building that tree. `None` where the line must be
+/// built as a tree: a record that names a key twice (the tree keeps its
+/// first place and last value) or `ended` itself, or one over
+/// [`MAX_RECORD`](super::MAX_RECORD) that `fit_record` cuts.
+pub(super) fn ended_line(
+    now: f64,
+    job: u64,
+    ended: f64,
+    record: &[(String, Value)],
+) -> io::Result<Option<EndedLine>> {
+    use serde::ser::{SerializeMap, Serializer};
+    let named_twice = record.iter().enumerate().any(|(at, (key, _))| {
+        key == "ended" || record[..at].iter().any(|(earlier, _)| earlier == key)
+    });
+    if named_twice {
+        return Ok(None);
+    }
+    let mut line = Vec::with_capacity(1024);
+    let mut serializer = serde_json::Serializer::new(&mut line);
+    let mut map = serializer
+        .serialize_map(Some(4))
+        .map_err(io::Error::other)?;
+    map.serialize_entry("t", &now).map_err(io::Error::other)?;
+    map.serialize_entry("event", "ended")
+        .map_err(io::Error::other)?;
+    map.serialize_entry("job", &job).map_err(io::Error::other)?;
+    map.end().map_err(io::Error::other)?;
+    // The map is closed by the record's entry, written by hand.
+    line.pop();
+    line.extend_from_slice(b",\"record\":");
+    let start = line.len();
+    let mut serializer = serde_json::Serializer::new(&mut line);
+    let mut map = serializer
+        .serialize_map(Some(record.len() + 1))
+        .map_err(io::Error::other)?;
+    for (key, value) in record {
+        map.serialize_entry(key, &ValueJson(value))
+            .map_err(io::Error::other)?;
+    }
+    map.serialize_entry("ended", &Json::from(ended))
+        .map_err(io::Error::other)?;
+    map.end().map_err(io::Error::other)?;
+    let end = line.len();
+    line.push(b'}');
+    if line.len() > super::MAX_RECORD {
+        return Ok(None);
+    }
+    let number = |key: &str| {
+        record
+            .iter()
+            .find(|(name, _)| name == key)
+            .and_then(|(_, value)| value.to_json().as_u64())
+    };
+    Ok(Some(EndedLine {
+        line,
+        record: start..end,
+        id: number("id"),
+        uid: number("uid").and_then(|uid| u32::try_from(uid).ok()),
+        ended: Json::from(ended).as_f64().unwrap_or(0.0),
+        job,
+    }))
+}
+
 /// A record's fields serialized as the JSON object `fields_json` builds.
 struct FieldsJson<'a>(&'a [(String, Value)]);
 

@@ -99,6 +99,82 @@ fn an_admitted_line_is_the_json_tree_serialized() {
 }
 
 #[test]
+fn an_ended_line_is_the_json_tree_serialized_and_kept_and_indexed_as_it() {
+    let mut fields = record(9, 0);
+    fields[3].1 = Value::text("done");
+    fields[6].1 = Value::Duration(Duration::from_nanos(123_456_789));
+    fields.extend([
+        (
+            "command".into(),
+            Value::text("sh -c 'echo \"é\\n\"'\t\u{1}"),
+        ),
+        (
+            "memory".into(),
+            Value::Map(vec![("h0".into(), Value::Size(4096))]),
+        ),
+        ("exit".into(), Value::Int(-3)),
+    ]);
+    for (now, early) in [
+        (1_795_000_000.123_456_7, Duration::from_micros(1_500)),
+        (0.0, Duration::ZERO),
+        (17.5, Duration::from_secs(20)),
+    ] {
+        let mut record = fields_json(&fields);
+        if let Json::Object(map) = &mut record {
+            map.insert("ended".into(), json!(now - early.as_secs_f64()));
+        }
+        let tree = json!({"t": now, "event": "ended", "job": 9u64, "record": record});
+        let direct = ended_line(now, 9, now - early.as_secs_f64(), &fields)
+            .expect("serialize")
+            .expect("a line of its own");
+        assert_eq!(
+            String::from_utf8(direct.line.clone()).expect("utf-8"),
+            serde_json::to_string(&tree).expect("serialize"),
+        );
+        assert_eq!(
+            &direct.line[direct.record.clone()],
+            record.to_string().as_bytes()
+        );
+        let at = EndedAt::of(&tree, false, 0, direct.line.len()).expect("an ended line");
+        assert_eq!(
+            (direct.job, direct.id, direct.uid, direct.ended),
+            (at.id, record["id"].as_u64(), at.uid, at.ended)
+        );
+    }
+    // A record that names its own end or a key twice, or one too long,
+    // is built as a tree.
+    for key in ["ended", "state"] {
+        let mut named = fields.clone();
+        named.push((key.into(), Value::Uint(1)));
+        assert!(ended_line(1.0, 9, 1.0, &named)
+            .expect("serialize")
+            .is_none());
+    }
+    let mut long = fields.clone();
+    long[7].1 = Value::text("x".repeat(MAX_RECORD));
+    assert!(ended_line(1.0, 9, 1.0, &long).expect("serialize").is_none());
+}
+
+#[test]
+fn ended_jobs_read_back_as_they_were_recorded() {
+    let dir = temp_dir("ended-direct");
+    let (mut journal, _) = Journal::open(&dir, DEFAULT_MAX_SIZE).expect("open");
+    journal
+        .record(vec![admitted(3), JobEvent::Started(JobId(3)), ended(3)])
+        .expect("record");
+    let kept = journal.ended(3).expect("kept in memory");
+    let text = fs::read_to_string(dir.join(FILE)).expect("read");
+    let line: Json = serde_json::from_str(text.lines().last().expect("a line")).expect("json");
+    assert_eq!(line["event"], "ended");
+    assert_eq!(line["record"], kept);
+    assert!(kept["ended"].as_f64().is_some());
+    drop(journal);
+    let (mut journal, _) = Journal::open(&dir, DEFAULT_MAX_SIZE).expect("reopen");
+    assert_eq!(journal.ended(3), Some(kept));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn unfinished_jobs_and_the_last_id_are_recovered() {
     let dir = temp_dir("recover");
     let (mut journal, recovered) = Journal::open(&dir, DEFAULT_MAX_SIZE).expect("open");
