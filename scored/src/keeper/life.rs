@@ -146,8 +146,10 @@ struct Keeper {
     ending: Option<ending::Ending>,
     /// The job's `cgroup.procs`, from its first order.
     cgroup_procs: Option<PathBuf>,
-    /// Its cgroups, removed if it leaves with no scored (`cgroups.rs`).
+    /// Its cgroups, removed if it leaves with no scored (`cgroups.rs`),
+    /// and those of its first order, until they are opened (`settle`).
     cgroups: super::cgroups::JobCgroups,
+    cgroups_to_open: Option<Vec<PathBuf>>,
     /// What its last order runs (see `Held::described`).
     described: (usize, Vec<String>, String),
     /// The serial of scored's last `Stop` or `Continue`.
@@ -178,6 +180,8 @@ struct Keeper {
     spare: bool,
     /// It keeps no job: it waits for `Adopt`, or for its link to close.
     resting: bool,
+    /// It was given a job whose title and socket are not set (`settle`).
+    adopting: bool,
     /// Its title, set at each job it keeps.
     title: super::Title,
     buffer: Vec<u8>,
@@ -252,6 +256,7 @@ impl Keeper {
             ending: None,
             cgroup_procs: None,
             cgroups: Default::default(),
+            cgroups_to_open: None,
             described: (0, Vec::new(), String::new()),
             switch_serial: 0,
             switched_out: false,
@@ -265,6 +270,7 @@ impl Keeper {
             answers: None,
             spare: true,
             resting: false,
+            adopting: false,
             title,
             buffer: vec![0u8; super::MAX_MESSAGE],
         };
@@ -276,6 +282,7 @@ impl Keeper {
         let mut ready = [0u64; 64];
         loop {
             self.continue_launch();
+            self.settle();
             self.flush();
             if self.done() {
                 if self.may_rest() {
@@ -732,6 +739,7 @@ impl Keeper {
             // The last rank's exec usually follows within a fraction of a
             // millisecond: told with its creation, it costs scored one
             // wakeup, not two. The wait is bounded, once an order.
+            self.settle();
             if spawn::await_free(LAST_EXEC_WAIT) {
                 spawn::drain();
                 self.exec_reports();

@@ -179,12 +179,19 @@ impl Keeper {
                 .pids_procs
                 .as_ref()
                 .map(|path| PathBuf::from(path.to_os()));
-            let joins: Vec<&Path> = std::iter::once(procs.as_path())
-                .chain(pids.as_deref())
-                .collect();
-            self.cgroups = JobCgroups::open(self.job, &joins);
+            self.cgroups_to_open = Some(std::iter::once(procs.clone()).chain(pids).collect());
         }
         self.cgroup_procs = Some(procs);
+    }
+
+    /// Opens the cgroups that `note_cgroups` noted: once the order's
+    /// first ranks are on their way, as the keeper waits for their execs,
+    /// not before (opening them takes a third of the order's handling).
+    pub(super) fn open_cgroups(&mut self) {
+        if let Some(joins) = self.cgroups_to_open.take() {
+            let joins: Vec<&Path> = joins.iter().map(PathBuf::as_path).collect();
+            self.cgroups = JobCgroups::open(self.job, &joins);
+        }
     }
 
     fn leave_held(&mut self) {

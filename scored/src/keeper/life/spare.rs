@@ -75,6 +75,24 @@ impl Keeper {
     pub(super) fn adopt(&mut self, job: u64) {
         self.job = job;
         self.resting = false;
+        self.adopting = true;
+    }
+
+    /// What the keeper's `Adopt` changes outside it, its title and the
+    /// name of its socket: once the first ranks of the job's order are on
+    /// their way, as the keeper waits for their execs (its title and
+    /// name are read by people and by a daemon that takes over, neither
+    /// of which needs them within that millisecond), and before anything
+    /// else of the job.
+    pub(super) fn settle(&mut self) {
+        if std::mem::take(&mut self.adopting) {
+            self.settle_adoption();
+        }
+        self.open_cgroups();
+    }
+
+    fn settle_adoption(&mut self) {
+        let job = self.job;
         self.title.set(&format!("scored keeper of job {job}"));
         let path = self.sockets().join(format!("{job}.sock"));
         if self.listener.is_some() && std::fs::rename(&self.socket_path, &path).is_ok() {
