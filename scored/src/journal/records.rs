@@ -126,22 +126,36 @@ pub(super) fn admitted_line(
     waited: Duration,
     record: &[(String, Value)],
 ) -> io::Result<Vec<u8>> {
-    use serde::ser::{SerializeMap, Serializer};
-    let mut line = Vec::with_capacity(1024);
-    let mut serializer = serde_json::Serializer::new(&mut line);
-    let mut map = serializer
-        .serialize_map(Some(5))
-        .map_err(io::Error::other)?;
-    map.serialize_entry("t", &now).map_err(io::Error::other)?;
-    map.serialize_entry("event", "admitted")
-        .map_err(io::Error::other)?;
-    map.serialize_entry("job", &job).map_err(io::Error::other)?;
-    map.serialize_entry("submitted", &(now - waited.as_secs_f64()))
-        .map_err(io::Error::other)?;
-    map.serialize_entry("record", &FieldsJson(record))
-        .map_err(io::Error::other)?;
-    map.end().map_err(io::Error::other)?;
+    let mut line = line_start(now, "admitted", job)?;
+    entry(&mut line, "submitted", &(now - waited.as_secs_f64()))?;
+    entry(&mut line, "record", &FieldsJson(record, None))?;
+    line.push(b'}');
     Ok(line)
+}
+
+/// `{"t":NOW,"event":EVENT,"job":JOB`, as serde_json writes the start of
+/// every line, left open for [`entry`] and the closing brace.
+fn line_start(now: f64, event: &str, job: u64) -> io::Result<Vec<u8>> {
+    let mut line = Vec::with_capacity(1024);
+    line.push(b'{');
+    serde_json::to_writer(&mut line, "t").map_err(io::Error::other)?;
+    line.push(b':');
+    serde_json::to_writer(&mut line, &now).map_err(io::Error::other)?;
+    entry(&mut line, "event", event)?;
+    entry(&mut line, "job", &job)?;
+    Ok(line)
+}
+
+/// Appends `,"KEY":VALUE` to a line [`line_start`] opened.
+fn entry(
+    line: &mut Vec<u8>,
+    key: &str,
+    value: &(impl serde::Serialize + ?Sized),
+) -> io::Result<()> {
+    line.push(b',');
+    serde_json::to_writer(&mut *line, key).map_err(io::Error::other)?;
+    line.push(b':');
+    serde_json::to_writer(&mut *line, value).map_err(io::Error::other)
 }
 
 /// A job's `ended` line as `ended_line` writes it, and what the journal
@@ -171,38 +185,16 @@ pub(super) fn ended_line(
     ended: f64,
     record: &[(String, Value)],
 ) -> io::Result<Option<EndedLine>> {
-    use serde::ser::{SerializeMap, Serializer};
     let named_twice = record.iter().enumerate().any(|(at, (key, _))| {
         key == "ended" || record[..at].iter().any(|(earlier, _)| earlier == key)
     });
     if named_twice {
         return Ok(None);
     }
-    let mut line = Vec::with_capacity(1024);
-    let mut serializer = serde_json::Serializer::new(&mut line);
-    let mut map = serializer
-        .serialize_map(Some(4))
-        .map_err(io::Error::other)?;
-    map.serialize_entry("t", &now).map_err(io::Error::other)?;
-    map.serialize_entry("event", "ended")
-        .map_err(io::Error::other)?;
-    map.serialize_entry("job", &job).map_err(io::Error::other)?;
-    map.end().map_err(io::Error::other)?;
-    // The map is closed by the record's entry, written by hand.
-    line.pop();
+    let mut line = line_start(now, "ended", job)?;
     line.extend_from_slice(b",\"record\":");
     let start = line.len();
-    let mut serializer = serde_json::Serializer::new(&mut line);
-    let mut map = serializer
-        .serialize_map(Some(record.len() + 1))
-        .map_err(io::Error::other)?;
-    for (key, value) in record {
-        map.serialize_entry(key, &ValueJson(value))
-            .map_err(io::Error::other)?;
-    }
-    map.serialize_entry("ended", &Json::from(ended))
-        .map_err(io::Error::other)?;
-    map.end().map_err(io::Error::other)?;
+    serde_json::to_writer(&mut line, &FieldsJson(record, Some(ended))).map_err(io::Error::other)?;
     let end = line.len();
     line.push(b'}');
     if line.len() > super::MAX_RECORD {
@@ -224,15 +216,20 @@ pub(super) fn ended_line(
     }))
 }
 
-/// A record's fields serialized as the JSON object `fields_json` builds.
-struct FieldsJson<'a>(&'a [(String, Value)]);
+/// A record's fields serialized as the JSON object `fields_json` builds,
+/// with an `ended` entry last if given.
+struct FieldsJson<'a>(&'a [(String, Value)], Option<f64>);
 
 impl serde::Serialize for FieldsJson<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        let extra = usize::from(self.1.is_some());
+        let mut map = serializer.serialize_map(Some(self.0.len() + extra))?;
         for (key, value) in self.0 {
             map.serialize_entry(key, &ValueJson(value))?;
+        }
+        if let Some(ended) = self.1 {
+            map.serialize_entry("ended", &Json::from(ended))?;
         }
         map.end()
     }
