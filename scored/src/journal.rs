@@ -322,11 +322,8 @@ impl Journal {
             ended,
         } = ended;
         // Kept even if the write fails, as `remember` keeps it.
-        if self.recent.len() == HISTORY {
-            self.recent.pop_front();
-        }
         let text = String::from_utf8_lossy(&line[record]).into_owned();
-        self.recent.push_back(Recent {
+        self.keep_recent(Recent {
             id,
             text: text.into_boxed_str(),
         });
@@ -584,10 +581,14 @@ impl Journal {
     }
 
     fn remember(&mut self, record: &Json) {
+        self.keep_recent(Recent::of(record));
+    }
+
+    fn keep_recent(&mut self, recent: Recent) {
         if self.recent.len() == HISTORY {
             self.recent.pop_front();
         }
-        self.recent.push_back(Recent::of(record));
+        self.recent.push_back(recent);
     }
 
     /// The ended record of job `id`, if the journal still has it.

@@ -162,13 +162,15 @@ impl Keeper {
         }
         let _ = std::fs::remove_file(&self.socket_path);
         if self.link.is_none() {
+            // An order's cgroups not opened yet are opened to be removed.
+            self.open_cgroups();
             let state_dir = self.socket_path.parent().and_then(Path::parent);
             self.cgroups.remove(state_dir, self.resting);
         }
     }
 
     /// Notes the job's cgroups from an order: the files its ranks join,
-    /// and, the first time, the cgroups opened (`JobCgroups::open`).
+    /// and, the first time, the cgroups to open (`open_cgroups`).
     pub(super) fn note_cgroups(&mut self, order: &Order) {
         let Some(procs) = &order.cgroup_procs else {
             return;
